@@ -1,0 +1,1 @@
+"""Capture: the ProcessGroup wrapper and the launcher glue. Knows nothing about reports."""

@@ -1,0 +1,139 @@
+"""Turn tracing on in this process: from ``commtrace run`` or in a traced child.
+
+Nothing heavy happens until the program imports torch.distributed: an import
+hook waits for ``torch.distributed`` and installs the process
+group hook right after it loads. A child that never touches torch pays nothing
+but this module's import.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import signal
+import sys
+import threading
+
+from ..trace import schema
+
+# Hook the package, not distributed_c10d itself: the package's __init__ must have
+# finished (ProcessGroup, is_mpi_available, ...) before the wrapper can be built.
+_C10D = "torch.distributed"
+_state: dict = {}
+_lock = threading.Lock()
+
+
+def active_recorder():
+    """The Recorder of this process, or None when not tracing."""
+    return _state.get("recorder")
+
+
+def activate_from_env(command: list[str] | None = None) -> bool:
+    """Start tracing if ``COMMTRACE_DIR`` is set. Idempotent; returns whether active."""
+    run_dir = os.environ.get(schema.ENV_DIR)
+    if not run_dir:
+        return False
+    with _lock:
+        if _state.get("pending") or _state.get("recorder"):
+            return True
+        _state["pending"] = True
+        _state["command"] = command if command is not None else list(sys.argv)
+    if _C10D in sys.modules:
+        _install()
+    else:
+        sys.meta_path.insert(0, _C10DFinder())
+    return True
+
+
+def _install() -> None:
+    with _lock:
+        if _state.get("recorder") is not None:
+            return
+        from .hook import Installer
+        from .recorder import Recorder
+
+        rec = Recorder(
+            run_dir=os.environ[schema.ENV_DIR],
+            run_id=os.environ.get(schema.ENV_RUN_ID, "run"),
+            launcher=os.environ.get(schema.ENV_LAUNCHER, "none"),
+            command=_state.get("command") or list(sys.argv),
+        )
+        for line in _state.pop("clock_lines", []):
+            rec.mark_clock(line)
+        inst = Installer(rec)
+        inst.install()
+        _state["recorder"] = rec
+        _state["installer"] = inst
+    _install_mpi_backend()
+    _install_signal_handlers()
+
+
+def _install_mpi_backend() -> None:
+    """Provide init_process_group("mpi") when torch lacks it (see commtrace.mpi)."""
+    import torch.distributed as dist
+    # Only under an MPI launcher: elsewhere is_mpi_available() must stay False, or
+    # programs (and test suites) that probe it would take MPI code paths.
+    if dist.is_mpi_available() or os.environ.get(schema.ENV_LAUNCHER) not in ("openmpi", "mpich"):
+        return
+    try:
+        from .. import mpi as ct_mpi
+    except ImportError:
+        return
+    if not hasattr(ct_mpi, "install"):
+        return
+    try:
+        ct_mpi.install()
+    except Exception as exc:
+        sys.stderr.write(f"commtrace: mpi backend not available: {exc}\n")
+
+
+def add_clock(line: dict) -> None:
+    """Record a clock measurement made before tracing started (by the launcher)."""
+    rec = active_recorder()
+    if rec is not None:
+        rec.mark_clock(line)
+    else:
+        _state.setdefault("clock_lines", []).append(line)
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM/SIGINT flush the trace, then behave as they would have."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM,):
+        prev = signal.getsignal(sig)
+        if prev not in (signal.SIG_DFL, None):
+            continue  # the program handles it; our flush thread and atexit still run
+
+        def handler(signum, frame, _sig=sig):
+            rec = active_recorder()
+            if rec is not None:
+                rec.close(exit_code=128 + signum, how="signal")
+            signal.signal(_sig, signal.SIG_DFL)
+            os.kill(os.getpid(), _sig)
+
+        signal.signal(sig, handler)
+
+
+class _C10DFinder(importlib.abc.MetaPathFinder):
+    """Runs ``_install`` right after the torch.distributed package has loaded."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _C10D:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        orig_exec = loader.exec_module
+
+        def exec_module(module):
+            orig_exec(module)
+            try:
+                _install()
+            except Exception as exc:
+                sys.stderr.write(f"commtrace: tracing disabled: {exc}\n")
+
+        loader.exec_module = exec_module
+        return spec

@@ -1,0 +1,146 @@
+"""Swap a TracedProcessGroup in wherever torch.distributed registers a process group.
+
+Every torch private API commtrace depends on is used in this module only:
+``distributed_c10d._register_pg_in_world`` (the one place every group --
+init_process_group, new_group, new_subgroups, split_group, shrink_group -- is
+registered), plus the functions that hand a freshly made group back to their
+caller before or after registering it. Torch then stores the wrapper in all of
+its bookkeeping (pg_map, pg_names, tags, the name registry used by functional
+collectives), so ``get_backend()`` and group lookups keep working unchanged.
+"""
+from __future__ import annotations
+
+import functools
+import secrets
+import threading
+from datetime import timedelta
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from .recorder import Recorder
+from .wrapper import TracedProcessGroup
+
+_WORLD_KEY = "commtrace/world_id"
+_tls = threading.local()
+
+
+class Installer:
+    def __init__(self, recorder: Recorder):
+        self.rec = recorder
+        self.traced: dict[int, TracedProcessGroup] = {}  # id(inner) -> wrapper
+        self.world_index = -1
+        self.world_id = None
+        self.originals: dict[str, object] = {}
+
+    # -- mapping inner groups to wrappers ------------------------------------
+    def as_traced(self, obj):
+        if isinstance(obj, dist.ProcessGroup) and not isinstance(obj, TracedProcessGroup):
+            return self.traced.get(id(obj), obj)
+        if isinstance(obj, tuple):
+            return tuple(self.as_traced(x) for x in obj)
+        return obj
+
+    def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping):
+        if isinstance(pg, TracedProcessGroup):
+            return pg
+        if c10d._world.default_pg is None or _tls.__dict__.get("new_world"):
+            self._new_world(pg, backend_name, store)
+        if rank_mapping:
+            ranks = [g for g, _ in sorted(rank_mapping.items(), key=lambda kv: kv[1])]
+        else:
+            ranks = list(_tls.__dict__.get("ranks") or range(pg.size()))
+        gid = self.rec.add_group({
+            "world": self.world_index, "world_id": self.world_id, "name": str(group_name),
+            "desc": _safe(lambda: pg.group_desc), "backend": str(backend_name),
+            "size": pg.size(), "rank": pg.rank(), "ranks": ranks,
+        })
+        traced = TracedProcessGroup(pg, self.rec, gid, ranks)
+        self.traced[id(pg)] = traced
+        return traced
+
+    def _new_world(self, pg, backend_name, store) -> None:
+        self.world_index += 1
+        self.world_id = _world_id(pg, store, self.rec.run_id, self.world_index)
+        self.rec.add_world({"world_id": self.world_id, "rank": pg.rank(),
+                            "world_size": pg.size(), "backend": str(backend_name)})
+
+    # -- patching -------------------------------------------------------------
+    def install(self) -> None:
+        if self.originals:
+            return
+        reg = c10d._register_pg_in_world
+        helper = c10d._new_process_group_helper
+
+        @functools.wraps(reg)
+        def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
+            traced = self.wrap(pg, backend_name, store, group_name, rank_mapping)
+            return reg(traced, backend_name, store, group_name, backend_config, rank_mapping, *a, **kw)
+
+        @functools.wraps(helper)
+        def new_process_group_helper(group_size, group_rank, global_ranks_in_group, *a, **kw):
+            _tls.ranks = list(global_ranks_in_group) or list(range(group_size))
+            try:
+                return self.as_traced(helper(group_size, group_rank, global_ranks_in_group, *a, **kw))
+            finally:
+                _tls.ranks = None
+
+        patches = {"_register_pg_in_world": register, "_new_process_group_helper": new_process_group_helper}
+        # Functions that return a group they made (or pass it on before registering it).
+        for name in ("split_group", "_new_group_with_tag", "_finalize_shrunk_group"):
+            fn = getattr(c10d, name, None)
+            if fn is not None:
+                patches[name] = self._returning_traced(fn)
+        upd = getattr(c10d, "_update_default_pg", None)
+        if upd is not None:
+            @functools.wraps(upd)
+            def update_default_pg(pg):
+                return upd(self.as_traced(pg))
+            patches["_update_default_pg"] = update_default_pg
+        for name, fn in patches.items():
+            self.originals[name] = getattr(c10d, name)
+            setattr(c10d, name, fn)
+        # torch.distributed re-exports some of these names.
+        for name in ("split_group",):
+            if getattr(dist, name, None) is self.originals.get(name):
+                setattr(dist, name, patches[name])
+
+    def _returning_traced(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            return self.as_traced(fn(*a, **kw))
+        return wrapper
+
+    def uninstall(self) -> None:
+        for name, fn in self.originals.items():
+            setattr(c10d, name, fn)
+            if name == "split_group" and getattr(dist, name, None) is not None:
+                dist.split_group = fn
+        self.originals.clear()
+
+
+def _safe(f):
+    try:
+        return f()
+    except Exception:
+        return None
+
+
+def _world_id(pg, store, run_id: str, index: int) -> str:
+    """An id every rank of a new world agrees on, without a collective on it.
+
+    Rank 0 publishes a random id in the group's store (a key no one else uses);
+    the others read it. Backends without a store (the mpi4py backend) are started
+    by an MPI launcher, where every rank creates its worlds in the same order.
+    """
+    if store is not None:
+        try:
+            if pg.rank() == 0:
+                wid = secrets.token_hex(8)
+                store.set(_WORLD_KEY, wid)
+                return wid
+            store.wait([_WORLD_KEY], timedelta(seconds=60))
+            return store.get(_WORLD_KEY).decode()
+        except Exception:
+            pass
+    return f"{run_id}/world{index}/size{pg.size()}"

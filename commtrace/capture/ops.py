@@ -1,0 +1,230 @@
+"""The ProcessGroup methods commtrace traces, and how to read their arguments.
+
+Each traced method has a ``Spec``: the c10d op it performs and a parser that
+turns the method's arguments (every pybind overload form) into
+``(inputs, outputs, opts, extra)``:
+
+* ``inputs`` / ``outputs``: flat lists of tensors (the rank passes ``inputs`` in)
+* ``opts``: the c10d Options object when one was passed, else None
+* ``extra``: a small dict of op parameters passed positionally (root, reduce op,
+  tag, peer, split sizes) when the call used a non-Options overload.
+
+Parsers run only when a call's cheap key is new (see ``wrapper``), so they may
+be thorough rather than fast.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+Tensor = torch.Tensor
+
+
+def flat(x) -> list:
+    """Tensors in ``x`` (a tensor, or arbitrarily nested lists/tuples of them)."""
+    if isinstance(x, Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        out = []
+        for item in x:
+            out.extend(flat(item))
+        return out
+    return []
+
+
+def _is_opts(x) -> bool:
+    return type(x).__name__.endswith("Options")
+
+
+def _arg(args, kwargs, pos, *names):
+    if len(args) > pos:
+        return args[pos]
+    for n in names:
+        if n in kwargs:
+            return kwargs[n]
+    return None
+
+
+def _opts_or_extra(rest: list, kwargs: dict, extra_names: tuple[str, ...]):
+    """Split trailing arguments into an Options object or named extras."""
+    opts = None
+    extra = {}
+    for i, v in enumerate(rest):
+        if _is_opts(v):
+            opts = v
+        elif i < len(extra_names):
+            extra[extra_names[i]] = v
+    for k, v in kwargs.items():
+        if k == "opts" or _is_opts(v):
+            opts = v
+        else:
+            extra[k] = v
+    return opts, extra
+
+
+def parse_inplace(extra_names):
+    """f(tensors|tensor, opts | extras...): the tensors are input and output (allreduce, broadcast...)."""
+    def parse(args, kwargs):
+        kw = dict(kwargs)
+        t = args[0] if args else kw.pop("tensors", kw.pop("tensor", None))
+        opts, extra = _opts_or_extra(list(args[1:]), kw, extra_names)
+        ts = flat(t)
+        return ts, ts, opts, extra
+    return parse
+
+
+def parse_out_in(extra_names=()):
+    """f(outputs, inputs, opts | extras...) for every output-first method."""
+    def parse(args, kwargs):
+        kw = dict(kwargs)
+        out = args[0] if len(args) > 0 else _pop_first(kw, "output_tensors", "output", "outputs", "outputTensor",
+                                                        "output_lists", "output_tensor")
+        inp = args[1] if len(args) > 1 else _pop_first(kw, "input_tensors", "input", "inputs", "inputTensor",
+                                                       "input_list", "input_tensor")
+        opts, extra = _opts_or_extra(list(args[2:]), kw, extra_names)
+        return flat(inp), flat(out), opts, extra
+    return parse
+
+
+def _pop_first(kw, *names):
+    for n in names:
+        if n in kw:
+            return kw.pop(n)
+    return None
+
+
+def parse_barrier(args, kwargs):
+    opts, extra = _opts_or_extra(list(args), dict(kwargs), ("timeout",))
+    return [], [], opts, extra
+
+
+def parse_monitored_barrier(args, kwargs):
+    return [], [], None, {}
+
+
+def parse_p2p(peer_name):
+    def parse(args, kwargs):
+        kw = dict(kwargs)
+        t = args[0] if args else _pop_first(kw, "tensors", "arg0")
+        rest = list(args[1:])
+        if peer_name is None:  # recv_anysource(tensors, tag)
+            tag = rest[0] if rest else _pop_first(kw, "tag", "arg1")
+            extra = {"tag": tag}
+        else:
+            peer = rest[0] if rest else _pop_first(kw, peer_name)
+            tag = rest[1] if len(rest) > 1 else _pop_first(kw, "tag")
+            extra = {"peer": peer, "tag": tag}
+        ts = flat(t)
+        return ts, ts, None, extra
+    return parse
+
+
+@dataclass(frozen=True)
+class Spec:
+    op: str
+    parse: Callable
+    p2p: bool = False
+
+
+_INPLACE_REDUCE = parse_inplace(("op", "timeout"))
+
+# method name -> Spec. Names are the Python-visible ProcessGroup methods, plus the
+# C++ trampoline names DDP and functional collectives reach (all_gather_single, ...).
+SPECS: dict[str, Spec] = {
+    "allreduce": Spec("all_reduce", _INPLACE_REDUCE),
+    "allreduce_coalesced": Spec("all_reduce", _INPLACE_REDUCE),
+    "broadcast": Spec("broadcast", parse_inplace(("root", "timeout"))),
+    "reduce": Spec("reduce", parse_inplace(("root", "op", "timeout"))),
+    "allgather": Spec("all_gather", parse_out_in(("timeout",))),
+    "allgather_coalesced": Spec("all_gather", parse_out_in()),
+    "_allgather_base": Spec("all_gather", parse_out_in()),
+    "all_gather_single": Spec("all_gather", parse_out_in()),
+    "allgather_into_tensor_coalesced": Spec("all_gather", parse_out_in()),
+    "all_gather_single_coalesced": Spec("all_gather", parse_out_in()),
+    "gather": Spec("gather", parse_out_in(("root", "timeout"))),
+    "scatter": Spec("scatter", parse_out_in(("root", "timeout"))),
+    "reduce_scatter": Spec("reduce_scatter", parse_out_in(("op", "timeout"))),
+    "_reduce_scatter_base": Spec("reduce_scatter", parse_out_in()),
+    "reduce_scatter_single": Spec("reduce_scatter", parse_out_in()),
+    "reduce_scatter_tensor_coalesced": Spec("reduce_scatter", parse_out_in()),
+    "reduce_scatter_single_coalesced": Spec("reduce_scatter", parse_out_in()),
+    "alltoall": Spec("all_to_all", parse_out_in()),
+    "alltoall_base": Spec("all_to_all", parse_out_in(("output_split_sizes", "input_split_sizes", "opts"))),
+    "all_to_all_single": Spec("all_to_all", parse_out_in(("output_split_sizes", "input_split_sizes", "opts"))),
+    "barrier": Spec("barrier", parse_barrier),
+    "monitored_barrier": Spec("barrier", parse_monitored_barrier),
+    "send": Spec("send", parse_p2p("dstRank"), p2p=True),
+    "recv": Spec("recv", parse_p2p("srcRank"), p2p=True),
+    "recv_anysource": Spec("recv", parse_p2p(None), p2p=True),
+}
+
+# ProcessGroup attributes that are not communication ops. The API test fails on
+# any attribute of the installed torch's ProcessGroup that is in neither set.
+NOT_OPS = frozenset({
+    "BackendType", "CUSTOM", "GLOO", "MPI", "NCCL", "UCC", "UNDEFINED", "XCCL",
+    "_backend_id", "_device_types", "_enable_collectives_timing", "_get_backend",
+    "_get_backend_name", "_get_sequence_number_for_group", "_has_hooks", "_id",
+    "_pybind11_conduit_v1_", "_register_backend", "_register_on_completion_hook",
+    "_set_default_backend", "_set_group_desc", "_set_group_name",
+    "_set_sequence_number_for_group", "_start_coalescing", "_end_coalescing",
+    "_wait_for_pending_works", "abort", "bound_device_id", "boxed", "group_desc",
+    "group_name", "get_group_store", "merge_remote_group", "name", "rank",
+    "set_timeout", "shutdown", "size", "split_group", "unbox",
+    "use_pg_for_symm_mem_rendezvous",
+})
+
+
+def reduce_op_name(op) -> str | None:
+    if op is None:
+        return None
+    inner = getattr(op, "op", op)
+    name = getattr(inner, "name", None)
+    if name is None:
+        name = str(inner).rsplit(".", 1)[-1]
+    return str(name)
+
+
+def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> dict:
+    """Full static description of one call (becomes a ``sig`` meta line)."""
+    inputs, outputs, opts, extra = spec.parse(args, kwargs)
+    d: dict = {"op": spec.op, "variant": method}
+    d["shapes"] = [list(t.shape) for t in inputs]
+    d["out_shapes"] = [list(t.shape) for t in outputs]
+    dtypes = {str(t.dtype).replace("torch.", "") for t in inputs + outputs}
+    d["dtype"] = dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None)
+    d["bytes"] = int(sum(t.numel() * t.element_size() for t in inputs))
+    d["out_bytes"] = int(sum(t.numel() * t.element_size() for t in outputs))
+    devices = {t.device.type for t in inputs + outputs}
+    d["device"] = devices.pop() if len(devices) == 1 else ("mixed" if devices else None)
+    red = getattr(opts, "reduceOp", None) if opts is not None else extra.get("op")
+    d["reduce_op"] = reduce_op_name(red) if spec.op in ("all_reduce", "reduce", "reduce_scatter") else None
+    if spec.op in ("all_reduce", "reduce", "reduce_scatter") and d["reduce_op"] is None:
+        d["reduce_op"] = "SUM"
+    root = None
+    if spec.op in ("broadcast", "reduce", "gather", "scatter"):
+        root = getattr(opts, "rootRank", None) if opts is not None else extra.get("root")
+        if root is None:
+            root = 0
+    elif spec.p2p:
+        root = extra.get("peer")
+    if root is not None and group_ranks and 0 <= int(root) < len(group_ranks):
+        root = group_ranks[int(root)]  # group rank -> global rank
+    d["root"] = None if root is None else int(root)
+    d["tag"] = int(extra["tag"]) if spec.p2p and extra.get("tag") is not None else None
+    if "output_split_sizes" in extra or "input_split_sizes" in extra:
+        d["out_splits"] = [int(x) for x in extra.get("output_split_sizes") or []]
+        d["in_splits"] = [int(x) for x in extra.get("input_split_sizes") or []]
+    d["async"] = bool(getattr(opts, "asyncOp", True)) if opts is not None else None
+    return d
+
+
+def is_traced_name(name: str) -> bool:
+    return name in SPECS
+
+
+def processgroup_api() -> list[str]:
+    """Every public-ish attribute of the installed torch's ProcessGroup."""
+    return sorted(n for n in dir(dist.ProcessGroup) if not n.startswith("__"))

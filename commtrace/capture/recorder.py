@@ -1,0 +1,247 @@
+"""Per-process recording state: interned sigs and groups, op buffers, the flush thread.
+
+The hot path (``wrapper``) only appends rows to ``rows`` or ``pending`` and reads
+``sig_ids``; packing and writing happen on the flush thread every
+``FLUSH_INTERVAL_S``, so an op completed more than a second before a SIGKILL is
+on disk. A row is ``[t_call, t_return, t_end, seq, sig, iteration, group,
+status, flags]`` with monotonic ns (0 = not yet known).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from .. import __version__
+from ..trace import schema
+from ..trace.writer import TraceWriter, pack_rows
+
+FLUSH_INTERVAL_S = 0.5
+# An op still running after this long is written with status IN_FLIGHT (once),
+# so a later SIGKILL still leaves evidence of what the rank was waiting for.
+IN_FLIGHT_AFTER_NS = 1_000_000_000
+
+T_CALL, T_RETURN, T_END, SEQ, SIG, ITER, GROUP, STATUS, FLAGS = range(9)
+
+
+class Recorder:
+    def __init__(self, run_dir: str, run_id: str, launcher: str, command: list[str]):
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.launcher = launcher
+        self.command = command
+        self.t_wall0 = time.time_ns()
+        self.t_mono0 = time.monotonic_ns()
+        self._lock = threading.RLock()
+        self._reset_state()
+        self.iteration = 0            # training step, set by annotation hooks
+        # Annotations that change rarely (phase, region, ...) are part of every
+        # sig key, so the hot path reads one attribute instead of building a dict.
+        self.context_key = None
+        self._context: dict = {}
+        self.clock_lines: list[dict] = []
+        self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
+        atexit.register(self.close)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    # -- state ---------------------------------------------------------------
+    def _reset_state(self) -> None:
+        self.pid = os.getpid()
+        self.rows: list[list] = []          # finished rows, appended by the hot path
+        self.pending: list[tuple] = []      # (row, work) awaiting completion
+        self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
+        self.sig_ids: dict = {}             # cheap call key -> sig id
+        self.sig_lines: list[dict] = []
+        self.group_lines: list[dict] = []
+        self.world_lines: list[dict] = []
+        self.meta_queue: list[dict] = []
+        self.rank: int | None = None
+        self.writer: TraceWriter | None = None
+        self._inflight_written: set[int] = set()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.closed = False
+
+    def _after_fork_in_child(self) -> None:
+        # The child keeps sig/group definitions (its wrappers still use those ids)
+        # but writes its own files; buffered rows belong to the parent.
+        sigs, groups, worlds = self.sig_lines, self.group_lines, self.world_lines
+        sig_ids = self.sig_ids
+        rank = self.rank
+        self._lock = threading.RLock()
+        self._reset_state()
+        self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
+        if rank is not None:
+            self._open(rank)
+
+    # -- definitions (rare; under the lock) -----------------------------------
+    def add_sig(self, key, desc: dict) -> int:
+        with self._lock:
+            sid = self.sig_ids.get(key)
+            if sid is not None:
+                return sid
+            sid = len(self.sig_lines)
+            line = {"type": schema.META_SIG, "id": sid, **desc}
+            self.sig_lines.append(line)
+            self.meta_queue.append(line)
+            self.sig_ids[key] = sid
+            return sid
+
+    def add_group(self, info: dict) -> int:
+        with self._lock:
+            gid = len(self.group_lines)
+            line = {"type": schema.META_GROUP, "id": gid, **info}
+            self.group_lines.append(line)
+            self.meta_queue.append(line)
+            return gid
+
+    def add_world(self, info: dict) -> int:
+        with self._lock:
+            idx = len(self.world_lines)
+            line = {"type": schema.META_WORLD, "world": idx, "t_mono_ns": time.monotonic_ns(), **info}
+            self.world_lines.append(line)
+            self.meta_queue.append(line)
+            if self.rank is None:
+                self.rank = int(info.get("rank", 0))
+            if self.writer is None:
+                self._open(self.rank)
+            return idx
+
+    def set_context(self, **fields) -> None:
+        ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
+        self._context = ctx
+        self.context_key = tuple(sorted(ctx.items())) or None
+
+    def context_fields(self) -> dict:
+        return dict(self._context)
+
+    def add_meta(self, line: dict) -> None:
+        with self._lock:
+            self.meta_queue.append(line)
+
+    def fail(self, row: list, exc: BaseException) -> None:
+        self.add_meta({"type": schema.META_ERROR, "t_call": row[T_CALL], "group": row[GROUP],
+                       "seq": row[SEQ], "sig": row[SIG], "text": f"{type(exc).__name__}: {exc}"})
+
+    # -- files -----------------------------------------------------------------
+    def header(self) -> dict:
+        import torch
+        return {
+            "type": schema.META_HEADER, "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
+            "source": "python", "record_size": schema.RECORD_SIZE,
+            "commtrace_version": __version__, "torch_version": torch.__version__,
+            "host": socket.gethostname(), "pid": self.pid, "rank": self.rank,
+            "launcher": self.launcher, "run_id": self.run_id, "command": self.command,
+            "python": sys.version.split()[0], "cwd": os.getcwd(),
+            "t_wall_ns": self.t_wall0, "t_mono_ns": self.t_mono0,
+            "t_wall_open_ns": time.time_ns(), "t_mono_open_ns": time.monotonic_ns(),
+        }
+
+    def _open(self, rank: int) -> None:
+        self.writer = TraceWriter(self.run_dir, f"rank{rank}.pid{self.pid}")
+        # A fresh file (first open, or a forked child) re-states every definition.
+        pre = [self.header(), *self.clock_lines, *self.world_lines, *self.group_lines, *self.sig_lines]
+        queued = [m for m in self.meta_queue if m not in pre]
+        self.meta_queue = pre + queued
+        self._start_thread()
+
+    def _start_thread(self) -> None:
+        t = threading.Thread(target=self._run, name="commtrace-flush", daemon=True)
+        self._thread = t
+        t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_INTERVAL_S):
+            try:
+                self.flush()
+            except Exception:  # never let tracing kill the user's job
+                traceback.print_exc()
+
+    # -- flushing --------------------------------------------------------------
+    def _collect(self, final: bool) -> list[list]:
+        now = time.monotonic_ns()
+        n = len(self.rows)
+        out = self.rows[:n]
+        del self.rows[:n]
+        if self._inflight_written:
+            for row in out:
+                self._inflight_written.discard(id(row))
+        n = len(self.pending)
+        still = []
+        for row, work in self.pending[:n]:
+            if row[T_END] == 0 and work is not None and _is_completed(work):
+                row[T_END] = time.monotonic_ns()  # no callback: observed now
+            if row[T_END]:
+                row[STATUS] = schema.STATUS_FAILED if _failed(work) else schema.STATUS_COMPLETED
+                out.append(row)
+                self._inflight_written.discard(id(row))
+            else:
+                still.append((row, work))
+        del self.pending[:n]
+        self.pending.extend(still)
+        # Long-running ops (pending or blocked inside the backend) get an IN_FLIGHT record.
+        candidates = [r for r, _ in still] + list(self.active.values())
+        for row in candidates:
+            if id(row) in self._inflight_written and not final:
+                continue
+            if final or now - row[T_CALL] > IN_FLIGHT_AFTER_NS:
+                snap = list(row)
+                snap[STATUS] = schema.STATUS_IN_FLIGHT
+                out.append(snap)
+                self._inflight_written.add(id(row))
+        return out
+
+    def flush(self, final: bool = False) -> None:
+        with self._lock:
+            if self.writer is None:
+                return
+            rows = self._collect(final)
+            meta, self.meta_queue = self.meta_queue, []
+            self.writer.write(meta, pack_rows(rows) if rows else None)
+
+    def mark_clock(self, line: dict) -> None:
+        line = {"type": schema.META_CLOCK, **line}
+        with self._lock:
+            self.clock_lines.append(line)
+            self.meta_queue.append(line)
+
+    def close(self, exit_code: int | None = None, how: str = "exit") -> None:
+        """Flush everything; ops still running are written as IN_FLIGHT. Idempotent."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._stop.set()
+            if self.writer is None:
+                return
+            if exit_code is None and self.exit_info is not None:
+                exit_code, how = self.exit_info
+            self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
+                                    "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
+            self.flush(final=True)
+            self.writer.close()
+
+
+def _is_completed(work) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:
+        return False
+
+
+def _failed(work) -> bool:
+    """True if a completed CPU work ended in an error (wait() on it re-raises).
+
+    Only CPU works are kept for this check: waiting on a CUDA work from this
+    thread would order this thread's stream after it."""
+    if work is None:
+        return False
+    try:
+        work.wait()
+        return False
+    except Exception:
+        return True

@@ -1,0 +1,150 @@
+"""``commtrace run``: prepare the environment, start tracing, run the script as __main__."""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+
+from ..trace import schema
+from . import activate, launch
+
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+@dataclass
+class RunOptions:
+    target: str                 # script path, or module name when is_module
+    args: list[str]
+    is_module: bool = False
+    output: str | None = None
+    hang_timeout: float | None = None
+    abort_on_hang: bool = False
+
+
+def _mpi_world(info: launch.LaunchInfo):
+    """COMM_WORLD when launched by MPI and mpi4py is importable, else None."""
+    if not info.is_mpi:
+        return None
+    try:
+        from .. import mpienv
+        return mpienv.world()
+    except ImportError:
+        pass
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD
+
+
+def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, object]:
+    """Derive rank env, rendezvous, run id and run dir; export them for children."""
+    env = os.environ
+    info = launch.detect(env)
+    launch.apply_rank_env(info, env)
+    comm = _mpi_world(info)
+    run_id = env.get(schema.ENV_RUN_ID) or launch.launcher_run_id(info, env)
+    if comm is not None:
+        # One broadcast from rank 0 settles everything the ranks must agree on.
+        proposal = None
+        if comm.Get_rank() == 0:
+            proposal = {"run_id": run_id or launch.new_run_id(),
+                        "addr": launch.host_address(), "port": str(launch.free_port())}
+        agreed = comm.bcast(proposal, root=0)
+        run_id = run_id or agreed["run_id"]
+        if launch.needs_rendezvous(info, env):
+            env.setdefault("MASTER_ADDR", agreed["addr"])
+            env.setdefault("MASTER_PORT", agreed["port"])
+    run_id = run_id or launch.new_run_id()
+    run_dir = env.get(schema.ENV_DIR) if not opts.output and env.get(schema.ENV_DIR) else \
+        launch.resolve_run_dir(opts.output, run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    launch.export_run_env(run_dir, run_id, info.launcher, env)
+    # Python children (spawned ranks, subprocesses) start tracing via sitecustomize.
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if opts.hang_timeout:
+        env["COMMTRACE_HANG_TIMEOUT"] = str(opts.hang_timeout)
+        env["COMMTRACE_ABORT_ON_HANG"] = "1" if opts.abort_on_hang else "0"
+    return run_dir, run_id, info, comm
+
+
+def _sync_clock(comm, when: str, deadline_s: float) -> None:
+    from . import clock
+    res = clock.measure(comm, deadline_s=deadline_s)
+    if res.get("ok"):
+        activate.add_clock({"ref_rank": 0, "offset_ns": res["offset_ns"], "rtt_ns": res["rtt_ns"],
+                            "t_mono_ns": res["t_mono_ns"], "when": when, "method": "mpi-pingpong"})
+
+
+def run(opts: RunOptions) -> int:
+    run_dir, run_id, info, comm = prepare_environment(opts)
+    command = [("-m " + opts.target) if opts.is_module else opts.target, *opts.args]
+    activate.activate_from_env(command=command)
+    if comm is not None:
+        _sync_clock(comm, "start", deadline_s=30.0)
+    code, how = _run_target(opts)
+    if comm is not None and code == 0:
+        _sync_clock(comm, "end", deadline_s=5.0)
+    rec = activate.active_recorder()
+    if rec is not None:
+        rec.exit_info = (code, how)  # written by the atexit close, after threads finish
+    return code
+
+
+def _run_target(opts: RunOptions) -> tuple[int, str]:
+    argv0 = opts.target
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    if opts.is_module:
+        sys.argv = [argv0, *opts.args]
+        sys.path[0] = os.getcwd()
+    else:
+        sys.argv = [argv0, *opts.args]
+        sys.path[0] = os.path.dirname(os.path.abspath(argv0))
+    try:
+        if opts.is_module:
+            runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv0, run_name="__main__")
+        return 0, "exit"
+    except SystemExit as e:
+        return _exit_code(e.code), "exit"
+    except KeyboardInterrupt as e:
+        _report_exception(e)
+        return 130, "exception"
+    except BaseException as e:  # the script's own uncaught exception
+        _report_exception(e)
+        return 1, "exception"
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _report_exception(exc: BaseException) -> None:
+    """Print as Python would (without commtrace/runpy frames) and store it."""
+    tb = exc.__traceback__
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    rec = activate.active_recorder()
+    if rec is not None:
+        rec.add_meta({"type": schema.META_EXCEPTION, "exc_type": type(exc).__name__,
+                      "message": str(exc), "text": text})
+
+
+def _is_ours(filename: str) -> bool:
+    return filename.startswith(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) or \
+        filename == runpy.__file__ or filename.endswith(("runpy.py", "<frozen runpy>"))

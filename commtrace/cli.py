@@ -1,0 +1,102 @@
+"""Command line: thin argument parsing over capture, analysis and rendering.
+
+Exit codes: 0 success; 1 ``check`` found problems; 2 bad input or usage;
+``run`` passes the traced script's own exit code through.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .errors import EXIT_USAGE, CommtraceError
+
+RUN_EPILOG = """\
+examples:
+  mpirun -n 2 python -m commtrace run train.py --epochs 3
+  srun -n 4 python -m commtrace run train.py
+  torchrun --nproc_per_node 2 -m commtrace run train.py
+  python -m commtrace run train_that_calls_mp_spawn.py
+  python -m commtrace run -o runs/exp1 -m mypkg.train
+
+The script is not modified. All ranks write into one run directory: -o DIR, or
+./commtrace-out/<run-id>/. The exit code is the script's exit code.
+"""
+
+TOP_EPILOG = """\
+commands:
+  run       trace an unmodified script        (commtrace run train.py)
+  report    summarize a run in the terminal   (commtrace report [RUN_DIR])
+  compare   compare runs side by side         (commtrace compare BASE EXP ...)
+  check     diagnose hangs, desyncs, crashes  (commtrace check [RUN_DIR])
+
+exit codes: 0 ok, 1 problems found (check), 2 bad input; run: the script's code.
+"""
+
+
+def _run_parser(sub) -> None:
+    p = sub.add_parser("run", help="trace an unmodified script", epilog=RUN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage="commtrace run [-o DIR] [--hang-timeout S [--abort-on-hang]] (-m MODULE | SCRIPT) [ARGS...]")
+    p.add_argument("-o", "--output", metavar="DIR", help="run directory (default ./commtrace-out/<run-id>)")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module as __main__, like python -m")
+    p.add_argument("--hang-timeout", type=float, metavar="SECONDS",
+                   help="dump in-flight ops and stacks when an op runs longer than this")
+    p.add_argument("--abort-on-hang", action="store_true", help="exit non-zero after a hang dump")
+    p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] (or ARGS... with -m)")
+
+
+def _add_analysis_parsers(sub) -> None:
+    try:
+        from .render import cli_commands
+    except ImportError:
+        return
+    cli_commands.add_parsers(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="commtrace", description="Communication tracer for torch.distributed.",
+                                     epilog=TOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"commtrace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _run_parser(sub)
+    _add_analysis_parsers(sub)
+    return parser
+
+
+def _cmd_run(ns) -> int:
+    from .capture.runner import RunOptions, run
+    args = list(ns.target)
+    if ns.module:
+        opts = RunOptions(target=ns.module, args=args, is_module=True, output=ns.output,
+                          hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang)
+    else:
+        if args and args[0] == "--":
+            args = args[1:]
+        if not args:
+            raise CommtraceError("run: no script given (usage: commtrace run SCRIPT [ARGS...] or -m MODULE)")
+        import os
+        if not os.path.isfile(args[0]):
+            raise CommtraceError(f"run: {args[0]}: no such file")
+        opts = RunOptions(target=args[0], args=args[1:], output=ns.output,
+                          hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang)
+    return run(opts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not ns.command:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if ns.command == "run":
+            return _cmd_run(ns)
+        return ns.handler(ns)
+    except CommtraceError as e:
+        print(f"commtrace: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,13 @@
+"""Exit codes and the one exception type the CLI turns into a one-line error."""
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1   # `check`: problems found; `run`: the script's own exit code is passed through
+EXIT_USAGE = 2      # bad input: nothing usable (missing dir, no traces, bad arguments)
+
+
+class CommtraceError(Exception):
+    """A user-facing error: printed as one line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,1 @@
+"""Trace files: the schema, the writer, and the reader (``load``)."""

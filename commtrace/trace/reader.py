@@ -1,0 +1,445 @@
+"""Read a run directory into one pandas DataFrame (one row per op per rank).
+
+Trace files are untrusted input: JSON only (no pickle, no eval), every field
+type-checked before use, and any damage (torn record, corrupt line, unknown
+version, missing ranks) becomes a ``TraceIssue`` instead of an exception. Only
+"nothing usable at all" raises ``CommtraceError`` (exit code 2 in the CLI).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CommtraceError
+from . import schema
+
+DEFAULT_BASE = "commtrace-out"
+
+# Sig fields that become categorical string columns / numeric columns.
+_SIG_STR = ("op", "variant", "dtype", "reduce_op", "thread", "device", "phase", "module",
+            "callsite", "region", "params")
+_SIG_NUM = ("bytes", "out_bytes", "root", "tag", "bucket")
+
+
+class CommtraceWarning(UserWarning):
+    pass
+
+
+@dataclass
+class TraceIssue:
+    file: str
+    problem: str
+    rank: int | None = None
+
+    def __str__(self) -> str:
+        who = f" (rank {self.rank})" if self.rank is not None else ""
+        return f"{self.file}{who}: {self.problem}"
+
+
+@dataclass
+class ProcessTrace:
+    """What one process wrote: meta lines sorted by type, plus its records."""
+    stem: str
+    meta_path: str
+    ops_path: str
+    header: dict = field(default_factory=dict)
+    sigs: dict = field(default_factory=dict)
+    groups: dict = field(default_factory=dict)
+    worlds: list = field(default_factory=list)
+    clocks: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    marks: list = field(default_factory=list)
+    dumps: list = field(default_factory=list)
+    exception: dict | None = None
+    end: dict | None = None
+    records: np.ndarray | None = None
+    complete: bool = True
+
+    @property
+    def rank(self) -> int | None:
+        r = self.header.get("rank")
+        if isinstance(r, int):
+            return r
+        for w in self.worlds:
+            if isinstance(w.get("rank"), int):
+                return w["rank"]
+        return None
+
+    def summary(self) -> dict:
+        return {
+            "file": os.path.basename(self.meta_path), "rank": self.rank, "pid": self.header.get("pid"),
+            "host": self.header.get("host"), "source": self.header.get("source", "python"),
+            "launcher": self.header.get("launcher"), "command": self.header.get("command"),
+            "torch_version": self.header.get("torch_version"), "backends": sorted({str(g.get("backend")) for g in self.groups.values()}),
+            "world_size": next((w.get("world_size") for w in self.worlds), None),
+            "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
+            "end": self.end, "exception": self.exception, "complete": self.complete,
+            "records": 0 if self.records is None else int(len(self.records)),
+            "dumps": self.dumps, "marks": self.marks,
+        }
+
+
+def newest_run(base: str = DEFAULT_BASE) -> str:
+    if not os.path.isdir(base):
+        raise CommtraceError(f"{base}: no runs here (give a run directory, or trace one with `commtrace run`)")
+    runs = [os.path.join(base, d) for d in os.listdir(base) if os.path.isdir(os.path.join(base, d))]
+    if not runs:
+        raise CommtraceError(f"{base}: no runs here")
+    return max(runs, key=os.path.getmtime)
+
+
+def find_traces(run_dir: str) -> list[str]:
+    if not os.path.exists(run_dir):
+        raise CommtraceError(f"{run_dir}: no such directory")
+    if not os.path.isdir(run_dir):
+        raise CommtraceError(f"{run_dir}: not a directory")
+    metas = sorted(glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.META_SUFFIX)))
+    if not metas:
+        raise CommtraceError(f"{run_dir}: no trace files (*{schema.META_SUFFIX})")
+    return metas
+
+
+def _int_or_none(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | None:
+    stem = os.path.basename(meta_path)[: -len(schema.META_SUFFIX)]
+    pt = ProcessTrace(stem, meta_path, meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
+    name = os.path.basename(meta_path)
+    try:
+        with open(meta_path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        issues.append(TraceIssue(name, f"unreadable: {e.strerror}"))
+        return None
+    lines = raw.split(b"\n")
+    torn_tail = bool(lines and lines[-1].strip())
+    bad = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            if i == len(lines) - 1 and torn_tail:
+                pt.complete = False
+            else:
+                bad += 1
+            continue
+        if not isinstance(obj, dict):
+            bad += 1
+            continue
+        _take_meta(pt, obj)
+    if bad:
+        issues.append(TraceIssue(name, f"{bad} corrupt metadata line(s) skipped", pt.rank))
+    if pt.header.get("format") != schema.FORMAT_NAME:
+        issues.append(TraceIssue(name, "not a commtrace trace (no header line)"))
+        return None
+    version = pt.header.get("version")
+    if not isinstance(version, int) or version > schema.FORMAT_VERSION or version < 1:
+        issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads {schema.FORMAT_VERSION})", pt.rank))
+        return None
+    pt.records = _read_records(pt, issues)
+    if pt.end is None:
+        pt.complete = False
+        issues.append(TraceIssue(name, "trace ends abruptly (no end record: still running, killed, or crashed)", pt.rank))
+    return pt
+
+
+def _take_meta(pt: ProcessTrace, obj: dict) -> None:
+    t = obj.get("type")
+    if t == schema.META_HEADER:
+        if not pt.header:
+            pt.header = obj
+    elif t == schema.META_SIG and _int_or_none(obj.get("id")) is not None:
+        pt.sigs[obj["id"]] = obj
+    elif t == schema.META_GROUP and _int_or_none(obj.get("id")) is not None:
+        pt.groups[obj["id"]] = obj
+    elif t == schema.META_WORLD:
+        pt.worlds.append(obj)
+    elif t == schema.META_CLOCK:
+        if isinstance(obj.get("offset_ns"), int) and isinstance(obj.get("t_mono_ns"), int):
+            pt.clocks.append(obj)
+    elif t == schema.META_ERROR:
+        pt.errors.append(obj)
+    elif t == schema.META_MARK:
+        pt.marks.append(obj)
+    elif t == schema.META_EXCEPTION:
+        pt.exception = obj
+    elif t == schema.META_END:
+        pt.end = obj
+    elif t == schema.META_DUMP:
+        pt.dumps.append(obj)
+
+
+def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
+    name = os.path.basename(pt.ops_path)
+    try:
+        size = os.path.getsize(pt.ops_path)
+    except OSError:
+        issues.append(TraceIssue(name, "ops file missing", pt.rank))
+        return np.empty(0, dtype=schema.OP_RECORD)
+    n = size // schema.RECORD_SIZE
+    if size % schema.RECORD_SIZE:
+        pt.complete = False
+        issues.append(TraceIssue(name, f"truncated mid-record ({size % schema.RECORD_SIZE} trailing bytes ignored)", pt.rank))
+    with open(pt.ops_path, "rb") as f:
+        rec = np.fromfile(f, dtype=schema.OP_RECORD, count=n)
+    known_sig = np.isin(rec["sig"], np.fromiter(pt.sigs.keys(), dtype=np.int64, count=len(pt.sigs)))
+    known_group = np.isin(rec["group"], np.fromiter(pt.groups.keys(), dtype=np.int64, count=len(pt.groups)))
+    ok = known_sig & known_group
+    if not ok.all():
+        issues.append(TraceIssue(name, f"{int((~ok).sum())} record(s) refer to undefined sigs/groups; skipped", pt.rank))
+        rec = rec[ok]
+    return _last_record_per_op(rec)
+
+
+def _last_record_per_op(rec: np.ndarray) -> np.ndarray:
+    """An op written IN_FLIGHT and again when it finished keeps its final record."""
+    if len(rec) == 0 or not (rec["status"] == schema.STATUS_IN_FLIGHT).any():
+        return rec
+    keys = pd.DataFrame({"t": rec["t_call"], "g": rec["group"], "s": rec["seq"], "i": rec["sig"]})
+    keep = ~keys.duplicated(keep="last").to_numpy()
+    return rec[keep]
+
+
+# -- clocks -----------------------------------------------------------------------
+
+def _offset_fn(pt: ProcessTrace, ref: ProcessTrace | None):
+    """A function monotonic-ns -> offset-ns to rank 0's clock, for this process."""
+    clocks = sorted(pt.clocks, key=lambda c: c["t_mono_ns"])
+    if clocks:
+        xs = np.array([c["t_mono_ns"] for c in clocks], dtype=np.float64)
+        ys = np.array([c["offset_ns"] for c in clocks], dtype=np.float64)
+        if len(clocks) == 1:
+            return lambda t: np.full(len(t), ys[0])
+        return lambda t: np.interp(t.astype(np.float64), xs, ys)  # linear drift between start and end
+    if ref is None or ref is pt or ref.header.get("host") == pt.header.get("host"):
+        return lambda t: np.zeros(len(t))  # one host: CLOCK_MONOTONIC is shared
+    # Different hosts and no MPI measurement: fall back to the wall clocks.
+    try:
+        off = (pt.header["t_wall_ns"] - pt.header["t_mono_ns"]) - (ref.header["t_wall_ns"] - ref.header["t_mono_ns"])
+    except (KeyError, TypeError):
+        off = 0
+    return lambda t: np.full(len(t), float(off))
+
+
+# -- frame ------------------------------------------------------------------------
+
+def _fmt_shapes(v) -> str:
+    if not isinstance(v, list):
+        return ""
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _str_or_none(v):
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def _num(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
+
+
+def _categorical(values: list, codes: np.ndarray) -> pd.Categorical:
+    cats = pd.Index(values).unique().dropna()
+    lookup = pd.Categorical(values, categories=cats).codes.astype(np.int32)
+    return pd.Categorical.from_codes(lookup[codes] if len(lookup) else np.full(len(codes), -1), categories=cats)
+
+
+def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
+    """One row per op per rank, times on rank 0's clock, sorted by start time."""
+    sig_rows: list[dict] = []
+    group_rows: list[dict] = []
+    parts = []
+    refs = _reference_processes(procs)
+    for pi, pt in enumerate(procs):
+        rec = pt.records
+        if rec is None or len(rec) == 0:
+            continue
+        sig_base, group_base = len(sig_rows), len(group_rows)
+        sig_index = {sid: sig_base + i for i, sid in enumerate(pt.sigs)}
+        sig_rows.extend(pt.sigs.values())
+        group_index = {gid: group_base + i for i, gid in enumerate(pt.groups)}
+        group_rows.extend(pt.groups.values())
+        gsig = np.vectorize(sig_index.__getitem__, otypes=[np.int64])(rec["sig"]) if len(sig_index) else rec["sig"]
+        ggrp = np.vectorize(group_index.__getitem__, otypes=[np.int64])(rec["group"])
+        off = _offset_fn(pt, refs.get(_world_of(pt)))(rec["t_call"]).astype(np.int64)
+        t_call = rec["t_call"] + off
+        d_ret = rec["d_return"].astype(np.float64)
+        d_end = rec["d_end"].astype(np.float64)
+        parts.append(pd.DataFrame({
+            "_proc": np.full(len(rec), pi, dtype=np.int32),
+            "_sig": gsig, "_group": ggrp,
+            "seq": rec["seq"].astype(np.int64),
+            "t_start_ns": t_call,
+            "t_return_ns": _add_ns(t_call, d_ret),
+            "t_end_ns": _add_ns(t_call, d_end),
+            "iteration": rec["iteration"].astype(np.int32),
+            "_status": rec["status"], "_flags": rec["flags"], "_traw": rec["t_call"],
+        }))
+    if not parts:
+        return _empty_frame()
+    df = pd.concat(parts, ignore_index=True)
+    sig_codes = df.pop("_sig").to_numpy()
+    grp_codes = df.pop("_group").to_numpy()
+    proc_codes = df.pop("_proc").to_numpy()
+    # Process-level columns.
+    df["rank"] = np.array([_group_rank_of_world(procs[i]) for i in range(len(procs))], dtype=np.int32)[proc_codes]
+    df["pid"] = np.array([_int_or_none(p.header.get("pid")) or -1 for p in procs], dtype=np.int64)[proc_codes]
+    df["host"] = _categorical([str(p.header.get("host")) for p in procs], proc_codes)
+    df["file"] = _categorical([p.stem for p in procs], proc_codes)
+    # Group-level columns.
+    df["world"] = _categorical([_str_or_none(g.get("world_id")) for g in group_rows], grp_codes)
+    df["group"] = _categorical([_str_or_none(g.get("name")) for g in group_rows], grp_codes)
+    df["group_desc"] = _categorical([_str_or_none(g.get("desc")) for g in group_rows], grp_codes)
+    df["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
+    df["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
+                                 for g in group_rows], dtype=np.int32)[grp_codes]
+    df["group_ranks"] = _categorical([_str_or_none(g.get("ranks")) for g in group_rows], grp_codes)
+    df["backend"] = _categorical([_str_or_none(g.get("backend")) for g in group_rows], grp_codes)
+    # Sig-level columns.
+    for f in _SIG_STR:
+        df[f] = _categorical([_str_or_none(s.get(f)) for s in sig_rows], sig_codes)
+    df["shapes"] = _categorical([_fmt_shapes(s.get("shapes")) for s in sig_rows], sig_codes)
+    df["out_shapes"] = _categorical([_fmt_shapes(s.get("out_shapes")) for s in sig_rows], sig_codes)
+    for f in _SIG_NUM:
+        arr = np.array([_num(s.get(f)) for s in sig_rows], dtype=np.float64)[sig_codes]
+        df[f] = np.nan_to_num(arr).astype(np.int64) if f in ("bytes", "out_bytes") else _nullable_int(arr)
+    df["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
+    status = df.pop("_status").to_numpy()
+    df["status"] = pd.Categorical.from_codes(
+        np.where(np.isin(status, list(schema.STATUS_NAMES)), status, schema.STATUS_IN_FLIGHT).astype(np.int8),
+        categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
+    flags = df.pop("_flags").to_numpy()
+    df["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
+                                             categories=["python", "cpp"])
+    df["duration_ns"] = df["t_end_ns"] - df["t_start_ns"]
+    df["error"] = _errors_column(procs, proc_codes, df.pop("_traw").to_numpy())
+    df = df.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
+    return df[_column_order(df)]
+
+
+def _nullable_int(values: np.ndarray, valid: np.ndarray | None = None) -> pd.arrays.IntegerArray:
+    """Int64 with <NA> where ``values`` is NaN (or ``valid`` is False)."""
+    if valid is None:
+        valid = ~np.isnan(values)
+    return pd.arrays.IntegerArray(np.where(valid, values, 0).astype(np.int64), ~valid)
+
+
+def _add_ns(t: np.ndarray, d: np.ndarray) -> pd.arrays.IntegerArray:
+    valid = ~np.isnan(d)
+    return _nullable_int(t + np.where(valid, d, 0).astype(np.int64), valid)
+
+
+def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
+    """Error text of failed ops, joined on (process, raw call time)."""
+    texts = {(pi, e["t_call"]): str(e.get("text", ""))[:2000]
+             for pi, pt in enumerate(procs) for e in pt.errors if _int_or_none(e.get("t_call")) is not None}
+    if not texts:
+        return pd.Categorical([None] * len(t_raw))
+    out = [texts.get((int(p), int(t))) for p, t in zip(proc_codes, t_raw)]
+    return pd.Categorical(out)
+
+
+_FIRST = ["rank", "world", "group", "seq", "op", "variant", "shapes", "dtype", "bytes", "t_start_ns",
+          "t_return_ns", "t_end_ns", "duration_ns", "status"]
+
+
+def _column_order(df) -> list[str]:
+    return _FIRST + [c for c in df.columns if c not in _FIRST]
+
+
+def _empty_frame() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in _FIRST})
+
+
+def _world_of(pt: ProcessTrace):
+    return next((w.get("world_id") for w in pt.worlds), None)
+
+
+def _group_rank_of_world(pt: ProcessTrace) -> int:
+    r = pt.rank
+    return -1 if r is None else r
+
+
+def _reference_processes(procs: list[ProcessTrace]) -> dict:
+    """World id -> the rank-0 process of that world (its clock is the reference)."""
+    refs: dict = {}
+    for pt in procs:
+        for w in pt.worlds:
+            if w.get("rank") == 0:
+                refs.setdefault(w.get("world_id"), pt)
+    return refs
+
+
+# -- entry points -------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """A loaded run: the op frame, what each process said about itself, and damage found."""
+    path: str
+    frame: pd.DataFrame
+    processes: list[dict]
+    issues: list[TraceIssue]
+
+
+def load_run(run_dir: str | None = None) -> Run:
+    run_dir = newest_run() if run_dir is None else str(run_dir)
+    issues: list[TraceIssue] = []
+    procs = [p for p in (read_process(m, issues) for m in find_traces(run_dir)) if p is not None]
+    if not procs:
+        detail = "; ".join(str(i) for i in issues[:3])
+        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    cpp = [p for p in procs if p.header.get("source") == "cpp"]
+    frame = build_frame(procs)
+    if cpp:
+        try:
+            from .layers import merge_cpp_layer
+            frame = merge_cpp_layer(frame)
+        except ImportError:
+            pass
+    issues.extend(_missing_ranks(procs))
+    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs], issues)
+
+
+def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
+    out = []
+    worlds: dict = {}
+    for pt in procs:
+        for w in pt.worlds:
+            wid, size = w.get("world_id"), _int_or_none(w.get("world_size"))
+            if size is not None:
+                worlds.setdefault(wid, (size, set()))[1].add(w.get("rank"))
+    for wid, (size, ranks) in worlds.items():
+        missing = sorted(set(range(size)) - ranks)
+        if missing:
+            shown = ",".join(map(str, missing[:16])) + ("..." if len(missing) > 16 else "")
+            out.append(TraceIssue(f"world {wid}", f"ranks missing: {shown} of {size}"))
+    return out
+
+
+def load(run_dir: str | None = None) -> pd.DataFrame:
+    """The op frame of a run; ``frame.attrs`` lists the processes and any damage found.
+
+    Warns (CommtraceWarning) once per problem; raises CommtraceError when nothing
+    in ``run_dir`` is usable.
+    """
+    run = load_run(run_dir)
+    for issue in run.issues:
+        warnings.warn(str(issue), CommtraceWarning, stacklevel=2)
+    df = run.frame
+    df.attrs["run_dir"] = run.path
+    df.attrs["incomplete"] = [str(i) for i in run.issues]
+    df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
+    return df

@@ -1,0 +1,109 @@
+"""The commtrace trace format: the one place that defines what is on disk.
+
+A run directory holds, for every process that traced, two files sharing a stem
+``rank<R>.pid<P>`` (``R`` is the global rank the process had when it first
+created a process group):
+
+``<stem>.meta.jsonl``
+    UTF-8 JSON Lines, append-only. Every line is an object with a ``"type"``.
+    The first line is the ``header`` (format name and ``version``). Later lines
+    intern the strings the binary records refer to (``group``, ``sig``,
+    ``thread``) and carry per-process facts (``world``, ``clock``, ``error``,
+    ``mark``, ``exception``, ``end``). Readers ignore types they do not know.
+
+``<stem>.ops.bin``
+    Fixed-size little-endian records (``OP_RECORD``, 32 bytes each), appended
+    in batches. A record refers to a ``sig`` (what was called, interned once)
+    and a ``group`` (where) by the integer ids the meta file defines. Readable
+    with ``numpy.fromfile(path, dtype=OP_RECORD)`` or any language's struct
+    reader; a torn trailing record (crash mid-write) is ignored.
+
+Times are nanoseconds of the process's CLOCK_MONOTONIC (``time.monotonic_ns``;
+``std::chrono::steady_clock`` in C++). ``clock`` lines give the offset to rank
+0's monotonic clock; the reader applies it so every frame time is on rank 0's
+clock.
+
+An op that is still running when the writer flushes may be written with status
+``IN_FLIGHT``; when it finishes it is written again with its final status. The
+reader keeps the last record of each (t_call, group, seq, sig).
+
+Version history: 1 -- initial format.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FORMAT_NAME = "commtrace"
+FORMAT_VERSION = 1
+
+META_SUFFIX = ".meta.jsonl"
+OPS_SUFFIX = ".ops.bin"
+
+# Environment variables shared by the launcher, children and the C++ patch.
+ENV_DIR = "COMMTRACE_DIR"          # absolute run directory; its presence turns tracing on
+ENV_RUN_ID = "COMMTRACE_RUN_ID"    # run id shared by every process of the run
+ENV_LAUNCHER = "COMMTRACE_LAUNCHER"
+
+OP_RECORD = np.dtype(
+    [
+        ("t_call", "<i8"),     # monotonic ns when the op was called (C++: enqueued)
+        ("d_return", "<f4"),   # ns from call to return to the caller (C++: to dequeue)
+        ("d_end", "<f4"),      # ns from call to completion of the work; NaN = unknown
+        ("seq", "<u4"),        # per-group sequence number (collectives) / per-peer (p2p)
+        ("sig", "<u4"),        # id of a "sig" meta line
+        ("iteration", "<u4"),  # training step of the DDP module, 0 = none
+        ("group", "<u2"),      # id of a "group" meta line
+        ("status", "u1"),      # STATUS_* below
+        ("flags", "u1"),       # FLAG_* below
+    ]
+)
+assert OP_RECORD.itemsize == 32
+
+STATUS_COMPLETED = 0
+STATUS_FAILED = 1
+STATUS_IN_FLIGHT = 2
+STATUS_NAMES = {STATUS_COMPLETED: "completed", STATUS_FAILED: "failed", STATUS_IN_FLIGHT: "in_flight"}
+
+FLAG_SOURCE_MASK = 0x03
+FLAG_SOURCE_PYTHON = 0x00  # the Python ProcessGroup wrapper
+FLAG_SOURCE_CPP = 0x01     # the ProcessGroupMPI.cpp patch (t_call=enqueue, d_return=dequeue)
+SOURCE_NAMES = {FLAG_SOURCE_PYTHON: "python", FLAG_SOURCE_CPP: "cpp"}
+
+# c10d's op names, without a backend prefix. ``variant`` keeps the concrete method.
+OPS = (
+    "all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter",
+    "reduce_scatter", "all_to_all", "barrier", "send", "recv",
+)
+P2P_OPS = ("send", "recv")
+
+# Meta line types.
+META_HEADER = "header"        # format, version, commtrace/torch versions, host, pid, launcher, command, clocks
+META_WORLD = "world"          # a default process group was created: world index, world_id, rank, size, backend
+META_GROUP = "group"          # id, world, name, desc, backend, size, ranks (global), rank (in group)
+META_SIG = "sig"              # id and the static description of an op: see SIG_FIELDS
+META_CLOCK = "clock"          # offset_ns to rank 0 (t_rank0 = t_local + offset_ns), rtt_ns, t_mono_ns, when
+META_ERROR = "error"          # t_call, group, seq, text: why an op failed
+META_MARK = "mark"            # t_mono_ns, label, kind ("mark" | "region_begin" | "region_end")
+META_EXCEPTION = "exception"  # exc_type, text (formatted traceback) of the script's uncaught exception
+META_END = "end"              # exit_code, how ("exit" | "exception" | "signal"), t_wall_ns, t_mono_ns
+META_DUMP = "dump"            # a hang/signal dump was written: path, reason
+
+# Fields of a ``sig`` meta line (besides ``type`` and ``id``); all optional but op.
+SIG_FIELDS = (
+    "op",          # one of OPS
+    "variant",     # concrete c10d method, e.g. "allreduce_coalesced", "_allgather_base"
+    "shapes",      # list of input shapes, e.g. [[10, 10]]
+    "out_shapes",  # list of output shapes
+    "dtype",       # "float32", ... ("mixed" if inputs differ)
+    "bytes",       # bytes of the tensors the rank passes in
+    "out_bytes",   # bytes of the output tensors
+    "reduce_op",   # "SUM", ... or null
+    "root",        # root / src / dst rank (global), or null
+    "tag",         # p2p tag or null
+    "async",       # op called with async_op=True (or from C++ with an async contract)
+    "thread",      # thread name
+    "device",      # "cpu", "cuda", ...
+    "phase", "bucket", "params", "module", "callsite", "region",  # annotations
+)
+
+RECORD_SIZE = OP_RECORD.itemsize

@@ -1,0 +1,77 @@
+"""Append-only writer for one process's trace files (format in ``schema``).
+
+The writer knows nothing about torch: it takes JSON-able dicts for the meta
+file and packed record rows for the ops file. Meta lines are always written
+before the records of the same flush, so a record never refers to a sig or
+group the file does not define yet.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+
+from . import schema
+
+
+class TraceWriter:
+    """Writes ``<stem>.meta.jsonl`` and ``<stem>.ops.bin`` in ``run_dir``."""
+
+    def __init__(self, run_dir: str, stem: str):
+        self.run_dir = run_dir
+        self.stem = stem
+        self.meta_path = os.path.join(run_dir, stem + schema.META_SUFFIX)
+        self.ops_path = os.path.join(run_dir, stem + schema.OPS_SUFFIX)
+        os.makedirs(run_dir, exist_ok=True)
+        # Unbuffered binary handles: each write() is one syscall, so whatever
+        # was written survives a SIGKILL of this process (the page cache keeps it).
+        self._meta = open(self.meta_path, "ab", buffering=0)
+        self._ops = open(self.ops_path, "ab", buffering=0)
+        self._lock = threading.Lock()
+        self.records_written = 0
+
+    def write(self, meta_lines: list[dict], rows: np.ndarray | None) -> None:
+        """Append meta lines, then records (an array of ``schema.OP_RECORD``)."""
+        with self._lock:
+            if self._meta is None:
+                return
+            if meta_lines:
+                blob = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n" for m in meta_lines)
+                self._meta.write(blob.encode("utf-8"))
+            if rows is not None and len(rows):
+                self._ops.write(rows.tobytes())
+                self.records_written += len(rows)
+
+    def close(self) -> None:
+        with self._lock:
+            for f in (self._meta, self._ops):
+                if f is not None:
+                    f.close()
+            self._meta = self._ops = None
+
+
+def pack_rows(rows: list[list]) -> np.ndarray:
+    """Pack recorder rows into ``OP_RECORD``.
+
+    A row is ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]``
+    with absolute monotonic ns; ``t_return``/``t_end`` are 0 when unknown.
+    """
+    a = np.array(rows, dtype=np.int64).reshape(len(rows), 9)
+    out = np.empty(len(rows), dtype=schema.OP_RECORD)
+    t_call = a[:, 0]
+    out["t_call"] = t_call
+    d_return = (a[:, 1] - t_call).astype(np.float32)
+    d_return[a[:, 1] == 0] = np.nan
+    out["d_return"] = d_return
+    d_end = (a[:, 2] - t_call).astype(np.float32)
+    d_end[a[:, 2] == 0] = np.nan
+    out["d_end"] = d_end
+    out["seq"] = a[:, 3]
+    out["sig"] = a[:, 4]
+    out["iteration"] = a[:, 5]
+    out["group"] = a[:, 6]
+    out["status"] = a[:, 7]
+    out["flags"] = a[:, 8]
+    return out
