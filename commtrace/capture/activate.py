@@ -1,7 +1,7 @@
 """Turn tracing on in this process: from ``commtrace run`` or in a traced child.
 
 Nothing heavy happens until the program imports torch.distributed: an import
-hook waits for ``torch.distributed`` and installs the process
+hook waits for ``import torch`` to finish and installs the process
 group hook right after it loads. A child that never touches torch pays nothing
 but this module's import.
 """
@@ -16,9 +16,11 @@ import threading
 
 from ..trace import schema
 
-# Hook the package, not distributed_c10d itself: the package's __init__ must have
-# finished (ProcessGroup, is_mpi_available, ...) before the wrapper can be built.
-_C10D = "torch.distributed"
+# Hook the end of `import torch` itself: torch imports torch.distributed, DDP and
+# the optimizers while it initializes, and patching them half-way through that
+# would break torch's own circular imports. No process group can exist before
+# `import torch` returns, so nothing is missed.
+_C10D = "torch"
 _state: dict = {}
 _lock = threading.Lock()
 
@@ -38,7 +40,7 @@ def activate_from_env(command: list[str] | None = None) -> bool:
             return True
         _state["pending"] = True
         _state["command"] = command if command is not None else list(sys.argv)
-    if _C10D in sys.modules:
+    if _C10D in sys.modules and hasattr(sys.modules[_C10D], "distributed"):
         _install()
     else:
         sys.meta_path.insert(0, _C10DFinder())
@@ -64,6 +66,13 @@ def _install() -> None:
         inst.install()
         _state["recorder"] = rec
         _state["installer"] = inst
+        try:
+            from .phases import PhaseHooks
+            hooks = PhaseHooks(rec)
+            hooks.install()
+            _state["phases"] = hooks
+        except Exception as exc:  # annotations are optional; tracing is not
+            sys.stderr.write(f"commtrace: phase annotations disabled: {exc}\n")
     _install_mpi_backend()
     _install_signal_handlers()
 
@@ -116,7 +125,7 @@ def _install_signal_handlers() -> None:
 
 
 class _C10DFinder(importlib.abc.MetaPathFinder):
-    """Runs ``_install`` right after the torch.distributed package has loaded."""
+    """Runs ``_install`` right after the torch package has finished loading."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname != _C10D:

@@ -21,14 +21,11 @@ def region(label: str):
     prev = rec.context_fields().get("region")
     name = str(label) if prev is None else f"{prev}/{label}"
     rec.add_meta({"type": schema.META_MARK, "kind": "region_begin", "label": name, "t_mono_ns": time.monotonic_ns()})
-    rec.set_context(region=name)
+    token = rec.push_context(region=name)
     try:
         yield
     finally:
-        rec.set_context(region=prev)
-        if prev is None:
-            rec._context.pop("region", None)
-            rec.set_context()
+        rec.pop_context(token)
         rec.add_meta({"type": schema.META_MARK, "kind": "region_end", "label": name, "t_mono_ns": time.monotonic_ns()})
 
 

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 
 from .. import __version__
 from ..trace import schema
@@ -26,6 +27,18 @@ FLUSH_INTERVAL_S = 0.5
 IN_FLIGHT_AFTER_NS = 1_000_000_000
 
 T_CALL, T_RETURN, T_END, SEQ, SIG, ITER, GROUP, STATUS, FLAGS = range(9)
+
+# Async ops moving at least this many bytes get a completion callback on their
+# future: it runs on the backend's thread and must take the GIL (~5 us of
+# contention per op), which is noise for a big op but doubles the cost of a tiny
+# one. Smaller async ops are timed by polling is_completed() on the next traced
+# call and on the flush thread; their t_end is flagged FLAG_END_OBSERVED.
+CALLBACK_MIN_BYTES = int(os.environ.get("COMMTRACE_CALLBACK_MIN_BYTES", 64 * 1024))
+_POLL_PER_CALL = 8
+
+
+def _mark_end(row, _fut):
+    row[T_END] = time.monotonic_ns()
 
 
 class Recorder:
@@ -54,6 +67,8 @@ class Recorder:
         self.rows: list[list] = []          # finished rows, appended by the hot path
         self.pending: list[tuple] = []      # (row, work) awaiting completion
         self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
+        self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
+        self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
         self.sig_ids: dict = {}             # cheap call key -> sig id
         self.sig_lines: list[dict] = []
         self.group_lines: list[dict] = []
@@ -87,6 +102,7 @@ class Recorder:
             sid = len(self.sig_lines)
             line = {"type": schema.META_SIG, "id": sid, **desc}
             self.sig_lines.append(line)
+            self.sig_bytes.append(int(desc.get("bytes") or 0) + int(desc.get("out_bytes") or 0))
             self.meta_queue.append(line)
             self.sig_ids[key] = sid
             return sid
@@ -112,12 +128,52 @@ class Recorder:
             return idx
 
     def set_context(self, **fields) -> None:
+        """Merge ``fields`` into the annotation context (None removes a field)."""
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         self._context = ctx
         self.context_key = tuple(sorted(ctx.items())) or None
 
+    def push_context(self, **fields) -> tuple:
+        """Set fields for a scope; returns the token ``pop_context`` restores."""
+        token = (self._context, self.context_key, self.iteration)
+        self.set_context(**fields)
+        return token
+
+    def pop_context(self, token: tuple) -> None:
+        self._context, self.context_key, _ = token
+
     def context_fields(self) -> dict:
         return dict(self._context)
+
+    # -- completion of async ops ------------------------------------------------
+    def track(self, row: list, work, sig: int, cpu: bool) -> None:
+        """Arrange for an async op's end time to be recorded (hot path)."""
+        if self.sig_bytes[sig] >= CALLBACK_MIN_BYTES:
+            try:
+                work.get_future().add_done_callback(partial(_mark_end, row))
+                self.pending.append((row, work if cpu else None))
+                return
+            except Exception:
+                pass  # no future for this op/backend: poll instead
+        row[FLAGS] |= schema.FLAG_END_OBSERVED
+        self.unobserved.append((row, work))
+        self.pending.append((row, work if cpu else None))
+
+    def observe_completions(self) -> None:
+        """Poll the oldest small async ops; called at the start of each traced op."""
+        un = self.unobserved
+        done = 0
+        for row, work in un[:_POLL_PER_CALL]:
+            if row[T_END] == 0:
+                try:
+                    if not work.is_completed():
+                        break
+                except Exception:
+                    pass
+                row[T_END] = time.monotonic_ns()
+            done += 1
+        if done:
+            del un[:done]
 
     def add_meta(self, line: dict) -> None:
         with self._lock:
@@ -173,7 +229,7 @@ class Recorder:
         n = len(self.pending)
         still = []
         for row, work in self.pending[:n]:
-            if row[T_END] == 0 and work is not None and _is_completed(work):
+            if row[T_END] == 0 and row[FLAGS] & schema.FLAG_END_OBSERVED and _is_completed(work):
                 row[T_END] = time.monotonic_ns()  # no callback: observed now
             if row[T_END]:
                 row[STATUS] = schema.STATUS_FAILED if _failed(work) else schema.STATUS_COMPLETED
@@ -183,6 +239,8 @@ class Recorder:
                 still.append((row, work))
         del self.pending[:n]
         self.pending.extend(still)
+        if self.unobserved:
+            self.unobserved = [(r, w) for r, w in self.unobserved if r[T_END] == 0]
         # Long-running ops (pending or blocked inside the backend) get an IN_FLIGHT record.
         candidates = [r for r, _ in still] + list(self.active.values())
         for row in candidates:

@@ -11,22 +11,22 @@ Hot-path design (budget: a few microseconds per op):
   the full description is built only the first time a key is seen;
 * a blocking op on a CPU group is waited for here (the caller would wait right
   after anyway), so completion time costs two clock reads;
-* an async op gets a completion callback on its future (falls back to polling
-  ``is_completed`` on the flush thread when the backend has no future); CUDA
-  completion is timed with events (``cuda_timing``), never a host sync.
+* an async op's completion is timed by ``Recorder.track``: a callback on its
+  future for large ops, polling for small ones (see there); never a host sync.
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
-from functools import partial
 
 import torch
 import torch.distributed as dist
 
 from ..trace import schema
 from . import ops
-from .recorder import T_END, Recorder
+from .recorder import Recorder
 
 _now = time.monotonic_ns
 _ident = threading.get_ident
@@ -36,10 +36,55 @@ _COMPLETED = schema.STATUS_COMPLETED
 _IN_FLIGHT = schema.STATUS_IN_FLIGHT
 
 
+_getframe = sys._getframe
+_INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, sys.modules["commtrace"]))
+_STDLIB_SKIP = ("runpy.py", "threading.py", "contextlib.py", "functools.py")
+_internal_code: dict = {}  # code object -> frame is inside torch/commtrace/plumbing
+
+
+def _is_internal(code) -> bool:
+    fn = code.co_filename
+    return fn.startswith(_INTERNAL_DIRS) or fn.startswith("<") or fn.endswith(_STDLIB_SKIP)
+
+
+def user_frame(depth: int = 2):
+    """The innermost frame of user code above the caller (None if there is none).
+
+    A cheap frame check, not a stack walk: one dict lookup per frame, cached by
+    code object, and typically 2-5 frames (torch.distributed's wrappers).
+    """
+    try:
+        f = _getframe(depth)
+    except ValueError:
+        return None
+    cache = _internal_code
+    while f is not None:
+        code = f.f_code
+        internal = cache.get(code)
+        if internal is None:
+            internal = cache[code] = _is_internal(code)
+        if not internal:
+            return f
+        f = f.f_back
+    return None
+
+
+def callsite_text(frame) -> str | None:
+    if frame is None:
+        return None
+    fn = frame.f_code.co_filename
+    try:
+        rel = os.path.relpath(fn)
+        fn = rel if not rel.startswith("..") else fn
+    except ValueError:
+        pass
+    return f"{fn}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
 def _opts_key(o):
     # Only the fields that change what the op does; timeouts are left out.
-    red = getattr(o, "reduceOp", None)
-    return (type(o), None if red is None else red.op, getattr(o, "rootRank", None), o.asyncOp)
+    # ReduceOp hashes and compares by its op, so it can sit in the key as is.
+    return (type(o), getattr(o, "reduceOp", None), getattr(o, "rootRank", None), o.asyncOp)
 
 
 def _tensor_key(t):
@@ -47,7 +92,18 @@ def _tensor_key(t):
 
 
 def call_key(args, kwargs):
-    """(hashable key of the call's arguments, opts or None). Must stay cheap."""
+    """(hashable key of the call's arguments, opts or None). Must stay cheap.
+
+    The common shapes -- ``([tensor], opts)`` from torch.distributed and DDP --
+    take the first branch (about half a microsecond); anything else is keyed
+    generically.
+    """
+    if len(args) == 2 and not kwargs:
+        a, o = args
+        if type(a) is list and len(a) == 1 and hasattr(o, "asyncOp"):
+            t = a[0]
+            return (t.shape, t.dtype, t.is_cuda, type(o), getattr(o, "reduceOp", None),
+                    getattr(o, "rootRank", None), o.asyncOp), o
     key = []
     opts = None
     for a in args:
@@ -72,10 +128,6 @@ def call_key(args, kwargs):
             else:
                 key.append((k, call_key((v,), None)[0]))
     return tuple(key), opts
-
-
-def _mark_end(row, _fut):
-    row[T_END] = _now()
 
 
 class TracedProcessGroup(dist.ProcessGroup):
@@ -185,11 +237,14 @@ def _make_traced(name: str, spec: ops.Spec):
     def traced(self, *args, **kwargs):
         rec = self._rec
         t0 = _now()
+        if rec.unobserved:
+            rec.observe_completions()
         key, opts = call_key(args, kwargs)
-        full = (name, _ident(), rec.context_key, key)
+        uf = user_frame()
+        full = (name, _ident(), rec.context_key, key, uf and uf.f_code, uf and uf.f_lineno)
         sig = rec.sig_ids.get(full)
         if sig is None:
-            sig = _new_sig(self, name, spec, full, args, kwargs)
+            sig = _new_sig(self, name, spec, full, args, kwargs, uf)
         if p2p:
             seq = self._p2p_next(op, key)
         else:
@@ -201,22 +256,20 @@ def _make_traced(name: str, spec: ops.Spec):
         active[rid] = row
         try:
             work = getattr(self._inner, name)(*args, **kwargs)
-            if work is not None and self._wait_here and opts is not None and not opts.asyncOp:
-                work.wait()
+            if work is None:
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
                 rec.rows.append(row)
-            elif work is None:
+            elif self._wait_here and opts is not None and not opts.asyncOp:
+                # Blocking call on a CPU group: the caller waits right after we
+                # return, so waiting here costs nothing and gives the exact end.
+                work.wait()
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
                 rec.rows.append(row)
             else:
                 row[1] = _now()
-                try:
-                    work.get_future().add_done_callback(partial(_mark_end, row))
-                except Exception:
-                    pass  # no future on this backend/op: the flush thread polls is_completed
-                rec.pending.append((row, work if self._wait_here else None))
+                rec.track(row, work, sig, self._wait_here)
         except BaseException as e:
             t = _now()
             row[1] = row[1] or t
@@ -235,9 +288,10 @@ def _make_traced(name: str, spec: ops.Spec):
     return traced
 
 
-def _new_sig(pg: TracedProcessGroup, name, spec, full_key, args, kwargs) -> int:
+def _new_sig(pg: TracedProcessGroup, name, spec, full_key, args, kwargs, frame) -> int:
     desc = ops.describe(name, spec, args, kwargs, pg._ranks)
     desc["thread"] = threading.current_thread().name
+    desc["callsite"] = callsite_text(frame)
     desc.update(pg._rec.context_fields())
     return pg._rec.add_sig(full_key, desc)
 

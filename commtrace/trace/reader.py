@@ -18,11 +18,12 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from . import schema
+from .annotations import assign_buckets
 
 DEFAULT_BASE = "commtrace-out"
 
 # Sig fields that become categorical string columns / numeric columns.
-_SIG_STR = ("op", "variant", "dtype", "reduce_op", "thread", "device", "phase", "module",
+_SIG_STR = ("op", "variant", "dtype", "reduce_op", "thread", "device", "phase", "detail", "module",
             "callsite", "region", "params")
 _SIG_NUM = ("bytes", "out_bytes", "root", "tag", "bucket")
 
@@ -56,6 +57,7 @@ class ProcessTrace:
     errors: list = field(default_factory=list)
     marks: list = field(default_factory=list)
     dumps: list = field(default_factory=list)
+    ddp: list = field(default_factory=list)
     exception: dict | None = None
     end: dict | None = None
     records: np.ndarray | None = None
@@ -177,6 +179,8 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.end = obj
     elif t == schema.META_DUMP:
         pt.dumps.append(obj)
+    elif t in (schema.META_DDP_MODULE, schema.META_DDP_BUCKETS):
+        pt.ddp.append(obj)
 
 
 def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
@@ -327,6 +331,7 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
     df["duration_ns"] = df["t_end_ns"] - df["t_start_ns"]
     df["error"] = _errors_column(procs, proc_codes, df.pop("_traw").to_numpy())
     df = df.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
+    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp})
     return df[_column_order(df)]
 
 

@@ -68,6 +68,10 @@ FLAG_SOURCE_MASK = 0x03
 FLAG_SOURCE_PYTHON = 0x00  # the Python ProcessGroup wrapper
 FLAG_SOURCE_CPP = 0x01     # the ProcessGroupMPI.cpp patch (t_call=enqueue, d_return=dequeue)
 SOURCE_NAMES = {FLAG_SOURCE_PYTHON: "python", FLAG_SOURCE_CPP: "cpp"}
+# t_end is when completion was first *observed* (polling), an upper bound, not
+# the moment the backend finished: set for small async ops, whose exact
+# completion time would cost a GIL-taking callback on the backend's thread.
+FLAG_END_OBSERVED = 0x04
 
 # c10d's op names, without a backend prefix. ``variant`` keeps the concrete method.
 OPS = (
@@ -87,6 +91,11 @@ META_MARK = "mark"            # t_mono_ns, label, kind ("mark" | "region_begin" 
 META_EXCEPTION = "exception"  # exc_type, text (formatted traceback) of the script's uncaught exception
 META_END = "end"              # exit_code, how ("exit" | "exception" | "signal"), t_wall_ns, t_mono_ns
 META_DUMP = "dump"            # a hang/signal dump was written: path, reason
+META_DDP_MODULE = "ddp_module"    # module (label), class, params, buffers, bucket_cap_bytes, ...
+META_DDP_BUCKETS = "ddp_buckets"  # module, from_iteration, buckets: [[param names], ...] (grad-ready order)
+
+# Values of the ``phase`` annotation.
+PHASES = ("ddp_init", "forward", "backward", "optimizer", "join", "other")
 
 # Fields of a ``sig`` meta line (besides ``type`` and ``id``); all optional but op.
 SIG_FIELDS = (
@@ -103,7 +112,7 @@ SIG_FIELDS = (
     "async",       # op called with async_op=True (or from C++ with an async contract)
     "thread",      # thread name
     "device",      # "cpu", "cuda", ...
-    "phase", "bucket", "params", "module", "callsite", "region",  # annotations
+    "phase", "detail", "bucket", "params", "module", "callsite", "region",  # annotations
 )
 
 RECORD_SIZE = OP_RECORD.itemsize

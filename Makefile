@@ -1,0 +1,46 @@
+# commtrace: the two commands a fresh machine needs are `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON = $(VENV)/bin/python
+PY ?= python3
+# The torch this project is tested against. A range that admits newer torch
+# would download a multi-GB CUDA build; this pin installs the local CPU wheel.
+TORCH_PIN ?= torch==2.13.0
+NP ?= 2
+# Open MPI refuses to run as root without these; set for this project's commands only.
+MPI_ENV = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN = $(MPI_ENV) $(VENV)/bin/mpirun --oversubscribe
+STAMP = $(VENV)/.commtrace-installed
+DEMO_DIR ?= commtrace-out/demo
+
+.PHONY: setup demo test bench clean help
+help:
+	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report"
+	@echo "make test   - set up if needed, run the whole test suite"
+	@echo "make bench  - run the benchmarks and rewrite BENCHMARKS.md"
+	@echo "make setup  - create $(VENV) and install commtrace (editable) with its extras"
+
+setup: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PYTHON) || $(PY) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
+	$(PYTHON) -m pip install -q -e ".[mpi,test]" "$(TORCH_PIN)"
+	touch $(STAMP)
+
+demo: setup
+	rm -rf $(DEMO_DIR)
+	$(MPIRUN) -n $(NP) $(PYTHON) -m commtrace run -o $(DEMO_DIR) examples/ddp_mpi.py --hidden 1000 --steps 6
+	$(VENV)/bin/commtrace report $(DEMO_DIR)
+
+test: setup
+	$(MPI_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider tests
+
+bench: setup
+	$(PYTHON) benchmarks/run_all.py --output BENCHMARKS.md
+
+clean:
+	rm -rf commtrace-out build *.egg-info .pytest_cache
+
+-include patches/patch.mk

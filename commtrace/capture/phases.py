@@ -1,0 +1,195 @@
+"""Why an op happened: phase, iteration and DDP module annotations.
+
+Hooks are set at scope boundaries (a handful per training step), never per op:
+the wrapper reads ``Recorder.context_key`` and ``Recorder.iteration``, which
+these hooks update.
+
+* ``ddp_init``  -- inside DistributedDataParallel.__init__
+* ``forward``   -- inside DistributedDataParallel.forward; each forward of a DDP
+                   module starts its next iteration (1-based)
+* ``backward``  -- inside the autograd engine (loss.backward(), autograd.grad)
+* ``optimizer`` -- between the global optimizer step pre/post hooks
+* ``join``      -- inside Join.__exit__, where joined ranks shadow collectives
+* ``other``     -- everything else (no phase set)
+
+``detail`` names DDP's own step inside a phase: param_check and module_state
+(construction), bucket_rebuild, buffers, join_notify and join_sync_flag
+(forward), join_shadow (join).
+
+The bucket layout DDP reports (``_get_ddp_logging_data``) is written as
+``ddp_buckets`` meta lines; the reader turns it into ``bucket``/``params``.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+
+from ..trace import schema
+from .recorder import Recorder
+
+_REBUILD_CHECK_ITERATIONS = 6  # DDP rebuilds its buckets at the start of iteration 2
+
+
+class PhaseHooks:
+    def __init__(self, rec: Recorder):
+        self.rec = rec
+        self.modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ddp -> state
+        self.originals: list[tuple] = []
+        self._labels: dict[str, int] = {}
+
+    # -- installation -----------------------------------------------------------
+    def install(self) -> None:
+        import torch
+        import torch.autograd as autograd
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        import torch.nn.parallel.distributed as ddp_mod
+
+        self._patch(DDP, "__init__", self._wrap_init)
+        self._patch(DDP, "forward", self._wrap_forward)
+        # `detail` says which of DDP's own steps an op belongs to. Anything else
+        # DDP's _pre_forward sends is the bucket-rebuild broadcast (C++ reducer).
+        for owner, name, detail in (
+            (ddp_mod, "_verify_param_shape_across_processes", "param_check"),
+            (ddp_mod, "_sync_module_states", "module_state"),
+            (DDP, "_pre_forward", "bucket_rebuild"),
+            (DDP, "_sync_buffers", "buffers"),
+            (DDP, "_check_global_requires_backward_grad_sync", "join_sync_flag"),
+        ):
+            if hasattr(owner, name):
+                self._patch(owner, name, self._wrap_scope(detail=detail))
+        if hasattr(autograd, "_engine_run_backward"):
+            self._patch(autograd, "_engine_run_backward", self._wrap_scope("backward"))
+        try:
+            from torch.distributed.algorithms.join import Join
+            self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
+            self._patch(Join, "notify_join_context", self._wrap_static_scope(detail="join_notify"))
+        except ImportError:
+            pass
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+        self._opt_tokens: list = []
+        self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
+        self.originals.append(("hook", register_optimizer_step_post_hook(self._opt_post)))
+        del torch
+
+    def _patch(self, owner, name, make) -> None:
+        raw = vars(owner).get(name, getattr(owner, name))  # keeps staticmethod wrappers for uninstall
+        setattr(owner, name, make(getattr(owner, name)))
+        self.originals.append((owner, name, raw))
+
+    def uninstall(self) -> None:
+        for item in reversed(self.originals):
+            if item[0] == "hook":
+                item[1].remove()
+            else:
+                setattr(item[0], item[1], item[2])
+        self.originals.clear()
+
+    # -- scopes -----------------------------------------------------------------
+    def _wrap_scope(self, phase: str | None = None, detail: str | None = None):
+        rec = self.rec
+        fields = {k: v for k, v in (("phase", phase), ("detail", detail)) if v is not None}
+
+        def make(orig):
+            @functools.wraps(orig)
+            def scoped(*args, **kwargs):
+                token = rec.push_context(**fields)
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    rec.pop_context(token)
+            return scoped
+        return make
+
+    def _wrap_static_scope(self, **fields):
+        make = self._wrap_scope(**fields)
+        return lambda orig: staticmethod(make(orig))
+
+    def _opt_pre(self, optimizer, args, kwargs):
+        self._opt_tokens.append(self.rec.push_context(phase="optimizer"))
+
+    def _opt_post(self, optimizer, args, kwargs):
+        if self._opt_tokens:
+            self.rec.pop_context(self._opt_tokens.pop())
+
+    def _label(self, module) -> str:
+        cls = type(module).__name__
+        n = self._labels.get(cls, 0) + 1
+        self._labels[cls] = n
+        return cls if n == 1 else f"{cls}#{n}"
+
+    def _wrap_init(self, orig):
+        hooks = self
+
+        @functools.wraps(orig)
+        def init(ddp, module, *args, **kwargs):
+            label = hooks._label(module)
+            token = hooks.rec.push_context(phase="ddp_init", module=label)
+            try:
+                orig(ddp, module, *args, **kwargs)
+            finally:
+                hooks.rec.pop_context(token)
+            hooks._register(ddp, module, label)
+        return init
+
+    def _register(self, ddp, module, label: str) -> None:
+        params = [n for n, p in module.named_parameters() if p.requires_grad]
+        buffers = [n for n, _ in module.named_buffers()]
+        state = {"label": label, "forwards": 0, "params": params, "rebuilt": False}
+        self.modules[ddp] = state
+        self.rec.add_meta({"type": schema.META_DDP_MODULE, "module": label, "class": type(module).__name__,
+                           "params": params, "buffers": buffers,
+                           "bucket_cap_bytes": getattr(ddp, "bucket_bytes_cap", None),
+                           "broadcast_buffers": bool(getattr(ddp, "broadcast_buffers", False)),
+                           "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False))})
+        sizes = _logging_field(ddp, "bucket_sizes")
+        if sizes is not None and len(_split_list(sizes)) == 1:
+            # One initial bucket holds every parameter (grad-ready order unknown yet).
+            self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": label, "from_iteration": 1,
+                               "buckets": [list(reversed(params))]})
+
+    def _wrap_forward(self, orig):
+        hooks = self
+        rec = self.rec
+
+        @functools.wraps(orig)
+        def forward(ddp, *args, **kwargs):
+            state = hooks.modules.get(ddp)
+            if state is None:
+                return orig(ddp, *args, **kwargs)
+            state["forwards"] += 1
+            rec.iteration = state["forwards"]
+            token = rec.push_context(phase="forward", module=state["label"])
+            try:
+                return orig(ddp, *args, **kwargs)
+            finally:
+                rec.pop_context(token)
+                # Later ops of this step (backward, optimizer) belong to this module.
+                rec.set_context(module=state["label"])
+                if not state["rebuilt"] and 2 <= state["forwards"] <= _REBUILD_CHECK_ITERATIONS:
+                    hooks._check_rebuild(ddp, state)
+        return forward
+
+    def _check_rebuild(self, ddp, state) -> None:
+        indices = _logging_field(ddp, "rebuilt_per_bucket_param_indices")
+        if not indices:
+            return
+        state["rebuilt"] = True
+        params = state["params"]
+        buckets = []
+        for chunk in str(indices).split(","):
+            names = [params[int(i)] for i in chunk.split() if i.strip().isdigit() and int(i) < len(params)]
+            buckets.append(names)
+        self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"], "from_iteration": 2,
+                           "buckets": buckets})
+
+
+def _logging_field(ddp, name):
+    try:
+        return ddp._get_ddp_logging_data().get(name)
+    except Exception:
+        return None
+
+
+def _split_list(value) -> list:
+    return [x for x in str(value).split(",") if x.strip()]
