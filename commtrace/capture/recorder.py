@@ -69,6 +69,7 @@ class Recorder:
         self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
         self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
         self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
+        self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
         self.sig_ids: dict = {}             # cheap call key -> sig id
         self.sig_lines: list[dict] = []
         self.group_lines: list[dict] = []
@@ -85,11 +86,12 @@ class Recorder:
         # The child keeps sig/group definitions (its wrappers still use those ids)
         # but writes its own files; buffered rows belong to the parent.
         sigs, groups, worlds = self.sig_lines, self.group_lines, self.world_lines
-        sig_ids = self.sig_ids
+        sig_ids, sig_bytes, sig_cpu = self.sig_ids, self.sig_bytes, self.sig_cpu
         rank = self.rank
         self._lock = threading.RLock()
         self._reset_state()
         self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
+        self.sig_bytes, self.sig_cpu = sig_bytes, sig_cpu
         if rank is not None:
             self._open(rank)
 
@@ -100,9 +102,11 @@ class Recorder:
             if sid is not None:
                 return sid
             sid = len(self.sig_lines)
+            cpu = bool(desc.pop("cpu", True))
             line = {"type": schema.META_SIG, "id": sid, **desc}
             self.sig_lines.append(line)
             self.sig_bytes.append(int(desc.get("bytes") or 0) + int(desc.get("out_bytes") or 0))
+            self.sig_cpu.append(cpu)
             self.meta_queue.append(line)
             self.sig_ids[key] = sid
             return sid
@@ -147,17 +151,23 @@ class Recorder:
 
     # -- completion of async ops ------------------------------------------------
     def track(self, row: list, work, sig: int, cpu: bool) -> None:
-        """Arrange for an async op's end time to be recorded (hot path)."""
-        if self.sig_bytes[sig] >= CALLBACK_MIN_BYTES:
+        """Arrange for an async op's end time to be recorded (hot path).
+
+        CPU work: a future callback for big ops, polling for small ones.
+        Device (CUDA) work is always polled: its future completes when the
+        kernel is enqueued, not when it finishes, while ``is_completed()``
+        queries the op's own end event -- a lazy read, never a host sync.
+        """
+        if cpu and self.sig_bytes[sig] >= CALLBACK_MIN_BYTES:
             try:
                 work.get_future().add_done_callback(partial(_mark_end, row))
-                self.pending.append((row, work if cpu else None))
+                self.pending.append((row, work, cpu))
                 return
             except Exception:
                 pass  # no future for this op/backend: poll instead
         row[FLAGS] |= schema.FLAG_END_OBSERVED
         self.unobserved.append((row, work))
-        self.pending.append((row, work if cpu else None))
+        self.pending.append((row, work, cpu))
 
     def observe_completions(self) -> None:
         """Poll the oldest small async ops; called at the start of each traced op."""
@@ -228,21 +238,22 @@ class Recorder:
                 self._inflight_written.discard(id(row))
         n = len(self.pending)
         still = []
-        for row, work in self.pending[:n]:
+        for entry in self.pending[:n]:
+            row, work, cpu = entry
             if row[T_END] == 0 and row[FLAGS] & schema.FLAG_END_OBSERVED and _is_completed(work):
                 row[T_END] = time.monotonic_ns()  # no callback: observed now
             if row[T_END]:
-                row[STATUS] = schema.STATUS_FAILED if _failed(work) else schema.STATUS_COMPLETED
+                row[STATUS] = schema.STATUS_FAILED if cpu and _failed(work) else schema.STATUS_COMPLETED
                 out.append(row)
                 self._inflight_written.discard(id(row))
             else:
-                still.append((row, work))
+                still.append(entry)
         del self.pending[:n]
         self.pending.extend(still)
         if self.unobserved:
             self.unobserved = [(r, w) for r, w in self.unobserved if r[T_END] == 0]
         # Long-running ops (pending or blocked inside the backend) get an IN_FLIGHT record.
-        candidates = [r for r, _ in still] + list(self.active.values())
+        candidates = [e[0] for e in still] + list(self.active.values())
         for row in candidates:
             if id(row) in self._inflight_written and not final:
                 continue
@@ -294,8 +305,8 @@ def _is_completed(work) -> bool:
 def _failed(work) -> bool:
     """True if a completed CPU work ended in an error (wait() on it re-raises).
 
-    Only CPU works are kept for this check: waiting on a CUDA work from this
-    thread would order this thread's stream after it."""
+    Never called for CUDA work: waiting on it from this thread would order this
+    thread's current stream after the op."""
     if work is None:
         return False
     try:

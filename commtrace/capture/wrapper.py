@@ -9,8 +9,9 @@ overridden here so nothing reaches that backend untraced.
 Hot-path design (budget: a few microseconds per op):
 * a cheap key (method, shapes, dtypes, options, thread) indexes interned sigs;
   the full description is built only the first time a key is seen;
-* a blocking op on a CPU group is waited for here (the caller would wait right
-  after anyway), so completion time costs two clock reads;
+* a blocking op on CPU tensors is waited for here (the caller would wait right
+  after anyway), so completion time costs two clock reads; CUDA ops are never
+  waited for here (that would order streams or block the host);
 * an async op's completion is timed by ``Recorder.track``: a callback on its
   future for large ops, polling for small ones (see there); never a host sync.
 """
@@ -152,7 +153,7 @@ class TracedProcessGroup(dist.ProcessGroup):
             self._register_backend(dev, btype, backend)
             if dev.type != "cpu" and torch.cuda.is_available():
                 cpu_only = False
-        self._wait_here = cpu_only
+        self._cpu_only = cpu_only
         try:
             default_type = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper())
             self._set_default_backend(default_type)
@@ -241,7 +242,7 @@ def _make_traced(name: str, spec: ops.Spec):
             rec.observe_completions()
         key, opts = call_key(args, kwargs)
         uf = user_frame()
-        full = (name, _ident(), rec.context_key, key, uf and uf.f_code, uf and uf.f_lineno)
+        full = (name, _ident(), rec.context_key, key, uf and uf.f_code, uf and uf.f_lineno, self._cpu_only)
         sig = rec.sig_ids.get(full)
         if sig is None:
             sig = _new_sig(self, name, spec, full, args, kwargs, uf)
@@ -260,7 +261,7 @@ def _make_traced(name: str, spec: ops.Spec):
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
                 rec.rows.append(row)
-            elif self._wait_here and opts is not None and not opts.asyncOp:
+            elif rec.sig_cpu[sig] and opts is not None and not opts.asyncOp:
                 # Blocking call on a CPU group: the caller waits right after we
                 # return, so waiting here costs nothing and gives the exact end.
                 work.wait()
@@ -269,7 +270,7 @@ def _make_traced(name: str, spec: ops.Spec):
                 rec.rows.append(row)
             else:
                 row[1] = _now()
-                rec.track(row, work, sig, self._wait_here)
+                rec.track(row, work, sig, rec.sig_cpu[sig])
         except BaseException as e:
             t = _now()
             row[1] = row[1] or t
@@ -293,6 +294,8 @@ def _new_sig(pg: TracedProcessGroup, name, spec, full_key, args, kwargs, frame) 
     desc["thread"] = threading.current_thread().name
     desc["callsite"] = callsite_text(frame)
     desc.update(pg._rec.context_fields())
+    # Blocking CPU ops are waited for inside the wrapper; device ops never are.
+    desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and pg._cpu_only)
     return pg._rec.add_sig(full_key, desc)
 
 

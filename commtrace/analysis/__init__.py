@@ -1,0 +1,6 @@
+"""Analysis: pure functions over the op frame (no rendering, no rich).
+
+``run_info`` loads and sanity-checks a run, ``match`` pairs the same collective
+across ranks, ``summary``/``skew``/``timeline``/``compare`` compute the tables the
+renderers draw, and ``report.build_report`` ties them together.
+"""

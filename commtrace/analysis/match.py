@@ -1,0 +1,98 @@
+"""Match each op to its instance across ranks.
+
+Collectives: (world, process group, sequence number). Point-to-point: a send
+(``root`` = global dst) pairs with a recv (``root`` = global src) by
+(world, group, src, dst, seq).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..trace.schema import P2P_OPS
+from .arrays import OpArrays, cat_codes, int_or
+
+# Bytes that define a collective's "size" in nccl-tests terms, per op.
+_TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
+
+
+@dataclass
+class Matched:
+    inst: np.ndarray            # per frame row: instance index (0..n-1)
+    instances: pd.DataFrame     # one row per instance (see match_ops)
+
+
+def instance_keys(frame: pd.DataFrame) -> np.ndarray:
+    """Per-row instance index, numbered 0.. in order of first appearance."""
+    n = len(frame)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    wc, _ = cat_codes(frame["world"])
+    gc, gcats = cat_codes(frame["group"])
+    seq = frame["seq"].to_numpy(dtype=np.int64)
+    key = ((wc.astype(np.int64) + 1) * (len(gcats) + 1) + (gc.astype(np.int64) + 1)) << 32 | (seq & 0xFFFFFFFF)
+    op = frame["op"]
+    p2p = op.isin(P2P_OPS).to_numpy()
+    if p2p.any():
+        rank = frame["rank"].to_numpy(dtype=np.int64)
+        root = int_or(frame["root"], -1).astype(np.int64)
+        send = (op == "send").to_numpy()
+        src = np.where(send, rank, root)
+        dst = np.where(send, root, rank)
+        pk = pd.DataFrame({"w": wc[p2p], "g": gc[p2p], "s": src[p2p], "d": dst[p2p], "q": seq[p2p]})
+        pcode = pk.groupby(["w", "g", "s", "d", "q"], sort=False).ngroup().to_numpy(dtype=np.int64)
+        key = key.copy()
+        key[p2p] = -1 - pcode       # negative: never collides with collective keys
+    codes, _ = pd.factorize(key)
+    return codes.astype(np.int64)
+
+
+def first_rows(inst: np.ndarray) -> np.ndarray:
+    """Index of the first row of each instance (codes numbered in order of first appearance)."""
+    if len(inst) == 0:
+        return np.empty(0, dtype=np.int64)
+    cm = np.maximum.accumulate(inst)
+    return np.flatnonzero(np.concatenate(([True], np.diff(cm) > 0)))
+
+
+def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
+    """Instances with: op, world, group, seq, ranks (callers), expected (group size),
+    first/last arrival and rank, spread_ns, slowest_ns (longest per-rank duration),
+    size_bytes (nccl-tests size), end_ns, p2p."""
+    a = arrays or OpArrays.of(frame)
+    inst = instance_keys(frame)
+    if len(inst) == 0:
+        cols = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns",
+                "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p", "row"]
+        return Matched(inst, pd.DataFrame({c: [] for c in cols}))
+    ordered = np.all(np.diff(a.start) >= 0)
+    opcodes, opcats = cat_codes(frame["op"])
+    size = a.nbytes
+    if "out_bytes" in frame:
+        tot = np.isin(np.asarray(opcats, dtype=object)[opcodes], _TOTAL_SIZE_OPS) if len(opcats) else np.zeros(len(inst), bool)
+        size = np.where(tot, np.maximum(size, frame["out_bytes"].to_numpy(dtype=np.int64)), size)
+    d = pd.DataFrame({"inst": inst, "start": a.start, "rank": a.rank, "dur": a.dur, "end": a.end,
+                      "size": size, "op": opcodes, "seq": frame["seq"].to_numpy(dtype=np.int64),
+                      "gsize": frame["group_size"].to_numpy(dtype=np.int64)})
+    if not ordered:
+        d = d.sort_values("start", kind="stable")
+    g = d.groupby("inst", sort=True)
+    agg = pd.DataFrame({
+        "ranks": g.size(),
+        "first_start_ns": g["start"].min(), "last_start_ns": g["start"].max(),
+        "first_rank": g["rank"].first(), "last_rank": g["rank"].last(),
+        "slowest_ns": g["dur"].max(), "size_bytes": g["size"].max(), "end_ns": g["end"].max(),
+        "opc": g["op"].first(), "seq": g["seq"].first(), "expected": g["gsize"].max(),
+    })
+    first_row = first_rows(inst)
+    agg["op"] = pd.Categorical.from_codes(agg.pop("opc").to_numpy(), categories=opcats)
+    agg["world"] = frame["world"].to_numpy()[first_row]
+    agg["group"] = frame["group"].to_numpy()[first_row]
+    agg["spread_ns"] = agg["last_start_ns"] - agg["first_start_ns"]
+    agg["p2p"] = agg["op"].isin(P2P_OPS).to_numpy()
+    agg["row"] = first_row
+    agg.loc[agg["p2p"].to_numpy(), "expected"] = 2
+    agg = agg.reset_index(drop=True)
+    return Matched(inst, agg)

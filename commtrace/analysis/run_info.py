@@ -1,0 +1,145 @@
+"""Load a run for reporting: reader issues, mixed run ids, and the banner numbers."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CommtraceError
+from ..trace import reader, schema
+from .arrays import OpArrays
+
+
+@dataclass
+class ReportRun:
+    path: str
+    frame: pd.DataFrame
+    processes: list[dict]
+    issues: list[str] = field(default_factory=list)   # one line each, already naming the file
+    run_id: str | None = None
+
+
+def _header_run_id(meta_path: str):
+    """The run id from a trace's first (header) line; None if unreadable."""
+    try:
+        with open(meta_path, "rb") as f:
+            line = f.readline(1 << 20)
+        obj = json.loads(line)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    rid = obj.get("run_id") if isinstance(obj, dict) else None
+    return rid if isinstance(rid, str) else None
+
+
+def check_run_ids(run_dir: str, processes: list[dict]) -> tuple[str | None, set[str], list[str]]:
+    """(majority run id, files to drop, issue lines) when processes disagree on the run id."""
+    ids = {p["file"]: _header_run_id(os.path.join(run_dir, p["file"])) for p in processes}
+    counts = Counter(v for v in ids.values() if v is not None)
+    if not counts:
+        return None, set(), []
+    major = counts.most_common(1)[0][0]
+    drop, issues = set(), []
+    for f, rid in sorted(ids.items()):
+        if rid is not None and rid != major:
+            drop.add(f)
+            issues.append(f"{f}: belongs to run {rid!r}, not {major!r} like the other traces; skipped")
+    return major, drop, issues
+
+
+def load_report_run(run_dir: str | None = None) -> ReportRun:
+    """reader.load_run plus the checks the report needs. Raises CommtraceError if nothing is usable."""
+    run = reader.load_run(run_dir)
+    issues = [str(i) for i in run.issues]
+    run_id, drop, more = check_run_ids(run.path, run.processes)
+    issues.extend(more)
+    frame, procs = run.frame, run.processes
+    if drop:
+        stems = {f[: -len(schema.META_SUFFIX)] for f in drop}
+        frame = frame[~frame["file"].isin(stems)].reset_index(drop=True)
+        procs = [p for p in procs if p["file"] not in drop]
+    if not procs:
+        raise CommtraceError(f"{run.path}: no usable trace files")
+    return ReportRun(run.path, frame, procs, issues, run_id)
+
+
+def union_length(start: np.ndarray, end: np.ndarray) -> int:
+    """Total length of the union of intervals [start, end) sorted by start."""
+    if len(start) == 0:
+        return 0
+    prev_max = np.maximum.accumulate(end)
+    lo = np.maximum(start[1:], prev_max[:-1])
+    return int(end[0] - start[0]) + int(np.clip(end[1:] - lo, 0, None).sum())
+
+
+def comm_time_per_rank(frame: pd.DataFrame, arrays: OpArrays | None = None) -> dict[int, int]:
+    """Rank -> ns during which at least one op of that rank was in progress."""
+    a = arrays or OpArrays.of(frame)
+    if len(a.rank) == 0:
+        return {}
+    order = np.argsort(a.rank, kind="stable")   # the frame is start-sorted, so each rank stays sorted
+    if not np.all(np.diff(a.start) >= 0):
+        order = np.lexsort((a.start, a.rank))
+    r = a.rank[order]
+    s, e = a.start[order], a.end[order]
+    cuts = np.flatnonzero(np.diff(r)) + 1
+    bounds = np.concatenate(([0], cuts, [len(r)]))
+    return {int(r[lo]): union_length(s[lo:hi], e[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])}
+
+
+def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
+    start = p.get("t_mono_ns")
+    end = (p.get("end") or {}).get("t_mono_ns") if isinstance(p.get("end"), dict) else None
+    if isinstance(start, int) and isinstance(end, int) and end > start:
+        return end - start
+    if isinstance(start, int) and frame_end is not None:   # no end record: up to its last op
+        return max(frame_end - start, 0) or None
+    return None
+
+
+def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
+    """Numbers for the banner: who ran, how long, how much time went to communication."""
+    df = run.frame
+    a = arrays or OpArrays.of(df)
+    procs = run.processes
+    ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
+    world_size = max([p["world_size"] for p in procs if isinstance(p.get("world_size"), int)] or [len(ranks)])
+    cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \
+        or next((p.get("command") for p in procs if p.get("command")), None)
+    command = " ".join(map(str, cmd)) if isinstance(cmd, list) else (str(cmd) if cmd else "")
+    t0 = int(a.start.min()) if len(a.start) else None
+    t1 = int(a.end.max()) if len(a.end) else None
+    comm = comm_time_per_rank(df, a)
+    last_end = {}
+    if len(a.rank):
+        last = pd.Series(a.end).groupby(a.rank).max()
+        last_end = {int(k): int(v) for k, v in last.items()}
+    shares, walls = {}, {}
+    for p in procs:
+        r = p.get("rank")
+        w = _wall_ns(p, last_end.get(r), t0)
+        if w:
+            walls[r] = w
+            shares[r] = comm.get(r, 0) / w
+    share_vals = np.array(list(shares.values()), dtype=float)
+    return {
+        "run_dir": run.path, "run_id": run.run_id, "command": command,
+        "ranks": len(ranks), "world_size": world_size, "rank_list": ranks,
+        "hosts": sorted({str(p.get("host")) for p in procs}),
+        "backends": sorted({b for p in procs for b in (p.get("backends") or []) if b and b != "None"}),
+        "torch_version": next((p.get("torch_version") for p in procs if p.get("torch_version")), None),
+        "wall_ns": max(walls.values()) if walls else None,
+        "span_ns": (t1 - t0) if t0 is not None else 0, "t0_ns": t0,
+        "comm_share": {"min": float(share_vals.min()) if len(share_vals) else None,
+                       "mean": float(share_vals.mean()) if len(share_vals) else None,
+                       "max": float(share_vals.max()) if len(share_vals) else None},
+        "comm_share_per_rank": {int(k): float(v) for k, v in shares.items()},
+        "comm_ns_per_rank": comm,
+        "ops": int(len(df)), "bytes": int(a.nbytes.sum()),
+        "failed": int((df["status"] == "failed").sum()) if len(df) else 0,
+        "in_flight": int((df["status"] == "in_flight").sum()) if len(df) else 0,
+        "incomplete_ranks": sorted(p.get("rank") for p in procs if not p.get("complete") and p.get("rank") is not None),
+    }

@@ -1,0 +1,116 @@
+"""Background completion of non-blocking MPI requests.
+
+Why a thread at all: MPI only moves data while some thread is inside the MPI
+library, and DDP's reducer waits on ``work.get_future()`` from C++ without ever
+calling ``Work.wait()``. Someone must notice that the request finished and
+complete the torch future; that is this thread.
+
+Why it polls (MPI_Testsome + short sleep) instead of blocking in MPI_Waitsome:
+Open MPI's wait spins a core, and mpirun binds each rank to one core by default,
+so a spinning helper would steal half the CPU from the backward pass it is
+meant to overlap with. A blocking Waitsome also cannot take new requests while
+it waits. Polling every ``interval`` seconds keeps libnbc schedules and
+rendezvous transfers moving during compute at a few percent of one core.
+
+Why ``Work.wait()`` steals the request instead of waiting for this thread: a
+caller that blocks has nothing better to do than drive MPI itself (MPI_Wait),
+which completes as soon as the data arrives instead of at the next poll.
+Ownership is decided under ``Progress.lock``: a request is tested either by
+this thread (while it sits in ``active``) or by exactly one stealer.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+
+# Seconds between polls while requests are outstanding (env override for tuning).
+POLL_INTERVAL = float(os.environ.get("COMMTRACE_MPI_POLL_US", "50")) * 1e-6
+
+
+class Progress:
+    def __init__(self, MPI, interval: float = POLL_INTERVAL):
+        self._MPI = MPI
+        self.interval = interval
+        self.lock = threading.Condition(threading.Lock())
+        self.active: list = []        # works whose request this thread tests
+        self._stop = False
+        self._thread = None
+
+    def submit(self, work) -> None:
+        with self.lock:
+            was_idle = not self.active
+            self.active.append(work)
+            if self._thread is None:
+                self._start()
+            elif was_idle:
+                self.lock.notify()
+
+    def steal(self, work) -> bool:
+        """Take ``work`` away from the thread; False if it already completed
+        (or is being completed) there."""
+        with self.lock:
+            try:
+                self.active.remove(work)
+            except ValueError:
+                return False
+            return True
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="commtrace-mpi-progress",
+                                        daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        with self.lock:
+            self._stop = True
+            self.lock.notify()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+
+    def _run(self) -> None:
+        testsome = self._MPI.Request.Testsome
+        lock = self.lock
+        while True:
+            done = ()
+            failed = ()
+            with lock:
+                while not self.active and not self._stop:
+                    lock.wait()
+                if self._stop:
+                    return
+                active = self.active
+                try:
+                    idx = testsome([w._req for w in active])
+                except Exception:
+                    idx = None
+                    failed = self._find_failed(active)
+                if idx:
+                    done = [active[i] for i in idx]
+                    for w in done:
+                        active.remove(w)
+            for w, exc in failed:
+                w._finish(exc)
+            for w in done:
+                w._finish(None)
+            if not done and not failed:
+                time.sleep(self.interval)
+
+    @staticmethod
+    def _find_failed(active):
+        # Testsome raised: test each request to learn which one failed.
+        out = []
+        for w in list(active):
+            try:
+                flag = w._req.Test()
+            except Exception as exc:  # noqa: BLE001 -- surfaced through the Work
+                active.remove(w)
+                out.append((w, exc))
+                continue
+            if flag:
+                active.remove(w)
+                out.append((w, None))
+        return out

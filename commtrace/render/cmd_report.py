@@ -1,0 +1,105 @@
+"""``commtrace report [RUN_DIR]``: the terminal report and the exports."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+from ..errors import EXIT_OK
+
+EPILOG = """\
+examples:
+  commtrace report                          newest run under ./commtrace-out/
+  commtrace report runs/exp1 --from 1.5s --to 1.7s --events
+  commtrace report runs/exp1 --perfetto trace.json     open in ui.perfetto.dev
+  commtrace report runs/exp1 --csv ops.csv --json summary.json
+
+times (--from/--to) are relative to the first traced op: 1.5s, 200ms, 30us.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="summarize a run in the terminal", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Summarize a traced run: banner, per-op table, skew, timeline; export it.")
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="run directory (default: newest under ./commtrace-out/)")
+    p.add_argument("--width", type=int, metavar="COLS", help="output width in columns")
+    p.add_argument("--from", dest="t_from", metavar="TIME", help="timeline/events start (e.g. 1.5s, 200ms)")
+    p.add_argument("--to", dest="t_to", metavar="TIME", help="timeline/events end")
+    p.add_argument("--events", action="store_true", help="list every op in time order")
+    p.add_argument("--limit", type=int, metavar="N", help="at most N events")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="rows in the skew tables (default 10)")
+    p.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (ui.perfetto.dev)")
+    p.add_argument("--csv", metavar="FILE", help="write one row per op per rank as CSV")
+    p.add_argument("--parquet", metavar="FILE", help="write one row per op per rank as Parquet")
+    p.add_argument("--json", metavar="FILE", help="write the summary numbers as JSON ('-': stdout, no report)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal report (exports only)")
+    p.set_defaults(handler=run_report)
+
+
+def _dir_size(path: str | None) -> int:
+    try:
+        with os.scandir(path or ".") as it:
+            return sum(e.stat().st_size for e in it if e.is_file())
+    except OSError:
+        return 0
+
+
+@contextlib.contextmanager
+def _stages(run_dir: str | None, steps: int):
+    """Yields advance(description); a rich progress bar on a TTY stderr for big runs."""
+    big = _dir_size(run_dir) > 16 * 2**20 if run_dir else False
+    if not (big and sys.stderr.isatty()):
+        yield lambda desc: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task("reading traces", total=steps)
+        first = [True]
+
+        def advance(desc: str) -> None:
+            if not first[0]:
+                prog.advance(task)
+            first[0] = False
+            prog.update(task, description=desc)
+        yield advance
+
+
+def run_report(ns) -> int:
+    from ..analysis.report import build_report, report_json
+    from ..analysis.run_info import load_report_run
+    from ..analysis.timeline import parse_time
+    from ..trace.reader import newest_run
+    from . import export
+    from .cli_commands import warn
+
+    t_from = parse_time(ns.t_from) if ns.t_from else None
+    t_to = parse_time(ns.t_to) if ns.t_to else None
+    run_dir = ns.run_dir if ns.run_dir is not None else newest_run()
+    with _stages(run_dir, 4) as advance:
+        advance("reading traces")
+        run = load_report_run(run_dir)
+        for issue in run.issues:
+            warn(issue)
+        advance("matching and summarizing")
+        rep = build_report(run, top=ns.top)
+        if ns.perfetto:
+            advance("writing Perfetto trace")
+            from .perfetto import write_perfetto
+            write_perfetto(run.frame, ns.perfetto, rep.info["t0_ns"], rep.matched.inst, run.processes)
+        advance("writing exports")
+        if ns.csv:
+            export.write_csv(run.frame, ns.csv)
+        if ns.parquet:
+            export.write_parquet(run.frame, ns.parquet)
+        if ns.json:
+            export.write_json(report_json(rep), ns.json)
+    if ns.quiet or ns.json == "-":
+        return EXIT_OK
+    from .terminal import make_console, render_report
+    con = make_console(ns.width)
+    render_report(con, rep, t_from=t_from, t_to=t_to, events=ns.events, limit=ns.limit, top=ns.top)
+    return EXIT_OK

@@ -1,0 +1,86 @@
+"""Number and string formatting shared by the renderers."""
+from __future__ import annotations
+
+import math
+import re
+
+from rich.markup import escape
+
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text) -> str:
+    """A trace string made safe for the terminal: control characters shown as \\xNN,
+    rich markup escaped."""
+    s = "" if text is None else str(text)
+    s = _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    return escape(s)
+
+
+def plain_safe(text) -> str:
+    s = "" if text is None else str(text)
+    return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def _bad(v) -> bool:
+    try:
+        return v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))) or v != v
+    except (TypeError, ValueError):
+        return True
+
+
+def fmt_ns(ns) -> str:
+    if _bad(ns):
+        return "-"
+    ns = float(ns)
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} us"
+    if a < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    if a < 600e9:
+        return f"{ns / 1e9:.3f} s"
+    return f"{ns / 60e9:.1f} min"
+
+
+def fmt_bytes(b) -> str:
+    if _bad(b):
+        return "-"
+    b = float(b)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(b) < 1024 or unit == "PiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} PiB"
+
+
+def fmt_bw(bps) -> str:
+    """Bytes/s as GB/s (1e9, the nccl-tests unit), or MB/s when small."""
+    if _bad(bps):
+        return "-"
+    bps = float(bps)
+    if bps >= 1e9:
+        return f"{bps / 1e9:.2f} GB/s"
+    if bps >= 1e6:
+        return f"{bps / 1e6:.1f} MB/s"
+    return f"{bps / 1e3:.1f} kB/s"
+
+
+def fmt_pct(frac, digits=1) -> str:
+    if _bad(frac):
+        return "-"
+    return f"{float(frac) * 100:.{digits}f}%"
+
+
+def fmt_delta(pct) -> str:
+    if _bad(pct):
+        return "-"
+    return f"{float(pct):+.1f}%"
+
+
+def fmt_int(n) -> str:
+    if _bad(n):
+        return "-"
+    return f"{int(n):,}"

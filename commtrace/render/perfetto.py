@@ -1,0 +1,212 @@
+"""Chrome trace-event JSON for ui.perfetto.dev / chrome://tracing, written in streamed chunks.
+
+One process per rank ("rank N"); every op is a complete ("X") slice carrying every
+recorded field in ``args``; ops that overlap on a rank (async) go to extra tracks
+(tids) so no track has mis-nested slices; flow arrows ("s" -> "f", bp "e") link the
+same collective (or send/recv pair) across ranks in arrival order. Timestamps are
+microseconds relative to the first op (``t0``).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CommtraceError
+from ..trace.schema import P2P_OPS
+
+# Per-row fields; everything else in the frame is "static" (the same for many rows)
+# and serialized once per distinct combination.
+_ROW_FIELDS = ("seq", "t_start_ns", "t_return_ns", "t_end_ns", "duration_ns", "status", "iteration", "error")
+CHUNK = 20_000
+
+
+def _us(ns: int) -> str:
+    """Exact decimal microseconds from integer nanoseconds."""
+    q, r = divmod(int(ns), 1000)
+    return f"{q}.{r:03d}"
+
+
+def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row a track index (0..) such that slices on one (rank, track) never overlap.
+
+    Rows must be sorted by start time. Greedy interval partitioning per rank; ranks
+    without overlapping ops take a vectorized fast path.
+    """
+    lane = np.zeros(len(rank), dtype=np.int64)
+    if len(rank) == 0:
+        return lane
+    order = np.argsort(rank, kind="stable")
+    r = rank[order]
+    cuts = np.flatnonzero(np.diff(r)) + 1
+    for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(r)]))):
+        idx = order[lo:hi]
+        s, e = start[idx], end[idx]
+        prev = np.maximum.accumulate(e)
+        if np.all(s[1:] >= prev[:-1]):
+            continue
+        ends: list[int] = []
+        out = np.empty(len(idx), dtype=np.int64)
+        for i, (si, ei) in enumerate(zip(s.tolist(), e.tolist())):
+            for k, ek in enumerate(ends):
+                if ek <= si:
+                    ends[k] = ei
+                    out[i] = k
+                    break
+            else:
+                out[i] = len(ends)
+                ends.append(ei)
+        lane[idx] = out
+    return lane
+
+
+def _static_codes(frame: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    code = np.zeros(len(frame), dtype=np.int64)
+    for c in cols:
+        col = frame[c]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            cc, n = col.cat.codes.to_numpy().astype(np.int64) + 1, len(col.cat.categories) + 1
+        else:
+            cc, u = pd.factorize(col, use_na_sentinel=False)
+            cc, n = cc.astype(np.int64), len(u)
+        code, _ = pd.factorize(code * n + cc)
+        code = code.astype(np.int64)
+    return code
+
+
+def _jsonable(v):
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    return v if isinstance(v, (int, float, bool)) else str(v)
+
+
+def _num_or_null(values: pd.Series) -> list[str]:
+    arr = values.array
+    if isinstance(arr, pd.arrays.IntegerArray):
+        vals = arr._data.tolist()
+        mask = arr._mask.tolist()
+        return ["null" if m else str(v) for v, m in zip(vals, mask)]
+    return [str(v) for v in values.tolist()]
+
+
+def write_perfetto(frame: pd.DataFrame, path: str, t0: int | None = None, inst: np.ndarray | None = None,
+                   processes: list[dict] | None = None) -> dict:
+    """Write the trace; returns counts {"slices", "flows", "tracks"}."""
+    n = len(frame)
+    try:
+        f = open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise CommtraceError(f"{path}: cannot write ({e.strerror})") from None
+    with f:
+        return _write(f, frame, n, t0, inst, processes)
+
+
+def _write(f, frame, n, t0, inst, processes) -> dict:
+    start = frame["t_start_ns"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
+    if n and not np.all(np.diff(start) >= 0):
+        frame = frame.sort_values("t_start_ns", kind="stable").reset_index(drop=True)
+        start = frame["t_start_ns"].to_numpy(dtype=np.int64)
+        inst = None
+    t0 = int(start.min()) if (t0 is None and n) else int(t0 or 0)
+    rank = frame["rank"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
+    pid = np.where(rank >= 0, rank, 1_000_000)
+    if n:
+        ret = frame["t_return_ns"].array
+        endv = frame["t_end_ns"].array
+        last = int(max(np.max(np.where(endv._mask, 0, endv._data)), np.max(start)))
+        end = np.where(endv._mask, np.where(ret._mask, last, ret._data), endv._data).astype(np.int64)
+        end = np.maximum(end, start)
+    else:
+        end = np.empty(0, np.int64)
+    lane = assign_lanes(rank, start, end)
+    f.write('{"displayTimeUnit":"ns","otherData":{"generator":"commtrace"},"traceEvents":[\n')
+    # -- metadata ---------------------------------------------------------------
+    meta = []
+    ranks = sorted(set(rank.tolist()))
+    hosts = {p.get("rank"): p.get("host") for p in (processes or [])}
+    for r in ranks:
+        p = r if r >= 0 else 1_000_000
+        name = f"rank {r}" if r >= 0 else "rank ?"
+        meta.append(json.dumps({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": name}}))
+        meta.append(json.dumps({"ph": "M", "name": "process_sort_index", "pid": p, "tid": 0, "args": {"sort_index": p}}))
+        if hosts.get(r):
+            meta.append(json.dumps({"ph": "M", "name": "process_labels", "pid": p, "tid": 0, "args": {"labels": str(hosts[r])}}))
+    tracks = sorted(set(zip(pid.tolist(), lane.tolist()))) if n else []
+    for p, t in tracks:
+        meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": t,
+                                "args": {"name": "ops" if t == 0 else f"overlapping ops {t}"}}))
+    f.write(",\n".join(meta))
+    wrote = bool(meta)
+    if n == 0:
+        f.write("\n]}\n")
+        return {"slices": 0, "flows": 0, "tracks": 0}
+    # -- slices -----------------------------------------------------------------
+    static_cols = [c for c in frame.columns if c not in _ROW_FIELDS]
+    scode = _static_codes(frame, static_cols)
+    first = pd.Series(np.arange(n)).groupby(scode, sort=True).first().to_numpy()
+    frags = []
+    for row in first.tolist():
+        d = {c: _jsonable(frame[c].iat[row]) for c in static_cols}
+        frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"))[1:-1])
+    names = [json.dumps(str(v)) for v in frame["op"].astype(object).tolist()]
+    p2p = frame["op"].isin(P2P_OPS).to_numpy()
+    cats = np.where(p2p, '"p2p"', '"collective"').tolist()
+    seq = frame["seq"].tolist()
+    t_ret, t_end, dur_ns = (_num_or_null(frame[c]) for c in ("t_return_ns", "t_end_ns", "duration_ns"))
+    status = [json.dumps(str(v)) for v in frame["status"].astype(object).tolist()]
+    iteration = frame["iteration"].tolist()
+    err = frame["error"].astype(object).tolist() if "error" in frame else [None] * n
+    order = np.lexsort((start, lane, pid))   # per track, in time order
+    rel = (start - t0)
+    dur = end - start
+    pid_l, lane_l, rel_l, dur_l, start_l, sc_l = pid.tolist(), lane.tolist(), rel.tolist(), dur.tolist(), start.tolist(), scode.tolist()
+    buf = []
+    for i in order.tolist():
+        e = err[i]
+        es = "" if e is None or e != e else ',"error":' + json.dumps(str(e), ensure_ascii=False)
+        q, r = divmod(rel_l[i], 1000)
+        dq, dr = divmod(dur_l[i], 1000)
+        buf.append(f'{{"ph":"X","pid":{pid_l[i]},"tid":{lane_l[i]},"ts":{q}.{r:03d},"dur":{dq}.{dr:03d},'
+                   f'"name":{names[i]},"cat":{cats[i]},"args":{{{frags[sc_l[i]]},"seq":{seq[i]},'
+                   f'"t_start_ns":{start_l[i]},"t_return_ns":{t_ret[i]},"t_end_ns":{t_end[i]},'
+                   f'"duration_ns":{dur_ns[i]},"status":{status[i]},"iteration":{iteration[i]}{es}}}}}')
+        if len(buf) >= CHUNK:
+            f.write((",\n" if wrote else "") + ",\n".join(buf))
+            wrote = True
+            buf.clear()
+    if buf:
+        f.write((",\n" if wrote else "") + ",\n".join(buf))
+        wrote = True
+        buf.clear()
+    # -- flows: consecutive arrivals of one instance ----------------------------
+    nflows = 0
+    if inst is None:
+        from ..analysis.match import instance_keys
+        inst = instance_keys(frame)
+    if len(inst):
+        o = np.lexsort((start, inst))
+        a, b = o[:-1], o[1:]
+        pair = inst[a] == inst[b]
+        a, b = a[pair], b[pair]
+        nflows = len(a)
+        fid = np.arange(1, nflows + 1)
+        # Emit in time order of the "s" end (flows are not on any track).
+        for lo in range(0, nflows, CHUNK // 2):
+            sl = slice(lo, lo + CHUNK // 2)
+            for ai, bi, k in zip(a[sl].tolist(), b[sl].tolist(), fid[sl].tolist()):
+                buf.append(f'{{"ph":"s","id":{k},"pid":{pid_l[ai]},"tid":{lane_l[ai]},"ts":{_us(rel_l[ai])},'
+                           f'"name":{names[ai]},"cat":"match"}}')
+                buf.append(f'{{"ph":"f","bp":"e","id":{k},"pid":{pid_l[bi]},"tid":{lane_l[bi]},"ts":{_us(rel_l[bi])},'
+                           f'"name":{names[bi]},"cat":"match"}}')
+            f.write((",\n" if wrote else "") + ",\n".join(buf))
+            wrote = True
+            buf.clear()
+    f.write("\n]}\n")
+    return {"slices": n, "flows": nflows, "tracks": len(tracks)}

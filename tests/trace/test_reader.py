@@ -1,0 +1,140 @@
+"""Writer/reader round trips and damaged input, on real files written by TraceWriter."""
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from commtrace.errors import CommtraceError
+from commtrace.trace import reader, schema
+from commtrace.trace.writer import TraceWriter, pack_rows
+
+
+def _header(rank, pid, host="h0", **kw):
+    return {"type": "header", "format": "commtrace", "version": 1, "source": "python", "rank": rank,
+            "pid": pid, "host": host, "t_wall_ns": 10_000, "t_mono_ns": 1_000, **kw}
+
+
+def _write_rank(d, rank, rows, host="h0", clocks=(), end=True, world_size=2, extra_meta=()):
+    w = TraceWriter(str(d), f"rank{rank}.pid{100 + rank}")
+    meta = [_header(rank, 100 + rank, host),
+            {"type": "world", "world": 0, "world_id": "w", "rank": rank, "world_size": world_size, "backend": "gloo"},
+            {"type": "group", "id": 0, "world": 0, "world_id": "w", "name": "0", "desc": "default_pg",
+             "backend": "gloo", "size": world_size, "rank": rank, "ranks": list(range(world_size))},
+            {"type": "sig", "id": 0, "op": "all_reduce", "variant": "allreduce", "shapes": [[4]],
+             "out_shapes": [[4]], "dtype": "float32", "bytes": 16, "reduce_op": "SUM", "async": False},
+            {"type": "sig", "id": 1, "op": "broadcast", "variant": "broadcast", "shapes": [[2, 3]],
+             "dtype": "int64", "bytes": 48, "root": 0, "async": True},
+            *[{"type": "clock", **c} for c in clocks], *extra_meta]
+    w.write(meta, pack_rows(rows) if rows else None)
+    if end:
+        w.write([{"type": "end", "exit_code": 0, "how": "exit"}], None)
+    w.close()
+    return w
+
+
+ROWS = [
+    [1_000, 1_500, 2_000, 1, 0, 0, 0, 0, 0],
+    [3_000, 3_100, 0, 2, 1, 0, 0, schema.STATUS_IN_FLIGHT, 0],
+]
+
+
+def test_round_trip_columns_and_values(tmp_path):
+    _write_rank(tmp_path, 0, ROWS)
+    _write_rank(tmp_path, 1, ROWS)
+    df = reader.load(str(tmp_path))
+    assert len(df) == 4
+    r0 = df[df["rank"] == 0].sort_values("seq")
+    assert list(r0["op"]) == ["all_reduce", "broadcast"]
+    assert list(r0["bytes"]) == [16, 48]
+    assert list(r0["shapes"]) == ["[[4]]", "[[2,3]]"]
+    assert list(r0["status"]) == ["completed", "in_flight"]
+    assert r0["t_end_ns"].iloc[0] == 2_000 and r0["t_end_ns"].isna().iloc[1]
+    assert r0["duration_ns"].iloc[0] == 1_000
+    assert r0["root"].iloc[1] == 0 and r0["root"].isna().iloc[0]
+    for col in ("rank", "group", "seq", "op", "variant", "shapes", "dtype", "bytes", "t_start_ns", "t_end_ns", "status"):
+        assert col in df.columns
+
+
+def test_in_flight_record_superseded_by_final(tmp_path):
+    final = list(ROWS[1]); final[2] = 9_000; final[7] = schema.STATUS_COMPLETED
+    _write_rank(tmp_path, 0, ROWS + [final], world_size=1)
+    df = reader.load(str(tmp_path))
+    assert len(df) == 2
+    assert list(df.sort_values("seq")["status"]) == ["completed", "completed"]
+
+
+def test_truncated_ops_file_warns_and_keeps_whole_records(tmp_path):
+    _write_rank(tmp_path, 0, ROWS, world_size=1)
+    ops = tmp_path / "rank0.pid100.ops.bin"
+    os.truncate(ops, os.path.getsize(ops) - 5)
+    with pytest.warns(reader.CommtraceWarning, match="truncated mid-record"):
+        df = reader.load(str(tmp_path))
+    assert len(df) == 1
+
+
+def test_corrupt_meta_line_and_abrupt_end(tmp_path):
+    _write_rank(tmp_path, 0, ROWS[:1], end=False, world_size=1)
+    with open(tmp_path / "rank0.pid100.meta.jsonl", "ab") as f:
+        f.write(b'{"type": "sig", "id": 7, "op": \n')  # corrupt line in the middle
+        f.write(b'{"type":"mark","kind":"mark","label":"x","t_mono_ns":5}\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = reader.load(str(tmp_path))
+    msgs = " | ".join(str(w.message) for w in caught)
+    assert "corrupt metadata" in msgs and "ends abruptly" in msgs
+    assert len(df) == 1
+
+
+def test_unknown_version_and_no_usable_files(tmp_path):
+    _write_rank(tmp_path, 0, ROWS, world_size=1)
+    p = tmp_path / "rank0.pid100.meta.jsonl"
+    lines = p.read_text().splitlines()
+    hdr = json.loads(lines[0]); hdr["version"] = 99
+    p.write_text("\n".join([json.dumps(hdr)] + lines[1:]) + "\n")
+    with pytest.raises(CommtraceError, match="unknown format version 99"):
+        reader.load(str(tmp_path))
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "file"])
+def test_bad_run_dir(tmp_path, make):
+    target = tmp_path / "run"
+    if make == "empty":
+        target.mkdir()
+    elif make == "file":
+        target.write_text("x")
+    with pytest.raises(CommtraceError) as e:
+        reader.load(str(target))
+    assert str(target) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_rank_reported(tmp_path):
+    _write_rank(tmp_path, 0, ROWS, world_size=3)
+    run = reader.load_run(str(tmp_path))
+    assert any("ranks missing: 1,2 of 3" in str(i) for i in run.issues)
+
+
+def test_clock_offsets_applied_across_hosts(tmp_path):
+    _write_rank(tmp_path, 0, ROWS[:1], host="a")
+    clocks = [{"offset_ns": 500, "rtt_ns": 10, "t_mono_ns": 0, "when": "start"},
+              {"offset_ns": 700, "rtt_ns": 10, "t_mono_ns": 2_000, "when": "end"}]
+    _write_rank(tmp_path, 1, ROWS[:1], host="b", clocks=clocks)
+    df = reader.load(str(tmp_path)).set_index("rank")
+    # t_call 1000 lies halfway between the two measurements: offset 600.
+    assert df.loc[1, "t_start_ns"] == 1_600
+    assert df.loc[0, "t_start_ns"] == 1_000
+
+
+def test_undefined_sig_records_skipped(tmp_path):
+    bad = list(ROWS[0]); bad[4] = 42
+    _write_rank(tmp_path, 0, [ROWS[0], bad], world_size=1)
+    with pytest.warns(reader.CommtraceWarning, match="undefined sigs"):
+        df = reader.load(str(tmp_path))
+    assert len(df) == 1
+
+
+def test_pack_rows_nan_for_unknown_times():
+    rec = pack_rows([[100, 0, 0, 1, 0, 0, 0, 2, 0]])
+    assert np.isnan(rec["d_return"][0]) and np.isnan(rec["d_end"][0])
+    assert rec.dtype == schema.OP_RECORD and rec.itemsize == 32

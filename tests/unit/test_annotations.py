@@ -1,0 +1,39 @@
+"""bucket/params derivation from DDP's layout, on a small synthetic frame."""
+import pandas as pd
+
+from commtrace.trace.annotations import assign_buckets
+
+
+def _frame(rows):
+    df = pd.DataFrame(rows, columns=["file", "op", "phase", "detail", "module", "iteration"])
+    for c in ("file", "op", "phase", "detail", "module"):
+        df[c] = df[c].astype("category")
+    return df
+
+
+META = {"f0": [
+    {"type": "ddp_module", "module": "Net", "params": ["a.w", "a.b", "b.w"], "buffers": ["bn.mean"]},
+    {"type": "ddp_buckets", "module": "Net", "from_iteration": 1, "buckets": [["b.w", "a.b", "a.w"]]},
+    {"type": "ddp_buckets", "module": "Net", "from_iteration": 2, "buckets": [["b.w"], ["a.b", "a.w"]]},
+]}
+
+
+def test_buckets_count_per_iteration_and_follow_rebuild():
+    df = _frame([
+        ["f0", "broadcast", "forward", "buffers", "Net", 1],
+        ["f0", "all_reduce", "backward", None, "Net", 1],
+        ["f0", "broadcast", "forward", "bucket_rebuild", "Net", 2],
+        ["f0", "all_reduce", "backward", None, "Net", 2],
+        ["f0", "all_reduce", "backward", None, "Net", 2],
+        ["f0", "all_reduce", None, None, None, 2],
+    ])
+    out = assign_buckets(df, META)
+    assert [None if pd.isna(b) else int(b) for b in out["bucket"]] == [None, 0, None, 0, 1, None]
+    params = [None if pd.isna(p) else p for p in out["params"]]
+    assert params == ["bn.mean", "b.w,a.b,a.w", None, "b.w", "a.b,a.w", None]
+
+
+def test_no_phase_information_leaves_frame_alone():
+    df = _frame([["f0", "all_reduce", None, None, None, 0]])
+    out = assign_buckets(df, {})
+    assert "bucket" not in out.columns or out["bucket"].isna().all()

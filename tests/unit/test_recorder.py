@@ -1,0 +1,122 @@
+"""The recorder's completion policy and flushing, driven directly (no process group).
+
+The work objects here are tiny stand-ins for c10d Work handles: the recorder
+only calls is_completed(), wait() and get_future() on them."""
+import time
+
+import numpy as np
+
+from commtrace.capture import recorder as R
+from commtrace.trace import schema
+
+
+class FakeFuture:
+    def __init__(self):
+        self.callbacks = []
+
+    def add_done_callback(self, cb):
+        self.callbacks.append(cb)
+
+    def finish(self):
+        for cb in self.callbacks:
+            cb(self)
+
+
+class FakeWork:
+    def __init__(self, done=False, error=None):
+        self.done, self.error, self.fut, self.waited = done, error, FakeFuture(), 0
+
+    def is_completed(self):
+        return self.done
+
+    def wait(self):
+        self.waited += 1
+        if self.error:
+            raise self.error
+        return True
+
+    def get_future(self):
+        return self.fut
+
+
+def _rec(tmp_path):
+    rec = R.Recorder(str(tmp_path), "run", "none", ["x"])
+    rec._stop.set()  # drive flushes by hand
+    rec.add_world({"world_id": "w", "rank": 0, "world_size": 1, "backend": "gloo"})
+    rec.add_group({"world": 0, "name": "0", "size": 1, "rank": 0, "ranks": [0]})
+    small = rec.add_sig(("small",), {"op": "all_reduce", "bytes": 4, "out_bytes": 4, "device": "cpu", "cpu": True})
+    big = rec.add_sig(("big",), {"op": "all_reduce", "bytes": 1 << 20, "out_bytes": 1 << 20, "device": "cuda", "cpu": False})
+    bigcpu = rec.add_sig(("bigcpu",), {"op": "all_reduce", "bytes": 1 << 20, "device": "cpu", "cpu": True})
+    return rec, small, big, bigcpu
+
+
+def _records(tmp_path):
+    return np.fromfile(tmp_path / "rank0.pid{}.ops.bin".format(__import__("os").getpid()), dtype=schema.OP_RECORD)
+
+
+def _row(sig, t=None):
+    return [t or time.monotonic_ns(), 0, 0, 1, sig, 0, 0, schema.STATUS_IN_FLIGHT, 0]
+
+
+def test_big_cpu_op_gets_callback_small_op_is_polled(tmp_path):
+    rec, small, _, bigcpu = _rec(tmp_path)
+    w_big, w_small = FakeWork(), FakeWork()
+    r_big, r_small = _row(bigcpu), _row(small)
+    rec.track(r_big, w_big, bigcpu, True)
+    rec.track(r_small, w_small, small, True)
+    assert len(w_big.fut.callbacks) == 1 and not w_small.fut.callbacks
+    assert r_small[R.FLAGS] & schema.FLAG_END_OBSERVED and not r_big[R.FLAGS] & schema.FLAG_END_OBSERVED
+    w_big.fut.finish()
+    assert r_big[R.T_END] > 0
+    rec.observe_completions()
+    assert r_small[R.T_END] == 0  # not completed yet: still unobserved
+    w_small.done = True
+    rec.observe_completions()
+    assert r_small[R.T_END] > 0 and not rec.unobserved
+
+
+def test_device_ops_are_polled_never_waited(tmp_path):
+    rec, _, big, _ = _rec(tmp_path)
+    w = FakeWork(done=True)
+    row = _row(big)
+    rec.track(row, w, big, False)
+    assert not w.fut.callbacks  # no future callback for device work
+    rec.flush()
+    assert w.waited == 0  # failure check by wait() is for CPU work only
+    recs = _records(tmp_path)
+    assert len(recs) == 1 and recs["flags"][0] & schema.FLAG_END_OBSERVED
+    assert recs["status"][0] == schema.STATUS_COMPLETED
+
+
+def test_failed_cpu_work_recorded_failed(tmp_path):
+    rec, small, _, _ = _rec(tmp_path)
+    w = FakeWork(done=True, error=RuntimeError("peer died"))
+    rec.track(_row(small), w, small, True)
+    rec.flush()
+    assert _records(tmp_path)["status"][0] == schema.STATUS_FAILED
+
+
+def test_long_running_op_written_in_flight_once_then_final(tmp_path):
+    rec, small, _, _ = _rec(tmp_path)
+    w = FakeWork()
+    row = _row(small, t=time.monotonic_ns() - 2 * R.IN_FLIGHT_AFTER_NS)
+    rec.track(row, w, small, True)
+    rec.flush()
+    rec.flush()
+    recs = _records(tmp_path)
+    assert list(recs["status"]) == [schema.STATUS_IN_FLIGHT]
+    w.done = True
+    rec.flush()
+    recs = _records(tmp_path)
+    assert list(recs["status"]) == [schema.STATUS_IN_FLIGHT, schema.STATUS_COMPLETED]
+
+
+def test_close_writes_unfinished_ops_and_end_line(tmp_path):
+    rec, small, _, _ = _rec(tmp_path)
+    rec.track(_row(small), FakeWork(), small, True)
+    rec.exit_info = (3, "exit")
+    rec.close()
+    recs = _records(tmp_path)
+    assert list(recs["status"]) == [schema.STATUS_IN_FLIGHT]
+    meta = (tmp_path / f"rank0.pid{__import__('os').getpid()}.meta.jsonl").read_text().splitlines()
+    assert '"exit_code":3' in meta[-1] and '"type":"end"' in meta[-1]
