@@ -281,7 +281,8 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
         group_rows.extend(pt.groups.values())
         gsig = np.vectorize(sig_index.__getitem__, otypes=[np.int64])(rec["sig"]) if len(sig_index) else rec["sig"]
         ggrp = np.vectorize(group_index.__getitem__, otypes=[np.int64])(rec["group"])
-        off = _offset_fn(pt, refs.get(_world_of(pt)))(rec["t_call"]).astype(np.int64)
+        clock_pt = _python_twin(pt, procs)  # the C++ layer shares its process's clock
+        off = _offset_fn(clock_pt, refs.get(_world_of(clock_pt)))(rec["t_call"]).astype(np.int64)
         t_call = rec["t_call"] + off
         d_ret = rec["d_return"].astype(np.float64)
         d_end = rec["d_end"].astype(np.float64)
@@ -372,6 +373,17 @@ def _empty_frame() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in _FIRST})
 
 
+def _python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
+    """For a C++-layer file, the Python-layer file of the same process (else itself)."""
+    if pt.header.get("source") != "cpp":
+        return pt
+    for other in procs:
+        if (other is not pt and other.header.get("source", "python") == "python"
+                and other.header.get("pid") == pt.header.get("pid") and other.header.get("host") == pt.header.get("host")):
+            return other
+    return pt
+
+
 def _world_of(pt: ProcessTrace):
     return next((w.get("world_id") for w in pt.worlds), None)
 
@@ -425,6 +437,8 @@ def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
     out = []
     worlds: dict = {}
     for pt in procs:
+        if pt.header.get("source") == "cpp":
+            continue  # the C++ layer does not know world ids; its Python twin counts
         for w in pt.worlds:
             wid, size = w.get("world_id"), _int_or_none(w.get("world_size"))
             if size is not None:

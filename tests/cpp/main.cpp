@@ -34,11 +34,11 @@ struct Tensor {  // just what the patch reads from at::Tensor
 };
 
 struct WorkEntry {
-  WorkEntry(std::vector<Tensor>* src, std::vector<Tensor>* dst,
-            std::function<void(std::unique_ptr<WorkEntry>&)> run)
-      : src(src ? *src : std::vector<Tensor>()),
-        dst(dst ? *dst : std::vector<Tensor>()),
-        run(std::move(run)) {}
+  WorkEntry(std::vector<Tensor>* srcPtr, std::vector<Tensor>* dstPtr,
+            std::function<void(std::unique_ptr<WorkEntry>&)> fn)
+      : src(srcPtr ? *srcPtr : std::vector<Tensor>()),
+        dst(dstPtr ? *dstPtr : std::vector<Tensor>()),
+        run(std::move(fn)) {}
   std::vector<Tensor> src;
   const std::vector<Tensor> dst;
   std::function<void(std::unique_ptr<WorkEntry>&)> run;

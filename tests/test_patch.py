@@ -1,0 +1,420 @@
+"""The ProcessGroupMPI patch: its C++ trace writer, the patch file, the make targets.
+
+PyTorch is not built here. The writer (patches/commtrace_trace.h, which the
+patch adds to PyTorch as CommtraceTrace.hpp) is compiled with g++ together with
+tests/cpp/main.cpp, a driver that mimics ProcessGroupMPI's queue and worker
+thread and makes the same tracing calls as the patched ProcessGroupMPI.cpp.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import commtrace
+from commtrace.trace import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+PATCHES = ROOT / "patches"
+PATCH = PATCHES / "processgroupmpi_commtrace.patch"
+HEADER = PATCHES / "commtrace_trace.h"
+DRIVER_SRC = ROOT / "tests" / "cpp" / "main.cpp"
+TREE_CPP = "torch/csrc/distributed/c10d/ProcessGroupMPI.cpp"
+TREE_HPP = "torch/csrc/distributed/c10d/CommtraceTrace.hpp"
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+
+
+# -- helpers -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory) -> str:
+    if GXX is None:
+        pytest.skip("g++ is not installed")
+    out = tmp_path_factory.mktemp("cpp") / "commtrace_driver"
+    cmd = [GXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-pthread",
+           f"-I{PATCHES}", str(DRIVER_SRC), "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return str(out)
+
+
+def run_driver(driver, mode, rank, run_dir=None, timeout=60):
+    env = {k: v for k, v in os.environ.items() if k != schema.ENV_DIR}
+    if run_dir is not None:
+        env[schema.ENV_DIR] = str(run_dir)
+    return subprocess.run([driver, mode, str(rank)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def read_cpp_files(run_dir):
+    """[(stem, meta lines, records)] of the C++ files in run_dir, with numpy + json only."""
+    out = []
+    for meta_path in sorted(glob.glob(os.path.join(run_dir, "*.cpp" + schema.META_SUFFIX))):
+        stem = meta_path[: -len(schema.META_SUFFIX)]
+        with open(meta_path, encoding="utf-8") as f:
+            meta = [json.loads(line) for line in f if line.strip()]
+        ops_path = stem + schema.OPS_SUFFIX
+        size = os.path.getsize(ops_path)
+        assert size % schema.RECORD_SIZE == 0, "torn record"
+        recs = np.fromfile(ops_path, dtype=schema.OP_RECORD)
+        out.append((os.path.basename(stem), meta, recs))
+    return out
+
+
+def by_type(meta, t):
+    return [m for m in meta if m["type"] == t]
+
+
+# -- the C++ writer ------------------------------------------------------------
+@needs_gxx
+def test_name_mappings(driver):
+    res = run_driver(driver, "names", 0)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    ops = {d["title"]: (d["op"], d["variant"]) for d in lines if "title" in d}
+    assert ops["mpi:all_reduce"] == ("all_reduce", "mpi:all_reduce")
+    assert ops["mpi:_allgather_base"] == ("all_gather", "mpi:_allgather_base")
+    assert ops["mpi:_reduce_scatter_base"] == ("reduce_scatter", "mpi:_reduce_scatter_base")
+    assert ops["mpi:recvAnySource"] == ("recv", "recv_anysource")
+    assert ops["mpi:new_op"] == ("new_op", "mpi:new_op")
+    for title, (op, _) in ops.items():
+        if title != "mpi:new_op":
+            assert op in schema.OPS, title
+    dtypes = {d["c10"]: d["dtype"] for d in lines if "c10" in d}
+    assert dtypes == {
+        "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+        "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+        "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+        "UInt16": "uint16", "Float8_e4m3fn": "float8_e4m3fn", "SomethingNew": "somethingnew",
+    }
+
+
+@needs_gxx
+def test_basic_trace(driver, tmp_path):
+    res = run_driver(driver, "basic", 2, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "enabled=1" in res.stdout
+    files = read_cpp_files(tmp_path)
+    assert len(files) == 1
+    stem, meta, recs = files[0]
+    assert re.fullmatch(r"rank2\.pid\d+\.cpp", stem)
+
+    header = meta[0]
+    assert header["type"] == "header" and header["format"] == schema.FORMAT_NAME
+    assert header["version"] == schema.FORMAT_VERSION and header["source"] == "cpp"
+    assert header["rank"] == 2 and stem == f"rank2.pid{header['pid']}.cpp"
+    assert header["record_size"] == schema.RECORD_SIZE
+    assert isinstance(header["t_mono_ns"], int) and isinstance(header["t_wall_ns"], int)
+    assert meta[-1]["type"] == "end"
+
+    (world,) = by_type(meta, "world")
+    assert world["rank"] == 2 and world["world_size"] == 4 and world["backend"] == "mpi"
+    groups = {g["id"]: g for g in by_type(meta, "group")}
+    assert groups[0]["ranks"] == [0, 1, 2, 3] and groups[0]["rank"] == 2 and groups[0]["size"] == 4
+    assert groups[1]["ranks"] == [0, 2] and groups[1]["rank"] == 1 and groups[1]["backend"] == "mpi"
+    assert groups[1]["name"] != groups[2]["name"]  # same ranks twice: distinct names
+    sigs = {s["id"]: s for s in by_type(meta, "sig")}
+    assert len(sigs) == 5  # the four all_reduces share one sig
+    ar = next(s for s in sigs.values() if s["op"] == "all_reduce")
+    assert ar == {"type": "sig", "id": ar["id"], "op": "all_reduce", "variant": "mpi:all_reduce",
+                  "shapes": [[4, 4]], "out_shapes": [[4, 4]], "dtype": "float32", "bytes": 64,
+                  "out_bytes": 64, "async": True, "device": "cpu"}
+    bcast = next(s for s in sigs.values() if s["op"] == "broadcast")
+    assert bcast["dtype"] == "int64" and bcast["bytes"] == 80
+    barrier = next(s for s in sigs.values() if s["op"] == "barrier")
+    assert barrier["shapes"] == [] and barrier["dtype"] is None
+    ag = next(s for s in sigs.values() if s["op"] == "all_gather")
+    assert ag["variant"] == "mpi:_allgather_base" and ag["out_shapes"] == [[12]]
+    assert ag["dtype"] == "bfloat16"
+    # every line names a sig id it defined before
+    seen = set()
+    for m in meta:
+        if m["type"] == "sig":
+            seen.add(m["id"])
+        if m["type"] == "error":
+            assert m["sig"] in seen
+
+    assert len(recs) == 8
+    assert (recs["flags"] & schema.FLAG_SOURCE_MASK == schema.FLAG_SOURCE_CPP).all()
+    assert (recs["iteration"] == 0).all()
+    assert set(recs["sig"]) <= set(sigs)
+    assert set(recs["group"]) == {0, 1, 2}
+    w = np.sort(recs[recs["group"] == 0], order="seq")
+    assert list(w["seq"]) == [1, 2, 3, 4, 5, 6]
+    assert list(w["status"]) == [0, 0, 0, 0, 0, schema.STATUS_FAILED]
+    assert (np.diff(w["t_call"]) > 0).all()
+    assert (recs["d_return"] >= 0).all() and (recs["d_end"] >= recs["d_return"]).all()
+    # op 1 runs 40 ms; op 2, queued right behind it, waits for it in the queue
+    assert w["d_end"][0] - w["d_return"][0] >= 35e6
+    assert w["d_return"][1] >= 30e6
+    assert w["d_end"][1] - w["d_return"][1] < 35e6
+    (err,) = by_type(meta, "error")
+    assert (err["t_call"], err["group"], err["seq"]) == (int(w["t_call"][5]), 0, 6)
+    assert err["text"] == 'MPI error in: ProcessGroupMPI.cpp:42, with error code: 15\n"quoted"'
+    for g in (1, 2):
+        assert list(recs[recs["group"] == g]["seq"]) == [1]
+
+    # Times are steady_clock = CLOCK_MONOTONIC, the clock of time.monotonic_ns().
+    if sys.platform.startswith("linux"):
+        assert abs(int(recs["t_call"].max()) - time.monotonic_ns()) < 60e9
+
+
+@needs_gxx
+def test_disabled_writes_nothing(driver, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != schema.ENV_DIR}
+    res = subprocess.run([driver, "basic", "0"], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "enabled=0" in res.stdout
+    assert os.listdir(tmp_path) == []
+
+
+@needs_gxx
+def test_unwritable_dir_turns_tracing_off(driver, tmp_path):
+    res = run_driver(driver, "basic", 0, tmp_path / "missing" / "dir")
+    assert res.returncode == 0, res.stderr
+    assert "enabled=0" in res.stdout
+    assert "C++ tracing is off" in res.stderr
+
+
+@needs_gxx
+def test_sigkill_keeps_completed_ops_and_in_flight(driver, tmp_path):
+    env = {k: v for k, v in os.environ.items()}
+    env[schema.ENV_DIR] = str(tmp_path)
+    proc = subprocess.Popen([driver, "hang", "0"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.8)  # > 1 s in flight + one 0.5 s flush
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    assert "end" not in [m["type"] for m in meta]
+    done = recs[recs["seq"] == 1]
+    assert list(done["status"]) == [schema.STATUS_COMPLETED]
+    stuck = recs[recs["seq"] == 2]   # dequeued, blocked in "MPI"
+    assert len(stuck) >= 1 and (stuck["status"] == schema.STATUS_IN_FLIGHT).all()
+    assert np.isfinite(stuck["d_return"]).all() and np.isnan(stuck["d_end"]).all()
+    queued = recs[recs["seq"] == 3]  # never left the queue
+    assert len(queued) >= 1 and (queued["status"] == schema.STATUS_IN_FLIGHT).all()
+    assert np.isnan(queued["d_return"]).all() and np.isnan(queued["d_end"]).all()
+
+
+@needs_gxx
+def test_threads_stress(driver, tmp_path):
+    res = run_driver(driver, "stress", 5, tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    assert stem.startswith("rank5.")
+    assert len(recs) == 8 * 200
+    assert (recs["status"] == schema.STATUS_COMPLETED).all()
+    for g in range(3):
+        seqs = np.sort(recs["seq"][recs["group"] == g])
+        assert list(seqs) == list(range(1, len(seqs) + 1))
+    sigs = by_type(meta, "sig")
+    assert len({s["id"] for s in sigs}) == len(sigs)
+    keys = {json.dumps({k: v for k, v in s.items() if k != "id"}, sort_keys=True) for s in sigs}
+    assert len(keys) == len(sigs)  # interned: no duplicate descriptions
+    assert set(recs["sig"]) == {s["id"] for s in sigs}
+
+
+@needs_gxx
+@pytest.mark.skipif(not hasattr(commtrace, "load"), reason="commtrace.load (the reader) is not there yet")
+def test_reader_loads_cpp_files(driver, tmp_path):
+    res = run_driver(driver, "basic", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    t = commtrace.load(str(tmp_path))
+    ops = getattr(t, "ops", t)  # a Trace with .ops, or the frame itself
+    assert len(ops) == 8
+    assert set(ops["source"]) == {"cpp"}
+    assert set(ops["op"]) == {"all_reduce", "broadcast", "barrier", "all_gather", "reduce_scatter"}
+    failed = ops[ops["status"] == "failed"]
+    assert len(failed) == 1 and failed["op"].iloc[0] == "all_reduce"
+
+
+@needs_gxx
+@pytest.mark.skipif(not hasattr(commtrace, "load"), reason="commtrace.load (the reader) is not there yet")
+def test_reader_merges_cpp_into_python_rows(driver, tmp_path):
+    """A Python-layer file of the same process: the world-group ops appear once, with the split."""
+    from commtrace.trace.writer import TraceWriter
+
+    res = run_driver(driver, "basic", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    pid = meta[0]["pid"]
+    world_ops = np.sort(recs[recs["group"] == 0], order="seq")
+    sig_op = {m["id"]: m["op"] for m in by_type(meta, "sig")}
+    py_sigs, rows = {}, []
+    for r in world_ops:
+        op = sig_op[int(r["sig"])]
+        sid = py_sigs.setdefault(op, len(py_sigs))
+        rows.append((int(r["t_call"]) - 2000, 1500.0, float(r["d_end"]) + 5000, int(r["seq"]), sid,
+                     0, 0, int(r["status"]), schema.FLAG_SOURCE_PYTHON))
+    w = TraceWriter(str(tmp_path), f"rank0.pid{pid}")
+    header = {"type": "header", "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
+              "source": "python", "pid": pid, "rank": 0, "host": meta[0]["host"],
+              "t_wall_ns": meta[0]["t_wall_ns"], "t_mono_ns": meta[0]["t_mono_ns"]}
+    lines = [header,
+             {"type": "world", "world": 0, "world_id": "w0", "rank": 0, "world_size": 4, "backend": "mpi"},
+             {"type": "group", "id": 0, "world": 0, "world_id": "w0", "name": "0", "backend": "mpi",
+              "size": 4, "rank": 0, "ranks": [0, 1, 2, 3]}]
+    lines += [{"type": "sig", "id": sid, "op": op, "variant": op} for op, sid in py_sigs.items()]
+    lines.append({"type": "end", "exit_code": 0, "how": "exit", "t_wall_ns": 0, "t_mono_ns": 0})
+    w.write(lines, np.array(rows, dtype=schema.OP_RECORD))
+    w.close()
+
+    t = commtrace.load(str(tmp_path))
+    ops = getattr(t, "ops", t)
+    py = ops[ops["source"] == "python"].sort_values("seq")
+    assert len(py) == 6 and py["queue_wait_ns"].notna().all() and py["mpi_ns"].notna().all()
+    assert py["queue_wait_ns"].iloc[1] >= 30e6   # the all_reduce queued behind the 40 ms one
+    assert py["mpi_ns"].iloc[0] >= 35e6
+    cpp = ops[ops["source"] == "cpp"]
+    assert len(cpp) == 2 and set(cpp["op"]) == {"all_reduce", "reduce_scatter"}  # subgroups: C++ only
+
+
+# -- the patch file -----------------------------------------------------------
+def parse_patch(text):
+    """{path: [hunks]} where a hunk is (old_start, old_len, new_start, new_len, lines)."""
+    files, cur = {}, None
+    lines = text.split("\n")
+    assert lines[-1] == ""  # ends with a newline
+    i = 0
+    while i < len(lines) - 1:
+        ln = lines[i]
+        if ln.startswith("diff --git "):
+            m = re.fullmatch(r"diff --git a/(\S+) b/(\S+)", ln)
+            assert m and m.group(1) == m.group(2), ln
+            cur = files.setdefault(m.group(2), [])
+            i += 1
+            continue
+        m = re.match(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", ln)
+        if m:
+            o0, ol, n0, nl = (int(m.group(1)), int(m.group(2) or 1), int(m.group(3)), int(m.group(4) or 1))
+            body, i = [], i + 1
+            old = new = 0
+            while i < len(lines) - 1 and (old < ol or new < nl):
+                b = lines[i]
+                assert b[:1] in (" ", "+", "-"), f"bad hunk line {b!r}"
+                old += b[0] in " -"
+                new += b[0] in " +"
+                body.append(b)
+                i += 1
+            assert (old, new) == (ol, nl), f"hunk counts wrong at {ln}"
+            cur.append((o0, ol, n0, nl, body))
+            continue
+        i += 1
+    return files
+
+
+def test_patch_is_wellformed_and_touches_only_its_files():
+    text = PATCH.read_text()
+    files = parse_patch(text)
+    assert set(files) == {TREE_CPP, TREE_HPP}
+    assert re.search(rf"^diff --git a/{TREE_HPP} b/{TREE_HPP}\nnew file mode 100644\n", text, re.M)
+    assert "--- /dev/null" in text
+    # The header in the patch is byte-for-byte patches/commtrace_trace.h.
+    (hunk,) = files[TREE_HPP]
+    assert "\n".join(b[1:] for b in hunk[4]) + "\n" == HEADER.read_text()
+    res = subprocess.run([sys.executable, str(PATCHES / "make_patch.py"), "--check"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    # ProcessGroupMPI.cpp: small, additive, every added line is about commtrace or plumbing.
+    hunks = files[TREE_CPP]
+    added = [b[1:] for h in hunks for b in h[4] if b.startswith("+")]
+    removed = [b[1:] for h in hunks for b in h[4] if b.startswith("-")]
+    assert len(hunks) == 3 and len(added) <= 40
+    assert removed == ["  return c10::make_intrusive<ProcessGroupMPI>(rank, size, groupComm);"]
+    assert "#include <torch/csrc/distributed/c10d/CommtraceTrace.hpp>" in added
+    assert "  if (commtrace::enabled()) {" in added  # the one branch per op
+    assert not any("\t" in a for a in added)
+    assert all(len(a) <= 80 for a in added)  # clang-format column limit
+
+
+def test_patch_applies_to_its_own_preimage(tmp_path):
+    """git apply --check/apply/--reverse on a file made of the hunks' context (git allows offsets)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    files = parse_patch(PATCH.read_text())
+    repo = tmp_path / "pytorch"
+    target = repo / TREE_CPP
+    target.parent.mkdir(parents=True)
+    pre = []
+    for _, _, _, _, body in files[TREE_CPP]:
+        pre += [b[1:] for b in body if b[0] in " -"] + ["// (elided)"]
+    target.write_text("\n".join(pre) + "\n")
+    git = ["git", "-C", str(repo)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    for args in (["apply", "--check", str(PATCH)], ["apply", str(PATCH)],
+                 ["apply", "--reverse", "--check", str(PATCH)]):
+        res = subprocess.run(git + args, capture_output=True, text=True)
+        assert res.returncode == 0, (args, res.stderr)
+    assert "commtrace::wrapRun" in target.read_text()
+    assert (repo / TREE_HPP).read_text() == HEADER.read_text()
+
+
+# -- make targets ---------------------------------------------------------------
+def make_dry_run(target, *extra):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    top = ROOT / "Makefile"
+    uses_top = top.exists() and "patches/patch.mk" in top.read_text()
+    cmd = ["make", "-n", target, *extra] if uses_top else ["make", "-n", "-f", "patches/patch.mk", target, *extra]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+
+
+def test_make_n_patch_build():
+    res = make_dry_run("patch-build")
+    assert res.returncode == 0, res.stderr
+    assert "pytorch_build.sh build" in res.stdout
+    assert "PYTORCH_TAG='v2.13.0'" in res.stdout and "USE_CUDA='0'" in res.stdout
+    res = make_dry_run("patch-build", "PYTORCH_SRC=/src/pytorch", "USE_CUDA=1", "MAX_JOBS=3")
+    assert res.returncode == 0, res.stderr
+    assert "PYTORCH_SRC='/src/pytorch'" in res.stdout and "USE_CUDA='1'" in res.stdout
+    assert "MAX_JOBS='3'" in res.stdout
+    for target, verb in (("patch-check", "check"), ("patch-revert", "revert")):
+        res = make_dry_run(target)
+        assert res.returncode == 0 and f"pytorch_build.sh {verb}" in res.stdout
+
+
+def test_build_script_syntax_and_usage():
+    script = PATCHES / "pytorch_build.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    res = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert res.returncode == 2 and "usage" in res.stderr
+
+
+def test_prereqs_fail_early_with_clear_message(tmp_path):
+    """With no MPI wrappers on PATH the prerequisite check names them and fails."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "git", "gcc", "g++", "df", "awk", "sort", "head", "dirname", "mktemp",
+                 "rm", "tr", "grep", "nproc", "cat", "cc1", "as", "ld"):
+        p = shutil.which(tool)
+        if p:
+            os.symlink(p, bindir / tool)
+    # PYTHON's directory goes on PATH (cmake/ninja/mpicc may come from the venv): keep it ours.
+    os.symlink(sys.executable, bindir / "python")
+    env = {"PATH": str(bindir), "HOME": os.environ.get("HOME", "/tmp"),
+           "PYTHON": str(bindir / "python"), "PYTORCH_SRC": str(tmp_path / "src"), "MIN_FREE_GB": "0"}
+    res = subprocess.run([str(bindir / "bash"), str(PATCHES / "pytorch_build.sh"), "prereqs"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert re.search(r"MISSING\s+mpicc", out) and re.search(r"MISSING\s+mpicxx", out)
+    assert re.search(r"MISSING\s+mpi\.h", out)
+    assert "missing prerequisites" in out
+    assert re.search(r"ok\s+disk", out)
