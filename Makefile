@@ -31,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 demo: setup
 	rm -rf $(DEMO_DIR)
-	$(MPIRUN) -n $(NP) $(PYTHON) -m commtrace run -o $(DEMO_DIR) examples/ddp_mpi.py --hidden 1000 --steps 6
+	$(MPIRUN) -n $(NP) $(PYTHON) -m commtrace run -o $(DEMO_DIR) examples/ddp_mpi.py --hidden 1000 --epochs 2
 	$(VENV)/bin/commtrace report $(DEMO_DIR)
 
 test: setup

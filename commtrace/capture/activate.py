@@ -75,6 +75,7 @@ def _install() -> None:
             sys.stderr.write(f"commtrace: phase annotations disabled: {exc}\n")
     _install_mpi_backend()
     _install_signal_handlers()
+    _install_watchdog()
 
 
 def _install_mpi_backend() -> None:
@@ -117,11 +118,29 @@ def _install_signal_handlers() -> None:
         def handler(signum, frame, _sig=sig):
             rec = active_recorder()
             if rec is not None:
+                _watchdog_dump(rec, "SIGTERM")
                 rec.close(exit_code=128 + signum, how="signal")
             signal.signal(_sig, signal.SIG_DFL)
             os.kill(os.getpid(), _sig)
 
         signal.signal(sig, handler)
+
+
+def _install_watchdog() -> None:
+    """Hang watchdog, SIGUSR1/SIGTERM state dumps (commtrace.capture.watchdog)."""
+    try:
+        from . import watchdog
+        watchdog.install(active_recorder())
+    except Exception as exc:  # dumps are optional; tracing is not
+        sys.stderr.write(f"commtrace: watchdog disabled: {exc}\n")
+
+
+def _watchdog_dump(rec, reason: str) -> None:
+    try:
+        from . import watchdog
+        watchdog.dump_once(rec, reason)
+    except Exception:
+        pass
 
 
 class _C10DFinder(importlib.abc.MetaPathFinder):

@@ -1,0 +1,420 @@
+"""Hang watchdog and state dumps (``commtrace run --hang-timeout S [--abort-on-hang]``).
+
+A dump is one JSON file in the run directory (never pickle)::
+
+    <reason>.rank<R>.pid<P>[.<n>].json   reason: hang | sigterm | sigusr1
+
+holding the ops this process has in flight (op, group, seq, shapes, dtype,
+call site, age) and the Python stack of every thread. The trace gets a
+``dump`` meta line (``{"type": "dump", "path": <file name>, "reason": ...,
+"t_mono_ns": ...}``) and is flushed at once; one line on stderr points to it.
+
+When dumps happen
+-----------------
+* **Hang**: with ``COMMTRACE_HANG_TIMEOUT`` set (``--hang-timeout``), the
+  ``commtrace-watchdog`` daemon thread checks every ``min(0.5, timeout/4)`` s
+  whether an op in ``Recorder.active`` (blocked inside the backend) or
+  ``Recorder.pending`` (async, not finished) is older than the timeout. It
+  dumps once per hang episode (an episode ends when no op is over the timeout).
+  With ``COMMTRACE_ABORT_ON_HANG=1`` (``--abort-on-hang``) it then closes the
+  trace (end record ``how: "hang"``, exit code 3) and calls ``os._exit(3)``:
+  the main thread is stuck inside a C++ collective, so an exception or
+  ``sys.exit`` could never reach it; a non-zero exit makes the launcher
+  (mpirun, torchrun, mp.spawn, Slurm) tear the job down.
+* **SIGTERM** (launchers' and Slurm's "time is up"): dump, close the trace,
+  then die by SIGTERM as before (see ``activate._install_signal_handlers``).
+* **SIGUSR1**: dump and carry on (``kill -USR1 <pid>`` on a job that looks stuck).
+
+Python runs signal handlers only in the main thread and only between
+bytecodes, so a rank blocked in a collective would never run them. We
+therefore also register a wakeup fd (``signal.set_wakeup_fd``): the C-level
+handler writes the signal number into a pipe immediately, and the
+``commtrace-signals`` thread does the dump (and, for SIGTERM, the close and
+re-raise) even while the main thread is stuck. If the program already uses a
+wakeup fd (asyncio), we leave it alone and rely on the main-thread handlers.
+
+Processes started by ``torch.multiprocessing.spawn`` report their exception
+to the parent and ``sys.exit(1)``; we wrap ``spawn._wrap`` so the exception
+is also stored in the trace (``exception`` meta line), as ``commtrace run``
+does for the main script.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from ..trace import schema
+from .recorder import GROUP, SEQ, SIG, T_CALL, T_END
+
+ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
+ENV_ABORT_ON_HANG = "COMMTRACE_ABORT_ON_HANG"
+ABORT_EXIT_CODE = 3
+MAX_FRAMES = 64
+
+_lock = threading.RLock()
+_state: dict = {}
+
+
+# -- state collection ---------------------------------------------------------------
+
+def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
+    """Ops not finished yet, oldest first: inside the backend call, or async and pending."""
+    now = time.monotonic_ns() if now_ns is None else now_ns
+    rows = []
+    for row in list(rec.active.values()):
+        rows.append((row, "in_backend_call"))
+    for item in list(rec.pending):
+        row = item[0]
+        if not row[T_END]:
+            rows.append((row, "async_pending"))
+    out = []
+    for row, where in sorted(rows, key=lambda x: x[0][T_CALL]):
+        sig = _line(rec.sig_lines, row[SIG])
+        grp = _line(rec.group_lines, row[GROUP])
+        out.append({
+            "op": sig.get("op"), "variant": sig.get("variant"),
+            "group": grp.get("name"), "group_desc": grp.get("desc"), "group_ranks": grp.get("ranks"),
+            "seq": row[SEQ], "shapes": sig.get("shapes"), "dtype": sig.get("dtype"), "bytes": sig.get("bytes"),
+            "reduce_op": sig.get("reduce_op"), "root": sig.get("root"), "callsite": sig.get("callsite"),
+            "thread": sig.get("thread"), "state": where, "t_call_mono_ns": row[T_CALL],
+            "age_s": round((now - row[T_CALL]) / 1e9, 3),
+        })
+    return out
+
+
+def _line(lines, idx) -> dict:
+    try:
+        v = lines[idx]
+        return v if isinstance(v, dict) else {}
+    except (IndexError, TypeError):
+        return {}
+
+
+def thread_stacks() -> list[dict]:
+    """The Python stack of every thread (innermost frame last)."""
+    names = {t.ident: t for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        t = names.get(ident)
+        frames = [{"file": fs.filename, "line": fs.lineno, "function": fs.name, "code": fs.line}
+                  for fs in traceback.extract_stack(frame)[-MAX_FRAMES:]]
+        out.append({"name": t.name if t else f"thread-{ident}", "ident": ident,
+                    "daemon": bool(t.daemon) if t else None, "frames": frames})
+    out.sort(key=lambda d: (d["name"] != "MainThread", d["name"]))
+    return out
+
+
+# -- dumping ------------------------------------------------------------------------
+
+def dump(rec, reason: str, timeout_s: float | None = None, quiet: bool = False) -> str | None:
+    """Write a state dump for ``reason`` ("hang", "SIGTERM", "SIGUSR1", ...); returns its path.
+
+    Safe from any thread; never raises (tracing must not kill the job)."""
+    try:
+        with _lock:
+            return _dump(rec, reason, timeout_s, quiet)
+    except Exception as exc:  # pragma: no cover - defensive
+        try:
+            sys.stderr.write(f"commtrace: dump failed: {exc}\n")
+        except Exception:
+            pass
+        return None
+
+
+def _dump(rec, reason: str, timeout_s, quiet: bool) -> str | None:
+    if rec is None or getattr(rec, "run_dir", None) is None:
+        return None
+    now = time.monotonic_ns()
+    ops = in_flight_ops(rec, now)
+    rank = rec.rank if rec.rank is not None else "X"
+    base = f"{reason.lower()}.rank{rank}.pid{os.getpid()}"
+    name = base + ".json"
+    n = 1
+    while os.path.exists(os.path.join(rec.run_dir, name)):
+        n += 1
+        name = f"{base}.{n}.json"
+    path = os.path.join(rec.run_dir, name)
+    doc = {
+        "type": "commtrace_dump", "version": 1, "reason": reason, "rank": rec.rank, "pid": os.getpid(),
+        "host": socket.gethostname(), "run_id": getattr(rec, "run_id", None),
+        "t_mono_ns": now, "t_wall_ns": time.time_ns(), "hang_timeout_s": timeout_s,
+        "in_flight": ops, "threads": thread_stacks(),
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, default=str)
+    os.replace(tmp, path)
+    if not rec.closed:
+        rec.add_meta({"type": schema.META_DUMP, "path": name, "reason": reason, "t_mono_ns": now,
+                      "in_flight": len(ops)})
+        try:
+            rec.flush()
+        except Exception:
+            pass
+    if not quiet:
+        what = "no op in flight"
+        if ops:
+            o = ops[0]
+            what = f"{o['op']} (group {o['group']} seq {o['seq']}) in flight for {o['age_s']:.1f} s"
+            if len(ops) > 1:
+                what += f" (+{len(ops) - 1} more)"
+        sys.stderr.write(f"commtrace: rank {rank} pid {os.getpid()}: {reason}: {what}; "
+                         f"ops and stacks dumped to {path}\n")
+        sys.stderr.flush()
+    return path
+
+
+# -- hang watchdog --------------------------------------------------------------------
+
+class HangWatchdog:
+    def __init__(self, rec, timeout_s: float, abort: bool):
+        self.rec = rec
+        self.timeout_ns = int(timeout_s * 1e9)
+        self.timeout_s = timeout_s
+        self.abort = abort
+        self.interval = max(0.05, min(0.5, timeout_s / 4))
+        self.in_episode = False
+        self.dumps = 0
+        self._stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self.thread = threading.Thread(target=self._run, name="commtrace-watchdog", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def oldest_age_ns(self) -> int:
+        now = time.monotonic_ns()
+        oldest = 0
+        rec = self.rec
+        for row in list(rec.active.values()):
+            oldest = max(oldest, now - row[T_CALL])
+        for item in list(rec.pending):
+            row = item[0]
+            if not row[T_END]:
+                oldest = max(oldest, now - row[T_CALL])
+        return oldest
+
+    def tick(self) -> bool:
+        """One check; returns True when it dumped."""
+        if self.rec.closed:
+            return False
+        hung = self.oldest_age_ns() > self.timeout_ns
+        if not hung:
+            self.in_episode = False
+            return False
+        if self.in_episode:
+            return False
+        self.in_episode = True
+        self.dumps += 1
+        dump(self.rec, "hang", timeout_s=self.timeout_s)
+        if self.abort:
+            sys.stderr.write(f"commtrace: --abort-on-hang: rank {self.rec.rank} exits with code {ABORT_EXIT_CODE}\n")
+            sys.stderr.flush()
+            try:
+                self.rec.close(exit_code=ABORT_EXIT_CODE, how="hang")
+            finally:
+                os._exit(ABORT_EXIT_CODE)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.rec.closed:
+                return
+            try:
+                self.tick()
+            except Exception:  # never let tracing kill the job
+                traceback.print_exc()
+
+
+# -- signals ----------------------------------------------------------------------------
+
+def _is_commtrace_term_handler(h) -> bool:
+    return callable(h) and getattr(h, "__module__", "") == "commtrace.capture.activate"
+
+
+def _on_sigusr1(signum, frame):
+    if _state.get("signal_thread"):
+        return  # the signal thread dumps (it runs even when the main thread is blocked)
+    dump(_state.get("rec"), "SIGUSR1")
+
+
+def _signal_thread(rfd: int) -> None:
+    while True:
+        try:
+            data = os.read(rfd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            try:
+                _handle_signal_in_thread(signum)
+            except Exception:
+                traceback.print_exc()
+
+
+def _handle_signal_in_thread(signum: int) -> None:
+    rec = _state.get("rec")
+    if rec is None:
+        return
+    if signum == signal.SIGUSR1 and signal.getsignal(signal.SIGUSR1) is _on_sigusr1:
+        dump(rec, "SIGUSR1")
+    elif signum == signal.SIGTERM:
+        h = signal.getsignal(signal.SIGTERM)
+        if not _is_commtrace_term_handler(h):
+            return  # the program's own handler decides; the main thread will run it
+        # The main thread may be stuck in C++ and never run the Python handler:
+        # do what it would do, from here, after giving it a moment to do so itself.
+        time.sleep(0.2)
+        dump_once(rec, "SIGTERM")
+        rec.close(exit_code=128 + signum, how="signal")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def dump_once(rec, reason: str) -> str | None:
+    """``dump`` unless this process already dumped for ``reason`` (SIGTERM: main handler vs thread)."""
+    with _lock:
+        done = _state.setdefault("dumped", set())
+        if reason in done:
+            return None
+        done.add(reason)
+    return dump(rec, reason)
+
+
+def _install_signals() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGUSR1, _on_sigusr1)
+    except (ValueError, OSError):
+        pass
+    if _state.get("signal_thread"):
+        return
+    try:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        if old != -1:  # somebody else (asyncio) owns the wakeup fd: leave it
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+    except (ValueError, OSError):
+        return
+    t = threading.Thread(target=_signal_thread, args=(r,), name="commtrace-signals", daemon=True)
+    t.start()
+    _state["signal_thread"] = t
+    _state["wakeup_fds"] = (r, w)
+
+
+# -- torch.multiprocessing.spawn children ---------------------------------------------------
+
+_orig_wrap = None
+
+
+def _hook_spawn_exceptions() -> None:
+    global _orig_wrap
+    mod = sys.modules.get("torch.multiprocessing.spawn")
+    orig = getattr(mod, "_wrap", None) if mod is not None else None
+    if orig is None or orig is _spawn_wrap:
+        return
+    _orig_wrap = orig
+    mod._wrap = _spawn_wrap  # module level: the parent pickles it by reference
+
+
+def _spawn_wrap(fn, i, args, error_file):
+    """torch.multiprocessing.spawn._wrap that also stores the child's exception in its trace."""
+    orig = _orig_wrap
+    if orig is None:
+        import torch.multiprocessing.spawn as mod
+        orig = getattr(mod, "_wrap")
+        if orig is _spawn_wrap:  # pragma: no cover - cannot happen: install sets _orig_wrap first
+            raise RuntimeError("commtrace: original torch.multiprocessing.spawn._wrap not found")
+    return orig(_Traced(fn), i, args, error_file)
+
+
+class _Traced:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *a):
+        try:
+            return self.fn(*a)
+        except Exception as exc:
+            record_exception(exc)
+            raise
+
+
+def record_exception(exc: BaseException) -> None:
+    rec = _state.get("rec")
+    if rec is None:
+        return
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next  # our wrapper's frame
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    rec.add_meta({"type": schema.META_EXCEPTION, "exc_type": type(exc).__name__, "message": str(exc), "text": text})
+    if rec.exit_info is None:
+        rec.exit_info = (1, "exception")
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+def hang_timeout_from_env() -> float | None:
+    try:
+        v = float(os.environ.get(ENV_HANG_TIMEOUT, "") or 0)
+    except ValueError:
+        return None
+    return v if v > 0 else None
+
+
+def install(rec) -> None:
+    """Called once tracing is on: SIGUSR1/SIGTERM dumps, the hang watchdog if
+    ``COMMTRACE_HANG_TIMEOUT`` is set, exceptions of mp.spawn children. Idempotent."""
+    with _lock:
+        if _state.get("rec") is rec:
+            return
+        _state["rec"] = rec
+    try:
+        _install_signals()
+    except Exception as exc:
+        sys.stderr.write(f"commtrace: signal dumps disabled: {exc}\n")
+    try:
+        _hook_spawn_exceptions()
+    except Exception:
+        pass
+    timeout = hang_timeout_from_env()
+    if timeout:
+        wd = HangWatchdog(rec, timeout, os.environ.get(ENV_ABORT_ON_HANG, "0") == "1")
+        wd.start()
+        _state["watchdog"] = wd
+        if not _state.get("fork_hook"):
+            _state["fork_hook"] = True
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    # Threads do not survive fork: restart the watchdog for the child's own ops.
+    global _lock
+    _lock = threading.RLock()
+    _state.pop("dumped", None)
+    _state.pop("signal_thread", None)  # the pipe reader is gone; main-thread handlers still work
+    wd = _state.get("watchdog")
+    if wd is not None:
+        new = HangWatchdog(wd.rec, wd.timeout_s, wd.abort)
+        _state["watchdog"] = new
+        new.start()

@@ -1,0 +1,50 @@
+"""Rendering of ``commtrace check`` findings (rich; plain when not a TTY).
+
+Every string taken from a trace is escaped (``rich.markup.escape`` via
+``fmt.safe``) so trace contents can never inject markup or control sequences.
+"""
+from __future__ import annotations
+
+from rich.console import Console
+
+from ..analysis.check import ERROR, INFO, PROGRESS, WARNING, Finding
+from .fmt import safe
+
+_STYLE = {ERROR: ("bold red", "ERROR"), WARNING: ("yellow", "WARN "), INFO: ("dim", "info ")}
+
+
+def render_findings(findings: list[Finding], console: Console, title: str | None = "commtrace check",
+                    verbose: bool = False) -> None:
+    """Print findings: a summary line, problems (most severe first), then group progress.
+
+    ``verbose`` also prints the details of info findings."""
+    errors = sum(f.severity == ERROR for f in findings)
+    warnings = sum(f.severity == WARNING for f in findings)
+    if title:
+        console.print(f"[bold]{safe(title)}[/bold]")
+    if errors or warnings:
+        console.print(f"[bold red]{errors} error(s)[/bold red], [yellow]{warnings} warning(s)[/yellow]")
+    else:
+        console.print("[green]no problems found[/green]")
+    problems = [f for f in findings if f.kind != PROGRESS]
+    for f in problems:
+        style, tag = _STYLE.get(f.severity, ("", f.severity))
+        console.print(f"[{style}]{tag}[/{style}] {safe(f.title)}", soft_wrap=True)
+        if f.severity != INFO or verbose:
+            for line in f.details:
+                console.print(f"        {safe(line)}", soft_wrap=True)
+    progress = [f for f in findings if f.kind == PROGRESS]
+    if progress:
+        console.print("[bold]progress per group[/bold] (last sequence number completed by each rank)")
+        for f in progress:
+            console.print(f"  {safe(f.title)}", soft_wrap=True)
+
+
+def findings_text(findings: list[Finding], width: int = 120, verbose: bool = False) -> str:
+    """The same report as plain text (for tests and logs)."""
+    import io
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system=None, no_color=True, highlight=False, emoji=False,
+                  force_terminal=False)
+    render_findings(findings, con, verbose=verbose)
+    return buf.getvalue()

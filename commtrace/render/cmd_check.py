@@ -1,0 +1,65 @@
+"""``commtrace check [RUN_DIR]``: diagnose hangs, desyncs, crashes and stragglers.
+
+Exit codes: 0 clean, 1 problems found, 2 unusable input (``CommtraceError``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+HELP = "diagnose hangs, desyncs, crashes and stragglers"
+EPILOG = """\
+reports, per process group, the last sequence number each rank completed;
+collectives some ranks entered and others never did; mismatches at the same
+sequence number (op type, sizes, dtype, reduce op, root); ranks that raised or
+exited early; traces that end abruptly; watchdog/signal dumps.
+
+exit codes: 0 clean, 1 problems found (--strict: warnings too), 2 unusable input.
+"""
+
+
+def add_parser(subparsers) -> None:
+    import argparse
+    p = subparsers.add_parser("check", help=HELP, description=HELP, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="run directory (default: newest in ./commtrace-out)")
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p.add_argument("--strict", action="store_true", help="exit 1 on warnings (stragglers, ...) too")
+    p.add_argument("-v", "--verbose", action="store_true", help="show details of informational findings")
+    p.set_defaults(handler=run_check)
+
+
+def run_check(ns) -> int:
+    from ..analysis.check import diagnose, exit_code
+    from ..trace.reader import load_run
+    run = load_run(getattr(ns, "run_dir", None))  # CommtraceError (code 2) when unusable
+    findings = diagnose(run)
+    if getattr(ns, "json", False):
+        json.dump({"run_dir": run.path, "findings": [f.to_dict() for f in findings],
+                   "exit_code": exit_code(findings, getattr(ns, "strict", False))}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from .check_text import render_findings
+        from .terminal import make_console
+        con = make_console()
+        render_findings(findings, con, title=f"commtrace check {run.path}", verbose=getattr(ns, "verbose", False))
+    return exit_code(findings, getattr(ns, "strict", False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (``python -m commtrace.render.cmd_check RUN_DIR``) until the CLI wires it in."""
+    import argparse
+    from ..errors import CommtraceError
+    parser = argparse.ArgumentParser(prog="commtrace")
+    sub = parser.add_subparsers(dest="command")
+    add_parser(sub)
+    ns = parser.parse_args(["check", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return ns.handler(ns)
+    except CommtraceError as e:
+        print(f"commtrace: error: {e}", file=sys.stderr)
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

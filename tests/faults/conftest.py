@@ -1,0 +1,70 @@
+"""Helpers for the fault tests: run a traced multi-process job with a hard timeout."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = HERE / "scripts"
+ROOT = HERE.parent.parent
+MPIRUN = Path(sys.executable).parent / "mpirun"
+
+
+def _env() -> dict:
+    e = dict(os.environ)
+    for k in ("COMMTRACE_DIR", "COMMTRACE_RUN_ID", "COMMTRACE_LAUNCHER", "COMMTRACE_HANG_TIMEOUT",
+              "COMMTRACE_ABORT_ON_HANG"):
+        e.pop(k, None)
+    e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+             OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+             PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""))
+    return e
+
+
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, env=_env(), cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as ex:
+        err = ex.stderr.decode(errors="replace") if isinstance(ex.stderr, bytes) else (ex.stderr or "")
+        pytest.fail(f"{' '.join(cmd)} still running after {timeout}s\n--- stderr\n{err[-4000:]}")
+
+
+def traced_spawn(out: Path, mode: str, *, hang_timeout: float | None = None, timeout: float = 60):
+    """``commtrace run [--hang-timeout T --abort-on-hang] -o OUT spawn_faults.py MODE``."""
+    cmd = [sys.executable, "-m", "commtrace", "run", "-o", str(out)]
+    if hang_timeout:
+        cmd += ["--hang-timeout", str(hang_timeout), "--abort-on-hang"]
+    cmd += [str(SCRIPTS / "spawn_faults.py"), mode]
+    return _run(cmd, timeout)
+
+
+def traced_mpirun(out: Path, mode: str, n: int = 2, timeout: float = 60):
+    """``mpirun -n N python -m commtrace run -o OUT mpi_faults.py MODE``."""
+    if not MPIRUN.exists():
+        pytest.skip("no mpirun in the venv")
+    cmd = [str(MPIRUN), "--oversubscribe", "-n", str(n), sys.executable, "-m", "commtrace", "run",
+           "-o", str(out), str(SCRIPTS / "mpi_faults.py"), mode]
+    return _run(cmd, timeout)
+
+
+def check_cli(run_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`commtrace check` through the real command line."""
+    return _run([sys.executable, "-m", "commtrace", "check", str(run_dir), *args], timeout)
+
+
+def diagnose_dir(run_dir: Path):
+    from commtrace.analysis.check import diagnose
+    from commtrace.trace.reader import load_run
+    run = load_run(str(run_dir))
+    return run, diagnose(run)
+
+
+def kinds(findings) -> dict:
+    out: dict = {}
+    for f in findings:
+        out.setdefault(f.kind, []).append(f)
+    return out

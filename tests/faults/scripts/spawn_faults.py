@@ -1,0 +1,62 @@
+"""Fault-injection workload: 2 gloo ranks via torch.multiprocessing.spawn.
+
+usage: spawn_faults.py MODE [STEPS]
+MODE: clean | usr1 | raise | sigkill | skip | sizes
+Every step is one all_reduce of 16 floats at the line marked STEP; the fault
+hits rank 1 at step 3 (so group seq 1..3 completed everywhere, seq 4 is the
+collective that goes wrong).
+"""
+import datetime
+import os
+import signal
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+FAULT_STEP = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(rank, world, port, mode, steps):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(16)
+    for step in range(steps):
+        if rank == 1 and step == FAULT_STEP:
+            if mode in ("raise", "sigkill", "sizes"):
+                # Rank 0 waits in seq 4 for > 1 s, so its in-flight record is on disk
+                # even if it then crashes; and everything so far is flushed.
+                time.sleep(2.2)
+            if mode == "raise":
+                raise RuntimeError("injected failure at step 3")
+            if mode == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if mode == "skip":
+                continue
+        if mode == "usr1" and rank == 0 and step == FAULT_STEP:
+            os.kill(os.getpid(), signal.SIGUSR1)  # dump state, keep going
+            time.sleep(0.3)
+        if mode == "sizes" and step == FAULT_STEP:
+            x = torch.ones(16 if rank == 0 else 32)
+            dist.all_reduce(x)  # SIZES
+            continue
+        dist.all_reduce(t)  # STEP
+    if mode == "skip" and rank == 1:
+        time.sleep(120)  # busy elsewhere while rank 0 waits in its 6th all_reduce
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+    mp.spawn(worker, args=(2, free_port(), mode, steps), nprocs=2)

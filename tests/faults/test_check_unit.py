@@ -1,0 +1,190 @@
+"""The pure diagnosis functions on small synthetic frames (no processes, fast)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from commtrace.analysis import check as C
+from commtrace.render.check_text import findings_text
+from commtrace.trace.reader import Run, TraceIssue
+
+COLS = ["rank", "world", "group", "group_desc", "group_ranks", "seq", "op", "variant", "shapes", "out_shapes",
+        "dtype", "reduce_op", "root", "status", "t_start_ns", "t_end_ns", "callsite", "error"]
+
+
+def row(rank, seq, op="all_reduce", shapes="[[10]]", dtype="float32", status="completed", t=None,
+        group="0", ranks="0,1", reduce_op="SUM", root=None, variant=None, callsite="train.py:10 (step)", error=None):
+    t = seq * 1_000_000 + rank * 1000 if t is None else t
+    return dict(rank=rank, world="w", group=group, group_desc="default_pg" if group == "0" else None,
+                group_ranks=ranks, seq=seq, op=op, variant=variant or op.replace("_", ""), shapes=shapes,
+                out_shapes=shapes, dtype=dtype, reduce_op=reduce_op if op in ("all_reduce", "reduce") else None,
+                root=root, status=status, t_start_ns=t, t_end_ns=None if status == "in_flight" else t + 500,
+                callsite=callsite, error=error)
+
+
+def frame(rows) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=COLS)
+    for c in ("world", "group", "group_desc", "group_ranks", "op", "variant", "shapes", "out_shapes", "dtype",
+              "reduce_op", "status", "callsite", "error"):
+        df[c] = df[c].astype("category")
+    df["root"] = df["root"].astype("Int64")
+    df["t_end_ns"] = df["t_end_ns"].astype("Int64")
+    return df
+
+
+def proc(rank, world_size=2, end=("exit", 0), exception=None, complete=True, dumps=()):
+    return {"file": f"rank{rank}.pid{100 + rank}.meta.jsonl", "rank": rank, "world_size": world_size,
+            "end": None if end is None else {"how": end[0], "exit_code": end[1], "t_mono_ns": 10**9},
+            "exception": exception, "complete": complete, "dumps": list(dumps)}
+
+
+def mkrun(rows, procs=None, issues=(), n=2):
+    return Run("/tmp/x", frame(rows), procs if procs is not None else [proc(r, n) for r in range(n)], list(issues))
+
+
+def by_kind(fs):
+    out = {}
+    for f in fs:
+        out.setdefault(f.kind, []).append(f)
+    return out
+
+
+def test_clean():
+    rows = [row(r, s) for s in (1, 2, 3) for r in (0, 1)]
+    fs = C.diagnose(mkrun(rows))
+    assert C.exit_code(fs) == 0
+    prog = by_kind(fs)[C.PROGRESS][0]
+    assert prog.data["ranks"]["0"]["last_completed"] == 3 and prog.data["ranks"]["1"]["last_completed"] == 3
+    assert "no problems found" in findings_text(fs)
+
+
+def test_not_arrived_names_op_seq_ranks_and_last_callsite():
+    rows = [row(r, s) for s in (1, 2) for r in (0, 1, 2)]
+    rows += [row(0, 3, status="in_flight"), row(2, 3, status="in_flight")]
+    rows = [dict(x, group_ranks="0,1,2") for x in rows]
+    rows[4] = dict(rows[4], callsite="train.py:99 (eval)")  # rank 1's last op (seq 2)
+    fs = C.diagnose(mkrun(rows, [proc(r, 3) for r in range(3)], n=3))
+    f = by_kind(fs)[C.NOT_ARRIVED][0]
+    assert (f.seq, f.op, f.ranks) == (3, "all_reduce", [1])
+    assert f.data["entered"] == [0, 2] and f.data["waiting"] == [0, 2]
+    assert f.data["last_callsite"]["1"] == "train.py:99 (eval)"
+    assert "rank 1 never arrived" in f.title
+    assert C.exit_code(fs) == 1
+    prog = by_kind(fs)[C.PROGRESS][0].data["ranks"]
+    assert prog["0"]["in_flight"] == [3] and prog["1"]["last_completed"] == 2
+
+
+def test_missing_rank_without_file_never_arrived():
+    rows = [row(0, 1), row(0, 2, status="in_flight")]
+    fs = C.diagnose(mkrun(rows, [proc(0)]))
+    k = by_kind(fs)
+    assert k[C.NOT_ARRIVED][0].ranks == [1] and k[C.NOT_ARRIVED][0].seq == 1
+    assert "no usable trace file" in "\n".join(k[C.NOT_ARRIVED][0].details)
+    assert k[C.MISSING_RANK][0].ranks == [1]
+
+
+@pytest.mark.parametrize("field,kw0,kw1,category", [
+    ("op", dict(op="all_reduce"), dict(op="broadcast", root=0), "op"),
+    ("sizes", dict(shapes="[[10]]"), dict(shapes="[[20]]"), "sizes"),
+    ("dtype", dict(dtype="float32"), dict(dtype="float16"), "dtype"),
+    ("reduce", dict(reduce_op="SUM"), dict(reduce_op="MAX"), "reduce_op"),
+    ("root", dict(op="broadcast", root=0), dict(op="broadcast", root=1), "root"),
+])
+def test_mismatch_categories(field, kw0, kw1, category):
+    rows = [row(r, 1) for r in (0, 1)] + [row(0, 2, **kw0), row(1, 2, **kw1)]
+    fs = C.diagnose(mkrun(rows))
+    mm = by_kind(fs)[C.MISMATCH]
+    assert len(mm) == 1 and mm[0].seq == 2 and mm[0].severity == C.ERROR
+    assert list(mm[0].data["categories"]) == [category]
+    cat = mm[0].data["categories"][category]
+    assert sorted(r for v in cat.values() for r in v) == [0, 1]
+
+
+def test_variant_only_is_a_warning_and_scatter_compares_outputs():
+    rows = [row(0, 1, variant="allgather"), row(1, 1, variant="_allgather_base")]
+    rows = [dict(x, op="all_gather") for x in rows]
+    rows += [row(0, 2, op="scatter", root=0, shapes="[[4],[4]]"), row(1, 2, op="scatter", root=0, shapes="[]")]
+    rows[-2]["out_shapes"] = rows[-1]["out_shapes"] = "[[4]]"
+    fs = C.diagnose(mkrun(rows))
+    mm = by_kind(fs)[C.MISMATCH]
+    assert len(mm) == 1 and mm[0].seq == 1 and mm[0].severity == C.WARNING
+    assert C.exit_code(fs) == 0 and C.exit_code(fs, strict=True) == 1
+
+
+def test_stuck_everyone_entered():
+    rows = [row(r, 1) for r in (0, 1)] + [row(0, 2, status="in_flight"), row(1, 2, status="in_flight")]
+    fs = C.diagnose(mkrun(rows))
+    st = by_kind(fs)[C.STUCK][0]
+    assert st.seq == 2 and st.ranks == [0, 1]
+
+
+def test_failed_op_and_exception_and_abrupt():
+    rows = [row(r, 1) for r in (0, 1)] + [row(0, 2, status="failed", error="RuntimeError: Connection closed")]
+    procs = [proc(0, exception={"exc_type": "RuntimeError", "message": "Connection closed", "text": "tb"},
+                  end=("exception", 1)),
+             proc(1, end=None, complete=False)]
+    issues = [TraceIssue("rank1.pid101.ops.bin", "truncated mid-record (7 trailing bytes ignored)", 1)]
+    fs = C.diagnose(mkrun(rows, procs, issues))
+    k = by_kind(fs)
+    assert k[C.FAILED][0].seq == 2 and k[C.FAILED][0].ranks == [0]
+    assert "Connection closed" in k[C.FAILED][0].details[0]
+    assert k[C.EXCEPTION][0].ranks == [0]
+    assert k[C.ABRUPT][0].ranks == [1] and "truncated" in k[C.ABRUPT][0].title
+    assert "truncated" in "\n".join(k[C.NOT_ARRIVED][0].details)
+    assert C.TRACE_ISSUE not in k  # the truncation is reported once, on the rank
+
+
+def test_exited_nonzero_and_hang_abort():
+    rows = [row(r, 1) for r in (0, 1)]
+    fs = C.diagnose(mkrun(rows, [proc(0, end=("hang", 3)), proc(1, end=("signal", 143))]))
+    ex = by_kind(fs)[C.EXITED]
+    assert [f.ranks for f in ex] == [[0], [1]]
+    assert "watchdog" in ex[0].title and "SIGTERM" in ex[1].title
+
+
+def test_subgroup_members_from_group_ranks():
+    rows = [row(r, 1, group="1", ranks="1,2") for r in (1, 2)] + [row(1, 2, group="1", ranks="1,2", status="in_flight")]
+    rows += [row(r, 1) for r in (0, 1, 2)]
+    rows = [dict(x, group_ranks="0,1,2") if x["group"] == "0" else x for x in rows]
+    fs = C.diagnose(mkrun(rows, [proc(r, 3) for r in range(3)], n=3))
+    na = by_kind(fs)[C.NOT_ARRIVED]
+    assert len(na) == 1 and na[0].group == "1" and na[0].ranks == [2] and na[0].seq == 2
+
+
+def test_p2p_unmatched_is_info_unless_in_flight():
+    rows = [row(0, 1, op="send", root=1), row(1, 1, op="recv", root=0),
+            row(0, 2, op="send", root=1)]  # completed send, no recv: info
+    rows += [row(1, 1, op="send", root=0, status="in_flight", t=5_000_000)]  # stuck send: error
+    fs = C.diagnose(mkrun(rows))
+    p2p = by_kind(fs)[C.P2P_UNMATCHED]
+    sev = sorted((f.ranks[0], f.seq, f.severity) for f in p2p)
+    assert sev == [(0, 2, C.INFO), (1, 1, C.ERROR)]
+    assert C.NOT_ARRIVED not in by_kind(fs)  # p2p seq is per peer: never matched as a collective
+
+
+def test_straggler():
+    rows = []
+    for s in range(1, 9):
+        base = s * 1_000_000_000
+        rows += [row(0, s, t=base), row(1, s, t=base + 200_000_000)]
+    fs = C.diagnose(mkrun(rows))
+    st = by_kind(fs)[C.STRAGGLER]
+    assert st[0].ranks == [1] and st[0].severity == C.WARNING
+    assert C.exit_code(fs) == 0
+
+
+def test_render_escapes_markup_and_control_chars():
+    rows = [row(0, 1), row(1, 1, callsite="[bold red]evil[/] \x1b[31m"), row(0, 2, status="in_flight")]
+    fs = C.diagnose(mkrun(rows))
+    text = findings_text(fs)
+    assert "[bold red]evil[/]" in text and "\x1b" not in text
+    assert all(isinstance(f.to_dict(), dict) for f in fs)
+    import json
+    json.dumps([f.to_dict() for f in fs])
+
+
+def test_empty_frame():
+    run = Run("/tmp/x", pd.DataFrame({c: pd.Series(dtype="object") for c in ["rank", "seq", "op", "status"]}),
+              [proc(0), proc(1, end=None, complete=False)], [])
+    fs = C.diagnose(run)
+    assert [f.kind for f in fs] == [C.ABRUPT]

@@ -1,0 +1,187 @@
+"""Real multi-process fault runs (gloo, 2 ranks): inject a fault, then `commtrace check`
+must name the op, the sequence number and the ranks, and the other rank's trace
+must be intact. Every run has a hard timeout so nothing can hang CI.
+
+Fault step: rank 1 misbehaves at step 3, so group seq 1..3 completed everywhere
+and seq 4 is the collective that goes wrong (the skip case hangs at seq 6).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from commtrace.analysis import check as C
+
+from .conftest import check_cli, diagnose_dir, kinds, traced_mpirun, traced_spawn
+
+SCRIPT = "spawn_faults.py"
+
+
+def _completed_seqs(run, rank):
+    f = run.frame
+    sel = f[(f["rank"] == rank) & (f["status"].astype(str) == "completed")]
+    return sorted(int(s) for s in sel["seq"])
+
+
+def _proc(run, rank):
+    return next(p for p in run.processes if p["rank"] == rank)
+
+
+def _assert_not_arrived(findings, seq, entered, missing, op="all_reduce"):
+    na = kinds(findings).get(C.NOT_ARRIVED, [])
+    assert na, [f.title for f in findings]
+    f = na[0]
+    assert (f.seq, f.op, f.group) == (seq, op, "0"), f.title
+    assert f.data["entered"] == entered and f.data["missing"] == missing, f.data
+    assert f"seq {seq}" in f.title and op in f.title
+    # the missing rank's last call site is named
+    assert SCRIPT in (f.data["last_callsite"][str(missing[0])] or "") or "mpi_faults.py" in \
+        (f.data["last_callsite"][str(missing[0])] or "")
+    return f
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """A run without faults (rank 0 sends itself SIGUSR1 once: dump and continue)."""
+    out = tmp_path_factory.mktemp("clean") / "run"
+    p = traced_spawn(out, "usr1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def test_clean_run_is_clean_and_sigusr1_dumps(clean_run):
+    p = check_cli(clean_run)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no problems found" in p.stdout
+    assert "rank 0: 6, rank 1: 6" in p.stdout  # last seq completed per rank
+    dumps = [n for n in os.listdir(clean_run) if n.startswith("sigusr1.rank0.")]
+    assert len(dumps) == 1
+    doc = json.load(open(clean_run / dumps[0]))
+    assert doc["reason"] == "SIGUSR1" and doc["rank"] == 0
+    main = next(t for t in doc["threads"] if t["name"] == "MainThread")
+    assert any(fr["file"].endswith(SCRIPT) for fr in main["frames"])
+    assert any(t["name"] == "commtrace-flush" for t in doc["threads"])
+    run, findings = diagnose_dir(clean_run)
+    assert [d["reason"] for d in _proc(run, 0)["dumps"]] == ["SIGUSR1"]
+    assert C.exit_code(findings) == 0
+
+
+def test_rank_raises(tmp_path):
+    p = traced_spawn(tmp_path / "run", "raise", hang_timeout=5)
+    assert p.returncode != 0
+    run, findings = diagnose_dir(tmp_path / "run")
+    f = _assert_not_arrived(findings, 4, [0], [1])
+    assert "raised RuntimeError: injected failure at step 3" in "\n".join(f.details)
+    exc = [x for x in kinds(findings)[C.EXCEPTION] if x.ranks == [1]]
+    assert exc and exc[0].data["exc_type"] == "RuntimeError"
+    assert "injected failure" in exc[0].data["message"]
+    # rank 0's trace is intact: seq 1..3 completed, seq 4 recorded (failed or in flight)
+    assert _completed_seqs(run, 0)[:3] == [1, 2, 3]
+    assert _completed_seqs(run, 1) == [1, 2, 3]
+    assert _proc(run, 0)["complete"]
+    assert check_cli(tmp_path / "run").returncode == 1
+
+
+def test_rank_sigkilled(tmp_path):
+    p = traced_spawn(tmp_path / "run", "sigkill", hang_timeout=5)
+    assert p.returncode != 0
+    run, findings = diagnose_dir(tmp_path / "run")
+    f = _assert_not_arrived(findings, 4, [0], [1])
+    assert "trace ends abruptly" in "\n".join(f.details)
+    abrupt = kinds(findings)[C.ABRUPT]
+    assert [x.ranks for x in abrupt] == [[1]]
+    # nothing that completed > 1 s before the SIGKILL is lost
+    assert _completed_seqs(run, 1) == [1, 2, 3]
+    assert not _proc(run, 1)["complete"] and _proc(run, 0)["complete"]
+    assert _completed_seqs(run, 0) == [1, 2, 3]
+    end0 = _proc(run, 0)["end"]
+    if end0.get("how") == "signal":  # torn down by mp.spawn while blocked in C++: still dumped
+        assert [d["reason"] for d in _proc(run, 0)["dumps"]] == ["SIGTERM"]
+
+
+def test_rank_skips_all_reduce_hang_watchdog(tmp_path):
+    p = traced_spawn(tmp_path / "run", "skip", hang_timeout=2, timeout=60)
+    assert p.returncode != 0
+    assert "hang" in p.stderr and "dumped to" in p.stderr
+    run, findings = diagnose_dir(tmp_path / "run")
+    # rank 1 skipped one all_reduce: rank 0's 6th call (seq 6) waits forever
+    f = _assert_not_arrived(findings, 6, [0], [1])
+    assert f.data["waiting"] == [0]
+    end0 = _proc(run, 0)["end"]
+    assert end0["how"] == "hang" and end0["exit_code"] == 3
+    hang = [d for d in _proc(run, 0)["dumps"] if d["reason"] == "hang"]
+    assert len(hang) == 1  # once per episode
+    doc = json.load(open(tmp_path / "run" / hang[0]["path"]))
+    assert doc["in_flight"][0]["op"] == "all_reduce" and doc["in_flight"][0]["seq"] == 6
+    assert doc["in_flight"][0]["shapes"] == [[16]] and doc["in_flight"][0]["age_s"] >= 2
+    main = next(t for t in doc["threads"] if t["name"] == "MainThread")
+    assert any(fr["file"].endswith(SCRIPT) for fr in main["frames"])
+    # rank 1 was torn down by SIGTERM and dumped too; its trace is complete
+    assert _proc(run, 1)["complete"] and _proc(run, 1)["end"]["how"] == "signal"
+    assert [d["reason"] for d in _proc(run, 1)["dumps"]] == ["SIGTERM"]
+    assert _completed_seqs(run, 1) == [1, 2, 3, 4, 5]
+
+
+def test_ranks_pass_different_sizes(tmp_path):
+    p = traced_spawn(tmp_path / "run", "sizes", hang_timeout=4)
+    assert p.returncode != 0
+    run, findings = diagnose_dir(tmp_path / "run")
+    mm = kinds(findings).get(C.MISMATCH, [])
+    titles = [f.title for f in findings]
+    if not mm:
+        # gloo aborted rank 1 (SIGABRT) less than 1 s after it called the op: its record
+        # never reached disk. Then check must still point at seq 4 and at rank 1's crash.
+        f = _assert_not_arrived(findings, 4, [0], [1])
+        assert not _proc(run, 1)["complete"], titles
+        assert [x.ranks for x in kinds(findings)[C.ABRUPT]] == [[1]], titles
+        return
+    f = mm[0]
+    assert (f.seq, f.op, f.severity) == (4, "all_reduce", C.ERROR)
+    assert f.data["categories"]["sizes"] == {"[[16]]": [0], "[[32]]": [1]}
+    assert _completed_seqs(run, 0)[:3] == [1, 2, 3] and _completed_seqs(run, 1)[:3] == [1, 2, 3]
+
+
+def test_truncated_trace(clean_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(clean_run, run_dir)
+    ops = next(run_dir.glob("rank1.pid*.ops.bin"))
+    size = os.path.getsize(ops)
+    os.truncate(ops, size - 32 - 7)  # lose the last record and tear the one before it
+    run, findings = diagnose_dir(run_dir)
+    abrupt = kinds(findings)[C.ABRUPT]
+    assert [x.ranks for x in abrupt] == [[1]]
+    assert "truncated" in abrupt[0].title
+    na = kinds(findings)[C.NOT_ARRIVED][0]
+    assert na.ranks == [1] and na.seq == 5
+    assert "truncated" in "\n".join(na.details)
+    assert _completed_seqs(run, 0) == [1, 2, 3, 4, 5, 6] and _proc(run, 0)["complete"]
+    p = check_cli(run_dir)
+    assert p.returncode == 1 and "truncated" in p.stdout
+
+
+@pytest.mark.parametrize("mode", ["exit", "raise"])
+def test_mpirun_aborts_job(tmp_path, mode):
+    p = traced_mpirun(tmp_path / "run", mode)
+    assert p.returncode != 0
+    run, findings = diagnose_dir(tmp_path / "run")
+    f = _assert_not_arrived(findings, 4, [0], [1])
+    details = "\n".join(f.details)
+    if mode == "exit":  # os._exit: no end record, but everything > 0.5 s old is on disk
+        assert "trace ends abruptly" in details
+        assert not _proc(run, 1)["complete"]
+    else:
+        assert "raised RuntimeError: injected failure at step 3 (mpi)" in details
+        assert _proc(run, 1)["complete"]
+    assert _completed_seqs(run, 1) == [1, 2, 3]
+    assert _completed_seqs(run, 0) == [1, 2, 3]
+    assert _proc(run, 0)["complete"] or _proc(run, 0)["end"] is None
+
+
+def test_check_exit_code_2_on_unusable_input(tmp_path):
+    assert check_cli(tmp_path / "nope").returncode == 2
+    (tmp_path / "empty").mkdir()
+    p = check_cli(tmp_path / "empty")
+    assert p.returncode == 2 and p.stderr.startswith("commtrace: error:")
