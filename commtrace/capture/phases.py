@@ -14,7 +14,9 @@ these hooks update.
 
 ``detail`` names DDP's own step inside a phase: param_check and module_state
 (construction), bucket_rebuild, buffers, join_notify and join_sync_flag
-(forward), join_shadow (join).
+(forward), join_shadow, join_count, join_shadow_grad, join_shadow_unused and
+join_final_model (join). A joined rank's iteration advances with each round of
+Join's loop, so its shadow collectives carry the iteration they answer.
 
 The bucket layout DDP reports (``_get_ddp_logging_data``) is written as
 ``ddp_buckets`` meta lines; the reader turns it into ``bucket``/``params``.
@@ -55,15 +57,20 @@ class PhaseHooks:
             (DDP, "_pre_forward", "bucket_rebuild"),
             (DDP, "_sync_buffers", "buffers"),
             (DDP, "_check_global_requires_backward_grad_sync", "join_sync_flag"),
+            (DDP, "_match_all_reduce_for_bwd_pass", "join_shadow_grad"),
+            (DDP, "_match_unused_params_allreduce", "join_shadow_unused"),
+            (DDP, "_sync_final_model", "join_final_model"),
         ):
             if hasattr(owner, name):
                 self._patch(owner, name, self._wrap_scope(detail=detail))
         if hasattr(autograd, "_engine_run_backward"):
-            self._patch(autograd, "_engine_run_backward", self._wrap_scope("backward"))
+            self._patch(autograd, "_engine_run_backward", self._wrap_backward)
         try:
             from torch.distributed.algorithms.join import Join
             self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
             self._patch(Join, "notify_join_context", self._wrap_static_scope(detail="join_notify"))
+            if hasattr(Join, "_get_num_nonjoined_procs"):
+                self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
         except ImportError:
             pass
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -101,9 +108,43 @@ class PhaseHooks:
             return scoped
         return make
 
+    def _wrap_backward(self, orig):
+        """Phase ``backward``; the DDP module of the last forward stays the op's
+        module until its backward pass ends, and not after (a later
+        ``dist.all_reduce`` of the user's is not DDP's)."""
+        rec = self.rec
+
+        @functools.wraps(orig)
+        def backward(*args, **kwargs):
+            token = rec.push_context(phase="backward")
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                rec.pop_context(token)
+                rec.set_context(module=None)
+        return backward
+
     def _wrap_static_scope(self, **fields):
         make = self._wrap_scope(**fields)
         return lambda orig: staticmethod(make(orig))
+
+    def _wrap_join_round(self, orig):
+        """Each round of Join's loop answers one more step of the ranks still
+        training: a joined DDP module's iteration advances with it, so its shadow
+        collectives pair with the others' ops of the same iteration."""
+        hooks, rec = self, self.rec
+        scoped = self._wrap_scope(detail="join_count")(orig)
+
+        @functools.wraps(orig)
+        def join_round(join, *args, **kwargs):
+            for joinable in getattr(join, "_joinables", ()):
+                state = hooks.modules.get(joinable)
+                if state is not None:
+                    state["forwards"] += 1
+                    rec.iteration = state["forwards"]
+                    rec.set_context(module=state["label"])
+            return scoped(join, *args, **kwargs)
+        return join_round
 
     def _opt_pre(self, optimizer, args, kwargs):
         self._opt_tokens.append(self.rec.push_context(phase="optimizer"))

@@ -1,8 +1,9 @@
 """Derive ``bucket`` and ``params`` from DDP's bucket layout (pure, over a frame).
 
 DDP launches its gradient all_reduces in bucket order, so within one
-(process, module, iteration) the k-th all_reduce of the backward phase is
-bucket k (likewise the shadow all_reduces a joined rank makes in ``join``).
+(process, module, iteration) the k-th gradient all_reduce of the backward phase
+is bucket k; likewise the shadow gradient all_reduces a joined rank makes
+(detail ``join_shadow_grad``).
 Buffer broadcasts (detail ``buffers``) carry the module's buffer names.
 """
 from __future__ import annotations
@@ -12,7 +13,6 @@ import pandas as pd
 
 from . import schema
 
-_BUCKET_PHASES = ("backward", "join")
 
 
 def _layouts(meta: list[dict]) -> tuple[dict, dict]:
@@ -47,11 +47,13 @@ def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]]) ->
     if df.empty or "phase" not in df or not df["phase"].notna().any():
         return df
     phase = df["phase"].astype(object)
-    is_grad = (df["op"].astype(object) == "all_reduce") & phase.isin(_BUCKET_PHASES) & df["module"].notna()
+    detail = df["detail"].astype(object) if "detail" in df else pd.Series(None, index=df.index, dtype=object)
+    grad_step = ((phase == "backward") & detail.isna()) | (detail == "join_shadow_grad")
+    is_grad = (df["op"].astype(object) == "all_reduce") & grad_step & df["module"].notna()
     bucket = pd.array(np.zeros(len(df), dtype=np.int64), dtype="Int64")
     bucket[:] = pd.NA
     if is_grad.any():
-        sub = df.loc[is_grad, ["file", "module", "iteration", "phase"]].astype(object)
+        sub = df.loc[is_grad, ["file", "module", "iteration"]].astype(object)
         bucket[np.flatnonzero(is_grad.to_numpy())] = sub.groupby(list(sub.columns), sort=False).cumcount().to_numpy()
     params = np.full(len(df), None, dtype=object)
     parsed = {f: _layouts(m) for f, m in ddp_meta_by_file.items()}
