@@ -1,19 +1,32 @@
 """Hot-path cost of the ProcessGroup wrapper, plain vs traced, side by side in one run.
 
-Two gloo ranks (torch.multiprocessing.spawn). The same real process group is
-called directly (plain) and through a TracedProcessGroup (traced), alternating
-in blocks so machine noise hits both alike. Reports medians over blocks and the
-spread (min..max of block medians), as differences and ratios.
+Two ranks. The same real process group is called directly (plain) and through a
+TracedProcessGroup with a real Recorder and flush thread (traced), alternating
+in blocks so machine noise hits both alike.
 
-    python benchmarks/bench_capture.py [--reps 15] [--calls 400] [--json out.json]
+* ``--backend gloo``: two processes via torch.multiprocessing.spawn.
+* ``--backend mpi``: the same worker under ``mpirun -n 2`` with
+  ``commtrace.mpi.install()`` and ``init_process_group("mpi")`` (reported as
+  not available when commtrace.mpi, mpi4py or mpirun is missing).
+
+Each block times every call separately and keeps the block's median (robust to
+the VM's wake-up spikes); the figure is the median over blocks of the paired
+difference traced - plain, with the spread (min..max) of those differences.
+"Issue cost" is the time for ``allreduce(..., async_op=True)`` to return (the
+op is waited for outside the timed region): the wrapper's own CPU cost without
+the network/wake-up noise of a blocking round trip.
+
+    python benchmarks/bench_capture.py [--backend gloo|mpi] [--reps 15] [--calls 400] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,97 +35,230 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
-def _free_port() -> int:
+CASES = (
+    "all_reduce 1 elem",
+    "all_reduce 64 KB",
+    "all_reduce 4 MB",
+    "broadcast 1 elem",
+    "barrier",
+    "issue cost: all_reduce 1 elem async",
+    "issue cost: all_reduce 64 KB async",
+)
+
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _traced(pg, run_dir):
+def paired(plain: list[float], traced: list[float], scale: float = 1e-3) -> dict:
+    """Side-by-side summary of paired block figures (ns in, µs out by default)."""
+    diffs = [b - a for a, b in zip(plain, traced)]
+    ratios = [b / a for a, b in zip(plain, traced) if a > 0]
+    return {
+        "plain": statistics.median(plain) * scale, "traced": statistics.median(traced) * scale,
+        "added": statistics.median(diffs) * scale,
+        "added_spread": [min(diffs) * scale, max(diffs) * scale],
+        "ratio": statistics.median(ratios) if ratios else float("nan"),
+        "ratio_spread": [min(ratios), max(ratios)] if ratios else [float("nan")] * 2,
+        "blocks": len(diffs),
+    }
+
+
+def make_traced(pg, run_dir: str, backend: str):
+    """A TracedProcessGroup over ``pg`` with a real Recorder (flush thread included)."""
     from commtrace.capture.recorder import Recorder
     from commtrace.capture.wrapper import TracedProcessGroup
     rec = Recorder(run_dir, "bench", "none", ["bench"])
-    rec.add_world({"world_id": "bench", "rank": pg.rank(), "world_size": pg.size(), "backend": "gloo"})
-    gid = rec.add_group({"world": 0, "name": "bench", "backend": "gloo", "size": pg.size(),
+    rec.add_world({"world_id": "bench", "rank": pg.rank(), "world_size": pg.size(), "backend": backend})
+    gid = rec.add_group({"world": 0, "name": "bench", "backend": backend, "size": pg.size(),
                          "rank": pg.rank(), "ranks": list(range(pg.size()))})
     return TracedProcessGroup(pg, rec, gid, list(range(pg.size()))), rec
 
 
-def _blocking(pg, t, n, opts):
-    t0 = time.perf_counter_ns()
-    for _ in range(n):
-        pg.allreduce([t], opts).wait()
-    return (time.perf_counter_ns() - t0) / n
+def _opts(cls, async_op: bool, **kw):
+    o = cls()
+    o.asyncOp = async_op
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return o
 
 
-def _issue(pg, t, n, opts):
-    """Median time for an async all_reduce call to return (the op is waited after timing)."""
-    samples = []
+def _blocking(call, n: int) -> float:
+    """Median ns of ``n`` blocking calls (each timed alone)."""
+    now = time.perf_counter_ns
+    s = []
     for _ in range(n):
-        t0 = time.perf_counter_ns()
-        w = pg.allreduce([t], opts)
-        samples.append(time.perf_counter_ns() - t0)
+        t0 = now()
+        call().wait()
+        s.append(now() - t0)
+    return statistics.median(s)
+
+
+def _issue(call, n: int) -> float:
+    """Median ns for an async call to return; the op is waited for after timing."""
+    now = time.perf_counter_ns
+    s = []
+    for _ in range(n):
+        t0 = now()
+        w = call()
+        s.append(now() - t0)
         w.wait()
-    return statistics.median(samples)
+    return statistics.median(s)
 
 
-def _worker(rank, port, args, out_path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    plain = dist.distributed_c10d._get_default_group()
-    with tempfile.TemporaryDirectory() as d:
-        traced, rec = _traced(plain, d)
-        results = {}
-        sync = dist.AllreduceOptions()
-        sync.asyncOp = False
-        asyn = dist.AllreduceOptions()
-        asyn.asyncOp = True
-        cases = {
-            "all_reduce 1 elem (blocking)": (lambda pg: _blocking(pg, torch.ones(1), args.calls, sync)),
-            "all_reduce 64 KB (blocking)": (lambda pg: _blocking(pg, torch.ones(16384), args.calls // 2, sync)),
-            "all_reduce 4 MB (blocking)": (lambda pg: _blocking(pg, torch.ones(1 << 20), max(args.calls // 20, 5), sync)),
-            "issue cost: all_reduce 1 elem async_op=True": (lambda pg: _issue(pg, torch.ones(1), args.calls, asyn)),
-        }
-        for name, fn in cases.items():
-            fn(plain), fn(traced)  # warm-up (sig interning, gloo buffers)
-            p, tr = [], []
-            for _ in range(args.reps):
+def case_fns(calls: int, only=None) -> dict:
+    """name -> fn(pg) -> ns. Each takes a plain or traced group."""
+    sync_ar = _opts(dist.AllreduceOptions, False)
+    async_ar = _opts(dist.AllreduceOptions, True)
+    bc = _opts(dist.BroadcastOptions, False, rootRank=0)
+    bar = _opts(dist.BarrierOptions, False)
+    one, k64, m4 = torch.ones(1), torch.ones(16384), torch.ones(1 << 20)
+    one_b = torch.ones(1)
+    fns = {
+        "all_reduce 1 elem": lambda pg: _blocking(lambda: pg.allreduce([one], sync_ar), calls),
+        "all_reduce 64 KB": lambda pg: _blocking(lambda: pg.allreduce([k64], sync_ar), max(calls // 4, 5)),
+        "all_reduce 4 MB": lambda pg: _blocking(lambda: pg.allreduce([m4], sync_ar), max(calls // 40, 5)),
+        "broadcast 1 elem": lambda pg: _blocking(lambda: pg.broadcast([one_b], bc), calls),
+        "barrier": lambda pg: _blocking(lambda: pg.barrier(bar), calls),
+        "issue cost: all_reduce 1 elem async": lambda pg: _issue(lambda: pg.allreduce([one], async_ar), calls),
+        "issue cost: all_reduce 64 KB async": lambda pg: _issue(lambda: pg.allreduce([k64], async_ar), max(calls // 4, 5)),
+    }
+    return {k: v for k, v in fns.items() if only is None or k in only}
+
+
+def measure(plain, traced, calls: int, reps: int, only=None) -> dict:
+    results = {}
+    for name, fn in case_fns(calls, only).items():
+        fn(plain), fn(traced)  # warm-up (sig interning, backend buffers)
+        p, tr = [], []
+        for i in range(reps):
+            # Alternate which goes first so drift and ordering effects cancel.
+            if i % 2:
+                tr.append(fn(traced))
+                p.append(fn(plain))
+            else:
                 p.append(fn(plain))
                 tr.append(fn(traced))
-            diffs = [b - a for a, b in zip(p, tr)]
-            results[name] = {
-                "plain_us": statistics.median(p) / 1e3, "traced_us": statistics.median(tr) / 1e3,
-                "added_us": statistics.median(diffs) / 1e3,
-                "added_spread_us": [min(diffs) / 1e3, max(diffs) / 1e3],
-                "ratio": statistics.median(b / a for a, b in zip(p, tr)),
-            }
+        results[name] = paired(p, tr)
+    return results
+
+
+def _body(backend: str, calls: int, reps: int, only, out_path: str | None) -> None:
+    torch.set_num_threads(1)
+    plain = dist.distributed_c10d._get_default_group()
+    d = tempfile.mkdtemp(prefix="ct-bench-")
+    try:
+        traced, rec = make_traced(plain, d, backend)
+        results = measure(plain, traced, calls, reps, only)
         rec.close()
-    if rank == 0:
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if dist.get_rank() == 0 and out_path:
         with open(out_path, "w") as f:
             json.dump(results, f)
+    dist.barrier()
     dist.destroy_process_group()
+
+
+def _gloo_worker(rank, port, calls, reps, only, out_path):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    _body("gloo", calls, reps, only, out_path)
+
+
+def _mpi_worker(calls, reps, only, out_path):
+    import commtrace.mpi
+    commtrace.mpi.install()
+    dist.init_process_group("mpi")
+    _body("mpi", calls, reps, only, out_path)
+
+
+def mpi_available() -> str | None:
+    """None if the mpi backend can be benchmarked, else why not."""
+    try:
+        import commtrace.mpi  # noqa: F401
+    except ImportError:
+        return "commtrace.mpi not present"
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py not installed"
+    if not os.path.exists(mpirun_path()):
+        return "mpirun not found"
+    return None
+
+
+def mpirun_path() -> str:
+    p = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    return p if os.path.exists(p) else (shutil.which("mpirun") or p)
+
+
+def run(backend: str = "gloo", calls: int = 400, reps: int = 15, only=None, timeout: float = 600) -> dict:
+    """{"backend", "available", "reason", "cases": {name: paired summary (µs)}}."""
+    out = {"backend": backend, "available": True, "reason": None, "cases": {}}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.json")
+        if backend == "gloo":
+            mp.spawn(_gloo_worker, args=(free_port(), calls, reps, only, path), nprocs=2)
+        elif backend == "mpi":
+            why = mpi_available()
+            if why:
+                return {**out, "available": False, "reason": why}
+            env = {**os.environ, **MPI_ENV, "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            env.pop("COMMTRACE_DIR", None)
+            cmd = [mpirun_path(), "--oversubscribe", "-n", "2", sys.executable, os.path.abspath(__file__),
+                   "--mpi-worker", "--calls", str(calls), "--reps", str(reps), "--json", path]
+            if only:
+                cmd += ["--only", ",".join(only)]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            if p.returncode != 0 or not os.path.exists(path):
+                tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
+                return {**out, "available": False, "reason": f"mpirun failed (rc={p.returncode}): {' | '.join(tail)}"}
+        else:
+            raise ValueError(backend)
+        with open(path) as f:
+            out["cases"] = json.load(f)
+    return out
+
+
+def print_table(res: dict) -> None:
+    print(f"[{res['backend']}]" + ("" if res["available"] else f" not available: {res['reason']}"))
+    if not res["available"]:
+        return
+    print(f"{'case':40} {'plain µs':>10} {'traced µs':>10} {'added µs':>10} {'spread µs':>20} {'ratio':>7}")
+    for name, r in res["cases"].items():
+        spread = f"{r['added_spread'][0]:.2f}..{r['added_spread'][1]:.2f}"
+        print(f"{name:40} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:10.2f} {spread:>20} {r['ratio']:7.3f}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=["gloo", "mpi", "both"], default="gloo")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--only", help="comma-separated case names")
     ap.add_argument("--json", help="write results here")
+    ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        mp.spawn(_worker, args=(_free_port(), args, out), nprocs=2)
-        with open(out) as f:
-            results = json.load(f)
-    print(f"{'case':48} {'plain µs':>10} {'traced µs':>10} {'added µs':>10} {'spread µs':>18} {'ratio':>7}")
-    for name, r in results.items():
-        spread = f"{r['added_spread_us'][0]:.2f}..{r['added_spread_us'][1]:.2f}"
-        print(f"{name:48} {r['plain_us']:10.2f} {r['traced_us']:10.2f} {r['added_us']:10.2f} {spread:>18} {r['ratio']:7.3f}")
+    only = args.only.split(",") if args.only else None
+    if args.mpi_worker:
+        _mpi_worker(args.calls, args.reps, only, args.json)
+        return 0
+    backends = ["gloo", "mpi"] if args.backend == "both" else [args.backend]
+    results = [run(b, args.calls, args.reps, only) for b in backends]
+    for r in results:
+        print_table(r)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(results if len(results) > 1 else results[0], f, indent=1)
     return 0
 
 

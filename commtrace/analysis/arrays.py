@@ -99,7 +99,7 @@ def group_rows(frame: pd.DataFrame, by: list[str]) -> Groups:
         codes = np.where(codes < 0, len(cats) - 1, codes).astype(np.int64)
         combined = combined * len(cats) + codes
         cats_all.append(cats)
-    uniq, code = np.unique(combined, return_inverse=True) if len(combined) < 50_000 else _fast_unique(combined)
+    uniq, code = dense_codes(combined) if len(combined) else (combined, combined)
     # Decode keys and sort groups by their key strings.
     dec = []
     rest = uniq.copy()
@@ -112,15 +112,29 @@ def group_rows(frame: pd.DataFrame, by: list[str]) -> Groups:
     rank_of[perm] = np.arange(len(perm))
     code = rank_of[code] if len(code) else code.astype(np.int64)
     keys = keys.iloc[perm].reset_index(drop=True)
-    small = code.astype(np.int16) if len(keys) < 32000 else code
-    order = np.argsort(small, kind="stable")
+    order = stable_order(code, len(keys))
     bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=len(keys)))))
     return Groups(code, keys, order, bounds)
 
 
-def _fast_unique(a: np.ndarray):
-    codes, uniq = pd.factorize(a)
-    srt = np.argsort(uniq)
-    rank = np.empty(len(srt), dtype=np.int64)
-    rank[srt] = np.arange(len(srt))
-    return uniq[srt], rank[codes]
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique values, code per element) for small-range integers, without sorting."""
+    v = np.asarray(values)
+    if len(v) == 0:
+        return v[:0], np.empty(0, dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo > 50_000_000:
+        u, inv = np.unique(v, return_inverse=True)
+        return u, inv
+    shifted = (v - lo).astype(np.int64)
+    present = np.bincount(shifted, minlength=hi - lo + 1) > 0
+    uniq = np.flatnonzero(present)
+    lut = np.cumsum(present) - 1
+    return (uniq + lo).astype(v.dtype), lut[shifted]
+
+
+def stable_order(codes: np.ndarray, n: int) -> np.ndarray:
+    """Stable argsort of small non-negative integer codes (radix sort when they fit 16 bits)."""
+    if n < 32_000:
+        return np.argsort(codes.astype(np.int16), kind="stable")
+    return np.argsort(codes, kind="stable")

@@ -67,29 +67,35 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
         cols = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns",
                 "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p", "row"]
         return Matched(inst, pd.DataFrame({c: [] for c in cols}))
-    ordered = np.all(np.diff(a.start) >= 0)
+    if not np.all(np.diff(a.start) >= 0):
+        raise ValueError("match_ops: the frame must be sorted by t_start_ns (as reader.load returns it)")
     opcodes, opcats = cat_codes(frame["op"])
     size = a.nbytes
     if "out_bytes" in frame:
-        tot = np.isin(np.asarray(opcats, dtype=object)[opcodes], _TOTAL_SIZE_OPS) if len(opcats) else np.zeros(len(inst), bool)
+        tot_cat = np.append(np.isin(np.asarray(opcats, dtype=object), _TOTAL_SIZE_OPS), False)
+        tot = tot_cat[opcodes]  # code -1 (NA) -> the appended False
         size = np.where(tot, np.maximum(size, frame["out_bytes"].to_numpy(dtype=np.int64)), size)
-    d = pd.DataFrame({"inst": inst, "start": a.start, "rank": a.rank, "dur": a.dur, "end": a.end,
-                      "size": size, "op": opcodes, "seq": frame["seq"].to_numpy(dtype=np.int64),
-                      "gsize": frame["group_size"].to_numpy(dtype=np.int64)})
-    if not ordered:
-        d = d.sort_values("start", kind="stable")
-    g = d.groupby("inst", sort=True)
+    k = int(inst.max()) + 1
+    first_row = first_rows(inst)       # rows are start-sorted: the first row is the first caller
+    last_row = np.full(k, -1, dtype=np.int64)
+    np.maximum.at(last_row, inst, np.arange(len(inst), dtype=np.int64))
+    slowest = np.full(k, np.nan)
+    np.fmax.at(slowest, inst, a.dur)
+    size_max = np.zeros(k, dtype=np.int64)
+    np.maximum.at(size_max, inst, size)
+    end_max = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(end_max, inst, a.end)
     agg = pd.DataFrame({
-        "ranks": g.size(),
-        "first_start_ns": g["start"].min(), "last_start_ns": g["start"].max(),
-        "first_rank": g["rank"].first(), "last_rank": g["rank"].last(),
-        "slowest_ns": g["dur"].max(), "size_bytes": g["size"].max(), "end_ns": g["end"].max(),
-        "opc": g["op"].first(), "seq": g["seq"].first(), "expected": g["gsize"].max(),
+        "ranks": np.bincount(inst, minlength=k),
+        "first_start_ns": a.start[first_row], "last_start_ns": a.start[last_row],
+        "first_rank": a.rank[first_row], "last_rank": a.rank[last_row],
+        "slowest_ns": slowest, "size_bytes": size_max, "end_ns": end_max,
+        "seq": frame["seq"].to_numpy(dtype=np.int64)[first_row],
+        "expected": frame["group_size"].to_numpy(dtype=np.int64)[first_row],
     })
-    first_row = first_rows(inst)
-    agg["op"] = pd.Categorical.from_codes(agg.pop("opc").to_numpy(), categories=opcats)
-    agg["world"] = frame["world"].to_numpy()[first_row]
-    agg["group"] = frame["group"].to_numpy()[first_row]
+    agg["op"] = pd.Categorical.from_codes(opcodes[first_row], categories=opcats)
+    agg["world"] = frame["world"].iloc[first_row].to_numpy()
+    agg["group"] = frame["group"].iloc[first_row].to_numpy()
     agg["spread_ns"] = agg["last_start_ns"] - agg["first_start_ns"]
     agg["p2p"] = agg["op"].isin(P2P_OPS).to_numpy()
     agg["row"] = first_row

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
-from .arrays import OpArrays
+from .arrays import OpArrays, dense_codes, stable_order
 
 
 @dataclass
@@ -63,6 +63,9 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
         procs = [p for p in procs if p["file"] not in drop]
     if not procs:
         raise CommtraceError(f"{run.path}: no usable trace files")
+    start = frame["t_start_ns"].to_numpy() if len(frame) else None
+    if start is not None and not (start[1:] >= start[:-1]).all():
+        frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
     return ReportRun(run.path, frame, procs, issues, run_id)
 
 
@@ -80,7 +83,8 @@ def comm_time_per_rank(frame: pd.DataFrame, arrays: OpArrays | None = None) -> d
     a = arrays or OpArrays.of(frame)
     if len(a.rank) == 0:
         return {}
-    order = np.argsort(a.rank, kind="stable")   # the frame is start-sorted, so each rank stays sorted
+    ranks, rix = dense_codes(a.rank)
+    order = stable_order(rix, len(ranks))   # the frame is start-sorted, so each rank stays sorted
     if not np.all(np.diff(a.start) >= 0):
         order = np.lexsort((a.start, a.rank))
     r = a.rank[order]
@@ -115,8 +119,10 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
     comm = comm_time_per_rank(df, a)
     last_end = {}
     if len(a.rank):
-        last = pd.Series(a.end).groupby(a.rank).max()
-        last_end = {int(k): int(v) for k, v in last.items()}
+        ranks_u, rix = dense_codes(a.rank)
+        last = np.full(len(ranks_u), np.iinfo(np.int64).min)
+        np.maximum.at(last, rix, a.end)
+        last_end = {int(k): int(v) for k, v in zip(ranks_u, last)}
     shares, walls = {}, {}
     for p in procs:
         r = p.get("rank")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import OpArrays, group_rows
+from .arrays import OpArrays, dense_codes, group_rows
 from .match import Matched
 
 SUMMARY_COLUMNS = ["calls", "count", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
@@ -62,7 +62,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     grand = dur0.sum()
     out["share"] = total / grand if grand > 0 else np.nan
     # Per-rank totals -> CV across the ranks that called the op.
-    ranks, rix = np.unique(a.rank, return_inverse=True)
+    ranks, rix = dense_codes(a.rank)
     cell = g.code * len(ranks) + rix
     per = np.bincount(cell, weights=dur0, minlength=g.n * len(ranks)).reshape(g.n, len(ranks))
     present = np.bincount(cell, minlength=g.n * len(ranks)).reshape(g.n, len(ranks)) > 0
@@ -113,14 +113,16 @@ def iteration_summary(frame: pd.DataFrame, arrays: OpArrays | None = None) -> pd
     a = arrays or OpArrays.of(frame)
     it_all = frame["iteration"].to_numpy().astype(np.int64)
     sel = it_all > 0
-    its, ix = np.unique(it_all[sel], return_inverse=True)
-    ranks, rx = np.unique(a.rank[sel], return_inverse=True)
+    its, ix = dense_codes(it_all[sel])
+    ranks, rx = dense_codes(a.rank[sel])
     n, R = len(its), len(ranks)
     dur = np.nan_to_num(a.dur[sel])
     per = np.bincount(ix * R + rx, weights=dur, minlength=n * R).reshape(n, R)
     present = np.bincount(ix * R + rx, minlength=n * R).reshape(n, R) > 0
-    s_series = pd.Series(a.start[sel]).groupby(ix).min().to_numpy()
-    e_series = pd.Series(a.end[sel]).groupby(ix).max().to_numpy()
+    s_series = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(s_series, ix, a.start[sel])
+    e_series = np.full(n, np.iinfo(np.int64).min)
+    np.maximum.at(e_series, ix, a.end[sel])
     out = pd.DataFrame({
         "ops": np.bincount(ix, minlength=n),
         "bytes": np.bincount(ix, weights=a.nbytes[sel].astype(np.float64), minlength=n).astype(np.int64),

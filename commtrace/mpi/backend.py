@@ -34,6 +34,9 @@ from .progress import Progress
 
 _ReduceOp = dist.ReduceOp
 _SUM = _ReduceOp.SUM
+_AllreduceOptions = dist.AllreduceOptions
+_SUM_OPS: dict = {}           # dtype -> (MPI.Op, avg) for SUM, the common case
+_IN_PLACE = None
 _U8 = torch.uint8
 _state_lock = threading.Lock()    # guards Work._done/_fut hand-over between threads
 
@@ -42,10 +45,19 @@ _progress = None
 
 
 def _mpi():
-    global _MPI, _progress
+    global _MPI, _progress, _IN_PLACE
     if _MPI is None:
         _MPI = mpienv.mpi_module()
+        _IN_PLACE = _MPI.IN_PLACE
         _progress = Progress(_MPI)
+        if _MPI.Query_thread() < _MPI.THREAD_MULTIPLE:
+            # MPI was initialized elsewhere at a lower level: no second thread may
+            # call MPI. Collectives then run blocking; p2p requests are completed by
+            # whoever waits on them.
+            _progress = None
+        for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                   torch.int64):
+            _SUM_OPS[dt] = dtypes.reduce_op(_SUM, dt)
     return _MPI
 
 
@@ -93,6 +105,13 @@ class MPIWork(dist.Work):
     the work is in its active list, or the thread that stole it in wait().
     """
 
+    # Defaults for finished works (see _DoneWork, which sets only _result).
+    _done = True
+    _exc = None
+    _fut = None
+    _src = -1
+    _req = None
+
     def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None):
         super().__init__()
         self._result = result
@@ -109,7 +128,8 @@ class MPIWork(dist.Work):
             self._done = False
             self._gate = threading.Lock()
             self._gate.acquire()
-            _progress.submit(self)
+            if _progress is not None:
+                _progress.submit(self)
 
     # called once, by the owner of the request
     def _finish(self, exc):
@@ -140,7 +160,7 @@ class MPIWork(dist.Work):
     def wait(self, timeout=None):
         if not self._done:
             secs = _seconds(timeout)
-            if _progress.steal(self):
+            if _progress is None or _progress.steal(self):
                 self._wait_owned(secs)
             elif not self._gate.acquire(timeout=secs if secs else -1):
                 raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
@@ -159,7 +179,8 @@ class MPIWork(dist.Work):
                 deadline = time.monotonic() + secs
                 while not self._req.Test(self._status):
                     if time.monotonic() > deadline:
-                        _progress.submit(self)   # give it back; it may still finish
+                        if _progress is not None:
+                            _progress.submit(self)   # give it back; it may still finish
                         raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
                     time.sleep(50e-6)
         except RuntimeError:
@@ -172,7 +193,7 @@ class MPIWork(dist.Work):
     def is_completed(self):
         if self._done:
             return True
-        if _progress.steal(self):   # test it now rather than at the next poll
+        if _progress is None or _progress.steal(self):   # test now, not at the next poll
             try:
                 flag = self._req.Test(self._status)
             except Exception as e:  # noqa: BLE001
@@ -181,7 +202,8 @@ class MPIWork(dist.Work):
             if flag:
                 self._finish(None)
                 return True
-            _progress.submit(self)
+            if _progress is not None:
+                _progress.submit(self)
         return self._done
 
     def is_success(self):
@@ -191,6 +213,8 @@ class MPIWork(dist.Work):
         return self._exc
 
     def get_future(self):
+        if _progress is None and not self._done:
+            self.wait()       # nobody else could complete it
         fut = torch.futures.Future()
         with _state_lock:
             if not self._done:
@@ -211,6 +235,13 @@ class MPIWork(dist.Work):
 
     def synchronize(self):
         return None
+
+
+class _DoneWork(MPIWork):
+    """A Work that finished inside the call (asyncOp=False). No __init__: the
+    pybind constructor plus one attribute is the cheapest Work torch accepts."""
+
+    __init__ = dist.Work.__init__
 
 
 class _MultiWork(dist.Work):
@@ -388,7 +419,8 @@ class MPIProcessGroup(dist.ProcessGroup):
     def _done(self, result, post=None):
         if post is not None:
             post()
-        w = MPIWork(result)
+        w = _DoneWork()
+        w._result = result
         if self._coalescing is not None:
             self._coalescing.append(w)
         return w
@@ -396,7 +428,7 @@ class MPIProcessGroup(dist.ProcessGroup):
     def _go(self, opts, blocking, nonblocking, args, result, post=None, status=None, src=-1):
         """Run one MPI op blocking (asyncOp False) or non-blocking."""
         try:
-            if not _async(opts):
+            if blocking is not None and (_progress is None or not _async(opts)):
                 blocking(*args)
                 return self._done(result, post)
             req = nonblocking(*args)
@@ -419,26 +451,42 @@ class MPIProcessGroup(dist.ProcessGroup):
 
     # -- all_reduce -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        t = tensors if isinstance(tensors, torch.Tensor) else _one(tensors, "allreduce")
-        if not t.is_cpu or not t.is_contiguous():
-            _check(t)
-        op = _redop(opts)
-        mop, avg = dtypes.reduce_op(op, t.dtype)
-        buf = self._buf(t)
-        comm = self._comm
-        if opts is not None and not opts.asyncOp:
+        # The hot path (1-element budget is a few microseconds): every line
+        # here was measured; see docs/mpi-backend.md before adding to it.
+        t = tensors[0] if type(tensors) is list and len(tensors) == 1 else \
+            (tensors if isinstance(tensors, torch.Tensor) else _one(tensors, "allreduce"))
+        if type(opts) is _AllreduceOptions:
+            rop = opts.reduceOp
+            sync = not opts.asyncOp or _progress is None
+        else:
+            rop = _redop(opts)
+            sync = _progress is None
+        c = self._small
+        if c[0] is t and c[1] == t.data_ptr() and c[2] == t.numel():
+            buf = c[3]                  # validated when cached
+        else:
+            if not t.is_cpu or not t.is_contiguous():
+                _check(t)
+            buf = self._buf(t)
+        if rop == _SUM:
+            ent = _SUM_OPS.get(t.dtype) or dtypes.reduce_op(_SUM, t.dtype)
+        else:
+            ent = dtypes.reduce_op(rop, t.dtype)
+        mop, avg = ent
+        if sync:
             try:
-                comm.Allreduce(_MPI.IN_PLACE, buf, mop)
+                self._comm.Allreduce(_IN_PLACE, buf, mop)
             except Exception as e:
                 raise RuntimeError(f"mpi backend: Allreduce failed: {e}") from e
             if avg:
                 t.div_(self._size)
-            w = MPIWork([t])
+            w = _DoneWork()
+            w._result = [t]
             if self._coalescing is not None:
                 self._coalescing.append(w)
             return w
         try:
-            req = comm.Iallreduce(_MPI.IN_PLACE, buf, mop)
+            req = self._comm.Iallreduce(_IN_PLACE, buf, mop)
         except Exception as e:
             raise RuntimeError(f"mpi backend: Iallreduce failed: {e}") from e
         w = MPIWork([t], req, self._avg_post([t], avg) if avg else None)

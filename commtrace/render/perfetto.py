@@ -28,11 +28,12 @@ def _us(ns: int) -> str:
     return f"{q}.{r:03d}"
 
 
-def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray, small: int = 8) -> np.ndarray:
     """Per row a track index (0..) such that slices on one (rank, track) never overlap.
 
-    Rows must be sorted by start time. Greedy interval partitioning per rank; ranks
-    without overlapping ops take a vectorized fast path.
+    Rows must be sorted by start time. Per rank, ops split into clusters of
+    transitively overlapping ops; a cluster of up to ``small`` ops puts its k-th op on
+    track k (vectorized), a bigger one is packed greedily (interval partitioning).
     """
     lane = np.zeros(len(rank), dtype=np.int64)
     if len(rank) == 0:
@@ -44,19 +45,26 @@ def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
         idx = order[lo:hi]
         s, e = start[idx], end[idx]
         prev = np.maximum.accumulate(e)
-        if np.all(s[1:] >= prev[:-1]):
+        new = np.concatenate(([True], s[1:] >= prev[:-1]))
+        if new.all():
             continue
-        ends: list[int] = []
-        out = np.empty(len(idx), dtype=np.int64)
-        for i, (si, ei) in enumerate(zip(s.tolist(), e.tolist())):
-            for k, ek in enumerate(ends):
-                if ek <= si:
-                    ends[k] = ei
-                    out[i] = k
-                    break
-            else:
-                out[i] = len(ends)
-                ends.append(ei)
+        cid = np.cumsum(new) - 1
+        first = np.flatnonzero(new)
+        pos = np.arange(len(idx)) - first[cid]
+        size = np.diff(np.concatenate((first, [len(idx)])))
+        out = pos.copy()
+        for c in np.flatnonzero(size > small).tolist():
+            a, b = first[c], first[c] + size[c]
+            ends: list[int] = []
+            for i, (si, ei) in enumerate(zip(s[a:b].tolist(), e[a:b].tolist())):
+                for k, ek in enumerate(ends):
+                    if ek <= si:
+                        ends[k] = ei
+                        out[a + i] = k
+                        break
+                else:
+                    out[a + i] = len(ends)
+                    ends.append(ei)
         lane[idx] = out
     return lane
 
@@ -96,6 +104,29 @@ def _num_or_null(values: pd.Series) -> list[str]:
     return [str(v) for v in values.tolist()]
 
 
+def _codes(col: pd.Series):
+    """Categorical codes with NA -> len(categories) (index of an appended fallback)."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    codes = col.cat.codes.to_numpy().astype(np.int64)
+    cats = list(col.cat.categories)
+    return np.where(codes < 0, len(cats), codes), cats
+
+
+def _num_strs(col: pd.Series, order: np.ndarray) -> np.ndarray:
+    """A nullable integer column as JSON number strings ("null" for NA), permuted by order."""
+    arr = col.array
+    if isinstance(arr, pd.arrays.IntegerArray):
+        vals, mask = arr._data[order], arr._mask[order]
+    else:
+        v = col.to_numpy(dtype=np.float64, na_value=np.nan)[order]
+        mask = np.isnan(v)
+        vals = np.where(mask, 0, v).astype(np.int64)
+    out = vals.astype(str).astype(object)
+    out[mask] = "null"
+    return out
+
+
 def write_perfetto(frame: pd.DataFrame, path: str, t0: int | None = None, inst: np.ndarray | None = None,
                    processes: list[dict] | None = None) -> dict:
     """Write the trace; returns counts {"slices", "flows", "tracks"}."""
@@ -115,6 +146,8 @@ def _write(f, frame, n, t0, inst, processes) -> dict:
         start = frame["t_start_ns"].to_numpy(dtype=np.int64)
         inst = None
     t0 = int(start.min()) if (t0 is None and n) else int(t0 or 0)
+    if n:
+        t0 = min(t0, int(start.min()))   # timestamps are never negative
     rank = frame["rank"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
     pid = np.where(rank >= 0, rank, 1_000_000)
     if n:
@@ -153,38 +186,37 @@ def _write(f, frame, n, t0, inst, processes) -> dict:
     first = pd.Series(np.arange(n)).groupby(scode, sort=True).first().to_numpy()
     frags = []
     for row in first.tolist():
-        d = {c: _jsonable(frame[c].iat[row]) for c in static_cols}
+        d = {c: v for c in static_cols if (v := _jsonable(frame[c].iat[row])) is not None}  # nulls: not recorded
         frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"))[1:-1])
-    names = [json.dumps(str(v)) for v in frame["op"].astype(object).tolist()]
+    opc, opcats = _codes(frame["op"])
+    op_json = np.array([json.dumps(str(c)) for c in opcats] + ['"?"'], dtype=object)
+    names = op_json[opc]
     p2p = frame["op"].isin(P2P_OPS).to_numpy()
-    cats = np.where(p2p, '"p2p"', '"collective"').tolist()
-    seq = frame["seq"].tolist()
-    t_ret, t_end, dur_ns = (_num_or_null(frame[c]) for c in ("t_return_ns", "t_end_ns", "duration_ns"))
-    status = [json.dumps(str(v)) for v in frame["status"].astype(object).tolist()]
-    iteration = frame["iteration"].tolist()
-    err = frame["error"].astype(object).tolist() if "error" in frame else [None] * n
+    stc, stcats = _codes(frame["status"])
+    status = np.array([json.dumps(str(c)) for c in stcats] + ["null"], dtype=object)[stc]
+    err = frame["error"] if "error" in frame else None
     order = np.lexsort((start, lane, pid))   # per track, in time order
-    rel = (start - t0)
+    rel = start - t0
     dur = end - start
-    pid_l, lane_l, rel_l, dur_l, start_l, sc_l = pid.tolist(), lane.tolist(), rel.tolist(), dur.tolist(), start.tolist(), scode.tolist()
-    buf = []
-    for i in order.tolist():
-        e = err[i]
-        es = "" if e is None or e != e else ',"error":' + json.dumps(str(e), ensure_ascii=False)
-        q, r = divmod(rel_l[i], 1000)
-        dq, dr = divmod(dur_l[i], 1000)
-        buf.append(f'{{"ph":"X","pid":{pid_l[i]},"tid":{lane_l[i]},"ts":{q}.{r:03d},"dur":{dq}.{dr:03d},'
-                   f'"name":{names[i]},"cat":{cats[i]},"args":{{{frags[sc_l[i]]},"seq":{seq[i]},'
-                   f'"t_start_ns":{start_l[i]},"t_return_ns":{t_ret[i]},"t_end_ns":{t_end[i]},'
-                   f'"duration_ns":{dur_ns[i]},"status":{status[i]},"iteration":{iteration[i]}{es}}}}}')
-        if len(buf) >= CHUNK:
-            f.write((",\n" if wrote else "") + ",\n".join(buf))
-            wrote = True
-            buf.clear()
-    if buf:
-        f.write((",\n" if wrote else "") + ",\n".join(buf))
+    frag_arr = np.array(frags, dtype=object)
+    cols = [pid[order], lane[order], rel[order] // 1000, rel[order] % 1000, dur[order] // 1000, dur[order] % 1000,
+            names[order], np.where(p2p, '"p2p"', '"collective"')[order], frag_arr[scode[order]],
+            frame["seq"].to_numpy()[order], start[order], _num_strs(frame["t_return_ns"], order),
+            _num_strs(frame["t_end_ns"], order), _num_strs(frame["duration_ns"], order), status[order],
+            frame["iteration"].to_numpy()[order]]
+    has_err = err is not None and err.notna().any()
+    if has_err:
+        ev = err.astype(object).to_numpy()[order]
+        cols.append(np.array(["" if v is None or v != v else ',"error":' + json.dumps(str(v), ensure_ascii=False)
+                              for v in ev.tolist()], dtype=object))
+    fmt = ('{{"ph":"X","pid":{},"tid":{},"ts":{}.{:03d},"dur":{}.{:03d},"name":{},"cat":{},"args":{{{},'
+           '"seq":{},"t_start_ns":{},"t_return_ns":{},"t_end_ns":{},"duration_ns":{},"status":{},"iteration":{}'
+           + ("{}" if has_err else "") + "}}}}").format
+    for lo in range(0, n, CHUNK):
+        part = [c[lo:lo + CHUNK].tolist() for c in cols]
+        f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
         wrote = True
-        buf.clear()
+    pid_l, lane_l, rel_l = pid, lane, rel
     # -- flows: consecutive arrivals of one instance ----------------------------
     nflows = 0
     if inst is None:
@@ -197,16 +229,16 @@ def _write(f, frame, n, t0, inst, processes) -> dict:
         a, b = a[pair], b[pair]
         nflows = len(a)
         fid = np.arange(1, nflows + 1)
-        # Emit in time order of the "s" end (flows are not on any track).
-        for lo in range(0, nflows, CHUNK // 2):
-            sl = slice(lo, lo + CHUNK // 2)
-            for ai, bi, k in zip(a[sl].tolist(), b[sl].tolist(), fid[sl].tolist()):
-                buf.append(f'{{"ph":"s","id":{k},"pid":{pid_l[ai]},"tid":{lane_l[ai]},"ts":{_us(rel_l[ai])},'
-                           f'"name":{names[ai]},"cat":"match"}}')
-                buf.append(f'{{"ph":"f","bp":"e","id":{k},"pid":{pid_l[bi]},"tid":{lane_l[bi]},"ts":{_us(rel_l[bi])},'
-                           f'"name":{names[bi]},"cat":"match"}}')
-            f.write((",\n" if wrote else "") + ",\n".join(buf))
+        fmt_s = '{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}'.format
+        fmt_f = '{{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}'.format
+        for lo in range(0, nflows, CHUNK):
+            sl = slice(lo, lo + CHUNK)
+            aa, bb, kk = a[sl], b[sl], fid[sl].tolist()
+            ss = map(fmt_s, kk, pid_l[aa].tolist(), lane_l[aa].tolist(), (rel_l[aa] // 1000).tolist(),
+                     (rel_l[aa] % 1000).tolist(), names[aa].tolist())
+            ff = map(fmt_f, kk, pid_l[bb].tolist(), lane_l[bb].tolist(), (rel_l[bb] // 1000).tolist(),
+                     (rel_l[bb] % 1000).tolist(), names[bb].tolist())
+            f.write((",\n" if wrote else "") + ",\n".join(map(",\n".join, zip(ss, ff))))
             wrote = True
-            buf.clear()
     f.write("\n]}\n")
     return {"slices": n, "flows": nflows, "tracks": len(tracks)}

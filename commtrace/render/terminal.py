@@ -46,9 +46,23 @@ def make_console(width: int | None = None, file=None) -> Console:
     return con
 
 
+ASCII_SIMPLE = box.Box("    \n    \n -- \n    \n    \n -- \n    \n    \n", ascii=True)
+
+
+class _Tab(Table):
+    """A Table whose columns never wrap (numbers stay on one line)."""
+
+    def add_column(self, *args, **kwargs):
+        kwargs.setdefault("no_wrap", True)
+        return super().add_column(*args, **kwargs)
+
+
 def _table(con: Console, title: str | None = None) -> Table:
-    return Table(title=title, box=box.ASCII2 if getattr(con, "plain", True) else box.SIMPLE_HEAD,
-                 title_justify="left", show_edge=False, pad_edge=False, header_style="bold")
+    """A table; its title goes on its own line above it (so it never wraps to the table width)."""
+    if title:
+        con.print(Text(title, style="bold"))
+    return _Tab(box=ASCII_SIMPLE if getattr(con, "plain", True) else box.SIMPLE_HEAD,
+                show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1, 0, 0))
 
 
 def op_style(op: str, i: int = 0) -> tuple[str, str]:
@@ -83,7 +97,7 @@ def _summary_table(con, df, title, key_names):
     tab = _table(con, title)
     for k in key_names:
         tab.add_column(k)
-    for c in ("count", "calls", "bytes", "mean", "p50", "p99", "algbw", "busbw", "share", "cv"):
+    for c in ("count", "bytes", "mean", "p50", "p99", "algbw", "busbw", "share", "cv"):
         tab.add_column(c, justify="right")
     flat = df.reset_index()
     for r in flat.itertuples(index=False):
@@ -92,7 +106,7 @@ def _summary_table(con, df, title, key_names):
         op = str(d.get("op", ""))
         if "op" in key_names:
             keys[key_names.index("op")] = f"[{op_style(op)[0]}]{safe(op)}[/]" if not con.plain else safe(op)
-        tab.add_row(*keys, fmt_int(d["count"]), fmt_int(d["calls"]), fmt_bytes(d["bytes"]), fmt_ns(d["mean_ns"]),
+        tab.add_row(*keys, fmt_int(d["count"]), fmt_bytes(d["bytes"]), fmt_ns(d["mean_ns"]),
                     fmt_ns(d["p50_ns"]), fmt_ns(d["p99_ns"]), fmt_bw(d["algbw"]), fmt_bw(d["busbw"]),
                     fmt_pct(d["share"]), "-" if d["cv"] != d["cv"] else f"{d['cv']:.2f}")
     con.print(tab)
@@ -101,7 +115,7 @@ def _summary_table(con, df, title, key_names):
 def render_summary(con: Console, rep) -> None:
     con.print()
     _summary_table(con, rep.by_op, "Per op", ["op"])
-    con.print(Text("durations per rank; algbw/busbw per collective with the slowest rank's time (nccl-tests); share of all op time; cv: variation of per-rank total time", style="dim"))
+    con.print(Text("count: collectives (matched across ranks); bytes: all ranks; durations per rank; bandwidth per collective with the slowest rank (nccl-tests); cv: per-rank time variation", style="dim"))
     if len(rep.by_group.reset_index()["group"].unique()) > 1:
         con.print()
         _summary_table(con, rep.by_group, "Per process group", ["group", "group_desc", "op"])
@@ -166,7 +180,6 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
     for li, rank in enumerate(tl.ranks):
         line = Text(f"rank {rank}".ljust(label_w) + "|")
         cells, fill = tl.cells[li], tl.fill[li]
-        run_start = 0
         # Group equal cells into runs: one append per run keeps this fast.
         keyv = np.where(cells < 0, -1, cells * 2 + (fill >= 0.5))
         cuts = np.flatnonzero(np.diff(keyv)) + 1
@@ -184,7 +197,6 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
                 line.append(("█" if strong else "▒") * n, style=color)
         line.append("|")
         con.print(line, no_wrap=True, overflow="crop")
-        del run_start
     axis = Text(" " * label_w + "^" + fmt_ns(tl.t_from_ns))
     end_lbl = fmt_ns(tl.t_to_ns) + "^"
     axis.append(" " * max(1, label_w + tl.width + 2 - len(axis.plain) - len(end_lbl)) + end_lbl)

@@ -105,11 +105,24 @@ def write_synthetic_run(run_dir: str, ranks: int = 4, ops_per_rank: int = 1000, 
         jitter[slow_rank] += np.float32(slow_ns)
     xfer = 30_000.0 + seq_bytes / 2.0                                         # ~2 GB/s plus latency
     xfer *= rng.lognormal(0.0, 0.1, size=n)
-    gap = np.where(seq_async, 5_000.0, 200_000.0) + rng.exponential(50_000.0, size=n)
+    gap = np.where(seq_async, 5_000.0, 500_000.0) + rng.exponential(np.where(seq_async, 20_000.0, 200_000.0))
     maxj = jitter.max(axis=0).astype(np.float64)
-    step = maxj + np.where(seq_async, 0.0, xfer) + gap
-    base = start_ns + np.concatenate(([0.0], np.cumsum(step[:-1])))           # ideal call time of op k
-    end = base + maxj + xfer                                                  # op completes for everyone
+    # One communication stream: an op completes after its last caller arrived and after
+    # the previous op completed. Async ops (DDP buckets) are called back to back; a
+    # blocking op waits for everything before it (like DDP's wait before the optimizer).
+    base = np.empty(n)
+    end = np.empty(n)
+    b, e_prev = float(start_ns), float(start_ns)
+    maxj_l, xfer_l, gap_l, asy_l = maxj.tolist(), xfer.tolist(), gap.tolist(), seq_async.tolist()
+    for k in range(n):
+        if k and not asy_l[k]:
+            b = max(b, e_prev) + gap_l[k]          # blocking call: after the stream drained
+        base[k] = b
+        e_prev = max(e_prev, b + maxj_l[k]) + xfer_l[k]
+        end[k] = e_prev
+        b = b + maxj_l[k] + (gap_l[k] if asy_l[k] else 0.0)
+        if not asy_l[k]:
+            b = e_prev + gap_l[k]                   # compute after a blocking op
     seqs = np.arange(1, n + 1, dtype=np.uint32)
     t_wall0 = 1_790_000_000_000_000_000
     t_last = float(end.max()) if n else float(start_ns)

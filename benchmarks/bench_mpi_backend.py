@@ -1,0 +1,137 @@
+"""mpi backend vs raw mpi4py (all_reduce) and vs gloo (DDP step), in one run.
+
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \\
+      .venv/bin/mpirun --oversubscribe -n 2 .venv/bin/python benchmarks/bench_mpi_backend.py
+
+Untraced. Every figure is the median over repetitions of the mean time of a
+batch of calls; the variants are interleaved repetition by repetition so that
+machine noise hits them alike. Rank 0 prints the table and the ratios.
+  raw        comm.Allreduce(MPI.IN_PLACE, ndarray, MPI.SUM)
+  pg         pg.allreduce([t], opts) with opts.asyncOp=False, then .wait()
+             (exactly what dist.all_reduce hands the backend)
+  dist       dist.all_reduce(t, group=pg): adds torch's Python front end
+  dist async dist.all_reduce(t, group=pg, async_op=True).wait()
+  DDP step   forward+backward+SGD step, DDP(bucket_cap_mb=1), mpi vs gloo
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import commtrace.mpi
+from commtrace import mpienv
+
+
+def timed(fn, n):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def interleaved(variants, n, reps, barrier):
+    res = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, fn in variants.items():
+            barrier()
+            res[k].append(timed(fn, n))
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--hidden", type=int, default=2000)
+    ap.add_argument("--ddp-steps", type=int, default=10)
+    args = ap.parse_args()
+
+    comm = mpienv.world()
+    MPI = mpienv.mpi_module()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    port = None
+    if rank == 0:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
+    commtrace.mpi.install()
+    dist.init_process_group("gloo", rank=rank, world_size=size)
+    pg = dist.new_group(backend="mpi")
+    raw_comm = comm.Dup()
+    barrier = raw_comm.Barrier
+
+    rows = []
+    for label, numel, n in (("1 element", 1, 20000), ("4 MB", 1 << 20, 40)):
+        t = torch.ones(numel)
+        a = t.numpy().copy()
+        sync = dist.AllreduceOptions()
+        sync.asyncOp = False
+        variants = {
+            "raw": lambda: raw_comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
+            "raw pg comm": lambda: pg.comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
+            "pg": lambda: pg.allreduce([t], sync).wait(),
+            "dist": lambda: dist.all_reduce(t, group=pg),
+            "dist async": lambda: dist.all_reduce(t, group=pg, async_op=True).wait(),
+        }
+        for fn in variants.values():     # warm up (first calls build caches/schedules)
+            for _ in range(min(n, 200)):
+                fn()
+        med = interleaved(variants, n, args.reps, barrier)
+        rows.append((label, med))
+        if rank == 0 and os.environ.get("BENCH_DEBUG"):
+            print(label, {k: round(v * 1e6, 2) for k, v in med.items()}, flush=True)
+
+    # DDP step: same model, data, seeds; gloo world vs the mpi group.
+    def ddp_step_time(group):
+        torch.manual_seed(0)
+        h = args.hidden
+        model = nn.Sequential(nn.Linear(10, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 5))
+        ddp = DDP(model, process_group=group, bucket_cap_mb=1)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        x, y = torch.randn(32, 10), torch.randn(32, 5)
+
+        def step():
+            opt.zero_grad()
+            nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+        for _ in range(3):
+            step()
+        times = []
+        for _ in range(args.ddp_steps):
+            barrier()
+            times.append(timed(step, 1))
+        return statistics.median(times)
+
+    ddp = {}
+    for _ in range(2):                    # alternate to share machine noise
+        for name, group in (("gloo", dist.group.WORLD), ("mpi", pg)):
+            ddp.setdefault(name, []).append(ddp_step_time(group))
+    ddp = {k: min(v) for k, v in ddp.items()}
+
+    if rank == 0:
+        print(f"ranks={size} threads={torch.get_num_threads()} "
+              f"MPI thread level={MPI.Query_thread()} (3 = MULTIPLE)")
+        print(f"{'all_reduce':12s} {'raw mpi4py':>11s} {'pg':>10s} {'dist':>10s} {'dist async':>11s}"
+              f"   pg/raw  dist/raw  async/raw")
+        for label, m in rows:
+            print(f"{label:12s} {m['raw'] * 1e6:9.2f}us {m['pg'] * 1e6:8.2f}us {m['dist'] * 1e6:8.2f}us"
+                  f" {m['dist async'] * 1e6:9.2f}us   {m['pg'] / m['raw']:6.2f}  {m['dist'] / m['raw']:8.2f}"
+                  f"  {m['dist async'] / m['raw']:9.2f}")
+        h = args.hidden
+        print(f"DDP step (Linear 10-{h}-{h}-5, bucket_cap_mb=1): gloo {ddp['gloo'] * 1e3:.2f} ms, "
+              f"mpi {ddp['mpi'] * 1e3:.2f} ms, mpi/gloo {ddp['mpi'] / ddp['gloo']:.2f}")
+    dist.destroy_process_group(pg)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Smoke test of the benchmark scripts: import each one and run its smallest case.
+
+No timing assertions (this machine is shared and noisy): only that every
+benchmark runs end to end and returns the keys/rows run_all.py and
+BENCHMARKS.md rely on. About 20 s in all (each case spawns 2 gloo ranks).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "benchmarks")
+sys.path.insert(0, BENCH)
+
+PAIRED_KEYS = {"plain", "traced", "added", "added_spread", "ratio", "ratio_spread", "blocks"}
+
+
+def _mod(name):
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Smallest case of each benchmark, run once for the module."""
+    os.environ.pop("COMMTRACE_DIR", None)
+    cap, ddp, prof, size = (_mod(n) for n in ("bench_capture", "bench_ddp", "bench_profiler", "bench_tracesize"))
+    return {
+        "capture": {"gloo": cap.run("gloo", calls=5, reps=2,
+                                    only=["all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async"]),
+                    "mpi": {"backend": "mpi", "available": False, "reason": "skipped in smoke test", "cases": {}}},
+        "ddp": ddp.run(["tiny"], ("plain", "traced", "profiler"), reps=2, steps=1),
+        "profiler": prof.run(calls=5, reps=2),
+        "tracesize": size.run(ops=300),
+    }
+
+
+def test_capture(results):
+    r = results["capture"]["gloo"]
+    assert r["available"] and r["backend"] == "gloo"
+    assert set(r["cases"]) == {"all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async"}
+    for c in r["cases"].values():
+        assert PAIRED_KEYS <= set(c) and c["blocks"] == 2 and c["plain"] > 0 and c["traced"] > 0
+
+
+def test_capture_cases_and_mpi_probe():
+    cap = _mod("bench_capture")
+    assert set(cap.CASES) == {"all_reduce 1 elem", "all_reduce 64 KB", "all_reduce 4 MB", "broadcast 1 elem",
+                              "barrier", "issue cost: all_reduce 1 elem async", "issue cost: all_reduce 64 KB async"}
+    assert cap.mpi_available() is None or isinstance(cap.mpi_available(), str)
+    s = cap.paired([100.0, 200.0], [110.0, 230.0], scale=1.0)
+    assert s["added"] == 20.0 and s["added_spread"] == [10.0, 30.0] and math.isclose(s["ratio"], 1.125)
+
+
+def test_ddp(results):
+    r = results["ddp"]["tiny"]
+    for k in ("desc", "params", "plain_ms", "collectives_per_step", "ops_bin", "meta_jsonl", "bytes_per_op",
+              "traced", "profiler", "profiler_trace"):
+        assert k in r, k
+    assert r["ops_bin"] % 32 == 0 and r["ops_bin"] > 0
+    assert r["collectives_per_step"] >= 1
+    assert {"ms", "ratio", "ratio_spread"} <= set(r["traced"])
+    assert r["profiler_trace"]["trace_bytes"] > 0
+
+
+def test_profiler(results):
+    r = results["profiler"]
+    assert set(r) == {"issue cost: all_reduce 1 elem async", "all_reduce 1 elem"}
+    for c in r.values():
+        assert PAIRED_KEYS <= set(c["profiler"]) and PAIRED_KEYS <= set(c["traced"])
+
+
+def test_tracesize(results):
+    r = results["tracesize"]
+    assert r["ops"] == 300 + _mod("bench_tracesize").WARMUP
+    assert r["ops_bin"] == r["ops"] * 32 and r["meta_jsonl"] > 0
+    assert r["bytes_per_op"] >= 32
+    for k in ("maxrss_plain", "maxrss_traced", "peak_added_bytes", "peak_added_bytes_per_op"):
+        assert k in r
+
+
+def test_markdown(results):
+    ra = _mod("run_all")
+    res = dict(results, report={"available": False, "reason": "skipped in smoke test"})
+    info = {"date": "today", "machine": ra.machine(), "seconds": 1.0, "errors": {}}
+    md = ra.markdown(res, info, quick=True)
+    for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.",
+                    "How to reproduce"):
+        assert heading in md, heading
+    assert "not available" in md
+    _, rows = ra.goals(res)
+    assert len(rows) >= 5

@@ -1,0 +1,47 @@
+"""Launch helper for the mpi backend tests: run a worker under mpirun."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+MPIRUN = Path(sys.executable).parent / "mpirun"
+
+
+def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """Run ``script`` on ``n`` ranks; a hang becomes a failed test, not a stuck CI job."""
+    e = dict(os.environ)
+    e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
+             OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # Never trace from these tests unless a test asks for it.
+    e.pop("COMMTRACE_DIR", None)
+    if env:
+        e.update(env)
+    argv = [str(a) for a in script] if isinstance(script, (list, tuple)) else [str(script)]
+    cmd = [str(MPIRUN), "--oversubscribe", "-n", str(n), sys.executable, *argv, *map(str, args)]
+    try:
+        p = subprocess.run(cmd, env=e, cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as ex:
+        out = (ex.stdout or b"").decode() if isinstance(ex.stdout, bytes) else (ex.stdout or "")
+        err = (ex.stderr or b"").decode() if isinstance(ex.stderr, bytes) else (ex.stderr or "")
+        pytest.fail(f"mpirun -n {n} {script} hung for {timeout}s\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}")
+    return p
+
+
+def check(p: subprocess.CompletedProcess) -> str:
+    if p.returncode != 0:
+        pytest.fail(f"rc={p.returncode}\n--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}")
+    return p.stdout
+
+
+@pytest.fixture
+def run_mpi():
+    """run_mpi("worker.py", n, args...) or run_mpi(["-m", "pkg", ...], n, ...)."""
+    return lambda script, n, *a, **kw: check(
+        mpirun(script if isinstance(script, (list, tuple)) else HERE / script, n, *a, **kw))

@@ -1,0 +1,148 @@
+"""Bad input: one-line errors with exit code 2, or warnings plus a report of what is readable."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from commtrace.trace import schema
+from commtrace.trace.synthetic import write_synthetic_run
+from commtrace.trace.writer import TraceWriter
+
+from .conftest import cli
+
+EVIL = '[bold red]evil[/] "quoted"\n\x1b[31mred'
+
+
+def write_hostile_run(d):
+    """Two ranks whose strings try markup, quotes, newlines and terminal escapes."""
+    d = str(d)
+    for r in range(2):
+        w = TraceWriter(d, f"rank{r}.pid{r + 1}")
+        meta = [
+            {"type": "header", "format": "commtrace", "version": 1, "host": "[link=http://x]host[/link]", "pid": r + 1,
+             "rank": r, "run_id": "evil", "command": [EVIL], "t_wall_ns": 1, "t_mono_ns": 0},
+            {"type": "world", "world": 0, "world_id": "w", "rank": r, "world_size": 2, "backend": "gloo"},
+            {"type": "group", "id": 0, "world": 0, "world_id": "w", "name": "[red]g", "desc": EVIL, "backend": "gloo",
+             "size": 2, "rank": r, "ranks": [0, 1]},
+            {"type": "sig", "id": 0, "op": "all_reduce", "shapes": [[4]], "dtype": EVIL, "bytes": 16, "thread": EVIL},
+        ]
+        rec = np.zeros(3, dtype=schema.OP_RECORD)
+        rec["t_call"] = [1000, 5000, 9000]
+        rec["d_return"] = rec["d_end"] = 500
+        rec["seq"] = [1, 2, 3]
+        w.write(meta, rec)
+        w.write([{"type": "end", "exit_code": 0, "how": "exit", "t_mono_ns": 20000}], None)
+        w.close()
+    return d
+
+
+def run_cli_subprocess(*argv, cwd=None):
+    return subprocess.run([sys.executable, "-m", "commtrace", *map(str, argv)], capture_output=True, text=True,
+                          cwd=cwd, timeout=60)
+
+
+def assert_one_line_error(proc, fragment):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("commtrace: error: ") and fragment in lines[0], proc.stderr
+
+
+def test_missing_directory(tmp_path):
+    assert_one_line_error(run_cli_subprocess("report", tmp_path / "nope"), "no such directory")
+
+
+def test_empty_directory(tmp_path):
+    assert_one_line_error(run_cli_subprocess("report", tmp_path), "no trace files")
+
+
+def test_no_default_run(tmp_path):
+    assert_one_line_error(run_cli_subprocess("report", cwd=tmp_path), "commtrace-out")
+
+
+def test_compare_missing(tmp_path, syn_run):
+    assert_one_line_error(run_cli_subprocess("compare", syn_run, tmp_path / "nope"), "nope")
+
+
+def test_all_corrupt(tmp_path):
+    (tmp_path / "rank0.pid1.meta.jsonl").write_bytes(b"\x00\xffgarbage\n{not json\n")
+    (tmp_path / "rank0.pid1.ops.bin").write_bytes(b"\x01" * 100)
+    assert_one_line_error(run_cli_subprocess("report", tmp_path), "no readable trace files")
+
+
+def test_unknown_version_everywhere(tmp_path):
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=2, ops_per_rank=20)
+    for m in glob.glob(os.path.join(d, "*.meta.jsonl")):
+        lines = open(m).read().splitlines()
+        hdr = json.loads(lines[0])
+        hdr["version"] = 99
+        open(m, "w").write("\n".join([json.dumps(hdr)] + lines[1:]) + "\n")
+    assert_one_line_error(run_cli_subprocess("report", d), "unknown format version 99")
+
+
+def test_truncated_file_warns_and_reports(tmp_path, capsys):
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=2, ops_per_rank=50)
+    ops = sorted(glob.glob(os.path.join(d, "*.ops.bin")))[1]
+    size = os.path.getsize(ops)
+    with open(ops, "r+b") as f:
+        f.truncate(size - 10)
+    proc = run_cli_subprocess("report", d)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    warnings = proc.stderr.strip().splitlines()
+    assert warnings and all(w.startswith("commtrace: warning: ") for w in warnings)
+    assert any(os.path.basename(ops) in w and "truncated" in w for w in warnings)
+    assert "99 ops" in proc.stdout  # 50 + 49 complete records
+
+
+def test_one_bad_version_warns(tmp_path, capsys):
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=3, ops_per_rank=20)
+    m = sorted(glob.glob(os.path.join(d, "*.meta.jsonl")))[2]
+    lines = open(m).read().splitlines()
+    hdr = json.loads(lines[0])
+    hdr["version"] = 7
+    open(m, "w").write("\n".join([json.dumps(hdr)] + lines[1:]) + "\n")
+    assert cli("report", d) == 0
+    cap = capsys.readouterr()
+    assert "unknown format version 7" in cap.err and "ranks missing: 2 of 3" in cap.err
+    assert "40 ops" in cap.out
+
+
+def test_mixed_run_ids(tmp_path, capsys):
+    d = str(tmp_path / "r")
+    write_synthetic_run(d, ranks=2, ops_per_rank=20, run_id="A")
+    other = str(tmp_path / "o")
+    write_synthetic_run(other, ranks=3, ops_per_rank=20, run_id="B")
+    for suffix in (".meta.jsonl", ".ops.bin"):
+        os.rename(os.path.join(other, "rank2.pid10002" + suffix), os.path.join(d, "rank2.pid10002" + suffix))
+    assert cli("report", d) == 0
+    cap = capsys.readouterr()
+    assert "rank2.pid10002.meta.jsonl: belongs to run 'B', not 'A'" in cap.err
+    assert "40 ops" in cap.out
+
+
+def test_missing_ranks_warns(tmp_path, capsys):
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=4, ops_per_rank=20, missing_ranks=(1, 3))
+    assert cli("report", d) == 0
+    cap = capsys.readouterr()
+    assert "ranks missing: 1,3 of 4" in cap.err
+    assert "ranks      2 of 4" in cap.out
+
+
+def test_bad_time_and_export_path(syn_run, tmp_path):
+    assert_one_line_error(run_cli_subprocess("report", syn_run, "--from", "soon"), "bad time")
+    assert_one_line_error(run_cli_subprocess("report", syn_run, "--csv", tmp_path / "no" / "x.csv"), "does not exist")
+
+
+def test_hostile_strings_are_escaped(tmp_path, capsys):
+    d = write_hostile_run(tmp_path / "h")
+    assert cli("report", d, "--events") == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "[bold red]evil[/]" in out  # shown literally, not interpreted
+    assert "\\x1b[31mred" in out
+    js = tmp_path / "s.json"
+    assert cli("report", d, "--json", js, "--csv", tmp_path / "o.csv", "-q") == 0
+    json.loads(js.read_text())
