@@ -73,9 +73,26 @@ def _install() -> None:
             _state["phases"] = hooks
         except Exception as exc:  # annotations are optional; tracing is not
             sys.stderr.write(f"commtrace: phase annotations disabled: {exc}\n")
+    _flush_in_multiprocessing_children(_state["recorder"])
     _install_mpi_backend()
     _install_signal_handlers()
     _install_watchdog()
+
+
+def _flush_in_multiprocessing_children(rec) -> None:
+    """Close the recorder at the end of a forked ``multiprocessing.Process``.
+
+    A fork-started Process ends with ``os._exit`` after its target: atexit
+    handlers never run there, so the child's ops would be lost. Its own exit path
+    does run multiprocessing finalizers, which are cleared right after the fork;
+    ``register_after_fork`` callbacks run after that clearing, in the child.
+    """
+    import multiprocessing.util as mpu
+
+    def after_fork(r):
+        mpu.Finalize(None, r.close, exitpriority=-1)  # after the program's own finalizers
+
+    mpu.register_after_fork(rec, after_fork)
 
 
 def _install_mpi_backend() -> None:

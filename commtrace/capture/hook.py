@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import secrets
 import threading
+import weakref
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -28,7 +29,10 @@ _tls = threading.local()
 class Installer:
     def __init__(self, recorder: Recorder):
         self.rec = recorder
-        self.traced: dict[int, TracedProcessGroup] = {}  # id(inner) -> wrapper
+        # id(inner) -> wrapper. Weak: once torch forgets a group (destroy_process_group)
+        # it must be freed then, as without tracing; a group kept alive until
+        # interpreter teardown can abort the process (gloo threads destroyed joinable).
+        self.traced: "weakref.WeakValueDictionary[int, TracedProcessGroup]" = weakref.WeakValueDictionary()
         self.world_index = -1
         self.world_id = None
         self.originals: dict[str, object] = {}

@@ -179,8 +179,9 @@ class Recorder:
                     if not work.is_completed():
                         break
                 except Exception:
-                    pass
-                row[T_END] = time.monotonic_ns()
+                    pass  # cannot be polled: completion stays unknown (NaN end)
+                else:
+                    row[T_END] = time.monotonic_ns()
             done += 1
         if done:
             del un[:done]
@@ -303,14 +304,22 @@ def _is_completed(work) -> bool:
 
 
 def _failed(work) -> bool:
-    """True if a completed CPU work ended in an error (wait() on it re-raises).
+    """True if a finished CPU work ended in an error. Never blocks.
 
-    Never called for CUDA work: waiting on it from this thread would order this
-    thread's current stream after the op."""
+    Reads the error off the work's *done* future. It must not call
+    ``work.wait()``: a second wait on gloo's send/recv work blocks until the
+    *next* transfer on that buffer, and the caller already waited. Works without
+    a future (gloo send/recv) count as successful.
+    """
     if work is None:
         return False
     try:
-        work.wait()
+        fut = work.get_future()
+    except Exception:
+        return False
+    try:
+        if fut.done():
+            fut.value()
         return False
     except Exception:
         return True

@@ -242,7 +242,9 @@ def _make_traced(name: str, spec: ops.Spec):
             rec.observe_completions()
         key, opts = call_key(args, kwargs)
         uf = user_frame()
-        full = (name, _ident(), rec.context_key, key, uf and uf.f_code, uf and uf.f_lineno, self._cpu_only)
+        # id() of the code object, not the object: hashing a code object rehashes
+        # its constants on every call; _internal_code keeps it alive, so the id is stable.
+        full = (name, _ident(), rec.context_key, key, uf and id(uf.f_code), uf and uf.f_lineno, self._cpu_only)
         sig = rec.sig_ids.get(full)
         if sig is None:
             sig = _new_sig(self, name, spec, full, args, kwargs, uf)

@@ -213,12 +213,16 @@ class MPIWork(dist.Work):
         return self._exc
 
     def get_future(self):
+        """The work's one future (every caller -- DDP, the tracer, the user --
+        gets the same object, as with c10d's own Work)."""
         if _progress is None and not self._done:
             self.wait()       # nobody else could complete it
-        fut = torch.futures.Future()
         with _state_lock:
+            fut = self._fut
+            if fut is not None:
+                return fut
+            fut = self._fut = torch.futures.Future()
             if not self._done:
-                self._fut = fut
                 return fut
         self._complete_future(fut)
         return fut
@@ -260,7 +264,9 @@ class _MultiWork(dist.Work):
         return all(w.is_completed() for w in self._works)
 
     def get_future(self):
-        fut = torch.futures.Future()
+        if getattr(self, "_fut", None) is not None:
+            return self._fut   # one future per work, whoever asks
+        fut = self._fut = torch.futures.Future()
         futs = [w.get_future() for w in self._works]
         res = [t for w in self._works for t in w._result]
         if not futs:

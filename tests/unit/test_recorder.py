@@ -11,20 +11,29 @@ from commtrace.trace import schema
 
 
 class FakeFuture:
-    def __init__(self):
-        self.callbacks = []
+    def __init__(self, work):
+        self.callbacks, self.work = [], work
 
     def add_done_callback(self, cb):
         self.callbacks.append(cb)
 
     def finish(self):
+        self.work.done = True
         for cb in self.callbacks:
             cb(self)
+
+    def done(self):
+        return self.work.done
+
+    def value(self):
+        if self.work.error:
+            raise self.work.error
+        return []
 
 
 class FakeWork:
     def __init__(self, done=False, error=None):
-        self.done, self.error, self.fut, self.waited = done, error, FakeFuture(), 0
+        self.done, self.error, self.fut, self.waited = done, error, FakeFuture(self), 0
 
     def is_completed(self):
         return self.done
@@ -82,18 +91,19 @@ def test_device_ops_are_polled_never_waited(tmp_path):
     rec.track(row, w, big, False)
     assert not w.fut.callbacks  # no future callback for device work
     rec.flush()
-    assert w.waited == 0  # failure check by wait() is for CPU work only
+    assert w.waited == 0  # the recorder never waits on work it does not own
     recs = _records(tmp_path)
     assert len(recs) == 1 and recs["flags"][0] & schema.FLAG_END_OBSERVED
     assert recs["status"][0] == schema.STATUS_COMPLETED
 
 
-def test_failed_cpu_work_recorded_failed(tmp_path):
+def test_failed_cpu_work_recorded_failed_without_waiting(tmp_path):
     rec, small, _, _ = _rec(tmp_path)
     w = FakeWork(done=True, error=RuntimeError("peer died"))
     rec.track(_row(small), w, small, True)
     rec.flush()
     assert _records(tmp_path)["status"][0] == schema.STATUS_FAILED
+    assert w.waited == 0  # a second wait() on gloo send/recv work blocks: never call it
 
 
 def test_long_running_op_written_in_flight_once_then_final(tmp_path):
