@@ -70,6 +70,8 @@ class Recorder:
         self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
         self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
         self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
+        self.sig_p2p: list[bool] = []       # sig id -> send/recv (never waited by us)
+        self._waiter: "_Waiter | None" = None
         self.sig_ids: dict = {}             # cheap call key -> sig id
         self.sig_lines: list[dict] = []
         self.group_lines: list[dict] = []
@@ -86,12 +88,12 @@ class Recorder:
         # The child keeps sig/group definitions (its wrappers still use those ids)
         # but writes its own files; buffered rows belong to the parent.
         sigs, groups, worlds = self.sig_lines, self.group_lines, self.world_lines
-        sig_ids, sig_bytes, sig_cpu = self.sig_ids, self.sig_bytes, self.sig_cpu
+        sig_ids, sig_bytes, sig_cpu, sig_p2p = self.sig_ids, self.sig_bytes, self.sig_cpu, self.sig_p2p
         rank = self.rank
         self._lock = threading.RLock()
         self._reset_state()
         self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
-        self.sig_bytes, self.sig_cpu = sig_bytes, sig_cpu
+        self.sig_bytes, self.sig_cpu, self.sig_p2p = sig_bytes, sig_cpu, sig_p2p
         if rank is not None:
             self._open(rank)
 
@@ -107,6 +109,7 @@ class Recorder:
             self.sig_lines.append(line)
             self.sig_bytes.append(int(desc.get("bytes") or 0) + int(desc.get("out_bytes") or 0))
             self.sig_cpu.append(cpu)
+            self.sig_p2p.append(desc.get("op") in schema.P2P_OPS)
             self.meta_queue.append(line)
             self.sig_ids[key] = sid
             return sid
@@ -243,8 +246,11 @@ class Recorder:
             row, work, cpu = entry
             if row[T_END] == 0 and row[FLAGS] & schema.FLAG_END_OBSERVED and _is_completed(work):
                 row[T_END] = time.monotonic_ns()  # no callback: observed now
+            if row[T_END] == 0 and cpu and not self.sig_p2p[row[SIG]]:
+                self._maybe_hand_to_waiter(row, work, final)
             if row[T_END]:
-                row[STATUS] = schema.STATUS_FAILED if cpu and _failed(work) else schema.STATUS_COMPLETED
+                if row[STATUS] != schema.STATUS_FAILED:  # the waiter may have seen the error
+                    row[STATUS] = schema.STATUS_FAILED if cpu and _failed(work) else schema.STATUS_COMPLETED
                 out.append(row)
                 self._inflight_written.discard(id(row))
             else:
@@ -273,6 +279,32 @@ class Recorder:
             meta, self.meta_queue = self.meta_queue, []
             self.writer.write(meta, pack_rows(rows) if rows else None)
 
+    def _maybe_hand_to_waiter(self, row: list, work, final: bool = False) -> None:
+        """A CPU collective that can be neither polled nor called back (gloo's
+        tensor reduce-scatter: no future, is_completed() never turns True) is
+        waited for on a helper thread. Collective works tolerate a second
+        wait(); p2p works do not and never come here."""
+        if work is None or (row[FLAGS] & _HANDED and not final):
+            return
+        if not row[FLAGS] & _HANDED:
+            try:
+                work.get_future()
+                return  # has a future: polling will see it finish
+            except Exception:
+                pass
+        row[FLAGS] |= _HANDED
+        if final:  # exiting: a short bounded wait here instead of a thread
+            from datetime import timedelta
+            try:
+                work.wait(timedelta(milliseconds=200))
+                row[T_END] = time.monotonic_ns()
+            except Exception:
+                pass
+            return
+        if self._waiter is None:
+            self._waiter = _Waiter()
+        self._waiter.add(row, work)
+
     def mark_clock(self, line: dict) -> None:
         line = {"type": schema.META_CLOCK, **line}
         with self._lock:
@@ -294,6 +326,32 @@ class Recorder:
                                     "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
             self.flush(final=True)
             self.writer.close()
+
+
+# A row flag that never reaches disk (pack_rows keeps the low bits only): the
+# row was handed to the waiter thread.
+_HANDED = 0x100
+
+
+class _Waiter:
+    """One daemon thread that wait()s on hand-off works, one after another."""
+
+    def __init__(self):
+        import queue
+        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="commtrace-waiter", daemon=True).start()
+
+    def add(self, row, work) -> None:
+        self.q.put((row, work))
+
+    def _run(self) -> None:
+        while True:
+            row, work = self.q.get()
+            try:
+                work.wait()
+            except Exception:
+                row[STATUS] = schema.STATUS_FAILED
+            row[T_END] = time.monotonic_ns()
 
 
 def _is_completed(work) -> bool:

@@ -73,5 +73,5 @@ def pack_rows(rows: list[list]) -> np.ndarray:
     out["iteration"] = a[:, 5]
     out["group"] = a[:, 6]
     out["status"] = a[:, 7]
-    out["flags"] = a[:, 8]
+    out["flags"] = a[:, 8] & 0xFF  # higher bits are the recorder's private marks
     return out

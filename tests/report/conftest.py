@@ -21,7 +21,7 @@ def real_run(tmp_path_factory):
     """A real traced 2-rank gloo DDP run (torch.multiprocessing.spawn)."""
     out = str(tmp_path_factory.mktemp("real") / "run")
     proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out,
-                           os.path.join(HERE, "spawn_ddp.py"), str(_free_port())],
+                           os.path.join(HERE, "spawn_ddp.py"), str(_free_port()), "p2p"],
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

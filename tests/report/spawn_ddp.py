@@ -1,7 +1,6 @@
 """A small 2-rank gloo DDP job, spawned with torch.multiprocessing (test fixture).
 
-usage: spawn_ddp.py PORT [p2p]   (p2p adds a send/recv pair; off by default because
-send/recv currently hangs under `commtrace run` -- reported to the capture owner)."""
+usage: spawn_ddp.py PORT [p2p]   (p2p adds a send/recv pair; the report tests turn it on)."""
 import os
 import sys
 

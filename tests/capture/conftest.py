@@ -1,0 +1,48 @@
+"""Session-scoped launches shared by the capture tests.
+
+Each heavy launch (spawned ranks, mpirun, DDP) runs once per session and every
+test asserts on its trace. All launches have timeouts (see tests/helpers.py).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import helpers as h  # noqa: E402
+from helpers import Launch, worker  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def launches(tmp_path_factory):
+    """Launch cache: ``launches(key, fn)`` runs ``fn(tmpdir)`` once per session."""
+    cache: dict = {}
+
+    def get(key, fn):
+        if key not in cache:
+            cache[key] = fn(tmp_path_factory.mktemp(key))
+        return cache[key]
+    return get
+
+
+def launch_all_ops(kind: str, world: int, tmp) -> Launch:
+    run_dir, out = tmp / "run", tmp / "res"
+    script = worker("all_ops.py")
+    if kind == "spawn":
+        res = h.run(h.commtrace_cmd(run_dir, script, world, h.free_port(), out), timeout=120)
+    else:
+        res = h.run(h.mpirun_cmd(world, h.PY, "-m", "commtrace", "run", "-o", run_dir, script, out),
+                    env=h.mpi_env(), timeout=150)
+    return Launch(res, run_dir, out)
+
+
+@pytest.fixture(scope="session", params=[("spawn", 2), ("mpirun", 2), ("mpirun", 3)],
+                ids=["spawn-2", "mpirun-2", "mpirun-3"])
+def all_ops(request, launches) -> Launch:
+    kind, world = request.param
+    launch = launches(f"allops-{kind}-{world}", lambda tmp: launch_all_ops(kind, world, tmp))
+    launch.result.check(0)
+    launch.world = world
+    return launch

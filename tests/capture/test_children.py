@@ -1,0 +1,54 @@
+"""Python children of a traced run (fork, subprocess), successive worlds, torchrun."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import helpers as h
+from helpers import worker
+
+
+def test_children_and_successive_worlds(tmp_path):
+    run_dir = tmp_path / "run"
+    ports = [h.free_port() for _ in range(4)]
+    res = h.run(h.commtrace_cmd(run_dir, worker("children.py"), *ports), timeout=120)
+    res.check(0)
+    metas = sorted(os.path.basename(p) for p in glob.glob(str(run_dir / "*.meta.jsonl")))
+    # 2 forked ranks + 2 subprocess ranks + this process (two worlds, one file)
+    assert len(metas) == 5, metas
+    keys = [re.fullmatch(r"rank(\d+)\.pid(\d+)\.meta\.jsonl", m) for m in metas]
+    assert all(keys), metas
+    assert sorted(int(k.group(1)) for k in keys) == [0, 0, 0, 1, 1]
+    assert len({k.group(2) for k in keys}) == 5  # one pid each
+    df = h.load(run_dir)
+    assert not df.attrs["incomplete"], df.attrs["incomplete"]
+    by_bytes = {b: d for b, d in df.groupby("bytes")}
+    assert sorted(by_bytes) == [12, 20, 28, 36]
+    fork_w, sub_w = by_bytes[12], by_bytes[20]
+    for d in (fork_w, sub_w):
+        assert sorted(d["rank"]) == [0, 1] and d["pid"].nunique() == 2 and d["world"].nunique() == 1
+        assert set(d["group_size"]) == {2} and set(d["status"]) == {"completed"}
+    parent = df[df["bytes"].isin([28, 36])]
+    assert parent["pid"].nunique() == 1
+    assert parent["world"].nunique() == 2  # two successive worlds kept apart
+    assert set(parent["seq"]) == {1}  # each world numbers its ops from the start
+    assert df["world"].nunique() == 4
+    assert len({*fork_w["pid"], *sub_w["pid"], *parent["pid"]}) == 5
+
+
+def test_torchrun(tmp_path):
+    run_dir, out = tmp_path / "run", tmp_path / "res"
+    res = h.run([h.TORCHRUN, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                 "--master_port", h.free_port(), "-m", "commtrace", "run", "-o", run_dir, worker("trun.py"), out],
+                timeout=120)
+    res.check(0)
+    import json
+    for r in range(2):
+        got = json.loads(open(f"{out}.rank{r}").read())
+        assert got == {"backend": "gloo", "world": 2, "sum": 2.0, "local_rank": str(r)}
+    df = h.load(run_dir)
+    assert sorted(df["rank"]) == [0, 1]
+    assert df["op"].tolist() == ["all_reduce"] * 2 and set(df["bytes"]) == {16}
+    assert df["seq"].tolist() == [1, 1] and df["world"].nunique() == 1
+    assert {p["launcher"] for p in df.attrs["processes"]} == {"torchrun"}

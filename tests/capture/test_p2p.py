@@ -1,0 +1,67 @@
+"""Point-to-point ops on 3 spawned gloo ranks: send/recv, isend/irecv, batch_isend_irecv, recv(src=None)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import helpers as h
+from helpers import Launch, worker
+
+F = 4
+W = 3
+
+@pytest.fixture(scope="module")
+def p2p(launches) -> Launch:
+    def go(tmp):
+        res = h.run(h.commtrace_cmd(tmp / "run", worker("p2p.py"), W, h.free_port(), tmp / "res"), timeout=90)
+        return Launch(res, tmp / "run", tmp / "res")
+    return launches("p2p", go)
+
+
+def test_p2p_program_exits(p2p):
+    # Regression: a second wait() on a finished gloo send/recv Work blocks forever; the
+    # recorder must never wait on works the caller already waited (traced runs hung at exit).
+    p2p.result.check(0)
+
+
+def _p2p_rows(df, r):
+    d = df[(df["rank"] == r) & df["op"].isin(["send", "recv"])].sort_values("t_start_ns")
+    return [(str(o), int(b), None if pd.isna(root) else int(root), None if pd.isna(t) else int(t))
+            for o, b, root, t in zip(d["op"], d["bytes"], d["root"], d["tag"])]
+
+
+def test_p2p_exact(p2p):
+    p2p.result.check(0)
+    df = p2p.frame
+    for r in range(W):
+        nxt, prv = (r + 1) % W, (r - 1) % W
+        ring = [("send", 4 * F, nxt, 0), ("recv", 4 * F, prv, 0)] if r == 0 else \
+               [("recv", 4 * F, prv, 0), ("send", 4 * F, nxt, 0)]
+        exp = ring + [("send", 5 * F, nxt, 3), ("recv", 5 * F, prv, 3),
+                      # batch_isend_irecv on a ProcessGroup subclass: separate send and recv
+                      ("send", 6 * F, nxt, 0), ("recv", 6 * F, prv, 0)]
+        if r == 0:
+            exp += [("recv", 2 * F, None, 7)] * (W - 1)  # recv_anysource: no peer known at call time
+        else:
+            exp += [("send", 2 * F, 0, 7)]
+        assert _p2p_rows(df, r) == exp, r
+        assert p2p.rank_json(r)["ok"] == {"ring": True, "isend": True, "batch": True}
+    assert p2p.rank_json(0)["anysource"] == [1, 2]
+    assert set(df["status"]) == {"completed"}
+    any_rows = df[(df["rank"] == 0) & (df["variant"] == "recv_anysource")]
+    assert len(any_rows) == W - 1
+    check_p2p_seq(df)
+
+
+def check_p2p_seq(df):
+    """p2p seq numbers count per (op, peer): the k-th send s->d matches the k-th recv on d from s."""
+    for s in range(W):
+        for d in range(W):
+            if s == d:
+                continue
+            sends = df[(df["rank"] == s) & (df["op"] == "send") & (df["root"] == d)]
+            recvs = df[(df["rank"] == d) & (df["variant"] == "recv") & (df["root"] == s)]
+            assert sends.sort_values("t_start_ns")["seq"].tolist()[:len(recvs)] == \
+                recvs.sort_values("t_start_ns")["seq"].tolist() == list(range(1, len(recvs) + 1)), (s, d)
+            assert sends.sort_values("t_start_ns")["bytes"].tolist()[:len(recvs)] == \
+                recvs.sort_values("t_start_ns")["bytes"].tolist(), (s, d)

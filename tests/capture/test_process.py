@@ -1,0 +1,90 @@
+"""How ``commtrace run`` treats the traced program: exit codes, exceptions, signals, script semantics."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import helpers as h
+from helpers import WORKERS, worker
+
+
+def _single(tmp_path, mode, n=3, after_start=None, timeout=60):
+    run_dir = tmp_path / "run"
+    res = h.run(h.commtrace_cmd(run_dir, worker("single.py"), h.free_port(), mode, n),
+                timeout=timeout, after_start=after_start)
+    return res, run_dir
+
+
+def test_exit_code_propagates(tmp_path):
+    res, run_dir = _single(tmp_path, "exit3")
+    res.check(3)
+    df = h.load(run_dir)
+    assert df["bytes"].tolist() == [4, 8, 12]
+    (proc,) = df.attrs["processes"]
+    assert proc["end"]["exit_code"] == 3
+
+
+def test_uncaught_exception_printed_like_python_and_stored(tmp_path):
+    res, run_dir = _single(tmp_path, "raise")
+    res.check(1)
+    err = res.stderr
+    assert "Traceback (most recent call last):" in err
+    assert 'single.py", line' in err and "in fail" in err and "in main" in err
+    assert err.rstrip().endswith("ValueError: boom after 3 ops")
+    tb = err[err.index("Traceback (most recent call last):"):]
+    assert "commtrace" + os.sep not in tb and "runpy" not in tb, tb
+    df = h.load(run_dir)
+    (proc,) = df.attrs["processes"]
+    exc = proc["exception"]
+    assert exc["exc_type"] == "ValueError"
+    assert "ValueError: boom after 3 ops" in exc["text"] and "in fail" in exc["text"]
+    assert proc["end"]["exit_code"] == 1
+    assert len(df) == 3
+
+
+def test_sigkill_keeps_ops_completed_before(tmp_path):
+    res, run_dir = _single(tmp_path, "sigkill", n=4)
+    assert not res.timed_out
+    assert res.returncode == -signal.SIGKILL
+    df = h.load(run_dir)
+    # ops completed 1.5 s before the kill were flushed by the flush thread
+    assert df["bytes"].tolist() == [4, 8, 12, 16]
+    assert set(df["status"]) == {"completed"}
+    assert any("no end record" in s or "abrupt" in s for s in df.attrs["incomplete"]), df.attrs["incomplete"]
+    assert df.attrs["processes"][0]["end"] is None
+
+
+def test_sigterm_flushes_everything(tmp_path):
+    def term_when_ready(proc):
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", line
+        proc.send_signal(signal.SIGTERM)  # right after the last op: nothing flushed yet by the timer
+    res, run_dir = _single(tmp_path, "sigterm", n=5, after_start=term_when_ready)
+    assert not res.timed_out, res.stderr
+    assert res.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
+    df = h.load(run_dir)
+    assert df["bytes"].tolist() == [4, 8, 12, 16, 20]
+    end = df.attrs["processes"][0]["end"]
+    assert end is not None and end["how"] == "signal"
+
+
+def test_script_semantics(tmp_path):
+    out = tmp_path / "sem.json"
+    script = worker("semantics.py")
+    h.run(h.commtrace_cmd(tmp_path / "run", script, out, "--flag", "x y"), cwd=str(tmp_path)).check(0)
+    got = json.loads(out.read_text())
+    assert got["name"] == "__main__"
+    assert got["argv"] == [script, str(out), "--flag", "x y"]
+    assert os.path.samefile(got["path0"], WORKERS)
+    assert got["sibling"] == "sibling-imported"
+
+
+def test_module_with_relative_imports(tmp_path):
+    out = tmp_path / "mod.json"
+    h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", "-m", "ctpkg.main", out, "-v"],
+          cwd=WORKERS).check(0)
+    got = json.loads(out.read_text())
+    assert got["name"] == "__main__" and got["package"] == "ctpkg"
+    assert got["value"] == "relative-import-ok" and got["same"]
+    assert got["argv"][1:] == [str(out), "-v"]

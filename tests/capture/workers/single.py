@@ -1,0 +1,40 @@
+"""One-process gloo world (rank 0 of 1) that does N all_reduces, then ends as told.
+
+``single.py PORT MODE [N]``; MODE: ``exit3`` (sys.exit(3)), ``raise`` (uncaught
+ValueError from fail()), ``sigkill`` (sleep 1.5 s then SIGKILL itself),
+``sigterm`` (print "ready" and sleep; the test sends SIGTERM), ``ok``.
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def fail(n):
+    raise ValueError(f"boom after {n} ops")
+
+
+def main():
+    port, mode = sys.argv[1], sys.argv[2]
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    for i in range(n):
+        dist.all_reduce(torch.ones(i + 1))
+    if mode == "exit3":
+        sys.exit(3)
+    if mode == "raise":
+        fail(n)
+    if mode == "sigkill":
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "sigterm":
+        print("ready", flush=True)
+        time.sleep(60)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Shared helpers for tests that launch real processes (commtrace run, mpirun, torchrun).
+
+Every launch runs in its own session with a timeout: on timeout the whole process
+group is killed (spawned ranks included), so a hang fails the test instead of CI.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+BIN = os.path.dirname(PY)
+MPIRUN = os.path.join(BIN, "mpirun")
+TORCHRUN = os.path.join(BIN, "torchrun")
+DEFAULT_TIMEOUT = 90
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra) -> dict:
+    """The test process's environment without any launcher/commtrace/torch-rank variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("COMMTRACE_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "PRTE_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                         "GROUP_RANK", "ROLE_RANK")}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONWARNINGS"] = "ignore"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+@dataclass
+class Result:
+    args: list
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    def check(self, code: int = 0) -> "Result":
+        assert not self.timed_out, f"timed out: {self.args}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-5000:]}"
+        assert self.returncode == code, (f"exit {self.returncode} (expected {code}): {self.args}\n"
+                                         f"--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-5000:]}")
+        return self
+
+
+def run(args, *, timeout: float = DEFAULT_TIMEOUT, env: dict | None = None, cwd: str | None = None,
+        after_start=None) -> Result:
+    """Run ``args`` in a new session; kill the whole session on timeout.
+
+    ``after_start(proc)`` (optional) runs while the process is alive (e.g. to signal it)."""
+    proc = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env() if env is None else env, cwd=cwd or REPO, start_new_session=True)
+    timed_out = False
+    try:
+        if after_start is not None:
+            after_start(proc)
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _killpg(proc)
+        out, err = proc.communicate()
+    finally:
+        _killpg(proc)  # leftovers (orphaned ranks) of a finished launcher
+    return Result([str(a) for a in args], proc.returncode, out, err, timed_out)
+
+
+def _killpg(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def commtrace_cmd(run_dir, *target) -> list:
+    return [PY, "-m", "commtrace", "run", "-o", str(run_dir), *target]
+
+
+def mpirun_cmd(n: int, *args) -> list:
+    return [MPIRUN, "-n", str(n), "--oversubscribe", "--bind-to", "none", *args]
+
+
+def mpi_env(**extra) -> dict:
+    return clean_env(**MPI_ENV, **extra)
+
+
+def load(run_dir):
+    """commtrace.load without its warnings (tests assert on attrs["incomplete"] instead)."""
+    import commtrace
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return commtrace.load(str(run_dir))
+
+
+# -- tests/capture launches ---------------------------------------------------------
+
+WORKERS = os.path.join(REPO, "tests", "capture", "workers")
+
+
+def worker(name: str) -> str:
+    return os.path.join(WORKERS, name)
+
+
+class Launch:
+    """A finished launch: its Result, run dir, and per-rank JSON outputs."""
+
+    def __init__(self, result: Result, run_dir, out_prefix=None):
+        self.result = result
+        self.run_dir = str(run_dir)
+        self.out_prefix = None if out_prefix is None else str(out_prefix)
+        self._frame = None
+
+    @property
+    def frame(self):
+        if self._frame is None:
+            self._frame = load(self.run_dir)
+        return self._frame
+
+    def rank_json(self, rank: int) -> dict:
+        import json
+        with open(f"{self.out_prefix}.rank{rank}") as f:
+            return json.load(f)
