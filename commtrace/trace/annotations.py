@@ -3,8 +3,8 @@
 DDP launches its gradient all_reduces in bucket order, so within one
 (process, module, iteration) the k-th gradient all_reduce of the backward phase
 is bucket k; likewise the shadow gradient all_reduces a joined rank makes
-(detail ``join_shadow_grad``).
-Buffer broadcasts (detail ``buffers``) carry the module's buffer names.
+(detail ``join_shadow_grad``). Buffer broadcasts (detail ``buffers``) carry the
+module's buffer names. Works on categorical codes: no per-row Python objects.
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from . import schema
-
 
 
 def _layouts(meta: list[dict]) -> tuple[dict, dict]:
@@ -42,38 +41,82 @@ def _layout_at(entries: list, iteration: int):
     return chosen
 
 
+def _is(col: pd.Series, value: str) -> np.ndarray:
+    """Rows of a categorical column equal to ``value`` (by code)."""
+    cats = col.cat.categories
+    if value not in cats:
+        return np.zeros(len(col), dtype=bool)
+    return col.cat.codes.to_numpy() == cats.get_loc(value)
+
+
+def _cumcount(group: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """For each element, how many earlier elements share its (group, key).
+
+    Elements are in time order; ``group`` is a small code (the process), so a
+    stable radix sort on it is cheap, and within a process the key (module,
+    iteration) normally changes in runs -- then counting is a run-length pass.
+    Falls back to a full sort when a key recurs after another one.
+    """
+    small = group.astype(np.int16 if group.max(initial=0) < 2**15 else np.int64)
+    order = np.argsort(small, kind="stable")
+    sk = (group.astype(np.int64)[order] << 40) + key[order]
+    new = np.r_[True, sk[1:] != sk[:-1]]
+    if np.count_nonzero(new) != len(np.unique(sk[new])):
+        order2 = np.argsort(sk, kind="stable")
+        order, sk = order[order2], sk[order2]
+        new = np.r_[True, sk[1:] != sk[:-1]]
+    pos = np.arange(len(sk))
+    start = np.maximum.accumulate(np.where(new, pos, 0))
+    out = np.empty(len(sk), dtype=np.int64)
+    out[order] = pos - start
+    return out
+
+
 def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]]) -> pd.DataFrame:
     """Fill ``bucket`` (Int64) and ``params`` (category) for DDP's ops."""
     if df.empty or "phase" not in df or not df["phase"].notna().any():
         return df
-    phase = df["phase"].astype(object)
-    detail = df["detail"].astype(object) if "detail" in df else pd.Series(None, index=df.index, dtype=object)
-    grad_step = ((phase == "backward") & detail.isna()) | (detail == "join_shadow_grad")
-    is_grad = (df["op"].astype(object) == "all_reduce") & grad_step & df["module"].notna()
-    bucket = pd.array(np.zeros(len(df), dtype=np.int64), dtype="Int64")
-    bucket[:] = pd.NA
-    if is_grad.any():
-        sub = df.loc[is_grad, ["file", "module", "iteration"]].astype(object)
-        bucket[np.flatnonzero(is_grad.to_numpy())] = sub.groupby(list(sub.columns), sort=False).cumcount().to_numpy()
-    params = np.full(len(df), None, dtype=object)
+    detail_na = df["detail"].isna().to_numpy() if "detail" in df else np.ones(len(df), bool)
+    grad_step = (_is(df["phase"], "backward") & detail_na) | (
+        _is(df["detail"], "join_shadow_grad") if "detail" in df else False)
+    is_grad = _is(df["op"], "all_reduce") & grad_step & df["module"].notna().to_numpy()
+    idx = np.flatnonzero(is_grad)
+    bucket_vals = np.zeros(len(df), dtype=np.int64)
+    if len(idx):
+        f = df["file"].cat.codes.to_numpy()[idx].astype(np.int64)
+        m = df["module"].cat.codes.to_numpy()[idx].astype(np.int64)
+        it = df["iteration"].to_numpy()[idx].astype(np.int64)
+        bucket_vals[idx] = _cumcount(f, m * (int(it.max()) + 1) + it)
+    df["bucket"] = pd.arrays.IntegerArray(bucket_vals, ~is_grad)
     parsed = {f: _layouts(m) for f, m in ddp_meta_by_file.items()}
-    if parsed:
-        files = df["file"].astype(object).to_numpy()
-        modules = df["module"].astype(object).to_numpy()
-        iters = df["iteration"].to_numpy()
-        for i in np.flatnonzero(is_grad.to_numpy()):
-            layouts, _ = parsed.get(files[i], ({}, {}))
-            buckets = _layout_at(layouts.get(modules[i], []), int(iters[i]))
-            b = bucket[i]
-            if buckets is not None and b is not pd.NA and int(b) < len(buckets):
-                params[i] = ",".join(buckets[int(b)])
-        is_buf = (df["detail"].astype(object) == "buffers") & df["module"].notna()
-        for i in np.flatnonzero(is_buf.to_numpy()):
-            _, buffers = parsed.get(files[i], ({}, {}))
-            names = buffers.get(modules[i])
-            if names:
-                params[i] = ",".join(names)
-    df["bucket"] = bucket
-    if any(p is not None for p in params):
-        df["params"] = pd.Categorical(params)
+    if not parsed:
+        return df
+    # params: computed per distinct (file, module, iteration, bucket), not per row.
+    params = np.full(len(df), -1, dtype=np.int64)
+    names: dict[str, int] = {}
+    files, modules = df["file"].cat.categories, df["module"].cat.categories
+    if len(idx):
+        combo = pd.DataFrame({"f": df["file"].cat.codes.to_numpy()[idx], "m": df["module"].cat.codes.to_numpy()[idx],
+                              "i": df["iteration"].to_numpy()[idx], "b": bucket_vals[idx]})
+        codes, uniq = pd.factorize(pd.MultiIndex.from_frame(combo))
+        per_combo = np.full(len(uniq), -1, dtype=np.int64)
+        for k, (f, m, it, b) in enumerate(uniq):
+            layouts, _ = parsed.get(files[f], ({}, {}))
+            buckets = _layout_at(layouts.get(modules[m], []), int(it))
+            if buckets is not None and b < len(buckets):
+                per_combo[k] = names.setdefault(",".join(buckets[b]), len(names))
+        params[idx] = per_combo[codes]
+    if "detail" in df:
+        buf = np.flatnonzero(_is(df["detail"], "buffers") & df["module"].notna().to_numpy())
+        if len(buf):
+            fm = pd.DataFrame({"f": df["file"].cat.codes.to_numpy()[buf], "m": df["module"].cat.codes.to_numpy()[buf]})
+            codes, uniq = pd.factorize(pd.MultiIndex.from_frame(fm))
+            per_combo = np.full(len(uniq), -1, dtype=np.int64)
+            for k, (f, m) in enumerate(uniq):
+                bufnames = parsed.get(files[f], ({}, {}))[1].get(modules[m])
+                if bufnames:
+                    per_combo[k] = names.setdefault(",".join(bufnames), len(names))
+            params[buf] = per_combo[codes]
+    if names:
+        df["params"] = pd.Categorical.from_codes(params, categories=list(names))
     return df

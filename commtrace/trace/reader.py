@@ -61,6 +61,7 @@ class ProcessTrace:
     exception: dict | None = None
     end: dict | None = None
     records: np.ndarray | None = None
+    n_records: int = 0
     complete: bool = True
 
     @property
@@ -82,7 +83,7 @@ class ProcessTrace:
             "world_size": next((w.get("world_size") for w in self.worlds), None),
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
             "end": self.end, "exception": self.exception, "complete": self.complete,
-            "records": 0 if self.records is None else int(len(self.records)),
+            "records": self.n_records,
             "dumps": self.dumps, "marks": self.marks,
         }
 
@@ -149,6 +150,7 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
         issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads {schema.FORMAT_VERSION})", pt.rank))
         return None
     pt.records = _read_records(pt, issues)
+    pt.n_records = len(pt.records)
     if pt.end is None:
         pt.complete = False
         issues.append(TraceIssue(name, "trace ends abruptly (no end record: still running, killed, or crashed)", pt.rank))
@@ -196,13 +198,18 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         issues.append(TraceIssue(name, f"truncated mid-record ({size % schema.RECORD_SIZE} trailing bytes ignored)", pt.rank))
     with open(pt.ops_path, "rb") as f:
         rec = np.fromfile(f, dtype=schema.OP_RECORD, count=n)
-    known_sig = np.isin(rec["sig"], np.fromiter(pt.sigs.keys(), dtype=np.int64, count=len(pt.sigs)))
-    known_group = np.isin(rec["group"], np.fromiter(pt.groups.keys(), dtype=np.int64, count=len(pt.groups)))
-    ok = known_sig & known_group
+    ok = _defined(rec["sig"], pt.sigs) & _defined(rec["group"], pt.groups)
     if not ok.all():
         issues.append(TraceIssue(name, f"{int((~ok).sum())} record(s) refer to undefined sigs/groups; skipped", pt.rank))
         rec = rec[ok]
     return _last_record_per_op(rec)
+
+
+def _defined(ids: np.ndarray, table: dict) -> np.ndarray:
+    """Which ids name an entry of ``table`` (a lookup array, not a sort)."""
+    known = np.zeros(max(table, default=-1) + 1, dtype=bool)
+    known[list(table)] = True
+    return (ids < len(known)) & known[np.minimum(ids, max(len(known) - 1, 0))] if len(known) else np.zeros(len(ids), bool)
 
 
 def _last_record_per_op(rec: np.ndarray) -> np.ndarray:
@@ -264,77 +271,100 @@ def _categorical(values: list, codes: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(lookup[codes] if len(lookup) else np.full(len(codes), -1), categories=cats)
 
 
+def _lut(ids, base: int) -> np.ndarray:
+    """Array mapping a file's local ids to global row indices (-1 = undefined)."""
+    ids = np.fromiter(ids, dtype=np.int64)
+    lut = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int64)
+    lut[ids] = np.arange(base, base + len(ids))
+    return lut
+
+
 def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
-    """One row per op per rank, times on rank 0's clock, sorted by start time."""
+    """One row per op per rank, times on rank 0's clock, sorted by start time.
+
+    Works on plain numpy arrays until the end: per-process record arrays are
+    concatenated and permuted into time order once, then each column is built
+    from per-sig / per-group / per-process lookup tables (categoricals by code),
+    so the frame is materialized exactly once.
+    """
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
-    parts = []
     refs = _reference_processes(procs)
+    parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl")}
     for pi, pt in enumerate(procs):
         rec = pt.records
         if rec is None or len(rec) == 0:
             continue
-        sig_base, group_base = len(sig_rows), len(group_rows)
-        sig_index = {sid: sig_base + i for i, sid in enumerate(pt.sigs)}
+        slut = _lut(pt.sigs, len(sig_rows))
         sig_rows.extend(pt.sigs.values())
-        group_index = {gid: group_base + i for i, gid in enumerate(pt.groups)}
+        glut = _lut(pt.groups, len(group_rows))
         group_rows.extend(pt.groups.values())
-        gsig = np.vectorize(sig_index.__getitem__, otypes=[np.int64])(rec["sig"]) if len(sig_index) else rec["sig"]
-        ggrp = np.vectorize(group_index.__getitem__, otypes=[np.int64])(rec["group"])
         clock_pt = _python_twin(pt, procs)  # the C++ layer shares its process's clock
         off = _offset_fn(clock_pt, refs.get(_world_of(clock_pt)))(rec["t_call"]).astype(np.int64)
-        t_call = rec["t_call"] + off
-        d_ret = rec["d_return"].astype(np.float64)
-        d_end = rec["d_end"].astype(np.float64)
-        parts.append(pd.DataFrame({
-            "_proc": np.full(len(rec), pi, dtype=np.int32),
-            "_sig": gsig, "_group": ggrp,
-            "seq": rec["seq"].astype(np.int64),
-            "t_start_ns": t_call,
-            "t_return_ns": _add_ns(t_call, d_ret),
-            "t_end_ns": _add_ns(t_call, d_end),
-            "iteration": rec["iteration"].astype(np.int32),
-            "_status": rec["status"], "_flags": rec["flags"], "_traw": rec["t_call"],
-        }))
-    if not parts:
+        parts["proc"].append(np.full(len(rec), pi, dtype=np.int32))
+        parts["sig"].append(slut[rec["sig"]])
+        parts["grp"].append(glut[rec["group"]])
+        parts["t"].append(rec["t_call"] + off)
+        for k, f in (("traw", "t_call"), ("dret", "d_return"), ("dend", "d_end"), ("seq", "seq"),
+                     ("it", "iteration"), ("st", "status"), ("fl", "flags")):
+            parts[k].append(rec[f])
+        pt.records = None  # the frame holds it from here on (summary() keeps the count)
+    if not parts["t"]:
         return _empty_frame()
-    df = pd.concat(parts, ignore_index=True)
-    sig_codes = df.pop("_sig").to_numpy()
-    grp_codes = df.pop("_group").to_numpy()
-    proc_codes = df.pop("_proc").to_numpy()
+    rank_of_proc = np.array([_group_rank_of_world(p) for p in procs], dtype=np.int32)
+    proc = np.concatenate(parts.pop("proc"))
+    t = np.concatenate(parts.pop("t"))
+    order = np.lexsort((rank_of_proc[proc], t))  # by start time, then rank (stable)
+    proc, t = proc[order], t[order]
+    c = {k: np.concatenate(v)[order] for k, v in parts.items()}
+    del parts
+    sig_codes, grp_codes = c.pop("sig"), c.pop("grp")
+    dret, dend = c.pop("dret").astype(np.float64), c.pop("dend").astype(np.float64)
+    ok_ret, ok_end = ~np.isnan(dret), ~np.isnan(dend)
+    d_end_ns = np.where(ok_end, dend, 0).astype(np.int64)
+    cols: dict = {
+        "rank": rank_of_proc[proc],
+        "seq": c.pop("seq").astype(np.int64),
+        "t_start_ns": t,
+        "t_return_ns": _nullable_int(t + np.where(ok_ret, dret, 0).astype(np.int64), ok_ret),
+        "t_end_ns": _nullable_int(t + d_end_ns, ok_end),
+        "duration_ns": _nullable_int(d_end_ns, ok_end),
+        "iteration": c.pop("it").astype(np.int32),
+    }
+    del dret, dend
     # Process-level columns.
-    df["rank"] = np.array([_group_rank_of_world(procs[i]) for i in range(len(procs))], dtype=np.int32)[proc_codes]
-    df["pid"] = np.array([_int_or_none(p.header.get("pid")) or -1 for p in procs], dtype=np.int64)[proc_codes]
-    df["host"] = _categorical([str(p.header.get("host")) for p in procs], proc_codes)
-    df["file"] = _categorical([p.stem for p in procs], proc_codes)
+    cols["pid"] = np.array([_int_or_none(p.header.get("pid")) or -1 for p in procs], dtype=np.int64)[proc]
+    cols["host"] = _categorical([str(p.header.get("host")) for p in procs], proc)
+    cols["file"] = _categorical([p.stem for p in procs], proc)
     # Group-level columns.
-    df["world"] = _categorical([_str_or_none(g.get("world_id")) for g in group_rows], grp_codes)
-    df["group"] = _categorical([_str_or_none(g.get("name")) for g in group_rows], grp_codes)
-    df["group_desc"] = _categorical([_str_or_none(g.get("desc")) for g in group_rows], grp_codes)
-    df["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
-    df["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
-                                 for g in group_rows], dtype=np.int32)[grp_codes]
-    df["group_ranks"] = _categorical([_str_or_none(g.get("ranks")) for g in group_rows], grp_codes)
-    df["backend"] = _categorical([_str_or_none(g.get("backend")) for g in group_rows], grp_codes)
-    # Sig-level columns.
+    cols["world"] = _categorical([_str_or_none(g.get("world_id")) for g in group_rows], grp_codes)
+    cols["group"] = _categorical([_str_or_none(g.get("name")) for g in group_rows], grp_codes)
+    cols["group_desc"] = _categorical([_str_or_none(g.get("desc")) for g in group_rows], grp_codes)
+    cols["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
+    cols["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
+                                   for g in group_rows], dtype=np.int32)[grp_codes]
+    cols["group_ranks"] = _categorical([_str_or_none(g.get("ranks")) for g in group_rows], grp_codes)
+    cols["backend"] = _categorical([_str_or_none(g.get("backend")) for g in group_rows], grp_codes)
+    # Sig-level columns: per-sig tables first, then one take per column.
     for f in _SIG_STR:
-        df[f] = _categorical([_str_or_none(s.get(f)) for s in sig_rows], sig_codes)
-    df["shapes"] = _categorical([_fmt_shapes(s.get("shapes")) for s in sig_rows], sig_codes)
-    df["out_shapes"] = _categorical([_fmt_shapes(s.get("out_shapes")) for s in sig_rows], sig_codes)
+        cols[f] = _categorical([_str_or_none(s.get(f)) for s in sig_rows], sig_codes)
+    cols["shapes"] = _categorical([_fmt_shapes(s.get("shapes")) for s in sig_rows], sig_codes)
+    cols["out_shapes"] = _categorical([_fmt_shapes(s.get("out_shapes")) for s in sig_rows], sig_codes)
     for f in _SIG_NUM:
-        arr = np.array([_num(s.get(f)) for s in sig_rows], dtype=np.float64)[sig_codes]
-        df[f] = np.nan_to_num(arr).astype(np.int64) if f in ("bytes", "out_bytes") else _nullable_int(arr)
-    df["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
-    status = df.pop("_status").to_numpy()
-    df["status"] = pd.Categorical.from_codes(
+        per_sig = np.array([_num(s.get(f)) for s in sig_rows], dtype=np.float64)
+        ok = ~np.isnan(per_sig)
+        vals = np.where(ok, per_sig, 0).astype(np.int64)
+        cols[f] = vals[sig_codes] if f in ("bytes", "out_bytes") else _nullable_int(vals[sig_codes], ok[sig_codes])
+    cols["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
+    status = c.pop("st")
+    cols["status"] = pd.Categorical.from_codes(
         np.where(np.isin(status, list(schema.STATUS_NAMES)), status, schema.STATUS_IN_FLIGHT).astype(np.int8),
         categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
-    flags = df.pop("_flags").to_numpy()
-    df["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
-                                             categories=["python", "cpp"])
-    df["duration_ns"] = df["t_end_ns"] - df["t_start_ns"]
-    df["error"] = _errors_column(procs, proc_codes, df.pop("_traw").to_numpy())
-    df = df.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
+    flags = c.pop("fl")
+    cols["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
+                                               categories=["python", "cpp"])
+    cols["error"] = _errors_column(procs, proc, c.pop("traw"))
+    df = pd.DataFrame(cols, copy=False)
     df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp})
     return df[_column_order(df)]
 
@@ -343,12 +373,9 @@ def _nullable_int(values: np.ndarray, valid: np.ndarray | None = None) -> pd.arr
     """Int64 with <NA> where ``values`` is NaN (or ``valid`` is False)."""
     if valid is None:
         valid = ~np.isnan(values)
+    if valid.all():
+        return pd.arrays.IntegerArray(values.astype(np.int64, copy=False), np.zeros(len(values), dtype=bool))
     return pd.arrays.IntegerArray(np.where(valid, values, 0).astype(np.int64), ~valid)
-
-
-def _add_ns(t: np.ndarray, d: np.ndarray) -> pd.arrays.IntegerArray:
-    valid = ~np.isnan(d)
-    return _nullable_int(t + np.where(valid, d, 0).astype(np.int64), valid)
 
 
 def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
@@ -356,8 +383,11 @@ def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
     texts = {(pi, e["t_call"]): str(e.get("text", ""))[:2000]
              for pi, pt in enumerate(procs) for e in pt.errors if _int_or_none(e.get("t_call")) is not None}
     if not texts:
-        return pd.Categorical([None] * len(t_raw))
-    out = [texts.get((int(p), int(t))) for p, t in zip(proc_codes, t_raw)]
+        return pd.Categorical.from_codes(np.full(len(t_raw), -1, dtype=np.int8), categories=pd.Index([], dtype=object))
+    wanted = {p for p, _ in texts}
+    out = np.full(len(t_raw), None, dtype=object)
+    for i in np.flatnonzero(np.isin(proc_codes, list(wanted))):
+        out[i] = texts.get((int(proc_codes[i]), int(t_raw[i])))
     return pd.Categorical(out)
 
 
