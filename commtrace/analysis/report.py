@@ -9,6 +9,7 @@ import pandas as pd
 
 from .arrays import OpArrays
 from .match import Matched, match_ops
+from .overlap import backward_overlap
 from .run_info import ReportRun, run_info
 from .skew import skew_summary
 from .summary import has_values, iteration_summary, op_summary
@@ -37,6 +38,10 @@ def build_report(run: ReportRun, top: int = 10) -> Report:
     by_group = op_summary(df, m, ("group", "group_desc", "op"), a) if len(df) else by_op.iloc[0:0]
     by_phase = op_summary(df, m, ("phase", "op"), a) if has_values(df, "phase") else None
     by_it = iteration_summary(df, a) if len(df) and (df["iteration"].to_numpy() > 0).any() else None
+    if by_it is not None:
+        ov = backward_overlap(df, run.spans)
+        if len(ov):
+            by_it = by_it.join(ov, how="left")
     sk = skew_summary(m, top)
     return Report(run, info, by_op, by_group, by_phase, by_it, sk, m, a, list(run.issues))
 

@@ -21,6 +21,7 @@ class ReportRun:
     processes: list[dict]
     issues: list[str] = field(default_factory=list)   # one line each, already naming the file
     run_id: str | None = None
+    spans: pd.DataFrame | None = None                  # phase spans (reader.build_spans)
 
 
 def _header_run_id(meta_path: str):
@@ -66,7 +67,10 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     start = frame["t_start_ns"].to_numpy() if len(frame) else None
     if start is not None and not (start[1:] >= start[:-1]).all():
         frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
-    return ReportRun(run.path, frame, procs, issues, run_id)
+    spans = run.spans
+    if drop and spans is not None and len(spans):
+        spans = spans[~spans["file"].isin(stems)].reset_index(drop=True)
+    return ReportRun(run.path, frame, procs, issues, run_id, spans)
 
 
 def union_length(start: np.ndarray, end: np.ndarray) -> int:

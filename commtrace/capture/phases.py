@@ -24,6 +24,7 @@ The bucket layout DDP reports (``_get_ddp_logging_data``) is written as
 from __future__ import annotations
 
 import functools
+import time
 import weakref
 
 from ..trace import schema
@@ -117,11 +118,19 @@ class PhaseHooks:
         @functools.wraps(orig)
         def backward(*args, **kwargs):
             token = rec.push_context(phase="backward")
+            t0 = time.monotonic_ns()
             try:
                 return orig(*args, **kwargs)
             finally:
+                module = rec.context_fields().get("module")
                 rec.pop_context(token)
                 rec.set_context(module=None)
+                if module is not None:
+                    # The backward pass's own span, so the report can tell how much of
+                    # the gradient communication it hid (one line per step).
+                    rec.add_meta({"type": schema.META_MARK, "kind": "span", "phase": "backward",
+                                  "module": module, "iteration": rec.iteration,
+                                  "t_begin_ns": t0, "t_end_ns": time.monotonic_ns()})
         return backward
 
     def _wrap_static_scope(self, **fields):

@@ -6,6 +6,7 @@ import os
 import sys
 
 import numpy as np
+import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -131,12 +132,24 @@ def render_summary(con: Console, rep) -> None:
                        f"p99 {fmt_ns(np.percentile(comm, 99))}, max {fmt_ns(comm.max())}", style="bold"))
         shown = it if len(it) <= 12 else it.sort_values("comm_ns", ascending=False).head(8).sort_index()
         tab = _table(con, None if len(it) <= 12 else "slowest steps")
-        for c in ("iteration", "ops", "bytes", "comm time", "span", "slowest rank"):
+        overlap = "overlap_pct" in it.columns
+        cols = ["iteration", "ops", "bytes", "comm time", "span", "slowest rank"]
+        if overlap:
+            cols += ["backward", "grad comm", "hidden", "exposed", "hidden %"]
+        for c in cols:
             tab.add_column(c, justify="right")
         for i, r in shown.iterrows():
-            tab.add_row(str(i), fmt_int(r["ops"]), fmt_bytes(r["bytes"]), fmt_ns(r["comm_ns"]), fmt_ns(r["span_ns"]),
-                        str(int(r["slowest_rank"])))
+            cells = [str(i), fmt_int(r["ops"]), fmt_bytes(r["bytes"]), fmt_ns(r["comm_ns"]), fmt_ns(r["span_ns"]),
+                     str(int(r["slowest_rank"]))]
+            if overlap:
+                pct = r["overlap_pct"]
+                cells += [fmt_ns(r["backward_ns"]), fmt_ns(r["grad_comm_ns"]), fmt_ns(r["overlapped_ns"]),
+                          fmt_ns(r["exposed_ns"]), "-" if pd.isna(pct) else f"{pct:.0f}%"]
+            tab.add_row(*cells)
         con.print(tab)
+        if overlap:
+            con.print(Text("hidden: gradient all_reduce time while gradients were still being computed (until the last bucket's launch); "
+                           "exposed: all_reduce time after that, which the step waits for (mean over ranks)", style="dim"))
 
 
 def render_skew(con: Console, rep, top: int = 10) -> None:

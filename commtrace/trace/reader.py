@@ -437,11 +437,32 @@ def _reference_processes(procs: list[ProcessTrace]) -> dict:
 
 @dataclass
 class Run:
-    """A loaded run: the op frame, what each process said about itself, and damage found."""
+    """A loaded run: the op frame, what each process said about itself, damage
+    found, and the phase spans (e.g. each backward pass) on rank 0's clock."""
     path: str
     frame: pd.DataFrame
     processes: list[dict]
     issues: list[TraceIssue]
+    spans: pd.DataFrame | None = None
+
+
+def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
+    """One row per ``span`` mark: rank, file, phase, module, iteration, t_begin_ns, t_end_ns."""
+    refs = _reference_processes(procs)
+    rows = []
+    for pt in procs:
+        spans = [m for m in pt.marks if m.get("kind") == "span"
+                 and _int_or_none(m.get("t_begin_ns")) is not None and _int_or_none(m.get("t_end_ns")) is not None]
+        if not spans:
+            continue
+        t = np.array([[m["t_begin_ns"], m["t_end_ns"]] for m in spans], dtype=np.int64)
+        off = _offset_fn(pt, refs.get(_world_of(pt)))
+        b = t[:, 0] + off(t[:, 0]).astype(np.int64)
+        e = t[:, 1] + off(t[:, 1]).astype(np.int64)
+        for m, tb, te in zip(spans, b, e):
+            rows.append((_group_rank_of_world(pt), pt.stem, _str_or_none(m.get("phase")), _str_or_none(m.get("module")),
+                         _int_or_none(m.get("iteration")) or 0, int(tb), int(te)))
+    return pd.DataFrame(rows, columns=["rank", "file", "phase", "module", "iteration", "t_begin_ns", "t_end_ns"])
 
 
 def load_run(run_dir: str | None = None) -> Run:
@@ -460,7 +481,7 @@ def load_run(run_dir: str | None = None) -> Run:
         except ImportError:
             pass
     issues.extend(_missing_ranks(procs))
-    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs], issues)
+    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs], issues, build_spans(procs))
 
 
 def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:

@@ -87,7 +87,8 @@ META_GROUP = "group"          # id, world, name, desc, backend, size, ranks (glo
 META_SIG = "sig"              # id and the static description of an op: see SIG_FIELDS
 META_CLOCK = "clock"          # offset_ns to rank 0 (t_rank0 = t_local + offset_ns), rtt_ns, t_mono_ns, when
 META_ERROR = "error"          # t_call, group, seq, text: why an op failed
-META_MARK = "mark"            # t_mono_ns, label, kind ("mark" | "region_begin" | "region_end")
+META_MARK = "mark"            # kind "mark" | "region_begin" | "region_end": t_mono_ns, label;
+                              # kind "span": phase, module, iteration, t_begin_ns, t_end_ns
 META_EXCEPTION = "exception"  # exc_type, text (formatted traceback) of the script's uncaught exception
 META_END = "end"              # exit_code, how ("exit" | "exception" | "signal"), t_wall_ns, t_mono_ns
 META_DUMP = "dump"            # a hang/signal dump was written: path, reason
