@@ -24,6 +24,7 @@ The bucket layout DDP reports (``_get_ddp_logging_data``) is written as
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import weakref
 
@@ -39,6 +40,7 @@ class PhaseHooks:
         self.modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ddp -> state
         self.originals: list[tuple] = []
         self._labels: dict[str, int] = {}
+        self._pending_labels: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     # -- installation -----------------------------------------------------------
     def install(self) -> None:
@@ -48,13 +50,16 @@ class PhaseHooks:
 
         import torch.nn.parallel.distributed as ddp_mod
 
-        self._patch(DDP, "__init__", self._wrap_init)
+        # DDP.__init__ itself is not wrapped: a wrapper frame would become the
+        # location of every warning the constructor emits. Its collectives happen
+        # in these two functions; called from DDP.__init__ they are phase ddp_init.
+        self._ddp_init_code = DDP.__init__.__code__
+        self._patch(ddp_mod, "_verify_param_shape_across_processes", self._wrap_init_step("param_check"))
+        self._patch(ddp_mod, "_sync_module_states", self._wrap_init_step("module_state"))
         self._patch(DDP, "forward", self._wrap_forward)
         # `detail` says which of DDP's own steps an op belongs to. Anything else
         # DDP's _pre_forward sends is the bucket-rebuild broadcast (C++ reducer).
         for owner, name, detail in (
-            (ddp_mod, "_verify_param_shape_across_processes", "param_check"),
-            (ddp_mod, "_sync_module_states", "module_state"),
             (DDP, "_pre_forward", "bucket_rebuild"),
             (DDP, "_sync_buffers", "buffers"),
             (DDP, "_check_global_requires_backward_grad_sync", "join_sync_flag"),
@@ -168,21 +173,35 @@ class PhaseHooks:
         self._labels[cls] = n
         return cls if n == 1 else f"{cls}#{n}"
 
-    def _wrap_init(self, orig):
-        hooks = self
+    def _wrap_init_step(self, detail: str):
+        hooks, rec = self, self.rec
 
-        @functools.wraps(orig)
-        def init(ddp, module, *args, **kwargs):
-            label = hooks._label(module)
-            token = hooks.rec.push_context(phase="ddp_init", module=label)
-            try:
-                orig(ddp, module, *args, **kwargs)
-            finally:
-                hooks.rec.pop_context(token)
-            hooks._register(ddp, module, label)
-        return init
+        def make(orig):
+            @functools.wraps(orig)
+            def step(*args, **kwargs):
+                fields = {"detail": detail}
+                caller = sys._getframe(1)
+                if caller.f_code is hooks._ddp_init_code:  # inside DistributedDataParallel.__init__
+                    local = caller.f_locals
+                    fields.update(phase="ddp_init", module=hooks._label_of(local.get("self"), local.get("module")))
+                token = rec.push_context(**fields)
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    rec.pop_context(token)
+            return step
+        return make
 
-    def _register(self, ddp, module, label: str) -> None:
+    def _label_of(self, ddp, module) -> str:
+        """The module label of a DDP instance, chosen the first time it is seen."""
+        label = self._pending_labels.get(ddp) if ddp is not None else None
+        if label is None:
+            label = self._label(module if module is not None else getattr(ddp, "module", ddp))
+            if ddp is not None:
+                self._pending_labels[ddp] = label
+        return label
+
+    def _register(self, ddp, module, label: str) -> dict:
         params = [n for n, p in module.named_parameters() if p.requires_grad]
         buffers = [n for n, _ in module.named_buffers()]
         state = {"label": label, "forwards": 0, "params": params, "rebuilt": False}
@@ -190,13 +209,14 @@ class PhaseHooks:
         self.rec.add_meta({"type": schema.META_DDP_MODULE, "module": label, "class": type(module).__name__,
                            "params": params, "buffers": buffers,
                            "bucket_cap_bytes": getattr(ddp, "bucket_bytes_cap", None),
-                           "broadcast_buffers": bool(getattr(ddp, "broadcast_buffers", False)),
+                           "broadcast_buffers": bool(getattr(ddp, "forward_sync_buffers", False)),
                            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False))})
         sizes = _logging_field(ddp, "bucket_sizes")
         if sizes is not None and len(_split_list(sizes)) == 1:
             # One initial bucket holds every parameter (grad-ready order unknown yet).
             self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": label, "from_iteration": 1,
                                "buckets": [list(reversed(params))]})
+        return state
 
     def _wrap_forward(self, orig):
         hooks = self
@@ -205,8 +225,8 @@ class PhaseHooks:
         @functools.wraps(orig)
         def forward(ddp, *args, **kwargs):
             state = hooks.modules.get(ddp)
-            if state is None:
-                return orig(ddp, *args, **kwargs)
+            if state is None:  # first forward of this DDP module: describe it now
+                state = hooks._register(ddp, ddp.module, hooks._label_of(ddp, ddp.module))
             state["forwards"] += 1
             rec.iteration = state["forwards"]
             token = rec.push_context(phase="forward", module=state["label"])
