@@ -54,17 +54,16 @@ def _cumcount(group: np.ndarray, key: np.ndarray) -> np.ndarray:
 
     Elements are in time order; ``group`` is a small code (the process), so a
     stable radix sort on it is cheap, and within a process the key (module,
-    iteration) normally changes in runs -- then counting is a run-length pass.
-    Falls back to a full sort when a key recurs after another one.
+    iteration) normally only grows -- then counting is a run-length pass.
+    Falls back to a full sort when it does not.
     """
     small = group.astype(np.int16 if group.max(initial=0) < 2**15 else np.int64)
     order = np.argsort(small, kind="stable")
     sk = (group.astype(np.int64)[order] << 40) + key[order]
-    new = np.r_[True, sk[1:] != sk[:-1]]
-    if np.count_nonzero(new) != len(np.unique(sk[new])):
+    if not (sk[1:] >= sk[:-1]).all():  # a key recurs after another: sort by it
         order2 = np.argsort(sk, kind="stable")
         order, sk = order[order2], sk[order2]
-        new = np.r_[True, sk[1:] != sk[:-1]]
+    new = np.r_[True, sk[1:] != sk[:-1]]
     pos = np.arange(len(sk))
     start = np.maximum.accumulate(np.where(new, pos, 0))
     out = np.empty(len(sk), dtype=np.int64)

@@ -316,8 +316,9 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
     t = np.concatenate(parts.pop("t"))
     order = np.lexsort((rank_of_proc[proc], t))  # by start time, then rank (stable)
     proc, t = proc[order], t[order]
-    c = {k: np.concatenate(v)[order] for k, v in parts.items()}
-    del parts
+    # One column at a time, releasing each part as it is used (the parts are views
+    # of the record arrays, which go away with the last of them).
+    c = {k: np.concatenate(parts.pop(k))[order] for k in list(parts)}
     sig_codes, grp_codes = c.pop("sig"), c.pop("grp")
     dret, dend = c.pop("dret").astype(np.float64), c.pop("dend").astype(np.float64)
     ok_ret, ok_end = ~np.isnan(dret), ~np.isnan(dend)
