@@ -357,6 +357,10 @@ def main(argv=None) -> int:
         print(f"== {s} done in {time.perf_counter() - t:.0f} s", flush=True)
     info["seconds"] = time.perf_counter() - t0
     md = markdown(res, info, args.quick)
+    analysis = os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis.md")
+    if os.path.exists(analysis):  # the hand-written "why / what would close it" section
+        with open(analysis) as f:
+            md = md.rstrip("\n") + "\n\n" + f.read()
     print(md)
     with open(args.output, "w") as f:
         f.write(md)
