@@ -48,7 +48,7 @@ class Installer:
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping):
         if isinstance(pg, TracedProcessGroup):
             return pg
-        if c10d._world.default_pg is None or _tls.__dict__.get("new_world"):
+        if c10d._world.default_pg is None:
             self._new_world(pg, backend_name, store)
         if rank_mapping:
             ranks = [g for g, _ in sorted(rank_mapping.items(), key=lambda kv: kv[1])]

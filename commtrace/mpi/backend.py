@@ -296,6 +296,17 @@ class _MultiWork(dist.Work):
         return [t for w in self._works for t in w._result]
 
 
+def _scatter_back(flat, tensors, divide_by=None):
+    """Copy consecutive slices of ``flat`` back into ``tensors`` (dividing for AVG)."""
+    if divide_by:
+        flat.div_(divide_by)
+    off = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[off:off + n].view_as(t))
+        off += n
+
+
 def _seconds(timeout):
     if timeout is None:
         return 0
@@ -512,13 +523,7 @@ class MPIProcessGroup(dist.ProcessGroup):
         flat = torch.cat([t.reshape(-1) for t in tensors])
 
         def post():
-            if avg:
-                flat.div_(self._size)
-            off = 0
-            for t in tensors:
-                n = t.numel()
-                t.copy_(flat[off:off + n].view_as(t))
-                off += n
+            _scatter_back(flat, tensors, self._size if avg else None)
         return self._go(opts, self._comm.Allreduce, self._comm.Iallreduce,
                         (_MPI.IN_PLACE, dtypes.buffer(flat), mop), list(tensors), post)
 
@@ -727,13 +732,7 @@ class MPIProcessGroup(dist.ProcessGroup):
         recv = torch.empty(send.shape[1], dtype=dt)
 
         def post():
-            if avg:
-                recv.div_(self._size)
-            off = 0
-            for o in outputs:
-                n = o.numel()
-                o.copy_(recv[off:off + n].view_as(o))
-                off += n
+            _scatter_back(recv, outputs, self._size if avg else None)
         return self._go(opts, self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
                         (dtypes.buffer(send), dtypes.buffer(recv), mop), list(outputs), post)
 
