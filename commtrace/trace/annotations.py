@@ -57,17 +57,46 @@ def _cumcount(group: np.ndarray, key: np.ndarray) -> np.ndarray:
     iteration) normally only grows -- then counting is a run-length pass.
     Falls back to a full sort when it does not.
     """
-    small = group.astype(np.int16 if group.max(initial=0) < 2**15 else np.int64)
-    order = np.argsort(small, kind="stable")
-    sk = (group.astype(np.int64)[order] << 40) + key[order]
-    if not (sk[1:] >= sk[:-1]).all():  # a key recurs after another: sort by it
-        order2 = np.argsort(sk, kind="stable")
-        order, sk = order[order2], sk[order2]
-    new = np.r_[True, sk[1:] != sk[:-1]]
-    pos = np.arange(len(sk))
+    order = np.argsort(group, kind="stable")
+    gs, sk = group[order], key[order]
+    same_group = gs[1:] == gs[:-1]
+    if not ((sk[1:] >= sk[:-1]) | ~same_group).all():  # a key recurs after another
+        full = (gs.astype(np.int64) << 48) + sk
+        order2 = np.argsort(full, kind="stable")
+        del full
+        order, gs, sk = order[order2], gs[order2], sk[order2]
+        same_group = gs[1:] == gs[:-1]
+    new = np.r_[True, (sk[1:] != sk[:-1]) | ~same_group]
+    del gs, sk, same_group
+    pos = np.arange(len(new))
     start = np.maximum.accumulate(np.where(new, pos, 0))
-    out = np.empty(len(sk), dtype=np.int64)
+    out = np.empty(len(new), dtype=np.int64)
     out[order] = pos - start
+    return out
+
+
+def _params_codes(files, modules, f, m, it, b, parsed, names) -> np.ndarray:
+    """Code (into ``names``) of the parameter list of each gradient bucket, -1 if unknown.
+
+    Vectorized per (file, module): the layout in force is found by searchsorted
+    on the iterations its layouts start at."""
+    out = np.full(len(f), -1, dtype=np.int32)
+    pair = f.astype(np.int64) * (len(modules) + 1) + m
+    for p in np.unique(pair):
+        sel = np.flatnonzero(pair == p)
+        fi, mi = divmod(int(p), len(modules) + 1)
+        entries = parsed.get(files[fi], ({}, {}))[0].get(modules[mi], [])
+        if not entries:
+            continue
+        froms = np.array([e[0] for e in entries], dtype=np.int64)
+        width = max(len(e[1]) for e in entries)
+        table = np.full((len(entries), width + 1), -1, dtype=np.int32)
+        for li, (_, buckets) in enumerate(entries):
+            for bi, bucket in enumerate(buckets):
+                table[li, bi] = names.setdefault(",".join(bucket), len(names))
+        li = np.searchsorted(froms, it[sel], side="right") - 1
+        bb = np.minimum(b[sel], width)  # past the layout: the -1 column
+        out[sel] = np.where(li >= 0, table[np.maximum(li, 0), bb], -1)
     return out
 
 
@@ -79,43 +108,32 @@ def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]]) ->
     grad_step = (_is(df["phase"], "backward") & detail_na) | (
         _is(df["detail"], "join_shadow_grad") if "detail" in df else False)
     is_grad = _is(df["op"], "all_reduce") & grad_step & df["module"].notna().to_numpy()
+    del detail_na, grad_step
     idx = np.flatnonzero(is_grad)
     bucket_vals = np.zeros(len(df), dtype=np.int64)
+    files, modules = df["file"].cat.categories, df["module"].cat.categories
+    fcodes, mcodes = df["file"].cat.codes.to_numpy(), df["module"].cat.codes.to_numpy()
     if len(idx):
-        f = df["file"].cat.codes.to_numpy()[idx].astype(np.int64)
-        m = df["module"].cat.codes.to_numpy()[idx].astype(np.int64)
-        it = df["iteration"].to_numpy()[idx].astype(np.int64)
-        bucket_vals[idx] = _cumcount(f, m * (int(it.max()) + 1) + it)
+        key = (mcodes[idx].astype(np.int64) << 32) + df["iteration"].to_numpy()[idx]
+        bucket_vals[idx] = _cumcount(fcodes[idx], key)
+        del key
     df["bucket"] = pd.arrays.IntegerArray(bucket_vals, ~is_grad)
     parsed = {f: _layouts(m) for f, m in ddp_meta_by_file.items()}
     if not parsed:
         return df
-    # params: computed per distinct (file, module, iteration, bucket), not per row.
-    params = np.full(len(df), -1, dtype=np.int64)
+    params = np.full(len(df), -1, dtype=np.int32)
     names: dict[str, int] = {}
-    files, modules = df["file"].cat.categories, df["module"].cat.categories
     if len(idx):
-        combo = pd.DataFrame({"f": df["file"].cat.codes.to_numpy()[idx], "m": df["module"].cat.codes.to_numpy()[idx],
-                              "i": df["iteration"].to_numpy()[idx], "b": bucket_vals[idx]})
-        codes, uniq = pd.factorize(pd.MultiIndex.from_frame(combo))
-        per_combo = np.full(len(uniq), -1, dtype=np.int64)
-        for k, (f, m, it, b) in enumerate(uniq):
-            layouts, _ = parsed.get(files[f], ({}, {}))
-            buckets = _layout_at(layouts.get(modules[m], []), int(it))
-            if buckets is not None and b < len(buckets):
-                per_combo[k] = names.setdefault(",".join(buckets[b]), len(names))
-        params[idx] = per_combo[codes]
+        params[idx] = _params_codes(files, modules, fcodes[idx], mcodes[idx], df["iteration"].to_numpy()[idx],
+                                    bucket_vals[idx], parsed, names)
     if "detail" in df:
-        buf = np.flatnonzero(_is(df["detail"], "buffers") & df["module"].notna().to_numpy())
-        if len(buf):
-            fm = pd.DataFrame({"f": df["file"].cat.codes.to_numpy()[buf], "m": df["module"].cat.codes.to_numpy()[buf]})
-            codes, uniq = pd.factorize(pd.MultiIndex.from_frame(fm))
-            per_combo = np.full(len(uniq), -1, dtype=np.int64)
-            for k, (f, m) in enumerate(uniq):
-                bufnames = parsed.get(files[f], ({}, {}))[1].get(modules[m])
-                if bufnames:
-                    per_combo[k] = names.setdefault(",".join(bufnames), len(names))
-            params[buf] = per_combo[codes]
+        buf = np.flatnonzero(_is(df["detail"], "buffers") & (mcodes >= 0))
+        pair = fcodes[buf].astype(np.int64) * (len(modules) + 1) + mcodes[buf]
+        for p in np.unique(pair):
+            fi, mi = divmod(int(p), len(modules) + 1)
+            bufnames = parsed.get(files[fi], ({}, {}))[1].get(modules[mi])
+            if bufnames:
+                params[buf[pair == p]] = names.setdefault(",".join(bufnames), len(names))
     if names:
-        df["params"] = pd.Categorical.from_codes(params, categories=list(names))
+        df["params"] = pd.Categorical.from_codes(params, categories=list(names), validate=False)
     return df
