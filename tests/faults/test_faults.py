@@ -92,12 +92,14 @@ def test_rank_sigkilled(tmp_path):
     f = _assert_not_arrived(findings, 4, [0], [1])
     assert "trace ends abruptly" in "\n".join(f.details)
     abrupt = kinds(findings)[C.ABRUPT]
-    assert [x.ranks for x in abrupt] == [[1]]
-    # nothing that completed > 1 s before the SIGKILL is lost
+    # Rank 0 is torn down too (SIGTERM from mp.spawn, or gloo aborting the process
+    # when its peer vanishes -- then its trace rightly ends abruptly as well).
+    assert [1] in [x.ranks for x in abrupt] and all(x.ranks in ([0], [1]) for x in abrupt)
+    # nothing that completed > 1 s before the SIGKILL is lost, on either rank
     assert _completed_seqs(run, 1) == [1, 2, 3]
-    assert not _proc(run, 1)["complete"] and _proc(run, 0)["complete"]
+    assert not _proc(run, 1)["complete"]
     assert _completed_seqs(run, 0) == [1, 2, 3]
-    end0 = _proc(run, 0)["end"]
+    end0 = _proc(run, 0)["end"] or {}
     if end0.get("how") == "signal":  # torn down by mp.spawn while blocked in C++: still dumped
         assert [d["reason"] for d in _proc(run, 0)["dumps"]] == ["SIGTERM"]
 
