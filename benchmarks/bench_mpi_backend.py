@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import time
 
@@ -28,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import commtrace.mpi
 from commtrace import mpienv
+from commtrace.capture.launch import free_port
 
 
 def timed(fn, n):
@@ -56,12 +56,7 @@ def main():
     comm = mpienv.world()
     MPI = mpienv.mpi_module()
     rank, size = comm.Get_rank(), comm.Get_size()
-    port = None
-    if rank == 0:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
     commtrace.mpi.install()
     dist.init_process_group("gloo", rank=rank, world_size=size)

@@ -9,7 +9,6 @@ Exit 1 with details on mismatch.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import torch
@@ -21,15 +20,11 @@ from torch.utils.data.distributed import DistributedSampler
 
 import commtrace.mpi
 from commtrace import mpienv
+from commtrace.capture.launch import free_port
 
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-port = None
-if rank == 0:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
 commtrace.mpi.install()
 HIDDEN = int(sys.argv[1]) if len(sys.argv) > 1 else 300

@@ -10,7 +10,6 @@ for integer reductions). Exit status 1 and a report on any mismatch.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import traceback
 
@@ -19,17 +18,13 @@ import torch.distributed as dist
 
 import commtrace.mpi
 from commtrace import mpienv
+from commtrace.capture.launch import free_port
 from commtrace.mpi import backend as mb
 
 R = dist.ReduceOp
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-port = None
-if rank == 0:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
 port = comm.bcast(port, root=0)
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 assert commtrace.mpi.install() == "mpi4py"
