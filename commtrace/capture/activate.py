@@ -20,7 +20,7 @@ from ..trace import schema
 # the optimizers while it initializes, and patching them half-way through that
 # would break torch's own circular imports. No process group can exist before
 # `import torch` returns, so nothing is missed.
-_C10D = "torch"
+_TORCH = "torch"
 _state: dict = {}
 _lock = threading.Lock()
 
@@ -40,10 +40,10 @@ def activate_from_env(command: list[str] | None = None) -> bool:
             return True
         _state["pending"] = True
         _state["command"] = command if command is not None else list(sys.argv)
-    if _C10D in sys.modules and hasattr(sys.modules[_C10D], "distributed"):
+    if _TORCH in sys.modules and hasattr(sys.modules[_TORCH], "distributed"):
         _install()
     else:
-        sys.meta_path.insert(0, _C10DFinder())
+        sys.meta_path.insert(0, _TorchImportFinder())
     return True
 
 
@@ -160,11 +160,11 @@ def _watchdog_dump(rec, reason: str) -> None:
         pass
 
 
-class _C10DFinder(importlib.abc.MetaPathFinder):
+class _TorchImportFinder(importlib.abc.MetaPathFinder):
     """Runs ``_install`` right after the torch package has finished loading."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != _C10D:
+        if fullname != _TORCH:
             return None
         sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)

@@ -221,10 +221,6 @@ def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> d
     return d
 
 
-def is_traced_name(name: str) -> bool:
-    return name in SPECS
-
-
 def processgroup_api() -> list[str]:
     """Every public-ish attribute of the installed torch's ProcessGroup."""
     return sorted(n for n in dir(dist.ProcessGroup) if not n.startswith("__"))

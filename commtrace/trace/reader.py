@@ -318,7 +318,7 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
         pt.records = None  # the frame holds it from here on (summary() keeps the count)
     if not parts["t"]:
         return _empty_frame()
-    rank_of_proc = np.array([_group_rank_of_world(p) for p in procs], dtype=np.int32)
+    rank_of_proc = np.array([_rank_or_minus1(p) for p in procs], dtype=np.int32)
     proc = np.concatenate(parts.pop("proc"))
     t = np.concatenate(parts.pop("t"))
     order = np.lexsort((rank_of_proc[proc], t))  # by start time, then rank (stable)
@@ -428,9 +428,8 @@ def _world_of(pt: ProcessTrace):
     return next((w.get("world_id") for w in pt.worlds), None)
 
 
-def _group_rank_of_world(pt: ProcessTrace) -> int:
-    r = pt.rank
-    return -1 if r is None else r
+def _rank_or_minus1(pt: ProcessTrace) -> int:
+    return -1 if pt.rank is None else pt.rank
 
 
 def _reference_processes(procs: list[ProcessTrace]) -> dict:
@@ -470,7 +469,7 @@ def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
         b = t[:, 0] + off(t[:, 0]).astype(np.int64)
         e = t[:, 1] + off(t[:, 1]).astype(np.int64)
         for m, tb, te in zip(spans, b, e):
-            rows.append((_group_rank_of_world(pt), pt.stem, _str_or_none(m.get("phase")), _str_or_none(m.get("module")),
+            rows.append((_rank_or_minus1(pt), pt.stem, _str_or_none(m.get("phase")), _str_or_none(m.get("module")),
                          _int_or_none(m.get("iteration")) or 0, int(tb), int(te)))
     return pd.DataFrame(rows, columns=["rank", "file", "phase", "module", "iteration", "t_begin_ns", "t_end_ns"])
 
