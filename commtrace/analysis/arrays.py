@@ -1,7 +1,7 @@
 """Plain numpy views of the frame columns the analysis needs (computed once)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,27 @@ class OpArrays:
     dur: np.ndarray        # float64 ns, NaN when the op never completed
     nbytes: np.ndarray     # int64
 
+    _rank_codes: tuple | None = field(default=None, repr=False, compare=False)
+    _sorted: bool | None = field(default=None, repr=False, compare=False)
+
+    def rank_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct ranks, per-row index into them), computed once."""
+        if self._rank_codes is None:
+            ranks, rix = dense_codes(self.rank)
+            self._rank_codes = ranks, narrow(rix, len(ranks))
+        return self._rank_codes
+
+    def rank_column_codes(self) -> tuple[np.ndarray, list[str]]:
+        """The rank column as column_codes() gives it, from the cached codes."""
+        ranks, rix = self.rank_codes()
+        return rix, [str(r) for r in ranks] + [NA_KEY]
+
+    def start_sorted(self) -> bool:
+        """Rows are in start-time order (as reader.load returns them), checked once."""
+        if self._sorted is None:
+            self._sorted = bool(len(self.start) < 2 or (self.start[1:] >= self.start[:-1]).all())
+        return self._sorted
+
     @classmethod
     def of(cls, frame: pd.DataFrame) -> "OpArrays":
         start = frame["t_start_ns"].to_numpy(dtype=np.int64)
@@ -61,14 +82,20 @@ class Groups:
     order: np.ndarray
     bounds: np.ndarray
 
+    @classmethod
+    def of_codes(cls, code: np.ndarray, keys: pd.DataFrame) -> "Groups":
+        order = stable_order(code, len(keys))
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=len(keys)))))
+        return cls(code, keys, order, bounds)
+
     @property
     def n(self) -> int:
         return len(self.keys)
 
     def segments(self, values: np.ndarray):
-        v = values[self.order]
+        """(group, its values) per group; gathered one group at a time (small temporaries)."""
         for i in range(self.n):
-            yield i, v[self.bounds[i]:self.bounds[i + 1]]
+            yield i, values[self.order[self.bounds[i]:self.bounds[i + 1]]]
 
     def count(self) -> np.ndarray:
         return np.diff(self.bounds)
@@ -86,55 +113,126 @@ class Groups:
         return out
 
     def index(self) -> pd.Index:
-        return pd.MultiIndex.from_frame(self.keys) if self.keys.shape[1] > 1 else pd.Index(self.keys.iloc[:, 0])
+        return keys_index(self.keys)
+
+
+def keys_index(keys: pd.DataFrame) -> pd.Index:
+    """The index of a summary table: one level per grouping column."""
+    return pd.MultiIndex.from_frame(keys) if keys.shape[1] > 1 else pd.Index(keys.iloc[:, 0])
+
+
+def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(int64 code per row, key strings): categories (or distinct values) as text plus
+    a last key ``"-"`` that NA rows get."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, keys = col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
+    elif col.dtype.kind in "iu":               # plain integers (rank): no hashing needed
+        uniq, codes = dense_codes(col.to_numpy())
+        keys = [str(x) for x in uniq]
+    else:
+        codes, uniq = pd.factorize(col)
+        keys = [str(x) for x in uniq]
+    if len(codes) and codes.min() < 0:
+        codes = np.where(codes < 0, len(keys), codes)
+    return codes, keys + [NA_KEY]
+
+
+@dataclass
+class Cells:
+    """The finest partition of the rows by several columns at once.
+
+    Summaries over any subset of those columns aggregate per cell (a few hundred)
+    instead of per row (millions): one pass over the rows serves every grouping."""
+    columns: list[str]
+    code: np.ndarray                  # per row: cell index
+    key_codes: dict[str, np.ndarray]  # per cell and column: index into keys[column]
+    keys: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, columns, known_codes: dict | None = None) -> "Cells":
+        """``known_codes``: column -> (codes, keys) already computed (see column_codes)."""
+        columns = list(columns)
+        combined = np.zeros(len(frame), dtype=np.int64)
+        keys = {}
+        for c in columns:
+            codes, keys[c] = (known_codes or {}).get(c) or column_codes(frame[c])
+            combined *= len(keys[c])
+            combined += codes
+            del codes
+        uniq, code = dense_codes(combined) if len(combined) else (combined, combined)
+        del combined
+        code = narrow(code, len(uniq))
+        key_codes = {}
+        rest = uniq.astype(np.int64)
+        for c in reversed(columns):
+            key_codes[c] = rest % len(keys[c])
+            rest = rest // len(keys[c])
+        return cls(columns, code, key_codes, keys)
+
+    @property
+    def n(self) -> int:
+        return len(self.key_codes[self.columns[0]]) if self.columns else 0
+
+    def sum(self, values: np.ndarray | None = None) -> np.ndarray:
+        """Per cell: the sum of ``values`` (row count when None)."""
+        if values is None:
+            return np.bincount(self.code, minlength=self.n)
+        return np.bincount(self.code, weights=values, minlength=self.n)
+
+    def coarsen(self, by) -> tuple[np.ndarray, pd.DataFrame]:
+        """(group index per cell, one row of key strings per group) for grouping by
+        ``by`` (a subset of the columns); groups sorted by their key strings."""
+        by = list(by)
+        combined = np.zeros(self.n, dtype=np.int64)
+        for c in by:
+            combined = combined * len(self.keys[c]) + self.key_codes[c]
+        uniq, gcell = np.unique(combined, return_inverse=True)
+        dec, rest = {}, uniq
+        for c in reversed(by):
+            dec[c] = np.asarray(self.keys[c], dtype=object)[rest % len(self.keys[c])]
+            rest = rest // len(self.keys[c])
+        keys = pd.DataFrame({c: dec[c] for c in by})
+        perm = np.lexsort([keys[c].astype(str).to_numpy() for c in reversed(by)]) if len(keys) else np.empty(0, int)
+        rank_of = np.empty(len(perm), dtype=np.int64)
+        rank_of[perm] = np.arange(len(perm))
+        return rank_of[gcell.reshape(-1)], keys.iloc[perm].reset_index(drop=True)
+
+    def groups(self, by) -> Groups:
+        """Per-row grouping by ``by`` (see Groups)."""
+        gcell, keys = self.coarsen(by)
+        return Groups.of_codes(narrow(gcell, len(keys))[self.code], keys)
 
 
 def group_rows(frame: pd.DataFrame, by: list[str]) -> Groups:
     """Group by columns (categorical or not); NA becomes the key ``"-"``. Keys sorted."""
-    combined = np.zeros(len(frame), dtype=np.int64)
-    cats_all = []
-    for c in by:
-        codes, cats = cat_codes(frame[c])
-        cats = [str(x) for x in cats] + [NA_KEY]
-        codes = np.where(codes < 0, len(cats) - 1, codes).astype(np.int64)
-        combined = combined * len(cats) + codes
-        cats_all.append(cats)
-    uniq, code = dense_codes(combined) if len(combined) else (combined, combined)
-    # Decode keys and sort groups by their key strings.
-    dec = []
-    rest = uniq.copy()
-    for cats in reversed(cats_all):
-        dec.append(np.asarray(cats, dtype=object)[rest % len(cats)])
-        rest = rest // len(cats)
-    keys = pd.DataFrame({c: v for c, v in zip(by, reversed(dec))})
-    perm = np.lexsort([keys[c].astype(str).to_numpy() for c in reversed(by)]) if len(keys) else np.empty(0, int)
-    rank_of = np.empty(len(perm), dtype=np.int64)
-    rank_of[perm] = np.arange(len(perm))
-    code = rank_of[code] if len(code) else code.astype(np.int64)
-    keys = keys.iloc[perm].reset_index(drop=True)
-    order = stable_order(code, len(keys))
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=len(keys)))))
-    return Groups(code, keys, order, bounds)
+    return Cells.of(frame, by).groups(by)
 
 
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique values, code per element) for small-range integers, without sorting."""
+    """(sorted unique values, code per element) for small-range integers, without sorting.
+
+    Codes come in the narrowest integer type (see narrow): widen before arithmetic."""
     v = np.asarray(values)
     if len(v) == 0:
         return v[:0], np.empty(0, dtype=np.int64)
     lo, hi = int(v.min()), int(v.max())
     if hi - lo > 50_000_000:
         u, inv = np.unique(v, return_inverse=True)
-        return u, inv
-    shifted = (v - lo).astype(np.int64)
+        return u, narrow(inv.reshape(-1), len(u))
+    shifted = v if lo == 0 and v.dtype == np.int64 else np.subtract(v, lo, dtype=np.int64)
     present = np.bincount(shifted, minlength=hi - lo + 1) > 0
     uniq = np.flatnonzero(present)
-    lut = np.cumsum(present) - 1
+    lut = narrow(np.cumsum(present) - 1, len(uniq))
     return (uniq + lo).astype(v.dtype), lut[shifted]
+
+
+def narrow(codes: np.ndarray, n: int) -> np.ndarray:
+    """Codes in [0, n) in the smallest signed integer type that holds them: less
+    memory for per-row codes kept around, and radix sorts for 16-bit ones."""
+    dt = np.int16 if n < 32_000 else np.int32 if n < 2**31 else np.int64
+    return codes.astype(dt, copy=False)
 
 
 def stable_order(codes: np.ndarray, n: int) -> np.ndarray:
     """Stable argsort of small non-negative integer codes (radix sort when they fit 16 bits)."""
-    if n < 32_000:
-        return np.argsort(codes.astype(np.int16), kind="stable")
-    return np.argsort(codes, kind="stable")
+    return np.argsort(narrow(codes, n), kind="stable")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.schema import P2P_OPS
-from .arrays import OpArrays, cat_codes, int_or
+from .arrays import OpArrays, cat_codes, int_or, narrow
 
 # Bytes that define a collective's "size" in nccl-tests terms, per op.
 _TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
@@ -45,8 +45,8 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
         pcode = pk.groupby(["w", "g", "s", "d", "q"], sort=False).ngroup().to_numpy(dtype=np.int64)
         key = key.copy()
         key[p2p] = -1 - pcode       # negative: never collides with collective keys
-    codes, _ = pd.factorize(key)
-    return codes.astype(np.int64)
+    codes, uniq = pd.factorize(key)
+    return narrow(codes, max(len(uniq), 2**15))  # int32 for any real run: 4 B per row kept
 
 
 def first_rows(inst: np.ndarray) -> np.ndarray:
@@ -67,7 +67,7 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
         cols = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns",
                 "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p", "row"]
         return Matched(inst, pd.DataFrame({c: [] for c in cols}))
-    if not np.all(np.diff(a.start) >= 0):
+    if not a.start_sorted():
         raise ValueError("match_ops: the frame must be sorted by t_start_ns (as reader.load returns it)")
     opcodes, opcats = cat_codes(frame["op"])
     size = a.nbytes

@@ -12,7 +12,7 @@ from .match import Matched, match_ops
 from .overlap import backward_overlap
 from .run_info import ReportRun, run_info
 from .skew import skew_summary
-from .summary import has_values, iteration_summary, op_summary
+from .summary import has_values, iteration_summary, op_summary, summary_cells
 
 
 @dataclass
@@ -34,9 +34,11 @@ def build_report(run: ReportRun, top: int = 10) -> Report:
     a = OpArrays.of(df)
     info = run_info(run, a)
     m = match_ops(df, a)
-    by_op = op_summary(df, m, ("op",), a)
-    by_group = op_summary(df, m, ("group", "group_desc", "op"), a) if len(df) else by_op.iloc[0:0]
-    by_phase = op_summary(df, m, ("phase", "op"), a) if has_values(df, "phase") else None
+    cells = summary_cells(df, [c for c in ("group", "group_desc", "phase", "op") if c in df], a) if len(df) else None
+    by_op = op_summary(df, m, ("op",), a, cells=cells)
+    by_group = op_summary(df, m, ("group", "group_desc", "op"), a, cells=cells) if len(df) else by_op.iloc[0:0]
+    by_phase = op_summary(df, m, ("phase", "op"), a, cells=cells) if has_values(df, "phase") else None
+    del cells
     by_it = iteration_summary(df, a) if len(df) and (df["iteration"].to_numpy() > 0).any() else None
     if by_it is not None:
         ov = backward_overlap(df, run.spans)

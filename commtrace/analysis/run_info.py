@@ -87,15 +87,18 @@ def comm_time_per_rank(frame: pd.DataFrame, arrays: OpArrays | None = None) -> d
     a = arrays or OpArrays.of(frame)
     if len(a.rank) == 0:
         return {}
-    ranks, rix = dense_codes(a.rank)
-    order = stable_order(rix, len(ranks))   # the frame is start-sorted, so each rank stays sorted
-    if not np.all(np.diff(a.start) >= 0):
+    ranks, rix = a.rank_codes()
+    if a.start_sorted():   # then a stable sort by rank keeps each rank's rows start-sorted
+        order = stable_order(rix, len(ranks))
+    else:
         order = np.lexsort((a.start, a.rank))
-    r = a.rank[order]
-    s, e = a.start[order], a.end[order]
-    cuts = np.flatnonzero(np.diff(r)) + 1
-    bounds = np.concatenate(([0], cuts, [len(r)]))
-    return {int(r[lo]): union_length(s[lo:hi], e[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])}
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(rix, minlength=len(ranks)))))
+    out = {}
+    for i, rank in enumerate(ranks):   # one rank at a time: small temporaries
+        rows = order[bounds[i]:bounds[i + 1]]
+        if len(rows):
+            out[int(rank)] = union_length(a.start[rows], a.end[rows])
+    return out
 
 
 def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
@@ -123,7 +126,7 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
     comm = comm_time_per_rank(df, a)
     last_end = {}
     if len(a.rank):
-        ranks_u, rix = dense_codes(a.rank)
+        ranks_u, rix = a.rank_codes()
         last = np.full(len(ranks_u), np.iinfo(np.int64).min)
         np.maximum.at(last, rix, a.end)
         last_end = {int(k): int(v) for k, v in zip(ranks_u, last)}

@@ -6,10 +6,12 @@ slowest rank's time T; algbw = sum S / sum T, busbw = sum(S * factor(op, n)) / s
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from .arrays import OpArrays, dense_codes, group_rows
+from .arrays import Cells, Groups, OpArrays, dense_codes, keys_index, narrow
 from .match import Matched
 
 SUMMARY_COLUMNS = ["calls", "count", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
@@ -32,40 +34,47 @@ def qname(q: float) -> str:
 
 
 def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArrays | None = None,
-               qs=(0.5, 0.99)) -> pd.DataFrame:
+               qs=(0.5, 0.99), cells: Cells | None = None) -> pd.DataFrame:
     """One row per group of ``by`` (frame columns: ("op",), ("op", "group"), ("phase", "op"), ...).
 
     Columns: calls (ops over all ranks), count (matched instances), bytes (sum over
     ranks), total_ns, mean_ns, p50_ns, p99_ns (per-rank durations), algbw, busbw
     (bytes/s), share (of all communication time), cv (coefficient of variation of the
     per-rank total time, population std / mean, as mpiP), ranks. Sorted by total_ns.
+
+    ``cells`` (from :func:`summary_cells`) lets several summaries share one pass over
+    the rows; it must cover ``by``.
     """
     by = list(by)
     cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in qs] + SUMMARY_COLUMNS[7:]
     if len(frame) == 0:
         return pd.DataFrame(columns=by + cols).set_index(by)
     a = arrays or OpArrays.of(frame)
-    g = group_rows(frame, by)
-    dur0 = np.nan_to_num(a.dur)
-    known = ~np.isnan(a.dur)
-    total = g.sum(dur0)
-    nknown = g.sum(known.astype(np.float64))
-    out = pd.DataFrame(index=g.index())
-    out["calls"] = g.count()
-    out["bytes"] = g.sum(a.nbytes.astype(np.float64)).astype(np.int64)
+    if cells is None or not set(by) <= set(cells.cells.columns):
+        cells = summary_cells(frame, by, a)
+    c = cells.cells
+    gcell, keys = c.coarsen(by)
+    n = len(keys)
+    total = np.bincount(gcell, weights=cells.dur, minlength=n)
+    nknown = np.bincount(gcell, weights=cells.known, minlength=n)
+    out = pd.DataFrame(index=keys_index(keys))
+    out["calls"] = np.bincount(gcell, weights=cells.count, minlength=n).astype(np.int64)
+    out["bytes"] = np.bincount(gcell, weights=cells.nbytes, minlength=n).astype(np.int64)
     out["total_ns"] = total
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_ns"] = np.where(nknown > 0, total / nknown, np.nan)
-    qv = g.quantiles(a.dur, list(qs))
+    row_groups = Groups.of_codes(narrow(gcell, n)[c.code], keys)
+    qv = row_groups.quantiles(a.dur, list(qs))
+    del row_groups
     for j, q in enumerate(qs):
         out[qname(q)] = qv[:, j]
-    grand = dur0.sum()
+    grand = cells.dur.sum()
     out["share"] = total / grand if grand > 0 else np.nan
     # Per-rank totals -> CV across the ranks that called the op.
-    ranks, rix = dense_codes(a.rank)
-    cell = g.code * len(ranks) + rix
-    per = np.bincount(cell, weights=dur0, minlength=g.n * len(ranks)).reshape(g.n, len(ranks))
-    present = np.bincount(cell, minlength=g.n * len(ranks)).reshape(g.n, len(ranks)) > 0
+    nr = len(c.keys["rank"])
+    cell = gcell * nr + c.key_codes["rank"]
+    per = np.bincount(cell, weights=cells.dur, minlength=n * nr).reshape(n, nr)
+    present = np.bincount(cell, weights=cells.count, minlength=n * nr).reshape(n, nr) > 0
     cnt = present.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(present, per, 0).sum(axis=1) / cnt
@@ -74,19 +83,38 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     out["ranks"] = cnt
     # Instances: count and bandwidth, attributed to the group of their first row.
     inst = matched.instances
-    icode = g.code[inst["row"].to_numpy(dtype=np.int64)] if len(inst) else np.empty(0, np.int64)
+    icode = gcell[c.code[inst["row"].to_numpy(dtype=np.int64)]] if len(inst) else np.empty(0, np.int64)
     T = inst["slowest_ns"].to_numpy(dtype=np.float64)
     S = inst["size_bytes"].to_numpy(dtype=np.float64)
     fac = bus_factors(inst)
     ok = np.isfinite(T) & (T > 0) & (S > 0)
-    sT = np.bincount(icode, weights=np.where(ok, T, 0.0), minlength=g.n)
-    sS = np.bincount(icode, weights=np.where(ok, S, 0.0), minlength=g.n)
-    sB = np.bincount(icode, weights=np.where(ok, S * fac, 0.0), minlength=g.n)
-    out["count"] = np.bincount(icode, minlength=g.n)
+    sT = np.bincount(icode, weights=np.where(ok, T, 0.0), minlength=n)
+    sS = np.bincount(icode, weights=np.where(ok, S, 0.0), minlength=n)
+    sB = np.bincount(icode, weights=np.where(ok, S * fac, 0.0), minlength=n)
+    out["count"] = np.bincount(icode, minlength=n)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
         out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
     return out[cols].sort_values("total_ns", ascending=False, kind="stable")
+
+
+@dataclass
+class SummaryCells:
+    """Rows binned by the summary columns plus rank, with the additive per-cell
+    numbers every op_summary needs (row count, summed duration, known durations, bytes)."""
+    cells: Cells
+    count: np.ndarray
+    dur: np.ndarray
+    known: np.ndarray
+    nbytes: np.ndarray
+
+
+def summary_cells(frame: pd.DataFrame, columns, arrays: OpArrays | None = None) -> SummaryCells:
+    a = arrays or OpArrays.of(frame)
+    c = Cells.of(frame, [col for col in columns if col != "rank"] + ["rank"], {"rank": a.rank_column_codes()})
+    known = ~np.isnan(a.dur)
+    return SummaryCells(c, c.sum().astype(np.float64), c.sum(np.where(known, a.dur, 0.0)),
+                        c.sum(known.astype(np.float64)), c.sum(a.nbytes.astype(np.float64)))
 
 
 def bus_factors(inst: pd.DataFrame) -> np.ndarray:
@@ -111,21 +139,31 @@ def iteration_summary(frame: pd.DataFrame, arrays: OpArrays | None = None) -> pd
     if len(frame) == 0 or not (frame["iteration"].to_numpy() > 0).any():
         return pd.DataFrame(columns=cols)
     a = arrays or OpArrays.of(frame)
-    it_all = frame["iteration"].to_numpy().astype(np.int64)
+    it_all = frame["iteration"].to_numpy()
     sel = it_all > 0
-    its, ix = dense_codes(it_all[sel])
-    ranks, rx = dense_codes(a.rank[sel])
+    every = bool(sel.all())
+
+    def rows(x):  # the selected rows (no copy when every row is selected)
+        return x if every else x[sel]
+    its, ix = dense_codes(rows(it_all))
+    ranks, rix = a.rank_codes()
     n, R = len(its), len(ranks)
-    dur = np.nan_to_num(a.dur[sel])
-    per = np.bincount(ix * R + rx, weights=dur, minlength=n * R).reshape(n, R)
-    present = np.bincount(ix * R + rx, minlength=n * R).reshape(n, R) > 0
+    cell = ix.astype(np.int64)
+    cell *= R
+    cell += rows(rix)
+    dur = rows(a.dur)
+    known = ~np.isnan(dur)
+    per = np.bincount(cell, weights=np.where(known, dur, 0.0), minlength=n * R).reshape(n, R)
+    del known
+    present = np.bincount(cell, minlength=n * R).reshape(n, R) > 0
+    del cell
     s_series = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(s_series, ix, a.start[sel])
+    np.minimum.at(s_series, ix, rows(a.start))
     e_series = np.full(n, np.iinfo(np.int64).min)
-    np.maximum.at(e_series, ix, a.end[sel])
+    np.maximum.at(e_series, ix, rows(a.end))
     out = pd.DataFrame({
         "ops": np.bincount(ix, minlength=n),
-        "bytes": np.bincount(ix, weights=a.nbytes[sel].astype(np.float64), minlength=n).astype(np.int64),
+        "bytes": np.bincount(ix, weights=rows(a.nbytes).astype(np.float64), minlength=n).astype(np.int64),
         "comm_ns": per.sum(axis=1) / np.maximum(present.sum(axis=1), 1),
         "span_ns": e_series - s_series,
         "slowest_rank": ranks[np.argmax(np.where(present, per, -1), axis=1)],

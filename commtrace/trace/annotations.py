@@ -49,29 +49,94 @@ def _is(col: pd.Series, value: str) -> np.ndarray:
     return col.cat.codes.to_numpy() == cats.get_loc(value)
 
 
-def _cumcount(group: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """For each element, how many earlier elements share its (group, key).
+def is_gradient_allreduce(op, phase, detail, module) -> bool:
+    """DDP's bucketed gradient all_reduce (or a joined rank's shadow of it)."""
+    if op != "all_reduce" or module is None:
+        return False
+    return (phase == "backward" and detail is None) or detail == "join_shadow_grad"
 
-    Elements are in time order; ``group`` is a small code (the process), so a
-    stable radix sort on it is cheap, and within a process the key (module,
-    iteration) normally only grows -- then counting is a run-length pass.
-    Falls back to a full sort when it does not.
-    """
-    order = np.argsort(group, kind="stable")
-    gs, sk = group[order], key[order]
-    same_group = gs[1:] == gs[:-1]
-    if not ((sk[1:] >= sk[:-1]) | ~same_group).all():  # a key recurs after another
-        full = (gs.astype(np.int64) << 48) + sk
-        order2 = np.argsort(full, kind="stable")
-        del full
-        order, gs, sk = order[order2], gs[order2], sk[order2]
-        same_group = gs[1:] == gs[:-1]
-    new = np.r_[True, (sk[1:] != sk[:-1]) | ~same_group]
-    del gs, sk, same_group
-    pos = np.arange(len(new))
-    start = np.maximum.accumulate(np.where(new, pos, 0))
-    out = np.empty(len(new), dtype=np.int64)
-    out[order] = pos - start
+
+def nth_in_step(key: np.ndarray) -> np.ndarray:
+    """For one process's gradient all_reduces in call order, keyed by (module,
+    iteration): how many earlier ones share the key -- the bucket number (int32).
+
+    Keys normally only grow (a run-length pass); a key that recurs after
+    another falls back to a stable sort."""
+    n = len(key)
+    order = None
+    if n > 1 and not (key[1:] >= key[:-1]).all():
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    pos = np.arange(n, dtype=np.int32)
+    pos -= np.flatnonzero(new).astype(np.int32)[np.cumsum(new, dtype=np.int32) - 1]
+    if order is None:
+        return pos
+    out = np.empty(n, dtype=np.int32)
+    out[order] = pos
+    return out
+
+
+def _step_key(module_code: np.ndarray, iteration: np.ndarray) -> np.ndarray:
+    return (module_code.astype(np.int64) << 32) + iteration.astype(np.int64)
+
+
+def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, sigs: dict) -> np.ndarray:
+    """Bucket number per record of one process's trace (-1: not a gradient all_reduce).
+
+    ``sigs`` maps the record's sig ids to the sig dicts of that process."""
+    out = np.full(len(sig), -1, dtype=np.int32)
+    if not sigs or not len(sig):
+        return out
+    grad = np.zeros(max(sigs) + 1, dtype=bool)
+    module = np.zeros(len(grad), dtype=np.int64)
+    names: dict = {}
+    for k, s in sigs.items():
+        if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module")):
+            grad[k] = True
+            module[k] = names.setdefault(str(s["module"]), len(names))
+    idx = np.flatnonzero(grad[sig])
+    if not len(idx):
+        return out
+    t = t_call[idx]
+    if not (t[1:] >= t[:-1]).all():
+        idx = idx[np.argsort(t, kind="stable")]
+    out[idx] = nth_in_step(_step_key(module[sig[idx]], iteration[idx]))
+    return out
+
+
+def _frame_gradient_rows(df: pd.DataFrame) -> np.ndarray:
+    """Per row of a frame: is_gradient_allreduce, evaluated once per distinct combination."""
+    cols = [df[c] if c in df else pd.Series(pd.Categorical([None] * len(df))) for c in ("op", "phase", "detail", "module")]
+    cats = [list(c.cat.categories) for c in cols]
+    combined = np.zeros(len(df), dtype=np.int64)
+    for c, k in zip(cols, cats):   # code + 1: NA (-1) becomes 0
+        combined = combined * (len(k) + 1) + c.cat.codes.to_numpy() + 1
+    combos, inv = np.unique(combined, return_inverse=True)
+    verdict = np.zeros(len(combos), dtype=bool)
+    for i, v in enumerate(combos):
+        vals = []
+        for k in reversed(cats):
+            v, code = divmod(int(v), len(k) + 1)
+            vals.append(k[code - 1] if code else None)
+        verdict[i] = is_gradient_allreduce(*reversed(vals))
+    return verdict[inv.reshape(-1)]
+
+
+def _frame_buckets(df: pd.DataFrame) -> np.ndarray:
+    """Bucket number per row of a (time-ordered) frame, per file; -1 elsewhere."""
+    out = np.full(len(df), -1, dtype=np.int32)
+    idx = np.flatnonzero(_frame_gradient_rows(df))
+    if not len(idx):
+        return out
+    fcodes = df["file"].cat.codes.to_numpy()[idx]
+    key = _step_key(df["module"].cat.codes.to_numpy()[idx], df["iteration"].to_numpy()[idx])
+    by_file = np.argsort(fcodes, kind="stable")
+    bounds = np.flatnonzero(np.diff(fcodes[by_file])) + 1
+    for rows in np.split(by_file, bounds):
+        out[idx[rows]] = nth_in_step(key[rows])
     return out
 
 
@@ -100,24 +165,23 @@ def _params_codes(files, modules, f, m, it, b, parsed, names) -> np.ndarray:
     return out
 
 
-def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]]) -> pd.DataFrame:
-    """Fill ``bucket`` (Int64) and ``params`` (category) for DDP's ops."""
+def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]],
+                   buckets: np.ndarray | None = None) -> pd.DataFrame:
+    """Fill ``bucket`` (Int32) and ``params`` (category) for DDP's ops.
+
+    ``buckets``: the bucket number per row, -1 for other ops, when the reader has
+    already computed it per process (process_buckets); else derived from the frame.
+    The array is reused for the column (-1 becomes 0 under the NA mask).
+    """
     if df.empty or "phase" not in df or not df["phase"].notna().any():
         return df
-    detail_na = df["detail"].isna().to_numpy() if "detail" in df else np.ones(len(df), bool)
-    grad_step = (_is(df["phase"], "backward") & detail_na) | (
-        _is(df["detail"], "join_shadow_grad") if "detail" in df else False)
-    is_grad = _is(df["op"], "all_reduce") & grad_step & df["module"].notna().to_numpy()
-    del detail_na, grad_step
+    bucket_vals = _frame_buckets(df) if buckets is None else buckets
+    is_grad = bucket_vals >= 0
     idx = np.flatnonzero(is_grad)
-    bucket_vals = np.zeros(len(df), dtype=np.int64)
     files, modules = df["file"].cat.categories, df["module"].cat.categories
     fcodes, mcodes = df["file"].cat.codes.to_numpy(), df["module"].cat.codes.to_numpy()
-    if len(idx):
-        key = (mcodes[idx].astype(np.int64) << 32) + df["iteration"].to_numpy()[idx]
-        bucket_vals[idx] = _cumcount(fcodes[idx], key)
-        del key
-    df["bucket"] = pd.arrays.IntegerArray(bucket_vals, ~is_grad)
+    df["bucket"] = pd.arrays.IntegerArray(np.maximum(bucket_vals, 0, out=bucket_vals), ~is_grad)
+    del is_grad
     parsed = {f: _layouts(m) for f, m in ddp_meta_by_file.items()}
     if not parsed:
         return df

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from . import schema
-from .annotations import assign_buckets
+from .annotations import assign_buckets, process_buckets
 
 DEFAULT_BASE = "commtrace-out"
 
@@ -297,7 +297,8 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
     refs = _reference_processes(procs)
-    parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl")}
+    parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl",
+                                              "bucket")}
     for pi, pt in enumerate(procs):
         rec = pt.records
         if rec is None or len(rec) == 0:
@@ -312,6 +313,7 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
         parts["sig"].append(slut[rec["sig"]])
         parts["grp"].append(glut[rec["group"]])
         parts["t"].append(rec["t_call"] + off)
+        parts["bucket"].append(process_buckets(rec["t_call"], rec["sig"], rec["iteration"], pt.sigs))
         for k, f in (("traw", "t_call"), ("dret", "d_return"), ("dend", "d_end"), ("seq", "seq"),
                      ("it", "iteration"), ("st", "status"), ("fl", "flags")):
             parts[k].append(rec[f])
@@ -328,21 +330,22 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
     c = {k: np.concatenate(parts.pop(k))[order] for k in list(parts)}
     del order
     sig_codes, grp_codes = c.pop("sig"), c.pop("grp")
-    dret, dend = c.pop("dret"), c.pop("dend")  # float32 ns offsets: exact enough, half the size
-    ok_ret, ok_end = ~np.isnan(dret), ~np.isnan(dend)
-    d_end_ns = np.where(ok_end, dend, 0).astype(np.int64)
     cols: dict = {
         "rank": rank_of_proc[proc],
         "seq": c.pop("seq").astype(np.int64),
         "t_start_ns": t,
-        "t_return_ns": _nullable_int(t + np.where(ok_ret, dret, 0).astype(np.int64), ok_ret),
-        "t_end_ns": _nullable_int(t + d_end_ns, ok_end),
-        "duration_ns": _nullable_int(d_end_ns, ok_end),
-        "iteration": c.pop("it").astype(np.int32),
     }
-    del dret, dend
+    # Return/end are float32 ns offsets (NaN = not observed): exact enough for
+    # an offset, half the size. Converted in place, no full-length where().
+    d_end = _offsets_to_int(c.pop("dend"))
+    d_ret = _offsets_to_int(c.pop("dret"))
+    cols["t_return_ns"] = pd.arrays.IntegerArray(d_ret[0] + t, ~d_ret[1])
+    cols["t_end_ns"] = pd.arrays.IntegerArray(d_end[0] + t, ~d_end[1])
+    cols["duration_ns"] = pd.arrays.IntegerArray(d_end[0], ~d_end[1])
+    del d_end, d_ret
+    cols["iteration"] = c.pop("it").astype(np.int32)
     # Process-level columns.
-    cols["pid"] = np.array([_int_or_none(p.header.get("pid")) or -1 for p in procs], dtype=np.int64)[proc]
+    cols["pid"] = np.array([_pid(p) for p in procs], dtype=np.int32)[proc]
     cols["host"] = _categorical([str(p.header.get("host")) for p in procs], proc)
     cols["file"] = _categorical([p.stem for p in procs], proc)
     # Group-level columns.
@@ -362,30 +365,38 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
     for f in _SIG_NUM:
         per_sig = np.array([_num(s.get(f)) for s in sig_rows], dtype=np.float64)
         ok = ~np.isnan(per_sig)
-        vals = np.where(ok, per_sig, 0).astype(np.int64)
-        cols[f] = vals[sig_codes] if f in ("bytes", "out_bytes") else _nullable_int(vals[sig_codes], ok[sig_codes])
+        if f in ("bytes", "out_bytes"):
+            cols[f] = np.where(ok, per_sig, 0).astype(np.int64)[sig_codes]
+        else:  # small ints (root, tag, bucket): Int32 with <NA> where a sig has none
+            vals = np.where(ok & (np.abs(per_sig) < 2**31), per_sig, 0).astype(np.int32)
+            cols[f] = pd.arrays.IntegerArray(vals[sig_codes], (~ok)[sig_codes])
     cols["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
     status = c.pop("st")
+    status_code = np.full(256, schema.STATUS_IN_FLIGHT, dtype=np.int8)  # unknown values: in flight
+    status_code[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
     cols["status"] = pd.Categorical.from_codes(
-        np.where(np.isin(status, list(schema.STATUS_NAMES)), status, schema.STATUS_IN_FLIGHT).astype(np.int8),
-        categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
+        status_code[status], categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
     flags = c.pop("fl")
     cols["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
                                                categories=["python", "cpp"])
     cols["error"] = _errors_column(procs, proc, c.pop("traw"))
+    buckets = c.pop("bucket")
     del c
     df = pd.DataFrame(cols, copy=False)
-    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp})
+    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets)
     return df[_column_order(df)]
 
 
-def _nullable_int(values: np.ndarray, valid: np.ndarray | None = None) -> pd.arrays.IntegerArray:
-    """Int64 with <NA> where ``values`` is NaN (or ``valid`` is False)."""
-    if valid is None:
-        valid = ~np.isnan(values)
-    if valid.all():
-        return pd.arrays.IntegerArray(values.astype(np.int64, copy=False), np.zeros(len(values), dtype=bool))
-    return pd.arrays.IntegerArray(np.where(valid, values, 0).astype(np.int64), ~valid)
+def _offsets_to_int(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ns, valid) from float32 offsets with NaN; ``d`` is consumed (zeroed in place)."""
+    valid = ~np.isnan(d)
+    np.nan_to_num(d, copy=False, nan=0.0)
+    return d.astype(np.int64), valid
+
+
+def _pid(pt: ProcessTrace) -> int:
+    pid = _int_or_none(pt.header.get("pid"))
+    return pid if pid is not None and 0 <= pid < 2**31 else -1
 
 
 def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
