@@ -37,18 +37,18 @@ FULL = {
     "profiler": {"calls": 400, "reps": 15},
     "ddp": [(("mlp8", "cnn"), 21, 1), (("mlp100m",), 9, 1)],
     "tracesize": {"ops": 1_000_000},
-    "report": [("1M", 8, 125_000, 1_000_000), ("10M", 16, 625_000, 100_000)],
+    "report": [("6.4M", 64, 100_000, 1_000_000), ("10M", 16, 625_000, 100_000)],
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
     "profiler": {"calls": 200, "reps": 7},
     "ddp": [(("mlp8", "cnn"), 6, 1), (("mlp100m",), 3, 1)],
     "tracesize": {"ops": 200_000},
-    "report": [("1M", 8, 125_000, 200_000)],
+    "report": [("1.3M", 64, 20_000, 200_000)],
 }
 
 GOALS = {
-    "issue_us": 3.0, "blocking_us": 5.0, "ddp_ratio": 1.01, "disk_bytes_per_op": 32.0,
+    "blocking_us": 10.0, "ddp_ratio": 1.01, "disk_bytes_per_op": 32.0,
     "report_ops_per_s": 1e6, "peak_bytes_per_op": 200.0,
 }
 
@@ -246,37 +246,35 @@ def goals(res) -> tuple[str, list]:
 
     prof = res.get("profiler") or {}
     cap = (res.get("capture") or {}).get("gloo", {})
-    ic = prof.get("issue cost: all_reduce 1 elem async")
-    if ic:
-        t, p = ic["traced"]["added"], ic["profiler"]["added"]
-        add("issue cost ≤ +3 µs/op and ≤ torch.profiler's", f"+{t:.2f} µs (profiler +{p:.2f} µs)",
-            t <= GOALS["issue_us"] and t <= p, f"{t - GOALS['issue_us']:+.2f} µs vs goal, {t - p:+.2f} µs vs profiler")
-    else:
-        add("issue cost ≤ +3 µs/op", "not measured", None)
     b = (cap.get("cases") or {}).get("all_reduce 1 elem")
     if b:
-        add("added blocking latency ≤ 5 µs (1-elem gloo all_reduce, median)", f"+{b['added']:.2f} µs "
+        add("issue 2: added latency ≤ 10 µs (1-elem gloo all_reduce, 2 ranks, median)", f"+{b['added']:.2f} µs "
             f"(spread {b['added_spread'][0]:+.1f}..{b['added_spread'][1]:+.1f})", b["added"] <= GOALS["blocking_us"],
             f"{b['added'] - GOALS['blocking_us']:+.2f} µs vs goal")
     else:
-        add("added blocking latency ≤ 5 µs", "not measured", None)
+        add("issue 2: added latency ≤ 10 µs", "not measured", None)
     ddp = res.get("ddp") or {}
-    if ddp:
-        worst = max(ddp.items(), key=lambda kv: kv[1]["traced"]["ratio"])
-        vals = ", ".join(f"{k} {v['traced']['ratio']:.3f}" for k, v in ddp.items())
-        add("DDP step ratio ≤ 1.01", vals, worst[1]["traced"]["ratio"] <= GOALS["ddp_ratio"],
-            f"worst: {worst[0]}")
+    if "mlp8" in ddp:
+        r = ddp["mlp8"]["traced"]["ratio"]
+        others = ", ".join(f"{k} {v['traced']['ratio']:.3f}" for k, v in ddp.items() if k != "mlp8")
+        add("issue 2: DDP step ratio ≤ 1.01 (8-layer MLP)", f"{r:.3f}", r <= GOALS["ddp_ratio"],
+            f"other models: {others}" if others else "")
     else:
-        add("DDP step ratio ≤ 1.01", "not measured", None)
+        add("issue 2: DDP step ratio ≤ 1.01", "not measured", None)
+    ic = prof.get("issue cost: all_reduce 1 elem async")
+    if ic:
+        t, p = ic["traced"]["added"], ic["profiler"]["added"]
+        add("issue cost vs torch.profiler (informational)", f"+{t:.2f} µs (profiler +{p:.2f} µs)", None,
+            f"{t - p:+.2f} µs vs profiler")
     ts = res.get("tracesize")
     if ts:
         # ops.bin is exactly 32 B/record; meta.jsonl is a fixed ~1 KB, i.e. +0.001 B/op over 1 M ops:
         # counted as met when the records are 32 B and the total rounds to 32.0.
-        add("≤ 32 B/op on disk", f"{ts['bytes_per_op']:.4f} B/op ({ts['ops']:,}-op run)",
+        add("≤ 32 B/op on disk (informational)", f"{ts['bytes_per_op']:.4f} B/op ({ts['ops']:,}-op run)",
             ts["ops_bin_bytes_per_op"] <= GOALS["disk_bytes_per_op"] + 1e-3
             and round(ts["bytes_per_op"], 1) <= GOALS["disk_bytes_per_op"],
             f"ops.bin {ts['ops_bin_bytes_per_op']:.4f} B/op (32 B records), meta.jsonl {ts['meta_jsonl']} B in all")
-        add("capture: ≤ 200 B/op peak memory added", f"{ts['peak_added_bytes_per_op']:.1f} B/op "
+        add("capture: ≤ 200 B/op peak memory added (informational)", f"{ts['peak_added_bytes_per_op']:.1f} B/op "
             f"({ts['peak_added_bytes'] / 2**20:.1f} MiB for {ts['ops']:,} ops)",
             ts["peak_added_bytes_per_op"] <= GOALS["peak_bytes_per_op"])
     rep = res.get("report") or {}
@@ -285,10 +283,13 @@ def goals(res) -> tuple[str, list]:
             if "error" in r:
                 add(f"report {label}: ≥ 1 M ops/s, ≤ 200 B/op", "failed", None)
                 continue
-            add(f"report {label}: load+analysis ≥ 1 M ops/s", f"{r['ops_per_s'] / 1e6:.2f} M ops/s",
+            add(f"issue 4, {r['ranks']} ranks x {r['ops_per_rank']:,} ops: load+analysis ≥ 1 M ops/s", f"{r['ops_per_s'] / 1e6:.2f} M ops/s",
                 r["ops_per_s"] >= GOALS["report_ops_per_s"])
-            add(f"report {label}: peak memory ≤ 200 B/op", f"{r['rss_bytes_per_op']:.0f} B/op (RSS)",
+            add(f"issue 4, {r['ranks']} ranks x {r['ops_per_rank']:,} ops: peak memory ≤ 200 B/op", f"{r['rss_bytes_per_op']:.0f} B/op (RSS)",
                 r["rss_bytes_per_op"] <= GOALS["peak_bytes_per_op"])
+            if r.get("perfetto_ops", 0) >= 1_000_000:
+                add(f"issue 4: Perfetto export of {r['perfetto_ops']:,} ops ≤ 10 s", f"{r['perfetto_s']:.2f} s",
+                    r["perfetto_s"] <= 10.0, f"{r['perfetto_mb']:.0f} MB written")
     else:
         add("report ≥ 1 M ops/s, ≤ 200 B/op", "not available", None)
     return table(["goal", "measured", "status", "note"], rows) + "\n", rows
