@@ -67,6 +67,7 @@ class Recorder:
         self.rows: list[list] = []          # finished rows, appended by the hot path
         self.pending: list[tuple] = []      # (row, work) awaiting completion
         self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
+                                            # (its SIG slot may still hold the call: see sig_of)
         self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
         self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
         self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
@@ -189,6 +190,18 @@ class Recorder:
         if done:
             del un[:done]
 
+    @staticmethod
+    def sig_of(row: list) -> int:
+        """The row's sig id; describes the call first if its thread is still inside
+        the backend call and has not looked its sig up yet (-1 if that fails)."""
+        s = row[SIG]
+        if type(s) is int:
+            return s
+        try:
+            return s[0].deferred_sig(row, s)
+        except Exception:
+            return -1
+
     def add_meta(self, line: dict) -> None:
         with self._lock:
             self.meta_queue.append(line)
@@ -265,6 +278,8 @@ class Recorder:
             if id(row) in self._inflight_written and not final:
                 continue
             if final or now - row[T_CALL] > IN_FLIGHT_AFTER_NS:
+                if self.sig_of(row) < 0:
+                    continue
                 snap = list(row)
                 snap[STATUS] = schema.STATUS_IN_FLIGHT
                 out.append(snap)

@@ -75,7 +75,8 @@ def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
             rows.append((row, "async_pending"))
     out = []
     for row, where in sorted(rows, key=lambda x: x[0][T_CALL]):
-        sig = _line(rec.sig_lines, row[SIG])
+        sig_id = rec.sig_of(row)
+        sig = _line(rec.sig_lines, sig_id) if sig_id >= 0 else {}
         grp = _line(rec.group_lines, row[GROUP])
         out.append({
             "op": sig.get("op"), "variant": sig.get("variant"),

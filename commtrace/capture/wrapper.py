@@ -6,9 +6,13 @@ so one wrapper sees both Python and C++ calls. The real backend is registered on
 the wrapper too (DDP's logger and ``_get_backend`` need it); every op method is
 overridden here so nothing reaches that backend untraced.
 
-Hot-path design (budget: a few microseconds per op):
-* a cheap key (method, shapes, dtypes, options, thread) indexes interned sigs;
-  the full description is built only the first time a key is seen;
+Hot-path design (budget: added latency of a few microseconds per op):
+* the real backend call is issued first; the op's description is looked up
+  while the backend works on it (a blocking caller would only wait). Until it
+  is known, the row's sig slot holds the call itself, so the flush thread and
+  the hang watchdog can describe an op that never returns (``deferred_sig``);
+* a cheap key (method, shapes, dtypes, options, thread, call site) indexes
+  interned sigs; the full description is built only the first time a key is seen;
 * a blocking op on CPU tensors is waited for here (the caller would wait right
   after anyway), so completion time costs two clock reads; CUDA ops are never
   waited for here (that would order streams or block the host);
@@ -27,7 +31,7 @@ import torch.distributed as dist
 
 from ..trace import schema
 from . import ops
-from .recorder import Recorder
+from .recorder import SIG, Recorder
 
 _now = time.monotonic_ns
 _ident = threading.get_ident
@@ -40,7 +44,11 @@ _IN_FLIGHT = schema.STATUS_IN_FLIGHT
 _getframe = sys._getframe
 _INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, sys.modules["commtrace"]))
 _STDLIB_SKIP = ("runpy.py", "threading.py", "contextlib.py", "functools.py")
-_internal_code: dict = {}  # code object -> frame is inside torch/commtrace/plumbing
+# id(code object) -> frame is inside torch/commtrace/plumbing. Keyed by id:
+# hashing a code object rehashes its name, bytecode and constants on every
+# lookup (0.1-0.25 us for torch's wrappers); _kept_code keeps the ids valid.
+_internal_code: dict = {}
+_kept_code: list = []
 
 
 def _is_internal(code) -> bool:
@@ -48,26 +56,30 @@ def _is_internal(code) -> bool:
     return fn.startswith(_INTERNAL_DIRS) or fn.startswith("<") or fn.endswith(_STDLIB_SKIP)
 
 
-def user_frame(depth: int = 2):
-    """The innermost frame of user code above the caller (None if there is none).
+def first_user_frame(f):
+    """``f`` or the nearest frame above it that is user code (None if none).
 
-    A cheap frame check, not a stack walk: one dict lookup per frame, cached by
-    code object, and typically 2-5 frames (torch.distributed's wrappers).
+    One dict lookup per frame, typically 2-5 frames (torch.distributed's wrappers).
     """
-    try:
-        f = _getframe(depth)
-    except ValueError:
-        return None
     cache = _internal_code
     while f is not None:
         code = f.f_code
-        internal = cache.get(code)
+        internal = cache.get(id(code))
         if internal is None:
-            internal = cache[code] = _is_internal(code)
+            _kept_code.append(code)
+            internal = cache[id(code)] = _is_internal(code)
         if not internal:
             return f
         f = f.f_back
     return None
+
+
+def user_frame(depth: int = 2):
+    """The innermost frame of user code above the caller (None if there is none)."""
+    try:
+        return first_user_frame(_getframe(depth))
+    except ValueError:
+        return None
 
 
 def callsite_text(frame) -> str | None:
@@ -82,29 +94,47 @@ def callsite_text(frame) -> str | None:
     return f"{fn}:{frame.f_lineno} ({frame.f_code.co_name})"
 
 
+# Options type -> the fields that change what the op does (timeouts are left
+# out). Looked up per type so the key never pays for a missing attribute.
+_OPT_FIELDS: dict = {}
+
+
+def _opt_fields(ot) -> tuple:
+    f = _OPT_FIELDS.get(ot)
+    if f is None:
+        f = _OPT_FIELDS[ot] = tuple(n for n in ("reduceOp", "rootRank", "asyncOp") if hasattr(ot, n))
+    return f
+
+
 def _opts_key(o):
-    # Only the fields that change what the op does; timeouts are left out.
     # ReduceOp hashes and compares by its op, so it can sit in the key as is.
-    return (type(o), getattr(o, "reduceOp", None), getattr(o, "rootRank", None), o.asyncOp)
+    return (type(o), *[getattr(o, n) for n in _opt_fields(type(o))])
 
 
 def _tensor_key(t):
     return (t.shape, t.dtype, t.is_cuda)
 
 
+_AllreduceOptions = dist.AllreduceOptions
+_BroadcastOptions = dist.BroadcastOptions
+
+
 def call_key(args, kwargs):
     """(hashable key of the call's arguments, opts or None). Must stay cheap.
 
     The common shapes -- ``([tensor], opts)`` from torch.distributed and DDP --
-    take the first branch (about half a microsecond); anything else is keyed
-    generically.
+    take the first branch; anything else is keyed generically.
     """
     if len(args) == 2 and not kwargs:
         a, o = args
-        if type(a) is list and len(a) == 1 and hasattr(o, "asyncOp"):
-            t = a[0]
-            return (t.shape, t.dtype, t.is_cuda, type(o), getattr(o, "reduceOp", None),
-                    getattr(o, "rootRank", None), o.asyncOp), o
+        if type(a) is list and len(a) == 1:
+            ot = type(o)
+            if ot is _AllreduceOptions:
+                t = a[0]
+                return (t.shape, t.dtype, t.is_cuda, ot, o.reduceOp, o.asyncOp), o
+            if ot is _BroadcastOptions:
+                t = a[0]
+                return (t.shape, t.dtype, t.is_cuda, ot, o.rootRank, o.asyncOp), o
     key = []
     opts = None
     for a in args:
@@ -159,8 +189,11 @@ class TracedProcessGroup(dist.ProcessGroup):
             self._set_default_backend(default_type)
         except Exception:
             pass
-        self._set_group_name(inner.group_name)
-        self._set_group_desc(inner.group_desc)
+        for setter, getter in ((self._set_group_name, "group_name"), (self._set_group_desc, "group_desc")):
+            try:
+                setter(getattr(inner, getter))
+            except RuntimeError:
+                pass  # a group nobody named yet ("ProcessGroup name not set"): torch names it later
         try:
             self.bound_device_id = inner.bound_device_id
         except Exception:
@@ -230,6 +263,40 @@ class TracedProcessGroup(dist.ProcessGroup):
         self._p2p_seq[k] = n
         return n
 
+    def deferred_sig(self, row: list, call: tuple) -> int:
+        """The sig of an op whose issuing thread is still inside the backend call
+        (row[SIG] is ``call``). Runs on the flush or watchdog thread."""
+        _, name, args, kwargs, ident, ctx = call
+        frame = sys._current_frames().get(ident)
+        while frame is not None and frame.f_code is not _TRACED_CODE:
+            frame = frame.f_back  # skip the backend's own frames (a Python backend)
+        if frame is not None:
+            frame = frame.f_back
+        threads = {t.ident: t.name for t in threading.enumerate()}
+        sig, _, _ = _lookup(self, name, ops.SPECS[name], ident, ctx, args, kwargs,
+                            first_user_frame(frame), threads.get(ident, str(ident)))
+        row[SIG] = sig
+        return sig
+
+
+def _lookup(pg, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
+    """(sig id, opts, key) of one call; interns a new sig the first time."""
+    key, opts = call_key(args, kwargs)
+    # id() of the code object, not the object: hashing a code object rehashes
+    # its constants on every call; _kept_code keeps it alive, so the id is stable.
+    full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, pg._cpu_only)
+    rec = pg._rec
+    sig = rec.sig_ids.get(full)
+    if sig is None:
+        desc = ops.describe(name, spec, args, kwargs, pg._ranks)
+        desc["thread"] = thread_name or threading.current_thread().name
+        desc["callsite"] = callsite_text(uf)
+        desc.update(rec.context_fields())
+        # Blocking CPU ops are waited for inside the wrapper; device ops never are.
+        desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and pg._cpu_only)
+        sig = rec.add_sig(full, desc)
+    return sig, opts, key
+
 
 def _make_traced(name: str, spec: ops.Spec):
     op = spec.op
@@ -238,27 +305,33 @@ def _make_traced(name: str, spec: ops.Spec):
     def traced(self, *args, **kwargs):
         rec = self._rec
         t0 = _now()
-        if rec.unobserved:
-            rec.observe_completions()
-        key, opts = call_key(args, kwargs)
-        uf = user_frame()
-        # id() of the code object, not the object: hashing a code object rehashes
-        # its constants on every call; _internal_code keeps it alive, so the id is stable.
-        full = (name, _ident(), rec.context_key, key, uf and id(uf.f_code), uf and uf.f_lineno, self._cpu_only)
-        sig = rec.sig_ids.get(full)
-        if sig is None:
-            sig = _new_sig(self, name, spec, full, args, kwargs, uf)
+        ident = _ident()
+        ctx = rec.context_key
         if p2p:
+            # A p2p seq counts per peer, so the key (which names the peer) comes first.
+            sig, opts, key = _lookup(self, name, spec, ident, ctx, args, kwargs, user_frame())
             seq = self._p2p_next(op, key)
         else:
             self._seq += 1
             seq = self._seq
+            sig = (self, name, args, kwargs, ident, ctx)   # resolved after the call is issued
         row = [t0, 0, 0, seq, sig, rec.iteration, self._gid, _IN_FLIGHT, 0]
         active = rec.active
         rid = id(row)
         active[rid] = row
         try:
             work = getattr(self._inner, name)(*args, **kwargs)
+            if not p2p:
+                # _lookup inlined for the common case (a known sig): this is the hot path.
+                key, opts = call_key(args, kwargs)
+                uf = first_user_frame(_getframe(1))
+                sig = rec.sig_ids.get((name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno,
+                                       self._cpu_only))
+                if sig is None:
+                    sig = _lookup(self, name, spec, ident, ctx, args, kwargs, uf)[0]
+                row[SIG] = sig
+            if rec.unobserved:
+                rec.observe_completions()
             if work is None:
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
@@ -275,6 +348,8 @@ def _make_traced(name: str, spec: ops.Spec):
                 rec.track(row, work, sig, rec.sig_cpu[sig])
         except BaseException as e:
             t = _now()
+            if type(row[SIG]) is not int:
+                row[SIG] = _lookup(self, name, spec, ident, ctx, args, kwargs, user_frame())[0]
             row[1] = row[1] or t
             row[2] = t
             row[7] = _FAILED
@@ -291,15 +366,6 @@ def _make_traced(name: str, spec: ops.Spec):
     return traced
 
 
-def _new_sig(pg: TracedProcessGroup, name, spec, full_key, args, kwargs, frame) -> int:
-    desc = ops.describe(name, spec, args, kwargs, pg._ranks)
-    desc["thread"] = threading.current_thread().name
-    desc["callsite"] = callsite_text(frame)
-    desc.update(pg._rec.context_fields())
-    # Blocking CPU ops are waited for inside the wrapper; device ops never are.
-    desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and pg._cpu_only)
-    return pg._rec.add_sig(full_key, desc)
-
-
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
+_TRACED_CODE = TracedProcessGroup.allreduce.__code__  # every traced method shares it

@@ -36,6 +36,9 @@ _ReduceOp = dist.ReduceOp
 _SUM = _ReduceOp.SUM
 _AllreduceOptions = dist.AllreduceOptions
 _SUM_OPS: dict = {}           # dtype -> (MPI.Op, avg) for SUM, the common case
+# ReduceOp hashes by its RedOpType value (SUM = 0, PREMUL_SUM has its own); a
+# hash compares in ~0.1 us where ReduceOp.__eq__'s pybind overloads take ~0.2.
+_SUM_HASH = hash(_SUM)
 _IN_PLACE = None
 _U8 = torch.uint8
 _state_lock = threading.Lock()    # guards Work._done/_fut hand-over between threads
@@ -386,6 +389,9 @@ class MPIProcessGroup(dist.ProcessGroup):
         self._desc = ""
         self._coalescing = None
         self._small = (None, 0, 0, None)   # (tensor, data_ptr, numel, buffer) cache
+        # The blocking SUM of the last small tensor: (tensor, data_ptr, numel,
+        # buffer, MPI.Op, its finished Work). See allreduce.
+        self._sum_fast = (None, 0, 0, None, None, None)
 
     # -- identity ------------------------------------------------------------
     def getBackendName(self):
@@ -470,6 +476,19 @@ class MPIProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         # The hot path (1-element budget is a few microseconds): every line
         # here was measured; see docs/mpi-backend.md before adding to it.
+        # Fastest: a blocking SUM on the same small tensor as the previous one
+        # (a loss, a counter, a flag), guarded like _buf. Its Work is finished
+        # and holds [t], so the same object serves every such call.
+        f = self._sum_fast
+        if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]
+                and type(opts) is _AllreduceOptions and f[1] == f[0].data_ptr() and f[2] == f[0].numel()
+                and hash(opts.reduceOp) == _SUM_HASH and (not opts.asyncOp or _progress is None)
+                and self._coalescing is None):
+            try:
+                self._comm.Allreduce(_IN_PLACE, f[3], f[4])
+            except Exception as e:
+                raise RuntimeError(f"mpi backend: Allreduce failed: {e}") from e
+            return f[5]
         t = tensors[0] if type(tensors) is list and len(tensors) == 1 else \
             (tensors if isinstance(tensors, torch.Tensor) else _one(tensors, "allreduce"))
         if type(opts) is _AllreduceOptions:
@@ -501,6 +520,8 @@ class MPIProcessGroup(dist.ProcessGroup):
             w._result = [t]
             if self._coalescing is not None:
                 self._coalescing.append(w)
+            elif rop == _SUM and self._small[0] is t:
+                self._sum_fast = (t, t.data_ptr(), t.numel(), buf, mop, w)
             return w
         try:
             req = self._comm.Iallreduce(_IN_PLACE, buf, mop)

@@ -3,10 +3,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+
+import torch
+import torch.distributed as dist
 
 from commtrace.capture import watchdog
 from commtrace.capture.recorder import Recorder
+from commtrace.capture.wrapper import TracedProcessGroup
 from commtrace.trace.reader import load_run
 
 
@@ -82,3 +87,59 @@ def test_hang_timeout_env(monkeypatch):
     assert watchdog.hang_timeout_from_env() is None
     monkeypatch.delenv(watchdog.ENV_HANG_TIMEOUT)
     assert watchdog.hang_timeout_from_env() is None
+
+
+class _BlockingBackend(dist.ProcessGroup):
+    """A real one-rank backend written in Python whose all_reduce blocks inside
+    the call until released (as a Python MPI backend does in a stuck Allreduce)."""
+
+    def __init__(self):
+        super().__init__(0, 1)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def getBackendName(self):
+        return "blocking"
+
+    def getGroupName(self):
+        return "0"
+
+    def getGroupDesc(self):
+        return "default_pg"
+
+    def allreduce(self, tensors, opts=None):
+        self.entered.set()
+        self.release.wait(30)
+        fut = torch.futures.Future()
+        fut.set_result(tensors)
+        return torch._C._distributed_c10d._create_work_from_future(fut)
+
+
+def test_op_blocked_inside_backend_call_is_described(tmp_path):
+    """The wrapper looks an op's sig up after issuing it; an op that never returns
+    from the backend is still described (op, shapes, callsite, thread) by the
+    watchdog and by the flush thread's in-flight record."""
+    rec, _ = _recorder(tmp_path)
+    inner = _BlockingBackend()
+    traced = TracedProcessGroup(inner, rec, 0, [0])
+    t = torch.ones(3, 2)
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    th = threading.Thread(target=lambda: traced.allreduce([t], opts), name="trainer")
+    th.start()
+    try:
+        assert inner.entered.wait(10)
+        (op,) = watchdog.in_flight_ops(rec)
+        assert (op["op"], op["variant"], op["shapes"], op["dtype"], op["seq"], op["state"], op["thread"]) == (
+            "all_reduce", "allreduce", [[3, 2]], "float32", 1, "in_backend_call", "trainer")
+        assert op["callsite"].startswith(os.path.join("tests", "faults", "test_watchdog_unit.py:"))
+        rec.flush(final=True)   # the flush thread's in-flight record of the blocked op
+        df = load_run(str(tmp_path)).frame
+        assert list(zip(df["op"], df["status"], df["callsite"])) == [("all_reduce", "in_flight", op["callsite"])]
+    finally:
+        inner.release.set()
+        th.join(10)
+        rec.close()
+    df = load_run(str(tmp_path)).frame  # the owner's record replaces the snapshot, under the same sig
+    assert list(zip(df["op"], df["status"], df["callsite"], df["seq"])) == [
+        ("all_reduce", "completed", op["callsite"], 1)]

@@ -484,6 +484,30 @@ def poll_completed(g):
 
 run_both("is_completed polling", poll_completed)
 
+def same_tensor_reused(g):
+    """The backend's fast path keys on the tensor object: the same tensor summed
+    again and again, then reduced with another op, resized in place (fewer
+    elements, same storage) and pointed at new storage, must stay correct."""
+    t = torch.full((4,), float(rank + 1))
+    out = []
+    for _ in range(3):
+        dist.all_reduce(t, group=g)
+        out.append(t.clone())
+    dist.all_reduce(t, op=R.MAX, group=g)
+    out.append(t.clone())
+    t.resize_(2)
+    dist.all_reduce(t, group=g)
+    out.append(t.clone())
+    t.set_(torch.full((3,), float(rank)))
+    dist.all_reduce(t, group=g)
+    out.append(t.clone())
+    dist.all_reduce(t, group=g, async_op=True).wait()
+    out.append(t.clone())
+    return out
+
+
+run_both("same tensor reused (fast path guards)", same_tensor_reused)
+
 # ------------------------------------------------------------------ subgroups
 if size >= 3:
     members = [0, 2]
