@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from functools import partial
+import weakref
 
 from .. import __version__
 from ..trace import schema
@@ -37,8 +37,36 @@ CALLBACK_MIN_BYTES = int(os.environ.get("COMMTRACE_CALLBACK_MIN_BYTES", 64 * 102
 _POLL_PER_CALL = 8
 
 
-def _mark_end(row, _fut):
-    row[T_END] = time.monotonic_ns()
+# At exit, how long close() lets backend threads finish running (and release)
+# the completion callbacks of ops that already completed.
+CALLBACK_DRAIN_S = 2.0
+# At interpreter exit, a GIL-free pause after the final flush. gloo's worker
+# thread destroys a finished op's Work right after completing it, and that
+# destructor may take the GIL (torch's AsyncWork keeps the caller's thread-local
+# state, Python objects included). If the interpreter is already finalizing,
+# Python kills that thread inside C++ and the process aborts with "terminate
+# called without an active exception" -- seen in torch 2.13 with and without
+# commtrace, e.g. right after a final dist.barrier(). atexit handlers run before
+# finalization, so pausing here lets those threads finish first.
+EXIT_SETTLE_S = 0.05
+
+
+class _EndCallback:
+    """Future callback that stamps a row's end time (on the backend's thread).
+
+    Tracked weakly by the Recorder: the backend thread runs it, then drops it,
+    taking the GIL both times. If the interpreter is finalizing by then, that
+    thread is killed inside C++ code and the process aborts ("terminate called
+    without an active exception"): close() waits until they are gone.
+    """
+
+    __slots__ = ("row", "__weakref__")
+
+    def __init__(self, row):
+        self.row = row
+
+    def __call__(self, _fut):
+        self.row[T_END] = time.monotonic_ns()
 
 
 class Recorder:
@@ -58,7 +86,7 @@ class Recorder:
         self._context: dict = {}
         self.clock_lines: list[dict] = []
         self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     # -- state ---------------------------------------------------------------
@@ -69,6 +97,7 @@ class Recorder:
         self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
                                             # (its SIG slot may still hold the call: see sig_of)
         self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
+        self.callbacks = weakref.WeakSet()  # _EndCallbacks the backend has not released yet
         self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
         self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
         self.sig_p2p: list[bool] = []       # sig id -> send/recv (never waited by us)
@@ -164,7 +193,9 @@ class Recorder:
         """
         if cpu and self.sig_bytes[sig] >= CALLBACK_MIN_BYTES:
             try:
-                work.get_future().add_done_callback(partial(_mark_end, row))
+                cb = _EndCallback(row)
+                work.get_future().add_done_callback(cb)
+                self.callbacks.add(cb)
                 self.pending.append((row, work, cpu))
                 return
             except Exception:
@@ -320,11 +351,29 @@ class Recorder:
             self._waiter = _Waiter()
         self._waiter.add(row, work)
 
+    def _drain_callbacks(self, timeout_s: float) -> None:
+        """Wait (releasing the GIL) until backend threads have run and dropped
+        the callbacks of completed ops. Ops still in flight are not waited for."""
+        if not self.callbacks:
+            return
+        in_flight = {id(row) for row, work, _ in self.pending if not row[T_END] and not _is_completed(work)}
+        deadline = time.monotonic() + timeout_s
+        while any(id(cb.row) not in in_flight for cb in list(self.callbacks)):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+
     def mark_clock(self, line: dict) -> None:
         line = {"type": schema.META_CLOCK, **line}
         with self._lock:
             self.clock_lines.append(line)
             self.meta_queue.append(line)
+
+    def _close_at_exit(self) -> None:
+        traced = self.writer is not None
+        self.close()
+        if traced:
+            time.sleep(EXIT_SETTLE_S)
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
         """Flush everything; ops still running are written as IN_FLIGHT. Idempotent."""
@@ -337,6 +386,7 @@ class Recorder:
                 return
             if exit_code is None and self.exit_info is not None:
                 exit_code, how = self.exit_info
+            self._drain_callbacks(CALLBACK_DRAIN_S)
             self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
                                     "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
             self.flush(final=True)

@@ -31,18 +31,21 @@ def results():
     cap, ddp, prof, size = (_mod(n) for n in ("bench_capture", "bench_ddp", "bench_profiler", "bench_tracesize"))
     return {
         "capture": {"gloo": cap.run("gloo", calls=5, reps=2,
-                                    only=["all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async"]),
+                                    only=["all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async",
+                                          "caller CPU: all_reduce 1 elem"]),
                     "mpi": {"backend": "mpi", "available": False, "reason": "skipped in smoke test", "cases": {}}},
         "ddp": ddp.run(["tiny"], ("plain", "traced", "profiler"), reps=2, steps=1),
         "profiler": prof.run(calls=5, reps=2),
         "tracesize": size.run(ops=300),
+        "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1}),
     }
 
 
 def test_capture(results):
     r = results["capture"]["gloo"]
     assert r["available"] and r["backend"] == "gloo"
-    assert set(r["cases"]) == {"all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async"}
+    assert set(r["cases"]) == {"all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async",
+                               "caller CPU: all_reduce 1 elem"}
     for c in r["cases"].values():
         assert PAIRED_KEYS <= set(c) and c["blocks"] == 2 and c["plain"] > 0 and c["traced"] > 0
 
@@ -50,7 +53,8 @@ def test_capture(results):
 def test_capture_cases_and_mpi_probe():
     cap = _mod("bench_capture")
     assert set(cap.CASES) == {"all_reduce 1 elem", "all_reduce 64 KB", "all_reduce 4 MB", "broadcast 1 elem",
-                              "barrier", "issue cost: all_reduce 1 elem async", "issue cost: all_reduce 64 KB async"}
+                              "barrier", "issue cost: all_reduce 1 elem async", "issue cost: all_reduce 64 KB async",
+                              "caller CPU: all_reduce 1 elem"}
     assert cap.mpi_available() is None or isinstance(cap.mpi_available(), str)
     s = cap.paired([100.0, 200.0], [110.0, 230.0], scale=1.0)
     assert s["added"] == 20.0 and s["added_spread"] == [10.0, 30.0] and math.isclose(s["ratio"], 1.125)
@@ -83,12 +87,22 @@ def test_tracesize(results):
         assert k in r
 
 
+def test_mpi_backend(results):
+    r = results["mpibackend"]
+    if not r["available"]:
+        pytest.skip(r["reason"])  # mpi4py/mpirun absent: run_all reports "not available" too
+    assert set(r["all_reduce_us"]) == {"1 element", "4 MB"}
+    for m in r["all_reduce_us"].values():
+        assert {"raw", "pg", "dist", "dist async"} <= set(m) and all(v > 0 for v in m.values())
+    assert r["ddp_ms"]["gloo"] > 0 and r["ddp_ms"]["mpi"] > 0
+
+
 def test_markdown(results):
     ra = _mod("run_all")
     res = dict(results, report={"available": False, "reason": "skipped in smoke test"})
     info = {"date": "today", "machine": ra.machine(), "seconds": 1.0, "errors": {}}
     md = ra.markdown(res, info, quick=True)
-    for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.",
+    for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.",
                     "How to reproduce"):
         assert heading in md, heading
     assert "not available" in md

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -597,4 +598,9 @@ if rank == 0:
 ok = comm.allreduce(len(failures)) == 0
 dist.destroy_process_group(M)
 dist.destroy_process_group()
+# torch 2.13 exit race, untraced: gloo's worker thread destroys the last
+# finished Work (which may take the GIL) just after the caller moved on; if
+# the interpreter is finalizing by then the process aborts. commtrace pauses
+# at exit for this (Recorder._close_at_exit); this untraced baseline pauses itself.
+time.sleep(0.05)
 sys.exit(0 if ok else 1)

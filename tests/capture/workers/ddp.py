@@ -9,6 +9,7 @@ Rank 0 saves the parameters of A (torch.save) to OUT.params.pt.
 """
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -41,6 +42,11 @@ def main(rank, world, out, steps):
         train(m, 2, 8, 2)
     dist.barrier()
     dist.destroy_process_group()
+    # torch 2.13 exit race, untraced: gloo's worker thread destroys the last
+    # finished Work (which may take the GIL) just after the caller moved on; if
+    # the interpreter is finalizing by then the process aborts. commtrace pauses
+    # at exit for this (Recorder._close_at_exit); this untraced baseline pauses itself.
+    time.sleep(0.05)
 
 
 if __name__ == "__main__":
