@@ -14,7 +14,10 @@ the VM's wake-up spikes); the figure is the median over blocks of the paired
 difference traced - plain, with the spread (min..max) of those differences.
 "Issue cost" is the time for ``allreduce(..., async_op=True)`` to return (the
 op is waited for outside the timed region): the wrapper's own CPU cost without
-the network/wake-up noise of a blocking round trip.
+the network/wake-up noise of a blocking round trip. "Caller CPU" is the CPU
+time of the calling thread per blocking call (``time.thread_time_ns``): the
+steadiest figure on a shared machine, and the one that shows what the
+wrapper's Python costs when it runs right after a thread wake-up (cold caches).
 
     python benchmarks/bench_capture.py [--backend gloo|mpi] [--reps 15] [--calls 400] [--json out.json]
 """
@@ -48,6 +51,7 @@ CASES = (
     "barrier",
     "issue cost: all_reduce 1 elem async",
     "issue cost: all_reduce 64 KB async",
+    "caller CPU: all_reduce 1 elem",
 )
 
 
@@ -113,6 +117,16 @@ def _issue(call, n: int) -> float:
     return statistics.median(s)
 
 
+def _caller_cpu(call, n: int) -> float:
+    """Mean CPU ns the calling thread spends per blocking call (thread_time):
+    what the wrapper adds on this thread, without the wake-up noise of wall time."""
+    cpu = time.thread_time_ns
+    t0 = cpu()
+    for _ in range(n):
+        call().wait()
+    return (cpu() - t0) / n
+
+
 def case_fns(calls: int, only=None) -> dict:
     """name -> fn(pg) -> ns. Each takes a plain or traced group."""
     sync_ar = _opts(dist.AllreduceOptions, False)
@@ -129,6 +143,7 @@ def case_fns(calls: int, only=None) -> dict:
         "barrier": lambda pg: _blocking(lambda: pg.barrier(bar), calls),
         "issue cost: all_reduce 1 elem async": lambda pg: _issue(lambda: pg.allreduce([one], async_ar), calls),
         "issue cost: all_reduce 64 KB async": lambda pg: _issue(lambda: pg.allreduce([k64], async_ar), max(calls // 4, 5)),
+        "caller CPU: all_reduce 1 elem": lambda pg: _caller_cpu(lambda: pg.allreduce([one], sync_ar), calls),
     }
     return {k: v for k, v in fns.items() if only is None or k in only}
 

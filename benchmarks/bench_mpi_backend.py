@@ -16,6 +16,7 @@ machine noise hits them alike. Rank 0 prints the table and the ratios.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -51,6 +52,7 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--hidden", type=int, default=2000)
     ap.add_argument("--ddp-steps", type=int, default=10)
+    ap.add_argument("--json", help="rank 0 writes the figures here (run_all.py reads them)")
     args = ap.parse_args()
 
     comm = mpienv.world()
@@ -124,6 +126,11 @@ def main():
         h = args.hidden
         print(f"DDP step (Linear 10-{h}-{h}-5, bucket_cap_mb=1): gloo {ddp['gloo'] * 1e3:.2f} ms, "
               f"mpi {ddp['mpi'] * 1e3:.2f} ms, mpi/gloo {ddp['mpi'] / ddp['gloo']:.2f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"ranks": size, "thread_level": MPI.Query_thread(),
+                           "all_reduce_us": {label: {k: v * 1e6 for k, v in m.items()} for label, m in rows},
+                           "ddp_ms": {k: v * 1e3 for k, v in ddp.items()}, "hidden": h}, f, indent=1)
     dist.destroy_process_group(pg)
     dist.destroy_process_group()
 

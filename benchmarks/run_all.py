@@ -4,7 +4,8 @@
 
 Sections: capture (bench_capture.py, gloo and mpi), ddp (bench_ddp.py with the
 torch.profiler mode), tracesize (bench_tracesize.py), report (bench_report.py,
-if present), profiler (bench_profiler.py). ``make bench`` runs the full set
+if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
+under mpirun: the mpi backend against raw mpi4py and gloo). ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
 """
@@ -30,7 +31,7 @@ import bench_ddp  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend")
 
 FULL = {
     "capture": {"calls": 400, "reps": 15},
@@ -38,6 +39,7 @@ FULL = {
     "ddp": [(("mlp8", "cnn"), 21, 1), (("mlp100m",), 9, 1)],
     "tracesize": {"ops": 1_000_000},
     "report": [("6.4M", 64, 100_000, 1_000_000), ("10M", 16, 625_000, 100_000)],
+    "mpibackend": {"reps": 15, "ddp_steps": 10},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -45,11 +47,13 @@ QUICK = {
     "ddp": [(("mlp8", "cnn"), 6, 1), (("mlp100m",), 3, 1)],
     "tracesize": {"ops": 200_000},
     "report": [("1.3M", 64, 20_000, 200_000)],
+    "mpibackend": {"reps": 7, "ddp_steps": 4},
 }
 
 GOALS = {
     "blocking_us": 10.0, "ddp_ratio": 1.01, "disk_bytes_per_op": 32.0,
     "report_ops_per_s": 1e6, "peak_bytes_per_op": 200.0,
+    "mpi_small_ratio": 2.0, "mpi_large_ratio": 1.10, "mpi_ddp_ratio": 1.0,
 }
 
 
@@ -99,6 +103,25 @@ def run_report(cfg) -> dict:
     return out
 
 
+def run_mpi_backend(cfg) -> dict:
+    why = bench_capture.mpi_available()
+    if why:
+        return {"available": False, "reason": why}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.json")
+        env = {**os.environ, **bench_capture.MPI_ENV, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        p = subprocess.run([bench_capture.mpirun_path(), "--oversubscribe", "-n", "2", sys.executable,
+                            os.path.join(HERE, "bench_mpi_backend.py"), "--reps", str(cfg["reps"]),
+                            "--ddp-steps", str(cfg["ddp_steps"]), "--json", path],
+                           capture_output=True, text=True, env=env, timeout=900)
+        if p.returncode != 0 or not os.path.exists(path):
+            tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
+            return {"available": False, "reason": f"mpirun failed (rc={p.returncode}): {' | '.join(tail)}"}
+        with open(path) as f:
+            return {"available": True, **json.load(f)}
+
+
 def run_section(name: str, cfg) -> dict:
     if name == "capture":
         return {b: bench_capture.run(b, cfg["calls"], cfg["reps"]) for b in ("gloo", "mpi")}
@@ -113,6 +136,8 @@ def run_section(name: str, cfg) -> dict:
         return bench_tracesize.run(cfg["ops"])
     if name == "report":
         return run_report(cfg)
+    if name == "mpibackend":
+        return run_mpi_backend(cfg)
     raise ValueError(name)
 
 
@@ -137,7 +162,8 @@ def section_capture(res) -> str:
              "Recorder (traced), alternating blocks. Each block: per-call times, block median; figure = median "
              "over blocks of the paired difference traced - plain; spread = min..max of those differences. "
              "Blocking ops include the wait. *Issue cost* = time for `allreduce(async_op=True)` to return "
-             "(the op is waited for outside the timed region).\n"]
+             "(the op is waited for outside the timed region). *Caller CPU* = CPU time of the calling thread "
+             "per blocking call (`thread_time`), the steadiest figure on this shared machine.\n"]
     for b, r in res.items():
         if not r.get("available"):
             parts.append(f"**{b}**: not available ({r.get('reason')})\n")
@@ -292,7 +318,37 @@ def goals(res) -> tuple[str, list]:
                     r["perfetto_s"] <= 10.0, f"{r['perfetto_mb']:.0f} MB written")
     else:
         add("report ≥ 1 M ops/s, ≤ 200 B/op", "not available", None)
+    mb = res.get("mpibackend") or {}
+    if mb.get("available"):
+        one, big = mb["all_reduce_us"]["1 element"], mb["all_reduce_us"]["4 MB"]
+        r1, r4 = one["pg"] / one["raw"], big["pg"] / big["raw"]
+        add("issue 3: 1-elem all_reduce ≤ 2x raw mpi4py (backend call + wait)",
+            f"{r1:.2f}x ({one['pg']:.2f} vs {one['raw']:.2f} µs)", r1 <= GOALS["mpi_small_ratio"],
+            f"dist.all_reduce (adds torch's front end): {one['dist'] / one['raw']:.2f}x")
+        add("issue 3: 4 MB all_reduce within 10% of raw mpi4py", f"{r4:.2f}x", r4 <= GOALS["mpi_large_ratio"])
+        dr = mb["ddp_ms"]["mpi"] / mb["ddp_ms"]["gloo"]
+        add("issue 3: DDP step on mpi no worse than gloo", f"{dr:.2f}x", dr <= GOALS["mpi_ddp_ratio"])
+    else:
+        add("issue 3: mpi backend ratios", "not available", None, mb.get("reason", "not run"))
     return table(["goal", "measured", "status", "note"], rows) + "\n", rows
+
+
+def section_mpi_backend(mb) -> str:
+    if not mb.get("available"):
+        return f"## 6. mpi backend vs raw mpi4py and gloo\n\nnot available ({mb.get('reason')})\n"
+    rows = []
+    for label, m in mb["all_reduce_us"].items():
+        rows.append([label] + [f"{m[k]:.2f}" for k in ("raw", "pg", "dist", "dist async")]
+                    + [f"**{m['pg'] / m['raw']:.2f}**", f"{m['dist'] / m['raw']:.2f}"])
+    h = mb["hidden"]
+    return ("## 6. mpi backend vs raw mpi4py and gloo (bench_mpi_backend.py, `mpirun -n 2`, untraced)\n\n"
+            "Interleaved repetitions, median of per-batch means. raw = `comm.Allreduce(IN_PLACE, ndarray, SUM)`; "
+            "pg = `pg.allreduce([t], opts)` + `.wait()` (exactly what `dist.all_reduce` hands the backend); "
+            "dist = `dist.all_reduce(t)` (adds torch's Python front end, the same for every backend); "
+            f"MPI thread level {mb['thread_level']} (3 = MULTIPLE).\n\n"
+            + table(["all_reduce", "raw µs", "pg µs", "dist µs", "dist async µs", "pg / raw", "dist / raw"], rows)
+            + f"\nDDP step, Linear(10→{h}→{h}→5), bucket_cap_mb=1: gloo {mb['ddp_ms']['gloo']:.2f} ms, "
+            f"mpi {mb['ddp_ms']['mpi']:.2f} ms, mpi / gloo **{mb['ddp_ms']['mpi'] / mb['ddp_ms']['gloo']:.2f}**\n")
 
 
 def markdown(res: dict, info: dict, quick: bool) -> str:
@@ -328,6 +384,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_report(res["report"]))
     if "profiler" in res:
         body.append(section_profiler(res["profiler"], res.get("ddp")))
+    if "mpibackend" in res:
+        body.append(section_mpi_backend(res["mpibackend"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")
