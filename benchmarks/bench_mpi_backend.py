@@ -1,12 +1,16 @@
 """mpi backend vs raw mpi4py (all_reduce) and vs gloo (DDP step), in one run.
 
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \\
+    OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \\
       .venv/bin/mpirun --oversubscribe -n 2 .venv/bin/python benchmarks/bench_mpi_backend.py
+
+(Without OMP_NUM_THREADS=1, torch's OpenMP threads spin between ops and a 4 MB
+all_reduce takes ~5x longer, raw and backend alike.)
 
 Untraced. Every figure is the median over repetitions of the mean time of a
 batch of calls; the variants are interleaved repetition by repetition so that
 machine noise hits them alike. Rank 0 prints the table and the ratios.
   raw        comm.Allreduce(MPI.IN_PLACE, ndarray, MPI.SUM)
+  raw t mem  the same on the tensor's own memory (t.numpy())
   pg         pg.allreduce([t], opts) with opts.asyncOp=False, then .wait()
              (exactly what dist.all_reduce hands the backend)
   dist       dist.all_reduce(t, group=pg): adds torch's Python front end
@@ -70,11 +74,13 @@ def main():
     for label, numel, n in (("1 element", 1, 20000), ("4 MB", 1 << 20, 40)):
         t = torch.ones(numel)
         a = t.numpy().copy()
+        tn = t.numpy()
         sync = dist.AllreduceOptions()
         sync.asyncOp = False
         variants = {
             "raw": lambda: raw_comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
             "raw pg comm": lambda: pg.comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
+            "raw t mem": lambda: raw_comm.Allreduce(MPI.IN_PLACE, tn, MPI.SUM),
             "pg": lambda: pg.allreduce([t], sync).wait(),
             "dist": lambda: dist.all_reduce(t, group=pg),
             "dist async": lambda: dist.all_reduce(t, group=pg, async_op=True).wait(),
