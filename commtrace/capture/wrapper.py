@@ -291,7 +291,7 @@ def _lookup(pg, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
         desc = ops.describe(name, spec, args, kwargs, pg._ranks)
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
-        desc.update(rec.context_fields())
+        desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
         desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and pg._cpu_only)
         sig = rec.add_sig(full, desc)
