@@ -83,9 +83,41 @@ def _cmd_run(ns) -> int:
     return run(opts)
 
 
+# ``run``'s own options; everything from the script (or after -m MODULE) on is the
+# target's, even when it looks like an option (``-m pytest -p no:x -v``), as with
+# ``python -m``. argparse's REMAINDER would claim a leading ``-p`` as run's own.
+_RUN_OPTS_WITH_VALUE = ("-o", "--output", "--hang-timeout", "-m")
+_RUN_FLAGS = ("--abort-on-hang", "-h", "--help")
+
+
+def split_run_argv(args: list[str]) -> tuple[list[str], list[str]]:
+    """(``run``'s own arguments, the target and its arguments)."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in _RUN_FLAGS:
+            i += 1
+            continue
+        name = a.split("=", 1)[0] if a.startswith("--") else a[:2]
+        if name not in _RUN_OPTS_WITH_VALUE:
+            break
+        # "-o DIR" / "--output=DIR" / "-oDIR"
+        inline = "=" in a if a.startswith("--") else len(a) > 2
+        i += 1 if inline else 2
+        if name == "-m":
+            break
+    return args[:i], args[i:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        head, target = split_run_argv(argv[1:])
+        ns = parser.parse_args(["run", *head])
+        ns.target = target
+    else:
+        ns = parser.parse_args(argv)
     if not ns.command:
         parser.print_help()
         return EXIT_USAGE

@@ -82,9 +82,26 @@ def test_script_semantics(tmp_path):
 
 def test_module_with_relative_imports(tmp_path):
     out = tmp_path / "mod.json"
-    h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", "-m", "ctpkg.main", out, "-v"],
+    h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", "-m", "ctpkg.main", "-v", out],
           cwd=WORKERS).check(0)
     got = json.loads(out.read_text())
     assert got["name"] == "__main__" and got["package"] == "ctpkg"
     assert got["value"] == "relative-import-ok" and got["same"]
-    assert got["argv"][1:] == [str(out), "-v"]
+    assert got["argv"][1:] == ["-v", str(out)]
+
+
+def test_target_flags_are_not_runs_own(tmp_path):
+    """Flags after the script or -m MODULE belong to it, even -o/-m/-p (python -m pytest -p ...)."""
+    out = tmp_path / "mod.json"
+    h.run([h.PY, "-m", "commtrace", "run", f"--output={tmp_path / 'run'}", "-mctpkg.main", "-p", "no:x",
+           "-o", "mine", "-m", "also-mine", "--", out], cwd=WORKERS).check(0)
+    assert json.loads(out.read_text())["argv"][1:] == ["-p", "no:x", "-o", "mine", "-m", "also-mine", "--", str(out)]
+
+
+def test_split_run_argv():
+    from commtrace.cli import split_run_argv
+    assert split_run_argv(["-o", "d", "train.py", "-o", "x"]) == (["-o", "d"], ["train.py", "-o", "x"])
+    assert split_run_argv(["--hang-timeout=5", "--abort-on-hang", "-m", "pytest", "-p", "no:x"]) == (
+        ["--hang-timeout=5", "--abort-on-hang", "-m", "pytest"], ["-p", "no:x"])
+    assert split_run_argv(["-odir", "--", "s.py"]) == (["-odir"], ["--", "s.py"])
+    assert split_run_argv([]) == ([], [])

@@ -1,4 +1,4 @@
-"""Run as ``-m ctpkg.main OUT_JSON``: checks relative imports and __main__."""
+"""Run as ``-m ctpkg.main [ARGS...] OUT.json``: checks relative imports, __main__ and argv."""
 import json
 import sys
 
@@ -6,6 +6,6 @@ from . import helper
 from .helper import VALUE
 
 if __name__ == "__main__":
-    with open(sys.argv[1], "w") as f:
+    with open(sys.argv[-1], "w") as f:
         json.dump({"name": __name__, "package": __package__, "argv": sys.argv, "value": VALUE,
                    "same": helper.VALUE == VALUE}, f)
