@@ -130,13 +130,16 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
         last = np.full(len(ranks_u), np.iinfo(np.int64).min)
         np.maximum.at(last, rix, a.end)
         last_end = {int(k): int(v) for k, v in zip(ranks_u, last)}
-    shares, walls = {}, {}
+    # A rank's wall time is summed over its processes: a run can hold several
+    # worlds one after another (a test suite spawning fresh ranks per test),
+    # and comm time is summed over all of that rank's ops, so share stays <= 1.
+    walls: dict = {}
     for p in procs:
         r = p.get("rank")
         w = _wall_ns(p, last_end.get(r), t0)
         if w:
-            walls[r] = w
-            shares[r] = comm.get(r, 0) / w
+            walls[r] = walls.get(r, 0) + w
+    shares = {r: comm.get(r, 0) / w for r, w in walls.items()}
     share_vals = np.array(list(shares.values()), dtype=float)
     return {
         "run_dir": run.path, "run_id": run.run_id, "command": command,

@@ -8,6 +8,7 @@ but this module's import.
 from __future__ import annotations
 
 import importlib.abc
+import json
 import importlib.machinery
 import os
 import signal
@@ -30,6 +31,18 @@ def active_recorder():
     return _state.get("recorder")
 
 
+def _inherited_command() -> list[str]:
+    """The command ``commtrace run`` traced (a spawned rank's own argv is
+    ``-c --multiprocessing-fork ...``); this process's argv if there is none."""
+    try:
+        cmd = json.loads(os.environ.get(schema.ENV_COMMAND) or "null")
+    except ValueError:
+        cmd = None
+    if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
+        return cmd
+    return list(sys.argv)
+
+
 def activate_from_env(command: list[str] | None = None) -> bool:
     """Start tracing if ``COMMTRACE_DIR`` is set. Idempotent; returns whether active."""
     run_dir = os.environ.get(schema.ENV_DIR)
@@ -39,7 +52,7 @@ def activate_from_env(command: list[str] | None = None) -> bool:
         if _state.get("pending") or _state.get("recorder"):
             return True
         _state["pending"] = True
-        _state["command"] = command if command is not None else list(sys.argv)
+        _state["command"] = command if command is not None else _inherited_command()
     if _TORCH in sys.modules and hasattr(sys.modules[_TORCH], "distributed"):
         _install()
     else:
@@ -58,7 +71,7 @@ def _install() -> None:
             run_dir=os.environ[schema.ENV_DIR],
             run_id=os.environ.get(schema.ENV_RUN_ID, "run"),
             launcher=os.environ.get(schema.ENV_LAUNCHER, "none"),
-            command=_state.get("command") or list(sys.argv),
+            command=_state.get("command") or _inherited_command(),
         )
         for line in _state.pop("clock_lines", []):
             rec.mark_clock(line)

@@ -249,7 +249,7 @@ class Recorder:
             "source": "python", "record_size": schema.RECORD_SIZE,
             "commtrace_version": __version__, "torch_version": torch.__version__,
             "host": socket.gethostname(), "pid": self.pid, "rank": self.rank,
-            "launcher": self.launcher, "run_id": self.run_id, "command": self.command,
+            "launcher": self.launcher, "run_id": self.run_id, "command": self.command, "argv": list(sys.argv),
             "python": sys.version.split()[0], "cwd": os.getcwd(),
             "t_wall_ns": self.t_wall0, "t_mono_ns": self.t_mono0,
             "t_wall_open_ns": time.time_ns(), "t_mono_open_ns": time.monotonic_ns(),

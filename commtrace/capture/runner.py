@@ -1,6 +1,7 @@
 """``commtrace run``: prepare the environment, start tracing, run the script as __main__."""
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
@@ -81,6 +82,7 @@ def _sync_clock(comm, when: str, deadline_s: float) -> None:
 def run(opts: RunOptions) -> int:
     run_dir, run_id, info, comm = prepare_environment(opts)
     command = [("-m " + opts.target) if opts.is_module else opts.target, *opts.args]
+    os.environ[schema.ENV_COMMAND] = json.dumps(command)  # ranks the script spawns report it too
     activate.activate_from_env(command=command)
     if comm is not None:
         _sync_clock(comm, "start", deadline_s=30.0)

@@ -79,6 +79,7 @@ class ProcessTrace:
             "file": os.path.basename(self.meta_path), "rank": self.rank, "pid": self.header.get("pid"),
             "host": self.header.get("host"), "source": self.header.get("source", "python"),
             "launcher": self.header.get("launcher"), "command": self.header.get("command"),
+            "argv": self.header.get("argv"),
             "torch_version": self.header.get("torch_version"), "backends": sorted({str(g.get("backend")) for g in self.groups.values()}),
             "world_size": next((w.get("world_size") for w in self.worlds), None),
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),

@@ -43,6 +43,7 @@ OPS_SUFFIX = ".ops.bin"
 ENV_DIR = "COMMTRACE_DIR"          # absolute run directory; its presence turns tracing on
 ENV_RUN_ID = "COMMTRACE_RUN_ID"    # run id shared by every process of the run
 ENV_LAUNCHER = "COMMTRACE_LAUNCHER"
+ENV_COMMAND = "COMMTRACE_COMMAND"  # the traced command line (JSON list), inherited by spawned ranks
 
 OP_RECORD = np.dtype(
     [

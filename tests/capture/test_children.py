@@ -35,6 +35,16 @@ def test_children_and_successive_worlds(tmp_path):
     assert set(parent["seq"]) == {1}  # each world numbers its ops from the start
     assert df["world"].nunique() == 4
     assert len({*fork_w["pid"], *sub_w["pid"], *parent["pid"]}) == 5
+    # Every process reports the command that was traced; its own argv says what it ran.
+    procs = df.attrs["processes"]
+    assert {tuple(p["command"]) for p in procs} == {(worker("children.py"), *map(str, ports))}
+    assert sum(os.path.basename(p["argv"][0]) == "child_sub.py" for p in procs) == 2
+    # Rank 0 lives in three processes: its wall time is their sum, so its share stays <= 1.
+    from commtrace.analysis.run_info import load_report_run, run_info
+    info = run_info(load_report_run(str(run_dir)))
+    assert 0 < info["comm_share"]["max"] <= 1.0, info["comm_share"]
+    rank0_wall = sum(p["end"]["t_mono_ns"] - p["t_mono_ns"] for p in procs if p["rank"] == 0)
+    assert abs(info["comm_ns_per_rank"][0] / info["comm_share_per_rank"][0] - rank0_wall) < 1e3
 
 
 def test_torchrun(tmp_path):
