@@ -1,0 +1,57 @@
+"""PyTorch's own distributed tests (torch.testing._internal's DistributedTest, gloo,
+2 ranks) pass under ``commtrace run``, and every test's fresh world is traced.
+
+This is the suite torch runs as test/distributed/test_distributed_spawn.py: each
+test spawns its own ranks, initializes from a file store, checks results and
+tears down. A slice of collectives, p2p, object collectives, subgroups,
+get_backend, monitored_barrier and DDP keeps it to about a minute.
+"""
+from __future__ import annotations
+
+import re
+
+import helpers as h
+
+RUNNER = '''\
+from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+'''
+
+# Tests torch 2.13 runs on gloo/CPU/Linux (it skips e.g. test_new_subgroups and
+# test_broadcast_object_list there itself).
+TESTS = (
+    "test_all_reduce_sum", "test_all_reduce_sum_async", "test_all_gather_coalesced_simple",
+    "test_all_gather_object_subgroup", "test_barrier_full_group", "test_DistributedDataParallelCPU",
+    "test_send_recv", "test_isend", "test_batch_isend_irecv_gloo", "test_ddp_logging_data_cpu",
+    "test_scatter", "test_gather", "test_reduce_sum", "test_get_backend", "test_monitored_barrier_gloo",
+)
+
+
+def test_torch_distributed_tests_pass_traced(tmp_path):
+    (tmp_path / "test_dist_spawn.py").write_text(RUNNER)
+    (tmp_path / "tmp").mkdir()
+    run_dir = tmp_path / "run"
+    ids = [f"test_dist_spawn.py::TestDistBackendWithSpawn::{t}" for t in TESTS]
+    env = h.clean_env(BACKEND="gloo", WORLD_SIZE="2", TEMP_DIR=tmp_path / "tmp")
+    res = h.run([h.PY, "-m", "commtrace", "run", "-o", run_dir, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "-rs", *ids], env=env, cwd=str(tmp_path), timeout=400)
+    res.check(0)
+    summary = res.stdout.strip().splitlines()[-1]
+    passed = int(re.search(r"(\d+) passed", summary).group(1))
+    assert "failed" not in summary and "error" not in summary, summary
+    assert passed == len(TESTS), f"{summary}\n{res.stdout[-3000:]}"
+    df = h.load(run_dir)
+    # every test's world kept apart (test_get_backend creates one but issues no op)
+    assert df["world"].nunique() == passed - 1
+    per_world = df.groupby("world")["rank"].nunique()
+    assert set(per_world) == {2}, per_world.to_dict()
+    ops = set(df["op"])
+    assert {"all_reduce", "broadcast", "barrier", "all_gather", "send", "recv", "scatter", "gather",
+            "reduce"} <= ops, ops
+    ddp = df[df["variant"].astype(str).str.contains("allreduce") & (df["phase"].astype(str) == "backward")]
+    assert len(ddp) > 0  # the DDP tests' bucket all_reduces, labelled by phase
