@@ -83,23 +83,31 @@ def _cmd_run(ns) -> int:
     return run(opts)
 
 
-# ``run``'s own options; everything from the script (or after -m MODULE) on is the
-# target's, even when it looks like an option (``-m pytest -p no:x -v``), as with
-# ``python -m``. argparse's REMAINDER would claim a leading ``-p`` as run's own.
-_RUN_OPTS_WITH_VALUE = ("-o", "--output", "--hang-timeout", "-m")
-_RUN_FLAGS = ("--abort-on-hang", "-h", "--help")
+def _run_options(parser: argparse.ArgumentParser) -> tuple[set, set]:
+    """(options of ``run`` that take a value, those that do not), read off its parser."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    with_value, flags = set(), set()
+    for action in sub.choices["run"]._actions:
+        (flags if action.nargs == 0 else with_value).update(action.option_strings)
+    return with_value, flags
 
 
-def split_run_argv(args: list[str]) -> tuple[list[str], list[str]]:
-    """(``run``'s own arguments, the target and its arguments)."""
+def split_run_argv(args: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[list[str], list[str]]:
+    """(``run``'s own arguments, the target and its arguments).
+
+    Everything from the script (or after -m MODULE) on is the target's, even when
+    it looks like an option (``-m pytest -p no:x -v``), as with ``python -m``:
+    argparse's REMAINDER would claim a leading ``-p`` as run's own.
+    """
+    with_value, flags = _run_options(parser or build_parser())
     i = 0
     while i < len(args):
         a = args[i]
-        if a in _RUN_FLAGS:
+        if a in flags:
             i += 1
             continue
         name = a.split("=", 1)[0] if a.startswith("--") else a[:2]
-        if name not in _RUN_OPTS_WITH_VALUE:
+        if name not in with_value:
             break
         # "-o DIR" / "--output=DIR" / "-oDIR"
         inline = "=" in a if a.startswith("--") else len(a) > 2
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
-        head, target = split_run_argv(argv[1:])
+        head, target = split_run_argv(argv[1:], parser)
         ns = parser.parse_args(["run", *head])
         ns.target = target
     else:

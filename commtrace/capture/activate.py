@@ -8,8 +8,8 @@ but this module's import.
 from __future__ import annotations
 
 import importlib.abc
-import json
 import importlib.machinery
+import json
 import os
 import signal
 import sys
