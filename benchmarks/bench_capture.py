@@ -210,6 +210,20 @@ def mpi_available() -> str | None:
     return None
 
 
+def run_under_mpirun(script: str, args: list[str], out_path: str, timeout: float) -> str | None:
+    """Run ``script args`` on 2 ranks under mpirun (untraced); None if it wrote
+    ``out_path``, else why not (one line)."""
+    env = {**os.environ, **MPI_ENV, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("COMMTRACE_DIR", None)
+    p = subprocess.run([mpirun_path(), "--oversubscribe", "-n", "2", sys.executable, script, *args],
+                       env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0 or not os.path.exists(out_path):
+        tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
+        return f"mpirun failed (rc={p.returncode}): {' | '.join(tail)}"
+    return None
+
+
 def mpirun_path() -> str:
     p = os.path.join(os.path.dirname(sys.executable), "mpirun")
     return p if os.path.exists(p) else (shutil.which("mpirun") or p)
@@ -226,17 +240,12 @@ def run(backend: str = "gloo", calls: int = 400, reps: int = 15, only=None, time
             why = mpi_available()
             if why:
                 return {**out, "available": False, "reason": why}
-            env = {**os.environ, **MPI_ENV, "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            env.pop("COMMTRACE_DIR", None)
-            cmd = [mpirun_path(), "--oversubscribe", "-n", "2", sys.executable, os.path.abspath(__file__),
-                   "--mpi-worker", "--calls", str(calls), "--reps", str(reps), "--json", path]
+            args = ["--mpi-worker", "--calls", str(calls), "--reps", str(reps), "--json", path]
             if only:
-                cmd += ["--only", ",".join(only)]
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-            if p.returncode != 0 or not os.path.exists(path):
-                tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
-                return {**out, "available": False, "reason": f"mpirun failed (rc={p.returncode}): {' | '.join(tail)}"}
+                args += ["--only", ",".join(only)]
+            why = run_under_mpirun(os.path.abspath(__file__), args, path, timeout)
+            if why:
+                return {**out, "available": False, "reason": why}
         else:
             raise ValueError(backend)
         with open(path) as f:

@@ -109,15 +109,11 @@ def run_mpi_backend(cfg) -> dict:
         return {"available": False, "reason": why}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "m.json")
-        env = {**os.environ, **bench_capture.MPI_ENV, "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        p = subprocess.run([bench_capture.mpirun_path(), "--oversubscribe", "-n", "2", sys.executable,
-                            os.path.join(HERE, "bench_mpi_backend.py"), "--reps", str(cfg["reps"]),
-                            "--ddp-steps", str(cfg["ddp_steps"]), "--json", path],
-                           capture_output=True, text=True, env=env, timeout=900)
-        if p.returncode != 0 or not os.path.exists(path):
-            tail = (p.stderr or p.stdout or "").strip().splitlines()[-3:]
-            return {"available": False, "reason": f"mpirun failed (rc={p.returncode}): {' | '.join(tail)}"}
+        why = bench_capture.run_under_mpirun(
+            os.path.join(HERE, "bench_mpi_backend.py"),
+            ["--reps", str(cfg["reps"]), "--ddp-steps", str(cfg["ddp_steps"]), "--json", path], path, 900)
+        if why:
+            return {"available": False, "reason": why}
         with open(path) as f:
             return {"available": True, **json.load(f)}
 
