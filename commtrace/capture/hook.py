@@ -73,28 +73,32 @@ class Installer:
     def install(self) -> None:
         if self.originals:
             return
-        reg = c10d._register_pg_in_world
+        reg = getattr(c10d, "_register_pg_in_world", None)
         helper = c10d._new_process_group_helper
-
-        @functools.wraps(reg)
-        def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
-            traced = self.wrap(pg, backend_name, store, group_name, rank_mapping)
-            return reg(traced, backend_name, store, group_name, backend_config, rank_mapping, *a, **kw)
+        # torch < 2.13 has no _register_pg_in_world: the helper registers the real
+        # group itself, so the wrapper is swapped into torch's registries after it.
+        adopt = self._adopt_registered if reg is None else (lambda x: x)
 
         @functools.wraps(helper)
         def new_process_group_helper(group_size, group_rank, global_ranks_in_group, *a, **kw):
             _tls.ranks = list(global_ranks_in_group) or list(range(group_size))
             try:
-                return self.as_traced(helper(group_size, group_rank, global_ranks_in_group, *a, **kw))
+                return self.as_traced(adopt(helper(group_size, group_rank, global_ranks_in_group, *a, **kw)))
             finally:
                 _tls.ranks = None
 
-        patches = {"_register_pg_in_world": register, "_new_process_group_helper": new_process_group_helper}
+        patches = {"_new_process_group_helper": new_process_group_helper}
+        if reg is not None:
+            @functools.wraps(reg)
+            def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
+                traced = self.wrap(pg, backend_name, store, group_name, rank_mapping)
+                return reg(traced, backend_name, store, group_name, backend_config, rank_mapping, *a, **kw)
+            patches["_register_pg_in_world"] = register
         # Functions that return a group they made (or pass it on before registering it).
         for name in ("split_group", "_new_group_with_tag", "_finalize_shrunk_group"):
             fn = getattr(c10d, name, None)
             if fn is not None:
-                patches[name] = self._returning_traced(fn)
+                patches[name] = self._returning_traced(fn, adopt)
         upd = getattr(c10d, "_update_default_pg", None)
         if upd is not None:
             @functools.wraps(upd)
@@ -109,10 +113,25 @@ class Installer:
             if getattr(dist, name, None) is self.originals.get(name):
                 setattr(dist, name, patches[name])
 
-    def _returning_traced(self, fn):
+    def _adopt_registered(self, obj):
+        """(torch < 2.13) Wrap a group torch has just registered, and put the
+        wrapper in its place in every registry (``obj`` may be a (pg, store) tuple)."""
+        if isinstance(obj, tuple):
+            return tuple(self._adopt_registered(x) for x in obj)
+        w = c10d._world
+        if (not isinstance(obj, dist.ProcessGroup) or isinstance(obj, TracedProcessGroup)
+                or id(obj) in self.traced or obj not in w.pg_map):
+            return obj
+        backend_name, store = w.pg_map[obj]
+        name = w.pg_names.get(obj)
+        traced = self.wrap(obj, backend_name, store, name, w.pg_group_ranks.get(obj))
+        _swap_in_registries(obj, traced, name)
+        return traced
+
+    def _returning_traced(self, fn, adopt):
         @functools.wraps(fn)
         def wrapper(*a, **kw):
-            return self.as_traced(fn(*a, **kw))
+            return self.as_traced(adopt(fn(*a, **kw)))
         return wrapper
 
     def uninstall(self) -> None:
@@ -121,6 +140,28 @@ class Installer:
             if name == "split_group" and getattr(dist, name, None) is not None:
                 dist.split_group = fn
         self.originals.clear()
+
+
+# torch's per-group registries (torch < 2.13 fills them inline; see _adopt_registered).
+_KEYED_BY_GROUP = ("pg_map", "pg_names", "pg_group_ranks", "pg_backend_config", "pg_to_tag", "pg_coalesce_state")
+
+
+def _swap_in_registries(inner, traced, group_name) -> None:
+    w = c10d._world
+    for attr in _KEYED_BY_GROUP:
+        d = getattr(w, attr, None)
+        if isinstance(d, dict) and inner in d:
+            items = [(traced if k is inner else k, v) for k, v in d.items()]  # keep the order
+            d.clear()
+            d.update(items)
+    for pgs in getattr(w, "tags_to_pg", {}).values():
+        pgs[:] = [traced if p is inner else p for p in pgs]
+    if group_name is not None:  # the name -> group registry of functional collectives
+        try:
+            c10d._unregister_process_group(group_name)
+        except Exception:
+            pass
+        c10d._register_process_group(group_name, traced)
 
 
 def _safe(f):

@@ -161,6 +161,10 @@ SPECS: dict[str, Spec] = {
     "recv_anysource": Spec("recv", parse_p2p(None), p2p=True),
 }
 
+# Trampoline names the ProcessGroup of torch < 2.13 lacks (there nothing calls them).
+ADDED_IN_TORCH_2_13 = frozenset({"all_gather_single", "all_gather_single_coalesced", "reduce_scatter_single",
+                                 "reduce_scatter_single_coalesced", "all_to_all_single"})
+
 # ProcessGroup attributes that are not communication ops. The API test fails on
 # any attribute of the installed torch's ProcessGroup that is in neither set.
 NOT_OPS = frozenset({
@@ -199,6 +203,8 @@ def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> d
     d["out_bytes"] = int(sum(t.numel() * t.element_size() for t in outputs))
     devices = {t.device.type for t in inputs + outputs}
     d["device"] = devices.pop() if len(devices) == 1 else ("mixed" if devices else None)
+    cuda = {t.device.index for t in inputs + outputs if t.is_cuda}
+    d["cuda_index"] = cuda.pop() if len(cuda) == 1 else None  # not written: see Recorder.add_sig
     red = getattr(opts, "reduceOp", None) if opts is not None else extra.get("op")
     d["reduce_op"] = reduce_op_name(red) if spec.op in ("all_reduce", "reduce", "reduce_scatter") else None
     if spec.op in ("all_reduce", "reduce", "reduce_scatter") and d["reduce_op"] is None:

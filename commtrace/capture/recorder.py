@@ -101,6 +101,9 @@ class Recorder:
         self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
         self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
         self.sig_p2p: list[bool] = []       # sig id -> send/recv (never waited by us)
+        self.sig_cuda: list = []            # sig id -> CUDA device index of a device op, else None
+        self.device_ends: list[tuple] = []  # (row, end event, device index) of CUDA ops
+        self._cuda_timer = None
         self._waiter: "_Waiter | None" = None
         self.sig_ids: dict = {}             # cheap call key -> sig id
         self.sig_lines: list[dict] = []
@@ -119,11 +122,12 @@ class Recorder:
         # but writes its own files; buffered rows belong to the parent.
         sigs, groups, worlds = self.sig_lines, self.group_lines, self.world_lines
         sig_ids, sig_bytes, sig_cpu, sig_p2p = self.sig_ids, self.sig_bytes, self.sig_cpu, self.sig_p2p
+        sig_cuda = self.sig_cuda
         rank = self.rank
         self._lock = threading.RLock()
         self._reset_state()
         self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
-        self.sig_bytes, self.sig_cpu, self.sig_p2p = sig_bytes, sig_cpu, sig_p2p
+        self.sig_bytes, self.sig_cpu, self.sig_p2p, self.sig_cuda = sig_bytes, sig_cpu, sig_p2p, sig_cuda
         if rank is not None:
             self._open(rank)
 
@@ -135,11 +139,13 @@ class Recorder:
                 return sid
             sid = len(self.sig_lines)
             cpu = bool(desc.pop("cpu", True))
+            cuda_index = desc.pop("cuda_index", None)
             line = {"type": schema.META_SIG, "id": sid, **desc}
             self.sig_lines.append(line)
             self.sig_bytes.append(int(desc.get("bytes") or 0) + int(desc.get("out_bytes") or 0))
             self.sig_cpu.append(cpu)
             self.sig_p2p.append(desc.get("op") in schema.P2P_OPS)
+            self.sig_cuda.append(None if cpu else cuda_index)
             self.meta_queue.append(line)
             self.sig_ids[key] = sid
             return sid
@@ -187,10 +193,20 @@ class Recorder:
         """Arrange for an async op's end time to be recorded (hot path).
 
         CPU work: a future callback for big ops, polling for small ones.
-        Device (CUDA) work is always polled: its future completes when the
-        kernel is enqueued, not when it finishes, while ``is_completed()``
-        queries the op's own end event -- a lazy read, never a host sync.
+        Device (CUDA) work gets an end event on a private stream (``cuda_end``),
+        read lazily by the flush thread; where that is not possible it is
+        polled: ``is_completed()`` queries the op's own end event (its future
+        completes at enqueue). Never a host sync.
         """
+        if not cpu:
+            index = self.sig_cuda[sig]
+            if index is not None:
+                ev = self._cuda_end_event(work, index)
+                if ev is not None:
+                    row[FLAGS] |= _DEVICE_EVENT
+                    self.device_ends.append((row, ev, index))
+                    self.pending.append((row, work, cpu))
+                    return
         if cpu and self.sig_bytes[sig] >= CALLBACK_MIN_BYTES:
             try:
                 cb = _EndCallback(row)
@@ -203,6 +219,38 @@ class Recorder:
         row[FLAGS] |= schema.FLAG_END_OBSERVED
         self.unobserved.append((row, work))
         self.pending.append((row, work, cpu))
+
+    def _cuda_end_event(self, work, index: int):
+        try:
+            if self._cuda_timer is None:
+                from .cuda_end import CudaEndTimer
+                self._cuda_timer = CudaEndTimer()
+            return self._cuda_timer.end_event(work, index)
+        except Exception:
+            return None  # no future, no CUDA context, ...: polled instead
+
+    def _read_device_ends(self, final: bool) -> None:
+        """Stamp CUDA ops whose end event has completed (flush thread)."""
+        ends = self.device_ends
+        n = len(ends)  # the hot path appends concurrently: take a prefix, keep the rest
+        still = []
+        for entry in ends[:n]:
+            row, ev, index = entry
+            if row[T_END] == 0:
+                try:
+                    t = self._cuda_timer.end_ns(ev, index)
+                except Exception:
+                    t = None
+                if t is None:
+                    if not final:
+                        still.append(entry)
+                        continue
+                    row[FLAGS] |= schema.FLAG_END_OBSERVED  # exiting: fall back to polling
+                else:
+                    row[T_END] = max(t, row[T_CALL])  # anchor error must not put the end first
+            row[FLAGS] &= ~_DEVICE_EVENT
+        del ends[:n]
+        ends[:0] = still
 
     def observe_completions(self) -> None:
         """Poll the oldest small async ops; called at the start of each traced op."""
@@ -284,10 +332,15 @@ class Recorder:
         if self._inflight_written:
             for row in out:
                 self._inflight_written.discard(id(row))
+        if self.device_ends:
+            self._read_device_ends(final)
         n = len(self.pending)
         still = []
         for entry in self.pending[:n]:
             row, work, cpu = entry
+            if row[FLAGS] & _DEVICE_EVENT:
+                still.append(entry)  # timed by its end event (_read_device_ends)
+                continue
             if row[T_END] == 0 and row[FLAGS] & schema.FLAG_END_OBSERVED and _is_completed(work):
                 row[T_END] = time.monotonic_ns()  # no callback: observed now
             if row[T_END] == 0 and cpu and not self.sig_p2p[row[SIG]]:
@@ -396,6 +449,8 @@ class Recorder:
 # A row flag that never reaches disk (pack_rows keeps the low bits only): the
 # row was handed to the waiter thread.
 _HANDED = 0x100
+# Another such flag: the row's end time comes from a CUDA event (device_ends).
+_DEVICE_EVENT = 0x200
 
 
 class _Waiter:

@@ -115,6 +115,26 @@ def _tensor_key(t):
     return (t.shape, t.dtype, t.is_cuda)
 
 
+# Threads whose Python thread state is kept alive (see pin_thread_state).
+_pinned_threads: set = set()
+
+
+def pin_thread_state(ident: int) -> None:
+    """Keep the calling thread's Python thread state alive between calls.
+
+    Why: a C++ thread (a CUDA autograd thread running DDP's bucket hooks) enters
+    Python through pybind, which creates a thread state for the call and deletes
+    it afterwards; every fresh state allocates its frame stack anew. One
+    unmatched PyGILState_Ensure keeps the state (a no-op for Python threads).
+    """
+    _pinned_threads.add(ident)
+    try:
+        import ctypes
+        ctypes.pythonapi.PyGILState_Ensure()
+    except Exception:
+        pass
+
+
 _AllreduceOptions = dist.AllreduceOptions
 _BroadcastOptions = dist.BroadcastOptions
 
@@ -306,6 +326,8 @@ def _make_traced(name: str, spec: ops.Spec):
         rec = self._rec
         t0 = _now()
         ident = _ident()
+        if ident not in _pinned_threads:
+            pin_thread_state(ident)
         ctx = rec.context_key
         if p2p:
             # A p2p seq counts per peer, so the key (which names the peer) comes first.
@@ -324,7 +346,9 @@ def _make_traced(name: str, spec: ops.Spec):
             if not p2p:
                 # _lookup inlined for the common case (a known sig): this is the hot path.
                 key, opts = call_key(args, kwargs)
-                uf = first_user_frame(_getframe(1))
+                # f_back, not _getframe(1): called from C++ on a thread with no
+                # Python frames (CUDA autograd threads: DDP's bucket hooks) there is none.
+                uf = first_user_frame(_getframe().f_back)
                 sig = rec.sig_ids.get((name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno,
                                        self._cpu_only))
                 if sig is None:

@@ -380,6 +380,7 @@ def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
     flags = c.pop("fl")
     cols["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
                                                categories=["python", "cpp"])
+    cols["end_observed"] = (flags & schema.FLAG_END_OBSERVED).astype(bool)
     cols["error"] = _errors_column(procs, proc, c.pop("traw"))
     buckets = c.pop("bucket")
     del c
