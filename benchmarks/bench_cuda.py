@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         print(f"{k:36s} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:9.2f} {r['ratio']:7.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(res, f)
+            json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": res}, f)
     return 0
 
 

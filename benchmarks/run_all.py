@@ -5,7 +5,8 @@
 Sections: capture (bench_capture.py, gloo and mpi), ddp (bench_ddp.py with the
 torch.profiler mode), tracesize (bench_tracesize.py), report (bench_report.py,
 if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
-under mpirun: the mpi backend against raw mpi4py and gloo). ``make bench`` runs the full set
+under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
+NCCL on one GPU; "not available" without one). ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
 """
@@ -31,7 +32,7 @@ import bench_ddp  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda")
 
 FULL = {
     "capture": {"calls": 400, "reps": 15},
@@ -40,6 +41,7 @@ FULL = {
     "tracesize": {"ops": 1_000_000},
     "report": [("6.4M", 64, 100_000, 1_000_000), ("10M", 16, 625_000, 100_000)],
     "mpibackend": {"reps": 15, "ddp_steps": 10},
+    "cuda": {"reps": 11},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -48,6 +50,7 @@ QUICK = {
     "tracesize": {"ops": 200_000},
     "report": [("1.3M", 64, 20_000, 200_000)],
     "mpibackend": {"reps": 7, "ddp_steps": 4},
+    "cuda": {"reps": 5},
 }
 
 GOALS = {
@@ -118,6 +121,20 @@ def run_mpi_backend(cfg) -> dict:
             return {"available": True, **json.load(f)}
 
 
+def run_cuda(cfg) -> dict:
+    import torch
+    if not torch.cuda.is_available():
+        return {"available": False, "reason": "no CUDA GPU on this machine"}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "c.json")
+        r = subprocess.run([sys.executable, os.path.join(HERE, "bench_cuda.py"), "--reps", str(cfg["reps"]),
+                            "--json", path], capture_output=True, text=True, timeout=900)
+        if r.returncode or not os.path.exists(path):
+            return {"available": False, "reason": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+        with open(path) as f:
+            return {"available": True, **json.load(f)}
+
+
 def run_section(name: str, cfg) -> dict:
     if name == "capture":
         return {b: bench_capture.run(b, cfg["calls"], cfg["reps"]) for b in ("gloo", "mpi")}
@@ -134,6 +151,8 @@ def run_section(name: str, cfg) -> dict:
         return run_report(cfg)
     if name == "mpibackend":
         return run_mpi_backend(cfg)
+    if name == "cuda":
+        return run_cuda(cfg)
     raise ValueError(name)
 
 
@@ -347,6 +366,20 @@ def section_mpi_backend(mb) -> str:
             f"mpi {mb['ddp_ms']['mpi']:.2f} ms, mpi / gloo **{mb['ddp_ms']['mpi'] / mb['ddp_ms']['gloo']:.2f}**\n")
 
 
+def section_cuda(c) -> str:
+    if not c.get("available"):
+        return (f"## 7. CUDA: NCCL on one GPU (bench_cuda.py)\n\nnot available ({c.get('reason')}); "
+                "measurements taken on a GPU machine are in the analysis below.\n")
+    rows = [[k, _f(r["plain"]), _f(r["traced"]), _f(r["added"], "{:+.2f}"), _spread(r["added_spread"]),
+             _f(r["ratio"], "{:.3f}")] for k, r in c["cases"].items()]
+    return (f"## 7. CUDA: NCCL on one GPU (bench_cuda.py; {c['device']}, torch {c['torch']})\n\n"
+            "One-rank NCCL world; plain and traced alternate in blocks. Issue cost = time for `allreduce` "
+            "to return (NCCL never blocks the host); traced includes recording the op's CUDA end event. "
+            "DDP steps end in `torch.cuda.synchronize()`; the bare forwarder is a Python ProcessGroup "
+            "that only forwards (the floor of any Python-level wrapper).\n\n"
+            + table(["case", "plain µs", "traced µs", "added µs", "spread µs", "ratio"], rows))
+
+
 def markdown(res: dict, info: dict, quick: bool) -> str:
     m = info["machine"]
     gtab, _ = goals(res)
@@ -382,6 +415,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_profiler(res["profiler"], res.get("ddp")))
     if "mpibackend" in res:
         body.append(section_mpi_backend(res["mpibackend"]))
+    if "cuda" in res:
+        body.append(section_cuda(res["cuda"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")

@@ -38,6 +38,7 @@ def results():
         "profiler": prof.run(calls=5, reps=2),
         "tracesize": size.run(ops=300),
         "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1}),
+        "cuda": _mod("run_all").run_cuda({"reps": 1}),
     }
 
 
@@ -97,13 +98,22 @@ def test_mpi_backend(results):
     assert r["ddp_ms"]["gloo"] > 0 and r["ddp_ms"]["mpi"] > 0
 
 
+def test_cuda(results):
+    r = results["cuda"]
+    if not r["available"]:
+        pytest.skip(r["reason"])  # no GPU: run_all reports "not available" too
+    assert {"issue cost: all_reduce 1 elem", "DDP step: mlp8 (1024 wide)"} <= set(r["cases"])
+    for case in r["cases"].values():
+        assert PAIRED_KEYS <= set(case) and case["plain"] > 0 and case["traced"] > 0
+
+
 def test_markdown(results):
     ra = _mod("run_all")
     res = dict(results, report={"available": False, "reason": "skipped in smoke test"})
     info = {"date": "today", "machine": ra.machine(), "seconds": 1.0, "errors": {}}
     md = ra.markdown(res, info, quick=True)
     for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.",
-                    "How to reproduce"):
+                    "## 7.", "How to reproduce"):
         assert heading in md, heading
     assert "not available" in md
     _, rows = ra.goals(res)
