@@ -23,7 +23,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 import torch
@@ -45,8 +44,6 @@ def _issue(pg, t, opts, n: int) -> float:
 
 
 class _Forwarder(dist.ProcessGroup):
-    pin = False
-
     def __init__(self, inner):
         super().__init__(inner.rank(), inner.size())
         self._inner = inner
@@ -59,11 +56,6 @@ class _Forwarder(dist.ProcessGroup):
 
 def _forward(name):
     def method(self, *a, **k):
-        if self.pin:
-            from commtrace.capture.wrapper import _pinned_threads, pin_thread_state
-            ident = threading.get_ident()
-            if ident not in _pinned_threads:
-                pin_thread_state(ident)
         return getattr(self._inner, name)(*a, **k)
     return method
 
@@ -117,8 +109,6 @@ def main(argv=None) -> int:
         x = torch.randn(256, 1024, device=dev)
         models = {}
         for name, pg in (("plain", plain), ("traced", traced), ("forwarder", _Forwarder(plain))):
-            if os.environ.get("BENCH_PIN_FORWARDER") == "1" and name == "forwarder":
-                pg.pin = True
             torch.manual_seed(0)
             layers = [m for _ in range(8) for m in (torch.nn.Linear(1024, 1024), torch.nn.ReLU())]
             m = DDP(torch.nn.Sequential(*layers).to(dev), device_ids=[0], process_group=pg)

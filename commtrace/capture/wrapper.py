@@ -115,26 +115,6 @@ def _tensor_key(t):
     return (t.shape, t.dtype, t.is_cuda)
 
 
-# Threads whose Python thread state is kept alive (see pin_thread_state).
-_pinned_threads: set = set()
-
-
-def pin_thread_state(ident: int) -> None:
-    """Keep the calling thread's Python thread state alive between calls.
-
-    Why: a C++ thread (a CUDA autograd thread running DDP's bucket hooks) enters
-    Python through pybind, which creates a thread state for the call and deletes
-    it afterwards; every fresh state allocates its frame stack anew. One
-    unmatched PyGILState_Ensure keeps the state (a no-op for Python threads).
-    """
-    _pinned_threads.add(ident)
-    try:
-        import ctypes
-        ctypes.pythonapi.PyGILState_Ensure()
-    except Exception:
-        pass
-
-
 _AllreduceOptions = dist.AllreduceOptions
 _BroadcastOptions = dist.BroadcastOptions
 
@@ -326,8 +306,6 @@ def _make_traced(name: str, spec: ops.Spec):
         rec = self._rec
         t0 = _now()
         ident = _ident()
-        if ident not in _pinned_threads:
-            pin_thread_state(ident)
         ctx = rec.context_key
         if p2p:
             # A p2p seq counts per peer, so the key (which names the peer) comes first.
