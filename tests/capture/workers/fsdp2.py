@@ -1,0 +1,47 @@
+"""FSDP2 (fully_shard over a 1-D DeviceMesh) on gloo/CPU, 2 spawned ranks.
+
+``fsdp2.py PORT OUT STEPS``: two Linear layers sharded separately, then the root;
+SGD for STEPS steps; rank 0 writes a hash of the full parameters to OUT. FSDP2
+issues its all_gather / reduce_scatter from C++ (the *_single trampoline names).
+"""
+import hashlib
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def main(rank, port, out, steps):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (2,))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model[2], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        loss = model(torch.randn(8, 16, generator=g)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.full_tensor().detach().numpy().tobytes())
+    if rank == 0:
+        with open(out, "w") as f:
+            f.write(h.hexdigest())
+    dist.barrier()
+    dist.destroy_process_group()
+    time.sleep(0.05)  # see Recorder.EXIT_SETTLE_S: gloo may still drop a Work at exit
+
+
+if __name__ == "__main__":
+    mp.spawn(main, args=(int(sys.argv[1]), sys.argv[2], int(sys.argv[3])), nprocs=2)
