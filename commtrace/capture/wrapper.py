@@ -324,9 +324,10 @@ def _make_traced(name: str, spec: ops.Spec):
             if not p2p:
                 # _lookup inlined for the common case (a known sig): this is the hot path.
                 key, opts = call_key(args, kwargs)
-                # f_back, not _getframe(1): called from C++ on a thread with no
-                # Python frames (CUDA autograd threads: DDP's bucket hooks) there is none.
-                uf = first_user_frame(_getframe().f_back)
+                try:
+                    uf = first_user_frame(_getframe(1))
+                except ValueError:  # called from C++ on a thread with no Python frames
+                    uf = None       # (CUDA autograd threads: DDP's bucket hooks)
                 sig = rec.sig_ids.get((name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno,
                                        self._cpu_only))
                 if sig is None:
