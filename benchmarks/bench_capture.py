@@ -148,21 +148,25 @@ def case_fns(calls: int, only=None) -> dict:
     return {k: v for k, v in fns.items() if only is None or k in only}
 
 
+def alternate(run_plain, run_traced, reps: int) -> dict:
+    """``paired`` over ``reps`` blocks of each, after one warm-up of each (sig
+    interning, backend buffers). Which goes first alternates, so drift and
+    ordering effects cancel."""
+    run_plain(), run_traced()
+    p, tr = [], []
+    for i in range(reps):
+        if i % 2:
+            tr.append(run_traced())
+            p.append(run_plain())
+        else:
+            p.append(run_plain())
+            tr.append(run_traced())
+    return paired(p, tr)
+
+
 def measure(plain, traced, calls: int, reps: int, only=None) -> dict:
-    results = {}
-    for name, fn in case_fns(calls, only).items():
-        fn(plain), fn(traced)  # warm-up (sig interning, backend buffers)
-        p, tr = [], []
-        for i in range(reps):
-            # Alternate which goes first so drift and ordering effects cancel.
-            if i % 2:
-                tr.append(fn(traced))
-                p.append(fn(plain))
-            else:
-                p.append(fn(plain))
-                tr.append(fn(traced))
-        results[name] = paired(p, tr)
-    return results
+    return {name: alternate(lambda: fn(plain), lambda: fn(traced), reps)
+            for name, fn in case_fns(calls, only).items()}
 
 
 def _body(backend: str, calls: int, reps: int, only, out_path: str | None) -> None:

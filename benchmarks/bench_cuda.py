@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_capture import free_port, make_traced, paired  # noqa: E402
+from bench_capture import alternate, free_port, make_traced  # noqa: E402
 
 
 def _issue(pg, t, opts, n: int) -> float:
@@ -74,15 +74,6 @@ def _ddp_steps(model, opt, x, steps: int) -> float:
     return (time.perf_counter_ns() - t0) / steps
 
 
-def _alternate(fn_plain, fn_traced, reps: int) -> dict:
-    fn_plain(), fn_traced()  # warm-up
-    p, tr = [], []
-    for i in range(reps):
-        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-            (p if which == 0 else tr).append((fn_plain if which == 0 else fn_traced)())
-    return paired(p, tr)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=9)
@@ -104,7 +95,7 @@ def main(argv=None) -> int:
         for label, n in (("1 elem", 1), ("4 MB", 1 << 20)):
             t = torch.ones(n, device=dev)
             o = dist.AllreduceOptions()
-            res[f"issue cost: all_reduce {label}"] = _alternate(
+            res[f"issue cost: all_reduce {label}"] = alternate(
                 lambda: _issue(plain, t, o, a.calls), lambda: _issue(traced, t, o, a.calls), a.reps)
         x = torch.randn(256, 1024, device=dev)
         models = {}
@@ -113,9 +104,9 @@ def main(argv=None) -> int:
             layers = [m for _ in range(8) for m in (torch.nn.Linear(1024, 1024), torch.nn.ReLU())]
             m = DDP(torch.nn.Sequential(*layers).to(dev), device_ids=[0], process_group=pg)
             models[name] = (m, torch.optim.SGD(m.parameters(), lr=1e-3))
-        res["DDP step: mlp8 (1024 wide)"] = _alternate(lambda: _ddp_steps(*models["plain"], x, 10),
+        res["DDP step: mlp8 (1024 wide)"] = alternate(lambda: _ddp_steps(*models["plain"], x, 10),
                                                       lambda: _ddp_steps(*models["traced"], x, 10), a.reps)
-        res["DDP step: mlp8, bare forwarder"] = _alternate(lambda: _ddp_steps(*models["plain"], x, 10),
+        res["DDP step: mlp8, bare forwarder"] = alternate(lambda: _ddp_steps(*models["plain"], x, 10),
                                                           lambda: _ddp_steps(*models["forwarder"], x, 10), a.reps)
         rec.close()
     finally:
