@@ -130,3 +130,71 @@ def test_close_writes_unfinished_ops_and_end_line(tmp_path):
     assert list(recs["status"]) == [schema.STATUS_IN_FLIGHT]
     meta = (tmp_path / f"rank0.pid{__import__('os').getpid()}.meta.jsonl").read_text().splitlines()
     assert '"exit_code":3' in meta[-1] and '"type":"end"' in meta[-1]
+
+
+class FakeCudaEndTimer:
+    """Stand-in for capture.cuda_end.CudaEndTimer: events are ints; ``ends``
+    maps an event to its host end time once it has completed."""
+
+    def __init__(self):
+        self.ends, self.issued = {}, []
+
+    def end_event(self, work, index):
+        self.issued.append((work, index))
+        return len(self.issued)
+
+    def end_ns(self, ev, index):
+        return self.ends.get(ev)
+
+
+def _cuda_sig(rec):
+    return rec.add_sig(("cuda0",), {"op": "all_reduce", "bytes": 1 << 20, "device": "cuda", "cpu": False,
+                                    "cuda_index": 0})
+
+
+def test_cuda_op_end_time_comes_from_its_event(tmp_path):
+    rec, _, _, _ = _rec(tmp_path)
+    sig = _cuda_sig(rec)
+    assert "cuda_index" not in rec.sig_lines[sig]  # capture-side only, never written
+    rec._cuda_timer = timer = FakeCudaEndTimer()
+    w = FakeWork(done=True)  # NCCL: complete at enqueue, yet the kernel still runs
+    row = _row(sig)
+    rec.track(row, w, sig, False)
+    assert timer.issued == [(w, 0)] and not row[R.FLAGS] & schema.FLAG_END_OBSERVED
+    rec.flush()
+    assert row[R.T_END] == 0 and len(_records(tmp_path)) == 0  # event not done: is_completed() is not enough
+    timer.ends[1] = row[R.T_CALL] + 12_345
+    rec.flush()
+    recs = _records(tmp_path)
+    assert len(recs) == 1 and recs["status"][0] == schema.STATUS_COMPLETED
+    assert recs["d_end"][0] == 12_345 and not recs["flags"][0] & schema.FLAG_END_OBSERVED
+    assert w.waited == 0 and not rec.device_ends
+
+
+def test_cuda_event_never_done_falls_back_to_polling_at_close(tmp_path):
+    rec, _, _, _ = _rec(tmp_path)
+    sig = _cuda_sig(rec)
+    rec._cuda_timer = timer = FakeCudaEndTimer()
+    early = _row(sig)
+    rec.track(early, FakeWork(done=True), sig, False)
+    timer.ends[1] = early[R.T_CALL] - 500  # an anchor error can put it before the call: clamped
+    late = _row(sig)
+    rec.track(late, FakeWork(done=True), sig, False)
+    rec.close()
+    recs = _records(tmp_path)
+    assert list(recs["status"]) == [schema.STATUS_COMPLETED] * 2
+    assert recs["d_end"][0] == 0 and not recs["flags"][0] & schema.FLAG_END_OBSERVED
+    assert recs["flags"][1] & schema.FLAG_END_OBSERVED  # observed by polling, flagged as such
+
+
+def test_cuda_op_without_event_is_polled(tmp_path):
+    rec, _, _, _ = _rec(tmp_path)
+    sig = _cuda_sig(rec)
+
+    class NoEvents(FakeCudaEndTimer):  # e.g. gloo on CUDA: future not done at return
+        def end_event(self, work, index):
+            return None
+    rec._cuda_timer = NoEvents()
+    row = _row(sig)
+    rec.track(row, FakeWork(done=True), sig, False)
+    assert row[R.FLAGS] & schema.FLAG_END_OBSERVED and not rec.device_ends
