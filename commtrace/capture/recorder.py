@@ -223,8 +223,10 @@ class Recorder:
     def _cuda_end_event(self, work, index: int):
         try:
             if self._cuda_timer is None:
-                from .cuda_end import CudaEndTimer
-                self._cuda_timer = CudaEndTimer()
+                with self._lock:  # once; two threads must not each make one
+                    if self._cuda_timer is None:
+                        from .cuda_end import CudaEndTimer
+                        self._cuda_timer = CudaEndTimer()
             return self._cuda_timer.end_event(work, index)
         except Exception:
             return None  # no future, no CUDA context, ...: polled instead
