@@ -4,7 +4,8 @@ Compiles ``cpp_floor/recording_pg.cpp`` with torch's ``load_inline`` (needs a C+
 compiler; ~30 s): a ``c10d::ProcessGroup`` subclass that forwards ``allreduce``
 to the real group and records call/return/end times, sequence number and an
 interned signature (shape, dtype, reduce op, async) into a C++ buffer -- the
-wrapper's per-op work without the call site and with no Python on the path.
+wrapper's per-op work with no Python on the path; a second instance also keys
+the signature on the caller's Python frames (taking the GIL to read them).
 Two gloo ranks; the plain group, this C++ wrapper and commtrace's Python
 ``TracedProcessGroup`` alternate in blocks (``bench_capture.alternate``) on a
 blocking 1-element all_reduce. Not part of ``make bench`` (compile time);
@@ -32,7 +33,7 @@ from bench_capture import _blocking, _caller_cpu, _opts, alternate, free_port, m
 def build():
     from torch.utils.cpp_extension import load_inline
     with open(os.path.join(HERE, "cpp_floor", "recording_pg.cpp")) as f:
-        return load_inline("commtrace_bench_recording_pg", cpp_sources=[f.read()], extra_cflags=["-O2"])
+        return load_inline("commtrace_bench_recording_pg_v2", cpp_sources=[f.read()], extra_cflags=["-O2"])
 
 
 def _worker(rank, port, calls, reps):
@@ -41,7 +42,7 @@ def _worker(rank, port, calls, reps):
     dist.init_process_group("gloo", rank=rank, world_size=2)
     ext = build()  # cached by the parent's build
     pg = dist.distributed_c10d._get_default_group()
-    wrappers = {"C++ prototype": ext.RecPG(pg)}
+    wrappers = {"C++ prototype": ext.RecPG(pg, False), "C++ + call site": ext.RecPG(pg, True)}
     wrappers["commtrace (Python)"], rec = make_traced(pg, tempfile.mkdtemp(prefix="ct-bench-"), "gloo")
     one, opts = torch.ones(1), _opts(dist.AllreduceOptions, False)
     rows = []
