@@ -29,6 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import ops
 from .recorder import SIG, Recorder
@@ -371,4 +372,5 @@ def _make_traced(name: str, spec: ops.Spec):
 
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
+skip_class_frames(TracedProcessGroup)  # C++ calls these back inside torch.compile'd code
 _TRACED_CODE = TracedProcessGroup.allreduce.__code__  # every traced method shares it

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from .. import mpienv
+from ..dynamo import skip_class_frames
 from . import dtypes
 from .progress import Progress
 
@@ -910,3 +911,7 @@ class ProcessGroupMPIFactory:
             return None
         comm = world.Create_group(world.Get_group().Incl(ranks), _CREATE_TAG)
         return MPIProcessGroup(comm)
+
+
+# C++ (DDP's reducer, functional collectives) calls these back inside torch.compile'd code.
+skip_class_frames(MPIWork, _DoneWork, _MultiWork, MPIProcessGroup)

@@ -42,6 +42,23 @@ def test_commtrace_run_traces_ddp_mpi(run_mpi, tmp_path):
     assert len(list(out_dir.glob("rank*.ops.bin"))) == 2
 
 
+def test_compiled_ddp_on_mpi(run_mpi):
+    # torch.compile'd DDP calls the backend's Python methods from C++ while compiled code runs.
+    out = run_mpi("worker_compiled.py", 2, timeout=240)
+    assert out.count("compiled: match") == 2, out
+
+
+def test_compiled_ddp_on_mpi_traced(run_mpi, tmp_path):
+    out_dir = tmp_path / "trace"
+    out = run_mpi(["-m", "commtrace", "run", "-o", out_dir, ROOT / "tests" / "mpi" / "worker_compiled.py"], 2,
+                  timeout=240)
+    assert out.count("compiled: match") == 2, out
+    import commtrace
+    df = commtrace.load(str(out_dir))
+    mpi = df[df["backend"].astype(str) == "mpi"]
+    assert set(mpi["status"]) == {"completed"} and (mpi["phase"].astype(str) == "backward").sum() == 2 * 3
+
+
 def test_check_device_messages():
     # CUDA cannot be exercised without a GPU: test the check itself.
     from commtrace.mpi.backend import check_device
