@@ -13,14 +13,20 @@ MPIRUN = $(MPI_ENV) $(VENV)/bin/mpirun --oversubscribe
 STAMP = $(VENV)/.commtrace-installed
 DEMO_DIR ?= commtrace-out/demo
 
-.PHONY: setup demo test bench clean help
+.PHONY: setup native demo test bench clean help
 help:
 	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report"
 	@echo "make test   - set up if needed, run the whole test suite"
 	@echo "make bench  - run the benchmarks and rewrite BENCHMARKS.md"
 	@echo "make setup  - create $(VENV) and install commtrace (editable) with its extras"
+	@echo "make native - compile the optional C++ fast paths (setup, demo, test and bench run it)"
 
-setup: $(STAMP)
+setup: $(STAMP) native
+
+# Compiles only what changed (builds are keyed by source, flags and torch
+# version); a failed build leaves commtrace on its Python code paths.
+native: $(STAMP)
+	@$(PYTHON) -m commtrace build-native || echo "commtrace: C++ fast paths not built; using the Python code paths"
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)

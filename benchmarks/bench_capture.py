@@ -54,6 +54,9 @@ CASES = (
     "caller CPU: all_reduce 1 elem",
 )
 
+# Measured through the Python wrapper as well when the native one is in use.
+PYTHON_REFERENCE_CASES = ("all_reduce 1 elem", "caller CPU: all_reduce 1 elem")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -75,15 +78,26 @@ def paired(plain: list[float], traced: list[float], scale: float = 1e-3) -> dict
     }
 
 
-def make_traced(pg, run_dir: str, backend: str):
-    """A TracedProcessGroup over ``pg`` with a real Recorder (flush thread included)."""
+def make_traced(pg, run_dir: str, backend: str, wrapper: str = "auto"):
+    """(traced group over ``pg``, its real Recorder with flush thread). ``wrapper``:
+    "auto" is what ``commtrace run`` picks (native_wrapper.kind_for), "python"
+    forces the Python TracedProcessGroup."""
+    from commtrace.capture import native_wrapper
     from commtrace.capture.recorder import Recorder
     from commtrace.capture.wrapper import TracedProcessGroup
     rec = Recorder(run_dir, "bench", "none", ["bench"])
     rec.add_world({"world_id": "bench", "rank": pg.rank(), "world_size": pg.size(), "backend": backend})
+    ranks = list(range(pg.size()))
     gid = rec.add_group({"world": 0, "name": "bench", "backend": backend, "size": pg.size(),
-                         "rank": pg.rank(), "ranks": list(range(pg.size()))})
-    return TracedProcessGroup(pg, rec, gid, list(range(pg.size()))), rec
+                         "rank": pg.rank(), "ranks": ranks})
+    if wrapper == "python":
+        return TracedProcessGroup(pg, rec, gid, ranks), rec
+    return native_wrapper.make_traced(pg, rec, gid, ranks), rec
+
+
+def wrapper_kind(pg) -> str:
+    from commtrace.capture import native_wrapper
+    return native_wrapper.kind_for(pg)
 
 
 def _opts(cls, async_op: bool, **kw):
@@ -175,8 +189,12 @@ def _body(backend: str, calls: int, reps: int, only, out_path: str | None) -> No
     d = tempfile.mkdtemp(prefix="ct-bench-")
     try:
         traced, rec = make_traced(plain, d, backend)
-        results = measure(plain, traced, calls, reps, only)
+        results = {"wrapper": wrapper_kind(plain), "cases": measure(plain, traced, calls, reps, only)}
         rec.close()
+        if results["wrapper"] == "native":  # the Python wrapper on the headline cases, same run
+            traced, rec = make_traced(plain, tempfile.mkdtemp(dir=d), backend, wrapper="python")
+            results["python_wrapper"] = measure(plain, traced, calls, reps, only=PYTHON_REFERENCE_CASES)
+            rec.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if dist.get_rank() == 0 and out_path:
@@ -234,8 +252,9 @@ def mpirun_path() -> str:
 
 
 def run(backend: str = "gloo", calls: int = 400, reps: int = 15, only=None, timeout: float = 600) -> dict:
-    """{"backend", "available", "reason", "cases": {name: paired summary (µs)}}."""
-    out = {"backend": backend, "available": True, "reason": None, "cases": {}}
+    """{"backend", "available", "reason", "wrapper", "cases": {name: paired summary (µs)},
+    "python_wrapper": {name: ...} (only when the native wrapper was measured)}."""
+    out = {"backend": backend, "available": True, "reason": None, "wrapper": None, "cases": {}}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "r.json")
         if backend == "gloo":
@@ -253,16 +272,19 @@ def run(backend: str = "gloo", calls: int = 400, reps: int = 15, only=None, time
         else:
             raise ValueError(backend)
         with open(path) as f:
-            out["cases"] = json.load(f)
+            out.update(json.load(f))
     return out
 
 
 def print_table(res: dict) -> None:
-    print(f"[{res['backend']}]" + ("" if res["available"] else f" not available: {res['reason']}"))
+    print(f"[{res['backend']}]" + ("" if res["available"] else f" not available: {res['reason']}")
+          + (f" {res['wrapper']} wrapper" if res.get("wrapper") else ""))
     if not res["available"]:
         return
     print(f"{'case':40} {'plain µs':>10} {'traced µs':>10} {'added µs':>10} {'spread µs':>20} {'ratio':>7}")
-    for name, r in res["cases"].items():
+    rows = list(res["cases"].items())
+    rows += [(f"{name} (Python wrapper)", r) for name, r in res.get("python_wrapper", {}).items()]
+    for name, r in rows:
         spread = f"{r['added_spread'][0]:.2f}..{r['added_spread'][1]:.2f}"
         print(f"{name:40} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:10.2f} {spread:>20} {r['ratio']:7.3f}")
 

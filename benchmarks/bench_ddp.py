@@ -146,7 +146,8 @@ def _worker(rank, port, models, modes, reps, steps, out_path):
             opts = {m: torch.optim.SGD(runs[m][0].parameters(), lr=1e-4) for m in modes}
             for m in modes:  # warm-up: DDP's first iterations (bucket rebuild) and interning
                 _block(runs[m][0], opts[m], x, 2, False)
-            seq0 = traced_pg._seq
+            rec.flush()
+            ops0 = rec.writer.records_written
             traced_steps = 0
             times: dict[str, list] = {m: [] for m in modes}
             for i in range(reps):
@@ -156,13 +157,14 @@ def _worker(rank, port, models, modes, reps, steps, out_path):
                     times[m].append(_block(model, opts[m], x, steps, prof))
                     if m == "traced":
                         traced_steps += steps
-            ops_per_step = (traced_pg._seq - seq0) / max(traced_steps, 1)
-            total_ops = traced_pg._seq + sum(traced_pg._p2p_seq.values())
+            rec.flush()
+            ops_per_step = (rec.writer.records_written - ops0) / max(traced_steps, 1)
             prof_size = None
             if "profiler" in modes:
                 prof_size = profiler_trace_size(m_plain, opts["profiler"], x, steps, export=rank == 0)
             dist.barrier()
             rec.close()
+            total_ops = rec.writer.records_written
             size = _dir_bytes(d)
             entry = {"desc": desc, "params": nparams, "steps_per_block": steps, "blocks": reps,
                      "plain_ms": statistics.median(times["plain"]) / 1e6,

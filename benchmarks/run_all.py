@@ -173,8 +173,10 @@ def table(head: list[str], rows: list[list]) -> str:
 
 def section_capture(res) -> str:
     parts = ["## 1. Added latency per traced op (2 ranks)\n",
-             "Same process group called directly (plain) and through `TracedProcessGroup` with the real "
-             "Recorder (traced), alternating blocks. Each block: per-call times, block median; figure = median "
+             "Same process group called directly (plain) and through the wrapper `commtrace run` installs "
+             "(the native C++ wrapper when built, else the Python `TracedProcessGroup`) with the real "
+             "Recorder (traced), alternating blocks. With the native wrapper, the headline cases are also "
+             "measured through the Python wrapper in the same run (rows marked *Python wrapper*). Each block: per-call times, block median; figure = median "
              "over blocks of the paired difference traced - plain; spread = min..max of those differences. "
              "Blocking ops include the wait. *Issue cost* = time for `allreduce(async_op=True)` to return "
              "(the op is waited for outside the timed region). *Caller CPU* = CPU time of the calling thread "
@@ -183,9 +185,11 @@ def section_capture(res) -> str:
         if not r.get("available"):
             parts.append(f"**{b}**: not available ({r.get('reason')})\n")
             continue
+        cases = list(r["cases"].items())
+        cases += [(f"{n} (*Python wrapper*)", c) for n, c in r.get("python_wrapper", {}).items()]
         rows = [[n, _f(c["plain"]), _f(c["traced"]), f"**{_f(c['added'], '{:+.2f}')}**", _spread(c["added_spread"]),
-                 _f(c["ratio"], "{:.3f}")] for n, c in r["cases"].items()]
-        parts.append(f"**{b}** backend\n")
+                 _f(c["ratio"], "{:.3f}")] for n, c in cases]
+        parts.append(f"**{b}** backend, {r.get('wrapper') or 'python'} wrapper\n")
         parts.append(table(["case", "plain µs", "traced µs", "added µs (median)", "spread µs", "ratio"], rows) + "\n")
     return "\n".join(parts)
 

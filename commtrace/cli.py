@@ -29,6 +29,7 @@ commands:
   report    summarize a run in the terminal   (commtrace report [RUN_DIR])
   compare   compare runs side by side         (commtrace compare BASE EXP ...)
   check     diagnose hangs, desyncs, crashes  (commtrace check [RUN_DIR])
+  build-native  compile the optional C++ fast paths (make setup runs it)
 
 exit codes: 0 ok, 1 problems found (check), 2 bad input; run: the script's code.
 """
@@ -46,6 +47,39 @@ def _run_parser(sub) -> None:
     p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] (or ARGS... with -m)")
 
 
+def _build_native_parser(sub) -> None:
+    p = sub.add_parser("build-native", help="compile the optional C++ fast paths",
+                       description="Compile commtrace's optional C++ extensions for the installed torch: the "
+                       "native wrapper for CPU groups and, when mpi4py's MPI has headers, the mpi backend's "
+                       "fast path. Without them commtrace uses its Python code (slower per op). Exit code 1 "
+                       "if one failed to build.",
+                       epilog="example:\n  commtrace build-native\n\nCOMMTRACE_NATIVE=0 disables the "
+                       "extensions at run time; COMMTRACE_NATIVE_DIR sets where they are built.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="print the compiler command lines")
+    p.set_defaults(handler=_cmd_build_native)
+
+
+def _cmd_build_native(ns) -> int:
+    import time
+
+    from . import native
+    failed = 0
+    for label, ext in native.extensions():
+        if ext is None:
+            print(f"{label}: skipped (nothing to build it with here)")
+            continue
+        t = time.monotonic()
+        try:
+            path = native.build(ext, verbose=ns.verbose)
+        except native.NativeBuildError as e:
+            print(f"{label}: not built: {e}")
+            failed += 1
+            continue
+        print(f"{label}: {path} ({time.monotonic() - t:.0f} s)")
+    return 1 if failed else 0
+
+
 def _add_analysis_parsers(sub) -> None:
     try:
         from .render import cli_commands
@@ -61,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _run_parser(sub)
     _add_analysis_parsers(sub)
+    _build_native_parser(sub)
     return parser
 
 

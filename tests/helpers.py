@@ -132,3 +132,34 @@ class Launch:
         import json
         with open(f"{self.out_prefix}.rank{rank}") as f:
             return json.load(f)
+
+
+def group_wrappers(run_dir) -> set:
+    """The "wrapper" field of every group meta line in a run ("native" / "python")."""
+    import glob
+    import json
+    kinds = set()
+    for path in glob.glob(os.path.join(str(run_dir), "*.meta.jsonl")):
+        with open(path) as f:
+            for line in f:
+                m = json.loads(line)
+                if m.get("type") == "group":
+                    kinds.add(m.get("wrapper"))
+    return kinds
+
+
+def ensure_native_wrapper() -> None:
+    """Build the native wrapper if it is not built (the suite must not depend on
+    `make native` having run). Skips where no C++ compiler exists; a compiler
+    that fails is a test failure."""
+    import shutil
+
+    import pytest
+
+    from commtrace import native
+    from commtrace.capture import native_wrapper
+    if native.mode() == "off":
+        pytest.skip("COMMTRACE_NATIVE=0")
+    if shutil.which(os.environ.get("CXX", "c++").split()[0]) is None:
+        pytest.skip("no C++ compiler: the native wrapper cannot be built here")
+    native.build(native_wrapper.EXTENSION)

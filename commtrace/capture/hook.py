@@ -1,4 +1,4 @@
-"""Swap a TracedProcessGroup in wherever torch.distributed registers a process group.
+"""Swap a traced wrapper (native_wrapper.make_traced) in wherever torch.distributed registers a process group.
 
 Every torch private API commtrace depends on is used in this module only:
 ``distributed_c10d._register_pg_in_world`` (the one place every group --
@@ -19,8 +19,8 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from . import native_wrapper
 from .recorder import Recorder
-from .wrapper import TracedProcessGroup
 
 _WORLD_KEY = "commtrace/world_id"
 _tls = threading.local()
@@ -32,21 +32,22 @@ class Installer:
         # id(inner) -> wrapper. Weak: once torch forgets a group (destroy_process_group)
         # it must be freed then, as without tracing; a group kept alive until
         # interpreter teardown can abort the process (gloo threads destroyed joinable).
-        self.traced: "weakref.WeakValueDictionary[int, TracedProcessGroup]" = weakref.WeakValueDictionary()
+        self.traced: "weakref.WeakValueDictionary[int, dist.ProcessGroup]" = weakref.WeakValueDictionary()
+        self.traced_types = native_wrapper.traced_types()
         self.world_index = -1
         self.world_id = None
         self.originals: dict[str, object] = {}
 
     # -- mapping inner groups to wrappers ------------------------------------
     def as_traced(self, obj):
-        if isinstance(obj, dist.ProcessGroup) and not isinstance(obj, TracedProcessGroup):
+        if isinstance(obj, dist.ProcessGroup) and not isinstance(obj, self.traced_types):
             return self.traced.get(id(obj), obj)
         if isinstance(obj, tuple):
             return tuple(self.as_traced(x) for x in obj)
         return obj
 
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping):
-        if isinstance(pg, TracedProcessGroup):
+        if isinstance(pg, self.traced_types):
             return pg
         if c10d._world.default_pg is None:
             self._new_world(pg, backend_name, store)
@@ -57,9 +58,9 @@ class Installer:
         gid = self.rec.add_group({
             "world": self.world_index, "world_id": self.world_id, "name": str(group_name),
             "desc": _safe(lambda: pg.group_desc), "backend": str(backend_name),
-            "size": pg.size(), "rank": pg.rank(), "ranks": ranks,
+            "size": pg.size(), "rank": pg.rank(), "ranks": ranks, "wrapper": native_wrapper.kind_for(pg),
         })
-        traced = TracedProcessGroup(pg, self.rec, gid, ranks)
+        traced = native_wrapper.make_traced(pg, self.rec, gid, ranks)
         self.traced[id(pg)] = traced
         return traced
 
@@ -119,7 +120,7 @@ class Installer:
         if isinstance(obj, tuple):
             return tuple(self._adopt_registered(x) for x in obj)
         w = c10d._world
-        if (not isinstance(obj, dist.ProcessGroup) or isinstance(obj, TracedProcessGroup)
+        if (not isinstance(obj, dist.ProcessGroup) or isinstance(obj, self.traced_types)
                 or id(obj) in self.traced or obj not in w.pg_map):
             return obj
         backend_name, store = w.pg_map[obj]

@@ -223,7 +223,10 @@ def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> d
     if "output_split_sizes" in extra or "input_split_sizes" in extra:
         d["out_splits"] = [int(x) for x in extra.get("output_split_sizes") or []]
         d["in_splits"] = [int(x) for x in extra.get("input_split_sizes") or []]
-    d["async"] = bool(getattr(opts, "asyncOp", True)) if opts is not None else None
+    if opts is not None:
+        d["async"] = bool(getattr(opts, "asyncOp", True))
+    else:  # a call without Options gets the binding's default Options: asyncOp=True
+        d["async"] = None if spec.p2p or method == "monitored_barrier" else True
     return d
 
 

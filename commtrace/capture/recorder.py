@@ -17,6 +17,8 @@ import time
 import traceback
 import weakref
 
+import numpy as np
+
 from .. import __version__
 from ..trace import schema
 from ..trace.writer import TraceWriter, pack_rows
@@ -83,7 +85,10 @@ class Recorder:
         # Annotations that change rarely (phase, region, ...) are part of every
         # sig key, so the hot path reads one attribute instead of building a dict.
         self.context_key = None
+        self.context_id = 0           # small int naming context_key (the native wrapper's key)
+        self._context_ids: dict = {None: 0}
         self._context: dict = {}
+        self.native_log = None        # the native wrapper's C++ log (native_wrapper), if any group uses it
         self.clock_lines: list[dict] = []
         self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
         atexit.register(self._close_at_exit)
@@ -128,6 +133,8 @@ class Recorder:
         self._reset_state()
         self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
         self.sig_bytes, self.sig_cpu, self.sig_p2p, self.sig_cuda = sig_bytes, sig_cpu, sig_p2p, sig_cuda
+        if self.native_log is not None:
+            self.native_log.after_fork_in_child()
         if rank is not None:
             self._open(rank)
 
@@ -174,7 +181,14 @@ class Recorder:
         """Merge ``fields`` into the annotation context (None removes a field)."""
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         self._context = ctx
-        self.context_key = tuple(sorted(ctx.items())) or None
+        self._set_context_key(tuple(sorted(ctx.items())) or None)
+
+    def _set_context_key(self, key) -> None:
+        cid = self._context_ids.get(key)
+        if cid is None:
+            cid = self._context_ids[key] = len(self._context_ids)
+        self.context_key = key
+        self.context_id = cid
 
     def push_context(self, **fields) -> tuple:
         """Set fields for a scope; returns the token ``pop_context`` restores."""
@@ -183,7 +197,8 @@ class Recorder:
         return token
 
     def pop_context(self, token: tuple) -> None:
-        self._context, self.context_key, _ = token
+        self._context, key, _ = token
+        self._set_context_key(key)
 
     def context_fields(self) -> dict:
         return dict(self._context)
@@ -288,8 +303,20 @@ class Recorder:
             self.meta_queue.append(line)
 
     def fail(self, row: list, exc: BaseException) -> None:
-        self.add_meta({"type": schema.META_ERROR, "t_call": row[T_CALL], "group": row[GROUP],
-                       "seq": row[SEQ], "sig": row[SIG], "text": f"{type(exc).__name__}: {exc}"})
+        self.native_failed(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
+
+    def native_failed(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
+        """An op raised (called by the native wrapper too)."""
+        self.add_meta({"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
+                       "text": text})
+
+    def unfinished(self) -> list[tuple[list, str]]:
+        """Ops not finished yet as (row, where): inside the backend call, or async and pending."""
+        out = [(row, "in_backend_call") for row in list(self.active.values())]
+        out += [(item[0], "async_pending") for item in list(self.pending) if not item[0][T_END]]
+        if self.native_log is not None:
+            out += [tuple(x) for x in self.native_log.unfinished()]
+        return out
 
     # -- files -----------------------------------------------------------------
     def header(self) -> dict:
@@ -377,8 +404,13 @@ class Recorder:
             if self.writer is None:
                 return
             rows = self._collect(final)
+            packed = pack_rows(rows) if rows else None
+            if self.native_log is not None:
+                nat = np.frombuffer(self.native_log.drain(final), dtype=schema.OP_RECORD)
+                if len(nat):
+                    packed = nat if packed is None else np.concatenate([packed, nat])
             meta, self.meta_queue = self.meta_queue, []
-            self.writer.write(meta, pack_rows(rows) if rows else None)
+            self.writer.write(meta, packed)
 
     def _maybe_hand_to_waiter(self, row: list, work, final: bool = False) -> None:
         """A CPU collective that can be neither polled nor called back (gloo's

@@ -8,6 +8,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 
+from .. import mpienv
 from ..trace import schema
 from . import activate, launch
 
@@ -92,7 +93,32 @@ def run(opts: RunOptions) -> int:
     rec = activate.active_recorder()
     if rec is not None:
         rec.exit_info = (code, how)  # written by the atexit close, after threads finish
+    if code != 0 and mpienv.is_initialized():
+        _exit_skipping_mpi_finalize(code)
     return code
+
+
+def _exit_skipping_mpi_finalize(code: int) -> None:
+    """A failed rank of an MPI job exits without MPI_Finalize.
+
+    mpi4py runs MPI_Finalize at interpreter exit, and it waits for every rank.
+    The others may be blocked in a collective with this rank (gloo, NCCL) until
+    their backend's timeout -- 30 min by default -- because this rank's process
+    groups, which torch keeps until exit, still hold its connections open.
+    Without commtrace the failed rank would simply exit, its connections would
+    close and the others would fail at once; Open MPI then ends the job.
+    atexit handlers (the script's, and the one that closes the trace) still run.
+    """
+    import atexit
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 def _run_target(opts: RunOptions) -> tuple[int, str]:

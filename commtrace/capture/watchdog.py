@@ -50,7 +50,7 @@ import time
 import traceback
 
 from ..trace import schema
-from .recorder import GROUP, SEQ, SIG, T_CALL, T_END
+from .recorder import GROUP, SEQ, SIG, T_CALL
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
 ENV_ABORT_ON_HANG = "COMMTRACE_ABORT_ON_HANG"
@@ -66,13 +66,7 @@ _state: dict = {}
 def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
     """Ops not finished yet, oldest first: inside the backend call, or async and pending."""
     now = time.monotonic_ns() if now_ns is None else now_ns
-    rows = []
-    for row in list(rec.active.values()):
-        rows.append((row, "in_backend_call"))
-    for item in list(rec.pending):
-        row = item[0]
-        if not row[T_END]:
-            rows.append((row, "async_pending"))
+    rows = rec.unfinished()
     out = []
     for row, where in sorted(rows, key=lambda x: x[0][T_CALL]):
         sig_id = rec.sig_of(row)
@@ -197,12 +191,8 @@ class HangWatchdog:
         now = time.monotonic_ns()
         oldest = 0
         rec = self.rec
-        for row in list(rec.active.values()):
+        for row, _ in rec.unfinished():
             oldest = max(oldest, now - row[T_CALL])
-        for item in list(rec.pending):
-            row = item[0]
-            if not row[T_END]:
-                oldest = max(oldest, now - row[T_CALL])
         return oldest
 
     def tick(self) -> bool:

@@ -162,6 +162,41 @@ def call_key(args, kwargs):
     return tuple(key), opts
 
 
+def mirror_backends(wrapper, inner, names: bool = True) -> bool:
+    """Make ``wrapper`` look like ``inner`` to torch: the same backends registered
+    per device (DDP's logger and ``_get_backend`` need them), the same default
+    backend type, name, description and bound device. Returns True if no
+    device but the CPU can reach the group (blocking ops are then waited for
+    inside the wrapper)."""
+    cpu_only = True
+    for dev in inner._device_types:
+        try:
+            backend = inner._get_backend(dev)
+        except Exception:
+            continue
+        btype = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper(),
+                        dist.ProcessGroup.BackendType.CUSTOM)
+        wrapper._register_backend(dev, btype, backend)
+        if dev.type != "cpu" and torch.cuda.is_available():
+            cpu_only = False
+    try:
+        default_type = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper())
+        wrapper._set_default_backend(default_type)
+    except Exception:
+        pass
+    if names:  # a wrapper whose getGroupName/Desc forward to inner needs no copy
+        for setter, getter in ((wrapper._set_group_name, "group_name"), (wrapper._set_group_desc, "group_desc")):
+            try:
+                setter(getattr(inner, getter))
+            except RuntimeError:
+                pass  # a group nobody named yet ("ProcessGroup name not set"): torch names it later
+    try:
+        wrapper.bound_device_id = inner.bound_device_id
+    except Exception:
+        pass
+    return cpu_only
+
+
 class TracedProcessGroup(dist.ProcessGroup):
     """Records each op of ``inner`` into ``recorder`` as group ``gid``."""
 
@@ -173,32 +208,7 @@ class TracedProcessGroup(dist.ProcessGroup):
         self._ranks = list(global_ranks)
         self._seq = 0
         self._p2p_seq: dict = {}
-        cpu_only = True
-        for dev in inner._device_types:
-            try:
-                backend = inner._get_backend(dev)
-            except Exception:
-                continue
-            btype = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper(),
-                            dist.ProcessGroup.BackendType.CUSTOM)
-            self._register_backend(dev, btype, backend)
-            if dev.type != "cpu" and torch.cuda.is_available():
-                cpu_only = False
-        self._cpu_only = cpu_only
-        try:
-            default_type = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper())
-            self._set_default_backend(default_type)
-        except Exception:
-            pass
-        for setter, getter in ((self._set_group_name, "group_name"), (self._set_group_desc, "group_desc")):
-            try:
-                setter(getattr(inner, getter))
-            except RuntimeError:
-                pass  # a group nobody named yet ("ProcessGroup name not set"): torch names it later
-        try:
-            self.bound_device_id = inner.bound_device_id
-        except Exception:
-            pass
+        self._cpu_only = mirror_backends(self, inner)
 
     # The trampoline looks these C++ names up in Python.
     def getBackendName(self):
@@ -274,27 +284,29 @@ class TracedProcessGroup(dist.ProcessGroup):
         if frame is not None:
             frame = frame.f_back
         threads = {t.ident: t.name for t in threading.enumerate()}
-        sig, _, _ = _lookup(self, name, ops.SPECS[name], ident, ctx, args, kwargs,
-                            first_user_frame(frame), threads.get(ident, str(ident)))
+        sig, _, _ = _lookup(self._rec, self._ranks, self._cpu_only, name, ops.SPECS[name], ident, ctx, args,
+                            kwargs, first_user_frame(frame), threads.get(ident, str(ident)))
         row[SIG] = sig
         return sig
 
 
-def _lookup(pg, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
-    """(sig id, opts, key) of one call; interns a new sig the first time."""
+def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
+    """(sig id, opts, key) of one call; interns a new sig the first time.
+    Also describes the calls of the native wrapper (``native_wrapper``)."""
     key, opts = call_key(args, kwargs)
     # id() of the code object, not the object: hashing a code object rehashes
     # its constants on every call; _kept_code keeps it alive, so the id is stable.
-    full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, pg._cpu_only)
-    rec = pg._rec
+    full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, cpu_only)
     sig = rec.sig_ids.get(full)
     if sig is None:
-        desc = ops.describe(name, spec, args, kwargs, pg._ranks)
+        if uf is not None:
+            _kept_code.append(uf.f_code)
+        desc = ops.describe(name, spec, args, kwargs, ranks)
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
         desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
-        desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and pg._cpu_only)
+        desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and cpu_only)
         sig = rec.add_sig(full, desc)
     return sig, opts, key
 
@@ -310,7 +322,8 @@ def _make_traced(name: str, spec: ops.Spec):
         ctx = rec.context_key
         if p2p:
             # A p2p seq counts per peer, so the key (which names the peer) comes first.
-            sig, opts, key = _lookup(self, name, spec, ident, ctx, args, kwargs, user_frame())
+            sig, opts, key = _lookup(self._rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs,
+                                user_frame())
             seq = self._p2p_next(op, key)
         else:
             self._seq += 1
@@ -332,7 +345,7 @@ def _make_traced(name: str, spec: ops.Spec):
                 sig = rec.sig_ids.get((name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno,
                                        self._cpu_only))
                 if sig is None:
-                    sig = _lookup(self, name, spec, ident, ctx, args, kwargs, uf)[0]
+                    sig = _lookup(rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs, uf)[0]
                 row[SIG] = sig
             if rec.unobserved:
                 rec.observe_completions()
@@ -353,7 +366,8 @@ def _make_traced(name: str, spec: ops.Spec):
         except BaseException as e:
             t = _now()
             if type(row[SIG]) is not int:
-                row[SIG] = _lookup(self, name, spec, ident, ctx, args, kwargs, user_frame())[0]
+                row[SIG] = _lookup(self._rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs,
+                                user_frame())[0]
             row[1] = row[1] or t
             row[2] = t
             row[7] = _FAILED

@@ -27,22 +27,29 @@ def launches(tmp_path_factory):
     return get
 
 
-def launch_all_ops(kind: str, world: int, tmp) -> Launch:
+def launch_all_ops(kind: str, world: int, tmp, wrapper: str = "native") -> Launch:
     run_dir, out = tmp / "run", tmp / "res"
     script = worker("all_ops.py")
+    # "python": the Python wrapper, as where the native one cannot be built or is disabled.
+    extra = {"COMMTRACE_NATIVE": "0"} if wrapper == "python" else {}
     if kind == "spawn":
-        res = h.run(h.commtrace_cmd(run_dir, script, world, h.free_port(), out), timeout=120)
+        res = h.run(h.commtrace_cmd(run_dir, script, world, h.free_port(), out), env=h.clean_env(**extra),
+                    timeout=120)
     else:
         res = h.run(h.mpirun_cmd(world, h.PY, "-m", "commtrace", "run", "-o", run_dir, script, out),
-                    env=h.mpi_env(), timeout=150)
+                    env=h.mpi_env(**extra), timeout=150)
     return Launch(res, run_dir, out)
 
 
-@pytest.fixture(scope="session", params=[("spawn", 2), ("mpirun", 2), ("mpirun", 3)],
-                ids=["spawn-2", "mpirun-2", "mpirun-3"])
+@pytest.fixture(scope="session", params=[("spawn", 2, "native"), ("mpirun", 2, "native"), ("mpirun", 3, "native"),
+                                         ("spawn", 2, "python")],
+                ids=["spawn-2", "mpirun-2", "mpirun-3", "spawn-2-python-wrapper"])
 def all_ops(request, launches) -> Launch:
-    kind, world = request.param
-    launch = launches(f"allops-{kind}-{world}", lambda tmp: launch_all_ops(kind, world, tmp))
+    kind, world, wrapper = request.param
+    if wrapper == "native":
+        h.ensure_native_wrapper()
+    launch = launches(f"allops-{kind}-{world}-{wrapper}", lambda tmp: launch_all_ops(kind, world, tmp, wrapper))
     launch.result.check(0)
     launch.world = world
+    launch.wrapper = wrapper
     return launch

@@ -9,6 +9,7 @@ import pickle
 
 import pandas as pd
 import pytest
+import helpers as h
 
 F = 4  # float32
 
@@ -45,11 +46,11 @@ def expected_world_ops(W: int, r: int) -> list[tuple]:
     add("broadcast", "broadcast", 9 * F, root=0, asy=True)
     add("reduce_scatter", "reduce_scatter_single", 2 * F * W, red="SUM", asy=True)
     add("all_reduce", "allreduce", 3 * F, red="PREMUL_SUM")  # fails on gloo
-    add("all_gather", "allgather_into_tensor_coalesced", 3 * F)
-    add("reduce_scatter", "reduce_scatter_tensor_coalesced", 2 * F * W, red="SUM")
-    add("all_gather", "_allgather_base", 3 * F)
-    add("reduce_scatter", "_reduce_scatter_base", 2 * F * W, red="SUM")
-    add("all_to_all", "alltoall_base", 2 * F * W)
+    add("all_gather", "allgather_into_tensor_coalesced", 3 * F, asy=True)  # direct calls: default opts
+    add("reduce_scatter", "reduce_scatter_tensor_coalesced", 2 * F * W, red="SUM", asy=True)
+    add("all_gather", "_allgather_base", 3 * F, asy=True)
+    add("reduce_scatter", "_reduce_scatter_base", 2 * F * W, red="SUM", asy=True)
+    add("all_to_all", "alltoall_base", 2 * F * W, asy=True)
     # all_gather_object: sizes (int64[1]), then the pickles padded to the largest
     add("all_gather", "allgather", 8)
     add("all_gather", "allgather", max(_pickled({"rank": i, "pad": "x" * i}) for i in range(W)))
@@ -104,6 +105,11 @@ def test_world_group_exact_sequence(all_ops):
         got = _as_list(_rows(df, r, name))
         exp = expected_world_ops(W, r)
         assert got == exp, f"rank {r}: first difference at #{next((i for i, (a, b) in enumerate(zip(got, exp)) if a != b), min(len(got), len(exp)))}"
+
+
+def test_groups_use_the_intended_wrapper(all_ops):
+    # CPU-only gloo groups get the native wrapper when it is built; COMMTRACE_NATIVE=0 forces Python.
+    assert h.group_wrappers(all_ops.run_dir) == {all_ops.wrapper}
 
 
 def test_out_bytes_of_uneven_all_to_all_and_gathers(all_ops):

@@ -6,10 +6,12 @@ import os
 import threading
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from commtrace.capture import watchdog
+import helpers as h
+from commtrace.capture import native_wrapper, watchdog
 from commtrace.capture.recorder import Recorder
 from commtrace.capture.wrapper import TracedProcessGroup
 from commtrace.trace.reader import load_run
@@ -115,13 +117,23 @@ class _BlockingBackend(dist.ProcessGroup):
         return torch._C._distributed_c10d._create_work_from_future(fut)
 
 
-def test_op_blocked_inside_backend_call_is_described(tmp_path):
-    """The wrapper looks an op's sig up after issuing it; an op that never returns
-    from the backend is still described (op, shapes, callsite, thread) by the
-    watchdog and by the flush thread's in-flight record."""
+def _wrap(kind, inner, rec):
+    if kind == "python":
+        return TracedProcessGroup(inner, rec, 0, [0])
+    h.ensure_native_wrapper()
+    traced = native_wrapper.make_traced(inner, rec, 0, [0])
+    assert type(traced).__name__ == "TracedPG"
+    return traced
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_op_blocked_inside_backend_call_is_described(tmp_path, kind):
+    """An op that never returns from the backend is described (op, shapes,
+    callsite, thread) by the watchdog and by the flush thread's in-flight record.
+    (The Python wrapper looks its sig up after issuing it; the native one before.)"""
     rec, _ = _recorder(tmp_path)
     inner = _BlockingBackend()
-    traced = TracedProcessGroup(inner, rec, 0, [0])
+    traced = _wrap(kind, inner, rec)
     t = torch.ones(3, 2)
     opts = dist.AllreduceOptions()
     opts.asyncOp = False

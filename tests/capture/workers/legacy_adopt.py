@@ -16,7 +16,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from commtrace.capture.hook import Installer
 from commtrace.capture.recorder import Recorder
-from commtrace.capture.wrapper import TracedProcessGroup
+from commtrace.capture.native_wrapper import traced_types
 
 
 def main():
@@ -30,7 +30,7 @@ def main():
     traced = Installer(rec)._adopt_registered(inner)
     w = c10d._world
     res = {
-        "wrapped": isinstance(traced, TracedProcessGroup) and traced.inner is inner,
+        "wrapped": isinstance(traced, traced_types()) and traced.inner is inner,
         "again_same": Installer(rec)._adopt_registered(traced) is traced,
         "in_pg_map": traced in w.pg_map and inner not in w.pg_map,
         "name": w.pg_names.get(traced) == name,
