@@ -3,7 +3,7 @@
 Two gloo ranks (torch.multiprocessing.spawn). Per model, each rank builds
 identical DDP replicas over the same real process group: one with
 ``process_group=<default group>`` (plain), one with
-``process_group=TracedProcessGroup(<same group>)`` (traced; real Recorder and
+``process_group=<the wrapper commtrace run installs over the same group>`` (traced; real Recorder and
 flush thread, no phase hooks), and -- with mode ``profiler`` -- the plain one
 run inside ``torch.profiler.profile(record_shapes=True)``. Blocks of steps
 alternate between the modes (rotating which goes first); a block's figure is

@@ -112,6 +112,16 @@ def test_groups_use_the_intended_wrapper(all_ops):
     assert h.group_wrappers(all_ops.run_dir) == {all_ops.wrapper}
 
 
+def test_end_time_of_small_async_ops(all_ops):
+    # The native wrapper stamps every async op's end from a future callback (no GIL);
+    # the Python wrapper polls ops under 64 KiB and flags their end as observed.
+    df = all_ops.frame
+    d = df[df["async"] & df["variant"].isin(["allreduce", "broadcast"]) & (df["status"] == "completed")]
+    assert len(d) >= 3 * all_ops.world
+    assert (d["t_end_ns"] >= d["t_start_ns"]).all()
+    assert set(d["end_observed"]) == ({False} if all_ops.wrapper == "native" else {True})
+
+
 def test_out_bytes_of_uneven_all_to_all_and_gathers(all_ops):
     df, W = all_ops.frame, all_ops.world
     name = all_ops.rank_json(0)["world_name"]

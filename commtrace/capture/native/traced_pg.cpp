@@ -467,8 +467,20 @@ enum Method : int {
 
 class TracedPG : public c10d::ProcessGroup {
  public:
-  TracedPG(const c10::intrusive_ptr<c10d::ProcessGroup>& inner, std::shared_ptr<Log> log, int gid)
-      : c10d::ProcessGroup(inner->getRank(), inner->getSize()), inner_(inner), log_(std::move(log)), gid_(gid) {}
+  // inner_obj: the real group's Python object. Kept alive with the wrapper: a
+  // backend written in Python (the mpi4py backend, a user's) is a pybind
+  // trampoline whose overrides live in that object; once torch's registries hold
+  // only the wrapper, nothing else would keep it, and its ops would fall through
+  // to ProcessGroup's defaults ("No backend type associated with device type").
+  TracedPG(py::object inner_obj, std::shared_ptr<Log> log, int gid)
+      : TracedPG(inner_obj.cast<c10::intrusive_ptr<c10d::ProcessGroup>>(), inner_obj, std::move(log), gid) {}
+
+  ~TracedPG() override {
+    if (inner_py_ != nullptr && python_usable()) {  // at interpreter exit: leaked on purpose
+      py::gil_scoped_acquire gil;
+      Py_DECREF(inner_py_);
+    }
+  }
 
   const c10::intrusive_ptr<c10d::ProcessGroup>& inner() const { return inner_; }
   int gid() const { return gid_; }
@@ -691,7 +703,13 @@ class TracedPG : public c10d::ProcessGroup {
   void setGroupDesc(const std::string& desc) override { inner_->setGroupDesc(desc); }
 
  private:
+  TracedPG(const c10::intrusive_ptr<c10d::ProcessGroup>& inner, py::object inner_obj, std::shared_ptr<Log> log,
+           int gid)
+      : c10d::ProcessGroup(inner->getRank(), inner->getSize()), inner_(inner),
+        inner_py_(inner_obj.release().ptr()), log_(std::move(log)), gid_(gid) {}
+
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
+  PyObject* inner_py_;  // strong reference, dropped with the GIL in the destructor
   std::shared_ptr<Log> log_;
   int gid_;
   int64_t seq_ = 0;                                        // under the GIL
@@ -737,7 +755,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("unfinished", &ct::Log::unfinished)
       .def("after_fork_in_child", &ct::Log::after_fork_in_child);
   py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr())
-      .def(py::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, std::shared_ptr<ct::Log>, int>())
+      .def(py::init<py::object, std::shared_ptr<ct::Log>, int>())
       .def_property_readonly("inner", &ct::TracedPG::inner)
       .def_property_readonly("gid", &ct::TracedPG::gid)
       // torch binds these Python names to differently named virtuals (2.13:

@@ -1,0 +1,83 @@
+"""The native wrapper's log in-process: a forked child starts with none of the
+parent's rows, and the flush thread's drain keeps ops in call order.
+
+The inner group is a real one-rank backend written in Python (completed Works),
+so no gloo threads cross the fork.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import helpers as h  # noqa: E402
+from commtrace.capture import native_wrapper  # noqa: E402
+from commtrace.capture.recorder import Recorder  # noqa: E402
+from commtrace.trace.reader import load_run  # noqa: E402
+
+
+class _DoneBackend(dist.ProcessGroup):
+    def __init__(self):
+        super().__init__(0, 1)
+
+    def getBackendName(self):
+        return "done"
+
+    def allreduce(self, tensors, opts=None):
+        fut = torch.futures.Future()
+        fut.set_result(tensors)
+        return torch._C._distributed_c10d._create_work_from_future(fut)
+
+
+def _traced(run_dir):
+    h.ensure_native_wrapper()
+    rec = Recorder(str(run_dir), "run", "none", ["test"])
+    rec.add_world({"world_id": "w", "rank": 0, "world_size": 1, "backend": "done"})
+    gid = rec.add_group({"name": "0", "world_id": "w", "size": 1, "ranks": [0], "rank": 0, "backend": "done"})
+    traced = native_wrapper.make_traced(_DoneBackend(), rec, gid, [0])
+    assert type(traced).__name__ == "TracedPG"
+    return rec, traced
+
+
+def _allreduce(pg, n, async_op=False):
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = async_op
+    for _ in range(n):
+        pg.allreduce([torch.ones(2)], opts).wait()
+
+
+def test_forked_child_drops_the_parents_rows(tmp_path):
+    rec, traced = _traced(tmp_path)
+    _allreduce(traced, 3)            # buffered in the native log, not yet flushed
+    pid = os.fork()
+    if pid == 0:                     # child: its own file, one op of its own
+        code = 1
+        try:
+            _allreduce(traced, 1)
+            rec.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    rec.close()
+    frame = load_run(str(tmp_path)).frame
+    per_pid = frame.groupby("pid")["seq"].apply(list).to_dict()
+    assert per_pid == {os.getpid(): [1, 2, 3], pid: [4]}   # the child's seq goes on from the parent's
+
+
+def test_drain_keeps_call_order_across_blocking_and_async(tmp_path):
+    rec, traced = _traced(tmp_path)
+    _allreduce(traced, 2)
+    _allreduce(traced, 2, async_op=True)
+    _allreduce(traced, 1)
+    rec.close()
+    df = load_run(str(tmp_path)).frame.sort_values("t_start_ns")
+    assert df["seq"].tolist() == [1, 2, 3, 4, 5]
+    assert df["async"].tolist() == [False, False, True, True, False]
+    assert set(df["status"]) == {"completed"} and not df["end_observed"].any()
+    assert (df["t_end_ns"] >= df["t_start_ns"]).all()
+    assert set(df["callsite"].str.split(":").str[0]) == {os.path.join("tests", "unit", "test_native_wrapper.py")}
