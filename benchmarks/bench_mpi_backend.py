@@ -12,10 +12,23 @@ machine noise hits them alike. Rank 0 prints the table and the ratios.
   raw        comm.Allreduce(MPI.IN_PLACE, ndarray, MPI.SUM)
   raw t mem  the same on the tensor's own memory (t.numpy())
   pg         pg.allreduce([t], opts) with opts.asyncOp=False, then .wait()
-             (exactly what dist.all_reduce hands the backend)
+             (exactly what dist.all_reduce hands the backend), on the group
+             init_process_group/new_group return: the C++ fast path
+             (NativeMPIProcessGroup) when its extension is built, else Python
+  pg alt     pg, alternating between two tensors: both paths reuse the
+             finished Work of a repeated call on the same small tensor, this
+             shows the cost without that reuse (per call; at 4 MB it also
+             doubles the memory touched, so there it is not about the Work)
+  pg py      the same as pg on the Python MPIProcessGroup (pg.inner when pg
+             is native)
   dist       dist.all_reduce(t, group=pg): adds torch's Python front end
+  dist py    the same on a second group created with COMMTRACE_NATIVE=0
   dist async dist.all_reduce(t, group=pg, async_op=True).wait()
-  DDP step   forward+backward+SGD step, DDP(bucket_cap_mb=1), mpi vs gloo
+  DDP step   forward+backward+SGD step, DDP(bucket_cap_mb=1), mpi (pg, and
+             the Python path: dist py's group) vs gloo
+
+The first line says which path ``pg`` took (commtrace.mpi.fastpath_status()).
+Build the fast path first with ``commtrace build-native``.
 """
 from __future__ import annotations
 
@@ -42,12 +55,15 @@ def timed(fn, n):
     return (time.perf_counter() - t0) / n
 
 
-def interleaved(variants, n, reps, barrier):
+def interleaved(variants, n, reps, barrier, calls_per_fn=None):
+    """Median per-call time of each variant; ``calls_per_fn[k]``: how many
+    calls one invocation of variant k makes (default 1)."""
+    calls_per_fn = calls_per_fn or {}
     res = {k: [] for k in variants}
     for _ in range(reps):
         for k, fn in variants.items():
             barrier()
-            res[k].append(timed(fn, n))
+            res[k].append(timed(fn, n) / calls_per_fn.get(k, 1))
     return {k: statistics.median(v) for k, v in res.items()}
 
 
@@ -67,12 +83,21 @@ def main():
     commtrace.mpi.install()
     dist.init_process_group("gloo", rank=rank, world_size=size)
     pg = dist.new_group(backend="mpi")
+    path = commtrace.mpi.fastpath_status()
+    pg_py = getattr(pg, "inner", pg)          # the Python group (itself when not native)
+    os.environ["COMMTRACE_NATIVE"], saved = "0", os.environ.get("COMMTRACE_NATIVE")
+    dist_py = dist.new_group(backend="mpi")   # a group c10d knows, on the Python path
+    if saved is None:
+        del os.environ["COMMTRACE_NATIVE"]
+    else:
+        os.environ["COMMTRACE_NATIVE"] = saved
     raw_comm = comm.Dup()
     barrier = raw_comm.Barrier
 
     rows = []
     for label, numel, n in (("1 element", 1, 20000), ("4 MB", 1 << 20, 40)):
         t = torch.ones(numel)
+        t2 = torch.ones(numel)
         a = t.numpy().copy()
         tn = t.numpy()
         sync = dist.AllreduceOptions()
@@ -82,13 +107,16 @@ def main():
             "raw pg comm": lambda: pg.comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
             "raw t mem": lambda: raw_comm.Allreduce(MPI.IN_PLACE, tn, MPI.SUM),
             "pg": lambda: pg.allreduce([t], sync).wait(),
+            "pg alt": lambda: (pg.allreduce([t], sync).wait(), pg.allreduce([t2], sync).wait()),
+            "pg py": lambda: pg_py.allreduce([t], sync).wait(),
             "dist": lambda: dist.all_reduce(t, group=pg),
+            "dist py": lambda: dist.all_reduce(t, group=dist_py),
             "dist async": lambda: dist.all_reduce(t, group=pg, async_op=True).wait(),
         }
         for fn in variants.values():     # warm up (first calls build caches/schedules)
             for _ in range(min(n, 200)):
                 fn()
-        med = interleaved(variants, n, args.reps, barrier)
+        med = interleaved(variants, n, args.reps, barrier, {"pg alt": 2})
         rows.append((label, med))
         if rank == 0 and os.environ.get("BENCH_DEBUG"):
             print(label, {k: round(v * 1e6, 2) for k, v in med.items()}, flush=True)
@@ -116,27 +144,29 @@ def main():
 
     ddp = {}
     for _ in range(2):                    # alternate to share machine noise
-        for name, group in (("gloo", dist.group.WORLD), ("mpi", pg)):
+        for name, group in (("gloo", dist.group.WORLD), ("mpi", pg), ("mpi py", dist_py)):
             ddp.setdefault(name, []).append(ddp_step_time(group))
     ddp = {k: min(v) for k, v in ddp.items()}
 
     if rank == 0:
         print(f"ranks={size} threads={torch.get_num_threads()} "
-              f"MPI thread level={MPI.Query_thread()} (3 = MULTIPLE)")
-        print(f"{'all_reduce':12s} {'raw mpi4py':>11s} {'pg':>10s} {'dist':>10s} {'dist async':>11s}"
-              f"   pg/raw  dist/raw  async/raw")
+              f"MPI thread level={MPI.Query_thread()} (3 = MULTIPLE); pg path: {path}")
+        cols = ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async")
+        print(f"{'all_reduce':12s}" + "".join(f"{c:>12s}" for c in cols) + "   "
+              + "".join(f"{c + '/raw':>15s}" for c in cols[1:]))
         for label, m in rows:
-            print(f"{label:12s} {m['raw'] * 1e6:9.2f}us {m['pg'] * 1e6:8.2f}us {m['dist'] * 1e6:8.2f}us"
-                  f" {m['dist async'] * 1e6:9.2f}us   {m['pg'] / m['raw']:6.2f}  {m['dist'] / m['raw']:8.2f}"
-                  f"  {m['dist async'] / m['raw']:9.2f}")
+            print(f"{label:12s}" + "".join(f"{m[c] * 1e6:10.2f}us" for c in cols) + "   "
+                  + "".join(f"{m[c] / m['raw']:15.2f}" for c in cols[1:]))
         h = args.hidden
         print(f"DDP step (Linear 10-{h}-{h}-5, bucket_cap_mb=1): gloo {ddp['gloo'] * 1e3:.2f} ms, "
-              f"mpi {ddp['mpi'] * 1e3:.2f} ms, mpi/gloo {ddp['mpi'] / ddp['gloo']:.2f}")
+              f"mpi {ddp['mpi'] * 1e3:.2f} ms, mpi/gloo {ddp['mpi'] / ddp['gloo']:.2f}; "
+              f"Python path {ddp['mpi py'] * 1e3:.2f} ms, {ddp['mpi py'] / ddp['gloo']:.2f}")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"ranks": size, "thread_level": MPI.Query_thread(),
+                json.dump({"ranks": size, "thread_level": MPI.Query_thread(), "pg_path": path,
                            "all_reduce_us": {label: {k: v * 1e6 for k, v in m.items()} for label, m in rows},
                            "ddp_ms": {k: v * 1e3 for k, v in ddp.items()}, "hidden": h}, f, indent=1)
+    dist.destroy_process_group(dist_py)
     dist.destroy_process_group(pg)
     dist.destroy_process_group()
 

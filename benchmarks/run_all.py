@@ -343,6 +343,7 @@ def goals(res) -> tuple[str, list]:
         r1, r4 = one["pg"] / one["raw"], big["pg"] / big["raw"]
         add("issue 3: 1-elem all_reduce ≤ 2x raw mpi4py (backend call + wait)",
             f"{r1:.2f}x ({one['pg']:.2f} vs {one['raw']:.2f} µs)", r1 <= GOALS["mpi_small_ratio"],
+            f"path: {mb.get('pg_path', 'python')}; Python path {_f(one.get('pg py') and one['pg py'] / one['raw'])}x; "
             f"dist.all_reduce (adds torch's front end): {one['dist'] / one['raw']:.2f}x")
         add("issue 3: 4 MB all_reduce within 10% of raw mpi4py", f"{r4:.2f}x", r4 <= GOALS["mpi_large_ratio"])
         dr = mb["ddp_ms"]["mpi"] / mb["ddp_ms"]["gloo"]
@@ -357,15 +358,20 @@ def section_mpi_backend(mb) -> str:
         return f"## 6. mpi backend vs raw mpi4py and gloo\n\nnot available ({mb.get('reason')})\n"
     rows = []
     for label, m in mb["all_reduce_us"].items():
-        rows.append([label] + [f"{m[k]:.2f}" for k in ("raw", "pg", "dist", "dist async")]
-                    + [f"**{m['pg'] / m['raw']:.2f}**", f"{m['dist'] / m['raw']:.2f}"])
+        py = m.get("pg py")   # absent in runs from before the C++ fast path
+        rows.append([label] + [f"{m[k]:.2f}" for k in ("raw", "pg")] + [_f(py)]
+                    + [f"{m[k]:.2f}" for k in ("dist", "dist async")]
+                    + [f"**{m['pg'] / m['raw']:.2f}**", _f(py and py / m["raw"]), f"{m['dist'] / m['raw']:.2f}"])
     h = mb["hidden"]
     return ("## 6. mpi backend vs raw mpi4py and gloo (bench_mpi_backend.py, `mpirun -n 2`, untraced)\n\n"
             "Interleaved repetitions, median of per-batch means. raw = `comm.Allreduce(IN_PLACE, ndarray, SUM)`; "
-            "pg = `pg.allreduce([t], opts)` + `.wait()` (exactly what `dist.all_reduce` hands the backend); "
+            "pg = `pg.allreduce([t], opts)` + `.wait()` (exactly what `dist.all_reduce` hands the backend) on "
+            f"the group `new_group(backend=\"mpi\")` returns (path: {mb.get('pg_path', 'python')}); "
+            "pg py = the same on the Python `MPIProcessGroup` (the C++ fast path's inner group); "
             "dist = `dist.all_reduce(t)` (adds torch's Python front end, the same for every backend); "
             f"MPI thread level {mb['thread_level']} (3 = MULTIPLE).\n\n"
-            + table(["all_reduce", "raw µs", "pg µs", "dist µs", "dist async µs", "pg / raw", "dist / raw"], rows)
+            + table(["all_reduce", "raw µs", "pg µs", "pg py µs", "dist µs", "dist async µs", "pg / raw",
+                     "pg py / raw", "dist / raw"], rows)
             + f"\nDDP step, Linear(10→{h}→{h}→5), bucket_cap_mb=1: gloo {mb['ddp_ms']['gloo']:.2f} ms, "
             f"mpi {mb['ddp_ms']['mpi']:.2f} ms, mpi / gloo **{mb['ddp_ms']['mpi'] / mb['ddp_ms']['gloo']:.2f}**\n")
 

@@ -67,21 +67,42 @@ def is_initialized() -> bool:
     return bool(mod is not None and mod.Is_initialized() and not mod.Is_finalized())
 
 
+def _import_mpi(initialize: bool):
+    """Import mpi4py.MPI with commtrace's settings (only the first import applies them)."""
+    import mpi4py
+
+    if "mpi4py.MPI" not in sys.modules:
+        # Must be set before the import below: that import calls MPI_Init_thread
+        # (unless ``initialize`` is False: then world() initializes later).
+        mpi4py.rc.thread_level = THREAD_LEVEL
+        # MPI errors must become Python exceptions, never aborts or hangs.
+        mpi4py.rc.errors = "exception"
+        mpi4py.rc.initialize = initialize
+        # Finalize at exit whoever initializes (its default follows ``initialize``,
+        # and a rank that exits without MPI_Finalize makes mpirun fail the job).
+        mpi4py.rc.finalize = True
+        for k, v in _OMPI_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+    from mpi4py import MPI
+
+    return MPI
+
+
+def library_version() -> str:
+    """MPI_Get_library_version of the MPI library mpi4py uses.
+
+    Does not initialize MPI (the call is allowed before MPI_Init), so a build
+    step can ask outside an MPI job; a later world() initializes as usual.
+    """
+    return _import_mpi(initialize=False).Get_library_version().rstrip("\x00").strip()
+
+
 def world():
     """Initialize MPI (once, at THREAD_LEVEL) and return mpi4py's COMM_WORLD."""
     global _world
     if _world is not None:
         return _world
-    import mpi4py
-
-    if "mpi4py.MPI" not in sys.modules:
-        # Must be set before the import below: that import calls MPI_Init_thread.
-        mpi4py.rc.thread_level = THREAD_LEVEL
-        # MPI errors must become Python exceptions, never aborts or hangs.
-        mpi4py.rc.errors = "exception"
-        for k, v in _OMPI_DEFAULTS.items():
-            os.environ.setdefault(k, v)
-    from mpi4py import MPI
+    MPI = _import_mpi(initialize=True)
 
     if not MPI.Is_initialized():
         # Someone imported mpi4py with rc.initialize=False: initialize now.

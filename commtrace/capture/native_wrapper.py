@@ -13,6 +13,7 @@ timing is the part verified on GPUs. Without a built extension (no compiler,
 from __future__ import annotations
 
 import threading
+import types
 
 import torch.distributed as dist
 
@@ -48,17 +49,40 @@ def _log(rec: Recorder, mod):
 
 def kind_for(inner: dist.ProcessGroup) -> str:
     """Which wrapper ``make_traced`` gives ``inner``: "native" or "python"."""
-    return "native" if module() is not None and _cpu_only(inner) else "python"
+    if module() is None or not _cpu_only(inner) or _written_in_python(inner):
+        return "python"
+    return "native"
+
+
+def _written_in_python(inner) -> bool:
+    """A ProcessGroup subclass defined in Python (the mpi4py backend without its
+    C++ fast path, a user's backend). C++ reaches its methods only through
+    torch's trampoline, which bridges some ops and not others (reduce, gather,
+    scatter, recv_anysource fall through to the dispatcher and fail), so only
+    the Python wrapper, which calls its Python methods by name, can forward
+    every op."""
+    for cls in type(inner).__mro__:
+        if cls is dist.ProcessGroup:
+            return False
+        if any(isinstance(v, types.FunctionType) for v in vars(cls).values()):
+            return True
+    return False
 
 
 def make_traced(inner: dist.ProcessGroup, rec: Recorder, gid: int, ranks: list[int]):
     """A traced wrapper of ``inner`` recording as group ``gid`` (see ``kind_for``)."""
     if kind_for(inner) == "native":
-        mod = module()
-        traced = mod.TracedPG(inner, _log(rec, mod), gid)
-        mirror_backends(traced, inner, names=False)
-        return traced
+        return make_native(inner, rec, gid)
     return TracedProcessGroup(inner, rec, gid, ranks)
+
+
+def make_native(inner: dist.ProcessGroup, rec: Recorder, gid: int):
+    """The native wrapper of ``inner`` (the extension must be loaded; see ``kind_for``
+    for the groups it suits)."""
+    mod = module()
+    traced = mod.TracedPG(inner, _log(rec, mod), gid)
+    mirror_backends(traced, inner, names=False)
+    return traced
 
 
 def _cpu_only(inner) -> bool:

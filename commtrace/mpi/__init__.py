@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-__all__ = ["install", "is_installed", "native_mpi"]
+__all__ = ["install", "is_installed", "native_mpi", "native_extension", "fastpath_status"]
 
 
 def native_mpi() -> bool:
@@ -60,3 +60,19 @@ def is_installed() -> bool:
     from .backend import ProcessGroupMPIFactory
 
     return getattr(c10d, "ProcessGroupMPI", None) is ProcessGroupMPIFactory and c10d._MPI_AVAILABLE
+
+
+def native_extension():
+    """The C++ fast path's ``commtrace.native.Extension`` (``commtrace build-native``
+    builds it), or None when it cannot be built for the MPI that mpi4py uses."""
+    from .fastpath import extension
+
+    return extension()
+
+
+def fastpath_status() -> str:
+    """"native" if the last mpi group created uses the C++ fast path, else
+    "python: <reason>" (see commtrace/mpi/fastpath.py)."""
+    from .fastpath import status
+
+    return status()

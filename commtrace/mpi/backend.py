@@ -15,6 +15,11 @@ Execution model (docs/mpi-backend.md has the measurements):
     reports completion. ``Work.wait()`` takes the request back and MPI_Waits
     on it itself.
 
+When the C++ fast path is built (commtrace/mpi/fastpath.py), c10d gets a
+NativeMPIProcessGroup wrapping this group instead: it does blocking
+all_reduce/broadcast of plain CPU tensors itself, in C++, on this group's
+communicator, and hands every other call to this group unchanged.
+
 Both call forms torch uses are accepted: a list of tensors plus an Options
 object (what torch.distributed's Python functions and the tracer's forwarding
 wrapper pass) and the older positional forms (tensor, op) / (tensors, root).
@@ -905,12 +910,16 @@ class ProcessGroupMPIFactory:
         world = mpienv.world()
         _mpi()
         if not ranks:
-            return MPIProcessGroup(world.Dup())
-        ranks = list(ranks)
-        if world.Get_rank() not in ranks:
-            return None
-        comm = world.Create_group(world.Get_group().Incl(ranks), _CREATE_TAG)
-        return MPIProcessGroup(comm)
+            comm = world.Dup()
+        else:
+            ranks = list(ranks)
+            if world.Get_rank() not in ranks:
+                return None
+            comm = world.Create_group(world.Get_group().Incl(ranks), _CREATE_TAG)
+        # The C++ fast path wraps the group when its extension is built and usable.
+        from .fastpath import wrap
+
+        return wrap(MPIProcessGroup(comm))
 
 
 # C++ (DDP's reducer, functional collectives) calls these back inside torch.compile'd code.

@@ -21,6 +21,11 @@ def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> subprocess.
              OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     # Never trace from these tests unless a test asks for it.
     e.pop("COMMTRACE_DIR", None)
+    # The Python MPIProcessGroup unless a test asks for the C++ fast path
+    # (test_native_mpi.py): the other workers test the Python group itself
+    # (worker_ops.py checks its class), and must not depend on whether the
+    # extension happens to be built.
+    e["COMMTRACE_NATIVE"] = "0"
     if env:
         e.update(env)
     argv = [str(a) for a in script] if isinstance(script, (list, tuple)) else [str(script)]
