@@ -1,14 +1,14 @@
-"""The native (C++) wrapper for CPU-only groups, and the choice between it and
-``wrapper.TracedProcessGroup``.
+"""The native (C++) wrapper, and the choice between it and ``wrapper.TracedProcessGroup``.
 
 The C++ class (``native/traced_pg.cpp``) records ops with the same semantics
-as the Python wrapper, into a per-Recorder log that the flush thread drains.
-What stays in Python is what happens once per distinct call: describing it as
-a sig (``describe``) and deciding whether a code object is internal.
+as the Python wrapper (CUDA end times from events included), into a
+per-Recorder log that the flush thread drains. What stays in Python is what
+happens once per distinct call: describing it as a sig (``describe``) and
+deciding whether a code object is internal.
 
-Groups that can see CUDA tensors keep the Python wrapper: its CUDA end-event
-timing is the part verified on GPUs. Without a built extension (no compiler,
-``COMMTRACE_NATIVE=0``) every group uses the Python wrapper.
+Every group implemented in C++ (gloo, NCCL, the mpi backend's fast path) gets
+it; backends written in Python, and every group where the extension is not
+built (no compiler, ``COMMTRACE_NATIVE=0``), get the Python wrapper.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .wrapper import TracedProcessGroup, _is_internal, _lookup, mirror_backends
 
 EXTENSION = native.Extension("commtrace_traced_pg", ("capture/native/traced_pg.cpp",))
 _lock = threading.Lock()
+_cpu_only_groups: dict = {}  # (id(recorder), gid) -> no device but the CPU can reach the group
 
 
 def module():
@@ -40,18 +41,29 @@ def _log(rec: Recorder, mod):
     with _lock:
         if rec.native_log is None:
             def describe(gid, method, args, ident, frame):
+                """(sig id, CPU op, CUDA device index or -1) of a call the C++ side has not seen."""
                 grp = rec.group_lines[gid]
-                return _lookup(rec, grp["ranks"], True, method, ops.SPECS[method], ident, rec.context_key,
-                               args, {}, frame)[0]
+                sig = _lookup(rec, grp["ranks"], _cpu_only_groups[id(rec), gid], method, ops.SPECS[method], ident,
+                              rec.context_key, args, {}, frame)[0]
+                cuda = rec.sig_cuda[sig]
+                return sig, rec.sig_cpu[sig], -1 if cuda is None else int(cuda)
             rec.native_log = mod.Log(describe, _is_internal, rec)
         return rec.native_log
 
 
 def kind_for(inner: dist.ProcessGroup) -> str:
     """Which wrapper ``make_traced`` gives ``inner``: "native" or "python"."""
-    if module() is None or not _cpu_only(inner) or _written_in_python(inner):
+    mod = module()
+    if mod is None or _written_in_python(inner):
         return "python"
+    if not mod.TIMES_CUDA_OPS and _may_see_cuda(inner):
+        return "python"  # this torch's C++ API cannot time CUDA ops exactly; the Python wrapper can
     return "native"
+
+
+def _may_see_cuda(inner) -> bool:
+    import torch
+    return torch.cuda.is_available() and any(dev.type != "cpu" for dev in inner._device_types)
 
 
 def _written_in_python(inner) -> bool:
@@ -81,12 +93,6 @@ def make_native(inner: dist.ProcessGroup, rec: Recorder, gid: int):
     for the groups it suits)."""
     mod = module()
     traced = mod.TracedPG(inner, _log(rec, mod), gid)
-    mirror_backends(traced, inner, names=False)
+    _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner, names=False)
     return traced
 
-
-def _cpu_only(inner) -> bool:
-    import torch
-    if not torch.cuda.is_available():
-        return True
-    return all(dev.type == "cpu" for dev in inner._device_types)

@@ -465,6 +465,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   }
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+#if COMMTRACE_TORCH_2_13  // their signatures differ in older torch
   c10::intrusive_ptr<ProcessGroup> splitGroup(const std::vector<int>& ranks,
                                               const std::optional<std::chrono::milliseconds>& timeout,
                                               const std::optional<c10::intrusive_ptr<c10d::Backend::Options>>& opts,
@@ -477,6 +478,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                                                     const MergeOptions& opts, const int& size) override {
     return inner_->mergeRemoteGroup(store, opts, size);
   }
+#endif
 
  private:
   // The communicator for a fast-path call, or MPI_COMM_NULL: none while

@@ -46,6 +46,14 @@ def nccl_runs(tmp_path_factory):
     return json.loads(traced_out.read_text()), json.loads(plain_out.read_text()), h.load(run_dir)
 
 
+def test_nccl_group_traced_by_the_intended_wrapper(nccl_runs):
+    # Native when built and this torch's C++ API can time CUDA ops (see native_wrapper.kind_for).
+    from commtrace.capture import native_wrapper
+    mod = native_wrapper.module()
+    want = "native" if mod is not None and mod.TIMES_CUDA_OPS else "python"
+    assert h.group_wrappers(nccl_runs[2].attrs["run_dir"]) == {want}
+
+
 def test_nccl_ops_recorded_without_host_sync(nccl_runs):
     traced, plain, df = nccl_runs
     # The worker itself checks no sync happened (it would have raised); results are right.

@@ -19,6 +19,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/version.h>
 #include <pybind11/chrono.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <pthread.h>
 #include <time.h>
@@ -93,12 +95,148 @@ struct Op {
 };
 using OpPtr = std::shared_ptr<Op>;
 
+using EventPtr = std::shared_ptr<c10::Event>;
+
 struct Pending {
   OpPtr op;
   WorkPtr work;
-  FuturePtr fut;  // null: the work has none (polled, or handed to the waiter)
+  FuturePtr fut;  // CPU work's future (its callback stamps the end); null: polled or handed to the waiter
   bool p2p;
   bool handed = false;
+  bool device = false;  // a device (CUDA) op: never waited for, never called back
+  EventPtr event;       // its end event, when it has one (DeviceEndTimer)
+  int device_index = -1;
+};
+
+// End times of CUDA collectives from CUDA events, read lazily (the C++ twin of
+// cuda_end.py, through c10's device-generic API, so this file needs no CUDA
+// headers). NCCL completes a Work's future when the op is enqueued: right after
+// the op, a private stream is made to wait on it (wait() on the completed
+// future only adds a stream wait) and a timing event is recorded there; it
+// completes when the op does. The flush thread queries it (never a host sync)
+// and converts it to host time through an anchor event of known host time,
+// re-recorded every few seconds. Ops whose future is not complete at return
+// (gloo on CUDA), ops during graph capture or on another device than the
+// current one get no event: they are polled.
+// torch < 2.13 cannot say whether a stream is capturing a CUDA graph through
+// the device-generic API: there, no event is ever recorded (TIMES_CUDA_OPS is
+// false and native_wrapper gives groups that can see CUDA the Python wrapper).
+// COMMTRACE_TEST_NO_CAPTURE_CHECK (set through CXX, never by default) lets the
+// GPU tests exercise the event path on such a torch, in programs that capture
+// no graphs.
+template <class Guard>
+static bool capturing(const Guard& impl, const c10::Stream& s) {
+#ifdef COMMTRACE_TEST_NO_CAPTURE_CHECK
+  return false;
+#else
+  if constexpr (requires { impl.isStreamCapturing(s); }) {
+    return impl.isStreamCapturing(s);
+  } else {
+    return true;
+  }
+#endif
+}
+#ifdef COMMTRACE_TEST_NO_CAPTURE_CHECK
+constexpr bool TIMES_CUDA_OPS = true;
+#else
+constexpr bool TIMES_CUDA_OPS = requires(const c10::impl::VirtualGuardImpl& g, const c10::Stream& s) {
+  g.isStreamCapturing(s);
+};
+#endif
+
+class DeviceEndTimer {
+ public:
+  static constexpr int64_t ANCHOR_EVERY_NS = 5000000000;
+
+  EventPtr end_event(const WorkPtr& work, int index) {
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    if (impl.getDevice().index() != index) return nullptr;  // switching its stream would switch the device
+    c10::Device dev(c10::DeviceType::CUDA, c10::DeviceIndex(index));
+    c10::Stream cur = impl.getStream(dev);
+    if (capturing(impl, cur)) return nullptr;
+    FuturePtr fut = work->getFuture();
+    if (!fut || !fut->completed()) return nullptr;
+    Dev& d = device(index, impl);
+    impl.exchangeStream(d.stream);
+    try {
+      fut->wait();  // only the private stream waits on the op's events
+    } catch (...) {
+      impl.exchangeStream(cur);
+      throw;
+    }
+    impl.exchangeStream(cur);
+    EventPtr ev = take(d);
+    ev->record(d.stream);
+    return ev;
+  }
+
+  // Host monotonic ns at which ev completed; 0 while it (or the first anchor) has not.
+  int64_t end_ns(const EventPtr& ev, int index) {
+    if (!ev->query()) return 0;
+    std::lock_guard<std::mutex> g(mu_);
+    Dev& d = *devices_.at(index);
+    advance_anchor(d);
+    if (!d.anchor) return 0;
+    double ms = d.anchor->elapsedTime(*ev);
+    d.free.push_back(ev);  // reused: creating an event costs microseconds
+    return d.anchor_ns + int64_t(ms * 1e6);
+  }
+
+ private:
+  struct Dev {
+    c10::Stream stream, anchor_stream;  // anchor_stream stays idle: anchors complete at once
+    std::vector<EventPtr> free;
+    EventPtr anchor, next_anchor;
+    int64_t anchor_ns = 0, next_anchor_ns = 0;
+    Dev(c10::Stream s, c10::Stream a) : stream(s), anchor_stream(a) {}
+  };
+
+  Dev& device(int index, const c10::impl::VirtualGuardImpl& impl) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = devices_.find(index);
+    if (it != devices_.end()) return *it->second;
+    c10::Device dev(c10::DeviceType::CUDA, c10::DeviceIndex(index));
+    auto d = std::make_unique<Dev>(impl.getNewStream(dev), impl.getNewStream(dev));
+    record_anchor(*d);
+    Dev& ref = *d;
+    devices_.emplace(index, std::move(d));
+    return ref;
+  }
+
+  EventPtr take(Dev& d) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (d.free.empty()) return std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    EventPtr ev = std::move(d.free.back());
+    d.free.pop_back();
+    return ev;
+  }
+
+  static void record_anchor(Dev& d) {  // caller holds mu_
+    auto ev = std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    int64_t t0 = now_ns();
+    ev->record(d.anchor_stream);
+    d.next_anchor = ev;
+    d.next_anchor_ns = (t0 + now_ns()) / 2;
+  }
+
+  static void advance_anchor(Dev& d) {  // caller holds mu_
+    if (d.next_anchor && d.next_anchor->query()) {
+      d.anchor = std::move(d.next_anchor);
+      d.anchor_ns = d.next_anchor_ns;
+      d.next_anchor = nullptr;
+    }
+    if (!d.next_anchor && now_ns() - d.anchor_ns > ANCHOR_EVERY_NS) record_anchor(d);
+  }
+
+  std::mutex mu_;
+  std::unordered_map<int, std::unique_ptr<Dev>> devices_;
+};
+
+// What the hot path needs to know of a sig (Recorder.sig_cpu / sig_cuda).
+struct SigInfo {
+  int32_t sig = -1;
+  bool cpu = true;   // CPU tensors: a blocking op is waited for here
+  int32_t cuda = -1; // device index of a CUDA op, -1 otherwise
 };
 
 // Ops whose work has neither a future nor a working isCompleted() (gloo's
@@ -213,23 +351,23 @@ class Log {
 
   // Sig id of a call; interns it through Python the first time its key is seen.
   template <class MakeArgs>
-  int32_t sig_for(std::vector<int64_t>& key, int gid, const char* method, PyObject* frame, MakeArgs&& make_args) {
+  SigInfo sig_for(std::vector<int64_t>& key, int gid, const char* method, PyObject* frame, MakeArgs&& make_args) {
     auto it = sigs_.find(key);
     if (it != sigs_.end()) return it->second;
-    int32_t sig = -1;
+    SigInfo info;
     try {
       py::object args = make_args();
       py::object fr = frame ? py::reinterpret_borrow<py::object>(frame) : py::none();
-      py::object r = py::reinterpret_borrow<py::object>(describe_)(
-          gid, method, args, (uint64_t)pthread_self(), fr);
-      sig = r.cast<int32_t>();
+      auto r = py::reinterpret_borrow<py::object>(describe_)(gid, method, args, (uint64_t)pthread_self(), fr)
+                   .cast<std::tuple<int32_t, bool, int32_t>>();
+      info = SigInfo{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
     } catch (py::error_already_set& e) {
       e.restore();
       PyErr_Print();  // a bug in describing must not break the user's op
-      return -1;
+      return SigInfo{};
     }
-    sigs_.emplace(key, sig);
-    return sig;
+    sigs_.emplace(key, info);
+    return info;
   }
 
   void report_error(const Op& op, const std::string& text) {  // under the GIL
@@ -302,6 +440,31 @@ class Log {
     retire_locked();
   }
 
+  // Async device op returned to the caller: timed by an end event, else polled.
+  void track_device(const OpPtr& op, WorkPtr work, int index) {
+    Pending p{op, std::move(work), nullptr, false};
+    p.device = true;
+    p.device_index = index;
+    if (index >= 0) {
+      try {
+        p.event = device_timer_.end_event(p.work, index);
+      } catch (...) {
+        p.event = nullptr;
+      }
+    }
+    if (!p.event) op->flags |= FLAG_END_OBSERVED;
+    std::lock_guard<std::mutex> g(mu_);
+    for (size_t i = active_.size(); i-- > 0;) {
+      if (active_[i] == op) {
+        active_[i] = std::move(active_.back());
+        active_.pop_back();
+        break;
+      }
+    }
+    pending_.push_back(std::move(p));
+    retire_locked();
+  }
+
   // Flush thread: finished rows plus IN_FLIGHT snapshots of ops older than 1 s
   // (all of them when final), packed as OP_RECORDs.
   py::bytes drain(bool final) {
@@ -315,7 +478,7 @@ class Log {
       std::deque<Pending> still;
       for (auto& p : pending_) {
         Op& op = *p.op;
-        if (op.t_end.load() == 0 && !p.fut) poll(p, now, final);
+        if (op.t_end.load() == 0 && !p.fut) poll(p, now, final);  // (device ops never have fut)
         if (op.t_end.load() != 0) {
           recs.push_back(op.record(op.status));
         } else {
@@ -363,9 +526,11 @@ class Log {
   void after_fork_in_child() {
     new (&mu_) std::mutex();
     done_.clear();
+    new std::deque<Pending>(std::move(pending_));  // leaked: their CUDA events belong to the parent
     pending_.clear();
     active_.clear();
     new (&waiter_) Waiter();
+    new (&device_timer_) DeviceEndTimer();
   }
 
  private:
@@ -375,7 +540,7 @@ class Log {
     for (size_t n = 0; n < RETIRE_PER_CALL && !pending_.empty(); ++n) {
       Pending& p = pending_.front();
       if (p.op->t_end.load(std::memory_order_acquire) == 0) {
-        if (p.fut || !p.work->isCompleted()) break;
+        if (p.fut || p.event || !p.work->isCompleted()) break;  // callback / flush thread will stamp it
         p.op->t_end = now_ns();
       }
       done_.push_back(p.op->record(p.op->status));
@@ -384,6 +549,20 @@ class Log {
   }
 
   void poll(Pending& p, int64_t now, bool final) {
+    if (p.event) {
+      int64_t t = 0;
+      try {
+        t = device_timer_.end_ns(p.event, p.device_index);
+      } catch (...) {
+      }
+      if (t != 0) {
+        p.op->t_end = std::max(t, p.op->t_call);  // the anchor's error must not put the end first
+        return;
+      }
+      if (!final) return;
+      p.event = nullptr;  // exiting: fall back to polling
+      p.op->flags |= FLAG_END_OBSERVED;
+    }
     bool completed = false;
     try {
       completed = p.work->isCompleted();
@@ -393,7 +572,9 @@ class Log {
       p.op->t_end = now;
       return;
     }
-    if (p.p2p || p.handed) return;  // a second wait() on gloo's p2p work blocks on the next transfer
+    // Never waited for: a second wait() on gloo's p2p work blocks on the next
+    // transfer; a device op's wait() would order streams.
+    if (p.p2p || p.device || p.handed) return;
     p.handed = true;
     if (final) {  // exiting: a short bounded wait instead of the thread
       try {
@@ -421,13 +602,14 @@ class Log {
   PyObject* context_name_;
 
  private:
-  std::unordered_map<std::vector<int64_t>, int32_t, KeyHash> sigs_;  // GIL
+  std::unordered_map<std::vector<int64_t>, SigInfo, KeyHash> sigs_;  // GIL
   std::unordered_map<PyCodeObject*, bool> internal_code_;             // GIL
   std::mutex mu_;
   std::vector<Record> done_;
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;
   Waiter waiter_;
+  DeviceEndTimer device_timer_;
 };
 
 static bool python_usable() {
@@ -497,6 +679,7 @@ class TracedPG : public c10d::ProcessGroup {
     op->t_call = now_ns();
     op->group = gid_;
     Log& log = *log_;
+    SigInfo info;
     {
       py::gil_scoped_acquire gil;
       op->iteration = log.read_int_attr(log.iteration_name_);
@@ -504,7 +687,8 @@ class TracedPG : public c10d::ProcessGroup {
       key.add(int64_t(pthread_self()));
       PyObject* frame = nullptr;
       PyFrameObject* f = log.user_frame(key.v, &frame);
-      op->sig = log.sig_for(key.v, gid_, method, frame, make_args);
+      info = log.sig_for(key.v, gid_, method, frame, make_args);
+      op->sig = info.sig;
       Py_XDECREF(f);
       op->seq = p2p ? ++p2p_seq_[std::make_pair(std::string(op_name), peer)] : ++seq_;
     }
@@ -513,11 +697,14 @@ class TracedPG : public c10d::ProcessGroup {
     WorkPtr work;
     try {
       work = issue();
-      if (!work || blocking) {
+      if (!work || (blocking && info.cpu)) {  // device ops are never waited for here
         if (work) work->wait();
         op->t_return = now_ns();
         op->t_end = op->t_return;
         log.done(op);
+      } else if (!info.cpu) {
+        op->t_return = now_ns();
+        log.track_device(op, work, info.cuda);
       } else {
         op->t_return = now_ns();
         log.track(op, work, p2p);
@@ -746,6 +933,7 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, ct::NoGilHolder<T>, true);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "commtrace's native ProcessGroup wrapper (see capture/native_wrapper.py)";
   py::module::import("torch.distributed");
+  m.attr("TIMES_CUDA_OPS") = ct::TIMES_CUDA_OPS;
   py::class_<ct::Log, std::shared_ptr<ct::Log>>(m, "Log")
       .def(py::init([](py::object describe, py::object is_internal, py::object recorder) {
         // Never freed (see Log): the shared_ptr's deleter does nothing.
