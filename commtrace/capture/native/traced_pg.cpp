@@ -1,20 +1,21 @@
 // commtrace's native ProcessGroup wrapper: the C++ twin of wrapper.py's
-// TracedProcessGroup, used for CPU-only groups when this extension is built.
+// TracedProcessGroup, for every group implemented in C++ (native_wrapper.py
+// decides) when this extension is built.
 //
 // Why: a Python ProcessGroup is reached through pybind's trampoline (GIL,
 // argument casts, Python bytecode on caches gone cold while the rank slept in
-// the backend); that alone cost +15..+40 us per op on a 2-core machine. Here an
-// op costs a key built from its arguments, one GIL round trip to read the
-// caller's frames (the sig names the call site), a hash lookup and a row
-// appended under a mutex.
+// the backend); that alone cost +15..+40 us per op on a 2-core machine, and
+// 2.5-3x more on the CUDA autograd thread. Here an op costs a key built from
+// its arguments, one GIL round trip to read the caller's frame (the sig names
+// the call site), a hash lookup and a row appended under a mutex.
 //
 // Records are packed in schema.OP_RECORD layout and drained by the Python
 // flush thread (Log::drain). Sigs (static op descriptions) stay in Python:
-// the first call with a new key calls Recorder.describe_native once.
+// the first call with a new key calls native_wrapper's describe once.
 // Semantics mirror wrapper.py: seq per group (per (op, peer) for p2p),
-// blocking CPU ops waited for here, async ops timed by a GIL-free callback
-// on their future (polled when they have none), exceptions recorded and
-// re-thrown unchanged.
+// blocking CPU ops waited for here, async CPU ops timed by a GIL-free callback
+// on their future (polled when they have none), CUDA ops by end events
+// (DeviceEndTimer), exceptions recorded and re-thrown unchanged.
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/version.h>
@@ -35,6 +36,32 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+// The interpreter's frame records (CPython 3.11-3.13 internals; the build is
+// per Python version). Elsewhere, frame objects through the public API.
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(COMMTRACE_PUBLIC_FRAMES_ONLY)
+#define CT_INTERPRETER_FRAMES 1
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+static inline _PyInterpreterFrame* current_iframe() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_Get()->current_frame;
+#else
+  return PyThreadState_Get()->cframe->current_frame;
+#endif
+}
+static inline PyCodeObject* iframe_code(_PyInterpreterFrame* f) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* x = f->f_executable;  // not always a code object in 3.13
+  return x != nullptr && PyCode_Check(x) ? reinterpret_cast<PyCodeObject*>(x) : nullptr;
+#else
+  return f->f_code;
+#endif
+}
+#else
+#define CT_INTERPRETER_FRAMES 0
+#endif
 
 namespace py = pybind11;
 using c10d::Work;
@@ -139,9 +166,9 @@ static bool capturing(const Guard& impl, const c10::Stream& s) {
 #ifdef COMMTRACE_TEST_NO_CAPTURE_CHECK
 constexpr bool TIMES_CUDA_OPS = true;
 #else
-constexpr bool TIMES_CUDA_OPS = requires(const c10::impl::VirtualGuardImpl& g, const c10::Stream& s) {
-  g.isStreamCapturing(s);
-};
+template <class Guard>  // a template: outside one, a failing requires-expression is an error, not false
+constexpr bool has_capture_query = requires(const Guard& g, const c10::Stream& s) { g.isStreamCapturing(s); };
+constexpr bool TIMES_CUDA_OPS = has_capture_query<c10::impl::VirtualGuardImpl>;
 #endif
 
 class DeviceEndTimer {
@@ -299,42 +326,64 @@ class Log {
   }
 
   // -- under the GIL ----------------------------------------------------------
-  // Innermost frame of user code (borrowed, valid while the GIL is held), as
-  // wrapper.first_user_frame: frames of torch, commtrace and plumbing skipped.
-  PyFrameObject* user_frame(std::vector<int64_t>& key, PyObject** frame_ref) {
-    PyThreadState* ts = PyThreadState_Get();
-    PyFrameObject* f = PyThreadState_GetFrame(ts);  // new reference or NULL
+  // The call site, as wrapper.first_user_frame: the innermost frame of user
+  // code (frames of torch, commtrace and plumbing skipped). Appends (code
+  // object, instruction offset) of that frame to the key, (0, -1) if none.
+  void user_code(std::vector<int64_t>& key) {
+#if CT_INTERPRETER_FRAMES
+    // Read the interpreter's own frame records: the public API would allocate
+    // a frame object per frame walked (2-3 per op), and those allocations
+    // trigger the cyclic GC every few hundred ops (measured: ~2 us per op).
+    for (_PyInterpreterFrame* f = current_iframe(); f != nullptr; f = f->previous) {
+      PyCodeObject* code = iframe_code(f);
+      if (code == nullptr || _PyFrame_IsIncomplete(f) || is_internal(code)) continue;
+      key.push_back(reinterpret_cast<intptr_t>(code));
+      key.push_back(_PyInterpreterFrame_LASTI(f));
+      return;
+    }
+    key.push_back(0);
+    key.push_back(-1);
+#else
+    PyFrameObject* f = user_frame_object();
+    if (f == nullptr) {
+      key.push_back(0);
+      key.push_back(-1);
+      return;
+    }
+    PyCodeObject* code = PyFrame_GetCode(f);
+    key.push_back(reinterpret_cast<intptr_t>(code));
+    key.push_back(PyFrame_GetLineNumber(f));
+    Py_DECREF(code);
+    Py_DECREF(f);
+#endif
+  }
+
+  // The same frame as a frame object (new reference, or NULL): for describing
+  // a call the first time its key is seen.
+  PyFrameObject* user_frame_object() {
+    PyFrameObject* f = PyThreadState_GetFrame(PyThreadState_Get());  // new reference or NULL
     while (f != nullptr) {
       PyCodeObject* code = PyFrame_GetCode(f);  // new reference
-      bool internal;
-      auto it = internal_code_.find(code);
-      if (it != internal_code_.end()) {
-        internal = it->second;
-        Py_DECREF(code);
-      } else {
-        PyObject* r = PyObject_CallOneArg(is_internal_, reinterpret_cast<PyObject*>(code));
-        internal = r == nullptr || PyObject_IsTrue(r) == 1;
-        if (r == nullptr) PyErr_Clear();
-        Py_XDECREF(r);
-        internal_code_.emplace(code, internal);  // keeps the reference: the pointer stays unique
-      }
-      if (!internal) {
-        key.push_back(reinterpret_cast<intptr_t>(code));
-#if PY_VERSION_HEX >= 0x030B0000
-        key.push_back(PyFrame_GetLasti(f));  // cheap; the line number is computed once, in Python
-#else
-        key.push_back(PyFrame_GetLineNumber(f));
-#endif
-        *frame_ref = reinterpret_cast<PyObject*>(f);
-        return f;
-      }
+      bool internal = is_internal(code);
+      Py_DECREF(code);
+      if (!internal) return f;
       PyFrameObject* back = PyFrame_GetBack(f);
       Py_DECREF(f);
       f = back;
     }
-    key.push_back(0);
-    key.push_back(-1);
     return nullptr;
+  }
+
+  bool is_internal(PyCodeObject* code) {
+    auto it = internal_code_.find(code);
+    if (it != internal_code_.end()) return it->second;
+    PyObject* r = PyObject_CallOneArg(is_internal_, reinterpret_cast<PyObject*>(code));
+    bool internal = r == nullptr || PyObject_IsTrue(r) == 1;
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+    Py_INCREF(code);  // kept: the pointer must stay this code object's
+    internal_code_.emplace(code, internal);
+    return internal;
   }
 
   int64_t read_int_attr(PyObject* name) {
@@ -351,13 +400,14 @@ class Log {
 
   // Sig id of a call; interns it through Python the first time its key is seen.
   template <class MakeArgs>
-  SigInfo sig_for(std::vector<int64_t>& key, int gid, const char* method, PyObject* frame, MakeArgs&& make_args) {
+  SigInfo sig_for(std::vector<int64_t>& key, int gid, const char* method, MakeArgs&& make_args) {
     auto it = sigs_.find(key);
     if (it != sigs_.end()) return it->second;
     SigInfo info;
     try {
       py::object args = make_args();
-      py::object fr = frame ? py::reinterpret_borrow<py::object>(frame) : py::none();
+      PyFrameObject* frame = user_frame_object();
+      py::object fr = frame ? py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(frame)) : py::none();
       auto r = py::reinterpret_borrow<py::object>(describe_)(gid, method, args, (uint64_t)pthread_self(), fr)
                    .cast<std::tuple<int32_t, bool, int32_t>>();
       info = SigInfo{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
@@ -685,11 +735,9 @@ class TracedPG : public c10d::ProcessGroup {
       op->iteration = log.read_int_attr(log.iteration_name_);
       key.add(log.read_int_attr(log.context_name_));
       key.add(int64_t(pthread_self()));
-      PyObject* frame = nullptr;
-      PyFrameObject* f = log.user_frame(key.v, &frame);
-      info = log.sig_for(key.v, gid_, method, frame, make_args);
+      log.user_code(key.v);
+      info = log.sig_for(key.v, gid_, method, make_args);
       op->sig = info.sig;
-      Py_XDECREF(f);
       op->seq = p2p ? ++p2p_seq_[std::make_pair(std::string(op_name), peer)] : ++seq_;
     }
     if (op->sig < 0) return issue();  // could not describe it: forward untraced rather than fail
