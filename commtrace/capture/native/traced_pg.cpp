@@ -436,27 +436,10 @@ class Log {
     active_.push_back(op);
   }
 
-  void leave(const OpPtr& op) {
-    std::lock_guard<std::mutex> g(mu_);
-    for (size_t i = active_.size(); i-- > 0;) {
-      if (active_[i] == op) {
-        active_[i] = std::move(active_.back());
-        active_.pop_back();
-        break;
-      }
-    }
-  }
-
   // Blocking op finished (or failed) inside the wrapper.
   void done(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
-    for (size_t i = active_.size(); i-- > 0;) {
-      if (active_[i] == op) {
-        active_[i] = std::move(active_.back());
-        active_.pop_back();
-        break;
-      }
-    }
+    drop_active_locked(op);
     done_.push_back(op->record(op->status));
     retire_locked();
   }
@@ -479,13 +462,7 @@ class Log {
       op->flags |= FLAG_END_OBSERVED;  // end seen by polling: an upper bound
     }
     std::lock_guard<std::mutex> g(mu_);
-    for (size_t i = active_.size(); i-- > 0;) {
-      if (active_[i] == op) {
-        active_[i] = std::move(active_.back());
-        active_.pop_back();
-        break;
-      }
-    }
+    drop_active_locked(op);
     pending_.push_back(Pending{op, std::move(work), std::move(fut), p2p});
     retire_locked();
   }
@@ -504,13 +481,7 @@ class Log {
     }
     if (!p.event) op->flags |= FLAG_END_OBSERVED;
     std::lock_guard<std::mutex> g(mu_);
-    for (size_t i = active_.size(); i-- > 0;) {
-      if (active_[i] == op) {
-        active_[i] = std::move(active_.back());
-        active_.pop_back();
-        break;
-      }
-    }
+    drop_active_locked(op);
     pending_.push_back(std::move(p));
     retire_locked();
   }
@@ -584,6 +555,16 @@ class Log {
   }
 
  private:
+  void drop_active_locked(const OpPtr& op) {
+    for (size_t i = active_.size(); i-- > 0;) {
+      if (active_[i] == op) {
+        active_[i] = std::move(active_.back());
+        active_.pop_back();
+        break;
+      }
+    }
+  }
+
   // Small async ops finished since: move them out so their tensors are freed
   // promptly (bounded work per call). Caller holds mu_.
   void retire_locked() {
