@@ -101,7 +101,8 @@ struct Op {
   std::atomic<int64_t> t_end{0};
   std::atomic<uint8_t> status{STATUS_COMPLETED};
   int64_t seq = 0, iteration = 0;
-  int32_t sig = 0, group = 0;
+  std::atomic<int32_t> sig{-1};  // -1 until looked up (after issuing, on gloo and NCCL): read by the flush thread
+  int32_t group = 0;
   uint8_t flags = 0;
   bool inflight_written = false;
 
@@ -112,7 +113,7 @@ struct Op {
     int64_t e = t_end.load(std::memory_order_acquire);
     r.d_end = e ? float(e - t_call) : NAN;
     r.seq = uint32_t(seq);
-    r.sig = uint32_t(sig);
+    r.sig = uint32_t(sig.load());
     r.iteration = uint32_t(iteration);
     r.group = uint16_t(group);
     r.status = st;
@@ -415,6 +416,9 @@ class Log {
       e.restore();
       PyErr_Print();  // a bug in describing must not break the user's op
       return SigInfo{};
+    } catch (const std::exception& e) {  // pybind cast errors and the like: the same
+      PySys_WriteStderr("commtrace: cannot describe a %s call: %.200s\n", method, e.what());
+      return SigInfo{};
     }
     sigs_.emplace(key, info);
     return info;
@@ -423,10 +427,13 @@ class Log {
   void report_error(const Op& op, const std::string& text) {  // under the GIL
     try {
       py::reinterpret_borrow<py::object>(recorder_).attr("native_failed")(
-          op.t_call, op.group, op.seq, op.sig, text);
+          op.t_call, op.group, op.seq, op.sig.load(), text);
     } catch (py::error_already_set& e) {
       e.restore();
       PyErr_Clear();
+    } catch (...) {
+      // Recording the error must never replace the backend's exception, which
+      // the caller re-throws right after this.
     }
   }
 
@@ -434,6 +441,12 @@ class Log {
   void enter(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
     active_.push_back(op);
+  }
+
+  // An op that will not be recorded (it could not be described).
+  void forget(const OpPtr& op) {
+    std::lock_guard<std::mutex> g(mu_);
+    drop_active_locked(op);
   }
 
   // Blocking op finished (or failed) inside the wrapper.
@@ -521,7 +534,8 @@ class Log {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> g(mu_);
-      for (auto& op : active_) rows.emplace_back(op->record(STATUS_IN_FLIGHT), "in_backend_call");
+      for (auto& op : active_)
+        if (op->sig >= 0) rows.emplace_back(op->record(STATUS_IN_FLIGHT), "in_backend_call");
       for (auto& p : pending_)
         if (p.op->t_end.load() == 0) rows.emplace_back(p.op->record(STATUS_IN_FLIGHT), "async_pending");
     }
@@ -618,6 +632,7 @@ class Log {
   }
 
   static void snapshot(Op& op, int64_t now, bool final, std::vector<Record>& recs) {
+    if (op.sig < 0) return;  // its thread has not looked its sig up yet (just issued)
     if (op.inflight_written && !final) return;
     if (final || now - op.t_call > IN_FLIGHT_AFTER_NS) {
       recs.push_back(op.record(STATUS_IN_FLIGHT));
@@ -711,7 +726,13 @@ class TracedPG : public c10d::ProcessGroup {
     op->group = gid_;
     Log& log = *log_;
     SigInfo info;
-    {
+    // The call site and sig under the GIL. On gloo and NCCL, whose calls only
+    // enqueue the op, this runs after issuing it, while the backend works: a
+    // blocking caller waits anyway, and the op starts a few microseconds
+    // sooner. Backends that may block inside the call (the mpi fast path, any
+    // other) are described first, so a hang there still names its op. p2p ops
+    // too: their seq counts per peer, under the GIL.
+    auto describe = [&] {
       py::gil_scoped_acquire gil;
       op->iteration = log.read_int_attr(log.iteration_name_);
       key.add(log.read_int_attr(log.context_name_));
@@ -719,13 +740,27 @@ class TracedPG : public c10d::ProcessGroup {
       log.user_code(key.v);
       info = log.sig_for(key.v, gid_, method, make_args);
       op->sig = info.sig;
-      op->seq = p2p ? ++p2p_seq_[std::make_pair(std::string(op_name), peer)] : ++seq_;
+      if (p2p) op->seq = ++p2p_seq_[std::make_pair(std::string(op_name), peer)];
+    };
+    bool later = issue_only_enqueues_ && !p2p;
+    if (later) {
+      op->seq = ++seq_;
+    } else {
+      if (!p2p) op->seq = ++seq_;
+      describe();
+      if (op->sig < 0) return issue();  // could not describe it: forward untraced rather than fail
     }
-    if (op->sig < 0) return issue();  // could not describe it: forward untraced rather than fail
     log.enter(op);
     WorkPtr work;
     try {
       work = issue();
+      if (later) {
+        describe();
+        if (op->sig < 0) {  // could not describe it: the op runs untraced
+          log.forget(op);
+          return work;
+        }
+      }
       if (!work || (blocking && info.cpu)) {  // device ops are never waited for here
         if (work) work->wait();
         op->t_return = now_ns();
@@ -739,27 +774,32 @@ class TracedPG : public c10d::ProcessGroup {
         log.track(op, work, p2p);
       }
     } catch (py::error_already_set& e) {
-      fail(op, [&] { return std::string(e.what()); });
+      fail(op, [&] { return std::string(e.what()); }, describe);
       throw;
     } catch (const c10::DistBackendError& e) {
-      fail(op, [&] { return std::string("DistBackendError: ") + e.what_without_backtrace(); });
+      fail(op, [&] { return std::string("DistBackendError: ") + e.what_without_backtrace(); }, describe);
       throw;
     } catch (const c10::Error& e) {
-      fail(op, [&] { return std::string("RuntimeError: ") + e.what_without_backtrace(); });
+      fail(op, [&] { return std::string("RuntimeError: ") + e.what_without_backtrace(); }, describe);
       throw;
     } catch (const std::exception& e) {
-      fail(op, [&] { return std::string("RuntimeError: ") + e.what(); });
+      fail(op, [&] { return std::string("RuntimeError: ") + e.what(); }, describe);
       throw;
     }
     return work;
   }
 
-  template <class Text>
-  void fail(const OpPtr& op, Text&& text) {
+  template <class Text, class Describe>
+  void fail(const OpPtr& op, Text&& text, Describe&& describe) {
     int64_t t = now_ns();
     if (!op->t_return) op->t_return = t;
     op->t_end = t;
     op->status = STATUS_FAILED;
+    if (op->sig < 0 && python_usable()) describe();  // raised before its deferred lookup
+    if (op->sig < 0) {
+      log_->forget(op);
+      return;
+    }
     log_->done(op);
     if (python_usable()) {
       py::gil_scoped_acquire gil;
@@ -922,13 +962,15 @@ class TracedPG : public c10d::ProcessGroup {
   TracedPG(const c10::intrusive_ptr<c10d::ProcessGroup>& inner, py::object inner_obj, std::shared_ptr<Log> log,
            int gid)
       : c10d::ProcessGroup(inner->getRank(), inner->getSize()), inner_(inner),
-        inner_py_(inner_obj.release().ptr()), log_(std::move(log)), gid_(gid) {}
+        inner_py_(inner_obj.release().ptr()), log_(std::move(log)), gid_(gid),
+        issue_only_enqueues_(inner->getBackendName() == "gloo" || inner->getBackendName() == "nccl") {}
 
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
   PyObject* inner_py_;  // strong reference, dropped with the GIL in the destructor
   std::shared_ptr<Log> log_;
   int gid_;
-  int64_t seq_ = 0;                                        // under the GIL
+  std::atomic<int64_t> seq_{0};
+  bool issue_only_enqueues_;  // gloo, NCCL: the op's sig is looked up after issuing it
   std::map<std::pair<std::string, int64_t>, int64_t> p2p_seq_;  // under the GIL
 };
 
