@@ -1,7 +1,7 @@
 """Hot-path cost of the ProcessGroup wrapper, plain vs traced, side by side in one run.
 
 Two ranks. The same real process group is called directly (plain) and through a
-TracedProcessGroup with a real Recorder and flush thread (traced), alternating
+traced wrapper (the one `commtrace run` installs: native when built) with a real Recorder and flush thread (traced), alternating
 in blocks so machine noise hits both alike.
 
 * ``--backend gloo``: two processes via torch.multiprocessing.spawn.

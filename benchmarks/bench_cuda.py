@@ -2,7 +2,7 @@
 
 Needs a CUDA GPU (one is enough: a one-rank NCCL world); prints "not available"
 otherwise. The same real NCCL group is called directly (plain) and through a
-TracedProcessGroup with a real Recorder and flush thread (traced), alternating
+traced wrapper `commtrace run` installs (native when built) with a real Recorder and flush thread (traced), alternating
 in blocks as in bench_capture.py.
 
 * "issue cost": time for ``allreduce`` to return. NCCL never blocks the host, so

@@ -5,7 +5,7 @@ process group, alternating in blocks (rotating which goes first):
   plain     the group called directly
   profiler  the group called directly inside torch.profiler.profile(
             activities=[CPU], record_shapes=True) (entered/left outside timing)
-  traced    the group called through TracedProcessGroup (real Recorder)
+  traced    the group called through the traced wrapper (native when built; real Recorder)
 Figures: the issue cost (time for all_reduce(1 elem, async_op=True) to return)
 and the blocking 1-element all_reduce latency; median over blocks of the
 paired difference vs plain, with the spread. The DDP step-time overhead and the

@@ -2,7 +2,7 @@
 
 Each measurement runs in a fresh subprocess (a one-rank gloo world) that issues
 N blocking 1-element all_reduce calls, either directly (plain) or through a
-TracedProcessGroup with the real Recorder and its flush thread (traced). The
+traced wrapper (native when built) with the real Recorder and its flush thread (traced). The
 subprocess reports its RSS high-water mark (``resource.getrusage``
 ``ru_maxrss``); the figure is traced - plain (whole-process, so it includes
 everything tracing allocates: rows buffered between flushes, the pending and
