@@ -55,12 +55,13 @@ class Installer:
             ranks = [g for g, _ in sorted(rank_mapping.items(), key=lambda kv: kv[1])]
         else:
             ranks = list(_tls.__dict__.get("ranks") or range(pg.size()))
+        kind = native_wrapper.kind_for(pg)
         gid = self.rec.add_group({
             "world": self.world_index, "world_id": self.world_id, "name": str(group_name),
             "desc": _safe(lambda: pg.group_desc), "backend": str(backend_name),
-            "size": pg.size(), "rank": pg.rank(), "ranks": ranks, "wrapper": native_wrapper.kind_for(pg),
+            "size": pg.size(), "rank": pg.rank(), "ranks": ranks, "wrapper": kind,
         })
-        traced = native_wrapper.make_traced(pg, self.rec, gid, ranks)
+        traced = native_wrapper.make_traced(pg, self.rec, gid, ranks, kind)
         self.traced[id(pg)] = traced
         return traced
 

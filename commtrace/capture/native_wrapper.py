@@ -81,9 +81,10 @@ def _written_in_python(inner) -> bool:
     return False
 
 
-def make_traced(inner: dist.ProcessGroup, rec: Recorder, gid: int, ranks: list[int]):
-    """A traced wrapper of ``inner`` recording as group ``gid`` (see ``kind_for``)."""
-    if kind_for(inner) == "native":
+def make_traced(inner: dist.ProcessGroup, rec: Recorder, gid: int, ranks: list[int], kind: str | None = None):
+    """A traced wrapper of ``inner`` recording as group ``gid``; ``kind``: what
+    ``kind_for(inner)`` said, if the caller already asked."""
+    if (kind or kind_for(inner)) == "native":
         return make_native(inner, rec, gid)
     return TracedProcessGroup(inner, rec, gid, ranks)
 

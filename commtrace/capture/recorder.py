@@ -303,10 +303,10 @@ class Recorder:
             self.meta_queue.append(line)
 
     def fail(self, row: list, exc: BaseException) -> None:
-        self.native_failed(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
+        self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
 
-    def native_failed(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
-        """An op raised (called by the native wrapper too)."""
+    def record_error(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
+        """An op raised (the native wrapper calls this directly)."""
         self.add_meta({"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
                        "text": text})
 

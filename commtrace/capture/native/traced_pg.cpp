@@ -426,7 +426,7 @@ class Log {
 
   void report_error(const Op& op, const std::string& text) {  // under the GIL
     try {
-      py::reinterpret_borrow<py::object>(recorder_).attr("native_failed")(
+      py::reinterpret_borrow<py::object>(recorder_).attr("record_error")(
           op.t_call, op.group, op.seq, op.sig.load(), text);
     } catch (py::error_already_set& e) {
       e.restore();
