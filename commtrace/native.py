@@ -18,6 +18,7 @@ environment, ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -85,9 +86,11 @@ def _torch_flags() -> tuple[list[str], list[str]]:
     return cflags, ldflags
 
 
+@functools.lru_cache(maxsize=None)
 def _paths(ext: Extension) -> tuple[str, str]:
     """(module name, path of its shared object). Cheap: loading must not import
-    torch.utils.cpp_extension (it imports setuptools: ~0.3 s per rank)."""
+    torch.utils.cpp_extension (it imports setuptools: ~0.3 s per rank). Cached:
+    every group a process creates asks, and the sources do not change under it."""
     import torch
     h = hashlib.sha256()
     for s in ext.sources:
