@@ -1,32 +1,104 @@
-"""Clock offsets to rank 0, measured over MPI by ping-pong (lowest round trip kept).
+"""Clock offsets to rank 0 by ping-pong, the lowest round trip kept.
 
-Returns ``offset_ns`` such that ``t_rank0 = t_local + offset_ns`` for
-``time.monotonic_ns`` clocks. Runs on MPI's COMM_WORLD before the user's script
-starts (and again at a clean exit), never on a user process group.
+Rank 0 sends each other rank ``PINGS`` pings, one after another; the peer
+answers each with its clock reading ``t_p``. For a ping sent at ``t1`` and
+answered at ``t2`` (rank 0's clock), ``offset = (t1 + t2) / 2 - t_p`` is off by
+at most half the round trip ``t2 - t1``, so the ping with the lowest round trip
+is kept. Rank 0 then tells the peer its offset, that round trip and ``t_p``:
+the peer records them (``t_rank0 = t_local + offset_ns``).
+
+The protocol runs over a *link* (``send``/``recv`` of a few int64 with a
+deadline, so a rank that never arrives costs the deadline, not a hang): MPI's
+COMM_WORLD (``measure``, before the script starts) or commtrace's own gloo group
+(``clock_group``). Times exchanged are the clock this process's trace files
+state, i.e. including a test-only shift (``trace.simhost``).
 """
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+from ..trace import simhost
 
 PINGS = 8
+_PING = (0,)
 
 
-def measure(comm, pings: int = PINGS, deadline_s: float = 5.0) -> dict:
-    """Ping-pong between rank 0 and every other rank; collective over ``comm``.
+class Link(Protocol):
+    def send(self, peer: int, values: tuple) -> bool: ...
+    def recv(self, peer: int, n: int) -> list[int] | None: ...
 
-    Uses non-blocking calls with a deadline so a rank that never arrives (it
-    crashed) costs ``deadline_s`` instead of a hang.
+
+def pingpong(link: Link, rank: int, size: int, pings: int = PINGS) -> dict | None:
+    """This rank's ``{offset_ns, rtt_ns, t_mono_ns}`` (rank 0: zeros, and
+    ``peers_failed``); None if it failed.
+
+    Collective: every rank of ``size`` calls it. ``t_mono_ns`` is the process's
+    own (unshifted) monotonic time of the kept ping. A peer that fails or
+    times out does not stop rank 0 from measuring the others.
     """
-    rank, size = comm.Get_rank(), comm.Get_size()
+    shift = simhost.shift_ns()
     now = time.monotonic_ns
-    if size == 1:
-        return {"offset_ns": 0, "rtt_ns": 0, "t_mono_ns": now(), "ok": True}
-    buf = bytearray(8)
-    deadline = time.monotonic() + deadline_s
+    if rank == 0:
+        failed = 0
+        for peer in range(1, size):
+            best = _best_ping(link, peer, pings, now, shift)
+            if best is None or not link.send(peer, best):
+                failed += 1
+        return {"offset_ns": 0, "rtt_ns": 0, "t_mono_ns": now(), "peers_failed": failed}
+    for _ in range(pings):
+        if link.recv(0, 1) is None or not link.send(0, (now() + shift,)):
+            return None
+    res = link.recv(0, 3)
+    if res is None:
+        return None
+    offset, rtt, t_peer = res
+    return {"offset_ns": offset, "rtt_ns": rtt, "t_mono_ns": t_peer - shift}
 
-    def wait(req) -> bool:
+
+def _best_ping(link: Link, peer: int, pings: int, now, shift: int) -> tuple | None:
+    """(offset, rtt, peer's time) of the lowest-round-trip ping; None if the peer failed."""
+    best = None
+    for _ in range(pings):
+        t1 = now()
+        if not link.send(peer, _PING):
+            return None
+        reply = link.recv(peer, 1)
+        t2 = now()
+        if reply is None:
+            return None
+        rtt = t2 - t1
+        if best is None or rtt < best[1]:
+            best = ((t1 + t2) // 2 + shift - reply[0], rtt, reply[0])
+    return best
+
+
+# -- over MPI ------------------------------------------------------------------------
+
+class MPILink:
+    """Point-to-point over an mpi4py communicator, polled against a deadline."""
+
+    TAG = 7331
+
+    def __init__(self, comm, deadline_s: float):
+        from mpi4py import MPI
+        self.comm = comm
+        self.byte = MPI.BYTE
+        self.deadline = time.monotonic() + deadline_s
+
+    def send(self, peer: int, values: tuple) -> bool:
+        data = b"".join(int(v).to_bytes(8, "little", signed=True) for v in values)
+        return self._wait(self.comm.Isend([data, len(data), self.byte], dest=peer, tag=self.TAG))
+
+    def recv(self, peer: int, n: int) -> list[int] | None:
+        buf = bytearray(8 * n)
+        if not self._wait(self.comm.Irecv([buf, len(buf), self.byte], source=peer, tag=self.TAG)):
+            return None
+        return [int.from_bytes(buf[i:i + 8], "little", signed=True) for i in range(0, len(buf), 8)]
+
+    def _wait(self, req) -> bool:
         while not req.Test():
-            if time.monotonic() > deadline:
+            if time.monotonic() > self.deadline:
                 try:
                     req.Cancel()
                 except Exception:
@@ -34,39 +106,8 @@ def measure(comm, pings: int = PINGS, deadline_s: float = 5.0) -> dict:
                 return False
         return True
 
-    tag = 7331
-    if rank == 0:
-        for peer in range(1, size):
-            best = None
-            for _ in range(pings):
-                t1 = now()
-                if not wait(comm.Isend([t1.to_bytes(8, "little", signed=True), 8, _byte()], dest=peer, tag=tag)):
-                    return {"ok": False}
-                if not wait(comm.Irecv([buf, 8, _byte()], source=peer, tag=tag)):
-                    return {"ok": False}
-                t2 = now()
-                tp = int.from_bytes(buf, "little", signed=True)
-                rtt = t2 - t1
-                if best is None or rtt < best[1]:
-                    best = ((t1 + t2) // 2 - tp, rtt)
-            # Tell the peer its offset (it is the one that records it).
-            msg = best[0].to_bytes(8, "little", signed=True) + best[1].to_bytes(8, "little", signed=True)
-            if not wait(comm.Isend([msg, 16, _byte()], dest=peer, tag=tag + 1)):
-                return {"ok": False}
-        return {"offset_ns": 0, "rtt_ns": 0, "t_mono_ns": now(), "ok": True}
-    for _ in range(pings):
-        if not wait(comm.Irecv([buf, 8, _byte()], source=0, tag=tag)):
-            return {"ok": False}
-        t = now()
-        if not wait(comm.Isend([t.to_bytes(8, "little", signed=True), 8, _byte()], dest=0, tag=tag)):
-            return {"ok": False}
-    res = bytearray(16)
-    if not wait(comm.Irecv([res, 16, _byte()], source=0, tag=tag + 1)):
-        return {"ok": False}
-    return {"offset_ns": int.from_bytes(res[:8], "little", signed=True),
-            "rtt_ns": int.from_bytes(res[8:], "little", signed=True), "t_mono_ns": now(), "ok": True}
 
-
-def _byte():
-    from mpi4py import MPI
-    return MPI.BYTE
+def measure(comm, pings: int = PINGS, deadline_s: float = 5.0) -> dict:
+    """Offsets over MPI's ``comm`` (collective); ``ok`` False if it failed."""
+    res = pingpong(MPILink(comm, deadline_s), comm.Get_rank(), comm.Get_size(), pings)
+    return {"ok": False} if res is None else {**res, "ok": True}

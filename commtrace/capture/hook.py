@@ -19,7 +19,7 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from . import native_wrapper
+from . import clock_group, native_wrapper
 from .recorder import Recorder
 
 _WORLD_KEY = "commtrace/world_id"
@@ -70,6 +70,7 @@ class Installer:
         self.world_id = _world_id(pg, store, self.rec.run_id, self.world_index)
         self.rec.add_world({"world_id": self.world_id, "rank": pg.rank(),
                             "world_size": pg.size(), "backend": str(backend_name)})
+        clock_group.track_world(self.rec, store, pg.rank(), pg.size(), self.world_id, str(backend_name))
 
     # -- patching -------------------------------------------------------------
     def install(self) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from . import schema
+from .clocks import fit as fit_clock
 from .annotations import assign_buckets, process_buckets
 
 DEFAULT_BASE = "commtrace-out"
@@ -60,6 +61,7 @@ class ProcessTrace:
     ddp: list = field(default_factory=list)
     exception: dict | None = None
     end: dict | None = None
+    clock: dict | None = None  # trace.clocks.ProcessClock.describe(), set by load_run
     records: np.ndarray | None = None
     n_records: int = 0
     complete: bool = True
@@ -85,7 +87,7 @@ class ProcessTrace:
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
             "end": self.end, "exception": self.exception, "complete": self.complete,
             "records": self.n_records,
-            "dumps": self.dumps, "marks": self.marks,
+            "dumps": self.dumps, "marks": self.marks, "clock": self.clock,
         }
 
 
@@ -225,25 +227,16 @@ def _last_record_per_op(rec: np.ndarray) -> np.ndarray:
 # -- clocks -----------------------------------------------------------------------
 
 def _offset_fn(pt: ProcessTrace, ref: ProcessTrace | None):
-    """A function monotonic-ns -> offset-ns to rank 0's clock, for this process."""
-    clocks = sorted(pt.clocks, key=lambda c: c["t_mono_ns"])
-    same_host = ref is None or ref is pt or ref.header.get("host") == pt.header.get("host")
-    if clocks and same_host and all(abs(c["offset_ns"]) < 1_000_000 for c in clocks):
-        clocks = []  # one host shares CLOCK_MONOTONIC: exact 0 beats a measured +-1 us
-    if clocks:
-        xs = np.array([c["t_mono_ns"] for c in clocks], dtype=np.float64)
-        ys = np.array([c["offset_ns"] for c in clocks], dtype=np.float64)
-        if len(clocks) == 1:
-            return lambda t: np.full(len(t), ys[0])
-        return lambda t: np.interp(t.astype(np.float64), xs, ys)  # linear drift between start and end
-    if same_host:
-        return lambda t: np.zeros(len(t))  # one host: CLOCK_MONOTONIC is shared
-    # Different hosts and no MPI measurement: fall back to the wall clocks.
-    try:
-        off = (pt.header["t_wall_ns"] - pt.header["t_mono_ns"]) - (ref.header["t_wall_ns"] - ref.header["t_mono_ns"])
-    except (KeyError, TypeError):
-        off = 0
-    return lambda t: np.full(len(t), float(off))
+    """A function monotonic-ns -> offset-ns to rank 0's clock, for this process (see trace.clocks)."""
+    return fit_clock(pt, ref, _world_of(pt)).offset
+
+
+def _describe_clocks(procs: list[ProcessTrace]) -> None:
+    """Set each process's ``clock``: how its times were aligned and how well."""
+    refs = _reference_processes(procs)
+    for pt in procs:
+        twin = _python_twin(pt, procs)  # the C++ layer shares its process's clock
+        pt.clock = fit_clock(twin, refs.get(_world_of(twin)), _world_of(twin)).describe()
 
 
 # -- frame ------------------------------------------------------------------------
@@ -502,6 +495,7 @@ def load_run(run_dir: str | None = None) -> Run:
             frame = merge_cpp_layer(frame)
         except ImportError:
             pass
+    _describe_clocks(procs)
     issues.extend(_missing_ranks(procs))
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs], issues, build_spans(procs))
 

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from . import schema
+from . import schema, simhost
 
 
 class TraceWriter:
@@ -34,6 +34,7 @@ class TraceWriter:
 
     def write(self, meta_lines: list[dict], rows: np.ndarray | None) -> None:
         """Append meta lines, then records (an array of ``schema.OP_RECORD``)."""
+        meta_lines, rows = simhost.apply(meta_lines, rows)  # test-only host simulation; identity otherwise
         with self._lock:
             if self._meta is None:
                 return

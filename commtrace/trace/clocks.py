@@ -1,0 +1,122 @@
+"""How one process's CLOCK_MONOTONIC maps onto its world's rank 0 clock, and how well.
+
+Per process the reader picks a method:
+
+``reference``  the process is rank 0 of its world: offset 0.
+``same-host``  it runs on rank 0's host: CLOCK_MONOTONIC is shared, offset exactly 0.
+``gloo-pingpong`` / ``mpi-pingpong`` (or both, ``+``-joined)
+               ``clock`` lines measured by ping-pong (``capture/clock.py``): a
+               line through them (least squares weighted by 1/rtt^2) gives the
+               drift; the offset at time t is the line at t, held constant
+               before the first and after the last measurement.
+``wall-clock`` another host and nothing measured: the difference of the two
+               processes' wall clocks at start (NTP quality, error unknown).
+``unaligned``  no rank 0 to align to and nothing measured: offset 0.
+
+The uncertainty of a measured offset is the largest ``rtt/2 + |residual|``
+over its measurements: the ping with round trip ``rtt`` bounds that
+measurement's error by ``rtt/2`` whatever the path's asymmetry, and the line
+passes within ``|residual|`` of it. Between measurements (linear drift) the
+line stays within the larger of its ends' bounds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Measured offsets this small on one host are ping-pong noise around the exact 0.
+SAME_HOST_NOISE_NS = 1_000_000
+_MIN_RTT_NS = 1_000  # weights: a round trip under 1 us is no more exact than that
+_LIMIT = 1 << 62     # trace files are untrusted: larger values are not times
+
+
+@dataclass
+class ProcessClock:
+    method: str
+    uncertainty_ns: int | None = 0     # bound on the offset's error; None: unknown
+    rtt_ns: int | None = None          # lowest round trip among the measurements used
+    residual_ns: int | None = None     # largest distance of a measurement from the line
+    measurements: int = 0
+    drift_ppm: float | None = None     # slope of the line (None: fewer than two times)
+    span_ns: int = 0                   # first to last measurement
+    _a: float = 0.0                    # line: offset(t) = _a + _b * (clip(t, _t0, _t1) - _t0)
+    _b: float = 0.0
+    _t0: int = 0
+    _t1: int = 0
+
+    def offset(self, t: np.ndarray) -> np.ndarray:
+        """Offset (ns, float) to add to each local monotonic time in ``t``."""
+        t = np.asarray(t)
+        if not self._b:
+            return np.full(len(t), self._a)
+        x = np.clip(t.astype(np.float64), self._t0, self._t1) - self._t0
+        return self._a + self._b * x
+
+    def describe(self) -> dict:
+        return {"method": self.method, "uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
+                "residual_ns": self.residual_ns, "measurements": self.measurements,
+                "drift_ppm": self.drift_ppm, "span_ns": self.span_ns}
+
+
+def fit(pt, ref, world_id=None) -> ProcessClock:
+    """The clock of process ``pt`` (a reader ``ProcessTrace``) on ``ref``'s (the
+    rank 0 process of its world ``world_id``; None if unknown)."""
+    if ref is pt:
+        return ProcessClock("reference")
+    lines = usable_lines(pt, ref, world_id)
+    same_host = ref is not None and ref.header.get("host") == pt.header.get("host")
+    if same_host and all(abs(c["offset_ns"]) < SAME_HOST_NOISE_NS for c in lines):
+        return ProcessClock("same-host")  # exact 0 beats a measured +-1 us
+    if lines:
+        return _fit_lines(lines)
+    if ref is None:
+        return ProcessClock("unaligned", uncertainty_ns=None)
+    return _wall_clock(pt, ref)
+
+
+def usable_lines(pt, ref, world_id) -> list[dict]:
+    """``clock`` lines of ``pt`` that measured offsets to ``ref``'s clock.
+
+    Lines naming a world must name this one. MPI lines (no world) measured
+    offsets to COMM_WORLD rank 0: they count unless ``ref``'s own MPI lines
+    show that ``ref`` was another MPI rank (a nonzero offset or round trip).
+    """
+    lines = [c for c in pt.clocks if _int(c.get("rtt_ns")) is not None and 0 <= c["rtt_ns"] < _LIMIT
+             and abs(c["offset_ns"]) < _LIMIT and abs(c["t_mono_ns"]) < _LIMIT]
+    ref_is_mpi_root = ref is None or not any(
+        c.get("world_id") is None and (c.get("offset_ns") or c.get("rtt_ns")) for c in ref.clocks)
+    return [c for c in lines if (c["world_id"] == world_id if c.get("world_id") is not None else ref_is_mpi_root)]
+
+
+def _fit_lines(lines: list[dict]) -> ProcessClock:
+    t = np.array([c["t_mono_ns"] for c in lines], dtype=np.int64)
+    y = np.array([c["offset_ns"] for c in lines], dtype=np.float64)
+    rtt = np.array([c["rtt_ns"] for c in lines], dtype=np.float64)
+    t0, t1 = int(t.min()), int(t.max())
+    x = (t - t0).astype(np.float64)
+    w = 1.0 / np.maximum(rtt, _MIN_RTT_NS) ** 2
+    if t1 > t0:
+        xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+        b = float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
+        a = ym - b * xm
+    else:
+        a, b = float(np.average(y, weights=w)), 0.0
+    resid = np.abs(y - (a + b * x))
+    methods = sorted({str(c.get("method") or "pingpong") for c in lines})
+    return ProcessClock(
+        "+".join(methods), uncertainty_ns=int(np.ceil(np.max(rtt / 2 + resid))) + 1,  # +1: integer rounding
+        rtt_ns=int(rtt.min()), residual_ns=int(np.ceil(resid.max())), measurements=len(lines),
+        drift_ppm=b * 1e6 if t1 > t0 else None, span_ns=t1 - t0, _a=float(a), _b=b, _t0=t0, _t1=t1)
+
+
+def _wall_clock(pt, ref) -> ProcessClock:
+    try:
+        off = (pt.header["t_wall_ns"] - pt.header["t_mono_ns"]) - (ref.header["t_wall_ns"] - ref.header["t_mono_ns"])
+    except (KeyError, TypeError):
+        off = 0
+    return ProcessClock("wall-clock", uncertainty_ns=None, _a=float(off))
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else None

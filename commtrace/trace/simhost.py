@@ -1,0 +1,97 @@
+"""Test-only: make this process look as if it ran on another host.
+
+Real multi-host runs cannot be had in CI, so tests simulate them on one machine:
+
+``COMMTRACE_TEST_CLOCK_SHIFT_NS``
+    an integer added to every CLOCK_MONOTONIC time this process writes (op
+    records of both wrappers, every ``*_ns`` monotonic field of its meta lines)
+    and to the timestamps it sends during clock ping-pong, as if its monotonic
+    clock started at another moment -- which is what a clock on another host does.
+``COMMTRACE_TEST_HOST``
+    the host name written in its ``header`` lines.
+
+Both are read once per process (and inherited by its children). Nothing else
+changes: the process still runs here. The shift is applied when the trace is
+written, so the recording hot path pays nothing for it. Not for production use.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from . import schema
+
+SHIFT_ENV = "COMMTRACE_TEST_CLOCK_SHIFT_NS"
+HOST_ENV = "COMMTRACE_TEST_HOST"
+
+# Meta-line fields that hold this process's CLOCK_MONOTONIC ns (wall-clock
+# fields, offsets and durations are not shifted).
+MONO_FIELDS = ("t_mono_ns", "t_mono_open_ns", "t_begin_ns", "t_end_ns", "t_call")
+
+
+@dataclass(frozen=True)
+class SimulatedHost:
+    shift_ns: int
+    host: str | None
+
+    def meta(self, lines: list[dict]) -> list[dict]:
+        return [self._line(m) for m in lines]
+
+    def _line(self, m: dict) -> dict:
+        fields = [k for k in MONO_FIELDS if isinstance(m.get(k), int) and not isinstance(m.get(k), bool)]
+        rename = self.host is not None and m.get("type") == schema.META_HEADER
+        if not fields and not rename:
+            return m
+        out = dict(m)  # the recorder keeps its lines (re-stated in a forked child's file)
+        for k in fields:
+            out[k] += self.shift_ns
+        if rename:
+            out["host"] = self.host
+        return out
+
+    def records(self, rows):
+        """Op records (numpy ``OP_RECORD``) with ``t_call`` shifted (a copy)."""
+        if rows is None or not len(rows) or not self.shift_ns:
+            return rows
+        rows = rows.copy()
+        rows["t_call"] += self.shift_ns
+        return rows
+
+
+_UNSET = object()
+_current = _UNSET
+
+
+def current() -> SimulatedHost | None:
+    """The simulated host of this process, or None (the normal case)."""
+    global _current
+    if _current is _UNSET:
+        _current = _from_env(os.environ)
+    return _current
+
+
+def shift_ns() -> int:
+    sim = current()
+    return sim.shift_ns if sim is not None else 0
+
+
+def _from_env(env) -> SimulatedHost | None:
+    raw, host = env.get(SHIFT_ENV), env.get(HOST_ENV) or None
+    shift = 0
+    if raw:
+        try:
+            shift = int(raw)
+        except ValueError:
+            sys.stderr.write(f"commtrace: {SHIFT_ENV}={raw!r} is not an integer; ignored\n")
+    if not shift and host is None:
+        return None
+    return SimulatedHost(shift, host)
+
+
+def apply(meta_lines: list[dict], rows):
+    """(meta lines, records) as this process writes them: unchanged unless simulated."""
+    sim = current()
+    if sim is None:
+        return meta_lines, rows
+    return sim.meta(meta_lines), sim.records(rows)
