@@ -126,7 +126,14 @@ def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     a last key ``"-"`` that NA rows get."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes, keys = col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
-    elif col.dtype.kind in "iu":               # plain integers (rank): no hashing needed
+    elif isinstance(col.array, pd.arrays.IntegerArray):   # nullable integers (bucket, root, tag)
+        mask = col.array._mask
+        uniq, codes = dense_codes(col.array._data[~mask]) if (~mask).any() else (np.empty(0, np.int64), None)
+        full = np.full(len(col), -1, dtype=np.int64)
+        if codes is not None:
+            full[~mask] = codes
+        codes, keys = full, [str(x) for x in uniq]
+    elif col.dtype.kind in "iub":              # plain integers (rank) and booleans: no hashing needed
         uniq, codes = dense_codes(col.to_numpy())
         keys = [str(x) for x in uniq]
     else:

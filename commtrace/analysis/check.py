@@ -38,6 +38,9 @@ EXCEPTION = "exception"            # the script raised on a rank
 EXITED = "exited"                  # a rank exited with a non-zero code / by a signal
 ABRUPT = "abrupt"                  # a rank's trace ends without an end record, or is truncated
 MISSING_RANK = "missing_rank"      # a member rank wrote no trace at all
+DAMAGED = "damaged"                # part of a trace file cannot be read (corrupt, cut, missing)
+LOST_RECORD = "lost_record"        # a rank's record of a collective is unreadable (it did arrive: later ones exist)
+NO_GROUP = "no_group"              # a process ended badly before it created any process group
 STRAGGLER = "straggler"            # a rank is consistently the last to arrive
 P2P_UNMATCHED = "p2p_unmatched"    # a send/recv without its counterpart
 DUMP = "dump"                      # the watchdog or a signal wrote a state dump
@@ -184,11 +187,16 @@ class RankFate:
     how: str | None
     exception: dict | None
     issues: list[str]
+    damage: list[str] = field(default_factory=list)  # damaged parts of its files (reader's phrases)
+    lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
 
     def describe(self) -> str:
         if self.exception:
             return f"raised {self.exception.get('exc_type')}: {_first_line(self.exception.get('message'))}"
         if not self.complete:
+            meta_cut = [d for d in self.damage if ".meta.jsonl" in d]
+            if meta_cut and self.how is None:
+                return f"trace file damaged ({meta_cut[0]}): how the process ended is unknown"
             if any("truncated" in i for i in self.issues):
                 return "trace truncated (process killed or disk full?)"
             return "trace ends abruptly (killed, e.g. SIGKILL, or still running)"
@@ -241,7 +249,105 @@ def rank_fates(run) -> dict[int, RankFate]:
             fate.how = _s(end.get("how")) or fate.how
         fate.exception = exc or fate.exception
         fate.issues.extend(by_file.get(stem, []))
+        fate.damage.extend(str(d) for d in p.get("damage") or [])
+        for g, span in (p.get("lost") or {}).items():
+            if isinstance(span, list) and len(span) == 3:
+                fate.lost[str(g)] = span
     return fates
+
+
+# -- processes that never had a rank ---------------------------------------------------
+
+@dataclass
+class EarlyProcess:
+    """A process that ended before it created any process group (``Run.unranked``)."""
+    label: str           # "rank 1" (launcher's rank), "mp.spawn process 1", or "pid 123 (train.py)"
+    rank: int | None     # the launcher's rank, when it gave one to this very process
+    fate: RankFate
+
+
+def _launch_rank(p: dict) -> int | None:
+    env = p.get("launch_env") if isinstance(p.get("launch_env"), dict) else {}
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        v = env.get(name)
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+def early_processes(run) -> list[EarlyProcess]:
+    """Every rank-less process, with who it was. A process whose parent is a
+    traced process of the same launcher rank is that rank's helper (a
+    subprocess or forked worker inheriting its variables), not the rank."""
+    unranked = [p for p in getattr(run, "unranked", None) or [] if isinstance(p, dict)]
+    every = [p for p in list(run.processes) + unranked if isinstance(p, dict)]
+    by_pid = {(p.get("host"), p.get("pid")): p for p in every}
+    out = []
+    for p in unranked:
+        parent = by_pid.get((p.get("host"), p.get("ppid")))
+        rank = _launch_rank(p)
+        if rank is not None and parent is not None and (_launch_rank(parent) == rank or _int(parent.get("rank")) == rank):
+            rank = None
+        spawn = _int(p.get("spawn_index"))
+        if rank is not None:
+            label = f"rank {rank}"
+        elif spawn is not None:
+            label = f"mp.spawn process {spawn}"
+        else:
+            cmd = p.get("command") if isinstance(p.get("command"), list) else p.get("argv")
+            what = " ".join(str(c) for c in cmd[:3]) if isinstance(cmd, list) and cmd else "?"
+            label = f"pid {p.get('pid')} ({what[:80]})"
+        end = p.get("end") if isinstance(p.get("end"), dict) else None
+        fate = RankFate(-1 if rank is None else rank, [str(p.get("file"))], bool(p.get("complete", True)),
+                        _int(end.get("exit_code")) if end else None, _s(end.get("how")) if end else None,
+                        p.get("exception") if isinstance(p.get("exception"), dict) else None, [],
+                        [str(d) for d in p.get("damage") or []])
+        out.append(EarlyProcess(label, rank, fate))
+    return out
+
+
+def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
+    """Processes that raised, exited non-zero, were killed or whose trace ends
+    abruptly before they created a process group. A helper process (no rank,
+    not an mp.spawn process) whose trace just ends is only informational."""
+    out = []
+    for e in early:
+        if e.rank is not None and e.rank in ranked:
+            continue  # the rank's own process group trace says more (a restarted rank, ...)
+        fate = e.fate
+        identified = not e.label.startswith("pid ")
+        if fate.exception:
+            bad, sev = fate.describe(), ERROR
+        elif fate.complete and (fate.how in ("signal", "hang", "exception") or fate.exit_code not in (None, 0)):
+            bad, sev = fate.describe(), ERROR
+        elif not fate.complete:
+            bad, sev = fate.describe(), ERROR if identified else INFO
+        else:
+            continue
+        f = Finding(NO_GROUP, sev, f"{e.label} {bad} before any process group existed",
+                    ranks=[] if e.rank is None else [e.rank],
+                    data={"process": e.label, "files": fate.files, "exit_code": fate.exit_code, "how": fate.how})
+        if fate.exception:
+            f.data.update(exc_type=fate.exception.get("exc_type"), message=fate.exception.get("message"))
+            text = _s(fate.exception.get("text"))
+            if text:
+                f.details.extend(text.rstrip().splitlines()[-12:])
+        out.append(f)
+    return out
+
+
+def diagnose_damage(run) -> list[Finding]:
+    """Trace data that could not be read: an error (the diagnosis may lack it)."""
+    out = []
+    for p in list(run.processes) + list(getattr(run, "unranked", None) or []):
+        damage = [str(d) for d in p.get("damage") or []] if isinstance(p, dict) else []
+        if not damage:
+            continue
+        r = _int(p.get("rank"))
+        who = f"rank {r}" if r is not None else f"pid {p.get('pid')}"
+        out.append(Finding(DAMAGED, ERROR, f"{who}: trace damaged: {'; '.join(damage)}",
+                           ranks=[] if r is None else [r], data={"file": p.get("file"), "damage": damage}))
+    return out
 
 
 def _world_sizes(run) -> dict:
@@ -396,13 +502,22 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None)
         if n_mismatch > 5:
             findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {n_mismatch - 5} more mismatched sequence numbers",
                                     world=world_s, group=group_s))
-        # Never arrived: members without a row at a seq others entered.
-        missing_runs = []
+        # Never arrived: members without a row at a seq others entered -- unless
+        # the rank's record was lost (a later seq of the group exists on that rank,
+        # or its file says it could not read records there): then it did arrive.
+        last_seq = {int(r): int(s) for r, s in gdf.groupby("rank", observed=True)["seq"].max().items()}
+        missing_runs, lost_runs = [], []
         for seq, sdf in by_seq.items():
             present = set(int(r) for r in sdf["rank"])
-            missing = [r for r in members if r not in present]
+            absent = [r for r in members if r not in present]
+            lost = [r for r in absent if last_seq.get(r, 0) > seq or _lost_at(fates.get(r), group_s, seq)]
+            missing = [r for r in absent if r not in lost]
             if missing:
                 missing_runs.append((seq, sdf, missing))
+            if lost:
+                lost_runs.append((seq, sdf, lost))
+        if lost_runs:
+            findings.append(_lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq))
         if missing_runs:
             seq, sdf, missing = missing_runs[0]
             findings.append(_not_arrived(glabel, world_s, group_s, seq, sdf, missing, df, fates, now,
@@ -445,6 +560,37 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None)
                 f.details.append(f"rank {int(r['rank'])}: {_first_line(_s(r.get('error')) or 'error text not recorded')}")
             findings.append(f)
     return findings
+
+
+def _lost_at(fate, group_s, seq) -> bool:
+    if fate is None:
+        return False
+    for g in (group_s, "?"):
+        span = fate.lost.get(str(g))
+        if span and _int(span[0]) is not None and _int(span[0]) <= seq <= (_int(span[1]) or 0):
+            return True
+    return False
+
+
+def _lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq) -> Finding:
+    """Collectives a rank did reach but whose record is unreadable: the damaged file is the cause."""
+    seq, sdf, lost = lost_runs[0]
+    op = str(sdf["op"].iloc[0])
+    seqs = [s for s, _, _ in lost_runs]
+    span = f"seq {seqs[0]}" if len(seqs) == 1 else f"seq {seqs[0]}..{seqs[-1]} ({len(seqs)} sequence numbers)"
+    causes = []
+    for r in lost:
+        fate = fates.get(r)
+        damage = "; ".join(fate.damage) if fate is not None and fate.damage else "its records are missing"
+        causes.append(f"rank {r}: {damage}")
+    title = (f"{glabel} {span}: the record of rank {_fmt_ranks(lost)} is unreadable, not missing "
+             f"({'; '.join(causes)})")
+    f = Finding(LOST_RECORD, ERROR, title, world=world_s, group=group_s, seq=seq, op=op, ranks=list(lost),
+                data={"seqs": seqs, "lost": list(lost)})
+    for r in lost:
+        if last_seq.get(r, 0) > seq:
+            f.details.append(f"rank {r} reached seq {last_seq[r]} of this group, so it did call seq {seq}")
+    return f
 
 
 def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, df, fates, now, later) -> Finding:
@@ -557,7 +703,7 @@ def diagnose_stragglers(df: pd.DataFrame) -> list[Finding]:
 
 # -- processes ---------------------------------------------------------------------
 
-def diagnose_processes(run, fates: dict[int, RankFate], df: pd.DataFrame) -> list[Finding]:
+def diagnose_processes(run, fates: dict[int, RankFate], df: pd.DataFrame, early=()) -> list[Finding]:
     findings = []
     for r in sorted(fates):
         fate = fates[r]
@@ -588,7 +734,7 @@ def diagnose_processes(run, fates: dict[int, RankFate], df: pd.DataFrame) -> lis
     if len(df):
         for text in df["group_ranks"].dropna().unique():
             expected.update(parse_ranks(text))
-    missing = sorted(expected - set(fates))
+    missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
         m = re.match(r"rank(\d+)\.pid\d+\.", str(getattr(issue, "file", "")))
@@ -601,8 +747,11 @@ def diagnose_processes(run, fates: dict[int, RankFate], df: pd.DataFrame) -> lis
                                     details=unreadable[r], ranks=[r]))
     rest = [r for r in missing if r not in unreadable]
     if rest:
-        findings.append(Finding(MISSING_RANK, ERROR, f"rank {_fmt_ranks(rest)}: no trace file "
-                                f"(never started, or died before its first collective)", ranks=rest))
+        f = Finding(MISSING_RANK, ERROR, f"rank {_fmt_ranks(rest)}: no trace file "
+                    f"(never started, or died before its first collective)", ranks=rest)
+        f.details.extend(f"maybe {e.label}, which never created a process group" for e in early
+                         if e.rank is None and not e.label.startswith("pid "))
+        findings.append(f)
     return findings
 
 
@@ -662,6 +811,8 @@ def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
     covered = {i for f in fates.values() for i in f.issues}
     for issue in run.issues:
         prob = str(getattr(issue, "problem", issue))
+        if getattr(issue, "kind", None) == "damaged":
+            continue  # diagnose_damage names it
         if prob in covered or "trace ends abruptly" in prob or prob.startswith("ranks missing") \
                 or re.match(r"rank\d+\.pid\d+\.", str(getattr(issue, "file", ""))) and rank_is_missing(issue, fates):
             continue
@@ -696,12 +847,15 @@ def diagnose(run) -> list[Finding]:
     if len(df) == 0 or "op" not in df.columns:
         df = df.iloc[0:0]
     fates = rank_fates(run)
+    early = early_processes(run)
     findings: list[Finding] = []
     if len(df) and "group_ranks" in df.columns:
         findings += diagnose_collectives(df, fates, run)
         findings += diagnose_p2p(df)
         findings += diagnose_stragglers(df)
-    findings += diagnose_processes(run, fates, df if len(df) and "group_ranks" in df.columns else df)
+    findings += diagnose_early(early, set(fates))
+    findings += diagnose_processes(run, fates, df if len(df) and "group_ranks" in df.columns else df, early)
+    findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
     if len(df) and "group_ranks" in df.columns:

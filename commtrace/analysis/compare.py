@@ -1,32 +1,42 @@
-"""Compare runs per op (and per phase when phases exist): stats and % deltas vs the base."""
+"""Compare runs step by step, then op by op (pure). Definitions: docs/report.md, "compare".
+
+Per run, over the steps in the window (each step's figure across ranks, as the
+report's step table gives it): the **median** and the **spread** = half the
+interquartile range, (p75 - p25) / 2. Against BASE:
+
+* delta % = (median_exp - median_base) / median_base * 100;
+* noise band % = 100 * sqrt(spread_base^2 + spread_exp^2) / median_base;
+* a delta is *within noise* when |delta| <= band.
+
+Then the breakdown: ``summary.op_summary`` per run (the report's per-op /
+per-phase numbers: collectives, ops, bytes, mean, p50, p99, busbw) with the
+delta % of each against BASE.
+"""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from .arrays import float_col, group_rows
-from .summary import has_values
+from ..errors import CommtraceError
+from .summary import bus_factors, has_values, op_summary
 
-STATS = ("count", "bytes", "mean", "p50", "p90", "p95", "p99")
-_QS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+STEP_STATS = ("step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
+BREAKDOWN_STATS = ("collectives", "ops", "bytes", "mean_ns", "p50_ns", "p99_ns", "busbw")
+# Frame columns a breakdown can be grouped by (times, durations and ids cannot).
+GROUPABLE = ("op", "variant", "phase", "detail", "module", "region", "bucket", "params", "group", "group_desc",
+             "group_size", "backend", "dtype", "shapes", "out_shapes", "bytes", "root", "tag", "reduce_op", "device",
+             "async", "thread", "callsite", "status", "rank", "host", "world", "source", "end_observed", "iteration")
 
 
-def run_stats(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """count (ops over all ranks), bytes, mean and quantiles of duration (ns) per group."""
-    if len(frame) == 0:
-        return pd.DataFrame(columns=list(STATS))
-    g = group_rows(frame, by)
-    dur = float_col(frame["duration_ns"])
-    known = ~np.isnan(dur)
-    out = pd.DataFrame(index=g.index())
-    out["count"] = g.count()
-    out["bytes"] = g.sum(frame["bytes"].to_numpy(dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["mean"] = g.sum(np.where(known, dur, 0.0)) / g.sum(known.astype(np.float64))
-    qv = g.quantiles(dur, list(_QS.values()))
-    for j, name in enumerate(_QS):
-        out[name] = qv[:, j]
-    return out
+def spread_stats(values) -> dict:
+    """median, p25, p75, spread (half the interquartile range) and n of ``values``."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return {"median": np.nan, "p25": np.nan, "p75": np.nan, "spread": np.nan, "n": 0}
+    p25, med, p75 = np.percentile(v, [25, 50, 75])
+    return {"median": float(med), "p25": float(p25), "p75": float(p75), "spread": float((p75 - p25) / 2),
+            "n": int(len(v))}
 
 
 def delta_pct(base, exp):
@@ -37,28 +47,95 @@ def delta_pct(base, exp):
         return np.where((base != 0) & np.isfinite(base), (exp - base) / base * 100.0, np.nan)
 
 
-def compare_runs(runs: list[tuple[str, pd.DataFrame]], by=None) -> dict:
-    """``runs``: [(name, frame), ...], the first is the base.
+def noise_band_pct(base: dict, exp: dict) -> float:
+    """100 * sqrt(spread_base^2 + spread_exp^2) / median_base (NaN without a base median)."""
+    m = base["median"]
+    if not np.isfinite(m) or m == 0:
+        return float("nan")
+    return float(100.0 * np.hypot(base["spread"], exp["spread"]) / abs(m))
 
-    Returns {"by": [...], "runs": [names], "table": DataFrame indexed by the ``by`` keys with
-    columns (run, stat) and (run, stat + "_delta") for every run after the base}.
-    """
+
+def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd.DataFrame:
+    """One row per (run, stat): median, p25, p75, spread, n, delta_pct, band_pct, within_noise."""
+    rows = []
+    base = {s: spread_stats(acrosses[0][s]) if acrosses[0] is not None else spread_stats([]) for s in STEP_STATS}
+    for i, (name, across) in enumerate(zip(names, acrosses)):
+        for s in STEP_STATS:
+            st = spread_stats(across[s]) if across is not None and len(across) else spread_stats([])
+            row = {"run": name, "stat": s, **st}
+            if i:
+                d = float(delta_pct(base[s]["median"], st["median"]))
+                band = noise_band_pct(base[s], st)
+                row.update(delta_pct=d, band_pct=band,
+                           within_noise=bool(np.isfinite(d) and np.isfinite(band) and abs(d) <= band))
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["run", "stat"])
+
+
+def check_by(by: list[str], frames: list[pd.DataFrame]) -> None:
+    """Every --by key must be a groupable column of the runs (one-line error otherwise)."""
+    for key in by:
+        if key not in GROUPABLE:
+            raise CommtraceError(f"--by {key}: not a column to group by (use any of: {', '.join(GROUPABLE)})")
+        if not any(key in f.columns for f in frames):
+            raise CommtraceError(f"--by {key}: no run has this column")
+
+
+def breakdown(names: list[str], reports: list, by: list[str] | None = None) -> tuple[list[str], pd.DataFrame]:
+    """(by, table): one row per key, columns (run, stat) and (run, stat + "_delta")."""
+    frames = [r.frame for r in reports]
     if by is None:
-        by = ["phase", "op"] if any(has_values(f, "phase") for _, f in runs) else ["op"]
-    by = list(by)
-    stats = [run_stats(f, by) for _, f in runs]
+        by = ["phase", "op"] if any(has_values(f, "phase") for f in frames) else ["op"]
+    check_by(by, frames)
+    stats = []
+    for rep in reports:
+        f = rep.frame
+        missing = [k for k in by if k not in f.columns]
+        if missing:   # e.g. no phases in this run: everything falls under "-"
+            f = f.assign(**{k: pd.Categorical([None] * len(f)) for k in missing})
+        stats.append(op_summary(f, rep.matched, by, rep.arrays))
     index = stats[0].index
     for s in stats[1:]:
         index = index.union(s.index)
-    cols, data = [], {}
+    data, cols = {}, []
     base = stats[0].reindex(index)
-    for i, ((name, _), s) in enumerate(zip(runs, stats)):
+    for i, (name, s) in enumerate(zip(names, stats)):
         s = s.reindex(index)
-        for st in STATS:
+        for st in BREAKDOWN_STATS:
             data[(name, st)] = s[st].to_numpy(dtype=np.float64)
             cols.append((name, st))
             if i:
                 data[(name, st + "_delta")] = delta_pct(base[st], s[st])
                 cols.append((name, st + "_delta"))
-    table = pd.DataFrame(data, index=index, columns=pd.MultiIndex.from_tuples(cols))
-    return {"by": by, "runs": [n for n, _ in runs], "table": table}
+    order = np.argsort(-np.nan_to_num(data[(names[0], "mean_ns")] * data[(names[0], "ops")], nan=-1), kind="stable")
+    table = pd.DataFrame(data, index=index, columns=pd.MultiIndex.from_tuples(cols)).iloc[order]
+    return by, table
+
+
+def compare_reports(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
+    """``named``: [(name, analysis.report.Report), ...], the first is BASE.
+
+    Returns {"runs": names, "steps": step_comparison(...), "breakdown": table, "by": keys,
+    "windows": per run the window shown and its step counts}."""
+    names = [n for n, _ in named]
+    reports = [r for _, r in named]
+    acrosses = [r.steps.across if r.steps is not None else None for r in reports]
+    by, table = breakdown(names, reports, by)
+    windows = [{"window": r.info.get("window"), "steps_shown": r.steps.shown if r.steps is not None else 0,
+                "steps_total": r.steps.total_steps if r.steps is not None else 0} for r in reports]
+    return {"runs": names, "steps": step_comparison(names, acrosses), "breakdown": table, "by": by,
+            "windows": windows, "busbw": [float(_run_busbw(r)) for r in reports]}
+
+
+def _run_busbw(rep) -> float:
+    """Bus bandwidth over every collective (not p2p) in the window: sum(S * factor) / sum(T)."""
+    inst = rep.matched.instances
+    if not len(inst):
+        return float("nan")
+    inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
+    T = inst["slowest_ns"].to_numpy(dtype=np.float64)
+    S = inst["size_bytes"].to_numpy(dtype=np.float64)
+    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    if not ok.any():
+        return float("nan")
+    return float((S[ok] * bus_factors(inst)[ok]).sum() / (T[ok].sum() * 1e-9))

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
-from .arrays import OpArrays, dense_codes, stable_order
+from .arrays import OpArrays, stable_order
 
 
 @dataclass
@@ -21,7 +21,9 @@ class ReportRun:
     processes: list[dict]
     issues: list[str] = field(default_factory=list)   # one line each, already naming the file
     run_id: str | None = None
-    spans: pd.DataFrame | None = None                  # phase spans (reader.build_spans)
+    spans: pd.DataFrame | None = None                  # compute spans (trace.marks)
+    marks: pd.DataFrame | None = None                  # user marks
+    regions: pd.DataFrame | None = None                # user regions
 
 
 def _header_run_id(meta_path: str):
@@ -67,10 +69,11 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     start = frame["t_start_ns"].to_numpy() if len(frame) else None
     if start is not None and not (start[1:] >= start[:-1]).all():
         frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
-    spans = run.spans
-    if drop and spans is not None and len(spans):
-        spans = spans[~spans["file"].isin(stems)].reset_index(drop=True)
-    return ReportRun(run.path, frame, procs, issues, run_id, spans)
+    tables = [run.spans, run.marks, run.regions]
+    if drop:
+        tables = [t[~t["file"].isin(stems)].reset_index(drop=True) if t is not None and len(t) else t
+                  for t in tables]
+    return ReportRun(run.path, frame, procs, issues, run_id, *tables)
 
 
 def union_length(start: np.ndarray, end: np.ndarray) -> int:
@@ -111,9 +114,17 @@ def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
     return None
 
 
-def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
-    """Numbers for the banner: who ran, how long, how much time went to communication."""
-    df = run.frame
+def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFrame | None = None,
+             t0: int | None = None, comm_ns_per_rank: dict | None = None,
+             window_ns_per_rank: dict | None = None) -> dict:
+    """Numbers for the banner: who ran, how long, how much time went to communication.
+
+    ``frame``/``arrays``: the ops shown (default: the run's); ``t0``: the run's first
+    op; ``comm_ns_per_rank``: communication time per rank (default: the union of
+    the shown ops); ``window_ns_per_rank``: the length of each rank's window when
+    the report shows part of the run -- the comm share is then comm / window
+    length instead of comm / wall time."""
+    df = run.frame if frame is None else frame
     a = arrays or OpArrays.of(df)
     procs = run.processes
     ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
@@ -121,9 +132,10 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
     cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \
         or next((p.get("command") for p in procs if p.get("command")), None)
     command = " ".join(map(str, cmd)) if isinstance(cmd, list) else (str(cmd) if cmd else "")
-    t0 = int(a.start.min()) if len(a.start) else None
+    if t0 is None:
+        t0 = int(a.start.min()) if len(a.start) else None
     t1 = int(a.end.max()) if len(a.end) else None
-    comm = comm_time_per_rank(df, a)
+    comm = comm_time_per_rank(df, a) if comm_ns_per_rank is None else comm_ns_per_rank
     last_end = {}
     if len(a.rank):
         ranks_u, rix = a.rank_codes()
@@ -136,10 +148,13 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
     walls: dict = {}
     for p in procs:
         r = p.get("rank")
+        if not isinstance(r, int):
+            continue  # a process that never had a rank (the parent of spawned ranks)
         w = _wall_ns(p, last_end.get(r), t0)
         if w:
             walls[r] = walls.get(r, 0) + w
-    shares = {r: comm.get(r, 0) / w for r, w in walls.items()}
+    denominators = walls if window_ns_per_rank is None else window_ns_per_rank
+    shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}
     share_vals = np.array(list(shares.values()), dtype=float)
     return {
         "run_dir": run.path, "run_id": run.run_id, "command": command,
@@ -148,7 +163,8 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None) -> dict:
         "backends": sorted({b for p in procs for b in (p.get("backends") or []) if b and b != "None"}),
         "torch_version": next((p.get("torch_version") for p in procs if p.get("torch_version")), None),
         "wall_ns": max(walls.values()) if walls else None,
-        "span_ns": (t1 - t0) if t0 is not None else 0, "t0_ns": t0,
+        "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
+        "span_ns": (t1 - int(a.start.min())) if len(a.start) else 0, "t0_ns": t0,
         "comm_share": {"min": float(share_vals.min()) if len(share_vals) else None,
                        "mean": float(share_vals.mean()) if len(share_vals) else None,
                        "max": float(share_vals.max()) if len(share_vals) else None},

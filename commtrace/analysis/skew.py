@@ -30,6 +30,6 @@ def skew_summary(matched: Matched, top: int = 10) -> dict:
     strag.index.name = "rank"
     strag = strag.sort_values("wait_ns", ascending=False)
     og = inst.groupby("op", observed=True, sort=True)["spread_ns"]
-    by_op = pd.DataFrame({"count": og.size(), "mean_ns": og.mean(), "p50_ns": og.quantile(0.5),
+    by_op = pd.DataFrame({"collectives": og.size(), "mean_ns": og.mean(), "p50_ns": og.quantile(0.5),
                           "p99_ns": og.quantile(0.99), "max_ns": og.max()})
     return {"top": topi, "stragglers": strag.head(top), "by_op": by_op, "instances": int(len(inst))}

@@ -1,6 +1,11 @@
-"""Per-op tables: counts, bytes, duration percentiles, bandwidth, share, variation.
+"""Per-op tables: ops, collectives, bytes, duration percentiles, bandwidth, share, variation.
 
-Bandwidth follows nccl-tests: per collective instance the size S (all_gather,
+Rows are grouped by frame columns *per rank*: an op is filed under its own
+rank's phase (or group, detail, ...). A collective whose ranks disagree (a
+joined rank shadows in phase ``join`` what the others run in ``backward``) is
+counted once under every key any of its ranks filed it under.
+
+Bandwidth follows nccl-tests: per collective the size S (all_gather,
 reduce_scatter, gather, scatter: the total size; others: the buffer) and the
 slowest rank's time T; algbw = sum S / sum T, busbw = sum(S * factor(op, n)) / sum T.
 """
@@ -11,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .arrays import Cells, Groups, OpArrays, dense_codes, keys_index, narrow
+from .arrays import Cells, Groups, OpArrays, cat_codes, keys_index, narrow
 from .match import Matched
 
-SUMMARY_COLUMNS = ["calls", "count", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
+SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
                    "algbw", "busbw", "share", "cv", "ranks"]
 
 
@@ -37,10 +42,11 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
                qs=(0.5, 0.99), cells: Cells | None = None) -> pd.DataFrame:
     """One row per group of ``by`` (frame columns: ("op",), ("op", "group"), ("phase", "op"), ...).
 
-    Columns: calls (ops over all ranks), count (matched instances), bytes (sum over
-    ranks), total_ns, mean_ns, p50_ns, p99_ns (per-rank durations), algbw, busbw
-    (bytes/s), share (of all communication time), cv (coefficient of variation of the
-    per-rank total time, population std / mean, as mpiP), ranks. Sorted by total_ns.
+    Columns: ops (records over all ranks), collectives (matched instances with at
+    least one op in the row), bytes (sum over ranks), total_ns (sum of the ops'
+    durations), mean_ns, p50_ns, p99_ns (per-op durations), algbw, busbw (bytes/s),
+    share (of the summed durations of all rows), cv (coefficient of variation of
+    the per-rank total time, population std / mean, as mpiP), ranks. Sorted by total_ns.
 
     ``cells`` (from :func:`summary_cells`) lets several summaries share one pass over
     the rows; it must cover ``by``.
@@ -58,7 +64,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     total = np.bincount(gcell, weights=cells.dur, minlength=n)
     nknown = np.bincount(gcell, weights=cells.known, minlength=n)
     out = pd.DataFrame(index=keys_index(keys))
-    out["calls"] = np.bincount(gcell, weights=cells.count, minlength=n).astype(np.int64)
+    out["ops"] = np.bincount(gcell, weights=cells.count, minlength=n).astype(np.int64)
     out["bytes"] = np.bincount(gcell, weights=cells.nbytes, minlength=n).astype(np.int64)
     out["total_ns"] = total
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -81,21 +87,42 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
         var = np.where(present, (per - mean[:, None]) ** 2, 0).sum(axis=1) / cnt
         out["cv"] = np.where(mean > 0, np.sqrt(var) / mean, np.nan)
     out["ranks"] = cnt
-    # Instances: count and bandwidth, attributed to the group of their first row.
+    # Collectives and bandwidth: every (row group, instance) pair counts once.
+    pg, pi = instance_groups(gcell[c.code], matched)
     inst = matched.instances
-    icode = gcell[c.code[inst["row"].to_numpy(dtype=np.int64)]] if len(inst) else np.empty(0, np.int64)
-    T = inst["slowest_ns"].to_numpy(dtype=np.float64)
-    S = inst["size_bytes"].to_numpy(dtype=np.float64)
-    fac = bus_factors(inst)
+    T = inst["slowest_ns"].to_numpy(dtype=np.float64)[pi]
+    S = inst["size_bytes"].to_numpy(dtype=np.float64)[pi]
+    fac = bus_factors(inst)[pi]
     ok = np.isfinite(T) & (T > 0) & (S > 0)
-    sT = np.bincount(icode, weights=np.where(ok, T, 0.0), minlength=n)
-    sS = np.bincount(icode, weights=np.where(ok, S, 0.0), minlength=n)
-    sB = np.bincount(icode, weights=np.where(ok, S * fac, 0.0), minlength=n)
-    out["count"] = np.bincount(icode, minlength=n)
+    sT = np.bincount(pg, weights=np.where(ok, T, 0.0), minlength=n)
+    sS = np.bincount(pg, weights=np.where(ok, S, 0.0), minlength=n)
+    sB = np.bincount(pg, weights=np.where(ok, S * fac, 0.0), minlength=n)
+    out["collectives"] = np.bincount(pg, minlength=n)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
         out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
     return out[cols].sort_values("total_ns", ascending=False, kind="stable")
+
+
+def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (group, instance) pairs of the rows: (group per pair, instance per pair).
+
+    Usually every op of a collective falls in one group (its first op's): that is
+    checked in one pass, and only the ops filed elsewhere add pairs (a sort over
+    those few instead of all rows)."""
+    inst = matched.inst.astype(np.int64, copy=False)
+    if len(inst) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    first = matched.instances["row"].to_numpy(dtype=np.int64)
+    rg = row_group.astype(np.int64, copy=False)
+    pg, pi = rg[first], np.arange(len(first), dtype=np.int64)
+    elsewhere = rg != pg[inst]
+    if elsewhere.any():
+        k = len(first)
+        extra = np.unique(rg[elsewhere] * k + inst[elsewhere])
+        pg = np.concatenate((pg, extra // k))
+        pi = np.concatenate((pi, extra % k))
+    return pg, pi
 
 
 @dataclass
@@ -132,40 +159,29 @@ def has_values(frame: pd.DataFrame, col: str) -> bool:
     return col in frame and len(frame) > 0 and bool(frame[col].notna().any())
 
 
-def iteration_summary(frame: pd.DataFrame, arrays: OpArrays | None = None) -> pd.DataFrame:
-    """Per training step (iteration > 0): ops, bytes, comm_ns (mean over ranks of the
-    summed op time), span_ns (first call to last completion), slowest_rank."""
-    cols = ["ops", "bytes", "comm_ns", "span_ns", "slowest_rank"]
-    if len(frame) == 0 or not (frame["iteration"].to_numpy() > 0).any():
-        return pd.DataFrame(columns=cols)
-    a = arrays or OpArrays.of(frame)
-    it_all = frame["iteration"].to_numpy()
-    sel = it_all > 0
-    every = bool(sel.all())
+SPLIT_COLUMNS = ["op", "group", "seq", "by_rank"]
 
-    def rows(x):  # the selected rows (no copy when every row is selected)
-        return x if every else x[sel]
-    its, ix = dense_codes(rows(it_all))
-    ranks, rix = a.rank_codes()
-    n, R = len(its), len(ranks)
-    cell = ix.astype(np.int64)
-    cell *= R
-    cell += rows(rix)
-    dur = rows(a.dur)
-    known = ~np.isnan(dur)
-    per = np.bincount(cell, weights=np.where(known, dur, 0.0), minlength=n * R).reshape(n, R)
-    del known
-    present = np.bincount(cell, minlength=n * R).reshape(n, R) > 0
-    del cell
-    s_series = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(s_series, ix, rows(a.start))
-    e_series = np.full(n, np.iinfo(np.int64).min)
-    np.maximum.at(e_series, ix, rows(a.end))
-    out = pd.DataFrame({
-        "ops": np.bincount(ix, minlength=n),
-        "bytes": np.bincount(ix, weights=rows(a.nbytes).astype(np.float64), minlength=n).astype(np.int64),
-        "comm_ns": per.sum(axis=1) / np.maximum(present.sum(axis=1), 1),
-        "span_ns": e_series - s_series,
-        "slowest_rank": ranks[np.argmax(np.where(present, per, -1), axis=1)],
-    }, index=pd.Index(its, name="iteration"))
-    return out
+
+def split_collectives(frame: pd.DataFrame, matched: Matched, column: str = "phase") -> pd.DataFrame:
+    """Collectives whose ranks filed their ops under different values of ``column``
+    (a joined rank shadows in ``join`` what the others run in ``backward``): op,
+    group, seq and ``by_rank`` ("backward: 0,2; join: 1"). In time order."""
+    inst = matched.inst
+    if len(frame) == 0 or column not in frame or len(inst) == 0:
+        return pd.DataFrame(columns=SPLIT_COLUMNS)
+    codes, cats = cat_codes(frame[column])
+    first = matched.instances["row"].to_numpy(dtype=np.int64)
+    differs = codes != codes[first[inst]]
+    if not differs.any():
+        return pd.DataFrame(columns=SPLIT_COLUMNS)
+    bad = np.unique(inst[differs])
+    rows = np.flatnonzero(np.isin(inst, bad))
+    part = pd.DataFrame({"inst": inst[rows], "value": [cats[c] if c >= 0 else "-" for c in codes[rows]],
+                         "rank": frame["rank"].to_numpy()[rows]})
+    out = []
+    for i, g in part.groupby("inst", sort=True):
+        by_value = g.groupby("value", sort=True)["rank"].apply(lambda r: ",".join(map(str, sorted(set(r)))))
+        head = matched.instances.iloc[int(i)]
+        out.append({"op": str(head["op"]), "group": str(head["group"]), "seq": int(head["seq"]),
+                    "by_rank": "; ".join(f"{v}: {rk}" for v, rk in by_value.items())})
+    return pd.DataFrame(out, columns=SPLIT_COLUMNS)

@@ -20,11 +20,19 @@ Join's loop, so its shadow collectives carry the iteration they answer.
 
 The bucket layout DDP reports (``_get_ddp_logging_data``) is written as
 ``ddp_buckets`` meta lines; the reader turns it into ``bucket``/``params``.
+
+Compute spans: every outermost DDP forward, backward pass and optimizer step
+is also recorded as a span (begin and end on this process's clock, written in
+batched ``spans`` meta lines), so
+the report can tell communication that overlapped computation from
+communication the step waited for. Each span carries the number of the
+optimizer step it belongs to (``step``, see :class:`StepCounter`).
 """
 from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 import weakref
 
@@ -34,9 +42,46 @@ from .recorder import Recorder
 _REBUILD_CHECK_ITERATIONS = 6  # DDP rebuilds its buckets at the start of iteration 2
 
 
+class StepCounter:
+    """Numbers optimizer steps as docs/report.md defines a step.
+
+    A step ends with an optimizer step. Optimizer steps of *other* optimizers
+    that follow before the next forward or backward belong to the same step (a
+    model with two optimizers stepped back to back takes one step); the same
+    optimizer stepping again, or any forward/backward in between, belongs to the
+    next. ``done`` counts finished steps; spans of the step in progress carry
+    ``done + 1``.
+    """
+
+    def __init__(self):
+        self.done = 0
+        self._stepped: set[int] = set()  # optimizers that stepped since the last compute span began
+
+    def compute_begins(self) -> int:
+        self._stepped.clear()
+        return self.done + 1
+
+    def optimizer_begins(self, optimizer) -> int:
+        if self._stepped and id(optimizer) not in self._stepped:
+            return self.done  # joins the step the previous optimizer ended
+        return self.done + 1
+
+    def optimizer_ends(self, optimizer, step: int) -> None:
+        if step > self.done:
+            self.done = step
+            self._stepped = {id(optimizer)}
+        else:
+            self._stepped.add(id(optimizer))
+
+
 class PhaseHooks:
     def __init__(self, rec: Recorder):
         self.rec = rec
+        self.steps = StepCounter()
+        # Compute spans nest (autograd.grad inside a forward, an LBFGS closure's
+        # forward inside the optimizer step): only the outermost one per thread is
+        # written, so spans never double-count the same time.
+        self._depth = threading.local()
         self.modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ddp -> state
         self.originals: list[tuple] = []
         self._labels: dict[str, int] = {}
@@ -114,28 +159,40 @@ class PhaseHooks:
             return scoped
         return make
 
+    # -- compute spans ------------------------------------------------------------
+    def _enter_compute(self) -> bool:
+        """True for the outermost compute span of this thread (call _leave_compute after)."""
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        return depth == 0
+
+    def _leave_compute(self) -> None:
+        self._depth.n -= 1
+
+    def _write_span(self, phase: str, t_begin: int, step: int, module=None, grad: bool = True) -> None:
+        self.rec.add_span(phase, t_begin, time.monotonic_ns(), step, module, grad)
+
     def _wrap_backward(self, orig):
         """Phase ``backward``; the DDP module of the last forward stays the op's
         module until its backward pass ends, and not after (a later
         ``dist.all_reduce`` of the user's is not DDP's)."""
-        rec = self.rec
+        hooks, rec = self, self.rec
 
         @functools.wraps(orig)
         def backward(*args, **kwargs):
             token = rec.push_context(phase="backward")
+            outer = hooks._enter_compute()
+            step = hooks.steps.compute_begins() if outer else 0
             t0 = time.monotonic_ns()
             try:
                 return orig(*args, **kwargs)
             finally:
+                hooks._leave_compute()
                 module = rec.context_fields().get("module")
                 rec.pop_context(token)
                 rec.set_context(module=None)
-                if module is not None:
-                    # The backward pass's own span, so the report can tell how much of
-                    # the gradient communication it hid (one line per step).
-                    rec.add_meta({"type": schema.META_MARK, "kind": "span", "phase": "backward",
-                                  "module": module, "iteration": rec.iteration,
-                                  "t_begin_ns": t0, "t_end_ns": time.monotonic_ns()})
+                if outer:
+                    hooks._write_span("backward", t0, step, module)
         return backward
 
     def _wrap_static_scope(self, **fields):
@@ -161,11 +218,21 @@ class PhaseHooks:
         return join_round
 
     def _opt_pre(self, optimizer, args, kwargs):
-        self._opt_tokens.append(self.rec.push_context(phase="optimizer"))
+        outer = self._enter_compute()
+        step = self.steps.optimizer_begins(optimizer) if outer else 0
+        self._opt_tokens.append((self.rec.push_context(phase="optimizer"), outer, step, time.monotonic_ns()))
 
     def _opt_post(self, optimizer, args, kwargs):
-        if self._opt_tokens:
-            self.rec.pop_context(self._opt_tokens.pop())
+        # torch runs no post hook after a step that raised: that step's context
+        # and span stay open (a program that catches it and goes on is rare).
+        if not self._opt_tokens:
+            return
+        token, outer, step, t0 = self._opt_tokens.pop()
+        self._leave_compute()
+        self.rec.pop_context(token)
+        if outer:
+            self.steps.optimizer_ends(optimizer, step)
+            self._write_span("optimizer", t0, step, type(optimizer).__name__)
 
     def _label(self, module) -> str:
         cls = type(module).__name__
@@ -219,6 +286,7 @@ class PhaseHooks:
         return state
 
     def _wrap_forward(self, orig):
+        import torch
         hooks = self
         rec = self.rec
 
@@ -230,9 +298,16 @@ class PhaseHooks:
             state["forwards"] += 1
             rec.iteration = state["forwards"]
             token = rec.push_context(phase="forward", module=state["label"])
+            outer = hooks._enter_compute()
+            step = hooks.steps.compute_begins() if outer else 0
+            grad = torch.is_grad_enabled()  # an evaluation forward (no_grad) is no micro-step
+            t0 = time.monotonic_ns()
             try:
                 return orig(ddp, *args, **kwargs)
             finally:
+                hooks._leave_compute()
+                if outer:
+                    hooks._write_span("forward", t0, step, state["label"], grad=grad)
                 rec.pop_context(token)
                 # Later ops of this step (backward, optimizer) belong to this module.
                 rec.set_context(module=state["label"])

@@ -11,22 +11,44 @@ from ..errors import EXIT_OK
 EPILOG = """\
 examples:
   commtrace report                          newest run under ./commtrace-out/
+  commtrace report runs/exp1 --skip-steps 2          leave out warm-up steps
+  commtrace report runs/exp1 --steps 10:20 --phase backward
   commtrace report runs/exp1 --from 1.5s --to 1.7s --events
   commtrace report runs/exp1 --perfetto trace.json     open in ui.perfetto.dev
   commtrace report runs/exp1 --csv ops.csv --json summary.json
 
-times (--from/--to) are relative to the first traced op: 1.5s, 200ms, 30us.
+Windows (--steps, --skip-steps, --from/--to, --phase) apply to every table and
+export; the banner says which window is shown. Steps are optimizer steps,
+numbered from 1; times (--from/--to) are after the first traced op: 1.5s,
+200ms, 30us. Every figure is defined in docs/report.md.
 """
+
+
+def add_window_arguments(p) -> None:
+    """--steps/--skip-steps/--from/--to/--phase (report and compare)."""
+    p.add_argument("--steps", metavar="A:B", help="only optimizer steps A..B (A:, :B and A also work)")
+    p.add_argument("--skip-steps", type=int, metavar="N", help="leave out the first N steps (warm-up) and "
+                   "everything before them")
+    p.add_argument("--from", dest="t_from", metavar="TIME", help="only ops starting after TIME (e.g. 1.5s, 200ms)")
+    p.add_argument("--to", dest="t_to", metavar="TIME", help="only ops starting before TIME")
+    p.add_argument("--phase", metavar="P[,P]", help="only ops of these phases (forward, backward, optimizer, "
+                   "ddp_init, join, '-' for none)")
+
+
+def window_of(ns):
+    from ..analysis.window import Window
+    return Window.from_args(steps=ns.steps, skip_steps=ns.skip_steps, t_from=ns.t_from, t_to=ns.t_to,
+                            phase=ns.phase)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="summarize a run in the terminal", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Summarize a traced run: banner, per-op table, skew, timeline; export it.")
+                       description="Summarize a traced run: banner, steps, per-op/phase/region tables, skew, "
+                                   "timeline; export it.")
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="run directory (default: newest under ./commtrace-out/)")
-    p.add_argument("--width", type=int, metavar="COLS", help="output width in columns")
-    p.add_argument("--from", dest="t_from", metavar="TIME", help="timeline/events start (e.g. 1.5s, 200ms)")
-    p.add_argument("--to", dest="t_to", metavar="TIME", help="timeline/events end")
+    p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
+    add_window_arguments(p)
     p.add_argument("--events", action="store_true", help="list every op in time order")
     p.add_argument("--limit", type=int, metavar="N", help="at most N events")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows in the skew tables (default 10)")
@@ -71,13 +93,11 @@ def _stages(run_dir: str | None, steps: int):
 def run_report(ns) -> int:
     from ..analysis.report import build_report, report_json
     from ..analysis.run_info import load_report_run
-    from ..analysis.timeline import parse_time
     from ..trace.reader import newest_run
     from . import export
     from .cli_commands import warn
 
-    t_from = parse_time(ns.t_from) if ns.t_from else None
-    t_to = parse_time(ns.t_to) if ns.t_to else None
+    window = window_of(ns)
     run_dir = ns.run_dir if ns.run_dir is not None else newest_run()
     with _stages(run_dir, 4) as advance:
         advance("reading traces")
@@ -85,21 +105,22 @@ def run_report(ns) -> int:
         for issue in run.issues:
             warn(issue)
         advance("matching and summarizing")
-        rep = build_report(run, top=ns.top)
+        rep = build_report(run, window, top=ns.top)
         if ns.perfetto:
             advance("writing Perfetto trace")
             from .perfetto import write_perfetto
-            write_perfetto(run.frame, ns.perfetto, rep.info["t0_ns"], rep.matched.inst, run.processes)
+            write_perfetto(rep.frame, ns.perfetto, rep.info["t0_ns"], rep.matched.inst, run.processes,
+                           spans=rep.spans, marks=rep.marks, regions=rep.region_spans)
         advance("writing exports")
         if ns.csv:
-            export.write_csv(run.frame, ns.csv)
+            export.write_csv(rep.frame, ns.csv)
         if ns.parquet:
-            export.write_parquet(run.frame, ns.parquet)
+            export.write_parquet(rep.frame, ns.parquet)
         if ns.json:
             export.write_json(report_json(rep), ns.json)
     if ns.quiet or ns.json == "-":
         return EXIT_OK
     from .terminal import make_console, render_report
     con = make_console(ns.width)
-    render_report(con, rep, t_from=t_from, t_to=t_to, events=ns.events, limit=ns.limit, top=ns.top)
+    render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top)
     return EXIT_OK

@@ -84,3 +84,11 @@ def fmt_int(n) -> str:
     if _bad(n):
         return "-"
     return f"{int(n):,}"
+
+
+def fmt_count(n) -> str:
+    """A count, or a mean of counts: an integer when whole, else one decimal."""
+    if _bad(n):
+        return "-"
+    n = float(n)
+    return f"{int(round(n)):,}" if abs(n - round(n)) < 0.05 else f"{n:,.1f}"

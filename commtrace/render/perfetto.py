@@ -127,27 +127,43 @@ def _num_strs(col: pd.Series, order: np.ndarray) -> np.ndarray:
     return out
 
 
+COMPUTE_TID = 1_000_000   # each rank's compute spans (forward, backward, optimizer)
+REGION_TID = 1_000_001    # each rank's commtrace.region intervals
+
+
 def write_perfetto(frame: pd.DataFrame, path: str, t0: int | None = None, inst: np.ndarray | None = None,
-                   processes: list[dict] | None = None) -> dict:
-    """Write the trace; returns counts {"slices", "flows", "tracks"}."""
+                   processes: list[dict] | None = None, spans: pd.DataFrame | None = None,
+                   marks: pd.DataFrame | None = None, regions: pd.DataFrame | None = None) -> dict:
+    """Write the trace; returns counts {"slices", "flows", "tracks", "spans", "marks"}.
+
+    ``spans`` (compute spans) become slices on a "compute" track of each rank, beside
+    its communication; ``marks`` instant events; ``regions`` slices on a "regions" track."""
     n = len(frame)
     try:
         f = open(path, "w", encoding="utf-8")
     except OSError as e:
         raise CommtraceError(f"{path}: cannot write ({e.strerror})") from None
     with f:
-        return _write(f, frame, n, t0, inst, processes)
+        return _write(f, frame, n, t0, inst, processes, _nonempty(spans), _nonempty(marks), _nonempty(regions))
 
 
-def _write(f, frame, n, t0, inst, processes) -> dict:
+def _nonempty(table):
+    return table if table is not None and len(table) else None
+
+
+def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     start = frame["t_start_ns"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
     if n and not np.all(np.diff(start) >= 0):
         frame = frame.sort_values("t_start_ns", kind="stable").reset_index(drop=True)
         start = frame["t_start_ns"].to_numpy(dtype=np.int64)
         inst = None
-    t0 = int(start.min()) if (t0 is None and n) else int(t0 or 0)
-    if n:
-        t0 = min(t0, int(start.min()))   # timestamps are never negative
+    firsts = [int(start.min())] if n else []
+    for table, col in ((spans, "t_begin_ns"), (marks, "t_ns"), (regions, "t_begin_ns")):
+        if table is not None:
+            firsts.append(int(table[col].min()))
+    t0 = min(firsts) if (t0 is None and firsts) else int(t0 or 0)
+    if firsts:
+        t0 = min(t0, *firsts)   # timestamps are never negative
     rank = frame["rank"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
     pid = np.where(rank >= 0, rank, 1_000_000)
     if n:
@@ -162,7 +178,11 @@ def _write(f, frame, n, t0, inst, processes) -> dict:
     f.write('{"displayTimeUnit":"ns","otherData":{"generator":"commtrace"},"traceEvents":[\n')
     # -- metadata ---------------------------------------------------------------
     meta = []
-    ranks = sorted(set(rank.tolist()))
+    ranks = set(rank.tolist())
+    for table in (spans, marks, regions):
+        if table is not None:
+            ranks.update(int(r) for r in table["rank"].unique())
+    ranks = sorted(ranks)
     hosts = {p.get("rank"): p.get("host") for p in (processes or [])}
     for r in ranks:
         p = r if r >= 0 else 1_000_000
@@ -175,11 +195,21 @@ def _write(f, frame, n, t0, inst, processes) -> dict:
     for p, t in tracks:
         meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": t,
                                 "args": {"name": "ops" if t == 0 else f"overlapping ops {t}"}}))
+    for table, tid, label in ((spans, COMPUTE_TID, "compute (forward, backward, optimizer)"),
+                              (regions, REGION_TID, "regions")):
+        if table is not None:
+            for r in sorted(int(x) for x in table["rank"].unique()):
+                p = r if r >= 0 else 1_000_000
+                meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": tid, "args": {"name": label}}))
+                meta.append(json.dumps({"ph": "M", "name": "thread_sort_index", "pid": p, "tid": tid,
+                                        "args": {"sort_index": -2 if tid == COMPUTE_TID else -1}}))
     f.write(",\n".join(meta))
     wrote = bool(meta)
+    counts = _write_annotations(f, wrote, t0, spans, marks, regions)
+    wrote = wrote or any(counts.values())
     if n == 0:
         f.write("\n]}\n")
-        return {"slices": 0, "flows": 0, "tracks": 0}
+        return {"slices": 0, "flows": 0, "tracks": 0, **counts}
     # -- slices -----------------------------------------------------------------
     static_cols = [c for c in frame.columns if c not in _ROW_FIELDS]
     scode = _static_codes(frame, static_cols)
@@ -241,4 +271,34 @@ def _write(f, frame, n, t0, inst, processes) -> dict:
             f.write((",\n" if wrote else "") + ",\n".join(map(",\n".join, zip(ss, ff))))
             wrote = True
     f.write("\n]}\n")
-    return {"slices": n, "flows": nflows, "tracks": len(tracks)}
+    return {"slices": n, "flows": nflows, "tracks": len(tracks), **counts}
+
+
+def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
+    """Compute spans and regions as X slices on their own tracks, marks as instant events."""
+    events = []
+    if spans is not None:
+        for r in spans.itertuples(index=False):
+            args = {"phase": r.phase, "module": r.module, "step": int(r.step), "iteration": int(r.iteration)}
+            events.append({"ph": "X", "pid": _pid(r.rank), "tid": COMPUTE_TID, "ts": (r.t_begin_ns - t0) / 1e3,
+                           "dur": (r.t_end_ns - r.t_begin_ns) / 1e3, "name": str(r.phase), "cat": "compute",
+                           "args": {k: v for k, v in args.items() if v is not None}})
+    if regions is not None:
+        for r in regions.itertuples(index=False):
+            events.append({"ph": "X", "pid": _pid(r.rank), "tid": REGION_TID, "ts": (r.t_begin_ns - t0) / 1e3,
+                           "dur": (r.t_end_ns - r.t_begin_ns) / 1e3, "name": str(r.label), "cat": "region",
+                           "args": {"closed": bool(r.closed)}})
+    if marks is not None:
+        for r in marks.itertuples(index=False):
+            events.append({"ph": "i", "s": "p", "pid": _pid(r.rank), "tid": COMPUTE_TID, "ts": (r.t_ns - t0) / 1e3,
+                           "name": str(r.label), "cat": "mark"})
+    if events:
+        f.write((",\n" if wrote else "") + ",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":"))
+                                                     for e in events))
+    return {"spans": 0 if spans is None else len(spans), "marks": 0 if marks is None else len(marks),
+            "regions": 0 if regions is None else len(regions)}
+
+
+def _pid(rank) -> int:
+    rank = int(rank)
+    return rank if rank >= 0 else 1_000_000

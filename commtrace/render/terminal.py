@@ -1,19 +1,21 @@
-"""The terminal report (rich). Plain text (no colour, ASCII tables) when the output
-is not a TTY or NO_COLOR is set. Every string from a trace goes through ``safe``."""
+"""The terminal report (rich). Plain text (no colour) when the output is not a TTY
+or NO_COLOR is set; the layout and width are the same either way (colour only
+adds styles). Every string from a trace goes through ``plain_safe``/``safe``.
+Tables fit the width by dropping their least important columns (render.tables).
+"""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import numpy as np
-import pandas as pd
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..analysis.timeline import Timeline, bin_timeline, event_rows
-from .fmt import fmt_bw, fmt_bytes, fmt_delta, fmt_int, fmt_ns, fmt_pct, plain_safe, safe
+from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
+from .tables import Column, print_table
 
 OP_STYLE = {
     "all_reduce": ("green", "R"), "broadcast": ("blue", "B"), "all_gather": ("cyan", "G"),
@@ -22,6 +24,7 @@ OP_STYLE = {
     "send": ("bright_yellow", ">"), "recv": ("bright_blue", "<"),
 }
 _EXTRA = ["white", "bright_red", "bright_white", "dark_orange", "purple"]
+MARK_SYMBOLS = "123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def is_plain(file=None) -> bool:
@@ -33,44 +36,39 @@ def is_plain(file=None) -> bool:
     return not tty or bool(os.environ.get("NO_COLOR"))
 
 
+def console_width(file=None) -> int:
+    """--width, else the terminal's width, else COLUMNS, else 120: never depends on colour."""
+    file = file or sys.stdout
+    try:
+        if file.isatty():
+            return shutil.get_terminal_size((120, 24)).columns
+    except (AttributeError, ValueError):
+        pass
+    try:
+        return int(os.environ.get("COLUMNS", "")) or 120
+    except ValueError:
+        return 120
+
+
 def make_console(width: int | None = None, file=None) -> Console:
     file = file or sys.stdout
     plain = is_plain(file)
-    if width is None and plain:
-        try:
-            width = int(os.environ.get("COLUMNS", "")) or 120
-        except ValueError:
-            width = 120
-    con = Console(file=file, width=width, color_system=None if plain else "auto", no_color=plain,
-                  highlight=False, emoji=False, soft_wrap=False, force_terminal=None if not plain else False)
+    con = Console(file=file, width=max(int(width or console_width(file)), 40), color_system=None if plain else "auto",
+                  no_color=plain, highlight=False, emoji=False, soft_wrap=False,
+                  force_terminal=None if not plain else False)
     con.plain = plain  # type: ignore[attr-defined]
     return con
-
-
-ASCII_SIMPLE = box.Box("    \n    \n -- \n    \n    \n -- \n    \n    \n", ascii=True)
-
-
-class _Tab(Table):
-    """A Table whose columns never wrap (numbers stay on one line)."""
-
-    def add_column(self, *args, **kwargs):
-        kwargs.setdefault("no_wrap", True)
-        return super().add_column(*args, **kwargs)
-
-
-def _table(con: Console, title: str | None = None) -> Table:
-    """A table; its title goes on its own line above it (so it never wraps to the table width)."""
-    if title:
-        con.print(Text(title, style="bold"))
-    return _Tab(box=ASCII_SIMPLE if getattr(con, "plain", True) else box.SIMPLE_HEAD,
-                show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1, 0, 0))
 
 
 def op_style(op: str, i: int = 0) -> tuple[str, str]:
     return OP_STYLE.get(op, (_EXTRA[i % len(_EXTRA)], "*"))
 
 
-# -- sections --------------------------------------------------------------------
+def _dim(con: Console, text: str) -> None:
+    con.print(Text(text, style="dim"), overflow="fold")
+
+
+# -- banner ----------------------------------------------------------------------
 
 def render_banner(con: Console, rep) -> None:
     info = rep.info
@@ -78,79 +76,167 @@ def render_banner(con: Console, rep) -> None:
     t = Text()
     t.append("commtrace report ", style="bold")
     t.append(plain_safe(info["run_dir"]) + "\n")
+    windowed = not rep.window.whole_run
+    of = "of the window per rank" if windowed else "of wall time per rank"
     rows = [
         ("command", plain_safe(info["command"]) or "-"),
         ("ranks", f"{info['ranks']} of {info['world_size']}" + (f"  (incomplete: {', '.join(map(str, info['incomplete_ranks']))})" if info["incomplete_ranks"] else "")),
         ("hosts", f"{len(info['hosts'])}: " + plain_safe(", ".join(info["hosts"][:8]) + (" ..." if len(info["hosts"]) > 8 else ""))),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
-        ("wall time", fmt_ns(info["wall_ns"]) + f"   (traced ops span {fmt_ns(info['span_ns'])})"),
-        ("comm share", f"min {fmt_pct(cs['min'])} / mean {fmt_pct(cs['mean'])} / max {fmt_pct(cs['max'])} of wall time per rank"),
-        ("totals", f"{fmt_int(info['ops'])} ops, {fmt_bytes(info['bytes'])}"
-         + (f", {info['failed']} failed" if info["failed"] else "") + (f", {info['in_flight']} never completed" if info["in_flight"] else "")),
+        ("window", rep.window.describe(fmt_ns) + (f"  ({fmt_ns(info['window_ns'])})" if info.get("window_ns") else "")),
+        ("wall time", fmt_ns(info["wall_ns"]) + f"   (ops shown span {fmt_ns(info['span_ns'])})"),
+        ("comm share", f"min {fmt_pct(cs['min'])} / mean {fmt_pct(cs['mean'])} / max {fmt_pct(cs['max'])} {of}"),
     ]
+    st = rep.steps
+    if st is not None and st.shown:
+        a = st.across
+        ms = a["micro_steps"].to_numpy()
+        micro = f"{int(ms[0])} micro-step{'s' if ms[0] != 1 else ''} each" if (ms == ms[0]).all() \
+            else f"{int(ms.min())}-{int(ms.max())} micro-steps"
+        rows.append(("steps", f"{st.shown} of {st.total_steps} optimizer steps shown, {micro}"))
+        rows.append(("per step", f"median {fmt_ns(np.median(a['step_ns']))}: comm {fmt_ns(np.median(a['comm_ns']))},"
+                     f" exposed {fmt_ns(np.median(a['exposed_ns']))}"))
+    rows.append(("totals", f"{fmt_int(info['ops'])} ops, {fmt_bytes(info['bytes'])}"
+                 + (f", {info['failed']} failed" if info["failed"] else "")
+                 + (f", {info['in_flight']} never completed" if info["in_flight"] else "")))
     for k, v in rows:
         t.append(f"  {k:<11}", style="bold")
         t.append(v + "\n")
-    con.print(t, end="")
+    con.print(t, end="", overflow="fold")
 
 
-def _summary_table(con, df, title, key_names):
-    tab = _table(con, title)
-    for k in key_names:
-        tab.add_column(k)
-    for c in ("count", "bytes", "mean", "p50", "p99", "algbw", "busbw", "share", "cv"):
-        tab.add_column(c, justify="right")
+# -- steps -----------------------------------------------------------------------
+
+def _hidden_pct(comm, exposed) -> str:
+    return "-" if not comm else fmt_pct((comm - exposed) / comm, 0)
+
+
+STEP_COLUMNS = [Column("step", drop=0), Column("micro", drop=4), Column("step time", drop=0, short="step"),
+                Column("compute", drop=3, short="comp"), Column("comm", drop=0), Column("exposed", drop=0, short="expo"),
+                Column("hidden", drop=5), Column("ops", drop=2), Column("bytes", drop=1),
+                Column("slowest", drop=6, short="slow")]
+
+
+def _step_row(label, r) -> list[str]:
+    return [str(label), fmt_count(r["micro_steps"]), fmt_ns(r["step_ns"]), fmt_ns(r["compute_ns"]),
+            fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]), _hidden_pct(r["comm_ns"], r["exposed_ns"]),
+            fmt_count(r["ops"]), fmt_bytes(r["bytes"]), f"rank {int(r['slowest_rank'])}"]
+
+
+def render_steps(con: Console, rep, max_rows: int = 12) -> None:
+    st = rep.steps
+    if st is None:
+        if rep.run.spans is not None and len(rep.run.spans):
+            con.print()
+            _dim(con, "Steps: no optimizer step was recorded (steps are counted at torch.optim optimizer steps).")
+        return
+    con.print()
+    a = st.across
+    if not len(a):
+        con.print(Text("Steps: none inside this window.", style="bold"))
+    else:
+        shown = a if len(a) <= max_rows else a.loc[sorted(a["step_ns"].nlargest(max_rows - 4).index)]
+        title = f"Steps ({len(a)}" + (f"; the {len(shown)} slowest" if len(shown) < len(a) else "") + ")"
+        rows = [_step_row(i, r) for i, r in shown.iterrows()]
+        if len(a) > 1:   # the median of each column
+            med = {c: float(np.median(a[c])) for c in ("micro_steps", "step_ns", "compute_ns", "comm_ns",
+                                                       "exposed_ns", "ops", "bytes")}
+            row = _step_row("median", {**med, "slowest_rank": 0})
+            comm, exposed = a["comm_ns"].to_numpy(float), a["exposed_ns"].to_numpy(float)
+            hidden = (comm - exposed)[comm > 0] / comm[comm > 0]
+            row[6] = fmt_pct(np.median(hidden), 0) if len(hidden) else "-"
+            row[-1] = ""
+            rows.append(row)
+        print_table(con, STEP_COLUMNS, rows, title=title,
+                    note="per rank, mean over ranks (step time: the slowest rank); comm: time with any op in "
+                         "progress; exposed: comm while not computing; hidden: share of comm overlapped by compute")
+    out = st.outside
+    if len(out) and out["ops"].sum():
+        con.print()
+        cols = [Column("outside steps", right=False), Column("ops"), Column("bytes", drop=1),
+                Column("comm", drop=0), Column("ranks", drop=2)]
+        rows = [[w, fmt_int(r["ops"]), fmt_bytes(r["bytes"]), fmt_ns(r["comm_ns"]), fmt_int(r["ranks"])]
+                for w, r in out.iterrows() if r["ops"]]
+        print_table(con, cols, rows, note="ops: all ranks; comm: mean per rank")
+    per = st.per_rank
+    if len(per) and per["rank"].nunique() > 1:
+        con.print()
+        g = per.groupby("rank")
+        cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
+                Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
+        rows = [[str(r), fmt_int(len(x)), fmt_ns(x["step_ns"].median()), fmt_ns(x["compute_ns"].median()),
+                 fmt_ns(x["comm_ns"].median()), fmt_ns(x["exposed_ns"].median()), fmt_count(x["ops"].median())]
+                for r, x in g]
+        print_table(con, cols, rows, title="Per rank (median over its steps)")
+
+
+# -- op tables -------------------------------------------------------------------
+
+def _summary_columns(keys: list[str]) -> list[Column]:
+    # Dropped first when space runs out: cv, algbw, p99, p50, share, then the
+    # key columns that only refine a row (detail, group_desc), then busbw, bytes, mean.
+    text = {"group", "group_desc", "detail", "phase"}
+    return [Column(k, right=False, text=k in text, drop=0 if k in ("op", "phase", "group") else 4) for k in keys] + [
+        Column("colls", drop=0), Column("bytes", drop=2), Column("mean", drop=1), Column("p50", drop=6),
+        Column("p99", drop=7), Column("busbw", drop=3), Column("algbw", drop=8), Column("share", drop=5),
+        Column("cv", drop=9)]
+
+
+def _summary_table(con, df, title, key_names, note=None):
     flat = df.reset_index()
+    rows, styles = [], []
     for r in flat.itertuples(index=False):
         d = r._asdict()
-        keys = [safe(d[k]) for k in key_names]
-        op = str(d.get("op", ""))
+        keys = [plain_safe(d[k]) for k in key_names]
+        rows.append(keys + [fmt_int(d["collectives"]), fmt_bytes(d["bytes"]), fmt_ns(d["mean_ns"]),
+                            fmt_ns(d["p50_ns"]), fmt_ns(d["p99_ns"]), fmt_bw(d["busbw"]), fmt_bw(d["algbw"]),
+                            fmt_pct(d["share"]), "-" if d["cv"] != d["cv"] else f"{d['cv']:.2f}"])
+        st = [None] * len(rows[-1])
         if "op" in key_names:
-            keys[key_names.index("op")] = f"[{op_style(op)[0]}]{safe(op)}[/]" if not con.plain else safe(op)
-        tab.add_row(*keys, fmt_int(d["count"]), fmt_bytes(d["bytes"]), fmt_ns(d["mean_ns"]),
-                    fmt_ns(d["p50_ns"]), fmt_ns(d["p99_ns"]), fmt_bw(d["algbw"]), fmt_bw(d["busbw"]),
-                    fmt_pct(d["share"]), "-" if d["cv"] != d["cv"] else f"{d['cv']:.2f}")
-    con.print(tab)
+            st[key_names.index("op")] = op_style(str(d.get("op", "")))[0]
+        styles.append(st)
+    print_table(con, _summary_columns(key_names), rows, title=title, styles=styles, note=note)
+
+
+SUMMARY_NOTE = ("colls: collectives (one per call across the ranks); bytes: all ranks; mean/p50/p99: per-op "
+                "durations; busbw/algbw: nccl-tests conventions, slowest rank; share: of summed op time; "
+                "cv: per-rank time variation")
 
 
 def render_summary(con: Console, rep) -> None:
     con.print()
-    _summary_table(con, rep.by_op, "Per op", ["op"])
-    con.print(Text("count: collectives (matched across ranks); bytes: all ranks; durations per rank; bandwidth per collective with the slowest rank (nccl-tests); cv: per-rank time variation", style="dim"))
-    if len(rep.by_group.reset_index()["group"].unique()) > 1:
+    _summary_table(con, rep.by_op, "Per op", ["op"], note=SUMMARY_NOTE)
+    if len(rep.by_group) and rep.by_group.reset_index()["group"].nunique() > 1:
         con.print()
         _summary_table(con, rep.by_group, "Per process group", ["group", "group_desc", "op"])
     if rep.by_phase is not None and len(rep.by_phase):
         con.print()
-        _summary_table(con, rep.by_phase, "Per phase", ["phase", "op"])
-    it = rep.by_iteration
-    if it is not None and len(it):
-        con.print()
-        comm = it["comm_ns"].to_numpy(dtype=float)
-        con.print(Text(f"Per iteration: {len(it)} steps; communication per step (mean over ranks): "
-                       f"mean {fmt_ns(comm.mean())}, p50 {fmt_ns(np.percentile(comm, 50))}, "
-                       f"p99 {fmt_ns(np.percentile(comm, 99))}, max {fmt_ns(comm.max())}", style="bold"))
-        shown = it if len(it) <= 12 else it.sort_values("comm_ns", ascending=False).head(8).sort_index()
-        tab = _table(con, None if len(it) <= 12 else "slowest steps")
-        overlap = "overlap_pct" in it.columns
-        cols = ["iteration", "ops", "bytes", "comm time", "span", "slowest rank"]
-        if overlap:
-            cols += ["backward", "grad comm", "hidden", "exposed", "hidden %"]
-        for c in cols:
-            tab.add_column(c, justify="right")
-        for i, r in shown.iterrows():
-            cells = [str(i), fmt_int(r["ops"]), fmt_bytes(r["bytes"]), fmt_ns(r["comm_ns"]), fmt_ns(r["span_ns"]),
-                     str(int(r["slowest_rank"]))]
-            if overlap:
-                pct = r["overlap_pct"]
-                cells += [fmt_ns(r["backward_ns"]), fmt_ns(r["grad_comm_ns"]), fmt_ns(r["overlapped_ns"]),
-                          fmt_ns(r["exposed_ns"]), "-" if pd.isna(pct) else f"{pct:.0f}%"]
-            tab.add_row(*cells)
-        con.print(tab)
-        if overlap:
-            con.print(Text("hidden: gradient all_reduce time while gradients were still being computed (until the last bucket's launch); "
-                           "exposed: all_reduce time after that, which the step waits for (mean over ranks)", style="dim"))
+        keys = list(rep.by_phase.index.names)
+        note = "each op under its own rank's phase"
+        if len(rep.split):
+            ex = rep.split.iloc[0]
+            note += (f"; {fmt_int(len(rep.split))} collective(s) ran in different phases on different ranks "
+                     f"(e.g. {plain_safe(ex['op'])} seq {ex['seq']}: {plain_safe(ex['by_rank'])}) and count "
+                     "under each")
+        _summary_table(con, rep.by_phase, "Per phase", keys, note=note)
 
+
+def render_regions(con: Console, rep) -> None:
+    reg = rep.regions
+    if reg is None or not len(reg):
+        return
+    con.print()
+    cols = [Column("region", right=False, text=True), Column("ranks", drop=4), Column("entries", drop=3),
+            Column("time"), Column("comm"), Column("comm %", short="comm%"), Column("ops", drop=2),
+            Column("bytes", drop=1)]
+    rows = [[plain_safe(label), fmt_int(r["ranks"]), fmt_int(r["entries"]), fmt_ns(r["time_ns"]),
+             fmt_ns(r["comm_ns"]), fmt_pct(r["comm_share"]), fmt_int(r["ops"]), fmt_bytes(r["bytes"])]
+            for label, r in reg.iterrows()]
+    print_table(con, cols, rows, title="Regions (commtrace.region)",
+                note="time and comm: mean per rank that entered the region; ops and bytes: all ranks")
+
+
+# -- skew ------------------------------------------------------------------------
 
 def render_skew(con: Console, rep, top: int = 10) -> None:
     sk = rep.skew
@@ -158,58 +244,70 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
     if not sk["instances"]:
         con.print(Text("Skew: no collective was called by two or more ranks.", style="bold"))
         return
-    tab = _table(con, f"Arrival skew (last minus first caller, {fmt_int(sk['instances'])} collectives)")
-    for c in ("op", "count", "mean", "p50", "p99", "max"):
-        tab.add_column(c, justify="right" if c != "op" else "left")
-    for op, r in sk["by_op"].iterrows():
-        tab.add_row(safe(op), fmt_int(r["count"]), fmt_ns(r["mean_ns"]), fmt_ns(r["p50_ns"]), fmt_ns(r["p99_ns"]), fmt_ns(r["max_ns"]))
-    con.print(tab)
+    rows = [[plain_safe(op), fmt_int(r["collectives"]), fmt_ns(r["mean_ns"]), fmt_ns(r["p50_ns"]),
+             fmt_ns(r["p99_ns"]), fmt_ns(r["max_ns"])] for op, r in sk["by_op"].iterrows()]
+    print_table(con, [Column("op", right=False), Column("colls"), Column("mean"), Column("p50", drop=2),
+                      Column("p99", drop=1), Column("max")], rows,
+                title=f"Arrival skew (last minus first caller, {fmt_int(sk['instances'])} collectives)")
     st = sk["stragglers"]
     if len(st):
-        tab = _table(con, "Top stragglers (arrived last; by time the others waited)")
-        for c in ("rank", "last in", "share", "others waited", "mean spread"):
-            tab.add_column(c, justify="right")
-        for rank, r in st.head(top).iterrows():
-            tab.add_row(str(rank), fmt_int(r["last"]), fmt_pct(r["share_last"]), fmt_ns(r["wait_ns"]), fmt_ns(r["mean_spread_ns"]))
-        con.print(tab)
+        rows = [[str(rank), fmt_int(r["last"]), fmt_pct(r["share_last"]), fmt_ns(r["wait_ns"]),
+                 fmt_ns(r["mean_spread_ns"])] for rank, r in st.head(top).iterrows()]
+        print_table(con, [Column("rank"), Column("last in"), Column("share", drop=1), Column("others waited"),
+                          Column("mean spread", drop=2)], rows,
+                    title="Top stragglers (arrived last; by time the others waited)")
     t0 = rep.info["t0_ns"] or 0
-    tab = _table(con, "Largest spreads")
-    for c in ("time", "op", "group", "seq", "spread", "last rank", "first rank"):
-        tab.add_column(c, justify="right" if c not in ("op", "group") else "left")
-    for _, r in sk["top"].head(top).iterrows():
-        tab.add_row(fmt_ns(r["first_start_ns"] - t0), safe(r["op"]), safe(r["group"]), str(r["seq"]), fmt_ns(r["spread_ns"]),
-                    str(r["last_rank"]), str(r["first_rank"]))
-    con.print(tab)
+    rows = [[fmt_ns(r["first_start_ns"] - t0), plain_safe(r["op"]), plain_safe(r["group"]), str(r["seq"]),
+             fmt_ns(r["spread_ns"]), str(r["last_rank"]), str(r["first_rank"])] for _, r in sk["top"].head(top).iterrows()]
+    print_table(con, [Column("time"), Column("op", right=False), Column("group", right=False, text=True, drop=3),
+                      Column("seq", drop=2), Column("spread"), Column("last rank", short="last"),
+                      Column("first rank", short="first", drop=1)], rows, title="Largest spreads")
+
+
+# -- timeline --------------------------------------------------------------------
+
+def _timeline_range(rep, t_from, t_to) -> tuple[int | None, int | None]:
+    """The timeline's range relative to t0: --from/--to, else the window's extent."""
+    b = rep.bounds
+    t0 = rep.info["t0_ns"] or 0
+    lo = rep.window.t_from if t_from is None else t_from
+    hi = rep.window.t_to if t_to is None else t_to
+    if b:
+        los = [v[0] for v in b.values() if v[1] > v[0]]
+        his = [v[1] for v in b.values() if v[1] > v[0]]
+        if lo is None and los:
+            lo = max(min(los) - t0, 0)
+        if hi is None and his and max(his) < (1 << 60):
+            hi = max(his) - t0
+    return lo, hi
 
 
 def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
-    label_w = max(len(f"rank {r}") for r in rep.info["rank_list"] or [0]) + 1
+    label_w = max(len(f"rank {r}") for r in (rep.info["rank_list"] or [0])) + 1
     width = max(int(con.width) - label_w - 2, 10)
-    tl = bin_timeline(rep.run.frame, rep.info["t0_ns"] or 0, width, t_from, t_to, rep.arrays)
+    lo, hi = _timeline_range(rep, t_from, t_to)
+    tl = bin_timeline(rep.frame, rep.info["t0_ns"] or 0, width, lo, hi, rep.arrays)
     con.print()
     con.print(Text(f"Timeline  {fmt_ns(tl.t_from_ns)} .. {fmt_ns(tl.t_to_ns)} after the first op "
-                   f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"))
+                   f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"), overflow="fold")
     styles = [op_style(op, i) for i, op in enumerate(tl.ops)]
     for li, rank in enumerate(tl.ranks):
         line = Text(f"rank {rank}".ljust(label_w) + "|")
         cells, fill = tl.cells[li], tl.fill[li]
-        # Group equal cells into runs: one append per run keeps this fast.
+        # Equal cells in runs: one append per run keeps this fast.
         keyv = np.where(cells < 0, -1, cells * 2 + (fill >= 0.5))
         cuts = np.flatnonzero(np.diff(keyv)) + 1
-        for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(keyv)]))):
-            c = int(cells[lo])
-            n = hi - lo
+        for a, b in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(keyv)]))):
+            c = int(cells[a])
             if c < 0:
-                line.append(" " * n)
+                line.append(" " * (b - a))
                 continue
             color, letter = styles[c]
-            strong = fill[lo] >= 0.5
-            if con.plain:
-                line.append((letter if strong else ".") * n)
-            else:
-                line.append(("█" if strong else "▒") * n, style=color)
+            strong = fill[a] >= 0.5
+            line.append((letter if strong else ".") * (b - a), style=("bold " + color) if strong else color)
         line.append("|")
         con.print(line, no_wrap=True, overflow="crop")
+    marks = _render_mark_lane(con, rep, tl, label_w)
     axis = Text(" " * label_w + "^" + fmt_ns(tl.t_from_ns))
     end_lbl = fmt_ns(tl.t_to_ns) + "^"
     axis.append(" " * max(1, label_w + tl.width + 2 - len(axis.plain) - len(end_lbl)) + end_lbl)
@@ -217,31 +315,71 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
     legend = Text("legend: ")
     for i, op in enumerate(tl.ops):
         color, letter = styles[i]
-        if con.plain:
-            legend.append(f"{letter} {plain_safe(op)}   ")
-        else:
-            legend.append("█", style=color)
-            legend.append(f" {plain_safe(op)}   ")
-    legend.append("(. = less than half the column)" if con.plain else "(▒ = less than half the column)")
-    con.print(legend)
+        legend.append(letter, style="bold " + color)
+        legend.append(f" {plain_safe(op)}   ")
+    legend.append("(. = op covers less than half the column)")
+    con.print(legend, overflow="fold")
+    if marks:
+        con.print(Text("marks: " + "   ".join(marks)), overflow="fold")
     return tl
 
 
+def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list[str]:
+    """A lane of numbered marks (commtrace.mark) under the ranks; returns the legend entries.
+    Marks are those of the lowest rank that made any (usually every rank makes the same)."""
+    marks = rep.marks
+    if marks is None or not len(marks):
+        return []
+    rank = int(marks["rank"].min())
+    m = marks[marks["rank"] == rank]
+    rel = m["t_ns"].to_numpy(np.int64) - (rep.info["t0_ns"] or 0)
+    inside = (rel >= tl.t_from_ns) & (rel <= tl.t_to_ns)
+    m, rel = m[inside], rel[inside]
+    if not len(m):
+        return []
+    dt = (tl.t_to_ns - tl.t_from_ns) / tl.width
+    col = np.minimum(((rel - tl.t_from_ns) / dt).astype(np.int64), tl.width - 1)
+    lane = [" "] * tl.width
+    legend = []
+    for i, (c, label, t) in enumerate(zip(col.tolist(), m["label"].tolist(), rel.tolist())):
+        sym = MARK_SYMBOLS[i] if i < len(MARK_SYMBOLS) else "*"
+        lane[c] = sym if lane[c] == " " else "*"
+        if i < len(MARK_SYMBOLS):
+            legend.append(f"{sym} {plain_safe(label)} ({fmt_ns(t)})")
+    line = Text(f"rank {rank} marks".ljust(label_w)[:label_w] + "|" + "".join(lane) + "|")
+    con.print(line, no_wrap=True, overflow="crop")
+    if len(m) > len(MARK_SYMBOLS):
+        legend.append(f"... {len(m) - len(MARK_SYMBOLS)} more (commtrace.load(run, table='marks'))")
+    return legend
+
+
+# -- events ----------------------------------------------------------------------
+
 def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
-    ev = event_rows(rep.run.frame, rep.info["t0_ns"] or 0, t_from, t_to, limit)
+    """Every op in time order, one line each; narrow terminals lose the shapes, then the group."""
+    ev = event_rows(rep.frame, rep.info["t0_ns"] or 0, t_from, t_to, limit)
     con.print()
     con.print(Text(f"Events ({fmt_int(len(ev))} ops, time after the first op)", style="bold"))
+    shapes, group = con.width >= 108, con.width >= 80
     write = con.file.write
-    hdr = f"{'time':>12}  {'rank':>4}  {'op':<14} {'shapes / dtype':<28} {'bytes':>10}  {'group':<8} {'seq':>7}  {'duration':>10}  status"
+    hdr = (f"{'time':>12}  {'rank':>4}  {'op':<14} " + (f"{'shapes / dtype':<28} " if shapes else "")
+           + f"{'bytes':>10}  " + (f"{'group':<8} " if group else "") + f"{'seq':>7}  {'duration':>10}  status")
     write(hdr + "\n")
     cols = {c: ev[c].tolist() for c in ev.columns}
     lines = []
     for i in range(len(ev)):
-        sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(cols['dtype'][i]) if cols['dtype'][i] == cols['dtype'][i] else ''}".strip()
         dur = cols["duration_ns"][i]
-        lines.append(f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} {sd:<28} "
-                     f"{fmt_bytes(cols['bytes'][i]):>10}  {plain_safe(cols['group'][i]):<8} {cols['seq'][i]:>7}  "
-                     f"{fmt_ns(None if dur is None or dur != dur else dur):>10}  {plain_safe(cols['status'][i])}\n")
+        line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
+        if shapes:
+            dt = cols["dtype"][i]
+            sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(dt) if dt == dt else ''}".strip()
+            line += f"{sd:<28} "
+        line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
+        if group:
+            line += f"{plain_safe(cols['group'][i]):<8} "
+        line += (f"{cols['seq'][i]:>7}  {fmt_ns(None if dur is None or dur != dur else dur):>10}  "
+                 f"{plain_safe(cols['status'][i])}\n")
+        lines.append(line)
         if len(lines) >= 10_000:
             write("".join(lines))
             lines.clear()
@@ -249,53 +387,17 @@ def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
     return len(ev)
 
 
-def render_report(con: Console, rep, *, t_from=None, t_to=None, events=False, limit=None, top=10) -> None:
+def render_report(con: Console, rep, *, events=False, limit=None, top=10) -> None:
     render_banner(con, rep)
-    if rep.info["ops"] == 0:
-        con.print(Text("\nNo communication was recorded in this run."))
+    if rep.info["ops"] == 0 and (rep.steps is None or not rep.steps.shown):
+        con.print(Text("\nNo communication was recorded in this " + ("window." if not rep.window.whole_run else "run.")))
         return
+    render_steps(con, rep)
     render_summary(con, rep)
+    render_regions(con, rep)
     render_skew(con, rep, top)
-    render_timeline(con, rep, t_from, t_to)
+    render_timeline(con, rep)
     if events:
-        render_events(con, rep, t_from, t_to, limit)
+        lo, hi = _timeline_range(rep, None, None)
+        render_events(con, rep, lo, hi, limit)
 
-
-# -- compare ----------------------------------------------------------------------
-
-def render_compare(con: Console, cmp: dict) -> None:
-    """One table: for every op (phase, ...) a BASE row then one row per EXP, each stat with
-    its delta vs BASE underneath (green: faster, red: slower)."""
-    table = cmp["table"]
-    runs = cmp["runs"]
-    by = cmp["by"]
-    con.print(Text("commtrace compare  (per-rank op durations; change vs BASE below each value)", style="bold"))
-    for i, name in enumerate(runs):
-        con.print(Text(f"  {'BASE' if i == 0 else f'EXP{i}':<5} {plain_safe(name)}"))
-    stats = [("count", fmt_int), ("bytes", fmt_bytes), ("mean", fmt_ns), ("p50", fmt_ns), ("p90", fmt_ns),
-             ("p95", fmt_ns), ("p99", fmt_ns)]
-    tab = _table(con)
-    tab.show_lines = False
-    for b in by:
-        tab.add_column(b)
-    tab.add_column("run")
-    for stat, _ in stats:
-        tab.add_column(stat, justify="right")
-    keys = list(table.index)
-    for ki, key in enumerate(keys):
-        row = table.loc[key]
-        kt = key if isinstance(key, tuple) else (key,)
-        for i, name in enumerate(runs):
-            cells = [safe(k) if i == 0 else "" for k in kt] + ["BASE" if i == 0 else f"EXP{i}"]
-            for stat, f in stats:
-                v = f(row[(name, stat)])
-                if i:
-                    d = row[(name, stat + "_delta")]
-                    txt = fmt_delta(d)
-                    if not con.plain and d == d and abs(d) >= 1 and stat not in ("count", "bytes"):
-                        txt = f"[{'green' if d < 0 else 'red'}]{txt}[/]"
-                    v = f"{v}\n{txt}"
-                cells.append(v)
-            tab.add_row(*cells, end_section=(i == len(runs) - 1 and ki < len(keys) - 1))
-    con.print()
-    con.print(tab)

@@ -27,8 +27,11 @@ def worker(rank, world, port, p2p):
         buf = torch.zeros(8)
         dist.recv(buf, src=0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.ReLU(), torch.nn.Linear(10, 1)))
-    for _ in range(3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(4):
+        opt.zero_grad()
         model(torch.randn(8, 10)).sum().backward()
+        opt.step()
     dist.barrier()
     dist.destroy_process_group()
 

@@ -3,11 +3,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from commtrace.analysis.compare import compare_runs, delta_pct
+from commtrace.analysis.compare import delta_pct
 from commtrace.analysis.match import match_ops
 from commtrace.analysis.run_info import comm_time_per_rank, union_length
 from commtrace.analysis.skew import skew_summary
-from commtrace.analysis.summary import bus_factor, iteration_summary, op_summary
+from commtrace.analysis.summary import bus_factor, op_summary
 from commtrace.analysis.timeline import bin_timeline, event_rows, parse_time
 from commtrace.errors import CommtraceError
 
@@ -71,7 +71,7 @@ def test_op_summary_numbers():
     df = two_rank()
     s = op_summary(df, match_ops(df))
     ar = s.loc["all_reduce"]
-    assert ar["calls"] == 2 and ar["count"] == 1 and ar["bytes"] == 2000
+    assert ar["ops"] == 2 and ar["collectives"] == 1 and ar["bytes"] == 2000
     assert ar["mean_ns"] == pytest.approx(95.0)
     assert ar["p50_ns"] == pytest.approx(95.0)
     # slowest rank 100 ns, 1000 B -> 10 GB/s algbw, busbw * 2(n-1)/n = 1 for n=2.
@@ -92,8 +92,6 @@ def test_summary_by_phase_keeps_missing_phase():
                 (0, "barrier", 2, 20, 30, 0), (1, "barrier", 2, 20, 30, 0)])
     s = op_summary(df, match_ops(df), ("phase", "op"))
     assert set(s.index) == {("backward", "all_reduce"), ("-", "barrier")}
-    it = iteration_summary(df)
-    assert list(it.index) == [1] and it.loc[1, "ops"] == 2
 
 
 def test_skew_stragglers():
@@ -137,21 +135,9 @@ def test_parse_time():
         parse_time("soon")
 
 
-def test_compare_deltas_hand_computed():
-    base = frame([(0, "all_reduce", 1, 0, 100, 8), (1, "all_reduce", 1, 0, 200, 8)])
-    exp = frame([(0, "all_reduce", 1, 0, 150, 8), (1, "all_reduce", 1, 0, 150, 8), (0, "barrier", 2, 200, 210, 0)])
-    c = compare_runs([("base", base), ("exp", exp)])
-    t = c["table"]
-    assert c["by"] == ["op"]
-    row = t.loc["all_reduce"]
-    assert row[("base", "mean")] == 150 and row[("exp", "mean")] == 150
-    assert row[("exp", "mean_delta")] == pytest.approx(0.0)
-    # base p50 = 150, p90 = 100 + 0.9 * 100 = 190; exp p90 = 150 -> -21.05 %
-    assert row[("base", "p90")] == pytest.approx(190)
-    assert row[("exp", "p90_delta")] == pytest.approx((150 - 190) / 190 * 100)
-    assert row[("exp", "count_delta")] == 0
-    assert np.isnan(t.loc["barrier"][("exp", "count_delta")])  # not in base
+def test_delta_pct():
     assert delta_pct([0, 10], [5, 15]).tolist()[1] == pytest.approx(50.0)
+    assert np.isnan(delta_pct([0], [5])[0])
 
 
 def test_empty_frame_is_fine():

@@ -1,5 +1,6 @@
 """The Perfetto / Chrome trace-event JSON, checked structurally."""
 import json
+import os
 from collections import defaultdict
 
 
@@ -18,7 +19,7 @@ def load_trace(run, tmp_path):
 
 def check_structure(trace, df):
     ev = trace["traceEvents"]
-    xs = [e for e in ev if e["ph"] == "X"]
+    xs = [e for e in ev if e["ph"] == "X" and e["cat"] in ("collective", "p2p")]
     assert len(xs) == len(df)
     # One process per rank, named.
     names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
@@ -83,3 +84,34 @@ def test_perfetto_escapes_strings(tmp_path):
     trace = json.loads(out.read_text())   # still valid JSON
     threads = {e["args"]["thread"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert any('"' in t and "\n" in t for t in threads)
+
+
+def test_perfetto_compute_spans_and_marks(tmp_path):
+    """Compute spans on a "compute" track beside each rank's ops; marks as instant events;
+    regions on a "regions" track; a window applies to all of them."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tracebuilder import Proc, write_run
+    p = Proc(0, world_size=1)
+    p.span("forward", 0, 10, 1, module="Net").span("backward", 10, 30, 1, module="Net")
+    p.op("all_reduce", 12, 28, ret=13, phase="backward", module="Net", nbytes=400)
+    p.span("optimizer", 30, 35, 1, module="SGD").mark('epoch "1"', 36).region("eval", 40, 50)
+    p.op("all_reduce", 42, 45, is_async=False)
+    p.span("forward", 60, 70, 2, module="Net").span("backward", 70, 80, 2).span("optimizer", 80, 85, 2)
+    run = write_run(tmp_path / "r", [p])
+    out = tmp_path / "t.json"
+    assert cli("report", run, "--perfetto", out, "-q") == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    compute = [e for e in ev if e.get("cat") == "compute"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in compute] == [
+        ("forward", 0.0, 10.0), ("backward", 10.0, 20.0), ("optimizer", 30.0, 5.0),
+        ("forward", 60.0, 10.0), ("backward", 70.0, 10.0), ("optimizer", 80.0, 5.0)]
+    ops_tids = {e["tid"] for e in ev if e.get("cat") == "collective"}
+    assert len({e["tid"] for e in compute}) == 1 and not ({e["tid"] for e in compute} & ops_tids)
+    assert [(e["name"], e["ts"], e["s"]) for e in ev if e["ph"] == "i"] == [('epoch "1"', 36.0, "p")]
+    assert [(e["name"], e["ts"], e["dur"]) for e in ev if e.get("cat") == "region"] == [("eval", 40.0, 10.0)]
+    # --steps 2 keeps step 2's spans and nothing of step 1
+    assert cli("report", run, "--perfetto", out, "-q", "--steps", "2") == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    assert [e["args"]["step"] for e in ev if e.get("cat") == "compute"] == [2, 2, 2]
+    assert not [e for e in ev if e["ph"] == "i"] and not [e for e in ev if e.get("cat") == "collective"]

@@ -35,10 +35,15 @@ def test_real_run_json_counts_match_frame(real_run, tmp_path, capsys):
     assert data["run"]["ops"] == len(df)
     assert data["run"]["ranks"] == 2
     by_op = {r["op"]: r for r in data["by_op"]}
-    assert sum(r["calls"] for r in by_op.values()) == len(df)
-    assert by_op["all_reduce"]["calls"] == int((df["op"] == "all_reduce").sum())
-    # Every collective was called by both ranks: instances = calls / 2.
-    assert by_op["all_reduce"]["count"] * 2 == by_op["all_reduce"]["calls"]
+    assert sum(r["ops"] for r in by_op.values()) == len(df)
+    assert by_op["all_reduce"]["ops"] == int((df["op"] == "all_reduce").sum())
+    # Every collective was called by both ranks: collectives = ops / 2.
+    assert by_op["all_reduce"]["collectives"] * 2 == by_op["all_reduce"]["ops"]
+    # Steps: the script trains 4 optimizer steps (spawn_ddp.py); every step's
+    # communication fits in it.
+    assert [s["step"] for s in data["steps"]] == [1, 2, 3, 4]
+    for s in data["steps_per_rank"]:
+        assert s["exposed_ns"] <= s["comm_ns"] <= s["step_ns"]
     assert 0 < data["run"]["comm_share"]["min"] <= data["run"]["comm_share"]["max"] <= 1
     assert data["skew"]["instances"] > 0
 
@@ -70,18 +75,50 @@ def test_slow_rank_is_top_straggler(syn_run, tmp_path):
     assert data["skew"]["stragglers"][0]["rank"] == 2
     phases = {r["phase"] for r in data["by_phase"]}
     assert {"backward", "eval", "init", "pipeline"} <= phases
-    assert len(data["by_iteration"]) > 5
+    assert len(data["steps"]) > 5
 
 
-def test_golden_synthetic_report(tmp_path, capsys):
+def test_golden_synthetic_report_80_columns(tmp_path, capsys):
+    """At 80 columns nothing is cut: tables drop columns instead (the golden file
+    shows which), and no line is wider than 80."""
     d = write_synthetic_run(str(tmp_path / "golden-run"), ranks=4, ops_per_rank=120, seed=7, slow_rank=1)
-    assert cli("report", d, "--width", "110") == 0
+    assert cli("report", d, "--width", "80") == 0
     out = capsys.readouterr().out.replace(d, "<RUN>")
     if os.environ.get("UPDATE_GOLDEN"):
         with open(GOLDEN, "w") as f:
             f.write(out)
     with open(GOLDEN) as f:
         assert out == f.read()
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "~" not in out and "…" not in out   # no shortened cell
+
+
+def test_colour_and_plain_are_the_same_text(tmp_path, monkeypatch):
+    """Colour only adds styles: the same characters, the same width, ops told apart by letter."""
+    import io
+    import re as re_
+
+    from commtrace.analysis.report import build_report
+    from commtrace.analysis.run_info import load_report_run
+    from commtrace.render.terminal import make_console, render_report
+
+    class FakeTTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=4, ops_per_rank=120, seed=7, slow_rank=1)
+    rep = build_report(load_report_run(d))
+    outs = []
+    for no_color in ("", "1"):
+        monkeypatch.setenv("NO_COLOR", no_color) if no_color else monkeypatch.delenv("NO_COLOR", raising=False)
+        monkeypatch.setenv("COLUMNS", "80")
+        tty = FakeTTY()
+        render_report(make_console(None, tty), rep)
+        outs.append(tty.getvalue())
+    coloured, plain = outs
+    assert "\x1b[" in coloured and "\x1b[" not in plain
+    assert re_.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
+    assert "RRRR" in plain
 
 
 def test_compare_cli(syn_run, tmp_path, capsys):
@@ -89,18 +126,22 @@ def test_compare_cli(syn_run, tmp_path, capsys):
     js = tmp_path / "c.json"
     assert cli("compare", syn_run, other, "--json", js, "--width", "140") == 0
     out = capsys.readouterr().out
-    assert "BASE" in out and "EXP1" in out and "p95" in out
+    assert "BASE" in out and "EXP1" in out and "step time" in out and "busbw" in out
     data = json.loads(js.read_text())
     assert data["by"] == ["phase", "op"]
     row = next(r for r in data["rows"] if r["op"] == "all_reduce")
     b, e = row[data["runs"][0]], row[data["runs"][1]]
-    assert e["mean_delta"] == pytest.approx((e["mean"] - b["mean"]) / b["mean"] * 100)
-    assert e["count_delta"] == pytest.approx((e["count"] - b["count"]) / b["count"] * 100)
+    assert e["mean_ns_delta"] == pytest.approx((e["mean_ns"] - b["mean_ns"]) / b["mean_ns"] * 100)
+    assert e["collectives_delta"] == pytest.approx((e["collectives"] - b["collectives"]) / b["collectives"] * 100)
+    st = data["steps"][data["runs"][1]]["step_ns"]
+    base = data["steps"][data["runs"][0]]["step_ns"]
+    assert st["delta_pct"] == pytest.approx((st["median"] - base["median"]) / base["median"] * 100)
 
 
 def test_compare_by_unknown_column(syn_run, capsys):
     assert cli("compare", syn_run, syn_run, "--by", "nope") == 2
-    assert "unknown column" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("commtrace: error: --by nope: not a column to group by") and err.count("\n") == 1
 
 
 def test_console_colour_only_on_tty_without_no_color(monkeypatch, syn_run):

@@ -1,0 +1,113 @@
+"""Training steps from the compute spans, and which step each op belongs to (pure).
+
+Definitions (docs/report.md, "Steps"):
+
+* A **step** is one optimizer step: from the first forward (autograd enabled)
+  or backward pass after the previous step through the end of its optimizer
+  step. Optimizer steps of other optimizers that follow before the next
+  forward/backward belong to the same step (capture numbers them, see
+  ``capture.phases.StepCounter``). A step's **micro-steps** are its backward
+  passes (gradient accumulation with ``no_sync()``: one step, k micro-steps).
+* A rank without DDP forwards (no forward spans at all) cannot show where its
+  forward began: its step begins at the first op or backward pass after the
+  previous step.
+* An op belongs to the step of its rank whose [begin, end] contains its start.
+  Other ops are *before the first step*, *between steps* or *after the last
+  step* -- never in a step.
+
+Steps are numbered 1.. per rank in time order (over the rank's processes).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .arrays import OpArrays
+
+STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
+
+# Where an op lies relative to its rank's steps.
+IN_STEP, BEFORE, BETWEEN, AFTER, NO_STEPS = 0, 1, 2, 3, 4
+OUTSIDE_NAMES = {BEFORE: "before the first step", BETWEEN: "between steps", AFTER: "after the last step",
+                 NO_STEPS: "no steps on this rank"}
+
+
+def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd.DataFrame:
+    """One row per (rank, step): rank, step, t_begin_ns, t_end_ns, micro_steps, file."""
+    if spans is None or len(spans) == 0 or "step" not in spans:
+        return _empty()
+    sp = spans[spans["step"].to_numpy() > 0]
+    if len(sp) == 0:
+        return _empty()
+    key = ["rank", "file", "step"]
+    opt = sp[sp["phase"] == "optimizer"].groupby(key, sort=False).agg(
+        o_begin=("t_begin_ns", "min"), t_end_ns=("t_end_ns", "max"))
+    if len(opt) == 0:
+        return _empty()
+    bwd = sp[sp["phase"] == "backward"].groupby(key, sort=False).agg(
+        b_begin=("t_begin_ns", "min"), micro_steps=("t_begin_ns", "size"))
+    fwd_rows = sp[(sp["phase"] == "forward") & sp["grad"].to_numpy(dtype=bool)]
+    fwd = fwd_rows.groupby(key, sort=False).agg(f_begin=("t_begin_ns", "min"))
+    st = opt.join(bwd, how="left").join(fwd, how="left").reset_index()
+    st["micro_steps"] = st["micro_steps"].fillna(0).astype(np.int64)
+    begin = st[["o_begin", "b_begin", "f_begin"]].min(axis=1).to_numpy(dtype=np.int64)
+    st["t_begin_ns"] = begin
+    st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
+    if arrays is not None and len(arrays.rank):
+        with_forwards = set(sp.loc[sp["phase"] == "forward", "rank"].tolist())
+        st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
+    st["step"] = st.groupby("rank").cumcount().to_numpy(dtype=np.int64) + 1
+    st["rank"] = st["rank"].astype(np.int64)
+    return st[STEP_COLUMNS]
+
+
+def _begin_at_first_op(st: pd.DataFrame, a: OpArrays, with_forwards: set) -> np.ndarray:
+    """Ranks without forward spans: a step begins at its first op, if that comes
+    after the previous step's end and before the step's first span."""
+    begin = st["t_begin_ns"].to_numpy(dtype=np.int64).copy()
+    ranks = st["rank"].to_numpy()
+    for r in np.unique(ranks):
+        if int(r) in with_forwards:
+            continue
+        rows = np.flatnonzero(ranks == r)
+        starts = np.sort(a.start[a.rank == r])
+        if not len(starts):
+            continue
+        prev_end = np.concatenate(([np.iinfo(np.int64).min], st["t_end_ns"].to_numpy(dtype=np.int64)[rows][:-1]))
+        k = np.searchsorted(starts, prev_end, side="right")        # first op after the previous step
+        first = starts[np.minimum(k, len(starts) - 1)]
+        ok = (k < len(starts)) & (first < begin[rows])
+        begin[rows] = np.where(ok, first, begin[rows])
+    return begin
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "step": pd.Series(dtype=np.int64),
+                         "t_begin_ns": pd.Series(dtype=np.int64), "t_end_ns": pd.Series(dtype=np.int64),
+                         "micro_steps": pd.Series(dtype=np.int64), "file": pd.Series(dtype=object)})
+
+
+def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: (step number, 0 when outside every step; where: IN_STEP, BEFORE,
+    BETWEEN, AFTER or NO_STEPS)."""
+    n = len(arrays.rank)
+    step = np.zeros(n, dtype=np.int64)
+    where = np.full(n, NO_STEPS, dtype=np.int8)
+    if n == 0 or len(steps) == 0:
+        return step, where
+    srank = steps["rank"].to_numpy()
+    for r in np.unique(srank):
+        rows = np.flatnonzero(arrays.rank == r)
+        if not len(rows):
+            continue
+        sel = np.flatnonzero(srank == r)
+        b = steps["t_begin_ns"].to_numpy(dtype=np.int64)[sel]
+        e = steps["t_end_ns"].to_numpy(dtype=np.int64)[sel]
+        num = steps["step"].to_numpy(dtype=np.int64)[sel]
+        t = arrays.start[rows]
+        k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (t <= e[kk])
+        step[rows] = np.where(inside, num[kk], 0)
+        where[rows] = np.where(inside, IN_STEP, np.where(k < 0, BEFORE, np.where(t > e[-1], AFTER, BETWEEN)))
+    return step, where

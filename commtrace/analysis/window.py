@@ -1,0 +1,157 @@
+"""The part of a run a report looks at: steps, a time range, phases (pure).
+
+A window is, per rank, one time interval [lo, hi] (``--steps A:B``: from the
+begin of the rank's step A to the end of its step B; ``--from/--to``: times
+after the run's first op; both: their intersection) plus an optional set of
+phases. Everything the report shows is computed from the window:
+
+* an op is in the window when it starts inside its rank's interval and its
+  phase is one of the phases asked for;
+* a step is in the window when it lies entirely inside its rank's interval;
+* times (communication, exposed, compute) are clipped to the interval.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CommtraceError
+from . import intervals as iv
+from .arrays import OpArrays
+from .timeline import parse_time
+
+_STEPS_RE = re.compile(r"^\s*(\d*)\s*(:?)\s*(\d*)\s*$")
+
+
+def parse_steps(text: str) -> tuple[int | None, int | None]:
+    """'3:8' -> (3, 8); '3:' -> (3, None); ':8' -> (None, 8); '5' -> (5, 5)."""
+    m = _STEPS_RE.match(str(text))
+    if not m or not (m.group(1) or m.group(3)):
+        raise CommtraceError(f"--steps {text!r}: use A:B, A: or :B with step numbers (1 is the first step)")
+    a = int(m.group(1)) if m.group(1) else None
+    b = int(m.group(3)) if m.group(3) else None
+    if not m.group(2):
+        b = a
+    if (a is not None and a < 1) or (b is not None and b < 1) or (a is not None and b is not None and b < a):
+        raise CommtraceError(f"--steps {text!r}: steps are numbered from 1 and A <= B")
+    return a, b
+
+
+@dataclass(frozen=True)
+class Window:
+    steps: tuple[int | None, int | None] | None = None   # inclusive, None = open end
+    t_from: int | None = None                             # ns after the run's first op
+    t_to: int | None = None
+    phases: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_args(cls, steps: str | None = None, skip_steps: int | None = None, t_from: str | None = None,
+                  t_to: str | None = None, phase: str | None = None) -> "Window":
+        """From the command line's --steps, --skip-steps, --from, --to, --phase."""
+        rng = parse_steps(steps) if steps else None
+        if skip_steps is not None:
+            if skip_steps < 0:
+                raise CommtraceError(f"--skip-steps {skip_steps}: must be 0 or more")
+            lo = skip_steps + 1
+            if rng is not None:
+                lo = max(lo, rng[0] or 1)
+                if rng[1] is not None and rng[1] < lo:
+                    raise CommtraceError(f"--skip-steps {skip_steps} leaves none of --steps {steps}")
+            rng = (lo, rng[1] if rng else None)
+        f = parse_time(t_from) if t_from else None
+        t = parse_time(t_to) if t_to else None
+        if f is not None and t is not None and t <= f:
+            raise CommtraceError(f"--to {t_to} is not after --from {t_from}")
+        phases = tuple(p.strip() for p in phase.split(",") if p.strip()) if phase else None
+        return cls(rng, f, t, phases or None)
+
+    @property
+    def whole_run(self) -> bool:
+        return self.steps is None and self.t_from is None and self.t_to is None and self.phases is None
+
+    @property
+    def has_range(self) -> bool:
+        return self.steps is not None or self.t_from is not None or self.t_to is not None
+
+    def describe(self, fmt_time=str) -> str:
+        """One line for the banner: which part of the run is shown (``fmt_time``: ns -> text)."""
+        if self.whole_run:
+            return "whole run"
+        parts = []
+        if self.steps is not None:
+            a, b = self.steps
+            parts.append(f"steps {a or 1}..{b if b is not None else 'last'}")
+        if self.t_from is not None or self.t_to is not None:
+            parts.append(f"{fmt_time(self.t_from or 0)} .. {fmt_time(self.t_to) if self.t_to is not None else 'end'}"
+                         " after the first op")
+        if self.phases:
+            parts.append("phase " + ", ".join(self.phases))
+        return "; ".join(parts)
+
+
+@dataclass
+class Applied:
+    """A window applied to a run: which ops are in (``selected``) and, per rank,
+    its interval (``bounds``: rank -> (lo, hi), absent = the whole run)."""
+    selected: np.ndarray
+    bounds: dict[int, tuple[int, int]] | None
+    steps_in: np.ndarray          # per row of the steps table: lies inside the window
+
+
+def apply(window: Window, frame: pd.DataFrame, a: OpArrays, steps: pd.DataFrame, t0: int | None) -> Applied:
+    n = len(a.rank)
+    selected = np.ones(n, dtype=bool)
+    steps_in = np.ones(len(steps), dtype=bool)
+    bounds = None
+    if window.has_range:
+        bounds = {}
+        ranks = np.union1d(np.unique(a.rank), steps["rank"].to_numpy(dtype=np.int64)).astype(np.int64)
+        base = 0 if t0 is None else t0
+        srank = steps["rank"].to_numpy()
+        snum = steps["step"].to_numpy()
+        sb = steps["t_begin_ns"].to_numpy(dtype=np.int64)
+        se = steps["t_end_ns"].to_numpy(dtype=np.int64)
+        for r in ranks.tolist():
+            lo, hi = iv.NEG, iv.POS
+            if window.steps is not None:
+                a_, b_ = window.steps
+                mine = (srank == r) & (snum >= (a_ or 1)) & (snum <= (b_ if b_ is not None else np.iinfo(np.int64).max))
+                if mine.any():
+                    lo, hi = int(sb[mine].min()), int(se[mine].max())
+                else:
+                    lo, hi = 0, 0   # the rank took none of these steps
+            if window.t_from is not None:
+                lo = max(lo, base + window.t_from)
+            if window.t_to is not None:
+                hi = min(hi, base + window.t_to)
+            bounds[int(r)] = (lo, max(lo, hi))
+        lo_row = np.array([bounds[int(r)][0] for r in ranks], dtype=np.int64)
+        hi_row = np.array([bounds[int(r)][1] for r in ranks], dtype=np.int64)
+        ri = np.searchsorted(ranks, a.rank)
+        selected &= (a.start >= lo_row[ri]) & (a.start <= hi_row[ri]) & (hi_row[ri] > lo_row[ri])
+        if len(steps):
+            si = np.searchsorted(ranks, srank)
+            steps_in &= (sb >= lo_row[si]) & (se <= hi_row[si]) & (hi_row[si] > lo_row[si])
+    if window.phases is not None and n:
+        phase = frame["phase"].astype(object).fillna("-").to_numpy() if "phase" in frame else np.full(n, "-", object)
+        selected &= np.isin(phase, list(window.phases))
+    return Applied(selected, bounds, steps_in)
+
+
+def take_rows(frame: pd.DataFrame, selected: np.ndarray) -> pd.DataFrame:
+    """The selected rows (the frame itself when every row is selected)."""
+    if selected.all():
+        return frame
+    return frame.iloc[np.flatnonzero(selected)].reset_index(drop=True)
+
+
+def in_bounds(rank: np.ndarray, t_begin: np.ndarray, t_end: np.ndarray, bounds: dict | None) -> np.ndarray:
+    """Rows of a span/mark/region table that overlap their rank's interval."""
+    if bounds is None:
+        return np.ones(len(rank), dtype=bool)
+    lo = np.array([bounds.get(int(r), (0, 0))[0] for r in rank], dtype=np.int64)
+    hi = np.array([bounds.get(int(r), (0, 0))[1] for r in rank], dtype=np.int64)
+    return (t_end >= lo) & (t_begin <= hi) & (hi > lo)
