@@ -39,13 +39,14 @@ class SimulatedHost:
         return [self._line(m) for m in lines]
 
     def _line(self, m: dict) -> dict:
-        fields = [k for k in MONO_FIELDS if isinstance(m.get(k), int) and not isinstance(m.get(k), bool)]
+        fields = [k for k in MONO_FIELDS if _is_int(m.get(k)) or (isinstance(m.get(k), list) and m[k]
+                                                                   and all(_is_int(v) for v in m[k]))]
         rename = self.host is not None and m.get("type") == schema.META_HEADER
         if not fields and not rename:
             return m
         out = dict(m)  # the recorder keeps its lines (re-stated in a forked child's file)
-        for k in fields:
-            out[k] += self.shift_ns
+        for k in fields:   # a ``spans`` line holds lists of times
+            out[k] = [v + self.shift_ns for v in out[k]] if isinstance(out[k], list) else out[k] + self.shift_ns
         if rename:
             out["host"] = self.host
         return out
@@ -57,6 +58,10 @@ class SimulatedHost:
         rows = rows.copy()
         rows["t_call"] += self.shift_ns
         return rows
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 _UNSET = object()
