@@ -12,6 +12,7 @@ import pandas as pd
 from ..errors import CommtraceError
 from ..trace import reader, schema
 from .arrays import OpArrays, stable_order
+from .clocks import clock_summary
 
 
 @dataclass
@@ -162,6 +163,7 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
         "hosts": sorted({str(p.get("host")) for p in procs}),
         "backends": sorted({b for p in procs for b in (p.get("backends") or []) if b and b != "None"}),
         "torch_version": next((p.get("torch_version") for p in procs if p.get("torch_version")), None),
+        "clocks": clock_summary(procs),
         "wall_ns": max(walls.values()) if walls else None,
         "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
         "span_ns": (t1 - int(a.start.min())) if len(a.start) else 0, "t0_ns": t0,

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ..analysis.timeline import Timeline, bin_timeline, event_rows
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
+from .clock_text import clock_rows
 from .tables import Column, print_table
 
 OP_STYLE = {
@@ -82,6 +83,7 @@ def render_banner(con: Console, rep) -> None:
         ("command", plain_safe(info["command"]) or "-"),
         ("ranks", f"{info['ranks']} of {info['world_size']}" + (f"  (incomplete: {', '.join(map(str, info['incomplete_ranks']))})" if info["incomplete_ranks"] else "")),
         ("hosts", f"{len(info['hosts'])}: " + plain_safe(", ".join(info["hosts"][:8]) + (" ..." if len(info["hosts"]) > 8 else ""))),
+        *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
         ("window", rep.window.describe(fmt_ns) + (f"  ({fmt_ns(info['window_ns'])})" if info.get("window_ns") else "")),
         ("wall time", fmt_ns(info["wall_ns"]) + f"   (ops shown span {fmt_ns(info['span_ns'])})"),

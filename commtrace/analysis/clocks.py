@@ -1,0 +1,51 @@
+"""Per host: how its ranks' clocks were put on rank 0's clock, and how well.
+
+Input: the reader's process summaries, whose ``clock`` is
+``trace.clocks.ProcessClock.describe()``. Output: ``run_info()["clocks"]``, one
+entry per host (the reference host first):
+
+``host``, ``ranks``
+``methods``          how its ranks were aligned (``trace.clocks``: reference,
+                     same-host, gloo-pingpong, mpi-pingpong, wall-clock, unaligned)
+``uncertainty_ns``   the largest bound on a rank's offset error there (0 on rank
+                     0's host; None when a rank's error is unknown: wall clock)
+``rtt_ns``           the lowest ping-pong round trip measured to that host
+``residual_ns``      the largest distance of a measurement from its drift line
+``measurements``     clock measurements used, summed over its ranks
+``drift_ppm``        the largest drift of its ranks' clocks against rank 0's
+                     (meaningful when ``span_ns``, the time between a rank's
+                     first and last measurement, is long)
+``per_rank``         ``[{rank, method, uncertainty_ns, ...}]``
+"""
+from __future__ import annotations
+
+_ORDER = ("reference", "same-host")
+
+
+def clock_summary(processes: list[dict]) -> list[dict]:
+    hosts: dict[str, list[dict]] = {}
+    for p in processes:
+        clock = p.get("clock")
+        if isinstance(clock, dict) and isinstance(p.get("rank"), int):
+            hosts.setdefault(str(p.get("host")), []).append({"rank": p["rank"], **clock})
+    out = [_host_entry(h, sorted(rows, key=lambda r: r["rank"])) for h, rows in hosts.items()]
+    return sorted(out, key=lambda e: ("reference" not in e["methods"], e["host"]))
+
+
+def _host_entry(host: str, rows: list[dict]) -> dict:
+    methods = sorted({str(r.get("method")) for r in rows}, key=lambda m: (m not in _ORDER, m))
+    bounds = [r.get("uncertainty_ns") for r in rows]
+    rtts = [r["rtt_ns"] for r in rows if isinstance(r.get("rtt_ns"), int)]
+    residuals = [r["residual_ns"] for r in rows if isinstance(r.get("residual_ns"), int)]
+    drifts = [r["drift_ppm"] for r in rows if isinstance(r.get("drift_ppm"), (int, float))]
+    spans = [r["span_ns"] for r in rows if isinstance(r.get("span_ns"), int) and r.get("measurements")]
+    return {
+        "host": host, "ranks": [r["rank"] for r in rows], "methods": methods,
+        "uncertainty_ns": None if any(not isinstance(b, int) for b in bounds) else max(bounds),
+        "rtt_ns": min(rtts) if rtts else None,
+        "residual_ns": max(residuals) if residuals else None,
+        "measurements": sum(int(r.get("measurements") or 0) for r in rows),
+        "drift_ppm": max(drifts, key=abs) if drifts else None,
+        "span_ns": min(spans) if spans else None,
+        "per_rank": rows,
+    }
