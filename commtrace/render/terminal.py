@@ -322,12 +322,12 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
     legend.append("(. = op covers less than half the column)")
     con.print(legend, overflow="fold")
     if marks:
-        con.print(Text("marks: " + "   ".join(marks)), overflow="fold")
+        con.print(Text(f"marks (rank {marks[0]}): " + "   ".join(marks[1:])), overflow="fold")
     return tl
 
 
-def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list[str]:
-    """A lane of numbered marks (commtrace.mark) under the ranks; returns the legend entries.
+def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list:
+    """A lane of numbered marks (commtrace.mark) under the ranks; returns [rank, legend entries...].
     Marks are those of the lowest rank that made any (usually every rank makes the same)."""
     marks = rep.marks
     if marks is None or not len(marks):
@@ -348,11 +348,11 @@ def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list[str
         lane[c] = sym if lane[c] == " " else "*"
         if i < len(MARK_SYMBOLS):
             legend.append(f"{sym} {plain_safe(label)} ({fmt_ns(t)})")
-    line = Text(f"rank {rank} marks".ljust(label_w)[:label_w] + "|" + "".join(lane) + "|")
+    line = Text("marks".ljust(label_w) + "|" + "".join(lane) + "|")
     con.print(line, no_wrap=True, overflow="crop")
     if len(m) > len(MARK_SYMBOLS):
         legend.append(f"... {len(m) - len(MARK_SYMBOLS)} more (commtrace.load(run, table='marks'))")
-    return legend
+    return [rank, *legend]
 
 
 # -- events ----------------------------------------------------------------------

@@ -107,3 +107,36 @@ def join(run_dir) -> str:
     p1.op("all_reduce", 50, 60, ret=51, phase="backward", module="Net", iteration=2, nbytes=4000)
     p1.span("optimizer", 65, 70, 2, module="SGD", iteration=2)
     return write_run(run_dir, [p0, p1], end_us=80)
+
+
+def step_times(run_dir, durations: list[float]) -> str:
+    """One rank whose steps last ``durations`` µs (forward/backward/optimizer back to
+    back from t = 1000 * k), each with one blocking all_reduce of 100 B (2 µs) in backward."""
+    p = Proc(0, world_size=1)
+    for k, d in enumerate(durations, start=1):
+        t = 1000.0 * k
+        p.span("forward", t, t + d / 4, k, module="Net", iteration=k)
+        p.span("backward", t + d / 4, t + d * 3 / 4, k, module="Net", iteration=k)
+        p.op("all_reduce", t + d / 2, t + d / 2 + 2, is_async=False, phase="backward", module="Net",
+             iteration=k, nbytes=100)
+        p.span("optimizer", t + d * 3 / 4, t + d, k, module="SGD", iteration=k)
+    return write_run(run_dir, [p], end_us=1000.0 * (len(durations) + 2))
+
+
+def regions(run_dir) -> str:
+    """Two ranks in a region "eval" (entered twice on rank 0) with a nested "eval/inner".
+
+    rank 0: eval 0..10 and 20..30, eval/inner 22..26; ops 2..4 (in eval), 23..25 (inner), 40..41 (outside)
+    rank 1: eval 0..20; op 5..15.
+    eval: time = mean(20, 20) = 20 us; comm = mean(2 + 2, 10) = 7 us; ops 3; comm share 0.35.
+    eval/inner: rank 0 only: time 4, comm 2, 1 op.
+    """
+    p0, p1 = Proc(0), Proc(1)
+    p0.region("eval", 0, 10).region("eval", 20, 30).region("eval/inner", 22, 26)
+    p0.op("all_reduce", 2, 4, is_async=False, region="eval", seq=1)
+    p0.op("all_reduce", 23, 25, is_async=False, region="eval/inner", seq=2)
+    p0.op("barrier", 40, 41, is_async=False, seq=3)
+    p0.mark("epoch 1", 3).mark("epoch 2", 21)
+    p1.region("eval", 0, 20)
+    p1.op("all_reduce", 5, 15, is_async=False, region="eval", seq=1)
+    return write_run(run_dir, [p0, p1], end_us=50)

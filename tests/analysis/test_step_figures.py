@@ -98,3 +98,11 @@ def test_window_phase(ddp):
     assert per.loc[(0, 2), "exposed_ns"] == 10 * US             # [100,101] + [110,119]
     assert per.loc[(0, 2), "compute_ns"] == 35 * US             # compute does not depend on the filter
     assert set(rep.frame["phase"].astype(str)) == {"backward"}
+
+
+def test_load_steps_table(ddp):
+    import commtrace
+    steps = commtrace.load(ddp, table="steps").set_index(["rank", "step"])
+    assert steps.loc[(1, 2), "step_ns"] == 55 * US and steps.loc[(0, 1), "exposed_ns"] == 19 * US
+    spans = commtrace.load(ddp, table="spans")
+    assert sorted(spans["phase"].unique()) == ["backward", "forward", "optimizer"] and len(spans) == 12

@@ -20,6 +20,7 @@ A row is (op, phase, iteration, bucket, detail) with None for NA.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -218,7 +219,19 @@ def test_bucket_sweep_compare(runs_root):
     p = subprocess.run([sys.executable, "-m", "commtrace", "compare", *dirs], cwd=ROOT, env=_env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip()
+    assert "step time" in p.stdout and "exposed" in p.stdout and "busbw" in p.stdout
+    # Step-centric, past the bucket rebuild (step 3 only): per rank and step the
+    # same gradient bytes, cut into 1, 2 and 6 all_reduces.
+    p = subprocess.run([sys.executable, "-m", "commtrace", "compare", *dirs, "--skip-steps", "2", "--json", "-",
+                        "--by", "op,bucket"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(p.stdout)
+    ops = [data["steps"][d]["ops"]["median"] for d in data["runs"]]
+    assert ops == [1, 2, 6]
+    assert [data["steps"][d]["bytes"]["median"] for d in data["runs"]] == [MODEL_BYTES] * 3
+    assert data["steps"][data["runs"][2]]["ops"]["delta_pct"] == 500.0
+    buckets = {r["bucket"] for r in data["rows"] if r["op"] == "all_reduce"}
+    assert buckets == {str(b) for b in range(6)}     # --by op,bucket: one row per bucket number
 
 
 def test_bucket_sweep_script_calls_compare():
@@ -322,6 +335,27 @@ def test_uneven_inputs_join_iterations(runs_root):
         theirs = j[j["iteration"] == it]
         assert list(mine["op"].astype(str)) == list(theirs["op"].astype(str))
         assert list(mine["shapes"].astype(str)) == list(theirs["shapes"].astype(str))
+
+
+def test_uneven_inputs_report(runs_root):
+    """Steps per rank and the per-phase table of a join run: each op under its own
+    rank's phase, join's flags apart from its shadow buckets."""
+    from commtrace.analysis.report import build_report
+    from commtrace.analysis.run_info import load_report_run
+    _uneven(runs_root)
+    rep = build_report(load_report_run(run_dir("uneven_inputs.py")))
+    assert rep.steps.per_rank.groupby("rank").size().to_dict() == {0: A, 1: B}
+    assert rep.steps.across.loc[1, "ranks"] == 2 and rep.steps.across.loc[B, "ranks"] == 1
+    ph = rep.by_phase
+    shadow = ph.loc[("join", "all_reduce", "join_shadow_grad")]
+    assert (shadow["ops"], shadow["collectives"], shadow["bytes"]) == (B - A, B - A, (B - A) * 321 * 4)
+    count = ph.loc[("join", "all_reduce", "join_count")]
+    assert (count["ops"], count["collectives"]) == (B - A + 2, B - A + 1)   # rank 0: 3, rank 1: the final one
+    flag = ph.loc[("join", "all_reduce", "join_sync_flag")]
+    assert (flag["ops"], flag["bytes"]) == (B - A, (B - A) * 4)
+    # rank 0 shadows in "join" what rank 1 runs in forward/backward: 3 per round
+    assert len(rep.split) == 3 * (B - A)
+    assert set(rep.split["by_rank"]) == {"forward: 1; join: 0", "backward: 1; join: 0"}
 
 
 # -- buffers.py -----------------------------------------------------------------------------

@@ -28,6 +28,17 @@ def real_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def accum_run(tmp_path_factory):
+    """A real traced 2-rank gloo DDP run with gradient accumulation (accum_ddp.py)."""
+    out = str(tmp_path_factory.mktemp("accum") / "run")
+    proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out,
+                           os.path.join(HERE, "accum_ddp.py"), str(_free_port())],
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
 def syn_run(tmp_path_factory):
     """A synthetic 4-rank DDP-like run with p2p, a slow rank 2, phases and iterations."""
     d = str(tmp_path_factory.mktemp("syn") / "run")

@@ -1,0 +1,36 @@
+"""Interval sets: union, intersection, difference, lengths inside windows (hand-computed)."""
+import numpy as np
+
+from commtrace.analysis import intervals as iv
+
+
+def S(*pairs):
+    return iv.union([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def test_union_merges_overlaps_and_drops_empty():
+    s, e = S((5, 10), (0, 4), (3, 6), (20, 30), (25, 28), (40, 40))
+    assert s.tolist() == [0, 20] and e.tolist() == [10, 30]
+
+
+def test_intersect_and_subtract():
+    a = S((0, 10), (20, 30))
+    b = S((2, 6), (8, 22), (25, 40))
+    i = iv.intersect(a, b)
+    assert list(zip(*map(list, i))) == [(2, 6), (8, 10), (20, 22), (25, 30)]
+    d = iv.subtract(a, b)
+    assert list(zip(*map(list, d))) == [(0, 2), (6, 8), (22, 25)]
+    assert iv.length(i) + iv.length(d) == iv.length(a)
+
+
+def test_length_within_windows():
+    a = S((0, 10), (20, 30))
+    assert iv.length_within(a, [0, 4, 25, 10, 35], [100, 9, 28, 20, 50]).tolist() == [20, 5, 3, 0, 0]
+    assert iv.covered_before(a, np.array([-5, 5, 15, 25, 99])).tolist() == [0, 5, 10, 15, 20]
+
+
+def test_empty_sets():
+    e = iv.empty()
+    assert iv.length(iv.intersect(e, S((0, 5)))) == 0
+    assert iv.length(iv.subtract(S((0, 5)), e)) == 5
+    assert iv.length_within(e, [0], [10]).tolist() == [0]
