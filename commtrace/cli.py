@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from . import __version__
-from .errors import EXIT_USAGE, CommtraceError
+from .errors import EXIT_USAGE, CommtraceError, report
 
 RUN_EPILOG = """\
 examples:
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(ns) -> int:
-    from .capture.runner import RunOptions, run
+    from .capture.runner import RunOptions, missing_target, run
     args = list(ns.target)
     if ns.module:
         opts = RunOptions(target=ns.module, args=args, is_module=True, output=ns.output,
@@ -110,11 +110,11 @@ def _cmd_run(ns) -> int:
             args = args[1:]
         if not args:
             raise CommtraceError("run: no script given (usage: commtrace run SCRIPT [ARGS...] or -m MODULE)")
-        import os
-        if not os.path.isfile(args[0]):
-            raise CommtraceError(f"run: {args[0]}: no such file")
         opts = RunOptions(target=args[0], args=args[1:], output=ns.output,
                           hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang)
+    why = missing_target(opts)  # before anything runs or is written
+    if why:
+        raise CommtraceError(f"run: {why}")
     return run(opts)
 
 
@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(ns)
         return ns.handler(ns)
     except CommtraceError as e:
-        print(f"commtrace: error: {e}", file=sys.stderr)
-        return e.code
+        return report(e)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

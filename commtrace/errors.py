@@ -11,3 +11,10 @@ class CommtraceError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE):
         super().__init__(message)
         self.code = code
+
+
+def report(e: CommtraceError) -> int:
+    """Print ``e`` as the CLI does (one line on stderr); returns its exit code."""
+    import sys
+    print(f"commtrace: error: {e}", file=sys.stderr)
+    return e.code

@@ -1,9 +1,12 @@
 """Turn tracing on in this process: from ``commtrace run`` or in a traced child.
 
-Nothing heavy happens until the program imports torch.distributed: an import
-hook waits for ``import torch`` to finish and installs the process
-group hook right after it loads. A child that never touches torch pays nothing
-but this module's import.
+At once: the process's start record (its trace file with the command and the
+launcher's variables, see ``Recorder.start``), so that a process that dies
+before it creates a process group still leaves one. Nothing heavy happens
+until the program imports torch.distributed: an import hook waits for
+``import torch`` to finish and installs the process group hook right after it
+loads. A child that never touches torch pays this module's import and one
+small file write.
 """
 from __future__ import annotations
 
@@ -49,10 +52,21 @@ def activate_from_env(command: list[str] | None = None) -> bool:
     if not run_dir:
         return False
     with _lock:
-        if _state.get("pending") or _state.get("recorder"):
+        if _state.get("recorder") is not None:
             return True
-        _state["pending"] = True
-        _state["command"] = command if command is not None else _inherited_command()
+        from .recorder import Recorder
+
+        rec = Recorder(
+            run_dir=run_dir,
+            run_id=os.environ.get(schema.ENV_RUN_ID, "run"),
+            launcher=os.environ.get(schema.ENV_LAUNCHER, "none"),
+            command=command if command is not None else _inherited_command(),
+        )
+        _state["recorder"] = rec
+    try:
+        rec.start()
+    except OSError as exc:  # an unwritable run directory must not stop the program
+        sys.stderr.write(f"commtrace: cannot write the trace of pid {os.getpid()}: {exc}\n")
     if _TORCH in sys.modules and hasattr(sys.modules[_TORCH], "distributed"):
         _install()
     else:
@@ -62,22 +76,13 @@ def activate_from_env(command: list[str] | None = None) -> bool:
 
 def _install() -> None:
     with _lock:
-        if _state.get("recorder") is not None:
+        rec = _state.get("recorder")
+        if rec is None or _state.get("installer") is not None:
             return
         from .hook import Installer
-        from .recorder import Recorder
 
-        rec = Recorder(
-            run_dir=os.environ[schema.ENV_DIR],
-            run_id=os.environ.get(schema.ENV_RUN_ID, "run"),
-            launcher=os.environ.get(schema.ENV_LAUNCHER, "none"),
-            command=_state.get("command") or _inherited_command(),
-        )
-        for line in _state.pop("clock_lines", []):
-            rec.mark_clock(line)
         inst = Installer(rec)
         inst.install()
-        _state["recorder"] = rec
         _state["installer"] = inst
         try:
             from .phases import PhaseHooks
@@ -128,12 +133,10 @@ def _install_mpi_backend() -> None:
 
 
 def add_clock(line: dict) -> None:
-    """Record a clock measurement made before tracing started (by the launcher)."""
+    """Record a clock measurement made by the launcher (``commtrace run``)."""
     rec = active_recorder()
     if rec is not None:
         rec.mark_clock(line)
-    else:
-        _state.setdefault("clock_lines", []).append(line)
 
 
 def _install_signal_handlers() -> None:

@@ -17,8 +17,6 @@ import time
 import traceback
 import weakref
 
-import numpy as np
-
 from .. import __version__
 from ..trace import schema
 from ..trace.writer import TraceWriter, pack_rows
@@ -94,6 +92,15 @@ class Recorder:
         atexit.register(self._close_at_exit)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
+    def start(self) -> None:
+        """Write this process's start record now (header: command, launcher
+        variables), before it creates any process group -- so a process that
+        dies before ``init_process_group`` still leaves its trace file."""
+        with self._lock:
+            if self.writer is None and not self.closed:
+                self.writer = TraceWriter(self.run_dir, f"proc.{_host_stem()}.pid{self.pid}")
+                self.writer.write([self.header(), *self.clock_lines], None)
+
     # -- state ---------------------------------------------------------------
     def _reset_state(self) -> None:
         self.pid = os.getpid()
@@ -129,6 +136,7 @@ class Recorder:
         sig_ids, sig_bytes, sig_cpu, sig_p2p = self.sig_ids, self.sig_bytes, self.sig_cpu, self.sig_p2p
         sig_cuda = self.sig_cuda
         rank = self.rank
+        started = self.writer is not None
         self._lock = threading.RLock()
         self._reset_state()
         self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
@@ -137,6 +145,8 @@ class Recorder:
             self.native_log.after_fork_in_child()
         if rank is not None:
             self._open(rank)
+        elif started:
+            self.start()
 
     # -- definitions (rare; under the lock) -----------------------------------
     def add_sig(self, key, desc: dict) -> int:
@@ -171,9 +181,10 @@ class Recorder:
             line = {"type": schema.META_WORLD, "world": idx, "t_mono_ns": time.monotonic_ns(), **info}
             self.world_lines.append(line)
             self.meta_queue.append(line)
-            if self.rank is None:
+            first = self.rank is None
+            if first:
                 self.rank = int(info.get("rank", 0))
-            if self.writer is None:
+            if first or self.writer is None:
                 self._open(self.rank)
             return idx
 
@@ -320,22 +331,33 @@ class Recorder:
 
     # -- files -----------------------------------------------------------------
     def header(self) -> dict:
-        import torch
+        from .launch import launcher_env
+        torch = sys.modules.get("torch")  # never imported here: a process that does not use torch stays so
         return {
             "type": schema.META_HEADER, "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
             "source": "python", "record_size": schema.RECORD_SIZE,
-            "commtrace_version": __version__, "torch_version": torch.__version__,
-            "host": socket.gethostname(), "pid": self.pid, "rank": self.rank,
-            "launcher": self.launcher, "run_id": self.run_id, "command": self.command, "argv": list(sys.argv),
+            "commtrace_version": __version__, "torch_version": getattr(torch, "__version__", None),
+            "host": socket.gethostname(), "pid": self.pid, "ppid": os.getppid(), "rank": self.rank,
+            "launcher": self.launcher, "launch_env": launcher_env(os.environ),
+            "run_id": self.run_id, "command": self.command, "argv": list(sys.argv),
             "python": sys.version.split()[0], "cwd": os.getcwd(),
             "t_wall_ns": self.t_wall0, "t_mono_ns": self.t_mono0,
             "t_wall_open_ns": time.time_ns(), "t_mono_open_ns": time.monotonic_ns(),
         }
 
     def _open(self, rank: int) -> None:
-        self.writer = TraceWriter(self.run_dir, f"rank{rank}.pid{self.pid}")
-        # A fresh file (first open, or a forked child) re-states every definition.
-        pre = [self.header(), *self.clock_lines, *self.world_lines, *self.group_lines, *self.sig_lines]
+        stem = f"rank{rank}.pid{self.pid}"
+        if self.writer is not None:
+            # The start file (see start) becomes the rank's file; its second
+            # header line adds what is known now (rank, torch version).
+            self.writer.rename(stem)
+            self.writer.open_ops()
+            pre = [self.header(), *self.world_lines, *self.group_lines, *self.sig_lines]
+        else:
+            self.writer = TraceWriter(self.run_dir, stem)
+            self.writer.open_ops()
+            # A fresh file (a forked child) re-states every definition.
+            pre = [self.header(), *self.clock_lines, *self.world_lines, *self.group_lines, *self.sig_lines]
         queued = [m for m in self.meta_queue if m not in pre]
         self.meta_queue = pre + queued
         self._start_thread()
@@ -406,6 +428,7 @@ class Recorder:
             rows = self._collect(final)
             packed = pack_rows(rows) if rows else None
             if self.native_log is not None:
+                import numpy as np
                 nat = np.frombuffer(self.native_log.drain(final), dtype=schema.OP_RECORD)
                 if len(nat):
                     packed = nat if packed is None else np.concatenate([packed, nat])
@@ -457,10 +480,33 @@ class Recorder:
             self.meta_queue.append(line)
 
     def _close_at_exit(self) -> None:
-        traced = self.writer is not None
+        traced = self.rank is not None and self.writer is not None
+        if self.exit_info is None and not self.closed:
+            self._note_uncaught_exception()
         self.close()
         if traced:
             time.sleep(EXIT_SETTLE_S)
+
+    def _note_uncaught_exception(self) -> None:
+        """At exit of a process not run by ``commtrace run`` (a subprocess, a
+        spawned rank outside mp.spawn's wrapper): Python stores the uncaught
+        exception it just printed in ``sys.last_value``; the exit code is then 1."""
+        exc = getattr(sys, "last_value", None)
+        if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
+            return
+        self.record_exception(exc)
+        self.exit_info = (1, "exception")
+
+    def record_exception(self, exc: BaseException, tb=None) -> None:
+        """An ``exception`` line: the uncaught exception that ends this process."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__ if tb is None else tb))
+        self.add_meta({"type": schema.META_EXCEPTION, "exc_type": type(exc).__name__, "message": str(exc),
+                       "text": text})
+
+    def add_process_info(self, **fields) -> None:
+        """A ``process`` line (e.g. spawn_index), written at once."""
+        self.add_meta({"type": schema.META_PROCESS, **fields})
+        self.flush()
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
         """Flush everything; ops still running are written as IN_FLIGHT. Idempotent."""
@@ -478,6 +524,13 @@ class Recorder:
                                     "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
             self.flush(final=True)
             self.writer.close()
+
+
+def _host_stem() -> str:
+    """The host name as it may appear in a file name (start files of processes
+    on different hosts may share a pid)."""
+    name = socket.gethostname().split(".")[0]
+    return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:64] or "host"
 
 
 # A row flag that never reaches disk (pack_rows keeps the low bits only): the

@@ -1,6 +1,7 @@
 """``commtrace run``: prepare the environment, start tracing, run the script as __main__."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
@@ -9,6 +10,7 @@ import traceback
 from dataclasses import dataclass
 
 from .. import mpienv
+from ..errors import CommtraceError, report
 from ..trace import schema
 from . import activate, launch
 
@@ -80,6 +82,35 @@ def _sync_clock(comm, when: str, deadline_s: float) -> None:
                             "t_mono_ns": res["t_mono_ns"], "when": when, "method": "mpi-pingpong"})
 
 
+def missing_target(opts: RunOptions) -> str | None:
+    """Why the target does not exist (one line), or None. Runs nothing: a module
+    is looked up by its top-level name only, which imports nothing."""
+    if not opts.is_module:
+        return None if os.path.isfile(opts.target) else f"{opts.target}: no such file"
+    top = opts.target.split(".")[0]
+    try:
+        found = bool(top) and importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"-m {opts.target}: no module named {top!r}"
+
+
+def _missing_module(name: str) -> str | None:
+    """The full lookup ``runpy`` is about to do (it imports the parent
+    packages, as ``python -m`` does): why ``name`` cannot run, or None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError as e:
+        if e.name and (name == e.name or name.startswith(e.name + ".")):
+            return f"-m {name}: no module named {e.name!r}"
+        raise
+    if spec is None:
+        return f"-m {name}: no module named {name!r}"
+    if spec.submodule_search_locations is not None and importlib.util.find_spec(name + ".__main__") is None:
+        return f"-m {name}: {name!r} is a package without a __main__ module; it cannot be run"
+    return None
+
+
 def run(opts: RunOptions) -> int:
     run_dir, run_id, info, comm = prepare_environment(opts)
     command = [("-m " + opts.target) if opts.is_module else opts.target, *opts.args]
@@ -87,7 +118,10 @@ def run(opts: RunOptions) -> int:
     activate.activate_from_env(command=command)
     if comm is not None:
         _sync_clock(comm, "start", deadline_s=30.0)
-    code, how = _run_target(opts)
+    try:
+        code, how = _run_target(opts)
+    except CommtraceError as e:  # the module does not exist after all
+        code, how = report(e), "exit"
     if comm is not None and code == 0:
         _sync_clock(comm, "end", deadline_s=5.0)
     rec = activate.active_recorder()
@@ -132,10 +166,15 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
         sys.path[0] = os.path.dirname(os.path.abspath(argv0))
     try:
         if opts.is_module:
+            why = _missing_module(opts.target)
+            if why:
+                raise CommtraceError(f"run: {why}")
             runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(argv0, run_name="__main__")
         return 0, "exit"
+    except CommtraceError:
+        raise
     except SystemExit as e:
         return _exit_code(e.code), "exit"
     except KeyboardInterrupt as e:
@@ -169,8 +208,7 @@ def _report_exception(exc: BaseException) -> None:
     sys.stderr.flush()
     rec = activate.active_recorder()
     if rec is not None:
-        rec.add_meta({"type": schema.META_EXCEPTION, "exc_type": type(exc).__name__,
-                      "message": str(exc), "text": text})
+        rec.record_exception(exc, tb)
 
 
 def _is_ours(filename: str) -> bool:

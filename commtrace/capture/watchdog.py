@@ -335,14 +335,21 @@ def _spawn_wrap(fn, i, args, error_file):
         orig = getattr(mod, "_wrap")
         if orig is _spawn_wrap:  # pragma: no cover - cannot happen: install sets _orig_wrap first
             raise RuntimeError("commtrace: original torch.multiprocessing.spawn._wrap not found")
-    return orig(_Traced(fn), i, args, error_file)
+    return orig(_Traced(fn, i), i, args, error_file)
 
 
 class _Traced:
-    def __init__(self, fn):
+    def __init__(self, fn, index):
         self.fn = fn
+        self.index = index
 
     def __call__(self, *a):
+        rec = _state.get("rec")
+        if rec is not None:
+            try:
+                rec.add_process_info(spawn_index=self.index)  # names the process if it dies before it has a rank
+            except Exception:
+                pass
         try:
             return self.fn(*a)
         except Exception as exc:
@@ -357,8 +364,7 @@ def record_exception(exc: BaseException) -> None:
     tb = exc.__traceback__
     if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next  # our wrapper's frame
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    rec.add_meta({"type": schema.META_EXCEPTION, "exc_type": type(exc).__name__, "message": str(exc), "text": text})
+    rec.record_exception(exc, tb)
     if rec.exit_info is None:
         rec.exit_info = (1, "exception")
 

@@ -25,7 +25,7 @@ DEFAULT_BASE = "commtrace-out"
 
 # Sig fields that become categorical string columns / numeric columns.
 _SIG_STR = ("op", "variant", "dtype", "reduce_op", "thread", "device", "phase", "detail", "module",
-            "callsite", "region", "params")
+            "callsite", "region", "params", "api")
 _SIG_NUM = ("bytes", "out_bytes", "root", "tag", "bucket")
 
 
@@ -33,11 +33,15 @@ class CommtraceWarning(UserWarning):
     pass
 
 
+DAMAGED = "damaged"  # TraceIssue.kind: data on disk that cannot be read (not a process that died)
+
+
 @dataclass
 class TraceIssue:
     file: str
     problem: str
     rank: int | None = None
+    kind: str | None = None  # DAMAGED, or None
 
     def __str__(self) -> str:
         who = f" (rank {self.rank})" if self.rank is not None else ""
@@ -62,9 +66,13 @@ class ProcessTrace:
     exception: dict | None = None
     end: dict | None = None
     clock: dict | None = None  # trace.clocks.ProcessClock.describe(), set by load_run
+    process: dict = field(default_factory=dict)  # "process" lines (spawn_index, ...)
     records: np.ndarray | None = None
     n_records: int = 0
     complete: bool = True
+    lost: dict = field(default_factory=dict)  # group name ("?" if unknown) -> [first seq, last seq, records]
+    n_lost: int = 0                           # records that could not be read
+    damage: list = field(default_factory=list)  # what is damaged, one phrase each (meta file, ops file)
 
     @property
     def rank(self) -> int | None:
@@ -86,7 +94,10 @@ class ProcessTrace:
             "world_size": next((w.get("world_size") for w in self.worlds), None),
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
             "end": self.end, "exception": self.exception, "complete": self.complete,
-            "records": self.n_records,
+            "records": self.n_records, "ppid": self.header.get("ppid"),
+            "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
+            "spawn_index": _int_or_none(self.process.get("spawn_index")),
+            "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock,
         }
 
@@ -127,7 +138,7 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
         return None
     lines = raw.split(b"\n")
     torn_tail = bool(lines and lines[-1].strip())
-    bad = 0
+    bad = torn = 0
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -135,7 +146,7 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
             obj = json.loads(line)
         except (ValueError, UnicodeDecodeError):
             if i == len(lines) - 1 and torn_tail:
-                pt.complete = False
+                torn = len(line)
             else:
                 bad += 1
             continue
@@ -143,8 +154,16 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
             bad += 1
             continue
         _take_meta(pt, obj)
+    # Every line is written whole in one write(): a torn last line means the
+    # file was cut (truncated, disk full), not that the process died mid-write.
+    if torn:
+        pt.complete = False
+        pt.damage.append(f"{name} truncated mid-line")
+        issues.append(TraceIssue(name, f"truncated mid-line (the last {torn} bytes are not a whole line)", pt.rank,
+                                 DAMAGED))
     if bad:
-        issues.append(TraceIssue(name, f"{bad} corrupt metadata line(s) skipped", pt.rank))
+        pt.damage.append(f"{name} has {bad} corrupt line(s)")
+        issues.append(TraceIssue(name, f"{bad} corrupt metadata line(s) skipped", pt.rank, DAMAGED))
     if pt.header.get("format") != schema.FORMAT_NAME:
         issues.append(TraceIssue(name, "not a commtrace trace (no header line)"))
         return None
@@ -156,15 +175,19 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
     pt.n_records = len(pt.records)
     if pt.end is None:
         pt.complete = False
-        issues.append(TraceIssue(name, "trace ends abruptly (no end record: still running, killed, or crashed)", pt.rank))
+        if pt.rank is not None:  # rank-less processes: see Run.unranked
+            issues.append(TraceIssue(name, "trace ends abruptly (no end record: still running, killed, or crashed)",
+                                     pt.rank))
     return pt
 
 
 def _take_meta(pt: ProcessTrace, obj: dict) -> None:
     t = obj.get("type")
     if t == schema.META_HEADER:
-        if not pt.header:
-            pt.header = obj
+        # A process writes a second header once it has a rank: later values win.
+        pt.header = {**pt.header, **{k: v for k, v in obj.items() if v is not None}} if pt.header else obj
+    elif t == schema.META_PROCESS:
+        pt.process.update((k, v) for k, v in obj.items() if k != "type")
     elif t == schema.META_SIG and _int_or_none(obj.get("id")) is not None:
         pt.sigs[obj["id"]] = obj
     elif t == schema.META_GROUP and _int_or_none(obj.get("id")) is not None:
@@ -193,26 +216,56 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     try:
         size = os.path.getsize(pt.ops_path)
     except OSError:
-        issues.append(TraceIssue(name, "ops file missing", pt.rank))
+        if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
+            issues.append(TraceIssue(name, "ops file missing", pt.rank, DAMAGED))
+            pt.damage.append(f"{name} missing")
         return np.empty(0, dtype=schema.OP_RECORD)
     n = size // schema.RECORD_SIZE
     if size % schema.RECORD_SIZE:
         pt.complete = False
+        pt.damage.append(f"{name} truncated mid-record")
         issues.append(TraceIssue(name, f"truncated mid-record ({size % schema.RECORD_SIZE} trailing bytes ignored)", pt.rank))
     with open(pt.ops_path, "rb") as f:
         rec = np.fromfile(f, dtype=schema.OP_RECORD, count=n)
     ok = _defined(rec["sig"], pt.sigs) & _defined(rec["group"], pt.groups)
+    undefined = int((~ok).sum())
+    # What a writer never produces: an unknown status, seq 0, a call time <= 0.
+    ok &= np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0)
     if not ok.all():
-        issues.append(TraceIssue(name, f"{int((~ok).sum())} record(s) refer to undefined sigs/groups; skipped", pt.rank))
+        _note_lost(pt, rec[~ok])
+        bad = int((~ok).sum())
+        # The meta lines of a flush are written before its records, so records that
+        # name undefined sigs/groups mean the meta file lost lines (the damaged file).
+        cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
+                 if undefined else "corrupt")
+        pt.damage.append(f"{bad} of {len(rec)} op records in {name} unreadable")
+        issues.append(TraceIssue(name, f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped", pt.rank,
+                                 DAMAGED))
         rec = rec[ok]
     return _last_record_per_op(rec)
 
 
+def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
+    """Where the unreadable records were: group name ("?" unless its definition
+    was read) -> [first seq, last seq, count], for diagnoses that must not
+    mistake a lost record for an op that never happened."""
+    pt.n_lost += len(bad)
+    for gid in np.unique(bad["group"]):
+        g = pt.groups.get(int(gid))
+        key = _str_or_none(g.get("name")) if isinstance(g, dict) and g.get("name") is not None else "?"
+        seqs = bad["seq"][bad["group"] == gid]
+        lo, hi, cnt = int(seqs.min()), int(seqs.max()), len(seqs)
+        if key in pt.lost:
+            plo, phi, pcnt = pt.lost[key]
+            lo, hi, cnt = min(lo, plo), max(hi, phi), cnt + pcnt
+        pt.lost[key] = [lo, hi, cnt]
+
+
 def _defined(ids: np.ndarray, table: dict) -> np.ndarray:
-    """Which ids name an entry of ``table`` (a lookup array, not a sort)."""
-    known = np.zeros(max(table, default=-1) + 1, dtype=bool)
-    known[list(table)] = True
-    return (ids < len(known)) & known[np.minimum(ids, max(len(known) - 1, 0))] if len(known) else np.zeros(len(ids), bool)
+    """Which ids name an entry of ``table`` (ids in a table come from untrusted
+    lines and may be huge: a sorted lookup, never an array indexed by id)."""
+    keys = np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)
+    return np.isin(ids.astype(np.int64), keys)
 
 
 def _last_record_per_op(rec: np.ndarray) -> np.ndarray:
@@ -459,6 +512,10 @@ class Run:
     processes: list[dict]
     issues: list[TraceIssue]
     spans: pd.DataFrame | None = None
+    # Processes that never had a rank (never created a process group): the
+    # parent of an mp.spawn script, ranks that died before init_process_group,
+    # helper subprocesses. Not in ``processes``: they are not ranks.
+    unranked: list = field(default_factory=list)
 
 
 def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
@@ -497,7 +554,8 @@ def load_run(run_dir: str | None = None) -> Run:
             pass
     _describe_clocks(procs)
     issues.extend(_missing_ranks(procs))
-    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs], issues, build_spans(procs))
+    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues,
+               build_spans(procs), unranked=[p.summary() for p in procs if p.rank is None])
 
 
 def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:

@@ -2,7 +2,14 @@
 
 A run directory holds, for every process that traced, two files sharing a stem
 ``rank<R>.pid<P>`` (``R`` is the global rank the process had when it first
-created a process group):
+created a process group). A process writes its meta file from the moment
+tracing is on in it, as ``proc.<host>.pid<P>``, and renames both files to
+``rank<R>.pid<P>`` when it creates its first process group; a process that
+never creates one (the parent of an mp.spawn script, a rank that dies before
+``init_process_group``, a helper subprocess) keeps that name and has no ops
+file. Its ``header`` then has ``rank`` null; the process that later creates a
+group writes a second ``header`` line with the fields known then (``rank``,
+``torch_version``); readers merge header lines, later values winning.
 
 ``<stem>.meta.jsonl``
     UTF-8 JSON Lines, append-only. Every line is an object with a ``"type"``.
@@ -31,8 +38,6 @@ Version history: 1 -- initial format.
 """
 from __future__ import annotations
 
-import numpy as np
-
 FORMAT_NAME = "commtrace"
 FORMAT_VERSION = 1
 
@@ -45,20 +50,31 @@ ENV_RUN_ID = "COMMTRACE_RUN_ID"    # run id shared by every process of the run
 ENV_LAUNCHER = "COMMTRACE_LAUNCHER"
 ENV_COMMAND = "COMMTRACE_COMMAND"  # the traced command line (JSON list), inherited by spawned ranks
 
-OP_RECORD = np.dtype(
-    [
-        ("t_call", "<i8"),     # monotonic ns when the op was called (C++: enqueued)
-        ("d_return", "<f4"),   # ns from call to return to the caller (C++: to dequeue)
-        ("d_end", "<f4"),      # ns from call to completion of the work; NaN = unknown
-        ("seq", "<u4"),        # per-group sequence number (collectives) / per-peer (p2p)
-        ("sig", "<u4"),        # id of a "sig" meta line
-        ("iteration", "<u4"),  # training step of the DDP module, 0 = none
-        ("group", "<u2"),      # id of a "group" meta line
-        ("status", "u1"),      # STATUS_* below
-        ("flags", "u1"),       # FLAG_* below
-    ]
+# The op record layout (numpy dtype ``OP_RECORD``, built on first use: every
+# traced process imports this module at start, and most never need numpy).
+OP_RECORD_FIELDS = (
+    ("t_call", "<i8"),     # monotonic ns when the op was called (C++: enqueued)
+    ("d_return", "<f4"),   # ns from call to return to the caller (C++: to dequeue)
+    ("d_end", "<f4"),      # ns from call to completion of the work; NaN = unknown
+    ("seq", "<u4"),        # per-group sequence number (collectives) / per-peer (p2p)
+    ("sig", "<u4"),        # id of a "sig" meta line
+    ("iteration", "<u4"),  # training step of the DDP module, 0 = none
+    ("group", "<u2"),      # id of a "group" meta line
+    ("status", "u1"),      # STATUS_* below
+    ("flags", "u1"),       # FLAG_* below
 )
-assert OP_RECORD.itemsize == 32
+RECORD_SIZE = 32
+
+
+def __getattr__(name):
+    if name == "OP_RECORD":
+        import numpy as np
+        dtype = np.dtype(list(OP_RECORD_FIELDS))
+        assert dtype.itemsize == RECORD_SIZE
+        globals()["OP_RECORD"] = dtype
+        return dtype
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 STATUS_COMPLETED = 0
 STATUS_FAILED = 1
@@ -82,7 +98,8 @@ OPS = (
 P2P_OPS = ("send", "recv")
 
 # Meta line types.
-META_HEADER = "header"        # format, version, commtrace/torch versions, host, pid, launcher, command, clocks
+META_HEADER = "header"        # format, version, commtrace/torch versions, host, pid, ppid, launcher, command,
+                              # launch_env (the launcher's variables), clocks; a second one when the rank is known
 META_WORLD = "world"          # a default process group was created: world index, world_id, rank, size, backend
 META_GROUP = "group"          # id, world, name, desc, backend, size, ranks (global), rank (in group)
 META_SIG = "sig"              # id and the static description of an op: see SIG_FIELDS
@@ -90,8 +107,11 @@ META_CLOCK = "clock"          # offset_ns to rank 0 (t_rank0 = t_local + offset_
 META_ERROR = "error"          # t_call, group, seq, text: why an op failed
 META_MARK = "mark"            # kind "mark" | "region_begin" | "region_end": t_mono_ns, label;
                               # kind "span": phase, module, iteration, t_begin_ns, t_end_ns
-META_EXCEPTION = "exception"  # exc_type, text (formatted traceback) of the script's uncaught exception
-META_END = "end"              # exit_code, how ("exit" | "exception" | "signal"), t_wall_ns, t_mono_ns
+META_EXCEPTION = "exception"  # exc_type, message, text (formatted traceback) of the process's uncaught exception
+META_END = "end"              # exit_code (null: not observable), how ("exit" | "exception" | "signal" | "hang"),
+                              # t_wall_ns, t_mono_ns
+META_PROCESS = "process"      # facts about the process learned after it started: spawn_index (its index in
+                              # torch.multiprocessing.spawn)
 META_DUMP = "dump"            # a hang/signal dump was written: path, reason
 META_DDP_MODULE = "ddp_module"    # module (label), class, params, buffers, bucket_cap_bytes, ...
 META_DDP_BUCKETS = "ddp_buckets"  # module, from_iteration, buckets: [[param names], ...] (grad-ready order)
@@ -115,6 +135,7 @@ SIG_FIELDS = (
     "thread",      # thread name
     "device",      # "cpu", "cuda", ...
     "phase", "detail", "bucket", "params", "module", "callsite", "region",  # annotations
+    "api",         # the torch.distributed function that issued the op when it is not the op itself
+                   # (object collectives: "all_gather_object", ...; detail "object_sizes"/"object_payload")
 )
 
-RECORD_SIZE = OP_RECORD.itemsize

@@ -11,13 +11,15 @@ import json
 import os
 import threading
 
-import numpy as np
-
 from . import schema, simhost
 
 
 class TraceWriter:
-    """Writes ``<stem>.meta.jsonl`` and ``<stem>.ops.bin`` in ``run_dir``."""
+    """Writes ``<stem>.meta.jsonl`` and ``<stem>.ops.bin`` in ``run_dir``.
+
+    The ops file is created with ``open_ops`` (or the first records): a
+    process that never creates a process group has only a meta file.
+    """
 
     def __init__(self, run_dir: str, stem: str):
         self.run_dir = run_dir
@@ -28,13 +30,34 @@ class TraceWriter:
         # Unbuffered binary handles: each write() is one syscall, so whatever
         # was written survives a SIGKILL of this process (the page cache keeps it).
         self._meta = open(self.meta_path, "ab", buffering=0)
-        self._ops = open(self.ops_path, "ab", buffering=0)
+        self._ops = None
         self._lock = threading.Lock()
         self.records_written = 0
 
-    def write(self, meta_lines: list[dict], rows: np.ndarray | None) -> None:
-        """Append meta lines, then records (an array of ``schema.OP_RECORD``)."""
+    def open_ops(self) -> None:
+        with self._lock:
+            if self._ops is None and self._meta is not None:
+                self._ops = open(self.ops_path, "ab", buffering=0)
+
+    def rename(self, stem: str) -> bool:
+        """Give both files a new stem (they stay open). False, and nothing
+        renamed, when a file of that name exists already."""
+        with self._lock:
+            meta = os.path.join(self.run_dir, stem + schema.META_SUFFIX)
+            ops = os.path.join(self.run_dir, stem + schema.OPS_SUFFIX)
+            if os.path.exists(meta) or os.path.exists(ops):
+                return False
+            os.rename(self.meta_path, meta)
+            if self._ops is not None:
+                os.rename(self.ops_path, ops)
+            self.stem, self.meta_path, self.ops_path = stem, meta, ops
+            return True
+
+    def write(self, meta_lines: list[dict], rows=None) -> None:
+        """Append meta lines, then records (a numpy array of ``schema.OP_RECORD``)."""
         meta_lines, rows = simhost.apply(meta_lines, rows)  # test-only host simulation; identity otherwise
+        if rows is not None and len(rows) and self._ops is None:
+            self.open_ops()
         with self._lock:
             if self._meta is None:
                 return
@@ -53,12 +76,13 @@ class TraceWriter:
             self._meta = self._ops = None
 
 
-def pack_rows(rows: list[list]) -> np.ndarray:
-    """Pack recorder rows into ``OP_RECORD``.
+def pack_rows(rows: list[list]):
+    """Pack recorder rows into a numpy array of ``OP_RECORD``.
 
     A row is ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]``
     with absolute monotonic ns; ``t_return``/``t_end`` are 0 when unknown.
     """
+    import numpy as np
     a = np.array(rows, dtype=np.int64).reshape(len(rows), 9)
     out = np.empty(len(rows), dtype=schema.OP_RECORD)
     t_call = a[:, 0]
