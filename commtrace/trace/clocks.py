@@ -13,11 +13,14 @@ Per process the reader picks a method:
                processes' wall clocks at start (NTP quality, error unknown).
 ``unaligned``  no rank 0 to align to and nothing measured: offset 0.
 
-The uncertainty of a measured offset is the largest ``rtt/2 + |residual|``
-over its measurements: the ping with round trip ``rtt`` bounds that
-measurement's error by ``rtt/2`` whatever the path's asymmetry, and the line
-passes within ``|residual|`` of it. Between measurements (linear drift) the
-line stays within the larger of its ends' bounds.
+The uncertainty of a measured offset bounds the line's error over the measured
+range. At a measurement the error is at most ``B = rtt/2 + |residual|``: the
+ping with round trip ``rtt`` bounds that measurement's error by ``rtt/2``
+whatever the path's asymmetry, and the line passes within ``|residual|`` of it.
+With linear drift the line's error is linear in time, so between two
+measurements it stays within the larger of their ``B``; the bound is the worst,
+over the range, of the best pair of measurements around each moment (a poor
+measurement between two good ones costs nothing).
 """
 from __future__ import annotations
 
@@ -105,9 +108,23 @@ def _fit_lines(lines: list[dict]) -> ProcessClock:
     resid = np.abs(y - (a + b * x))
     methods = sorted({str(c.get("method") or "pingpong") for c in lines})
     return ProcessClock(
-        "+".join(methods), uncertainty_ns=int(np.ceil(np.max(rtt / 2 + resid))) + 1,  # +1: integer rounding
-        rtt_ns=int(rtt.min()), residual_ns=int(np.ceil(resid.max())), measurements=len(lines),
+        "+".join(methods), uncertainty_ns=_ceil(_bound(t, rtt / 2 + resid)) + 1,  # +1: integer rounding
+        rtt_ns=int(rtt.min()), residual_ns=_ceil(resid.max()), measurements=len(lines),
         drift_ppm=b * 1e6 if t1 > t0 else None, span_ns=t1 - t0, _a=float(a), _b=b, _t0=t0, _t1=t1)
+
+
+def _ceil(v: float) -> int:
+    return int(np.ceil(v - 1e-3))  # not up a whole ns for float noise
+
+
+def _bound(t: np.ndarray, b: np.ndarray) -> float:
+    """Worst, over [min t, max t], of the best bound from measurements on both sides."""
+    b = b[np.argsort(t, kind="stable")]
+    if len(b) == 1:
+        return float(b[0])
+    left = np.minimum.accumulate(b)                # best bound at or before each measurement
+    right = np.minimum.accumulate(b[::-1])[::-1]   # best bound at or after it
+    return float(np.max(np.maximum(left[:-1], right[1:])))
 
 
 def _wall_clock(pt, ref) -> ProcessClock:
