@@ -12,6 +12,8 @@ measured cost on a 1-element Allreduce is ~0.1 us (docs/mpi-backend.md).
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -36,11 +38,18 @@ _OMPI_DEFAULTS = {
 }
 
 _world = None
+_MPI = None          # mpi4py.MPI, also while hidden from the program (hide_from_program)
+_hidden: dict = {}   # name -> module taken out of sys.modules until the program imports mpi4py
 
 
 def in_mpi_launch() -> bool:
     """True when an MPI launcher started this process."""
     return any(k in os.environ for k in _LAUNCH_MARKERS)
+
+
+def _loaded_mpi():
+    """mpi4py.MPI if something imported it (hidden or not), else None."""
+    return sys.modules.get("mpi4py.MPI") or _hidden.get("mpi4py.MPI")
 
 
 def mpi_available() -> bool:
@@ -50,7 +59,7 @@ def mpi_available() -> bool:
     MPI_Init as a singleton; we do not count that as available, so that plain
     ``python script.py`` never silently becomes a 1-rank MPI job.
     """
-    mod = sys.modules.get("mpi4py.MPI")
+    mod = _loaded_mpi()
     if mod is not None:
         try:
             if mod.Is_initialized() and not mod.Is_finalized():
@@ -63,14 +72,18 @@ def mpi_available() -> bool:
 
 
 def is_initialized() -> bool:
-    mod = sys.modules.get("mpi4py.MPI")
+    mod = _loaded_mpi()
     return bool(mod is not None and mod.Is_initialized() and not mod.Is_finalized())
 
 
 def _import_mpi(initialize: bool):
     """Import mpi4py.MPI with commtrace's settings (only the first import applies them)."""
+    global _MPI
+    if _MPI is not None:
+        return _MPI
     import mpi4py
 
+    added = []
     if "mpi4py.MPI" not in sys.modules:
         # Must be set before the import below: that import calls MPI_Init_thread
         # (unless ``initialize`` is False: then world() initializes later).
@@ -81,11 +94,30 @@ def _import_mpi(initialize: bool):
         # Finalize at exit whoever initializes (its default follows ``initialize``,
         # and a rank that exits without MPI_Finalize makes mpirun fail the job).
         mpi4py.rc.finalize = True
-        for k, v in _OMPI_DEFAULTS.items():
-            os.environ.setdefault(k, v)
+        _set_mca_defaults()
     from mpi4py import MPI
 
+    _MPI = MPI
+    if MPI.Is_initialized():
+        _unset_mca_defaults()
     return MPI
+
+
+_mca_added: list = []
+
+
+def _set_mca_defaults() -> None:
+    for k, v in _OMPI_DEFAULTS.items():
+        if k not in os.environ:
+            os.environ[k] = v
+            _mca_added.append(k)
+
+
+def _unset_mca_defaults() -> None:
+    """Open MPI read its parameters in MPI_Init: from then on the program (and
+    its children) see the environment they were given."""
+    while _mca_added:
+        os.environ.pop(_mca_added.pop(), None)
 
 
 def library_version() -> str:
@@ -106,24 +138,68 @@ def world():
 
     if not MPI.Is_initialized():
         # Someone imported mpi4py with rc.initialize=False: initialize now.
-        MPI.Init_thread({"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
-                         "serialized": MPI.THREAD_SERIALIZED,
-                         "multiple": MPI.THREAD_MULTIPLE}[THREAD_LEVEL])
+        _set_mca_defaults()
+        try:
+            MPI.Init_thread({"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
+                             "serialized": MPI.THREAD_SERIALIZED,
+                             "multiple": MPI.THREAD_MULTIPLE}[THREAD_LEVEL])
+        finally:
+            _unset_mca_defaults()
     _world = MPI.COMM_WORLD
     return _world
 
 
 def thread_level() -> int:
     """The thread level MPI actually provides (an MPI.THREAD_* constant)."""
-    world()
-    from mpi4py import MPI
-
-    return MPI.Query_thread()
+    return mpi_module().Query_thread()
 
 
 def mpi_module():
     """mpi4py.MPI, initialized through :func:`world`."""
     world()
-    from mpi4py import MPI
+    return _MPI
 
-    return MPI
+
+def hide_from_program() -> None:
+    """Take mpi4py out of ``sys.modules`` until the program imports it.
+
+    ``commtrace run`` imports mpi4py under an MPI launcher (rendezvous
+    broadcast, clock sync) before the program starts; a program that checks
+    ``"mpi4py" in sys.modules`` must see what it would without commtrace. A
+    finder hands the same module objects back (MPI is initialized already:
+    it cannot be initialized twice in one process) on the program's first
+    ``import mpi4py``, with their own specs.
+    """
+    names = [n for n in list(sys.modules) if n == "mpi4py" or n.startswith("mpi4py.")]
+    if not names:
+        return
+    for n in names:
+        _hidden[n] = sys.modules.pop(n)
+    sys.meta_path.insert(0, _HiddenFinder())
+
+
+class _HiddenFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Gives back the modules ``hide_from_program`` took out (all at once)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _hidden:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        mod = _hidden.pop(fullname)
+        for name, other in list(_hidden.items()):  # the package and its other submodules too
+            sys.modules.setdefault(name, other)
+            del _hidden[name]
+        spec = importlib.machinery.ModuleSpec(fullname, self, origin=getattr(mod.__spec__, "origin", None))
+        spec.submodule_search_locations = getattr(mod.__spec__, "submodule_search_locations", None)
+        self._pending = (mod, mod.__spec__)
+        return spec
+
+    def create_module(self, spec):
+        return self._pending[0]
+
+    def exec_module(self, module):
+        module.__spec__ = self._pending[1]  # the import system set ours; the module keeps its own
+        self._pending = None

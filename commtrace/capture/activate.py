@@ -85,6 +85,11 @@ def _install() -> None:
         inst.install()
         _state["installer"] = inst
         try:
+            from . import objects
+            objects.install(rec)
+        except Exception as exc:  # labels are optional; tracing is not
+            sys.stderr.write(f"commtrace: object collective labels disabled: {exc}\n")
+        try:
             from .phases import PhaseHooks
             hooks = PhaseHooks(rec)
             hooks.install()
@@ -114,20 +119,16 @@ def _flush_in_multiprocessing_children(rec) -> None:
 
 
 def _install_mpi_backend() -> None:
-    """Provide init_process_group("mpi") when torch lacks it (see commtrace.mpi)."""
+    """Serve an explicit init_process_group("mpi") / new_group(backend="mpi") when
+    torch lacks MPI, under an MPI launcher (see commtrace.mpi.serve_requests).
+    Nothing a program can probe changes: is_mpi_available() stays False, or
+    programs that choose their backend by it (accelerate) would pick "mpi"."""
     import torch.distributed as dist
-    # Only under an MPI launcher: elsewhere is_mpi_available() must stay False, or
-    # programs (and test suites) that probe it would take MPI code paths.
     if dist.is_mpi_available() or os.environ.get(schema.ENV_LAUNCHER) not in ("openmpi", "mpich"):
         return
     try:
         from .. import mpi as ct_mpi
-    except ImportError:
-        return
-    if not hasattr(ct_mpi, "install"):
-        return
-    try:
-        ct_mpi.install()
+        ct_mpi.serve_requests()
     except Exception as exc:
         sys.stderr.write(f"commtrace: mpi backend not available: {exc}\n")
 
@@ -143,8 +144,9 @@ def _install_signal_handlers() -> None:
     """SIGTERM/SIGINT flush the trace, then behave as they would have."""
     if threading.current_thread() is not threading.main_thread():
         return
+    from . import sigview
     for sig in (signal.SIGTERM,):
-        prev = signal.getsignal(sig)
+        prev = sigview.real_getsignal(sig)
         if prev not in (signal.SIG_DFL, None):
             continue  # the program handles it; our flush thread and atexit still run
 
@@ -153,10 +155,10 @@ def _install_signal_handlers() -> None:
             if rec is not None:
                 _watchdog_dump(rec, "SIGTERM")
                 rec.close(exit_code=128 + signum, how="signal")
-            signal.signal(_sig, signal.SIG_DFL)
+            sigview.uninstall(_sig)
             os.kill(os.getpid(), _sig)
 
-        signal.signal(sig, handler)
+        sigview.install(sig, handler)  # invisible to the program (see sigview)
 
 
 def _install_watchdog() -> None:

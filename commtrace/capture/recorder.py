@@ -125,7 +125,7 @@ class Recorder:
         self.rank: int | None = None
         self.writer: TraceWriter | None = None
         self._inflight_written: set[int] = set()
-        self._thread: threading.Thread | None = None
+        self._thread = None                 # True once the flush thread runs
         self._stop = threading.Event()
         self.closed = False
 
@@ -363,9 +363,9 @@ class Recorder:
         self._start_thread()
 
     def _start_thread(self) -> None:
-        t = threading.Thread(target=self._run, name="commtrace-flush", daemon=True)
-        self._thread = t
-        t.start()
+        from . import threads
+        threads.start(self._run, "commtrace-flush")  # hidden from threading.enumerate()
+        self._thread = True
 
     def _run(self) -> None:
         while not self._stop.wait(FLUSH_INTERVAL_S):
@@ -545,8 +545,9 @@ class _Waiter:
 
     def __init__(self):
         import queue
+        from . import threads
         self.q: "queue.SimpleQueue" = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="commtrace-waiter", daemon=True).start()
+        threads.start(self._run, "commtrace-waiter")
 
     def add(self, row, work) -> None:
         self.q.put((row, work))

@@ -118,6 +118,7 @@ def run(opts: RunOptions) -> int:
     activate.activate_from_env(command=command)
     if comm is not None:
         _sync_clock(comm, "start", deadline_s=30.0)
+        mpienv.hide_from_program()  # the program sees sys.modules as it would without commtrace
     try:
         code, how = _run_target(opts)
     except CommtraceError as e:  # the module does not exist after all

@@ -50,6 +50,7 @@ import time
 import traceback
 
 from ..trace import schema
+from . import sigview, threads
 from .recorder import GROUP, SEQ, SIG, T_CALL
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
@@ -99,8 +100,9 @@ def thread_stacks() -> list[dict]:
         t = names.get(ident)
         frames = [{"file": fs.filename, "line": fs.lineno, "function": fs.name, "code": fs.line}
                   for fs in traceback.extract_stack(frame)[-MAX_FRAMES:]]
-        out.append({"name": t.name if t else f"thread-{ident}", "ident": ident,
-                    "daemon": bool(t.daemon) if t else None, "frames": frames})
+        ours = threads.name_of(ident)  # commtrace's own threads are hidden from threading
+        out.append({"name": t.name if t else ours or f"thread-{ident}", "ident": ident,
+                    "daemon": bool(t.daemon) if t else (True if ours else None), "frames": frames})
     out.sort(key=lambda d: (d["name"] != "MainThread", d["name"]))
     return out
 
@@ -177,12 +179,10 @@ class HangWatchdog:
         self.in_episode = False
         self.dumps = 0
         self._stop = threading.Event()
-        self.thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._stop.clear()
-        self.thread = threading.Thread(target=self._run, name="commtrace-watchdog", daemon=True)
-        self.thread.start()
+        threads.start(self._run, "commtrace-watchdog")
 
     def stop(self) -> None:
         self._stop.set()
@@ -260,10 +260,10 @@ def _handle_signal_in_thread(signum: int) -> None:
     rec = _state.get("rec")
     if rec is None:
         return
-    if signum == signal.SIGUSR1 and signal.getsignal(signal.SIGUSR1) is _on_sigusr1:
+    if signum == signal.SIGUSR1 and sigview.real_getsignal(signal.SIGUSR1) is _on_sigusr1:
         dump(rec, "SIGUSR1")
     elif signum == signal.SIGTERM:
-        h = signal.getsignal(signal.SIGTERM)
+        h = sigview.real_getsignal(signal.SIGTERM)
         if not _is_commtrace_term_handler(h):
             return  # the program's own handler decides; the main thread will run it
         # The main thread may be stuck in C++ and never run the Python handler:
@@ -271,7 +271,7 @@ def _handle_signal_in_thread(signum: int) -> None:
         time.sleep(0.2)
         dump_once(rec, "SIGTERM")
         rec.close(exit_code=128 + signum, how="signal")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sigview.uninstall(signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -289,8 +289,8 @@ def _install_signals() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     try:
-        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGUSR1, _on_sigusr1)
+        if sigview.real_getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+            sigview.install(signal.SIGUSR1, _on_sigusr1)
     except (ValueError, OSError):
         pass
     if _state.get("signal_thread"):
@@ -298,17 +298,16 @@ def _install_signals() -> None:
     try:
         r, w = os.pipe()
         os.set_blocking(w, False)
-        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        old = sigview.set_our_wakeup_fd(w)
         if old != -1:  # somebody else (asyncio) owns the wakeup fd: leave it
-            signal.set_wakeup_fd(old)
+            sigview.real_set_wakeup_fd(old)
             os.close(r)
             os.close(w)
             return
     except (ValueError, OSError):
         return
-    t = threading.Thread(target=_signal_thread, args=(r,), name="commtrace-signals", daemon=True)
-    t.start()
-    _state["signal_thread"] = t
+    threads.start(_signal_thread, "commtrace-signals", r)
+    _state["signal_thread"] = True
     _state["wakeup_fds"] = (r, w)
 
 

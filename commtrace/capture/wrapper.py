@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from ..dynamo import skip_class_frames
 from ..trace import schema
-from . import ops
+from . import objects, ops
 from .recorder import SIG, Recorder
 
 _now = time.monotonic_ns
@@ -305,6 +305,8 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
         desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
+        if "api" in desc:  # inside an object collective: its size exchange or its payload
+            desc["detail"] = objects.part(desc)
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
         desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and cpu_only)
         sig = rec.add_sig(full, desc)

@@ -8,13 +8,22 @@
 tells c10d that MPI is available and gives ``_new_process_group_helper`` a
 ``ProcessGroupMPI`` whose ``create(ranks)`` returns the mpi4py-backed
 :class:`~commtrace.mpi.backend.MPIProcessGroup`. ``register_backend("mpi")``
-cannot do this: c10d tests for "mpi" before it looks at plugins.
+cannot do this: c10d tests for "mpi" before it looks at plugins. The program
+asked for it, so from then on ``is_mpi_available()`` says True.
+
+``commtrace run`` uses ``serve_requests()`` instead: nothing a program can
+probe changes (``is_mpi_available()`` stays False, c10d has no
+``ProcessGroupMPI``), and only a group creation that names backend "mpi"
+sees them, for the duration of that call.
 """
 from __future__ import annotations
 
+import functools
+import threading
+
 import torch.distributed as dist
 
-__all__ = ["install", "is_installed", "native_mpi", "native_extension", "fastpath_status"]
+__all__ = ["install", "serve_requests", "is_installed", "native_mpi", "native_extension", "fastpath_status"]
 
 
 def native_mpi() -> bool:
@@ -50,6 +59,65 @@ def install() -> str:
     c10d.ProcessGroupMPI = ProcessGroupMPIFactory
     c10d._MPI_AVAILABLE = True
     return "mpi4py"
+
+
+_serving = threading.Lock()
+
+
+def serve_requests() -> bool:
+    """Make an explicit ``init_process_group("mpi")`` / ``new_group(backend="mpi")``
+    work without telling anyone else that MPI is available (``commtrace run``).
+
+    Wraps c10d's ``_new_process_group_helper``, the one function that checks
+    ``is_mpi_available()`` and builds ``ProcessGroupMPI`` (torch validates the
+    name itself earlier only against ``Backend.backend_list``, which always
+    lists "mpi"). While a call that names "mpi" runs, c10d's two module
+    globals say what ``install()`` makes them say; they are restored when it
+    returns. Returns False when torch has MPI itself (nothing to do).
+    """
+    if native_mpi():
+        return False
+    from torch.distributed import distributed_c10d as c10d
+
+    helper = c10d._new_process_group_helper
+    if getattr(helper, "_commtrace_serves_mpi", False):
+        return True
+
+    @functools.wraps(helper)
+    def new_process_group_helper(*args, **kwargs):
+        backend = kwargs.get("backend", args[3] if len(args) > 3 else None)
+        if not _names_mpi(backend):
+            return helper(*args, **kwargs)
+        from .. import mpienv
+        from .backend import ProcessGroupMPIFactory
+
+        mpienv.world()
+        with _serving:
+            saved = c10d._MPI_AVAILABLE, c10d.__dict__.get("ProcessGroupMPI", _ABSENT)
+            c10d._MPI_AVAILABLE, c10d.ProcessGroupMPI = True, ProcessGroupMPIFactory
+            try:
+                return helper(*args, **kwargs)
+            finally:
+                c10d._MPI_AVAILABLE = saved[0]
+                if saved[1] is _ABSENT:
+                    c10d.__dict__.pop("ProcessGroupMPI", None)
+                else:
+                    c10d.ProcessGroupMPI = saved[1]
+
+    new_process_group_helper._commtrace_serves_mpi = True
+    c10d._new_process_group_helper = new_process_group_helper
+    return True
+
+
+_ABSENT = object()
+
+
+def _names_mpi(backend) -> bool:
+    """"mpi", "MPI", "cpu:mpi,cuda:nccl", ... (torch's backend string forms)."""
+    if backend is None:
+        return False
+    parts = str(backend).lower().split(",")
+    return any(p.strip().split(":")[-1] == "mpi" for p in parts)
 
 
 def is_installed() -> bool:

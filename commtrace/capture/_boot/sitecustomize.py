@@ -1,28 +1,34 @@
 """Started in every Python child of a traced run (via PYTHONPATH), e.g. ranks
 created by torch.multiprocessing.spawn or subprocess: turns tracing on when the
-run directory is set, then chains to any other sitecustomize on the path."""
-import importlib.util
+run directory is set, then steps aside for the program's own sitecustomize.
+
+Stepping aside: this directory leaves ``sys.path`` and this module leaves
+``sys.modules``; then ``import sitecustomize`` runs the next one on the path
+under its own name, exactly as Python would have without commtrace. If there
+is none, the ImportError it raises is the one ``site`` expects and ignores, so
+``sitecustomize`` is then absent from ``sys.modules``, as without commtrace.
+"""
 import os
 import sys
 
 
-def _chain():
-    here = os.path.dirname(os.path.abspath(__file__))
-    for entry in sys.path:
-        if not entry or os.path.abspath(entry) == here:
-            continue
-        cand = os.path.join(entry, "sitecustomize.py")
-        if os.path.isfile(cand):
-            spec = importlib.util.spec_from_file_location("_commtrace_chained_sitecustomize", cand)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            return
-
-
-if os.environ.get("COMMTRACE_DIR"):
+def _activate():
+    if not os.environ.get("COMMTRACE_DIR"):
+        return
     try:
-        from commtrace.capture import activate as _activate
-        _activate.activate_from_env()
+        from commtrace.capture import activate
+        activate.activate_from_env()
     except Exception as exc:  # never break the child for the tracer's sake
         sys.stderr.write(f"commtrace: tracing disabled in pid {os.getpid()}: {exc}\n")
-_chain()
+
+
+def _step_aside():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if not p or os.path.abspath(p) != here]
+    sys.modules.pop(__name__, None)
+    import importlib
+    importlib.import_module("sitecustomize")
+
+
+_activate()
+_step_aside()

@@ -1,0 +1,88 @@
+"""Signal handlers commtrace installs, as the program sees them: not at all.
+
+commtrace handles SIGTERM (dump, write the end of the trace, then die by
+SIGTERM as before) and SIGUSR1 (dump), and owns the wakeup fd so its signal
+thread can act while the main thread is blocked in C++ (see watchdog). A
+program must see what it would without commtrace, so ``signal.getsignal``,
+``signal.signal`` and ``signal.set_wakeup_fd`` are wrapped once one of ours is
+installed:
+
+* ``getsignal(s)`` answers the handler ours replaced (``SIG_DFL``) while ours
+  is in place;
+* ``signal(s, h)`` installs ``h`` -- the program's handler gets its signals,
+  ours is gone -- and answers the handler the program would have replaced;
+  setting the handler back to the one ours replaced puts ours back;
+* ``set_wakeup_fd(fd)`` likewise: the program's fd replaces ours, -1 puts
+  ours back, and the answer is what the program's previous call set (-1).
+
+commtrace's own code uses ``real_getsignal`` / ``real_signal``.
+"""
+from __future__ import annotations
+
+import functools
+import signal
+
+real_getsignal = signal.getsignal
+real_signal = signal.signal
+real_set_wakeup_fd = _real_set_wakeup_fd = signal.set_wakeup_fd
+
+_ours: dict[int, tuple] = {}  # signum -> (our handler, the handler it replaced)
+_wakeup: dict = {}            # "fd": our wakeup fd while it is installed
+
+
+def install(signum: int, handler) -> None:
+    """Install our ``handler`` for ``signum`` (main thread only)."""
+    prev = real_signal(signum, handler)
+    _ours[int(signum)] = (handler, prev)
+    _wrap()
+
+
+def uninstall(signum: int) -> None:
+    """Back to the default action (ours only ever replaces it), e.g. before
+    re-raising the signal."""
+    entry = _ours.pop(int(signum), None)
+    if entry is not None and real_getsignal(signum) is entry[0]:
+        real_signal(signum, signal.SIG_DFL)
+
+
+def set_our_wakeup_fd(fd: int) -> int:
+    """``signal.set_wakeup_fd(fd)`` for commtrace; returns the previous fd."""
+    prev = _real_set_wakeup_fd(fd, warn_on_full_buffer=False)
+    if prev == -1:
+        _wakeup["fd"] = fd
+        _wrap()
+    return prev
+
+
+def _getsignal(signalnum):
+    h = real_getsignal(signalnum)
+    entry = _ours.get(int(signalnum))
+    return entry[1] if entry is not None and h is entry[0] else h
+
+
+def _signal(signalnum, handler):
+    entry = _ours.get(int(signalnum))
+    if entry is not None and (handler is entry[1] or handler == entry[1]):
+        prev = real_signal(signalnum, entry[0])  # the program restores "its" default: ours comes back
+    else:
+        prev = real_signal(signalnum, handler)
+    return entry[1] if entry is not None and prev is entry[0] else prev
+
+
+def _set_wakeup_fd(fd, /, *, warn_on_full_buffer=True):
+    ours = _wakeup.get("fd")
+    if ours is None:
+        return _real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+    if fd == -1:
+        prev = _real_set_wakeup_fd(ours, warn_on_full_buffer=False)
+    else:
+        prev = _real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+    return -1 if prev == ours else prev
+
+
+def _wrap() -> None:
+    if signal.getsignal is not real_getsignal:
+        return
+    signal.getsignal = functools.wraps(real_getsignal)(_getsignal)
+    signal.signal = functools.wraps(real_signal)(_signal)
+    signal.set_wakeup_fd = functools.wraps(_real_set_wakeup_fd)(_set_wakeup_fd)
