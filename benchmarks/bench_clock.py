@@ -3,7 +3,9 @@
     python benchmarks/bench_clock.py [--ranks 2,4,8,16,32,64] [--reps 3] [--json FILE]
 
 Every rank is a forked process of this machine (oversubscribed: 64 ranks on 2
-cores here); every repetition is a fresh job. Side by side in the same
+cores here) posing as a host of its own (``COMMTRACE_TEST_HOST``), so that every
+rank is measured -- the worst case; ranks on rank 0's machine skip the group;
+every repetition is a fresh job. Side by side in the same
 processes: the user's ``init_process_group("gloo")`` (over a TCPStore), then what
 the process-group hook adds to it -- joining commtrace's private gloo group and
 the ping-pong of every rank with rank 0 ("start") -- then the ping-pong alone
@@ -44,7 +46,10 @@ def _rank(rank: int, size: int, port: int, out) -> None:
     from torch.distributed import PrefixStore, TCPStore
 
     from commtrace.capture.clock_group import ClockGroup
+    from commtrace.trace import simhost
 
+    os.environ[simhost.HOST_ENV] = f"bench-host-{rank}"  # every rank on a machine of its own: all measured
+    simhost.reset()
     store = TCPStore("127.0.0.1", port, size, rank == 0, timedelta(seconds=300))
     _barrier(store, "init", size)
     t0 = time.perf_counter()

@@ -1,18 +1,23 @@
 """Clock offsets on every launcher, over a gloo group of commtrace's own.
 
-When a world (default process group) with a store is created, every rank joins
-a private gloo group built directly from torch's C++ bindings over a
-``PrefixStore`` of that world's own store, and runs ``clock.pingpong`` on it
-("start"); the group is kept and the ping-pong runs again when the process exits
-("end"), so the reader can fit the drift between the two. torch never registers
-the group: no ``_world`` entry, no group counter, name or sequence number of the
-user's changes, and nothing is ever called on the user's groups. Worlds without
-a store (the mpi4py backend) are measured over MPI by ``commtrace run`` instead.
+When a world (default process group) with a store is created, its ranks find
+out through that world's own store which of them run on rank 0's machine
+(same kernel boot id: they share its CLOCK_MONOTONIC, nothing to measure).
+Rank 0 and the ranks elsewhere join a private gloo group built directly from
+torch's C++ bindings over a ``PrefixStore`` of the world's store, and run
+``clock.pingpong`` on it ("start"); the group is kept and the ping-pong runs
+again when the process exits ("end"), so the reader can fit the drift between
+the two. torch never registers the group: no ``_world`` entry, no group
+counter, name or sequence number of the user's changes, and nothing is ever
+called on the user's groups. A one-machine job builds no group at all. Worlds
+without a store (the mpi4py backend) are measured over MPI by ``commtrace
+run`` instead.
 
 Store keys, all under the world store's ``commtrace/clock/`` prefix:
-``joins/<rank>`` (how many clock groups this rank joined on this store, so
-worlds that reuse a store get fresh keys) and gloo's own rendezvous keys under
-``<size>/<n>/``.
+``joins/<rank>`` (how many times this rank did this on this store, so worlds
+that reuse a store get fresh keys), then under ``<size>/<n>/``: ``ref`` (rank
+0's machine), ``elsewhere`` and ``arrived`` (counters), ``all`` (every rank has
+arrived) and gloo's own rendezvous keys under ``gloo/``.
 
 ``track_world`` is the entry point for anything that has a world's store, rank
 and size (the process-group hook; a later ``commtrace.start()``), and
@@ -22,15 +27,18 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import sys
 import threading
 import time
 from datetime import timedelta
 
+from ..trace import simhost
 from . import clock
 
 KEY_PREFIX = "commtrace/clock/"
 METHOD = "gloo-pingpong"
+SAME_MACHINE = "same-host"  # the method of a rank that shares rank 0's CLOCK_MONOTONIC
 # Every rank is inside init_process_group when the group is joined, so the
 # rendezvous and the ping-pong normally take milliseconds; the deadline only
 # bounds a rank that never arrives.
@@ -71,20 +79,53 @@ class GlooLink:
             return False
 
 
+def clock_identity() -> str:
+    """Equal for processes that share CLOCK_MONOTONIC: the kernel's boot id
+    (containers on one machine share it; the host name where there is none),
+    and the simulated host of a test (``trace.simhost``), which is another machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            ident = f.read().strip()
+    except OSError:
+        ident = socket.gethostname()
+    sim = simhost.current()
+    return ident if sim is None else f"{ident}/simulated:{sim.host}:{sim.shift_ns}"
+
+
 class ClockGroup:
-    """A world's private gloo group, used for ping-pong only."""
+    """Rank 0 and the ranks on other machines than its: a private gloo group,
+    used for ping-pong only (``rank``/``size`` are within this group)."""
 
     def __init__(self, pg, rank: int, size: int, world_id):
         self.pg, self.rank, self.size, self.world_id = pg, rank, size, world_id
         self.healthy = True
 
     @classmethod
-    def join(cls, store, rank: int, size: int, world_id=None, timeout_s: float = START_DEADLINE_S) -> "ClockGroup":
-        """Collective over the world's ranks; raises if the rendezvous fails."""
+    def join(cls, store, rank: int, size: int, world_id=None,
+             timeout_s: float = START_DEADLINE_S) -> "ClockGroup | None":
+        """Collective over the world's ranks (``rank`` of ``size``). None for a
+        rank on rank 0's machine, and for rank 0 when every rank is on it.
+        Raises if the store or the rendezvous fails."""
         from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
-        n = store.add(f"{KEY_PREFIX}joins/{rank}", 1)
-        prefix = PrefixStore(f"{KEY_PREFIX}{size}/{n}/", store)
-        return cls(ProcessGroupGloo(prefix, rank, size, timedelta(seconds=timeout_s)), rank, size, world_id)
+        timeout = timedelta(seconds=timeout_s)
+        base = f"{KEY_PREFIX}{size}/{store.add(f'{KEY_PREFIX}joins/{rank}', 1)}/"
+        me = clock_identity()
+        if rank == 0:
+            store.set(base + "ref", me)
+        else:
+            store.wait([base + "ref"], timeout)
+        elsewhere = rank != 0 and store.get(base + "ref").decode("utf-8", "replace") != me
+        index = store.add(base + "elsewhere", 1) if elsewhere else 0
+        if store.add(base + "arrived", 1) == size:
+            store.set(base + "all", "1")
+        if rank != 0 and not elsewhere:
+            return None
+        store.wait([base + "all"], timeout)
+        members = 1 + store.add(base + "elsewhere", 0)
+        if members == 1:
+            return None
+        pg = ProcessGroupGloo(PrefixStore(base + "gloo/", store), index, members, timeout)
+        return cls(pg, index, members, world_id)
 
     def measure(self, when: str, deadline_s: float) -> dict | None:
         """A ``clock`` meta line for this rank (collective), or None if it failed."""
@@ -113,7 +154,8 @@ def track_world(rec, store, rank: int, size: int, world_id=None, backend: str | 
     """Measure this world's clock offsets now and again at exit; lines go to ``rec``.
 
     Collective over the world (every rank calls it right after the world is
-    made). Returns whether the start measurement succeeded. Never raises.
+    made). Returns whether this rank's offset is known now (measured, or it
+    shares rank 0's machine). Never raises.
     """
     if size < 2 or str(backend).lower() in _SKIPPED_BACKENDS or _in_process(store):
         return False
@@ -122,7 +164,15 @@ def track_world(rec, store, rank: int, size: int, world_id=None, backend: str | 
     except Exception as exc:
         sys.stderr.write(f"commtrace: clock offsets not measured ({type(exc).__name__}: {exc})\n")
         return False
-    line = group.measure("start", START_DEADLINE_S)
+    if group is None:
+        if rank != 0:  # on rank 0's machine: the reader takes offset 0 as exact
+            rec.mark_clock({"ref_rank": 0, "offset_ns": 0, "rtt_ns": 0, "t_mono_ns": time.monotonic_ns(),
+                            "when": "start", "method": SAME_MACHINE, "world_id": world_id})
+        return True
+    try:
+        line = group.measure("start", START_DEADLINE_S)
+    except Exception:
+        line = None
     if line is not None:
         rec.mark_clock(line)
     with _lock:

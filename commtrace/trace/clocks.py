@@ -3,7 +3,9 @@
 Per process the reader picks a method:
 
 ``reference``  the process is rank 0 of its world: offset 0.
-``same-host``  it runs on rank 0's host: CLOCK_MONOTONIC is shared, offset exactly 0.
+``same-host``  it runs on rank 0's machine (its ``clock`` line says so, or the host
+               names match and nothing measured says otherwise): CLOCK_MONOTONIC
+               is shared, offset exactly 0.
 ``gloo-pingpong`` / ``mpi-pingpong`` (or both, ``+``-joined)
                ``clock`` lines measured by ping-pong (``capture/clock.py``): a
                line through them (least squares weighted by 1/rtt^2) gives the
@@ -69,7 +71,8 @@ def fit(pt, ref, world_id=None) -> ProcessClock:
         return ProcessClock("reference")
     lines = usable_lines(pt, ref, world_id)
     same_host = ref is not None and ref.header.get("host") == pt.header.get("host")
-    if same_host and all(abs(c["offset_ns"]) < SAME_HOST_NOISE_NS for c in lines):
+    if any(c.get("method") == "same-host" for c in lines) or (
+            same_host and all(abs(c["offset_ns"]) < SAME_HOST_NOISE_NS for c in lines)):
         return ProcessClock("same-host")  # exact 0 beats a measured +-1 us
     if lines:
         return _fit_lines(lines)

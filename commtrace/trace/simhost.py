@@ -76,6 +76,13 @@ def current() -> SimulatedHost | None:
     return _current
 
 
+def reset() -> None:
+    """Forget the cached simulation: the next use reads the environment again
+    (for tests and benchmarks that simulate hosts in forked processes)."""
+    global _current
+    _current = _UNSET
+
+
 def shift_ns() -> int:
     sim = current()
     return sim.shift_ns if sim is not None else 0

@@ -40,6 +40,15 @@ def test_measured_twice_on_an_existing_world(api_run):
         assert line["rtt_ns"] > 0
 
 
+def test_ranks_on_rank_0s_machine_measure_nothing(api_run):
+    """Same kernel boot id: rank 1 shares rank 0's CLOCK_MONOTONIC; no group is
+    built, rank 1 records that its offset is exactly 0, rank 0 records nothing."""
+    assert api_run[0]["same_known"] is True and api_run[0]["same_lines"] == []
+    assert api_run[1]["same_known"] is True
+    [line] = api_run[1]["same_lines"]
+    assert (line["method"], line["offset_ns"], line["rtt_ns"], line["world_id"]) == ("same-host", 0, 0, "w")
+
+
 def test_users_world_untouched(api_run):
     """No group counter, name or sequence number of the user's changes, and the
     user's group keeps working (the next all_reduce is its next sequence number)."""

@@ -31,6 +31,9 @@ def test_reference_and_same_host():
     c = clocks.fit(near, REF, "w")
     assert (c.method, c.uncertainty_ns) == ("same-host", 0)
     assert c.offset(np.array([1, 2])).tolist() == [0, 0]
+    # Another host name, but its clock line says it shares rank 0's machine (a container).
+    container = proc("container-7", [line(5, 0, 0, method="same-host")])
+    assert clocks.fit(container, REF, "w").method == "same-host"
 
 
 def test_drift_line_held_constant_outside_the_measured_range():
@@ -109,8 +112,8 @@ def test_simhost_shifts_monotonic_times_and_renames_the_host():
 def test_simhost_unset_is_the_identity(monkeypatch):
     monkeypatch.setattr(simhost, "_current", None)
     lines, rows = [{"type": "header", "t_mono_ns": 1}], np.zeros(1, dtype=schema.OP_RECORD)
-    out_lines, out_rows = simhost.apply(lines, rows)
-    assert out_lines is lines and out_rows is rows
+    out = simhost.apply(lines, rows)
+    assert out[0] is lines and out[1] is rows
     assert simhost._from_env({}) is None
     assert simhost._from_env({simhost.SHIFT_ENV: "-5"}) == simhost.SimulatedHost(-5, None)
 

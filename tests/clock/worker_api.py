@@ -1,6 +1,7 @@
 """Untraced 2-rank gloo world; each rank measures clock offsets on it the way a
 later ``commtrace.start()`` would (clock_group.track_world with the world's
-store), then again (measure_tracked), and writes what it saw to OUT.rank<R>.
+store), then again (measure_tracked), then as two ranks of one machine (no
+shift: nothing to measure), and writes what it saw to OUT.rank<R>.
 
     worker_api.py PORT OUT
 """
@@ -37,6 +38,7 @@ def main(rank: int, port: str, out: str) -> None:
     if rank == 1:
         os.environ["COMMTRACE_TEST_CLOCK_SHIFT_NS"] = str(SHIFT_NS)
     from commtrace.capture import clock_group
+    from commtrace.trace import simhost
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     pg = c10d._get_default_group()
     dist.all_reduce(torch.ones(1))
@@ -48,9 +50,15 @@ def main(rank: int, port: str, out: str) -> None:
     after = state(pg)
     x = torch.ones(1)
     dist.all_reduce(x)
+    # Both ranks on one machine again (rank 1 drops its simulated clock): nothing to measure.
+    os.environ.pop("COMMTRACE_TEST_CLOCK_SHIFT_NS", None)
+    simhost.reset()
+    same = Lines()
+    same_known = clock_group.track_world(same, store, rank, 2, "w", dist.get_backend())
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump({"started": started, "again": again, "lines": sink.lines, "before": before, "after": after,
-                   "sum": x.item(), "seq_after_op": pg._get_sequence_number_for_group()}, f)
+                   "sum": x.item(), "seq_after_op": pg._get_sequence_number_for_group(),
+                   "same_known": same_known, "same_lines": same.lines}, f)
     dist.destroy_process_group()
 
 
