@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from commtrace.trace import schema
-from commtrace.trace.writer import TraceWriter, spans_line
+from commtrace.trace.writer import TraceWriter, pack_spans
 
 T0 = 1_000_000_000_000   # ns: the origin of the microsecond times below
 US = 1_000
@@ -36,6 +36,7 @@ class Proc:
         self.meta: list[dict] = []
         self.seq: dict[int, int] = {}
         self.spans: list[tuple] = []
+        self.labels: dict[str, int] = {}
 
     def _sig(self, desc: dict) -> int:
         key = tuple(sorted((k, str(v)) for k, v in desc.items()))
@@ -68,7 +69,12 @@ class Proc:
 
     def span(self, phase: str, begin: float, end: float, step: int, *, module: str | None = None, grad: bool = True,
              iteration: int = 0) -> "Proc":
-        self.spans.append((phase, ns(begin), ns(end), step, iteration, module, grad))
+        if module is not None and module not in self.labels:
+            self.labels[module] = len(self.labels)
+        label = schema.SPAN_NO_LABEL if module is None else self.labels[module]
+        phase_index = schema.SPAN_PHASES.index(phase)
+        self.spans.append((phase_index, ns(begin), ns(end), step, iteration, label,
+                           schema.SPAN_FLAG_GRAD if grad else 0))
         return self
 
     def mark(self, label: str, t: float) -> "Proc":
@@ -95,8 +101,8 @@ class Proc:
         for i, (t, dr, de, seq, sig, it, grp, st) in enumerate(sorted(self.records)):
             rec[i] = (t, dr, de, seq, sig, it, grp, st, 0)
         w = TraceWriter(run_dir, f"rank{self.rank}.pid{self.pid}")
-        spans = [spans_line(self.spans)] if self.spans else []
-        w.write(head + self.sig_lines + self.meta + spans, rec)
+        labels = [{"type": schema.META_LABEL, "id": i, "text": t} for t, i in self.labels.items()]
+        w.write(head + self.sig_lines + labels + self.meta, rec, pack_spans(self.spans) if self.spans else None)
         w.write([{"type": schema.META_END, "exit_code": 0, "how": "exit", "t_wall_ns": 1_790_000_000_000_000_000,
                   "t_mono_ns": ns(end_us)}], None)
         w.close()

@@ -34,6 +34,7 @@ class OpArrays:
 
     _rank_codes: tuple | None = field(default=None, repr=False, compare=False)
     _sorted: bool | None = field(default=None, repr=False, compare=False)
+    _rank_rows: dict | None = field(default=None, repr=False, compare=False)
 
     def rank_codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(distinct ranks, per-row index into them), computed once."""
@@ -41,6 +42,13 @@ class OpArrays:
             ranks, rix = dense_codes(self.rank)
             self._rank_codes = ranks, narrow(rix, len(ranks))
         return self._rank_codes
+
+    def rank_rows(self) -> dict[int, np.ndarray]:
+        """rank -> its row indices, ascending (computed once; see rows_by_rank)."""
+        if self._rank_rows is None:
+            ranks, codes = self.rank_codes()
+            self._rank_rows = _split_rows(ranks, codes)
+        return self._rank_rows
 
     def rank_column_codes(self) -> tuple[np.ndarray, list[str]]:
         """The rank column as column_codes() gives it, from the cached codes."""
@@ -243,3 +251,20 @@ def narrow(codes: np.ndarray, n: int) -> np.ndarray:
 def stable_order(codes: np.ndarray, n: int) -> np.ndarray:
     """Stable argsort of small non-negative integer codes (radix sort when they fit 16 bits)."""
     return np.argsort(narrow(codes, n), kind="stable")
+
+
+def rows_by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
+    """rank -> its row indices, ascending (one stable radix sort of small codes for all ranks)."""
+    if not len(rank):
+        return {}
+    ranks, codes = dense_codes(rank)
+    return _split_rows(ranks, codes)
+
+
+def _split_rows(ranks: np.ndarray, codes: np.ndarray) -> dict[int, np.ndarray]:
+    if not len(codes):
+        return {}
+    order = stable_order(codes, len(ranks))
+    order = order.astype(np.int32) if len(order) < 2**31 else order
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ranks)))))
+    return {int(r): order[bounds[i]:bounds[i + 1]] for i, r in enumerate(ranks)}

@@ -220,7 +220,7 @@ def _signal_name(code) -> str:
 def _first_line(s) -> str:
     s = "" if s is None else str(s)
     line = s.strip().splitlines()[0] if s.strip() else ""
-    return line[:300]
+    return line.lstrip("- ")[:300]  # mp.spawn's "-- Process 1 terminated with ..."
 
 
 def rank_fates(run) -> dict[int, RankFate]:
@@ -311,6 +311,8 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
     abruptly before they created a process group. A helper process (no rank,
     not an mp.spawn process) whose trace just ends is only informational."""
     out = []
+    # Root causes first: ranks that raised, then ranks torn down, then other processes.
+    early = sorted(early, key=lambda e: (e.label.startswith("pid "), not e.fate.exception, e.label))
     for e in early:
         if e.rank is not None and e.rank in ranked:
             continue  # the rank's own process group trace says more (a restarted rank, ...)
@@ -324,7 +326,9 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
             bad, sev = fate.describe(), ERROR if identified else INFO
         else:
             continue
-        f = Finding(NO_GROUP, sev, f"{e.label} {bad} before any process group existed",
+        # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
+        when = " before any process group existed" if identified else ""
+        f = Finding(NO_GROUP, sev, f"{e.label} {bad}{when}",
                     ranks=[] if e.rank is None else [e.rank],
                     data={"process": e.label, "files": fate.files, "exit_code": fate.exit_code, "how": fate.how})
         if fate.exception:
@@ -563,13 +567,14 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None)
 
 
 def _lost_at(fate, group_s, seq) -> bool:
+    """The rank's file has unreadable records that may be this one: in this
+    group around this seq, or in a group it cannot name (then any seq)."""
     if fate is None:
         return False
-    for g in (group_s, "?"):
-        span = fate.lost.get(str(g))
-        if span and _int(span[0]) is not None and _int(span[0]) <= seq <= (_int(span[1]) or 0):
-            return True
-    return False
+    if "?" in fate.lost:
+        return True
+    span = fate.lost.get(str(group_s))
+    return bool(span) and _int(span[0]) is not None and _int(span[0]) <= seq <= (_int(span[1]) or 0)
 
 
 def _lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq) -> Finding:
@@ -581,10 +586,9 @@ def _lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq) -> Findin
     causes = []
     for r in lost:
         fate = fates.get(r)
-        damage = "; ".join(fate.damage) if fate is not None and fate.damage else "its records are missing"
-        causes.append(f"rank {r}: {damage}")
-    title = (f"{glabel} {span}: the record of rank {_fmt_ranks(lost)} is unreadable, not missing "
-             f"({'; '.join(causes)})")
+        damage = "; ".join(fate.damage) if fate is not None and fate.damage else "records missing from its trace"
+        causes.append(damage if len(lost) == 1 else f"rank {r}: {damage}")
+    title = f"{glabel} {span}: the records of rank {_fmt_ranks(lost)} are unreadable ({'; '.join(causes)})"
     f = Finding(LOST_RECORD, ERROR, title, world=world_s, group=group_s, seq=seq, op=op, ranks=list(lost),
                 data={"seqs": seqs, "lost": list(lost)})
     for r in lost:

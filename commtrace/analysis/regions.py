@@ -22,35 +22,50 @@ def _inside(t: np.ndarray, s: iv.IntervalSet) -> np.ndarray:
     return (k >= 0) & (t < s[1][np.maximum(k, 0)]) if len(s[0]) else np.zeros(len(t), dtype=bool)
 
 
-def region_table(regions: pd.DataFrame | None, a: OpArrays, selected: np.ndarray, comm_of: dict,
-                 bounds: dict | None = None) -> pd.DataFrame:
-    """One row per region label. time_ns and comm_ns: mean over the ranks that
-    entered it; comm_share = comm_ns / time_ns; ops and bytes: over all ranks.
-    ``comm_of``: rank -> its communication interval set; ``bounds``: the window."""
-    if regions is None or len(regions) == 0:
-        return pd.DataFrame(columns=REGION_TABLE_COLUMNS, index=pd.Index([], name="region"))
-    rows = []
-    for label, g in regions.groupby("label", sort=True):
-        times, comms, ops, nbytes, entries = [], [], 0, 0, 0
-        for r, gr in g.groupby("rank", sort=True):
-            s = iv.union(gr["t_begin_ns"].to_numpy(np.int64), gr["t_end_ns"].to_numpy(np.int64))
+class RegionFigures:
+    """The per-region table. ``add`` each rank's communication set (one rank at a
+    time), then ``table()``: one row per region label; time_ns and comm_ns the mean
+    over the ranks that entered it; comm_share = comm_ns / time_ns; ops and bytes
+    over all ranks. ``bounds``: the window (rank -> (lo, hi))."""
+
+    def __init__(self, regions: pd.DataFrame | None, a: OpArrays, selected: np.ndarray | None = None,
+                 bounds: dict | None = None):
+        self.a, self.selected, self.bounds = a, selected, bounds
+        self.per_rank: dict[int, list] = {}     # rank -> [(label, region set, entries)]
+        self.acc: dict[str, dict] = {}
+        if regions is None or not len(regions):
+            return
+        for (label, r), g in regions.groupby(["label", "rank"], sort=True, observed=True):
+            s = iv.union(g["t_begin_ns"].to_numpy(np.int64), g["t_end_ns"].to_numpy(np.int64))
             if bounds is not None:
                 lo, hi = bounds.get(int(r), (0, 0))
                 s = iv.clip(s, lo, hi)
-            if not len(s[0]):
-                continue
-            entries += len(gr)
-            times.append(iv.length(s))
-            comms.append(iv.length(iv.intersect(comm_of.get(int(r), iv.empty()), s)))
-            mine = np.flatnonzero((a.rank == r) & selected)
-            inside = mine[_inside(a.start[mine], s)]
-            ops += len(inside)
-            nbytes += int(a.nbytes[inside].sum())
-        if not times:
-            continue
-        t, c = float(np.mean(times)), float(np.mean(comms))
-        rows.append({"region": label, "ranks": len(times), "entries": entries, "time_ns": t, "comm_ns": c,
-                     "comm_share": c / t if t > 0 else float("nan"), "ops": ops, "bytes": nbytes})
-    if not rows:
-        return pd.DataFrame(columns=REGION_TABLE_COLUMNS, index=pd.Index([], name="region"))
-    return pd.DataFrame(rows).set_index("region")[REGION_TABLE_COLUMNS]
+            if len(s[0]):
+                self.per_rank.setdefault(int(r), []).append((str(label), s, len(g)))
+
+    def add(self, r: int, comm: iv.IntervalSet) -> None:
+        rows = None
+        for label, s, entries in self.per_rank.get(r, ()):
+            if rows is None:
+                rows = self.a.rank_rows().get(r, np.empty(0, np.int64))
+                if self.selected is not None:
+                    rows = rows[self.selected[rows]]
+            inside = rows[_inside(self.a.start[rows], s)]
+            acc = self.acc.setdefault(label, {"times": [], "comms": [], "ops": 0, "bytes": 0, "entries": 0})
+            acc["times"].append(iv.length(s))
+            acc["comms"].append(iv.length(iv.intersect(comm, s)))
+            acc["ops"] += len(inside)
+            acc["bytes"] += int(self.a.nbytes[inside].sum())
+            acc["entries"] += entries
+
+    def table(self) -> pd.DataFrame:
+        rows = []
+        for label in sorted(self.acc):
+            acc = self.acc[label]
+            t, c = float(np.mean(acc["times"])), float(np.mean(acc["comms"]))
+            rows.append({"region": label, "ranks": len(acc["times"]), "entries": acc["entries"], "time_ns": t,
+                         "comm_ns": c, "comm_share": c / t if t > 0 else float("nan"), "ops": acc["ops"],
+                         "bytes": acc["bytes"]})
+        if not rows:
+            return pd.DataFrame(columns=REGION_TABLE_COLUMNS, index=pd.Index([], name="region"))
+        return pd.DataFrame(rows).set_index("region")[REGION_TABLE_COLUMNS]

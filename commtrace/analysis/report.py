@@ -11,10 +11,10 @@ from ..errors import CommtraceError
 from . import intervals as iv
 from .arrays import OpArrays
 from .match import Matched, match_ops
-from .regions import region_table
+from .regions import RegionFigures
 from .run_info import ReportRun, run_info
 from .skew import skew_summary
-from .step_table import across_ranks, outside_steps, per_rank_steps, rank_times
+from .step_table import OutsideSteps, RankTimes, StepFigures, across_ranks
 from .steps import find_steps, locate_ops
 from .summary import has_values, op_summary, split_collectives, summary_cells
 from .window import Applied, Window, apply, in_bounds, take_rows
@@ -79,16 +79,28 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
     steps = find_steps(run.spans, a_full)
     applied: Applied = apply(window, full, a_full, steps, t0)
     op_step, where = locate_ops(a_full, steps)
-    times = rank_times(full, a_full, run.spans, applied.selected, applied.bounds)
+    # One pass over the ranks: each rank's interval sets are built, used by every
+    # table that needs them, and dropped before the next rank's.
+    step_figures = StepFigures(steps[applied.steps_in].reset_index(drop=True), a_full, op_step, applied.selected)
+    outside = OutsideSteps(steps)
+    region_figures = RegionFigures(run.regions, a_full, applied.selected, applied.bounds)
+    times = RankTimes(full, a_full, run.spans, applied.selected, applied.bounds)
+    comm = {}
+    for r in times.ranks():
+        t = times.of(r)
+        comm[r] = iv.length(t.comm)
+        step_figures.add(r, t)
+        outside.add(r, t)
+        region_figures.add(r, t.comm)
+    del times
     step_tables = None
     if len(steps):
-        steps_in = steps[applied.steps_in].reset_index(drop=True)
-        per_rank = per_rank_steps(steps_in, times, a_full, op_step, applied.selected)
-        outside = outside_steps(steps, times, a_full, where, applied.selected)
-        step_tables = StepTables(per_rank, across_ranks(per_rank), outside, int(steps.groupby("rank").size().max()))
+        per_rank = step_figures.table()
+        step_tables = StepTables(per_rank, across_ranks(per_rank), outside.table(a_full, where, applied.selected),
+                                 int(steps.groupby("rank").size().max()))
+    del op_step, where, step_figures
     df = take_rows(full, applied.selected)
     a = a_full if df is full else OpArrays.of(df)
-    comm = {r: iv.length(t.comm) for r, t in times.items()}
     info = run_info(run, a, frame=df, t0=t0, comm_ns_per_rank=comm,
                     window_ns_per_rank=_window_lengths(applied, a_full, run))
     info["window"] = window.describe()
@@ -103,8 +115,7 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
     spans = _within(run.spans, applied, "t_begin_ns", "t_end_ns")
     marks = _within(run.marks, applied, "t_ns", "t_ns")
     region_spans = _within(run.regions, applied, "t_begin_ns", "t_end_ns")
-    regions = region_table(run.regions, a_full, applied.selected, {r: t.comm for r, t in times.items()},
-                           applied.bounds)
+    regions = region_figures.table()
     sk = skew_summary(m, top)
     return Report(run, window, info, df, a, m, by_op, by_group, by_phase, split, step_tables, regions, spans, marks,
                   region_spans, sk, applied.bounds, list(run.issues))

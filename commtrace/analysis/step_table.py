@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays, int_or
+from .arrays import OpArrays, rows_by_rank
 from .steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
 
 PER_RANK_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "step_ns", "compute_ns",
@@ -39,115 +39,165 @@ OUTSIDE_COLUMNS = ["ops", "bytes", "comm_ns", "ranks"]
 class RankTime:
     comm: iv.IntervalSet      # union of the rank's selected ops, inside its window
     compute: iv.IntervalSet   # compute spans minus waits (all the rank's ops)
-
-    @property
-    def exposed(self) -> iv.IntervalSet:
-        return iv.subtract(self.comm, self.compute)
+    exposed: iv.IntervalSet   # comm minus compute
 
 
-def _bool_col(frame: pd.DataFrame, name: str, default: bool) -> np.ndarray:
-    if name not in frame:
-        return np.full(len(frame), default)
-    return frame[name].to_numpy(dtype=bool, na_value=default) if frame[name].dtype != bool \
-        else frame[name].to_numpy()
+def _is_value(col: pd.Series, value: str) -> np.ndarray:
+    """Rows of a (categorical) column equal to ``value``, without materializing strings."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        return col.cat.codes.to_numpy() == cats.get_loc(value) if value in cats else np.zeros(len(col), bool)
+    return (col == value).to_numpy(dtype=bool, na_value=False)
+
+
+class _WaitColumns:
+    """Views of the frame columns that say how long a caller waited for each op;
+    ``of(rows)`` gives one rank's wait intervals without full-length temporaries."""
+
+    def __init__(self, frame: pd.DataFrame, a: OpArrays):
+        self.a = a
+        ret = frame["t_return_ns"].array if "t_return_ns" in frame else None
+        self.ret = ret if isinstance(ret, pd.arrays.IntegerArray) else None
+        self.sync = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
+        self.detail = frame["detail"].cat.codes.to_numpy() if "detail" in frame and \
+            isinstance(frame["detail"].dtype, pd.CategoricalDtype) else None
+        self.grad = gradient_buckets(frame)
+
+    def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of each op's wait: to its return, or to its end when its
+        caller waits for it in place (blocking, or one of DDP's/Join's own ops)."""
+        start, end = self.a.start[rows], self.a.end[rows]
+        if self.ret is not None:
+            ret = np.where(self.ret._mask[rows], start, self.ret._data[rows]).astype(np.int64)
+        else:
+            ret = start
+        ret = np.clip(ret, start, end)
+        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else self.sync[rows]
+        if self.detail is not None:
+            in_place |= self.detail[rows] >= 0
+        return start, np.where(in_place, end, ret)
 
 
 def waits(frame: pd.DataFrame, a: OpArrays) -> tuple[np.ndarray, np.ndarray]:
     """Per op: the interval its caller spent waiting for it (start, end)."""
-    ret = int_or(frame["t_return_ns"], a.start) if "t_return_ns" in frame else a.start
-    ret = np.clip(np.asarray(ret, dtype=np.int64), a.start, a.end)
-    in_place = ~_bool_col(frame, "async", True)
-    if "detail" in frame:
-        in_place |= frame["detail"].notna().to_numpy()
-    return a.start, np.where(in_place, a.end, ret)
+    return _WaitColumns(frame, a).of(np.arange(len(a.start)))
 
 
-def _ddp_gradient_tails(frame: pd.DataFrame, a: OpArrays, rows: np.ndarray,
-                        bw_begin: np.ndarray, bw_end: np.ndarray) -> iv.IntervalSet:
+def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
+    """Per op: a DDP gradient bucket launched in a backward pass (``bucket`` set, phase backward)."""
+    if "bucket" not in frame or "phase" not in frame:
+        return np.zeros(len(frame), dtype=bool)
+    return frame["bucket"].notna().to_numpy() & _is_value(frame["phase"], "backward")
+
+
+def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: np.ndarray) -> iv.IntervalSet:
     """[last gradient bucket launch, end of the backward pass] per backward pass
-    of one rank that launched DDP gradient buckets."""
-    if "bucket" not in frame or not len(bw_begin):
-        return iv.empty()
-    grad = frame["bucket"].notna().to_numpy()[rows]
-    if "phase" in frame:
-        grad &= (frame["phase"].to_numpy(dtype=object, na_value=None)[rows] == "backward")
-    gs = a.start[rows][grad]
-    if not len(gs):
+    of one rank that launched DDP gradient buckets (``grad_starts``: their launches)."""
+    if not len(bw_begin) or not len(grad_starts):
         return iv.empty()
     order = np.argsort(bw_begin, kind="stable")
     b, e = bw_begin[order], bw_end[order]
-    k = np.searchsorted(b, gs, side="right") - 1
-    ok = (k >= 0) & (gs <= e[np.maximum(k, 0)])
+    k = np.searchsorted(b, grad_starts, side="right") - 1
+    ok = (k >= 0) & (grad_starts <= e[np.maximum(k, 0)])
     last = np.full(len(b), np.iinfo(np.int64).min)
-    np.maximum.at(last, k[ok], gs[ok])
+    np.maximum.at(last, k[ok], grad_starts[ok])
     has = last > np.iinfo(np.int64).min
     return iv.union(last[has], e[has])
 
 
-def rank_times(frame: pd.DataFrame, a: OpArrays, spans: pd.DataFrame | None, selected: np.ndarray | None = None,
-               windows: dict | None = None) -> dict[int, RankTime]:
-    """Per rank: its communication set (``selected`` rows, clipped to ``windows[rank]``
-    = (lo, hi) when given) and its compute set (from every op of the rank)."""
-    out: dict[int, RankTime] = {}
-    ranks = np.unique(a.rank)
-    if spans is not None and len(spans):
-        ranks = np.union1d(ranks, spans["rank"].to_numpy(dtype=np.int64)).astype(np.int64)
-    ws, we = waits(frame, a) if len(frame) else (a.start, a.end)
-    sel = np.ones(len(a.rank), dtype=bool) if selected is None else selected
-    for r in ranks.tolist():
-        rows = np.flatnonzero(a.rank == r)
-        comm = iv.union(a.start[rows[sel[rows]]], a.end[rows[sel[rows]]])
-        if windows is not None:
-            lo, hi = windows.get(r, (0, 0))
+class RankTimes:
+    """Each rank's RankTime, built on demand: one rank at a time, so the interval
+    sets of all ranks never coexist in memory.
+
+    ``selected``: the ops in the window (default all); ``windows``: rank -> (lo, hi),
+    the communication set is clipped to it. Compute always accounts for every op."""
+
+    def __init__(self, frame: pd.DataFrame, a: OpArrays, spans: pd.DataFrame | None,
+                 selected: np.ndarray | None = None, windows: dict | None = None):
+        self.a, self.selected, self.windows = a, selected, windows
+        self.by_rank = a.rank_rows()
+        self.cols = _WaitColumns(frame, a) if len(frame) else None
+        have_spans = spans is not None and len(spans) > 0
+        self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
+        if have_spans:
+            self.sb = spans["t_begin_ns"].to_numpy(np.int64)
+            self.se = spans["t_end_ns"].to_numpy(np.int64)
+            self.is_bw = _is_value(spans["phase"], "backward")
+
+    def ranks(self) -> list[int]:
+        return sorted(set(self.by_rank) | set(self.span_rows))
+
+    def of(self, r: int) -> RankTime:
+        a, none = self.a, np.empty(0, dtype=np.int64)
+        rows = self.by_rank.get(r, none)
+        mine = rows if self.selected is None else rows[self.selected[rows]]
+        comm = iv.union(a.start[mine], a.end[mine])
+        if self.windows is not None:
+            lo, hi = self.windows.get(r, (0, 0))
             comm = iv.clip(comm, lo, hi)
         compute = iv.empty()
-        if spans is not None and len(spans):
-            sp = spans[spans["rank"].to_numpy() == r]
-            busy = iv.union(sp["t_begin_ns"].to_numpy(np.int64), sp["t_end_ns"].to_numpy(np.int64))
-            bw = sp[sp["phase"].to_numpy() == "backward"]
-            tails = _ddp_gradient_tails(frame, a, rows, bw["t_begin_ns"].to_numpy(np.int64),
-                                        bw["t_end_ns"].to_numpy(np.int64))
-            waited = iv.union(np.concatenate((ws[rows], tails[0])), np.concatenate((we[rows], tails[1])))
+        sp = self.span_rows.get(r)
+        if sp is not None:
+            busy = iv.union(self.sb[sp], self.se[sp])
+            bw = sp[self.is_bw[sp]]
+            ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
+            grad = rows[self.cols.grad[rows]] if self.cols is not None else none
+            tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
+            waited = iv.union(np.concatenate((ws, tails[0])), np.concatenate((we, tails[1])))
             compute = iv.subtract(busy, waited)
-        out[int(r)] = RankTime(comm, compute)
-    return out
+        return RankTime(comm, compute, iv.subtract(comm, compute))
 
 
-def per_rank_steps(steps: pd.DataFrame, times: dict[int, RankTime], a: OpArrays, op_step: np.ndarray,
-                   selected: np.ndarray | None = None) -> pd.DataFrame:
-    """One row per (rank, step) with the figures of that rank in that step."""
-    if len(steps) == 0:
-        return pd.DataFrame(columns=PER_RANK_COLUMNS)
-    out = steps[["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps"]].copy()
-    lo = out["t_begin_ns"].to_numpy(np.int64)
-    hi = out["t_end_ns"].to_numpy(np.int64)
-    n = len(out)
-    compute = np.zeros(n, np.int64)
-    comm = np.zeros(n, np.int64)
-    exposed = np.zeros(n, np.int64)
-    srank = out["rank"].to_numpy()
-    for r in np.unique(srank).tolist():
-        rows = np.flatnonzero(srank == r)
-        t = times.get(int(r))
-        if t is None:
-            continue
-        compute[rows] = iv.length_within(t.compute, lo[rows], hi[rows])
-        comm[rows] = iv.length_within(t.comm, lo[rows], hi[rows])
-        exposed[rows] = iv.length_within(t.exposed, lo[rows], hi[rows])
-    out["step_ns"] = hi - lo
-    out["compute_ns"] = compute
-    out["comm_ns"] = comm
-    out["exposed_ns"] = exposed
-    # ops and bytes: the rank's selected ops that start inside the step.
-    sel = np.ones(len(op_step), dtype=bool) if selected is None else selected
-    key = pd.MultiIndex.from_arrays([a.rank[sel].astype(np.int64), op_step[sel]])
-    inside = op_step[sel] > 0
-    counts = pd.Series(np.ones(int(inside.sum()), np.int64), index=key[inside]).groupby(level=[0, 1]).sum()
-    nbytes = pd.Series(a.nbytes[sel][inside], index=key[inside]).groupby(level=[0, 1]).sum()
-    idx = pd.MultiIndex.from_arrays([out["rank"].to_numpy(np.int64), out["step"].to_numpy(np.int64)])
-    out["ops"] = counts.reindex(idx).fillna(0).to_numpy(dtype=np.int64)
-    out["bytes"] = nbytes.reindex(idx).fillna(0).to_numpy(dtype=np.int64)
-    return out[PER_RANK_COLUMNS].reset_index(drop=True)
+class StepFigures:
+    """The per (rank, step) table: ``add`` each rank's RankTime, then ``table()``."""
+
+    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None):
+        self.steps = steps
+        n = len(steps)
+        self.lo = steps["t_begin_ns"].to_numpy(np.int64)
+        self.hi = steps["t_end_ns"].to_numpy(np.int64)
+        self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if n else {}
+        self.compute, self.comm, self.exposed = (np.zeros(n, np.int64) for _ in range(3))
+        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected)
+
+    def add(self, r: int, t: RankTime) -> None:
+        rows = self.rows.get(r)
+        if rows is None:
+            return
+        lo, hi = self.lo[rows], self.hi[rows]
+        self.compute[rows] = iv.length_within(t.compute, lo, hi)
+        self.comm[rows] = iv.length_within(t.comm, lo, hi)
+        self.exposed[rows] = iv.length_within(t.exposed, lo, hi)
+
+    def table(self) -> pd.DataFrame:
+        if len(self.steps) == 0:
+            return pd.DataFrame(columns=PER_RANK_COLUMNS)
+        out = self.steps[["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps"]].copy()
+        out["step_ns"] = self.hi - self.lo
+        out["compute_ns"], out["comm_ns"], out["exposed_ns"] = self.compute, self.comm, self.exposed
+        out["ops"], out["bytes"] = self.ops, self.nbytes
+        return out[PER_RANK_COLUMNS].reset_index(drop=True)
+
+
+def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None):
+    """(ops, bytes) per row of ``steps``: the rank's selected ops that start inside the
+    step. A table (rank, step) -> row (-1: not shown) turns each op into its row."""
+    n = len(steps)
+    if n == 0 or not len(op_step):
+        return np.zeros(n, np.int64), np.zeros(n, np.int64)
+    sel = (op_step > 0) if selected is None else (selected & (op_step > 0))
+    ranks, rix = a.rank_codes()
+    srank = steps["rank"].to_numpy()
+    width = int(max(op_step.max(initial=0), steps["step"].max()) + 1)
+    table = np.full(len(ranks) * width, -1, dtype=np.int32)
+    orank = np.searchsorted(ranks, srank)
+    known = (orank < len(ranks)) & (ranks[np.minimum(orank, len(ranks) - 1)] == srank)
+    table[orank[known] * width + steps["step"].to_numpy(np.int64)[known]] = np.flatnonzero(known)
+    idx = np.flatnonzero(sel)
+    target = table[rix[idx].astype(np.int64) * width + op_step[idx]]
+    hit = target >= 0
+    return (np.bincount(target[hit], minlength=n).astype(np.int64),
+            np.bincount(target[hit], weights=a.nbytes[idx[hit]].astype(np.float64), minlength=n).astype(np.int64))
 
 
 def across_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:
@@ -173,38 +223,44 @@ def across_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:
     return out[ACROSS_COLUMNS]
 
 
-def outside_steps(steps: pd.DataFrame, times: dict[int, RankTime], a: OpArrays, where: np.ndarray,
-                  selected: np.ndarray | None = None) -> pd.DataFrame:
+class OutsideSteps:
     """Ops of ranks that took steps but outside every step: before the first,
     between steps, after the last. ops and bytes summed over ranks; comm_ns the
-    mean over those ranks of their communication time there."""
-    rows = []
-    if len(steps) == 0:
-        return pd.DataFrame(columns=OUTSIDE_COLUMNS)
-    sel = np.ones(len(where), dtype=bool) if selected is None else selected
-    srank = steps["rank"].to_numpy()
-    comm = {BEFORE: [], BETWEEN: [], AFTER: []}
-    for r in np.unique(srank).tolist():
-        t = times.get(int(r))
-        if t is None:
-            continue
-        st = steps[srank == r]
-        b = st["t_begin_ns"].to_numpy(np.int64)
-        e = st["t_end_ns"].to_numpy(np.int64)
+    mean over those ranks of their communication time there. ``add`` each rank's
+    RankTime, then ``table(a, where, selected)``."""
+
+    def __init__(self, steps: pd.DataFrame):
+        self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if len(steps) else {}
+        self.b = steps["t_begin_ns"].to_numpy(np.int64)
+        self.e = steps["t_end_ns"].to_numpy(np.int64)
+        self.comm: dict = {BEFORE: [], BETWEEN: [], AFTER: []}
+
+    def add(self, r: int, t: RankTime) -> None:
+        rows = self.rows.get(r)
+        if rows is None:
+            return
+        b, e = self.b[rows], self.e[rows]
         total = iv.length(t.comm)
         before = int(iv.covered_before(t.comm, b[:1])[0])
         after = total - int(iv.covered_before(t.comm, e[-1:])[0])
         in_steps = int(iv.length_within(t.comm, b, e).sum())
-        comm[BEFORE].append(before)
-        comm[AFTER].append(after)
-        comm[BETWEEN].append(total - before - after - in_steps)
-    stepping = np.isin(a.rank, np.unique(srank))
-    for code in (BEFORE, BETWEEN, AFTER):
-        m = sel & stepping & (where == code)
-        rows.append({"where": OUTSIDE_NAMES[code], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
-                     "comm_ns": float(np.mean(comm[code])) if comm[code] else 0.0, "ranks": len(comm[code])})
-    m = sel & (where == NO_STEPS)
-    if m.any():
-        rows.append({"where": OUTSIDE_NAMES[NO_STEPS], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
-                     "comm_ns": float("nan"), "ranks": int(len(np.unique(a.rank[m])))})
-    return pd.DataFrame(rows).set_index("where")[OUTSIDE_COLUMNS]
+        self.comm[BEFORE].append(before)
+        self.comm[AFTER].append(after)
+        self.comm[BETWEEN].append(total - before - after - in_steps)
+
+    def table(self, a: OpArrays, where: np.ndarray, selected: np.ndarray | None = None) -> pd.DataFrame:
+        if not self.rows:
+            return pd.DataFrame(columns=OUTSIDE_COLUMNS)
+        sel = np.ones(len(where), dtype=bool) if selected is None else selected
+        stepping = np.isin(a.rank, list(self.rows))
+        out = []
+        for code in (BEFORE, BETWEEN, AFTER):
+            m = sel & stepping & (where == code)
+            comm = self.comm[code]
+            out.append({"where": OUTSIDE_NAMES[code], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
+                        "comm_ns": float(np.mean(comm)) if comm else 0.0, "ranks": len(comm)})
+        m = sel & (where == NO_STEPS)
+        if m.any():
+            out.append({"where": OUTSIDE_NAMES[NO_STEPS], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
+                        "comm_ns": float("nan"), "ranks": int(len(np.unique(a.rank[m])))})
+        return pd.DataFrame(out).set_index("where")[OUTSIDE_COLUMNS]

@@ -36,29 +36,61 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     """One row per (rank, step): rank, step, t_begin_ns, t_end_ns, micro_steps, file."""
     if spans is None or len(spans) == 0 or "step" not in spans:
         return _empty()
-    sp = spans[spans["step"].to_numpy() > 0]
-    if len(sp) == 0:
+    step = spans["step"].to_numpy()
+    pcodes, phases = _codes(spans["phase"])
+    phase_is = {name: pcodes == (phases.index(name) if name in phases else -2)
+                for name in ("forward", "backward", "optimizer")}
+    fcodes, files = _codes(spans["file"])
+    key = fcodes.astype(np.int64) * (int(step.max()) + 1) + step    # (process, step)
+    b = spans["t_begin_ns"].to_numpy(np.int64)
+    e = spans["t_end_ns"].to_numpy(np.int64)
+    opt = phase_is["optimizer"] & (step > 0)
+    if not opt.any():
         return _empty()
-    key = ["rank", "file", "step"]
-    opt = sp[sp["phase"] == "optimizer"].groupby(key, sort=False).agg(
-        o_begin=("t_begin_ns", "min"), t_end_ns=("t_end_ns", "max"))
-    if len(opt) == 0:
-        return _empty()
-    bwd = sp[sp["phase"] == "backward"].groupby(key, sort=False).agg(
-        b_begin=("t_begin_ns", "min"), micro_steps=("t_begin_ns", "size"))
-    fwd_rows = sp[(sp["phase"] == "forward") & sp["grad"].to_numpy(dtype=bool)]
-    fwd = fwd_rows.groupby(key, sort=False).agg(f_begin=("t_begin_ns", "min"))
-    st = opt.join(bwd, how="left").join(fwd, how="left").reset_index()
-    st["micro_steps"] = st["micro_steps"].fillna(0).astype(np.int64)
-    begin = st[["o_begin", "b_begin", "f_begin"]].min(axis=1).to_numpy(dtype=np.int64)
-    st["t_begin_ns"] = begin
+    keys, inv = np.unique(key[opt], return_inverse=True)          # every step has an optimizer span
+    n = len(keys)
+    begin = np.full(n, np.iinfo(np.int64).max)
+    end = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(begin, inv, b[opt])
+    np.maximum.at(end, inv, e[opt])
+    backward = phase_is["backward"]
+    training_forward = phase_is["forward"] & spans["grad"].to_numpy(dtype=bool)
+    for sel in (backward, training_forward):                 # the step begins at its first span
+        idx = _step_of(keys, key[sel])
+        ok = idx >= 0
+        np.minimum.at(begin, idx[ok], b[sel][ok])
+    idx = _step_of(keys, key[backward])
+    micro = np.bincount(idx[idx >= 0], minlength=n).astype(np.int64)   # micro-steps: backward passes
+    fcode = keys // (int(step.max()) + 1)
+    st = pd.DataFrame({"rank": _file_ranks(spans, fcodes, len(files))[fcode], "t_begin_ns": begin,
+                       "t_end_ns": end, "micro_steps": micro, "file": np.asarray(files, dtype=object)[fcode]})
     st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
     if arrays is not None and len(arrays.rank):
-        with_forwards = set(sp.loc[sp["phase"] == "forward", "rank"].tolist())
+        with_forwards = set(np.unique(spans["rank"].to_numpy()[phase_is["forward"]]).tolist())
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
     st["step"] = st.groupby("rank").cumcount().to_numpy(dtype=np.int64) + 1
-    st["rank"] = st["rank"].astype(np.int64)
     return st[STEP_COLUMNS]
+
+
+def _step_of(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Index into ``keys`` (sorted) of each ``key``; -1 where absent (no optimizer step)."""
+    k = np.searchsorted(keys, key)
+    ok = (k < len(keys)) & (keys[np.minimum(k, len(keys) - 1)] == key)
+    return np.where(ok, k, -1)
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), list(col.cat.categories)
+    codes, uniq = pd.factorize(col)
+    return codes, list(uniq)
+
+
+def _file_ranks(spans: pd.DataFrame, fcodes: np.ndarray, n: int) -> np.ndarray:
+    """The rank of each file code (a file is one process: one rank)."""
+    out = np.zeros(n, dtype=np.int64)
+    out[fcodes] = spans["rank"].to_numpy(np.int64)
+    return out
 
 
 def _begin_at_first_op(st: pd.DataFrame, a: OpArrays, with_forwards: set) -> np.ndarray:
@@ -91,14 +123,15 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
     """Per op: (step number, 0 when outside every step; where: IN_STEP, BEFORE,
     BETWEEN, AFTER or NO_STEPS)."""
     n = len(arrays.rank)
-    step = np.zeros(n, dtype=np.int64)
+    step = np.zeros(n, dtype=np.int32)
     where = np.full(n, NO_STEPS, dtype=np.int8)
     if n == 0 or len(steps) == 0:
         return step, where
     srank = steps["rank"].to_numpy()
+    by_rank = arrays.rank_rows()
     for r in np.unique(srank):
-        rows = np.flatnonzero(arrays.rank == r)
-        if not len(rows):
+        rows = by_rank.get(int(r))
+        if rows is None:
             continue
         sel = np.flatnonzero(srank == r)
         b = steps["t_begin_ns"].to_numpy(dtype=np.int64)[sel]

@@ -19,7 +19,7 @@ import weakref
 
 from .. import __version__
 from ..trace import schema
-from ..trace.writer import TraceWriter, pack_rows
+from ..trace.writer import TraceWriter, pack_rows, pack_spans
 
 FLUSH_INTERVAL_S = 0.5
 # An op still running after this long is written with status IN_FLIGHT (once),
@@ -88,6 +88,9 @@ class Recorder:
         self._context: dict = {}
         self.native_log = None        # the native wrapper's C++ log (native_wrapper), if any group uses it
         self.clock_lines: list[dict] = []
+        # Span labels, like sig lines, are definitions a forked child's file re-states.
+        self.label_ids: dict = {}
+        self.label_lines: list[dict] = []
         self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
         atexit.register(self._close_at_exit)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -109,6 +112,7 @@ class Recorder:
         self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
                                             # (its SIG slot may still hold the call: see sig_of)
         self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
+        self.spans: list[tuple] = []        # compute spans (add_span) not yet written
         self.callbacks = weakref.WeakSet()  # _EndCallbacks the backend has not released yet
         self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
         self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
@@ -309,6 +313,19 @@ class Recorder:
         except Exception:
             return -1
 
+    def add_span(self, phase: str, t_begin: int, t_end: int, step: int, label, grad: bool = True) -> None:
+        """A compute span (DDP forward, backward pass, optimizer step) that just ended;
+        ``label``: the DDP module's label or the optimizer's class (or None)."""
+        lid = schema.SPAN_NO_LABEL if label is None else self.label_ids.get(label)
+        if lid is None:
+            with self._lock:
+                lid = self.label_ids.setdefault(label, len(self.label_ids))
+                line = {"type": schema.META_LABEL, "id": lid, "text": str(label)}
+                self.label_lines.append(line)
+                self.meta_queue.append(line)
+        flags = schema.SPAN_FLAG_GRAD if grad else 0
+        self.spans.append((_SPAN_PHASE[phase], t_begin, t_end, step, self.iteration, lid, flags))
+
     def add_meta(self, line: dict) -> None:
         with self._lock:
             self.meta_queue.append(line)
@@ -352,12 +369,13 @@ class Recorder:
             # header line adds what is known now (rank, torch version).
             self.writer.rename(stem)
             self.writer.open_ops()
-            pre = [self.header(), *self.world_lines, *self.group_lines, *self.sig_lines]
+            pre = [self.header(), *self.world_lines, *self.group_lines, *self.sig_lines, *self.label_lines]
         else:
             self.writer = TraceWriter(self.run_dir, stem)
             self.writer.open_ops()
             # A fresh file (a forked child) re-states every definition.
-            pre = [self.header(), *self.clock_lines, *self.world_lines, *self.group_lines, *self.sig_lines]
+            pre = [self.header(), *self.clock_lines, *self.world_lines, *self.group_lines, *self.sig_lines,
+                   *self.label_lines]
         queued = [m for m in self.meta_queue if m not in pre]
         self.meta_queue = pre + queued
         self._start_thread()
@@ -433,7 +451,12 @@ class Recorder:
                 if len(nat):
                     packed = nat if packed is None else np.concatenate([packed, nat])
             meta, self.meta_queue = self.meta_queue, []
-            self.writer.write(meta, packed)
+            spans = None
+            if self.spans:
+                n = len(self.spans)   # the main thread appends concurrently: take a prefix
+                spans = pack_spans(self.spans[:n])
+                del self.spans[:n]
+            self.writer.write(meta, packed, spans)
 
     def _maybe_hand_to_waiter(self, row: list, work, final: bool = False) -> None:
         """A CPU collective that can be neither polled nor called back (gloo's
@@ -531,6 +554,9 @@ def _host_stem() -> str:
     on different hosts may share a pid)."""
     name = socket.gethostname().split(".")[0]
     return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:64] or "host"
+
+
+_SPAN_PHASE = {name: i for i, name in enumerate(schema.SPAN_PHASES)}
 
 
 # A row flag that never reaches disk (pack_rows keeps the low bits only): the

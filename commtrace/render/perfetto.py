@@ -277,12 +277,25 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
 def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
     """Compute spans and regions as X slices on their own tracks, marks as instant events."""
     events = []
-    if spans is not None:
-        for r in spans.itertuples(index=False):
-            args = {"phase": r.phase, "module": r.module, "step": int(r.step), "iteration": int(r.iteration)}
-            events.append({"ph": "X", "pid": _pid(r.rank), "tid": COMPUTE_TID, "ts": (r.t_begin_ns - t0) / 1e3,
-                           "dur": (r.t_end_ns - r.t_begin_ns) / 1e3, "name": str(r.phase), "cat": "compute",
-                           "args": {k: v for k, v in args.items() if v is not None}})
+    nspans = 0
+    if spans is not None:   # vectorized like the ops: there can be as many spans as ops
+        nspans = len(spans)
+        rel = spans["t_begin_ns"].to_numpy(np.int64) - t0
+        dur = spans["t_end_ns"].to_numpy(np.int64) - spans["t_begin_ns"].to_numpy(np.int64)
+        pc, pcats = _codes(spans["phase"])
+        phase = np.array([json.dumps(str(c)) for c in pcats] + ['"?"'], dtype=object)[pc]
+        mc, mcats = _codes(spans["module"])
+        module = np.array([',"module":' + json.dumps(str(c), ensure_ascii=False) for c in mcats] + [""],
+                          dtype=object)[mc]
+        rank = spans["rank"].to_numpy(np.int64)
+        cols = [np.where(rank >= 0, rank, 1_000_000), rel // 1000, rel % 1000, dur // 1000, dur % 1000, phase,
+                phase, spans["step"].to_numpy(), spans["iteration"].to_numpy(), module]
+        fmt = ('{{"ph":"X","pid":{},"tid":' + str(COMPUTE_TID) + ',"ts":{}.{:03d},"dur":{}.{:03d},"name":{},'
+               '"cat":"compute","args":{{"phase":{},"step":{},"iteration":{}{}}}}}').format
+        for lo in range(0, nspans, CHUNK):
+            part = [c[lo:lo + CHUNK].tolist() for c in cols]
+            f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
+            wrote = True
     if regions is not None:
         for r in regions.itertuples(index=False):
             events.append({"ph": "X", "pid": _pid(r.rank), "tid": REGION_TID, "ts": (r.t_begin_ns - t0) / 1e3,
@@ -295,7 +308,7 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
     if events:
         f.write((",\n" if wrote else "") + ",\n".join(json.dumps(e, ensure_ascii=False, separators=(",", ":"))
                                                      for e in events))
-    return {"spans": 0 if spans is None else len(spans), "marks": 0 if marks is None else len(marks),
+    return {"spans": nspans, "marks": 0 if marks is None else len(marks),
             "regions": 0 if regions is None else len(regions)}
 
 

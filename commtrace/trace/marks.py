@@ -1,9 +1,9 @@
 """Tables of the timed meta lines: compute spans, user marks, user regions.
 
-Compute spans (DDP forward, backward pass, optimizer step) come in batched
-``spans`` lines (schema.SPAN_FIELDS; older traces wrote one ``mark`` line of
-kind ``span`` each); ``mark`` lines are ``commtrace.mark(label)`` (kind
-``mark``) and ``commtrace.region(label)`` (kinds ``region_begin``/``region_end``). This module turns them into DataFrames on rank
+Compute spans (DDP forward, backward pass, optimizer step) are SPAN_RECORDs in
+``<stem>.spans.bin`` (older traces wrote one ``mark`` line of kind ``span``
+each); ``mark`` lines are ``commtrace.mark(label)`` (kind ``mark``) and
+``commtrace.region(label)`` (kinds ``region_begin``/``region_end``). This module turns them into DataFrames on rank
 0's clock. Lines are untrusted: a line with a missing or mistyped field is
 skipped, labels are cut to ``MAX_LABEL`` characters.
 """
@@ -13,9 +13,12 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
-SPAN_PHASES = ("forward", "backward", "optimizer")
+from . import schema
+
 MAX_LABEL = 200
+MAX_LABELS = 1_000_000   # label ids beyond this are ignored (untrusted input sizes a lookup table)
 
 SPAN_COLUMNS = ["rank", "file", "phase", "module", "iteration", "step", "grad", "t_begin_ns", "t_end_ns"]
 MARK_COLUMNS = ["rank", "file", "label", "t_ns"]
@@ -36,65 +39,82 @@ def _aligned(times: list[int], offset: Callable) -> np.ndarray:
     return t + offset(t).astype(np.int64) if len(t) else t
 
 
-def spans_of(marks: list[dict], span_lines: list[dict], rank: int, file: str, offset: Callable) -> pd.DataFrame:
-    """Compute spans from batched ``spans`` lines (and ``mark`` lines of kind span,
-    as older traces wrote them). A batched line whose arrays are not all ints of one
-    length is skipped whole."""
-    cols: dict[str, list] = {k: [] for k in ("phase", "module", "iteration", "step", "grad", "b", "e")}
-    for line in span_lines:
-        batch = _span_batch(line)
-        if batch is not None:
-            for k, v in batch.items():
-                cols[k].extend(v)
-    for m in marks:   # older traces: one mark line per span
-        if m.get("kind") == "span":
-            batch = _span_batch({"phase": [m.get("phase")], "t_begin_ns": [m.get("t_begin_ns")],
-                                 "t_end_ns": [m.get("t_end_ns")], "step": [m.get("step", 0)],
-                                 "iteration": [m.get("iteration", 0)], "module": [m.get("module")],
-                                 "grad": [m.get("grad", True)]})
-            if batch is not None:
-                for k, v in batch.items():
-                    cols[k].extend(v)
-    b = np.asarray(cols["b"], dtype=np.int64)
-    e = np.asarray(cols["e"], dtype=np.int64)
-    ok = (e >= b) & np.isin(np.asarray(cols["phase"], dtype=object), SPAN_PHASES) if len(b) else np.zeros(0, bool)
-    idx = np.flatnonzero(ok)
-    return pd.DataFrame({
-        "rank": np.full(len(idx), rank, dtype=np.int32), "file": [file] * len(idx),
-        "phase": [cols["phase"][i] for i in idx],
-        "module": [None if cols["module"][i] is None else _label(cols["module"][i]) for i in idx],
-        "iteration": np.asarray(cols["iteration"], dtype=np.int64)[idx] if len(idx) else np.zeros(0, np.int64),
-        "step": np.maximum(np.asarray(cols["step"], dtype=np.int64)[idx], 0) if len(idx) else np.zeros(0, np.int64),
-        "grad": np.asarray(cols["grad"], dtype=bool)[idx] if len(idx) else np.zeros(0, bool),
-        "t_begin_ns": _aligned(b[idx], offset),
-        "t_end_ns": _aligned(e[idx], offset),
-    }, columns=SPAN_COLUMNS)
+def spans_table(parts) -> pd.DataFrame:
+    """All processes' compute spans as one table (process by process, each in time order).
+
+    ``parts``: an iterable of (records, labels, marks, rank, file, offset) per
+    process: its SPAN_RECORDs (read lazily: each is dropped once copied in),
+    ``labels`` (label id -> text), its ``mark`` lines (older traces wrote one of
+    kind span per compute span), its rank, file stem and clock offset function.
+    The columns are filled in place: the peak is the table plus one process's records."""
+    pieces, modules = [], {}
+    for rec, labels, marks, rank, file, offset in parts:
+        rec, names = _with_legacy(rec, marks)
+        pieces.append((rec, _module_codes(rec, labels, names, modules), rank, file, offset))
+    n = sum(len(p[0]) for p in pieces)
+    cols = {"rank": np.empty(n, np.int32), "file": np.empty(n, np.int32), "phase": np.empty(n, np.int8),
+            "module": np.empty(n, np.int32), "iteration": np.empty(n, np.int32), "step": np.empty(n, np.int32),
+            "grad": np.empty(n, bool), "t_begin_ns": np.empty(n, np.int64), "t_end_ns": np.empty(n, np.int64)}
+    files, at = [], 0
+    for i in range(len(pieces)):
+        rec, codes, rank, file, offset = pieces[i]
+        pieces[i] = None   # its records go as soon as they are copied
+        sl = slice(at, at + len(rec))
+        at += len(rec)
+        files.append(file)
+        cols["rank"][sl], cols["file"][sl], cols["phase"][sl] = rank, len(files) - 1, rec["phase"]
+        cols["module"][sl] = codes
+        cols["iteration"][sl] = np.minimum(rec["iteration"], 2**31 - 1)
+        cols["step"][sl] = np.minimum(rec["step"], 2**31 - 1)
+        cols["grad"][sl] = (rec["flags"] & schema.SPAN_FLAG_GRAD).astype(bool)
+        cols["t_begin_ns"][sl] = _aligned(rec["t_begin"], offset)
+        cols["t_end_ns"][sl] = _aligned(rec["t_end"], offset)
+    cols["file"] = pd.Categorical.from_codes(cols["file"], categories=pd.Index(files, dtype=object))  # stems are unique
+    cols["phase"] = pd.Categorical.from_codes(cols["phase"], categories=list(schema.SPAN_PHASES))
+    cols["module"] = pd.Categorical.from_codes(cols["module"], categories=pd.Index(list(modules), dtype=object))
+    return pd.DataFrame(cols, columns=SPAN_COLUMNS)
 
 
-def _span_batch(line: dict) -> dict | None:
-    """The fields of one ``spans`` line, validated (None if malformed)."""
-    try:
-        phase = line["phase"]
-        n = len(phase)
-        b, e, step, it = (line[k] for k in ("t_begin_ns", "t_end_ns", "step", "iteration"))
-        module = line.get("module") or [None] * n
-        grad = line.get("grad") or [True] * n
-        if not all(isinstance(x, list) and len(x) == n for x in (phase, b, e, step, it, module, grad)):
-            return None
-        if not all(_int(v) is not None for col in (b, e, step, it) for v in col):
-            return None
-        return {"phase": [p if isinstance(p, str) else "" for p in phase],
-                "module": [m if m is None or isinstance(m, str) else str(m) for m in module],
-                "iteration": it, "step": step, "grad": [g is not False for g in grad], "b": b, "e": e}
-    except (KeyError, TypeError):
-        return None
+def _with_legacy(rec, marks: list[dict]):
+    """(records plus those of legacy span marks, the legacy marks' module names)."""
+    rec = rec if rec is not None else np.empty(0, dtype=schema.SPAN_RECORD)
+    legacy = [m for m in marks if m.get("kind") == "span" and m.get("phase") in schema.SPAN_PHASES
+              and _int(m.get("t_begin_ns")) is not None and _int(m.get("t_end_ns")) is not None
+              and m["t_end_ns"] >= m["t_begin_ns"]]
+    if not legacy:
+        return rec, []
+    old = np.zeros(len(legacy), dtype=schema.SPAN_RECORD)
+    old["t_begin"] = [m["t_begin_ns"] for m in legacy]
+    old["t_end"] = [m["t_end_ns"] for m in legacy]
+    old["phase"] = [schema.SPAN_PHASES.index(m["phase"]) for m in legacy]
+    old["iteration"] = [min(max(_int(m.get("iteration")) or 0, 0), 2**32 - 1) for m in legacy]
+    old["flags"] = schema.SPAN_FLAG_GRAD
+    old["label"] = schema.SPAN_NO_LABEL
+    return np.concatenate((rec, old)), [_label(m.get("module")) if m.get("module") is not None else None
+                                        for m in legacy]
+
+
+def _module_codes(rec, labels: dict, names: list, modules: dict) -> np.ndarray:
+    """Per record the code (into ``modules``, text -> code, shared by all processes) of
+    its label's text; -1: no label, or an undefined one. ``names``: the legacy tail's."""
+    def code(text):
+        return modules.setdefault(text, len(modules))
+    labels = {i: _label(t) for i, t in labels.items() if isinstance(i, int) and 0 <= i < MAX_LABELS}
+    lut = np.full(max(labels, default=-1) + 2, -1, dtype=np.int32)   # the last slot: unknown ids
+    for i, text in labels.items():
+        lut[i] = code(text)
+    lab = rec["label"].astype(np.int64)
+    codes = lut[np.where(lab < len(lut) - 1, lab, len(lut) - 1)]
+    if names:
+        codes[len(rec) - len(names):] = [code(n) if n is not None else -1 for n in names]
+    return codes
 
 
 def user_marks_of(marks: list[dict], rank: int, file: str, offset: Callable) -> pd.DataFrame:
     rows = [m for m in marks if m.get("kind") == "mark" and _int(m.get("t_mono_ns")) is not None]
     return pd.DataFrame({
-        "rank": np.full(len(rows), rank, dtype=np.int32), "file": [file] * len(rows),
-        "label": [_label(m.get("label")) for m in rows],
+        "rank": np.full(len(rows), rank, dtype=np.int32), "file": pd.Categorical([file] * len(rows)),
+        "label": pd.Categorical([_label(m.get("label")) for m in rows]),
         "t_ns": _aligned([m["t_mono_ns"] for m in rows], offset),
     }, columns=MARK_COLUMNS)
 
@@ -118,19 +138,29 @@ def regions_of(marks: list[dict], rank: int, file: str, offset: Callable, t_clos
             out.append((label, b, max(t_close, b) if t_close is not None else b, False))
     out.sort(key=lambda r: r[1])
     return pd.DataFrame({
-        "rank": np.full(len(out), rank, dtype=np.int32), "file": [file] * len(out),
-        "label": [r[0] for r in out],
+        "rank": np.full(len(out), rank, dtype=np.int32), "file": pd.Categorical([file] * len(out)),
+        "label": pd.Categorical([r[0] for r in out]),
         "t_begin_ns": _aligned([r[1] for r in out], offset),
         "t_end_ns": _aligned([r[2] for r in out], offset),
         "closed": np.array([r[3] for r in out], dtype=bool),
     }, columns=REGION_COLUMNS)
 
 
-def concat(parts: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
-    """The parts as one table in time order (``empty``, typed, when there are none)."""
+def concat(parts: list[pd.DataFrame], empty: pd.DataFrame, sort: bool = True) -> pd.DataFrame:
+    """The per-process parts as one table (``empty``, typed, when there are none);
+    in time order when ``sort`` (otherwise process by process, each in time order).
+    Categorical columns stay categorical (their categories are united)."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty
-    df = pd.concat(parts, ignore_index=True)
-    sort_by = [c for c in ("t_begin_ns", "t_ns") if c in df][0]
-    return df.sort_values([sort_by, "rank"], kind="stable", ignore_index=True)
+    cols = {}
+    for c in empty.columns:
+        if isinstance(empty[c].dtype, pd.CategoricalDtype):
+            cols[c] = union_categoricals([p[c].array for p in parts])
+        else:
+            cols[c] = np.concatenate([p[c].to_numpy() for p in parts])
+    df = pd.DataFrame(cols, columns=empty.columns)
+    if sort:
+        by = [c for c in ("t_begin_ns", "t_ns") if c in df][0]
+        df = df.sort_values([by, "rank"], kind="stable", ignore_index=True)
+    return df

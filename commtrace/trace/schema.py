@@ -43,6 +43,7 @@ FORMAT_VERSION = 1
 
 META_SUFFIX = ".meta.jsonl"
 OPS_SUFFIX = ".ops.bin"
+SPANS_SUFFIX = ".spans.bin"
 
 # Environment variables shared by the launcher, children and the C++ patch.
 ENV_DIR = "COMMTRACE_DIR"          # absolute run directory; its presence turns tracing on
@@ -66,12 +67,33 @@ OP_RECORD_FIELDS = (
 RECORD_SIZE = 32
 
 
+# Compute span records (``<stem>.spans.bin``, numpy dtype ``SPAN_RECORD``): every
+# outermost DDP forward, backward pass and optimizer step of the process.
+SPAN_RECORD_FIELDS = (
+    ("t_begin", "<i8"),    # monotonic ns
+    ("t_end", "<i8"),
+    ("step", "<u4"),       # the optimizer step the span belongs to, from 1 (capture.phases.StepCounter)
+    ("iteration", "<u4"),  # DDP forwards so far (as in op records)
+    ("label", "<u4"),      # id of a "label" meta line (DDP module label, optimizer class); SPAN_NO_LABEL = none
+    ("phase", "u1"),       # index into SPAN_PHASES
+    ("flags", "u1"),       # SPAN_FLAG_*
+    ("reserved", "<u2"),
+)
+SPAN_RECORD_SIZE = 32
+SPAN_PHASES = ("forward", "backward", "optimizer")
+SPAN_FLAG_GRAD = 0x01      # forward: autograd was enabled (not set: an evaluation forward); others: always set
+SPAN_NO_LABEL = 0xFFFFFFFF
+
+_DTYPES = {"OP_RECORD": (OP_RECORD_FIELDS, RECORD_SIZE), "SPAN_RECORD": (SPAN_RECORD_FIELDS, SPAN_RECORD_SIZE)}
+
+
 def __getattr__(name):
-    if name == "OP_RECORD":
+    if name in _DTYPES:
         import numpy as np
-        dtype = np.dtype(list(OP_RECORD_FIELDS))
-        assert dtype.itemsize == RECORD_SIZE
-        globals()["OP_RECORD"] = dtype
+        fields, size = _DTYPES[name]
+        dtype = np.dtype(list(fields))
+        assert dtype.itemsize == size
+        globals()[name] = dtype
         return dtype
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -106,7 +128,9 @@ META_SIG = "sig"              # id and the static description of an op: see SIG_
 META_CLOCK = "clock"          # offset_ns to rank 0 (t_rank0 = t_local + offset_ns), rtt_ns, t_mono_ns, when
 META_ERROR = "error"          # t_call, group, seq, text: why an op failed
 META_MARK = "mark"            # kind "mark" | "region_begin" | "region_end": t_mono_ns, label;
-                              # kind "span": phase, module, iteration, t_begin_ns, t_end_ns
+                              # kind "span" (older traces; now SPAN_RECORDs): phase, module, iteration,
+                              # t_begin_ns, t_end_ns
+META_LABEL = "label"          # id, text: a string SPAN_RECORDs refer to
 META_EXCEPTION = "exception"  # exc_type, message, text (formatted traceback) of the process's uncaught exception
 META_END = "end"              # exit_code (null: not observable), how ("exit" | "exception" | "signal" | "hang"),
                               # t_wall_ns, t_mono_ns

@@ -4,7 +4,8 @@ Real multi-host runs cannot be had in CI, so tests simulate them on one machine:
 
 ``COMMTRACE_TEST_CLOCK_SHIFT_NS``
     an integer added to every CLOCK_MONOTONIC time this process writes (op
-    records of both wrappers, every ``*_ns`` monotonic field of its meta lines)
+    records of both wrappers, compute span records, every ``*_ns`` monotonic
+    field of its meta lines)
     and to the timestamps it sends during clock ping-pong, as if its monotonic
     clock started at another moment -- which is what a clock on another host does.
 ``COMMTRACE_TEST_HOST``
@@ -39,17 +40,25 @@ class SimulatedHost:
         return [self._line(m) for m in lines]
 
     def _line(self, m: dict) -> dict:
-        fields = [k for k in MONO_FIELDS if _is_int(m.get(k)) or (isinstance(m.get(k), list) and m[k]
-                                                                   and all(_is_int(v) for v in m[k]))]
+        fields = [k for k in MONO_FIELDS if _is_int(m.get(k))]
         rename = self.host is not None and m.get("type") == schema.META_HEADER
         if not fields and not rename:
             return m
         out = dict(m)  # the recorder keeps its lines (re-stated in a forked child's file)
-        for k in fields:   # a ``spans`` line holds lists of times
-            out[k] = [v + self.shift_ns for v in out[k]] if isinstance(out[k], list) else out[k] + self.shift_ns
+        for k in fields:
+            out[k] += self.shift_ns
         if rename:
             out["host"] = self.host
         return out
+
+    def spans(self, spans):
+        """Span records (numpy ``SPAN_RECORD``) with both times shifted (a copy)."""
+        if spans is None or not len(spans) or not self.shift_ns:
+            return spans
+        spans = spans.copy()
+        spans["t_begin"] += self.shift_ns
+        spans["t_end"] += self.shift_ns
+        return spans
 
     def records(self, rows):
         """Op records (numpy ``OP_RECORD``) with ``t_call`` shifted (a copy)."""
@@ -101,9 +110,9 @@ def _from_env(env) -> SimulatedHost | None:
     return SimulatedHost(shift, host)
 
 
-def apply(meta_lines: list[dict], rows):
-    """(meta lines, records) as this process writes them: unchanged unless simulated."""
+def apply(meta_lines: list[dict], rows, spans=None):
+    """(meta lines, op records, span records) as this process writes them: unchanged unless simulated."""
     sim = current()
     if sim is None:
-        return meta_lines, rows
-    return sim.meta(meta_lines), sim.records(rows)
+        return meta_lines, rows, spans
+    return sim.meta(meta_lines), sim.records(rows), sim.spans(spans)

@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from . import schema
-from .writer import TraceWriter, spans_line
+from .writer import TraceWriter
 
 # (op, variant, bytes per rank, out_bytes, async, phase)
 _STARTUP = [
@@ -167,38 +167,47 @@ def write_synthetic_run(run_dir: str, ranks: int = 4, ops_per_rank: int = 1000, 
         meta.extend(sigs)
         if hosts > 1:
             meta.append({"type": schema.META_CLOCK, "offset_ns": 0, "rtt_ns": 10_000, "t_mono_ns": start_ns, "when": "start"})
+        spans = None
         if annotate:
-            meta.append(_compute_spans(t_call, t_end.astype(np.int64), seq_iter, np.isin(seq_sig, bucket_sigs)))
+            meta += [{"type": schema.META_LABEL, "id": i, "text": t} for i, t in enumerate(_SPAN_LABELS)]
+            spans = _compute_spans(t_call, t_end.astype(np.int64), seq_iter, np.isin(seq_sig, bucket_sigs))
         w = TraceWriter(run_dir, f"rank{r}.pid{pid}")
-        w.write(meta, rec)
+        w.write(meta, rec, spans)
         w.write([{"type": schema.META_END, "exit_code": 0, "how": "exit", "t_wall_ns": t_wall0 + int(t_last - start_ns),
                   "t_mono_ns": int(t_last) + 10_000_000}], None)
         w.close()
     return run_dir
 
 
-def _compute_spans(t_call: np.ndarray, t_end: np.ndarray, iteration: np.ndarray, bucket: np.ndarray) -> dict:
-    """One rank's compute spans, as DDP training would record them: per iteration
-    a forward from the previous op's end to the first bucket's launch, a backward
-    until the last bucket completes (DDP waits for them in it), then a 100 us
-    optimizer step. Iteration k is step k."""
+_SPAN_LABELS = ("DistributedDataParallel", "SGD")
+
+
+def _compute_spans(t_call: np.ndarray, t_end: np.ndarray, iteration: np.ndarray, bucket: np.ndarray):
+    """One rank's compute span records, as DDP training would record them: per
+    iteration a forward from the previous op's end to the first bucket's launch, a
+    backward until the last bucket completes (DDP waits for them in it), then a
+    100 us optimizer step. Iteration k is step k."""
     its = iteration[bucket].astype(np.int64)
     if not len(its):
-        return spans_line([])
+        return None
     first = np.full(its.max() + 1, np.iinfo(np.int64).max)
     last = np.zeros(its.max() + 1, np.int64)
     np.minimum.at(first, its, t_call[bucket])
     np.maximum.at(last, its, t_end[bucket])
-    prev_end = np.zeros(its.max() + 1, np.int64)   # last op end before each iteration's first bucket
     order = np.argsort(t_call, kind="stable")
     reach = np.maximum.accumulate(t_end[order])
-    k = np.searchsorted(t_call[order], first[1:], side="left")
-    prev_end[1:] = np.where(k > 0, reach[np.maximum(k - 1, 0)], first[1:] - 100_000)
-    rows = []
-    for it in np.unique(its).tolist():
-        fb, be = int(first[it]), int(last[it])
-        fw = min(int(prev_end[it]) + 1, fb)
-        rows += [("forward", fw, fb, it, it, "DistributedDataParallel", True),
-                 ("backward", fb, be, it, it, "DistributedDataParallel", True),
-                 ("optimizer", be, be + 100_000, it, it, "SGD", True)]
-    return spans_line(rows)
+    k = np.searchsorted(t_call[order], first, side="left")   # the last op end before each first bucket
+    prev_end = np.where(k > 0, reach[np.maximum(k - 1, 0)], first - 100_000)
+    steps = np.unique(its)
+    fb, be = first[steps], last[steps]
+    fw = np.minimum(prev_end[steps] + 1, fb)
+    out = np.zeros(3 * len(steps), dtype=schema.SPAN_RECORD)
+    for j, (phase, b, e, label) in enumerate((("forward", fw, fb, 0), ("backward", fb, be, 0),
+                                              ("optimizer", be, be + 100_000, 1))):
+        part = out[j::3]
+        part["phase"] = schema.SPAN_PHASES.index(phase)
+        part["t_begin"], part["t_end"] = b, e
+        part["step"] = part["iteration"] = steps
+        part["label"] = label
+        part["flags"] = schema.SPAN_FLAG_GRAD
+    return out

@@ -26,11 +26,13 @@ class TraceWriter:
         self.stem = stem
         self.meta_path = os.path.join(run_dir, stem + schema.META_SUFFIX)
         self.ops_path = os.path.join(run_dir, stem + schema.OPS_SUFFIX)
+        self.spans_path = os.path.join(run_dir, stem + schema.SPANS_SUFFIX)
         os.makedirs(run_dir, exist_ok=True)
         # Unbuffered binary handles: each write() is one syscall, so whatever
         # was written survives a SIGKILL of this process (the page cache keeps it).
         self._meta = open(self.meta_path, "ab", buffering=0)
         self._ops = None
+        self._spans = None   # opened with the first compute span
         self._lock = threading.Lock()
         self.records_written = 0
 
@@ -40,22 +42,24 @@ class TraceWriter:
                 self._ops = open(self.ops_path, "ab", buffering=0)
 
     def rename(self, stem: str) -> bool:
-        """Give both files a new stem (they stay open). False, and nothing
+        """Give every file a new stem (they stay open). False, and nothing
         renamed, when a file of that name exists already."""
         with self._lock:
-            meta = os.path.join(self.run_dir, stem + schema.META_SUFFIX)
-            ops = os.path.join(self.run_dir, stem + schema.OPS_SUFFIX)
-            if os.path.exists(meta) or os.path.exists(ops):
+            paths = [os.path.join(self.run_dir, stem + suffix)
+                     for suffix in (schema.META_SUFFIX, schema.OPS_SUFFIX, schema.SPANS_SUFFIX)]
+            if any(os.path.exists(p) for p in paths):
                 return False
-            os.rename(self.meta_path, meta)
-            if self._ops is not None:
-                os.rename(self.ops_path, ops)
-            self.stem, self.meta_path, self.ops_path = stem, meta, ops
+            for old, new, f in zip((self.meta_path, self.ops_path, self.spans_path), paths,
+                                   (self._meta, self._ops, self._spans)):
+                if f is not None:
+                    os.rename(old, new)
+            self.stem, (self.meta_path, self.ops_path, self.spans_path) = stem, paths
             return True
 
-    def write(self, meta_lines: list[dict], rows=None) -> None:
-        """Append meta lines, then records (a numpy array of ``schema.OP_RECORD``)."""
-        meta_lines, rows = simhost.apply(meta_lines, rows)  # test-only host simulation; identity otherwise
+    def write(self, meta_lines: list[dict], rows=None, spans=None) -> None:
+        """Append meta lines, then op records (a numpy array of ``schema.OP_RECORD``)
+        and compute span records (``schema.SPAN_RECORD``)."""
+        meta_lines, rows, spans = simhost.apply(meta_lines, rows, spans)  # test-only; identity otherwise
         if rows is not None and len(rows) and self._ops is None:
             self.open_ops()
         with self._lock:
@@ -67,13 +71,17 @@ class TraceWriter:
             if rows is not None and len(rows):
                 self._ops.write(rows.tobytes())
                 self.records_written += len(rows)
+            if spans is not None and len(spans):
+                if self._spans is None:
+                    self._spans = open(self.spans_path, "ab", buffering=0)
+                self._spans.write(spans.tobytes())
 
     def close(self) -> None:
         with self._lock:
-            for f in (self._meta, self._ops):
+            for f in (self._meta, self._ops, self._spans):
                 if f is not None:
                     f.close()
-            self._meta = self._ops = None
+            self._meta = self._ops = self._spans = None
 
 
 def pack_rows(rows: list[list]):
@@ -99,4 +107,15 @@ def pack_rows(rows: list[list]):
     out["group"] = a[:, 6]
     out["status"] = a[:, 7]
     out["flags"] = a[:, 8] & 0xFF  # higher bits are the recorder's private marks
+    return out
+
+
+def pack_spans(spans: list[tuple]):
+    """Pack recorder spans (phase index, t_begin, t_end, step, iteration, label id, flags)
+    into a numpy array of ``SPAN_RECORD``."""
+    import numpy as np
+    a = np.array(spans, dtype=np.int64).reshape(len(spans), 7)
+    out = np.zeros(len(spans), dtype=schema.SPAN_RECORD)
+    for i, name in enumerate(("phase", "t_begin", "t_end", "step", "iteration", "label", "flags")):
+        out[name] = a[:, i]
     return out

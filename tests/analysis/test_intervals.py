@@ -34,3 +34,21 @@ def test_empty_sets():
     assert iv.length(iv.intersect(e, S((0, 5)))) == 0
     assert iv.length(iv.subtract(S((0, 5)), e)) == 5
     assert iv.length_within(e, [0], [10]).tolist() == [0]
+
+
+def test_against_a_brute_force_reference():
+    """Random small sets: every operation agrees with a set-of-integer-points model."""
+    rng = np.random.default_rng(0)
+
+    def points(a):
+        return {t for s, e in zip(*a) for t in range(s, e)}
+
+    for _ in range(300):
+        xs = [S(*[tuple(sorted(rng.integers(0, 60, 2))) for _ in range(rng.integers(0, 6))]) for _ in range(2)]
+        a, b = xs
+        assert points(iv.intersect(a, b)) == points(a) & points(b)
+        assert points(iv.subtract(a, b)) == points(a) - points(b)
+        lo, hi = sorted(rng.integers(0, 60, 2))
+        assert iv.length_within(a, [lo], [hi])[0] == len({t for t in points(a) if lo <= t < hi})
+        for x in (iv.intersect(a, b), iv.subtract(a, b)):   # results are sets: sorted, disjoint, non-empty
+            assert (x[1] > x[0]).all() and (x[0][1:] > x[1][:-1]).all()
