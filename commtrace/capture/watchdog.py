@@ -329,9 +329,11 @@ def _hook_spawn_exceptions() -> None:
 def _spawn_wrap(fn, i, args, error_file):
     """torch.multiprocessing.spawn._wrap that also stores the child's exception in its trace."""
     orig = _orig_wrap
-    if orig is None:
-        import torch.multiprocessing.spawn as mod
-        orig = getattr(mod, "_wrap")
+    if orig is None:  # this child has not imported torch yet (the script imports it lazily)
+        import torch.multiprocessing.spawn  # noqa: F401
+        mod = sys.modules["torch.multiprocessing.spawn"]  # the attribute of that name is the spawn function
+        _hook_spawn_exceptions()
+        orig = _orig_wrap or getattr(mod, "_wrap")
         if orig is _spawn_wrap:  # pragma: no cover - cannot happen: install sets _orig_wrap first
             raise RuntimeError("commtrace: original torch.multiprocessing.spawn._wrap not found")
     return orig(_Traced(fn, i), i, args, error_file)

@@ -1,7 +1,8 @@
 """Fault-injection workload: 2 gloo ranks via torch.multiprocessing.spawn.
 
 usage: spawn_faults.py MODE [STEPS]
-MODE: clean | usr1 | raise | sigkill | skip | sizes
+MODE: clean | usr1 | raise | sigkill | skip | sizes | sites (clean; odd steps call from a
+second line, so the trace holds two sigs)
 Every step is one all_reduce of 16 floats at the line marked STEP; the fault
 hits rank 1 at step 3 (so group seq 1..3 completed everywhere, seq 4 is the
 collective that goes wrong).
@@ -49,6 +50,9 @@ def worker(rank, world, port, mode, steps):
         if mode == "sizes" and step == FAULT_STEP:
             x = torch.ones(16 if rank == 0 else 32)
             dist.all_reduce(x)  # SIZES
+            continue
+        if mode == "sites" and step % 2:
+            dist.all_reduce(t)  # SITE B
             continue
         dist.all_reduce(t)  # STEP
     if mode == "skip" and rank == 1:

@@ -1,0 +1,38 @@
+"""A program that dies before any process group exists.
+
+usage: early_faults.py keyerror [--spawn]
+Rank 1 looks up a missing setting (KeyError) while parsing its configuration;
+rank 0 goes on to init_process_group and waits there for rank 1 until the
+launcher (mpirun, or mp.spawn with --spawn) tears it down.
+"""
+import datetime
+import os
+import sys
+
+CONFIG = {"batch_size": 8}
+
+
+def worker(rank: int) -> None:
+    if rank == 1:
+        lr = CONFIG["lr"]  # KEYERROR
+        print(lr)
+    import torch.distributed as dist
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+
+
+def spawned(index: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    worker(index)
+
+
+if __name__ == "__main__":
+    if "--spawn" in sys.argv:
+        import socket
+
+        import torch.multiprocessing as mp
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(spawned, args=(port,), nprocs=2)
+    else:
+        worker(int(os.environ["RANK"]))
