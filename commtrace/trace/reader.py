@@ -19,6 +19,7 @@ import pandas as pd
 from ..errors import CommtraceError
 from . import schema
 from .clocks import fit as fit_clock
+from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 
 DEFAULT_BASE = "commtrace-out"
@@ -61,6 +62,7 @@ class ProcessTrace:
     clocks: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     marks: list = field(default_factory=list)
+    labels: dict = field(default_factory=dict)   # "label" lines: id -> text (span records refer to them)
     dumps: list = field(default_factory=list)
     ddp: list = field(default_factory=list)
     exception: dict | None = None
@@ -201,6 +203,8 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.errors.append(obj)
     elif t == schema.META_MARK:
         pt.marks.append(obj)
+    elif t == schema.META_LABEL and _int_or_none(obj.get("id")) is not None:
+        pt.labels[obj["id"]] = str(obj.get("text"))
     elif t == schema.META_EXCEPTION:
         pt.exception = obj
     elif t == schema.META_END:
@@ -245,6 +249,31 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
                                  DAMAGED))
         rec = rec[ok]
     return _last_record_per_op(rec)
+
+
+def _read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
+    """The process's compute span records (none when it wrote no spans file)."""
+    path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.SPANS_SUFFIX
+    name = os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return np.empty(0, dtype=schema.SPAN_RECORD)
+    if size % schema.SPAN_RECORD_SIZE:
+        pt.complete = False
+        pt.damage.append(f"{name} truncated mid-record")
+        issues.append(TraceIssue(name, f"truncated mid-record ({size % schema.SPAN_RECORD_SIZE} trailing bytes "
+                                       "ignored)", pt.rank))
+    with open(path, "rb") as f:
+        rec = np.fromfile(f, dtype=schema.SPAN_RECORD, count=size // schema.SPAN_RECORD_SIZE)
+    ok = (rec["phase"] < len(schema.SPAN_PHASES)) & (rec["t_end"] >= rec["t_begin"]) & (rec["t_begin"] > 0)
+    if not ok.all():
+        bad = int((~ok).sum())
+        pt.damage.append(f"{bad} of {len(rec)} span records in {name} unreadable")
+        issues.append(TraceIssue(name, f"{bad} of {len(rec)} compute span record(s) unreadable; skipped", pt.rank,
+                                 DAMAGED))
+        rec = rec[ok]
+    return rec
 
 
 def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
@@ -508,35 +537,48 @@ def _reference_processes(procs: list[ProcessTrace]) -> dict:
 @dataclass
 class Run:
     """A loaded run: the op frame, what each process said about itself, damage
-    found, and the phase spans (e.g. each backward pass) on rank 0's clock."""
+    found, and the timed annotations on rank 0's clock (see ``trace.marks``):
+    compute spans (DDP forward, backward, optimizer step), user marks and regions."""
     path: str
     frame: pd.DataFrame
     processes: list[dict]
     issues: list[TraceIssue]
     spans: pd.DataFrame | None = None
+    marks: pd.DataFrame | None = None
+    regions: pd.DataFrame | None = None
     # Processes that never had a rank (never created a process group): the
     # parent of an mp.spawn script, ranks that died before init_process_group,
     # helper subprocesses. Not in ``processes``: they are not ranks.
     unranked: list = field(default_factory=list)
 
 
-def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
-    """One row per ``span`` mark: rank, file, phase, module, iteration, t_begin_ns, t_end_ns."""
+def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None = None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(spans, marks, regions) of every process, on rank 0's clock. Span records are
+    read here, one process at a time (damage goes to ``issues``)."""
     refs = _reference_processes(procs)
-    rows = []
+    issues = [] if issues is None else issues
+    offsets = {id(pt): _offset_fn(pt, refs.get(_world_of(pt))) for pt in procs}
+    span_parts = ((_read_spans(pt, issues), pt.labels, pt.marks, _rank_or_minus1(pt), pt.stem, offsets[id(pt)])
+                  for pt in procs)
+    spans = mark_tables.spans_table(span_parts)
+    marks, regions = [], []
     for pt in procs:
-        spans = [m for m in pt.marks if m.get("kind") == "span"
-                 and _int_or_none(m.get("t_begin_ns")) is not None and _int_or_none(m.get("t_end_ns")) is not None]
-        if not spans:
+        if not pt.marks:
             continue
-        t = np.array([[m["t_begin_ns"], m["t_end_ns"]] for m in spans], dtype=np.int64)
-        off = _offset_fn(pt, refs.get(_world_of(pt)))
-        b = t[:, 0] + off(t[:, 0]).astype(np.int64)
-        e = t[:, 1] + off(t[:, 1]).astype(np.int64)
-        for m, tb, te in zip(spans, b, e):
-            rows.append((_rank_or_minus1(pt), pt.stem, _str_or_none(m.get("phase")), _str_or_none(m.get("module")),
-                         _int_or_none(m.get("iteration")) or 0, int(tb), int(te)))
-    return pd.DataFrame(rows, columns=["rank", "file", "phase", "module", "iteration", "t_begin_ns", "t_end_ns"])
+        rank, offset = _rank_or_minus1(pt), offsets[id(pt)]
+        end = _int_or_none((pt.end or {}).get("t_mono_ns"))
+        marks.append(mark_tables.user_marks_of(pt.marks, rank, pt.stem, offset))
+        regions.append(mark_tables.regions_of(pt.marks, rank, pt.stem, offset, end))
+    none = lambda t: 0  # noqa: E731  (the empty tables need no clock)
+    return (spans,
+            mark_tables.concat(marks, mark_tables.user_marks_of([], -1, "", none)),
+            mark_tables.concat(regions, mark_tables.regions_of([], -1, "", none, None)))
+
+
+def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
+    """The compute spans of every process (see ``trace.marks.SPAN_COLUMNS``)."""
+    return build_mark_tables(procs)[0]
 
 
 def load_run(run_dir: str | None = None) -> Run:
@@ -556,8 +598,9 @@ def load_run(run_dir: str | None = None) -> Run:
             pass
     _describe_clocks(procs)
     issues.extend(_missing_ranks(procs))
-    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues,
-               build_spans(procs), unranked=[p.summary() for p in procs if p.rank is None])
+    spans, marks, regions = build_mark_tables(procs, issues)
+    return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
+               marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
 
 
 def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
@@ -578,17 +621,25 @@ def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
     return out
 
 
-def load(run_dir: str | None = None) -> pd.DataFrame:
-    """The op frame of a run; ``frame.attrs`` lists the processes and any damage found.
+TABLES = ("ops", "spans", "marks", "regions")
+
+
+def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
+    """One table of a run: ``ops`` (one row per op per rank; ``frame.attrs`` lists
+    the processes and any damage found), ``spans`` (compute spans), ``marks``
+    (``commtrace.mark``) or ``regions`` (``commtrace.region``); times on rank 0's clock.
 
     Warns (CommtraceWarning) once per problem; raises CommtraceError when nothing
     in ``run_dir`` is usable.
     """
+    if table not in TABLES:
+        raise CommtraceError(f"table {table!r}: unknown (one of {', '.join(TABLES)})")
     run = load_run(run_dir)
     for issue in run.issues:
         warnings.warn(str(issue), CommtraceWarning, stacklevel=2)
-    df = run.frame
+    df = {"ops": run.frame, "spans": run.spans, "marks": run.marks, "regions": run.regions}[table]
     df.attrs["run_dir"] = run.path
     df.attrs["incomplete"] = [str(i) for i in run.issues]
-    df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
+    if table == "ops":
+        df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
     return df
