@@ -26,6 +26,7 @@ and size (the process-group hook; a later ``commtrace.start()``), and
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import socket
 import sys
@@ -92,6 +93,25 @@ def clock_identity() -> str:
     return ident if sim is None else f"{ident}/simulated:{sim.host}:{sim.shift_ns}"
 
 
+@contextlib.contextmanager
+def _connect_lazily():
+    """Build the gloo group with connections made on first use: ping-pong only
+    ever connects rank 0 with each other rank (N - 1 connections, not the full
+    mesh's N(N - 1)/2: 2016 at 64 ranks, most of the start-up cost there). torch
+    reads the switch from the environment when the group is constructed, so it
+    is set for that moment only (inside init_process_group)."""
+    key = "TORCH_GLOO_LAZY_INIT"
+    saved = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
 class ClockGroup:
     """Rank 0 and the ranks on other machines than its: a private gloo group,
     used for ping-pong only (``rank``/``size`` are within this group)."""
@@ -124,7 +144,8 @@ class ClockGroup:
         members = 1 + store.add(base + "elsewhere", 0)
         if members == 1:
             return None
-        pg = ProcessGroupGloo(PrefixStore(base + "gloo/", store), index, members, timeout)
+        with _connect_lazily():
+            pg = ProcessGroupGloo(PrefixStore(base + "gloo/", store), index, members, timeout)
         return cls(pg, index, members, world_id)
 
     def measure(self, when: str, deadline_s: float) -> dict | None:
