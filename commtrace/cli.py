@@ -20,7 +20,8 @@ examples:
   python -m commtrace run -o runs/exp1 -m mypkg.train
 
 The script is not modified. All ranks write into one run directory: -o DIR, or
-./commtrace-out/<run-id>/. The exit code is the script's exit code.
+./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>/ under every launcher; rank 0 says
+where on stderr at the end. The exit code is the script's exit code.
 """
 
 TOP_EPILOG = """\

@@ -6,7 +6,9 @@ the launcher's own variables and never overwrites what the user set.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import secrets
 import socket
 import time
@@ -115,6 +117,7 @@ def host_address() -> str:
 
 
 def new_run_id() -> str:
+    """A run id, also the run directory's name: local date and time, then 6 random hex digits."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
@@ -131,11 +134,60 @@ def launcher_run_id(info: LaunchInfo, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def resolve_run_dir(output: str | None, run_id: str, base: str = "commtrace-out") -> str:
-    """The absolute run directory: ``output`` if given, else ``./<base>/<run_id>``."""
+DEFAULT_BASE = "commtrace-out"
+CLAIMS = ".claims"           # under the base directory: one file per launcher job (claim_name)
+CLAIM_STALE_S = 24 * 3600    # an older claim belongs to an earlier job that reused the key
+CLAIM_WAIT_S = 5.0
+
+
+def claim_name(base: str, key: str, wait_s: float = CLAIM_WAIT_S) -> str:
+    """The run directory name of launcher job ``key`` (torchrun, Slurm), in the same
+    form as every other run's (``new_run_id``): the first rank to ask creates
+    ``<base>/.claims/<hash of key>`` exclusively and writes a new name in it; the
+    others read that name. Ranks that do not share ``base`` (other hosts without a
+    shared file system) each name their own directory."""
+    claims = os.path.join(base, CLAIMS)
+    os.makedirs(claims, exist_ok=True)
+    path = os.path.join(claims, hashlib.sha1(key.encode()).hexdigest()[:16])
+    try:
+        if time.time() - os.path.getmtime(path) > CLAIM_STALE_S:
+            os.replace(path, path + ".stale")   # atomic: one rank moves it; later ones see no file
+    except OSError:
+        pass
+    name = new_run_id()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        deadline = time.monotonic() + wait_s
+        while True:   # the claimer writes right after creating the file
+            try:
+                with open(path) as f:
+                    text = f.read().strip()
+            except OSError:
+                text = ""
+            if _RUN_ID_RE.match(text) or time.monotonic() > deadline:
+                return text if _RUN_ID_RE.match(text) else name
+            time.sleep(0.01)
+    with os.fdopen(fd, "w") as f:
+        f.write(name + "\n")
+    return name
+
+
+_RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+
+
+def resolve_run_dir(output: str | None, run_id: str, base: str = DEFAULT_BASE, key: str | None = None) -> str:
+    """The absolute run directory: ``output`` if given, else ``./<base>/<name>``
+    where name is ``run_id`` or, for a launcher job ``key``, its claimed name."""
     if output:
         return os.path.abspath(output)
-    return os.path.abspath(os.path.join(base, run_id))
+    return os.path.abspath(os.path.join(base, claim_name(base, key) if key else run_id))
+
+
+def display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies inside it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def export_run_env(run_dir: str, run_id: str, launcher: str, env: MutableMapping[str, str]) -> None:

@@ -61,9 +61,10 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
         if launch.needs_rendezvous(info, env):
             env.setdefault("MASTER_ADDR", agreed["addr"])
             env.setdefault("MASTER_PORT", agreed["port"])
+    key = run_id if comm is None and not env.get(schema.ENV_RUN_ID) else None   # a launcher job's own id
     run_id = run_id or launch.new_run_id()
     run_dir = env.get(schema.ENV_DIR) if not opts.output and env.get(schema.ENV_DIR) else \
-        launch.resolve_run_dir(opts.output, run_id)
+        launch.resolve_run_dir(opts.output, run_id, key=key)
     os.makedirs(run_dir, exist_ok=True)
     launch.export_run_env(run_dir, run_id, info.launcher, env)
     # Python children (spawned ranks, subprocesses) start tracing via sitecustomize.
@@ -128,9 +129,21 @@ def run(opts: RunOptions) -> int:
     rec = activate.active_recorder()
     if rec is not None:
         rec.exit_info = (code, how)  # written by the atexit close, after threads finish
+    _say_where(run_dir, rec)
     if code != 0 and mpienv.is_initialized():
         _exit_skipping_mpi_finalize(code)
     return code
+
+
+def _say_where(run_dir: str, rec) -> None:
+    """One line on rank 0's stderr (or the launching process's, when the script
+    spawns its own ranks) saying where the trace went."""
+    rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
+    if str(rank) not in ("0", "None"):
+        return
+    where = launch.display_path(run_dir)
+    sys.stderr.write(f"commtrace: trace written to {where} (commtrace report {where})\n")
+    sys.stderr.flush()
 
 
 def _exit_skipping_mpi_finalize(code: int) -> None:

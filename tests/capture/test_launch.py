@@ -1,6 +1,10 @@
 """Launcher detection (commtrace/capture/launch.py): pure functions over env dicts."""
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+
 import pytest
 
 from commtrace.capture import launch
@@ -81,3 +85,13 @@ def test_run_dir_and_export(tmp_path):
     launch.export_run_env("/d", "rid", "openmpi", env)
     assert env == {schema.ENV_DIR: "/d", schema.ENV_RUN_ID: "rid", schema.ENV_LAUNCHER: "openmpi"}
     assert 0 < launch.free_port() < 65536
+
+
+def test_claim_name_first_rank_names_the_run(tmp_path):
+    first = launch.claim_name(str(tmp_path), "torchrun-abc")
+    assert re.match(r"^\d{8}-\d{6}-[0-9a-f]{6}$", first)
+    assert launch.claim_name(str(tmp_path), "torchrun-abc") == first          # the other ranks read it
+    assert launch.claim_name(str(tmp_path), "slurm-7.0") != first             # another job
+    claim = tmp_path / launch.CLAIMS / hashlib.sha1(b"torchrun-abc").hexdigest()[:16]
+    os.utime(claim, (1, 1))                                                   # an earlier job with that key
+    assert launch.claim_name(str(tmp_path), "torchrun-abc") != first
