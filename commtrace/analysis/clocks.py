@@ -15,6 +15,8 @@ entry per host (the reference host first):
 ``drift_ppm``        the largest drift of its ranks' clocks against rank 0's
                      (meaningful when ``span_ns``, the time between a rank's
                      first and last measurement, is long)
+``beyond_ns``        the longest a rank ran past its last measurement (its bound
+                     grows with it: see ``trace.clocks``)
 ``per_rank``         ``[{rank, method, uncertainty_ns, ...}]``
 """
 from __future__ import annotations
@@ -39,6 +41,7 @@ def _host_entry(host: str, rows: list[dict]) -> dict:
     residuals = [r["residual_ns"] for r in rows if isinstance(r.get("residual_ns"), int)]
     drifts = [r["drift_ppm"] for r in rows if isinstance(r.get("drift_ppm"), (int, float))]
     spans = [r["span_ns"] for r in rows if isinstance(r.get("span_ns"), int) and r.get("measurements")]
+    beyond = [r["beyond_ns"] for r in rows if isinstance(r.get("beyond_ns"), int)]
     return {
         "host": host, "ranks": [r["rank"] for r in rows], "methods": methods,
         "uncertainty_ns": None if any(not isinstance(b, int) for b in bounds) else max(bounds),
@@ -47,5 +50,6 @@ def _host_entry(host: str, rows: list[dict]) -> dict:
         "measurements": sum(int(r.get("measurements") or 0) for r in rows),
         "drift_ppm": max(drifts, key=abs) if drifts else None,
         "span_ns": min(spans) if spans else None,
+        "beyond_ns": max(beyond) if beyond else 0,
         "per_rank": rows,
     }

@@ -10,6 +10,7 @@ _NAMES = {"reference": "reference (rank 0)", "same-host": "rank 0's clock (same 
           "gloo-pingpong": "gloo ping-pong", "mpi-pingpong": "MPI ping-pong",
           "wall-clock": "wall clock (NTP; error unknown)", "unaligned": "not aligned (no rank 0 trace)"}
 _MAX_HOSTS = 4
+_BEYOND_SHOWN_NS = 1_000_000_000  # a rank that ran on after its last measurement (no exit measurement)
 
 
 def clock_rows(clocks: list[dict] | None) -> list[tuple[str, str]]:
@@ -30,7 +31,10 @@ def _host_text(h: dict) -> str:
     text = method_text(h["methods"])
     u = h.get("uncertainty_ns")
     if h.get("measurements") and u is not None:
-        text += f", within ±{fmt_ns(u)} ({h['measurements']} measurements, best round trip {fmt_ns(h.get('rtt_ns'))})"
+        text += f", within ±{fmt_ns(u)} ({h['measurements']} measurements, best round trip {fmt_ns(h.get('rtt_ns'))}"
+        if (h.get("beyond_ns") or 0) >= _BEYOND_SHOWN_NS:
+            text += f"; runs {fmt_ns(h['beyond_ns'])} past the last one"
+        text += ")"
     return text
 
 

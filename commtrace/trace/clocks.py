@@ -22,7 +22,11 @@ whatever the path's asymmetry, and the line passes within ``|residual|`` of it.
 With linear drift the line's error is linear in time, so between two
 measurements it stays within the larger of their ``B``; the bound is the worst,
 over the range, of the best pair of measurements around each moment (a poor
-measurement between two good ones costs nothing).
+measurement between two good ones costs nothing). Past the last measurement
+(a process that failed before its exit measurement) the line is held
+constant and the bound grows by ``MAX_DRIFT_PPM`` of the time elapsed up to the
+process's last known time (its ``end`` line or its last op): two clocks drift
+apart by at most that much (crystal oscillators of +-50 ppm).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ import numpy as np
 SAME_HOST_NOISE_NS = 1_000_000
 _MIN_RTT_NS = 1_000  # weights: a round trip under 1 us is no more exact than that
 _LIMIT = 1 << 62     # trace files are untrusted: larger values are not times
+MAX_DRIFT_PPM = 100
 
 
 @dataclass
@@ -45,6 +50,7 @@ class ProcessClock:
     measurements: int = 0
     drift_ppm: float | None = None     # slope of the line (None: fewer than two times)
     span_ns: int = 0                   # first to last measurement
+    beyond_ns: int = 0                 # last measurement to the process's last known time
     _a: float = 0.0                    # line: offset(t) = _a + _b * (clip(t, _t0, _t1) - _t0)
     _b: float = 0.0
     _t0: int = 0
@@ -61,7 +67,7 @@ class ProcessClock:
     def describe(self) -> dict:
         return {"method": self.method, "uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
                 "residual_ns": self.residual_ns, "measurements": self.measurements,
-                "drift_ppm": self.drift_ppm, "span_ns": self.span_ns}
+                "drift_ppm": self.drift_ppm, "span_ns": self.span_ns, "beyond_ns": self.beyond_ns}
 
 
 def fit(pt, ref, world_id=None) -> ProcessClock:
@@ -75,7 +81,7 @@ def fit(pt, ref, world_id=None) -> ProcessClock:
             same_host and all(abs(c["offset_ns"]) < SAME_HOST_NOISE_NS for c in lines)):
         return ProcessClock("same-host")  # exact 0 beats a measured +-1 us
     if lines:
-        return _fit_lines(lines)
+        return _fit_lines(lines, _last_time(pt))
     if ref is None:
         return ProcessClock("unaligned", uncertainty_ns=None)
     return _wall_clock(pt, ref)
@@ -95,7 +101,15 @@ def usable_lines(pt, ref, world_id) -> list[dict]:
     return [c for c in lines if (c["world_id"] == world_id if c.get("world_id") is not None else ref_is_mpi_root)]
 
 
-def _fit_lines(lines: list[dict]) -> ProcessClock:
+def _last_time(pt) -> int | None:
+    """The process's last known monotonic time: its end line or its last op call."""
+    times = [t for t in ((pt.end or {}).get("t_mono_ns"),) if _int(t) is not None and abs(t) < _LIMIT]
+    if pt.records is not None and len(pt.records):
+        times.append(int(pt.records["t_call"].max()))
+    return max(times) if times else None
+
+
+def _fit_lines(lines: list[dict], t_last: int | None = None) -> ProcessClock:
     t = np.array([c["t_mono_ns"] for c in lines], dtype=np.int64)
     y = np.array([c["offset_ns"] for c in lines], dtype=np.float64)
     rtt = np.array([c["rtt_ns"] for c in lines], dtype=np.float64)
@@ -110,10 +124,13 @@ def _fit_lines(lines: list[dict]) -> ProcessClock:
         a, b = float(np.average(y, weights=w)), 0.0
     resid = np.abs(y - (a + b * x))
     methods = sorted({str(c.get("method") or "pingpong") for c in lines})
+    beyond = max(0, t_last - t1) if t_last is not None else 0
+    bound = _bound(t, rtt / 2 + resid) + beyond * MAX_DRIFT_PPM * 1e-6
     return ProcessClock(
-        "+".join(methods), uncertainty_ns=_ceil(_bound(t, rtt / 2 + resid)) + 1,  # +1: integer rounding
+        "+".join(methods), uncertainty_ns=_ceil(bound) + 1,  # +1: integer rounding
         rtt_ns=int(rtt.min()), residual_ns=_ceil(resid.max()), measurements=len(lines),
-        drift_ppm=b * 1e6 if t1 > t0 else None, span_ns=t1 - t0, _a=float(a), _b=b, _t0=t0, _t1=t1)
+        drift_ppm=b * 1e6 if t1 > t0 else None, span_ns=t1 - t0, beyond_ns=beyond,
+        _a=float(a), _b=b, _t0=t0, _t1=t1)
 
 
 def _ceil(v: float) -> int:

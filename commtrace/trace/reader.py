@@ -589,6 +589,7 @@ def load_run(run_dir: str | None = None) -> Run:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
+    _describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
     frame = build_frame(procs)
     if cpp:
         try:
@@ -596,7 +597,6 @@ def load_run(run_dir: str | None = None) -> Run:
             frame = merge_cpp_layer(frame)
         except ImportError:
             pass
-    _describe_clocks(procs)
     issues.extend(_missing_ranks(procs))
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,

@@ -45,6 +45,16 @@ def test_drift_line_held_constant_outside_the_measured_range():
     assert (c.rtt_ns, c.residual_ns, c.uncertainty_ns) == (10_000, 0, 5_001)  # rtt/2 + 1 ns rounding
 
 
+def test_bound_grows_past_the_last_measurement():
+    # Measured at 0 and 100 s, the process ran until 110 s (no exit measurement):
+    # 10 s at 100 ppm adds 1 ms to the 5 us of the measurements.
+    p = proc("b", [line(0, 100, 10_000), line(100 * S, 300, 10_000)])
+    p.end = {"t_mono_ns": 110 * S}
+    c = clocks.fit(p, REF, "w")
+    assert (c.beyond_ns, c.uncertainty_ns) == (10 * S, 5_000 + 1_000_000 + 1)
+    assert c.offset(np.array([110 * S])).tolist() == [300]
+
+
 def test_a_poor_measurement_between_good_ones_costs_nothing():
     # Three points on one line; the middle one had a 1 ms round trip (bound 500 us).
     lines = [line(0, 100, 10_000), line(50 * S, 200, 1_000_000), line(100 * S, 300, 10_000)]
@@ -125,7 +135,7 @@ def _p(rank, host, **clock):
 
 def test_clock_summary_per_host_and_banner_rows():
     procs = [_p(2, "b", method="gloo-pingpong", uncertainty_ns=40_000, rtt_ns=70_000, residual_ns=5_000,
-                measurements=2, drift_ppm=1.5, span_ns=10 * S),
+                measurements=2, drift_ppm=1.5, span_ns=10 * S, beyond_ns=2 * S),
              _p(0, "a", method="reference", uncertainty_ns=0),
              _p(1, "a", method="same-host", uncertainty_ns=0),
              _p(3, "b", method="gloo-pingpong", uncertainty_ns=60_000, rtt_ns=90_000, residual_ns=15_000,
@@ -135,11 +145,12 @@ def test_clock_summary_per_host_and_banner_rows():
     a, b, c = clock_summary(procs)
     assert (a["host"], a["ranks"], a["methods"], a["uncertainty_ns"]) == ("a", [0, 1], ["reference", "same-host"], 0)
     assert (b["host"], b["ranks"], b["uncertainty_ns"], b["rtt_ns"], b["residual_ns"]) == ("b", [2, 3], 60_000, 70_000, 15_000)
-    assert (b["measurements"], b["drift_ppm"], b["span_ns"]) == (4, -3.0, 9 * S)
+    assert (b["measurements"], b["drift_ppm"], b["span_ns"], b["beyond_ns"]) == (4, -3.0, 9 * S, 2 * S)
     assert (c["host"], c["uncertainty_ns"]) == ("c", None)
     assert clock_rows([a, b, c]) == [
         ("clocks", "a: reference (rank 0), rank 0's clock (same host)"),
-        ("", "b: gloo ping-pong, within ±60.0 us (4 measurements, best round trip 70.0 us)"),
+        ("", "b: gloo ping-pong, within ±60.0 us (4 measurements, best round trip 70.0 us; "
+             "runs 2.000 s past the last one)"),
         ("", "c: wall clock (NTP; error unknown)"),
     ]
     assert clock_rows([a]) == []  # one host: nothing to align
