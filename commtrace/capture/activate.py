@@ -10,7 +10,6 @@ small file write.
 """
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import json
 import os
@@ -178,7 +177,7 @@ def _watchdog_dump(rec, reason: str) -> None:
         pass
 
 
-class _TorchImportFinder(importlib.abc.MetaPathFinder):
+class _TorchImportFinder:  # a meta path finder (importlib.abc would cost every child ~5 ms)
     """Runs ``_install`` right after the torch package has finished loading."""
 
     def find_spec(self, fullname, path, target=None):

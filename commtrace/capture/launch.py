@@ -68,23 +68,6 @@ def detect(env: Mapping[str, str]) -> LaunchInfo:
     return LaunchInfo("none", None, None, None)
 
 
-# The variables launchers set to tell a process who it is and how to meet the
-# others (recorded in each process's trace header as ``launch_env``). A fixed
-# list, never the whole environment: it may hold secrets.
-LAUNCH_VARS = (
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID",
-)
-
-
-def launcher_env(env: Mapping[str, str]) -> dict:
-    """The launcher variables present in ``env``."""
-    return {k: env[k] for k in LAUNCH_VARS if k in env}
-
-
 def apply_rank_env(info: LaunchInfo, env: MutableMapping[str, str]) -> list[str]:
     """Set RANK/WORLD_SIZE/LOCAL_RANK that are missing; return the names set."""
     set_names = []

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import sys
 import threading
 import time
-import traceback
 import weakref
 
 from .. import __version__
@@ -348,13 +346,13 @@ class Recorder:
 
     # -- files -----------------------------------------------------------------
     def header(self) -> dict:
-        from .launch import launcher_env
+        from .launchvars import launcher_env
         torch = sys.modules.get("torch")  # never imported here: a process that does not use torch stays so
         return {
             "type": schema.META_HEADER, "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
             "source": "python", "record_size": schema.RECORD_SIZE,
             "commtrace_version": __version__, "torch_version": getattr(torch, "__version__", None),
-            "host": socket.gethostname(), "pid": self.pid, "ppid": os.getppid(), "rank": self.rank,
+            "host": hostname(), "pid": self.pid, "ppid": os.getppid(), "rank": self.rank,
             "launcher": self.launcher, "launch_env": launcher_env(os.environ),
             "run_id": self.run_id, "command": self.command, "argv": list(sys.argv),
             "python": sys.version.split()[0], "cwd": os.getcwd(),
@@ -390,6 +388,7 @@ class Recorder:
             try:
                 self.flush()
             except Exception:  # never let tracing kill the user's job
+                import traceback  # not at the top: every traced process imports this module at start
                 traceback.print_exc()
 
     # -- flushing --------------------------------------------------------------
@@ -522,6 +521,7 @@ class Recorder:
 
     def record_exception(self, exc: BaseException, tb=None) -> None:
         """An ``exception`` line: the uncaught exception that ends this process."""
+        import traceback
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__ if tb is None else tb))
         self.add_meta({"type": schema.META_EXCEPTION, "exc_type": type(exc).__name__, "message": str(exc),
                        "text": text})
@@ -549,10 +549,20 @@ class Recorder:
             self.writer.close()
 
 
+def hostname() -> str:
+    """socket.gethostname() without importing socket (every traced process
+    imports this module at start): both are the kernel's node name."""
+    try:
+        return os.uname().nodename
+    except AttributeError:  # no uname (Windows)
+        import socket
+        return socket.gethostname()
+
+
 def _host_stem() -> str:
     """The host name as it may appear in a file name (start files of processes
     on different hosts may share a pid)."""
-    name = socket.gethostname().split(".")[0]
+    name = hostname().split(".")[0]
     return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:64] or "host"
 
 

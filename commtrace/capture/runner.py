@@ -120,16 +120,18 @@ def run(opts: RunOptions) -> int:
     if comm is not None:
         _sync_clock(comm, "start", deadline_s=30.0)
         mpienv.hide_from_program()  # the program sees sys.modules as it would without commtrace
+    ran = True
     try:
         code, how = _run_target(opts)
-    except CommtraceError as e:  # the module does not exist after all
-        code, how = report(e), "exit"
+    except CommtraceError as e:  # the module does not exist after all: one line, nothing ran
+        code, how, ran = report(e), "exit", False
     if comm is not None and code == 0:
         _sync_clock(comm, "end", deadline_s=5.0)
     rec = activate.active_recorder()
     if rec is not None:
         rec.exit_info = (code, how)  # written by the atexit close, after threads finish
-    _say_where(run_dir, rec)
+    if ran:
+        _say_where(run_dir, rec)
     if code != 0 and mpienv.is_initialized():
         _exit_skipping_mpi_finalize(code)
     return code
