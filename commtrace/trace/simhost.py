@@ -53,20 +53,19 @@ class SimulatedHost:
 
     def spans(self, spans):
         """Span records (numpy ``SPAN_RECORD``) with both times shifted (a copy)."""
-        if spans is None or not len(spans) or not self.shift_ns:
-            return spans
-        spans = spans.copy()
-        spans["t_begin"] += self.shift_ns
-        spans["t_end"] += self.shift_ns
-        return spans
+        return self._shifted(spans, ("t_begin", "t_end"))
 
     def records(self, rows):
         """Op records (numpy ``OP_RECORD``) with ``t_call`` shifted (a copy)."""
-        if rows is None or not len(rows) or not self.shift_ns:
-            return rows
-        rows = rows.copy()
-        rows["t_call"] += self.shift_ns
-        return rows
+        return self._shifted(rows, ("t_call",))
+
+    def _shifted(self, records, fields):
+        if records is None or not len(records) or not self.shift_ns:
+            return records
+        records = records.copy()
+        for f in fields:
+            records[f] += self.shift_ns
+        return records
 
 
 def _is_int(v) -> bool:
