@@ -106,12 +106,15 @@ def comm_time_per_rank(frame: pd.DataFrame, arrays: OpArrays | None = None) -> d
 
 
 def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
+    """Process start to its end record (both on its own clock); without an end
+    record, its start on rank 0's clock to its last op (``frame_end``, aligned)."""
     start = p.get("t_mono_ns")
     end = (p.get("end") or {}).get("t_mono_ns") if isinstance(p.get("end"), dict) else None
     if isinstance(start, int) and isinstance(end, int) and end > start:
         return end - start
-    if isinstance(start, int) and frame_end is not None:   # no end record: up to its last op
-        return max(frame_end - start, 0) or None
+    aligned = (p.get("clock") or {}).get("start_aligned_ns") if isinstance(p.get("clock"), dict) else None
+    if isinstance(aligned, int) and frame_end is not None:   # no end record: up to its last op
+        return max(frame_end - aligned, 0) or None
     return None
 
 

@@ -131,20 +131,21 @@ def run(opts: RunOptions) -> int:
     if rec is not None:
         rec.exit_info = (code, how)  # written by the atexit close, after threads finish
     if ran:
-        _say_where(run_dir, rec)
+        _say_where(run_dir, rec, code)
     if code != 0 and mpienv.is_initialized():
         _exit_skipping_mpi_finalize(code)
     return code
 
 
-def _say_where(run_dir: str, rec) -> None:
+def _say_where(run_dir: str, rec, code: int) -> None:
     """One line on rank 0's stderr (or the launching process's, when the script
-    spawns its own ranks) saying where the trace went."""
+    spawns its own ranks) saying where the trace went, and what to run on it:
+    ``check`` when the script failed, else ``report``."""
     rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
     if str(rank) not in ("0", "None"):
         return
     where = launch.display_path(run_dir)
-    sys.stderr.write(f"commtrace: trace written to {where} (commtrace report {where})\n")
+    sys.stderr.write(f"commtrace: trace written to {where} (commtrace {'check' if code else 'report'} {where})\n")
     sys.stderr.flush()
 
 

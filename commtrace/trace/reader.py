@@ -320,7 +320,12 @@ def _describe_clocks(procs: list[ProcessTrace]) -> None:
     refs = _reference_processes(procs)
     for pt in procs:
         twin = _python_twin(pt, procs)  # the C++ layer shares its process's clock
-        pt.clock = fit_clock(twin, refs.get(_world_of(twin)), _world_of(twin)).describe()
+        clock = fit_clock(twin, refs.get(_world_of(twin)), _world_of(twin))
+        pt.clock = clock.describe()
+        start = _int_or_none(pt.header.get("t_mono_ns"))
+        # The process's start on rank 0's clock (its wall time up to its last op, when
+        # it wrote no end record, is measured against aligned op times).
+        pt.clock["start_aligned_ns"] = None if start is None else start + int(clock.offset([start])[0])
 
 
 # -- frame ------------------------------------------------------------------------

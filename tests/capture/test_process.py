@@ -31,7 +31,10 @@ def test_uncaught_exception_printed_like_python_and_stored(tmp_path):
     err = res.stderr
     assert "Traceback (most recent call last):" in err
     assert 'single.py", line' in err and "in fail" in err and "in main" in err
-    assert err.rstrip().endswith("ValueError: boom after 3 ops")
+    # the traceback, then commtrace's one line on where the trace went
+    body, last = err.rstrip().rsplit("\n", 1)
+    assert body.endswith("ValueError: boom after 3 ops")
+    assert last == f"commtrace: trace written to {run_dir} (commtrace check {run_dir})"
     tb = err[err.index("Traceback (most recent call last):"):]
     assert "commtrace" + os.sep not in tb and "runpy" not in tb, tb
     df = h.load(run_dir)
