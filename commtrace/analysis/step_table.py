@@ -172,32 +172,37 @@ class StepFigures:
     def table(self) -> pd.DataFrame:
         if len(self.steps) == 0:
             return pd.DataFrame(columns=PER_RANK_COLUMNS)
-        out = self.steps[["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps"]].copy()
-        out["step_ns"] = self.hi - self.lo
-        out["compute_ns"], out["comm_ns"], out["exposed_ns"] = self.compute, self.comm, self.exposed
-        out["ops"], out["bytes"] = self.ops, self.nbytes
-        return out[PER_RANK_COLUMNS].reset_index(drop=True)
+        st = self.steps
+        cols = {"rank": st["rank"].to_numpy(), "step": st["step"].to_numpy(), "t_begin_ns": self.lo,
+                "t_end_ns": self.hi, "micro_steps": st["micro_steps"].to_numpy(), "step_ns": self.hi - self.lo,
+                "compute_ns": self.compute, "comm_ns": self.comm, "exposed_ns": self.exposed,
+                "ops": self.ops, "bytes": self.nbytes}
+        return pd.DataFrame(cols, columns=PER_RANK_COLUMNS, copy=False)
 
 
 def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None):
     """(ops, bytes) per row of ``steps``: the rank's selected ops that start inside the
-    step. A table (rank, step) -> row (-1: not shown) turns each op into its row."""
+    step. Per rank, a table step number -> row (-1: not shown) turns each op into its row."""
     n = len(steps)
+    ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
-        return np.zeros(n, np.int64), np.zeros(n, np.int64)
-    sel = (op_step > 0) if selected is None else (selected & (op_step > 0))
-    ranks, rix = a.rank_codes()
-    srank = steps["rank"].to_numpy()
-    width = int(max(op_step.max(initial=0), steps["step"].max()) + 1)
-    table = np.full(len(ranks) * width, -1, dtype=np.int32)
-    orank = np.searchsorted(ranks, srank)
-    known = (orank < len(ranks)) & (ranks[np.minimum(orank, len(ranks) - 1)] == srank)
-    table[orank[known] * width + steps["step"].to_numpy(np.int64)[known]] = np.flatnonzero(known)
-    idx = np.flatnonzero(sel)
-    target = table[rix[idx].astype(np.int64) * width + op_step[idx]]
-    hit = target >= 0
-    return (np.bincount(target[hit], minlength=n).astype(np.int64),
-            np.bincount(target[hit], weights=a.nbytes[idx[hit]].astype(np.float64), minlength=n).astype(np.int64))
+        return ops, nbytes.astype(np.int64)
+    snum = steps["step"].to_numpy(np.int64)
+    by_rank = a.rank_rows()
+    for r, rows in rows_by_rank(steps["rank"].to_numpy(np.int64)).items():
+        mine = by_rank.get(r)
+        if mine is None:
+            continue
+        if selected is not None:
+            mine = mine[selected[mine]]
+        st = op_step[mine]
+        table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
+        table[snum[rows]] = rows
+        target = table[st]
+        hit = target >= 0
+        ops += np.bincount(target[hit], minlength=n)
+        nbytes += np.bincount(target[hit], weights=a.nbytes[mine[hit]].astype(np.float64), minlength=n)
+    return ops, nbytes.astype(np.int64)
 
 
 def across_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:

@@ -63,12 +63,13 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     micro = np.bincount(idx[idx >= 0], minlength=n).astype(np.int64)   # micro-steps: backward passes
     fcode = keys // (int(step.max()) + 1)
     st = pd.DataFrame({"rank": _file_ranks(spans, fcodes, len(files))[fcode], "t_begin_ns": begin,
-                       "t_end_ns": end, "micro_steps": micro, "file": np.asarray(files, dtype=object)[fcode]})
+                       "t_end_ns": end, "micro_steps": micro.astype(np.int32),
+                       "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files))})
     st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
     if arrays is not None and len(arrays.rank):
         with_forwards = set(np.unique(spans["rank"].to_numpy()[phase_is["forward"]]).tolist())
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
-    st["step"] = st.groupby("rank").cumcount().to_numpy(dtype=np.int64) + 1
+    st["step"] = st.groupby("rank").cumcount().to_numpy(dtype=np.int32) + 1
     return st[STEP_COLUMNS]
 
 
@@ -88,8 +89,8 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
 
 def _file_ranks(spans: pd.DataFrame, fcodes: np.ndarray, n: int) -> np.ndarray:
     """The rank of each file code (a file is one process: one rank)."""
-    out = np.zeros(n, dtype=np.int64)
-    out[fcodes] = spans["rank"].to_numpy(np.int64)
+    out = np.zeros(n, dtype=np.int32)
+    out[fcodes] = spans["rank"].to_numpy(np.int32)
     return out
 
 
