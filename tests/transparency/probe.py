@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 SNAPSHOT_MODULES = ("mpi4py", "mpi4py.MPI", "numpy", "pandas", "rich", "torch", "torch.distributed",
                     "sitecustomize", "usercustomize")
@@ -52,6 +53,24 @@ def process_view() -> dict:
         "path": [p for p in sys.path if p],
         "environ": dict(os.environ),
     }
+
+
+def own_handlers() -> dict:
+    """The program installs its own SIGUSR1 and SIGTERM handlers, signals itself,
+    and puts back what it found: its handlers must get the signals."""
+    got = []
+    out = {}
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        old = signal.signal(sig, lambda s, f: got.append(s))
+        os.kill(os.getpid(), sig)
+        deadline = time.monotonic() + 5
+        while sig not in got and time.monotonic() < deadline:
+            time.sleep(0.001)  # the handler runs between bytecodes of this loop
+        back = signal.signal(sig, old)
+        out[signal.Signals(sig).name] = {"found": _handler_name(old), "got": sig in got,
+                                        "replaced": _handler_name(back) != "None",
+                                        "after": _handler_name(signal.getsignal(sig))}
+    return out
 
 
 def torch_view() -> dict:
@@ -121,7 +140,8 @@ def rank_main(out: str, port: str, rank=None, world=None) -> None:
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"tcp://{master['MASTER_ADDR']}:{master['MASTER_PORT']}",
                            rank=rank, world_size=world)
-    view = {"start": start, "torch": probes, "world": world_view(), "after": process_view()}
+    view = {"start": start, "torch": probes, "world": world_view(), "after": process_view(),
+            "own_handlers": own_handlers()}
     dist.destroy_process_group()
     write(out, f"rank{rank}", view)
 

@@ -35,14 +35,18 @@ def _launch(kind: str, traced: bool, tmp) -> dict:
     port = str(h.free_port())
     target = [PROBE, out, port] + (["--spawn"] if kind == "spawn" else [])
     ct = [h.PY, "-m", "commtrace", "run", "-o", str(tmp / "run")] if traced else [h.PY]
+    # The program has its own sitecustomize: it must run, and be `sitecustomize`, traced too.
+    site = tmp / "usersite"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text("import os\nos.environ['PROBE_USER_SITECUSTOMIZE'] = 'ran'\n")
     if kind == "mpirun":
-        res = h.run(h.mpirun_cmd(2, *ct, *target), env=h.mpi_env(), timeout=120)
+        res = h.run(h.mpirun_cmd(2, *ct, *target), env=h.mpi_env(PYTHONPATH=site), timeout=120)
     elif kind == "torchrun":
         tr = [h.TORCHRUN, "--nproc_per_node", "2", "--master_port", str(h.free_port())]
         res = h.run(tr + (["-m", "commtrace", "run", "-o", str(tmp / "run")] if traced else []) + target,
-                    timeout=120)
+                    env=h.clean_env(PYTHONPATH=site), timeout=120)
     else:
-        res = h.run(ct + target, timeout=120)
+        res = h.run(ct + target, env=h.clean_env(PYTHONPATH=site), timeout=120)
     res.check(0)
     views = {}
     for path in glob.glob(out + ".*.json"):
@@ -113,6 +117,13 @@ def test_the_probed_run_was_traced(probes):
     frame = h.load(run_dir)
     assert sorted(frame["rank"].unique()) == [0, 1]
     assert set(frame["op"].astype(str)) == {"all_reduce"}
+    for name in ("rank0", "rank1"):
+        view = traced[name]
+        # the program's own sitecustomize ran (in the launcher's process too, under mpirun) and is the module
+        assert view["start"]["sitecustomize"].endswith(os.path.join("usersite", "sitecustomize.py"))
+        assert view["start"]["environ"]["PROBE_USER_SITECUSTOMIZE"] == "ran"
+        # the program's own signal handlers got their signals
+        assert all(v["got"] for v in view["own_handlers"].values()), view["own_handlers"]
     # there was something to hide: commtrace's SIGTERM handler and threads are there
     for name in ("rank0", "rank1"):
         inside = traced[name]["_internals"]
