@@ -121,12 +121,15 @@ def _names_mpi(backend) -> bool:
 
 
 def is_installed() -> bool:
-    """Backend "mpi" can be used (natively or through install())."""
+    """Backend "mpi" can be used (natively, through install(), or on request
+    through serve_requests())."""
     if native_mpi():
         return True
     from torch.distributed import distributed_c10d as c10d
     from .backend import ProcessGroupMPIFactory
 
+    if getattr(c10d._new_process_group_helper, "_commtrace_serves_mpi", False):
+        return True
     return getattr(c10d, "ProcessGroupMPI", None) is ProcessGroupMPIFactory and c10d._MPI_AVAILABLE
 
 
