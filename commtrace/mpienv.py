@@ -83,7 +83,6 @@ def _import_mpi(initialize: bool):
         return _MPI
     import mpi4py
 
-    added = []
     if "mpi4py.MPI" not in sys.modules:
         # Must be set before the import below: that import calls MPI_Init_thread
         # (unless ``initialize`` is False: then world() initializes later).

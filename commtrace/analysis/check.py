@@ -318,14 +318,14 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
             continue  # the rank's own process group trace says more (a restarted rank, ...)
         fate = e.fate
         identified = not e.label.startswith("pid ")
-        if fate.exception:
-            bad, sev = fate.describe(), ERROR
-        elif fate.complete and (fate.how in ("signal", "hang", "exception") or fate.exit_code not in (None, 0)):
-            bad, sev = fate.describe(), ERROR
+        if fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
+                                                or fate.exit_code not in (None, 0)):
+            sev = ERROR
         elif not fate.complete:
-            bad, sev = fate.describe(), ERROR if identified else INFO
+            sev = ERROR if identified else INFO  # a helper's trace that just ends: context only
         else:
             continue
+        bad = fate.describe()
         # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
         when = " before any process group existed" if identified else ""
         f = Finding(NO_GROUP, sev, f"{e.label} {bad}{when}",

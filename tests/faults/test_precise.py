@@ -49,7 +49,7 @@ def test_rank_dies_before_init_process_group_spawn(tmp_path):
     p = _run([sys.executable, "-m", "commtrace", "run", "-o", str(run_dir), EARLY, "keyerror", "--spawn"],
              timeout=90)
     assert p.returncode == 1
-    run, findings = diagnose_dir(run_dir)
+    run, _ = diagnose_dir(run_dir)
     # the parent (runs mp.spawn), both spawned processes (and multiprocessing's resource
     # tracker, another Python child): none of them is a rank
     assert run.processes == []
@@ -101,7 +101,7 @@ def test_truncated_metadata_is_named_not_misread(two_site_run, tmp_path):
     assert f"ERROR rank 1: trace file damaged ({meta.name} truncated mid-line): how the process ended is unknown" \
         in errors
     assert "never arrived" not in c.stdout
-    run, findings = diagnose_dir(run_dir)
+    _, findings = diagnose_dir(run_dir)
     assert C.NOT_ARRIVED not in kinds(findings)
     assert kinds(findings)[C.LOST_RECORD][0].data["seqs"] == [2, 4, 6, 8]
 

@@ -113,7 +113,7 @@ def test_traced_program_sees_what_untraced_sees(probes):
 
 
 def test_the_probed_run_was_traced(probes):
-    kind, _, traced, run_dir = probes
+    _, _, traced, run_dir = probes
     frame = h.load(run_dir)
     assert sorted(frame["rank"].unique()) == [0, 1]
     assert set(frame["op"].astype(str)) == {"all_reduce"}
