@@ -12,9 +12,11 @@ EPILOG = """\
 reports, per process group, the last sequence number each rank completed;
 collectives some ranks entered and others never did; mismatches at the same
 sequence number (op type, sizes, dtype, reduce op, root); ranks that raised or
-exited early; traces that end abruptly; watchdog/signal dumps.
+exited early, also before any process group existed; traces that end abruptly;
+trace data that cannot be read (named per file); watchdog/signal dumps.
 
-exit codes: 0 clean, 1 problems found (--strict: warnings too), 2 unusable input.
+exit codes: 0 clean, 1 problems found (--strict: warnings too; unreadable data
+too), 2 unusable input (no trace file can be read at all).
 """
 
 
