@@ -129,7 +129,7 @@ def test_clock_offsets_applied_across_hosts(tmp_path):
 def test_undefined_sig_records_skipped(tmp_path):
     bad = list(ROWS[0]); bad[4] = 42
     _write_rank(tmp_path, 0, [ROWS[0], bad], world_size=1)
-    with pytest.warns(reader.CommtraceWarning, match="1 of 2 op record\(s\) unreadable"):
+    with pytest.warns(reader.CommtraceWarning, match=r"1 of 2 op record\(s\) unreadable"):
         df = reader.load(str(tmp_path))
     assert len(df) == 1
 

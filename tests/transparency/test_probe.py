@@ -149,4 +149,4 @@ def test_explicit_mpi_request_works_without_changing_probes(tmp_path):
         assert d["after"] == [False, False, False, True]
         assert d["world"] == [2.0, 2.0] and d["sub"] == [3.0, 3.0, 3.0]
     frame = h.load(tmp_path / "run")
-    assert set(frame["backend"].astype(str)) == {"mpi"} and len(frame) == 4
+    assert len(frame) == 4 and set(frame["backend"].astype(str)) == {"mpi"}, res.stderr[-3000:]
