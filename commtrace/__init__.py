@@ -5,7 +5,7 @@ Capture (``commtrace run``) -> trace files (``commtrace.trace``) -> analysis
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "region", "mark"]
+__all__ = ["__version__", "load", "region", "mark", "start", "stop"]
 
 
 def load(run_dir=None, table: str = "ops", **kwargs):
@@ -37,3 +37,25 @@ def mark(label: str) -> None:
     """Put a labelled instant in the trace (e.g. ``commtrace.mark("epoch 3")``). No-op when not tracing."""
     from .capture.annotate import mark as _mark
     _mark(label)
+
+
+def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang=False):
+    """Trace this process from now on, as ``commtrace run`` would (for jobs it does not launch).
+
+    Groups made later are traced when created; groups that exist already are
+    traced from now on (after ``init_process_group`` every rank must call it, at
+    the same point). ``keep_last=N`` keeps the last N ops per process;
+    ``steps="A:B"`` / ``"every:K"`` writes only those optimizer steps in full.
+    Returns a session: ``.run_dir``, and ``with commtrace.start(): ...`` stops at
+    the end of the block. Already tracing: returns that session, unchanged.
+    """
+    from .capture.session import start as _start
+    return _start(out_dir=out_dir, keep_last=keep_last, steps=steps, hang_timeout=hang_timeout,
+                  abort_on_hang=abort_on_hang)
+
+
+def stop():
+    """Stop tracing (flush and close, as at exit); returns the run directory, or None
+    when not tracing. ``start()`` may trace again later, into new files."""
+    from .capture.session import stop as _stop
+    return _stop()

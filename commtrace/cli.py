@@ -18,10 +18,18 @@ examples:
   torchrun --nproc_per_node 2 -m commtrace run train.py
   python -m commtrace run train_that_calls_mp_spawn.py
   python -m commtrace run -o runs/exp1 -m mypkg.train
+  python -m commtrace run --keep-last 100000 train.py        # bounded: the last 100000 ops per process
+  python -m commtrace run --steps 10000:10010 train.py       # full detail for 11 steps, counts elsewhere
 
 The script is not modified. All ranks write into one run directory: -o DIR, or
 ./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>/ under every launcher; rank 0 says
 where on stderr at the end. The exit code is the script's exit code.
+
+Bounded, always-on mode: --keep-last N keeps the last N ops (and compute
+spans) per process in a ring of two file segments (at most 2N x 32 bytes
+each); --steps A:B (or A, or every:K) writes ops in full only during those
+optimizer steps and counts the others per group and op (ops, bytes, time).
+Hang, signal, exception and exit dumps work as without them.
 """
 
 TOP_EPILOG = """\
@@ -39,12 +47,16 @@ exit codes: 0 ok, 1 problems found (check), 2 bad input; run: the script's code.
 def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="trace an unmodified script", epilog=RUN_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       usage="commtrace run [-o DIR] [--hang-timeout S [--abort-on-hang]] (-m MODULE | SCRIPT) [ARGS...]")
+                       usage="commtrace run [-o DIR] [--hang-timeout S [--abort-on-hang]] [--keep-last N] "
+                             "[--steps A:B|every:K] (-m MODULE | SCRIPT) [ARGS...]")
     p.add_argument("-o", "--output", metavar="DIR", help="run directory (default ./commtrace-out/<run-id>)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module as __main__, like python -m")
     p.add_argument("--hang-timeout", type=float, metavar="SECONDS",
                    help="dump in-flight ops and stacks when an op runs longer than this")
     p.add_argument("--abort-on-hang", action="store_true", help="exit non-zero after a hang dump")
+    p.add_argument("--keep-last", metavar="N", help="bounded mode: keep only the last N ops per process (a ring)")
+    p.add_argument("--steps", metavar="A:B|every:K",
+                   help="bounded mode: write ops in full only during these optimizer steps; count the others")
     p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] (or ARGS... with -m)")
 
 
@@ -101,18 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(ns) -> int:
+    from .capture.bounded import make_options
     from .capture.runner import RunOptions, missing_target, run
+    try:
+        bounded = make_options(ns.keep_last, ns.steps)
+    except ValueError as e:
+        raise CommtraceError(f"run: --{str(e).replace('_', '-', 1)}") from None
     args = list(ns.target)
+    common = dict(output=ns.output, hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang, bounded=bounded)
     if ns.module:
-        opts = RunOptions(target=ns.module, args=args, is_module=True, output=ns.output,
-                          hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang)
+        opts = RunOptions(target=ns.module, args=args, is_module=True, **common)
     else:
         if args and args[0] == "--":
             args = args[1:]
         if not args:
             raise CommtraceError("run: no script given (usage: commtrace run SCRIPT [ARGS...] or -m MODULE)")
-        opts = RunOptions(target=args[0], args=args[1:], output=ns.output,
-                          hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang)
+        opts = RunOptions(target=args[0], args=args[1:], **common)
     why = missing_target(opts)  # before anything runs or is written
     if why:
         raise CommtraceError(f"run: {why}")

@@ -131,6 +131,33 @@ class Installer:
         _swap_in_registries(obj, traced, name)
         return traced
 
+    def adopt_existing(self) -> int:
+        """Wrap every group that exists already (``commtrace.start()`` after
+        ``init_process_group``), in every registry of torch's, the default group
+        first: from now on they are traced. Collective over each world, as the
+        world id and clock offsets are agreed through its store (every rank calls
+        it at the same point of the program). Returns the groups wrapped."""
+        w = c10d._world
+        default = w.default_pg
+        if default is None:
+            return 0
+        groups = sorted(w.pg_map, key=lambda pg: pg is not default)  # the default group first (stable)
+        if self.world_id is None and not isinstance(default, self.traced_types):
+            backend_name, store = w.pg_map[default]
+            self._new_world(default, backend_name, store)
+        n = 0
+        for pg in groups:
+            if isinstance(pg, self.traced_types) or id(pg) in self.traced:
+                continue
+            backend_name, store = w.pg_map[pg]
+            name = w.pg_names.get(pg)
+            traced = self.wrap(pg, backend_name, store, name, w.pg_group_ranks.get(pg))
+            _swap_in_registries(pg, traced, name)
+            if w.default_pg is pg:
+                c10d._update_default_pg(traced)
+            n += 1
+        return n
+
     def _returning_traced(self, fn, adopt):
         @functools.wraps(fn)
         def wrapper(*a, **kw):

@@ -48,6 +48,7 @@ def _log(rec: Recorder, mod):
                 cuda = rec.sig_cuda[sig]
                 return sig, rec.sig_cpu[sig], -1 if cuda is None else int(cuda)
             rec.native_log = mod.Log(describe, _is_internal, rec)
+            rec.native_log.set_paused(rec.closed)  # a group made while tracing is stopped
         return rec.native_log
 
 

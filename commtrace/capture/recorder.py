@@ -90,6 +90,10 @@ class Recorder:
         self.label_ids: dict = {}
         self.label_lines: list[dict] = []
         self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
+        # Tracing sessions of this process: a restart after close() (commtrace.start
+        # after commtrace.stop) writes files of its own, named ...pid<P>.s<session>.
+        self.session = 1
+        self.bounded = _bounded_options()  # capture.bounded.Options, or None: every op written
         atexit.register(self._close_at_exit)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
@@ -99,7 +103,7 @@ class Recorder:
         dies before ``init_process_group`` still leaves its trace file."""
         with self._lock:
             if self.writer is None and not self.closed:
-                self.writer = TraceWriter(self.run_dir, f"proc.{_host_stem()}.pid{self.pid}")
+                self._new_writer(self._stem(f"proc.{_host_stem()}"))
                 self.writer.write([self.header(), *self.clock_lines], None)
 
     # -- state ---------------------------------------------------------------
@@ -126,23 +130,28 @@ class Recorder:
         self.meta_queue: list[dict] = []
         self.rank: int | None = None
         self.writer: TraceWriter | None = None
+        self.coverage = None                # capture.bounded.Coverage of the current files (bounded mode)
         self._inflight_written: set[int] = set()
         self._thread = None                 # True once the flush thread runs
         self._stop = threading.Event()
         self.closed = False
 
+    # What a new file of the same process re-states: the wrappers keep using these ids.
+    _DEFINITIONS = ("sig_ids", "sig_lines", "group_lines", "world_lines", "sig_bytes", "sig_cpu", "sig_p2p",
+                    "sig_cuda")
+
+    def _reset_keeping_definitions(self) -> None:
+        defs = {name: getattr(self, name) for name in self._DEFINITIONS}
+        self._reset_state()
+        self.__dict__.update(defs)
+
     def _after_fork_in_child(self) -> None:
         # The child keeps sig/group definitions (its wrappers still use those ids)
         # but writes its own files; buffered rows belong to the parent.
-        sigs, groups, worlds = self.sig_lines, self.group_lines, self.world_lines
-        sig_ids, sig_bytes, sig_cpu, sig_p2p = self.sig_ids, self.sig_bytes, self.sig_cpu, self.sig_p2p
-        sig_cuda = self.sig_cuda
         rank = self.rank
         started = self.writer is not None
         self._lock = threading.RLock()
-        self._reset_state()
-        self.sig_ids, self.sig_lines, self.group_lines, self.world_lines = sig_ids, sigs, groups, worlds
-        self.sig_bytes, self.sig_cpu, self.sig_p2p, self.sig_cuda = sig_bytes, sig_cpu, sig_p2p, sig_cuda
+        self._reset_keeping_definitions()
         if self.native_log is not None:
             self.native_log.after_fork_in_child()
         if rank is not None:
@@ -314,6 +323,8 @@ class Recorder:
     def add_span(self, phase: str, t_begin: int, t_end: int, step: int, label, grad: bool = True) -> None:
         """A compute span (DDP forward, backward pass, optimizer step) that just ended;
         ``label``: the DDP module's label or the optimizer's class (or None)."""
+        if self.closed:
+            return  # stopped: nothing is written until a restart
         lid = schema.SPAN_NO_LABEL if label is None else self.label_ids.get(label)
         if lid is None:
             with self._lock:
@@ -326,7 +337,8 @@ class Recorder:
 
     def add_meta(self, line: dict) -> None:
         with self._lock:
-            self.meta_queue.append(line)
+            if not self.closed:  # stopped: marks, errors, ... are not kept for a restart
+                self.meta_queue.append(line)
 
     def fail(self, row: list, exc: BaseException) -> None:
         self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
@@ -358,10 +370,23 @@ class Recorder:
             "python": sys.version.split()[0], "cwd": os.getcwd(),
             "t_wall_ns": self.t_wall0, "t_mono_ns": self.t_mono0,
             "t_wall_open_ns": time.time_ns(), "t_mono_open_ns": time.monotonic_ns(),
+            "session": self.session, "bounded": None if self.bounded is None else self.bounded.describe(),
         }
 
+    def _stem(self, prefix: str) -> str:
+        return f"{prefix}.pid{self.pid}" + (f".s{self.session}" if self.session > 1 else "")
+
+    def _new_writer(self, stem: str) -> None:
+        opts = self.bounded
+        self.writer = TraceWriter(self.run_dir, stem, keep_last=opts.keep_last if opts is not None else None)
+        if opts is not None:
+            from .bounded import Coverage
+            self.coverage = Coverage(opts, self.sig_lines)
+
     def _open(self, rank: int) -> None:
-        stem = f"rank{rank}.pid{self.pid}"
+        if self.closed:
+            return  # stopped (commtrace.stop): the next session's files re-state the definitions
+        stem = self._stem(f"rank{rank}")
         if self.writer is not None:
             # The start file (see start) becomes the rank's file; its second
             # header line adds what is known now (rank, torch version).
@@ -369,7 +394,7 @@ class Recorder:
             self.writer.open_ops()
             pre = [self.header(), *self.world_lines, *self.group_lines, *self.sig_lines, *self.label_lines]
         else:
-            self.writer = TraceWriter(self.run_dir, stem)
+            self._new_writer(stem)
             self.writer.open_ops()
             # A fresh file (a forked child) re-states every definition.
             pre = [self.header(), *self.clock_lines, *self.world_lines, *self.group_lines, *self.sig_lines,
@@ -455,7 +480,12 @@ class Recorder:
                 n = len(self.spans)   # the main thread appends concurrently: take a prefix
                 spans = pack_spans(self.spans[:n])
                 del self.spans[:n]
+            cov = self.coverage
+            if cov is not None:
+                packed, spans = cov.select(packed, spans)
             self.writer.write(meta, packed, spans)
+            if cov is not None and self.rank is not None and (cov.changed or final):
+                self.writer.write_coverage(cov.state(self.writer))
 
     def _maybe_hand_to_waiter(self, row: list, work, final: bool = False) -> None:
         """A CPU collective that can be neither polled nor called back (gloo's
@@ -501,6 +531,28 @@ class Recorder:
             self.clock_lines.append(line)
             self.meta_queue.append(line)
 
+    def reopen(self, run_dir: str, run_id: str, launcher: str, command: list[str]) -> None:
+        """A new tracing session after ``close()`` (``commtrace.start`` after ``stop``):
+        new files (``...pid<P>.s<N>``, in ``run_dir``) that re-state every definition
+        and clock measurement; the bounded options are read from the environment again."""
+        with self._lock:
+            if not self.closed:
+                return
+            rank = self.rank
+            self._reset_keeping_definitions()
+            self.rank = rank
+            self.run_dir, self.run_id, self.launcher, self.command = run_dir, run_id, launcher, command
+            self.session += 1
+            self.bounded = _bounded_options()
+            self.exit_info = None
+            self.t_wall0, self.t_mono0 = time.time_ns(), time.monotonic_ns()
+            if self.native_log is not None:
+                self.native_log.set_paused(False)
+            if rank is not None:
+                self._open(rank)
+            else:
+                self.start()
+
     def _close_at_exit(self) -> None:
         traced = self.rank is not None and self.writer is not None
         if self.exit_info is None and not self.closed:
@@ -532,12 +584,15 @@ class Recorder:
         self.flush()
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
-        """Flush everything; ops still running are written as IN_FLIGHT. Idempotent."""
+        """Flush everything; ops still running are written as IN_FLIGHT. Idempotent.
+        From here on the wrappers forward ops without recording them (until ``reopen``)."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             self._stop.set()
+            if self.native_log is not None:
+                self.native_log.set_paused(True)
             if self.writer is None:
                 return
             if exit_code is None and self.exit_info is not None:
@@ -547,6 +602,15 @@ class Recorder:
                                     "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
             self.flush(final=True)
             self.writer.close()
+
+
+def _bounded_options():
+    """The bounded-mode options in the environment (``capture.bounded``), or None.
+    A bad value raises ValueError: tracing is then off in the process (one line)."""
+    if not (os.environ.get(schema.ENV_KEEP_LAST) or os.environ.get(schema.ENV_STEPS)):
+        return None  # the usual case: nothing more to import at start
+    from .bounded import options_from_env
+    return options_from_env(os.environ)
 
 
 def hostname() -> str:

@@ -25,6 +25,7 @@ class RunOptions:
     output: str | None = None
     hang_timeout: float | None = None
     abort_on_hang: bool = False
+    bounded: object = None      # capture.bounded.Options (--keep-last, --steps), or None
 
 
 def _mpi_world(info: launch.LaunchInfo):
@@ -72,6 +73,8 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
     if opts.hang_timeout:
         env["COMMTRACE_HANG_TIMEOUT"] = str(opts.hang_timeout)
         env["COMMTRACE_ABORT_ON_HANG"] = "1" if opts.abort_on_hang else "0"
+    if opts.bounded is not None:
+        env.update(opts.bounded.env())  # read by every traced process of the run (recorder)
     return run_dir, run_id, info, comm
 
 

@@ -319,6 +319,8 @@ def _make_traced(name: str, spec: ops.Spec):
 
     def traced(self, *args, **kwargs):
         rec = self._rec
+        if rec.closed:  # tracing stopped (commtrace.stop, or the process is exiting)
+            return getattr(self._inner, name)(*args, **kwargs)
         t0 = _now()
         ident = _ident()
         ctx = rec.context_key

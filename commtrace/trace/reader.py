@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CommtraceError
+from . import coverage as bounded
 from . import schema
 from .clocks import fit as fit_clock
 from . import marks as mark_tables
@@ -75,6 +76,7 @@ class ProcessTrace:
     lost: dict = field(default_factory=dict)  # group name ("?" if unknown) -> [first seq, last seq, records]
     n_lost: int = 0                           # records that could not be read
     damage: list = field(default_factory=list)  # what is damaged, one phrase each (meta file, ops file)
+    coverage: dict | None = None  # bounded mode: what the files cover (trace.coverage.describe)
 
     @property
     def rank(self) -> int | None:
@@ -100,7 +102,7 @@ class ProcessTrace:
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
             "spawn_index": _int_or_none(self.process.get("spawn_index")),
             "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
-            "dumps": self.dumps, "marks": self.marks, "clock": self.clock,
+            "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
         }
 
 
@@ -175,6 +177,12 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
         return None
     pt.records = _read_records(pt, issues)
     pt.n_records = len(pt.records)
+    opts = bounded.options(pt.header)
+    if opts is not None:
+        doc, problem = bounded.read_coverage(meta_path)
+        if problem:
+            issues.append(TraceIssue(problem.split(":")[0], problem.split(": ", 1)[1], pt.rank))
+        pt.coverage = bounded.describe(opts, doc, pt.groups, pt.records)
     if pt.end is None:
         pt.complete = False
         if pt.rank is not None:  # rank-less processes: see Run.unranked
@@ -217,20 +225,17 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
 
 def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     name = os.path.basename(pt.ops_path)
-    try:
-        size = os.path.getsize(pt.ops_path)
-    except OSError:
+    # Bounded mode: the ring's previous segment (<stem>.ops.bin.1) comes first.
+    rec, torn = bounded.read_segments(pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE)
+    if rec is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
             issues.append(TraceIssue(name, "ops file missing", pt.rank, DAMAGED))
             pt.damage.append(f"{name} missing")
         return np.empty(0, dtype=schema.OP_RECORD)
-    n = size // schema.RECORD_SIZE
-    if size % schema.RECORD_SIZE:
+    for part, extra in torn:
         pt.complete = False
-        pt.damage.append(f"{name} truncated mid-record")
-        issues.append(TraceIssue(name, f"truncated mid-record ({size % schema.RECORD_SIZE} trailing bytes ignored)", pt.rank))
-    with open(pt.ops_path, "rb") as f:
-        rec = np.fromfile(f, dtype=schema.OP_RECORD, count=n)
+        pt.damage.append(f"{part} truncated mid-record")
+        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank))
     ok = _defined(rec["sig"], pt.sigs) & _defined(rec["group"], pt.groups)
     undefined = int((~ok).sum())
     # What a writer never produces: an unknown status, seq 0, a call time <= 0.
@@ -248,24 +253,20 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         issues.append(TraceIssue(name, f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped", pt.rank,
                                  DAMAGED))
         rec = rec[ok]
-    return _last_record_per_op(rec)
+    return bounded.keep_last_records(_last_record_per_op(rec), (bounded.options(pt.header) or {}).get("keep_last"))
 
 
 def _read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     """The process's compute span records (none when it wrote no spans file)."""
     path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.SPANS_SUFFIX
     name = os.path.basename(path)
-    try:
-        size = os.path.getsize(path)
-    except OSError:
+    rec, torn = bounded.read_segments(path, schema.SPAN_RECORD, schema.SPAN_RECORD_SIZE)
+    if rec is None:
         return np.empty(0, dtype=schema.SPAN_RECORD)
-    if size % schema.SPAN_RECORD_SIZE:
+    for part, extra in torn:
         pt.complete = False
-        pt.damage.append(f"{name} truncated mid-record")
-        issues.append(TraceIssue(name, f"truncated mid-record ({size % schema.SPAN_RECORD_SIZE} trailing bytes "
-                                       "ignored)", pt.rank))
-    with open(path, "rb") as f:
-        rec = np.fromfile(f, dtype=schema.SPAN_RECORD, count=size // schema.SPAN_RECORD_SIZE)
+        pt.damage.append(f"{part} truncated mid-record")
+        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank))
     ok = (rec["phase"] < len(schema.SPAN_PHASES)) & (rec["t_end"] >= rec["t_begin"]) & (rec["t_begin"] > 0)
     if not ok.all():
         bad = int((~ok).sum())
@@ -273,7 +274,7 @@ def _read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         issues.append(TraceIssue(name, f"{bad} of {len(rec)} compute span record(s) unreadable; skipped", pt.rank,
                                  DAMAGED))
         rec = rec[ok]
-    return rec
+    return bounded.spans_covered(rec, pt.coverage)
 
 
 def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
@@ -626,13 +627,14 @@ def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
     return out
 
 
-TABLES = ("ops", "spans", "marks", "regions")
+TABLES = ("ops", "spans", "marks", "regions", "counts")
 
 
 def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
     """One table of a run: ``ops`` (one row per op per rank; ``frame.attrs`` lists
     the processes and any damage found), ``spans`` (compute spans), ``marks``
-    (``commtrace.mark``) or ``regions`` (``commtrace.region``); times on rank 0's clock.
+    (``commtrace.mark``), ``regions`` (``commtrace.region``) or ``counts`` (bounded mode:
+    the ops counted instead of written, per process, group and op); times on rank 0's clock.
 
     Warns (CommtraceWarning) once per problem; raises CommtraceError when nothing
     in ``run_dir`` is usable.
@@ -642,7 +644,10 @@ def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
     run = load_run(run_dir)
     for issue in run.issues:
         warnings.warn(str(issue), CommtraceWarning, stacklevel=2)
-    df = {"ops": run.frame, "spans": run.spans, "marks": run.marks, "regions": run.regions}[table]
+    if table == "counts":
+        df = bounded.counts_table(run.processes)
+    else:
+        df = {"ops": run.frame, "spans": run.spans, "marks": run.marks, "regions": run.regions}[table]
     df.attrs["run_dir"] = run.path
     df.attrs["incomplete"] = [str(i) for i in run.issues]
     if table == "ops":

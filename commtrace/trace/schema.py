@@ -34,7 +34,22 @@ An op that is still running when the writer flushes may be written with status
 ``IN_FLIGHT``; when it finishes it is written again with its final status. The
 reader keeps the last record of each (t_call, group, seq, sig).
 
-Version history: 1 -- initial format.
+Bounded mode (``commtrace run --keep-last N`` / ``--steps A:B``, ``commtrace.start(keep_last=...,
+steps=...)``) keeps the same files and record layouts. With ``keep_last`` the
+ops and spans files are rotated: when ``<stem>.ops.bin`` holds N records it is
+renamed to ``<stem>.ops.bin.1`` (replacing the previous one) and a new one is
+started, so at most 2N records are on disk and at least the last N are kept
+(the same for spans). ``<stem>.coverage.json`` says what the files cover (ops
+seen, written, dropped; the steps window; per (group, op) counts of the ops
+outside the window that were not written); it is rewritten whole (a new file
+renamed over the old one) at every flush. The header's ``bounded`` field
+holds the options.
+
+Version history: 1 -- initial format. Bounded mode added the optional header
+field ``bounded``, the previous ring segments ``*.ops.bin.1`` / ``*.spans.bin.1``
+and ``*.coverage.json`` without changing the version: every file keeps its
+version-1 layout. A reader that does not know them reads the newest segment
+only (a valid subset of the ops) and sees no counts.
 """
 from __future__ import annotations
 
@@ -44,12 +59,17 @@ FORMAT_VERSION = 1
 META_SUFFIX = ".meta.jsonl"
 OPS_SUFFIX = ".ops.bin"
 SPANS_SUFFIX = ".spans.bin"
+PREVIOUS_SEGMENT = ".1"              # bounded mode: <stem>.ops.bin.1 / .spans.bin.1, the previous ring segment
+COVERAGE_SUFFIX = ".coverage.json"   # bounded mode: what the files cover (rewritten whole at every flush)
+COVERAGE_TYPE = "commtrace-coverage"
 
 # Environment variables shared by the launcher, children and the C++ patch.
 ENV_DIR = "COMMTRACE_DIR"          # absolute run directory; its presence turns tracing on
 ENV_RUN_ID = "COMMTRACE_RUN_ID"    # run id shared by every process of the run
 ENV_LAUNCHER = "COMMTRACE_LAUNCHER"
 ENV_COMMAND = "COMMTRACE_COMMAND"  # the traced command line (JSON list), inherited by spawned ranks
+ENV_KEEP_LAST = "COMMTRACE_KEEP_LAST"  # bounded mode: keep the last N ops per process (ring)
+ENV_STEPS = "COMMTRACE_STEPS"          # bounded mode: optimizer steps recorded in detail ("A:B", "every:K")
 
 # The op record layout (numpy dtype ``OP_RECORD``, built on first use: every
 # traced process imports this module at start, and most never need numpy).

@@ -14,54 +14,133 @@ import threading
 from . import schema, simhost
 
 
+class RecordFile:
+    """An append-only file of fixed-size records; with ``keep_last`` N, a ring of
+    two segments: when the file holds N records it becomes ``<path>.1``
+    (replacing the previous one) and a new file is started, so at least the
+    last N records and at most 2N are on disk. Every write is one unbuffered
+    ``write()`` per segment: what was written survives a SIGKILL."""
+
+    def __init__(self, path: str, keep_last: int | None = None):
+        self.path = path
+        self.keep_last = keep_last
+        self.f = None
+        self.n = 0            # records in the current segment
+        self.written = 0      # records ever written
+        self.rotations = 0
+
+    def open(self) -> None:
+        if self.f is None:
+            self.f = open(self.path, "ab", buffering=0)
+
+    def write(self, records) -> None:
+        self.open()
+        self.written += len(records)
+        if not self.keep_last:
+            self.f.write(records.tobytes())
+            return
+        i = 0
+        while i < len(records):
+            if self.n >= self.keep_last:
+                self._rotate()
+            chunk = records[i:i + self.keep_last - self.n]
+            self.f.write(chunk.tobytes())
+            self.n += len(chunk)
+            i += len(chunk)
+
+    def _rotate(self) -> None:
+        self.f.close()
+        self.f = None
+        os.replace(self.path, self.path + schema.PREVIOUS_SEGMENT)
+        self.open()
+        self.n = 0
+        self.rotations += 1
+
+    def paths(self, path: str | None = None) -> tuple[str, str]:
+        path = self.path if path is None else path
+        return path, path + schema.PREVIOUS_SEGMENT
+
+    def rename(self, path: str) -> None:
+        for old, new in zip(self.paths(), self.paths(path)):
+            if os.path.exists(old):
+                os.rename(old, new)
+        self.path = path
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
 class TraceWriter:
-    """Writes ``<stem>.meta.jsonl`` and ``<stem>.ops.bin`` in ``run_dir``.
+    """Writes ``<stem>.meta.jsonl``, ``<stem>.ops.bin`` and ``<stem>.spans.bin`` in
+    ``run_dir`` (bounded mode: ``keep_last`` rotates the record files, see
+    ``RecordFile``; ``write_coverage`` says what they cover).
 
     The ops file is created with ``open_ops`` (or the first records): a
     process that never creates a process group has only a meta file.
     """
 
-    def __init__(self, run_dir: str, stem: str):
+    def __init__(self, run_dir: str, stem: str, keep_last: int | None = None):
         self.run_dir = run_dir
         self.stem = stem
         self.meta_path = os.path.join(run_dir, stem + schema.META_SUFFIX)
-        self.ops_path = os.path.join(run_dir, stem + schema.OPS_SUFFIX)
-        self.spans_path = os.path.join(run_dir, stem + schema.SPANS_SUFFIX)
         os.makedirs(run_dir, exist_ok=True)
         # Unbuffered binary handles: each write() is one syscall, so whatever
         # was written survives a SIGKILL of this process (the page cache keeps it).
         self._meta = open(self.meta_path, "ab", buffering=0)
-        self._ops = None
-        self._spans = None   # opened with the first compute span
+        self._ops = RecordFile(os.path.join(run_dir, stem + schema.OPS_SUFFIX), keep_last)
+        self._spans = RecordFile(os.path.join(run_dir, stem + schema.SPANS_SUFFIX), keep_last)  # opened with the first span
+        self._coverage = False   # a coverage file was written
         self._lock = threading.Lock()
-        self.records_written = 0
+
+    @property
+    def ops_path(self) -> str:
+        return self._ops.path
+
+    @property
+    def spans_path(self) -> str:
+        return self._spans.path
+
+    @property
+    def coverage_path(self) -> str:
+        return os.path.join(self.run_dir, self.stem + schema.COVERAGE_SUFFIX)
+
+    @property
+    def records_written(self) -> int:
+        return self._ops.written
+
+    @property
+    def spans_written(self) -> int:
+        return self._spans.written
 
     def open_ops(self) -> None:
         with self._lock:
-            if self._ops is None and self._meta is not None:
-                self._ops = open(self.ops_path, "ab", buffering=0)
+            if self._meta is not None:
+                self._ops.open()
 
     def rename(self, stem: str) -> bool:
         """Give every file a new stem (they stay open). False, and nothing
         renamed, when a file of that name exists already."""
         with self._lock:
-            paths = [os.path.join(self.run_dir, stem + suffix)
-                     for suffix in (schema.META_SUFFIX, schema.OPS_SUFFIX, schema.SPANS_SUFFIX)]
-            if any(os.path.exists(p) for p in paths):
+            new = {suffix: os.path.join(self.run_dir, stem + suffix)
+                   for suffix in (schema.META_SUFFIX, schema.OPS_SUFFIX, schema.SPANS_SUFFIX, schema.COVERAGE_SUFFIX)}
+            targets = [new[schema.META_SUFFIX], new[schema.COVERAGE_SUFFIX],
+                       *self._ops.paths(new[schema.OPS_SUFFIX]), *self._spans.paths(new[schema.SPANS_SUFFIX])]
+            if any(os.path.exists(p) for p in targets):
                 return False
-            for old, new, f in zip((self.meta_path, self.ops_path, self.spans_path), paths,
-                                   (self._meta, self._ops, self._spans)):
-                if f is not None:
-                    os.rename(old, new)
-            self.stem, (self.meta_path, self.ops_path, self.spans_path) = stem, paths
+            os.rename(self.meta_path, new[schema.META_SUFFIX])
+            if self._coverage:
+                os.rename(self.coverage_path, new[schema.COVERAGE_SUFFIX])
+            self._ops.rename(new[schema.OPS_SUFFIX])
+            self._spans.rename(new[schema.SPANS_SUFFIX])
+            self.stem, self.meta_path = stem, new[schema.META_SUFFIX]
             return True
 
     def write(self, meta_lines: list[dict], rows=None, spans=None) -> None:
         """Append meta lines, then op records (a numpy array of ``schema.OP_RECORD``)
         and compute span records (``schema.SPAN_RECORD``)."""
         meta_lines, rows, spans = simhost.apply(meta_lines, rows, spans)  # test-only; identity otherwise
-        if rows is not None and len(rows) and self._ops is None:
-            self.open_ops()
         with self._lock:
             if self._meta is None:
                 return
@@ -69,19 +148,30 @@ class TraceWriter:
                 blob = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n" for m in meta_lines)
                 self._meta.write(blob.encode("utf-8"))
             if rows is not None and len(rows):
-                self._ops.write(rows.tobytes())
-                self.records_written += len(rows)
+                self._ops.write(rows)
             if spans is not None and len(spans):
-                if self._spans is None:
-                    self._spans = open(self.spans_path, "ab", buffering=0)
-                self._spans.write(spans.tobytes())
+                self._spans.write(spans)
+
+    def write_coverage(self, doc: dict) -> None:
+        """Replace ``<stem>.coverage.json`` with ``doc`` (a new file renamed over the
+        old one: a reader, or a SIGKILL, never sees half of it)."""
+        with self._lock:
+            if self._meta is None:
+                return
+            path = self.coverage_path
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"type": schema.COVERAGE_TYPE, **doc}, f, separators=(",", ":"), default=str)
+            os.replace(tmp, path)
+            self._coverage = True
 
     def close(self) -> None:
         with self._lock:
-            for f in (self._meta, self._ops, self._spans):
-                if f is not None:
-                    f.close()
-            self._meta = self._ops = self._spans = None
+            if self._meta is not None:
+                self._meta.close()
+            self._ops.close()
+            self._spans.close()
+            self._meta = None
 
 
 def pack_rows(rows: list[list]):

@@ -438,6 +438,11 @@ class Log {
   }
 
   // -- any thread ---------------------------------------------------------------
+  // Tracing stopped (Recorder.close: commtrace.stop, or exit): ops are forwarded
+  // unrecorded, so nothing accumulates while no flush thread drains.
+  void set_paused(bool paused) { paused_.store(paused, std::memory_order_relaxed); }
+  bool paused() const { return paused_.load(std::memory_order_relaxed); }
+
   void enter(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
     active_.push_back(op);
@@ -650,6 +655,7 @@ class Log {
  private:
   std::unordered_map<std::vector<int64_t>, SigInfo, KeyHash> sigs_;  // GIL
   std::unordered_map<PyCodeObject*, bool> internal_code_;             // GIL
+  std::atomic<bool> paused_{false};
   std::mutex mu_;
   std::vector<Record> done_;
   std::deque<Pending> pending_;
@@ -720,7 +726,7 @@ class TracedPG : public c10d::ProcessGroup {
   template <class Issue, class MakeArgs>
   WorkPtr traced(Key& key, const char* method, const char* op_name, bool blocking, bool p2p, int64_t peer,
                  MakeArgs&& make_args, Issue&& issue) {
-    if (!python_usable()) return issue();
+    if (!python_usable() || log_->paused()) return issue();
     auto op = std::make_shared<Op>();
     op->t_call = now_ns();
     op->group = gid_;
@@ -1011,6 +1017,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return std::shared_ptr<ct::Log>(new ct::Log(describe, is_internal, recorder), [](ct::Log*) {});
       }))
       .def("drain", &ct::Log::drain, py::arg("final") = false)
+      .def("set_paused", &ct::Log::set_paused)
       .def("unfinished", &ct::Log::unfinished)
       .def("after_fork_in_child", &ct::Log::after_fork_in_child);
   py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr())

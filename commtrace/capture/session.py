@@ -1,0 +1,227 @@
+"""``commtrace.start()`` / ``commtrace.stop()``: tracing for programs not launched
+through ``commtrace run`` (cluster launchers, notebooks), and ``COMMTRACE=1``.
+
+``start()`` turns tracing on in this process exactly as ``commtrace run`` does
+in each of its processes (``activate``): the same wrappers, files and
+guarantees (hang/signal dumps, the end record at exit). Process groups made
+later are traced when torch makes them; groups that exist already are wrapped
+in place (``hook.Installer.adopt_existing``), so after ``init_process_group``
+every rank must call ``start()`` at the same point of the program, as it is
+collective then (world id, clock offsets). It exports the run's variables
+(``COMMTRACE_DIR``, ..., commtrace's boot directory on ``PYTHONPATH``) so that
+Python children (mp.spawn, subprocesses) are traced into the same run.
+
+``stop()`` measures clock offsets once more (collective, at most 2 s), writes
+the end record (``how`` "stop") and closes the files, as at exit; the wrappers
+stay in place and forward ops unrecorded. A later ``start()`` traces again
+into files of their own (``...pid<P>.s<N>``). A process that never calls
+``stop()`` is closed at exit.
+
+Where the trace goes: ``out_dir``; else ``COMMTRACE_DIR``; else
+``./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>``, a name the ranks of one job
+agree on without talking: the first to start claims it under
+``commtrace-out/.claims`` for the job's key (torchrun and Slurm job ids, the
+Open MPI job's PMIx namespace, the parent of mp.spawn children).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+
+from ..trace import schema
+from . import activate, bounded, launch
+
+_lock = threading.RLock()
+_saved_env: dict = {}    # variables start() exported -> their values before it (None: unset)
+
+_RUN_VARS = (schema.ENV_DIR, schema.ENV_RUN_ID, schema.ENV_LAUNCHER, schema.ENV_COMMAND, schema.ENV_KEEP_LAST,
+             schema.ENV_STEPS, "COMMTRACE_HANG_TIMEOUT", "COMMTRACE_ABORT_ON_HANG", "PYTHONPATH")
+
+
+class Session:
+    """What ``start()`` returns: the run directory, and a context manager
+    (``with commtrace.start(...):``) that stops tracing at its end -- if this
+    call started it (not when tracing was on already, e.g. under ``commtrace run``)."""
+
+    def __init__(self, run_dir: str, started: bool):
+        self.run_dir = run_dir
+        self.started = started
+
+    def stop(self) -> str | None:
+        return stop() if self.started else self.run_dir
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<commtrace session {self.run_dir!r}{'' if self.started else ' (already tracing)'}>"
+
+    def __fspath__(self) -> str:
+        return self.run_dir
+
+
+def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang: bool = False) -> Session:
+    """Trace this process (and the Python processes it starts) from now on.
+
+    ``keep_last``: keep only the last N ops per process; ``steps``: "A:B", "A" or
+    "every:K", the optimizer steps written in full (others are counted);
+    ``hang_timeout``: dump in-flight ops and stacks when an op runs longer than
+    this many seconds (``abort_on_hang``: then exit with code 3). Tracing on
+    already: returns that session unchanged. Raises ValueError for a bad option.
+    """
+    opts = bounded.make_options(keep_last, steps)
+    if hang_timeout is not None and not float(hang_timeout) > 0:
+        raise ValueError(f"hang_timeout {hang_timeout!r}: expected seconds (> 0)")
+    with _lock:
+        rec = activate.active_recorder()
+        if rec is not None and not rec.closed:
+            return Session(rec.run_dir, started=False)
+        if rec is None and out_dir is None and os.environ.get(schema.ENV_DIR) and os.environ.get(schema.ENV_RUN_ID):
+            # A child of a traced run (COMMTRACE=1 reaches it before the boot sitecustomize does).
+            activate.activate_from_env()
+            return Session(os.environ[schema.ENV_DIR], started=False)
+        run_dir, run_id, launcher = _choose_run_dir(out_dir)
+        command = _command()
+        _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_hang)
+        try:
+            if rec is None:
+                activate.activate_from_env(command=command)
+            else:
+                rec.reopen(run_dir, run_id, launcher, command)
+            _adopt_existing_groups()
+        except BaseException:
+            _restore_env()
+            raise
+        return Session(run_dir, started=True)
+
+
+def stop() -> str | None:
+    """Stop tracing: the trace is flushed and closed as at exit (clock offsets
+    measured again, collectively). Returns the run directory, None when not tracing."""
+    with _lock:
+        rec = activate.active_recorder()
+        if rec is None or rec.closed:
+            return None
+        try:
+            from . import clock_group
+            clock_group.measure_tracked("stop")
+        except Exception as exc:  # clocks are optional; the end of the trace is not
+            sys.stderr.write(f"commtrace: clock offsets not measured at stop: {exc}\n")
+        rec.close(how="stop")
+        _restore_env()
+        return rec.run_dir
+
+
+def tracing() -> bool:
+    """Whether this process is tracing now."""
+    rec = activate.active_recorder()
+    return rec is not None and not rec.closed
+
+
+# -- run directory ---------------------------------------------------------------
+
+def _choose_run_dir(out_dir) -> tuple[str, str, str]:
+    """(absolute run directory, run id, launcher) for a new session."""
+    env = os.environ
+    info = launch.detect(env)
+    if out_dir is None and env.get(schema.ENV_DIR):
+        out_dir = env[schema.ENV_DIR]
+    key = job_key(info, env)
+    run_id = env.get(schema.ENV_RUN_ID) or key or launch.new_run_id()
+    run_dir = launch.resolve_run_dir(os.fspath(out_dir) if out_dir is not None else None, run_id, key=key)
+    os.makedirs(run_dir, exist_ok=True)
+    return run_dir, run_id, info.launcher
+
+
+def job_key(info: launch.LaunchInfo, env) -> str | None:
+    """A string every process of this job derives alike (None: a process of its own).
+
+    torchrun and Slurm give job ids; Open MPI's PMIx namespace is unique per
+    job; other MPI launchers and mp.spawn children share their parent (per host)."""
+    key = launch.launcher_run_id(info, env)
+    if key:
+        return key
+    host = socket.gethostname()
+    if info.launcher == "openmpi":
+        for name in ("PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "OMPI_MCA_ess_base_jobid"):
+            if env.get(name):
+                return f"openmpi-{env[name]}"
+    if info.launcher != "none" or _is_multiprocessing_child():
+        return f"{info.launcher}-{host}-{os.getppid()}-{_start_time(os.getppid())}"
+    return None
+
+
+def _is_multiprocessing_child() -> bool:
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is not None and mp.parent_process() is not None
+    except Exception:
+        return False
+
+
+def _start_time(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot; "" where unknown):
+    a recycled pid is another process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def _command() -> list[str]:
+    """The command line of the traced program (inherited from a traced parent if any)."""
+    inherited = activate._inherited_command()
+    if os.environ.get(schema.ENV_COMMAND):
+        return inherited
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    return argv[1:] if len(argv) > 1 else argv
+
+
+# -- environment -------------------------------------------------------------------
+
+def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_hang) -> None:
+    """Set the variables that tell Python children they belong to the run
+    (as ``commtrace run`` does); ``stop()`` puts the previous values back."""
+    import json
+    from .runner import BOOT_DIR
+    env = os.environ
+    if not _saved_env:
+        _saved_env.update({k: env.get(k) for k in _RUN_VARS})
+    for k in (schema.ENV_KEEP_LAST, schema.ENV_STEPS, "COMMTRACE_HANG_TIMEOUT", "COMMTRACE_ABORT_ON_HANG"):
+        env.pop(k, None)
+    launch.export_run_env(run_dir, run_id, launcher, env)
+    env[schema.ENV_COMMAND] = json.dumps(command)
+    env.update(opts.env() if opts is not None else {})
+    if hang_timeout is not None:
+        env["COMMTRACE_HANG_TIMEOUT"] = str(float(hang_timeout))
+        env["COMMTRACE_ABORT_ON_HANG"] = "1" if abort_on_hang else "0"
+    path = _saved_env.get("PYTHONPATH")
+    if BOOT_DIR not in (path or "").split(os.pathsep):
+        env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
+
+
+def _restore_env() -> None:
+    env = os.environ
+    for k, v in _saved_env.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    _saved_env.clear()
+
+
+def _adopt_existing_groups() -> None:
+    """Trace the process groups made before ``start()`` (none when torch is not loaded)."""
+    inst = activate._state.get("installer")
+    if inst is None:
+        return
+    try:
+        inst.adopt_existing()
+    except Exception as exc:  # the groups stay as they were: untraced, working
+        sys.stderr.write(f"commtrace: process groups made before start() are not traced: {exc}\n")

@@ -1,0 +1,91 @@
+"""Ranks that turn tracing on themselves with commtrace.start() (no commtrace run).
+
+``worker.py MODE WORLD PORT RUN_DIR OUT``: starts WORLD gloo ranks with
+torch.multiprocessing.spawn (the parent is not traced). Each rank writes what
+it saw to OUT.rank<R> (JSON). MODE:
+
+* ``before``: start() before init_process_group, 3 DDP steps, never stop().
+* ``after``:  init_process_group, a subgroup, 2 untraced all_reduces; start();
+  3 DDP steps and an all_reduce on the subgroup; stop(); 2 untraced
+  all_reduces; start() again (restart); 2 all_reduces; exit without stop().
+* ``with``:   init; ``with commtrace.start(keep_last=4):`` 6 all_reduces; then
+  2 untraced ones.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import commtrace
+
+
+def steps(n: int) -> None:
+    torch.manual_seed(0)
+    model = DDP(nn.Linear(16, 16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(n):
+        opt.zero_grad()
+        model(torch.ones(2, 16)).sum().backward()
+        opt.step()
+
+
+def all_reduces(n: int, group=None) -> float:
+    x = torch.ones(4)
+    for _ in range(n):
+        dist.all_reduce(x, group=group)
+    return float(x[0])
+
+
+def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
+    seen = {}
+    init = dict(backend="gloo", init_method="env://", rank=rank, world_size=world)
+    if mode == "before":
+        s = commtrace.start(out_dir=run_dir)
+        seen["run_dir"] = s.run_dir
+        dist.init_process_group(**init)
+        steps(3)
+        seen["default_type"] = type(dist.group.WORLD).__name__
+    elif mode == "after":
+        dist.init_process_group(**init)
+        sub = dist.new_group([0, 1])
+        seen["untraced_before"] = all_reduces(2)
+        seen["types_before"] = [type(dist.group.WORLD).__name__, type(sub).__name__]
+        s = commtrace.start(out_dir=run_dir)
+        seen["run_dir"] = s.run_dir
+        seen["types_after"] = [type(dist.group.WORLD).__name__,
+                               type(dist.distributed_c10d._world.pg_names and sub).__name__]
+        seen["backend"] = dist.get_backend()
+        steps(3)
+        seen["sub_sum"] = all_reduces(1, dist.distributed_c10d._world.pg_map and
+                                      [g for g in dist.distributed_c10d._world.pg_map
+                                       if g is not dist.group.WORLD][0])
+        seen["stopped"] = commtrace.stop()
+        seen["stop_again"] = commtrace.stop()
+        seen["untraced_after"] = all_reduces(2)
+        seen["restart"] = commtrace.start(out_dir=run_dir).run_dir
+        seen["twice"] = repr(commtrace.start())
+        seen["after_restart"] = all_reduces(2)
+    elif mode == "with":
+        dist.init_process_group(**init)
+        with commtrace.start(out_dir=run_dir, keep_last=4) as s:
+            seen["run_dir"] = s.run_dir
+            seen["in"] = all_reduces(6)
+        seen["env_after"] = {k: v for k, v in os.environ.items() if k.startswith("COMMTRACE_")}
+        seen["out"] = all_reduces(2)
+    with open(f"{out}.rank{rank}", "w") as f:
+        json.dump(seen, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    torch.set_num_threads(1)
+    mode, world, port, run_dir, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = port
+    mp.spawn(main, args=(mode, world, run_dir, out), nprocs=world)
