@@ -191,6 +191,17 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
     return pt
 
 
+# Writers number sigs and groups densely from 0 and the frame is built with
+# lookup arrays indexed by id: an id beyond these (a corrupt or hostile line)
+# is ignored rather than allocating memory for it. Groups: the record's uint16.
+_MAX_SIG_ID = 1 << 24
+_MAX_GROUP_ID = 1 << 16
+
+
+def _id_below(v, limit: int) -> bool:
+    return _int_or_none(v) is not None and 0 <= v < limit
+
+
 def _take_meta(pt: ProcessTrace, obj: dict) -> None:
     t = obj.get("type")
     if t == schema.META_HEADER:
@@ -198,9 +209,9 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.header = {**pt.header, **{k: v for k, v in obj.items() if v is not None}} if pt.header else obj
     elif t == schema.META_PROCESS:
         pt.process.update((k, v) for k, v in obj.items() if k != "type")
-    elif t == schema.META_SIG and _int_or_none(obj.get("id")) is not None:
+    elif t == schema.META_SIG and _id_below(obj.get("id"), _MAX_SIG_ID):
         pt.sigs[obj["id"]] = obj
-    elif t == schema.META_GROUP and _int_or_none(obj.get("id")) is not None:
+    elif t == schema.META_GROUP and _id_below(obj.get("id"), _MAX_GROUP_ID):
         pt.groups[obj["id"]] = obj
     elif t == schema.META_WORLD:
         pt.worlds.append(obj)

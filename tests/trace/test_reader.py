@@ -138,3 +138,11 @@ def test_pack_rows_nan_for_unknown_times():
     rec = pack_rows([[100, 0, 0, 1, 0, 0, 0, 2, 0]])
     assert np.isnan(rec["d_return"][0]) and np.isnan(rec["d_end"][0])
     assert rec.dtype == schema.OP_RECORD and rec.itemsize == 32
+
+
+def test_sig_and_group_ids_beyond_what_records_name_are_ignored(tmp_path):
+    """Untrusted lines: a sig id of 2**40 must not make the reader allocate an array that big."""
+    huge = [{"type": "sig", "id": 2**40, "op": "all_reduce"}, {"type": "group", "id": 2**16, "name": "x"}]
+    _write_rank(tmp_path, 0, ROWS, world_size=1, extra_meta=huge)
+    df = reader.load(str(tmp_path))
+    assert list(df["op"]) == ["all_reduce", "broadcast"]
