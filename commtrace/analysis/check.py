@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import coverage
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 _SEV_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
@@ -850,6 +852,7 @@ def diagnose(run) -> list[Finding]:
     df = run.frame
     if len(df) == 0 or "op" not in df.columns:
         df = df.iloc[0:0]
+    df = coverage.judged_frame(df, run.processes)  # bounded traces: what their files can show
     fates = rank_fates(run)
     early = early_processes(run)
     findings: list[Finding] = []
@@ -862,6 +865,7 @@ def diagnose(run) -> list[Finding]:
     findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
+    findings += [f for f in (coverage.coverage_finding(run),) if f is not None]
     if len(df) and "group_ranks" in df.columns:
         findings += progress_findings(df)
     findings.sort(key=lambda f: _SEV_ORDER.get(f.severity, 3))

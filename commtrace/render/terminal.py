@@ -16,6 +16,7 @@ from rich.text import Text
 from ..analysis.timeline import Timeline, bin_timeline, event_rows
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
+from ..analysis.coverage import coverage_rows
 from .tables import Column, print_table
 
 OP_STYLE = {
@@ -86,6 +87,7 @@ def render_banner(con: Console, rep) -> None:
         *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
         ("window", rep.window.describe(fmt_ns) + (f"  ({fmt_ns(info['window_ns'])})" if info.get("window_ns") else "")),
+        *coverage_rows(rep.run.processes),  # bounded traces: which part of the run the files hold
         ("wall time", fmt_ns(info["wall_ns"]) + f"   (ops shown span {fmt_ns(info['span_ns'])})"),
         ("comm share", f"min {fmt_pct(cs['min'])} / mean {fmt_pct(cs['mean'])} / max {fmt_pct(cs['max'])} {of}"),
     ]

@@ -1,0 +1,128 @@
+"""Which part of a run a bounded trace covers (pure functions over a loaded Run).
+
+Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``; see
+``capture.bounded``) carry a ``coverage`` summary (``trace.coverage.describe``).
+``report`` says what that is in one banner row (``coverage_rows``); ``check``
+says it in one info finding (``coverage_finding``) and judges only what the
+files can show: a collective some member has no record of is evidence that it
+never arrived only if that member did not pass it, and a bounded member that
+dropped the record (ring) or counted the op (outside the steps window) did
+(``judged_frame``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+P2P_OPS = ("send", "recv")
+
+
+def bounded_processes(processes: list) -> list[dict]:
+    return [p for p in processes if isinstance(p, dict) and isinstance(p.get("coverage"), dict)]
+
+
+def _sum(procs: list[dict], field: str) -> int:
+    return sum(int(p["coverage"].get(field) or 0) for p in procs)
+
+
+def coverage_text(processes: list) -> str | None:
+    """One line saying what the bounded processes' files cover (None: no process is bounded)."""
+    procs = bounded_processes(processes)
+    if not procs:
+        return None
+    parts = []
+    keeps = sorted({p["coverage"]["keep_last"] for p in procs if p["coverage"].get("keep_last")})
+    if keeps:
+        ring = [p for p in procs if p["coverage"].get("keep_last")]
+        n = "/".join(f"{k:,}" for k in keeps)
+        parts.append(f"last {n} ops per process kept: {_sum(ring, 'ops_kept'):,} of {_sum(ring, 'ops_seen'):,} "
+                     f"finished ops ({_sum(ring, 'ops_dropped'):,} overwritten)")
+    windows = sorted({p["coverage"]["steps"] for p in procs if p["coverage"].get("steps")})
+    if windows:
+        win = [p for p in procs if p["coverage"].get("steps")]
+        taken = max(int(p["coverage"].get("steps_done") or 0) for p in win)
+        parts.append(f"steps {', '.join(windows)} in full (of {taken:,} taken); {_sum(win, 'ops_counted'):,} ops "
+                     f"outside only counted (table counts)")
+    text = "; ".join(parts)
+    if len(procs) < len(processes):
+        text += f"  [{len(procs)} of {len(processes)} processes bounded]"
+    return text
+
+
+def coverage_rows(processes: list) -> list[tuple[str, str]]:
+    """The report banner's ``coverage`` row, or none."""
+    text = coverage_text(processes)
+    return [] if text is None else [("coverage", text)]
+
+
+def coverage_finding(run):
+    """check's info finding about a bounded run (None when no process is bounded)."""
+    from .check import INFO, Finding
+    procs = bounded_processes(run.processes)
+    text = coverage_text(run.processes)
+    if text is None:
+        return None
+    details = []
+    for p in procs:
+        c = p["coverage"]
+        bits = []
+        if c.get("keep_last"):
+            bits.append(f"{c.get('ops_kept', 0):,} ops kept of {c.get('ops_seen') or 0:,} (last {c['keep_last']:,})")
+        if c.get("steps"):
+            bits.append(f"steps {c['steps']} in full, {c.get('ops_counted', 0):,} ops counted, "
+                        f"{c.get('steps_done') or 0:,} steps taken")
+        details.append(f"rank {p.get('rank')} ({p.get('file')}): " + "; ".join(bits))
+    details.append("collectives a member dropped or only counted are not judged")
+    return Finding("coverage", INFO, f"bounded trace: {text}", details=details,
+                   ranks=sorted({int(p["rank"]) for p in procs if isinstance(p.get("rank"), int)}),
+                   data={"processes": [{"rank": p.get("rank"), "file": p.get("file"), **p["coverage"]}
+                                       for p in procs]})
+
+
+def passed_seqs(processes: list) -> dict:
+    """(rank, world, group) -> the highest collective seq a bounded rank is known
+    to have called (written, dropped from its ring, or counted)."""
+    out: dict = {}
+    for p in bounded_processes(processes):
+        r = p.get("rank")
+        if not isinstance(r, int):
+            continue
+        for world, group, seq in p["coverage"].get("max_seq") or []:
+            key = (r, world, group)
+            out[key] = max(out.get(key, 0), int(seq))
+    return out
+
+
+def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
+    """``df`` without the collectives (world, group, seq) that some member has no
+    record of although it called them (bounded: dropped or counted). Unchanged
+    when no process is bounded."""
+    passed = passed_seqs(processes)
+    if not passed or not len(df) or not {"world", "group", "seq", "rank", "op", "group_ranks"} <= set(df.columns):
+        return df
+    coll = df[~df["op"].astype(str).isin(P2P_OPS)]
+    keys = ["world", "group", "seq"]
+    present = coll.groupby(keys, observed=True, sort=False)["rank"].agg(lambda r: frozenset(int(x) for x in r))
+    members = coll.groupby(keys, observed=True, sort=False)["group_ranks"].first()
+    drop = []
+    for key, ranks in present.items():
+        world, group, seq = key
+        missing = set(_ranks(members[key])) - ranks
+        if any(seq <= passed.get((m, _str(world), _str(group)), 0) for m in missing):
+            drop.append(key)
+    if not drop:
+        return df
+    gone = {(_str(w), _str(g), int(s)) for w, g, s in drop}
+    rows = zip(df["world"].astype(object), df["group"].astype(object), df["seq"].to_numpy(), df["op"].astype(str))
+    keep = [op in P2P_OPS or (_str(w), _str(g), int(s)) not in gone for w, g, s, op in rows]
+    return df[np.array(keep, dtype=bool)]
+
+
+def _ranks(text) -> list[int]:
+    if text is None or (isinstance(text, float) and np.isnan(text)):
+        return []
+    return [int(x) for x in str(text).split(",") if x.strip().lstrip("-").isdigit()]
+
+
+def _str(v):
+    return None if v is None or v is pd.NA else str(v)

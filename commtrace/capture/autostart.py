@@ -1,0 +1,68 @@
+"""``COMMTRACE=1``: trace a program without changing it or its command line.
+
+Imported at interpreter start by ``commtrace-autostart.pth`` (installed with the
+package; see setup.py) only when ``COMMTRACE`` is set to a true value, so every
+other interpreter pays one environment lookup. It does what
+``commtrace.start()`` does, with the options from the environment:
+``COMMTRACE_DIR`` (run directory), ``COMMTRACE_KEEP_LAST``, ``COMMTRACE_STEPS``,
+``COMMTRACE_HANG_TIMEOUT`` and ``COMMTRACE_ABORT_ON_HANG``. Under torchrun the
+agent starts first and its ranks join its run; under srun and mpirun the ranks
+agree on the run directory through the job's id (``session.job_key``).
+
+Never breaks the program: any error is one line on stderr and the program
+runs untraced. The ``commtrace`` command itself is not traced.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+
+def _is_commtrace_cli() -> bool:
+    """``python -m commtrace ...`` or the ``commtrace`` console script: the tool
+    itself (``commtrace run`` starts tracing its own way, ``report`` reads traces)."""
+    args = list(getattr(sys, "orig_argv", None) or sys.argv)[1:]
+    skip = False
+    for i, a in enumerate(args):
+        if skip:  # the value of -X / -W
+            skip = False
+        elif a in ("-X", "-W"):
+            skip = True
+        elif a == "-m":
+            return i + 1 < len(args) and args[i + 1].split(".")[0] == "commtrace"
+        elif a.startswith("-m"):
+            return a[2:].split(".")[0] == "commtrace"
+        elif a == "-c" or not a.startswith("-"):
+            return os.path.basename(a) == "commtrace"  # the console script, or a program of the user's
+    return False
+
+
+def _say_where(session) -> None:
+    """At exit, one line saying where the trace went: in the process that began
+    the run (not the ranks that joined it), if it is rank 0 or has no rank."""
+    from . import activate
+    rec = activate.active_recorder()
+    if rec is None or rec.rank not in (0, None):
+        return
+    from .launch import display_path
+    where = display_path(session.run_dir)
+    sys.stderr.write(f"commtrace: trace written to {where} (commtrace report {where})\n")
+
+
+def main() -> None:
+    if _is_commtrace_cli():
+        return
+    try:
+        from . import session
+        env = os.environ
+        abort = env.get("COMMTRACE_ABORT_ON_HANG", "0") == "1"
+        s = session.start(keep_last=env.get("COMMTRACE_KEEP_LAST") or None, steps=env.get("COMMTRACE_STEPS") or None,
+                          hang_timeout=env.get("COMMTRACE_HANG_TIMEOUT") or None, abort_on_hang=abort)
+        if s.started:
+            atexit.register(_say_where, s)
+    except Exception as exc:  # never break the program for the tracer's sake
+        sys.stderr.write(f"commtrace: COMMTRACE is set but tracing did not start in pid {os.getpid()}: {exc}\n")
+
+
+main()
