@@ -452,13 +452,20 @@ def _fmt_split(split: dict) -> str:
                      for k, v in sorted(split.items(), key=lambda kv: min(kv[1])))
 
 
+def _offset_at_start(p: dict) -> int:
+    """The process's clock offset to rank 0's at its start (0 when unknown or on one host)."""
+    clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+    aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
+    return aligned - start if aligned is not None and start is not None else 0
+
+
 def _now_ns(df: pd.DataFrame, run) -> int | None:
     """The latest moment the trace knows of (for in-flight ages)."""
     cands = []
     for p in run.processes:
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
-            cands.append(_int(end["t_mono_ns"]))
+            cands.append(_int(end["t_mono_ns"]) + _offset_at_start(p))   # on rank 0's clock, as the frame
     if len(df):
         cands.append(_int(pd.to_numeric(df["t_start_ns"], errors="coerce").max()))
         te = pd.to_numeric(df["t_end_ns"], errors="coerce").max()

@@ -66,6 +66,9 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
         frame = frame[~frame["file"].isin(stems)].reset_index(drop=True)
         procs = [p for p in procs if p["file"] not in drop]
     if not procs:
+        if run.unranked:
+            raise CommtraceError(f"{run.path}: no process created a process group ({len(run.unranked)} process(es) "
+                                 f"ended before; `commtrace check {run.path}` says how)")
         raise CommtraceError(f"{run.path}: no usable trace files")
     start = frame["t_start_ns"].to_numpy() if len(frame) else None
     if start is not None and not (start[1:] >= start[:-1]).all():

@@ -83,7 +83,8 @@ def bin_timeline(frame: pd.DataFrame, t0: int, width: int, t_from: int | None = 
     return Timeline(ranks, list(map(str, opnames)), cells, fill, lo, hi, t0)
 
 
-EVENT_COLUMNS = ["t_rel_ns", "rank", "op", "shapes", "dtype", "bytes", "group", "seq", "duration_ns", "status"]
+EVENT_COLUMNS = ["t_rel_ns", "rank", "op", "shapes", "dtype", "bytes", "group", "seq", "duration_ns", "status",
+                 "api", "detail"]
 
 
 def event_rows(frame: pd.DataFrame, t0: int, t_from: int | None = None, t_to: int | None = None,

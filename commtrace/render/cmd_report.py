@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_FINDINGS, EXIT_OK
 
 EPILOG = """\
 examples:
@@ -118,9 +118,20 @@ def run_report(ns) -> int:
             export.write_parquet(rep.frame, ns.parquet)
         if ns.json:
             export.write_json(report_json(rep), ns.json)
-    if ns.quiet or ns.json == "-":
+    if not (ns.quiet or ns.json == "-"):
+        from .terminal import make_console, render_report
+        con = make_console(ns.width)
+        render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top)
+    return _damage_verdict(run)
+
+
+def _damage_verdict(run) -> int:
+    """Exit 1, with one line naming what was unreadable, when trace data is damaged
+    (the figures leave it out); else 0. Processes that just died are not damage."""
+    damage = [d for p in run.processes for d in (p.get("damage") or [])]
+    if not damage:
         return EXIT_OK
-    from .terminal import make_console, render_report
-    con = make_console(ns.width)
-    render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top)
-    return EXIT_OK
+    shown = "; ".join(damage[:3]) + (f"; and {len(damage) - 3} more" if len(damage) > 3 else "")
+    sys.stderr.write(f"commtrace: unreadable trace data left out of the figures: {shown} "
+                     f"(commtrace check {run.path})\n")
+    return EXIT_FINDINGS

@@ -360,7 +360,8 @@ def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list:
 # -- events ----------------------------------------------------------------------
 
 def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
-    """Every op in time order, one line each; narrow terminals lose the shapes, then the group."""
+    """Every op in time order, one line each (ending with the API and DDP step it belongs to, if
+    any); narrow terminals lose the shapes, then the group."""
     ev = event_rows(rep.frame, rep.info["t0_ns"] or 0, t_from, t_to, limit)
     con.print()
     con.print(Text(f"Events ({fmt_int(len(ev))} ops, time after the first op)", style="bold"))
@@ -382,7 +383,7 @@ def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
         if group:
             line += f"{plain_safe(cols['group'][i]):<8} "
         line += (f"{cols['seq'][i]:>7}  {fmt_ns(None if dur is None or dur != dur else dur):>10}  "
-                 f"{plain_safe(cols['status'][i])}\n")
+                 f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
         lines.append(line)
         if len(lines) >= 10_000:
             write("".join(lines))
@@ -391,10 +392,21 @@ def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
     return len(ev)
 
 
+def _what(cols: dict, i: int) -> str:
+    """The API and DDP step an event belongs to ("  all_gather_object/object_payload"), if any."""
+    parts = [plain_safe(cols[c][i]) for c in ("api", "detail") if c in cols and isinstance(cols[c][i], str)]
+    return ("  " + "/".join(parts)) if parts else ""
+
+
 def render_report(con: Console, rep, *, events=False, limit=None, top=10) -> None:
     render_banner(con, rep)
     if rep.info["ops"] == 0 and (rep.steps is None or not rep.steps.shown):
-        con.print(Text("\nNo communication was recorded in this " + ("window." if not rep.window.whole_run else "run.")))
+        lost = sum(int(p.get("lost_records") or 0) for p in rep.run.processes)
+        if lost:
+            con.print(Text(f"\nNo readable communication: {fmt_int(lost)} op record(s) could not be read."))
+        else:
+            con.print(Text("\nNo communication was recorded in this "
+                           + ("window." if not rep.window.whole_run else "run.")))
         return
     render_steps(con, rep)
     render_summary(con, rep)

@@ -663,4 +663,5 @@ def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
     df.attrs["incomplete"] = [str(i) for i in run.issues]
     if table == "ops":
         df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
+        df.attrs["unranked"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.unranked]
     return df

@@ -90,10 +90,13 @@ def test_truncated_file_warns_and_reports(tmp_path, capsys):
     with open(ops, "r+b") as f:
         f.truncate(size - 10)
     proc = run_cli_subprocess("report", d)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr
-    warnings = proc.stderr.strip().splitlines()
+    # The report of what is readable, then exit 1 with one line naming what was not.
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    *warnings, verdict = proc.stderr.strip().splitlines()
     assert warnings and all(w.startswith("commtrace: warning: ") for w in warnings)
     assert any(os.path.basename(ops) in w and "truncated" in w for w in warnings)
+    assert verdict.startswith("commtrace: unreadable trace data left out of the figures: ")
+    assert os.path.basename(ops) in verdict and "commtrace check" in verdict
     assert "99 ops" in proc.stdout  # 50 + 49 complete records
 
 
@@ -146,3 +149,28 @@ def test_hostile_strings_are_escaped(tmp_path, capsys):
     js = tmp_path / "s.json"
     assert cli("report", d, "--json", js, "--csv", tmp_path / "o.csv", "-q") == 0
     json.loads(js.read_text())
+
+
+def test_every_op_record_corrupt_is_not_silence(tmp_path):
+    """Meta files fine, every op record corrupt: not "no communication" but what was unreadable, exit 1."""
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=2, ops_per_rank=20, annotate=False)
+    for ops in glob.glob(os.path.join(d, "*.ops.bin")):
+        rec = np.fromfile(ops, dtype=schema.OP_RECORD)
+        rec["status"] = 77                     # no writer writes this
+        rec.tofile(ops)
+    proc = run_cli_subprocess("report", d)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "No readable communication: 40 op record(s) could not be read." in proc.stdout
+    assert "No communication was recorded" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("commtrace: unreadable trace data left out")
+
+
+def test_no_process_made_a_group(tmp_path):
+    """Only start files (processes that ended before init_process_group): exit 2, pointing at check."""
+    for pid in (11, 12):
+        w = TraceWriter(str(tmp_path), f"proc.h.pid{pid}")
+        w.write([{"type": "header", "format": "commtrace", "version": 1, "host": "h", "pid": pid, "rank": None,
+                  "run_id": "r", "command": ["train.py"], "t_wall_ns": 1, "t_mono_ns": 1},
+                 {"type": "end", "exit_code": 1, "how": "exception", "t_mono_ns": 5}], None)
+        w.close()
+    assert_one_line_error(run_cli_subprocess("report", tmp_path), "no process created a process group (2 process(es)")
