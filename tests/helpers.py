@@ -34,7 +34,7 @@ def clean_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("COMMTRACE_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "PRTE_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                         "GROUP_RANK", "ROLE_RANK")}
+                         "GROUP_RANK", "ROLE_RANK", "COMMTRACE")}
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONWARNINGS"] = "ignore"
     env.update({k: str(v) for k, v in extra.items()})

@@ -54,8 +54,9 @@ def main() -> None:
     if _is_commtrace_cli():
         return
     try:
-        from . import session
+        from . import bounded, session
         env = os.environ
+        bounded.options_from_env(env)  # a bad value: its variable named in the one line below
         abort = env.get("COMMTRACE_ABORT_ON_HANG", "0") == "1"
         s = session.start(keep_last=env.get("COMMTRACE_KEEP_LAST") or None, steps=env.get("COMMTRACE_STEPS") or None,
                           hang_timeout=env.get("COMMTRACE_HANG_TIMEOUT") or None, abort_on_hang=abort)

@@ -40,6 +40,10 @@ def all_reduces(n: int, group=None) -> float:
     return float(x[0])
 
 
+def env_of_interest() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith("COMMTRACE") or k == "PYTHONPATH"}
+
+
 def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
     seen = {}
     init = dict(backend="gloo", init_method="env://", rank=rank, world_size=world)
@@ -56,13 +60,13 @@ def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
         seen["types_before"] = [type(dist.group.WORLD).__name__, type(sub).__name__]
         s = commtrace.start(out_dir=run_dir)
         seen["run_dir"] = s.run_dir
-        seen["types_after"] = [type(dist.group.WORLD).__name__,
-                               type(dist.distributed_c10d._world.pg_names and sub).__name__]
+        # The subgroup as torch looks it up by name (functional collectives, DeviceMesh):
+        # traced from now on. (The object new_group returned before start() is not.)
+        registered = dist.distributed_c10d._resolve_process_group(sub.group_name)
+        seen["types_after"] = [type(dist.group.WORLD).__name__, type(registered).__name__]
         seen["backend"] = dist.get_backend()
         steps(3)
-        seen["sub_sum"] = all_reduces(1, dist.distributed_c10d._world.pg_map and
-                                      [g for g in dist.distributed_c10d._world.pg_map
-                                       if g is not dist.group.WORLD][0])
+        seen["sub_sum"] = all_reduces(1, registered)
         seen["stopped"] = commtrace.stop()
         seen["stop_again"] = commtrace.stop()
         seen["untraced_after"] = all_reduces(2)
@@ -71,10 +75,12 @@ def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
         seen["after_restart"] = all_reduces(2)
     elif mode == "with":
         dist.init_process_group(**init)
+        seen["env_before"] = env_of_interest()
         with commtrace.start(out_dir=run_dir, keep_last=4) as s:
+            seen["env_inside"] = env_of_interest()
             seen["run_dir"] = s.run_dir
             seen["in"] = all_reduces(6)
-        seen["env_after"] = {k: v for k, v in os.environ.items() if k.startswith("COMMTRACE_")}
+        seen["env_after"] = env_of_interest()
         seen["out"] = all_reduces(2)
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump(seen, f)

@@ -3,8 +3,9 @@
 ``train.py STEPS [spawn WORLD PORT]``: STEPS optimizer steps of DDP on gloo
 (two buckets), plus one plain all_reduce per step and a barrier at the end.
 With ``spawn`` it starts WORLD ranks itself (torch.multiprocessing.spawn);
-otherwise the launcher's RANK / WORLD_SIZE / MASTER_* (torchrun, or mpirun
-under ``commtrace run``) say who it is. Prints nothing.
+otherwise the launcher's RANK / WORLD_SIZE (torchrun; mpirun under ``commtrace
+run``) or Open MPI's own variables (plain mpirun, with MASTER_ADDR/MASTER_PORT
+passed by ``-x``) say who it is. Prints nothing.
 """
 import os
 import sys
@@ -44,4 +45,6 @@ if __name__ == "__main__":
         os.environ["MASTER_PORT"] = sys.argv[4]
         mp.spawn(spawned, args=(world, steps), nprocs=world)
     else:
-        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), steps)
+        env = os.environ
+        train(int(env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", "0"))),
+              int(env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", "1"))), steps)

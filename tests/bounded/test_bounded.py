@@ -1,0 +1,168 @@
+"""Bounded, always-on mode (``commtrace run --keep-last N`` / ``--steps A:B``) under
+mp.spawn, mpirun and torchrun: the files stay bounded, keep what they promise,
+and report/check say which part of the run they cover. Real processes, real gloo.
+
+train.py: 30 steps of a 2-bucket DDP model plus one all_reduce per step; per rank
+95 collectives on the default group (DDP construction 4, step 1 one gradient
+all_reduce, from step 2 on two buckets, bucket rebuild 2 broadcasts, 30 all_reduces,
+a barrier).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import helpers as h  # noqa: E402
+
+from commtrace.trace import schema  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN = os.path.join(HERE, "train.py")
+STEPS = 30
+OPS_PER_RANK = 95
+
+
+def _load(run_dir, table="ops"):
+    import commtrace
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return commtrace.load(str(run_dir), table=table)
+
+
+def _records_on_disk(run_dir, suffix: str) -> dict:
+    """rank file stem -> records per segment file."""
+    out = {}
+    for path in glob.glob(os.path.join(str(run_dir), "rank*" + suffix + "*")):
+        out[os.path.basename(path)] = os.path.getsize(path) // 32
+    return out
+
+
+def _cli(*args) -> h.Result:
+    return h.run([h.PY, "-m", "commtrace", *args], timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory):
+    """mp.spawn, --keep-last 40."""
+    d = tmp_path_factory.mktemp("ring") / "run"
+    h.run(h.commtrace_cmd(d, "--keep-last", "40", TRAIN, STEPS, "spawn", 2, h.free_port())).check()
+    return d
+
+
+@pytest.fixture(scope="module")
+def window(tmp_path_factory):
+    """mpirun, --steps 10:12."""
+    d = tmp_path_factory.mktemp("window") / "run"
+    h.run(h.mpirun_cmd(2, *h.commtrace_cmd(d, "--steps", "10:12", TRAIN, STEPS)), env=h.mpi_env()).check()
+    return d
+
+
+def test_ring_files_stay_bounded(ring):
+    for suffix in (schema.OPS_SUFFIX, schema.SPANS_SUFFIX):
+        on_disk = _records_on_disk(ring, suffix)
+        assert len(on_disk) == 4, on_disk          # two ranks, two segments each (the ring went round)
+        assert all(n <= 40 for n in on_disk.values()), on_disk
+    for rank in (0, 1):
+        [cov] = glob.glob(os.path.join(str(ring), f"rank{rank}.pid*{schema.COVERAGE_SUFFIX}"))
+        assert os.path.getsize(cov) < 4096
+
+
+def test_ring_keeps_exactly_the_last_ops(ring):
+    df = _load(ring)
+    procs = {p["rank"]: p for p in df.attrs["processes"]}
+    for rank in (0, 1):
+        mine = df[df["rank"] == rank]
+        assert len(mine) == 40
+        assert sorted(mine["seq"]) == list(range(OPS_PER_RANK - 39, OPS_PER_RANK + 1))
+        cov = procs[rank]["coverage"]
+        assert (cov["keep_last"], cov["ops_seen"], cov["ops_written"], cov["ops_kept"], cov["ops_dropped"]) == \
+            (40, OPS_PER_RANK, OPS_PER_RANK, 40, OPS_PER_RANK - 40)
+        assert cov["first_kept_t_mono_ns"] is not None and cov["steps_done"] == STEPS
+        assert procs[rank]["end"]["how"] == "exit" and procs[rank]["complete"]
+    spans = _load(ring, table="spans")
+    # Spans that began before the first kept op are left out: their steps' ops are gone.
+    first = df.groupby("rank")["t_start_ns"].min()
+    for rank in (0, 1):
+        assert (spans[spans["rank"] == rank]["t_begin_ns"] >= first[rank]).all()
+    assert spans["step"].max() == STEPS
+
+
+def test_report_and_check_say_what_a_ring_covers(ring):
+    rep = _cli("report", str(ring), "--width", "200").check()
+    line = next(x for x in rep.stdout.splitlines() if x.strip().startswith("coverage"))
+    assert "last 40 ops per process kept: 80 of 190 finished ops (110 overwritten)" in line
+    chk = _cli("check", str(ring)).check(0)
+    assert "no problems found" in chk.stdout
+    assert "info  bounded trace: last 40 ops per process kept" in chk.stdout
+
+
+def test_steps_window_writes_only_those_steps(window):
+    df = _load(window)
+    spans = _load(window, table="spans")
+    assert set(spans["step"]) == {10, 11, 12}
+    assert set(spans.groupby("rank").size()) == {9}           # forward, backward, optimizer x 3 steps
+    procs = {p["rank"]: p for p in df.attrs["processes"]}
+    for rank in (0, 1):
+        mine = df[df["rank"] == rank]
+        # Each step: two DDP buckets and the plain all_reduce that follows the previous step's optimizer step.
+        assert len(mine) == 9 and set(mine["op"]) == {"all_reduce"}
+        steps = procs[rank]["coverage"]
+        assert (steps["steps"], steps["ops_seen"], steps["ops_written"], steps["steps_done"]) == \
+            ("10:12", OPS_PER_RANK, 9, STEPS)
+        assert steps["ops_counted"] == OPS_PER_RANK - 9
+    counts = _load(window, table="counts")
+    per = counts.groupby(["rank", "op"])["ops"].sum().unstack()
+    assert per.loc[0].to_dict() == {"all_gather": 1, "all_reduce": 80, "barrier": 1, "broadcast": 4}
+    assert (counts["time_ns"] > 0).all() and (counts["time_unknown"] == 0).all()
+    assert counts[counts["op"] == "barrier"]["bytes"].eq(0).all()
+    assert set(counts["group"]) == {"0"}
+
+
+def test_report_and_check_say_what_a_window_covers(window):
+    rep = _cli("report", str(window), "--width", "200").check()
+    assert "steps 10:12 in full (of 30 taken); 172 ops outside only counted" in rep.stdout
+    chk = _cli("check", str(window)).check(0)
+    assert "no problems found" in chk.stdout and "bounded trace: steps 10:12" in chk.stdout
+
+
+def test_torchrun_ring_and_every_k(tmp_path):
+    """Both options together under torchrun: steps 10, 20, 30 written in full, of
+    which the ring keeps the last 6 ops (steps 20 and 30)."""
+    d = tmp_path / "run"
+    h.run([h.TORCHRUN, "--nproc_per_node", "2", "--master-port", str(h.free_port()), "-m", "commtrace", "run",
+           "-o", str(d), "--keep-last", "6", "--steps", "every:10", TRAIN, STEPS]).check()
+    df = _load(d)
+    for p in df.attrs["processes"]:
+        assert p["launcher"] == "torchrun"
+        assert (p["coverage"]["keep_last"], p["coverage"]["steps"], p["coverage"]["ops_kept"]) == (6, "every:10", 6)
+        assert p["coverage"]["ops_written"] == 9 and p["coverage"]["ops_counted"] == OPS_PER_RANK - 9
+    assert df.groupby("rank").size().to_dict() == {0: 6, 1: 6}
+    assert set(_load(d, table="spans")["step"]) == {20, 30}
+
+
+def test_hang_in_ring_mode_is_diagnosed_as_without_it(tmp_path):
+    """Rank 1 skips one all_reduce; rank 0 hangs in its 6th. With only 3 ops kept
+    per process, the watchdog still dumps and check still names the collective
+    rank 1 never arrived at -- and nothing the ring dropped is taken for a missing rank."""
+    d = tmp_path / "run"
+    r = h.run(h.commtrace_cmd(d, "--keep-last", "3", "--hang-timeout", "2", "--abort-on-hang",
+                              os.path.join(h.REPO, "tests", "faults", "scripts", "spawn_faults.py"), "skip"),
+              timeout=90)
+    assert not r.timed_out and r.returncode != 0
+    assert glob.glob(os.path.join(str(d), "hang.rank0.pid*.json"))
+    chk = _cli("check", str(d), "--json").check(1)
+    import json
+    findings = json.loads(chk.stdout)["findings"]
+    arrived = [f for f in findings if f["kind"] == "not_arrived"]
+    assert [(f["seq"], f["ranks"]) for f in arrived] == [(6, [1])]
+    cov = next(f for f in findings if f["kind"] == "coverage")
+    assert cov["severity"] == "info" and {p["keep_last"] for p in cov["data"]["processes"]} == {3}
+    df = _load(d)
+    assert df.groupby("rank").size().to_dict() == {0: 3, 1: 3}
+    assert np.array_equal(np.sort(df[df["rank"] == 0]["seq"].to_numpy()), [4, 5, 6])
