@@ -113,12 +113,12 @@ def describe(opts: dict, doc: dict | None, groups: dict, records: np.ndarray) ->
         "t_mono_ns": _count(doc.get("t_mono_ns")),
         "max_seq": [], "counts": [], "ops_counted": 0,
     }
-    for item in doc.get("max_seq") or []:
+    for item in _list(doc.get("max_seq")):
         if isinstance(item, list) and len(item) == 2 and _is_int(item[0]) and _is_int(item[1]):
             g = groups.get(item[0])
             if isinstance(g, dict):
                 out["max_seq"].append([_str(g.get("world_id")), _str(g.get("name")), item[1]])
-    for c in doc.get("counts") or []:
+    for c in _list(doc.get("counts")):
         if not isinstance(c, dict) or not _is_int(c.get("group")):
             continue
         g = groups.get(c["group"])
@@ -148,6 +148,10 @@ def counts_table(processes: list[dict]) -> pd.DataFrame:
     for col in ("ops", "bytes", "time_ns", "time_unknown"):
         df[col] = df[col].astype(np.int64)
     return df
+
+
+def _list(v) -> list:
+    return v if isinstance(v, list) else []
 
 
 def _is_int(v) -> bool:

@@ -1,0 +1,170 @@
+"""Bounded mode's pure parts: option parsing, the ring file, record selection and
+counting, reading ring segments and coverage files (hostile ones too), and
+check's rule for what a bounded member's missing record means."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from commtrace.analysis.coverage import coverage_text, judged_frame
+from commtrace.capture.bounded import Coverage, Options, StepWindow, make_options, options_from_env
+from commtrace.trace import schema
+from commtrace.trace.coverage import describe, read_coverage
+from commtrace.trace.writer import RecordFile, TraceWriter
+
+
+def test_step_windows_parse_and_contain():
+    assert StepWindow.parse("10:20") == StepWindow(first=10, last=20)
+    assert StepWindow.parse(" 7 : 9 ") == StepWindow(first=7, last=9)
+    assert StepWindow.parse("5") == StepWindow(first=5, last=5)
+    assert str(StepWindow.parse("every:3")) == "every:3"
+    steps = np.arange(1, 10)
+    assert steps[StepWindow.parse("3:5").contains(steps)].tolist() == [3, 4, 5]
+    assert steps[StepWindow.parse("every:4").contains(steps)].tolist() == [4, 8]
+    for bad in ("0:3", "5:2", "every:0", "x", "10-20", "", "1:2:3", "every:"):
+        with pytest.raises(ValueError):
+            StepWindow.parse(bad)
+
+
+def test_options_from_values_and_environment():
+    assert make_options(None, None) is None
+    assert make_options("100", "every:5") == Options(100, StepWindow(every=5))
+    with pytest.raises(ValueError, match="keep_last"):
+        make_options(0, None)
+    with pytest.raises(ValueError, match="COMMTRACE_STEPS"):
+        options_from_env({schema.ENV_STEPS: "3-4"})
+    opts = Options(7, StepWindow(2, 4))
+    assert options_from_env(opts.env()) == opts
+    assert opts.describe() == {"keep_last": 7, "steps": "2:4"}
+
+
+def _records(ts, status=schema.STATUS_COMPLETED, sig=0, group=0, seq=None, d_end=1000.0):
+    out = np.zeros(len(ts), dtype=schema.OP_RECORD)
+    out["t_call"] = ts
+    out["seq"] = seq if seq is not None else np.arange(1, len(ts) + 1)
+    out["sig"], out["group"], out["status"], out["d_end"] = sig, group, status, d_end
+    return out
+
+
+def test_ring_file_keeps_the_last_n_and_at_most_2n(tmp_path):
+    path = str(tmp_path / "x.ops.bin")
+    f = RecordFile(path, keep_last=10)
+    recs = _records(np.arange(1, 26))
+    for a, b in ((0, 7), (7, 14), (14, 25)):
+        f.write(recs[a:b])
+    f.close()
+    cur = np.fromfile(path, dtype=schema.OP_RECORD)
+    prev = np.fromfile(path + ".1", dtype=schema.OP_RECORD)
+    assert (len(prev), len(cur)) == (10, 5) and f.written == 25
+    assert prev["t_call"].tolist() == list(range(11, 21)) and cur["t_call"].tolist() == list(range(21, 26))
+
+
+def _span(step, t_end, phase="optimizer"):
+    s = np.zeros(1, dtype=schema.SPAN_RECORD)
+    s["t_begin"], s["t_end"], s["step"], s["phase"] = t_end - 5, t_end, step, schema.SPAN_PHASES.index(phase)
+    return s
+
+
+def test_steps_window_selects_and_counts():
+    sigs = [{"op": "all_reduce", "bytes": 4}, {"op": "send", "bytes": 8}]
+    cov = Coverage(Options(None, StepWindow(2, 3)), sigs)
+    spans = np.concatenate([_span(1, 100), _span(2, 200), _span(3, 300), _span(2, 190, "backward")])
+    ops = _records([50, 150, 250, 350, 60], seq=[1, 2, 3, 4, 5])
+    ops["status"][4] = schema.STATUS_FAILED                 # step 1, but failed: written
+    running = _records([360], status=schema.STATUS_IN_FLIGHT, seq=[6])   # step 4, running: written
+    kept_ops, kept_spans = cov.select(np.concatenate([ops, running]), spans)
+    assert sorted(kept_ops["t_call"].tolist()) == [60, 150, 250, 360]
+    assert sorted(kept_spans["step"].tolist()) == [2, 2, 3]
+    # The end of the op written running is written too, however far outside the window.
+    later, _ = cov.select(_records([360, 400], seq=[6, 7]), None)
+    assert later["t_call"].tolist() == [360]
+    assert cov.steps_done == 3 and cov.ops_seen == 7 and cov.ops_written == 4
+    assert cov.counts == {(0, "all_reduce"): [3, 12, 3000, 0]}     # t=50, 350, 400
+    assert cov.max_seq == {0: 7}
+
+
+def test_send_recv_seqs_are_not_group_progress():
+    cov = Coverage(Options(5, None), [{"op": "send", "bytes": 4}, {"op": "all_reduce", "bytes": 4}])
+    cov.select(np.concatenate([_records([1, 2], sig=0, seq=[40, 41]), _records([3], sig=1, seq=[2])]), None)
+    assert cov.max_seq == {0: 2}
+
+
+def _bounded_run(tmp_path, keep_last=4, ops=10, doc=None):
+    """A one-rank bounded trace written with the real writer."""
+    w = TraceWriter(str(tmp_path), "rank0.pid1", keep_last=keep_last)
+    w.write([{"type": "header", "format": "commtrace", "version": 1, "rank": 0, "pid": 1, "host": "h",
+              "t_mono_ns": 1, "bounded": {"keep_last": keep_last, "steps": None}},
+             {"type": "world", "world": 0, "world_id": "w", "rank": 0, "world_size": 1, "backend": "gloo"},
+             {"type": "group", "id": 0, "world": 0, "world_id": "w", "name": "0", "size": 1, "rank": 0,
+              "ranks": [0]},
+             {"type": "sig", "id": 0, "op": "all_reduce", "bytes": 4}], _records(np.arange(1, ops + 1) * 10))
+    if doc is not None:
+        w.write_coverage(doc)
+    w.write([{"type": "end", "exit_code": 0, "how": "exit", "t_mono_ns": 10_000}])
+    w.close()
+    return str(tmp_path)
+
+
+def _load(run_dir, table="ops"):
+    import commtrace
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return commtrace.load(run_dir, table=table)
+
+
+def test_reader_reads_ring_segments_and_coverage(tmp_path):
+    doc = {"keep_last": 4, "ops_seen": 10, "ops_written": 10, "max_seq": [[0, 10]],
+           "counts": [{"group": 0, "op": "all_reduce", "ops": 3, "bytes": 12, "time_ns": 30, "time_unknown": 0}]}
+    df = _load(_bounded_run(tmp_path, doc=doc))
+    assert df["seq"].tolist() == [7, 8, 9, 10]
+    [p] = df.attrs["processes"]
+    cov = p["coverage"]
+    assert (cov["ops_kept"], cov["ops_dropped"], cov["max_seq"]) == (4, 6, [["w", "0", 10]])
+    assert "last 4 ops per process kept: 4 of 10 finished ops (6 overwritten)" == coverage_text([p])
+    counts = _load(str(tmp_path), table="counts")
+    assert counts[["group", "op", "ops", "bytes"]].values.tolist() == [["0", "all_reduce", 3, 12]]
+
+
+def test_ring_segment_absent_while_rotating_is_not_damage(tmp_path):
+    run = _bounded_run(tmp_path, keep_last=5, ops=10)     # exactly two full segments
+    os.remove(os.path.join(run, "rank0.pid1.ops.bin"))  # killed between the rename and the new file
+    df = _load(run)
+    assert df["seq"].tolist() == [1, 2, 3, 4, 5] and df.attrs["incomplete"] == []
+
+
+@pytest.mark.parametrize("content", [b"not json", b"[1, 2]", json.dumps({"type": "other"}).encode(),
+                                     json.dumps({"type": schema.COVERAGE_TYPE, "ops_seen": "many", "max_seq": 7,
+                                                 "counts": [1, {"group": 2**70, "ops": -1}, {"group": 0}],
+                                                 "ops_written": 2**80}).encode()])
+def test_hostile_coverage_files_are_ignored_or_sanitized(tmp_path, content):
+    run = _bounded_run(tmp_path)
+    with open(os.path.join(run, "rank0.pid1" + schema.COVERAGE_SUFFIX), "wb") as f:
+        f.write(content)
+    df = _load(run)
+    cov = df.attrs["processes"][0]["coverage"]
+    assert cov["ops_kept"] == 4 and cov["counts"] == [] and cov["ops_seen"] is None and cov["ops_written"] is None
+    doc, problem = read_coverage(os.path.join(run, "rank0.pid1.meta.jsonl"))
+    assert (doc is None) == (problem is not None)
+
+
+def test_describe_survives_garbage_options():
+    cov = describe({"keep_last": 3, "steps": None}, {"max_seq": [["x", 1], [0]], "counts": "no"}, {},
+                   np.zeros(0, dtype=schema.OP_RECORD))
+    assert cov["max_seq"] == [] and cov["counts"] == [] and cov["first_kept_t_mono_ns"] is None
+
+
+def test_check_judges_only_what_a_bounded_member_did_not_pass():
+    # Rank 1 has no record of seq 3 (dropped: it passed seq 5) nor of seq 7 (never arrived).
+    rows = [(0, s) for s in (3, 4, 5, 7)] + [(1, s) for s in (4, 5)]
+    df = pd.DataFrame({"rank": [r for r, _ in rows], "seq": [s for _, s in rows], "world": "w", "group": "0",
+                       "op": "all_reduce", "group_ranks": "0,1"})
+    procs = [{"rank": 0, "coverage": {"max_seq": [["w", "0", 7]]}},
+             {"rank": 1, "coverage": {"max_seq": [["w", "0", 5]]}}]
+    judged = judged_frame(df, procs)
+    assert sorted(set(judged["seq"])) == [4, 5, 7]
+    assert judged_frame(df, [{"rank": 0}, {"rank": 1}]) is df     # nothing bounded: unchanged
