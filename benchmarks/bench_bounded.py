@@ -10,7 +10,9 @@
 3. A long run per mode through ``commtrace run`` (one rank, ``--ops`` ops in
    steps of 20 all_reduces and an SGD step; the modes take turns, ``--rounds``
    times): bytes on disk at the end, the process's resident memory at 25 %,
-   50 % and 100 % of the ops (flat = bounded), ops/s (median over rounds).
+   50 % and 100 % of the ops (flat = bounded), the process's CPU time per op
+   (all threads: the flush thread's work included) and ops/s (medians over
+   rounds; ops/s moves with the machine's load, CPU time much less).
 
     python benchmarks/bench_bounded.py [--reps 15] [--calls 400] [--ops 200000] [--rounds 3] [--json out.json]
 """
@@ -122,7 +124,7 @@ def long_run_worker(ops: int, out_path: str) -> None:
     x = torch.ones(1)
     rss = {}
     marks = {ops // 4: "25%", ops // 2: "50%"}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for i in range(1, ops + 1):
         dist.all_reduce(x)
         if i % 20 == 0:
@@ -132,7 +134,10 @@ def long_run_worker(ops: int, out_path: str) -> None:
             rss[marks[i]] = _rss_kib()
     rss["100%"] = _rss_kib()
     with open(out_path, "w") as f:
-        json.dump({"rss_kib": rss, "ops_per_s": ops / (time.perf_counter() - t0)}, f)
+        # CPU of the whole process (every thread: the flush thread's work included)
+        # per op: steadier on a shared machine than throughput.
+        json.dump({"rss_kib": rss, "ops_per_s": ops / (time.perf_counter() - t0),
+                   "cpu_us_per_op": (time.process_time() - cpu0) * 1e6 / ops}, f)
     dist.destroy_process_group()
 
 
@@ -168,8 +173,9 @@ def long_runs(ops: int, rounds: int = 3, timeout: float = 900) -> dict:
         if not ok:
             out[mode] = rs[-1]
             continue
-        out[mode] = {**ok[-1], "ops_per_s": statistics.median(r["ops_per_s"] for r in ok),
-                     "ops_per_s_spread": [min(r["ops_per_s"] for r in ok), max(r["ops_per_s"] for r in ok)]}
+        out[mode] = {**ok[-1], **{k: statistics.median(r[k] for r in ok) for k in ("ops_per_s", "cpu_us_per_op")},
+                     **{k + "_spread": [min(r[k] for r in ok), max(r[k] for r in ok)]
+                        for k in ("ops_per_s", "cpu_us_per_op")}}
     return out
 
 
@@ -197,14 +203,16 @@ def print_tables(res: dict) -> None:
                   f"{spread:>14}")
     print("flush-thread CPU per op: " + ", ".join(f"{m} {v / 1e3:.2f} µs" for m, v in res["flush_ns_per_op"].items()))
     print(f"long run, {res['ops']:,} ops (20 per step), one rank:")
-    print(f"{'mode':6} {'disk':>12} {'B/op':>8} {'RSS 25%':>10} {'RSS 50%':>10} {'RSS 100%':>10} {'ops/s':>9}")
+    print(f"{'mode':6} {'disk':>12} {'B/op':>8} {'RSS 25%':>10} {'RSS 50%':>10} {'RSS 100%':>10} {'CPU µs/op':>18} "
+          f"{'ops/s':>9}")
     for mode, r in res["long"].items():
         if "error" in r:
             print(f"{mode:6} failed: {r['error']}")
             continue
         rss = r["rss_kib"]
         print(f"{mode:6} {r['disk_bytes']:12,} {r['disk_bytes'] / res['ops']:8.2f} {rss['25%'] / 1024:9.1f}M "
-              f"{rss['50%'] / 1024:9.1f}M {rss['100%'] / 1024:9.1f}M {r['ops_per_s']:9,.0f}")
+              f"{rss['50%'] / 1024:9.1f}M {rss['100%'] / 1024:9.1f}M {r['cpu_us_per_op']:6.2f} "
+              f"({r['cpu_us_per_op_spread'][0]:.2f}..{r['cpu_us_per_op_spread'][1]:.2f}) {r['ops_per_s']:9,.0f}")
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,8 @@ Sections: capture (bench_capture.py, gloo and mpi), ddp (bench_ddp.py with the
 torch.profiler mode), tracesize (bench_tracesize.py), report (bench_report.py,
 if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
 under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
-NCCL on one GPU; "not available" without one). ``make bench`` runs the full set
+NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
+--keep-last / --steps against full mode, disk and memory over a long run). ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
 """
@@ -27,12 +28,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import bench_bounded  # noqa: E402
 import bench_capture  # noqa: E402
 import bench_ddp  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -45,6 +47,7 @@ FULL = {
     "report": [("6.4M", 64, 100_000, 1_000_000), ("10M", 16, 625_000, 100_000)],
     "mpibackend": {"reps": 15, "ddp_steps": 10},
     "cuda": {"reps": 11},
+    "bounded": {"calls": 400, "reps": 15, "ops": 200_000, "rounds": 3},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -54,6 +57,7 @@ QUICK = {
     "report": [("1.3M", 64, 20_000, 200_000)],
     "mpibackend": {"reps": 7, "ddp_steps": 4},
     "cuda": {"reps": 5},
+    "bounded": {"calls": 200, "reps": 5, "ops": 50_000, "rounds": 2},
 }
 
 GOALS = {
@@ -156,6 +160,8 @@ def run_section(name: str, cfg) -> dict:
         return run_mpi_backend(cfg)
     if name == "cuda":
         return run_cuda(cfg)
+    if name == "bounded":
+        return bench_bounded.run(cfg["calls"], cfg["reps"], cfg["ops"], cfg["rounds"])
     raise ValueError(name)
 
 
@@ -403,6 +409,34 @@ def section_cuda(c) -> str:
             + table(["case", "plain µs", "traced µs", "added µs", "spread µs", "ratio"], rows))
 
 
+def section_bounded(b) -> str:
+    rows = [[f"{name} ({mode})", _f(r["plain"]), _f(r["traced"]), _f(r["added"], "{:+.2f}"),
+             _spread(r["added_spread"]), _f(r["ratio"], "{:.3f}")]
+            for mode, cases in b["hot"].items() for name, r in cases.items()]
+    ops = b["ops"]
+    long_rows = []
+    for mode, r in b["long"].items():
+        if "error" in r:
+            long_rows.append([mode, "failed: " + " ".join(r["error"]), "", "", "", ""])
+            continue
+        rss = r["rss_kib"]
+        long_rows.append([mode, f"{r['disk_bytes']:,}", _f(r["disk_bytes"] / ops),
+                          " / ".join(f"{rss[k] / 1024:.1f}" for k in ("25%", "50%", "100%")),
+                          f"{_f(r['cpu_us_per_op'])} ({_spread(r['cpu_us_per_op_spread'], '{:.2f}')})",
+                          _f(b["flush_ns_per_op"].get(mode, float("nan")) / 1e3, "{:.3f}")])
+    return (f"## 8. Bounded mode (bench_bounded.py; {b['wrapper']} wrapper)\n\n"
+            f"Ring: `--keep-last {b['keep_last']:,}`; steps: `--steps {b['window']}`. Hot path: the same group "
+            "through a wrapper recording in full (\"plain\" column) and one recording in that mode, "
+            "alternating in blocks; bounded mode works on the flush thread, so the ratio should be 1.\n\n"
+            + table(["case (mode)", "full µs", "mode µs", "added µs", "spread µs", "ratio"], rows)
+            + f"\n\nA long run per mode (`commtrace run`, one rank, {ops:,} 1-element all_reduces, 20 per "
+            "optimizer step; the modes take turns): files on disk at the end, resident memory at 25 / 50 / "
+            "100 % of the ops, the process's CPU time per op (all threads), and the flush thread's CPU per op "
+            "(timed separately over 20,000 ops).\n\n"
+            + table(["mode", "disk bytes", "B/op", "RSS MiB", "CPU µs/op (spread)", "flush µs/op"], long_rows)
+            + "\n")
+
+
 def markdown(res: dict, info: dict, quick: bool) -> str:
     m = info["machine"]
     gtab, _ = goals(res)
@@ -440,6 +474,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_mpi_backend(res["mpibackend"]))
     if "cuda" in res:
         body.append(section_cuda(res["cuda"]))
+    if "bounded" in res:
+        body.append(section_bounded(res["bounded"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")
