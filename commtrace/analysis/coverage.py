@@ -98,24 +98,40 @@ def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
     record of although it called them (bounded: dropped or counted). Unchanged
     when no process is bounded."""
     passed = passed_seqs(processes)
-    if not passed or not len(df) or not {"world", "group", "seq", "rank", "op", "group_ranks"} <= set(df.columns):
+    need = {"world", "group", "seq", "rank", "op", "group_ranks", "group_size"}
+    if not passed or not len(df) or not need <= set(df.columns):
         return df
-    coll = df[~df["op"].astype(str).isin(P2P_OPS)]
     keys = ["world", "group", "seq"]
-    present = coll.groupby(keys, observed=True, sort=False)["rank"].agg(lambda r: frozenset(int(x) for x in r))
-    members = coll.groupby(keys, observed=True, sort=False)["group_ranks"].first()
-    drop = []
-    for key, ranks in present.items():
-        world, group, seq = key
-        missing = set(_ranks(members[key])) - ranks
-        if any(seq <= passed.get((m, _str(world), _str(group)), 0) for m in missing):
-            drop.append(key)
-    if not drop:
+    coll = df[~df["op"].astype(str).isin(P2P_OPS).to_numpy()]
+    by = coll.groupby(keys, observed=True, sort=False)
+    per = pd.DataFrame({"n": by["rank"].nunique(), "size": by["group_size"].first(),
+                        "members": by["group_ranks"].first()})
+    short = per[per["n"] < per["size"]]          # some member has no record: usually a handful of seqs
+    if not len(short):
         return df
-    gone = {(_str(w), _str(g), int(s)) for w, g, s in drop}
-    rows = zip(df["world"].astype(object), df["group"].astype(object), df["seq"].to_numpy(), df["op"].astype(str))
-    keep = [op in P2P_OPS or (_str(w), _str(g), int(s)) not in gone for w, g, s, op in rows]
-    return df[np.array(keep, dtype=bool)]
+    wanted = set(short.index)
+    present: dict = {}
+    sub = coll[coll["seq"].isin(short.index.get_level_values("seq").unique()).to_numpy()]
+    for w, g, s, r in zip(sub["world"].astype(object), sub["group"].astype(object), sub["seq"].to_numpy(),
+                          sub["rank"].to_numpy()):
+        if (w, g, s) in wanted:
+            present.setdefault((w, g, s), set()).add(int(r))
+    gone = set()
+    for key, row in short.iterrows():
+        world, group, seq = key
+        missing = set(_ranks(row["members"])) - present.get(key, set())
+        if any(int(seq) <= passed.get((m, _str(world), _str(group)), 0) for m in missing):
+            gone.add((_str(world), _str(group), int(seq)))
+    if not gone:
+        return df
+    keep = np.ones(len(df), dtype=bool)
+    cand = np.flatnonzero(df["seq"].isin({s for _, _, s in gone}).to_numpy())
+    sub = df.iloc[cand]
+    for i, w, g, s, op in zip(cand, sub["world"].astype(object), sub["group"].astype(object), sub["seq"].to_numpy(),
+                              sub["op"].astype(str)):
+        if op not in P2P_OPS and (_str(w), _str(g), int(s)) in gone:
+            keep[i] = False
+    return df[keep]
 
 
 def _ranks(text) -> list[int]:

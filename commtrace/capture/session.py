@@ -64,6 +64,8 @@ class Session:
     def __fspath__(self) -> str:
         return self.run_dir
 
+    __str__ = __fspath__
+
 
 def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang: bool = False) -> Session:
     """Trace this process (and the Python processes it starts) from now on.
@@ -98,6 +100,8 @@ def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_
                 activate.activate_from_env(command=command)
             else:
                 rec.reopen(run_dir, run_id, launcher, command)
+                from . import watchdog
+                watchdog.resume(rec)
             _adopt_existing_groups()
         except BaseException:
             _restore_env()

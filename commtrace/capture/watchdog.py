@@ -405,6 +405,24 @@ def install(rec) -> None:
             os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def resume(rec) -> None:
+    """After ``Recorder.reopen`` (``commtrace.start()`` after ``stop()``): the hang
+    watchdog ended with the previous session; start it again with the current
+    settings (``COMMTRACE_HANG_TIMEOUT``). Signal dumps never stopped."""
+    with _lock:
+        old = _state.get("watchdog")
+        if old is not None:
+            old.stop()
+            _state.pop("watchdog", None)
+        if _state.get("rec") is not rec:
+            return  # never installed for this recorder: install() does it all
+    timeout = hang_timeout_from_env()
+    if timeout:
+        wd = HangWatchdog(rec, timeout, os.environ.get(ENV_ABORT_ON_HANG, "0") == "1")
+        wd.start()
+        _state["watchdog"] = wd
+
+
 def _after_fork_in_child() -> None:
     # Threads do not survive fork: restart the watchdog for the child's own ops.
     global _lock

@@ -10,10 +10,13 @@ it saw to OUT.rank<R> (JSON). MODE:
   all_reduces; start() again (restart); 2 all_reduces; exit without stop().
 * ``with``:   init; ``with commtrace.start(keep_last=4):`` 6 all_reduces; then
   2 untraced ones.
+* ``hang``:   init; start(hang_timeout=1); stop(); start(hang_timeout=1) again;
+  rank 1 joins an all_reduce 2.5 s late (rank 0's watchdog dumps, no abort).
 """
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -82,6 +85,15 @@ def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
             seen["in"] = all_reduces(6)
         seen["env_after"] = env_of_interest()
         seen["out"] = all_reduces(2)
+    elif mode == "hang":
+        dist.init_process_group(**init)
+        commtrace.start(out_dir=run_dir, hang_timeout=1)
+        all_reduces(1)
+        commtrace.stop()
+        commtrace.start(out_dir=run_dir, hang_timeout=1)
+        if rank == 1:
+            time.sleep(2.5)
+        seen["late"] = all_reduces(1)
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump(seen, f)
     dist.barrier()

@@ -162,7 +162,7 @@ def test_check_judges_only_what_a_bounded_member_did_not_pass():
     # Rank 1 has no record of seq 3 (dropped: it passed seq 5) nor of seq 7 (never arrived).
     rows = [(0, s) for s in (3, 4, 5, 7)] + [(1, s) for s in (4, 5)]
     df = pd.DataFrame({"rank": [r for r, _ in rows], "seq": [s for _, s in rows], "world": "w", "group": "0",
-                       "op": "all_reduce", "group_ranks": "0,1"})
+                       "op": "all_reduce", "group_ranks": "0,1", "group_size": 2})
     procs = [{"rank": 0, "coverage": {"max_seq": [["w", "0", 7]]}},
              {"rank": 1, "coverage": {"max_seq": [["w", "0", 5]]}}]
     judged = judged_frame(df, procs)

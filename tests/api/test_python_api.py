@@ -117,6 +117,18 @@ def test_context_manager_with_keep_last_on_the_python_wrapper(tmp_path_factory):
     assert df.groupby("rank")["seq"].apply(list).to_dict() == {0: [3, 4, 5, 6], 1: [3, 4, 5, 6]}
 
 
+def test_hang_watchdog_runs_again_after_a_restart(tmp_path_factory):
+    run_dir, seen = _launch(tmp_path_factory, "hang")
+    assert seen[0]["late"] == 2.0
+    [dump] = glob.glob(os.path.join(str(run_dir), "hang.rank0.pid*.json"))
+    with open(dump) as f:
+        doc = json.load(f)
+    assert [(o["op"], o["seq"]) for o in doc["in_flight"]] == [("all_reduce", 2)]
+    from commtrace.trace.reader import load_run
+    [second] = [p for p in load_run(str(run_dir)).processes if p["rank"] == 0 and ".s2." in p["file"]]
+    assert [d["reason"] for d in second["dumps"]] == ["hang"]     # dumped during the second session
+
+
 # -- COMMTRACE=1 ----------------------------------------------------------------------
 
 def _autostart_installed() -> None:
