@@ -39,7 +39,7 @@ class StepWindow:
     every: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> "StepWindow":
+    def parse(cls, text: str) -> StepWindow:
         """``"A:B"``, ``"A"`` or ``"every:K"`` (steps count from 1); ValueError says what is wrong."""
         text = str(text)
         m = _EVERY_RE.match(text)

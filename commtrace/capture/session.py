@@ -52,7 +52,7 @@ class Session:
     def stop(self) -> str | None:
         return stop() if self.started else self.run_dir
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -198,6 +198,7 @@ def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_han
     """Set the variables that tell Python children they belong to the run
     (as ``commtrace run`` does); ``stop()`` puts the previous values back."""
     import json
+
     from .runner import BOOT_DIR
     env = os.environ
     if not _saved_env:
