@@ -28,7 +28,7 @@ setup: $(STAMP) native
 native: $(STAMP)
 	@$(PYTHON) -m commtrace build-native || echo "commtrace: C++ fast paths not built; using the Python code paths"
 
-$(STAMP): setup.cfg setup.py pyproject.toml commtrace/capture/commtrace-autostart.pth
+$(STAMP): setup.cfg pyproject.toml commtrace/_install_pth.py commtrace/capture/commtrace-autostart.pth
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"

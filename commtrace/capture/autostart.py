@@ -1,7 +1,7 @@
 """``COMMTRACE=1``: trace a program without changing it or its command line.
 
 Imported at interpreter start by ``commtrace-autostart.pth`` (installed with the
-package; see setup.py) only when ``COMMTRACE`` is set to a true value, so every
+package; see commtrace/_install_pth.py) only when ``COMMTRACE`` is set to a true value, so every
 other interpreter pays one environment lookup. It does what
 ``commtrace.start()`` does, with the options from the environment:
 ``COMMTRACE_DIR`` (run directory), ``COMMTRACE_KEEP_LAST``, ``COMMTRACE_STEPS``,
