@@ -122,7 +122,8 @@ def compare_reports(named: list[tuple[str, object]], by: list[str] | None = None
     acrosses = [r.steps.across if r.steps is not None else None for r in reports]
     by, table = breakdown(names, reports, by)
     windows = [{"window": r.info.get("window"), "steps_shown": r.steps.shown if r.steps is not None else 0,
-                "steps_total": r.steps.total_steps if r.steps is not None else 0} for r in reports]
+                "steps_total": r.steps.total_steps if r.steps is not None else 0,
+                "coverage": r.info.get("coverage")} for r in reports]
     return {"runs": names, "steps": step_comparison(names, acrosses), "breakdown": table, "by": by,
             "windows": windows, "busbw": [float(_run_busbw(r)) for r in reports]}
 

@@ -25,7 +25,7 @@ class StepTables:
     per_rank: pd.DataFrame      # one row per (rank, step) in the window
     across: pd.DataFrame        # one row per step: over the ranks that took it
     outside: pd.DataFrame       # ops of stepping ranks outside every step
-    total_steps: int            # steps in the whole run (most any rank took)
+    total_steps: int            # the highest step number of the run (most any rank took)
 
     @property
     def shown(self) -> int:
@@ -97,7 +97,7 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
     if len(steps):
         per_rank = step_figures.table()
         step_tables = StepTables(per_rank, across_ranks(per_rank), outside.table(a_full, where, applied.selected),
-                                 int(steps.groupby("rank").size().max()))
+                                 int(steps["step"].max()))
     del op_step, where, step_figures
     df = take_rows(full, applied.selected)
     a = a_full if df is full else OpArrays.of(df)

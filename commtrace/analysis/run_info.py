@@ -11,8 +11,9 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
-from .arrays import OpArrays, stable_order
+from .arrays import OpArrays, cat_codes, stable_order
 from .clocks import clock_summary
+from .coverage import bounded_processes, coverage_text
 
 
 @dataclass
@@ -121,6 +122,23 @@ def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
     return None
 
 
+def _stem(p: dict) -> str:
+    f = str(p.get("file") or "")
+    return f[: -len(schema.META_SUFFIX)] if f.endswith(schema.META_SUFFIX) else f
+
+
+def _record_spans(df: pd.DataFrame, a: OpArrays) -> dict[str, int]:
+    """Per trace file (stem): first recorded op start to last recorded op end."""
+    if not len(df):
+        return {}
+    codes, files = cat_codes(df["file"])
+    lo = np.full(len(files), np.iinfo(np.int64).max)
+    hi = np.full(len(files), np.iinfo(np.int64).min)
+    np.minimum.at(lo, codes, a.start)
+    np.maximum.at(hi, codes, a.end)
+    return {str(f): int(h - low) for f, low, h in zip(files, lo, hi) if h >= low}
+
+
 def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFrame | None = None,
              t0: int | None = None, comm_ns_per_rank: dict | None = None,
              window_ns_per_rank: dict | None = None) -> dict:
@@ -130,7 +148,8 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
     op; ``comm_ns_per_rank``: communication time per rank (default: the union of
     the shown ops); ``window_ns_per_rank``: the length of each rank's window when
     the report shows part of the run -- the comm share is then comm / window
-    length instead of comm / wall time."""
+    length instead of comm / wall time. A bounded process (ring, steps window)
+    shares over the time its records cover (first op kept to last op end)."""
     df = run.frame if frame is None else frame
     a = arrays or OpArrays.of(df)
     procs = run.processes
@@ -153,6 +172,8 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
     # worlds one after another (a test suite spawning fresh ranks per test),
     # and comm time is summed over all of that rank's ops, so share stays <= 1.
     walls: dict = {}
+    covered: dict = {}   # a bounded process shares over the time its records cover, not its wall time
+    spans_of_file = _record_spans(df, a) if bounded_processes(procs) else {}
     for p in procs:
         r = p.get("rank")
         if not isinstance(r, int):
@@ -160,7 +181,10 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
         w = _wall_ns(p, last_end.get(r), t0)
         if w:
             walls[r] = walls.get(r, 0) + w
-    denominators = walls if window_ns_per_rank is None else window_ns_per_rank
+        if spans_of_file:
+            w = spans_of_file.get(_stem(p), 0) if isinstance(p.get("coverage"), dict) else w
+            covered[r] = covered.get(r, 0) + (w or 0)
+    denominators = window_ns_per_rank if window_ns_per_rank is not None else (covered or walls)
     shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}
     share_vals = np.array(list(shares.values()), dtype=float)
     return {
@@ -170,6 +194,7 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
         "backends": sorted({b for p in procs for b in (p.get("backends") or []) if b and b != "None"}),
         "torch_version": next((p.get("torch_version") for p in procs if p.get("torch_version")), None),
         "clocks": clock_summary(procs),
+        "coverage": coverage_text(procs),
         "wall_ns": max(walls.values()) if walls else None,
         "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
         "span_ns": (t1 - int(a.start.min())) if len(a.start) else 0, "t0_ns": t0,

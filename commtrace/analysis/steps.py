@@ -15,7 +15,10 @@ Definitions (docs/report.md, "Steps"):
   Other ops are *before the first step*, *between steps* or *after the last
   step* -- never in a step.
 
-Steps are numbered 1.. per rank in time order (over the rank's processes).
+Steps carry the number capture gave them (1 = the first optimizer step of the
+process; a bounded trace keeps only some steps, and they keep their numbers); a
+rank whose run held several processes continues each later process's numbers
+after the earlier ones'.
 """
 from __future__ import annotations
 
@@ -64,13 +67,30 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     fcode = keys // (int(step.max()) + 1)
     st = pd.DataFrame({"rank": _file_ranks(spans, fcodes, len(files))[fcode], "t_begin_ns": begin,
                        "t_end_ns": end, "micro_steps": micro.astype(np.int32),
-                       "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files))})
+                       "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files)),
+                       "step": (keys % (int(step.max()) + 1)).astype(np.int32)})
     st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
     if arrays is not None and len(arrays.rank):
         with_forwards = set(np.unique(spans["rank"].to_numpy()[phase_is["forward"]]).tolist())
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
-    st["step"] = st.groupby("rank").cumcount().to_numpy(dtype=np.int32) + 1
+    st["step"] = _numbered_per_rank(st)
     return st[STEP_COLUMNS]
+
+
+def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
+    """Step numbers as capture gave them (so a bounded trace's steps keep theirs);
+    a rank whose run held several processes (worlds one after another) continues
+    each later process's numbers after the earlier ones'."""
+    step = st["step"].to_numpy(np.int32).copy()
+    if st.groupby("rank")["file"].nunique().max() <= 1:
+        return step
+    for _, rows in st.groupby("rank", sort=False).indices.items():
+        offset, files = 0, st["file"].to_numpy()[rows]
+        for f in pd.unique(files):   # in time order: rows are sorted by begin
+            mine = rows[files == f]
+            step[mine] += offset
+            offset = int(step[mine].max())
+    return step
 
 
 def _step_of(keys: np.ndarray, key: np.ndarray) -> np.ndarray:

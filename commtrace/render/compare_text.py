@@ -39,7 +39,8 @@ def render_compare(con: Console, cmp: dict) -> None:
     con.print(Text("commtrace compare", style="bold"))
     for label, name, w in zip(labels, runs, cmp["windows"]):
         steps = f"{w['steps_shown']} of {w['steps_total']} steps" if w["steps_total"] else "no optimizer steps"
-        con.print(Text(f"  {label:<5} {plain_safe(name)}  ({steps}; window: {plain_safe(w['window'])})"),
+        cover = f"; bounded trace: {plain_safe(w['coverage'])}" if w.get("coverage") else ""
+        con.print(Text(f"  {label:<5} {plain_safe(name)}  ({steps}; window: {plain_safe(w['window'])}{cover})"),
                   overflow="fold")
     _render_steps(con, cmp, labels)
     _render_breakdown(con, cmp, labels)

@@ -79,7 +79,8 @@ def render_banner(con: Console, rep) -> None:
     t.append("commtrace report ", style="bold")
     t.append(plain_safe(info["run_dir"]) + "\n")
     windowed = not rep.window.whole_run
-    of = "of the window per rank" if windowed else "of wall time per rank"
+    of = "of the window per rank" if windowed else (
+        "of the time its records cover per rank (bounded trace)" if info.get("coverage") else "of wall time per rank")
     rows = [
         ("command", plain_safe(info["command"]) or "-"),
         ("ranks", f"{info['ranks']} of {info['world_size']}" + (f"  (incomplete: {', '.join(map(str, info['incomplete_ranks']))})" if info["incomplete_ranks"] else "")),

@@ -106,3 +106,27 @@ def test_load_steps_table(ddp):
     assert steps.loc[(1, 2), "step_ns"] == 55 * US and steps.loc[(0, 1), "exposed_ns"] == 19 * US
     spans = commtrace.load(ddp, table="spans")
     assert sorted(spans["phase"].unique()) == ["backward", "forward", "optimizer"] and len(spans) == 12
+
+
+def test_steps_keep_their_numbers(tmp_path):
+    """A trace that kept only steps 10..12 (bounded) shows steps 10..12, and --steps selects by those
+    numbers; a rank with two processes one after another numbers the second's steps after the first's."""
+    from tracebuilder import Proc, write_run
+    p = Proc(0, world_size=1)
+    for k in (10, 11, 12):
+        t = 100.0 * k
+        p.span("forward", t, t + 10, k).span("backward", t + 10, t + 30, k)
+        p.op("all_reduce", t + 12, t + 20, is_async=False, phase="backward")
+        p.span("optimizer", t + 30, t + 40, k)
+    d = write_run(tmp_path / "bounded", [p], end_us=2000)
+    assert list(report(d).steps.across.index) == [10, 11, 12]
+    assert list(report(d, steps="11").steps.across.index) == [11]
+    assert report(d).steps.total_steps == 12
+    first, second = Proc(0, world_size=1, pid=1), Proc(0, world_size=1, pid=2)
+    for proc, base in ((first, 0.0), (second, 1000.0)):
+        for k in (1, 2):
+            t = base + 100.0 * k
+            proc.span("backward", t, t + 10, k).op("all_reduce", t + 2, t + 8, is_async=False, phase="backward")
+            proc.span("optimizer", t + 10, t + 20, k)
+    d = write_run(tmp_path / "two", [first, second], end_us=3000)
+    assert list(report(d).steps.per_rank["step"]) == [1, 2, 3, 4]

@@ -10,6 +10,7 @@ a barrier).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import sys
 import warnings
@@ -100,6 +101,9 @@ def test_report_and_check_say_what_a_ring_covers(ring):
     chk = _cli("check", str(ring)).check(0)
     assert "no problems found" in chk.stdout
     assert "info  bounded trace: last 40 ops per process kept" in chk.stdout
+    data = json.loads(_cli("report", str(ring), "--json", "-").check().stdout)
+    assert [s["step"] for s in data["steps"]][-1] == STEPS       # the kept steps keep their numbers
+    assert all(0 < v <= 1 for v in data["run"]["comm_share_per_rank"].values())
 
 
 def test_steps_window_writes_only_those_steps(window):
@@ -129,6 +133,14 @@ def test_report_and_check_say_what_a_window_covers(window):
     assert "steps 10:12 in full (of 30 taken); 172 ops outside only counted" in rep.stdout
     chk = _cli("check", str(window)).check(0)
     assert "no problems found" in chk.stdout and "bounded trace: steps 10:12" in chk.stdout
+    # The step table keeps capture's step numbers; --steps selects by them; the comm
+    # share is over the time the records cover.
+    data = json.loads(_cli("report", str(window), "--json", "-").check().stdout)
+    assert [s["step"] for s in data["steps"]] == [10, 11, 12]
+    assert data["run"]["coverage"].startswith("steps 10:12 in full")
+    assert all(0 < v <= 1 for v in data["run"]["comm_share_per_rank"].values())
+    data = json.loads(_cli("report", str(window), "--steps", "11", "--json", "-").check().stdout)
+    assert [s["step"] for s in data["steps"]] == [11]
 
 
 def test_torchrun_ring_and_every_k(tmp_path):
