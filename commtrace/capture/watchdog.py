@@ -271,8 +271,24 @@ def _handle_signal_in_thread(signum: int) -> None:
         time.sleep(0.2)
         dump_once(rec, "SIGTERM")
         rec.close(exit_code=128 + signum, how="signal")
-        sigview.uninstall(signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGTERM)
+        die_by(signal.SIGTERM)
+
+
+def die_by(signum: int) -> None:
+    """End the process by ``signum``'s default action, as it would have ended
+    without commtrace -- from any thread. Python lets only the main thread change
+    a handler (and the main thread may be blocked in C++), so the C-level
+    disposition is reset directly; ``os._exit(128 + signum)`` if even that fails."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        libc.signal(int(signum), None)   # SIG_DFL
+        os.kill(os.getpid(), signum)
+        time.sleep(5)                    # the default action ends every thread before this returns
+    finally:
+        os._exit(128 + int(signum))
 
 
 def dump_once(rec, reason: str) -> str | None:

@@ -1,0 +1,37 @@
+"""SIGTERM ends a traced process blocked in C++ as it ends an untraced one: at once, by SIGTERM.
+
+The Python handler commtrace installs cannot run while the main thread is inside a
+C++ call; the signal thread dumps, closes the trace and re-raises with the default
+action. A launcher tearing a job down (mp.spawn, Slurm) must not wait for the call.
+"""
+import os
+import signal
+import time
+
+import helpers as h
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "blocked_in_init.py")
+
+
+def _terminate_when_ready(ready):
+    def after_start(proc):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)   # inside init_process_group by now
+        proc.send_signal(signal.SIGTERM)
+    return after_start
+
+
+def test_sigterm_while_blocked_in_cpp(tmp_path):
+    run_dir, ready = tmp_path / "run", str(tmp_path / "ready")
+    # The test's timeout (30 s) is shorter than the init timeout (60 s): a process
+    # that waits for the C++ call to return fails the test.
+    res = h.run(h.commtrace_cmd(run_dir, SCRIPT, h.free_port(), ready), timeout=30,
+                after_start=_terminate_when_ready(ready))
+    assert not res.timed_out, res.stderr
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    (meta,) = [f for f in os.listdir(run_dir) if f.endswith(".meta.jsonl")]
+    text = (run_dir / meta).read_text()
+    assert '"type":"end","exit_code":143,"how":"signal"' in text
+    assert any(f.startswith("sigterm.") for f in os.listdir(run_dir))
