@@ -93,8 +93,8 @@ def _paths(ext: Extension) -> tuple[str, str]:
     every group a process creates asks, and the sources do not change under it."""
     import torch
     h = hashlib.sha256()
-    for s in ext.sources:
-        with open(os.path.join(HERE, s), "rb") as f:
+    for s in _inputs(ext):
+        with open(s, "rb") as f:
             h.update(f.read())
     h.update(repr((ext.compiler, ext.cflags, ext.ldflags, torch.__version__, os.path.dirname(torch.__file__),
                    sys.version_info[:2], _flags_version)).encode())
@@ -103,6 +103,15 @@ def _paths(ext: Extension) -> tuple[str, str]:
 
 
 _flags_version = 1  # bump when _torch_flags changes
+
+
+def _inputs(ext: Extension) -> list[str]:
+    """The files a build of ``ext`` reads: its sources and every header (``*.h``)
+    in their folders, which the sources include."""
+    paths = [os.path.join(HERE, s) for s in ext.sources]
+    for d in sorted({os.path.dirname(p) for p in paths}):
+        paths += sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".h"))
+    return paths
 
 
 def build(ext: Extension, verbose: bool = False) -> str:

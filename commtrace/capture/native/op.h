@@ -1,0 +1,71 @@
+// One traced op while it runs (Op), its packed row in the trace (Record), an
+// async op waiting for its end (Pending) and what the hot path knows of a sig.
+#pragma once
+#include "common.h"
+
+namespace ct {
+
+// Must equal trace/schema.py and capture/recorder.py.
+constexpr uint8_t STATUS_COMPLETED = 0, STATUS_FAILED = 1, STATUS_IN_FLIGHT = 2;
+constexpr uint8_t FLAG_END_OBSERVED = 0x04;
+constexpr int64_t IN_FLIGHT_AFTER_NS = 1000000000;
+constexpr size_t RETIRE_PER_CALL = 4;
+
+struct Record {  // schema.OP_RECORD, little-endian, 32 bytes
+  int64_t t_call;
+  float d_return, d_end;
+  uint32_t seq, sig, iteration;
+  uint16_t group;
+  uint8_t status, flags;
+};
+static_assert(sizeof(Record) == 32, "OP_RECORD is 32 bytes");
+
+// One op. Shared with the future callback that stamps its end.
+struct Op {
+  int64_t t_call = 0, t_return = 0;
+  std::atomic<int64_t> t_end{0};
+  std::atomic<uint8_t> status{STATUS_COMPLETED};
+  int64_t seq = 0, iteration = 0;
+  std::atomic<int32_t> sig{-1};  // -1 until looked up (after issuing, on gloo and NCCL): read by the flush thread
+  int32_t group = 0;
+  uint8_t flags = 0;
+  bool inflight_written = false;
+
+  Record record(uint8_t st) const {
+    Record r;
+    r.t_call = t_call;
+    r.d_return = t_return ? float(t_return - t_call) : NAN;
+    int64_t e = t_end.load(std::memory_order_acquire);
+    r.d_end = e ? float(e - t_call) : NAN;
+    r.seq = uint32_t(seq);
+    r.sig = uint32_t(sig.load());
+    r.iteration = uint32_t(iteration);
+    r.group = uint16_t(group);
+    r.status = st;
+    r.flags = flags;
+    return r;
+  }
+};
+using OpPtr = std::shared_ptr<Op>;
+
+using EventPtr = std::shared_ptr<c10::Event>;
+
+struct Pending {
+  OpPtr op;
+  WorkPtr work;
+  FuturePtr fut;  // CPU work's future (its callback stamps the end); null: polled or handed to the waiter
+  bool p2p;
+  bool handed = false;
+  bool device = false;  // a device (CUDA) op: never waited for, never called back
+  EventPtr event;       // its end event, when it has one (DeviceEndTimer)
+  int device_index = -1;
+};
+
+// What the hot path needs to know of a sig (Recorder.sig_cpu / sig_cuda).
+struct SigInfo {
+  int32_t sig = -1;
+  bool cpu = true;   // CPU tensors: a blocking op is waited for here
+  int32_t cuda = -1; // device index of a CUDA op, -1 otherwise
+};
+
+}  // namespace ct
