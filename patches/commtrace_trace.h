@@ -65,13 +65,15 @@
 
 namespace commtrace {
 
+// --- record layout (see commtrace/trace/schema.py) ---
+// OpRecord, kFormatName, kFormatVersion, kRecordSize, kStatus*, kFlag*: generated
+// from schema.py into commtrace_record.h, which the patch adds next to this file.
+}  // namespace commtrace
+#include "commtrace_record.h"
+namespace commtrace {
+// --- end record layout ---
+
 constexpr const char* kEnvDir = "COMMTRACE_DIR";
-constexpr int kFormatVersion = 1;
-constexpr uint8_t kStatusCompleted = 0;
-constexpr uint8_t kStatusFailed = 1;
-constexpr uint8_t kStatusInFlight = 2;
-constexpr uint8_t kFlagSourceCpp = 1;
-constexpr size_t kRecordSize = 32;
 constexpr int64_t kFlushIntervalMs = 500;
 constexpr int64_t kInFlightAfterNs = 1000000000;  // 1 s
 constexpr size_t kMaxErrorText = 4000;

@@ -31,6 +31,8 @@ HEADER = PATCHES / "commtrace_trace.h"
 DRIVER_SRC = ROOT / "tests" / "cpp" / "main.cpp"
 TREE_CPP = "torch/csrc/distributed/c10d/ProcessGroupMPI.cpp"
 TREE_HPP = "torch/csrc/distributed/c10d/CommtraceTrace.hpp"
+RECORD_HEADER = PATCHES / "commtrace_record.h"  # generated from schema.py (commtrace/trace/record_header.py)
+TREE_RECORD_H = "torch/csrc/distributed/c10d/commtrace_record.h"
 
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
@@ -137,6 +139,10 @@ def test_basic_trace(driver, tmp_path):
     ag = next(s for s in sigs.values() if s["op"] == "all_gather")
     assert ag["variant"] == "mpi:_allgather_base" and ag["out_shapes"] == [[12]]
     assert ag["dtype"] == "bfloat16"
+    # every line is of a type schema.py defines, with fields schema.META_FIELDS names
+    for m in meta:
+        assert m["type"] in schema.META_FIELDS, m
+        assert set(m) - {"type"} <= set(schema.META_FIELDS[m["type"]]), m
     # every line names a sig id it defined before
     seen = set()
     for m in meta:
@@ -323,12 +329,13 @@ def parse_patch(text):
 def test_patch_is_wellformed_and_touches_only_its_files():
     text = PATCH.read_text()
     files = parse_patch(text)
-    assert set(files) == {TREE_CPP, TREE_HPP}
-    assert re.search(rf"^diff --git a/{TREE_HPP} b/{TREE_HPP}\nnew file mode 100644\n", text, re.M)
+    assert set(files) == {TREE_CPP, TREE_HPP, TREE_RECORD_H}
     assert "--- /dev/null" in text
-    # The header in the patch is byte-for-byte patches/commtrace_trace.h.
-    (hunk,) = files[TREE_HPP]
-    assert "\n".join(b[1:] for b in hunk[4]) + "\n" == HEADER.read_text()
+    # The headers in the patch are byte-for-byte patches/commtrace_trace.h and commtrace_record.h.
+    for tree_path, here in ((TREE_HPP, HEADER), (TREE_RECORD_H, RECORD_HEADER)):
+        assert re.search(rf"^diff --git a/{tree_path} b/{tree_path}\nnew file mode 100644\n", text, re.M)
+        (hunk,) = files[tree_path]
+        assert "\n".join(b[1:] for b in hunk[4]) + "\n" == here.read_text()
     res = subprocess.run([sys.executable, str(PATCHES / "make_patch.py"), "--check"],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -364,6 +371,7 @@ def test_patch_applies_to_its_own_preimage(tmp_path):
         assert res.returncode == 0, (args, res.stderr)
     assert "commtrace::wrapRun" in target.read_text()
     assert (repo / TREE_HPP).read_text() == HEADER.read_text()
+    assert (repo / TREE_RECORD_H).read_text() == RECORD_HEADER.read_text()
 
 
 # -- make targets ---------------------------------------------------------------

@@ -183,3 +183,18 @@ SIG_FIELDS = (
                    # (object collectives: "all_gather_object", ...; detail "object_sizes"/"object_payload")
 )
 
+
+# Fields (besides ``type``) of the meta lines that both the Python recorder and
+# the C++ writers (patches/commtrace_trace.h) emit; any may be missing or null.
+# tests/test_patch.py checks every line the C++ writer emits against these.
+META_FIELDS = {
+    META_HEADER: ("format", "version", "source", "record_size", "commtrace_version", "torch_version", "host",
+                  "pid", "ppid", "rank", "launcher", "launch_env", "run_id", "command", "argv", "python", "cwd",
+                  "t_wall_ns", "t_mono_ns", "t_wall_open_ns", "t_mono_open_ns", "session", "bounded",
+                  "clock"),  # clock: the C++ writer's clock name ("steady_clock")
+    META_WORLD: ("world", "t_mono_ns", "world_id", "rank", "world_size", "backend"),
+    META_GROUP: ("id", "world", "world_id", "name", "desc", "backend", "size", "ranks", "rank", "wrapper"),
+    META_SIG: ("id", *SIG_FIELDS),
+    META_ERROR: ("t_call", "group", "seq", "sig", "text"),
+    META_END: ("exit_code", "how", "t_wall_ns", "t_mono_ns"),
+}

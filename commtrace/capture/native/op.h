@@ -2,23 +2,19 @@
 // async op waiting for its end (Pending) and what the hot path knows of a sig.
 #pragma once
 #include "common.h"
+#include "commtrace_record.h"  // generated from trace/schema.py
 
 namespace ct {
 
-// Must equal trace/schema.py and capture/recorder.py.
-constexpr uint8_t STATUS_COMPLETED = 0, STATUS_FAILED = 1, STATUS_IN_FLIGHT = 2;
-constexpr uint8_t FLAG_END_OBSERVED = 0x04;
+// The record layout and its codes are schema.py's (through the generated
+// header); rows are copied out as bytes, so the host must be little-endian.
+using Record = commtrace::OpRecord;
+constexpr uint8_t STATUS_COMPLETED = commtrace::kStatusCompleted, STATUS_FAILED = commtrace::kStatusFailed,
+                  STATUS_IN_FLIGHT = commtrace::kStatusInFlight;
+constexpr uint8_t FLAG_END_OBSERVED = commtrace::kFlagEndObserved;
 constexpr int64_t IN_FLIGHT_AFTER_NS = 1000000000;
 constexpr size_t RETIRE_PER_CALL = 4;
-
-struct Record {  // schema.OP_RECORD, little-endian, 32 bytes
-  int64_t t_call;
-  float d_return, d_end;
-  uint32_t seq, sig, iteration;
-  uint16_t group;
-  uint8_t status, flags;
-};
-static_assert(sizeof(Record) == 32, "OP_RECORD is 32 bytes");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "op records are little-endian");
 
 // One op. Shared with the future callback that stamps its end.
 struct Op {
