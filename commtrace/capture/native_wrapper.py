@@ -19,10 +19,10 @@ import torch.distributed as dist
 
 from .. import native
 from . import ops
+from .native_ext import EXTENSION
 from .recorder import Recorder
 from .wrapper import TracedProcessGroup, _is_internal, _lookup, mirror_backends
 
-EXTENSION = native.Extension("commtrace_traced_pg", ("capture/native/traced_pg.cpp",))
 _lock = threading.Lock()
 _cpu_only_groups: dict = {}  # (id(recorder), gid) -> no device but the CPU can reach the group
 
