@@ -1,0 +1,221 @@
+"""The mpi backend's Works: one per MPI request (``MPIWork``), finished inside the
+call (``_DoneWork``), or over a coalesced block (``_MultiWork``). The progress
+thread (progress.py, started by runtime.init) completes requests nobody waits on."""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import runtime
+
+_state_lock = threading.Lock()    # guards Work._done/_fut hand-over between threads
+
+
+class MPIWork(dist.Work):
+    """Work for one MPI request (or none: already finished).
+
+    Exactly one thread ever tests/waits the request: the progress thread while
+    the work is in its active list, or the thread that stole it in wait().
+    """
+
+    # Defaults for finished works (see _DoneWork, which sets only _result).
+    _done = True
+    _exc = None
+    _fut = None
+    _src = -1
+    _req = None
+
+    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None):
+        super().__init__()
+        self._result = result
+        self._keep = keep      # buffers MPI may still read/write: alive until done
+        self._req = req
+        self._post = post
+        self._status = status
+        self._src = src
+        self._fut = None
+        self._exc = None
+        if req is None:
+            self._done = True
+        else:
+            self._done = False
+            self._gate = threading.Lock()
+            self._gate.acquire()
+            if runtime.progress is not None:
+                runtime.progress.submit(self)
+
+    # called once, by the owner of the request
+    def _finish(self, exc):
+        if exc is None and self._post is not None:
+            try:
+                self._post()
+            except Exception as e:  # noqa: BLE001 -- surfaced through wait()
+                exc = e
+        if exc is None and self._status is not None:
+            self._src = self._status.Get_source()
+        self._keep = None
+        if exc is not None and not isinstance(exc, RuntimeError):
+            exc = RuntimeError(f"mpi backend: {type(exc).__name__}: {exc}")
+        self._exc = exc
+        with _state_lock:
+            self._done = True
+            fut = self._fut
+        self._gate.release()
+        if fut is not None:
+            self._complete_future(fut)
+
+    def _complete_future(self, fut):
+        if self._exc is not None:
+            fut.set_exception(self._exc)
+        else:
+            fut.set_result(self._result)
+
+    def wait(self, timeout=None):
+        if not self._done:
+            secs = _seconds(timeout)
+            if runtime.progress is None or runtime.progress.steal(self):
+                self._wait_owned(secs)
+            elif not self._gate.acquire(timeout=secs if secs else -1):
+                raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
+            else:
+                self._gate.release()
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def _wait_owned(self, secs):
+        import time
+        try:
+            if not secs:
+                self._req.Wait(self._status)
+            else:
+                deadline = time.monotonic() + secs
+                while not self._req.Test(self._status):
+                    if time.monotonic() > deadline:
+                        if runtime.progress is not None:
+                            runtime.progress.submit(self)   # give it back; it may still finish
+                        raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
+                    time.sleep(50e-6)
+        except RuntimeError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            self._finish(e)
+            return
+        self._finish(None)
+
+    def is_completed(self):
+        if self._done:
+            return True
+        if runtime.progress is None or runtime.progress.steal(self):   # test now, not at the next poll
+            try:
+                flag = self._req.Test(self._status)
+            except Exception as e:  # noqa: BLE001
+                self._finish(e)
+                return True
+            if flag:
+                self._finish(None)
+                return True
+            if runtime.progress is not None:
+                runtime.progress.submit(self)
+        return self._done
+
+    def is_success(self):
+        return self._done and self._exc is None
+
+    def exception(self):
+        return self._exc
+
+    def get_future(self):
+        """The work's one future (every caller -- DDP, the tracer, the user --
+        gets the same object, as with c10d's own Work)."""
+        if runtime.progress is None and not self._done:
+            self.wait()       # nobody else could complete it
+        with _state_lock:
+            fut = self._fut
+            if fut is not None:
+                return fut
+            fut = self._fut = torch.futures.Future()
+            if not self._done:
+                return fut
+        self._complete_future(fut)
+        return fut
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def source_rank(self):
+        self.wait()
+        return self._src
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        return None
+
+
+class _DoneWork(MPIWork):
+    """A Work that finished inside the call (asyncOp=False). No __init__: the
+    pybind constructor plus one attribute is the cheapest Work torch accepts."""
+
+    __init__ = dist.Work.__init__
+
+
+class _MultiWork(dist.Work):
+    """end_coalescing(): one Work over the works issued while coalescing."""
+
+    def __init__(self, works):
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout=None):
+        for w in self._works:
+            w.wait(timeout)
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
+
+    def get_future(self):
+        if getattr(self, "_fut", None) is not None:
+            return self._fut   # one future per work, whoever asks
+        fut = self._fut = torch.futures.Future()
+        futs = [w.get_future() for w in self._works]
+        res = [t for w in self._works for t in w._result]
+        if not futs:
+            fut.set_result(res)
+            return fut
+        all_f = torch.futures.collect_all(futs)
+
+        def done(f):
+            try:
+                f.value()
+                for x in f.value():
+                    x.value()
+                fut.set_result(res)
+            except Exception as e:  # noqa: BLE001
+                fut.set_exception(e)
+        all_f.add_done_callback(done)
+        return fut
+
+    def exception(self):
+        for w in self._works:
+            if w._exc is not None:
+                return w._exc
+        return None
+
+    def result(self):
+        self.wait()
+        return [t for w in self._works for t in w._result]
+
+
+def _seconds(timeout):
+    if timeout is None:
+        return 0
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
