@@ -57,6 +57,12 @@ def run_driver(driver, mode, rank, run_dir=None, timeout=60):
                           timeout=timeout)
 
 
+def read_records(path):
+    size = os.path.getsize(path)
+    assert size % schema.RECORD_SIZE == 0, "torn record"
+    return np.fromfile(path, dtype=schema.OP_RECORD)
+
+
 def read_cpp_files(run_dir):
     """[(stem, meta lines, records)] of the C++ files in run_dir, with numpy + json only."""
     out = []
@@ -64,12 +70,14 @@ def read_cpp_files(run_dir):
         stem = meta_path[: -len(schema.META_SUFFIX)]
         with open(meta_path, encoding="utf-8") as f:
             meta = [json.loads(line) for line in f if line.strip()]
-        ops_path = stem + schema.OPS_SUFFIX
-        size = os.path.getsize(ops_path)
-        assert size % schema.RECORD_SIZE == 0, "torn record"
-        recs = np.fromfile(ops_path, dtype=schema.OP_RECORD)
-        out.append((os.path.basename(stem), meta, recs))
+        out.append((os.path.basename(stem), meta, read_records(stem + schema.OPS_SUFFIX)))
     return out
+
+
+def mpi_calls(run_dir, stem):
+    """The .mpi.bin records of a stem, by (group, seq)."""
+    recs = read_records(os.path.join(run_dir, stem + schema.MPI_CALLS_SUFFIX))
+    return {(int(r["group"]), int(r["seq"])): r for r in recs}
 
 
 def by_type(meta, t):
@@ -165,6 +173,19 @@ def test_basic_trace(driver, tmp_path):
     for g in (1, 2):
         assert list(recs[recs["group"] == g]["seq"]) == [1]
 
+    # .mpi.bin: the MPI call inside each run. The all_gather copies 20 ms in and
+    # 30 ms out around a 10 ms MPI call; the failed op's call is stamped too.
+    calls = mpi_calls(tmp_path, stem)
+    assert set(calls) == {(int(r["group"]), int(r["seq"])) for r in recs}
+    for r in recs:
+        c = calls[int(r["group"]), int(r["seq"])]
+        assert (c["t_call"], c["sig"], c["status"]) == (r["t_call"], r["sig"], r["status"])
+        assert r["d_return"] <= c["d_return"] <= c["d_end"] <= r["d_end"]
+    ag = calls[0, 5]
+    assert ag["d_return"] - w["d_return"][4] >= 18e6           # copy-in (+ lock)
+    assert 8e6 <= ag["d_end"] - ag["d_return"] < 20e6          # the MPI call
+    assert w["d_end"][4] - ag["d_end"] >= 28e6                 # copy-out
+
     # Times are steady_clock = CLOCK_MONOTONIC, the clock of time.monotonic_ns().
     if sys.platform.startswith("linux"):
         assert abs(int(recs["t_call"].max()) - time.monotonic_ns()) < 60e9
@@ -232,6 +253,112 @@ def test_threads_stress(driver, tmp_path):
 
 
 @needs_gxx
+def test_global_lock_wait_is_not_mpi_time(driver, tmp_path):
+    """A blocking recv's wait holds the global MPI lock on the caller's thread for
+    300 ms while an all_reduce is queued: the split puts that in pre_mpi_ns (lock
+    wait + copies), not in mpi_ns; the recv's own MPI_CHECK stamps nothing."""
+    res = run_driver(driver, "lockwait", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    assert list(recs["seq"]) == [1, 2]
+    calls = mpi_calls(tmp_path, stem)
+    assert set(calls) == {(0, 1), (0, 2)}
+    blocked, free = recs[1], recs[0]
+    pre = calls[0, 2]["d_return"] - blocked["d_return"]
+    mpi = calls[0, 2]["d_end"] - calls[0, 2]["d_return"]
+    assert pre >= 250e6 and mpi < 100e6
+    assert calls[0, 1]["d_return"] - free["d_return"] < 100e6
+
+    ops = commtrace.load(str(tmp_path)).sort_values("seq")
+    assert list(ops["source"]) == ["cpp", "cpp"]
+    row = ops.iloc[1]
+    assert row["pre_mpi_ns"] >= 250e6 and row["mpi_ns"] < 100e6
+    # run_ns is the whole worker-side time: pre + mpi + post, each = the stamps' differences
+    for _, r in ops.iterrows():
+        assert r["run_ns"] == pytest.approx(r["pre_mpi_ns"] + r["mpi_ns"] + r["post_mpi_ns"], abs=2)
+        assert r["queue_wait_ns"] == r["t_dequeue_ns"] - r["t_enqueue_ns"]
+        assert r["mpi_ns"] == r["t_mpi_end_ns"] - r["t_mpi_begin_ns"]
+
+
+def _drain_fifo_run(driver, mode, run_dir, timeout=60):
+    """Runs a FIFO mode of the driver: the test is the (late) reader of the ops
+    FIFO; returns (stdout lines, the bytes the tracer wrote to it)."""
+    env = {**os.environ, schema.ENV_DIR: str(run_dir)}
+    proc = subprocess.Popen([driver, mode, "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines, data = [], b""
+    try:
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("fifo "):
+                with open(line.split(" ", 1)[1].strip(), "rb") as f:
+                    data = f.read()  # until the driver exits (its final flush)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (lines, proc.stderr.read())
+    return lines, data
+
+
+@needs_gxx
+def test_slow_writer_does_not_block_ops(driver, tmp_path):
+    """The ops file is a FIFO nobody reads: the flush thread blocks in write()
+    with a full pipe. 2000 more ops are enqueued and run meanwhile (with I/O
+    under the ops' mutex they would wait for the reader: a hang). Nothing is
+    lost once the reader drains the FIFO."""
+    lines, data = _drain_fifo_run(driver, "slowio", tmp_path)
+    assert "flusher_blocked" in lines
+    assert any(x.startswith("ops_done") for x in lines)
+    recs = np.frombuffer(data, dtype=schema.OP_RECORD)
+    meta = [json.loads(x) for x in open(glob.glob(str(tmp_path / "*.cpp.meta.jsonl"))[0])]
+    sig_op = {m["id"]: m["op"] for m in by_type(meta, "sig")}
+    ops = [sig_op[int(s)] for s in recs["sig"]]
+    assert ops.count("broadcast") == 2000
+    assert list(recs["seq"]) == list(range(1, len(recs) + 1))
+    assert (recs["status"] == schema.STATUS_COMPLETED).all()
+    assert meta[-1]["type"] == "end"
+
+
+@needs_gxx
+def test_fork_child_exits_while_flusher_writes(driver, tmp_path):
+    """fork() while the parent's flush thread is blocked in write() holding the
+    tracer's I/O lock: the child uses the group and exits (atexit -> close())
+    without taking any tracer lock, records nothing, writes no file; the parent's
+    trace is complete."""
+    lines, data = _drain_fifo_run(driver, "fork", tmp_path)
+    assert "child_enabled=0" in lines
+    (status,) = [x for x in lines if x.startswith("child_pid=")]
+    child_pid = int(status.split()[0].split("=")[1])
+    assert status.endswith("child=exited"), status
+    assert not [f for f in os.listdir(tmp_path) if f".pid{child_pid}." in f]
+    recs = np.frombuffer(data, dtype=schema.OP_RECORD)
+    assert list(recs["seq"]) == list(range(1, len(recs) + 1))  # only the parent's ops
+    meta = [json.loads(x) for x in open(glob.glob(str(tmp_path / "*.cpp.meta.jsonl"))[0])]
+    assert meta[-1]["type"] == "end" and len(by_type(meta, "group")) == 1
+
+
+@needs_gxx
+def test_group_destroy_recreate_and_id_limit(driver, tmp_path):
+    """A group re-created at a destroyed group's address is a new group (new id,
+    seq from 1); an address whose group was destroyed is not traced; group ids
+    are never reused, and groups beyond the 65,536 a uint16 id can name are not
+    traced (one line on stderr)."""
+    res = run_driver(driver, "groups", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "more than 65536 process groups" in res.stderr
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    groups = by_type(meta, "group")
+    ids = [g["id"] for g in groups]
+    assert ids == list(range(65536))
+    assert groups[0]["name"] == "mpi:[0,1]" and groups[1]["name"] == "mpi:[0,1]#1"
+    assert sorted(zip(recs["group"].tolist(), recs["seq"].tolist())) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    sig_op = {m["id"]: m["op"] for m in by_type(meta, "sig")}
+    assert {sig_op[int(s)] for s in recs["sig"]} == {"all_reduce"}  # neither barrier
+
+
+@needs_gxx
 @pytest.mark.skipif(not hasattr(commtrace, "load"), reason="commtrace.load (the reader) is not there yet")
 def test_reader_loads_cpp_files(driver, tmp_path):
     res = run_driver(driver, "basic", 0, tmp_path)
@@ -281,7 +408,10 @@ def test_reader_merges_cpp_into_python_rows(driver, tmp_path):
     py = ops[ops["source"] == "python"].sort_values("seq")
     assert len(py) == 6 and py["queue_wait_ns"].notna().all() and py["mpi_ns"].notna().all()
     assert py["queue_wait_ns"].iloc[1] >= 30e6   # the all_reduce queued behind the 40 ms one
-    assert py["mpi_ns"].iloc[0] >= 35e6
+    assert py["mpi_ns"].iloc[0] >= 35e6          # its 40 ms MPI call
+    ag = py.iloc[4]                              # 20 ms copy-in, 10 ms MPI, 30 ms copy-out
+    assert ag["pre_mpi_ns"] >= 18e6 and ag["mpi_ns"] < 20e6 and ag["post_mpi_ns"] >= 28e6
+    assert ag["run_ns"] >= 58e6
     cpp = ops[ops["source"] == "cpp"]
     assert len(cpp) == 2 and set(cpp["op"]) == {"all_reduce", "reduce_scatter"}  # subgroups: C++ only
 
@@ -336,10 +466,16 @@ def test_patch_is_wellformed_and_touches_only_its_files():
     hunks = files[TREE_CPP]
     added = [b[1:] for h in hunks for b in h[4] if b.startswith("+")]
     removed = [b[1:] for h in hunks for b in h[4] if b.startswith("-")]
-    assert len(hunks) == 3 and len(added) <= 40
+    assert len(hunks) == 5 and len(added) <= 45
     assert removed == ["  return c10::make_intrusive<ProcessGroupMPI>(rank, size, groupComm);"]
     assert "#include <torch/csrc/distributed/c10d/CommtraceTrace.hpp>" in added
     assert "  if (commtrace::enabled()) {" in added  # the one branch per op
+    assert "  commtrace::unregisterGroup(this); // commtrace: forget the destroyed group" in added
+    # MPI_CHECK's block starts with the stamp; the macro keeps its backslash column
+    (stamp,) = [a for a in added if "MpiCallScope" in a]
+    assert stamp.rstrip("\\").strip() == "commtrace::MpiCallScope commtraceMpiCall;"
+    macro = [b[1:] for h in hunks for b in h[4] if "MPI_CHECK(cmd)" in b or "MpiCallScope" in b]
+    assert len({len(x) for x in macro}) == 1
     assert not any("\t" in a for a in added)
     assert all(len(a) <= 80 for a in added)  # clang-format column limit
 
