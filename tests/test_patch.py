@@ -554,3 +554,178 @@ def test_prereqs_fail_early_with_clear_message(tmp_path):
     assert re.search(r"MISSING\s+mpi\.h", out)
     assert "missing prerequisites" in out
     assert re.search(r"ok\s+disk", out)
+
+
+def test_make_n_patch_uninstall_and_prepare():
+    res = make_dry_run("patch-uninstall")
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"-m pip install --force-reinstall --no-deps 'torch==2\.13\.0'", res.stdout)
+    res = make_dry_run("patch-prepare", "PYTORCH_OFFLINE=1", "PYTORCH_URL=/mirror/pytorch.git")
+    assert res.returncode == 0, res.stderr
+    assert "pytorch_build.sh prepare" in res.stdout
+    assert "PYTORCH_OFFLINE='1'" in res.stdout and "PYTORCH_URL='/mirror/pytorch.git'" in res.stdout
+
+
+# -- pytorch_build.sh offline, against a fake source tree laid out like PyTorch's --
+def fake_pytorch_tree(root: Path, version="2.13.0", submodule=True) -> Path:
+    """What the script looks at in a PyTorch tree: ProcessGroupMPI.cpp (the patch's
+    preimage), version.txt, setup.py, requirements.txt, CMakeLists.txt's compiler
+    check, .gitmodules and a submodule directory."""
+    files = parse_patch(PATCH.read_text())
+    cpp = root / TREE_CPP
+    cpp.parent.mkdir(parents=True)
+    pre = []
+    for _, _, _, _, body in files[TREE_CPP]:
+        pre += [b[1:] for b in body if b[0] in " -"] + ["// (elided)"]
+    cpp.write_text("\n".join(pre) + "\n")
+    (root / "version.txt").write_text(version + "\n")
+    (root / "setup.py").write_text("raise SystemExit('a fake tree: not buildable')\n")
+    (root / "requirements.txt").write_text("# build requirements\ncmake>=3.27\nninja\nnumpy\n")
+    (root / "CMakeLists.txt").write_text(
+        'if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 9.3)\n'
+        '  message(FATAL_ERROR "GCC 9.3 or newer is required")\nendif()\n')
+    (root / ".gitmodules").write_text(
+        '[submodule "third_party/pybind11"]\n\tpath = third_party/pybind11\n'
+        '\turl = https://github.com/pybind/pybind11.git\n')
+    (root / "third_party" / "pybind11").mkdir(parents=True)
+    if submodule:
+        (root / "third_party" / "pybind11" / "CMakeLists.txt").write_text("# pybind11\n")
+    return root
+
+
+def offline_env(tmp_path: Path) -> tuple[dict, Path]:
+    """PATH with shims: git fails loudly on any network operation (clone of a
+    local path is allowed), curl/wget always; PYTHON is a wrapper whose `-m pip`
+    logs its arguments: `pip install -r` stands for an install from the
+    wheelhouse (it puts cmake 3.31 and ninja next to PYTHON, as pip would into
+    the venv), `pip install ... .` is the compile (it stops there)."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    log = tmp_path / "calls.log"
+    git = shutil.which("git")
+    (shims / "git").write_text(f"""#!/bin/bash
+for a in "$@"; do
+  case "$a" in
+    fetch|pull|ls-remote|submodule|http://*|https://*|ssh://*|git://*|git@*)
+      echo "NETWORK: git $*" >> {log}; echo "NETWORK ATTEMPT: git $*" >&2; exit 97 ;;
+  esac
+done
+exec {git} "$@"
+""")
+    for tool in ("curl", "wget"):
+        (shims / tool).write_text(f'#!/bin/bash\necho "NETWORK: {tool} $*" >> {log}\nexit 97\n')
+    (shims / "python").write_text(f"""#!/bin/bash
+if [ "$1" = -m ] && [ "$2" = pip ]; then
+  echo "pip ${{*:3}} | cwd=$PWD USE_MPI=${{USE_MPI:-}} MAX_JOBS=${{MAX_JOBS:-}} PIP_NO_INDEX=${{PIP_NO_INDEX:-}} PIP_FIND_LINKS=${{PIP_FIND_LINKS:-}}" >> {log}
+  case " $* " in
+    *" -r "*)
+      printf '#!/bin/sh\\necho "cmake version 3.31.6"\\n' > {shims}/cmake
+      printf '#!/bin/sh\\necho 1.12.1\\n' > {shims}/ninja
+      chmod +x {shims}/cmake {shims}/ninja; exit 0 ;;
+    *" --no-build-isolation "*) echo "FAKE COMPILE"; exit 0 ;;
+  esac
+  exit 97
+fi
+exec {sys.executable} "$@"
+""")
+    for f in shims.iterdir():
+        f.chmod(0o755)
+    venv_bin = os.path.dirname(sys.executable)
+    env = {"PATH": f"{shims}:{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
+           "PYTHON": str(shims / "python"), "MIN_FREE_GB": "0", "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(tmp_path / "wheelhouse"), "GIT_ALLOW_PROTOCOL": "file",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return env, log
+
+
+def build_script(verb, env, **extra):
+    return subprocess.run(["bash", str(PATCHES / "pytorch_build.sh"), verb], env={**env, **extra},
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def network_calls(log: Path) -> list[str]:
+    return [x for x in (log.read_text().splitlines() if log.exists() else []) if x.startswith("NETWORK")]
+
+
+needs_build_tools = pytest.mark.skipif(
+    shutil.which("git") is None or shutil.which("make") is None or shutil.which("mpicc") is None
+    and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpicc")),
+    reason="needs git, make and an MPI compiler wrapper")
+
+
+@needs_build_tools
+def test_patch_build_offline_tarball_tree(tmp_path):
+    """`make patch-build PYTORCH_SRC=<extracted tarball>` inside another git
+    repository, no network: every step up to the compile runs, in order, and
+    none reaches for the network; cmake 3.27+ comes from the requirements
+    install (the system one may be older)."""
+    env, log = offline_env(tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, env=env)  # an enclosing repository
+    tree = fake_pytorch_tree(tmp_path / "src" / "pytorch-v2.13.0")
+    res = subprocess.run(["make", "patch-build", f"PYTORCH_SRC={tree}", f"PYTHON={env['PYTHON']}"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert network_calls(log) == [], out
+    assert "NETWORK" not in out
+    assert "no .git: a release tarball" in out and "submodules present" in out
+    assert "patch applied" in out
+    assert (tree / TREE_HPP).read_text() == HEADER.read_text()
+    assert "commtrace::MpiCallScope" in (tree / TREE_CPP).read_text()
+    assert re.search(r"ok\s+cmake\s+3\.31\.6", out)
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith(f"pip install -r {tree}/requirements.txt")
+    assert "PIP_NO_INDEX=1" in calls[0] and f"PIP_FIND_LINKS={tmp_path / 'wheelhouse'}" in calls[0]
+    assert calls[1].startswith("pip install --no-build-isolation --no-deps -v .")
+    assert f"cwd={tree}" in calls[1] and "USE_MPI=1" in calls[1] and re.search(r"MAX_JOBS=\d+", calls[1])
+    assert len(calls) == 2
+    # the fake compile installed nothing: the check after it fails, clearly
+    assert res.returncode != 0 and "the installed torch has no MPI support" in out
+
+    # The patch is detected as applied; revert takes it out of the tree.
+    res = build_script("revert", env, PYTORCH_SRC=str(tree))
+    assert res.returncode == 0, res.stderr
+    assert not (tree / TREE_HPP).exists()
+
+
+@needs_build_tools
+def test_offline_checkout_without_tag_and_missing_pieces(tmp_path):
+    env, log = offline_env(tmp_path)
+    git = ["git", "-C"]
+    # A checkout (e.g. of a release branch) without the tag: version.txt decides, no fetch.
+    tree = fake_pytorch_tree(tmp_path / "checkout")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "v2.13.0 sources"]):
+        subprocess.run(git + [str(tree)] + args, check=True, env=env, capture_output=True)
+    res = build_script("check", env, PYTORCH_SRC=str(tree))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no tag v2.13.0" in res.stdout and "using the checkout as it is" in res.stdout
+    assert "patch applies cleanly" in res.stdout
+
+    # Another version, offline: a clear refusal instead of a fetch.
+    (tree / "version.txt").write_text("2.12.0\n")
+    res = build_script("check", env, PYTORCH_SRC=str(tree), PYTORCH_OFFLINE="1")
+    assert res.returncode == 1 and "PYTORCH_OFFLINE=1 and this step needs the network: git fetch" in res.stderr
+
+    # A tarball without its submodules: named, no download attempted.
+    bare = fake_pytorch_tree(tmp_path / "tarball", submodule=False)
+    res = build_script("prepare", env, PYTORCH_SRC=str(bare))
+    assert res.returncode == 1 and "1 submodule(s) missing" in res.stderr and "third_party/pybind11" in res.stderr
+
+    # Something else at PYTORCH_SRC: a clear error, not git clone's "already exists".
+    other = tmp_path / "other"
+    (other / "x").mkdir(parents=True)
+    res = build_script("check", env, PYTORCH_SRC=str(other))
+    assert res.returncode == 1 and "is not a PyTorch source tree" in res.stderr
+
+    # A local mirror (PYTORCH_URL) with the tag: cloned without network.
+    mirror = fake_pytorch_tree(tmp_path / "mirror")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "m"], ["tag", "v2.13.0"]):
+        subprocess.run(git + [str(mirror)] + args, check=True, env=env, capture_output=True)
+    dest = tmp_path / "clone" / "pytorch"
+    res = build_script("check", env, PYTORCH_SRC=str(dest), PYTORCH_URL=str(mirror), PYTORCH_OFFLINE="1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (dest / TREE_CPP).exists() and "patch applies cleanly" in res.stdout
+    # ... but the default URL is the network: refused offline.
+    res = build_script("check", env, PYTORCH_SRC=str(tmp_path / "nothing"), PYTORCH_OFFLINE="1")
+    assert res.returncode == 1 and "needs the network: git clone https://" in res.stderr
+    assert network_calls(log) == []
