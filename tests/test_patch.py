@@ -502,6 +502,54 @@ def test_patch_applies_to_its_own_preimage(tmp_path):
     assert (repo / TREE_HPP).read_text() == HEADER.read_text()
 
 
+def test_patched_code_compiles_against_the_wheel_headers(tmp_path):
+    """The patch's added code, as it will sit in ProcessGroupMPI.cpp (the header
+    at its tree path, the MPI_CHECK macro with the stamp, the create / destructor
+    / enqueue additions in functions with the same names in scope), compiles as
+    C++20 -- how the torch wheel is built -- against the installed wheel's
+    headers and the venv's MPI, warnings as errors for commtrace's code."""
+    mpicxx = shutil.which("mpicxx") or os.path.join(os.path.dirname(sys.executable), "mpicxx")
+    include = Path(torch_include_dir())
+    if not os.path.exists(mpicxx) or not (include / "torch/csrc/distributed/c10d/ProcessGroupMPI.hpp").exists():
+        pytest.skip("needs mpicxx and the torch wheel's headers")
+    files = parse_patch(PATCH.read_text())
+    (hpp_hunk,) = files[TREE_HPP]
+    tree_hpp = tmp_path / TREE_HPP
+    tree_hpp.parent.mkdir(parents=True)
+    tree_hpp.write_text("\n".join(b[1:] for b in hpp_hunk[4]) + "\n")
+    hunks = [h[4] for h in files[TREE_CPP]]
+    added = [[b[1:] for b in h if b.startswith("+")] for h in hunks]
+    macro = [b[1:] for b in hunks[1] if b[:1] in " +" and b[1:].strip()]
+    assert macro[0].startswith("#define MPI_CHECK(cmd)")
+    rest_of_macro = ['          std::to_string(__LINE__) + ", with error code: " +  \\',
+                     "          std::to_string(mpiStatus);                          \\",
+                     "      TORCH_CHECK(false, err);                                \\",
+                     "    }                                                         \\",
+                     "  } while (0)"]
+    tu = ["#include <torch/csrc/distributed/c10d/ProcessGroupMPI.hpp>", *added[0], "namespace c10d {",
+          *macro, *rest_of_macro,
+          "struct PatchedBits {",
+          "  static std::mutex pgGlobalMutex_;",
+          "  c10::intrusive_ptr<ProcessGroupMPI> create(",
+          "      std::vector<int> ranks, int rank, int size, MPI_Comm groupComm) {", *added[2], "  }",
+          "  ~PatchedBits() {", *added[3], "  }",
+          "  void enqueue(std::unique_ptr<WorkEntry> entry, const char* profilingTitle,",
+          "               const std::optional<std::vector<at::Tensor>>& inputTensors) {", *added[4], "  }",
+          "};", "}  // namespace c10d", ""]
+    src = tmp_path / "patched_bits.cpp"
+    src.write_text("\n".join(tu))
+    cmd = [mpicxx, "-std=c++20", "-fsyntax-only", "-DUSE_C10D_MPI", "-Wall", "-Wextra", "-Werror",
+           f"-I{tmp_path}", "-isystem", str(include), "-isystem", str(include / "torch/csrc/api/include"), str(src)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def torch_include_dir() -> str:
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    return os.path.join(os.path.dirname(spec.origin), "include") if spec and spec.origin else ""
+
+
 # -- make targets ---------------------------------------------------------------
 def make_dry_run(target, *extra):
     if shutil.which("make") is None:
