@@ -8,7 +8,7 @@ and its last one returned (``t_mpi_begin_ns``, ``t_mpi_end_ns``; from the
 ``.mpi.bin`` file, NaN for traces without one) and when its run function
 returned (``t_run_end_ns``). This module's one function, :func:`merge_cpp_layer`,
 folds each C++ row into the Python row of the same op and drops it, so an op
-appears once, with its time split into (docs/report.md, "Queue and MPI time"):
+appears once, with its time split into (patches/README.md, "What is measured"):
 
 * ``queue_wait_ns`` = dequeue - enqueue: waiting in ProcessGroupMPI's queue
   behind earlier ops;
