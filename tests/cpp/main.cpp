@@ -21,6 +21,10 @@
 //             uses the group and exits; prints the child's exit status
 //   groups    a group destroyed and re-created at the same address; then more
 //             groups than a record's uint16 group id can name
+//   bench N   (benchmarks/bench_patch.py) N all_reduces with an empty MPI call,
+//             from one thread: prints {"enqueue_ns": per op, "total_ns": per op}
+//   benchblocked N   the same while the flush thread is blocked in write()
+//             (slowio's FIFO; the caller reads the FIFO after "fifo PATH")
 #include "commtrace_trace.h"
 
 #include <condition_variable>
@@ -396,6 +400,41 @@ static int modeGroups(int worldRank) {
   return 0;
 }
 
+// N all_reduces whose MPI call does nothing: the per-op cost of enqueue (the
+// calling thread) and of the whole op (worker included), as JSON.
+static void benchOps(FakePG& pg, int n) {
+  Tensor f{{256}, "Float", 4};
+  std::vector<std::shared_ptr<std::atomic<int>>> ds;
+  ds.reserve(static_cast<size_t>(n));
+  const int64_t t0 = commtrace::nowNs();
+  for (int i = 0; i < n; ++i) ds.push_back(collective(pg, "mpi:all_reduce", {f}, {f}, 0));
+  const int64_t t1 = commtrace::nowNs();
+  while (ds.back()->load() == 0) std::this_thread::yield();  // one worker: in order
+  const int64_t t2 = commtrace::nowNs();
+  std::printf("{\"enqueue_ns\": %.1f, \"total_ns\": %.1f}\n", double(t1 - t0) / n, double(t2 - t0) / n);
+  std::fflush(stdout);
+}
+
+static int modeBench(int worldRank, int n, bool blocked) {
+  const char* dir = std::getenv("COMMTRACE_DIR");
+  std::string fifo;
+  int fd = -1;
+  if (blocked) {
+    if (dir == nullptr) return 2;
+    fifo = opsPath(dir, worldRank);
+    fd = makeFifo(fifo);
+  }
+  auto world = FakePG::create(worldRank, worldRank, 1, {});
+  if (blocked) blockTheFlusher(*world, fd);
+  benchOps(*world, 1000);  // warm-up (sig interned, allocator warm)
+  benchOps(*world, n);
+  if (blocked) {
+    std::printf("fifo %s\n", fifo.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 static int modeNames() {
   const char* titles[] = {"mpi:all_reduce", "mpi:broadcast", "mpi:reduce", "mpi:all_gather",
                           "mpi:_allgather_base", "mpi:gather", "mpi:scatter",
@@ -427,6 +466,9 @@ int main(int argc, char** argv) {
   if (mode == "slowio") return modeSlowIo(worldRank);
   if (mode == "fork") return modeFork(worldRank);
   if (mode == "groups") return modeGroups(worldRank);
+  if (mode == "bench" || mode == "benchblocked") {
+    return modeBench(worldRank, argc > 3 ? std::atoi(argv[3]) : 20000, mode == "benchblocked");
+  }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }
