@@ -76,6 +76,8 @@
 #include <utility>
 #include <vector>
 
+#include <cerrno>
+#include <fcntl.h>
 #if defined(_WIN32)
 #include <io.h>
 #include <process.h>
@@ -353,11 +355,31 @@ inline void encodeRecord(const OpRecord& rec, unsigned char* out) {
   out[31] = rec.flags;
 }
 
+// Files are plain descriptors, not stdio: no user-space buffer that a forked
+// child's exit() could flush a second time, and each batch goes out in one
+// write() where the OS allows.
+inline int openAppend(const std::string& path) {
+#if defined(_WIN32)
+  return _open(path.c_str(), _O_WRONLY | _O_CREAT | _O_APPEND | _O_BINARY, 0644);
+#else
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+#endif
+}
+
 // Writes all of data; false on an error (the caller stops tracing).
-inline bool writeAll(std::FILE* f, const std::string& data) {
-  if (data.empty()) return true;
-  return std::fwrite(data.data(), 1, data.size(), f) == data.size() &&
-      std::fflush(f) == 0;
+inline bool writeAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+#if defined(_WIN32)
+    const int n = _write(fd, data.data() + done, static_cast<unsigned>(data.size() - done));
+#else
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+#endif
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 // Set in a child process by the fork handler: the tracer belongs to the parent.
@@ -615,10 +637,10 @@ class Tracer {
     const int64_t pid = processId();
     const std::string stem = dir_ + "/rank" + std::to_string(worldRank) + ".pid" +
         std::to_string(pid) + ".cpp";
-    meta_ = std::fopen((stem + ".meta.jsonl").c_str(), "ab");
-    ops_ = std::fopen((stem + ".ops.bin").c_str(), "ab");
-    mpi_ = std::fopen((stem + ".mpi.bin").c_str(), "ab");
-    if (meta_ == nullptr || ops_ == nullptr || mpi_ == nullptr) {
+    meta_ = detail::openAppend(stem + ".meta.jsonl");
+    ops_ = detail::openAppend(stem + ".ops.bin");
+    mpi_ = detail::openAppend(stem + ".mpi.bin");
+    if (meta_ < 0 || ops_ < 0 || mpi_ < 0) {
       std::fprintf(stderr, "commtrace: cannot write %s.*; C++ tracing is off\n", stem.c_str());
       closeFilesLocked();
       failed_ = true;
@@ -636,15 +658,21 @@ class Tracer {
           std::to_string(wallNs()) + ",\"t_mono_ns\":" + std::to_string(nowNs()) +
           ",\"clock\":\"steady_clock\"}");
     }
-    opened_ = true;
     flusher_ = std::thread([this] { runFlusher(); });
+    opened_ = true;
     return true;
   }
 
   void closeFilesLocked() {
-    for (std::FILE** f : {&meta_, &ops_, &mpi_}) {
-      if (*f) std::fclose(*f);
-      *f = nullptr;
+    for (int* fd : {&meta_, &ops_, &mpi_}) {
+      if (*fd >= 0) {
+#if defined(_WIN32)
+        _close(*fd);
+#else
+        ::close(*fd);
+#endif
+      }
+      *fd = -1;
     }
   }
 
@@ -671,7 +699,7 @@ class Tracer {
       ops.swap(opsBuf_);
       mpi.swap(mpiBuf_);
     }
-    if (failed_.load() || meta_ == nullptr) return;
+    if (failed_.load() || meta_ < 0) return;
     if (!detail::writeAll(meta_, meta) || !detail::writeAll(ops_, ops) ||
         !detail::writeAll(mpi_, mpi)) {
       std::fprintf(stderr, "commtrace: writing %s.* failed; C++ tracing is off\n", stem_.c_str());
@@ -725,9 +753,9 @@ class Tracer {
   bool warnedGroups_ = false;
   std::string dir_;
   std::string stem_;
-  std::FILE* meta_ = nullptr;
-  std::FILE* ops_ = nullptr;
-  std::FILE* mpi_ = nullptr;
+  int meta_ = -1;  // file descriptors
+  int ops_ = -1;
+  int mpi_ = -1;
   std::string metaBuf_;
   std::string opsBuf_;
   std::string mpiBuf_;
