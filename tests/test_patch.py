@@ -776,4 +776,17 @@ def test_offline_checkout_without_tag_and_missing_pieces(tmp_path):
     # ... but the default URL is the network: refused offline.
     res = build_script("check", env, PYTORCH_SRC=str(tmp_path / "nothing"), PYTORCH_OFFLINE="1")
     assert res.returncode == 1 and "needs the network: git clone https://" in res.stderr
+
+    # Requirements already in the venv (and cmake/ninja on PATH): pip is not run at all.
+    ready = fake_pytorch_tree(tmp_path / "ready")
+    (ready / "requirements.txt").write_text("numpy\npytest>=1.0 ; python_version >= '3'\n")
+    shims = Path(env["PYTHON"]).parent
+    (shims / "cmake").write_text('#!/bin/sh\necho "cmake version 3.30.0"\n')
+    (shims / "ninja").write_text("#!/bin/sh\necho 1.12.1\n")
+    for tool in ("cmake", "ninja"):
+        (shims / tool).chmod(0o755)
+    res = build_script("prepare", env, PYTORCH_SRC=str(ready), PYTORCH_OFFLINE="1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "build requirements are already installed" in res.stdout and "patch applied" in res.stdout
+    assert not log.exists() or not [x for x in log.read_text().splitlines() if x.startswith("pip")]
     assert network_calls(log) == []
