@@ -7,7 +7,8 @@ torch.profiler mode), tracesize (bench_tracesize.py), report (bench_report.py,
 if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
 under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
 NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
---keep-last / --steps against full mode, disk and memory over a long run). ``make bench`` runs the full set
+--keep-last / --steps against full mode, disk and memory over a long run), patch (bench_patch.py: the
+ProcessGroupMPI patch's C++ trace writer per op). ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
 """
@@ -31,10 +32,11 @@ sys.path.insert(0, HERE)
 import bench_bounded  # noqa: E402
 import bench_capture  # noqa: E402
 import bench_ddp  # noqa: E402
+import bench_patch  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -48,6 +50,7 @@ FULL = {
     "mpibackend": {"reps": 15, "ddp_steps": 10},
     "cuda": {"reps": 11},
     "bounded": {"calls": 400, "reps": 15, "ops": 200_000, "rounds": 3},
+    "patch": {"ops": 20_000, "reps": 15},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -58,6 +61,7 @@ QUICK = {
     "mpibackend": {"reps": 7, "ddp_steps": 4},
     "cuda": {"reps": 5},
     "bounded": {"calls": 200, "reps": 5, "ops": 50_000, "rounds": 2},
+    "patch": {"ops": 20_000, "reps": 5},
 }
 
 GOALS = {
@@ -162,6 +166,8 @@ def run_section(name: str, cfg) -> dict:
         return run_cuda(cfg)
     if name == "bounded":
         return bench_bounded.run(cfg["calls"], cfg["reps"], cfg["ops"], cfg["rounds"])
+    if name == "patch":
+        return bench_patch.run(cfg["ops"], cfg["reps"])
     raise ValueError(name)
 
 
@@ -476,6 +482,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_cuda(res["cuda"]))
     if "bounded" in res:
         body.append(section_bounded(res["bounded"]))
+    if "patch" in res:
+        body.append(bench_patch.section(res["patch"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")

@@ -16,15 +16,17 @@ def py_row(seq, op, t, group="0", ranks=WORLD, pid=100, rank=0, **kw):
                 status="completed", source="python", pid=pid, **kw)
 
 
-def cpp_row(seq, op, t_enq, wait, mpi, group="mpi:[0,1,2,3]", ranks=WORLD, pid=100, rank=0,
+def cpp_row(seq, op, t_enq, wait, run, group="mpi:[0,1,2,3]", ranks=WORLD, pid=100, rank=0,
             generic=True, **kw):
+    """A C++-layer row: enqueued at t_enq, dequeued wait later, run function done run after that."""
     row = dict(rank=rank, world=0, group=group, group_ranks=list(ranks), seq=seq, op=op,
-               variant="mpi:" + op, status="completed", source="cpp", pid=pid, **kw)
+               variant="mpi:" + op, status="completed", source="cpp", pid=pid,
+               file=f"rank{rank}.pid{pid}.cpp", **kw)
     if generic:  # times in the generic columns (t_call / d_return / d_end)
-        row.update(t_start_ns=t_enq, t_return_ns=t_enq + wait, t_end_ns=t_enq + wait + mpi)
+        row.update(t_start_ns=t_enq, t_return_ns=t_enq + wait, t_end_ns=t_enq + wait + run)
     else:        # times in the C++-specific columns
         row.update(t_start_ns=np.nan, t_return_ns=np.nan, t_end_ns=np.nan,
-                   t_enqueue_ns=t_enq, t_dequeue_ns=t_enq + wait, t_mpi_end_ns=t_enq + wait + mpi)
+                   t_enqueue_ns=t_enq, t_dequeue_ns=t_enq + wait, t_run_end_ns=t_enq + wait + run)
     return row
 
 
@@ -36,7 +38,8 @@ def test_no_cpp_rows_adds_nan_columns():
     f = frame([py_row(1, "all_reduce", 0), py_row(2, "broadcast", 2000)])
     out = merge_cpp_layer(f)
     assert len(out) == 2
-    for col in ("queue_wait_ns", "mpi_ns", "t_enqueue_ns", "t_dequeue_ns", "t_mpi_end_ns"):
+    for col in ("queue_wait_ns", "pre_mpi_ns", "mpi_ns", "post_mpi_ns", "run_ns", "t_enqueue_ns", "t_dequeue_ns",
+                "t_mpi_begin_ns", "t_mpi_end_ns", "t_run_end_ns"):
         assert col in out and out[col].isna().all()
     assert "queue_wait_ns" not in f  # input untouched
 
@@ -50,7 +53,8 @@ def test_simple_match_in_seq_order():
     out = merge_cpp_layer(f)
     assert list(out["source"]) == ["python"] * 3
     assert list(out["queue_wait_ns"]) == [5, 300, 1]
-    assert list(out["mpi_ns"]) == [500, 400, 100]
+    assert list(out["run_ns"]) == [500, 400, 100]
+    assert out["mpi_ns"].isna().all()  # no MPI call times given
     assert list(out["t_enqueue_ns"]) == [10, 2010, 4010]
     # python's own times are kept
     assert list(out["t_start_ns"]) == [0, 2000, 4000]
@@ -60,7 +64,7 @@ def test_cpp_specific_time_columns():
     f = frame([py_row(1, "all_reduce", 0), cpp_row(1, "all_reduce", 10, 7, 70, generic=False)])
     out = merge_cpp_layer(f)
     assert len(out) == 1
-    assert out["queue_wait_ns"].iloc[0] == 7 and out["mpi_ns"].iloc[0] == 70
+    assert out["queue_wait_ns"].iloc[0] == 7 and out["run_ns"].iloc[0] == 70
 
 
 def test_unmatched_cpp_rows_stay_as_cpp():
@@ -74,7 +78,7 @@ def test_unmatched_cpp_rows_stay_as_cpp():
     assert sorted(out["source"]) == ["cpp", "cpp", "python"]
     cpp = out[out["source"] == "cpp"].sort_values("pid")
     assert list(cpp["queue_wait_ns"]) == [6, 8]
-    assert list(cpp["mpi_ns"]) == [60, 80]
+    assert list(cpp["run_ns"]) == [60, 80]
 
 
 def test_same_pid_required_and_same_ranks_required():
@@ -114,7 +118,7 @@ def test_op_missing_in_one_layer_does_not_shift_the_rest():
     assert py.loc[3, "queue_wait_ns"] == 2
     assert py.loc[4, "queue_wait_ns"] == 3
     cpp = out[out["source"] == "cpp"]
-    assert list(cpp["op"]) == ["barrier"] and cpp["mpi_ns"].iloc[0] == 99
+    assert list(cpp["op"]) == ["barrier"] and cpp["run_ns"].iloc[0] == 99
 
 
 def test_two_groups_with_same_ranks_paired_by_first_op():
@@ -151,7 +155,7 @@ def test_in_flight_cpp_row_keeps_nan_split():
     out = merge_cpp_layer(f)
     assert len(out) == 1
     assert out["t_enqueue_ns"].iloc[0] == 10
-    assert np.isnan(out["queue_wait_ns"].iloc[0]) and np.isnan(out["mpi_ns"].iloc[0])
+    assert np.isnan(out["queue_wait_ns"].iloc[0]) and np.isnan(out["run_ns"].iloc[0])
 
 
 def test_non_unique_index_and_original_order():
@@ -177,3 +181,33 @@ def test_many_ranks_each_merges_own_pid(n_ranks):
     for r in range(n_ranks):
         sub = out[out["rank"] == r].sort_values("seq")
         assert list(sub["queue_wait_ns"]) == [r + s for s in range(1, 6)]
+
+
+def mpi_calls(rows):
+    return pd.DataFrame(rows, columns=["file", "group", "seq", "d_mpi_begin", "d_mpi_end"])
+
+
+def test_mpi_call_times_split_the_run():
+    """Hand-computed: enqueued at 10, dequeued at 15, MPI call 115..415, run end 515
+    (offsets from the enqueue: 105 and 405). queue 5, pre 100 (lock wait + copies),
+    MPI 300, post 100 (copies out), run 500 = 100 + 300 + 100."""
+    f = frame([py_row(1, "all_gather", 0), py_row(2, "barrier", 2000),
+               cpp_row(1, "all_gather", 10, 5, 500), cpp_row(2, "barrier", 2010, 1, 50)])
+    calls = mpi_calls([("rank0.pid100.cpp", "mpi:[0,1,2,3]", 1, 105.0, 405.0),
+                       ("rank0.pid200.cpp", "mpi:[0,1,2,3]", 2, 1.0, 2.0)])  # another process: not ours
+    out = merge_cpp_layer(f, calls).set_index("seq")
+    ag = out.loc[1]
+    assert (ag["t_enqueue_ns"], ag["t_dequeue_ns"], ag["t_mpi_begin_ns"], ag["t_mpi_end_ns"], ag["t_run_end_ns"]) \
+        == (10, 15, 115, 415, 515)
+    assert (ag["queue_wait_ns"], ag["pre_mpi_ns"], ag["mpi_ns"], ag["post_mpi_ns"], ag["run_ns"]) \
+        == (5, 100, 300, 100, 500)
+    barrier = out.loc[2]  # no MPI call record for it: the run is known, its parts are not
+    assert barrier["run_ns"] == 50 and np.isnan(barrier["mpi_ns"]) and np.isnan(barrier["pre_mpi_ns"])
+
+
+def test_mpi_call_times_need_file_group_and_seq():
+    f = frame([cpp_row(1, "all_reduce", 10, 5, 500, group="mpi:[0,1]#1", ranks=[0, 1])])
+    out = merge_cpp_layer(f, mpi_calls([("rank0.pid100.cpp", "mpi:[0,1]", 1, 105.0, 405.0)]))
+    assert np.isnan(out["mpi_ns"].iloc[0])  # same seq, other group (the first [0,1] group)
+    out = merge_cpp_layer(f, mpi_calls([("rank0.pid100.cpp", "mpi:[0,1]#1", 1, 105.0, 405.0)]))
+    assert out["mpi_ns"].iloc[0] == 300

@@ -59,6 +59,12 @@ def run_driver(driver, mode, rank, run_dir=None, timeout=60):
                           timeout=timeout)
 
 
+def read_records(path):
+    size = os.path.getsize(path)
+    assert size % schema.RECORD_SIZE == 0, "torn record"
+    return np.fromfile(path, dtype=schema.OP_RECORD)
+
+
 def read_cpp_files(run_dir):
     """[(stem, meta lines, records)] of the C++ files in run_dir, with numpy + json only."""
     out = []
@@ -66,12 +72,14 @@ def read_cpp_files(run_dir):
         stem = meta_path[: -len(schema.META_SUFFIX)]
         with open(meta_path, encoding="utf-8") as f:
             meta = [json.loads(line) for line in f if line.strip()]
-        ops_path = stem + schema.OPS_SUFFIX
-        size = os.path.getsize(ops_path)
-        assert size % schema.RECORD_SIZE == 0, "torn record"
-        recs = np.fromfile(ops_path, dtype=schema.OP_RECORD)
-        out.append((os.path.basename(stem), meta, recs))
+        out.append((os.path.basename(stem), meta, read_records(stem + schema.OPS_SUFFIX)))
     return out
+
+
+def mpi_calls(run_dir, stem):
+    """The .mpi.bin records of a stem, by (group, seq)."""
+    recs = read_records(os.path.join(run_dir, stem + schema.MPI_CALLS_SUFFIX))
+    return {(int(r["group"]), int(r["seq"])): r for r in recs}
 
 
 def by_type(meta, t):
@@ -171,6 +179,19 @@ def test_basic_trace(driver, tmp_path):
     for g in (1, 2):
         assert list(recs[recs["group"] == g]["seq"]) == [1]
 
+    # .mpi.bin: the MPI call inside each run. The all_gather copies 20 ms in and
+    # 30 ms out around a 10 ms MPI call; the failed op's call is stamped too.
+    calls = mpi_calls(tmp_path, stem)
+    assert set(calls) == {(int(r["group"]), int(r["seq"])) for r in recs}
+    for r in recs:
+        c = calls[int(r["group"]), int(r["seq"])]
+        assert (c["t_call"], c["sig"], c["status"]) == (r["t_call"], r["sig"], r["status"])
+        assert r["d_return"] <= c["d_return"] <= c["d_end"] <= r["d_end"]
+    ag = calls[0, 5]
+    assert ag["d_return"] - w["d_return"][4] >= 18e6           # copy-in (+ lock)
+    assert 8e6 <= ag["d_end"] - ag["d_return"] < 20e6          # the MPI call
+    assert w["d_end"][4] - ag["d_end"] >= 28e6                 # copy-out
+
     # Times are steady_clock = CLOCK_MONOTONIC, the clock of time.monotonic_ns().
     if sys.platform.startswith("linux"):
         assert abs(int(recs["t_call"].max()) - time.monotonic_ns()) < 60e9
@@ -238,6 +259,112 @@ def test_threads_stress(driver, tmp_path):
 
 
 @needs_gxx
+def test_global_lock_wait_is_not_mpi_time(driver, tmp_path):
+    """A blocking recv's wait holds the global MPI lock on the caller's thread for
+    300 ms while an all_reduce is queued: the split puts that in pre_mpi_ns (lock
+    wait + copies), not in mpi_ns; the recv's own MPI_CHECK stamps nothing."""
+    res = run_driver(driver, "lockwait", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    assert list(recs["seq"]) == [1, 2]
+    calls = mpi_calls(tmp_path, stem)
+    assert set(calls) == {(0, 1), (0, 2)}
+    blocked, free = recs[1], recs[0]
+    pre = calls[0, 2]["d_return"] - blocked["d_return"]
+    mpi = calls[0, 2]["d_end"] - calls[0, 2]["d_return"]
+    assert pre >= 250e6 and mpi < 100e6
+    assert calls[0, 1]["d_return"] - free["d_return"] < 100e6
+
+    ops = commtrace.load(str(tmp_path)).sort_values("seq")
+    assert list(ops["source"]) == ["cpp", "cpp"]
+    row = ops.iloc[1]
+    assert row["pre_mpi_ns"] >= 250e6 and row["mpi_ns"] < 100e6
+    # run_ns is the whole worker-side time: pre + mpi + post, each = the stamps' differences
+    for _, r in ops.iterrows():
+        assert r["run_ns"] == pytest.approx(r["pre_mpi_ns"] + r["mpi_ns"] + r["post_mpi_ns"], abs=2)
+        assert r["queue_wait_ns"] == r["t_dequeue_ns"] - r["t_enqueue_ns"]
+        assert r["mpi_ns"] == r["t_mpi_end_ns"] - r["t_mpi_begin_ns"]
+
+
+def _drain_fifo_run(driver, mode, run_dir, timeout=60):
+    """Runs a FIFO mode of the driver: the test is the (late) reader of the ops
+    FIFO; returns (stdout lines, the bytes the tracer wrote to it)."""
+    env = {**os.environ, schema.ENV_DIR: str(run_dir)}
+    proc = subprocess.Popen([driver, mode, "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines, data = [], b""
+    try:
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("fifo "):
+                with open(line.split(" ", 1)[1].strip(), "rb") as f:
+                    data = f.read()  # until the driver exits (its final flush)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (lines, proc.stderr.read())
+    return lines, data
+
+
+@needs_gxx
+def test_slow_writer_does_not_block_ops(driver, tmp_path):
+    """The ops file is a FIFO nobody reads: the flush thread blocks in write()
+    with a full pipe. 2000 more ops are enqueued and run meanwhile (with I/O
+    under the ops' mutex they would wait for the reader: a hang). Nothing is
+    lost once the reader drains the FIFO."""
+    lines, data = _drain_fifo_run(driver, "slowio", tmp_path)
+    assert "flusher_blocked" in lines
+    assert any(x.startswith("ops_done") for x in lines)
+    recs = np.frombuffer(data, dtype=schema.OP_RECORD)
+    meta = [json.loads(x) for x in open(glob.glob(str(tmp_path / "*.cpp.meta.jsonl"))[0])]
+    sig_op = {m["id"]: m["op"] for m in by_type(meta, "sig")}
+    ops = [sig_op[int(s)] for s in recs["sig"]]
+    assert ops.count("broadcast") == 2000
+    assert list(recs["seq"]) == list(range(1, len(recs) + 1))
+    assert (recs["status"] == schema.STATUS_COMPLETED).all()
+    assert meta[-1]["type"] == "end"
+
+
+@needs_gxx
+def test_fork_child_exits_while_flusher_writes(driver, tmp_path):
+    """fork() while the parent's flush thread is blocked in write() holding the
+    tracer's I/O lock: the child uses the group and exits (atexit -> close())
+    without taking any tracer lock, records nothing, writes no file; the parent's
+    trace is complete."""
+    lines, data = _drain_fifo_run(driver, "fork", tmp_path)
+    assert "child_enabled=0" in lines
+    (status,) = [x for x in lines if x.startswith("child_pid=")]
+    child_pid = int(status.split()[0].split("=")[1])
+    assert status.endswith("child=exited"), status
+    assert not [f for f in os.listdir(tmp_path) if f".pid{child_pid}." in f]
+    recs = np.frombuffer(data, dtype=schema.OP_RECORD)
+    assert list(recs["seq"]) == list(range(1, len(recs) + 1))  # only the parent's ops
+    meta = [json.loads(x) for x in open(glob.glob(str(tmp_path / "*.cpp.meta.jsonl"))[0])]
+    assert meta[-1]["type"] == "end" and len(by_type(meta, "group")) == 1
+
+
+@needs_gxx
+def test_group_destroy_recreate_and_id_limit(driver, tmp_path):
+    """A group re-created at a destroyed group's address is a new group (new id,
+    seq from 1); an address whose group was destroyed is not traced; group ids
+    are never reused, and groups beyond the 65,536 a uint16 id can name are not
+    traced (one line on stderr)."""
+    res = run_driver(driver, "groups", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "more than 65536 process groups" in res.stderr
+    (stem, meta, recs) = read_cpp_files(tmp_path)[0]
+    groups = by_type(meta, "group")
+    ids = [g["id"] for g in groups]
+    assert ids == list(range(65536))
+    assert groups[0]["name"] == "mpi:[0,1]" and groups[1]["name"] == "mpi:[0,1]#1"
+    assert sorted(zip(recs["group"].tolist(), recs["seq"].tolist())) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    sig_op = {m["id"]: m["op"] for m in by_type(meta, "sig")}
+    assert {sig_op[int(s)] for s in recs["sig"]} == {"all_reduce"}  # neither barrier
+
+
+@needs_gxx
 @pytest.mark.skipif(not hasattr(commtrace, "load"), reason="commtrace.load (the reader) is not there yet")
 def test_reader_loads_cpp_files(driver, tmp_path):
     res = run_driver(driver, "basic", 0, tmp_path)
@@ -287,7 +414,10 @@ def test_reader_merges_cpp_into_python_rows(driver, tmp_path):
     py = ops[ops["source"] == "python"].sort_values("seq")
     assert len(py) == 6 and py["queue_wait_ns"].notna().all() and py["mpi_ns"].notna().all()
     assert py["queue_wait_ns"].iloc[1] >= 30e6   # the all_reduce queued behind the 40 ms one
-    assert py["mpi_ns"].iloc[0] >= 35e6
+    assert py["mpi_ns"].iloc[0] >= 35e6          # its 40 ms MPI call
+    ag = py.iloc[4]                              # 20 ms copy-in, 10 ms MPI, 30 ms copy-out
+    assert ag["pre_mpi_ns"] >= 18e6 and ag["mpi_ns"] < 20e6 and ag["post_mpi_ns"] >= 28e6
+    assert ag["run_ns"] >= 58e6
     cpp = ops[ops["source"] == "cpp"]
     assert len(cpp) == 2 and set(cpp["op"]) == {"all_reduce", "reduce_scatter"}  # subgroups: C++ only
 
@@ -343,10 +473,16 @@ def test_patch_is_wellformed_and_touches_only_its_files():
     hunks = files[TREE_CPP]
     added = [b[1:] for h in hunks for b in h[4] if b.startswith("+")]
     removed = [b[1:] for h in hunks for b in h[4] if b.startswith("-")]
-    assert len(hunks) == 3 and len(added) <= 40
+    assert len(hunks) == 5 and len(added) <= 45
     assert removed == ["  return c10::make_intrusive<ProcessGroupMPI>(rank, size, groupComm);"]
     assert "#include <torch/csrc/distributed/c10d/CommtraceTrace.hpp>" in added
     assert "  if (commtrace::enabled()) {" in added  # the one branch per op
+    assert "  commtrace::unregisterGroup(this); // commtrace: forget the destroyed group" in added
+    # MPI_CHECK's block starts with the stamp; the macro keeps its backslash column
+    (stamp,) = [a for a in added if "MpiCallScope" in a]
+    assert stamp.rstrip("\\").strip() == "commtrace::MpiCallScope commtraceMpiCall;"
+    macro = [b[1:] for h in hunks for b in h[4] if "MPI_CHECK(cmd)" in b or "MpiCallScope" in b]
+    assert len({len(x) for x in macro}) == 1
     assert not any("\t" in a for a in added)
     assert all(len(a) <= 80 for a in added)  # clang-format column limit
 
@@ -372,6 +508,54 @@ def test_patch_applies_to_its_own_preimage(tmp_path):
     assert "commtrace::wrapRun" in target.read_text()
     assert (repo / TREE_HPP).read_text() == HEADER.read_text()
     assert (repo / TREE_RECORD_H).read_text() == RECORD_HEADER.read_text()
+
+
+def test_patched_code_compiles_against_the_wheel_headers(tmp_path):
+    """The patch's added code, as it will sit in ProcessGroupMPI.cpp (the header
+    at its tree path, the MPI_CHECK macro with the stamp, the create / destructor
+    / enqueue additions in functions with the same names in scope), compiles as
+    C++20 -- how the torch wheel is built -- against the installed wheel's
+    headers and the venv's MPI, warnings as errors for commtrace's code."""
+    mpicxx = shutil.which("mpicxx") or os.path.join(os.path.dirname(sys.executable), "mpicxx")
+    include = Path(torch_include_dir())
+    if not os.path.exists(mpicxx) or not (include / "torch/csrc/distributed/c10d/ProcessGroupMPI.hpp").exists():
+        pytest.skip("needs mpicxx and the torch wheel's headers")
+    files = parse_patch(PATCH.read_text())
+    (hpp_hunk,) = files[TREE_HPP]
+    tree_hpp = tmp_path / TREE_HPP
+    tree_hpp.parent.mkdir(parents=True)
+    tree_hpp.write_text("\n".join(b[1:] for b in hpp_hunk[4]) + "\n")
+    hunks = [h[4] for h in files[TREE_CPP]]
+    added = [[b[1:] for b in h if b.startswith("+")] for h in hunks]
+    macro = [b[1:] for b in hunks[1] if b[:1] in " +" and b[1:].strip()]
+    assert macro[0].startswith("#define MPI_CHECK(cmd)")
+    rest_of_macro = ['          std::to_string(__LINE__) + ", with error code: " +  \\',
+                     "          std::to_string(mpiStatus);                          \\",
+                     "      TORCH_CHECK(false, err);                                \\",
+                     "    }                                                         \\",
+                     "  } while (0)"]
+    tu = ["#include <torch/csrc/distributed/c10d/ProcessGroupMPI.hpp>", *added[0], "namespace c10d {",
+          *macro, *rest_of_macro,
+          "struct PatchedBits {",
+          "  static std::mutex pgGlobalMutex_;",
+          "  c10::intrusive_ptr<ProcessGroupMPI> create(",
+          "      std::vector<int> ranks, int rank, int size, MPI_Comm groupComm) {", *added[2], "  }",
+          "  ~PatchedBits() {", *added[3], "  }",
+          "  void enqueue(std::unique_ptr<WorkEntry> entry, const char* profilingTitle,",
+          "               const std::optional<std::vector<at::Tensor>>& inputTensors) {", *added[4], "  }",
+          "};", "}  // namespace c10d", ""]
+    src = tmp_path / "patched_bits.cpp"
+    src.write_text("\n".join(tu))
+    cmd = [mpicxx, "-std=c++20", "-fsyntax-only", "-DUSE_C10D_MPI", "-Wall", "-Wextra", "-Werror",
+           f"-I{tmp_path}", "-isystem", str(include), "-isystem", str(include / "torch/csrc/api/include"), str(src)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def torch_include_dir() -> str:
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    return os.path.join(os.path.dirname(spec.origin), "include") if spec and spec.origin else ""
 
 
 # -- make targets ---------------------------------------------------------------
@@ -426,3 +610,191 @@ def test_prereqs_fail_early_with_clear_message(tmp_path):
     assert re.search(r"MISSING\s+mpi\.h", out)
     assert "missing prerequisites" in out
     assert re.search(r"ok\s+disk", out)
+
+
+def test_make_n_patch_uninstall_and_prepare():
+    res = make_dry_run("patch-uninstall")
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"-m pip install --force-reinstall --no-deps 'torch==2\.13\.0'", res.stdout)
+    res = make_dry_run("patch-prepare", "PYTORCH_OFFLINE=1", "PYTORCH_URL=/mirror/pytorch.git")
+    assert res.returncode == 0, res.stderr
+    assert "pytorch_build.sh prepare" in res.stdout
+    assert "PYTORCH_OFFLINE='1'" in res.stdout and "PYTORCH_URL='/mirror/pytorch.git'" in res.stdout
+
+
+# -- pytorch_build.sh offline, against a fake source tree laid out like PyTorch's --
+def fake_pytorch_tree(root: Path, version="2.13.0", submodule=True) -> Path:
+    """What the script looks at in a PyTorch tree: ProcessGroupMPI.cpp (the patch's
+    preimage), version.txt, setup.py, requirements.txt, CMakeLists.txt's compiler
+    check, .gitmodules and a submodule directory."""
+    files = parse_patch(PATCH.read_text())
+    cpp = root / TREE_CPP
+    cpp.parent.mkdir(parents=True)
+    pre = []
+    for _, _, _, _, body in files[TREE_CPP]:
+        pre += [b[1:] for b in body if b[0] in " -"] + ["// (elided)"]
+    cpp.write_text("\n".join(pre) + "\n")
+    (root / "version.txt").write_text(version + "\n")
+    (root / "setup.py").write_text("raise SystemExit('a fake tree: not buildable')\n")
+    (root / "requirements.txt").write_text("# build requirements\ncmake>=3.27\nninja\nnumpy\n")
+    (root / "CMakeLists.txt").write_text(
+        'if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 9.3)\n'
+        '  message(FATAL_ERROR "GCC 9.3 or newer is required")\nendif()\n')
+    (root / ".gitmodules").write_text(
+        '[submodule "third_party/pybind11"]\n\tpath = third_party/pybind11\n'
+        '\turl = https://github.com/pybind/pybind11.git\n')
+    (root / "third_party" / "pybind11").mkdir(parents=True)
+    if submodule:
+        (root / "third_party" / "pybind11" / "CMakeLists.txt").write_text("# pybind11\n")
+    return root
+
+
+def offline_env(tmp_path: Path) -> tuple[dict, Path]:
+    """PATH with shims: git fails loudly on any network operation (clone of a
+    local path is allowed), curl/wget always; PYTHON is a wrapper whose `-m pip`
+    logs its arguments: `pip install -r` stands for an install from the
+    wheelhouse (it puts cmake 3.31 and ninja next to PYTHON, as pip would into
+    the venv), `pip install ... .` is the compile (it stops there)."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    log = tmp_path / "calls.log"
+    git = shutil.which("git")
+    (shims / "git").write_text(f"""#!/bin/bash
+for a in "$@"; do
+  case "$a" in
+    fetch|pull|ls-remote|submodule|http://*|https://*|ssh://*|git://*|git@*)
+      echo "NETWORK: git $*" >> {log}; echo "NETWORK ATTEMPT: git $*" >&2; exit 97 ;;
+  esac
+done
+exec {git} "$@"
+""")
+    for tool in ("curl", "wget"):
+        (shims / tool).write_text(f'#!/bin/bash\necho "NETWORK: {tool} $*" >> {log}\nexit 97\n')
+    (shims / "python").write_text(f"""#!/bin/bash
+if [ "$1" = -m ] && [ "$2" = pip ]; then
+  echo "pip ${{*:3}} | cwd=$PWD USE_MPI=${{USE_MPI:-}} MAX_JOBS=${{MAX_JOBS:-}} PIP_NO_INDEX=${{PIP_NO_INDEX:-}} PIP_FIND_LINKS=${{PIP_FIND_LINKS:-}}" >> {log}
+  case " $* " in
+    *" -r "*)
+      printf '#!/bin/sh\\necho "cmake version 3.31.6"\\n' > {shims}/cmake
+      printf '#!/bin/sh\\necho 1.12.1\\n' > {shims}/ninja
+      chmod +x {shims}/cmake {shims}/ninja; exit 0 ;;
+    *" --no-build-isolation "*) echo "FAKE COMPILE"; exit 0 ;;
+  esac
+  exit 97
+fi
+exec {sys.executable} "$@"
+""")
+    for f in shims.iterdir():
+        f.chmod(0o755)
+    venv_bin = os.path.dirname(sys.executable)
+    env = {"PATH": f"{shims}:{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
+           "PYTHON": str(shims / "python"), "MIN_FREE_GB": "0", "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(tmp_path / "wheelhouse"), "GIT_ALLOW_PROTOCOL": "file",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return env, log
+
+
+def build_script(verb, env, **extra):
+    return subprocess.run(["bash", str(PATCHES / "pytorch_build.sh"), verb], env={**env, **extra},
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def network_calls(log: Path) -> list[str]:
+    return [x for x in (log.read_text().splitlines() if log.exists() else []) if x.startswith("NETWORK")]
+
+
+needs_build_tools = pytest.mark.skipif(
+    shutil.which("git") is None or shutil.which("make") is None or shutil.which("mpicc") is None
+    and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpicc")),
+    reason="needs git, make and an MPI compiler wrapper")
+
+
+@needs_build_tools
+def test_patch_build_offline_tarball_tree(tmp_path):
+    """`make patch-build PYTORCH_SRC=<extracted tarball>` inside another git
+    repository, no network: every step up to the compile runs, in order, and
+    none reaches for the network; cmake 3.27+ comes from the requirements
+    install (the system one may be older)."""
+    env, log = offline_env(tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, env=env)  # an enclosing repository
+    tree = fake_pytorch_tree(tmp_path / "src" / "pytorch-v2.13.0")
+    res = subprocess.run(["make", "patch-build", f"PYTORCH_SRC={tree}", f"PYTHON={env['PYTHON']}"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert network_calls(log) == [], out
+    assert "NETWORK" not in out
+    assert "no .git: a release tarball" in out and "submodules present" in out
+    assert "patch applied" in out
+    assert (tree / TREE_HPP).read_text() == HEADER.read_text()
+    assert "commtrace::MpiCallScope" in (tree / TREE_CPP).read_text()
+    assert re.search(r"ok\s+cmake\s+3\.31\.6", out)
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith(f"pip install -r {tree}/requirements.txt")
+    assert "PIP_NO_INDEX=1" in calls[0] and f"PIP_FIND_LINKS={tmp_path / 'wheelhouse'}" in calls[0]
+    assert calls[1].startswith("pip install --no-build-isolation --no-deps -v .")
+    assert f"cwd={tree}" in calls[1] and "USE_MPI=1" in calls[1] and re.search(r"MAX_JOBS=\d+", calls[1])
+    assert len(calls) == 2
+    # the fake compile installed nothing: the check after it fails, clearly
+    assert res.returncode != 0 and "the installed torch has no MPI support" in out
+
+    # The patch is detected as applied; revert takes it out of the tree.
+    res = build_script("revert", env, PYTORCH_SRC=str(tree))
+    assert res.returncode == 0, res.stderr
+    assert not (tree / TREE_HPP).exists()
+
+
+@needs_build_tools
+def test_offline_checkout_without_tag_and_missing_pieces(tmp_path):
+    env, log = offline_env(tmp_path)
+    git = ["git", "-C"]
+    # A checkout (e.g. of a release branch) without the tag: version.txt decides, no fetch.
+    tree = fake_pytorch_tree(tmp_path / "checkout")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "v2.13.0 sources"]):
+        subprocess.run(git + [str(tree)] + args, check=True, env=env, capture_output=True)
+    res = build_script("check", env, PYTORCH_SRC=str(tree))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no tag v2.13.0" in res.stdout and "using the checkout as it is" in res.stdout
+    assert "patch applies cleanly" in res.stdout
+
+    # Another version, offline: a clear refusal instead of a fetch.
+    (tree / "version.txt").write_text("2.12.0\n")
+    res = build_script("check", env, PYTORCH_SRC=str(tree), PYTORCH_OFFLINE="1")
+    assert res.returncode == 1 and "PYTORCH_OFFLINE=1 and this step needs the network: git fetch" in res.stderr
+
+    # A tarball without its submodules: named, no download attempted.
+    bare = fake_pytorch_tree(tmp_path / "tarball", submodule=False)
+    res = build_script("prepare", env, PYTORCH_SRC=str(bare))
+    assert res.returncode == 1 and "1 submodule(s) missing" in res.stderr and "third_party/pybind11" in res.stderr
+
+    # Something else at PYTORCH_SRC: a clear error, not git clone's "already exists".
+    other = tmp_path / "other"
+    (other / "x").mkdir(parents=True)
+    res = build_script("check", env, PYTORCH_SRC=str(other))
+    assert res.returncode == 1 and "is not a PyTorch source tree" in res.stderr
+
+    # A local mirror (PYTORCH_URL) with the tag: cloned without network.
+    mirror = fake_pytorch_tree(tmp_path / "mirror")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "m"], ["tag", "v2.13.0"]):
+        subprocess.run(git + [str(mirror)] + args, check=True, env=env, capture_output=True)
+    dest = tmp_path / "clone" / "pytorch"
+    res = build_script("check", env, PYTORCH_SRC=str(dest), PYTORCH_URL=str(mirror), PYTORCH_OFFLINE="1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (dest / TREE_CPP).exists() and "patch applies cleanly" in res.stdout
+    # ... but the default URL is the network: refused offline.
+    res = build_script("check", env, PYTORCH_SRC=str(tmp_path / "nothing"), PYTORCH_OFFLINE="1")
+    assert res.returncode == 1 and "needs the network: git clone https://" in res.stderr
+
+    # Requirements already in the venv (and cmake/ninja on PATH): pip is not run at all.
+    ready = fake_pytorch_tree(tmp_path / "ready")
+    (ready / "requirements.txt").write_text("numpy\npytest>=1.0 ; python_version >= '3'\n")
+    shims = Path(env["PYTHON"]).parent
+    (shims / "cmake").write_text('#!/bin/sh\necho "cmake version 3.30.0"\n')
+    (shims / "ninja").write_text("#!/bin/sh\necho 1.12.1\n")
+    for tool in ("cmake", "ninja"):
+        (shims / tool).chmod(0o755)
+    res = build_script("prepare", env, PYTORCH_SRC=str(ready), PYTORCH_OFFLINE="1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "build requirements are already installed" in res.stdout and "patch applied" in res.stdout
+    assert not log.exists() or not [x for x in log.read_text().splitlines() if x.startswith("pip")]
+    assert network_calls(log) == []

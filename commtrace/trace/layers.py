@@ -1,12 +1,24 @@
 """Merge the C++ layer (the ProcessGroupMPI patch) into the Python wrapper's ops.
 
 Both layers can see the same op: the Python wrapper when the collective is
-called and when its Work completes, the patched ProcessGroupMPI when the op was
-queued (``t_enqueue``), when its worker thread took it off the queue
-(``t_dequeue``) and when the MPI call returned (``t_mpi_end``). This module's
-one function, :func:`merge_cpp_layer`, folds each C++ row into the Python row
-of the same op and drops it, so an op appears once, with the split of its time
-into queue wait and MPI time.
+called and when its Work completes, the patched ProcessGroupMPI at five points
+(patches/README.md): when the op was queued (``t_enqueue_ns``), when its worker
+thread took it off the queue (``t_dequeue_ns``), when its first MPI call began
+and its last one returned (``t_mpi_begin_ns``, ``t_mpi_end_ns``; from the
+``.mpi.bin`` file, NaN for traces without one) and when its run function
+returned (``t_run_end_ns``). This module's one function, :func:`merge_cpp_layer`,
+folds each C++ row into the Python row of the same op and drops it, so an op
+appears once, with its time split into (patches/README.md, "What is measured"):
+
+* ``queue_wait_ns`` = dequeue - enqueue: waiting in ProcessGroupMPI's queue
+  behind earlier ops;
+* ``pre_mpi_ns`` = MPI begin - dequeue: waiting for ProcessGroupMPI's global
+  MPI lock (held e.g. by a blocking recv's wait on the caller's thread) plus
+  the input copies (flatten) the op makes before its MPI call;
+* ``mpi_ns`` = MPI end - MPI begin: inside the MPI call(s) only;
+* ``post_mpi_ns`` = run end - MPI end: the output copies after the MPI call;
+* ``run_ns`` = run end - dequeue = pre + mpi + post: everything the worker
+  thread did for the op (what older versions of this module called ``mpi_ns``).
 
 Matching rules
 --------------
@@ -28,16 +40,17 @@ Matching rules
   p2p ops, which ProcessGroupMPI does not queue, so this only matters for
   future C++ layers.)
 
-Output: matched Python rows gain ``t_enqueue_ns``, ``t_dequeue_ns``,
-``t_mpi_end_ns``, ``queue_wait_ns`` (dequeue - enqueue) and ``mpi_ns``
-(MPI end - dequeue); the C++ row is dropped. Unmatched C++ rows stay, with
-``source == "cpp"`` and the same columns filled from their own times. The
-other rows get NaN in the new columns. The input frame is not modified.
+Output: matched Python rows gain the columns ``NEW_COLUMNS``; the C++ row is
+dropped. Unmatched C++ rows stay, with ``source == "cpp"`` and the same columns
+filled from their own times. The other rows get NaN in the new columns. The
+input frame is not modified.
 
 C++ rows carry their times either in ``t_enqueue_ns``/``t_dequeue_ns``/
-``t_mpi_end_ns`` (when the reader fills those) or in the generic
+``t_run_end_ns`` (when the reader fills those) or in the generic
 ``t_start_ns``/``t_return_ns``/``t_end_ns`` (a C++ record's ``t_call`` is the
-enqueue time, ``d_return`` the dequeue and ``d_end`` the MPI end).
+enqueue time, ``d_return`` the dequeue and ``d_end`` the run end). The MPI call
+times come from ``mpi_calls`` (the reader's ``read_mpi_calls``): offsets from
+the enqueue time keyed by (``file``, ``group``, ``seq``).
 """
 from __future__ import annotations
 
@@ -54,9 +67,11 @@ P2P_OPS = ("send", "recv")
 CPP_TIME_COLUMNS = (
     ("t_enqueue_ns", "t_start_ns"),
     ("t_dequeue_ns", "t_return_ns"),
-    ("t_mpi_end_ns", "t_end_ns"),
+    ("t_run_end_ns", "t_end_ns"),
 )
-NEW_COLUMNS = ("t_enqueue_ns", "t_dequeue_ns", "t_mpi_end_ns", "queue_wait_ns", "mpi_ns")
+MPI_CALL_KEYS = ["file", "group", "seq"]
+NEW_COLUMNS = ("t_enqueue_ns", "t_dequeue_ns", "t_mpi_begin_ns", "t_mpi_end_ns", "t_run_end_ns",
+               "queue_wait_ns", "pre_mpi_ns", "mpi_ns", "post_mpi_ns", "run_ns")
 
 
 def _ranks_key(value) -> tuple:
@@ -85,6 +100,21 @@ def _cpp_times(frame: "pandas.DataFrame", idx) -> tuple[np.ndarray, np.ndarray, 
             vals = np.where(np.isnan(o), vals, o)
         out.append(vals)
     return out[0], out[1], out[2]
+
+
+def _mpi_call_offsets(frame, idx, mpi_calls) -> tuple[np.ndarray, np.ndarray]:
+    """(MPI begin, MPI end) offsets from the enqueue time of the C++ rows ``idx`` (NaN = none)."""
+    nan = np.full(len(idx), np.nan)
+    if mpi_calls is None or len(mpi_calls) == 0 or not set(MPI_CALL_KEYS) <= set(frame.columns):
+        return nan, nan.copy()
+    import pandas as pd
+    keys = pd.MultiIndex.from_arrays([frame.loc[idx, "file"].astype(str).to_numpy(),
+                                      frame.loc[idx, "group"].astype(str).to_numpy(),
+                                      frame.loc[idx, "seq"].to_numpy(dtype=np.int64)])
+    calls = (mpi_calls.astype({"file": str, "group": str, "seq": np.int64})
+             .drop_duplicates(MPI_CALL_KEYS, keep="last").set_index(MPI_CALL_KEYS))
+    got = calls.reindex(keys)
+    return got["d_mpi_begin"].to_numpy(dtype=float), got["d_mpi_end"].to_numpy(dtype=float)
 
 
 def _align(py_ops: list, cpp_ops: list) -> list[tuple[int, int]]:
@@ -130,8 +160,11 @@ def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:
         pairs_out.extend(zip(a, b))
 
 
-def merge_cpp_layer(frame: "pandas.DataFrame") -> "pandas.DataFrame":
-    """Fold C++-layer rows into the Python rows of the same ops (see module doc)."""
+def merge_cpp_layer(frame: "pandas.DataFrame", mpi_calls: "pandas.DataFrame | None" = None) -> "pandas.DataFrame":
+    """Fold C++-layer rows into the Python rows of the same ops (see module doc).
+
+    ``mpi_calls``: columns file, group, seq, d_mpi_begin, d_mpi_end (ns from the
+    enqueue time), one row per C++ op that made MPI calls."""
     out = frame.copy()
     if not out.index.is_unique:
         out = out.reset_index(drop=True)
@@ -148,12 +181,19 @@ def merge_cpp_layer(frame: "pandas.DataFrame") -> "pandas.DataFrame":
 
     # Times of every C++ row, from whichever columns carry them.
     cpp_idx = out.index[is_cpp]
-    enq, deq, mend = _cpp_times(out, cpp_idx)
+    enq, deq, rend = _cpp_times(out, cpp_idx)
+    d_begin, d_end = _mpi_call_offsets(out, cpp_idx, mpi_calls)
+    mbeg, mend = enq + d_begin, enq + d_end
     out.loc[cpp_idx, "t_enqueue_ns"] = enq
     out.loc[cpp_idx, "t_dequeue_ns"] = deq
+    out.loc[cpp_idx, "t_mpi_begin_ns"] = mbeg
     out.loc[cpp_idx, "t_mpi_end_ns"] = mend
+    out.loc[cpp_idx, "t_run_end_ns"] = rend
     out.loc[cpp_idx, "queue_wait_ns"] = deq - enq
-    out.loc[cpp_idx, "mpi_ns"] = mend - deq
+    out.loc[cpp_idx, "pre_mpi_ns"] = mbeg - deq
+    out.loc[cpp_idx, "mpi_ns"] = mend - mbeg
+    out.loc[cpp_idx, "post_mpi_ns"] = rend - mend
+    out.loc[cpp_idx, "run_ns"] = rend - deq
 
     if "group_ranks" in out.columns:
         ranks = [_ranks_key(v) for v in out["group_ranks"].astype(object)]

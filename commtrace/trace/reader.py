@@ -593,6 +593,31 @@ def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None
             mark_tables.concat(regions, mark_tables.regions_of([], -1, "", none, None)))
 
 
+def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
+    """The C++ layer's MPI call times (``<stem>.mpi.bin``, see trace.layers):
+    file, group (name), seq, d_mpi_begin, d_mpi_end. A torn trailing record and
+    records naming an undefined group are ignored (the ops file reports damage)."""
+    rows = []
+    for pt in procs:
+        path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.MPI_CALLS_SUFFIX
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rec = np.frombuffer(data[: len(data) - len(data) % schema.RECORD_SIZE], dtype=schema.OP_RECORD)
+        rec = rec[_defined(rec["group"], pt.groups) & (rec["seq"] > 0)]
+        if len(rec):
+            names = [_str_or_none(pt.groups[int(g)].get("name")) if isinstance(pt.groups[int(g)], dict) else None
+                     for g in rec["group"]]
+            rows.append(pd.DataFrame({"file": pt.stem, "group": names, "seq": rec["seq"].astype(np.int64),
+                                      "d_mpi_begin": rec["d_return"].astype(float),
+                                      "d_mpi_end": rec["d_end"].astype(float)}))
+    if not rows:
+        return pd.DataFrame(columns=["file", "group", "seq", "d_mpi_begin", "d_mpi_end"])
+    return pd.concat(rows, ignore_index=True)
+
+
 def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
     """The compute spans of every process (see ``trace.marks.SPAN_COLUMNS``)."""
     return build_mark_tables(procs)[0]
@@ -611,7 +636,7 @@ def load_run(run_dir: str | None = None) -> Run:
     if cpp:
         try:
             from .layers import merge_cpp_layer
-            frame = merge_cpp_layer(frame)
+            frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
         except ImportError:
             pass
     issues.extend(_missing_ranks(procs))

@@ -62,6 +62,9 @@ SPANS_SUFFIX = ".spans.bin"
 PREVIOUS_SEGMENT = ".1"              # bounded mode: <stem>.ops.bin.1 / .spans.bin.1, the previous ring segment
 COVERAGE_SUFFIX = ".coverage.json"   # bounded mode: what the files cover (rewritten whole at every flush)
 COVERAGE_TYPE = "commtrace-coverage"
+# C++ layer only (<stem> = rank<R>.pid<P>.cpp): OP_RECORDs of the ops that made MPI
+# calls, d_return / d_end = first MPI call began / last one returned (from t_call).
+MPI_CALLS_SUFFIX = ".mpi.bin"
 
 # Environment variables shared by the launcher, children and the C++ patch.
 ENV_DIR = "COMMTRACE_DIR"          # absolute run directory; its presence turns tracing on

@@ -118,3 +118,19 @@ def test_markdown(results):
     assert "not available" in md
     _, rows = ra.goals(res)
     assert len(rows) >= 5
+
+
+def test_patch_writer_bench():
+    """bench_patch.py: the C++ trace writer in the driver, off / on / flush thread blocked."""
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    bp = _mod("bench_patch")
+    r = bp.run(ops=200, reps=1)
+    assert set(r["variants"]) == {"off", "on", "blocked"}
+    for name, row in r["variants"].items():
+        assert row["enqueue_ns"] > 0 and row["total_ns"] >= row["enqueue_ns"]
+        if name != "off":
+            assert {"enqueue_ns_added", "total_ns_added_spread"} <= set(row)
+    md = bp.section(r)
+    assert "## 9." in md and "| blocked |" in md
