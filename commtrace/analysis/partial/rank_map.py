@@ -1,0 +1,137 @@
+"""Map step 1: one rank's files -> its partial results (small next to its ops).
+
+Everything the report computes per rank is computed here by the same functions
+``build_report`` uses, on a frame of this rank's ops only: the step table rows,
+communication time, the ops outside steps, and the summary cells (per (group,
+group_desc, phase, op, detail, rank): ops, summed duration, known durations,
+bytes) with the durations themselves (exact percentiles) or a LogSketch of them.
+It also indexes where each (group, seq chunk) lies in each ops file, so that a
+partition task reads only its slice (records are in call order: a group's seq
+grows along the file)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...trace import reader, schema
+from .. import intervals as iv
+from ..arrays import OpArrays
+from ..step_table import OutsideSteps, RankTimes, StepFigures
+from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
+from ..summary import summary_cells
+from .sketch import LogSketch
+
+CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
+
+
+@dataclass
+class RankTask:
+    rank: int
+    metas: list                 # meta paths of the rank's processes
+    refs: dict                  # world id -> meta path of the reference (rank-0) process
+    exact: bool                 # keep durations (exact percentiles) instead of sketches
+    chunk: int                  # seq chunk size of the partitions (see plan)
+
+
+@dataclass
+class RankPartial:
+    rank: int
+    ops: int
+    issues: list
+    cells: pd.DataFrame          # CELL_COLUMNS + rank (strings, "-" for none) + ops, dur, known, bytes
+    values: list                 # per cells row: float32/float64 durations (exact) or a LogSketch
+    per_rank: pd.DataFrame       # step_table.PER_RANK_COLUMNS rows of this rank
+    comm_ns: dict                # rank -> communication time (union of its ops)
+    outside: dict                # where code -> [ops, bytes, [comm per rank]] (+ NO_STEPS ranks)
+    total_steps: int
+    index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
+
+
+def _reference(meta: str, own: dict, issues: list):
+    return own.get(meta) or reader.read_process(meta, issues, records=False)
+
+
+def map_rank(task: RankTask) -> RankPartial:
+    issues: list = []
+    procs = [p for p in (reader.read_process(m, issues) for m in task.metas) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    refs = {wid: _reference(m, own, []) for wid, m in task.refs.items()}
+    refs = {w: p for w, p in refs.items() if p is not None}
+    index = {p.ops_path: _chunk_index(p.ops_path, task.chunk) for p in procs}
+    frame = reader.build_frame(procs, refs)
+    spans = reader.build_mark_tables(procs, issues, refs)[0]
+    start = frame["t_start_ns"].to_numpy() if len(frame) else None
+    if start is not None and not (start[1:] >= start[:-1]).all():
+        frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
+    a = OpArrays.of(frame) if len(frame) else None
+    steps = find_steps(spans, a)
+    per_rank, comm, outside = _step_parts(frame, a, spans, steps)
+    cells, values = _cells(frame, a, task.exact)
+    return RankPartial(task.rank, len(frame), [str(i) for i in issues], cells, values, per_rank, comm, outside,
+                       int(steps["step"].max()) if len(steps) else 0, index)
+
+
+def _step_parts(frame, a, spans, steps):
+    if a is None:
+        from ..step_table import PER_RANK_COLUMNS
+        return pd.DataFrame(columns=PER_RANK_COLUMNS), {}, {}
+    op_step, where = locate_ops(a, steps)
+    figures = StepFigures(steps, a, op_step)
+    outside = OutsideSteps(steps)
+    times = RankTimes(frame, a, spans)
+    comm = {}
+    for r in times.ranks():
+        t = times.of(r)
+        comm[r] = iv.length(t.comm)
+        figures.add(r, t)
+        outside.add(r, t)
+    stepping = np.isin(a.rank, list(outside.rows))
+    parts: dict = {}
+    for code in (BEFORE, BETWEEN, AFTER):
+        m = stepping & (where == code)
+        parts[code] = [int(m.sum()), int(a.nbytes[m].sum()), list(outside.comm[code])]
+    m = where == NO_STEPS
+    parts[NO_STEPS] = [int(m.sum()), int(a.nbytes[m].sum()), sorted(set(np.unique(a.rank[m]).tolist()))]
+    return figures.table(), comm, parts
+
+
+def _cells(frame: pd.DataFrame, a: OpArrays | None, exact: bool) -> tuple[pd.DataFrame, list]:
+    cols = [c for c in CELL_COLUMNS if c in frame]
+    if a is None:
+        return pd.DataFrame(columns=list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]), []
+    sc = summary_cells(frame, cols, a)
+    c = sc.cells
+    out = {col: np.asarray(c.keys[col], dtype=object)[c.key_codes[col]] for col in cols + ["rank"]}
+    for col in CELL_COLUMNS:
+        out.setdefault(col, np.full(c.n, "-", dtype=object))
+    table = pd.DataFrame({k: out[k] for k in list(CELL_COLUMNS) + ["rank"]})
+    table["ops"], table["dur"], table["known"], table["bytes"] = sc.count, sc.dur, sc.known, sc.nbytes
+    order = np.argsort(c.code, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(c.code, minlength=c.n))))
+    values = []
+    for i in range(c.n):
+        seg = a.dur[order[bounds[i]:bounds[i + 1]]]
+        seg = seg[~np.isnan(seg)]
+        if exact:
+            small = seg.astype(np.float32)
+            values.append(small if np.array_equal(small.astype(np.float64), seg) else seg)
+        else:
+            values.append(LogSketch.of(seg))
+    return table, values
+
+
+def _chunk_index(ops_path: str, chunk: int) -> tuple:
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
+    try:
+        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r")
+    except (OSError, ValueError):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    if not len(mm):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    key = (mm["group"].astype(np.int64) << 32) | (mm["seq"].astype(np.int64) // chunk)
+    del mm
+    keys, first = np.unique(key, return_index=True)
+    _, rev = np.unique(key[::-1], return_index=True)
+    return keys, first.astype(np.int64), (len(key) - 1 - rev).astype(np.int64)
