@@ -7,6 +7,7 @@ existing distributed engine (``distributed.Client``): no scheduler or RPC of our
 from __future__ import annotations
 
 import os
+from itertools import islice
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from ...errors import CommtraceError
@@ -86,7 +87,7 @@ class DaskExecutor:
     def map(self, fn, tasks):
         from distributed import as_completed
         it = iter(tasks)
-        first = [self.client.submit(fn, t, pure=False) for t, _ in zip(it, range(2 * self.workers))]
+        first = [self.client.submit(fn, t, pure=False) for t in islice(it, 2 * self.workers)]
         done = as_completed(first)
         for f in done:
             res = f.result()

@@ -209,6 +209,7 @@ class PartitionFold:
         strag = pd.DataFrame({"last": s["last"].astype(np.int64), "wait_ns": s["wait_ns"].astype(np.int64)})
         strag["mean_spread_ns"] = strag["wait_ns"] / strag["last"]
         strag["share_last"] = strag["last"] / self.instances
+        strag.index = strag.index.astype(np.int32)   # ranks are int32 in the frame
         strag.index.name = "rank"
         strag = strag.sort_values("wait_ns", ascending=False, kind="stable")
         rows = {}
