@@ -151,24 +151,30 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     end = np.full(k, np.iinfo(np.int64).min, np.int64)
     np.maximum.at(end, inst, c["end"])
     wg_names = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
-    opname = np.asarray(ops, dtype=object)[c["op"][first]]
-    p2p = np.isin(opname, list(P2P_OPS))
+    world_of = np.asarray([w for w, _ in wg_names], dtype=object)
+    group_of = np.asarray([g for _, g in wg_names], dtype=object)
+    op_first = c["op"][first]
+    is_p2p = np.isin(np.arange(len(ops)), [i for i, o in enumerate(ops) if o in P2P_OPS])
+    p2p = is_p2p[op_first]
+    expected = np.where(p2p, 2, c["n"][first])
     table = pd.DataFrame({
-        "op": opname, "world": [wg_names[w][0] for w in c["wg"][first]],
-        "group": [wg_names[w][1] for w in c["wg"][first]], "seq": c["seq"][first],
-        "ranks": np.bincount(inst, minlength=k), "expected": np.where(p2p, 2, c["n"][first]),
+        "op": op_first, "world": c["wg"][first], "group": c["wg"][first], "seq": c["seq"][first],
+        "ranks": np.bincount(inst, minlength=k), "expected": expected,
         "first_start_ns": c["t"][first], "last_start_ns": c["t"][last], "first_rank": c["rank"][first],
         "last_rank": c["rank"][last], "slowest_ns": slowest, "size_bytes": size, "end_ns": end, "p2p": p2p})
     table["spread_ns"] = table["last_start_ns"] - table["first_start_ns"]
     table = table[TOP_COLUMNS]
-    fac = np.array([bus_factor(o, int(n)) for o, n in zip(table["op"], table["expected"])], dtype=np.float64)
+    combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
+    fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
     bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, table, fac)
     coll = table[(~p2p) & (table["ranks"].to_numpy() >= 2)]
     spread = coll["spread_ns"].to_numpy(np.float64)
     top = coll.iloc[np.lexsort((coll["first_rank"].to_numpy(), coll["first_start_ns"].to_numpy(), -spread))[:task.top]]
+    top = top.assign(op=np.asarray(ops, dtype=object)[top["op"].to_numpy()], world=world_of[top["world"].to_numpy()],
+                     group=group_of[top["group"].to_numpy()])   # codes -> names (the few rows kept)
     g = coll.groupby("last_rank", sort=True)["spread_ns"]
     strag = pd.DataFrame({"last": g.size(), "wait_ns": g.sum()})
-    spreads = {str(o): grp.to_numpy(np.float64) for o, grp in coll.groupby("op", sort=True)["spread_ns"]}
+    spreads = {ops[int(o)]: grp.to_numpy(np.float64) for o, grp in coll.groupby("op", sort=True)["spread_ns"]}
     T = table["slowest_ns"].to_numpy(np.float64)
     S = table["size_bytes"].to_numpy(np.float64)
     okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0)
