@@ -43,7 +43,7 @@ def assert_same(rep, s):
     if rep.skew["instances"]:
         pd.testing.assert_frame_equal(rep.skew["stragglers"], s.skew["stragglers"], check_exact=False, rtol=1e-12)
         a, b = rep.skew["by_op"], s.skew["by_op"]
-        a = a.set_axis(a.index.astype(str), axis=0).sort_index()
+        a = a.set_axis(a.index.astype(str), axis=0)
         pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-12, check_index_type=False,
                                       check_dtype=False)
         ta = rep.skew["top"][TOP_COLS].reset_index(drop=True).astype({"op": str, "group": str})
@@ -123,3 +123,39 @@ def test_scan_parts_are_the_loaded_frame(two_groups_run):
 def test_bad_run_dir(tmp_path):
     with pytest.raises(CommtraceError, match="no trace files"):
         analyse(str(tmp_path), workers=1)
+
+
+def _tables_part(text: str) -> str:
+    """The report from its step table through the skew tables (what both analyses print)."""
+    start = text.index("\nSteps (")
+    end = text.index("\nTimeline") if "\nTimeline" in text else len(text)
+    return text[start:end].strip()
+
+
+def test_cli_partitioned_prints_the_same_tables(two_groups_run, capsys):
+    from commtrace.cli import main
+    assert main(["report", two_groups_run, "--width", "160"]) == 0
+    one_frame = capsys.readouterr().out
+    # a memory limit the one frame would not fit: the report goes file by file by itself
+    assert main(["report", two_groups_run, "--width", "160", "--memory-limit", "2M"]) == 0
+    partitioned = capsys.readouterr().out
+    assert "partitioned (" in partitioned and "Timeline" not in partitioned
+    assert _tables_part(one_frame) == _tables_part(partitioned)
+
+
+def test_cli_partitioned_json_and_bad_input(two_groups_run, tmp_path, capsys):
+    import json
+    from commtrace.cli import main
+    out = tmp_path / "s.json"
+    assert main(["report", two_groups_run, "--partitioned", "--json", str(out), "-q"]) == 0
+    doc = json.loads(out.read_text())
+    rep = build_report(load_report_run(two_groups_run))
+    assert doc["partitioned"] and doc["run"]["ops"] == len(rep.frame)
+    assert [r["op"] for r in doc["by_op"]] == list(rep.by_op.index)
+    assert [r["collectives"] for r in doc["by_op"]] == rep.by_op["collectives"].tolist()
+    assert doc["skew"]["instances"] == rep.skew["instances"]
+    capsys.readouterr()
+    assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(tmp_path / "t.json")]) == 2
+    assert "not available with the partitioned analysis" in capsys.readouterr().err
+    assert main(["report", two_groups_run, "--memory-limit", "lots"]) == 2
+    assert "--memory-limit lots: not a size" in capsys.readouterr().err

@@ -52,6 +52,8 @@ class ScanReport:
     quantile_error: float | None
     executor: str
     workers: int
+    ranks: int
+    t0_ns: int | None           # the first op's start (rank 0's clock)
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)
 
@@ -102,8 +104,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         bar.close()
     tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name)) for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
-                      ranks.step_tables(), parts.skew(), ranks.comm, parts.run_busbw(), exact,
-                      None if exact else ALPHA, ex.name, ex.workers, seconds, plan.issues + ranks.issues)
+                      ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
+                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, seconds,
+                      plan.issues + ranks.issues)
 
 
 def _env_dask():

@@ -31,6 +31,8 @@ class RankFold:
         self.outside = {BEFORE: [0, 0, []], BETWEEN: [0, 0, []], AFTER: [0, 0, []], NO_STEPS: [0, 0, set()]}
         self.total_steps = 0
         self.ops = 0
+        self.t0 = None
+        self.op_orders: list = []
         self.issues: list = []
         self.index: dict = {}
 
@@ -46,8 +48,18 @@ class RankFold:
             acc[2].update(extra) if isinstance(acc[2], set) else acc[2].extend(extra)
         self.total_steps = max(self.total_steps, p.total_steps)
         self.ops += p.ops
+        self.op_orders.append(p.op_order)
+        if p.t0 is not None:
+            self.t0 = p.t0 if self.t0 is None else min(self.t0, p.t0)
         self.issues.extend(i for i in p.issues if i not in self.issues)
         self.index.update(p.index)
+
+    def op_order(self) -> list:
+        """Op names in the order the one frame's categories have them (files in name order)."""
+        out: list = []
+        for _, names in sorted(self.op_orders):
+            out.extend(n for n in names if n not in out)
+        return out
 
     def cell_table(self) -> pd.DataFrame:
         cells = [c for c in self.cells if len(c)]
@@ -199,8 +211,8 @@ class PartitionFold:
         parts = self.bandwidth.get(name)
         return pd.concat(parts, ignore_index=True) if parts else None
 
-    def skew(self) -> dict:
-        """As analysis.skew.skew_summary (by_op indexed by op name, sorted by name)."""
+    def skew(self, op_order: list | None = None) -> dict:
+        """As analysis.skew.skew_summary (by_op rows in ``op_order``, else by name)."""
         if not self.instances:
             empty = pd.DataFrame(columns=["last", "wait_ns", "mean_spread_ns", "share_last"])
             return {"top": pd.DataFrame(columns=TOP_COLUMNS), "stragglers": empty, "by_op": pd.DataFrame(),
@@ -218,6 +230,8 @@ class PartitionFold:
             rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(np.quantile(v, 0.5)),
                         "p99_ns": float(np.quantile(v, 0.99)), "max_ns": int(v.max())}
         by_op = pd.DataFrame.from_dict(rows, orient="index")
+        if op_order:
+            by_op = by_op.loc[[o for o in op_order if o in rows] + [o for o in sorted(rows) if o not in op_order]]
         by_op.index.name = "op"
         return {"top": self.tops[0] if self.tops else pd.DataFrame(columns=TOP_COLUMNS),
                 "stragglers": strag.head(self.top_n), "by_op": by_op, "instances": self.instances}

@@ -10,6 +10,7 @@ partition task reads only its slice (records are in call order: a group's seq
 grows along the file)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +47,8 @@ class RankPartial:
     comm_ns: dict                # rank -> communication time (union of its ops)
     outside: dict                # where code -> [ops, bytes, [comm per rank]] (+ NO_STEPS ranks)
     total_steps: int
+    t0: int | None               # the rank's first op start (rank 0's clock)
+    op_order: tuple              # (first meta file name, op names in the frame's category order)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
 
 
@@ -70,7 +73,13 @@ def map_rank(task: RankTask) -> RankPartial:
     per_rank, comm, outside = _step_parts(frame, a, spans, steps)
     cells, values = _cells(frame, a, task.exact)
     return RankPartial(task.rank, len(frame), [str(i) for i in issues], cells, values, per_rank, comm, outside,
-                       int(steps["step"].max()) if len(steps) else 0, index)
+                       int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if a is not None else None,
+                       (os.path.basename(task.metas[0]), _op_names(frame)), index)
+
+
+def _op_names(frame: pd.DataFrame) -> list:
+    col = frame["op"] if "op" in frame else None
+    return [str(x) for x in col.cat.categories] if col is not None and hasattr(col, "cat") else []
 
 
 def _step_parts(frame, a, spans, steps):
