@@ -76,8 +76,22 @@ def render_partitioned(con, s, top: int = 10) -> None:
     con.print(t, end="", overflow="fold")
     rep = as_report(s)
     render_steps(con, rep)
+    if s.per_rank_cut and len(s.rank_medians) > 1:
+        _render_rank_medians(con, s.rank_medians)
     render_summary(con, rep)
     render_skew(con, rep, top)
+
+
+def _render_rank_medians(con, med) -> None:
+    """The per-rank table when the (rank, step) rows were too many to keep (medians come per rank)."""
+    from .tables import Column, print_table
+    from .fmt import fmt_count, fmt_ns
+    con.print()
+    cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
+            Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
+    rows = [[str(r), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]), fmt_ns(x["comm_ns"]),
+             fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
+    print_table(con, cols, rows, title="Per rank (median over its steps)")
 
 
 def partitioned_json(s) -> dict:

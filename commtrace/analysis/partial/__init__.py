@@ -54,6 +54,8 @@ class ScanReport:
     workers: int
     ranks: int
     t0_ns: int | None           # the first op's start (rank 0's clock)
+    rank_medians: pd.DataFrame  # per rank: steps, median step/compute/comm/exposed/ops over its steps
+    per_rank_cut: bool          # steps.per_rank left empty: more than merge.PER_RANK_ROWS_KEPT rows
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)
 
@@ -105,7 +107,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name)) for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
-                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, seconds,
+                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, seconds,
                       plan.issues + ranks.issues)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..arrays import NA_KEY, keys_index
-from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS, across_ranks
+from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
 from ..summary import SUMMARY_COLUMNS, qname
 from .partition_map import PartitionPartial, TOP_COLUMNS
@@ -18,6 +18,55 @@ from .rank_map import RankPartial
 from .sketch import LogSketch
 
 QS = (0.5, 0.99)
+PER_RANK_ROWS_KEPT = 1_000_000   # the per (rank, step) table is kept up to this many rows
+
+
+class AcrossFold:
+    """The per-step table over ranks (step_table.across_ranks), folded one rank at a
+    time into arrays indexed by step number: a run's steps x ranks rows never coexist."""
+
+    SUMS = ("compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
+
+    def __init__(self):
+        self.n = 0
+        self.a = {k: np.zeros(0, np.int64) for k in ("ranks", "micro_steps", "step_ns", "slowest_rank", *self.SUMS)}
+
+    def _grow(self, n: int) -> None:
+        if n <= self.n:
+            return
+        for k, v in self.a.items():
+            fill = -1 if k in ("step_ns", "slowest_rank") else 0
+            self.a[k] = np.concatenate((v, np.full(n - self.n, fill, np.int64)))
+        self.n = n
+
+    def add(self, per_rank: pd.DataFrame) -> None:
+        if not len(per_rank):
+            return
+        st = per_rank["step"].to_numpy(np.int64)
+        self._grow(int(st.max()) + 1)
+        a = self.a
+        a["ranks"][st] += 1
+        a["micro_steps"][st] = np.maximum(a["micro_steps"][st], per_rank["micro_steps"].to_numpy(np.int64))
+        for k in self.SUMS:
+            a[k][st] += per_rank[k].to_numpy(np.int64)
+        t, r = per_rank["step_ns"].to_numpy(np.int64), per_rank["rank"].to_numpy(np.int64)
+        cur, cur_r = a["step_ns"][st], a["slowest_rank"][st]
+        # the slowest rank; on a tie the lowest rank (across_ranks' idxmax over rows sorted by rank)
+        take = (t > cur) | ((t == cur) & (r < cur_r))
+        a["step_ns"][st] = np.where(take, t, cur)
+        a["slowest_rank"][st] = np.where(take, r, cur_r)
+
+    def table(self) -> pd.DataFrame:
+        from ..step_table import ACROSS_COLUMNS
+        a = self.a
+        has = np.flatnonzero(a["ranks"] > 0)
+        n = a["ranks"][has]
+        out = pd.DataFrame({"ranks": n, "micro_steps": a["micro_steps"][has].astype(np.int32),
+                            "step_ns": a["step_ns"][has]}, index=pd.Index(has.astype(np.int32), name="step"))
+        for k in self.SUMS:
+            out[k] = a[k][has] / n
+        out["slowest_rank"] = a["slowest_rank"][has].astype(np.int32)
+        return out[ACROSS_COLUMNS]
 
 
 class RankFold:
@@ -27,6 +76,10 @@ class RankFold:
         self.cells: list = []
         self.values: list = []
         self.per_rank: dict = {}
+        self.per_rank_rows = 0
+        self.per_rank_cut = False          # more rows than PER_RANK_ROWS_KEPT: medians per rank instead
+        self.rank_medians: list = []
+        self.across = AcrossFold()
         self.comm: dict = {}
         self.outside = {BEFORE: [0, 0, []], BETWEEN: [0, 0, []], AFTER: [0, 0, []], NO_STEPS: [0, 0, set()]}
         self.total_steps = 0
@@ -39,7 +92,14 @@ class RankFold:
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
         self.values.extend(p.values)
-        self.per_rank[p.rank] = p.per_rank
+        self.across.add(p.per_rank)
+        if len(p.per_rank):
+            self.rank_medians.append(_rank_medians(p.per_rank))
+        self.per_rank_rows += len(p.per_rank)
+        if self.per_rank_rows > PER_RANK_ROWS_KEPT:
+            self.per_rank, self.per_rank_cut = {}, True
+        else:
+            self.per_rank[p.rank] = p.per_rank
         self.comm.update(p.comm_ns)
         for code, (ops, nbytes, extra) in p.outside.items():
             acc = self.outside[code]
@@ -69,9 +129,10 @@ class RankFold:
         """(per_rank, across, outside, total_steps), or None when no rank took a step."""
         from ..report import StepTables
         per_rank = [t for _, t in sorted(self.per_rank.items()) if len(t)]
-        if not per_rank:
+        if not per_rank and not self.per_rank_cut:
             return None
-        pr = pd.concat(per_rank, ignore_index=True)[PER_RANK_COLUMNS]
+        pr = pd.concat(per_rank, ignore_index=True)[PER_RANK_COLUMNS] if per_rank else \
+            pd.DataFrame(columns=PER_RANK_COLUMNS)
         rows = []
         for code in (BEFORE, BETWEEN, AFTER):
             ops, nbytes, comm = self.outside[code]
@@ -82,7 +143,18 @@ class RankFold:
             rows.append({"where": OUTSIDE_NAMES[NO_STEPS], "ops": ops, "bytes": nbytes, "comm_ns": float("nan"),
                          "ranks": len(ranks)})
         outside = pd.DataFrame(rows).set_index("where")[OUTSIDE_COLUMNS]
-        return StepTables(pr, across_ranks(pr), outside, self.total_steps)
+        return StepTables(pr, self.across.table(), outside, self.total_steps)
+
+    def medians(self) -> pd.DataFrame:
+        """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
+        return pd.concat(self.rank_medians).sort_index() if self.rank_medians else pd.DataFrame()
+
+
+def _rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
+    g = per_rank.groupby("rank")
+    out = g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
+    out.insert(0, "steps", g.size())
+    return out
 
 
 def table_keys(cells: pd.DataFrame) -> dict:
