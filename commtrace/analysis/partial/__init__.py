@@ -33,7 +33,7 @@ from .sketch import ALPHA
 # Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
 # its interval sets; a partition's records and instance arrays), with headroom.
 RANK_TASK_BYTES_PER_OP = 600
-PARTITION_BYTES_PER_OP = 200
+PARTITION_BYTES_PER_OP = 400
 DEFAULT_MEMORY_FRACTION = 0.5
 
 

@@ -134,9 +134,13 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
     if not parts["t"]:
         return _empty(task)
-    c = {k: np.concatenate(v) for k, v in parts.items()}
+    c = {}
+    for k in list(parts):                            # one column at a time: small temporaries
+        c[k] = np.concatenate(parts.pop(k))
     order = np.lexsort((c["rank"], c["t"]))          # the frame's order: start time, then rank
-    c = {k: v[order] for k, v in c.items()}
+    for k in c:
+        c[k] = c[k][order]
+    del order
     keys = pd.DataFrame({"wg": c["wg"], "src": c["src"], "dst": c["dst"], "seq": c["seq"]})
     inst = keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
     k = int(inst.max()) + 1
