@@ -7,7 +7,8 @@ Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subpro
 (a) load_report_run + build_report (one frame), (b) analysis.partial.analyse in a process
 pool of 1 and 2 workers, (c) with --dask, on a distributed.LocalCluster of 1 and 2 worker
 processes. Throughput = ops / wall time (summary + skew + step tables); memory = peak
-RSS growth of the analysing process plus the largest peak of a pool worker, per op.
+RSS growth of the analysing process over its post-import base, plus the largest
+growth of a pool worker (forked from it after the imports) over the same base, per op.
 
 --big: a run of big-ranks x big-ops ops (default 10^9, 32 GB): the synthetic writer writes
 64 ranks, the other ranks are copies of those files under their own rank (same ops,
@@ -49,8 +50,9 @@ else:
         s = analyse(run_dir, dask=client, progress=False)
         ops = s.ops
 wall = time.perf_counter() - t
+# pool workers are forked from this process after its imports: their growth is over the same base
 print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (kib(resource.RUSAGE_SELF) - base) * 1024,
-                  "child_rss": kib(resource.RUSAGE_CHILDREN) * 1024}))
+                  "child_rss": max(0, kib(resource.RUSAGE_CHILDREN) - base) * 1024}))
 """
 
 
@@ -61,33 +63,50 @@ def child(mode: str, run_dir: str, workers: int = 1) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def side_by_side(a) -> dict:
+CASES = {"one-frame": "one frame (load + build_report)", "pool": "partitioned, process pool x{w}",
+         "dask": "partitioned, Dask LocalCluster, {w} worker process(es)"}
+
+
+def run(ranks: int, ops: int, dask: bool, workdir: str | None = None) -> dict:
+    """The side-by-side measurement (see the module doc); results by case "mode-workers"."""
     from commtrace.trace.synthetic import write_synthetic_run
-    root = a.dir or tempfile.mkdtemp(prefix="commtrace-scale-")
-    run = os.path.join(root, f"r{a.ranks}x{a.ops}")
+    root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
+    run = os.path.join(root, f"r{ranks}x{ops}")
     if not os.path.isdir(run):
-        write_synthetic_run(run, ranks=a.ranks, ops_per_rank=a.ops, seed=0)
-    res = {"ranks": a.ranks, "ops_per_rank": a.ops, "cpus": os.cpu_count()}
-    cases = [("one-frame", 1), ("pool", 1), ("pool", 2)] + ([("dask", 1), ("dask", 2)] if a.dask else [])
+        write_synthetic_run(run, ranks=ranks, ops_per_rank=ops, seed=0)
+    res = {"ranks": ranks, "ops_per_rank": ops, "cpus": os.cpu_count(), "cases": []}
+    cases = [("one-frame", 1), ("pool", 1), ("pool", 2)] + ([("dask", 1), ("dask", 2)] if dask else [])
     for mode, w in cases:
         r = child(mode, run, w)
-        res[f"{mode}-{w}"] = {"ops": r["ops"], "wall_s": r["wall_s"], "ops_per_s": r["ops"] / r["wall_s"],
+        res["cases"].append(f"{mode}-{w}")
+        res[f"{mode}-{w}"] = {"mode": mode, "workers": w, "ops": r["ops"], "wall_s": r["wall_s"], "ops_per_s": r["ops"] / r["wall_s"],
                               "bytes_per_op": (r["self_rss"] + (r["child_rss"] if mode == "pool" and w > 1 else 0))
                               / r["ops"]}
-    if not a.dir:
+    if not workdir:
         shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def markdown(res: dict) -> str:
+    """A Markdown table of run()'s results (run_all.py puts it in BENCHMARKS.md)."""
     base = res["one-frame-1"]["wall_s"]
-    print("| analysis | wall | throughput | vs one frame | peak memory |\n|---|---|---|---|---|")
-    for mode, w in cases:
-        r = res[f"{mode}-{w}"]
-        name = {"one-frame": "one frame (load + build_report)", "pool": f"partitioned, process pool x{w}",
-                "dask": f"partitioned, Dask LocalCluster x{w} worker(s)"}[mode]
-        mem = f"{r['bytes_per_op']:.0f} B/op" if mode != "dask" else "(in the workers)"
-        print(f"| {name} | {r['wall_s']:.2f} s | {r['ops_per_s'] / 1e6:.2f} M ops/s | {base / r['wall_s']:.2f}x | {mem} |")
-    if a.dask:
-        d1, d2 = res["dask-1"]["wall_s"], res["dask-2"]["wall_s"]
-        print(f"\nDask: 2 workers vs 1: {d1 / d2:.2f}x speedup; per worker "
-              f"{res['dask-1']['ops_per_s'] / 1e6:.2f} (1) / {res['dask-2']['ops_per_s'] / 2e6:.2f} (2) M ops/s")
+    lines = [f"{res['ranks']} ranks x {res['ops_per_rank']:,} ops, {res['cpus']} CPUs.\n",
+             "| analysis | wall | throughput | vs one frame | peak memory |", "|---|---|---|---|---|"]
+    for case in res["cases"]:
+        r = res[case]
+        mem = f"{r['bytes_per_op']:.0f} B/op" if r["mode"] != "dask" else "(in the workers)"
+        lines.append(f"| {CASES[r['mode']].format(w=r['workers'])} | {r['wall_s']:.2f} s | "
+                     f"{r['ops_per_s'] / 1e6:.2f} M ops/s | {base / r['wall_s']:.2f}x | {mem} |")
+    if "dask-2" in res:
+        d1, d2 = res["dask-1"], res["dask-2"]
+        lines.append(f"\nDask, 2 workers vs 1: {d1['wall_s'] / d2['wall_s']:.2f}x faster; per worker "
+                     f"{d1['ops_per_s'] / 1e6:.2f} M ops/s (1 worker), {d2['ops_per_s'] / 2e6:.2f} M ops/s (2 workers).")
+    return "\n".join(lines) + "\n"
+
+
+def side_by_side(a) -> dict:
+    res = run(a.ranks, a.ops, a.dask, a.dir)
+    print(markdown(res))
     return res
 
 
