@@ -36,8 +36,9 @@ def memory_limit_of(text: str | None) -> int | None:
     return int(value)
 
 
-def wants_partitioned(ns) -> bool:
-    """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit."""
+def wants_partitioned(ns, run_dir=None) -> bool:
+    """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
+    (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
     import glob
     import os
     from ..analysis.partial import ENV_DASK, default_memory_limit
@@ -45,8 +46,9 @@ def wants_partitioned(ns) -> bool:
     if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
         return True
     limit = memory_limit_of(ns.memory_limit) or default_memory_limit()
-    run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
-    ns.run_dir = run_dir
+    if run_dir is None:
+        run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
+        ns.run_dir = run_dir
     try:
         size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
     except OSError:

@@ -58,6 +58,16 @@ class ScanReport:
     per_rank_cut: bool          # steps.per_rank left empty: more than merge.PER_RANK_ROWS_KEPT rows
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)
+    tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
+
+    def summary(self, by) -> pd.DataFrame:
+        """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
+        from ...errors import CommtraceError
+        t = self.tables.get(tuple(by))
+        if t is None:
+            known = ", ".join(",".join(k) for k in self.tables)
+            raise CommtraceError(f"--by {','.join(by)}: not available with the partitioned analysis (keys: {known})")
+        return t
 
 
 def default_memory_limit() -> int:
@@ -65,8 +75,15 @@ def default_memory_limit() -> int:
 
 
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
-            top: int = 10, progress: bool | None = None, exact: bool | None = None) -> ScanReport:
-    """The report's figures of ``run_dir`` by map/reduce (see the module doc)."""
+            top: int = 10, progress: bool | None = None, exact: bool | None = None,
+            compare_by: list | None = None) -> ScanReport:
+    """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
+    one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown."""
+    from .rank_map import CELL_COLUMNS
+    if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
+        from ...errors import CommtraceError
+        raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
+                             f"{', '.join(CELL_COLUMNS)} only")
     plan = plan_run(run_dir)
     if plan.unsupported:
         from ...errors import CommtraceError
@@ -93,6 +110,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         seconds["ranks"] = time.perf_counter() - t0
         cells = ranks.cell_table()
         keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
+        keys["phase_op"] = ["phase", "op"]
+        if compare_by:
+            keys["compare"] = list(compare_by)
         t1 = time.perf_counter()
         parts = PartitionFold(top)
         ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top)
@@ -105,10 +125,11 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ex.close()
         bar.close()
     tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name)) for name, by in keys.items()}
+    by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, seconds,
-                      plan.issues + ranks.issues)
+                      plan.issues + ranks.issues, by_keys)
 
 
 def _env_dask():
