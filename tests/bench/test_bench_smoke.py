@@ -118,3 +118,15 @@ def test_markdown(results):
     assert "not available" in md
     _, rows = ra.goals(res)
     assert len(rows) >= 5
+
+
+def test_scale(tmp_path):
+    sc = _mod("bench_scale")
+    res = sc.run(ranks=2, ops=300, dask=False, workdir=str(tmp_path))
+    assert res["cases"] == ["one-frame-1", "pool-1", "pool-2"]
+    assert all(res[c]["ops"] == 600 and res[c]["wall_s"] > 0 for c in res["cases"])
+    md = sc.markdown(res)
+    assert "one frame" in md and "process pool x2" in md
+    ra = _mod("run_all")
+    _, rows = ra.goals({"scale": res})
+    assert any("issue 18" in r[0] for r in rows)
