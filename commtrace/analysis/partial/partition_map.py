@@ -137,17 +137,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     c = {}
     for k in list(parts):                            # one column at a time: small temporaries
         c[k] = np.concatenate(parts.pop(k))
-    order = np.lexsort((c["rank"], c["t"]))          # the frame's order: start time, then rank
-    for k in c:
-        c[k] = c[k][order]
-    del order
-    keys = pd.DataFrame({"wg": c["wg"], "src": c["src"], "dst": c["dst"], "seq": c["seq"]})
-    inst = keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+    inst = _instances(c)
     k = int(inst.max()) + 1
-    first = np.full(k, len(inst), np.int64)
-    np.minimum.at(first, inst, np.arange(len(inst)))
-    last = np.full(k, -1, np.int64)
-    np.maximum.at(last, inst, np.arange(len(inst)))
+    first, last = _first_and_last(inst, k, c["t"], c["rank"])
     slowest = np.full(k, np.nan)
     np.fmax.at(slowest, inst, c["dur"])
     size = np.zeros(k, np.int64)
@@ -186,6 +178,40 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw)
 
 
+def _instances(c: dict) -> np.ndarray:
+    """Per op: its instance, numbered from 0 (analysis.match keys: collectives by (world,
+    group, seq), send/recv by (world, group, src, dst, seq))."""
+    p2p = c["src"] >= 0
+    inst = np.empty(len(p2p), np.int64)
+    coll = ~p2p
+    n = 0
+    if coll.any():
+        codes, uniq = pd.factorize((c["wg"][coll] << 40) | c["seq"][coll])   # seq < 2**32: one int64 key
+        inst[coll] = codes
+        n = len(uniq)
+    if p2p.any():
+        keys = pd.DataFrame({k: c[k][p2p] for k in ("wg", "src", "dst", "seq")})
+        inst[p2p] = n + keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+    return inst
+
+
+def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance the row of its first caller (earliest start, then lowest rank: the
+    frame's row order) and of its last (latest start, then highest rank), without a sort."""
+    out = []
+    for pick, init in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
+        best_t = np.full(k, init, np.int64)
+        pick.at(best_t, inst, t)
+        tied = np.flatnonzero(t == best_t[inst])
+        best_r = np.full(k, init, np.int64)
+        pick.at(best_r, inst[tied], rank[tied])
+        rows = tied[rank[tied] == best_r[inst[tied]]]
+        row = np.zeros(k, np.int64)
+        row[inst[rows]] = rows
+        out.append(row)
+    return out[0], out[1]
+
+
 def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
     """Per summary table: key columns + collectives, T, S, B summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
@@ -198,8 +224,7 @@ def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
         by = list(by)
         rowkey = keys.groupby(by, sort=False).ngroup().to_numpy(np.int64) if len(keys) else np.empty(0, np.int64)
         nrow = int(rowkey.max()) + 1 if len(rowkey) else 0
-        pair = np.unique(rowkey[cell] * len(table) + inst)
-        pg, pi = pair // len(table), pair % len(table)
+        pg, pi = _row_instance_pairs(rowkey[cell], inst, len(table))
         heads = keys.groupby(by, sort=False).head(1)
         res = pd.DataFrame({b: heads[b].to_numpy() for b in by})
         res["collectives"] = np.bincount(pg, minlength=nrow)
@@ -214,6 +239,19 @@ def _per_sig_int(sigs: list, name: str) -> np.ndarray:
     """A numeric sig field as the frame has it (``reader.build_frame``: missing -> 0)."""
     v = np.array([reader._num(s.get(name)) for s in sigs], dtype=np.float64)
     return np.where(np.isnan(v), 0, v).astype(np.int64)
+
+
+def _row_instance_pairs(row: np.ndarray, inst: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (row, instance) pairs (as summary.instance_groups): each instance's
+    first op's row, plus the few rows its other ops were filed under (a sort of those only)."""
+    head = np.zeros(k, np.int64)
+    head[inst[::-1]] = row[::-1]                  # some op's row per instance (the first one written)
+    pg, pi = head, np.arange(k, dtype=np.int64)
+    elsewhere = row != head[inst]
+    if elsewhere.any():
+        extra = np.unique(row[elsewhere] * k + inst[elsewhere])
+        pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
+    return pg, pi
 
 
 def _int(v, default: int) -> int:

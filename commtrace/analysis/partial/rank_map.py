@@ -1,13 +1,14 @@
 """Map step 1: one rank's files -> its partial results (small next to its ops).
 
 Everything the report computes per rank is computed here by the same functions
-``build_report`` uses, on a frame of this rank's ops only: the step table rows,
-communication time, the ops outside steps, and the summary cells (per (group,
-group_desc, phase, op, detail, rank): ops, summed duration, known durations,
-bytes) with the durations themselves (exact percentiles) or a LogSketch of them.
-It also indexes where each (group, seq chunk) lies in each ops file, so that a
-partition task reads only its slice (records are in call order: a group's seq
-grows along the file)."""
+``build_report`` uses (``find_steps``, ``locate_ops``, ``StepFigures``,
+``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
+its records (``rank_ops``: no frame): the step table rows, communication time,
+the ops outside steps, and the summary cells (per (group, group_desc, phase, op,
+detail, rank): ops, summed duration, known durations, bytes) with the durations
+themselves (exact percentiles) or a LogSketch of them. It also indexes where each
+(group, seq chunk) lies in each ops file, so that a partition task reads only its
+slice (records are in call order: a group's seq grows along the file)."""
 from __future__ import annotations
 
 import os
@@ -21,10 +22,8 @@ from .. import intervals as iv
 from ..arrays import OpArrays
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
-from ..summary import summary_cells
+from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 from .sketch import LogSketch
-
-CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
 
 
 @dataclass
@@ -63,33 +62,26 @@ def map_rank(task: RankTask) -> RankPartial:
     refs = {wid: _reference(m, own, []) for wid, m in task.refs.items()}
     refs = {w: p for w, p in refs.items() if p is not None}
     index = {p.ops_path: _chunk_index(p.ops_path, task.chunk) for p in procs}
-    frame = reader.build_frame(procs, refs)
     spans = reader.build_mark_tables(procs, issues, refs)[0]
-    start = frame["t_start_ns"].to_numpy() if len(frame) else None
-    if start is not None and not (start[1:] >= start[:-1]).all():
-        frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
-    a = OpArrays.of(frame) if len(frame) else None
+    ops = rank_ops(procs, refs, task.rank)
+    a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
-    per_rank, comm, outside = _step_parts(frame, a, spans, steps)
-    cells, values = _cells(frame, a, task.exact)
-    return RankPartial(task.rank, len(frame), [str(i) for i in issues], cells, values, per_rank, comm, outside,
-                       int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if a is not None else None,
-                       (os.path.basename(task.metas[0]), _op_names(frame)), index)
+    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps)
+    cells, values = _cells(ops, task.rank, task.exact)
+    n = len(a.start) if a is not None else 0
+    return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
+                       int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
+                       (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []), index)
 
 
-def _op_names(frame: pd.DataFrame) -> list:
-    col = frame["op"] if "op" in frame else None
-    return [str(x) for x in col.cat.categories] if col is not None and hasattr(col, "cat") else []
-
-
-def _step_parts(frame, a, spans, steps):
+def _step_parts(waits, a, spans, steps):
     if a is None:
         from ..step_table import PER_RANK_COLUMNS
         return pd.DataFrame(columns=PER_RANK_COLUMNS), {}, {}
     op_step, where = locate_ops(a, steps)
     figures = StepFigures(steps, a, op_step)
     outside = OutsideSteps(steps)
-    times = RankTimes(frame, a, spans)
+    times = RankTimes(waits, a, spans)
     comm = {}
     for r in times.ranks():
         t = times.of(r)
@@ -106,21 +98,24 @@ def _step_parts(frame, a, spans, steps):
     return figures.table(), comm, parts
 
 
-def _cells(frame: pd.DataFrame, a: OpArrays | None, exact: bool) -> tuple[pd.DataFrame, list]:
-    cols = [c for c in CELL_COLUMNS if c in frame]
-    if a is None:
-        return pd.DataFrame(columns=list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]), []
-    sc = summary_cells(frame, cols, a)
-    c = sc.cells
-    out = {col: np.asarray(c.keys[col], dtype=object)[c.key_codes[col]] for col in cols + ["rank"]}
-    for col in CELL_COLUMNS:
-        out.setdefault(col, np.full(c.n, "-", dtype=object))
-    table = pd.DataFrame({k: out[k] for k in list(CELL_COLUMNS) + ["rank"]})
-    table["ops"], table["dur"], table["known"], table["bytes"] = sc.count, sc.dur, sc.known, sc.nbytes
-    order = np.argsort(c.code, kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(c.code, minlength=c.n))))
+def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, list]:
+    """The summary cells of one rank (as summary.summary_cells bins them) and per cell its
+    durations (float32 when that is lossless) or their LogSketch."""
+    cols = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]
+    if ops is None:
+        return pd.DataFrame(columns=cols), []
+    a, cell, n = ops.arrays, ops.cell, len(ops.cells)
+    known = ~np.isnan(a.dur)
+    table = pd.DataFrame(ops.cells, columns=list(CELL_COLUMNS))
+    table["rank"] = str(rank)
+    table["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
+    table["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
+    table["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
+    table["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    order = np.argsort(cell.astype(np.int16 if n < 32_000 else np.int64), kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n))))
     values = []
-    for i in range(c.n):
+    for i in range(n):
         seg = a.dur[order[bounds[i]:bounds[i + 1]]]
         seg = seg[~np.isnan(seg)]
         if exact:
@@ -128,7 +123,8 @@ def _cells(frame: pd.DataFrame, a: OpArrays | None, exact: bool) -> tuple[pd.Dat
             values.append(small if np.array_equal(small.astype(np.float64), seg) else seg)
         else:
             values.append(LogSketch.of(seg))
-    return table, values
+    keep = table["ops"].to_numpy() > 0
+    return table[keep].reset_index(drop=True), [v for v, k in zip(values, keep) if k]
 
 
 def _chunk_index(ops_path: str, chunk: int) -> tuple:
