@@ -69,6 +69,8 @@ def add_scale_arguments(p) -> None:
                    "default 50%% of RAM): a run that does not fit is analysed file by file")
     p.add_argument("--partitioned", action="store_true", help="analyse file by file (map/reduce) even if the "
                    "run fits in memory")
+    p.add_argument("--perfetto-max-mb", type=float, default=1000, metavar="MB", help="partitioned: --perfetto "
+                   "writes files of at most MB each (rank subsets; a rank with more ops: time windows; default 1000)")
 
 
 def _dir_size(path: str | None) -> int:
@@ -157,10 +159,12 @@ def _run_partitioned(ns) -> int:
     from ..errors import CommtraceError
     from .cli_commands import warn
     from .partitioned import memory_limit_of, partitioned_json, render_partitioned
+    if ns.perfetto_max_mb <= 0:
+        raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     unsupported = [flag for flag, v in (("--steps", ns.steps), ("--skip-steps", ns.skip_steps), ("--from", ns.t_from),
                                         ("--to", ns.t_to), ("--phase", ns.phase), ("--events", ns.events),
-                                        ("--perfetto", ns.perfetto), ("--csv", ns.csv), ("--parquet", ns.parquet))
+                                        ("--csv", ns.csv), ("--parquet", ns.parquet))
                    if v]
     if unsupported:
         raise CommtraceError(f"{', '.join(unsupported)}: not available with the partitioned analysis of big runs "
@@ -168,6 +172,11 @@ def _run_partitioned(ns) -> int:
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top)
     for issue in s.issues:
         warn(issue)
+    if ns.perfetto:
+        from .partitioned import write_perfetto_pieces
+        files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
+        sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
+                         + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
     if ns.json:
         export.write_json(partitioned_json(s), ns.json)
     if not (ns.quiet or ns.json == "-"):

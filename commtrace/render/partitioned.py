@@ -56,6 +56,48 @@ def wants_partitioned(ns, run_dir=None) -> bool:
     return size // schema.RECORD_SIZE * ONE_FRAME_BYTES_PER_OP > limit
 
 
+# Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
+PERFETTO_BYTES_PER_OP = 1000
+
+
+def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
+    """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
+    (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
+    one rank with more ops than that (analysis.partial.perfetto_pieces); one time base."""
+    import numpy as np
+    from ..analysis.match import match_ops
+    from ..analysis.partial import load_ranks, perfetto_pieces, scan
+    from .perfetto import write_perfetto
+    parts = {p.rank: p for p in scan(s.path)}
+    ops = {r: int(c) for r, c in s.ops_per_rank.items()}
+    max_ops = max(1, int(max_mb * 1e6 / PERFETTO_BYTES_PER_OP))
+    base, ext = (path[:-5], ".json") if path.endswith(".json") else (path, ".json")
+    written = []
+    for ranks, piece, pieces in perfetto_pieces(ops, max_ops):
+        run = load_ranks([parts[r] for r in ranks])
+        frame = run.frame
+        if piece is not None:          # a time window of one rank: its ops [lo, hi) in start order
+            lo, hi = piece * len(frame) // pieces, (piece + 1) * len(frame) // pieces
+            frame = frame.iloc[lo:hi].reset_index(drop=True)
+            t_lo = int(frame["t_start_ns"].iloc[0]) if len(frame) else 0
+            t_hi = int(frame["t_start_ns"].iloc[-1]) if len(frame) else 0
+            spans = run.spans[(run.spans["t_end_ns"] >= t_lo) & (run.spans["t_begin_ns"] <= t_hi)] \
+                if run.spans is not None and len(run.spans) else run.spans
+        else:
+            spans = run.spans
+        name = f"ranks-{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank-{ranks[0]}"
+        if piece is not None:
+            name += f".part-{piece + 1}-of-{pieces}"
+        out = f"{base}.{name}{ext}"
+        start = frame["t_start_ns"].to_numpy(np.int64) if len(frame) else None
+        if start is not None and not (start[1:] >= start[:-1]).all():
+            frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
+        inst = match_ops(frame).inst if len(frame) else None
+        write_perfetto(frame, out, s.t0_ns, inst, run.processes, spans=spans, marks=run.marks, regions=run.regions)
+        written.append(out)
+    return written
+
+
 def as_report(s) -> SimpleNamespace:
     """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,

@@ -155,7 +155,7 @@ def test_cli_partitioned_json_and_bad_input(two_groups_run, tmp_path, capsys):
     assert [r["collectives"] for r in doc["by_op"]] == rep.by_op["collectives"].tolist()
     assert doc["skew"]["instances"] == rep.skew["instances"]
     capsys.readouterr()
-    assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(tmp_path / "t.json")]) == 2
+    assert main(["report", two_groups_run, "--partitioned", "--csv", str(tmp_path / "t.csv")]) == 2
     assert "not available with the partitioned analysis" in capsys.readouterr().err
     assert main(["report", two_groups_run, "--memory-limit", "lots"]) == 2
     assert "--memory-limit lots: not a size" in capsys.readouterr().err
@@ -171,3 +171,29 @@ def test_cli_compare_partitioned_prints_the_same(two_groups_run, tmp_path, capsy
         assert capsys.readouterr().out == one_frame
     assert main(["compare", two_groups_run, exp, "--partitioned", "--by", "bucket"]) == 2
     assert "groups by group, group_desc, phase, op, detail only" in capsys.readouterr().err
+
+
+def test_perfetto_pieces_plan():
+    from commtrace.analysis.partial import perfetto_pieces
+    # 10 ops per file: ranks 0+1 (4+5), rank 2 (7: 2+7 > 10 starts a new file), rank 3 (25: 3 time windows), rank 4
+    assert perfetto_pieces({0: 4, 1: 5, 2: 7, 3: 25, 4: 1}, 10) == [
+        ([0, 1], None, 1), ([2], None, 1), ([3], 0, 3), ([3], 1, 3), ([3], 2, 3), ([4], None, 1)]
+
+
+def test_cli_partitioned_perfetto_in_pieces(two_groups_run, tmp_path, capsys):
+    import glob
+    import json
+    from commtrace.cli import main
+    out = tmp_path / "t.json"
+    # 2,000 ops per rank; 1 MB = 1,000 ops per file: every rank in 2 time windows
+    assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(out), "--perfetto-max-mb", "1",
+                 "-q"]) == 0
+    assert "Perfetto trace in 16 file(s) of at most 1 MB" in capsys.readouterr().err
+    files = sorted(glob.glob(str(tmp_path / "t.rank-*.json")))
+    assert len(files) == 16 and any(f.endswith("t.rank-5.part-2-of-2.json") for f in files)
+    slices = 0
+    for f in files:
+        events = json.load(open(f))["traceEvents"]
+        slices += sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("collective", "p2p"))
+    assert slices == 8 * 2000
+    assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(out), "--perfetto-max-mb", "0"]) == 2

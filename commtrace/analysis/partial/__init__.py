@@ -56,6 +56,7 @@ class ScanReport:
     t0_ns: int | None           # the first op's start (rank 0's clock)
     rank_medians: pd.DataFrame  # per rank: steps, median step/compute/comm/exposed/ops over its steps
     per_rank_cut: bool          # steps.per_rank left empty: more than merge.PER_RANK_ROWS_KEPT rows
+    ops_per_rank: dict          # rank -> ops
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)
     tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
@@ -128,7 +129,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
-                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, seconds,
+                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       plan.issues + ranks.issues, by_keys)
 
 
@@ -174,6 +175,44 @@ class RankPart:
         own = {p.meta_path: p for p in procs}
         refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
         return reader.build_frame(procs, {w: p for w, p in refs.items() if p is not None})
+
+
+def load_ranks(parts: list[RankPart]):
+    """The ops, compute spans, marks and regions of some ranks, and their process
+    summaries: a reader.Run of just those ranks (times on the run's reference clocks)."""
+    issues: list = []
+    procs = [p for part in parts for p in (reader.read_process(m, issues) for m in part.files) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in parts[0].refs.items()} if parts else {}
+    refs = {w: p for w, p in refs.items() if p is not None}
+    spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
+    summaries = [p.summary() for p in procs]
+    frame = reader.build_frame(procs, refs)
+    return reader.Run("", frame, summaries, issues, spans, marks, regions)
+
+
+def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | None, int]]:
+    """How a Perfetto export of a big run is cut so that no file holds more than
+    ``max_ops`` ops: consecutive ranks together while they fit, and a rank with more
+    ops alone, in pieces of consecutive ops (time windows). Each piece: (ranks,
+    piece number of a split rank or None, pieces of that rank)."""
+    out, cur, n = [], [], 0
+    for r, k in sorted(ops_per_rank.items()):
+        if k > max_ops:
+            if cur:
+                out.append((cur, None, 1))
+                cur, n = [], 0
+            pieces = -(-k // max_ops)
+            out.extend(([r], i, pieces) for i in range(pieces))
+            continue
+        if cur and n + k > max_ops:
+            out.append((cur, None, 1))
+            cur, n = [], 0
+        cur.append(r)
+        n += k
+    if cur:
+        out.append((cur, None, 1))
+    return out
 
 
 def scan(run_dir=None) -> list[RankPart]:

@@ -85,6 +85,7 @@ class RankFold:
         self.total_steps = 0
         self.ops = 0
         self.t0 = None
+        self.ops_per_rank: dict = {}
         self.op_orders: list = []
         self.issues: list = []
         self.index: dict = {}
@@ -108,6 +109,7 @@ class RankFold:
             acc[2].update(extra) if isinstance(acc[2], set) else acc[2].extend(extra)
         self.total_steps = max(self.total_steps, p.total_steps)
         self.ops += p.ops
+        self.ops_per_rank[p.rank] = p.ops
         self.op_orders.append(p.op_order)
         if p.t0 is not None:
             self.t0 = p.t0 if self.t0 is None else min(self.t0, p.t0)
