@@ -32,7 +32,7 @@ $(STAMP): setup.cfg pyproject.toml commtrace/_install_pth.py commtrace/capture/c
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[mpi,native,test]" "$(TORCH_PIN)"
+	$(PYTHON) -m pip install -q -e ".[mpi,native,scale,test]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 demo: setup

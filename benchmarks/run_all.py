@@ -34,9 +34,10 @@ import bench_capture  # noqa: E402
 import bench_ddp  # noqa: E402
 import bench_patch  # noqa: E402
 import bench_profiler  # noqa: E402
+import bench_scale  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch", "scale")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -51,6 +52,7 @@ FULL = {
     "cuda": {"reps": 11},
     "bounded": {"calls": 400, "reps": 15, "ops": 200_000, "rounds": 3},
     "patch": {"ops": 20_000, "reps": 15},
+    "scale": {"ranks": 64, "ops": 100_000, "dask": True},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -62,6 +64,7 @@ QUICK = {
     "cuda": {"reps": 5},
     "bounded": {"calls": 200, "reps": 5, "ops": 50_000, "rounds": 2},
     "patch": {"ops": 20_000, "reps": 5},
+    "scale": {"ranks": 64, "ops": 20_000, "dask": True},
 }
 
 GOALS = {
@@ -168,6 +171,8 @@ def run_section(name: str, cfg) -> dict:
         return bench_bounded.run(cfg["calls"], cfg["reps"], cfg["ops"], cfg["rounds"])
     if name == "patch":
         return bench_patch.run(cfg["ops"], cfg["reps"])
+    if name == "scale":
+        return bench_scale.run(cfg["ranks"], cfg["ops"], cfg["dask"])
     raise ValueError(name)
 
 
@@ -352,6 +357,14 @@ def goals(res) -> tuple[str, list]:
                     r["perfetto_s"] <= 10.0, f"{r['perfetto_mb']:.0f} MB written")
     else:
         add("report ≥ 1 M ops/s, ≤ 200 B/op", "not available", None)
+    sc = res.get("scale") or {}
+    if sc.get("cases"):
+        best = max((sc[c] for c in sc["cases"] if sc[c]["mode"] == "pool"), key=lambda r: r["ops_per_s"])
+        add("issue 18: partitioned summary + skew + step tables ≥ 5 M ops/s (process pool)",
+            f"{best['ops_per_s'] / 1e6:.2f} M ops/s ({best['workers']} workers)", best["ops_per_s"] >= 5e6,
+            f"one frame: {sc['one-frame-1']['ops_per_s'] / 1e6:.2f} M ops/s side by side")
+        add("issue 18: peak memory ≤ 64 B/op (analysing process + largest worker)", f"{best['bytes_per_op']:.0f} B/op",
+            best["bytes_per_op"] <= 64)
     mb = res.get("mpibackend") or {}
     if mb.get("available"):
         one, big = mb["all_reduce_us"]["1 element"], mb["all_reduce_us"]["4 MB"]
@@ -484,6 +497,9 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_bounded(res["bounded"]))
     if "patch" in res:
         body.append(bench_patch.section(res["patch"]))
+    if "scale" in res:
+        body.append("## Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
+                    + "\nThe 10^9-op run: docs/report-performance.md, \"Big runs\".\n")
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")

@@ -5,7 +5,7 @@ Capture (``commtrace run``) -> trace files (``commtrace.trace``) -> analysis
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "region", "mark", "start", "stop"]
+__all__ = ["__version__", "load", "scan", "region", "mark", "start", "stop"]
 
 
 def load(run_dir=None, table: str = "ops", **kwargs):
@@ -25,6 +25,14 @@ def load(run_dir=None, table: str = "ops", **kwargs):
         return rep.steps.per_rank if rep.steps is not None else pd.DataFrame(columns=PER_RANK_COLUMNS)
     from .trace.reader import load as _load
     return _load(run_dir, table=table, **kwargs)
+
+
+def scan(run_dir=None):
+    """A run too big for one frame, one lazy part per rank: ``part.load()`` is that rank's
+    ops as ``load`` has them (e.g. ``dask.delayed(part.load)()`` per part). The report's own
+    figures of such runs: ``commtrace report --partitioned`` (docs/report.md, "Big runs")."""
+    from .analysis.partial import scan as _scan
+    return _scan(run_dir)
 
 
 def region(label: str):

@@ -94,6 +94,11 @@ def breakdown(names: list[str], reports: list, by: list[str] | None = None) -> t
         if missing:   # e.g. no phases in this run: everything falls under "-"
             f = f.assign(**{k: pd.Categorical([None] * len(f)) for k in missing})
         stats.append(op_summary(f, rep.matched, by, rep.arrays))
+    return by, breakdown_table(names, stats)
+
+
+def breakdown_table(names: list[str], stats: list[pd.DataFrame]) -> pd.DataFrame:
+    """The breakdown from each run's summary table over the same keys (see breakdown)."""
     index = stats[0].index
     for s in stats[1:]:
         index = index.union(s.index)
@@ -108,8 +113,7 @@ def breakdown(names: list[str], reports: list, by: list[str] | None = None) -> t
                 data[(name, st + "_delta")] = delta_pct(base[st], s[st])
                 cols.append((name, st + "_delta"))
     order = np.argsort(-np.nan_to_num(data[(names[0], "mean_ns")] * data[(names[0], "ops")], nan=-1), kind="stable")
-    table = pd.DataFrame(data, index=index, columns=pd.MultiIndex.from_tuples(cols)).iloc[order]
-    return by, table
+    return pd.DataFrame(data, index=index, columns=pd.MultiIndex.from_tuples(cols)).iloc[order]
 
 
 def compare_reports(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
@@ -140,3 +144,19 @@ def _run_busbw(rep) -> float:
     if not ok.any():
         return float("nan")
     return float((S[ok] * bus_factors(inst)[ok]).sum() / (T[ok].sum() * 1e-9))
+
+
+def compare_partitioned(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
+    """compare_reports for runs analysed by map/reduce (``named``: [(name,
+    analysis.partial.ScanReport), ...]): the same dict, over the whole runs; ``by``:
+    keys among the summary cells' columns (analysis.partial.rank_map.CELL_COLUMNS)."""
+    names = [n for n, _ in named]
+    scans = [s for _, s in named]
+    if by is None:
+        by = ["phase", "op"] if any(s.by_phase is not None for s in scans) else ["op"]
+    table = breakdown_table(names, [s.summary(by) for s in scans])
+    windows = [{"window": "whole run", "steps_shown": len(s.steps.across) if s.steps is not None else 0,
+                "steps_total": s.steps.total_steps if s.steps is not None else 0, "coverage": None} for s in scans]
+    acrosses = [s.steps.across if s.steps is not None else None for s in scans]
+    return {"runs": names, "steps": step_comparison(names, acrosses), "breakdown": table, "by": by,
+            "windows": windows, "busbw": [float(s.busbw) for s in scans]}

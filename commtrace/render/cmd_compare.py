@@ -21,7 +21,7 @@ with changes against BASE. Definitions: docs/report.md.
 
 
 def add_parser(sub) -> None:
-    from .cmd_report import add_window_arguments
+    from .cmd_report import add_scale_arguments, add_window_arguments
     p = sub.add_parser("compare", help="compare runs side by side", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Compare runs per step (step time, communication, exposed communication, with "
@@ -33,31 +33,37 @@ def add_parser(sub) -> None:
                    "exist, else op; e.g. op,bucket or group,op)")
     p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
     p.add_argument("--json", metavar="FILE", help="write the comparison as JSON ('-': stdout, no table)")
+    add_scale_arguments(p)
     p.set_defaults(handler=run_compare)
 
 
 def run_compare(ns) -> int:
     from ..analysis.compare import compare_reports
-    from ..analysis.report import build_report
-    from ..analysis.run_info import load_report_run
     from . import export
-    from .cli_commands import warn
     from .cmd_report import window_of
     from .compare_text import compare_json, render_compare
+    from .partitioned import wants_partitioned
 
     window = window_of(ns)
     by = [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
+    dirs = [ns.base] + list(ns.exps)
+    partitioned = any(wants_partitioned(ns, d) for d in dirs)
+    if partitioned and not window.whole_run:
+        from ..errors import CommtraceError
+        raise CommtraceError("windows (--steps, --skip-steps, --from, --to, --phase): not available with the "
+                             "partitioned analysis of big runs")
     named, names = [], []
-    for d in [ns.base] + list(ns.exps):
-        run = load_report_run(d)
-        for issue in run.issues:
-            warn(issue)
+    for d in dirs:
         name = d.rstrip("/\\") or d
         if name in names:
             name = f"{name} ({len(names) + 1})"
         names.append(name)
-        named.append((name, build_report(run, window)))
-    cmp = compare_reports(named, by)
+        named.append((name, _partitioned(ns, d, by) if partitioned else _one_frame(d, window)))
+    if partitioned:
+        from ..analysis.compare import compare_partitioned
+        cmp = compare_partitioned(named, by)
+    else:
+        cmp = compare_reports(named, by)
     if ns.json:
         export.write_json(compare_json(cmp), ns.json)
         if ns.json == "-":
@@ -65,3 +71,23 @@ def run_compare(ns) -> int:
     from .terminal import make_console
     render_compare(make_console(ns.width), cmp)
     return EXIT_OK
+
+
+def _one_frame(run_dir, window):
+    from ..analysis.report import build_report
+    from ..analysis.run_info import load_report_run
+    from .cli_commands import warn
+    run = load_report_run(run_dir)
+    for issue in run.issues:
+        warn(issue)
+    return build_report(run, window)
+
+
+def _partitioned(ns, run_dir, by):
+    from ..analysis.partial import analyse
+    from .cli_commands import warn
+    from .partitioned import memory_limit_of
+    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by)
+    for issue in s.issues:
+        warn(issue)
+    return s

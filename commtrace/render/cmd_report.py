@@ -57,7 +57,20 @@ def add_parser(sub) -> None:
     p.add_argument("--parquet", metavar="FILE", help="write one row per op per rank as Parquet")
     p.add_argument("--json", metavar="FILE", help="write the summary numbers as JSON ('-': stdout, no report)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report (exports only)")
+    add_scale_arguments(p)
     p.set_defaults(handler=run_report)
+
+
+def add_scale_arguments(p) -> None:
+    """--dask / --memory-limit / --partitioned (docs/report-performance.md, "Big runs")."""
+    p.add_argument("--dask", metavar="SCHEDULER", help="analyse on this Dask cluster (address; default "
+                   "$COMMTRACE_DASK): the run directory must be on a filesystem its workers share")
+    p.add_argument("--memory-limit", metavar="SIZE", help="memory the analysis may use (e.g. 8G, 512M, 25%%; "
+                   "default 50%% of RAM): a run that does not fit is analysed file by file")
+    p.add_argument("--partitioned", action="store_true", help="analyse file by file (map/reduce) even if the "
+                   "run fits in memory")
+    p.add_argument("--perfetto-max-mb", type=float, default=1000, metavar="MB", help="partitioned: --perfetto "
+                   "writes files of at most MB each (rank subsets; a rank with more ops: time windows; default 1000)")
 
 
 def _dir_size(path: str | None) -> int:
@@ -91,6 +104,9 @@ def _stages(run_dir: str | None, steps: int):
 
 
 def run_report(ns) -> int:
+    from .partitioned import wants_partitioned
+    if wants_partitioned(ns):
+        return _run_partitioned(ns)
     from ..analysis.report import build_report, report_json
     from ..analysis.run_info import load_report_run
     from ..trace.reader import newest_run
@@ -135,3 +151,35 @@ def _damage_verdict(run) -> int:
     sys.stderr.write(f"commtrace: unreadable trace data left out of the figures: {shown} "
                      f"(commtrace check {run.path})\n")
     return EXIT_FINDINGS
+
+
+def _run_partitioned(ns) -> int:
+    """The report by map/reduce over the run's files (analysis.partial)."""
+    from ..analysis.partial import analyse
+    from ..errors import CommtraceError
+    from .cli_commands import warn
+    from .partitioned import memory_limit_of, partitioned_json, render_partitioned
+    if ns.perfetto_max_mb <= 0:
+        raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
+    from . import export
+    unsupported = [flag for flag, v in (("--steps", ns.steps), ("--skip-steps", ns.skip_steps), ("--from", ns.t_from),
+                                        ("--to", ns.t_to), ("--phase", ns.phase), ("--events", ns.events),
+                                        ("--csv", ns.csv), ("--parquet", ns.parquet))
+                   if v]
+    if unsupported:
+        raise CommtraceError(f"{', '.join(unsupported)}: not available with the partitioned analysis of big runs "
+                             "(it never holds every op in one place)")
+    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top)
+    for issue in s.issues:
+        warn(issue)
+    if ns.perfetto:
+        from .partitioned import write_perfetto_pieces
+        files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
+        sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
+                         + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
+    if ns.json:
+        export.write_json(partitioned_json(s), ns.json)
+    if not (ns.quiet or ns.json == "-"):
+        from .terminal import make_console
+        render_partitioned(make_console(ns.width), s, ns.top)
+    return EXIT_OK

@@ -130,7 +130,9 @@ def _int_or_none(v):
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | None:
+def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True) -> ProcessTrace | None:
+    """One process's meta file, and its op records unless ``records`` is False (the
+    partitioned analysis reads only the meta lines of other ranks' files)."""
     stem = os.path.basename(meta_path)[: -len(schema.META_SUFFIX)]
     pt = ProcessTrace(stem, meta_path, meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
     name = os.path.basename(meta_path)
@@ -175,6 +177,8 @@ def read_process(meta_path: str, issues: list[TraceIssue]) -> ProcessTrace | Non
     if not isinstance(version, int) or version > schema.FORMAT_VERSION or version < 1:
         issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads {schema.FORMAT_VERSION})", pt.rank))
         return None
+    if not records:
+        return pt
     pt.records = _read_records(pt, issues)
     pt.n_records = len(pt.records)
     opts = bounded.options(pt.header)
@@ -381,17 +385,20 @@ def _lut(ids, base: int) -> np.ndarray:
     return lut
 
 
-def build_frame(procs: list[ProcessTrace]) -> pd.DataFrame:
+def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataFrame:
     """One row per op per rank, times on rank 0's clock, sorted by start time.
 
     Works on plain numpy arrays until the end: per-process record arrays are
     concatenated and permuted into time order once, then each column is built
     from per-sig / per-group / per-process lookup tables (categoricals by code),
     so the frame is materialized exactly once.
+
+    ``refs``: world id -> the process whose clock is the reference (default: the
+    rank-0 process of each world among ``procs``).
     """
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
-    refs = _reference_processes(procs)
+    refs = _reference_processes(procs) if refs is None else refs
     parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl",
                                               "bucket")}
     for pi, pt in enumerate(procs):
@@ -569,11 +576,11 @@ class Run:
     unranked: list = field(default_factory=list)
 
 
-def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None = None
+def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None = None, refs: dict | None = None
                       ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(spans, marks, regions) of every process, on rank 0's clock. Span records are
-    read here, one process at a time (damage goes to ``issues``)."""
-    refs = _reference_processes(procs)
+    read here, one process at a time (damage goes to ``issues``); ``refs`` as build_frame."""
+    refs = _reference_processes(procs) if refs is None else refs
     issues = [] if issues is None else issues
     offsets = {id(pt): _offset_fn(pt, refs.get(_world_of(pt))) for pt in procs}
     span_parts = ((_read_spans(pt, issues), pt.labels, pt.marks, _rank_or_minus1(pt), pt.stem, offsets[id(pt)])

@@ -134,3 +134,13 @@ def test_patch_writer_bench():
             assert {"enqueue_ns_added", "total_ns_added_spread"} <= set(row)
     md = bp.section(r)
     assert "## 9." in md and "| blocked |" in md
+def test_scale(tmp_path):
+    sc = _mod("bench_scale")
+    res = sc.run(ranks=2, ops=300, dask=False, workdir=str(tmp_path))
+    assert res["cases"] == ["one-frame-1", "pool-1", "pool-2"]
+    assert all(res[c]["ops"] == 600 and res[c]["wall_s"] > 0 for c in res["cases"])
+    md = sc.markdown(res)
+    assert "one frame" in md and "process pool x2" in md
+    ra = _mod("run_all")
+    _, rows = ra.goals({"scale": res})
+    assert any("issue 18" in r[0] for r in rows)

@@ -1,0 +1,193 @@
+"""Benchmark the partitioned analysis (commtrace.analysis.partial) side by side with the one-frame report.
+
+    python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--json FILE]
+    python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
+
+Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
+(a) load_report_run + build_report (one frame), (b) analysis.partial.analyse in a process
+pool of 1 and 2 workers, (c) with --dask, on a distributed.LocalCluster of 1 and 2 worker
+processes. Throughput = ops / wall time (summary + skew + step tables); memory = peak
+RSS growth of the analysing process over its post-import base, plus the largest
+growth of a pool worker (forked from it after the imports) over the same base, per op.
+
+--big: a run of big-ranks x big-ops ops (default 10^9, 32 GB): the synthetic writer writes
+64 ranks, the other ranks are copies of those files under their own rank (same ops,
+their own meta lines); ``commtrace report --partitioned --memory-limit`` runs on it, its
+time and peak RSS are recorded, then the run is deleted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = r"""
+import json, resource, sys, time
+mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from commtrace.analysis.partial import analyse
+from commtrace.analysis.report import build_report
+from commtrace.analysis.run_info import load_report_run
+def kib(who):
+    return resource.getrusage(who).ru_maxrss
+base = kib(resource.RUSAGE_SELF)
+t = time.perf_counter()
+if mode == "one-frame":
+    rep = build_report(load_report_run(run_dir))
+    ops = len(rep.frame)
+elif mode == "pool":
+    s = analyse(run_dir, workers=workers, progress=False)
+    ops = s.ops
+else:
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
+            Client(c) as client:
+        t = time.perf_counter()
+        s = analyse(run_dir, dask=client, progress=False)
+        ops = s.ops
+wall = time.perf_counter() - t
+# pool workers are forked from this process after its imports: their growth is over the same base
+print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (kib(resource.RUSAGE_SELF) - base) * 1024,
+                  "child_rss": max(0, kib(resource.RUSAGE_CHILDREN) - base) * 1024}))
+"""
+
+
+def child(mode: str, run_dir: str, workers: int = 1) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(workers)], capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+CASES = {"one-frame": "one frame (load + build_report)", "pool": "partitioned, process pool x{w}",
+         "dask": "partitioned, Dask LocalCluster, {w} worker process(es)"}
+
+
+def run(ranks: int, ops: int, dask: bool, workdir: str | None = None) -> dict:
+    """The side-by-side measurement (see the module doc); results by case "mode-workers"."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
+    run = os.path.join(root, f"r{ranks}x{ops}")
+    if not os.path.isdir(run):
+        write_synthetic_run(run, ranks=ranks, ops_per_rank=ops, seed=0)
+    res = {"ranks": ranks, "ops_per_rank": ops, "cpus": os.cpu_count(), "cases": []}
+    cases = [("one-frame", 1), ("pool", 1), ("pool", 2)] + ([("dask", 1), ("dask", 2)] if dask else [])
+    for mode, w in cases:
+        r = child(mode, run, w)
+        res["cases"].append(f"{mode}-{w}")
+        res[f"{mode}-{w}"] = {"mode": mode, "workers": w, "ops": r["ops"], "wall_s": r["wall_s"], "ops_per_s": r["ops"] / r["wall_s"],
+                              "bytes_per_op": (r["self_rss"] + (r["child_rss"] if mode == "pool" and w > 1 else 0))
+                              / r["ops"]}
+    if not workdir:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def markdown(res: dict) -> str:
+    """A Markdown table of run()'s results (run_all.py puts it in BENCHMARKS.md)."""
+    base = res["one-frame-1"]["wall_s"]
+    lines = [f"{res['ranks']} ranks x {res['ops_per_rank']:,} ops, {res['cpus']} CPUs.\n",
+             "| analysis | wall | throughput | vs one frame | peak memory |", "|---|---|---|---|---|"]
+    for case in res["cases"]:
+        r = res[case]
+        mem = f"{r['bytes_per_op']:.0f} B/op" if r["mode"] != "dask" else "(in the workers)"
+        lines.append(f"| {CASES[r['mode']].format(w=r['workers'])} | {r['wall_s']:.2f} s | "
+                     f"{r['ops_per_s'] / 1e6:.2f} M ops/s | {base / r['wall_s']:.2f}x | {mem} |")
+    if "dask-2" in res:
+        d1, d2 = res["dask-1"], res["dask-2"]
+        lines.append(f"\nDask, 2 workers vs 1: {d1['wall_s'] / d2['wall_s']:.2f}x faster; per worker "
+                     f"{d1['ops_per_s'] / 1e6:.2f} M ops/s (1 worker), {d2['ops_per_s'] / 2e6:.2f} M ops/s (2 workers).")
+    return "\n".join(lines) + "\n"
+
+
+def side_by_side(a) -> dict:
+    res = run(a.ranks, a.ops, a.dask, a.dir)
+    print(markdown(res))
+    return res
+
+
+def clone_rank(src_dir: str, src_rank: int, dst_dir: str, rank: int, world: int) -> None:
+    """Copy one rank's files under another rank: the ops/spans files unchanged, the meta
+    lines naming that rank (header, world, group)."""
+    stem = next(f for f in os.listdir(src_dir) if f.startswith(f"rank{src_rank}.") and f.endswith(".meta.jsonl"))
+    stem = stem[: -len(".meta.jsonl")]
+    new = f"rank{rank}.pid{10_000 + rank}"
+    lines = []
+    with open(os.path.join(src_dir, stem + ".meta.jsonl")) as f:
+        for line in f:
+            obj = json.loads(line)
+            if obj.get("type") in ("header", "world", "group"):
+                obj["rank"] = rank
+                if obj.get("type") == "header":
+                    obj["pid"] = 10_000 + rank
+                if obj.get("type") == "world":
+                    obj["world_size"] = world
+                if obj.get("type") == "group":
+                    obj["size"], obj["ranks"] = world, list(range(world))
+            lines.append(json.dumps(obj))
+    with open(os.path.join(dst_dir, new + ".meta.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for suffix in (".ops.bin", ".spans.bin"):
+        if os.path.exists(os.path.join(src_dir, stem + suffix)):
+            shutil.copyfile(os.path.join(src_dir, stem + suffix), os.path.join(dst_dir, new + suffix))
+
+
+def big(a) -> dict:
+    from commtrace.trace.synthetic import write_synthetic_run
+    root = a.dir or tempfile.mkdtemp(prefix="commtrace-big-")
+    template, run = os.path.join(root, "template"), os.path.join(root, "big")
+    t = time.perf_counter()
+    tpl = min(64, a.big_ranks)
+    write_synthetic_run(template, ranks=tpl, ops_per_rank=a.big_ops, seed=0)
+    os.makedirs(run, exist_ok=True)
+    for r in range(a.big_ranks):
+        clone_rank(template, r % tpl, run, r, a.big_ranks)
+    shutil.rmtree(template)
+    gen = time.perf_counter() - t
+    size = sum(os.path.getsize(os.path.join(run, f)) for f in os.listdir(run))
+    cmd = [sys.executable, "-c", "import resource, sys, time; from commtrace.cli import main; t = time.perf_counter(); "
+           "rc = main(sys.argv[1:]); w = time.perf_counter() - t; "
+           "print('BENCH', rc, w, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+           "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)",
+           "report", run, "--partitioned", "--memory-limit", a.memory_limit, "--json", os.path.join(root, "s.json"), "-q"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    shutil.rmtree(run, ignore_errors=True)
+    line = [x for x in p.stderr.splitlines() if x.startswith("BENCH")]
+    if not line:
+        raise SystemExit(p.stderr[-3000:])
+    _, rc, wall, self_kib, child_kib = line[-1].split()
+    with open(os.path.join(root, "s.json")) as f:
+        ops = json.load(f)["run"]["ops"]
+    res = {"ranks": a.big_ranks, "ops_per_rank": a.big_ops, "ops": ops, "bytes_on_disk": size, "generate_s": gen,
+           "exit": int(rc), "wall_s": float(wall), "ops_per_s": ops / float(wall), "memory_limit": a.memory_limit,
+           "peak_rss_driver": int(self_kib) * 1024, "peak_rss_worker": int(child_kib) * 1024}
+    print(f"| ops | {ops:,} ({a.big_ranks} x {a.big_ops:,}; {size / 1e9:.1f} GB on disk) |\n"
+          f"| report --partitioned --memory-limit {a.memory_limit} | {float(wall):.0f} s = {res['ops_per_s'] / 1e6:.2f} M ops/s |\n"
+          f"| peak RSS: analysing process / largest worker | {int(self_kib) / 2**20:.2f} GiB / {int(child_kib) / 2**20:.2f} GiB |")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--ops", type=int, default=100_000, help="ops per rank")
+    ap.add_argument("--dask", action="store_true", help="also a Dask LocalCluster with 1 and 2 workers")
+    ap.add_argument("--big", action="store_true", help="the 10^9-op run instead (minutes; 32 GB of disk)")
+    ap.add_argument("--big-ranks", type=int, default=1024)
+    ap.add_argument("--big-ops", type=int, default=1_000_000)
+    ap.add_argument("--memory-limit", default="4G")
+    ap.add_argument("--dir", help="work here (default: a temp dir)")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+    res = big(a) if a.big else side_by_side(a)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Reading the state dumps the watchdog or SIGUSR1 wrote (``*.dump.json``): a finding per dump and a
+short summary of each thread's innermost frames.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .findings import DUMP, Finding, INFO, _int, _s
+
+def diagnose_dumps(run) -> list[Finding]:
+    out = []
+    for p in run.processes:
+        for d in p.get("dumps") or []:
+            if not isinstance(d, dict):
+                continue
+            path = _s(d.get("path"))
+            reason = _s(d.get("reason")) or "?"
+            r = _int(p.get("rank"))
+            f = Finding(DUMP, INFO, f"rank {r}: state dump ({reason}) {path}", ranks=[] if r is None else [r],
+                        data={"path": path, "reason": reason})
+            f.details.extend(dump_summary(path, run.path))
+            out.append(f)
+    return out
+
+
+_OWN_FRAMES = (os.path.join("capture", "watchdog.py"), os.path.join("capture", "activate.py"))
+
+
+def dump_summary(path: str | None, run_dir: str | None = None, max_frames: int = 4) -> list[str]:
+    """A few lines from a watchdog dump: in-flight ops and the innermost user frames."""
+    if not path:
+        return []
+    cand = path if os.path.isabs(path) else os.path.join(run_dir or "", path)
+    if not os.path.isfile(cand) and run_dir:
+        cand = os.path.join(run_dir, os.path.basename(path))
+    try:
+        with open(cand, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > 16 * 1024 * 1024:
+                return ["(dump too large to summarize)"]
+            obj = json.loads(fh.read())
+    except (OSError, ValueError):
+        return ["(dump file unreadable)"]
+    if not isinstance(obj, dict):
+        return []
+    lines = []
+    for op in (obj.get("in_flight") or [])[:5]:
+        if isinstance(op, dict):
+            lines.append(f"in flight: {op.get('op')} group {op.get('group')} seq {op.get('seq')} "
+                         f"{op.get('shapes')} for {op.get('age_s')} s at {op.get('callsite')}")
+    for th in obj.get("threads") or []:
+        if not isinstance(th, dict) or th.get("name") != "MainThread":
+            continue
+        frames = [fr for fr in th.get("frames") or [] if isinstance(fr, dict)
+                  and not str(fr.get("file", "")).endswith(_OWN_FRAMES)]
+        for fr in frames[-max_frames:]:
+            lines.append(f"  {fr.get('file')}:{fr.get('line')} in {fr.get('function')}")
+    return lines

@@ -1,0 +1,150 @@
+"""How each rank and process ended (exit code, signal, exception, abrupt end), and the processes that
+ended before they created a process group.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .findings import _int, _s
+
+# -- process facts -----------------------------------------------------------------
+
+@dataclass
+class RankFate:
+    rank: int
+    files: list[str]
+    complete: bool
+    exit_code: int | None
+    how: str | None
+    exception: dict | None
+    issues: list[str]
+    damage: list[str] = field(default_factory=list)  # damaged parts of its files (reader's phrases)
+    lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
+
+    def describe(self) -> str:
+        if self.exception:
+            return f"raised {self.exception.get('exc_type')}: {_first_line(self.exception.get('message'))}"
+        if not self.complete:
+            meta_cut = [d for d in self.damage if ".meta.jsonl" in d]
+            if meta_cut and self.how is None:
+                return f"trace file damaged ({meta_cut[0]}): how the process ended is unknown"
+            if any("truncated" in i for i in self.issues):
+                return "trace truncated (process killed or disk full?)"
+            return "trace ends abruptly (killed, e.g. SIGKILL, or still running)"
+        if self.how == "hang":
+            return f"aborted by the hang watchdog (--abort-on-hang, exit code {self.exit_code})"
+        if self.how == "signal":
+            return f"terminated by {_signal_name(self.exit_code)} (exit code {self.exit_code})"
+        if self.exit_code not in (None, 0):
+            return f"exited with code {self.exit_code}"
+        return "exited normally"
+
+
+def _signal_name(code) -> str:
+    import signal
+    try:
+        return signal.Signals(int(code) - 128).name
+    except (TypeError, ValueError):
+        return "a signal"
+
+
+def _first_line(s) -> str:
+    s = "" if s is None else str(s)
+    line = s.strip().splitlines()[0] if s.strip() else ""
+    return line.lstrip("- ")[:300]  # mp.spawn's "-- Process 1 terminated with ..."
+
+
+def rank_fates(run) -> dict[int, RankFate]:
+    fates: dict[int, RankFate] = {}
+    by_file: dict[str, list[str]] = {}
+    for issue in run.issues:
+        f = str(getattr(issue, "file", ""))
+        stem = f.split(".meta.jsonl")[0].split(".ops.bin")[0]
+        by_file.setdefault(stem, []).append(str(getattr(issue, "problem", issue)))
+    for p in run.processes:
+        r = _int(p.get("rank"))
+        if r is None:
+            continue
+        stem = str(p.get("file", "")).split(".meta.jsonl")[0]
+        end = p.get("end") if isinstance(p.get("end"), dict) else None
+        exc = p.get("exception") if isinstance(p.get("exception"), dict) else None
+        fate = fates.get(r)
+        if fate is None:
+            fate = fates[r] = RankFate(r, [], True, None, None, None, [])
+        fate.files.append(str(p.get("file")))
+        fate.complete = fate.complete and bool(p.get("complete", True))
+        if end is not None:
+            ec = _int(end.get("exit_code"))
+            if ec is not None and ec != 0 or fate.exit_code is None:
+                fate.exit_code = ec
+            fate.how = _s(end.get("how")) or fate.how
+        fate.exception = exc or fate.exception
+        fate.issues.extend(by_file.get(stem, []))
+        fate.damage.extend(str(d) for d in p.get("damage") or [])
+        for g, span in (p.get("lost") or {}).items():
+            if isinstance(span, list) and len(span) == 3:
+                fate.lost[str(g)] = span
+    return fates
+
+
+# -- processes that never had a rank ---------------------------------------------------
+
+@dataclass
+class EarlyProcess:
+    """A process that ended before it created any process group (``Run.unranked``)."""
+    label: str           # "rank 1" (launcher's rank), "mp.spawn process 1", or "pid 123 (train.py)"
+    rank: int | None     # the launcher's rank, when it gave one to this very process
+    fate: RankFate
+
+
+def _launch_rank(p: dict) -> int | None:
+    env = p.get("launch_env") if isinstance(p.get("launch_env"), dict) else {}
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        v = env.get(name)
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+def early_processes(run) -> list[EarlyProcess]:
+    """Every rank-less process, with who it was. A process whose parent is a
+    traced process of the same launcher rank is that rank's helper (a
+    subprocess or forked worker inheriting its variables), not the rank."""
+    unranked = [p for p in getattr(run, "unranked", None) or [] if isinstance(p, dict)]
+    every = [p for p in list(run.processes) + unranked if isinstance(p, dict)]
+    by_pid = {(p.get("host"), p.get("pid")): p for p in every}
+    out = []
+    for p in unranked:
+        parent = by_pid.get((p.get("host"), p.get("ppid")))
+        rank = _launch_rank(p)
+        if rank is not None and parent is not None and (_launch_rank(parent) == rank or _int(parent.get("rank")) == rank):
+            rank = None
+        spawn = _int(p.get("spawn_index"))
+        if rank is not None:
+            label = f"rank {rank}"
+        elif spawn is not None:
+            label = f"mp.spawn process {spawn}"
+        else:
+            cmd = p.get("command") if isinstance(p.get("command"), list) else p.get("argv")
+            what = " ".join(str(c) for c in cmd[:3]) if isinstance(cmd, list) and cmd else "?"
+            label = f"pid {p.get('pid')} ({what[:80]})"
+        end = p.get("end") if isinstance(p.get("end"), dict) else None
+        fate = RankFate(-1 if rank is None else rank, [str(p.get("file"))], bool(p.get("complete", True)),
+                        _int(end.get("exit_code")) if end else None, _s(end.get("how")) if end else None,
+                        p.get("exception") if isinstance(p.get("exception"), dict) else None, [],
+                        [str(d) for d in p.get("damage") or []])
+        out.append(EarlyProcess(label, rank, fate))
+    return out
+
+
+def _world_sizes(run) -> dict:
+    """world_size per process -> expected ranks (one world assumed when ids are absent)."""
+    sizes = [_int(p.get("world_size")) for p in run.processes]
+    sizes = [s for s in sizes if s]
+    return max(sizes) if sizes else 0
+
+
+def rank_is_missing(issue, fates) -> bool:
+    m = re.match(r"rank(\d+)\.pid\d+\.", str(getattr(issue, "file", "")))
+    return bool(m) and int(m.group(1)) not in fates

@@ -1,0 +1,129 @@
+"""What ``commtrace check`` reports: a ``Finding`` (kind, severity, what and where), the kinds and
+severities, ``exit_code``, and the small formatting helpers every diagnosis shares.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+_SEV_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
+
+# Kinds of findings (stable strings: tests and JSON output use them).
+NOT_ARRIVED = "not_arrived"        # some members entered a collective, others never did
+MISMATCH = "mismatch"              # members disagree at the same seq (op, sizes, dtype, reduce op, root)
+STUCK = "stuck"                    # every member entered, none/some never finished
+FAILED = "failed"                  # the op raised on some ranks
+EXCEPTION = "exception"            # the script raised on a rank
+EXITED = "exited"                  # a rank exited with a non-zero code / by a signal
+ABRUPT = "abrupt"                  # a rank's trace ends without an end record, or is truncated
+MISSING_RANK = "missing_rank"      # a member rank wrote no trace at all
+DAMAGED = "damaged"                # part of a trace file cannot be read (corrupt, cut, missing)
+LOST_RECORD = "lost_record"        # a rank's record of a collective is unreadable (it did arrive: later ones exist)
+NO_GROUP = "no_group"              # a process ended badly before it created any process group
+STRAGGLER = "straggler"            # a rank is consistently the last to arrive
+P2P_UNMATCHED = "p2p_unmatched"    # a send/recv without its counterpart
+DUMP = "dump"                      # the watchdog or a signal wrote a state dump
+PROGRESS = "progress"              # per group: last seq each rank completed
+TRACE_ISSUE = "trace_issue"        # reader-level damage not covered above
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str
+    title: str                                     # one line, plain text
+    details: list[str] = field(default_factory=list)
+    world: str | None = None
+    group: str | None = None
+    seq: int | None = None
+    op: str | None = None
+    ranks: list[int] = field(default_factory=list)  # ranks this finding is about (e.g. never arrived)
+    data: dict = field(default_factory=dict)        # machine-readable extras (JSON-safe)
+
+    def to_dict(self) -> dict:
+        return _jsonable(asdict(self))
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return None if np.isnan(v) else float(v)
+    if v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+        return None
+    return v
+
+
+def exit_code(findings: list[Finding], strict: bool = False) -> int:
+    """0 clean, 1 problems (errors; with ``strict`` also warnings)."""
+    bad = {ERROR, WARNING} if strict else {ERROR}
+    return 1 if any(f.severity in bad for f in findings) else 0
+
+
+# -- helpers ---------------------------------------------------------------------
+
+def _s(v) -> str | None:
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, float) and np.isnan(v):
+        return None
+    return str(v)
+
+
+def _int(v) -> int | None:
+    try:
+        if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+            return None
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_ranks(text) -> list[int]:
+    """``"0,1,2"`` -> [0, 1, 2]; anything unparsable -> []."""
+    s = _s(text)
+    if not s:
+        return []
+    out = []
+    for part in s.split(","):
+        part = part.strip()
+        if part.lstrip("-").isdigit():
+            out.append(int(part))
+    return out
+
+
+def _fmt_ranks(ranks) -> str:
+    ranks = sorted(set(int(r) for r in ranks))
+    if not ranks:
+        return "-"
+    # compress runs: 0-3,5
+    parts, start, prev = [], ranks[0], ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ",".join(parts)
+
+
+def _fmt_age(ns) -> str:
+    if ns is None:
+        return "?"
+    s = ns / 1e9
+    return f"{s:.1f} s" if s >= 1 else f"{ns / 1e6:.0f} ms"
+
+
+def _group_label(world, group, desc=None) -> str:
+    g = f"group {group}"
+    if desc and desc != group:
+        g += f" ({desc})"
+    return g

@@ -1,0 +1,146 @@
+"""Matching a collective across the members of its process group: the same (world, group, seq) on
+every member (as PyTorch's Flight Recorder), what each member ran there (op, sizes, dtype, reduce op,
+root) and how far each rank got in each group.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .findings import _fmt_ranks, _int, _s, parse_ranks
+
+# Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
+_SAME_INPUT_SHAPES = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "reduce_scatter"}
+_SAME_OUTPUT_SHAPES = {"scatter"}
+_HAS_REDUCE_OP = {"all_reduce", "reduce", "reduce_scatter"}
+_HAS_ROOT = {"broadcast", "reduce", "gather", "scatter"}
+_P2P = {"send", "recv"}
+
+
+def _op_desc(row) -> str:
+    """all_reduce [[10]] float32 SUM"""
+    parts = [str(row.get("op"))]
+    shapes = _s(row.get("shapes"))
+    if shapes:
+        parts.append(shapes)
+    dt = _s(row.get("dtype"))
+    if dt:
+        parts.append(dt)
+    ro = _s(row.get("reduce_op"))
+    if ro:
+        parts.append(ro)
+    root = _int(row.get("root"))
+    if root is not None and str(row.get("op")) in _HAS_ROOT:
+        parts.append(f"root={root}")
+    return " ".join(parts)
+
+
+# -- collectives -------------------------------------------------------------------
+
+def _collectives(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df) == 0:
+        return df
+    return df[~df["op"].astype(str).isin(_P2P)]
+
+
+def _group_members(gdf: pd.DataFrame) -> list[int]:
+    members: set[int] = set()
+    for text in gdf["group_ranks"].dropna().unique():
+        members.update(parse_ranks(text))
+    if not members:
+        members = set(int(r) for r in gdf["rank"].unique())
+    return sorted(members)
+
+
+def _last_op_of(rdf: pd.DataFrame):
+    if len(rdf) == 0:
+        return None
+    return rdf.sort_values("t_start_ns", kind="stable").iloc[-1]
+
+
+def group_progress(df: pd.DataFrame) -> list[dict]:
+    """Per (world, group): members and, per rank, last seq completed / entered."""
+    out = []
+    coll = _collectives(df)
+    if len(coll) == 0:
+        return out
+    for (world, group), gdf in coll.groupby(["world", "group"], observed=True, sort=True):
+        members = _group_members(gdf)
+        per_rank = {}
+        for r in members:
+            rdf = gdf[gdf["rank"] == r]
+            done = rdf[rdf["status"].astype(str) == "completed"]
+            per_rank[r] = {
+                "last_completed": _int(done["seq"].max()) if len(done) else None,
+                "last_entered": _int(rdf["seq"].max()) if len(rdf) else None,
+                "in_flight": sorted(int(s) for s in rdf.loc[rdf["status"].astype(str) == "in_flight", "seq"]),
+            }
+        desc = _s(gdf["group_desc"].iloc[0]) if "group_desc" in gdf else None
+        out.append({"world": _s(world), "group": _s(group), "desc": desc, "members": members, "ranks": per_rank})
+    return out
+
+
+def _compare_at_seq(sdf: pd.DataFrame) -> list[tuple[str, dict]]:
+    """Flight-Recorder-style mismatch categories among the ranks' rows at one seq.
+
+    Returns [(category, {value: [ranks]})] for each disagreeing field."""
+    out = []
+    ops = sdf["op"].astype(str)
+
+    def split(col_values) -> dict:
+        groups: dict = {}
+        for r, v in zip(sdf["rank"], col_values):
+            groups.setdefault(v, []).append(int(r))
+        return groups
+
+    by_op = split(list(ops))
+    if len(by_op) > 1:
+        return [("op", by_op)]  # other fields are meaningless across op types
+    op = ops.iloc[0]
+    variants = split([_s(v) for v in sdf["variant"]])
+    if len(variants) > 1:
+        out.append(("variant", variants))
+    if op in _SAME_INPUT_SHAPES or op in _SAME_OUTPUT_SHAPES:
+        col = "shapes" if op in _SAME_INPUT_SHAPES else "out_shapes"
+        sh = split([_s(v) for v in sdf[col]])
+        if len(sh) > 1:
+            out.append(("sizes", sh))
+    dts = split([_s(v) for v in sdf["dtype"]])
+    if len([k for k in dts if k not in (None, "mixed")]) > 1:
+        out.append(("dtype", dts))
+    if op in _HAS_REDUCE_OP:
+        ro = split([_s(v) for v in sdf["reduce_op"]])
+        if len(ro) > 1:
+            out.append(("reduce_op", ro))
+    if op in _HAS_ROOT:
+        rt = split([_int(v) for v in sdf["root"]])
+        if len(rt) > 1:
+            out.append(("root", rt))
+    return out
+
+
+def _fmt_split(split: dict) -> str:
+    return "; ".join(f"{k if k is not None else '-'} on rank {_fmt_ranks(v)}"
+                     for k, v in sorted(split.items(), key=lambda kv: min(kv[1])))
+
+
+def _offset_at_start(p: dict) -> int:
+    """The process's clock offset to rank 0's at its start (0 when unknown or on one host)."""
+    clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+    aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
+    return aligned - start if aligned is not None and start is not None else 0
+
+
+def _now_ns(df: pd.DataFrame, run) -> int | None:
+    """The latest moment the trace knows of (for in-flight ages)."""
+    cands = []
+    for p in run.processes:
+        end = p.get("end")
+        if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
+            cands.append(_int(end["t_mono_ns"]) + _offset_at_start(p))   # on rank 0's clock, as the frame
+    if len(df):
+        cands.append(_int(pd.to_numeric(df["t_start_ns"], errors="coerce").max()))
+        te = pd.to_numeric(df["t_end_ns"], errors="coerce").max()
+        if _int(te) is not None:
+            cands.append(_int(te))
+    cands = [c for c in cands if c is not None]
+    return max(cands) if cands else None

@@ -1,0 +1,222 @@
+"""The report's figures for runs too big for one frame: map over files, reduce small.
+
+``analyse(run)`` computes what ``commtrace report`` and ``compare`` print -- the
+per-op / per-group / per-phase tables, the step tables (per rank, across ranks,
+outside steps), skew and stragglers, each rank's communication time -- without
+ever holding more than one rank's ops (step 1, ``rank_map``) or one seq chunk of
+every rank's collectives (step 2, ``partition_map``) in a task, and folds the
+small partial results (``merge``). The tasks run in this process, in a process
+pool (default: every core, within ``memory_limit``) or on a Dask cluster
+(``dask=`` / $COMMTRACE_DASK). Results equal ``build_report``'s on the whole run
+(tests/analysis/test_partial.py); percentiles are exact while the durations fit
+in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
+
+``scan(run)`` is the partitioned form for users: one lazy part per rank, each
+``load()``-ing that rank's ops as the same frame ``commtrace.load`` would give.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ...trace import reader
+from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
+from .merge import PartitionFold, RankFold, summary_table, table_keys
+from .partition_map import PartitionTask, map_partition
+from .plan import RunPlan, plan_run
+from .progress import Progress
+from .rank_map import RankTask, map_rank
+from .sketch import ALPHA
+
+# Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
+# its interval sets; a partition's records and instance arrays), with headroom.
+RANK_TASK_BYTES_PER_OP = 600
+PARTITION_BYTES_PER_OP = 400
+DEFAULT_MEMORY_FRACTION = 0.5
+
+
+@dataclass
+class ScanReport:
+    path: str
+    ops: int
+    by_op: pd.DataFrame
+    by_group: pd.DataFrame
+    by_phase: pd.DataFrame | None
+    steps: object               # analysis.report.StepTables, or None
+    skew: dict                  # as analysis.skew.skew_summary
+    comm_ns: dict               # rank -> communication time
+    busbw: float                # bus bandwidth over every collective (compare's summary line)
+    exact: bool                 # percentiles exact (else within quantile_error)
+    quantile_error: float | None
+    executor: str
+    workers: int
+    ranks: int
+    t0_ns: int | None           # the first op's start (rank 0's clock)
+    rank_medians: pd.DataFrame  # per rank: steps, median step/compute/comm/exposed/ops over its steps
+    per_rank_cut: bool          # steps.per_rank left empty: more than merge.PER_RANK_ROWS_KEPT rows
+    ops_per_rank: dict          # rank -> ops
+    seconds: dict = field(default_factory=dict)   # per stage wall time
+    issues: list = field(default_factory=list)
+    tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
+
+    def summary(self, by) -> pd.DataFrame:
+        """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
+        from ...errors import CommtraceError
+        t = self.tables.get(tuple(by))
+        if t is None:
+            known = ", ".join(",".join(k) for k in self.tables)
+            raise CommtraceError(f"--by {','.join(by)}: not available with the partitioned analysis (keys: {known})")
+        return t
+
+
+def default_memory_limit() -> int:
+    return int(total_memory() * DEFAULT_MEMORY_FRACTION)
+
+
+def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
+            top: int = 10, progress: bool | None = None, exact: bool | None = None,
+            compare_by: list | None = None) -> ScanReport:
+    """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
+    one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown."""
+    from .rank_map import CELL_COLUMNS
+    if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
+        from ...errors import CommtraceError
+        raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
+                             f"{', '.join(CELL_COLUMNS)} only")
+    plan = plan_run(run_dir)
+    if plan.unsupported:
+        from ...errors import CommtraceError
+        raise CommtraceError(f"{plan.path}: the partitioned analysis does not read {plan.unsupported} yet; "
+                             "use the one-frame report")
+    limit = memory_limit or default_memory_limit()
+    per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
+    if workers is None and not (dask or _env_dask()):
+        workers = max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
+    ex = make_executor(dask, workers)
+    if exact is None:
+        exact = plan.records * 8 <= limit // 4
+    chunk = _chunk_size(plan, limit, ex.workers)
+    bar = Progress(progress)
+    seconds = {}
+    try:
+        t0 = time.perf_counter()
+        ranks = RankFold()
+        stage = bar.stage("ranks", len(plan.ranks), plan.records)
+        tasks = [RankTask(r, metas, plan.refs, exact, chunk) for r, metas in plan.ranks.items()]
+        for p in ex.map(map_rank, tasks):
+            ranks.add(p)
+            stage.advance(p.ops)
+        seconds["ranks"] = time.perf_counter() - t0
+        cells = ranks.cell_table()
+        keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
+        keys["phase_op"] = ["phase", "op"]
+        if compare_by:
+            keys["compare"] = list(compare_by)
+        t1 = time.perf_counter()
+        parts = PartitionFold(top)
+        ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top)
+        stage = bar.stage("collectives", len(ptasks), 0)
+        for p in ex.map(map_partition, ptasks):
+            parts.add(p)
+            stage.advance()
+        seconds["partitions"] = time.perf_counter() - t1
+    finally:
+        ex.close()
+        bar.close()
+    tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name)) for name, by in keys.items()}
+    by_keys = {tuple(by): tables[name] for name, by in keys.items()}
+    return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
+                      ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
+                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
+                      plan.issues + ranks.issues, by_keys)
+
+
+def _env_dask():
+    import os
+    return os.environ.get(ENV_DASK)
+
+
+def _chunk_size(plan: RunPlan, limit: int, workers: int) -> int:
+    """Seq values per partition: its ops (about one per file per seq value) fit the
+    memory a worker has, and there are at least two partitions per worker."""
+    files = max(1, sum(len(m) for m in plan.ranks.values()))
+    by_memory = max(1, (limit // max(1, workers)) // (PARTITION_BYTES_PER_OP * files))
+    by_spread = max(1, -(-plan.records_per_file // (2 * workers)))
+    return int(min(by_memory, by_spread, 1 << 30))
+
+
+def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int) -> list[PartitionTask]:
+    """One task per seq chunk that any file has records in; each names, per file,
+    the record range holding that chunk's records (of any group)."""
+    metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
+             for ms in plan.ranks.values() for m in ms}
+    by_chunk: dict = {}
+    for ops, (k, first, last) in index.items():
+        if ops not in metas:
+            continue
+        ch = k & 0xFFFFFFFF
+        for c in set(ch.tolist()):
+            sel = ch == c
+            by_chunk.setdefault(c, []).append((metas[ops], ops, int(first[sel].min()), int(last[sel].max())))
+    return [PartitionTask(c, chunk, files, plan.refs, keys, top) for c, files in sorted(by_chunk.items())]
+
+
+@dataclass
+class RankPart:
+    """One rank's ops, loaded on demand (``load()``: the frame ``commtrace.load`` has for them)."""
+    rank: int
+    files: list
+    refs: dict
+
+    def load(self) -> pd.DataFrame:
+        procs = [p for p in (reader.read_process(m, []) for m in self.files) if p is not None]
+        own = {p.meta_path: p for p in procs}
+        refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
+        return reader.build_frame(procs, {w: p for w, p in refs.items() if p is not None})
+
+
+def load_ranks(parts: list[RankPart]):
+    """The ops, compute spans, marks and regions of some ranks, and their process
+    summaries: a reader.Run of just those ranks (times on the run's reference clocks)."""
+    issues: list = []
+    procs = [p for part in parts for p in (reader.read_process(m, issues) for m in part.files) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in parts[0].refs.items()} if parts else {}
+    refs = {w: p for w, p in refs.items() if p is not None}
+    spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
+    summaries = [p.summary() for p in procs]
+    frame = reader.build_frame(procs, refs)
+    return reader.Run("", frame, summaries, issues, spans, marks, regions)
+
+
+def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | None, int]]:
+    """How a Perfetto export of a big run is cut so that no file holds more than
+    ``max_ops`` ops: consecutive ranks together while they fit, and a rank with more
+    ops alone, in pieces of consecutive ops (time windows). Each piece: (ranks,
+    piece number of a split rank or None, pieces of that rank)."""
+    out, cur, n = [], [], 0
+    for r, k in sorted(ops_per_rank.items()):
+        if k > max_ops:
+            if cur:
+                out.append((cur, None, 1))
+                cur, n = [], 0
+            pieces = -(-k // max_ops)
+            out.extend(([r], i, pieces) for i in range(pieces))
+            continue
+        if cur and n + k > max_ops:
+            out.append((cur, None, 1))
+            cur, n = [], 0
+        cur.append(r)
+        n += k
+    if cur:
+        out.append((cur, None, 1))
+    return out
+
+
+def scan(run_dir=None) -> list[RankPart]:
+    """The run as one lazy part per rank (for analysing big runs yourself, e.g.
+    ``dask.delayed(part.load)()`` per part, or one part at a time)."""
+    plan = plan_run(run_dir)
+    return [RankPart(r, metas, plan.refs) for r, metas in plan.ranks.items()]

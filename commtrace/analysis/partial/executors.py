@@ -1,0 +1,112 @@
+"""Where map tasks run: in this process, in a local process pool, or on a Dask cluster.
+
+All three take a function and a list of tasks and yield results as they finish
+(the folds do not depend on order). The pool and Dask keep at most ``2 x workers``
+tasks in flight, so the results waiting to be folded stay bounded too. Dask is an
+existing distributed engine (``distributed.Client``): no scheduler or RPC of our own."""
+from __future__ import annotations
+
+import os
+from itertools import islice
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+from ...errors import CommtraceError
+
+ENV_DASK = "COMMTRACE_DASK"
+
+
+def total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class SerialExecutor:
+    name = "serial"
+
+    def __init__(self):
+        self.workers = 1
+
+    def map(self, fn, tasks):
+        for t in tasks:
+            yield fn(t)
+
+    def close(self):
+        pass
+
+
+class PoolExecutor:
+    """``concurrent.futures.ProcessPoolExecutor`` over this machine's cores."""
+    name = "processes"
+
+    def __init__(self, workers: int):
+        self.workers = max(1, workers)
+        self.pool = ProcessPoolExecutor(max_workers=self.workers)
+
+    def map(self, fn, tasks):
+        pending, it = set(), iter(tasks)
+        for t in it:
+            pending.add(self.pool.submit(fn, t))
+            if len(pending) >= 2 * self.workers:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield f.result()
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield f.result()
+
+    def close(self):
+        self.pool.shutdown(cancel_futures=True)
+
+
+class DaskExecutor:
+    """The same tasks on a Dask distributed cluster (``SCHEDULER`` address, or a Client)."""
+    name = "dask"
+
+    def __init__(self, scheduler):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise CommtraceError("--dask needs the 'distributed' package (pip install 'commtrace[scale]')") from None
+        self.own = not hasattr(scheduler, "submit")
+        try:
+            self.client = Client(scheduler, timeout="20s") if self.own else scheduler
+        except (OSError, TimeoutError) as e:
+            raise CommtraceError(f"--dask {scheduler}: cannot reach the scheduler ({e})") from None
+        self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
+
+    def map(self, fn, tasks):
+        from distributed import as_completed
+        it = iter(tasks)
+        first = [self.client.submit(fn, t, pure=False) for t in islice(it, 2 * self.workers)]
+        done = as_completed(first)
+        for f in done:
+            res = f.result()
+            f.release()
+            nxt = next(it, None)
+            if nxt is not None:
+                done.add(self.client.submit(fn, nxt, pure=False))
+            yield res
+
+    def close(self):
+        if self.own:
+            self.client.close()
+
+
+def make_executor(dask=None, workers: int | None = None):
+    """Dask when ``dask`` (an address or a Client) or $COMMTRACE_DASK is given, else a
+    process pool of ``workers`` (1: serial, in this process)."""
+    dask = dask or os.environ.get(ENV_DASK) or None
+    if dask:
+        return DaskExecutor(dask)
+    workers = cpu_count() if workers is None else workers
+    return SerialExecutor() if workers <= 1 else PoolExecutor(workers)

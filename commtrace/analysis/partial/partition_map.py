@@ -1,0 +1,263 @@
+"""Map step 2: one partition of the collectives (a seq chunk of every group) ->
+its instances' contribution to skew, stragglers and bandwidth.
+
+A collective instance is (world, group, seq) -- for send/recv (world, group, src,
+dst, seq) -- as in ``analysis.match``; a chunk holds every instance whose seq lies
+in it, from every rank, so instances are whole inside one task. The task reads
+from each ops file only the records between the first and last record of its
+chunk (``RankPartial.index``), applies the reader's checks and clock alignment,
+and keeps per instance what match_ops keeps; it returns only aggregates: the top
+instances by spread, per-rank straggler sums, per-op spreads (one value per
+instance: a rank's-worth of values, not an op's) and per summary row the
+collectives and their T/S sums (see analysis.summary)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...trace import reader, schema
+from ...trace.schema import P2P_OPS
+from ..arrays import NA_KEY
+from ..summary import bus_factor
+from .rank_map import CELL_COLUMNS
+
+_TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
+TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
+               "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p"]
+
+
+@dataclass
+class PartitionTask:
+    chunk: int                  # seq // chunk_size of this partition
+    chunk_size: int
+    files: list                 # (meta path, ops path, first record, last record)
+    refs: dict                  # world id -> meta path of the reference process
+    tables: dict                # table name -> key columns (subset of CELL_COLUMNS)
+    top: int
+
+
+@dataclass
+class PartitionPartial:
+    instances: int              # collectives (not p2p) with >= 2 callers
+    top: pd.DataFrame           # the ``top`` largest spreads (TOP_COLUMNS)
+    stragglers: pd.DataFrame    # per last rank: last (count), wait_ns (sum of spreads)
+    spreads: dict               # op -> spreads of its instances
+    bandwidth: dict             # table -> DataFrame(key columns + collectives, T, S, B)
+    busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
+
+
+def _s(v) -> str:
+    v = reader._str_or_none(v)
+    return NA_KEY if v is None else v
+
+
+def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
+    pt = reader.read_process(meta, [], records=False)
+    if pt is None:
+        return None
+    rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
+    ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
+          & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+    ok &= (rec["seq"].astype(np.int64) // size) == chunk
+    rec = reader._last_record_per_op(rec[ok])
+    if not len(rec):
+        return None
+    wid = reader._world_of(pt)
+    ref = own_refs.get(wid)
+    if ref is None and wid in refs:
+        ref = own_refs[wid] = reader.read_process(refs[wid], [], records=False)
+    off = reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
+    return pt, rec, rec["t_call"] + off
+
+
+def map_partition(task: PartitionTask) -> PartitionPartial:
+    cell_ids: dict = {}
+    op_ids: dict = {}
+    wg_ids: dict = {}
+    parts = {k: [] for k in ("t", "end", "dur", "rank", "seq", "wg", "op", "size", "n", "cell", "src", "dst")}
+    own_refs: dict = {}
+    for meta, ops, lo, hi in task.files:
+        got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
+        if got is None:
+            continue
+        pt, rec, t = got
+        rank = -1 if pt.rank is None else pt.rank
+        sig_ids = sorted(pt.sigs)
+        glist = sorted(pt.groups)
+        slut = np.zeros(max(sig_ids) + 1, np.int64)
+        slut[sig_ids] = np.arange(len(sig_ids))
+        glut = np.zeros(max(glist) + 1, np.int64)
+        glut[glist] = np.arange(len(glist))
+        sigs = [pt.sigs[i] for i in sig_ids]
+        groups = [pt.groups[i] for i in glist]
+        s_op = np.array([op_ids.setdefault(_s(s.get("op")), len(op_ids)) for s in sigs], np.int64)
+        s_p2p = np.array([_s(s.get("op")) in P2P_OPS for s in sigs])
+        s_send = np.array([_s(s.get("op")) == "send" for s in sigs])
+        s_root = np.array([_int(s.get("root"), -1) for s in sigs], np.int64)
+        nb = _per_sig_int(sigs, "bytes")
+        ob = _per_sig_int(sigs, "out_bytes")
+        tot = np.array([_s(s.get("op")) in _TOTAL_SIZE_OPS for s in sigs])
+        s_size = np.where(tot, np.maximum(nb, ob), nb)
+        g_wg = np.array([wg_ids.setdefault((_s(g.get("world_id")), _s(g.get("name"))), len(wg_ids)) for g in groups],
+                        np.int64)
+        g_n = np.array([_int(g.get("size"), 0) for g in groups], np.int64)
+        si, gi = slut[rec["sig"]], glut[rec["group"]]
+        combo = np.unique(si * len(groups) + gi)
+        c_lut = np.zeros(len(sigs) * len(groups), np.int64)
+        for cmb in combo:
+            s, g = sigs[cmb // len(groups)], groups[cmb % len(groups)]
+            key = (_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
+            c_lut[cmb] = cell_ids.setdefault(key, len(cell_ids))
+        d_end = rec["d_end"].astype(np.float64)
+        known = ~np.isnan(d_end)
+        d_int = np.where(known, d_end, 0).astype(np.int64)
+        d_ret = rec["d_return"].astype(np.float64)
+        ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
+        end = np.maximum(np.where(known, d_int + t, ret), t)
+        p2p = s_p2p[si]
+        send = s_send[si]
+        root = s_root[si]
+        parts["t"].append(t)
+        parts["end"].append(end)
+        parts["dur"].append(np.where(known, d_int.astype(np.float64), np.nan))
+        parts["rank"].append(np.full(len(rec), rank, np.int64))
+        parts["seq"].append(rec["seq"].astype(np.int64))
+        parts["wg"].append(g_wg[gi])
+        parts["op"].append(s_op[si])
+        parts["size"].append(s_size[si])
+        parts["n"].append(g_n[gi])
+        parts["cell"].append(c_lut[si * len(groups) + gi])
+        parts["src"].append(np.where(p2p, np.where(send, rank, root), -1))
+        parts["dst"].append(np.where(p2p, np.where(send, root, rank), -1))
+    ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
+    if not parts["t"]:
+        return _empty(task)
+    c = {}
+    for k in list(parts):                            # one column at a time: small temporaries
+        c[k] = np.concatenate(parts.pop(k))
+    inst = _instances(c)
+    k = int(inst.max()) + 1
+    first, last = _first_and_last(inst, k, c["t"], c["rank"])
+    slowest = np.full(k, np.nan)
+    np.fmax.at(slowest, inst, c["dur"])
+    size = np.zeros(k, np.int64)
+    np.maximum.at(size, inst, c["size"])
+    end = np.full(k, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(end, inst, c["end"])
+    wg_names = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
+    world_of = np.asarray([w for w, _ in wg_names], dtype=object)
+    group_of = np.asarray([g for _, g in wg_names], dtype=object)
+    op_first = c["op"][first]
+    is_p2p = np.isin(np.arange(len(ops)), [i for i, o in enumerate(ops) if o in P2P_OPS])
+    p2p = is_p2p[op_first]
+    expected = np.where(p2p, 2, c["n"][first])
+    table = pd.DataFrame({
+        "op": op_first, "world": c["wg"][first], "group": c["wg"][first], "seq": c["seq"][first],
+        "ranks": np.bincount(inst, minlength=k), "expected": expected,
+        "first_start_ns": c["t"][first], "last_start_ns": c["t"][last], "first_rank": c["rank"][first],
+        "last_rank": c["rank"][last], "slowest_ns": slowest, "size_bytes": size, "end_ns": end, "p2p": p2p})
+    table["spread_ns"] = table["last_start_ns"] - table["first_start_ns"]
+    table = table[TOP_COLUMNS]
+    combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
+    fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
+    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, table, fac)
+    coll = table[(~p2p) & (table["ranks"].to_numpy() >= 2)]
+    spread = coll["spread_ns"].to_numpy(np.float64)
+    top = coll.iloc[np.lexsort((coll["first_rank"].to_numpy(), coll["first_start_ns"].to_numpy(), -spread))[:task.top]]
+    top = top.assign(op=np.asarray(ops, dtype=object)[top["op"].to_numpy()], world=world_of[top["world"].to_numpy()],
+                     group=group_of[top["group"].to_numpy()])   # codes -> names (the few rows kept)
+    g = coll.groupby("last_rank", sort=True)["spread_ns"]
+    strag = pd.DataFrame({"last": g.size(), "wait_ns": g.sum()})
+    spreads = {ops[int(o)]: grp.to_numpy(np.float64) for o, grp in coll.groupby("op", sort=True)["spread_ns"]}
+    T = table["slowest_ns"].to_numpy(np.float64)
+    S = table["size_bytes"].to_numpy(np.float64)
+    okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0)
+    busbw = (float((S[okb] * fac[okb]).sum()), float(T[okb].sum()), int(((~p2p)).sum()))
+    return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw)
+
+
+def _instances(c: dict) -> np.ndarray:
+    """Per op: its instance, numbered from 0 (analysis.match keys: collectives by (world,
+    group, seq), send/recv by (world, group, src, dst, seq))."""
+    p2p = c["src"] >= 0
+    inst = np.empty(len(p2p), np.int64)
+    coll = ~p2p
+    n = 0
+    if coll.any():
+        codes, uniq = pd.factorize((c["wg"][coll] << 40) | c["seq"][coll])   # seq < 2**32: one int64 key
+        inst[coll] = codes
+        n = len(uniq)
+    if p2p.any():
+        keys = pd.DataFrame({k: c[k][p2p] for k in ("wg", "src", "dst", "seq")})
+        inst[p2p] = n + keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+    return inst
+
+
+def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance the row of its first caller (earliest start, then lowest rank: the
+    frame's row order) and of its last (latest start, then highest rank), without a sort."""
+    out = []
+    for pick, init in ((np.minimum, np.iinfo(np.int64).max), (np.maximum, np.iinfo(np.int64).min)):
+        best_t = np.full(k, init, np.int64)
+        pick.at(best_t, inst, t)
+        tied = np.flatnonzero(t == best_t[inst])
+        best_r = np.full(k, init, np.int64)
+        pick.at(best_r, inst[tied], rank[tied])
+        rows = tied[rank[tied] == best_r[inst[tied]]]
+        row = np.zeros(k, np.int64)
+        row[inst[rows]] = rows
+        out.append(row)
+    return out[0], out[1]
+
+
+def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
+    """Per summary table: key columns + collectives, T, S, B summed over the distinct
+    (row, instance) pairs (every row an instance has an op in counts it once)."""
+    keys = pd.DataFrame(list(cell_ids), columns=list(CELL_COLUMNS))
+    T = table["slowest_ns"].to_numpy(np.float64)
+    S = table["size_bytes"].to_numpy(np.float64)
+    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    out = {}
+    for name, by in task.tables.items():
+        by = list(by)
+        rowkey = keys.groupby(by, sort=False).ngroup().to_numpy(np.int64) if len(keys) else np.empty(0, np.int64)
+        nrow = int(rowkey.max()) + 1 if len(rowkey) else 0
+        pg, pi = _row_instance_pairs(rowkey[cell], inst, len(table))
+        heads = keys.groupby(by, sort=False).head(1)
+        res = pd.DataFrame({b: heads[b].to_numpy() for b in by})
+        res["collectives"] = np.bincount(pg, minlength=nrow)
+        res["T"] = np.bincount(pg, weights=np.where(ok, T, 0.0)[pi], minlength=nrow)
+        res["S"] = np.bincount(pg, weights=np.where(ok, S, 0.0)[pi], minlength=nrow)
+        res["B"] = np.bincount(pg, weights=np.where(ok, S * fac, 0.0)[pi], minlength=nrow)
+        out[name] = res
+    return out
+
+
+def _per_sig_int(sigs: list, name: str) -> np.ndarray:
+    """A numeric sig field as the frame has it (``reader.build_frame``: missing -> 0)."""
+    v = np.array([reader._num(s.get(name)) for s in sigs], dtype=np.float64)
+    return np.where(np.isnan(v), 0, v).astype(np.int64)
+
+
+def _row_instance_pairs(row: np.ndarray, inst: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (row, instance) pairs (as summary.instance_groups): each instance's
+    first op's row, plus the few rows its other ops were filed under (a sort of those only)."""
+    head = np.zeros(k, np.int64)
+    head[inst[::-1]] = row[::-1]                  # some op's row per instance (the first one written)
+    pg, pi = head, np.arange(k, dtype=np.int64)
+    elsewhere = row != head[inst]
+    if elsewhere.any():
+        extra = np.unique(row[elsewhere] * k + inst[elsewhere])
+        pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
+    return pg, pi
+
+
+def _int(v, default: int) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _empty(task) -> PartitionPartial:
+    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), pd.DataFrame(columns=["last", "wait_ns"]), {},
+                            {}, (0.0, 0.0, 0))

@@ -1,0 +1,61 @@
+"""Which files a run has and how the work over them is cut (meta lines only: cheap).
+
+Per-rank figures come from a rank's own files (one task per rank); cross-rank ones
+(matching, skew, bandwidth) from partitions of the collectives by sequence number:
+a partition task reads, from every file, only the records of its seq chunk (see
+``RankPartial.index``)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ...errors import CommtraceError
+from ...trace import reader, schema
+from ..run_info import check_run_ids
+
+
+@dataclass
+class RunPlan:
+    path: str
+    ranks: dict                 # rank -> [meta paths of its processes]
+    refs: dict                  # world id -> meta path of its rank-0 process (the reference clock)
+    records: int                # op records on disk (from the file sizes)
+    records_per_file: int       # the most in one file
+    issues: list[str] = field(default_factory=list)
+    unsupported: str | None = None   # why this run must take the one-frame path (load())
+
+
+def _ops_records(meta_path: str) -> int:
+    ops = meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX
+    try:
+        return os.path.getsize(ops) // schema.RECORD_SIZE
+    except OSError:
+        return 0
+
+
+def plan_run(run_dir: str | None) -> RunPlan:
+    run_dir = reader.newest_run() if run_dir is None else str(run_dir)
+    issues: list[reader.TraceIssue] = []
+    metas = reader.find_traces(run_dir)
+    procs = [p for p in (reader.read_process(m, issues, records=False) for m in metas) if p is not None]
+    if not procs:
+        detail = "; ".join(str(i) for i in issues[:3])
+        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    _, drop, more = check_run_ids(run_dir, [{"file": os.path.basename(p.meta_path)} for p in procs])
+    procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
+    ranked = [p for p in procs if p.rank is not None]
+    if not ranked:
+        raise CommtraceError(f"{run_dir}: no process created a process group")
+    ranks: dict = {}
+    for p in ranked:
+        ranks.setdefault(p.rank, []).append(p.meta_path)
+    refs = {wid: pt.meta_path for wid, pt in reader._reference_processes(procs).items()}
+    sizes = [_ops_records(p.meta_path) for p in ranked]
+    unsupported = None
+    if any(p.header.get("source") == "cpp" for p in procs):
+        unsupported = "C++-layer trace files (their ops are merged into the Python layer's)"
+    elif any(reader.bounded.options(p.header) is not None for p in procs):
+        unsupported = "a bounded trace (--keep-last / --steps)"
+    found = [str(i) for i in issues] + more + [str(i) for i in reader._missing_ranks(procs)]
+    return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
+                   unsupported)

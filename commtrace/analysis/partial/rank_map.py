@@ -1,0 +1,142 @@
+"""Map step 1: one rank's files -> its partial results (small next to its ops).
+
+Everything the report computes per rank is computed here by the same functions
+``build_report`` uses (``find_steps``, ``locate_ops``, ``StepFigures``,
+``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
+its records (``rank_ops``: no frame): the step table rows, communication time,
+the ops outside steps, and the summary cells (per (group, group_desc, phase, op,
+detail, rank): ops, summed duration, known durations, bytes) with the durations
+themselves (exact percentiles) or a LogSketch of them. It also indexes where each
+(group, seq chunk) lies in each ops file, so that a partition task reads only its
+slice (records are in call order: a group's seq grows along the file)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...trace import reader, schema
+from .. import intervals as iv
+from ..arrays import OpArrays
+from ..step_table import OutsideSteps, RankTimes, StepFigures
+from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
+from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
+from .sketch import LogSketch
+
+
+@dataclass
+class RankTask:
+    rank: int
+    metas: list                 # meta paths of the rank's processes
+    refs: dict                  # world id -> meta path of the reference (rank-0) process
+    exact: bool                 # keep durations (exact percentiles) instead of sketches
+    chunk: int                  # seq chunk size of the partitions (see plan)
+
+
+@dataclass
+class RankPartial:
+    rank: int
+    ops: int
+    issues: list
+    cells: pd.DataFrame          # CELL_COLUMNS + rank (strings, "-" for none) + ops, dur, known, bytes
+    values: list                 # per cells row: float32/float64 durations (exact) or a LogSketch
+    per_rank: pd.DataFrame       # step_table.PER_RANK_COLUMNS rows of this rank
+    comm_ns: dict                # rank -> communication time (union of its ops)
+    outside: dict                # where code -> [ops, bytes, [comm per rank]] (+ NO_STEPS ranks)
+    total_steps: int
+    t0: int | None               # the rank's first op start (rank 0's clock)
+    op_order: tuple              # (first meta file name, op names in the frame's category order)
+    index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
+
+
+def _reference(meta: str, own: dict, issues: list):
+    return own.get(meta) or reader.read_process(meta, issues, records=False)
+
+
+def map_rank(task: RankTask) -> RankPartial:
+    issues: list = []
+    procs = [p for p in (reader.read_process(m, issues) for m in task.metas) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    refs = {wid: _reference(m, own, []) for wid, m in task.refs.items()}
+    refs = {w: p for w, p in refs.items() if p is not None}
+    index = {p.ops_path: _chunk_index(p.ops_path, task.chunk) for p in procs}
+    spans = reader.build_mark_tables(procs, issues, refs)[0]
+    ops = rank_ops(procs, refs, task.rank)
+    a = ops.arrays if ops is not None else None
+    steps = find_steps(spans, a)
+    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps)
+    cells, values = _cells(ops, task.rank, task.exact)
+    n = len(a.start) if a is not None else 0
+    return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
+                       int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
+                       (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []), index)
+
+
+def _step_parts(waits, a, spans, steps):
+    if a is None:
+        from ..step_table import PER_RANK_COLUMNS
+        return pd.DataFrame(columns=PER_RANK_COLUMNS), {}, {}
+    op_step, where = locate_ops(a, steps)
+    figures = StepFigures(steps, a, op_step)
+    outside = OutsideSteps(steps)
+    times = RankTimes(waits, a, spans)
+    comm = {}
+    for r in times.ranks():
+        t = times.of(r)
+        comm[r] = iv.length(t.comm)
+        figures.add(r, t)
+        outside.add(r, t)
+    stepping = np.isin(a.rank, list(outside.rows))
+    parts: dict = {}
+    for code in (BEFORE, BETWEEN, AFTER):
+        m = stepping & (where == code)
+        parts[code] = [int(m.sum()), int(a.nbytes[m].sum()), list(outside.comm[code])]
+    m = where == NO_STEPS
+    parts[NO_STEPS] = [int(m.sum()), int(a.nbytes[m].sum()), sorted(set(np.unique(a.rank[m]).tolist()))]
+    return figures.table(), comm, parts
+
+
+def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, list]:
+    """The summary cells of one rank (as summary.summary_cells bins them) and per cell its
+    durations (float32 when that is lossless) or their LogSketch."""
+    cols = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]
+    if ops is None:
+        return pd.DataFrame(columns=cols), []
+    a, cell, n = ops.arrays, ops.cell, len(ops.cells)
+    known = ~np.isnan(a.dur)
+    table = pd.DataFrame(ops.cells, columns=list(CELL_COLUMNS))
+    table["rank"] = str(rank)
+    table["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
+    table["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
+    table["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
+    table["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    order = np.argsort(cell.astype(np.int16 if n < 32_000 else np.int64), kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n))))
+    values = []
+    for i in range(n):
+        seg = a.dur[order[bounds[i]:bounds[i + 1]]]
+        seg = seg[~np.isnan(seg)]
+        if exact:
+            small = seg.astype(np.float32)
+            values.append(small if np.array_equal(small.astype(np.float64), seg) else seg)
+        else:
+            values.append(LogSketch.of(seg))
+    keep = table["ops"].to_numpy() > 0
+    return table[keep].reset_index(drop=True), [v for v, k in zip(values, keep) if k]
+
+
+def _chunk_index(ops_path: str, chunk: int) -> tuple:
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
+    try:
+        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r")
+    except (OSError, ValueError):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    if not len(mm):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    key = (mm["group"].astype(np.int64) << 32) | (mm["seq"].astype(np.int64) // chunk)
+    del mm
+    keys, first = np.unique(key, return_index=True)
+    _, rev = np.unique(key[::-1], return_index=True)
+    return keys, first.astype(np.int64), (len(key) - 1 - rev).astype(np.int64)

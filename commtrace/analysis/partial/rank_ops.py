@@ -1,0 +1,113 @@
+"""One rank's ops as the arrays the per-rank figures need, straight from its records.
+
+``reader.build_frame`` builds ~40 columns per op; the per-rank figures need only
+start, end, duration and bytes (``OpArrays``), what the caller waited for (return
+time, async, detail, DDP gradient bucket: ``step_table._WaitColumns``) and the
+summary cell of each op. Those are gathered here from the records and per-sig /
+per-group lookup tables, with the reader's own checks (``read_process``) and
+clock alignment (``reader._offset_fn``), so every value equals the frame's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...trace import reader
+from ...trace.annotations import is_gradient_allreduce
+from ..arrays import NA_KEY, OpArrays
+
+CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
+
+
+@dataclass
+class RankOps:
+    arrays: OpArrays          # sorted by start (the frame's order for one rank)
+    waits: pd.DataFrame       # t_return_ns, async, detail, bucket, phase: what _WaitColumns reads
+    cell: np.ndarray          # per op: index into ``cells``
+    cells: list               # per cell: (group, group_desc, phase, op, detail) strings ("-" for none)
+    op_names: list            # op names in the frame's category order
+
+
+def _key(v) -> str:
+    v = reader._str_or_none(v)
+    return NA_KEY if v is None else v
+
+
+def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
+    """The ops of one rank's processes (``procs`` with their records read); None when none."""
+    cells: dict = {}
+    op_names: list = []
+    details: dict = {}
+    phases: dict = {}
+    parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "phase", "grad",
+                                   "cell")}
+    for pt in procs:
+        rec = pt.records
+        if rec is None or not len(rec):
+            continue
+        sig_ids = sorted(pt.sigs)
+        slut = np.zeros(max(sig_ids) + 1, np.int64)
+        slut[sig_ids] = np.arange(len(sig_ids))
+        gids = sorted(pt.groups)
+        glut = np.zeros(max(gids) + 1, np.int64)
+        glut[gids] = np.arange(len(gids))
+        sigs = [pt.sigs[i] for i in sig_ids]
+        groups = [pt.groups[i] for i in gids]
+        for s in sigs:
+            name = reader._str_or_none(s.get("op"))
+            if name is not None and name not in op_names:
+                op_names.append(name)
+        nbytes = np.array([reader._num(s.get("bytes")) for s in sigs], np.float64)
+        nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
+        is_async = np.array([bool(s.get("async")) for s in sigs])
+        det = np.array([-1 if s.get("detail") is None else details.setdefault(reader._str_or_none(s.get("detail")),
+                                                                               len(details)) for s in sigs], np.int64)
+        ph = np.array([-1 if s.get("phase") is None else phases.setdefault(reader._str_or_none(s.get("phase")),
+                                                                           len(phases)) for s in sigs], np.int64)
+        grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"))
+                         and reader._str_or_none(s.get("phase")) == "backward" for s in sigs])
+        si, gi = slut[rec["sig"]], glut[rec["group"]]
+        combo, inv = np.unique(si * len(groups) + gi, return_inverse=True)
+        c_of = np.array([cells.setdefault(
+            (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
+             _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
+             _key(sigs[x // len(groups)].get("detail"))), len(cells)) for x in combo.tolist()], np.int64)
+        off = reader._offset_fn(pt, refs.get(reader._world_of(pt)))(rec["t_call"]).astype(np.int64)
+        parts["t"].append(rec["t_call"] + off)
+        parts["dret"].append(rec["d_return"])
+        parts["dend"].append(rec["d_end"])
+        parts["sig_bytes"].append(nbytes[si])
+        parts["async"].append(is_async[si])
+        parts["detail"].append(det[si])
+        parts["phase"].append(ph[si])
+        parts["grad"].append(grad[si])
+        parts["cell"].append(c_of[inv.reshape(-1)])
+    if not parts["t"]:
+        return None
+    c = {k: np.concatenate(v) for k, v in parts.items() if v}
+    t = c["t"]
+    if not (t[1:] >= t[:-1]).all():
+        order = np.argsort(t, kind="stable")
+        c = {k: v[order] for k, v in c.items()}
+        t = c["t"]
+    ret, ret_ok = _offset(c["dret"], t)
+    end, end_ok = _offset(c["dend"], t)
+    d_end = np.where(end_ok, np.nan_to_num(c["dend"]).astype(np.int64), 0)
+    dur = np.where(end_ok, d_end.astype(np.float64), np.nan)
+    a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t,
+                 end=np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur=dur, nbytes=c["sig_bytes"])
+    waits = pd.DataFrame({
+        "t_return_ns": pd.arrays.IntegerArray(ret, ~ret_ok),
+        "async": c["async"],
+        "detail": pd.Categorical.from_codes(c["detail"], categories=list(details) or pd.Index([], dtype=object)),
+        "phase": pd.Categorical.from_codes(np.where(c["grad"], 0, -1), categories=["backward"]),
+        "bucket": pd.arrays.IntegerArray(np.zeros(len(t), np.int32), ~c["grad"]),
+    }, copy=False)
+    return RankOps(a, waits, c["cell"], list(cells), op_names)
+
+
+def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(t + int64(d), known) for a float32 offset column with NaN for unknown (as the reader converts it)."""
+    ok = ~np.isnan(d)
+    return np.where(ok, np.nan_to_num(d).astype(np.int64), 0) + t, ok

@@ -1,0 +1,161 @@
+"""``commtrace report`` of a run analysed by map/reduce (analysis.partial): the same
+step, per-op and skew tables as the one-frame report, a shorter banner (no
+timeline, regions or per-op exports: those need every op in one place)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+from rich.text import Text
+
+from .fmt import fmt_bytes, fmt_int
+from .terminal import render_skew, render_steps, render_summary
+
+
+# Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
+ONE_FRAME_BYTES_PER_OP = 300
+
+
+def memory_limit_of(text: str | None) -> int | None:
+    """"8G", "512M", "25%" (of RAM), plain bytes -> bytes; None -> None (the default)."""
+    from ..analysis.partial import total_memory
+    from ..errors import CommtraceError
+    if text is None:
+        return None
+    t = text.strip().upper().removesuffix("B")
+    try:
+        if t.endswith("%"):
+            value = total_memory() * float(t[:-1]) / 100
+        else:
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+            value = float(t[:-1] if t[-1:] in "KMGT" else t) * mult
+    except ValueError:
+        value = -1
+    if not value > 0:
+        raise CommtraceError(f"--memory-limit {text}: not a size (e.g. 8G, 512M, 25%)")
+    return int(value)
+
+
+def wants_partitioned(ns, run_dir=None) -> bool:
+    """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
+    (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
+    import glob
+    import os
+    from ..analysis.partial import ENV_DASK, default_memory_limit
+    from ..trace import reader, schema
+    if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
+        return True
+    limit = memory_limit_of(ns.memory_limit) or default_memory_limit()
+    if run_dir is None:
+        run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
+        ns.run_dir = run_dir
+    try:
+        size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
+    except OSError:
+        return False
+    return size // schema.RECORD_SIZE * ONE_FRAME_BYTES_PER_OP > limit
+
+
+# Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
+PERFETTO_BYTES_PER_OP = 1000
+
+
+def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
+    """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
+    (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
+    one rank with more ops than that (analysis.partial.perfetto_pieces); one time base."""
+    import numpy as np
+    from ..analysis.match import match_ops
+    from ..analysis.partial import load_ranks, perfetto_pieces, scan
+    from .perfetto import write_perfetto
+    parts = {p.rank: p for p in scan(s.path)}
+    ops = {r: int(c) for r, c in s.ops_per_rank.items()}
+    max_ops = max(1, int(max_mb * 1e6 / PERFETTO_BYTES_PER_OP))
+    base, ext = (path[:-5], ".json") if path.endswith(".json") else (path, ".json")
+    written = []
+    for ranks, piece, pieces in perfetto_pieces(ops, max_ops):
+        run = load_ranks([parts[r] for r in ranks])
+        frame = run.frame
+        if piece is not None:          # a time window of one rank: its ops [lo, hi) in start order
+            lo, hi = piece * len(frame) // pieces, (piece + 1) * len(frame) // pieces
+            frame = frame.iloc[lo:hi].reset_index(drop=True)
+            t_lo = int(frame["t_start_ns"].iloc[0]) if len(frame) else 0
+            t_hi = int(frame["t_start_ns"].iloc[-1]) if len(frame) else 0
+            spans = run.spans[(run.spans["t_end_ns"] >= t_lo) & (run.spans["t_begin_ns"] <= t_hi)] \
+                if run.spans is not None and len(run.spans) else run.spans
+        else:
+            spans = run.spans
+        name = f"ranks-{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank-{ranks[0]}"
+        if piece is not None:
+            name += f".part-{piece + 1}-of-{pieces}"
+        out = f"{base}.{name}{ext}"
+        start = frame["t_start_ns"].to_numpy(np.int64) if len(frame) else None
+        if start is not None and not (start[1:] >= start[:-1]).all():
+            frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
+        inst = match_ops(frame).inst if len(frame) else None
+        write_perfetto(frame, out, s.t0_ns, inst, run.processes, spans=spans, marks=run.marks, regions=run.regions)
+        written.append(out)
+    return written
+
+
+def as_report(s) -> SimpleNamespace:
+    """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
+    return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
+                           split=pd.DataFrame(), skew=s.skew, info={"t0_ns": s.t0_ns},
+                           run=SimpleNamespace(spans=None))
+
+
+def render_partitioned(con, s, top: int = 10) -> None:
+    t = Text()
+    t.append("commtrace report ", style="bold")
+    t.append(s.path + "\n")
+    how = f"{s.executor}, {s.workers} worker{'s' if s.workers != 1 else ''}"
+    q = "exact" if s.exact else f"p50/p99 within {s.quantile_error:.1%} (sketched)"
+    ops = int(s.by_op["ops"].sum()) if len(s.by_op) else 0
+    nbytes = int(s.by_op["bytes"].sum()) if len(s.by_op) else 0
+    for k, v in (("ranks", str(s.ranks)), ("analysis", f"partitioned ({how}); percentiles {q}"),
+                 ("totals", f"{fmt_int(ops)} ops, {fmt_bytes(nbytes)}")):
+        t.append(f"  {k:<11}", style="bold")
+        t.append(v + "\n")
+    con.print(t, end="", overflow="fold")
+    rep = as_report(s)
+    render_steps(con, rep)
+    if s.per_rank_cut and len(s.rank_medians) > 1:
+        _render_rank_medians(con, s.rank_medians)
+    render_summary(con, rep)
+    render_skew(con, rep, top)
+
+
+def _render_rank_medians(con, med) -> None:
+    """The per-rank table when the (rank, step) rows were too many to keep (medians come per rank)."""
+    from .tables import Column, print_table
+    from .fmt import fmt_count, fmt_ns
+    con.print()
+    cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
+            Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
+    rows = [[str(r), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]), fmt_ns(x["comm_ns"]),
+             fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
+    print_table(con, cols, rows, title="Per rank (median over its steps)")
+
+
+def partitioned_json(s) -> dict:
+    """The summary numbers (the fields of ``report --json`` this analysis computes)."""
+    from ..analysis.report import _clean, table_records
+    st = s.steps
+    top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
+    top = s.skew["top"]
+    return _clean({
+        "format": "commtrace-report", "version": 2, "partitioned": True,
+        "run": {"run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
+                "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
+        "issues": s.issues,
+        "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),
+        "by_phase": table_records(s.by_phase),
+        "steps": table_records(st.across.head(100_000)) if st is not None else [],
+        "steps_per_rank": table_records(st.per_rank.head(1_000_000)) if st is not None else [],
+        "outside_steps": table_records(st.outside) if st is not None else [],
+        "skew": {"instances": s.skew["instances"], "by_op": table_records(s.skew["by_op"]),
+                 "stragglers": table_records(s.skew["stragglers"]),
+                 "top": [{c: _clean(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
+                         for _, r in top.iterrows()] if len(top) else []},
+    })

@@ -1,0 +1,199 @@
+"""The partitioned analysis (commtrace.analysis.partial) gives build_report's numbers:
+serial, in a process pool and on a real Dask LocalCluster, on real and synthetic runs."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from commtrace.analysis.compare import _run_busbw
+from commtrace.analysis.partial import analyse, scan
+from commtrace.analysis.partial.sketch import ALPHA, LogSketch
+from commtrace.analysis.report import build_report
+from commtrace.analysis.run_info import load_report_run
+from commtrace.errors import CommtraceError
+from commtrace.trace.reader import load_run
+from commtrace.trace.synthetic import write_synthetic_run
+
+TOP_COLS = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
+
+
+@pytest.fixture(scope="module")
+def two_groups_run(tmp_path_factory):
+    """8 ranks, p2p ring, a slow rank, many seq chunks (so partitions split every group)."""
+    d = str(tmp_path_factory.mktemp("partial") / "run")
+    return write_synthetic_run(d, ranks=8, ops_per_rank=2000, seed=3, p2p=True, slow_rank=5)
+
+
+def assert_same(rep, s):
+    for name in ("by_op", "by_group", "by_phase"):
+        a, b = getattr(rep, name), getattr(s, name)
+        if a is None:
+            assert b is None
+            continue
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-12)
+    if rep.steps is None:
+        assert s.steps is None
+    else:
+        pd.testing.assert_frame_equal(rep.steps.per_rank, s.steps.per_rank)
+        pd.testing.assert_frame_equal(rep.steps.across, s.steps.across)
+        pd.testing.assert_frame_equal(rep.steps.outside, s.steps.outside)
+        assert rep.steps.total_steps == s.steps.total_steps
+    assert rep.skew["instances"] == s.skew["instances"]
+    if rep.skew["instances"]:
+        pd.testing.assert_frame_equal(rep.skew["stragglers"], s.skew["stragglers"], check_exact=False, rtol=1e-12)
+        a, b = rep.skew["by_op"], s.skew["by_op"]
+        a = a.set_axis(a.index.astype(str), axis=0)
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-12, check_index_type=False,
+                                      check_dtype=False)
+        ta = rep.skew["top"][TOP_COLS].reset_index(drop=True).astype({"op": str, "group": str})
+        tb = s.skew["top"][TOP_COLS].reset_index(drop=True).astype({"op": str, "group": str})
+        pd.testing.assert_frame_equal(ta, tb, check_dtype=False)
+    busbw = _run_busbw(rep)
+    assert (math.isnan(busbw) and math.isnan(s.busbw)) or s.busbw == pytest.approx(busbw, rel=1e-12)
+    assert s.ops == len(rep.frame)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_partial_equals_report_synthetic(two_groups_run, workers):
+    rep = build_report(load_report_run(two_groups_run))
+    s = analyse(two_groups_run, workers=workers, memory_limit=1 << 20)   # tiny limit: many partitions
+    assert s.exact and s.executor == ("serial" if workers == 1 else "processes")
+    assert_same(rep, s)
+
+
+def test_partial_equals_report_real_runs(real_run, accum_run):
+    for run in (real_run, accum_run):
+        assert_same(build_report(load_report_run(run)), analyse(run, workers=1))
+
+
+def test_dask_local_cluster_equals_embedded(two_groups_run):
+    distributed = pytest.importorskip("distributed")
+    embedded = analyse(two_groups_run, workers=2)
+    rep = build_report(load_report_run(two_groups_run))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  ) as cluster, distributed.Client(cluster) as client:
+        on_dask = analyse(two_groups_run, dask=client)
+        by_address = analyse(two_groups_run, dask=cluster.scheduler_address)
+    assert on_dask.executor == "dask" and on_dask.workers == 2
+    assert_same(rep, on_dask)
+    assert_same(rep, by_address)
+    pd.testing.assert_frame_equal(embedded.by_op, on_dask.by_op)
+
+
+def test_sketched_percentiles_within_bound(two_groups_run):
+    s = analyse(two_groups_run, workers=1, exact=False)
+    assert not s.exact and s.quantile_error == ALPHA
+    frame = load_run(two_groups_run).frame
+    for op, row in s.by_op.iterrows():
+        d = np.sort(frame.loc[frame["op"] == op, "duration_ns"].dropna().to_numpy(np.float64))
+        for q, col in ((0.5, "p50_ns"), (0.99, "p99_ns")):
+            v = d[int(math.floor(q * (len(d) - 1)))]
+            assert abs(row[col] - v) <= ALPHA * v, (op, col)
+    rep = build_report(load_report_run(two_groups_run))
+    pd.testing.assert_series_equal(rep.by_op["total_ns"], s.by_op["total_ns"])
+
+
+def test_sketch_hand_computed():
+    # 1..1000: the value of rank floor(0.5 * 999) = 499 is 500; of rank floor(0.99 * 999) = 989 is 990.
+    vals = np.arange(1, 1001, dtype=np.float64)
+    sk = LogSketch.of(vals)
+    assert sk.n == 1000
+    assert abs(sk.quantile(0.5) - 500) <= ALPHA * 500
+    assert abs(sk.quantile(0.99) - 990) <= ALPHA * 990
+    halves = LogSketch.of(vals[::2]).merge(LogSketch.of(vals[1::2]))
+    assert np.array_equal(halves.counts, sk.counts) and halves.lo == sk.lo
+    with_zero = LogSketch.of(np.array([0.0, 0.0, 5.0, np.nan]))
+    assert with_zero.n == 3 and with_zero.quantile(0.0) == 0.0 and abs(with_zero.quantile(1.0) - 5) <= 5 * ALPHA
+    assert math.isnan(LogSketch.of(np.array([np.nan])).quantile(0.5))
+
+
+def test_scan_parts_are_the_loaded_frame(two_groups_run):
+    parts = scan(two_groups_run)
+    assert [p.rank for p in parts] == list(range(8))
+    whole = load_run(two_groups_run).frame
+    for p in parts[:3]:
+        f = p.load()
+        mine = whole[whole["rank"] == p.rank].reset_index(drop=True)
+        assert len(f) == len(mine)
+        assert np.array_equal(f["t_start_ns"].to_numpy(), mine["t_start_ns"].to_numpy())
+        assert f["duration_ns"].sum() == mine["duration_ns"].sum()
+
+
+def test_bad_run_dir(tmp_path):
+    with pytest.raises(CommtraceError, match="no trace files"):
+        analyse(str(tmp_path), workers=1)
+
+
+def _tables_part(text: str) -> str:
+    """The report from its step table through the skew tables (what both analyses print)."""
+    start = text.index("\nSteps (")
+    end = text.index("\nTimeline") if "\nTimeline" in text else len(text)
+    return text[start:end].strip()
+
+
+def test_cli_partitioned_prints_the_same_tables(two_groups_run, capsys):
+    from commtrace.cli import main
+    assert main(["report", two_groups_run, "--width", "160"]) == 0
+    one_frame = capsys.readouterr().out
+    # a memory limit the one frame would not fit: the report goes file by file by itself
+    assert main(["report", two_groups_run, "--width", "160", "--memory-limit", "2M"]) == 0
+    partitioned = capsys.readouterr().out
+    assert "partitioned (" in partitioned and "Timeline" not in partitioned
+    assert _tables_part(one_frame) == _tables_part(partitioned)
+
+
+def test_cli_partitioned_json_and_bad_input(two_groups_run, tmp_path, capsys):
+    import json
+    from commtrace.cli import main
+    out = tmp_path / "s.json"
+    assert main(["report", two_groups_run, "--partitioned", "--json", str(out), "-q"]) == 0
+    doc = json.loads(out.read_text())
+    rep = build_report(load_report_run(two_groups_run))
+    assert doc["partitioned"] and doc["run"]["ops"] == len(rep.frame)
+    assert [r["op"] for r in doc["by_op"]] == list(rep.by_op.index)
+    assert [r["collectives"] for r in doc["by_op"]] == rep.by_op["collectives"].tolist()
+    assert doc["skew"]["instances"] == rep.skew["instances"]
+    capsys.readouterr()
+    assert main(["report", two_groups_run, "--partitioned", "--csv", str(tmp_path / "t.csv")]) == 2
+    assert "not available with the partitioned analysis" in capsys.readouterr().err
+    assert main(["report", two_groups_run, "--memory-limit", "lots"]) == 2
+    assert "--memory-limit lots: not a size" in capsys.readouterr().err
+
+
+def test_cli_compare_partitioned_prints_the_same(two_groups_run, tmp_path, capsys):
+    from commtrace.cli import main
+    exp = write_synthetic_run(str(tmp_path / "exp"), ranks=8, ops_per_rank=2000, seed=4, p2p=True, buckets=3)
+    for extra in ([], ["--by", "group,op"]):
+        assert main(["compare", two_groups_run, exp, "--width", "160", *extra]) == 0
+        one_frame = capsys.readouterr().out
+        assert main(["compare", two_groups_run, exp, "--width", "160", "--partitioned", *extra]) == 0
+        assert capsys.readouterr().out == one_frame
+    assert main(["compare", two_groups_run, exp, "--partitioned", "--by", "bucket"]) == 2
+    assert "groups by group, group_desc, phase, op, detail only" in capsys.readouterr().err
+
+
+def test_perfetto_pieces_plan():
+    from commtrace.analysis.partial import perfetto_pieces
+    # 10 ops per file: ranks 0+1 (4+5), rank 2 (7: 2+7 > 10 starts a new file), rank 3 (25: 3 time windows), rank 4
+    assert perfetto_pieces({0: 4, 1: 5, 2: 7, 3: 25, 4: 1}, 10) == [
+        ([0, 1], None, 1), ([2], None, 1), ([3], 0, 3), ([3], 1, 3), ([3], 2, 3), ([4], None, 1)]
+
+
+def test_cli_partitioned_perfetto_in_pieces(two_groups_run, tmp_path, capsys):
+    import glob
+    import json
+    from commtrace.cli import main
+    out = tmp_path / "t.json"
+    # 2,000 ops per rank; 1 MB = 1,000 ops per file: every rank in 2 time windows
+    assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(out), "--perfetto-max-mb", "1",
+                 "-q"]) == 0
+    assert "Perfetto trace in 16 file(s) of at most 1 MB" in capsys.readouterr().err
+    files = sorted(glob.glob(str(tmp_path / "t.rank-*.json")))
+    assert len(files) == 16 and any(f.endswith("t.rank-5.part-2-of-2.json") for f in files)
+    slices = 0
+    for f in files:
+        events = json.load(open(f))["traceEvents"]
+        slices += sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("collective", "p2p"))
+    assert slices == 8 * 2000
+    assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(out), "--perfetto-max-mb", "0"]) == 2
