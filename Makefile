@@ -32,13 +32,14 @@ $(STAMP): setup.cfg pyproject.toml commtrace/_install_pth.py commtrace/capture/c
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[mpi,test]" "$(TORCH_PIN)"
+	$(PYTHON) -m pip install -q -e ".[mpi,test,html]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 demo: setup
 	rm -rf $(DEMO_DIR)
 	$(MPIRUN) -n $(NP) $(PYTHON) -m commtrace run -o $(DEMO_DIR) examples/ddp_mpi.py --hidden 1000 --epochs 2
-	$(VENV)/bin/commtrace report $(DEMO_DIR)
+	$(VENV)/bin/commtrace report $(DEMO_DIR) --html $(DEMO_DIR)/report.html
+	@echo "commtrace: HTML report written to $(DEMO_DIR)/report.html (open it in a browser; it needs no network)"
 
 test: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider tests

@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
                    "exist, else op; e.g. op,bucket or group,op)")
     p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
     p.add_argument("--json", metavar="FILE", help="write the comparison as JSON ('-': stdout, no table)")
+    p.add_argument("--html", metavar="FILE", help="write the comparison as a self-contained HTML page")
     p.set_defaults(handler=run_compare)
 
 
@@ -58,6 +59,9 @@ def run_compare(ns) -> int:
         names.append(name)
         named.append((name, build_report(run, window)))
     cmp = compare_reports(named, by)
+    if ns.html:
+        from .html_page import compare_html, write_html
+        write_html(compare_html(cmp, named), ns.html)
     if ns.json:
         export.write_json(compare_json(cmp), ns.json)
         if ns.json == "-":
