@@ -7,7 +7,8 @@ torch.profiler mode), tracesize (bench_tracesize.py), report (bench_report.py,
 if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
 under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
 NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
---keep-last / --steps against full mode, disk and memory over a long run). ``make bench`` runs the full set
+--keep-last / --steps against full mode, disk and memory over a long run), html (bench_html.py:
+report --html write time, page size, load time in headless Chromium). ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
 """
@@ -31,10 +32,11 @@ sys.path.insert(0, HERE)
 import bench_bounded  # noqa: E402
 import bench_capture  # noqa: E402
 import bench_ddp  # noqa: E402
+import bench_html  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "html")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -48,6 +50,7 @@ FULL = {
     "mpibackend": {"reps": 15, "ddp_steps": 10},
     "cuda": {"reps": 11},
     "bounded": {"calls": 400, "reps": 15, "ops": 200_000, "rounds": 3},
+    "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 125_000},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -58,6 +61,7 @@ QUICK = {
     "mpibackend": {"reps": 7, "ddp_steps": 4},
     "cuda": {"reps": 5},
     "bounded": {"calls": 200, "reps": 5, "ops": 50_000, "rounds": 2},
+    "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 25_000},
 }
 
 GOALS = {
@@ -162,6 +166,8 @@ def run_section(name: str, cfg) -> dict:
         return run_cuda(cfg)
     if name == "bounded":
         return bench_bounded.run(cfg["calls"], cfg["reps"], cfg["ops"], cfg["rounds"])
+    if name == "html":
+        return bench_html.run(cfg["demo_ops"], cfg["big_ranks"], cfg["big_ops"])
     raise ValueError(name)
 
 
@@ -360,6 +366,16 @@ def goals(res) -> tuple[str, list]:
         add("issue 3: DDP step on mpi no worse than gloo", f"{dr:.2f}x", dr <= GOALS["mpi_ddp_ratio"])
     else:
         add("issue 3: mpi backend ratios", "not available", None, mb.get("reason", "not run"))
+    h = res.get("html")
+    if h:
+        b = h["budgets"]
+        add("issue 19: HTML report of a demo-sized run < 2 s", f"{h['demo']['write_s']:.2f} s "
+            f"({h['demo']['ops']:,} ops)", h["demo"]["write_s"] < b["demo_write_s"])
+        big, c = h["big"], h["big"]["chromium"]
+        add(f"issue 19: {big['ops']:,}-op page ≤ {b['big_bytes'] / 2**20:.0f} MiB, loads in Chromium < 10 s",
+            f"{big['bytes'] / 2**20:.1f} MiB, " + (f"{c['load_s']:.2f} s" if c.get("available") else "no Chromium"),
+            (big["bytes"] <= b["big_bytes"] and c["load_s"] < b["big_load_s"] and not c["problems"])
+            if c.get("available") else None)
     return table(["goal", "measured", "status", "note"], rows) + "\n", rows
 
 
@@ -437,6 +453,27 @@ def section_bounded(b) -> str:
             + "\n")
 
 
+def section_html(h) -> str:
+    rows = []
+    for label, r in (("demo-sized", h["demo"]), ("large", h["big"])):
+        c = r["chromium"]
+        load = f"{c['load_s']:.2f} s" + (f" ({len(c['problems'])} console problems)" if c["problems"] else "") \
+            if c.get("available") else f"n/a ({c.get('reason')})"
+        rows.append([f"{label}: {r['ops']:,} ops, {r['ranks']} ranks", f"{r['write_s']:.2f} s",
+                     f"{r['bytes'] / 2**20:.1f} MiB", load])
+    return ("## 9. HTML report (bench_html.py)\n\n"
+            "Synthetic DDP-like runs. Write: `commtrace report RUN --html FILE -q` as a fresh process (read, "
+            "analyse, write). Load: headless Chromium (DevTools Protocol over a pipe, network disabled) from "
+            "navigating to the file:// URL until the page's script has drawn every figure. Above "
+            f"{bench_html_limit()} ops the timeline is aggregated (docs/report.md).\n\n"
+            + table(["run", "write", "page size", "load in Chromium"], rows) + "\n")
+
+
+def bench_html_limit() -> str:
+    from commtrace.render.html_figures import TIMELINE_MAX_OPS
+    return f"{TIMELINE_MAX_OPS:,}"
+
+
 def markdown(res: dict, info: dict, quick: bool) -> str:
     m = info["machine"]
     gtab, _ = goals(res)
@@ -476,6 +513,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_cuda(res["cuda"]))
     if "bounded" in res:
         body.append(section_bounded(res["bounded"]))
+    if "html" in res:
+        body.append(section_html(res["html"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")
