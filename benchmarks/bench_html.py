@@ -3,8 +3,9 @@ time headless Chromium takes to load and draw it.
 
     python benchmarks/bench_html.py [--demo-ops 2000] [--big-ranks 8] [--big-ops 125000] [--json out.json]
 
-Two synthetic DDP-like runs (trace.synthetic): one the size of `make demo`'s run
-(2 ranks) and one of about 1 M ops (8 ranks x 125,000). Per run: `commtrace report
+Three synthetic DDP-like runs (trace.synthetic): a demo-sized one (2 ranks; larger
+than `make demo`'s), the largest whose timeline draws every op (html_figures.
+TIMELINE_MAX_OPS, 8 ranks) and one of about 1 M ops (8 ranks x 125,000, aggregated). Per run: `commtrace report
 RUN --html FILE -q` as a fresh subprocess (wall time: read, analyse, write), the
 page's size, and, when a Chromium is installed, the time from navigating to the
 file:// URL (network disabled) until the page's script has drawn every figure
@@ -66,7 +67,10 @@ def bench_run(label: str, ranks: int, ops_per_rank: int, d: str) -> dict:
 
 def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        return {"demo": bench_run("demo", 2, demo_ops, d), "big": bench_run("big", big_ranks, big_ops, d),
+        from commtrace.render.html_figures import TIMELINE_MAX_OPS
+        return {"demo": bench_run("demo", 2, demo_ops, d),
+                "limit": bench_run("limit", big_ranks, TIMELINE_MAX_OPS // big_ranks, d),
+                "big": bench_run("big", big_ranks, big_ops, d),
                 "budgets": {"demo_write_s": DEMO_BUDGET_S, "big_load_s": LOAD_BUDGET_S,
                             "big_bytes": SIZE_BUDGET_BYTES}}
 

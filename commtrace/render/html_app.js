@@ -29,11 +29,17 @@
     return byInst.get(inst) || [];
   }
 
+  // A field: {"n": [numbers]} or {"v": distinct strings, "c": codes (-1: missing)}.
+  function valueOf(f, i) {
+    if (f.c) { var k = f.c[i]; return k < 0 ? null : f.v[k]; }
+    return f.n[i];
+  }
+
   function fieldsOf(table, i) {
     var out = [];
     var names = Object.keys(table.fields);
     for (var k = 0; k < names.length; k++) {
-      var v = table.fields[names[k]][i];
+      var v = valueOf(table.fields[names[k]], i);
       if (v !== null && v !== undefined && v !== "") { out.push([names[k], String(v)]); }
     }
     return out;
@@ -77,7 +83,7 @@
   function setLink(gd, rows) {
     var li = linkIndex(gd);
     if (li < 0) { return; }
-    var pts = rows.map(function (r) { return [tl.ops.lane[r], tl.ops.mid_ms[r]]; });
+    var pts = rows.map(function (r) { return [valueOf(tl.ops.lane, r), tl.ops.mid_ms[r]]; });
     pts.sort(function (a, b) { return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0; });
     Plotly.restyle(gd, {x: [pts.map(function (p) { return p[1]; })], y: [pts.map(function (p) { return p[0]; })]},
                    [li]);

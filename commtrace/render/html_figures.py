@@ -13,11 +13,12 @@ import pandas as pd
 
 from ..analysis.figures import STEP_PARTS, arrival_offsets, bandwidth_by_size, slowest_steps, step_breakdown
 from ..analysis.timeline import bin_timeline
-from .fmt import fmt_bytes, fmt_int, fmt_ns
+from .fmt import fmt_bytes, fmt_int
 from .html_escape import text
 
 TIMELINE_MAX_OPS = 20_000     # more ops in the window: the timeline is aggregated into bins
-TIMELINE_BINS = 2_000         # bins per rank of an aggregated timeline
+TIMELINE_BINS = 2_000         # bins per rank of an aggregated timeline (at most TIMELINE_MAX_CELLS / ranks)
+TIMELINE_MAX_CELLS = 40_000   # bins over all ranks of an aggregated timeline
 TIMELINE_MAX_SPANS = 20_000   # more compute spans: they are not drawn
 TIMELINE_MAX_MARKS = 1_000
 STEP_MAX_BARS = 1_200         # (rank, step) bars in the per-step chart; beyond, the slowest steps
@@ -47,14 +48,19 @@ def _lane(rank) -> str:
 
 
 def _ms(ns) -> np.ndarray:
-    return np.asarray(ns, dtype=np.float64) / 1e6
+    """ns -> ms, rounded to the ns (shorter JSON)."""
+    return np.round(np.asarray(ns, dtype=np.float64) / 1e6, 6)
 
 
-def _strings(col: pd.Series) -> list:
-    """Display strings of a frame column (None where missing); escaped later, as DOM text."""
-    vals = col.astype(object).to_numpy()
-    miss = pd.isna(col).to_numpy()
-    return [None if m else str(v) for v, m in zip(vals.tolist(), miss.tolist())]
+def _column(col: pd.Series, fmt=None) -> dict:
+    """A field for the page's hover panel, compactly: integers as {"n": [...]}, anything
+    else dictionary-encoded as {"v": distinct display strings, "c": codes (-1: missing)}.
+    The strings reach the page as JSON and are set as DOM text (never parsed as HTML)."""
+    if fmt is None and pd.api.types.is_integer_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
+        vals = col.astype("Float64").to_numpy(np.float64, na_value=np.nan)
+        return {"n": [None if v != v else int(v) for v in vals.tolist()]}
+    codes, uniq = pd.factorize(col, use_na_sentinel=True)
+    return {"v": [fmt(u) if fmt else str(u) for u in list(uniq)], "c": codes.tolist()}
 
 
 def _layout(title: str, **kw) -> dict:
@@ -91,7 +97,7 @@ def timeline_figure(rep) -> dict:
         data += _binned_traces(rep, t0)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
-                     f"cut into {fmt_int(TIMELINE_BINS)} bins, each drawn in the colour of the op that fills most of "
+                     f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that fills most of "
                      "it (faint: ops fill less than half the bin). Every op: commtrace report --perfetto FILE, "
                      "then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
     if draw_spans:
@@ -117,7 +123,7 @@ def timeline_figure(rep) -> dict:
     height = max(260, 40 + 26 * len(lanes))
     out["layout"] = _layout("Timeline (ms after the first op; drag to zoom, double-click to reset)",
                             barmode="overlay", height=height,
-                            xaxis={"title": {"text": "ms"}, "zeroline": False},
+                            xaxis={"zeroline": False},
                             yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
                                    "autorange": True, "fixedrange": True},
                             legend={"orientation": "h", "y": -0.15 if height < 400 else -0.06})
@@ -132,22 +138,19 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict) -> lis
     start = frame["t_start_ns"].to_numpy(np.int64) - t0 if n else np.empty(0, np.int64)
     end = frame["t_end_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan) - t0 if n else np.empty(0)
     dur = np.where(np.isfinite(end), end - start, 0.0)
-    fields = {c: _strings(frame[c]) for c in OP_FIELDS if c in frame}
-    fields["start"] = [fmt_ns(v) for v in start.tolist()]
-    fields["duration"] = [fmt_ns(v) if np.isfinite(e) else "never completed"
-                          for v, e in zip(dur.tolist(), end.tolist())]
-    if "bytes" in fields:
-        fields["bytes"] = [fmt_bytes(v) for v in frame["bytes"].tolist()]
+    fields = {c: _column(frame[c], fmt_bytes if c == "bytes" else None) for c in OP_FIELDS if c in frame}
+    fields["start (ms)"] = {"n": _ms(start).tolist()}
+    fields["duration (ms)"] = {"n": [None if e != e else v for v, e in zip(_ms(dur).tolist(), end.tolist())]}
+    lanes = np.array([_lane(r) for r in frame["rank"].tolist()], dtype=object) if n else np.empty(0, object)
     out["ops"] = {"fields": fields, "inst": np.asarray(inst, dtype=np.int64).tolist(),
-                  "start_ms": _ms(start).tolist(), "mid_ms": _ms(start + dur / 2).tolist(),
-                  "lane": [_lane(r) for r in frame["rank"].tolist()] if n else []}
+                  "mid_ms": _ms(start + dur / 2).tolist(), "lane": _column(pd.Series(lanes, dtype=object))}
     traces = []
     ops = frame["op"].astype(str).to_numpy() if n else np.empty(0, object)
     for i, op in enumerate(sorted(set(ops.tolist()))):
         idx = np.flatnonzero(ops == op)
         traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "ops",
                        "base": _ms(start[idx]).tolist(), "x": _ms(np.maximum(dur[idx], 1.0)).tolist(),
-                       "y": [out["ops"]["lane"][j] for j in idx.tolist()], "customdata": idx.tolist(),
+                       "y": lanes[idx].tolist(), "customdata": idx.tolist(),
                        "width": 0.8, "marker": {"color": op_color(op, i), "line": {"width": 0}},
                        "hoverinfo": "none"})
     return traces
@@ -156,9 +159,9 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict) -> lis
 def _span_traces(spans: pd.DataFrame, t0: int, out: dict) -> list[dict]:
     b = spans["t_begin_ns"].to_numpy(np.int64) - t0
     e = spans["t_end_ns"].to_numpy(np.int64) - t0
-    fields = {c: _strings(spans[c]) for c in ("rank", "phase", "step", "iteration", "module") if c in spans}
-    fields["start"] = [fmt_ns(v) for v in b.tolist()]
-    fields["duration"] = [fmt_ns(v) for v in (e - b).tolist()]
+    fields = {c: _column(spans[c]) for c in ("rank", "phase", "step", "iteration", "module") if c in spans}
+    fields["start (ms)"] = {"n": _ms(b).tolist()}
+    fields["duration (ms)"] = {"n": _ms(e - b).tolist()}
     out["spans"] = {"fields": fields}
     phases = spans["phase"].astype(str).to_numpy()
     lanes = np.array([_lane(r) + " compute" for r in spans["rank"].tolist()], dtype=object)
@@ -173,8 +176,12 @@ def _span_traces(spans: pd.DataFrame, t0: int, out: dict) -> list[dict]:
     return traces
 
 
+def timeline_bins(ranks: int) -> int:
+    return max(100, min(TIMELINE_BINS, TIMELINE_MAX_CELLS // max(ranks, 1)))
+
+
 def _binned_traces(rep, t0: int) -> list[dict]:
-    tl = bin_timeline(rep.frame, t0, TIMELINE_BINS, None, None, rep.arrays)
+    tl = bin_timeline(rep.frame, t0, timeline_bins(len(rep.info.get("rank_list") or [0])), None, None, rep.arrays)
     dt = (tl.t_to_ns - tl.t_from_ns) / tl.width
     per_op: dict[int, dict] = {}
     for li, rank in enumerate(tl.ranks):
@@ -191,14 +198,15 @@ def _binned_traces(rep, t0: int) -> list[dict]:
             t["x"].append((b - a) * dt / 1e6)
             t["y"].append(_lane(rank))
             t["opacity"].append(1.0 if strong[a] else 0.35)
-            t["custom"].append(f"{b - a} bin(s), busy {float(np.mean(np.minimum(fill[a:b], 1))) * 100:.0f}%")
+            t["custom"].append([b - a, int(round(float(np.mean(np.minimum(fill[a:b], 1))) * 100))])
     traces = []
     for c, t in sorted(per_op.items()):
         op = tl.ops[c]
         traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "bins", "base": t["base"],
-                       "x": t["x"], "y": t["y"], "customdata": [text(s) for s in t["custom"]], "width": 0.8,
+                       "x": np.round(t["x"], 6).tolist(), "y": t["y"], "customdata": t["custom"], "width": 0.8,
                        "marker": {"color": op_color(op, c), "opacity": t["opacity"], "line": {"width": 0}},
-                       "hovertemplate": "%{y}: mostly " + text(op) + ", %{customdata}<extra></extra>"})
+                       "hovertemplate": "%{y}: mostly " + text(op) + " (%{customdata[0]} bins, ops %{customdata[1]}% of "
+                                        "the time)<extra></extra>"})
     return traces
 
 
@@ -232,12 +240,10 @@ def skew_heatmap(rep) -> dict | None:
         return None
     t0 = int(rep.info["t0_ns"] or 0)
     x = _ms(off["first_start_ns"] - t0).tolist()
-    labels = [f"{text(op)} seq {int(s)}" for op, s in zip(off["op"], off["seq"])]
-    data = [{"type": "heatmap", "z": _ms(off["offset_ns"]).tolist(), "x": list(range(len(x))),
+    data = [{"type": "heatmap", "z": np.round(_ms(off["offset_ns"]), 4).tolist(), "x": list(range(len(x))),
              "y": [_lane(r) for r in off["ranks"]], "colorscale": "Reds", "colorbar": {"title": {"text": "ms late"}},
-             "customdata": [[[lbl, t] for lbl, t in zip(labels, x)] for _ in off["ranks"]],
-             "hovertemplate": "%{y}, %{customdata[0]} at %{customdata[1]:.3f} ms: %{z:.3f} ms after the first "
-                              "caller<extra></extra>", "hoverongaps": False}]
+             "hovertemplate": "%{y}, collective #%{x}: %{z:.3f} ms after the first caller<extra></extra>",
+             "hoverongaps": False}]
     shown = len(x)
     note = "" if shown == off["collectives"] else f"the first {fmt_int(shown)} of {fmt_int(off['collectives'])} collectives"
     return {"data": data, "note": note,

@@ -91,7 +91,7 @@ def test_timeline_data_and_window(markup_run, markup_html, tmp_path):
     tl = page_data(html)["timeline"]
     assert tl["lanes"] == ["rank 0", "rank 1"]
     assert len(tl["ops"]["inst"]) == 2 * OPS_PER_RANK and not tl["aggregated"]
-    assert len(tl["spans"]["fields"]["phase"]) == 2 * 6
+    assert len(tl["spans"]["fields"]["phase"]["c"]) == 2 * 6
     out = str(tmp_path / "step2.html")
     assert cli("report", markup_run, "--steps", "2", "--html", out, "-q") == 0   # the window applies
     with open(out, encoding="utf-8") as f:
@@ -139,7 +139,7 @@ needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium
 JS_OP_CENTRE = """(function (row) {
   var d = JSON.parse(document.getElementById('commtrace-data').textContent).timeline.ops;
   var gd = document.getElementById('timeline'), fl = gd._fullLayout, r = gd.getBoundingClientRect();
-  return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]), r.top + fl._size.t + fl.yaxis.d2p(d.lane[row])];
+  return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]), r.top + fl._size.t + fl.yaxis.d2p(d.lane.v[d.lane.c[row]])];
 })(%d)"""
 JS_OP_SHAPES = """(function () {
   var gd = document.getElementById('timeline');
@@ -177,7 +177,8 @@ def test_markup_page_in_chromium(browser, markup_html, tmp_path):
     assert page.evaluate(JS_LANES) == 2                 # one lane per rank
     assert page.evaluate(JS_OP_SHAPES) == 2 * OPS_PER_RANK
     ops = page_data(html)["timeline"]["ops"]
-    row = next(i for i, c in enumerate(ops["fields"]["callsite"]) if c == EVIL)
+    callsite = ops["fields"]["callsite"]
+    row = callsite["c"].index(callsite["v"].index(EVIL))
     x, y = page.evaluate(JS_OP_CENTRE % row)
     page.mouse("mouseMoved", x, y)
     tip = page.wait_for("document.getElementById('op-tip').style.display === 'block' && "
