@@ -42,7 +42,7 @@ demo: setup
 	@echo "commtrace: HTML report written to $(DEMO_DIR)/report.html (open it in a browser; it needs no network)"
 
 test: setup
-	$(MPI_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py --output BENCHMARKS.md

@@ -13,6 +13,7 @@ import base64
 import fcntl
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -87,7 +88,6 @@ class Browser:
         while b"\0" not in self._buf:
             if time.monotonic() > deadline:
                 raise CDPError("timed out waiting for Chromium")
-            import select
             ready, _, _ = select.select([self._r], [], [], max(0.0, min(1.0, deadline - time.monotonic())))
             if ready:
                 chunk = os.read(self._r, 1 << 20)
