@@ -17,11 +17,11 @@ STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 24px 48px;color:#212121}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
 pre.text{background:#f7f7f7;padding:8px 12px;overflow-x:auto;font-size:13px}
-table.sortable{border-collapse:collapse;margin:12px 0 4px;font-size:13px}
-table.sortable caption{text-align:left;font-weight:bold;padding:4px 0}
-table.sortable th{cursor:pointer;background:#eee;padding:3px 8px;white-space:nowrap;user-select:none}
+table{border-collapse:collapse;margin:12px 0 4px;font-size:13px}
+table caption{text-align:left;font-weight:bold;padding:4px 0}
+table th{background:#eee;padding:3px 8px;white-space:nowrap}table.sortable th{cursor:pointer;user-select:none}
 table.sortable th[data-sort=asc]::after{content:" \\25B2"}table.sortable th[data-sort=desc]::after{content:" \\25BC"}
-table.sortable td{padding:2px 8px;border-bottom:1px solid #eee;white-space:pre}
+table td{padding:2px 8px;border-bottom:1px solid #eee;white-space:pre}
 td.num,th.num{text-align:right}td.txt,th.txt{text-align:left}
 p.note{color:#666;font-size:12px;margin:2px 0 12px}
 .notice{background:#fff8e1;border:1px solid #ffcc80;padding:6px 10px;margin:8px 0}
@@ -122,7 +122,7 @@ def compare_html(cmp: dict, named: list) -> str:
             _figure_section("compare-steps", "Step time and exposed communication per run",
                             figs.compare_figure(named), registry, "one point per step (across ranks, as in the "
                                                                   "report's step table); boxes: quartiles"),
-            "<h2>Tables</h2>" + blocks_html(blocks)]
+            "<h2>Tables</h2>" + blocks_html(blocks, sortable=False)]
     return _page("commtrace compare", "\n".join(body), {"timeline": None, "figures": registry})
 
 

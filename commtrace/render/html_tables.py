@@ -39,25 +39,26 @@ class TableRecorder:
         return out
 
 
-def table_html(columns, rows, title, note) -> str:
-    """A sortable table (click a header; the page's script sorts numbers by value)."""
-    head = "".join(f'<th class="{"num" if c.right else "txt"}" title="click to sort">{text(c.name)}</th>'
-                   for c in columns)
+def table_html(columns, rows, title, note, sortable: bool = True) -> str:
+    """A table; sortable: click a header (the page's script sorts numbers by value)."""
+    hint = ' title="click to sort"' if sortable else ""
+    head = "".join(f'<th class="{"num" if c.right else "txt"}"{hint}>{text(c.name)}</th>' for c in columns)
     body = "".join("<tr>" + "".join(f'<td class="{"num" if c.right else "txt"}">{text(v)}</td>'
                                     for c, v in zip(columns, r)) + "</tr>" for r in rows)
     cap = f"<caption>{text(title)}</caption>" if title else ""
-    html = f'<table class="sortable">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    html = f'<table class="{"sortable" if sortable else "plain"}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
     if note:
         html += f'<p class="note">{text(note)}</p>'
     return html
 
 
-def blocks_html(blocks: list[tuple]) -> str:
+def blocks_html(blocks: list[tuple], sortable: bool = True) -> str:
+    """``sortable=False`` for tables whose rows belong together (compare: a run's row, then its changes)."""
     parts = []
     for b in blocks:
         if b[0] == "text":
             parts.append(f'<pre class="text">{text(b[1])}</pre>')
         else:
             _, title, columns, rows, note = b
-            parts.append(table_html(columns, rows, title, note))
+            parts.append(table_html(columns, rows, title, note, sortable))
     return "\n".join(parts)
