@@ -97,9 +97,9 @@ def timeline_figure(rep) -> dict:
         data += _binned_traces(rep, t0)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
-                     f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that fills most of "
-                     "it (faint: ops fill less than half the bin). Every op: commtrace report --perfetto FILE, "
-                     "then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
+                     f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
+                     "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
+                     "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
     if draw_spans:
         data += _span_traces(spans, t0, out)
     elif len(spans):
@@ -205,8 +205,8 @@ def _binned_traces(rep, t0: int) -> list[dict]:
         traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "bins", "base": t["base"],
                        "x": np.round(t["x"], 6).tolist(), "y": t["y"], "customdata": t["custom"], "width": 0.8,
                        "marker": {"color": op_color(op, c), "opacity": t["opacity"], "line": {"width": 0}},
-                       "hovertemplate": "%{y}: mostly " + text(op) + " (%{customdata[0]} bins, ops %{customdata[1]}% of "
-                                        "the time)<extra></extra>"})
+                       "hovertemplate": "%{y}: mostly " + text(op)
+                       + " (%{customdata[0]} bins, ops %{customdata[1]}% of the time)<extra></extra>"})
     return traces
 
 
@@ -245,9 +245,11 @@ def skew_heatmap(rep) -> dict | None:
              "hovertemplate": "%{y}, collective #%{x}: %{z:.3f} ms after the first caller<extra></extra>",
              "hoverongaps": False}]
     shown = len(x)
-    note = "" if shown == off["collectives"] else f"the first {fmt_int(shown)} of {fmt_int(off['collectives'])} collectives"
+    total = off["collectives"]
+    note = "" if shown == total else f"the first {fmt_int(shown)} of {fmt_int(total)} collectives"
     return {"data": data, "note": note,
-            "layout": _layout("Arrival skew: how late each rank called each collective", height=max(220, 60 + 22 * len(off["ranks"])),
+            "layout": _layout("Arrival skew: how late each rank called each collective",
+                              height=max(220, 60 + 22 * len(off["ranks"])),
                               xaxis={"title": {"text": "collective (time order)"}},
                               yaxis={"type": "category", "autorange": "reversed"})}
 
@@ -260,9 +262,9 @@ def stragglers_figure(rep) -> dict | None:
              "customdata": [[fmt_int(n), f"{s * 100:.1f}%"] for n, s in zip(st["last"], st["share_last"])],
              "hovertemplate": "%{y}: the others waited %{x:.3f} ms; last in %{customdata[0]} collectives "
                               "(%{customdata[1]})<extra></extra>", "marker": {"color": "#e53935"}}]
-    return {"data": data, "note": "", "layout": _layout("Stragglers: time the other ranks waited for the last caller (ms)",
-                                                       height=max(200, 60 + 24 * len(st)),
-                                                       yaxis={"type": "category", "autorange": "reversed"})}
+    layout = _layout("Stragglers: time the other ranks waited for the last caller (ms)",
+                     height=max(200, 60 + 24 * len(st)), yaxis={"type": "category", "autorange": "reversed"})
+    return {"data": data, "note": "", "layout": layout}
 
 
 # -- bandwidth -----------------------------------------------------------------------

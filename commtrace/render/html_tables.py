@@ -46,7 +46,8 @@ def table_html(columns, rows, title, note, sortable: bool = True) -> str:
     body = "".join("<tr>" + "".join(f'<td class="{"num" if c.right else "txt"}">{text(v)}</td>'
                                     for c, v in zip(columns, r)) + "</tr>" for r in rows)
     cap = f"<caption>{text(title)}</caption>" if title else ""
-    html = f'<table class="{"sortable" if sortable else "plain"}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    cls = "sortable" if sortable else "plain"
+    html = f'<table class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
     if note:
         html += f'<p class="note">{text(note)}</p>'
     return html

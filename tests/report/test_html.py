@@ -58,7 +58,7 @@ def markup_html(markup_run, tmp_path_factory):
 def test_page_is_self_contained(markup_html):
     _, html = markup_html
     markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)   # the page outside its scripts
-    assert not re.search(r"""<[a-zA-Z][^>]*\s(src|href)\s*=""", markup)      # nothing to fetch (the browser tests: no request)
+    assert not re.search(r"""<[a-zA-Z][^>]*\s(src|href)\s*=""", markup)   # nothing to fetch (browser tests: no request)
     assert "Content-Security-Policy" in html and "default-src 'none'" in html
     assert html.count('<script id="commtrace-data"') == 1 and "Plotly" in html
 
@@ -139,7 +139,8 @@ needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium
 JS_OP_CENTRE = """(function (row) {
   var d = JSON.parse(document.getElementById('commtrace-data').textContent).timeline.ops;
   var gd = document.getElementById('timeline'), fl = gd._fullLayout, r = gd.getBoundingClientRect();
-  return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]), r.top + fl._size.t + fl.yaxis.d2p(d.lane.v[d.lane.c[row]])];
+  return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]),
+          r.top + fl._size.t + fl.yaxis.d2p(d.lane.v[d.lane.c[row]])];
 })(%d)"""
 JS_OP_SHAPES = """(function () {
   var gd = document.getElementById('timeline');
