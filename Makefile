@@ -15,7 +15,7 @@ DEMO_DIR ?= commtrace-out/demo
 
 .PHONY: setup native demo test bench clean help
 help:
-	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report"
+	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report, write it as HTML"
 	@echo "make test   - set up if needed, run the whole test suite"
 	@echo "make bench  - run the benchmarks and rewrite BENCHMARKS.md"
 	@echo "make setup  - create $(VENV) and install commtrace (editable) with its extras"
