@@ -158,13 +158,13 @@ JS_LINK = """document.getElementById('timeline').data.filter(function (t) { retu
 def browser():
     if find_chromium() is None:
         pytest.skip("no Chromium installed")
-    with Browser() as b:
+    with Browser(timeout=90) as b:     # generous: the machine may be busy
         yield b
 
 
 def load(browser, path):
     page = browser.open("file://" + os.path.abspath(path), offline=True)
-    page.wait_for("document.body.getAttribute('data-ready') === '1'")
+    page.wait_for("document.body.getAttribute('data-ready') === '1'", timeout=90)
     return page
 
 
