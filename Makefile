@@ -15,7 +15,7 @@ DEMO_DIR ?= commtrace-out/demo
 
 .PHONY: setup native demo test bench clean help
 help:
-	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report"
+	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report, write it as HTML"
 	@echo "make test   - set up if needed, run the whole test suite"
 	@echo "make bench  - run the benchmarks and rewrite BENCHMARKS.md"
 	@echo "make setup  - create $(VENV) and install commtrace (editable) with its extras"
@@ -32,16 +32,17 @@ $(STAMP): setup.cfg pyproject.toml commtrace/_install_pth.py commtrace/capture/c
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[mpi,native,scale,test]" "$(TORCH_PIN)"
+	$(PYTHON) -m pip install -q -e ".[mpi,native,scale,html,test]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 demo: setup
 	rm -rf $(DEMO_DIR)
 	$(MPIRUN) -n $(NP) $(PYTHON) -m commtrace run -o $(DEMO_DIR) examples/ddp_mpi.py --hidden 1000 --epochs 2
-	$(VENV)/bin/commtrace report $(DEMO_DIR)
+	$(VENV)/bin/commtrace report $(DEMO_DIR) --html $(DEMO_DIR)/report.html
+	@echo "commtrace: HTML report written to $(DEMO_DIR)/report.html (open it in a browser; it needs no network)"
 
 test: setup
-	$(MPI_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py --output BENCHMARKS.md

@@ -8,7 +8,9 @@ if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
 under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
 NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
 --keep-last / --steps against full mode, disk and memory over a long run), patch (bench_patch.py: the
-ProcessGroupMPI patch's C++ trace writer per op). ``make bench`` runs the full set
+ProcessGroupMPI patch's C++ trace writer per op), scale (bench_scale.py: the partitioned analysis of big
+runs), html (bench_html.py: report --html write time, page size, load time in headless Chromium).
+``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
 """
@@ -33,11 +35,12 @@ import bench_bounded  # noqa: E402
 import bench_capture  # noqa: E402
 import bench_ddp  # noqa: E402
 import bench_patch  # noqa: E402
+import bench_html  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_tracesize  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch", "scale")
+SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch", "scale", "html")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -53,6 +56,7 @@ FULL = {
     "bounded": {"calls": 400, "reps": 15, "ops": 200_000, "rounds": 3},
     "patch": {"ops": 20_000, "reps": 15},
     "scale": {"ranks": 64, "ops": 100_000, "dask": True},
+    "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 125_000},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -65,6 +69,7 @@ QUICK = {
     "bounded": {"calls": 200, "reps": 5, "ops": 50_000, "rounds": 2},
     "patch": {"ops": 20_000, "reps": 5},
     "scale": {"ranks": 64, "ops": 20_000, "dask": True},
+    "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 25_000},
 }
 
 GOALS = {
@@ -173,6 +178,8 @@ def run_section(name: str, cfg) -> dict:
         return bench_patch.run(cfg["ops"], cfg["reps"])
     if name == "scale":
         return bench_scale.run(cfg["ranks"], cfg["ops"], cfg["dask"])
+    if name == "html":
+        return bench_html.run(cfg["demo_ops"], cfg["big_ranks"], cfg["big_ops"])
     raise ValueError(name)
 
 
@@ -379,6 +386,17 @@ def goals(res) -> tuple[str, list]:
         add("issue 3: DDP step on mpi no worse than gloo", f"{dr:.2f}x", dr <= GOALS["mpi_ddp_ratio"])
     else:
         add("issue 3: mpi backend ratios", "not available", None, mb.get("reason", "not run"))
+    h = res.get("html")
+    if h:
+        b = h["budgets"]
+        add("issue 19: HTML report of a demo-sized run < 2 s", f"{h['demo']['write_s']:.2f} s "
+            f"({h['demo']['ops']:,} ops)", h["demo"]["write_s"] < b["demo_write_s"])
+        for big in (h["big"], h["limit"]):
+            c = big["chromium"]
+            add(f"issue 19: {big['ops']:,}-op page ≤ {b['big_bytes'] / 2**20:.0f} MiB, loads in Chromium < 10 s",
+                f"{big['bytes'] / 2**20:.1f} MiB, " + (f"{c['load_s']:.2f} s" if c.get("available") else "no Chromium"),
+                (big["bytes"] <= b["big_bytes"] and c["load_s"] < b["big_load_s"] and not c["problems"])
+                if c.get("available") else None)
     return table(["goal", "measured", "status", "note"], rows) + "\n", rows
 
 
@@ -456,6 +474,27 @@ def section_bounded(b) -> str:
             + "\n")
 
 
+def section_html(h) -> str:
+    rows = []
+    for label, r in (("demo-sized", h["demo"]), ("every op drawn", h["limit"]), ("aggregated", h["big"])):
+        c = r["chromium"]
+        load = f"{c['load_s']:.2f} s" + (f" ({len(c['problems'])} console problems)" if c["problems"] else "") \
+            if c.get("available") else f"n/a ({c.get('reason')})"
+        rows.append([f"{label}: {r['ops']:,} ops, {r['ranks']} ranks", f"{r['write_s']:.2f} s",
+                     f"{r['bytes'] / 2**20:.1f} MiB", load])
+    return ("## 9. HTML report (bench_html.py)\n\n"
+            "Synthetic DDP-like runs. Write: `commtrace report RUN --html FILE -q` as a fresh process (read, "
+            "analyse, write). Load: headless Chromium (DevTools Protocol over a pipe, network disabled) from "
+            "navigating to the file:// URL until the page's script has drawn every figure. Above "
+            f"{bench_html_limit()} ops the timeline is aggregated (docs/report.md).\n\n"
+            + table(["run", "write", "page size", "load in Chromium"], rows) + "\n")
+
+
+def bench_html_limit() -> str:
+    from commtrace.render.html_figures import TIMELINE_MAX_OPS
+    return f"{TIMELINE_MAX_OPS:,}"
+
+
 def markdown(res: dict, info: dict, quick: bool) -> str:
     m = info["machine"]
     gtab, _ = goals(res)
@@ -500,6 +539,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
     if "scale" in res:
         body.append("## Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
                     + "\nThe 10^9-op run: docs/report-performance.md, \"Big runs\".\n")
+    if "html" in res:
+        body.append(section_html(res["html"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")

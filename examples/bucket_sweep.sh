@@ -12,4 +12,5 @@ for cap in 0.25 1 25; do
     rm -rf "$OUT/sweep-$cap"
     "$PYTHON" -m commtrace run -o "$OUT/sweep-$cap" "$HERE/bucket_sweep.py" --bucket-cap-mb "$cap"
 done
-"$PYTHON" -m commtrace compare "$OUT/sweep-25" "$OUT/sweep-1" "$OUT/sweep-0.25"
+"$PYTHON" -m commtrace compare "$OUT/sweep-25" "$OUT/sweep-1" "$OUT/sweep-0.25" --html "$OUT/sweep.html"
+echo "commtrace: the comparison as a page: $OUT/sweep.html (step time and exposed communication per run)"

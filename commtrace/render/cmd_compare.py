@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
                    "exist, else op; e.g. op,bucket or group,op)")
     p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
     p.add_argument("--json", metavar="FILE", help="write the comparison as JSON ('-': stdout, no table)")
+    p.add_argument("--html", metavar="FILE", help="write the comparison as a self-contained HTML page")
     add_scale_arguments(p)
     p.set_defaults(handler=run_compare)
 
@@ -52,6 +53,9 @@ def run_compare(ns) -> int:
         from ..errors import CommtraceError
         raise CommtraceError("windows (--steps, --skip-steps, --from, --to, --phase): not available with the "
                              "partitioned analysis of big runs")
+    if partitioned and ns.html:
+        from ..errors import CommtraceError
+        raise CommtraceError("--html: not available with the partitioned analysis of big runs")
     named, names = [], []
     for d in dirs:
         name = d.rstrip("/\\") or d
@@ -64,6 +68,9 @@ def run_compare(ns) -> int:
         cmp = compare_partitioned(named, by)
     else:
         cmp = compare_reports(named, by)
+        if ns.html:
+            from .html_page import compare_html, write_html
+            write_html(compare_html(cmp, named), ns.html)
     if ns.json:
         export.write_json(compare_json(cmp), ns.json)
         if ns.json == "-":

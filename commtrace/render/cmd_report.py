@@ -15,6 +15,7 @@ examples:
   commtrace report runs/exp1 --steps 10:20 --phase backward
   commtrace report runs/exp1 --from 1.5s --to 1.7s --events
   commtrace report runs/exp1 --perfetto trace.json     open in ui.perfetto.dev
+  commtrace report runs/exp1 --html report.html        one file, opens offline in a browser
   commtrace report runs/exp1 --csv ops.csv --json summary.json
 
 Windows (--steps, --skip-steps, --from/--to, --phase) apply to every table and
@@ -56,6 +57,7 @@ def add_parser(sub) -> None:
     p.add_argument("--csv", metavar="FILE", help="write one row per op per rank as CSV")
     p.add_argument("--parquet", metavar="FILE", help="write one row per op per rank as Parquet")
     p.add_argument("--json", metavar="FILE", help="write the summary numbers as JSON ('-': stdout, no report)")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report (tables, timeline, plots)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report (exports only)")
     add_scale_arguments(p)
     p.set_defaults(handler=run_report)
@@ -134,6 +136,9 @@ def run_report(ns) -> int:
             export.write_parquet(rep.frame, ns.parquet)
         if ns.json:
             export.write_json(report_json(rep), ns.json)
+        if ns.html:
+            from .html_page import report_html, write_html
+            write_html(report_html(rep), ns.html)
     if not (ns.quiet or ns.json == "-"):
         from .terminal import make_console, render_report
         con = make_console(ns.width)
@@ -164,7 +169,7 @@ def _run_partitioned(ns) -> int:
     from . import export
     unsupported = [flag for flag, v in (("--steps", ns.steps), ("--skip-steps", ns.skip_steps), ("--from", ns.t_from),
                                         ("--to", ns.t_to), ("--phase", ns.phase), ("--events", ns.events),
-                                        ("--csv", ns.csv), ("--parquet", ns.parquet))
+                                        ("--csv", ns.csv), ("--parquet", ns.parquet), ("--html", ns.html))
                    if v]
     if unsupported:
         raise CommtraceError(f"{', '.join(unsupported)}: not available with the partitioned analysis of big runs "

@@ -69,7 +69,13 @@ def print_table(con: Console, columns: list[Column], rows: list[list[str]], *, t
                 styles: list[list[str | None]] | None = None, note: str | None = None) -> list[str]:
     """Print a fitted table; returns the names of the columns shown. ``styles``:
     per row and column a rich style (or None) applied in colour mode only.
-    ``note`` (dim) goes under the table, naming any dropped columns."""
+    ``note`` (dim) goes under the table, naming any dropped columns.
+    A console with a ``table_sink`` (the HTML report's) gets every column and row
+    as they are, unfitted: the HTML page shows the terminal's own tables."""
+    sink = getattr(con, "table_sink", None)
+    if sink is not None:
+        sink(columns, rows, title, note)
+        return [c.name for c in columns]
     width = int(con.width)
     keep, headers, widths = fit(columns, rows, width)
     if title:

@@ -39,7 +39,16 @@ def results():
         "tracesize": size.run(ops=300),
         "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1}),
         "cuda": _mod("run_all").run_cuda({"reps": 1}),
+        "html": _mod("bench_html").run(demo_ops=50, big_ranks=2, big_ops=200),
     }
+
+
+def test_html(results):
+    r = results["html"]
+    for run in ("demo", "limit", "big"):
+        assert r[run]["write_s"] > 0 and r[run]["bytes"] > 0 and r[run]["ops"] > 0
+        c = r[run]["chromium"]
+        assert (c["load_s"] > 0 and c["problems"] == []) if c["available"] else c["reason"]
 
 
 def test_capture(results):
@@ -113,7 +122,7 @@ def test_markdown(results):
     info = {"date": "today", "machine": ra.machine(), "seconds": 1.0, "errors": {}}
     md = ra.markdown(res, info, quick=True)
     for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.",
-                    "## 7.", "How to reproduce"):
+                    "## 7.", "## 9.", "How to reproduce"):
         assert heading in md, heading
     assert "not available" in md
     _, rows = ra.goals(res)

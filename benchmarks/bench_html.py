@@ -1,0 +1,93 @@
+"""Benchmark `commtrace report --html`: time to write the page, its size, and the
+time headless Chromium takes to load and draw it.
+
+    python benchmarks/bench_html.py [--demo-ops 2000] [--big-ranks 8] [--big-ops 125000] [--json out.json]
+
+Three synthetic DDP-like runs (trace.synthetic): a demo-sized one (2 ranks; larger
+than `make demo`'s), the largest whose timeline draws every op (html_figures.
+TIMELINE_MAX_OPS, 8 ranks) and one of about 1 M ops (8 ranks x 125,000, aggregated). Per run: `commtrace report
+RUN --html FILE -q` as a fresh subprocess (wall time: read, analyse, write), the
+page's size, and, when a Chromium is installed, the time from navigating to the
+file:// URL (network disabled) until the page's script has drawn every figure
+(tests/cdp.py: DevTools Protocol over a pipe, no port).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+DEMO_BUDGET_S = 2.0        # issue 19: HTML for the demo run
+LOAD_BUDGET_S = 10.0       # issue 19: a 1 M-op page loads in headless Chromium
+SIZE_BUDGET_BYTES = 12 * 2**20   # documented in docs/report.md (plotly.js alone is 4.6 MiB)
+
+
+def write_page(run_dir: str, out: str) -> float:
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "commtrace", "report", run_dir, "--html", out, "-q"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise RuntimeError((p.stderr or p.stdout).strip().splitlines()[-1])
+    return dt
+
+
+def load_in_chromium(path: str) -> dict:
+    from cdp import Browser, find_chromium
+    if find_chromium() is None:
+        return {"available": False, "reason": "no Chromium installed"}
+    with Browser(timeout=120) as b:
+        t = time.perf_counter()
+        page = b.open("file://" + os.path.abspath(path), offline=True)
+        page.wait_for("document.body.getAttribute('data-ready') === '1'", timeout=120)
+        dt = time.perf_counter() - t
+        problems = page.problems()
+    return {"available": True, "load_s": dt, "problems": problems}
+
+
+def bench_run(label: str, ranks: int, ops_per_rank: int, d: str) -> dict:
+    from commtrace.trace.synthetic import write_synthetic_run
+    run_dir = write_synthetic_run(os.path.join(d, label), ranks=ranks, ops_per_rank=ops_per_rank, seed=3,
+                                  slow_rank=1)
+    out = os.path.join(d, label + ".html")
+    res = {"ranks": ranks, "ops": ranks * ops_per_rank, "write_s": write_page(run_dir, out),
+           "bytes": os.path.getsize(out)}
+    res["chromium"] = load_in_chromium(out)
+    return res
+
+
+def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        from commtrace.render.html_figures import TIMELINE_MAX_OPS
+        return {"demo": bench_run("demo", 2, demo_ops, d),
+                "limit": bench_run("limit", big_ranks, TIMELINE_MAX_OPS // big_ranks, d),
+                "big": bench_run("big", big_ranks, big_ops, d),
+                "budgets": {"demo_write_s": DEMO_BUDGET_S, "big_load_s": LOAD_BUDGET_S,
+                            "big_bytes": SIZE_BUDGET_BYTES}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo-ops", type=int, default=2000)
+    ap.add_argument("--big-ranks", type=int, default=8)
+    ap.add_argument("--big-ops", type=int, default=125_000)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    res = run(a.demo_ops, a.big_ranks, a.big_ops)
+    print(json.dumps(res, indent=1))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Figures the HTML report plots that no table holds (pure). Definitions: docs/report.md, "HTML report".
+
+* ``step_breakdown``: per (rank, step), the step time cut into disjoint parts:
+  compute without communication, hidden communication, exposed communication, other.
+* ``arrival_offsets``: per collective and rank, how long after the first caller the rank arrived.
+* ``bandwidth_by_size``: per op and message size, algbw and busbw (nccl-tests conventions).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .match import Matched
+from .skew import collective_instances
+from .summary import bus_factors
+
+STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
+
+
+def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, step) of the step table's per-rank rows: rank, step, step_ns and the parts
+
+    hidden = comm - exposed (communication overlapped by compute, so inside compute);
+    compute_only = compute - hidden; other = step - compute_only - hidden - exposed
+    (neither computing nor communicating: data loading, Python, ...). The four parts
+    are disjoint and sum to the step time (each is clipped at 0)."""
+    cols = ["rank", "step", "step_ns", *STEP_PARTS]
+    if per_rank is None or not len(per_rank):
+        return pd.DataFrame(columns=cols)
+    step = per_rank["step_ns"].to_numpy(np.float64)
+    comm = per_rank["comm_ns"].to_numpy(np.float64)
+    exposed = per_rank["exposed_ns"].to_numpy(np.float64)
+    compute = per_rank["compute_ns"].to_numpy(np.float64)
+    hidden = np.clip(comm - exposed, 0, None)
+    compute_only = np.clip(compute - hidden, 0, None)
+    other = np.clip(step - compute_only - hidden - exposed, 0, None)
+    return pd.DataFrame({"rank": per_rank["rank"].to_numpy(), "step": per_rank["step"].to_numpy(), "step_ns": step,
+                         "compute_only_ns": compute_only, "hidden_ns": hidden, "exposed_ns": exposed,
+                         "other_ns": other}, columns=cols)
+
+
+def slowest_steps(across: pd.DataFrame, limit: int) -> list[int]:
+    """The step numbers to draw when at most ``limit`` fit: all of them, else the
+    slowest ``limit`` (by the step time across ranks), in step order."""
+    if across is None or not len(across):
+        return []
+    if len(across) <= limit:
+        return [int(s) for s in across.index]
+    return sorted(int(s) for s in across["step_ns"].nlargest(max(limit, 1)).index)
+
+
+def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
+    """Ranks x collectives: each rank's start minus the first caller's start (ns; NaN
+    where the rank is not a caller), for the first ``limit`` collectives (time order) of
+    those called by two or more ranks (not point-to-point).
+
+    Returns {"ranks": [...], "first_start_ns": [...], "op": [...], "seq": [...],
+    "offset_ns": 2-D array (ranks x collectives), "collectives": all such collectives}."""
+    inst = collective_instances(matched)
+    total = int(len(inst))
+    inst = inst.sort_values("first_start_ns", kind="stable").head(max(int(limit), 0))
+    ranks = sorted(int(r) for r in np.unique(frame["rank"].to_numpy())) if len(frame) else []
+    out = np.full((len(ranks), len(inst)), np.nan)
+    if len(inst) and ranks:
+        col_of = np.full(len(matched.instances), -1, dtype=np.int64)
+        col_of[inst.index.to_numpy()] = np.arange(len(inst))
+        rows = np.flatnonzero(col_of[matched.inst] >= 0)
+        col = col_of[matched.inst[rows]]
+        lane = np.searchsorted(np.array(ranks), frame["rank"].to_numpy()[rows])
+        start = frame["t_start_ns"].to_numpy(np.int64)[rows]
+        out[lane, col] = start - inst["first_start_ns"].to_numpy(np.int64)[col]
+    return {"ranks": ranks, "first_start_ns": inst["first_start_ns"].to_numpy(np.int64),
+            "op": inst["op"].astype(str).tolist(), "seq": inst["seq"].to_numpy(np.int64),
+            "offset_ns": out, "collectives": total}
+
+
+def bandwidth_by_size(matched: Matched) -> pd.DataFrame:
+    """One row per (op, size): collectives, algbw and busbw in bytes/s.
+
+    Per collective (not point-to-point; a duration and a size above 0) the size S and
+    the slowest rank's duration T, as in the per-op table; per (op, S):
+    algbw = sum S / sum T, busbw = sum(S x factor) / sum T."""
+    cols = ["op", "size_bytes", "collectives", "algbw", "busbw"]
+    inst = matched.instances
+    if not len(inst):
+        return pd.DataFrame(columns=cols)
+    inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
+    T = inst["slowest_ns"].to_numpy(np.float64)
+    S = inst["size_bytes"].to_numpy(np.float64)
+    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    if not ok.any():
+        return pd.DataFrame(columns=cols)
+    part = pd.DataFrame({"op": inst["op"].astype(str).to_numpy()[ok], "size_bytes": S[ok].astype(np.int64),
+                         "T": T[ok], "S": S[ok], "SB": (S * bus_factors(inst))[ok]})
+    g = part.groupby(["op", "size_bytes"], sort=True)
+    sums = g[["T", "S", "SB"]].sum()
+    out = pd.DataFrame({"collectives": g.size(), "algbw": sums["S"] / (sums["T"] * 1e-9),
+                        "busbw": sums["SB"] / (sums["T"] * 1e-9)}).reset_index()
+    return out[cols]

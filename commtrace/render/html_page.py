@@ -1,0 +1,134 @@
+"""One self-contained HTML file for ``report --html`` and ``compare --html``: the
+terminal report's text and tables (sortable), plotly figures, plotly.js and the
+page's script inline -- nothing is fetched when the file is opened."""
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from ..errors import CommtraceError
+from . import html_figures as figs
+from .html_escape import script_json, text
+from .html_tables import TableRecorder, blocks_html
+
+_CLOSE_SCRIPT = re.compile(r"</(script)", re.IGNORECASE)
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 24px 48px;color:#212121}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
+pre.text{background:#f7f7f7;padding:8px 12px;overflow-x:auto;font-size:13px}
+table{border-collapse:collapse;margin:12px 0 4px;font-size:13px}
+table caption{text-align:left;font-weight:bold;padding:4px 0}
+table th{background:#eee;padding:3px 8px;white-space:nowrap}table.sortable th{cursor:pointer;user-select:none}
+table.sortable th[data-sort=asc]::after{content:" \\25B2"}table.sortable th[data-sort=desc]::after{content:" \\25BC"}
+table td{padding:2px 8px;border-bottom:1px solid #eee;white-space:pre}
+td.num,th.num{text-align:right}td.txt,th.txt{text-align:left}
+p.note{color:#666;font-size:12px;margin:2px 0 12px}
+.notice{background:#fff8e1;border:1px solid #ffcc80;padding:6px 10px;margin:8px 0}
+#op-tip{position:absolute;display:none;z-index:10;max-width:360px;background:#fff;border:1px solid #999;
+ box-shadow:2px 2px 6px rgba(0,0,0,.2);padding:6px 8px;font-size:12px;pointer-events:none}
+#op-detail{font-size:12px;border:1px solid #ddd;padding:6px 8px;min-height:2em}
+dl{display:grid;grid-template-columns:max-content auto;gap:1px 10px;margin:4px 0}
+dt{color:#555}dd{margin:0;white-space:pre-wrap;word-break:break-all}.detail-title{font-weight:bold}
+"""
+
+
+def plotly_js() -> str:
+    """plotly.min.js from the installed plotly package (the ``html`` extra)."""
+    try:
+        src = resources.files("plotly").joinpath("package_data", "plotly.min.js").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        raise CommtraceError("--html: needs the plotly package (pip install 'commtrace[html]')") from e
+    return _CLOSE_SCRIPT.sub(r"<\\/\1", src)
+
+
+def _app_js() -> str:
+    return _CLOSE_SCRIPT.sub(r"<\\/\1", resources.files("commtrace.render").joinpath("html_app.js")
+                             .read_text(encoding="utf-8"))
+
+
+def _figure_section(fid: str, title: str, fig: dict | None, registry: list, intro: str = "") -> str:
+    if fig is None:
+        return ""
+    registry.append({"id": fid, "figure": {"data": fig["data"], "layout": fig["layout"]}})
+    note = f'<p class="note">{text(fig["note"])}</p>' if fig.get("note") else ""
+    intro = f'<p class="note">{text(intro)}</p>' if intro else ""
+    return f'<h2>{text(title)}</h2>{intro}<div id="{fid}" class="figure"></div>{note}'
+
+
+def _page(title: str, body: str, data: dict) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:; font-src data:\">"
+            f"<title>{text(title)}</title><style>{STYLE}</style></head><body>\n{body}\n"
+            '<div id="op-tip"></div>\n'
+            f'<script id="commtrace-data" type="application/json">{script_json(data)}</script>\n'
+            f"<script>{plotly_js()}</script>\n<script>{_app_js()}</script>\n</body></html>\n")
+
+
+def _report_blocks(rep) -> list[tuple]:
+    """The terminal report's banner and tables (render.terminal), recorded."""
+    from .terminal import render_banner, render_regions, render_skew, render_steps, render_summary
+    rec = TableRecorder()
+    render_banner(rec.console, rep)
+    if rep.info["ops"] or (rep.steps is not None and rep.steps.shown):
+        render_steps(rec.console, rep)
+        render_summary(rec.console, rep)
+        render_regions(rec.console, rep)
+        render_skew(rec.console, rep)
+    else:
+        rec.console.print("No communication was recorded in this " + ("run." if rep.window.whole_run else "window."))
+    return rec.take()
+
+
+def report_html(rep) -> str:
+    blocks = _report_blocks(rep)
+    banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
+    registry: list = []
+    tl = figs.timeline_figure(rep) if rep.info["ops"] or (rep.spans is not None and len(rep.spans)) else None
+    notes = "".join(f'<div class="notice">{text(n)}</div>' for n in (tl or {}).get("notes", []))
+    body = [f"<h1>{text('commtrace report')}</h1>", f'<pre class="text" id="banner">{text(banner)}</pre>']
+    if tl is not None:
+        body.append('<h2>Timeline</h2><p class="note">One lane per rank (communication ops, coloured by kind) with '
+                    "its compute spans beneath; hover an op for every field and the same collective on the other "
+                    "ranks; click to keep it below.</p>" + notes +
+                    '<div id="timeline" class="figure"></div><div id="op-detail">click an op to keep its fields '
+                    "here</div>")
+    body.append(_figure_section("steps-chart", "Per step", figs.steps_figure(rep), registry,
+                                "compute (no comm) + hidden comm + exposed comm + other = the rank's step time "
+                                "(docs/report.md)"))
+    body.append("<h2>Tables</h2>" + blocks_html(tables))
+    body.append(_figure_section("skew-heatmap", "Arrival skew", figs.skew_heatmap(rep), registry))
+    body.append(_figure_section("stragglers", "Straggler ranking", figs.stragglers_figure(rep), registry))
+    body.append(_figure_section("bandwidth", "Bandwidth against message size", figs.bandwidth_figure(rep), registry))
+    data = {"timeline": _timeline_data(tl), "figures": registry}
+    return _page(f"commtrace report {rep.info.get('run_dir', '')}", "\n".join(body), data)
+
+
+def _timeline_data(tl: dict | None) -> dict | None:
+    if tl is None:
+        return None
+    return {"data": tl["data"], "layout": tl["layout"], "ops": tl["ops"], "spans": tl["spans"],
+            "lanes": tl["lanes"], "aggregated": tl["aggregated"]}
+
+
+def compare_html(cmp: dict, named: list) -> str:
+    from .compare_text import render_compare
+    rec = TableRecorder()
+    render_compare(rec.console, cmp)
+    blocks = rec.take()
+    registry: list = []
+    body = [f"<h1>{text('commtrace compare')}</h1>",
+            _figure_section("compare-steps", "Step time and exposed communication per run",
+                            figs.compare_figure(named), registry, "one point per step (across ranks, as in the "
+                                                                  "report's step table); boxes: quartiles"),
+            "<h2>Tables</h2>" + blocks_html(blocks, sortable=False)]
+    return _page("commtrace compare", "\n".join(body), {"timeline": None, "figures": registry})
+
+
+def write_html(html: str, path: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(html)
+    except OSError as e:
+        raise CommtraceError(f"--html {path}: {e.strerror or e}") from e

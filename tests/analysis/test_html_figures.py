@@ -1,0 +1,75 @@
+"""The HTML report's own figures (analysis.figures), values by hand."""
+import numpy as np
+import pytest
+
+from commtrace.analysis.figures import arrival_offsets, bandwidth_by_size, slowest_steps, step_breakdown
+from commtrace.analysis.report import build_report
+from commtrace.analysis.run_info import load_report_run
+
+import scenarios
+from tracebuilder import Proc, write_run
+
+US = 1000
+
+
+def test_step_breakdown_parts_of_the_ddp_scenario(tmp_path):
+    # scenarios.ddp_two_steps, rank 0: step 1 = 60 us, comm 28, compute 39, exposed 19;
+    # step 2 = 50 us, comm 23, compute 35, exposed 14 (tests/analysis/test_step_figures.py).
+    rep = build_report(load_report_run(scenarios.ddp_two_steps(tmp_path / "run")))
+    parts = step_breakdown(rep.steps.per_rank).set_index(["rank", "step"])
+    s1 = parts.loc[(0, 1)]
+    # hidden = 28 - 19 = 9; compute only = 39 - 9 = 30; other = 60 - 30 - 9 - 19 = 2
+    assert [s1[c] for c in ("hidden_ns", "compute_only_ns", "exposed_ns", "other_ns")] == [9 * US, 30 * US, 19 * US,
+                                                                                            2 * US]
+    s2 = parts.loc[(0, 2)]
+    # hidden = 23 - 14 = 9; compute only = 35 - 9 = 26; other = 50 - 26 - 9 - 14 = 1
+    assert [s2[c] for c in ("hidden_ns", "compute_only_ns", "exposed_ns", "other_ns")] == [9 * US, 26 * US, 14 * US,
+                                                                                            1 * US]
+    total = parts[["compute_only_ns", "hidden_ns", "exposed_ns", "other_ns"]].sum(axis=1)
+    assert np.allclose(total, parts["step_ns"])
+
+
+def test_slowest_steps_keeps_step_order():
+    import pandas as pd
+    across = pd.DataFrame({"step_ns": [5, 9, 1, 7]}, index=pd.Index([1, 2, 3, 4], name="step"))
+    assert slowest_steps(across, 10) == [1, 2, 3, 4]
+    assert slowest_steps(across, 2) == [2, 4]
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """4 ranks: two 1000-byte all_reduces, one 4000-byte broadcast, one send/recv pair."""
+    procs = [Proc(r, world_size=4) for r in range(4)]
+    for r, p in enumerate(procs):
+        # all_reduce seq 1: rank r from 2r to 2r + 10 us (slowest 10 us; ranks arrive 0, 2, 4, 6 us)
+        p.op("all_reduce", 2 * r, 2 * r + 10, nbytes=1000, is_async=False)
+        # all_reduce seq 2: durations 20, 30, 25, 20 us (slowest 30 us)
+        p.op("all_reduce", 100, 100 + (20, 30, 25, 20)[r], nbytes=1000, is_async=False)
+        # broadcast seq 3: durations 5, 8, 5, 5 us (slowest 8)
+        p.op("broadcast", 200, 200 + (5, 8, 5, 5)[r], nbytes=4000, is_async=False, root=0)
+    procs[0].op("send", 300, 350, nbytes=4000, seq=1, group=0, root=1)
+    procs[1].op("recv", 300, 350, nbytes=4000, seq=1, group=0, root=0)
+    return build_report(load_report_run(write_run(tmp_path_factory.mktemp("bw") / "run", procs)))
+
+
+def test_bandwidth_by_size(four_ranks):
+    bw = bandwidth_by_size(four_ranks.matched).set_index(["op", "size_bytes"])
+    assert list(bw.index) == [("all_reduce", 1000), ("broadcast", 4000)]   # send/recv: not a collective
+    ar = bw.loc[("all_reduce", 1000)]
+    assert ar["collectives"] == 2
+    # algbw = (1000 + 1000) B / (10 + 30) us = 50e6 B/s; busbw x 2(n-1)/n = 1.5 -> 75e6
+    assert ar["algbw"] == pytest.approx(50e6)
+    assert ar["busbw"] == pytest.approx(75e6)
+    bc = bw.loc[("broadcast", 4000)]
+    # 4000 B / 8 us = 500e6 B/s, factor 1
+    assert (bc["collectives"], bc["algbw"], bc["busbw"]) == (1, pytest.approx(500e6), pytest.approx(500e6))
+
+
+def test_arrival_offsets(four_ranks):
+    off = arrival_offsets(four_ranks.frame, four_ranks.matched, limit=2)
+    assert off["ranks"] == [0, 1, 2, 3]
+    assert off["collectives"] == 3            # the send/recv pair is not one
+    assert off["op"] == ["all_reduce", "all_reduce"] and list(off["seq"]) == [1, 2]
+    # seq 1: ranks arrive at 0, 2, 4, 6 us; seq 2: all at 100 us
+    assert off["offset_ns"][:, 0].tolist() == [0, 2 * US, 4 * US, 6 * US]
+    assert off["offset_ns"][:, 1].tolist() == [0, 0, 0, 0]

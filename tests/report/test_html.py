@@ -1,0 +1,233 @@
+"""``report --html`` / ``compare --html``: one self-contained page, the terminal's
+tables, escaped trace strings; then the page in a real headless Chromium (skipped,
+saying why, when no Chromium is installed: .ci/run installs Debian's)."""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from commtrace.analysis.report import build_report
+from commtrace.analysis.run_info import load_report_run
+from commtrace.render.fmt import fmt_ns
+
+from .conftest import cli
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cdp import Browser, find_chromium  # noqa: E402
+from tracebuilder import Proc, write_run  # noqa: E402
+
+pytest.importorskip("plotly", reason="report --html needs the html extra (plotly)")
+
+# Markup in every trace string the page shows: none of it may do anything.
+EVIL = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">\u2028<b>b</b>&amp;'
+OPS_PER_RANK = 6
+
+
+@pytest.fixture(scope="module")
+def markup_run(tmp_path_factory):
+    """2 ranks, 2 steps of forward / backward / optimizer, 3 ops per step; trace strings with markup."""
+    procs = [Proc(r, host=EVIL, group_name=EVIL, group_desc=EVIL) for r in range(2)]
+    for p in procs:
+        for s, t in ((1, 0), (2, 60)):
+            p.span("forward", t, t + 10, step=s, module=EVIL)
+            p.span("backward", t + 10, t + 40, step=s)
+            p.span("optimizer", t + 40, t + 50, step=s)
+            p.op("broadcast", t + 1, t + 3, nbytes=8, is_async=False, root=0, phase="forward")
+            p.op("all_reduce", t + 15 + p.rank, t + 30, nbytes=4000, phase="backward", bucket=0, callsite=EVIL)
+            p.op("all_reduce", t + 32, t + 38, nbytes=1000, phase="backward", bucket=1)
+        p.mark(EVIL, 45)
+        p.region(EVIL, 0, 50)
+    return write_run(tmp_path_factory.mktemp("markup") / "run", procs, end_us=200)
+
+
+def page_data(html: str) -> dict:
+    m = re.search(r'<script id="commtrace-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def markup_html(markup_run, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("html") / "report.html")
+    assert cli("report", markup_run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        return out, f.read()
+
+
+def test_page_is_self_contained(markup_html):
+    _, html = markup_html
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)   # the page outside its scripts
+    assert not re.search(r"""<[a-zA-Z][^>]*\s(src|href)\s*=""", markup)   # nothing to fetch (browser tests: no request)
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    assert html.count('<script id="commtrace-data"') == 1 and "Plotly" in html
+
+
+def test_trace_strings_are_escaped(markup_html):
+    _, html = markup_html
+    assert EVIL not in html
+    assert "<script>window.__pwned" not in html and "<img" not in html
+    assert "&lt;/script&gt;&lt;script&gt;window.__pwned=1" in html          # HTML text: the banner's hosts
+    assert "\\u003c/script\\u003e\\u003cscript\\u003ewindow.__pwned=1" in html  # JSON in <script>
+    data = re.search(r'<script id="commtrace-data"[^>]*>(.*?)</script>', html, re.S).group(1)
+    assert "\u2028" not in data and "\\u2028" in data                  # a line end in old JavaScript
+
+
+def test_tables_are_the_terminal_tables(markup_run, markup_html, capsys):
+    _, html = markup_html
+    assert cli("report", markup_run, "--width", "250") == 0
+    term = capsys.readouterr().out
+    captions = re.findall(r"<caption>(.*?)</caption>", html)
+    assert "Per op" in captions and any(c.startswith("Steps (2") for c in captions)
+    for c in captions:   # every table of the page is one of the terminal's, titled alike
+        assert c.replace("&#x27;", "'").replace("&quot;", '"') in term
+    rep = build_report(load_report_run(markup_run))
+    mean = fmt_ns(rep.by_op.loc["all_reduce", "mean_ns"])
+    assert f'<td class="num">{mean}</td>' in html and mean in term
+
+
+def test_timeline_data_and_window(markup_run, markup_html, tmp_path):
+    _, html = markup_html
+    tl = page_data(html)["timeline"]
+    assert tl["lanes"] == ["rank 0", "rank 1"]
+    assert len(tl["ops"]["inst"]) == 2 * OPS_PER_RANK and not tl["aggregated"]
+    assert len(tl["spans"]["fields"]["phase"]["c"]) == 2 * 6
+    out = str(tmp_path / "step2.html")
+    assert cli("report", markup_run, "--steps", "2", "--html", out, "-q") == 0   # the window applies
+    with open(out, encoding="utf-8") as f:
+        windowed = f.read()
+    assert len(page_data(windowed)["timeline"]["ops"]["inst"]) == 2 * 3
+    assert "steps 2" in windowed
+
+
+def test_large_runs_are_aggregated(syn_run, tmp_path, monkeypatch):
+    from commtrace.render import html_figures
+    monkeypatch.setattr(html_figures, "TIMELINE_MAX_OPS", 100)
+    out = str(tmp_path / "big.html")
+    assert cli("report", syn_run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    tl = page_data(html)["timeline"]
+    assert tl["aggregated"] and tl["ops"] is None
+    assert "are more than 100" in html and "--perfetto" in html
+
+
+def test_compare_html(markup_run, syn_run, tmp_path):
+    out = str(tmp_path / "cmp.html")
+    assert cli("compare", markup_run, syn_run, "--html", out) == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    figures = {f["id"]: f["figure"] for f in page_data(html)["figures"]}
+    box = figures["compare-steps"]["data"]
+    assert [t["name"] for t in box] == ["step time", "exposed comm"]
+    assert len(box[0]["y"]) == 2 + 49          # every step of both runs (2 and 49 steps)
+    assert "<caption>Per step (median" in html
+
+
+def test_unwritable_html_path_is_one_line_error(markup_run, tmp_path, capsys):
+    assert cli("report", markup_run, "--html", str(tmp_path / "no" / "such" / "dir.html"), "-q") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("commtrace: error: --html")
+
+
+# -- in a real browser -------------------------------------------------------------------
+
+needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium installed (apt-get install -y "
+                                    "chromium; .ci/run does): the HTML report's browser tests are skipped")
+
+# The page's data, and the pixel centre of drawn op ``row`` (plotly's own axis conversions).
+JS_OP_CENTRE = """(function (row) {
+  var d = JSON.parse(document.getElementById('commtrace-data').textContent).timeline.ops;
+  var gd = document.getElementById('timeline'), fl = gd._fullLayout, r = gd.getBoundingClientRect();
+  return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]),
+          r.top + fl._size.t + fl.yaxis.d2p(d.lane.v[d.lane.c[row]])];
+})(%d)"""
+JS_OP_SHAPES = """(function () {
+  var gd = document.getElementById('timeline');
+  var bars = gd.data.filter(function (t) { return t.type === 'bar'; });
+  var groups = gd.querySelectorAll('.barlayer .trace'), n = 0;
+  bars.forEach(function (t, i) { if (t.meta === 'ops') { n += groups[i].querySelectorAll('.point').length; } });
+  return n;
+})()"""
+JS_LANES = """document.getElementById('timeline')._fullLayout.yaxis._categories
+  .filter(function (c) { return /^rank \\d+$/.test(c); }).length"""
+JS_LINK = """document.getElementById('timeline').data.filter(function (t) { return t.meta === 'link'; })[0].x.length"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if find_chromium() is None:
+        pytest.skip("no Chromium installed")
+    with Browser(timeout=90) as b:     # generous: the machine may be busy
+        yield b
+
+
+def load(browser, path):
+    page = browser.open("file://" + os.path.abspath(path), offline=True)
+    page.wait_for("document.body.getAttribute('data-ready') === '1'", timeout=90)
+    return page
+
+
+@needs_chromium
+def test_markup_page_in_chromium(browser, markup_html, tmp_path):
+    path, html = markup_html
+    page = load(browser, path)
+    assert page.problems() == []                        # no console errors, no network request
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate(JS_LANES) == 2                 # one lane per rank
+    assert page.evaluate(JS_OP_SHAPES) == 2 * OPS_PER_RANK
+    ops = page_data(html)["timeline"]["ops"]
+    callsite = ops["fields"]["callsite"]
+    row = callsite["c"].index(callsite["v"].index(EVIL))
+    x, y = page.evaluate(JS_OP_CENTRE % row)
+    page.mouse("mouseMoved", x, y)
+    tip = page.wait_for("document.getElementById('op-tip').style.display === 'block' && "
+                        "document.getElementById('op-tip').innerText")
+    for field in ("callsite", "seq", "bytes", "group", "phase", "dtype", "ranks in this call"):
+        assert field in tip
+    assert "</script><script>window.__pwned=1</script>" in tip     # shown as text
+    assert page.wait_for(JS_LINK + " === 2")            # the same all_reduce on the other rank
+    page.mouse("mousePressed", x, y)
+    page.mouse("mouseReleased", x, y)
+    detail = page.wait_for("document.getElementById('op-detail').innerText.indexOf('selected op') === 0 && "
+                           "document.getElementById('op-detail').innerText")
+    assert "all_reduce" in detail
+    shot = page.screenshot(str(tmp_path / "report.png"), full_page=True)
+    with open(shot, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.problems() == []
+
+
+@needs_chromium
+def test_tables_sort_in_chromium(browser, markup_html):
+    page = load(browser, markup_html[0])
+    js_first = ("(function(){var t=[].filter.call(document.querySelectorAll('table.sortable'),function(t){"
+                "return t.caption && t.caption.textContent==='Per op';})[0];var h=[].filter.call(t.tHead.rows[0]"
+                ".cells,function(c){return c.textContent==='mean';})[0];h.click();return [h.getAttribute('data-sort'),"
+                "t.tBodies[0].rows[0].cells[0].textContent];})()")
+    order, first = page.evaluate(js_first)
+    assert order == "asc" and first == "broadcast"      # 2 us < 6.5 / 10.75 us (all_reduce mean)
+    assert page.problems() == []
+
+
+@needs_chromium
+def test_real_run_page_in_chromium(browser, real_run, tmp_path):
+    out = str(tmp_path / "real.html")
+    assert cli("report", real_run, "--html", out, "-q") == 0
+    page = load(browser, out)
+    assert page.problems() == []
+    rep = build_report(load_report_run(real_run))
+    assert page.evaluate(JS_LANES) == rep.info["ranks"] == 2
+    assert page.evaluate(JS_OP_SHAPES) == len(rep.frame)
+    page.screenshot(str(tmp_path / "real.png"), full_page=True)
+
+
+@needs_chromium
+def test_compare_page_in_chromium(browser, markup_run, syn_run, tmp_path):
+    out = str(tmp_path / "cmp.html")
+    assert cli("compare", markup_run, syn_run, "--html", out) == 0
+    page = load(browser, out)
+    assert page.problems() == []
+    assert page.evaluate("document.querySelectorAll('#compare-steps .boxlayer .trace').length") == 2
