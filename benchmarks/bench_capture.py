@@ -39,6 +39,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from intervals import median_ci  # noqa: E402
 ROOT = os.path.dirname(HERE)
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
@@ -65,15 +67,18 @@ def free_port() -> int:
 
 
 def paired(plain: list[float], traced: list[float], scale: float = 1e-3) -> dict:
-    """Side-by-side summary of paired block figures (ns in, µs out by default)."""
+    """Side-by-side summary of paired block figures (ns in, µs out by default); ``*_ci``:
+    95 % interval of the median (intervals.median_ci; None with fewer than 6 blocks)."""
     diffs = [b - a for a, b in zip(plain, traced)]
     ratios = [b / a for a, b in zip(plain, traced) if a > 0]
+    ci = median_ci(diffs)
     return {
         "plain": statistics.median(plain) * scale, "traced": statistics.median(traced) * scale,
         "added": statistics.median(diffs) * scale,
         "added_spread": [min(diffs) * scale, max(diffs) * scale],
         "ratio": statistics.median(ratios) if ratios else float("nan"),
         "ratio_spread": [min(ratios), max(ratios)] if ratios else [float("nan")] * 2,
+        "added_ci": ci and [ci[0] * scale, ci[1] * scale], "ratio_ci": median_ci(ratios),
         "blocks": len(diffs),
     }
 

@@ -115,7 +115,7 @@ def section(res: dict) -> str:
     head = ["variant", "enqueue µs/op", "added (spread)", "whole op µs/op", "added (spread)"]
     table = "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
                       + ["| " + " | ".join(r) + " |" for r in rows])
-    return ("## 9. ProcessGroupMPI patch: C++ trace writer per op (bench_patch.py)\n\n"
+    return ("## 10. ProcessGroupMPI patch: C++ trace writer per op (bench_patch.py)\n\n"
             f"The writer in tests/cpp/main.cpp's ProcessGroupMPI stand-in (queue, worker thread, global MPI "
             f"lock, MPI_CHECK); {res['ops']:,} all_reduces with an empty MPI call per process, {res['reps']} "
             "fresh processes per variant, alternating. *enqueue* = time on the calling thread per op; "

@@ -4,7 +4,9 @@
 
 Sections: capture (bench_capture.py, gloo and mpi), ddp (bench_ddp.py with the
 torch.profiler mode), tracesize (bench_tracesize.py), report (bench_report.py,
-if present), profiler (bench_profiler.py), mpibackend (bench_mpi_backend.py
+if present), profiler (bench_profiler.py: Flight Recorder off/default, torch.profiler,
+commtrace), runpath (bench_run_path.py: DDP through the whole `commtrace run`
+path, toggled by commtrace.start()/stop()), mpibackend (bench_mpi_backend.py
 under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
 NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
 --keep-last / --steps against full mode, disk and memory over a long run), patch (bench_patch.py: the
@@ -38,16 +40,20 @@ import bench_patch  # noqa: E402
 import bench_html  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_scale  # noqa: E402
+import bench_run_path  # noqa: E402
 import bench_tracesize  # noqa: E402
+import intervals  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch", "scale", "html")
+SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch",
+            "scale", "html")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
     # moves by +-50 us (thread wake-ups); the median of 15 paired differences
     # still moved by +-10 us between runs.
     "capture": {"calls": 400, "reps": 41},
-    "profiler": {"calls": 400, "reps": 15},
+    "profiler": {"calls": 400, "reps": 41},
+    "runpath": [(("mlp8", "cnn"), 61, 1), (("mlp100m",), 15, 1)],
     "ddp": [(("mlp8", "cnn"), 41, 1), (("mlp100m",), 9, 1)],
     "tracesize": {"ops": 1_000_000},
     "report": [("6.4M", 64, 100_000, 1_000_000), ("10M", 16, 625_000, 100_000)],
@@ -61,6 +67,7 @@ FULL = {
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
     "profiler": {"calls": 200, "reps": 7},
+    "runpath": [(("mlp8", "cnn"), 9, 1), (("mlp100m",), 6, 1)],
     "ddp": [(("mlp8", "cnn"), 6, 1), (("mlp100m",), 3, 1)],
     "tracesize": {"ops": 200_000},
     "report": [("1.3M", 64, 20_000, 200_000)],
@@ -73,7 +80,9 @@ QUICK = {
 }
 
 GOALS = {
-    "blocking_us": 10.0, "ddp_ratio": 1.01, "disk_bytes_per_op": 32.0,
+    "blocking_us": 10.0, "ddp_ratio": 1.01,
+    # issue 22
+    "blocking_us_22": 2.0, "caller_cpu_us": 1.0, "run_path_ratio": 1.005, "disk_bytes_per_op": 32.0,
     "report_ops_per_s": 1e6, "peak_bytes_per_op": 200.0,
     "mpi_small_ratio": 2.0, "mpi_large_ratio": 1.10, "mpi_ddp_ratio": 1.0,
 }
@@ -159,6 +168,15 @@ def run_section(name: str, cfg) -> dict:
         return {b: bench_capture.run(b, cfg["calls"], cfg["reps"]) for b in ("gloo", "mpi")}
     if name == "profiler":
         return bench_profiler.run(cfg["calls"], cfg["reps"])
+    if name == "runpath":
+        res: dict = {"models": {}, "recorded": {}}
+        for models, reps, steps in cfg:
+            r = bench_run_path.run(models, reps, steps)
+            res["wrapper"] = r["wrapper"]
+            res["models"].update(r["models"])
+            res["recorded"] = {k: res["recorded"].get(k, 0) + v for k, v in r["recorded"].items()
+                               if isinstance(v, int)}
+        return res
     if name == "ddp":
         res = {}
         for models, reps, steps in cfg:
@@ -192,6 +210,15 @@ def _spread(s, fmt="{:+.2f}"):
     return f"{fmt.format(s[0])} .. {fmt.format(s[1])}"
 
 
+def _ci(ci, fmt="{:+.2f}"):
+    return "n/a (< 6 blocks)" if not ci else f"[{fmt.format(ci[0])}, {fmt.format(ci[1])}]"
+
+
+def _settled(ci, limit: float):
+    """met / not met when the 95 % interval lies on one side of ``limit``, else None (unresolved)."""
+    return intervals.resolves(ci, limit)
+
+
 def table(head: list[str], rows: list[list]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -204,7 +231,9 @@ def section_capture(res) -> str:
              "(the native C++ wrapper when built, else the Python `TracedProcessGroup`) with the real "
              "Recorder (traced), alternating blocks. With the native wrapper, the headline cases are also "
              "measured through the Python wrapper in the same run (rows marked *Python wrapper*). Each block: per-call times, block median; figure = median "
-             "over blocks of the paired difference traced - plain; spread = min..max of those differences. "
+             "over blocks of the paired difference traced - plain; 95 % interval of that median (order statistics, "
+             "benchmarks/intervals.py); spread = min..max of those differences. The plain group has torch's "
+             "Flight Recorder on, as by default (section 5 has it off as well). "
              "Blocking ops include the wait. *Issue cost* = time for `allreduce(async_op=True)` to return "
              "(the op is waited for outside the timed region). *Caller CPU* = CPU time of the calling thread "
              "per blocking call (`thread_time`), the steadiest figure on this shared machine.\n"]
@@ -214,10 +243,11 @@ def section_capture(res) -> str:
             continue
         cases = list(r["cases"].items())
         cases += [(f"{n} (*Python wrapper*)", c) for n, c in r.get("python_wrapper", {}).items()]
-        rows = [[n, _f(c["plain"]), _f(c["traced"]), f"**{_f(c['added'], '{:+.2f}')}**", _spread(c["added_spread"]),
-                 _f(c["ratio"], "{:.3f}")] for n, c in cases]
+        rows = [[n, _f(c["plain"]), _f(c["traced"]), f"**{_f(c['added'], '{:+.2f}')}**", _ci(c.get("added_ci")),
+                 _spread(c["added_spread"]), _f(c["ratio"], "{:.3f}")] for n, c in cases]
         parts.append(f"**{b}** backend, {r.get('wrapper') or 'python'} wrapper\n")
-        parts.append(table(["case", "plain µs", "traced µs", "added µs (median)", "spread µs", "ratio"], rows) + "\n")
+        parts.append(table(["case", "plain µs", "traced µs", "added µs (median)", "95 % interval", "spread µs",
+                            "ratio"], rows) + "\n")
     return "\n".join(parts)
 
 
@@ -237,6 +267,28 @@ def section_ddp(res) -> str:
             "order); ratio = median over blocks of block mean / paired plain block mean; spread = min..max.\n\n"
             + table(["model", "params", "steps x blocks", "plain ms/step", "traced ms/step", "traced ratio",
                      "spread", "profiler ratio", "spread", "collectives/step"], rows) + "\n")
+
+
+def section_run_path(rp) -> str:
+    rows = []
+    for name, r in (rp.get("models") or {}).items():
+        c = r["cpu"]
+        rows.append([f"{name}: {r['desc']}", f"{r['steps_per_block']} x {r['blocks']}", _f(r["plain_ms"], "{:.1f}"),
+                     _f(r["run_ms"], "{:.1f}"), f"**{_f(r['ratio'], '{:.4f}')}**", _ci(r["ratio_ci"], "{:.4f}"),
+                     _spread(r["ratio_spread"], "{:.3f}"), f"{_f(c['ratio'], '{:.4f}')} {_ci(c['ratio_ci'], '{:.4f}')}"])
+    rec = rp.get("recorded") or {}
+    return ("## 2b. DDP step time through the whole `commtrace run` path (bench_run_path.py, 2 gloo ranks)\n\n"
+            "Each rank calls `commtrace.start()` after `init_process_group` -- the activation `commtrace run` "
+            "does in each process: phase hooks (DDP, autograd, optimizer; labels and compute spans), call-site "
+            "lookup, flush thread, watchdog, the default group wrapped in place -- and builds two identical DDP "
+            "replicas: on the raw group, and on the traced one. Blocks alternate ABBA between *plain* (tracing "
+            "stopped by `commtrace.stop()`, raw replica) and *run* (tracing started again, traced replica); "
+            "start/stop happen between blocks, untimed. ratio = median over blocks of run / paired plain block "
+            "mean step time, [95 % interval of the median]; CPU = the same for the process's CPU time per step "
+            f"(all threads). The run blocks recorded {rec.get('ops', 'n/a')} ops ({rec.get('ops_with_callsite', 'n/a')} "
+            f"with a call site) and {rec.get('spans', 'n/a')} compute spans ({rp.get('wrapper', '?')} wrapper).\n\n"
+            + table(["model", "steps x blocks", "plain ms/step", "run ms/step", "ratio", "95 % interval", "spread",
+                     "CPU ratio [95 %]"], rows) + "\n")
 
 
 def section_size(ts, ddp) -> str:
@@ -283,13 +335,31 @@ def section_report(rep) -> str:
 
 def section_profiler(prof, ddp) -> str:
     rows = []
-    for name, r in (prof or {}).items():
-        p, t = r["profiler"], r["traced"]
-        rows.append([name, _f(p["plain"]), f"**{_f(p['added'], '{:+.2f}')}**", _spread(p["added_spread"]),
-                     f"**{_f(t['added'], '{:+.2f}')}**", _spread(t["added_spread"])])
-    out = ("## 5. Nearest alternative: torch.profiler(record_shapes=True), side by side\n\n"
-           "Three modes alternating in one run (plain, plain inside the profiler, traced), 2 gloo ranks.\n\n"
-           + table(["case", "plain µs", "+ torch.profiler µs", "spread", "+ commtrace µs", "spread"], rows) + "\n")
+    prof = prof or {}
+    fr_info = prof.get("flight_recorder") or {}
+    for name, r in (prof.get("cases") or {}).items():
+        p, t, fr = r["profiler"], r["traced"], r.get("flight_recorder")
+        ex = r.get("traced_minus_fr")
+        rows.append([name, _f(fr and fr["plain"]), _f(p["plain"]),
+                     f"**{_f(fr and fr['added'], '{:+.2f}')}** {_ci(fr and fr['added_ci'])}",
+                     f"**{_f(t['added'], '{:+.2f}')}** {_ci(t['added_ci'])}",
+                     f"{_f(p['added'], '{:+.2f}')} {_ci(p['added_ci'])}",
+                     f"{_f(ex and ex['median'], '{:+.2f}')} {_ci(ex and ex['ci'])}"])
+    fr_note = "" if fr_info.get("available", True) else \
+        f" Flight Recorder off: not available ({fr_info.get('reason')}), so its columns are n/a."
+    out = ("## 5. What users already have: Flight Recorder and torch.profiler, side by side\n\n"
+           "Four modes alternating in blocks in one run over the same gloo group, 2 ranks (bench_profiler.py): "
+           "*FR off* (torch's c10d Flight Recorder switched off, as `TORCH_FR_BUFFER_SIZE=0` -- it is one object "
+           "per process, configured when the first gloo group is built, so it is switched inside the process: "
+           "benchmarks/flight_recorder.py), *FR default* (on, as torch 2.13 ships), the same inside "
+           "`torch.profiler.profile(record_shapes=True)`, and through the wrapper `commtrace run` installs "
+           f"({fr_info.get('wrapper', 'native when built')} wrapper) with the Flight Recorder on. "
+           "+FR = FR default - FR off; +commtrace and +profiler are against FR default (what a user who adds "
+           "either has); commtrace - FR = per block (commtrace - FR default) - (FR default - FR off): below 0, "
+           "commtrace adds less than the Flight Recorder does. Medians over blocks of paired differences, "
+           "[95 % interval of the median]." + fr_note + "\n\n"
+           + table(["case", "FR off µs", "FR default µs", "+ Flight Recorder µs", "+ commtrace µs",
+                    "+ torch.profiler µs", "commtrace - FR µs"], rows) + "\n")
     rows = []
     for name, r in (ddp or {}).items():
         pt = r.get("profiler_trace")
@@ -314,7 +384,8 @@ def goals(res) -> tuple[str, list]:
     rows = []
 
     def add(goal, value, ok, note=""):
-        rows.append([goal, value, "n/a" if ok is None else ("**met**" if ok else "**not met**"), note])
+        status = "n/a" if ok is None else f"**{ok}**" if isinstance(ok, str) else "**met**" if ok else "**not met**"
+        rows.append([goal, value, status, note])
 
     prof = res.get("profiler") or {}
     cap = (res.get("capture") or {}).get("gloo", {})
@@ -333,7 +404,8 @@ def goals(res) -> tuple[str, list]:
             f"other models: {others}" if others else "")
     else:
         add("issue 2: DDP step ratio ≤ 1.01", "not measured", None)
-    ic = prof.get("issue cost: all_reduce 1 elem async")
+    goals_22(res, add)
+    ic = (prof.get("cases") or {}).get("issue cost: all_reduce 1 elem async")
     if ic:
         t, p = ic["traced"]["added"], ic["profiler"]["added"]
         add("issue cost vs torch.profiler (informational)", f"+{t:.2f} µs (profiler +{p:.2f} µs)", None,
@@ -398,6 +470,48 @@ def goals(res) -> tuple[str, list]:
                 (big["bytes"] <= b["big_bytes"] and c["load_s"] < b["big_load_s"] and not c["problems"])
                 if c.get("available") else None)
     return table(["goal", "measured", "status", "note"], rows) + "\n", rows
+
+
+def _or_unresolved(settled, ci):
+    return "unresolved" if settled is None and ci else settled
+
+
+def goals_22(res, add) -> None:
+    """Issue 22's goals. A goal on a median counts as met or not met by the median; the note says
+    whether the 95 % interval settles it (lies on one side of the limit) on this run."""
+    def settled(ci, limit):
+        v = _settled(ci, limit)
+        return "interval settles it" if v is not None else "interval straddles the limit: unresolved"
+
+    cases = ((res.get("profiler") or {}).get("cases") or {})
+    ic = cases.get("issue cost: all_reduce 1 elem async")
+    if ic and ic.get("flight_recorder"):
+        t, fr, ex = ic["traced"], ic["flight_recorder"], ic["traced_minus_fr"]
+        add("issue 22: issue cost of a 1-elem gloo all_reduce, commtrace's added ≤ Flight Recorder's",
+            f"commtrace {t['added']:+.2f} µs {_ci(t['added_ci'])}, FR {fr['added']:+.2f} µs {_ci(fr['added_ci'])}",
+            ex["median"] <= 0, f"per block commtrace - FR: {ex['median']:+.2f} µs {_ci(ex['ci'])}; "
+            + settled(ex["ci"], 0.0))
+    else:
+        add("issue 22: issue cost ≤ Flight Recorder's", "not measured", None,
+            ((res.get("profiler") or {}).get("flight_recorder") or {}).get("reason") or "")
+    cap = (((res.get("capture") or {}).get("gloo") or {}).get("cases") or {})
+    for case, key, label in (("all_reduce 1 elem", "blocking_us_22", "blocking 1-elem all_reduce ≤ +2 µs median"),
+                             ("caller CPU: all_reduce 1 elem", "caller_cpu_us", "caller CPU ≤ +1 µs")):
+        b = cap.get(case)
+        if b:
+            add(f"issue 22: {label} (section 1)", f"{b['added']:+.2f} µs {_ci(b.get('added_ci'))}",
+                b["added"] <= GOALS[key], settled(b.get("added_ci"), GOALS[key]))
+        else:
+            add(f"issue 22: {label}", "not measured", None)
+    rp = (res.get("runpath") or {}).get("models") or {}
+    for name, r in rp.items():
+        add(f"issue 22: DDP step, whole `commtrace run` path ≤ {GOALS['run_path_ratio']} ({name}, section 2b)",
+            f"{r['ratio']:.4f} {_ci(r['ratio_ci'], '{:.4f}')}",
+            _or_unresolved(_settled(r["ratio_ci"], GOALS["run_path_ratio"]), r["ratio_ci"]),
+            f"met/not met only when the 95 % interval settles it; CPU ratio {r['cpu']['ratio']:.4f} "
+            f"{_ci(r['cpu']['ratio_ci'], '{:.4f}')}")
+    if not rp:
+        add("issue 22: DDP step, whole `commtrace run` path ≤ 1.005", "not measured", None)
 
 
 def _raw(m: dict) -> float:
@@ -522,6 +636,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_capture(res["capture"]))
     if "ddp" in res:
         body.append(section_ddp(res["ddp"]))
+    if "runpath" in res:
+        body.append(section_run_path(res["runpath"]))
     if "tracesize" in res or "ddp" in res:
         body.append(section_size(res.get("tracesize"), res.get("ddp")))
     if "report" in res:
@@ -537,7 +653,7 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
     if "patch" in res:
         body.append(bench_patch.section(res["patch"]))
     if "scale" in res:
-        body.append("## Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
+        body.append("## 11. Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
                     + "\nThe 10^9-op run: docs/report-performance.md, \"Big runs\".\n")
     if "html" in res:
         body.append(section_html(res["html"]))

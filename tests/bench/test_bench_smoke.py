@@ -28,14 +28,16 @@ def _mod(name):
 def results():
     """Smallest case of each benchmark, run once for the module."""
     os.environ.pop("COMMTRACE_DIR", None)
-    cap, ddp, prof, size = (_mod(n) for n in ("bench_capture", "bench_ddp", "bench_profiler", "bench_tracesize"))
+    cap, ddp, prof, size, runpath = (_mod(n) for n in ("bench_capture", "bench_ddp", "bench_profiler",
+                                                      "bench_tracesize", "bench_run_path"))
     return {
         "capture": {"gloo": cap.run("gloo", calls=5, reps=2,
                                     only=["all_reduce 1 elem", "barrier", "issue cost: all_reduce 1 elem async",
                                           "caller CPU: all_reduce 1 elem"]),
                     "mpi": {"backend": "mpi", "available": False, "reason": "skipped in smoke test", "cases": {}}},
         "ddp": ddp.run(["tiny"], ("plain", "traced", "profiler"), reps=2, steps=1),
-        "profiler": prof.run(calls=5, reps=2),
+        "profiler": prof.run(calls=5, reps=6),
+        "runpath": runpath.run(["tiny"], reps=2, steps=1),
         "tracesize": size.run(ops=300),
         "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1}),
         "cuda": _mod("run_all").run_cuda({"reps": 1}),
@@ -83,9 +85,27 @@ def test_ddp(results):
 
 def test_profiler(results):
     r = results["profiler"]
-    assert set(r) == {"issue cost: all_reduce 1 elem async", "all_reduce 1 elem"}
-    for c in r.values():
-        assert PAIRED_KEYS <= set(c["profiler"]) and PAIRED_KEYS <= set(c["traced"])
+    assert r["flight_recorder"]["available"], r["flight_recorder"]["reason"]
+    assert set(r["cases"]) == {"issue cost: all_reduce 1 elem async", "all_reduce 1 elem",
+                               "caller CPU: all_reduce 1 elem"}
+    for c in r["cases"].values():
+        for mode in ("profiler", "traced", "flight_recorder"):
+            assert PAIRED_KEYS <= set(c[mode]) and c[mode]["blocks"] == 6
+            assert c[mode]["added_ci"][0] <= c[mode]["added"] <= c[mode]["added_ci"][1]
+        ex = c["traced_minus_fr"]
+        assert ex["ci"][0] <= ex["median"] <= ex["ci"][1]
+
+
+def test_run_path(results):
+    """The run blocks went through the whole `commtrace run` path: ops with call sites and compute spans
+    of every phase hook were recorded."""
+    r = results["runpath"]
+    assert r["wrapper"] in ("TracedPG", "TracedProcessGroup")
+    m = r["models"]["tiny"]
+    assert m["blocks"] == 2 and m["plain_ms"] > 0 and m["run_ms"] > 0 and m["cpu"]["plain_ms"] > 0
+    rec = r["recorded"]
+    assert rec["ops"] > 0 and rec["ops_with_callsite"] == rec["ops"]
+    assert set(rec["span_phases"]) == {"forward", "backward", "optimizer"}
 
 
 def test_tracesize(results):
@@ -121,12 +141,17 @@ def test_markdown(results):
     res = dict(results, report={"available": False, "reason": "skipped in smoke test"})
     info = {"date": "today", "machine": ra.machine(), "seconds": 1.0, "errors": {}}
     md = ra.markdown(res, info, quick=True)
-    for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.",
+    for heading in ("# commtrace benchmarks", "## Goals", "## 1.", "## 2.", "## 2b.", "## 3.", "## 4.", "## 5.", "## 6.",
                     "## 7.", "## 9.", "How to reproduce"):
         assert heading in md, heading
     assert "not available" in md
     _, rows = ra.goals(res)
     assert len(rows) >= 5
+    goals = {row[0]: row for row in rows}
+    assert any("Flight Recorder's" in g for g in goals)
+    ddp22 = [row for g, row in goals.items() if "whole `commtrace run` path" in g]
+    # 2 blocks give no interval: the goal cannot be settled
+    assert len(ddp22) == 1 and ddp22[0][2] == "n/a"
 
 
 def test_patch_writer_bench():
@@ -142,7 +167,9 @@ def test_patch_writer_bench():
         if name != "off":
             assert {"enqueue_ns_added", "total_ns_added_spread"} <= set(row)
     md = bp.section(r)
-    assert "## 9." in md and "| blocked |" in md
+    assert "## 10." in md and "| blocked |" in md
+
+
 def test_scale(tmp_path):
     sc = _mod("bench_scale")
     res = sc.run(ranks=2, ops=300, dask=False, workdir=str(tmp_path))
