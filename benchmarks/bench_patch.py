@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -46,6 +47,16 @@ def build_driver(out_dir: str) -> str:
     return exe
 
 
+def drain_fifo(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no writer left: no wait in open()
+    os.set_blocking(fd, True)
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    finally:
+        os.close(fd)
+
+
 def run_once(exe: str, variant: str, ops: int, work: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "COMMTRACE_DIR"}
     run_dir = tempfile.mkdtemp(dir=work)
@@ -53,16 +64,18 @@ def run_once(exe: str, variant: str, ops: int, work: str) -> dict:
         env["COMMTRACE_DIR"] = run_dir
     mode = "benchblocked" if variant == "blocked" else "bench"
     proc = subprocess.Popen([exe, mode, "0", str(ops)], env=env, stdout=subprocess.PIPE, text=True)
+    killer = threading.Timer(120, proc.kill)
+    killer.start()
     result = None
     try:
         for line in proc.stdout:
             if line.startswith("{"):
                 result = json.loads(line)  # the last one: after the warm-up's
             elif line.startswith("fifo "):
-                with open(line.split(" ", 1)[1].strip(), "rb") as f:
-                    f.read()  # drain: lets the blocked flush thread and the exit finish
-        proc.wait(timeout=120)
+                drain_fifo(line.split(" ", 1)[1].strip())  # lets the blocked flush thread and the exit finish
+        proc.wait()
     finally:
+        killer.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -286,25 +287,43 @@ def test_global_lock_wait_is_not_mpi_time(driver, tmp_path):
         assert r["mpi_ns"] == r["t_mpi_end_ns"] - r["t_mpi_begin_ns"]
 
 
+def read_fifo(path: str) -> bytes:
+    """Everything written to a FIFO until its writers close it (no writer: b"" at once)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks in open()
+    os.set_blocking(fd, True)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _drain_fifo_run(driver, mode, run_dir, timeout=60):
     """Runs a FIFO mode of the driver: the test is the (late) reader of the ops
-    FIFO; returns (stdout lines, the bytes the tracer wrote to it)."""
+    FIFO; returns (stdout lines, the bytes the tracer wrote to it). A hang (what
+    I/O under the ops' mutex, or a child blocking on an inherited lock, would
+    cause) is killed after ``timeout`` s and fails the test."""
     env = {**os.environ, schema.ENV_DIR: str(run_dir)}
     proc = subprocess.Popen([driver, mode, "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
     lines, data = [], b""
     try:
         for line in proc.stdout:
             lines.append(line.strip())
             if line.startswith("fifo "):
-                with open(line.split(" ", 1)[1].strip(), "rb") as f:
-                    data = f.read()  # until the driver exits (its final flush)
-        proc.wait(timeout=timeout)
+                data = read_fifo(line.split(" ", 1)[1].strip())  # until the driver exits (its final flush)
+        proc.wait()
     finally:
+        killer.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0, (lines, proc.stderr.read())
+    assert proc.returncode == 0, (f"driver {mode}: exit {proc.returncode} (killed after {timeout} s: a hang?)",
+                                  lines, proc.stderr.read())
     return lines, data
 
 
@@ -334,7 +353,7 @@ def test_fork_child_exits_while_flusher_writes(driver, tmp_path):
     without taking any tracer lock, records nothing, writes no file; the parent's
     trace is complete."""
     lines, data = _drain_fifo_run(driver, "fork", tmp_path)
-    assert "child_enabled=0" in lines
+    assert "child_enabled=0 child_token=0" in lines
     (status,) = [x for x in lines if x.startswith("child_pid=")]
     child_pid = int(status.split()[0].split("=")[1])
     assert status.endswith("child=exited"), status

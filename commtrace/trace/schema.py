@@ -49,7 +49,9 @@ Version history: 1 -- initial format. Bounded mode added the optional header
 field ``bounded``, the previous ring segments ``*.ops.bin.1`` / ``*.spans.bin.1``
 and ``*.coverage.json`` without changing the version: every file keeps its
 version-1 layout. A reader that does not know them reads the newest segment
-only (a valid subset of the ops) and sees no counts.
+only (a valid subset of the ops) and sees no counts. The C++ layer's
+``<stem>.mpi.bin`` (MPI_CALLS_SUFFIX) was added the same way; a reader that does
+not know it has no MPI call times.
 """
 from __future__ import annotations
 

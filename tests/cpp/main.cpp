@@ -116,6 +116,8 @@ class FakePG {
     return pg;
   }
 
+  const void* key() const { return key_; }
+
   // Returns a future-like flag the caller can wait on.
   std::shared_ptr<std::atomic<int>> enqueue(std::unique_ptr<WorkEntry> entry,
                                             const char* profilingTitle,
@@ -353,7 +355,11 @@ static int modeFork(int worldRank) {
     Tensor f{{4}, "Float", 4};
     for (int i = 0; i < 1000; ++i) collective(*world, "mpi:all_reduce", {f}, {f}, 0);
     commtrace::registerGroup(&child, worldRank, 0, 1, {worldRank});
-    std::printf("child_enabled=%d\n", commtrace::enabled() ? 1 : 0);
+    // Past the patch's enabled() guard: the tracer itself refuses, lock-free.
+    commtrace::OpDesc desc("mpi:all_reduce");
+    const uint64_t token = commtrace::onEnqueue(world->key(), desc);
+    std::printf("child_enabled=%d child_token=%llu\n", commtrace::enabled() ? 1 : 0,
+                static_cast<unsigned long long>(token));
     std::fflush(stdout);
     std::exit(0);
   }
