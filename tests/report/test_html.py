@@ -55,6 +55,16 @@ def markup_html(markup_run, tmp_path_factory):
         return out, f.read()
 
 
+def test_escaping_path():
+    import numpy as np
+    from commtrace.render.html_escape import script_json, text
+    assert text('<a href="x">&\'') == "&lt;a href=&quot;x&quot;&gt;&amp;&#x27;"
+    js = script_json({"s": "</script><!--\u2028\u2029&", "n": [np.int32(3), np.float64("nan"), 1.5, True, None]})
+    assert js == ('{"s":"\\u003c/script\\u003e\\u003c!--\\u2028\\u2029\\u0026",'
+                  '"n":[3,null,1.5,true,null]}')
+    assert json.loads(js) == {"s": "</script><!--\u2028\u2029&", "n": [3, None, 1.5, True, None]}
+
+
 def test_page_is_self_contained(markup_html):
     _, html = markup_html
     markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)   # the page outside its scripts
