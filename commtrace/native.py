@@ -156,14 +156,22 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
             build_directory=work,
             with_cuda=False, is_python_module=False, is_standalone=False, verbose=verbose)
     except (RuntimeError, OSError, ValueError) as e:
-        lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()] or str(e).splitlines()[-3:]
-        raise NativeBuildError(f"compiling {ext.name} failed: " + " | ".join(lines[:3])) from None
+        raise NativeBuildError(f"compiling {ext.name} failed: {_diagnostics(str(e))}") from None
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _diagnostics(text: str) -> str:
+    """The compiler's first error lines out of cpp_extension's message (which
+    also holds ninja's command lines), on one line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    picked = [ln for ln in lines if "error:" in ln] or [ln for ln in lines if "error" in ln.lower()
+                                                        and not ln.startswith("Error building")] or lines[-3:]
+    return " | ".join(ln[:300] for ln in picked[:3])
 
 
 def _path_with_ninja() -> str:
