@@ -58,11 +58,17 @@ def options(header: dict) -> dict | None:
 
 
 def keep_last_records(rec: np.ndarray, keep_last: int | None) -> np.ndarray:
-    """The last ``keep_last`` ops (records deduplicated, in file order): what
-    ``--keep-last N`` promises, however much of the ring's older segment remains."""
+    """The last ``keep_last`` ops by call time (records deduplicated; file order kept):
+    what ``--keep-last N`` promises, however much of the ring's older segment remains.
+
+    By call time, not by file order: a record is written when its op finishes and the
+    recorder sees it, so an async op whose completion callback ran late follows ops
+    called after it in the file. The ring holds N..2N records, so the last N called
+    are on disk unless an op's record was delayed past N later ones."""
     if keep_last is None or len(rec) <= keep_last:
         return rec
-    return rec[len(rec) - keep_last:]
+    by_call = np.lexsort((rec["seq"], rec["t_call"]))
+    return rec[np.sort(by_call[len(rec) - keep_last:], kind="stable")]
 
 
 def spans_covered(spans: np.ndarray, cov: dict | None) -> np.ndarray:

@@ -14,7 +14,7 @@ import pytest
 from commtrace.analysis.coverage import coverage_text, judged_frame
 from commtrace.capture.bounded import Coverage, Options, StepWindow, make_options, options_from_env
 from commtrace.trace import schema
-from commtrace.trace.coverage import describe, read_coverage
+from commtrace.trace.coverage import describe, keep_last_records, read_coverage
 from commtrace.trace.writer import RecordFile, TraceWriter
 
 
@@ -68,6 +68,18 @@ def _span(step, t_end, phase="optimizer"):
     s = np.zeros(1, dtype=schema.SPAN_RECORD)
     s["t_begin"], s["t_end"], s["step"], s["phase"] = t_end - 5, t_end, step, schema.SPAN_PHASES.index(phase)
     return s
+
+
+def test_keep_last_selects_by_call_time_not_file_order():
+    # File order = the order the recorder saw ops finish: seq 2 (an async op whose
+    # completion callback ran late) is written after seqs 3..5.
+    rec = np.zeros(6, dtype=schema.OP_RECORD)
+    rec["seq"] = [1, 3, 4, 5, 2, 6]
+    rec["t_call"] = [100, 300, 400, 500, 200, 600]
+    kept = keep_last_records(rec, 4)
+    assert kept["seq"].tolist() == [3, 4, 5, 6]      # the last 4 called, in file order (not 4, 5, 2, 6)
+    assert keep_last_records(rec, 5)["seq"].tolist() == [3, 4, 5, 2, 6]
+    assert keep_last_records(rec, None) is rec and keep_last_records(rec, 6) is rec
 
 
 def test_steps_window_selects_and_counts():
