@@ -2,8 +2,8 @@
 //
 // This header is added to the PyTorch tree by commtrace's patch as
 // torch/csrc/distributed/c10d/CommtraceTrace.hpp. It depends only on the C++17
-// standard library (plus getpid/gethostname), so it is compiled and tested on
-// its own by commtrace's test suite (tests/test_patch.py).
+// standard library (plus getpid/gethostname/pthread_atfork), so it is compiled
+// and tested on its own by commtrace's test suite (tests/test_patch.py).
 //
 // When the environment variable COMMTRACE_DIR names a directory (commtrace run
 // sets it), every process writes, next to the Python wrapper's files,
@@ -11,22 +11,39 @@
 //       group, sig, error, end)
 //   <COMMTRACE_DIR>/rank<R>.pid<P>.cpp.ops.bin     (32-byte little-endian
 //       records, commtrace/trace/schema.py OP_RECORD, flags = FLAG_SOURCE_CPP)
-// with one record per op: t_call = enqueue time, d_return = dequeue - enqueue,
-// d_end = MPI finished - enqueue (ns of std::chrono::steady_clock, which is
-// CLOCK_MONOTONIC on Linux, the clock of Python's time.monotonic_ns()).
+//   <COMMTRACE_DIR>/rank<R>.pid<P>.cpp.mpi.bin     (the same record layout: one
+//       per op that made MPI calls, d_return/d_end = first MPI call began /
+//       last MPI call returned)
+// Timing points of one op (ns of std::chrono::steady_clock, which is
+// CLOCK_MONOTONIC on Linux, the clock of Python's time.monotonic_ns()):
+//   enqueue    ProcessGroupMPI::enqueue queued it     (ops.bin t_call)
+//   dequeue    the worker thread took it off the queue (ops.bin d_return)
+//   MPI begin  its first MPI_CHECK(...) call started    (mpi.bin d_return)
+//   MPI end    its last MPI_CHECK(...) call returned    (mpi.bin d_end)
+//   run end    its run function returned or threw     (ops.bin d_end)
+// dequeue..MPI begin is the wait for ProcessGroupMPI's global MPI lock plus
+// the input copies (flatten) the op makes before its MPI call; MPI end..run
+// end is the output copies after it. The patch sees no point in between.
 //
-// Records are buffered in memory and written by a flush thread every 0.5 s and
-// at exit; ops still running 1 s after they were enqueued are written with
-// status IN_FLIGHT (and again with their final status when they finish), like
-// the Python writer does. Meta lines (sig, group, error) are written and
-// flushed at once, so they always precede the records that refer to them.
+// Nothing is written to disk on the threads that call ProcessGroupMPI or on
+// its worker thread: they append to in-memory buffers under a mutex that no
+// I/O ever holds; a flush thread swaps the buffers out every 0.5 s (and at
+// exit) and writes them outside that mutex, meta lines first, so they always
+// precede the records that refer to them. Ops still running 1 s after they
+// were enqueued are written with status IN_FLIGHT (and again with their final
+// status when they finish), like the Python writer does.
+//
+// After fork() the child writes nothing and takes no lock of the tracer (the
+// parent's flush thread may have held one at the fork): tracing is off in it.
 //
 // When COMMTRACE_DIR is unset the only cost per op is enabled(): one relaxed
-// atomic load and a branch.
+// atomic load and a branch (also per MPI call, in MpiCallScope).
 //
 // Use (what the ProcessGroupMPI patch does):
 //   createProcessGroupMPI:  commtrace::registerGroup(pg.get(), worldRank,
 //                               groupRank, groupSize, globalRanks);
+//   ~ProcessGroupMPI:       commtrace::unregisterGroup(this);
+//   MPI_CHECK(cmd):         commtrace::MpiCallScope commtraceMpiCall; (first)
 //   enqueue:                if (commtrace::enabled()) {
 //                             commtrace::OpDesc desc(profilingTitle);
 //                             desc.addInput(sizes, "Float", nbytes, "cpu"); ...
@@ -35,7 +52,8 @@
 //                           }
 // wrapRun() wraps the op's run function: the wrapper, which the worker thread
 // calls right after it took the entry off the queue, stamps the dequeue time,
-// runs the MPI call and stamps its end (or the failure and its message).
+// runs the op (whose MPI_CHECKs stamp the MPI call) and stamps its end (or the
+// failure and its message).
 #pragma once
 
 #include <atomic>
@@ -48,6 +66,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -57,9 +76,13 @@
 #include <utility>
 #include <vector>
 
+#include <cerrno>
+#include <fcntl.h>
 #if defined(_WIN32)
+#include <io.h>
 #include <process.h>
 #else
+#include <pthread.h>
 #include <unistd.h>
 #endif
 
@@ -77,6 +100,7 @@ constexpr const char* kEnvDir = "COMMTRACE_DIR";
 constexpr int64_t kFlushIntervalMs = 500;
 constexpr int64_t kInFlightAfterNs = 1000000000;  // 1 s
 constexpr size_t kMaxErrorText = 4000;
+constexpr uint32_t kMaxGroups = 65536;  // group ids are uint16 in a record
 
 inline int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -300,6 +324,95 @@ inline std::string describe(const std::exception_ptr& eptr) {
   return text;
 }
 
+namespace detail {
+
+inline void encodeRecord(const OpRecord& rec, unsigned char* out) {
+  uint32_t bRet, bEnd;
+  std::memcpy(&bRet, &rec.d_return, 4);
+  std::memcpy(&bEnd, &rec.d_end, 4);
+  putLE(out + 0, static_cast<uint64_t>(rec.t_call), 8);
+  putLE(out + 8, bRet, 4);
+  putLE(out + 12, bEnd, 4);
+  putLE(out + 16, rec.seq, 4);
+  putLE(out + 20, rec.sig, 4);
+  putLE(out + 24, rec.iteration, 4);
+  putLE(out + 28, rec.group, 2);
+  out[30] = rec.status;
+  out[31] = rec.flags;
+}
+
+// Files are plain descriptors, not stdio: no user-space buffer that a forked
+// child's exit() could flush a second time, and each batch goes out in one
+// write() where the OS allows.
+inline int openAppend(const std::string& path) {
+#if defined(_WIN32)
+  return _open(path.c_str(), _O_WRONLY | _O_CREAT | _O_APPEND | _O_BINARY, 0644);
+#else
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+#endif
+}
+
+// Writes all of data; false on an error (the caller stops tracing).
+inline bool writeAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+#if defined(_WIN32)
+    const int n = _write(fd, data.data() + done, static_cast<unsigned>(data.size() - done));
+#else
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+#endif
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Set in a child process by the fork handler: the tracer belongs to the parent.
+inline std::atomic<bool> gForkedChild{false};
+
+inline void onForkChild() {
+  gForkedChild.store(true, std::memory_order_relaxed);
+  gEnabled.store(false, std::memory_order_relaxed);
+}
+
+inline bool inForkedChild() {
+  return gForkedChild.load(std::memory_order_relaxed);
+}
+
+// MPI call stamps of the op the current thread is running (see wrapRun and
+// MpiCallScope); active only inside a wrapped run function.
+struct RunStamps {
+  bool active = false;
+  int64_t mpiBegin = 0;  // first MPI call began; 0 = none
+  int64_t mpiEnd = 0;    // last MPI call returned
+};
+
+inline thread_local RunStamps tRun;
+
+}  // namespace detail
+
+// Stamps an MPI call made by a traced op (the patch puts one at the start of
+// MPI_CHECK's block, so it covers the call and its error check). Outside a
+// traced op (MPI_CHECKs on the caller's thread, or tracing off) it does nothing.
+class MpiCallScope {
+ public:
+  MpiCallScope() {
+    if (enabled() && detail::tRun.active) {
+      active_ = true;
+      if (detail::tRun.mpiBegin == 0) detail::tRun.mpiBegin = nowNs();
+    }
+  }
+  ~MpiCallScope() {
+    if (active_) detail::tRun.mpiEnd = nowNs();
+  }
+  MpiCallScope(const MpiCallScope&) = delete;
+  MpiCallScope& operator=(const MpiCallScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 class Tracer {
  public:
   // The process's tracer, created on the first call when COMMTRACE_DIR is set;
@@ -310,6 +423,9 @@ class Tracer {
       if (dir == nullptr || dir[0] == '\0') return nullptr;
       Tracer* tr = new Tracer(dir);  // leaked on purpose: used until exit
       std::atexit(&Tracer::atExit);
+#if !defined(_WIN32)
+      pthread_atfork(nullptr, nullptr, &detail::onForkChild);
+#endif
       return tr;
     }();
     return t;
@@ -317,11 +433,11 @@ class Tracer {
 
   // A ProcessGroupMPI was created: write a "group" line (and a "world" line for
   // the first group without explicit ranks). globalRanks empty = all ranks of
-  // the world. Opens the files on first use (the stem needs worldRank).
+  // the world. Opens the files on first use (the stem needs worldRank). A
+  // group created at the address of a destroyed one is a new group (new id).
   void registerGroup(const void* pg, int worldRank, int groupRank,
                      int groupSize, std::vector<int> globalRanks) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!openLocked(worldRank)) return;
+    if (detail::inForkedChild() || !open(worldRank)) return;
     const bool isWorld = globalRanks.empty();
     if (isWorld) {
       for (int r = 0; r < groupSize; ++r) globalRanks.push_back(r);
@@ -332,21 +448,32 @@ class Tracer {
       ranksJson += std::to_string(globalRanks[i]);
     }
     ranksJson += "]";
+    std::lock_guard<std::mutex> lock(mu_);
+    pgs_.erase(pg);
+    if (nextGroup_ >= kMaxGroups) {
+      if (!warnedGroups_) {
+        warnedGroups_ = true;
+        std::fprintf(stderr,
+                     "commtrace: more than %u process groups in this process; "
+                     "the C++ layer does not trace the later ones\n",
+                     static_cast<unsigned>(kMaxGroups));
+      }
+      return;
+    }
     // Same name on every member: the ranks, plus "#k" for the k-th repeat.
     int repeat = rankSetCount_[ranksJson]++;
     std::string name = "mpi:" + ranksJson;
     if (repeat) name += "#" + std::to_string(repeat);
     if (isWorld && !worldWritten_) {
       worldWritten_ = true;
-      writeMetaLocked(
+      addMetaLocked(
           "{\"type\":\"world\",\"world\":0,\"t_mono_ns\":" +
           std::to_string(nowNs()) + ",\"world_id\":null,\"rank\":" +
           std::to_string(worldRank) + ",\"world_size\":" +
           std::to_string(groupSize) + ",\"backend\":\"mpi\"}");
     }
-    const uint16_t gid = static_cast<uint16_t>(groups_.size() & 0xFFFF);
-    groups_.push_back(name);
-    writeMetaLocked(
+    const uint16_t gid = static_cast<uint16_t>(nextGroup_++);
+    addMetaLocked(
         "{\"type\":\"group\",\"id\":" + std::to_string(gid) +
         ",\"world\":0,\"name\":" + detail::jsonStr(name) +
         ",\"desc\":null,\"backend\":\"mpi\",\"size\":" +
@@ -356,18 +483,26 @@ class Tracer {
     gEnabled.store(true, std::memory_order_relaxed);
   }
 
+  // A ProcessGroupMPI is being destroyed (its queue is drained): forget it.
+  void unregisterGroup(const void* pg) {
+    if (detail::inForkedChild()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    pgs_.erase(pg);
+  }
+
   // An op is about to be queued: returns its token (0 = not traced).
   uint64_t onEnqueue(const void* pg, const OpDesc& desc) {
+    if (detail::inForkedChild()) return 0;
     const std::string key = desc.fieldsJson();
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pgs_.find(pg);
-    if (it == pgs_.end() || ops_ == nullptr) return 0;
+    if (it == pgs_.end() || failed_) return 0;
     uint32_t sig;
     auto s = sigs_.find(key);
     if (s == sigs_.end()) {
       sig = static_cast<uint32_t>(sigs_.size());
       sigs_.emplace(key, sig);
-      writeMetaLocked("{\"type\":\"sig\",\"id\":" + std::to_string(sig) + "," + key + "}");
+      addMetaLocked("{\"type\":\"sig\",\"id\":" + std::to_string(sig) + "," + key + "}");
     } else {
       sig = s->second;
     }
@@ -384,43 +519,60 @@ class Tracer {
   // The worker thread took the op off the queue.
   void onDequeue(uint64_t token) {
     const int64_t t = nowNs();
+    if (detail::inForkedChild()) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(token);
     if (it != pending_.end()) it->second.tDequeue = t;
   }
 
-  // The MPI call returned (eptr == nullptr) or threw.
-  void onFinish(uint64_t token, const std::exception_ptr* eptr = nullptr) {
+  // The op's run function returned (eptr == nullptr) or threw; stamps are its
+  // MPI calls' (none: it made no MPI_CHECK call).
+  void onFinish(uint64_t token, const detail::RunStamps& stamps,
+                const std::exception_ptr* eptr = nullptr) {
     const int64_t t = nowNs();
+    if (detail::inForkedChild()) return;
     std::string text;
     if (eptr != nullptr) text = describe(*eptr);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(token);
-    if (it == pending_.end()) return;
-    Pending p = it->second;
-    pending_.erase(it);
-    const uint8_t status = eptr ? kStatusFailed : kStatusCompleted;
-    if (eptr != nullptr) {
-      writeMetaLocked("{\"type\":\"error\",\"t_call\":" + std::to_string(p.tEnqueue) +
+    bool writeThrough;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(token);
+      if (it == pending_.end()) return;
+      Pending p = it->second;
+      pending_.erase(it);
+      const uint8_t status = eptr ? kStatusFailed : kStatusCompleted;
+      if (eptr != nullptr) {
+        addMetaLocked("{\"type\":\"error\",\"t_call\":" + std::to_string(p.tEnqueue) +
                       ",\"group\":" + std::to_string(p.group) + ",\"seq\":" +
                       std::to_string(p.seq) + ",\"sig\":" + std::to_string(p.sig) +
                       ",\"text\":" + detail::jsonStr(text) + "}");
+      }
+      addRecordLocked(opsBuf_, p, p.tDequeue ? p.tDequeue : t, t, status);
+      if (stamps.mpiBegin != 0) {
+        addRecordLocked(mpiBuf_, p, stamps.mpiBegin, stamps.mpiEnd, status);
+      }
+      writeThrough = closed_;
     }
-    appendRecordLocked(p, p.tDequeue ? p.tDequeue : t, t, status);
-    if (closed_) flushLocked(false);  // after exit processing: write through
+    if (writeThrough) writeOut();  // after exit processing: nobody else will
   }
 
-  // Write buffered records now (the flush thread calls this every 0.5 s).
+  // Write buffered lines and records now (the flush thread does it every 0.5 s).
   void flush() {
-    std::lock_guard<std::mutex> lock(mu_);
-    flushLocked(false);
-  }
-
-  // Final flush: ops still running are written as IN_FLIGHT, then "end".
-  void close(const char* how = "exit") {
+    if (detail::inForkedChild()) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (closed_ || ops_ == nullptr || ownerPid_ != processId()) return;
+      addInFlightLocked(false);
+    }
+    writeOut();
+  }
+
+  // Final flush: ops still running are written as IN_FLIGHT, then "end". In a
+  // forked child it returns at once, without taking any lock.
+  void close(const char* how = "exit") {
+    if (detail::inForkedChild()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_ || !opened_) return;
       closed_ = true;
       stop_ = true;
     }
@@ -428,15 +580,19 @@ class Tracer {
     if (flusher_.joinable() && flusher_.get_id() != std::this_thread::get_id()) {
       flusher_.join();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    flushLocked(true);
-    writeMetaLocked("{\"type\":\"end\",\"exit_code\":null,\"how\":" + detail::jsonStr(how) +
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      addInFlightLocked(true);
+      addMetaLocked("{\"type\":\"end\",\"exit_code\":null,\"how\":" + detail::jsonStr(how) +
                     ",\"t_wall_ns\":" + std::to_string(wallNs()) +
                     ",\"t_mono_ns\":" + std::to_string(nowNs()) + "}");
+    }
+    writeOut();
   }
 
   std::string metaPath() const { return stem_.empty() ? "" : stem_ + ".meta.jsonl"; }
   std::string opsPath() const { return stem_.empty() ? "" : stem_ + ".ops.bin"; }
+  std::string mpiPath() const { return stem_.empty() ? "" : stem_ + ".mpi.bin"; }
 
  private:
   struct PgState {
@@ -458,102 +614,138 @@ class Tracer {
     if (Tracer* t = get()) t->close("exit");
   }
 
-  bool openLocked(int worldRank) {
-    if (ops_ != nullptr) return true;
-    if (failed_) return false;
-    ownerPid_ = processId();
-    stem_ = dir_ + "/rank" + std::to_string(worldRank) + ".pid" +
-        std::to_string(ownerPid_) + ".cpp";
-    meta_ = std::fopen((stem_ + ".meta.jsonl").c_str(), "ab");
-    ops_ = std::fopen((stem_ + ".ops.bin").c_str(), "ab");
-    if (meta_ == nullptr || ops_ == nullptr) {
-      std::fprintf(stderr, "commtrace: cannot write %s.*; C++ tracing is off\n", stem_.c_str());
-      if (meta_) std::fclose(meta_);
-      if (ops_) std::fclose(ops_);
-      meta_ = ops_ = nullptr;
+  // Opens the three files once (registerGroup: never on an op's path).
+  bool open(int worldRank) {
+    if (opened_.load()) return !failed_.load();  // the usual case: no ioMu_
+    std::lock_guard<std::mutex> io(ioMu_);
+    if (opened_.load()) return !failed_.load();
+    if (failed_.load()) return false;
+    const int64_t pid = processId();
+    const std::string stem = dir_ + "/rank" + std::to_string(worldRank) + ".pid" +
+        std::to_string(pid) + ".cpp";
+    meta_ = detail::openAppend(stem + ".meta.jsonl");
+    ops_ = detail::openAppend(stem + ".ops.bin");
+    mpi_ = detail::openAppend(stem + ".mpi.bin");
+    if (meta_ < 0 || ops_ < 0 || mpi_ < 0) {
+      std::fprintf(stderr, "commtrace: cannot write %s.*; C++ tracing is off\n", stem.c_str());
+      closeFilesLocked();
       failed_ = true;
       return false;
     }
-    const int64_t mono = nowNs();
-    writeMetaLocked(
-        "{\"type\":\"header\",\"format\":\"commtrace\",\"version\":" +
-        std::to_string(kFormatVersion) + ",\"source\":\"cpp\",\"record_size\":" +
-        std::to_string(kRecordSize) + ",\"rank\":" + std::to_string(worldRank) +
-        ",\"pid\":" + std::to_string(ownerPid_) + ",\"host\":" +
-        detail::jsonStr(detail::hostName()) + ",\"t_wall_ns\":" +
-        std::to_string(wallNs()) + ",\"t_mono_ns\":" + std::to_string(mono) +
-        ",\"clock\":\"steady_clock\"}");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stem_ = stem;
+      addMetaLocked(
+          "{\"type\":\"header\",\"format\":\"commtrace\",\"version\":" +
+          std::to_string(kFormatVersion) + ",\"source\":\"cpp\",\"record_size\":" +
+          std::to_string(kRecordSize) + ",\"rank\":" + std::to_string(worldRank) +
+          ",\"pid\":" + std::to_string(pid) + ",\"host\":" +
+          detail::jsonStr(detail::hostName()) + ",\"t_wall_ns\":" +
+          std::to_string(wallNs()) + ",\"t_mono_ns\":" + std::to_string(nowNs()) +
+          ",\"clock\":\"steady_clock\"}");
+    }
     flusher_ = std::thread([this] { runFlusher(); });
+    opened_ = true;
     return true;
   }
 
-  void runFlusher() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(kFlushIntervalMs), [this] { return stop_; });
-      if (stop_) break;
-      flushLocked(false);
+  void closeFilesLocked() {
+    for (int* fd : {&meta_, &ops_, &mpi_}) {
+      if (*fd >= 0) {
+#if defined(_WIN32)
+        _close(*fd);
+#else
+        ::close(*fd);
+#endif
+      }
+      *fd = -1;
     }
   }
 
-  void writeMetaLocked(const std::string& line) {
-    if (meta_ == nullptr) return;
-    std::string l = line + "\n";
-    std::fwrite(l.data(), 1, l.size(), meta_);
-    std::fflush(meta_);
+  void runFlusher() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(kFlushIntervalMs), [this] { return stop_; });
+        if (stop_) return;
+      }
+      flush();
+    }
   }
 
-  void appendRecordLocked(const Pending& p, int64_t tDequeue, int64_t tEnd, uint8_t status) {
-    unsigned char r[kRecordSize];
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    const float dRet = tDequeue ? static_cast<float>(tDequeue - p.tEnqueue) : nan;
-    const float dEnd = tEnd ? static_cast<float>(tEnd - p.tEnqueue) : nan;
-    uint32_t bRet, bEnd;
-    std::memcpy(&bRet, &dRet, 4);
-    std::memcpy(&bEnd, &dEnd, 4);
-    detail::putLE(r + 0, static_cast<uint64_t>(p.tEnqueue), 8);
-    detail::putLE(r + 8, bRet, 4);
-    detail::putLE(r + 12, bEnd, 4);
-    detail::putLE(r + 16, p.seq, 4);
-    detail::putLE(r + 20, p.sig, 4);
-    detail::putLE(r + 24, 0, 4);  // iteration: unknown in C++
-    detail::putLE(r + 28, p.group, 2);
-    r[30] = status;
-    r[31] = kFlagSourceCpp;
-    buf_.insert(buf_.end(), r, r + kRecordSize);
+  // Takes the buffers under mu_ and writes them with only ioMu_ held (which no
+  // op path takes): meta lines first, so every record's sig/group is on disk
+  // before the record.
+  void writeOut() {
+    std::lock_guard<std::mutex> io(ioMu_);
+    std::string meta, ops, mpi;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      meta.swap(metaBuf_);
+      ops.swap(opsBuf_);
+      mpi.swap(mpiBuf_);
+    }
+    if (failed_.load() || meta_ < 0) return;
+    if (!detail::writeAll(meta_, meta) || !detail::writeAll(ops_, ops) ||
+        !detail::writeAll(mpi_, mpi)) {
+      std::fprintf(stderr, "commtrace: writing %s.* failed; C++ tracing is off\n", stem_.c_str());
+      failed_ = true;
+      gEnabled.store(false, std::memory_order_relaxed);
+    }
   }
 
-  void flushLocked(bool final) {
-    if (ops_ == nullptr || ownerPid_ != processId()) return;  // not ours after fork()
+  void addMetaLocked(const std::string& line) {
+    metaBuf_ += line;
+    metaBuf_ += '\n';
+  }
+
+  static float offsetNs(int64_t t, int64_t from) {
+    return t ? static_cast<float>(t - from) : std::numeric_limits<float>::quiet_NaN();
+  }
+
+  void addRecordLocked(std::string& buf, const Pending& p, int64_t tReturn, int64_t tEnd,
+                       uint8_t status) {
+    if (failed_.load(std::memory_order_relaxed)) return;  // nothing will write it
+    OpRecord rec{p.tEnqueue, offsetNs(tReturn, p.tEnqueue), offsetNs(tEnd, p.tEnqueue),
+                 p.seq, p.sig, 0, p.group, status, kFlagSourceCpp};
+    unsigned char bytes[kRecordSize];
+    detail::encodeRecord(rec, bytes);
+    buf.append(reinterpret_cast<const char*>(bytes), kRecordSize);
+  }
+
+  // Ops running for more than 1 s (all of them when final) as IN_FLIGHT
+  // records, once per state (queued / dequeued).
+  void addInFlightLocked(bool final) {
     const int64_t now = nowNs();
     for (auto& kv : pending_) {
       Pending& p = kv.second;
       if (!final && now - p.tEnqueue <= kInFlightAfterNs) continue;
       if (!final && p.inflightDequeue == p.tDequeue) continue;  // nothing new
-      appendRecordLocked(p, p.tDequeue, 0, kStatusInFlight);
+      addRecordLocked(opsBuf_, p, p.tDequeue, 0, kStatusInFlight);
       p.inflightDequeue = p.tDequeue;
     }
-    if (!buf_.empty()) {
-      std::fwrite(buf_.data(), 1, buf_.size(), ops_);
-      buf_.clear();
-    }
-    std::fflush(ops_);
   }
 
-  std::mutex mu_;
+  // Lock order: ioMu_ before mu_. Op paths (enqueue, worker) take mu_ only.
+  std::mutex ioMu_;  // the files: open, write
+  std::mutex mu_;    // everything below but the files
   std::condition_variable cv_;
   std::thread flusher_;
   bool stop_ = false;
   bool closed_ = false;
-  bool failed_ = false;
+  std::atomic<bool> opened_{false};
+  std::atomic<bool> failed_{false};
   bool worldWritten_ = false;
+  bool warnedGroups_ = false;
   std::string dir_;
   std::string stem_;
-  int64_t ownerPid_ = 0;
-  std::FILE* meta_ = nullptr;
-  std::FILE* ops_ = nullptr;
-  std::vector<unsigned char> buf_;
-  std::vector<std::string> groups_;
+  int meta_ = -1;  // file descriptors
+  int ops_ = -1;
+  int mpi_ = -1;
+  std::string metaBuf_;
+  std::string opsBuf_;
+  std::string mpiBuf_;
+  uint32_t nextGroup_ = 0;
   std::map<std::string, int> rankSetCount_;
   std::unordered_map<const void*, PgState> pgs_;
   std::unordered_map<std::string, uint32_t> sigs_;
@@ -572,28 +764,41 @@ inline void registerGroup(const void* pg, int worldRank, int groupRank,
   }
 }
 
+// A ProcessGroupMPI is destroyed (after its queue drained).
+inline void unregisterGroup(const void* pg) {
+  if (!enabled()) return;
+  if (Tracer* t = Tracer::get()) t->unregisterGroup(pg);
+}
+
 inline uint64_t onEnqueue(const void* pg, const OpDesc& desc) {
   Tracer* t = Tracer::get();
   return t ? t->onEnqueue(pg, desc) : 0;
 }
 
 // Wraps an op's run function so that the worker thread stamps the dequeue
-// time, the end of the MPI call, and failures. token 0 leaves run unchanged.
+// time, the MPI calls (MpiCallScope), the end of the run, and failures.
+// token 0 leaves run unchanged.
 template <class... Args>
 void wrapRun(std::function<void(Args...)>& run, uint64_t token) {
   Tracer* t = Tracer::get();
   if (token == 0 || t == nullptr) return;
   std::function<void(Args...)> inner = std::move(run);
   run = [t, token, inner = std::move(inner)](Args... args) {
+    const detail::RunStamps outer = detail::tRun;
+    detail::tRun = detail::RunStamps{true, 0, 0};
     t->onDequeue(token);
     try {
       inner(std::forward<Args>(args)...);
     } catch (...) {
       std::exception_ptr eptr = std::current_exception();
-      t->onFinish(token, &eptr);
+      const detail::RunStamps mine = detail::tRun;
+      detail::tRun = outer;
+      t->onFinish(token, mine, &eptr);
       throw;
     }
-    t->onFinish(token);
+    const detail::RunStamps mine = detail::tRun;
+    detail::tRun = outer;
+    t->onFinish(token, mine);
   };
 }
 
