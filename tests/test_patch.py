@@ -540,10 +540,10 @@ def test_patched_code_compiles_against_the_wheel_headers(tmp_path):
     if not os.path.exists(mpicxx) or not (include / "torch/csrc/distributed/c10d/ProcessGroupMPI.hpp").exists():
         pytest.skip("needs mpicxx and the torch wheel's headers")
     files = parse_patch(PATCH.read_text())
-    (hpp_hunk,) = files[TREE_HPP]
-    tree_hpp = tmp_path / TREE_HPP
-    tree_hpp.parent.mkdir(parents=True)
-    tree_hpp.write_text("\n".join(b[1:] for b in hpp_hunk[4]) + "\n")
+    for tree_path in (TREE_HPP, TREE_RECORD_H):  # the headers the patch adds, as it adds them
+        (hunk,) = files[tree_path]
+        (tmp_path / tree_path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / tree_path).write_text("\n".join(b[1:] for b in hunk[4]) + "\n")
     hunks = [h[4] for h in files[TREE_CPP]]
     added = [[b[1:] for b in h if b.startswith("+")] for h in hunks]
     macro = [b[1:] for b in hunks[1] if b[:1] in " +" and b[1:].strip()]
