@@ -128,15 +128,26 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
 
 
 def _chunk_index(ops_path: str, chunk: int) -> tuple:
-    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file.
+
+    Records are in call order, so a key's records form a few runs: the runs are found
+    in one pass, and only their (few) boundaries are reduced per key."""
+    none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
     try:
-        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r")
+        count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
+        if not count:
+            return none
+        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
     except (OSError, ValueError):
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    if not len(mm):
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+        return none
     key = (mm["group"].astype(np.int64) << 32) | (mm["seq"].astype(np.int64) // chunk)
     del mm
-    keys, first = np.unique(key, return_index=True)
-    _, rev = np.unique(key[::-1], return_index=True)
-    return keys, first.astype(np.int64), (len(key) - 1 - rev).astype(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    ends = np.append(starts[1:], len(key)) - 1
+    run_key = key[starts]
+    keys, inv = np.unique(run_key, return_inverse=True)
+    first = np.full(len(keys), len(key), np.int64)
+    np.minimum.at(first, inv, starts)
+    last = np.full(len(keys), -1, np.int64)
+    np.maximum.at(last, inv, ends)
+    return keys, first, last
