@@ -90,7 +90,14 @@ class DaskExecutor:
         first = [self.client.submit(fn, t, pure=False) for t in islice(it, 2 * self.workers)]
         done = as_completed(first)
         for f in done:
-            res = f.result()
+            try:
+                res = f.result()
+            except CommtraceError:
+                raise
+            except Exception as e:   # e.g. a worker without commtrace, or without the run directory
+                raise CommtraceError(f"--dask: a task failed on the cluster: {type(e).__name__}: {e} (the workers "
+                                     "need commtrace installed and the run directory on a filesystem they share)"
+                                     ) from None
             f.release()
             nxt = next(it, None)
             if nxt is not None:
