@@ -16,18 +16,20 @@ in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ...errors import CommtraceError
 from ...trace import reader
 from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
 from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress import Progress
-from .rank_map import RankTask, map_rank
+from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .sketch import ALPHA
 
 # Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
@@ -63,7 +65,6 @@ class ScanReport:
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
-        from ...errors import CommtraceError
         t = self.tables.get(tuple(by))
         if t is None:
             known = ", ".join(",".join(k) for k in self.tables)
@@ -80,14 +81,11 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             compare_by: list | None = None) -> ScanReport:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
     one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown."""
-    from .rank_map import CELL_COLUMNS
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
-        from ...errors import CommtraceError
         raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
                              f"{', '.join(CELL_COLUMNS)} only")
     plan = plan_run(run_dir)
     if plan.unsupported:
-        from ...errors import CommtraceError
         raise CommtraceError(f"{plan.path}: the partitioned analysis does not read {plan.unsupported} yet; "
                              "use the one-frame report")
     limit = memory_limit or default_memory_limit()
@@ -134,7 +132,6 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
 
 
 def _env_dask():
-    import os
     return os.environ.get(ENV_DASK)
 
 

@@ -48,6 +48,9 @@ class PoolExecutor:
     name = "processes"
 
     def __init__(self, workers: int):
+        # The platform's default start method (fork on Linux): "spawn" and "forkserver" re-import
+        # the caller's __main__, which breaks scripts without a __main__ guard. Workers only run
+        # the map functions (no output), so the progress bar's thread cannot hold a lock they need.
         self.workers = max(1, workers)
         self.pool = ProcessPoolExecutor(max_workers=self.workers)
 
