@@ -37,6 +37,7 @@ from .sketch import ALPHA
 RANK_TASK_BYTES_PER_OP = 600
 PARTITION_BYTES_PER_OP = 400
 DEFAULT_MEMORY_FRACTION = 0.5
+PARTITIONS_PER_WORKER = 8
 
 
 @dataclass
@@ -137,10 +138,11 @@ def _env_dask():
 
 def _chunk_size(plan: RunPlan, limit: int, workers: int) -> int:
     """Seq values per partition: its ops (about one per file per seq value) fit the
-    memory a worker has, and there are at least two partitions per worker."""
+    memory a worker has, and there are at least PARTITIONS_PER_WORKER partitions per
+    worker (smaller partitions: a lower peak when the run fits, and even load)."""
     files = max(1, sum(len(m) for m in plan.ranks.values()))
     by_memory = max(1, (limit // max(1, workers)) // (PARTITION_BYTES_PER_OP * files))
-    by_spread = max(1, -(-plan.records_per_file // (2 * workers)))
+    by_spread = max(1, -(-plan.records_per_file // (PARTITIONS_PER_WORKER * workers)))
     return int(min(by_memory, by_spread, 1 << 30))
 
 
