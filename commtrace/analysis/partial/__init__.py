@@ -124,7 +124,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     finally:
         ex.close()
         bar.close()
-    tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name)) for name, by in keys.items()}
+    qcache: dict = {}
+    tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name), qcache)
+              for name, by in keys.items()}
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,

@@ -48,6 +48,7 @@ class RankPartial:
     total_steps: int
     t0: int | None               # the rank's first op start (rank 0's clock)
     op_order: tuple              # (first meta file name, op names in the frame's category order)
+    medians: pd.DataFrame | None  # merge.rank_medians of per_rank (the per-rank table of very long runs)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
 
 
@@ -71,7 +72,8 @@ def map_rank(task: RankTask) -> RankPartial:
     n = len(a.start) if a is not None else 0
     return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
                        int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
-                       (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []), index)
+                       (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
+                       rank_medians(per_rank) if len(per_rank) else None, index)
 
 
 def _step_parts(waits, a, spans, steps):
@@ -125,6 +127,14 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
             values.append(LogSketch.of(seg))
     keep = table["ops"].to_numpy() > 0
     return table[keep].reset_index(drop=True), [v for v, k in zip(values, keep) if k]
+
+
+def rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
+    g = per_rank.groupby("rank")
+    out = g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
+    out.insert(0, "steps", g.size())
+    return out
 
 
 def _chunk_index(ops_path: str, chunk: int) -> tuple:
