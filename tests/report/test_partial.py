@@ -197,3 +197,20 @@ def test_cli_partitioned_perfetto_in_pieces(two_groups_run, tmp_path, capsys):
         slices += sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("collective", "p2p"))
     assert slices == 8 * 2000
     assert main(["report", two_groups_run, "--partitioned", "--perfetto", str(out), "--perfetto-max-mb", "0"]) == 2
+
+
+@pytest.mark.parametrize("case", ["missing_rank_two_hosts", "no_annotations", "torn_ops_file"])
+def test_partial_equals_report_odd_runs(tmp_path, case):
+    """A rank missing and clock lines; no phases or spans; a file cut mid-record."""
+    import os
+    d = str(tmp_path / case)
+    kw = {"missing_rank_two_hosts": dict(missing_ranks=(2,), hosts=2), "no_annotations": dict(annotate=False),
+          "torn_ops_file": {}}[case]
+    write_synthetic_run(d, ranks=5, ops_per_rank=600, seed=7, p2p=case != "no_annotations", **kw)
+    if case == "torn_ops_file":
+        f = os.path.join(d, next(x for x in os.listdir(d) if x.startswith("rank1.") and x.endswith(".ops.bin")))
+        os.truncate(f, os.path.getsize(f) - 32 * 100 - 7)
+    s = analyse(d, workers=1, memory_limit=1 << 20)
+    assert_same(build_report(load_report_run(d)), s)
+    if case == "torn_ops_file":
+        assert any("truncated mid-record" in i for i in s.issues)

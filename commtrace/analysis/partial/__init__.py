@@ -16,18 +16,20 @@ in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ...errors import CommtraceError
 from ...trace import reader
 from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
 from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress import Progress
-from .rank_map import RankTask, map_rank
+from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .sketch import ALPHA
 
 # Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
@@ -35,6 +37,7 @@ from .sketch import ALPHA
 RANK_TASK_BYTES_PER_OP = 600
 PARTITION_BYTES_PER_OP = 400
 DEFAULT_MEMORY_FRACTION = 0.5
+PARTITIONS_PER_WORKER = 8
 
 
 @dataclass
@@ -63,7 +66,6 @@ class ScanReport:
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
-        from ...errors import CommtraceError
         t = self.tables.get(tuple(by))
         if t is None:
             known = ", ".join(",".join(k) for k in self.tables)
@@ -80,14 +82,11 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             compare_by: list | None = None) -> ScanReport:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
     one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown."""
-    from .rank_map import CELL_COLUMNS
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
-        from ...errors import CommtraceError
         raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
                              f"{', '.join(CELL_COLUMNS)} only")
     plan = plan_run(run_dir)
     if plan.unsupported:
-        from ...errors import CommtraceError
         raise CommtraceError(f"{plan.path}: the partitioned analysis does not read {plan.unsupported} yet; "
                              "use the one-frame report")
     limit = memory_limit or default_memory_limit()
@@ -125,7 +124,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     finally:
         ex.close()
         bar.close()
-    tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name)) for name, by in keys.items()}
+    qcache: dict = {}
+    tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name), qcache)
+              for name, by in keys.items()}
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
@@ -134,16 +135,16 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
 
 
 def _env_dask():
-    import os
     return os.environ.get(ENV_DASK)
 
 
 def _chunk_size(plan: RunPlan, limit: int, workers: int) -> int:
     """Seq values per partition: its ops (about one per file per seq value) fit the
-    memory a worker has, and there are at least two partitions per worker."""
+    memory a worker has, and there are at least PARTITIONS_PER_WORKER partitions per
+    worker (smaller partitions: a lower peak when the run fits, and even load)."""
     files = max(1, sum(len(m) for m in plan.ranks.values()))
     by_memory = max(1, (limit // max(1, workers)) // (PARTITION_BYTES_PER_OP * files))
-    by_spread = max(1, -(-plan.records_per_file // (2 * workers)))
+    by_spread = max(1, -(-plan.records_per_file // (PARTITIONS_PER_WORKER * workers)))
     return int(min(by_memory, by_spread, 1 << 30))
 
 

@@ -48,6 +48,9 @@ class PoolExecutor:
     name = "processes"
 
     def __init__(self, workers: int):
+        # The platform's default start method (fork on Linux): "spawn" and "forkserver" re-import
+        # the caller's __main__, which breaks scripts without a __main__ guard. Workers only run
+        # the map functions (no output), so the progress bar's thread cannot hold a lock they need.
         self.workers = max(1, workers)
         self.pool = ProcessPoolExecutor(max_workers=self.workers)
 
@@ -90,7 +93,14 @@ class DaskExecutor:
         first = [self.client.submit(fn, t, pure=False) for t in islice(it, 2 * self.workers)]
         done = as_completed(first)
         for f in done:
-            res = f.result()
+            try:
+                res = f.result()
+            except CommtraceError:
+                raise
+            except Exception as e:   # e.g. a worker without commtrace, or without the run directory
+                raise CommtraceError(f"--dask: a task failed on the cluster: {type(e).__name__}: {e} (the workers "
+                                     "need commtrace installed and the run directory on a filesystem they share)"
+                                     ) from None
             f.release()
             nxt = next(it, None)
             if nxt is not None:

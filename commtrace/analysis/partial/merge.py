@@ -94,8 +94,8 @@ class RankFold:
         self.cells.append(p.cells)
         self.values.extend(p.values)
         self.across.add(p.per_rank)
-        if len(p.per_rank):
-            self.rank_medians.append(_rank_medians(p.per_rank))
+        if p.medians is not None and len(p.medians):
+            self.rank_medians.append(p.medians)
         self.per_rank_rows += len(p.per_rank)
         if self.per_rank_rows > PER_RANK_ROWS_KEPT:
             self.per_rank, self.per_rank_cut = {}, True
@@ -152,13 +152,6 @@ class RankFold:
         return pd.concat(self.rank_medians).sort_index() if self.rank_medians else pd.DataFrame()
 
 
-def _rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
-    g = per_rank.groupby("rank")
-    out = g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
-    out.insert(0, "steps", g.size())
-    return out
-
-
 def table_keys(cells: pd.DataFrame) -> dict:
     """The summary tables the report shows and their key columns (as build_report picks them)."""
     has = lambda c: c in cells and bool((cells[c] != NA_KEY).any())  # noqa: E731
@@ -169,8 +162,11 @@ def table_keys(cells: pd.DataFrame) -> dict:
     return out
 
 
-def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.DataFrame | None) -> pd.DataFrame:
-    """analysis.summary.op_summary from cells (one row per key of ``by``)."""
+def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.DataFrame | None,
+                  quantile_cache: dict | None = None) -> pd.DataFrame:
+    """analysis.summary.op_summary from cells (one row per key of ``by``). ``quantile_cache``:
+    percentiles by the set of cells of a row, shared by the tables of one run (per op and
+    per phase+op rows often hold the same cells)."""
     cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in QS] + SUMMARY_COLUMNS[7:]
     if not len(cells):
         return pd.DataFrame(columns=by + cols).set_index(by)
@@ -184,7 +180,7 @@ def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.Dat
     out["total_ns"] = total
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_ns"] = np.where(nknown > 0, total / nknown, np.nan)
-    qv = _quantiles(codes, n, values)
+    qv = _quantiles(codes, n, values, {} if quantile_cache is None else quantile_cache)
     for j, q in enumerate(QS):
         out[qname(q)] = qv[:, j]
     grand = cells["dur"].to_numpy(np.float64).sum()
@@ -220,12 +216,17 @@ def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
     return codes, keys
 
 
-def _quantiles(codes: np.ndarray, n: int, values: list) -> np.ndarray:
+def _quantiles(codes: np.ndarray, n: int, values: list, cache: dict) -> np.ndarray:
     out = np.full((n, len(QS)), np.nan)
     members: list = [[] for _ in range(n)]
     for i, c in enumerate(codes):
-        members[c].append(values[i])
-    for r, vals in enumerate(members):
+        members[c].append(i)
+    for r, cells in enumerate(members):
+        key = tuple(cells)
+        if key in cache:
+            out[r] = cache[key]
+            continue
+        vals = [values[i] for i in cells]
         if not vals:
             continue
         if isinstance(vals[0], LogSketch):
@@ -238,6 +239,7 @@ def _quantiles(codes: np.ndarray, n: int, values: list) -> np.ndarray:
             seg = np.concatenate([np.asarray(v, dtype=np.float64) for v in vals])
             if len(seg):
                 out[r] = np.quantile(seg, QS)
+        cache[key] = out[r].copy()
     return out
 
 

@@ -12,6 +12,8 @@ instance: a rank's-worth of values, not an op's) and per summary row the
 collectives and their T/S sums (see analysis.summary)."""
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,8 +55,23 @@ def _s(v) -> str:
     return NA_KEY if v is None else v
 
 
+@functools.lru_cache(maxsize=4096)
+def _meta(path: str, size: int, mtime_ns: int):
+    """A process's meta lines, read once per worker for all the partitions it runs
+    (keyed by size and mtime: a file that changed is read again)."""
+    return reader.read_process(path, [], records=False)
+
+
+def _process(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _meta(path, st.st_size, st.st_mtime_ns)
+
+
 def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
-    pt = reader.read_process(meta, [], records=False)
+    pt = _process(meta)
     if pt is None:
         return None
     rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
@@ -67,7 +84,7 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     wid = reader._world_of(pt)
     ref = own_refs.get(wid)
     if ref is None and wid in refs:
-        ref = own_refs[wid] = reader.read_process(refs[wid], [], records=False)
+        ref = own_refs[wid] = _process(refs[wid])
     off = reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
     return pt, rec, rec["t_call"] + off
 
@@ -215,22 +232,21 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
 def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
     """Per summary table: key columns + collectives, T, S, B summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
-    keys = pd.DataFrame(list(cell_ids), columns=list(CELL_COLUMNS))
     T = table["slowest_ns"].to_numpy(np.float64)
     S = table["size_bytes"].to_numpy(np.float64)
     ok = np.isfinite(T) & (T > 0) & (S > 0)
+    T, S, B = np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
     out = {}
     for name, by in task.tables.items():
-        by = list(by)
-        rowkey = keys.groupby(by, sort=False).ngroup().to_numpy(np.int64) if len(keys) else np.empty(0, np.int64)
-        nrow = int(rowkey.max()) + 1 if len(rowkey) else 0
+        pos = [CELL_COLUMNS.index(c) for c in by]
+        rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
+        rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
         pg, pi = _row_instance_pairs(rowkey[cell], inst, len(table))
-        heads = keys.groupby(by, sort=False).head(1)
-        res = pd.DataFrame({b: heads[b].to_numpy() for b in by})
-        res["collectives"] = np.bincount(pg, minlength=nrow)
-        res["T"] = np.bincount(pg, weights=np.where(ok, T, 0.0)[pi], minlength=nrow)
-        res["S"] = np.bincount(pg, weights=np.where(ok, S, 0.0)[pi], minlength=nrow)
-        res["B"] = np.bincount(pg, weights=np.where(ok, S * fac, 0.0)[pi], minlength=nrow)
+        res = pd.DataFrame(list(rows), columns=list(by))
+        res["collectives"] = np.bincount(pg, minlength=len(rows))
+        res["T"] = np.bincount(pg, weights=T[pi], minlength=len(rows))
+        res["S"] = np.bincount(pg, weights=S[pi], minlength=len(rows))
+        res["B"] = np.bincount(pg, weights=B[pi], minlength=len(rows))
         out[name] = res
     return out
 

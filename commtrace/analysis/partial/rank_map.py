@@ -48,6 +48,7 @@ class RankPartial:
     total_steps: int
     t0: int | None               # the rank's first op start (rank 0's clock)
     op_order: tuple              # (first meta file name, op names in the frame's category order)
+    medians: pd.DataFrame | None  # merge.rank_medians of per_rank (the per-rank table of very long runs)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
 
 
@@ -71,7 +72,8 @@ def map_rank(task: RankTask) -> RankPartial:
     n = len(a.start) if a is not None else 0
     return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
                        int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
-                       (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []), index)
+                       (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
+                       rank_medians(per_rank) if len(per_rank) else None, index)
 
 
 def _step_parts(waits, a, spans, steps):
@@ -127,16 +129,35 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
     return table[keep].reset_index(drop=True), [v for v, k in zip(values, keep) if k]
 
 
+def rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
+    g = per_rank.groupby("rank")
+    out = g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
+    out.insert(0, "steps", g.size())
+    return out
+
+
 def _chunk_index(ops_path: str, chunk: int) -> tuple:
-    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file.
+
+    Records are in call order, so a key's records form a few runs: the runs are found
+    in one pass, and only their (few) boundaries are reduced per key."""
+    none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
     try:
-        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r")
+        count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
+        if not count:
+            return none
+        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
     except (OSError, ValueError):
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    if not len(mm):
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+        return none
     key = (mm["group"].astype(np.int64) << 32) | (mm["seq"].astype(np.int64) // chunk)
     del mm
-    keys, first = np.unique(key, return_index=True)
-    _, rev = np.unique(key[::-1], return_index=True)
-    return keys, first.astype(np.int64), (len(key) - 1 - rev).astype(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    ends = np.append(starts[1:], len(key)) - 1
+    run_key = key[starts]
+    keys, inv = np.unique(run_key, return_inverse=True)
+    first = np.full(len(keys), len(key), np.int64)
+    np.minimum.at(first, inv, starts)
+    last = np.full(len(keys), -1, np.int64)
+    np.maximum.at(last, inv, ends)
+    return keys, first, last
