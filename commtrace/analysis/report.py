@@ -142,8 +142,11 @@ def _window_lengths(applied: Applied, a: OpArrays, run: ReportRun) -> dict | Non
     return {r: max(0, min(hi, hi_run) - max(lo, lo_run)) for r, (lo, hi) in applied.bounds.items()}
 
 
-def _clean(v):
-    """JSON-safe scalar: NaN/inf -> None, numpy -> python."""
+def json_safe(v):
+    """``v`` with JSON-safe scalars, recursively: NaN/inf/NA -> None, numpy -> python
+    (arrays -> lists), dict keys -> str, tuples -> lists; other values unchanged."""
+    if isinstance(v, np.ndarray):
+        return [json_safe(x) for x in v.tolist()]
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating, float)):
@@ -154,9 +157,9 @@ def _clean(v):
     if v is pd.NA or v is pd.NaT:
         return None
     if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
+        return {str(k): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
+        return [json_safe(x) for x in v]
     return v
 
 
@@ -165,7 +168,7 @@ def table_records(df: pd.DataFrame | None) -> list[dict]:
     if df is None or len(df) == 0:
         return []
     flat = df.reset_index()
-    return [{str(k): _clean(v) for k, v in row.items()} for row in flat.to_dict(orient="records")]
+    return [{str(k): json_safe(v) for k, v in row.items()} for row in flat.to_dict(orient="records")]
 
 
 def report_json(rep: Report) -> dict:
@@ -175,7 +178,7 @@ def report_json(rep: Report) -> dict:
     top = sk["top"]
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     st = rep.steps
-    return _clean({
+    return json_safe({
         "format": "commtrace-report", "version": 2,
         "run": info,
         "issues": rep.issues,
@@ -191,7 +194,7 @@ def report_json(rep: Report) -> dict:
             "instances": sk["instances"],
             "by_op": table_records(sk["by_op"]),
             "stragglers": table_records(sk["stragglers"]),
-            "top": [{c: _clean(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
+            "top": [{c: json_safe(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
                     for _, r in top.iterrows()] if len(top) else [],
         },
     })

@@ -38,6 +38,21 @@ def qname(q: float) -> str:
     return f"p{int(round(q * 100))}_ns"
 
 
+def rank_spread(rows, ranks, n_rows: int, n_ranks: int, dur, ops) -> tuple[np.ndarray, np.ndarray]:
+    """Per table row: (CV of the per-rank total durations across the ranks that
+    called it, how many ranks called it). ``rows``/``ranks``: each cell's row code
+    and rank code; ``dur``/``ops``: each cell's total duration and op count."""
+    cell = np.asarray(rows) * n_ranks + np.asarray(ranks).reshape(-1)
+    per = np.bincount(cell, weights=dur, minlength=n_rows * n_ranks).reshape(n_rows, n_ranks)
+    present = np.bincount(cell, weights=ops, minlength=n_rows * n_ranks).reshape(n_rows, n_ranks) > 0
+    cnt = present.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(present, per, 0).sum(axis=1) / cnt
+        var = np.where(present, (per - mean[:, None]) ** 2, 0).sum(axis=1) / cnt
+        cv = np.where(mean > 0, np.sqrt(var) / mean, np.nan)
+    return cv, cnt
+
+
 def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArrays | None = None,
                qs=(0.5, 0.99), cells: Cells | None = None) -> pd.DataFrame:
     """One row per group of ``by`` (frame columns: ("op",), ("op", "group"), ("phase", "op"), ...).
@@ -76,17 +91,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
         out[qname(q)] = qv[:, j]
     grand = cells.dur.sum()
     out["share"] = total / grand if grand > 0 else np.nan
-    # Per-rank totals -> CV across the ranks that called the op.
-    nr = len(c.keys["rank"])
-    cell = gcell * nr + c.key_codes["rank"]
-    per = np.bincount(cell, weights=cells.dur, minlength=n * nr).reshape(n, nr)
-    present = np.bincount(cell, weights=cells.count, minlength=n * nr).reshape(n, nr) > 0
-    cnt = present.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(present, per, 0).sum(axis=1) / cnt
-        var = np.where(present, (per - mean[:, None]) ** 2, 0).sum(axis=1) / cnt
-        out["cv"] = np.where(mean > 0, np.sqrt(var) / mean, np.nan)
-    out["ranks"] = cnt
+    out["cv"], out["ranks"] = rank_spread(gcell, c.key_codes["rank"], n, len(c.keys["rank"]), cells.dur, cells.count)
     # Collectives and bandwidth: every (row group, instance) pair counts once.
     pg, pi = instance_groups(gcell[c.code], matched)
     inst = matched.instances

@@ -116,17 +116,17 @@ def _render_breakdown(con: Console, cmp: dict, labels: list[str]) -> None:
 
 def compare_json(cmp: dict) -> dict:
     """The comparison as JSON (format commtrace-compare, version 2; docs/report.md)."""
-    from ..analysis.report import _clean
+    from ..analysis.report import json_safe
     st = cmp["steps"]
-    steps = {run: {stat: {k: _clean(v) for k, v in st.loc[(run, stat)].items()} for stat in
+    steps = {run: {stat: {k: json_safe(v) for k, v in st.loc[(run, stat)].items()} for stat in
                    st.loc[run].index} for run in cmp["runs"]}
     rows = []
     for key, row in cmp["breakdown"].iterrows():
         key = key if isinstance(key, tuple) else (key,)
         item = {b: str(k) for b, k in zip(cmp["by"], key)}
         for name in cmp["runs"]:
-            item[name] = {stat: _clean(row[(n, stat)]) for (n, stat) in cmp["breakdown"].columns if n == name}
+            item[name] = {stat: json_safe(row[(n, stat)]) for (n, stat) in cmp["breakdown"].columns if n == name}
         rows.append(item)
     return {"format": "commtrace-compare", "version": 2, "base": cmp["runs"][0], "runs": cmp["runs"],
-            "windows": _clean(cmp["windows"]), "busbw": _clean(cmp["busbw"]), "steps": steps,
+            "windows": json_safe(cmp["windows"]), "busbw": json_safe(cmp["busbw"]), "steps": steps,
             "by": cmp["by"], "rows": rows}

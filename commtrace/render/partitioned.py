@@ -140,11 +140,11 @@ def _render_rank_medians(con, med) -> None:
 
 def partitioned_json(s) -> dict:
     """The summary numbers (the fields of ``report --json`` this analysis computes)."""
-    from ..analysis.report import _clean, table_records
+    from ..analysis.report import json_safe, table_records
     st = s.steps
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     top = s.skew["top"]
-    return _clean({
+    return json_safe({
         "format": "commtrace-report", "version": 2, "partitioned": True,
         "run": {"run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
                 "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
@@ -156,6 +156,6 @@ def partitioned_json(s) -> dict:
         "outside_steps": table_records(st.outside) if st is not None else [],
         "skew": {"instances": s.skew["instances"], "by_op": table_records(s.skew["by_op"]),
                  "stragglers": table_records(s.skew["stragglers"]),
-                 "top": [{c: _clean(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
+                 "top": [{c: json_safe(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
                          for _, r in top.iterrows()] if len(top) else []},
     })

@@ -12,7 +12,7 @@ import pandas as pd
 from ..arrays import NA_KEY, keys_index
 from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
-from ..summary import SUMMARY_COLUMNS, qname
+from ..summary import SUMMARY_COLUMNS, qname, rank_spread
 from .partition_map import PartitionPartial, TOP_COLUMNS
 from .rank_map import RankPartial
 from .sketch import LogSketch
@@ -186,16 +186,8 @@ def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.Dat
     grand = cells["dur"].to_numpy(np.float64).sum()
     out["share"] = total / grand if grand > 0 else np.nan
     ranks, rcode = np.unique(cells["rank"].to_numpy(np.int64), return_inverse=True)
-    nr = len(ranks)
-    cell = codes * nr + rcode.reshape(-1)
-    per = np.bincount(cell, weights=cells["dur"].to_numpy(np.float64), minlength=n * nr).reshape(n, nr)
-    present = np.bincount(cell, weights=cells["ops"].to_numpy(np.float64), minlength=n * nr).reshape(n, nr) > 0
-    cnt = present.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(present, per, 0).sum(axis=1) / cnt
-        var = np.where(present, (per - mean[:, None]) ** 2, 0).sum(axis=1) / cnt
-        out["cv"] = np.where(mean > 0, np.sqrt(var) / mean, np.nan)
-    out["ranks"] = cnt
+    out["cv"], out["ranks"] = rank_spread(codes, rcode, n, len(ranks), cells["dur"].to_numpy(np.float64),
+                                          cells["ops"].to_numpy(np.float64))
     bw = _bandwidth_rows(bandwidth, keys, by)
     out["collectives"] = bw["collectives"].to_numpy(np.int64)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
