@@ -5,7 +5,7 @@
 The synthetic run is DDP-like: per step 4 gradient buckets, an all_gather and
 3 compute spans (forward, backward, optimizer), every 10 steps a barrier.
 Each measurement runs in a fresh subprocess (clean peak-memory numbers): the peak
-RSS growth over the process's baseline after imports (resource.getrusage) and the
+RSS growth over the process's baseline after imports (VmHWM, benchmarks/peak_rss.py) and the
 tracemalloc peak (Python + numpy allocations), both divided by the op count.
 Prints a Markdown table and writes JSON with --json.
 """
@@ -27,8 +27,8 @@ from commtrace.analysis.run_info import load_report_run
 from commtrace.analysis.report import build_report
 mode, run_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
 trace = os.environ.get("BENCH_TRACEMALLOC") == "1"
-def rss_kib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from peak_rss import peak_rss_kib as rss_kib
 base = rss_kib()
 if trace:
     tracemalloc.start()
@@ -62,7 +62,8 @@ print(json.dumps(res))
 
 
 def child(mode: str, run_dir: str, out: str, tracemalloc: bool = False) -> dict:
-    env = dict(os.environ, BENCH_TRACEMALLOC="1" if tracemalloc else "0")
+    env = dict(os.environ, BENCH_TRACEMALLOC="1" if tracemalloc else "0",
+               BENCH_DIR=os.path.dirname(os.path.abspath(__file__)))
     p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, out], capture_output=True, text=True, env=env)
     if p.returncode:
         raise SystemExit(p.stderr)

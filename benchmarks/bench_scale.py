@@ -32,9 +32,9 @@ mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from commtrace.analysis.partial import analyse
 from commtrace.analysis.report import build_report
 from commtrace.analysis.run_info import load_report_run
-def kib(who):
-    return resource.getrusage(who).ru_maxrss
-base = kib(resource.RUSAGE_SELF)
+sys.path.insert(0, sys.argv[4])
+from peak_rss import peak_rss_kib
+base = peak_rss_kib()
 t = time.perf_counter()
 if mode == "one-frame":
     rep = build_report(load_report_run(run_dir))
@@ -51,13 +51,13 @@ else:
         ops = s.ops
 wall = time.perf_counter() - t
 # pool workers are forked from this process after its imports: their growth is over the same base
-print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (kib(resource.RUSAGE_SELF) - base) * 1024,
-                  "child_rss": max(0, kib(resource.RUSAGE_CHILDREN) - base) * 1024}))
+print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (peak_rss_kib() - base) * 1024,
+                  "child_rss": max(0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss - base) * 1024}))
 """
 
 
 def child(mode: str, run_dir: str, workers: int = 1) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(workers)], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(workers), os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(p.stderr[-3000:])
     return json.loads(p.stdout.strip().splitlines()[-1])

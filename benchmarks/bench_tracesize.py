@@ -3,8 +3,8 @@
 Each measurement runs in a fresh subprocess (a one-rank gloo world) that issues
 N blocking 1-element all_reduce calls, either directly (plain) or through a
 traced wrapper (native when built) with the real Recorder and its flush thread (traced). The
-subprocess reports its RSS high-water mark (``resource.getrusage``
-``ru_maxrss``); the figure is traced - plain (whole-process, so it includes
+subprocess reports its RSS high-water mark (``VmHWM``, benchmarks/peak_rss.py);
+the figure is traced - plain (whole-process, so it includes
 everything tracing allocates: rows buffered between flushes, the pending and
 polling lists, the writer's buffers). Trace bytes are the sizes of the files
 the Recorder wrote (ops.bin + meta.jsonl) after ``close()``.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ def _child(mode: str, n: int) -> dict:
     import torch.distributed as dist
     sys.path.insert(0, HERE)
     import bench_capture
+    from peak_rss import peak_rss_kib
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(bench_capture.free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
@@ -47,14 +47,14 @@ def _child(mode: str, n: int) -> dict:
             pg, rec = bench_capture.make_traced(pg, d, "gloo")
         for _ in range(WARMUP):  # warm-up (also interns the sig); traced too, so counted in "ops"
             pg.allreduce([t], o).wait()
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        rss0 = peak_rss_kib() * 1024
         t0 = time.perf_counter()
         for _ in range(n):
             pg.allreduce([t], o).wait()
         elapsed = time.perf_counter() - t0
         if rec is not None:
             rec.close()
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        rss = peak_rss_kib() * 1024
         sizes = {"ops_bin": 0, "meta_jsonl": 0}
         for f in os.listdir(d):
             key = "ops_bin" if f.endswith(".ops.bin") else "meta_jsonl" if f.endswith(".meta.jsonl") else None

@@ -44,8 +44,8 @@ import bench_run_path  # noqa: E402
 import bench_tracesize  # noqa: E402
 import intervals  # noqa: E402
 
-SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "patch",
-            "scale", "html")
+SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "html",
+            "patch", "scale")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -305,7 +305,7 @@ def section_size(ts, ddp) -> str:
            "32 B per record (an op still running at a flush is written twice).\n\n"
            + table(["run", "ops.bin B", "meta.jsonl B", "ops.bin B/op", "total B/op"], rows) + "\n")
     if ts:
-        out += ("\nPeak memory added per rank (RSS high-water `ru_maxrss`, fresh subprocess each, traced - plain, "
+        out += ("\nPeak memory added per rank (RSS high-water `VmHWM`, fresh subprocess each, traced - plain, "
                 f"{ts['ops']:,} ops):\n\n"
                 + table(["plain peak RSS", "traced peak RSS", "added", "added per op"],
                         [[f"{ts['maxrss_plain'] / 2**20:.1f} MiB", f"{ts['maxrss_traced'] / 2**20:.1f} MiB",
@@ -652,13 +652,13 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
         body.append(section_cuda(res["cuda"]))
     if "bounded" in res:
         body.append(section_bounded(res["bounded"]))
+    if "html" in res:
+        body.append(section_html(res["html"]))
     if "patch" in res:
         body.append(bench_patch.section(res["patch"]))
     if "scale" in res:
         body.append("## 11. Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
                     + "\nThe 10^9-op run: docs/report-performance.md, \"Big runs\".\n")
-    if "html" in res:
-        body.append(section_html(res["html"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")
