@@ -49,13 +49,9 @@ def run_compare(ns) -> int:
     by = [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
     dirs = [ns.base] + list(ns.exps)
     partitioned = any(wants_partitioned(ns, d) for d in dirs)
-    if partitioned and not window.whole_run:
-        from ..errors import CommtraceError
-        raise CommtraceError("windows (--steps, --skip-steps, --from, --to, --phase): not available with the "
-                             "partitioned analysis of big runs")
-    if partitioned and ns.html:
-        from ..errors import CommtraceError
-        raise CommtraceError("--html: not available with the partitioned analysis of big runs")
+    if partitioned:
+        from .partitioned import refuse_frame_only
+        refuse_frame_only(ns, ("--html", ns.html))
     named, names = [], []
     for d in dirs:
         name = d.rstrip("/\\") or d

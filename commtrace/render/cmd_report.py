@@ -163,17 +163,11 @@ def _run_partitioned(ns) -> int:
     from ..analysis.partial import analyse
     from ..errors import CommtraceError
     from .cli_commands import warn
-    from .partitioned import memory_limit_of, partitioned_json, render_partitioned
+    from .partitioned import memory_limit_of, partitioned_json, refuse_frame_only, render_partitioned
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
-    unsupported = [flag for flag, v in (("--steps", ns.steps), ("--skip-steps", ns.skip_steps), ("--from", ns.t_from),
-                                        ("--to", ns.t_to), ("--phase", ns.phase), ("--events", ns.events),
-                                        ("--csv", ns.csv), ("--parquet", ns.parquet), ("--html", ns.html))
-                   if v]
-    if unsupported:
-        raise CommtraceError(f"{', '.join(unsupported)}: not available with the partitioned analysis of big runs "
-                             "(it never holds every op in one place)")
+    refuse_frame_only(ns, ("--events", ns.events), ("--csv", ns.csv), ("--parquet", ns.parquet), ("--html", ns.html))
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top)
     for issue in s.issues:
         warn(issue)

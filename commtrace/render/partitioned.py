@@ -16,6 +16,17 @@ from .terminal import render_skew, render_steps, render_summary
 ONE_FRAME_BYTES_PER_OP = 300
 
 
+def refuse_frame_only(ns, *extra: tuple[str, object]) -> None:
+    """One line (exit 2) naming the options given that need every op in one place:
+    the window options (shared by report and compare) and ``extra`` (flag, value) pairs."""
+    from ..errors import CommtraceError
+    given = [flag for flag, v in (("--steps", ns.steps), ("--skip-steps", ns.skip_steps), ("--from", ns.t_from),
+                                  ("--to", ns.t_to), ("--phase", ns.phase), *extra) if v]
+    if given:
+        raise CommtraceError(f"{', '.join(given)}: not available with the partitioned analysis of big runs "
+                             "(it never holds every op in one place)")
+
+
 def memory_limit_of(text: str | None) -> int | None:
     """"8G", "512M", "25%" (of RAM), plain bytes -> bytes; None -> None (the default)."""
     from ..analysis.partial import total_memory
