@@ -152,28 +152,43 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
     shares over the time its records cover (first op kept to last op end)."""
     df = run.frame if frame is None else frame
     a = arrays or OpArrays.of(df)
-    procs = run.processes
-    ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
-    world_size = max([p["world_size"] for p in procs if isinstance(p.get("world_size"), int)] or [len(ranks)])
-    cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \
-        or next((p.get("command") for p in procs if p.get("command")), None)
-    command = " ".join(map(str, cmd)) if isinstance(cmd, list) else (str(cmd) if cmd else "")
     if t0 is None:
         t0 = int(a.start.min()) if len(a.start) else None
-    t1 = int(a.end.max()) if len(a.end) else None
-    comm = comm_time_per_rank(df, a) if comm_ns_per_rank is None else comm_ns_per_rank
     last_end = {}
     if len(a.rank):
         ranks_u, rix = a.rank_codes()
         last = np.full(len(ranks_u), np.iinfo(np.int64).min)
         np.maximum.at(last, rix, a.end)
         last_end = {int(k): int(v) for k, v in zip(ranks_u, last)}
+    return info_of(run.path, run.run_id, run.processes, t0=t0,
+                   first_start=int(a.start.min()) if len(a.start) else None,
+                   last_end=last_end, comm_ns_per_rank=comm_time_per_rank(df, a) if comm_ns_per_rank is None
+                   else comm_ns_per_rank,
+                   spans_of_file=_record_spans(df, a) if bounded_processes(run.processes) else {},
+                   ops=int(len(df)), nbytes=int(a.nbytes.sum()),
+                   failed=int((df["status"] == "failed").sum()) if len(df) else 0,
+                   in_flight=int((df["status"] == "in_flight").sum()) if len(df) else 0,
+                   window_ns_per_rank=window_ns_per_rank)
+
+
+def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
+            comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
+            window_ns_per_rank: dict | None = None) -> dict:
+    """``run_info`` from its per-rank parts (the partitioned analysis folds them rank by rank):
+    ``first_start``: the first op shown; ``last_end``: rank -> its last op end; ``spans_of_file``:
+    per trace file (stem), first op start to last op end (only needed when a process is bounded)."""
+    ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
+    world_size = max([p["world_size"] for p in procs if isinstance(p.get("world_size"), int)] or [len(ranks)])
+    cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \
+        or next((p.get("command") for p in procs if p.get("command")), None)
+    command = " ".join(map(str, cmd)) if isinstance(cmd, list) else (str(cmd) if cmd else "")
+    t1 = max(last_end.values()) if last_end else None
+    comm = comm_ns_per_rank
     # A rank's wall time is summed over its processes: a run can hold several
     # worlds one after another (a test suite spawning fresh ranks per test),
     # and comm time is summed over all of that rank's ops, so share stays <= 1.
     walls: dict = {}
     covered: dict = {}   # a bounded process shares over the time its records cover, not its wall time
-    spans_of_file = _record_spans(df, a) if bounded_processes(procs) else {}
     for p in procs:
         r = p.get("rank")
         if not isinstance(r, int):
@@ -188,7 +203,7 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
     shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}
     share_vals = np.array(list(shares.values()), dtype=float)
     return {
-        "run_dir": run.path, "run_id": run.run_id, "command": command,
+        "run_dir": path, "run_id": run_id, "command": command,
         "ranks": len(ranks), "world_size": world_size, "rank_list": ranks,
         "hosts": sorted({str(p.get("host")) for p in procs}),
         "backends": sorted({b for p in procs for b in (p.get("backends") or []) if b and b != "None"}),
@@ -197,14 +212,12 @@ def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFr
         "coverage": coverage_text(procs),
         "wall_ns": max(walls.values()) if walls else None,
         "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
-        "span_ns": (t1 - int(a.start.min())) if len(a.start) else 0, "t0_ns": t0,
+        "span_ns": (t1 - first_start) if first_start is not None else 0, "t0_ns": t0,
         "comm_share": {"min": float(share_vals.min()) if len(share_vals) else None,
                        "mean": float(share_vals.mean()) if len(share_vals) else None,
                        "max": float(share_vals.max()) if len(share_vals) else None},
         "comm_share_per_rank": {int(k): float(v) for k, v in shares.items()},
         "comm_ns_per_rank": comm,
-        "ops": int(len(df)), "bytes": int(a.nbytes.sum()),
-        "failed": int((df["status"] == "failed").sum()) if len(df) else 0,
-        "in_flight": int((df["status"] == "in_flight").sum()) if len(df) else 0,
+        "ops": ops, "bytes": nbytes, "failed": failed, "in_flight": in_flight,
         "incomplete_ranks": sorted(p.get("rank") for p in procs if not p.get("complete") and p.get("rank") is not None),
     }

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pandas as pd
 from rich.text import Text
 
-from .fmt import fmt_bytes, fmt_int
-from .terminal import render_skew, render_steps, render_summary
+from .fmt import fmt_int
+from .terminal import render_banner, render_nothing_shown, render_skew, render_steps, render_summary
 
 
 # Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
@@ -111,25 +111,24 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
 
 def as_report(s) -> SimpleNamespace:
     """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
+    from ..analysis.window import Window
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
-                           split=pd.DataFrame(), skew=s.skew, info={"t0_ns": s.t0_ns},
-                           run=SimpleNamespace(spans=None))
+                           split=pd.DataFrame(), skew=s.skew, info=s.info, window=Window(),
+                           run=SimpleNamespace(spans=None, processes=s.processes))
 
 
 def render_partitioned(con, s, top: int = 10) -> None:
-    t = Text()
-    t.append("commtrace report ", style="bold")
-    t.append(s.path + "\n")
+    """The one-frame report's banner (plus how it was analysed), step, summary and skew tables."""
+    rep = as_report(s)
+    render_banner(con, rep)
     how = f"{s.executor}, {s.workers} worker{'s' if s.workers != 1 else ''}"
     q = "exact" if s.exact else f"p50/p99 within {s.quantile_error:.1%} (sketched)"
-    ops = int(s.by_op["ops"].sum()) if len(s.by_op) else 0
-    nbytes = int(s.by_op["bytes"].sum()) if len(s.by_op) else 0
-    for k, v in (("ranks", str(s.ranks)), ("analysis", f"partitioned ({how}); percentiles {q}"),
-                 ("totals", f"{fmt_int(ops)} ops, {fmt_bytes(nbytes)}")):
-        t.append(f"  {k:<11}", style="bold")
-        t.append(v + "\n")
+    t = Text()
+    t.append(f"  {'analysis':<11}", style="bold")
+    t.append(f"partitioned ({how}); percentiles {q}\n")
     con.print(t, end="", overflow="fold")
-    rep = as_report(s)
+    if render_nothing_shown(con, rep):
+        return
     render_steps(con, rep)
     if s.per_rank_cut and len(s.rank_medians) > 1:
         _render_rank_medians(con, s.rank_medians)

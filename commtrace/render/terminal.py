@@ -399,15 +399,22 @@ def _what(cols: dict, i: int) -> str:
     return ("  " + "/".join(parts)) if parts else ""
 
 
+def render_nothing_shown(con: Console, rep) -> bool:
+    """Says so and returns True when the report has no op and no step to show."""
+    if rep.info["ops"] or (rep.steps is not None and rep.steps.shown):
+        return False
+    lost = sum(int(p.get("lost_records") or 0) for p in rep.run.processes)
+    if lost:
+        con.print(Text(f"\nNo readable communication: {fmt_int(lost)} op record(s) could not be read."))
+    else:
+        con.print(Text("\nNo communication was recorded in this "
+                       + ("window." if not rep.window.whole_run else "run.")))
+    return True
+
+
 def render_report(con: Console, rep, *, events=False, limit=None, top=10) -> None:
     render_banner(con, rep)
-    if rep.info["ops"] == 0 and (rep.steps is None or not rep.steps.shown):
-        lost = sum(int(p.get("lost_records") or 0) for p in rep.run.processes)
-        if lost:
-            con.print(Text(f"\nNo readable communication: {fmt_int(lost)} op record(s) could not be read."))
-        else:
-            con.print(Text("\nNo communication was recorded in this "
-                           + ("window." if not rep.window.whole_run else "run.")))
+    if render_nothing_shown(con, rep):
         return
     render_steps(con, rep)
     render_summary(con, rep)

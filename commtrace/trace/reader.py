@@ -331,9 +331,10 @@ def _offset_fn(pt: ProcessTrace, ref: ProcessTrace | None):
     return fit_clock(pt, ref, _world_of(pt)).offset
 
 
-def _describe_clocks(procs: list[ProcessTrace]) -> None:
-    """Set each process's ``clock``: how its times were aligned and how well."""
-    refs = _reference_processes(procs)
+def _describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None:
+    """Set each process's ``clock``: how its times were aligned and how well. ``refs``: world
+    id -> its rank-0 process (default: found among ``procs``; one rank's files need them given)."""
+    refs = _reference_processes(procs) if refs is None else refs
     for pt in procs:
         twin = _python_twin(pt, procs)  # the C++ layer shares its process's clock
         clock = fit_clock(twin, refs.get(_world_of(twin)), _world_of(twin))

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
+from .banner_map import processes_of, run_info_of
 from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
 from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
@@ -63,6 +64,8 @@ class ScanReport:
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)
     tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
+    info: dict = field(default_factory=dict)      # the banner's numbers, as analysis.run_info.run_info
+    processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -131,7 +134,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
-                      plan.issues + ranks.issues, by_keys)
+                      plan.issues + ranks.issues, by_keys,
+                      run_info_of(plan.path, plan.run_id, ranks.facts, ranks.comm, ranks.ops),
+                      processes_of(ranks.facts))
 
 
 def _env_dask():

@@ -89,6 +89,7 @@ class RankFold:
         self.op_orders: list = []
         self.issues: list = []
         self.index: dict = {}
+        self.facts: list = []               # banner_map.RankFacts per rank
 
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
@@ -115,6 +116,7 @@ class RankFold:
             self.t0 = p.t0 if self.t0 is None else min(self.t0, p.t0)
         self.issues.extend(i for i in p.issues if i not in self.issues)
         self.index.update(p.index)
+        self.facts.append(p.facts)
 
     def op_order(self) -> list:
         """Op names in the order the one frame's categories have them (files in name order)."""

@@ -23,6 +23,7 @@ class RunPlan:
     records_per_file: int       # the most in one file
     issues: list[str] = field(default_factory=list)
     unsupported: str | None = None   # why this run must take the one-frame path (load())
+    run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
 
 
 def _ops_records(meta_path: str) -> int:
@@ -41,7 +42,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     if not procs:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    _, drop, more = check_run_ids(run_dir, [{"file": os.path.basename(p.meta_path)} for p in procs])
+    run_id, drop, more = check_run_ids(run_dir, [{"file": os.path.basename(p.meta_path)} for p in procs])
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
@@ -58,4 +59,4 @@ def plan_run(run_dir: str | None) -> RunPlan:
         unsupported = "a bounded trace (--keep-last / --steps)"
     found = [str(i) for i in issues] + more + [str(i) for i in reader._missing_ranks(procs)]
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
-                   unsupported)
+                   unsupported, run_id)

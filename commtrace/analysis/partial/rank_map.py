@@ -22,6 +22,7 @@ from .. import intervals as iv
 from ..arrays import OpArrays
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
+from .banner_map import rank_facts
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 from .sketch import LogSketch
 
@@ -50,6 +51,7 @@ class RankPartial:
     op_order: tuple              # (first meta file name, op names in the frame's category order)
     medians: pd.DataFrame | None  # merge.rank_medians of per_rank (the per-rank table of very long runs)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
+    facts: object = None         # banner_map.RankFacts: what the report's banner needs of this rank
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -73,7 +75,8 @@ def map_rank(task: RankTask) -> RankPartial:
     return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
                        int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
-                       rank_medians(per_rank) if len(per_rank) else None, index)
+                       rank_medians(per_rank) if len(per_rank) else None, index,
+                       rank_facts(task.rank, procs, refs, ops))
 
 
 def _step_parts(waits, a, spans, steps):

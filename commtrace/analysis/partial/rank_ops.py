@@ -27,6 +27,8 @@ class RankOps:
     cell: np.ndarray          # per op: index into ``cells``
     cells: list               # per cell: (group, group_desc, phase, op, detail) strings ("-" for none)
     op_names: list            # op names in the frame's category order
+    proc: np.ndarray          # per op: index into ``stems`` (the trace file it came from)
+    stems: list               # trace file stems of the processes with ops
 
 
 def _key(v) -> str:
@@ -41,7 +43,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     details: dict = {}
     phases: dict = {}
     parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "phase", "grad",
-                                   "cell")}
+                                   "cell", "proc")}
+    stems: list = []
     for pt in procs:
         rec = pt.records
         if rec is None or not len(rec):
@@ -83,6 +86,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["phase"].append(ph[si])
         parts["grad"].append(grad[si])
         parts["cell"].append(c_of[inv.reshape(-1)])
+        parts["proc"].append(np.full(len(rec), len(stems), np.int32))
+        stems.append(pt.stem)
     if not parts["t"]:
         return None
     c = {k: np.concatenate(v) for k, v in parts.items() if v}
@@ -104,7 +109,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         "phase": pd.Categorical.from_codes(np.where(c["grad"], 0, -1), categories=["backward"]),
         "bucket": pd.arrays.IntegerArray(np.zeros(len(t), np.int32), ~c["grad"]),
     }, copy=False)
-    return RankOps(a, waits, c["cell"], list(cells), op_names)
+    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems)
 
 
 def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
