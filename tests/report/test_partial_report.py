@@ -54,3 +54,38 @@ def test_banner_numbers_equal_run_info(syn_run, real_run, odd_runs):
                   "hosts", "backends", "command", "clocks", "incomplete_ranks", "comm_share_per_rank",
                   "comm_share", "run_id"):
             assert s.info[k] == info[k], (run, k)
+
+
+BOUNDED_TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bounded", "train.py")
+
+
+@pytest.fixture(scope="module")
+def bounded_runs(tmp_path_factory):
+    """Real mp.spawn DDP runs (tests/bounded/train.py, 30 steps, 2 ranks): a ring of the last
+    40 ops per process (it went round: two segments per file) and a steps window 10:12."""
+    import subprocess
+    import sys
+    from .conftest import _free_port
+    out = {}
+    for name, opt in (("ring", ["--keep-last", "40"]), ("window", ["--steps", "10:12"])):
+        d = str(tmp_path_factory.mktemp(name) / "run")
+        proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", d, *opt, BOUNDED_TRAIN, "30",
+                               "spawn", "2", str(_free_port())], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[name] = d
+    return out
+
+
+def test_bounded_runs_partitioned_equal_one_frame(bounded_runs):
+    import glob
+    from .test_partial import assert_same
+    assert glob.glob(os.path.join(bounded_runs["ring"], "*.ops.bin.1"))      # the ring went round
+    for name, run in bounded_runs.items():
+        rep = build_report(load_report_run(run))
+        s = analyse(run, workers=1, memory_limit=1 << 20)     # a tiny limit: many partitions
+        assert_same(rep, s)
+        assert s.info["coverage"] == rep.info["coverage"] and s.info["coverage"]
+        assert s.info["comm_share_per_rank"] == rep.info["comm_share_per_rank"]
+        one_frame, partitioned = _report(run), _report(run, "--partitioned")
+        assert _banner(partitioned) == _banner(one_frame)
+        assert any(ln.startswith("  coverage ") for ln in _banner(partitioned)), name

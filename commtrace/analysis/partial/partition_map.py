@@ -23,6 +23,7 @@ from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
 from ..arrays import NA_KEY
 from ..summary import bus_factor
+from .bounded_map import bounded_records, is_bounded
 from .rank_map import CELL_COLUMNS
 
 _TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
@@ -74,11 +75,15 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     pt = _process(meta)
     if pt is None:
         return None
-    rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
-    ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
-          & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
-    ok &= (rec["seq"].astype(np.int64) // size) == chunk
-    rec = reader._last_record_per_op(rec[ok])
+    if is_bounded(pt):    # ring segments, ops kept by call time: the reader's records of the process
+        rec = bounded_records(meta)
+        rec = rec[(rec["seq"].astype(np.int64) // size) == chunk]
+    else:
+        rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
+        ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
+              & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+        ok &= (rec["seq"].astype(np.int64) // size) == chunk
+        rec = reader._last_record_per_op(rec[ok])
     if not len(rec):
         return None
     wid = reader._world_of(pt)

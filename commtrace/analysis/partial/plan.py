@@ -27,11 +27,8 @@ class RunPlan:
 
 
 def _ops_records(meta_path: str) -> int:
-    ops = meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX
-    try:
-        return os.path.getsize(ops) // schema.RECORD_SIZE
-    except OSError:
-        return 0
+    from .bounded_map import ops_records_on_disk
+    return ops_records_on_disk(meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
 
 
 def plan_run(run_dir: str | None) -> RunPlan:
@@ -55,8 +52,6 @@ def plan_run(run_dir: str | None) -> RunPlan:
     unsupported = None
     if any(p.header.get("source") == "cpp" for p in procs):
         unsupported = "C++-layer trace files (their ops are merged into the Python layer's)"
-    elif any(reader.bounded.options(p.header) is not None for p in procs):
-        unsupported = "a bounded trace (--keep-last / --steps)"
     found = [str(i) for i in issues] + more + [str(i) for i in reader._missing_ranks(procs)]
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    unsupported, run_id)

@@ -23,6 +23,7 @@ from ..arrays import OpArrays
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .banner_map import rank_facts
+from .bounded_map import bounded_index, is_bounded
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 from .sketch import LogSketch
 
@@ -64,7 +65,8 @@ def map_rank(task: RankTask) -> RankPartial:
     own = {p.meta_path: p for p in procs}
     refs = {wid: _reference(m, own, []) for wid, m in task.refs.items()}
     refs = {w: p for w, p in refs.items() if p is not None}
-    index = {p.ops_path: _chunk_index(p.ops_path, task.chunk) for p in procs}
+    index = {p.ops_path: bounded_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
+             for p in procs}
     spans = reader.build_mark_tables(procs, issues, refs)[0]
     ops = rank_ops(procs, refs, task.rank)
     a = ops.arrays if ops is not None else None
@@ -153,8 +155,14 @@ def _chunk_index(ops_path: str, chunk: int) -> tuple:
         mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
     except (OSError, ValueError):
         return none
-    key = (mm["group"].astype(np.int64) << 32) | (mm["seq"].astype(np.int64) // chunk)
-    del mm
+    return chunk_runs(mm["group"], mm["seq"], chunk)
+
+
+def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
+    """_chunk_index of records given as their group and seq columns."""
+    if not len(seq):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    key = (group.astype(np.int64) << 32) | (seq.astype(np.int64) // chunk)
     starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
     ends = np.append(starts[1:], len(key)) - 1
     run_key = key[starts]
