@@ -59,13 +59,28 @@ class RegionFigures:
             acc["entries"] += entries
 
     def table(self) -> pd.DataFrame:
-        rows = []
-        for label in sorted(self.acc):
-            acc = self.acc[label]
-            t, c = float(np.mean(acc["times"])), float(np.mean(acc["comms"]))
-            rows.append({"region": label, "ranks": len(acc["times"]), "entries": acc["entries"], "time_ns": t,
-                         "comm_ns": c, "comm_share": c / t if t > 0 else float("nan"), "ops": acc["ops"],
-                         "bytes": acc["bytes"]})
-        if not rows:
-            return pd.DataFrame(columns=REGION_TABLE_COLUMNS, index=pd.Index([], name="region"))
-        return pd.DataFrame(rows).set_index("region")[REGION_TABLE_COLUMNS]
+        return region_table(self.acc)
+
+
+def merge_region_acc(into: dict, acc: dict) -> None:
+    """Fold one RegionFigures' ``acc`` (e.g. one rank's) into ``into``."""
+    for label, a in acc.items():
+        cur = into.setdefault(label, {"times": [], "comms": [], "ops": 0, "bytes": 0, "entries": 0})
+        cur["times"].extend(a["times"])
+        cur["comms"].extend(a["comms"])
+        for k in ("ops", "bytes", "entries"):
+            cur[k] += a[k]
+
+
+def region_table(acc: dict) -> pd.DataFrame:
+    """The table of RegionFigures' accumulators (label -> times, comms per rank; ops, bytes, entries)."""
+    rows = []
+    for label in sorted(acc):
+        a = acc[label]
+        t, c = float(np.mean(a["times"])), float(np.mean(a["comms"]))
+        rows.append({"region": label, "ranks": len(a["times"]), "entries": a["entries"], "time_ns": t,
+                     "comm_ns": c, "comm_share": c / t if t > 0 else float("nan"), "ops": a["ops"],
+                     "bytes": a["bytes"]})
+    if not rows:
+        return pd.DataFrame(columns=REGION_TABLE_COLUMNS, index=pd.Index([], name="region"))
+    return pd.DataFrame(rows).set_index("region")[REGION_TABLE_COLUMNS]

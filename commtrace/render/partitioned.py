@@ -9,7 +9,7 @@ import pandas as pd
 from rich.text import Text
 
 from .fmt import fmt_int
-from .terminal import render_banner, render_nothing_shown, render_skew, render_steps, render_summary
+from .terminal import render_banner, render_nothing_shown, render_regions, render_skew, render_steps, render_summary
 
 
 # Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
@@ -113,7 +113,7 @@ def as_report(s) -> SimpleNamespace:
     """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
     from ..analysis.window import Window
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
-                           split=pd.DataFrame(), skew=s.skew, info=s.info, window=Window(),
+                           split=pd.DataFrame(), skew=s.skew, regions=s.regions, info=s.info, window=Window(),
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
@@ -133,6 +133,7 @@ def render_partitioned(con, s, top: int = 10) -> None:
     if s.per_rank_cut and len(s.rank_medians) > 1:
         _render_rank_medians(con, s.rank_medians)
     render_summary(con, rep)
+    render_regions(con, rep)
     render_skew(con, rep, top)
 
 
@@ -160,7 +161,7 @@ def partitioned_json(s) -> dict:
                 "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
         "issues": s.issues,
         "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),
-        "by_phase": table_records(s.by_phase),
+        "by_phase": table_records(s.by_phase), "regions": table_records(s.regions),
         "steps": table_records(st.across.head(100_000)) if st is not None else [],
         "steps_per_rank": table_records(st.per_rank.head(1_000_000)) if st is not None else [],
         "outside_steps": table_records(st.outside) if st is not None else [],

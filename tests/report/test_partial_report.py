@@ -89,3 +89,29 @@ def test_bounded_runs_partitioned_equal_one_frame(bounded_runs):
         one_frame, partitioned = _report(run), _report(run, "--partitioned")
         assert _banner(partitioned) == _banner(one_frame)
         assert any(ln.startswith("  coverage ") for ln in _banner(partitioned)), name
+
+
+def _scenarios():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "analysis", "scenarios.py")
+    spec = importlib.util.spec_from_file_location("partial_report_scenarios", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_regions_table_hand_computed(tmp_path):
+    # tests/analysis/scenarios.regions: eval on ranks 0 (entered twice) and 1; eval/inner on rank 0.
+    d = _scenarios().regions(tmp_path / "r")
+    r = analyse(d, workers=1).regions
+    us = 1000
+    ev = r.loc["eval"]
+    assert (ev["ranks"], ev["entries"], ev["time_ns"], ev["comm_ns"], ev["ops"]) == (2, 3, 20 * us, 7 * us, 3)
+    assert ev["comm_share"] == pytest.approx(0.35)
+    inner = r.loc["eval/inner"]
+    assert (inner["ranks"], inner["time_ns"], inner["comm_ns"], inner["ops"]) == (1, 4 * us, 2 * us, 1)
+    import pandas as pd
+    pd.testing.assert_frame_equal(r, build_report(load_report_run(d)).regions)
+    one_frame, partitioned = _report(d), _report(d, "--partitioned")
+    section = lambda t: t[t.index("Regions (commtrace.region)"):].split("\n\n")[0]  # noqa: E731
+    assert section(partitioned) == section(one_frame)

@@ -30,6 +30,7 @@ from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress import Progress
+from .regions_map import regions_table
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .sketch import ALPHA
 
@@ -66,6 +67,7 @@ class ScanReport:
     tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
     info: dict = field(default_factory=dict)      # the banner's numbers, as analysis.run_info.run_info
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
+    regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -136,7 +138,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       plan.issues + ranks.issues, by_keys,
                       run_info_of(plan.path, plan.run_id, ranks.facts, ranks.comm, ranks.ops),
-                      processes_of(ranks.facts))
+                      processes_of(ranks.facts), regions_table(ranks.regions))
 
 
 def _env_dask():

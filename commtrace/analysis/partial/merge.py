@@ -90,6 +90,7 @@ class RankFold:
         self.issues: list = []
         self.index: dict = {}
         self.facts: list = []               # banner_map.RankFacts per rank
+        self.regions: dict = {}             # rank -> its regions.RegionFigures.acc
 
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
@@ -117,6 +118,8 @@ class RankFold:
         self.issues.extend(i for i in p.issues if i not in self.issues)
         self.index.update(p.index)
         self.facts.append(p.facts)
+        if p.regions:
+            self.regions[p.rank] = p.regions
 
     def op_order(self) -> list:
         """Op names in the order the one frame's categories have them (files in name order)."""

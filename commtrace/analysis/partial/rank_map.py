@@ -24,6 +24,7 @@ from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .banner_map import rank_facts
 from .bounded_map import bounded_index, is_bounded
+from .regions_map import rank_regions
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 from .sketch import LogSketch
 
@@ -53,6 +54,7 @@ class RankPartial:
     medians: pd.DataFrame | None  # merge.rank_medians of per_rank (the per-rank table of very long runs)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
     facts: object = None         # banner_map.RankFacts: what the report's banner needs of this rank
+    regions: dict = field(default_factory=dict)   # regions.RegionFigures.acc of this rank
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -67,23 +69,25 @@ def map_rank(task: RankTask) -> RankPartial:
     refs = {w: p for w, p in refs.items() if p is not None}
     index = {p.ops_path: bounded_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
-    spans = reader.build_mark_tables(procs, issues, refs)[0]
+    spans, _, region_spans = reader.build_mark_tables(procs, issues, refs)
     ops = rank_ops(procs, refs, task.rank)
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
-    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps)
+    regions = rank_regions(region_spans, a)
+    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions)
     cells, values = _cells(ops, task.rank, task.exact)
     n = len(a.start) if a is not None else 0
     return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
                        int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
                        rank_medians(per_rank) if len(per_rank) else None, index,
-                       rank_facts(task.rank, procs, refs, ops))
+                       rank_facts(task.rank, procs, refs, ops), regions.acc)
 
 
-def _step_parts(waits, a, spans, steps):
+def _step_parts(waits, a, spans, steps, regions):
     if a is None:
         from ..step_table import PER_RANK_COLUMNS
+        regions.add_without_ops(spans)
         return pd.DataFrame(columns=PER_RANK_COLUMNS), {}, {}
     op_step, where = locate_ops(a, steps)
     figures = StepFigures(steps, a, op_step)
@@ -95,6 +99,7 @@ def _step_parts(waits, a, spans, steps):
         comm[r] = iv.length(t.comm)
         figures.add(r, t)
         outside.add(r, t)
+        regions.add(r, t.comm)
     stepping = np.isin(a.rank, list(outside.rows))
     parts: dict = {}
     for code in (BEFORE, BETWEEN, AFTER):

@@ -1,0 +1,44 @@
+"""The regions table (``commtrace.region``; analysis.regions) from per-rank parts.
+
+A region's figures on a rank need only that rank's ops, communication set and
+region intervals, so the rank task builds its rank's ``RegionFigures`` (the
+one-frame report's class) and returns its accumulators; the reduce concatenates
+them in rank order and makes the same table."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import intervals as iv
+from ..arrays import OpArrays
+from ..regions import RegionFigures, merge_region_acc, region_table
+
+
+class RankRegions(RegionFigures):
+    """One rank's RegionFigures; ``add_without_ops``: the rank has compute spans but no op
+    (the one-frame report counts its regions with no communication then)."""
+
+    def __init__(self, regions: pd.DataFrame | None, a: OpArrays | None):
+        super().__init__(regions, a if a is not None else _no_ops())
+
+    def add_without_ops(self, spans: pd.DataFrame | None) -> None:
+        if spans is not None and len(spans):
+            for r in sorted(set(spans["rank"].astype(int).tolist())):
+                self.add(r, iv.empty())
+
+
+def _no_ops() -> OpArrays:
+    i64 = np.empty(0, np.int64)
+    return OpArrays(rank=np.empty(0, np.int32), start=i64, end=i64, dur=np.empty(0, np.float64), nbytes=i64)
+
+
+def rank_regions(regions: pd.DataFrame | None, a: OpArrays | None) -> RankRegions:
+    return RankRegions(regions, a)
+
+
+def regions_table(per_rank: dict) -> pd.DataFrame:
+    """The regions table from rank -> RegionFigures.acc (as RegionFigures.table over every rank)."""
+    acc: dict = {}
+    for r in sorted(per_rank):
+        merge_region_acc(acc, per_rank[r])
+    return region_table(acc)
