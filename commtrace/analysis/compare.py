@@ -155,8 +155,10 @@ def compare_partitioned(named: list[tuple[str, object]], by: list[str] | None = 
     if by is None:
         by = ["phase", "op"] if any(s.by_phase is not None for s in scans) else ["op"]
     table = breakdown_table(names, [s.summary(by) for s in scans])
-    windows = [{"window": "whole run", "steps_shown": len(s.steps.across) if s.steps is not None else 0,
-                "steps_total": s.steps.total_steps if s.steps is not None else 0, "coverage": None} for s in scans]
+    windows = [{"window": s.info.get("window", "whole run"),
+                "steps_shown": len(s.steps.across) if s.steps is not None else 0,
+                "steps_total": s.steps.total_steps if s.steps is not None else 0, "coverage": s.info.get("coverage")}
+               for s in scans]
     acrosses = [s.steps.across if s.steps is not None else None for s in scans]
     return {"runs": names, "steps": step_comparison(names, acrosses), "breakdown": table, "by": by,
             "windows": windows, "busbw": [float(s.busbw) for s in scans]}

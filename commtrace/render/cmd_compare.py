@@ -58,7 +58,7 @@ def run_compare(ns) -> int:
         if name in names:
             name = f"{name} ({len(names) + 1})"
         names.append(name)
-        named.append((name, _partitioned(ns, d, by) if partitioned else _one_frame(d, window)))
+        named.append((name, _partitioned(ns, d, by, window) if partitioned else _one_frame(d, window)))
     if partitioned:
         from ..analysis.compare import compare_partitioned
         cmp = compare_partitioned(named, by)
@@ -86,11 +86,11 @@ def _one_frame(run_dir, window):
     return build_report(run, window)
 
 
-def _partitioned(ns, run_dir, by):
+def _partitioned(ns, run_dir, by, window):
     from ..analysis.partial import analyse
     from .cli_commands import warn
     from .partitioned import memory_limit_of
-    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by)
+    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by, window=window)
     for issue in s.issues:
         warn(issue)
     return s

@@ -167,8 +167,10 @@ def _run_partitioned(ns) -> int:
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
-    refuse_frame_only(ns, ("--events", ns.events), ("--csv", ns.csv), ("--parquet", ns.parquet), ("--html", ns.html))
-    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top)
+    window = window_of(ns)
+    refuse_frame_only(ns, ("--events", ns.events), ("--csv", ns.csv), ("--parquet", ns.parquet), ("--html", ns.html),
+                      ("--perfetto with a window", ns.perfetto and not window.whole_run))
+    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
     for issue in s.issues:
         warn(issue)
     if ns.perfetto:

@@ -17,11 +17,10 @@ ONE_FRAME_BYTES_PER_OP = 300
 
 
 def refuse_frame_only(ns, *extra: tuple[str, object]) -> None:
-    """One line (exit 2) naming the options given that need every op in one place:
-    the window options (shared by report and compare) and ``extra`` (flag, value) pairs."""
+    """One line (exit 2) naming the options given that need every op in one place
+    (``extra``: (flag, value) pairs)."""
     from ..errors import CommtraceError
-    given = [flag for flag, v in (("--steps", ns.steps), ("--skip-steps", ns.skip_steps), ("--from", ns.t_from),
-                                  ("--to", ns.t_to), ("--phase", ns.phase), *extra) if v]
+    given = [flag for flag, v in extra if v]
     if given:
         raise CommtraceError(f"{', '.join(given)}: not available with the partitioned analysis of big runs "
                              "(it never holds every op in one place)")
@@ -111,9 +110,8 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
 
 def as_report(s) -> SimpleNamespace:
     """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
-    from ..analysis.window import Window
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
-                           split=pd.DataFrame(), skew=s.skew, regions=s.regions, info=s.info, window=Window(),
+                           split=pd.DataFrame(), skew=s.skew, regions=s.regions, info=s.info, window=s.window,
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
@@ -157,7 +155,7 @@ def partitioned_json(s) -> dict:
     top = s.skew["top"]
     return json_safe({
         "format": "commtrace-report", "version": 2, "partitioned": True,
-        "run": {"run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
+        "run": {**s.info, "run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
                 "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
         "issues": s.issues,
         "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),

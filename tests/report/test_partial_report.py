@@ -115,3 +115,47 @@ def test_regions_table_hand_computed(tmp_path):
     one_frame, partitioned = _report(d), _report(d, "--partitioned")
     section = lambda t: t[t.index("Regions (commtrace.region)"):].split("\n\n")[0]  # noqa: E731
     assert section(partitioned) == section(one_frame)
+
+
+def _before_timeline(text: str) -> list[str]:
+    """The report up to the timeline (which the partitioned report does not draw), less its "analysis" row."""
+    return [ln for ln in text.split("\nTimeline")[0].splitlines() if not ln.startswith("  analysis ")]
+
+
+WINDOWS = (["--steps", "3:10"], ["--skip-steps", "2"], ["--phase", "backward"], ["--from", "0.5s", "--to", "1.5s"],
+           ["--steps", "5:20", "--phase", "backward,pipeline", "--from", "300ms"], ["--steps", "400:500"])
+
+
+def test_windows_equal_one_frame(syn_run, tmp_path):
+    """Every window option: the same tables and numbers as the one-frame windowed report
+    (a synthetic run with steps and phases; the regions scenario in a time window)."""
+    from commtrace.analysis.window import Window
+    from .test_partial import assert_same
+    regions = _scenarios().regions(tmp_path / "r")
+    for run, args in [(syn_run, a) for a in WINDOWS] + [(regions, ["--from", "1us", "--to", "25us"])]:
+        kw = {"--steps": "steps", "--skip-steps": "skip_steps", "--phase": "phase", "--from": "t_from", "--to": "t_to"}
+        w = Window.from_args(**{kw[a]: int(v) if a == "--skip-steps" else v for a, v in zip(args[::2], args[1::2])})
+        rep = build_report(load_report_run(run), w)
+        s = analyse(run, workers=1, memory_limit=1 << 20, window=w)
+        if len(rep.frame):
+            assert_same(rep, s)
+        else:       # an empty window (empty tables: the one frame's have object dtypes)
+            assert s.ops == 0 and s.steps.shown == rep.steps.shown == 0 and not len(s.by_op)
+        for k in ("wall_ns", "span_ns", "window_ns", "comm_share_per_rank", "ops", "bytes", "window", "t0_ns"):
+            assert s.info[k] == rep.info[k], (args, k)
+        import pandas as pd
+        pd.testing.assert_frame_equal(s.regions, rep.regions)
+        assert _before_timeline(_report(run, "--partitioned", *args)) == _before_timeline(_report(run, *args)), args
+
+
+def test_window_errors_and_compare(syn_run, tmp_path, capsys):
+    assert main(["report", str(syn_run), "--partitioned", "--phase", "backwards"]) == 2
+    assert "--phase backwards: no op of this run has that phase" in capsys.readouterr().err
+    assert main(["report", str(syn_run), "--partitioned", "--skip-steps", "1",
+                 "--perfetto", str(tmp_path / "t.json")]) == 2
+    assert "--perfetto with a window: not available with the partitioned analysis" in capsys.readouterr().err
+    exp = write_synthetic_run(str(tmp_path / "exp"), ranks=4, ops_per_rank=300, seed=2, p2p=True)
+    assert main(["compare", str(syn_run), exp, "--width", "160", "--skip-steps", "2"]) == 0
+    one_frame = capsys.readouterr().out
+    assert main(["compare", str(syn_run), exp, "--width", "160", "--skip-steps", "2", "--partitioned"]) == 0
+    assert capsys.readouterr().out == one_frame

@@ -30,6 +30,8 @@ from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress import Progress
+from .window_map import FirstStartTask, all_bounds, check_phases, first_start, window_lengths
+from ..window import Window
 from .regions_map import regions_table
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .sketch import ALPHA
@@ -68,6 +70,7 @@ class ScanReport:
     info: dict = field(default_factory=dict)      # the banner's numbers, as analysis.run_info.run_info
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
+    window: object = None                         # the analysis.window.Window shown
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -84,9 +87,12 @@ def default_memory_limit() -> int:
 
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
-            compare_by: list | None = None) -> ScanReport:
+            compare_by: list | None = None, window=None) -> ScanReport:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
-    one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown."""
+    one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
+    ``window``: the analysis.window.Window shown (default: the whole run; window_map)."""
+    if window is not None and window.whole_run:
+        window = None
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
         raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
                              f"{', '.join(CELL_COLUMNS)} only")
@@ -106,13 +112,20 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     seconds = {}
     try:
         t0 = time.perf_counter()
+        first = None
+        if window is not None and (window.t_from is not None or window.t_to is not None):
+            stage = bar.stage("first op", len(plan.ranks), plan.records)
+            for f in ex.map(first_start, [FirstStartTask(m, plan.refs) for m in plan.ranks.values()]):
+                first = f if first is None or (f is not None and f < first) else first
+                stage.advance()
         ranks = RankFold()
         stage = bar.stage("ranks", len(plan.ranks), plan.records)
-        tasks = [RankTask(r, metas, plan.refs, exact, chunk) for r, metas in plan.ranks.items()]
+        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first) for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
             ranks.add(p)
             stage.advance(p.ops)
         seconds["ranks"] = time.perf_counter() - t0
+        check_phases(window, ranks.windows)
         cells = ranks.cell_table()
         keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
         keys["phase_op"] = ["phase", "op"]
@@ -120,7 +133,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             keys["compare"] = list(compare_by)
         t1 = time.perf_counter()
         parts = PartitionFold(top)
-        ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top)
+        ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top,
+                                  None if window is None else (all_bounds(ranks.windows), window.phases))
         stage = bar.stage("collectives", len(ptasks), 0)
         for p in ex.map(map_partition, ptasks):
             parts.add(p)
@@ -132,13 +146,22 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     qcache: dict = {}
     tables = {name: summary_table(cells, ranks.values, by, parts.bandwidth_table(name), qcache)
               for name, by in keys.items()}
+    if not len(cells):     # no op (in the window): build_report's empty per-group table is per op's
+        tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       plan.issues + ranks.issues, by_keys,
-                      run_info_of(plan.path, plan.run_id, ranks.facts, ranks.comm, ranks.ops),
-                      processes_of(ranks.facts), regions_table(ranks.regions))
+                      _info(plan, ranks, window), processes_of(ranks.facts), regions_table(ranks.regions),
+                      window or Window())
+
+
+def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
+    info = run_info_of(plan.path, plan.run_id, ranks.facts, ranks.comm, ranks.ops, ranks.t0,
+                       window_lengths(ranks.windows))
+    info["window"] = (window or Window()).describe()
+    return info
 
 
 def _env_dask():
@@ -155,7 +178,8 @@ def _chunk_size(plan: RunPlan, limit: int, workers: int) -> int:
     return int(min(by_memory, by_spread, 1 << 30))
 
 
-def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int) -> list[PartitionTask]:
+def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
+                     window: tuple | None = None) -> list[PartitionTask]:
     """One task per seq chunk that any file has records in; each names, per file,
     the record range holding that chunk's records (of any group)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
@@ -168,7 +192,7 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
         for c in set(ch.tolist()):
             sel = ch == c
             by_chunk.setdefault(c, []).append((metas[ops], ops, int(first[sel].min()), int(last[sel].max())))
-    return [PartitionTask(c, chunk, files, plan.refs, keys, top) for c, files in sorted(by_chunk.items())]
+    return [PartitionTask(c, chunk, files, plan.refs, keys, top, window) for c, files in sorted(by_chunk.items())]
 
 
 @dataclass

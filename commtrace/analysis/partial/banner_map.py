@@ -33,12 +33,11 @@ class RankFacts:
 
 
 def rank_facts(rank: int, procs: list, refs: dict, ops) -> RankFacts:
-    """``procs``: the rank's processes with their records; ``refs``: world id -> reference
-    process (as rank_map has them); ``ops``: its rank_ops.RankOps, or None (no ops)."""
+    """``procs``: the rank's processes; ``refs``: world id -> reference process (as rank_map
+    has them); ``ops``: its rank_ops.RankOps shown (the window's), or None (no ops)."""
     reader._describe_clocks(procs, refs)
     summaries = [{k: v for k, v in p.summary().items() if k not in _LEFT_OUT} for p in procs if p.rank is not None]
-    status = [p.records["status"] for p in procs if p.records is not None and len(p.records)]
-    status = np.concatenate(status) if status else np.zeros(0, np.uint8)
+    status = ops.status if ops is not None else np.zeros(0, np.uint8)
     failed = int((status == schema.STATUS_FAILED).sum())
     in_flight = int((status == schema.STATUS_IN_FLIGHT).sum())
     if ops is None or not len(ops.arrays.start):
@@ -51,7 +50,8 @@ def rank_facts(rank: int, procs: list, refs: dict, ops) -> RankFacts:
         np.minimum.at(lo, ops.proc, a.start)
         np.maximum.at(hi, ops.proc, a.end)
         spans = {s: int(h - low) for s, low, h in zip(ops.stems, lo, hi) if h >= low}
-    return RankFacts(rank, summaries, int(a.start.min()), int(a.end.max()), failed, in_flight, int(a.nbytes.sum()), spans)
+    return RankFacts(rank, summaries, int(a.start.min()), int(a.end.max()), failed, in_flight, int(a.nbytes.sum()),
+                     spans)
 
 
 def processes_of(facts: list[RankFacts]) -> list[dict]:
@@ -59,13 +59,16 @@ def processes_of(facts: list[RankFacts]) -> list[dict]:
     return sorted((p for f in facts for p in f.processes), key=lambda p: str(p.get("file")))
 
 
-def run_info_of(path: str, run_id, facts: list[RankFacts], comm_ns_per_rank: dict, ops: int) -> dict:
-    """``run_info`` of the whole run (no window) from every rank's facts."""
+def run_info_of(path: str, run_id, facts: list[RankFacts], comm_ns_per_rank: dict, ops: int, t0: int | None,
+                window_ns_per_rank: dict | None = None) -> dict:
+    """``run_info`` from every rank's facts (of the ops shown); ``t0``: the run's first op;
+    ``window_ns_per_rank``: as run_info's (None: the whole run)."""
     procs = processes_of(facts)
     starts = [f.first_start for f in facts if f.first_start is not None]
     spans = {s: v for f in facts for s, v in f.file_spans.items()}
-    return info_of(path, run_id, procs, t0=min(starts) if starts else None,
-                   first_start=min(starts) if starts else None,
-                   last_end={f.rank: f.last_end for f in facts if f.last_end is not None}, comm_ns_per_rank=comm_ns_per_rank,
+    return info_of(path, run_id, procs, t0=t0, first_start=min(starts) if starts else None,
+                   last_end={f.rank: f.last_end for f in facts if f.last_end is not None},
+                   comm_ns_per_rank=comm_ns_per_rank,
                    spans_of_file=spans, ops=ops, nbytes=sum(f.nbytes for f in facts),
-                   failed=sum(f.failed for f in facts), in_flight=sum(f.in_flight for f in facts))
+                   failed=sum(f.failed for f in facts), in_flight=sum(f.in_flight for f in facts),
+                   window_ns_per_rank=window_ns_per_rank)

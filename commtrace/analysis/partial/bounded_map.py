@@ -24,13 +24,6 @@ def bounded_records(meta_path: str) -> np.ndarray:
     return pt.records if pt is not None and pt.records is not None else np.empty(0, schema.OP_RECORD)
 
 
-def bounded_index(pt, chunk: int) -> tuple:
-    """rank_map's chunk index of a bounded process (``pt`` read with its records)."""
-    from .rank_map import chunk_runs
-    rec = pt.records if pt.records is not None else np.empty(0, schema.OP_RECORD)
-    return chunk_runs(rec["group"], rec["seq"], chunk)
-
-
 def ops_records_on_disk(ops_path: str) -> int:
     """Op records in an ops file and its previous ring segment, if any (from their sizes)."""
     import os

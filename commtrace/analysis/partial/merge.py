@@ -91,6 +91,7 @@ class RankFold:
         self.index: dict = {}
         self.facts: list = []               # banner_map.RankFacts per rank
         self.regions: dict = {}             # rank -> its regions.RegionFigures.acc
+        self.windows: list = []             # window_map.RankWindow per rank (None: no window)
 
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
@@ -120,6 +121,7 @@ class RankFold:
         self.facts.append(p.facts)
         if p.regions:
             self.regions[p.rank] = p.regions
+        self.windows.append(p.window)
 
     def op_order(self) -> list:
         """Op names in the order the one frame's categories have them (files in name order)."""
@@ -136,7 +138,7 @@ class RankFold:
         """(per_rank, across, outside, total_steps), or None when no rank took a step."""
         from ..report import StepTables
         per_rank = [t for _, t in sorted(self.per_rank.items()) if len(t)]
-        if not per_rank and not self.per_rank_cut:
+        if not per_rank and not self.per_rank_cut and not self.total_steps:
             return None
         pr = pd.concat(per_rank, ignore_index=True)[PER_RANK_COLUMNS] if per_rank else \
             pd.DataFrame(columns=PER_RANK_COLUMNS)

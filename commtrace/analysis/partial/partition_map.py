@@ -25,6 +25,7 @@ from ..arrays import NA_KEY
 from ..summary import bus_factor
 from .bounded_map import bounded_records, is_bounded
 from .rank_map import CELL_COLUMNS
+from .window_map import in_window
 
 _TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
 TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
@@ -39,6 +40,7 @@ class PartitionTask:
     refs: dict                  # world id -> meta path of the reference process
     tables: dict                # table name -> key columns (subset of CELL_COLUMNS)
     top: int
+    window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): window_map.in_window
 
 
 @dataclass
@@ -102,6 +104,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     own_refs: dict = {}
     for meta, ops, lo, hi in task.files:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
+        if got is not None and task.window is not None:
+            keep = in_window(*got, *task.window)
+            got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None
         if got is None:
             continue
         pt, rec, t = got

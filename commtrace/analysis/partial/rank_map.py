@@ -23,9 +23,10 @@ from ..arrays import OpArrays
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .banner_map import rank_facts
-from .bounded_map import bounded_index, is_bounded
+from .bounded_map import is_bounded
 from .regions_map import rank_regions
-from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
+from .window_map import applied_to_rank, rank_window
+from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
 from .sketch import LogSketch
 
 
@@ -36,6 +37,8 @@ class RankTask:
     refs: dict                  # world id -> meta path of the reference (rank-0) process
     exact: bool                 # keep durations (exact percentiles) instead of sketches
     chunk: int                  # seq chunk size of the partitions (see plan)
+    window: object = None       # analysis.window.Window shown (None: the whole run)
+    t0: int | None = None       # the run's first op start (--from/--to count from it)
 
 
 @dataclass
@@ -55,6 +58,7 @@ class RankPartial:
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
     facts: object = None         # banner_map.RankFacts: what the report's banner needs of this rank
     regions: dict = field(default_factory=dict)   # regions.RegionFigures.acc of this rank
+    window: object = None        # window_map.RankWindow (None: no window)
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -67,32 +71,37 @@ def map_rank(task: RankTask) -> RankPartial:
     own = {p.meta_path: p for p in procs}
     refs = {wid: _reference(m, own, []) for wid, m in task.refs.items()}
     refs = {w: p for w, p in refs.items() if p is not None}
-    index = {p.ops_path: bounded_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
+    index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs)
     ops = rank_ops(procs, refs, task.rank)
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
-    regions = rank_regions(region_spans, a)
-    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions)
-    cells, values = _cells(ops, task.rank, task.exact)
-    n = len(a.start) if a is not None else 0
+    applied = applied_to_rank(task.window, ops, steps, task.t0)
+    regions = rank_regions(region_spans, a, applied)
+    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions, applied)
+    shown = ops if applied is None else selected_ops(ops, applied.selected)
+    cells, values = _cells(shown, task.rank, task.exact)
+    n = len(shown.arrays.start) if shown is not None else 0
+    first = int(a.start.min()) if a is not None and len(a.start) else None
     return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
-                       int(steps["step"].max()) if len(steps) else 0, int(a.start.min()) if n else None,
+                       int(steps["step"].max()) if len(steps) else 0, first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
                        rank_medians(per_rank) if len(per_rank) else None, index,
-                       rank_facts(task.rank, procs, refs, ops), regions.acc)
+                       rank_facts(task.rank, procs, refs, shown), regions.acc, rank_window(applied, ops, spans))
 
 
-def _step_parts(waits, a, spans, steps, regions):
+def _step_parts(waits, a, spans, steps, regions, applied=None):
     if a is None:
         from ..step_table import PER_RANK_COLUMNS
         regions.add_without_ops(spans)
         return pd.DataFrame(columns=PER_RANK_COLUMNS), {}, {}
     op_step, where = locate_ops(a, steps)
-    figures = StepFigures(steps, a, op_step)
+    sel = applied.selected if applied is not None else None
+    shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
+    figures = StepFigures(shown_steps, a, op_step, sel)
     outside = OutsideSteps(steps)
-    times = RankTimes(waits, a, spans)
+    times = RankTimes(waits, a, spans, sel, applied.bounds if applied is not None else None)
     comm = {}
     for r in times.ranks():
         t = times.of(r)
@@ -101,11 +110,13 @@ def _step_parts(waits, a, spans, steps, regions):
         outside.add(r, t)
         regions.add(r, t.comm)
     stepping = np.isin(a.rank, list(outside.rows))
+    if sel is not None:
+        stepping &= sel
     parts: dict = {}
     for code in (BEFORE, BETWEEN, AFTER):
         m = stepping & (where == code)
         parts[code] = [int(m.sum()), int(a.nbytes[m].sum()), list(outside.comm[code])]
-    m = where == NO_STEPS
+    m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
     parts[NO_STEPS] = [int(m.sum()), int(a.nbytes[m].sum()), sorted(set(np.unique(a.rank[m]).tolist()))]
     return figures.table(), comm, parts
 
@@ -161,6 +172,12 @@ def _chunk_index(ops_path: str, chunk: int) -> tuple:
     except (OSError, ValueError):
         return none
     return chunk_runs(mm["group"], mm["seq"], chunk)
+
+
+def _bounded_chunk_index(pt, chunk: int) -> tuple:
+    """The chunk index of a bounded process (bounded_map): over the records the reader kept."""
+    rec = pt.records if pt.records is not None else np.empty(0, schema.OP_RECORD)
+    return chunk_runs(rec["group"], rec["seq"], chunk)
 
 
 def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:

@@ -29,6 +29,7 @@ class RankOps:
     op_names: list            # op names in the frame's category order
     proc: np.ndarray          # per op: index into ``stems`` (the trace file it came from)
     stems: list               # trace file stems of the processes with ops
+    status: np.ndarray        # per op: its record's status (schema.STATUS_*)
 
 
 def _key(v) -> str:
@@ -43,7 +44,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     details: dict = {}
     phases: dict = {}
     parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "phase", "grad",
-                                   "cell", "proc")}
+                                   "cell", "proc", "status")}
     stems: list = []
     for pt in procs:
         rec = pt.records
@@ -87,6 +88,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["grad"].append(grad[si])
         parts["cell"].append(c_of[inv.reshape(-1)])
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
+        parts["status"].append(rec["status"])
         stems.append(pt.stem)
     if not parts["t"]:
         return None
@@ -109,7 +111,18 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         "phase": pd.Categorical.from_codes(np.where(c["grad"], 0, -1), categories=["backward"]),
         "bucket": pd.arrays.IntegerArray(np.zeros(len(t), np.int32), ~c["grad"]),
     }, copy=False)
-    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems)
+    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"])
+
+
+def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
+    """The ops of ``ops`` where ``selected`` (a window), with the same cells and op names."""
+    if ops is None or selected.all():
+        return ops
+    a = ops.arrays
+    sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected], dur=a.dur[selected],
+                   nbytes=a.nbytes[selected])
+    return RankOps(sub, ops.waits[selected].reset_index(drop=True), ops.cell[selected], ops.cells, ops.op_names,
+                   ops.proc[selected], ops.stems, ops.status[selected])
 
 
 def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,8 +18,9 @@ class RankRegions(RegionFigures):
     """One rank's RegionFigures; ``add_without_ops``: the rank has compute spans but no op
     (the one-frame report counts its regions with no communication then)."""
 
-    def __init__(self, regions: pd.DataFrame | None, a: OpArrays | None):
-        super().__init__(regions, a if a is not None else _no_ops())
+    def __init__(self, regions: pd.DataFrame | None, a: OpArrays | None, applied=None):
+        super().__init__(regions, a if a is not None else no_ops(), applied.selected if applied is not None else None,
+                         applied.bounds if applied is not None else None)
 
     def add_without_ops(self, spans: pd.DataFrame | None) -> None:
         if spans is not None and len(spans):
@@ -27,13 +28,14 @@ class RankRegions(RegionFigures):
                 self.add(r, iv.empty())
 
 
-def _no_ops() -> OpArrays:
+def no_ops() -> OpArrays:
     i64 = np.empty(0, np.int64)
     return OpArrays(rank=np.empty(0, np.int32), start=i64, end=i64, dur=np.empty(0, np.float64), nbytes=i64)
 
 
-def rank_regions(regions: pd.DataFrame | None, a: OpArrays | None) -> RankRegions:
-    return RankRegions(regions, a)
+def rank_regions(regions: pd.DataFrame | None, a: OpArrays | None, applied=None) -> RankRegions:
+    """``applied``: the rank's window (analysis.window.Applied), None for the whole run."""
+    return RankRegions(regions, a, applied)
 
 
 def regions_table(per_rank: dict) -> pd.DataFrame:

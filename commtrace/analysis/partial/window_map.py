@@ -1,0 +1,139 @@
+"""Windows (``--steps``, ``--skip-steps``, ``--from/--to``, ``--phase``; analysis.window)
+in the partitioned analysis.
+
+A window is per rank (its interval [lo, hi] and the phases asked for), so each
+rank task applies it to its own ops and steps with ``window.apply``, exactly as
+``build_report`` does for the whole frame, and returns the rank's interval; the
+partition tasks then keep, of every file's records, those whose op starts inside
+its rank's interval and has one of the phases (``in_window``). Two things are
+run-wide: ``--from/--to`` count from the run's first op (a first pass over the
+ranks finds it: ``first_start``), and the length of a rank's window is cut to the
+run's extent, first op (or span) to last op end (folded from every rank's
+``RankWindow``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...errors import CommtraceError
+from ...trace import reader
+from ..arrays import NA_KEY
+from ..window import Applied, Window, apply
+
+
+@dataclass
+class RankWindow:
+    """What the reduce needs of one rank's window."""
+    bounds: dict | None         # rank -> (lo, hi) (None: no time range)
+    phases: set                 # the phases of all the rank's ops ("-": none), for the --phase check
+    lo: int | None              # the rank's first op start or span begin (all ops)
+    hi: int | None              # its last op end or span end
+
+
+def applied_to_rank(window: Window | None, ops, steps: pd.DataFrame, t0: int | None) -> Applied | None:
+    """``window.apply`` on one rank's ops (rank_ops.RankOps or None) and steps; None: no window."""
+    if window is None or window.whole_run:
+        return None
+    from .regions_map import no_ops
+    a = ops.arrays if ops is not None else no_ops()
+    frame = pd.DataFrame({"phase": _phase_of_ops(ops)}) if window.phases is not None else pd.DataFrame()
+    return apply(window, frame, a, steps, t0)
+
+
+def rank_window(applied: Applied | None, ops, spans: pd.DataFrame | None) -> RankWindow | None:
+    if applied is None:
+        return None
+    los, his = [], []
+    if ops is not None and len(ops.arrays.start):
+        los.append(int(ops.arrays.start.min()))
+        his.append(int(ops.arrays.end.max()))
+    if spans is not None and len(spans):
+        los.append(int(spans["t_begin_ns"].min()))
+        his.append(int(spans["t_end_ns"].max()))
+    phases = {c[2] for c in ops.cells} if ops is not None else set()
+    return RankWindow(applied.bounds, phases, min(los) if los else None, max(his) if his else None)
+
+
+def check_phases(window: Window | None, parts: list) -> None:
+    """As report.check_phases: --phase names must exist among the run's ops."""
+    if window is None or window.phases is None:
+        return
+    known = {p for w in parts if w is not None for p in w.phases} | {NA_KEY}
+    unknown = [p for p in window.phases if p not in known]
+    if unknown:
+        have = ", ".join(sorted(known))
+        raise CommtraceError(f"--phase {','.join(unknown)}: no op of this run has that phase (phases: {have}; "
+                             "'-' = ops without a phase)")
+
+
+def window_lengths(parts: list) -> dict | None:
+    """report._window_lengths from every rank's RankWindow: per rank, its interval cut to the
+    run's first op (or span) .. last op end (or span end)."""
+    parts = [w for w in parts if w is not None]
+    if not parts or parts[0].bounds is None:
+        return None
+    los = [w.lo for w in parts if w.lo is not None]
+    his = [w.hi for w in parts if w.hi is not None]
+    lo_run, hi_run = (min(los), max(his)) if los else (0, 0)
+    bounds = {r: b for w in parts for r, b in w.bounds.items()}
+    return {r: max(0, min(hi, hi_run) - max(lo, lo_run)) for r, (lo, hi) in sorted(bounds.items())}
+
+
+def all_bounds(parts: list) -> dict | None:
+    parts = [w for w in parts if w is not None]
+    if not parts or parts[0].bounds is None:
+        return None
+    return {r: b for w in parts for r, b in w.bounds.items()}
+
+
+def in_window(pt, rec: np.ndarray, t: np.ndarray, bounds: dict | None, phases: tuple | None) -> np.ndarray:
+    """Which of a process's records (``t``: their aligned starts) are in the window (window.apply's rule)."""
+    keep = np.ones(len(rec), dtype=bool)
+    if bounds is not None:
+        lo, hi = bounds.get(-1 if pt.rank is None else pt.rank, (0, 0))
+        keep &= (t >= lo) & (t <= hi) & (hi > lo)
+    if phases is not None:
+        ids = sorted(pt.sigs)
+        lut = np.zeros(max(ids) + 1, bool)
+        lut[ids] = [_phase_key(pt.sigs[i]) in phases for i in ids]
+        keep &= lut[rec["sig"]]
+    return keep
+
+
+def _phase_key(sig: dict) -> str:
+    v = reader._str_or_none(sig.get("phase"))
+    return NA_KEY if v is None else v
+
+
+def _phase_of_ops(ops) -> pd.Categorical:
+    if ops is None:
+        return pd.Categorical([])
+    names = sorted({c[2] for c in ops.cells})
+    code = np.array([names.index(c[2]) for c in ops.cells], np.int64)
+    return pd.Categorical.from_codes(code[ops.cell], categories=names)
+
+
+@dataclass
+class FirstStartTask:
+    metas: list
+    refs: dict
+
+
+def first_start(task: FirstStartTask) -> int | None:
+    """The first op start (rank 0's clock) of one rank's processes: the run's first op is the
+    least of them (--from/--to count from it)."""
+    procs = [p for p in (reader.read_process(m, []) for m in task.metas) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    out = None
+    for pt in procs:
+        rec = pt.records
+        if rec is None or not len(rec):
+            continue
+        ref_meta = task.refs.get(reader._world_of(pt))
+        ref = own.get(ref_meta) or (reader.read_process(ref_meta, [], records=False) if ref_meta else None)
+        t = rec["t_call"] + reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
+        m = int(t.min())
+        out = m if out is None else min(out, m)
+    return out
