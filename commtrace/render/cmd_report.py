@@ -168,7 +168,7 @@ def _run_partitioned(ns) -> int:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     window = window_of(ns)
-    refuse_frame_only(ns, ("--events", ns.events), ("--csv", ns.csv), ("--parquet", ns.parquet), ("--html", ns.html),
+    refuse_frame_only(ns, ("--events", ns.events), ("--html", ns.html),
                       ("--perfetto with a window", ns.perfetto and not window.whole_run))
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
     for issue in s.issues:
@@ -178,6 +178,9 @@ def _run_partitioned(ns) -> int:
         files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
         sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
                          + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
+    if ns.csv or ns.parquet:
+        from .export_ranks import write_by_rank
+        write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
         export.write_json(partitioned_json(s), ns.json)
     if not (ns.quiet or ns.json == "-"):

@@ -159,3 +159,33 @@ def test_window_errors_and_compare(syn_run, tmp_path, capsys):
     one_frame = capsys.readouterr().out
     assert main(["compare", str(syn_run), exp, "--width", "160", "--skip-steps", "2", "--partitioned"]) == 0
     assert capsys.readouterr().out == one_frame
+
+
+def _same_values(one_frame, partitioned) -> None:
+    """``partitioned`` (rank by rank) holds the rows of ``one_frame`` (interleaved by time), value for value."""
+    import pandas as pd
+    a = one_frame.sort_values(["rank", "t_start_ns"], kind="stable").reset_index(drop=True)
+    assert list(a.columns) == list(partitioned.columns) and len(a) == len(partitioned)
+    for c in a.columns:
+        x, y = a[c], partitioned[c]
+        if isinstance(x.dtype, pd.CategoricalDtype) or x.dtype == object:   # Parquet: strings, not categories
+            assert x.astype(object).where(x.notna(), None).tolist() == \
+                y.astype(object).where(y.notna(), None).tolist(), c
+        else:
+            pd.testing.assert_series_equal(x, y, check_names=False)
+
+
+def test_csv_and_parquet_rank_by_rank(syn_run, real_run, tmp_path):
+    import pandas as pd
+    for run in (syn_run, real_run):
+        for window in ([], ["--skip-steps", "1", "--phase", "backward"]):
+            one, part = tmp_path / "one", tmp_path / "part"
+            assert main(["report", str(run), "-q", "--csv", f"{one}.csv", "--parquet", f"{one}.parquet", *window]) == 0
+            assert main(["report", str(run), "-q", "--partitioned", "--csv", f"{part}.csv",
+                         "--parquet", f"{part}.parquet", *window]) == 0
+            csv = pd.read_csv(f"{part}.csv")
+            assert len(csv) and (csv["rank"].diff().dropna() >= 0).all()       # rank 0's rows, then rank 1's
+            pd.testing.assert_frame_equal(
+                pd.read_csv(f"{one}.csv").sort_values(["rank", "t_start_ns"], kind="stable").reset_index(drop=True),
+                csv)
+            _same_values(pd.read_parquet(f"{one}.parquet"), pd.read_parquet(f"{part}.parquet"))

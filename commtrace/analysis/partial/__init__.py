@@ -71,6 +71,7 @@ class ScanReport:
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
     window: object = None                         # the analysis.window.Window shown
+    bounds: dict | None = None                    # its interval per rank (None: no time range)
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -154,7 +155,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       plan.issues + ranks.issues, by_keys,
                       _info(plan, ranks, window), processes_of(ranks.facts), regions_table(ranks.regions),
-                      window or Window())
+                      window or Window(), all_bounds(ranks.windows))
 
 
 def _info(plan: RunPlan, ranks: RankFold, window) -> dict:

@@ -102,6 +102,21 @@ def in_window(pt, rec: np.ndarray, t: np.ndarray, bounds: dict | None, phases: t
     return keep
 
 
+def frame_in_window(frame: pd.DataFrame, bounds: dict | None, phases: tuple | None) -> pd.DataFrame:
+    """The rows of a frame (some ranks' ops, as reader.build_frame gives them) in the window."""
+    if (bounds is None and phases is None) or not len(frame):
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    if bounds is not None:
+        rank, t = frame["rank"].to_numpy(np.int64), frame["t_start_ns"].to_numpy(np.int64)
+        lo = np.array([bounds.get(int(r), (0, 0))[0] for r in rank], np.int64)
+        hi = np.array([bounds.get(int(r), (0, 0))[1] for r in rank], np.int64)
+        keep &= (t >= lo) & (t <= hi) & (hi > lo)
+    if phases is not None:
+        keep &= np.isin(frame["phase"].astype(object).fillna(NA_KEY).to_numpy(), list(phases))
+    return frame[keep].reset_index(drop=True)
+
+
 def _phase_key(sig: dict) -> str:
     v = reader._str_or_none(sig.get("phase"))
     return NA_KEY if v is None else v
