@@ -87,11 +87,10 @@ EVENT_COLUMNS = ["t_rel_ns", "rank", "op", "shapes", "dtype", "bytes", "group", 
                  "api", "detail"]
 
 
-def event_rows(frame: pd.DataFrame, t0: int, t_from: int | None = None, t_to: int | None = None,
-               limit: int | None = None) -> pd.DataFrame:
-    """The merged, time-ordered ops (rank 0's clock), times relative to ``t0``."""
-    start = frame["t_start_ns"].to_numpy(dtype=np.int64) - t0 if len(frame) else np.empty(0, np.int64)
-    sel = np.ones(len(frame), dtype=bool)
+def event_positions(start: np.ndarray, t_from: int | None, t_to: int | None, limit: int | None) -> np.ndarray:
+    """Positions of the events among ops starting at ``start`` (relative to t0), in time order
+    (stable), at most ``limit``."""
+    sel = np.ones(len(start), dtype=bool)
     if t_from is not None:
         sel &= start >= t_from
     if t_to is not None:
@@ -99,8 +98,14 @@ def event_rows(frame: pd.DataFrame, t0: int, t_from: int | None = None, t_to: in
     idx = np.flatnonzero(sel)
     if not np.all(np.diff(start[idx]) >= 0):
         idx = idx[np.argsort(start[idx], kind="stable")]
-    if limit is not None:
-        idx = idx[:limit]
+    return idx if limit is None else idx[:limit]
+
+
+def event_rows(frame: pd.DataFrame, t0: int, t_from: int | None = None, t_to: int | None = None,
+               limit: int | None = None) -> pd.DataFrame:
+    """The merged, time-ordered ops (rank 0's clock), times relative to ``t0``."""
+    start = frame["t_start_ns"].to_numpy(dtype=np.int64) - t0 if len(frame) else np.empty(0, np.int64)
+    idx = event_positions(start, t_from, t_to, limit)
     out = frame.iloc[idx][[c for c in EVENT_COLUMNS[1:] if c in frame]].copy()
     out.insert(0, "t_rel_ns", start[idx])
     return out.reset_index(drop=True)

@@ -168,7 +168,7 @@ def _run_partitioned(ns) -> int:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     window = window_of(ns)
-    refuse_frame_only(ns, ("--events", ns.events), ("--html", ns.html),
+    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None), ("--html", ns.html),
                       ("--perfetto with a window", ns.perfetto and not window.whole_run))
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
     for issue in s.issues:
@@ -185,5 +185,5 @@ def _run_partitioned(ns) -> int:
         export.write_json(partitioned_json(s), ns.json)
     if not (ns.quiet or ns.json == "-"):
         from .terminal import make_console
-        render_partitioned(make_console(ns.width), s, ns.top)
+        render_partitioned(make_console(ns.width), s, ns.top, ns.limit if ns.events else None)
     return EXIT_OK

@@ -115,7 +115,7 @@ def as_report(s) -> SimpleNamespace:
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
-def render_partitioned(con, s, top: int = 10) -> None:
+def render_partitioned(con, s, top: int = 10, events_limit: int | None = None) -> None:
     """The one-frame report's banner (plus how it was analysed), step, summary and skew tables."""
     rep = as_report(s)
     render_banner(con, rep)
@@ -133,6 +133,29 @@ def render_partitioned(con, s, top: int = 10) -> None:
     render_summary(con, rep)
     render_regions(con, rep)
     render_skew(con, rep, top)
+    if events_limit is not None:
+        from .terminal import render_events
+        frame, lo, hi = first_events(s, events_limit)
+        render_events(con, SimpleNamespace(frame=frame, info=s.info), lo, hi, events_limit)
+
+
+def first_events(s, limit: int):
+    """(the first ``limit`` ops in time order over every rank, in the window, as one frame;
+    the events' time range relative to t0): a merge of each rank's first ``limit`` (one rank's
+    frame in memory at a time)."""
+    import numpy as np
+    from ..analysis.timeline import event_positions
+    from .export_ranks import rank_frames
+    from .terminal import _timeline_range
+    lo, hi = _timeline_range(SimpleNamespace(bounds=s.bounds, info=s.info, window=s.window), None, None)
+    t0 = s.info.get("t0_ns") or 0
+    kept = None
+    for frame in rank_frames(s):
+        mine = frame.iloc[event_positions(frame["t_start_ns"].to_numpy(np.int64) - t0, lo, hi, limit)]
+        kept = mine if kept is None else pd.concat([kept, mine], ignore_index=True)
+        order = np.argsort(kept["t_start_ns"].to_numpy(np.int64), kind="stable")[:limit]   # ties: rank order
+        kept = kept.iloc[order].reset_index(drop=True)
+    return (kept if kept is not None else pd.DataFrame()), lo, hi
 
 
 def _render_rank_medians(con, med) -> None:

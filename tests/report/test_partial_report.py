@@ -189,3 +189,16 @@ def test_csv_and_parquet_rank_by_rank(syn_run, real_run, tmp_path):
                 pd.read_csv(f"{one}.csv").sort_values(["rank", "t_start_ns"], kind="stable").reset_index(drop=True),
                 csv)
             _same_values(pd.read_parquet(f"{one}.parquet"), pd.read_parquet(f"{part}.parquet"))
+
+
+def test_events_with_limit(syn_run, capsys):
+    """The first N ops in time order over every rank (in the window): the one-frame event list."""
+    for args in (["--limit", "25"], ["--limit", "40", "--skip-steps", "3", "--phase", "backward"],
+                 ["--limit", "30", "--from", "1s", "--to", "1.1s"], ["--limit", "5000"]):
+        one_frame = _report(syn_run, "--events", *args)
+        partitioned = _report(syn_run, "--partitioned", "--events", *args)
+        events = partitioned[partitioned.index("\nEvents ("):]
+        assert events == one_frame[one_frame.index("\nEvents ("):], args
+        assert events.count("\n") > 5
+    assert main(["report", str(syn_run), "--partitioned", "--events"]) == 2
+    assert "--events without --limit: not available with the partitioned analysis" in capsys.readouterr().err
