@@ -186,4 +186,5 @@ def _run_partitioned(ns) -> int:
     if not (ns.quiet or ns.json == "-"):
         from .terminal import make_console
         render_partitioned(make_console(ns.width), s, ns.top, ns.limit if ns.events else None)
-    return EXIT_OK
+    from types import SimpleNamespace
+    return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path))

@@ -202,3 +202,13 @@ def test_events_with_limit(syn_run, capsys):
         assert events.count("\n") > 5
     assert main(["report", str(syn_run), "--partitioned", "--events"]) == 2
     assert "--events without --limit: not available with the partitioned analysis" in capsys.readouterr().err
+
+
+def test_damaged_run_exit_code(odd_runs, capsys):
+    """Unreadable trace data: exit 1 and the same one line as the one-frame report."""
+    assert main(["report", odd_runs["torn"], "-q"]) == 1
+    one_frame = capsys.readouterr().err.splitlines()[-1]
+    assert main(["report", odd_runs["torn"], "-q", "--partitioned"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == one_frame
+    assert one_frame.startswith("commtrace: unreadable trace data left out of the figures: ")
+    assert main(["report", odd_runs["missing"], "-q", "--partitioned"]) == 0
