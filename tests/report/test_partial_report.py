@@ -212,3 +212,65 @@ def test_damaged_run_exit_code(odd_runs, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == one_frame
     assert one_frame.startswith("commtrace: unreadable trace data left out of the figures: ")
     assert main(["report", odd_runs["missing"], "-q", "--partitioned"]) == 0
+
+
+@pytest.fixture(scope="module")
+def cpp_layer_run(tmp_path_factory):
+    """Ranks 0 and 1 of the ProcessGroupMPI patch's trace writer (tests/cpp/main.cpp, "basic":
+    world-group ops, subgroup ops only the C++ layer sees, an MPI error) and, per process, a
+    Python-layer file holding the world-group ops (as tests/test_patch.py builds one)."""
+    import glob
+    import json
+    import shutil
+    import subprocess
+    import numpy as np
+    from commtrace.trace import schema
+    from commtrace.trace.writer import TraceWriter
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    base = tmp_path_factory.mktemp("cpp")
+    drv = str(base / "driver")
+    subprocess.run([gxx, "-std=c++17", "-O1", "-pthread", f"-I{os.path.join(root, 'patches')}",
+                    os.path.join(root, "tests", "cpp", "main.cpp"), "-o", drv], check=True, capture_output=True)
+    run = base / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        subprocess.run([drv, "basic", str(rank)], env={**os.environ, schema.ENV_DIR: str(run)}, check=True,
+                       capture_output=True, timeout=60)
+    for meta_path in sorted(glob.glob(str(run / "*.cpp.meta.jsonl"))):
+        meta = [json.loads(line) for line in open(meta_path) if line.strip()]
+        recs = np.fromfile(meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX, dtype=schema.OP_RECORD)
+        head = meta[0]
+        sig_op = {m["id"]: m["op"] for m in meta if m["type"] == "sig"}
+        py_sigs, rows = {}, []
+        for r in np.sort(recs[recs["group"] == 0], order="seq"):
+            sid = py_sigs.setdefault(sig_op[int(r["sig"])], len(py_sigs))
+            rows.append((int(r["t_call"]) - 2000, 1500.0, float(r["d_end"]) + 5000, int(r["seq"]), sid, 0, 0,
+                         int(r["status"]), schema.FLAG_SOURCE_PYTHON))
+        w = TraceWriter(str(run), f"rank{head['rank']}.pid{head['pid']}")
+        lines = [{"type": "header", "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
+                  "source": "python", "pid": head["pid"], "rank": head["rank"], "host": head["host"],
+                  "t_wall_ns": head["t_wall_ns"], "t_mono_ns": head["t_mono_ns"]},
+                 {"type": "world", "world": 0, "world_id": "w0", "rank": head["rank"], "world_size": 4,
+                  "backend": "mpi"},
+                 {"type": "group", "id": 0, "world": 0, "world_id": "w0", "name": "0", "backend": "mpi",
+                  "size": 4, "rank": head["rank"], "ranks": [0, 1, 2, 3]}]
+        lines += [{"type": "sig", "id": sid, "op": op, "variant": op} for op, sid in py_sigs.items()]
+        lines.append({"type": "end", "exit_code": 0, "how": "exit", "t_wall_ns": 0, "t_mono_ns": 0})
+        w.write(lines, np.array(rows, dtype=schema.OP_RECORD))
+        w.close()
+    return str(run)
+
+
+def test_cpp_layer_run_equals_one_frame(cpp_layer_run):
+    from .test_partial import assert_same
+    run = load_report_run(cpp_layer_run)
+    assert (run.frame["source"] == "cpp").any() and (run.frame["source"] == "python").any()   # merged, not all
+    rep = build_report(run)
+    s = analyse(cpp_layer_run, workers=1, memory_limit=1 << 20)
+    assert_same(rep, s)
+    for k in ("ops", "bytes", "failed", "in_flight", "wall_ns", "comm_share_per_rank", "ranks", "backends"):
+        assert s.info[k] == rep.info[k], k
+    assert _before_timeline(_report(cpp_layer_run, "--partitioned")) == _before_timeline(_report(cpp_layer_run))

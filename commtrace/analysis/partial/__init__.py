@@ -135,7 +135,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         t1 = time.perf_counter()
         parts = PartitionFold(top)
         ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top,
-                                  None if window is None else (all_bounds(ranks.windows), window.phases))
+                                  None if window is None else (all_bounds(ranks.windows), window.phases),
+                                  ranks.layers)
         stage = bar.stage("collectives", len(ptasks), 0)
         for p in ex.map(map_partition, ptasks):
             parts.add(p)
@@ -180,7 +181,7 @@ def _chunk_size(plan: RunPlan, limit: int, workers: int) -> int:
 
 
 def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
-                     window: tuple | None = None) -> list[PartitionTask]:
+                     window: tuple | None = None, layers: dict | None = None) -> list[PartitionTask]:
     """One task per seq chunk that any file has records in; each names, per file,
     the record range holding that chunk's records (of any group)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
@@ -193,7 +194,10 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
         for c in set(ch.tolist()):
             sel = ch == c
             by_chunk.setdefault(c, []).append((metas[ops], ops, int(first[sel].min()), int(last[sel].max())))
-    return [PartitionTask(c, chunk, files, plan.refs, keys, top, window) for c, files in sorted(by_chunk.items())]
+    layers = layers or {}
+    return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
+                          {f[1]: layers[f[1]] for f in files if f[1] in layers})
+            for c, files in sorted(by_chunk.items())]
 
 
 @dataclass

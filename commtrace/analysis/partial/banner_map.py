@@ -32,10 +32,9 @@ class RankFacts:
     file_spans: dict = field(default_factory=dict)   # stem -> last op end - first op start (bounded only)
 
 
-def rank_facts(rank: int, procs: list, refs: dict, ops) -> RankFacts:
-    """``procs``: the rank's processes; ``refs``: world id -> reference process (as rank_map
-    has them); ``ops``: its rank_ops.RankOps shown (the window's), or None (no ops)."""
-    reader._describe_clocks(procs, refs)
+def rank_facts(rank: int, procs: list, ops) -> RankFacts:
+    """``procs``: the rank's processes, their clocks described (reader._describe_clocks);
+    ``ops``: its rank_ops.RankOps shown (the window's), or None (no ops)."""
     summaries = [{k: v for k, v in p.summary().items() if k not in _LEFT_OUT} for p in procs if p.rank is not None]
     status = ops.status if ops is not None else np.zeros(0, np.uint8)
     failed = int((status == schema.STATUS_FAILED).sum())

@@ -92,6 +92,7 @@ class RankFold:
         self.facts: list = []               # banner_map.RankFacts per rank
         self.regions: dict = {}             # rank -> its regions.RegionFigures.acc
         self.windows: list = []             # window_map.RankWindow per rank (None: no window)
+        self.layers: dict = {}              # C++ ops path -> layers_map.CppFile
 
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
@@ -122,6 +123,7 @@ class RankFold:
         if p.regions:
             self.regions[p.rank] = p.regions
         self.windows.append(p.window)
+        self.layers.update(p.layers)
 
     def op_order(self) -> list:
         """Op names in the order the one frame's categories have them (files in name order)."""

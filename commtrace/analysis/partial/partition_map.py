@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from ...trace.schema import P2P_OPS
 from ..arrays import NA_KEY
 from ..summary import bus_factor
 from .bounded_map import bounded_records, is_bounded
+from .layers_map import cpp_unmatched
 from .rank_map import CELL_COLUMNS
 from .window_map import in_window
 
@@ -41,6 +42,7 @@ class PartitionTask:
     tables: dict                # table name -> key columns (subset of CELL_COLUMNS)
     top: int
     window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): window_map.in_window
+    layers: dict = field(default_factory=dict)   # C++ ops path -> layers_map.CppFile (its unmatched records)
 
 
 @dataclass
@@ -104,6 +106,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     own_refs: dict = {}
     for meta, ops, lo, hi in task.files:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
+        if got is not None and ops in task.layers:
+            got = cpp_unmatched(got, task.layers[ops], task.refs, _process)
         if got is not None and task.window is not None:
             keep = in_window(*got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None

@@ -50,8 +50,6 @@ def plan_run(run_dir: str | None) -> RunPlan:
     refs = {wid: pt.meta_path for wid, pt in reader._reference_processes(procs).items()}
     sizes = [_ops_records(p.meta_path) for p in ranked]
     unsupported = None
-    if any(p.header.get("source") == "cpp" for p in procs):
-        unsupported = "C++-layer trace files (their ops are merged into the Python layer's)"
     found = [str(i) for i in issues] + more + [str(i) for i in reader._missing_ranks(procs)]
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    unsupported, run_id)

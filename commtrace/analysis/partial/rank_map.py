@@ -24,6 +24,7 @@ from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .banner_map import rank_facts
 from .bounded_map import is_bounded
+from .layers_map import has_cpp, merged_rank_ops
 from .regions_map import rank_regions
 from .window_map import applied_to_rank, rank_window
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
@@ -59,6 +60,7 @@ class RankPartial:
     facts: object = None         # banner_map.RankFacts: what the report's banner needs of this rank
     regions: dict = field(default_factory=dict)   # regions.RegionFigures.acc of this rank
     window: object = None        # window_map.RankWindow (None: no window)
+    layers: dict = field(default_factory=dict)   # C++ ops path -> layers_map.CppFile
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -74,7 +76,12 @@ def map_rank(task: RankTask) -> RankPartial:
     index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs)
-    ops = rank_ops(procs, refs, task.rank)
+    reader._describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
+    layers: dict = {}
+    if has_cpp(procs):
+        ops, layers = merged_rank_ops(procs, refs)
+    else:
+        ops = rank_ops(procs, refs, task.rank)
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)
@@ -88,7 +95,7 @@ def map_rank(task: RankTask) -> RankPartial:
                        int(steps["step"].max()) if len(steps) else 0, first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
                        rank_medians(per_rank) if len(per_rank) else None, index,
-                       rank_facts(task.rank, procs, refs, shown), regions.acc, rank_window(applied, ops, spans))
+                       rank_facts(task.rank, procs, shown), regions.acc, rank_window(applied, ops, spans), layers)
 
 
 def _step_parts(waits, a, spans, steps, regions, applied=None):

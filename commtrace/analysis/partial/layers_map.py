@@ -1,0 +1,80 @@
+"""C++-layer trace files (the ProcessGroupMPI patch; trace.layers) in the partitioned analysis.
+
+The one-frame reader folds each C++ row into the Python row of the same op and
+drops it (``layers.merge_cpp_layer``); C++ rows no Python row matched (e.g.
+subgroup ops only the patched backend saw) stay, timed on their Python twin's
+clock. The merge is per process, so a rank task with C++ files builds its
+rank's frame, merges it the same way and takes its per-rank figures from the
+merged frame (``frame_ops``). Partition tasks read the C++ files' records like
+any other, but keep only the unmatched ones (``RankLayers``: per C++ ops file,
+their (group id, seq) keys and the Python twin whose clock they use)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...trace import reader, schema
+from ..arrays import NA_KEY, OpArrays
+from .rank_ops import CELL_COLUMNS, RankOps
+
+
+@dataclass
+class CppFile:
+    twin_meta: str              # the Python-layer file of the same process (its clock times the C++ records)
+    unmatched: np.ndarray       # sorted group id << 32 | seq of the records no Python row matched
+
+
+def has_cpp(procs: list) -> bool:
+    return any(p.header.get("source") == "cpp" for p in procs)
+
+
+def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
+    """(the rank's ops after the C++ merge, {C++ ops path: CppFile}); ``procs`` with their records
+    (build_frame consumes them)."""
+    from ...trace.layers import merge_cpp_layer
+    cpp = [p for p in procs if p.header.get("source") == "cpp"]
+    twins = {p.stem: reader._python_twin(p, procs) for p in cpp}
+    groups = {p.stem: {reader._str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
+    frame = reader.build_frame(procs, refs)
+    frame = merge_cpp_layer(frame, reader.read_mpi_calls(cpp)).reset_index(drop=True)
+    left = frame[(frame["source"] == "cpp").to_numpy()] if len(frame) else frame
+    files = {}
+    for p in cpp:
+        mine = left[(left["file"] == p.stem).to_numpy()] if len(left) else left
+        gid = np.array([groups[p.stem].get(g, -1) for g in mine["group"].astype(object)], np.int64)
+        keys = np.sort((gid << 32) | mine["seq"].to_numpy(np.int64)) if len(mine) else np.empty(0, np.int64)
+        files[p.ops_path] = CppFile(twins[p.stem].meta_path, keys)
+    return frame_ops(frame), files
+
+
+def frame_ops(frame: pd.DataFrame) -> RankOps | None:
+    """RankOps of one rank's (merged) frame: the same arrays rank_ops gathers from records."""
+    if not len(frame):
+        return None
+    keys = pd.DataFrame({c: frame[c].astype(object).where(frame[c].notna(), NA_KEY).astype(str)
+                         for c in CELL_COLUMNS})
+    cell, uniq = pd.MultiIndex.from_frame(keys).factorize()
+    ops = frame["op"]
+    op_names = [str(o) for o in (ops.cat.categories if isinstance(ops.dtype, pd.CategoricalDtype)
+                                 else pd.unique(ops.dropna()))]
+    proc, stems = pd.factorize(frame["file"].astype(str))
+    status_of = {name: code for code, name in schema.STATUS_NAMES.items()}
+    status = np.array([status_of[s] for s in frame["status"].astype(str)], np.uint8)
+    return RankOps(OpArrays.of(frame), frame, cell.astype(np.int64), [tuple(t) for t in uniq], op_names,
+                   proc.astype(np.int32), list(stems), status)
+
+
+def cpp_unmatched(got: tuple, f: CppFile, refs: dict, process) -> tuple | None:
+    """A partition's slice of a C++ file (pt, records, times): its unmatched records, timed on the
+    Python twin's clock (as build_frame times them); ``process``: meta path -> ProcessTrace."""
+    pt, rec, _ = got
+    keep = np.isin((rec["group"].astype(np.int64) << 32) | rec["seq"].astype(np.int64), f.unmatched)
+    if not keep.any():
+        return None
+    rec = rec[keep]
+    twin = process(f.twin_meta) or pt
+    ref_meta = refs.get(reader._world_of(twin))
+    ref = process(ref_meta) if ref_meta else None
+    return pt, rec, rec["t_call"] + reader._offset_fn(twin, ref)(rec["t_call"]).astype(np.int64)
