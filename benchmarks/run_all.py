@@ -11,7 +11,8 @@ under mpirun: the mpi backend against raw mpi4py and gloo), cuda (bench_cuda.py:
 NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
 --keep-last / --steps against full mode, disk and memory over a long run), patch (bench_patch.py: the
 ProcessGroupMPI patch's C++ trace writer per op), scale (bench_scale.py: the partitioned analysis of big
-runs), html (bench_html.py: report --html write time, page size, load time in headless Chromium).
+runs), html (bench_html.py: report --html write time, page size, load time in headless Chromium),
+partialreport (bench_partial_report.py: the partitioned report's --csv and windows against one frame).
 ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
@@ -40,12 +41,13 @@ import bench_patch  # noqa: E402
 import bench_html  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_scale  # noqa: E402
+import bench_partial_report  # noqa: E402
 import bench_run_path  # noqa: E402
 import bench_tracesize  # noqa: E402
 import intervals  # noqa: E402
 
 SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "html",
-            "patch", "scale")
+            "patch", "scale", "partialreport")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -63,6 +65,7 @@ FULL = {
     "patch": {"ops": 20_000, "reps": 15},
     "scale": {"ranks": 64, "ops": 100_000, "dask": True},
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 125_000},
+    "partialreport": {"ranks": 16, "ops": 100_000, "reps": 3},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -77,6 +80,7 @@ QUICK = {
     "patch": {"ops": 20_000, "reps": 5},
     "scale": {"ranks": 64, "ops": 20_000, "dask": True},
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 25_000},
+    "partialreport": {"ranks": 8, "ops": 50_000, "reps": 1},
 }
 
 GOALS = {
@@ -198,6 +202,8 @@ def run_section(name: str, cfg) -> dict:
         return bench_scale.run(cfg["ranks"], cfg["ops"], cfg["dask"])
     if name == "html":
         return bench_html.run(cfg["demo_ops"], cfg["big_ranks"], cfg["big_ops"])
+    if name == "partialreport":
+        return bench_partial_report.run(cfg["ranks"], cfg["ops"], cfg["reps"])
     raise ValueError(name)
 
 
@@ -659,6 +665,9 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
     if "scale" in res:
         body.append("## 11. Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
                     + "\nThe 10^9-op run: docs/report-performance.md, \"Big runs\".\n")
+    if "partialreport" in res:
+        body.append("## 12. Partitioned report: exports and windows (bench_partial_report.py)\n\n"
+                    + bench_partial_report.markdown(res["partialreport"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")
