@@ -274,3 +274,16 @@ def test_cpp_layer_run_equals_one_frame(cpp_layer_run):
     for k in ("ops", "bytes", "failed", "in_flight", "wall_ns", "comm_share_per_rank", "ranks", "backends"):
         assert s.info[k] == rep.info[k], k
     assert _before_timeline(_report(cpp_layer_run, "--partitioned")) == _before_timeline(_report(cpp_layer_run))
+
+
+def test_cpp_layer_run_exports_and_events(cpp_layer_run, tmp_path):
+    """--csv and --events of a C++-layer run: C++ rows merged into Python rows, as the one frame has them."""
+    import pandas as pd
+    one, part = tmp_path / "one.csv", tmp_path / "part.csv"
+    assert main(["report", cpp_layer_run, "-q", "--csv", str(one)]) == 0
+    assert main(["report", cpp_layer_run, "-q", "--partitioned", "--csv", str(part)]) == 0
+    pd.testing.assert_frame_equal(
+        pd.read_csv(one).sort_values(["rank", "t_start_ns"], kind="stable").reset_index(drop=True), pd.read_csv(part))
+    one_frame = _report(cpp_layer_run, "--events", "--limit", "100")
+    partitioned = _report(cpp_layer_run, "--partitioned", "--events", "--limit", "100")
+    assert partitioned[partitioned.index("\nEvents ("):] == one_frame[one_frame.index("\nEvents ("):]

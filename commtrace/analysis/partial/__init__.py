@@ -25,6 +25,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader
 from .banner_map import processes_of, run_info_of
+from .layers_map import rank_frame
 from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
 from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
@@ -211,7 +212,7 @@ class RankPart:
         procs = [p for p in (reader.read_process(m, []) for m in self.files) if p is not None]
         own = {p.meta_path: p for p in procs}
         refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
-        return reader.build_frame(procs, {w: p for w, p in refs.items() if p is not None})
+        return rank_frame(procs, {w: p for w, p in refs.items() if p is not None})
 
 
 def load_ranks(parts: list[RankPart]):
@@ -224,7 +225,7 @@ def load_ranks(parts: list[RankPart]):
     refs = {w: p for w, p in refs.items() if p is not None}
     spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
     summaries = [p.summary() for p in procs]
-    frame = reader.build_frame(procs, refs)
+    frame = rank_frame(procs, refs)
     return reader.Run("", frame, summaries, issues, spans, marks, regions)
 
 

@@ -33,12 +33,10 @@ def has_cpp(procs: list) -> bool:
 def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
     """(the rank's ops after the C++ merge, {C++ ops path: CppFile}); ``procs`` with their records
     (build_frame consumes them)."""
-    from ...trace.layers import merge_cpp_layer
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
     twins = {p.stem: reader._python_twin(p, procs) for p in cpp}
     groups = {p.stem: {reader._str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
-    frame = reader.build_frame(procs, refs)
-    frame = merge_cpp_layer(frame, reader.read_mpi_calls(cpp)).reset_index(drop=True)
+    frame = rank_frame(procs, refs)
     left = frame[(frame["source"] == "cpp").to_numpy()] if len(frame) else frame
     files = {}
     for p in cpp:
@@ -47,6 +45,16 @@ def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
         keys = np.sort((gid << 32) | mine["seq"].to_numpy(np.int64)) if len(mine) else np.empty(0, np.int64)
         files[p.ops_path] = CppFile(twins[p.stem].meta_path, keys)
     return frame_ops(frame), files
+
+
+def rank_frame(procs: list, refs: dict) -> pd.DataFrame:
+    """Some ranks' frame as ``reader.load_run`` has their ops: C++ rows merged into Python rows."""
+    frame = reader.build_frame(procs, refs)
+    cpp = [p for p in procs if p.header.get("source") == "cpp"]
+    if not cpp:
+        return frame
+    from ...trace.layers import merge_cpp_layer
+    return merge_cpp_layer(frame, reader.read_mpi_calls(cpp)).reset_index(drop=True)
 
 
 def frame_ops(frame: pd.DataFrame) -> RankOps | None:
