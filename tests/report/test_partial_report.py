@@ -287,3 +287,18 @@ def test_cpp_layer_run_exports_and_events(cpp_layer_run, tmp_path):
     one_frame = _report(cpp_layer_run, "--events", "--limit", "100")
     partitioned = _report(cpp_layer_run, "--partitioned", "--events", "--limit", "100")
     assert partitioned[partitioned.index("\nEvents ("):] == one_frame[one_frame.index("\nEvents ("):]
+
+
+def test_window_on_dask_equals_one_frame(syn_run):
+    """The window travels to the workers of a real Dask LocalCluster (worker processes)."""
+    distributed = pytest.importorskip("distributed")
+    from commtrace.analysis.window import Window
+    from .test_partial import assert_same
+    w = Window.from_args(skip_steps=2, phase="backward,pipeline", t_from="300ms")
+    rep = build_report(load_report_run(syn_run), w)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+                                  ) as cluster, distributed.Client(cluster) as client:
+        s = analyse(syn_run, dask=client, window=w)
+    assert s.executor == "dask"
+    assert_same(rep, s)
+    assert s.info["comm_share_per_rank"] == rep.info["comm_share_per_rank"] and s.info["window"] == rep.info["window"]
