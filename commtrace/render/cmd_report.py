@@ -168,7 +168,7 @@ def _run_partitioned(ns) -> int:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     window = window_of(ns)
-    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None), ("--html", ns.html),
+    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None),
                       ("--perfetto with a window", ns.perfetto and not window.whole_run))
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
     for issue in s.issues:
@@ -183,6 +183,10 @@ def _run_partitioned(ns) -> int:
         write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
         export.write_json(partitioned_json(s), ns.json)
+    if ns.html:
+        from .html_page import report_html, write_html
+        from .partitioned import as_report
+        write_html(report_html(as_report(s), every_op=False), ns.html)
     if not (ns.quiet or ns.json == "-"):
         from .terminal import make_console
         render_partitioned(make_console(ns.width), s, ns.top, ns.limit if ns.events else None)

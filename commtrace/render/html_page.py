@@ -81,13 +81,21 @@ def _report_blocks(rep) -> list[tuple]:
     return rec.take()
 
 
-def report_html(rep) -> str:
+def report_html(rep, every_op: bool = True) -> str:
+    """``every_op``: ``rep`` holds every op (the one-frame report); else (the partitioned report) the
+    figures drawn from the ops themselves -- timeline, arrival heatmap, bandwidth by size -- are left out."""
     blocks = _report_blocks(rep)
     banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
     registry: list = []
-    tl = figs.timeline_figure(rep) if rep.info["ops"] or (rep.spans is not None and len(rep.spans)) else None
+    tl = figs.timeline_figure(rep) if every_op and (rep.info["ops"] or (rep.spans is not None and len(rep.spans))) \
+        else None
     notes = "".join(f'<div class="notice">{text(n)}</div>' for n in (tl or {}).get("notes", []))
+    if not every_op:
+        notes += ('<div class="notice">Analysed file by file (partitioned): the timeline, the arrival-skew '
+                  "heatmap and the bandwidth plot need every op in one place and are left out.</div>")
     body = [f"<h1>{text('commtrace report')}</h1>", f'<pre class="text" id="banner">{text(banner)}</pre>']
+    if not every_op:
+        body.append(notes)
     if tl is not None:
         body.append('<h2>Timeline</h2><p class="note">One lane per rank (communication ops, coloured by kind) with '
                     "its compute spans beneath; hover an op for every field and the same collective on the other "
@@ -98,9 +106,12 @@ def report_html(rep) -> str:
                                 "compute (no comm) + hidden comm + exposed comm + other = the rank's step time "
                                 "(docs/report.md)"))
     body.append("<h2>Tables</h2>" + blocks_html(tables))
-    body.append(_figure_section("skew-heatmap", "Arrival skew", figs.skew_heatmap(rep), registry))
+    if every_op:
+        body.append(_figure_section("skew-heatmap", "Arrival skew", figs.skew_heatmap(rep), registry))
     body.append(_figure_section("stragglers", "Straggler ranking", figs.stragglers_figure(rep), registry))
-    body.append(_figure_section("bandwidth", "Bandwidth against message size", figs.bandwidth_figure(rep), registry))
+    if every_op:
+        body.append(_figure_section("bandwidth", "Bandwidth against message size", figs.bandwidth_figure(rep),
+                                    registry))
     data = {"timeline": _timeline_data(tl), "figures": registry}
     return _page(f"commtrace report {rep.info.get('run_dir', '')}", "\n".join(body), data)
 

@@ -302,3 +302,27 @@ def test_window_on_dask_equals_one_frame(syn_run):
     assert s.executor == "dask"
     assert_same(rep, s)
     assert s.info["comm_share_per_rank"] == rep.info["comm_share_per_rank"] and s.info["window"] == rep.info["window"]
+
+
+def test_html_tables_and_figures(syn_run, tmp_path):
+    """--html: the one-frame page's tables, step and straggler figures; no figure drawn from every op."""
+    import json
+    import re
+
+    def page(*extra):
+        out = tmp_path / f"{len(extra)}.html"
+        assert main(["report", str(syn_run), "-q", "--html", str(out), *extra]) == 0
+        html = out.read_text()
+        data = json.loads(re.search(r'<script id="commtrace-data" type="application/json">(.*?)</script>', html,
+                                    re.S).group(1))
+        tables = html[html.index("<h2>Tables</h2>"):]
+        return html, {f["id"]: f["figure"] for f in data["figures"]}, tables[:tables.index("<h2>", 5)]
+
+    one_html, one_figs, one_tables = page()
+    html, figures, tables = page("--partitioned")
+    assert tables == one_tables and "<table" in tables
+    assert set(figures) == {"steps-chart", "stragglers"} and set(one_figs) >= set(figures)
+    for fid, fig in figures.items():
+        assert fig == one_figs[fid], fid
+    assert "Analysed file by file (partitioned)" in html and '<div id="timeline"' not in html
+    assert '<div id="timeline"' in one_html
