@@ -1,6 +1,7 @@
-"""``commtrace report`` of a run analysed by map/reduce (analysis.partial): the same
-step, per-op and skew tables as the one-frame report, a shorter banner (no
-timeline, regions or per-op exports: those need every op in one place)."""
+"""``commtrace report`` of a run analysed by map/reduce (analysis.partial): the one-frame
+report's banner (plus an ``analysis`` row), step, per-op, region and skew tables, in any
+window; ``--events`` only with ``--limit`` (``first_events``), Perfetto in pieces
+(``write_perfetto_pieces``); no timeline (it needs every op in one place)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
