@@ -112,7 +112,8 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
 def as_report(s) -> SimpleNamespace:
     """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
-                           split=pd.DataFrame(), skew=s.skew, regions=s.regions, info=s.info, window=s.window,
+                           split=s.split if s.split is not None else pd.DataFrame(), skew=s.skew, regions=s.regions,
+                           info=s.info, window=s.window,
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
@@ -184,6 +185,7 @@ def partitioned_json(s) -> dict:
         "issues": s.issues,
         "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),
         "by_phase": table_records(s.by_phase), "regions": table_records(s.regions),
+        "split_phases": table_records(s.split),
         "steps": table_records(st.across.head(100_000)) if st is not None else [],
         "steps_per_rank": table_records(st.per_rank.head(1_000_000)) if st is not None else [],
         "outside_steps": table_records(st.outside) if st is not None else [],

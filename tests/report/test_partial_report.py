@@ -326,3 +326,34 @@ def test_html_tables_and_figures(syn_run, tmp_path):
         assert fig == one_figs[fid], fid
     assert "Analysed file by file (partitioned)" in html and '<div id="timeline"' not in html
     assert '<div id="timeline"' in one_html
+
+
+def _tracebuilder():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tracebuilder.py")
+    spec = importlib.util.spec_from_file_location("partial_report_tracebuilder", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_split_phases_note(tmp_path):
+    """Three ranks; all_reduce seq 1 in backward everywhere; seq 2 in backward on ranks 0, 2 and in
+    join on rank 1; a barrier (seq 3) with no phase on rank 2 only vs optimizer on 0, 1:
+    two split collectives, seq 2 first ("backward: 0,2; join: 1"), then seq 3 ("-: 2; optimizer: 0,1")."""
+    tb = _tracebuilder()
+    procs = [tb.Proc(r, world_size=3) for r in range(3)]
+    for r, p in enumerate(procs):
+        p.op("all_reduce", 10 + r, 20, phase="backward")
+        p.op("all_reduce", 30 + r, 40, phase="join" if r == 1 else "backward")
+        p.op("barrier", 50 + r, 60, phase=None if r == 2 else "optimizer")
+    d = tb.write_run(tmp_path / "split", procs)
+    s = analyse(d, workers=1, memory_limit=1 << 20)
+    assert s.split.to_dict("records") == [
+        {"op": "all_reduce", "group": "0", "seq": 2, "by_rank": "backward: 0,2; join: 1"},
+        {"op": "barrier", "group": "0", "seq": 3, "by_rank": "-: 2; optimizer: 0,1"}]
+    import pandas as pd
+    pd.testing.assert_frame_equal(s.split, build_report(load_report_run(d)).split, check_dtype=False)
+    one_frame, partitioned = _report(d), _report(d, "--partitioned")
+    assert "2 collective(s) ran in different phases on different ranks" in partitioned
+    assert _before_timeline(partitioned) == _before_timeline(one_frame)

@@ -31,6 +31,7 @@ from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress import Progress
+from .split_map import split_table
 from .window_map import FirstStartTask, all_bounds, check_phases, first_start, window_lengths
 from ..window import Window
 from .regions_map import regions_table
@@ -73,6 +74,7 @@ class ScanReport:
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
     window: object = None                         # the analysis.window.Window shown
     bounds: dict | None = None                    # its interval per rank (None: no time range)
+    split: pd.DataFrame | None = None             # collectives filed under different phases (split_collectives)
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -157,7 +159,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       plan.issues + ranks.issues, by_keys,
                       _info(plan, ranks, window), processes_of(ranks.facts), regions_table(ranks.regions),
-                      window or Window(), all_bounds(ranks.windows))
+                      window or Window(), all_bounds(ranks.windows),
+                      split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]))
 
 
 def _info(plan: RunPlan, ranks: RankFold, window) -> dict:

@@ -264,6 +264,7 @@ class PartitionFold:
         self.spreads: dict = {}
         self.bandwidth: dict = {}
         self.busbw = [0.0, 0.0, 0]
+        self.splits: list = []             # split_map.split_instances per partition
 
     def add(self, p: PartitionPartial) -> None:
         self.instances += p.instances
@@ -277,6 +278,8 @@ class PartitionFold:
             self.bandwidth.setdefault(name, []).append(t)
         for i in range(3):
             self.busbw[i] += p.busbw[i]
+        if p.split is not None and len(p.split):
+            self.splits.append(p.split)
 
     def _top(self, parts: list) -> pd.DataFrame:
         t = pd.concat(parts, ignore_index=True)

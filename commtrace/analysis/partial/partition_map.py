@@ -26,6 +26,7 @@ from ..summary import bus_factor
 from .bounded_map import bounded_records, is_bounded
 from .layers_map import cpp_unmatched
 from .rank_map import CELL_COLUMNS
+from .split_map import split_instances
 from .window_map import in_window
 
 _TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
@@ -53,6 +54,7 @@ class PartitionPartial:
     spreads: dict               # op -> spreads of its instances
     bandwidth: dict             # table -> DataFrame(key columns + collectives, T, S, B)
     busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
+    split: pd.DataFrame | None = None   # split_map.split_instances: instances filed under several phases
 
 
 def _s(v) -> str:
@@ -206,7 +208,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     S = table["size_bytes"].to_numpy(np.float64)
     okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0)
     busbw = (float((S[okb] * fac[okb]).sum()), float(T[okb].sum()), int(((~p2p)).sum()))
-    return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw)
+    split = split_instances(c["cell"], cell_ids, inst, first, c["rank"], c["t"],
+                            np.asarray(ops, dtype=object)[op_first], group_of[c["wg"][first]], c["seq"][first])
+    return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split)
 
 
 def _instances(c: dict) -> np.ndarray:
