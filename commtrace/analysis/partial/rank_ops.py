@@ -115,14 +115,16 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
 
 
 def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
-    """The ops of ``ops`` where ``selected`` (a window), with the same cells and op names."""
+    """The ops of ``ops`` where ``selected`` (a window), with the same cells and op names, for the
+    figures of the ops shown (summary cells, banner facts). ``waits`` is None: compute time counts
+    every op of the rank (RankTimes reads the whole rank's waits, the window as ``selected``)."""
     if ops is None or selected.all():
         return ops
     a = ops.arrays
     sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected], dur=a.dur[selected],
                    nbytes=a.nbytes[selected])
-    return RankOps(sub, ops.waits[selected].reset_index(drop=True), ops.cell[selected], ops.cells, ops.op_names,
-                   ops.proc[selected], ops.stems, ops.status[selected])
+    return RankOps(sub, None, ops.cell[selected], ops.cells, ops.op_names, ops.proc[selected], ops.stems,
+                   ops.status[selected])
 
 
 def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
