@@ -168,8 +168,7 @@ def _run_partitioned(ns) -> int:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     window = window_of(ns)
-    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None),
-                      ("--perfetto with a window", ns.perfetto and not window.whole_run))
+    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None))
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
     for issue in s.issues:
         warn(issue)

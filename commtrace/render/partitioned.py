@@ -74,7 +74,8 @@ PERFETTO_BYTES_PER_OP = 1000
 def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
     (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
-    one rank with more ops than that (analysis.partial.perfetto_pieces); one time base."""
+    one rank with more ops than that (analysis.partial.perfetto_pieces); one time base. In a
+    window: the ops in it, and the spans, marks and regions overlapping it (as the one-frame export)."""
     import numpy as np
     from ..analysis.match import match_ops
     from ..analysis.partial import load_ranks, perfetto_pieces, scan
@@ -85,7 +86,7 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     base, ext = (path[:-5], ".json") if path.endswith(".json") else (path, ".json")
     written = []
     for ranks, piece, pieces in perfetto_pieces(ops, max_ops):
-        run = load_ranks([parts[r] for r in ranks])
+        run = _in_window(load_ranks([parts[r] for r in ranks]), s)
         frame = run.frame
         if piece is not None:          # a time window of one rank: its ops [lo, hi) in start order
             lo, hi = piece * len(frame) // pieces, (piece + 1) * len(frame) // pieces
@@ -107,6 +108,27 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
         write_perfetto(frame, out, s.t0_ns, inst, run.processes, spans=spans, marks=run.marks, regions=run.regions)
         written.append(out)
     return written
+
+
+def _in_window(run, s):
+    """Some ranks' reader.Run cut to the window of ScanReport ``s``: ops as window_map.frame_in_window,
+    spans / marks / regions overlapping their rank's interval (report._within's rule)."""
+    import numpy as np
+    from ..analysis.partial.window_map import frame_in_window
+    from ..analysis.window import in_bounds
+    phases = s.window.phases if s.window is not None else None
+    if s.bounds is None and phases is None:
+        return run
+
+    def within(table, begin, end):
+        if table is None or not len(table) or s.bounds is None:
+            return table
+        keep = in_bounds(table["rank"].to_numpy(), table[begin].to_numpy(np.int64), table[end].to_numpy(np.int64),
+                         s.bounds)
+        return table[keep].reset_index(drop=True)
+    return type(run)(run.path, frame_in_window(run.frame, s.bounds, phases), run.processes, run.issues,
+                     within(run.spans, "t_begin_ns", "t_end_ns"), within(run.marks, "t_ns", "t_ns"),
+                     within(run.regions, "t_begin_ns", "t_end_ns"))
 
 
 def as_report(s) -> SimpleNamespace:

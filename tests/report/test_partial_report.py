@@ -151,9 +151,6 @@ def test_windows_equal_one_frame(syn_run, tmp_path):
 def test_window_errors_and_compare(syn_run, tmp_path, capsys):
     assert main(["report", str(syn_run), "--partitioned", "--phase", "backwards"]) == 2
     assert "--phase backwards: no op of this run has that phase" in capsys.readouterr().err
-    assert main(["report", str(syn_run), "--partitioned", "--skip-steps", "1",
-                 "--perfetto", str(tmp_path / "t.json")]) == 2
-    assert "--perfetto with a window: not available with the partitioned analysis" in capsys.readouterr().err
     exp = write_synthetic_run(str(tmp_path / "exp"), ranks=4, ops_per_rank=300, seed=2, p2p=True)
     assert main(["compare", str(syn_run), exp, "--width", "160", "--skip-steps", "2"]) == 0
     one_frame = capsys.readouterr().out
@@ -357,3 +354,35 @@ def test_split_phases_note(tmp_path):
     one_frame, partitioned = _report(d), _report(d, "--partitioned")
     assert "2 collective(s) ran in different phases on different ranks" in partitioned
     assert _before_timeline(partitioned) == _before_timeline(one_frame)
+
+
+def test_perfetto_pieces_in_a_window(syn_run, tmp_path, capsys):
+    """--perfetto in a window: the ops, compute spans and flows of the one-frame windowed export
+    (one piece holding every rank), and the same op slices when cut into pieces."""
+    import glob
+    import json
+
+    def events(files):
+        out: dict = {}
+        for f in files:
+            for e in json.load(open(f))["traceEvents"]:
+                k = (e.get("ph"), e.get("cat"))
+                out[k] = out.get(k, 0) + 1
+        return {k: v for k, v in out.items() if k[0] in ("X", "s", "f")}
+
+    for window in (["--skip-steps", "3", "--phase", "backward"], ["--from", "0.5s", "--to", "1.5s"]):
+        one = tmp_path / "one.json"
+        assert main(["report", str(syn_run), "-q", "--perfetto", str(one), *window]) == 0
+        expected = events([one])
+        assert expected[("X", "collective")] > 0
+        for max_mb, name in (("1000", "whole"), ("0.2", "cut")):
+            out = tmp_path / f"{name}.json"
+            assert main(["report", str(syn_run), "-q", "--partitioned", "--perfetto", str(out),
+                         "--perfetto-max-mb", max_mb, *window]) == 0
+            got = events(glob.glob(str(tmp_path / f"{name}.*.json")))
+            if name == "whole":
+                assert got == expected, window
+            else:
+                ops = {k: v for k, v in expected.items() if k[0] == "X" and k[1] in ("collective", "p2p")}
+                assert {k: got.get(k) for k in ops} == ops, window
+    capsys.readouterr()
