@@ -49,9 +49,6 @@ def run_compare(ns) -> int:
     by = [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
     dirs = [ns.base] + list(ns.exps)
     partitioned = any(wants_partitioned(ns, d) for d in dirs)
-    if partitioned:
-        from .partitioned import refuse_frame_only
-        refuse_frame_only(ns, ("--html", ns.html))
     named, names = [], []
     for d in dirs:
         name = d.rstrip("/\\") or d
@@ -64,9 +61,9 @@ def run_compare(ns) -> int:
         cmp = compare_partitioned(named, by)
     else:
         cmp = compare_reports(named, by)
-        if ns.html:
-            from .html_page import compare_html, write_html
-            write_html(compare_html(cmp, named), ns.html)
+    if ns.html:     # the step figure reads each run's steps across ranks: both analyses have them
+        from .html_page import compare_html, write_html
+        write_html(compare_html(cmp, named), ns.html)
     if ns.json:
         export.write_json(compare_json(cmp), ns.json)
         if ns.json == "-":

@@ -171,8 +171,6 @@ def test_cli_compare_partitioned_prints_the_same(two_groups_run, tmp_path, capsy
         assert capsys.readouterr().out == one_frame
     assert main(["compare", two_groups_run, exp, "--partitioned", "--by", "bucket"]) == 2
     assert "groups by group, group_desc, phase, op, detail only" in capsys.readouterr().err
-    assert main(["compare", two_groups_run, exp, "--partitioned", "--skip-steps", "1", "--html", "x.html"]) == 2
-    assert "commtrace: error: --html: not available with the partitioned analysis" in capsys.readouterr().err
 
 
 def test_perfetto_pieces_plan():

@@ -386,3 +386,15 @@ def test_perfetto_pieces_in_a_window(syn_run, tmp_path, capsys):
                 ops = {k: v for k, v in expected.items() if k[0] == "X" and k[1] in ("collective", "p2p")}
                 assert {k: got.get(k) for k in ops} == ops, window
     capsys.readouterr()
+
+
+def test_compare_html_partitioned(syn_run, tmp_path):
+    """compare --html of partitioned runs: the one-frame page (tables and the per-run step figure)."""
+    exp = write_synthetic_run(str(tmp_path / "exp"), ranks=4, ops_per_rank=300, seed=2, p2p=True)
+    pages = []
+    for extra in ([], ["--partitioned"]):
+        out = tmp_path / f"cmp{len(extra)}.html"
+        assert main(["compare", str(syn_run), exp, "--skip-steps", "1", "--html", str(out), "--width", "120",
+                     *extra]) == 0
+        pages.append(out.read_text())
+    assert "<table" in pages[1] and pages[1] == pages[0]
