@@ -271,6 +271,11 @@ def test_cpp_layer_run_equals_one_frame(cpp_layer_run):
     for k in ("ops", "bytes", "failed", "in_flight", "wall_ns", "comm_share_per_rank", "ranks", "backends"):
         assert s.info[k] == rep.info[k], k
     assert _before_timeline(_report(cpp_layer_run, "--partitioned")) == _before_timeline(_report(cpp_layer_run))
+    from commtrace.analysis.window import Window
+    w = Window.from_args(t_from="1ms", phase="-")      # the run's first op found with the C++ files' clocks
+    rep, s = build_report(run, w), analyse(cpp_layer_run, workers=1, window=w)
+    assert len(rep.frame) and s.info["t0_ns"] == rep.info["t0_ns"]
+    assert_same(rep, s)
 
 
 def test_cpp_layer_run_exports_and_events(cpp_layer_run, tmp_path):

@@ -146,9 +146,10 @@ def first_start(task: FirstStartTask) -> int | None:
         rec = pt.records
         if rec is None or not len(rec):
             continue
-        ref_meta = task.refs.get(reader._world_of(pt))
+        clock_pt = reader._python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
+        ref_meta = task.refs.get(reader._world_of(clock_pt))
         ref = own.get(ref_meta) or (reader.read_process(ref_meta, [], records=False) if ref_meta else None)
-        t = rec["t_call"] + reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
+        t = rec["t_call"] + reader._offset_fn(clock_pt, ref)(rec["t_call"]).astype(np.int64)
         m = int(t.min())
         out = m if out is None else min(out, m)
     return out
