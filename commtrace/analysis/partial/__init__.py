@@ -24,19 +24,19 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
+from ..window import Window
 from .banner_map import processes_of, run_info_of
-from .layers_map import rank_frame
 from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
+from .layers_map import rank_frame
 from .merge import PartitionFold, RankFold, summary_table, table_keys
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress import Progress
+from .rank_map import CELL_COLUMNS, RankTask, map_rank
+from .regions_map import regions_table
+from .sketch import ALPHA
 from .split_map import split_table
 from .window_map import FirstStartTask, all_bounds, check_phases, first_start, window_lengths
-from ..window import Window
-from .regions_map import regions_table
-from .rank_map import CELL_COLUMNS, RankTask, map_rank
-from .sketch import ALPHA
 
 # Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
 # its interval sets; a partition's records and instance arrays), with headroom.
