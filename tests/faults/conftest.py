@@ -57,10 +57,28 @@ def check_cli(run_dir: Path, *args: str, timeout: float = 60) -> subprocess.Comp
 
 
 def diagnose_dir(run_dir: Path):
+    """The one-frame check's run and findings -- asserting that the partitioned check
+    (seq chunk by seq chunk, serial) gives the same findings on this run."""
     from commtrace.analysis.check import diagnose
     from commtrace.trace.reader import load_run
     run = load_run(str(run_dir))
-    return run, diagnose(run)
+    findings = diagnose(run)
+    assert_same_findings(findings, partitioned_findings(run_dir, workers=1))
+    return run, findings
+
+
+def partitioned_findings(run_dir: Path, **kw) -> list:
+    from commtrace.analysis.partial.check_map import check_partitioned
+    return check_partitioned(str(run_dir), progress=False, **kw).findings
+
+
+def assert_same_findings(one_frame: list, partitioned: list) -> None:
+    """Finding for finding: kind, severity, title, details, data, order."""
+    a = [f.to_dict() for f in one_frame]
+    b = [f.to_dict() for f in partitioned]
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x == y, f"finding {i} differs:\none frame:   {x}\npartitioned: {y}"
+    assert len(a) == len(b), f"{len(a)} findings on one frame, {len(b)} partitioned: {a[len(b):] or b[len(a):]}"
 
 
 def kinds(findings) -> dict:
