@@ -13,6 +13,9 @@ SCRIPTS = HERE / "scripts"
 ROOT = HERE.parent.parent
 MPIRUN = Path(sys.executable).parent / "mpirun"
 
+sys.path.insert(0, str(HERE.parent))
+from helpers import assert_same_findings, partitioned_findings  # noqa: E402,F401
+
 
 def _env() -> dict:
     e = dict(os.environ)
@@ -65,20 +68,6 @@ def diagnose_dir(run_dir: Path):
     findings = diagnose(run)
     assert_same_findings(findings, partitioned_findings(run_dir, workers=1))
     return run, findings
-
-
-def partitioned_findings(run_dir: Path, **kw) -> list:
-    from commtrace.analysis.partial.check_map import check_partitioned
-    return check_partitioned(str(run_dir), progress=False, **kw).findings
-
-
-def assert_same_findings(one_frame: list, partitioned: list) -> None:
-    """Finding for finding: kind, severity, title, details, data, order."""
-    a = [f.to_dict() for f in one_frame]
-    b = [f.to_dict() for f in partitioned]
-    for i, (x, y) in enumerate(zip(a, b)):
-        assert x == y, f"finding {i} differs:\none frame:   {x}\npartitioned: {y}"
-    assert len(a) == len(b), f"{len(a)} findings on one frame, {len(b)} partitioned: {a[len(b):] or b[len(a):]}"
 
 
 def kinds(findings) -> dict:
