@@ -86,7 +86,7 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None,
     for (world_s, group_s), g in facts.groups.items():
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
         if verdicts is None:
-            v, by_seq = classify_group(gdf, g.members, g.last_entered, _lost_in(fates, group_s))
+            v, by_seq = classify_group(gdf, g.members, g.last_entered, fates, group_s)
         else:
             v = verdicts.get((world_s, group_s))
             if v is None:
@@ -167,22 +167,6 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
             f.details.append(f"rank {int(r['rank'])}: {_first_line(_s(r.get('error')) or 'error text not recorded')}")
         findings.append(f)
     return findings
-
-
-def _lost_in(fates: dict, group_s):
-    """``lost_at(rank, seq)`` for classify_group: the rank's file has unreadable records there."""
-    return lambda r, seq: _lost_at(fates.get(r), group_s, seq)
-
-
-def _lost_at(fate, group_s, seq) -> bool:
-    """The rank's file has unreadable records that may be this one: in this
-    group around this seq, or in a group it cannot name (then any seq)."""
-    if fate is None:
-        return False
-    if "?" in fate.lost:
-        return True
-    span = fate.lost.get(str(group_s))
-    return bool(span) and _int(span[0]) is not None and _int(span[0]) <= seq <= (_int(span[1]) or 0)
 
 
 def _lost_record(glabel, world_s, group_s, seq, sdf, lost, seqs, fates, last_seq) -> Finding:

@@ -201,31 +201,105 @@ class GroupVerdict:
                 | set(self.failed))
 
 
-def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, lost_at) -> tuple[GroupVerdict, dict]:
-    """The verdict over one group's collectives in ``gdf`` (whole instances) and its rows
-    per seq. ``last_seq``: rank -> highest seq of this group it has a record of (over the
-    whole run); ``lost_at(rank, seq)``: its file says records there are unreadable."""
+def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict, group) -> tuple[GroupVerdict, dict]:
+    """The verdict over one group's collectives in ``gdf`` (whole instances) and the rows
+    of the seqs it names. ``last_seq``: rank -> highest seq of this group it has a
+    record of (over the whole run); ``fates``: rank -> RankFate (where its file lost
+    records). Vectorized over the seqs; only those with a differing field or an op not
+    completed are compared one by one (``_compare_at_seq``)."""
     v = GroupVerdict()
-    by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
-    for seq, sdf in by_seq.items():
+    seq = gdf["seq"].to_numpy().astype(np.int64)
+    if not len(seq):
+        return v, {}
+    useq, inv = np.unique(seq, return_inverse=True)
+    inv = inv.reshape(-1)
+    st = gdf["status"].astype(str).to_numpy()
+    look = _differs(gdf, inv, len(useq))
+    look[np.unique(inv[st != "completed"])] = True
+    _absent(v, gdf, useq, inv, members, last_seq, fates, group)
+    shown = set(useq[look].tolist()) | {s for s, _ in v.missing} | {s for s, _ in v.lost}
+    sub = gdf[np.isin(seq, list(shown))] if len(shown) < len(useq) else gdf
+    by_seq = {int(s): sdf for s, sdf in sub.groupby("seq", sort=True)}
+    for s in useq[look].tolist():
+        sdf = by_seq[s]
         if sdf["rank"].nunique() >= 2 and _compare_at_seq(sdf.drop_duplicates("rank", keep="last")):
-            v.mismatch.append(seq)
-        # Never arrived: members without a row at a seq others entered -- unless
-        # the rank's record was lost (a later seq of the group exists on that rank,
-        # or its file says it could not read records there): then it did arrive.
-        present = set(int(r) for r in sdf["rank"])
-        absent = [r for r in members if r not in present]
-        lost = [r for r in absent if last_seq.get(r, 0) > seq or lost_at(r, seq)]
-        missing = [r for r in absent if r not in lost]
-        if missing:
-            v.missing.append((seq, missing))
-        if lost:
-            v.lost.append((seq, lost))
-            v.lost_seqs.append(seq)
-        st = sdf["status"].astype(str)
-        if (st == "in_flight").any():
-            v.in_flight.append(seq)
-        if (st == "failed").any():
-            v.failed.append(seq)
-    v.n_mismatch, v.n_missing, v.n_failed = len(v.mismatch), len(v.missing), len(v.failed)
+            v.mismatch.append(s)
+        sst = sdf["status"].astype(str)
+        if (sst == "in_flight").any():
+            v.in_flight.append(s)
+        if (sst == "failed").any():
+            v.failed.append(s)
+    v.n_mismatch, v.n_failed = len(v.mismatch), len(v.failed)
     return v, by_seq
+
+
+# The fields _compare_at_seq compares: a seq where all of them agree has no mismatch.
+_COMPARED = ("op", "variant", "shapes", "out_shapes", "dtype", "reduce_op", "root")
+
+
+def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
+    """Per seq: some compared field has more than one value among its rows."""
+    flag = np.zeros(k, bool)
+    for col in _COMPARED:
+        if col not in gdf:
+            continue
+        codes = pd.factorize(gdf[col].astype(object).to_numpy(), use_na_sentinel=False)[0]
+        lo = np.full(k, np.iinfo(np.int64).max)
+        hi = np.full(k, -1)
+        np.minimum.at(lo, inv, codes)
+        np.maximum.at(hi, inv, codes)
+        flag |= lo != hi
+    return flag
+
+
+def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fates: dict, group) -> None:
+    """Members without a row at a seq others entered: ``missing`` (never arrived) -- unless
+    the rank's record was lost (a later seq of the group exists on that rank, or its file
+    says it could not read records there): then ``lost`` (it did arrive). Keeps the
+    first of each with its ranks, the number of missing seqs and every lost seq."""
+    if not members:
+        return
+    m = np.asarray(members, dtype=np.int64)
+    rank = gdf["rank"].to_numpy().astype(np.int64)
+    col = np.searchsorted(m, rank)
+    is_member = (col < len(m)) & (m[np.minimum(col, len(m) - 1)] == rank)
+    count = np.bincount(np.unique(inv[is_member] * len(m) + col[is_member]) // len(m), minlength=len(useq))
+    short = np.flatnonzero(count < len(m))
+    if not len(short):
+        return
+    row = np.full(len(useq), -1)
+    row[short] = np.arange(len(short))
+    present = np.zeros((len(short), len(m)), bool)
+    sel = is_member & (row[inv] >= 0)
+    present[row[inv[sel]], col[sel]] = True
+    seqs = useq[short][:, None]
+    later = np.array([last_seq.get(int(r), 0) for r in m])[None, :] > seqs
+    anywhere, lo, hi = _lost_spans(fates, group, m)
+    lost = ~present & (later | anywhere[None, :] | ((lo[None, :] <= seqs) & (seqs <= hi[None, :])))
+    missing = ~present & ~lost
+    has_missing = missing.any(axis=1)
+    v.n_missing = int(has_missing.sum())
+    if v.n_missing:
+        i = int(np.argmax(has_missing))
+        v.missing = [(int(useq[short[i]]), m[missing[i]].tolist())]
+    has_lost = lost.any(axis=1)
+    if has_lost.any():
+        i = int(np.argmax(has_lost))
+        v.lost = [(int(useq[short[i]]), m[lost[i]].tolist())]
+        v.lost_seqs = useq[short[has_lost]].tolist()
+
+
+def _lost_spans(fates: dict, group, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per member: its file lost records of a group it cannot name (any seq may be
+    lost), and the seq span of the records of ``group`` it lost (empty: lo > hi)."""
+    anywhere = np.zeros(len(members), bool)
+    lo, hi = np.ones(len(members), np.int64), np.zeros(len(members), np.int64)
+    for i, r in enumerate(members.tolist()):
+        fate = fates.get(r)
+        if fate is None:
+            continue
+        anywhere[i] = "?" in fate.lost
+        span = fate.lost.get(str(group))
+        if span and _int(span[0]) is not None:
+            lo[i], hi[i] = _int(span[0]), _int(span[1]) or 0
+    return anywhere, lo, hi

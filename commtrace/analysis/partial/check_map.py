@@ -37,7 +37,7 @@ from ...errors import CommtraceError
 from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
 from ..check import diagnose_reduced, unmatched_p2p
-from ..check.diagnoses import P2P_SHOWN, _lost_in
+from ..check.diagnoses import P2P_SHOWN
 from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
 from ..check.findings import parse_ranks
 from ..check.fates import rank_fates
@@ -159,8 +159,8 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
     if len(coll):
         for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False):
             key = (reader._str_or_none(w), reader._str_or_none(g))
-            v, by_seq = classify_group(gdf, task.members.get(key, []), task.last_seq.get(key, {}),
-                                       _lost_in(task.fates, key[1]))
+            v, by_seq = classify_group(gdf, task.members.get(key, []), task.last_seq.get(key, {}), task.fates,
+                                       key[1])
             v.cap()
             verdicts[key] = v
             kept += [by_seq[s] for s in sorted(v.seqs())]
