@@ -143,15 +143,22 @@ def test_partitioned_check_unusable_input_as_one_frame(tmp_path):
     assert str(part.value) == str(one.value)
 
 
-def test_partitioned_check_refuses_bounded_runs(tmp_path, capsys):
-    """Bounded traces (ring / steps window) fit one frame by design: the partitioned
-    check says so in one line (exit 2) instead of misreading the ring's segments."""
-    d = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=50)
-    meta = glob.glob(os.path.join(d, "rank0.*" + schema.META_SUFFIX))[0]
-    lines = open(meta).read().splitlines()
-    header = json.loads(lines[0])
-    header["bounded"] = {"keep_last": 1000}
-    open(meta, "w").write("\n".join([json.dumps(header)] + lines[1:]) + "\n")
-    assert cli_main(["check", d, "--partitioned"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "bounded trace" in err
+def test_partitioned_check_of_a_bounded_run(faulty_run, tmp_path):
+    """A ring (--keep-last): records in two segment files, the oldest dropped; the
+    collectives a member dropped are not judged, on both paths alike."""
+    d = str(tmp_path / "run")
+    shutil.copytree(faulty_run, d)
+    for meta in glob.glob(os.path.join(d, "*" + schema.META_SUFFIX)):
+        lines = open(meta).read().splitlines()
+        header = json.loads(lines[0])
+        header["bounded"] = {"keep_last": 1500}
+        open(meta, "w").write("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+        ops = meta.replace(schema.META_SUFFIX, schema.OPS_SUFFIX)
+        rec = np.fromfile(ops, dtype=schema.OP_RECORD)
+        rec[:1000].tofile(ops + ".1")                       # the ring's previous segment
+        rec[1000:].tofile(ops)
+    one = diagnose(load_run(d))
+    assert any(f.kind == "coverage" for f in one)
+    part = check_partitioned(d, workers=2, memory_limit=64 << 20, progress=False)
+    assert part.chunks > 4
+    assert_same_findings(one, part.findings)

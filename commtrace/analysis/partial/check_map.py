@@ -36,6 +36,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
+from .. import coverage
 from ..check import diagnose_reduced, unmatched_p2p
 from ..check.diagnoses import P2P_SHOWN
 from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
@@ -66,9 +67,10 @@ class FileFacts:
     damage: list
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
-    chunks: tuple               # rank_map._chunk_index of its ops file
+    chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
     group_ranks: dict           # (world, group) -> group_ranks texts of its collectives
+    coverage: dict | None       # bounded mode: what its files cover (reader.read_process)
 
 
 @dataclass
@@ -87,6 +89,8 @@ class CheckChunkTask:
     members: dict               # (world, group) -> member ranks
     last_seq: dict              # (world, group) -> {rank: highest seq}
     fates: dict                 # rank -> check.RankFate
+    bounded: list               # the bounded processes' summaries (coverage.judged_frame)
+    facts_only: bool = False    # bounded runs' first pass: the facts of the judged frame
 
 
 @dataclass
@@ -111,8 +115,14 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
         span_issues: list = []
         reader._read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, texts = _collective_groups(pt)
+        if pt.coverage is None:
+            chunks = _chunk_index(pt.ops_path, task.chunk)
+        else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
+            rec = pt.records
+            keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
+            chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
         out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), issues,
-                             span_issues, _chunk_index(pt.ops_path, task.chunk), last_seq, texts))
+                             span_issues, chunks, last_seq, texts, pt.coverage))
     return out
 
 
@@ -153,7 +163,10 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
         if ref is not None:
             refs[wid] = ref
     df = reader.build_frame(procs, refs) if procs else reader._empty_frame()
+    df = coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
     facts = frame_facts(df, task.members)
+    if task.facts_only:
+        return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
     verdicts, kept = {}, []
     coll = _collectives(df)
     if len(coll):
@@ -170,7 +183,11 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
 
 
 def _chunk_records(pt, ops: str, lo: int, hi: int, chunk: int, size: int) -> np.ndarray:
-    """The process's records of one seq chunk, checked as reader._read_records checks them."""
+    """The process's records of one seq chunk, checked as reader._read_records checks them
+    (``hi < lo``: every record, read as it reads them: a bounded process's ring)."""
+    if hi < lo:
+        rec = reader._read_records(dataclasses.replace(pt, damage=[], lost={}), [])
+        return rec[(rec["seq"].astype(np.int64) // size) == chunk]
     rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
     ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
           & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
@@ -255,14 +272,9 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
         detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
     if any(p.header.get("source") == "cpp" for p in procs):
-        why = "C++-layer trace files (their ops are merged into the Python layer's)"
-    elif any(reader.bounded.options(p.header) is not None for p in procs):
-        why = "a bounded trace (--keep-last / --steps; those fit one frame by design)"
-    else:
-        why = None
-    if why:
-        raise CommtraceError(f"{run_dir}: the partitioned check does not read {why}; use the one-frame check "
-                             "(without --partitioned / --dask)")
+        raise CommtraceError(f"{run_dir}: the partitioned check does not read C++-layer trace files (their ops "
+                             "are merged into the Python layer's); use the one-frame check (without --partitioned "
+                             "/ --dask)")
     ranks: dict = {}
     for i, m, pt, _ in read:
         if pt is not None and pt.rank is not None:
@@ -287,8 +299,17 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
         seconds["ranks"] = time.perf_counter() - t0
         run = _run_of(run_dir, read, facts_of)
         members, last_seq, order = _groups(read, facts_of)
-        tasks = _chunk_tasks(read, facts_of, chunk, members, last_seq, rank_fates(run))
+        bounded = [p for p in run.processes if isinstance(p.get("coverage"), dict)]
+        tasks = _chunk_tasks(read, facts_of, chunk, members, last_seq, rank_fates(run), bounded)
         t1 = time.perf_counter()
+        if bounded:
+            # The one frame judges a collective only if no bounded member dropped it: the
+            # highest seqs that classify_group compares with are those of the judged frame.
+            judged = RunFacts()
+            for part in ex.map(map_check_chunk, [dataclasses.replace(t, facts_only=True) for t in tasks]):
+                judged.merge(part.facts)
+            last_seq = {k: g.last_entered for k, g in judged.groups.items()}
+            tasks = [dataclasses.replace(t, last_seq=last_seq) for t in tasks]
         fold = CheckFold(members)
         stage = bar.stage("collectives", len(tasks), 0)
         for part in ex.map(map_check_chunk, tasks):
@@ -335,8 +356,8 @@ def _run_of(run_dir: str, read: list, facts_of: dict):
             if pt is not None:
                 reader._read_spans(pt, span_issues)
         elif f is not None:
-            pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage = (f.n_records, f.complete, f.lost, f.n_lost,
-                                                                           list(f.damage))
+            pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.coverage = (
+                f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), f.coverage)
             meta_issues = f.issues
             span_issues += f.span_issues
         issues += meta_issues
@@ -380,7 +401,8 @@ def _groups(read: list, facts_of: dict):
     return members, last_seq, lambda key: (worlds.get(key[0], len(worlds)), names.get(key[1], len(names)))
 
 
-def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq: dict, fates: dict) -> list:
+def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq: dict, fates: dict,
+                 bounded: list) -> list:
     """One task per seq chunk any file has records in; per file, the record range holding
     that chunk's records (of any group)."""
     by_chunk: dict = {}
@@ -395,5 +417,5 @@ def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq
         for c in np.unique(ch).tolist():
             sel = ch == c
             by_chunk.setdefault(c, []).append((i, m, pt.ops_path, int(first[sel].min()), int(last[sel].max())))
-    return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates)
+    return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded)
             for c, files in sorted(by_chunk.items())]
