@@ -17,7 +17,7 @@ trace data that cannot be read (named per file); watchdog/signal dumps.
 
 big runs: a run whose one frame would not fit --memory-limit (or with
 --partitioned / --dask) is checked seq chunk by seq chunk (map/reduce), with the
-same findings (docs/check.md, "Big runs").
+same findings (docs/faults.md, "Big runs").
 
 exit codes: 0 clean, 1 problems found (--strict: warnings too; unreadable data
 too), 2 unusable input (no trace file can be read at all; --dask unreachable).
