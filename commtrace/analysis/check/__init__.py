@@ -18,9 +18,12 @@ progress, dumps, matched-but-unusual p2p). ``exit_code`` maps them to the CLI's
 
 Where the pieces are: ``findings`` (Finding, kinds, severities, exit_code),
 ``matching`` (a collective across its group's members: what each ran at a seq,
-how far each got), ``fates`` (how each rank and process ended), ``diagnoses``
-(every diagnosis over those), ``dumps`` (reading watchdog / SIGUSR1 state dumps);
-``diagnose`` here runs them all.
+how far each got), ``facts`` (what the diagnoses need from every op, mergeable
+over seq chunks: ``RunFacts``, ``GroupVerdict``), ``fates`` (how each rank and
+process ended), ``diagnoses`` (every diagnosis over those), ``dumps`` (reading
+watchdog / SIGUSR1 state dumps); ``diagnose`` here runs them all on one frame,
+``diagnose_reduced`` on facts and a frame of just the rows they name (the
+partitioned check of big runs: ``analysis.partial.check_map``).
 """
 from __future__ import annotations
 
