@@ -227,4 +227,4 @@ def test_verdicts_and_facts_of_seq_chunks_merge_to_the_whole_frames():
     s1, s2 = one.stragglers[("w", "0")], facts.stragglers[("w", "0")]
     assert s1.instances == s2.instances == 10
     assert np.array_equal(s1.lags_of(0), s2.lags_of(0)) and np.allclose(s2.lags_of(0), 10**8 - 1000)
-    assert facts.t_max == one.t_max and int(facts.last_op[1]["seq"]) == int(one.last_op[1]["seq"]) == 11
+    assert facts.t_max == one.t_max and int(facts.last_op(1)["seq"]) == int(one.last_op(1)["seq"]) == 11

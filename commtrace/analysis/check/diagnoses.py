@@ -207,7 +207,7 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
             age = f", waiting at least {_fmt_age(now - int(r['t_start_ns']))}"
         f.details.append(f"rank {rk} entered: {status}{age}")
     for m in missing:
-        last = facts.last_op.get(m)  # its last op anywhere (it may be stuck in another group)
+        last = facts.last_op(m)  # its last op anywhere (it may be stuck in another group)
         fate = fates.get(m)
         if last is None:
             where = "no op traced"
@@ -299,7 +299,7 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
     findings = []
     for r in sorted(fates):
         fate = fates[r]
-        last = facts.last_op.get(r)
+        last = facts.last_op(r)
         last_s = (f"last op: {last['op']} seq {int(last['seq'])} [{last['status']}] at {_s(last.get('callsite')) or '?'}"
                   if last is not None else "no ops traced")
         if fate.exception:

@@ -56,7 +56,7 @@ class RunFacts:
     has_ops: bool = False
     t_max: int | None = None          # latest start or end of any op
     group_ranks: set = field(default_factory=set)       # every group_ranks text of any op
-    last_op: dict = field(default_factory=dict)         # rank -> its last op (a frame row)
+    last_ops: pd.DataFrame = field(default_factory=pd.DataFrame)   # per rank its last op (frame rows, by rank)
     groups: dict = field(default_factory=dict)          # (world, group) -> GroupFacts, in the frame's group order
     stragglers: dict = field(default_factory=dict)      # (world, group) -> Stragglers
 
@@ -68,10 +68,10 @@ class RunFacts:
         if other.t_max is not None:
             self.t_max = other.t_max if self.t_max is None else max(self.t_max, other.t_max)
         self.group_ranks |= other.group_ranks
-        for r, row in other.last_op.items():
-            mine = self.last_op.get(r)
-            if mine is None or int(row["t_start_ns"]) >= int(mine["t_start_ns"]):
-                self.last_op[r] = row
+        if len(other.last_ops):
+            both = pd.concat([self.last_ops, other.last_ops]) if len(self.last_ops) else other.last_ops
+            both = both.sort_values("t_start_ns", kind="stable")
+            self.last_ops = both[~both.index.duplicated(keep="last")]
         for key, g in other.groups.items():
             mine = self.groups.setdefault(key, GroupFacts(g.members))
             if g.desc_at < mine.desc_at:
@@ -88,6 +88,12 @@ class RunFacts:
             for r, parts in s.lags.items():
                 mine.lags.setdefault(r, []).extend(parts)
 
+    def last_op(self, rank):
+        """The rank's op with the latest start (a frame row), or None."""
+        if rank not in self.last_ops.index:
+            return None
+        return self.last_ops.loc[rank]
+
 
 def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     """The facts of the ops in ``df`` (a whole run, or whole instances of one seq chunk).
@@ -102,7 +108,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     cands = [v for v in (_int(ts), _int(te)) if v is not None]
     facts.t_max = max(cands) if cands else None
     facts.group_ranks = {str(x) for x in df["group_ranks"].dropna().unique()}
-    facts.last_op = _last_ops(df)
+    facts.last_ops = _last_ops(df)
     coll = _collectives(df)
     if not len(coll):
         return facts
@@ -112,7 +118,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
         g = facts.groups[key] = GroupFacts(known if known is not None else _group_members(gdf))
         if "group_desc" in gdf:
             g.desc, g.desc_at = _s(gdf["group_desc"].iloc[0]), (int(gdf["t_start_ns"].iloc[0]), int(gdf["rank"].iloc[0]))
-        st = gdf["status"].astype(str)
+        st = gdf["status"]
         g.last_entered = {int(r): int(s) for r, s in gdf.groupby("rank", observed=True)["seq"].max().items()}
         done = gdf[(st == "completed").to_numpy()]
         if len(done):
@@ -126,14 +132,14 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     return facts
 
 
-def _last_ops(df: pd.DataFrame) -> dict:
-    """Per rank its op with the latest start (the last such in frame order)."""
+def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank its op with the latest start (the last such in frame order), indexed by rank."""
     t = df["t_start_ns"].to_numpy()
     ranks = df["rank"].to_numpy()
     tmax = pd.Series(t).groupby(ranks).transform("max").to_numpy()
     at = np.flatnonzero(t == tmax)
     pos = pd.Series(at).groupby(ranks[at]).max()
-    return {int(r): df.iloc[int(p)] for r, p in pos.items()}
+    return df.iloc[pos.to_numpy()].set_axis(pos.index.astype(np.int64), axis=0)
 
 
 def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
@@ -213,9 +219,8 @@ def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict
         return v, {}
     useq, inv = np.unique(seq, return_inverse=True)
     inv = inv.reshape(-1)
-    st = gdf["status"].astype(str).to_numpy()
     look = _differs(gdf, inv, len(useq))
-    look[np.unique(inv[st != "completed"])] = True
+    look[np.unique(inv[(gdf["status"] != "completed").to_numpy()])] = True
     _absent(v, gdf, useq, inv, members, last_seq, fates, group)
     shown = set(useq[look].tolist()) | {s for s, _ in v.missing} | {s for s, _ in v.lost}
     sub = gdf[np.isin(seq, list(shown))] if len(shown) < len(useq) else gdf
@@ -243,7 +248,9 @@ def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
     for col in _COMPARED:
         if col not in gdf:
             continue
-        codes = pd.factorize(gdf[col].astype(object).to_numpy(), use_na_sentinel=False)[0]
+        c = gdf[col]
+        codes = (c.cat.codes.to_numpy() if isinstance(c.dtype, pd.CategoricalDtype)    # NaN: -1, a value too
+                 else pd.factorize(c.astype(object).to_numpy(), use_na_sentinel=False)[0])
         lo = np.full(k, np.iinfo(np.int64).max)
         hi = np.full(k, -1)
         np.minimum.at(lo, inv, codes)
