@@ -97,8 +97,10 @@ def test_partitioned_check_on_dask_local_cluster(faulty_run, faulty_findings):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   ) as cluster, distributed.Client(cluster) as client:
         s = check_partitioned(faulty_run, dask=client, memory_limit=64 << 20, progress=False)
+        by_address = check_partitioned(faulty_run, dask=cluster.scheduler_address, progress=False)
     assert s.executor == "dask" and s.workers == 2
     assert_same_findings(faulty_findings, s.findings)
+    assert_same_findings(faulty_findings, by_address.findings)
 
 
 def test_truncated_rank_file_is_named_on_both_paths(faulty_run, tmp_path):
