@@ -1,6 +1,7 @@
 """Benchmark the partitioned analysis (commtrace.analysis.partial) side by side with the one-frame report.
 
     python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--json FILE]
+    python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
     python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
 
 Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
@@ -110,6 +111,84 @@ def side_by_side(a) -> dict:
     return res
 
 
+CHECK_CHILD = r"""
+import json, resource, sys, time
+mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from commtrace.analysis.check import diagnose
+from commtrace.analysis.partial.check_map import check_partitioned
+from commtrace.trace.reader import load_run
+sys.path.insert(0, sys.argv[4])
+from peak_rss import peak_rss_kib
+base = peak_rss_kib()
+t = time.perf_counter()
+if mode == "one-frame":
+    run = load_run(run_dir)
+    findings, ops = diagnose(run), len(run.frame)
+else:
+    s = check_partitioned(run_dir, workers=workers, progress=False)
+    findings, ops = s.findings, s.ops
+wall = time.perf_counter() - t
+print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (peak_rss_kib() - base) * 1024,
+                  "child_rss": max(0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss - base) * 1024,
+                  "findings": [f.to_dict() for f in findings]}))
+"""
+
+
+def check_side_by_side(ranks: int, ops: int, workdir: str | None = None, cut_rank: int = 3) -> dict:
+    """``commtrace check`` on one frame vs partitioned (process pool x1, x2), on the synthetic
+    run and on a copy whose rank ``cut_rank`` ops file is cut at a tenth (mid-record):
+    throughput, peak memory per op, and whether both give the same findings naming that rank."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-check-")
+    clean, cut = os.path.join(root, f"r{ranks}x{ops}"), os.path.join(root, f"r{ranks}x{ops}-cut")
+    if not os.path.isdir(clean):
+        write_synthetic_run(clean, ranks=ranks, ops_per_rank=ops, seed=0)
+    shutil.rmtree(cut, ignore_errors=True)
+    shutil.copytree(clean, cut)
+    ops_file = next(os.path.join(cut, f) for f in os.listdir(cut) if f.startswith(f"rank{cut_rank}.")
+                    and f.endswith(".ops.bin"))
+    os.truncate(ops_file, os.path.getsize(ops_file) // 10 // 32 * 32 + 7)
+    here = os.path.dirname(os.path.abspath(__file__))
+    res = {"ranks": ranks, "ops_per_rank": ops, "cpus": os.cpu_count(), "cases": [], "cut_rank": cut_rank}
+    for name, run_dir in (("clean", clean), ("cut", cut)):
+        found = {}
+        for mode, w in (("one-frame", 1), ("pool", 1), ("pool", 2)):
+            p = subprocess.run([sys.executable, "-c", CHECK_CHILD, mode, run_dir, str(w), here], capture_output=True,
+                               text=True)
+            if p.returncode:
+                raise SystemExit(p.stderr[-3000:])
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            found[f"{mode}-{w}"] = r.pop("findings")
+            case = f"{name}:{mode}-{w}"
+            res["cases"].append(case)
+            res[case] = {"mode": mode, "workers": w, "run": name, "ops": r["ops"], "wall_s": r["wall_s"],
+                         "ops_per_s": r["ops"] / r["wall_s"],
+                         "bytes_per_op": (r["self_rss"] + (r["child_rss"] if w > 1 else 0)) / r["ops"]}
+        res[f"{name}:same_findings"] = all(f == found["one-frame-1"] for f in found.values())
+        res[f"{name}:errors"] = [f["title"] for f in found["one-frame-1"] if f["severity"] == "error"]
+    res["cut:names_rank"] = any(f"rank {cut_rank}" in t for t in res["cut:errors"])
+    if not workdir:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def check_markdown(res: dict) -> str:
+    """check_side_by_side()'s table (run_all.py puts it in BENCHMARKS.md)."""
+    lines = [f"{res['ranks']} ranks x {res['ops_per_rank']:,} ops, {res['cpus']} CPUs; `cut`: rank {res['cut_rank']}'s "
+             "ops file cut at a tenth.\n",
+             "| run | check | wall | throughput | vs one frame | peak memory | same findings |", "|---|---|---|---|---|---|---|"]
+    for case in res["cases"]:
+        r = res[case]
+        base = res[f"{r['run']}:one-frame-1"]["wall_s"]
+        how = "one frame (load_run + diagnose)" if r["mode"] == "one-frame" else f"partitioned, process pool x{r['workers']}"
+        lines.append(f"| {r['run']} | {how} | {r['wall_s']:.2f} s | {r['ops_per_s'] / 1e6:.2f} M ops/s | "
+                     f"{base / r['wall_s']:.2f}x | {r['bytes_per_op']:.0f} B/op | "
+                     f"{'yes' if res[r['run'] + ':same_findings'] else 'NO'} |")
+    lines.append(f"\nOn the cut run both paths name rank {res['cut_rank']}: "
+                 f"{'yes' if res['cut:names_rank'] else 'NO'} ({'; '.join(res['cut:errors'][:2])}).")
+    return "\n".join(lines) + "\n"
+
+
 def clone_rank(src_dir: str, src_rank: int, dst_dir: str, rank: int, world: int) -> None:
     """Copy one rank's files under another rank: the ops/spans files unchanged, the meta
     lines naming that rank (header, world, group)."""
@@ -182,8 +261,13 @@ def main() -> None:
     ap.add_argument("--memory-limit", default="4G")
     ap.add_argument("--dir", help="work here (default: a temp dir)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--check", action="store_true", help="commtrace check side by side (one frame vs partitioned)")
     a = ap.parse_args()
-    res = big(a) if a.big else side_by_side(a)
+    if a.check:
+        res = check_side_by_side(a.ranks, a.ops, a.dir)
+        print(check_markdown(res))
+    else:
+        res = big(a) if a.big else side_by_side(a)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -47,7 +47,7 @@ import bench_tracesize  # noqa: E402
 import intervals  # noqa: E402
 
 SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "html",
-            "patch", "scale", "partialreport")
+            "patch", "scale", "scale_check", "partialreport")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -64,6 +64,7 @@ FULL = {
     "bounded": {"calls": 400, "reps": 15, "ops": 200_000, "rounds": 3},
     "patch": {"ops": 20_000, "reps": 15},
     "scale": {"ranks": 64, "ops": 100_000, "dask": True},
+    "scale_check": {"ranks": 64, "ops": 100_000},
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 125_000},
     "partialreport": {"ranks": 16, "ops": 100_000, "reps": 3},
 }
@@ -79,6 +80,7 @@ QUICK = {
     "bounded": {"calls": 200, "reps": 5, "ops": 50_000, "rounds": 2},
     "patch": {"ops": 20_000, "reps": 5},
     "scale": {"ranks": 64, "ops": 20_000, "dask": True},
+    "scale_check": {"ranks": 64, "ops": 20_000},
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 25_000},
     "partialreport": {"ranks": 8, "ops": 50_000, "reps": 1},
 }
@@ -200,6 +202,8 @@ def run_section(name: str, cfg) -> dict:
         return bench_patch.run(cfg["ops"], cfg["reps"])
     if name == "scale":
         return bench_scale.run(cfg["ranks"], cfg["ops"], cfg["dask"])
+    if name == "scale_check":
+        return bench_scale.check_side_by_side(cfg["ranks"], cfg["ops"])
     if name == "html":
         return bench_html.run(cfg["demo_ops"], cfg["big_ranks"], cfg["big_ops"])
     if name == "partialreport":
@@ -665,6 +669,9 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
     if "scale" in res:
         body.append("## 11. Big runs: partitioned analysis (bench_scale.py)\n\n" + bench_scale.markdown(res["scale"])
                     + "\nThe 10^9-op run: docs/report-performance.md, \"Big runs\".\n")
+    if "scale_check" in res:
+        body.append("### `commtrace check` on big runs: one frame vs partitioned (bench_scale.py --check)\n\n"
+                    + bench_scale.check_markdown(res["scale_check"]))
     if "partialreport" in res:
         body.append("## 12. Partitioned report: exports and windows (bench_partial_report.py)\n\n"
                     + bench_partial_report.markdown(res["partialreport"]))

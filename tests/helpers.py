@@ -163,3 +163,17 @@ def ensure_native_wrapper() -> None:
     if shutil.which(os.environ.get("CXX", "c++").split()[0]) is None:
         pytest.skip("no C++ compiler: the native wrapper cannot be built here")
     native.build(native_wrapper.EXTENSION)
+
+
+def partitioned_findings(run_dir: Path, **kw) -> list:
+    from commtrace.analysis.partial.check_map import check_partitioned
+    return check_partitioned(str(run_dir), progress=False, **kw).findings
+
+
+def assert_same_findings(one_frame: list, partitioned: list) -> None:
+    """Finding for finding: kind, severity, title, details, data, order."""
+    a = [f.to_dict() for f in one_frame]
+    b = [f.to_dict() for f in partitioned]
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x == y, f"finding {i} differs:\none frame:   {x}\npartitioned: {y}"
+    assert len(a) == len(b), f"{len(a)} findings on one frame, {len(b)} partitioned: {a[len(b):] or b[len(a):]}"

@@ -15,8 +15,12 @@ sequence number (op type, sizes, dtype, reduce op, root); ranks that raised or
 exited early, also before any process group existed; traces that end abruptly;
 trace data that cannot be read (named per file); watchdog/signal dumps.
 
+big runs: a run whose one frame would not fit --memory-limit (or with
+--partitioned / --dask) is checked seq chunk by seq chunk (map/reduce), with the
+same findings (docs/faults.md, "Big runs").
+
 exit codes: 0 clean, 1 problems found (--strict: warnings too; unreadable data
-too), 2 unusable input (no trace file can be read at all).
+too), 2 unusable input (no trace file can be read at all; --dask unreachable).
 """
 
 
@@ -28,14 +32,31 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings (stragglers, ...) too")
     p.add_argument("-v", "--verbose", action="store_true", help="show details of informational findings")
+    p.add_argument("--dask", metavar="SCHEDULER", help="check on this Dask cluster (address; default "
+                   "$COMMTRACE_DASK): the run directory must be on a filesystem its workers share")
+    p.add_argument("--memory-limit", metavar="SIZE", help="memory the check may use (e.g. 8G, 512M, 25%%; "
+                   "default 50%% of RAM): a run that does not fit is checked seq chunk by seq chunk")
+    p.add_argument("--partitioned", action="store_true", help="check seq chunk by seq chunk (map/reduce) even "
+                   "if the run fits in memory")
     p.set_defaults(handler=run_check)
 
 
 def run_check(ns) -> int:
     from ..analysis.check import diagnose, exit_code
-    from ..trace.reader import load_run
-    run = load_run(getattr(ns, "run_dir", None))  # CommtraceError (code 2) when unusable
-    findings = diagnose(run)
+    from .partitioned import memory_limit_of, wants_partitioned
+    for name in ("partitioned", "dask", "memory_limit"):   # callers building their own namespace
+        if not hasattr(ns, name):
+            setattr(ns, name, None)
+    if not hasattr(ns, "run_dir"):
+        ns.run_dir = None
+    if wants_partitioned(ns):
+        from ..analysis.partial.check_map import check_partitioned
+        scan = check_partitioned(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit))
+        run, findings = scan.run, scan.findings
+    else:
+        from ..trace.reader import load_run
+        run = load_run(ns.run_dir)  # CommtraceError (code 2) when unusable
+        findings = diagnose(run)
     if getattr(ns, "json", False):
         json.dump({"run_dir": run.path, "findings": [f.to_dict() for f in findings],
                    "exit_code": exit_code(findings, getattr(ns, "strict", False))}, sys.stdout, indent=1)

@@ -48,6 +48,13 @@ def _cli(*args) -> h.Result:
     return h.run([h.PY, "-m", "commtrace", *args], timeout=60)
 
 
+def _same_check_partitioned(run_dir, rc: int) -> None:
+    """check --partitioned (seq chunk by seq chunk) prints the one-frame check's findings."""
+    one = json.loads(_cli("check", str(run_dir), "--json").check(rc).stdout)
+    part = json.loads(_cli("check", str(run_dir), "--json", "--partitioned").check(rc).stdout)
+    assert part == one
+
+
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
     """mp.spawn, --keep-last 40."""
@@ -101,6 +108,7 @@ def test_report_and_check_say_what_a_ring_covers(ring):
     chk = _cli("check", str(ring)).check(0)
     assert "no problems found" in chk.stdout
     assert "info  bounded trace: last 40 ops per process kept" in chk.stdout
+    _same_check_partitioned(ring, 0)
     data = json.loads(_cli("report", str(ring), "--json", "-").check().stdout)
     assert [s["step"] for s in data["steps"]][-1] == STEPS       # the kept steps keep their numbers
     assert all(0 < v <= 1 for v in data["run"]["comm_share_per_rank"].values())
@@ -133,6 +141,7 @@ def test_report_and_check_say_what_a_window_covers(window):
     assert "steps 10:12 in full (of 30 taken); 172 ops outside only counted" in rep.stdout
     chk = _cli("check", str(window)).check(0)
     assert "no problems found" in chk.stdout and "bounded trace: steps 10:12" in chk.stdout
+    _same_check_partitioned(window, 0)
     # The step table keeps capture's step numbers; --steps selects by them; the comm
     # share is over the time the records cover.
     data = json.loads(_cli("report", str(window), "--json", "-").check().stdout)
@@ -173,6 +182,7 @@ def test_hang_in_ring_mode_is_diagnosed_as_without_it(tmp_path):
     findings = json.loads(chk.stdout)["findings"]
     arrived = [f for f in findings if f["kind"] == "not_arrived"]
     assert [(f["seq"], f["ranks"]) for f in arrived] == [(6, [1])]
+    _same_check_partitioned(d, 1)
     cov = next(f for f in findings if f["kind"] == "coverage")
     assert cov["severity"] == "info" and {p["keep_last"] for p in cov["data"]["processes"]} == {3}
     df = _load(d)

@@ -13,6 +13,9 @@ SCRIPTS = HERE / "scripts"
 ROOT = HERE.parent.parent
 MPIRUN = Path(sys.executable).parent / "mpirun"
 
+sys.path.insert(0, str(HERE.parent))
+from helpers import assert_same_findings, partitioned_findings  # noqa: E402,F401
+
 
 def _env() -> dict:
     e = dict(os.environ)
@@ -57,10 +60,14 @@ def check_cli(run_dir: Path, *args: str, timeout: float = 60) -> subprocess.Comp
 
 
 def diagnose_dir(run_dir: Path):
+    """The one-frame check's run and findings -- asserting that the partitioned check
+    (seq chunk by seq chunk, serial) gives the same findings on this run."""
     from commtrace.analysis.check import diagnose
     from commtrace.trace.reader import load_run
     run = load_run(str(run_dir))
-    return run, diagnose(run)
+    findings = diagnose(run)
+    assert_same_findings(findings, partitioned_findings(run_dir, workers=1))
+    return run, findings
 
 
 def kinds(findings) -> dict:

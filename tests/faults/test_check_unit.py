@@ -1,6 +1,7 @@
 """The pure diagnosis functions on small synthetic frames (no processes, fast)."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -188,3 +189,42 @@ def test_empty_frame():
               [proc(0), proc(1, end=None, complete=False)], [])
     fs = C.diagnose(run)
     assert [f.kind for f in fs] == [C.ABRUPT]
+
+
+def test_verdicts_and_facts_of_seq_chunks_merge_to_the_whole_frames():
+    """classify_group / frame_facts over two seq chunks, merged, equal them over the whole
+    frame (the partitioned check's reduce step): rank 1 calls a broadcast at seqs 2..9
+    (8 mismatches, 5 kept), never arrives at seq 12, rank 0 is stuck at seq 11 and
+    arrives last (by 100 ms) at every collective before."""
+    rows = []
+    for s in range(1, 13):
+        for r in (0, 1):
+            if r == 1 and s == 12:
+                continue
+            op = "broadcast" if r == 1 and 2 <= s <= 9 else "all_reduce"
+            rows.append(row(r, s, op=op, t=s * 10**9 + r * 1000 + (10**8 if r == 0 else 0),
+                            status="in_flight" if (r, s) == (0, 11) else "completed"))
+    df = frame(rows)
+    last = {0: 12, 1: 11}
+    whole, _ = C.classify_group(df, [0, 1], last, {}, "0")
+    assert (whole.n_mismatch, whole.mismatch[:5], whole.n_missing, whole.missing, whole.in_flight) == \
+        (8, [2, 3, 4, 5, 6], 1, [(12, [1])], [11])
+    merged = C.GroupVerdict()
+    facts = C.RunFacts()
+    for part in (df[df["seq"] <= 6], df[df["seq"] > 6]):
+        v, _ = C.classify_group(part, [0, 1], last, {}, "0")
+        v.cap()
+        merged.merge(v)
+        facts.merge(C.frame_facts(part, {("w", "0"): [0, 1]}))
+    assert (merged.n_mismatch, merged.mismatch, merged.n_missing, merged.missing, merged.in_flight) == \
+        (8, [2, 3, 4, 5, 6], 1, [(12, [1])], [11])
+    one = C.frame_facts(df)
+    g, h = one.groups[("w", "0")], facts.groups[("w", "0")]
+    assert (h.last_entered, h.last_completed, h.in_flight, h.desc) == \
+        (g.last_entered, g.last_completed, g.in_flight, g.desc) == ({0: 12, 1: 11}, {0: 12, 1: 11}, {0: [11]}, "default_pg")
+    # Seqs 1-10 completed on both ranks (11 is in flight on rank 0, rank 1 has no 12): rank 0
+    # arrived last at each, lag = 10^8 - 1000 ns (two members: last - first).
+    s1, s2 = one.stragglers[("w", "0")], facts.stragglers[("w", "0")]
+    assert s1.instances == s2.instances == 10
+    assert np.array_equal(s1.lags_of(0), s2.lags_of(0)) and np.allclose(s2.lags_of(0), 10**8 - 1000)
+    assert facts.t_max == one.t_max and int(facts.last_op(1)["seq"]) == int(one.last_op(1)["seq"]) == 11

@@ -18,46 +18,57 @@ progress, dumps, matched-but-unusual p2p). ``exit_code`` maps them to the CLI's
 
 Where the pieces are: ``findings`` (Finding, kinds, severities, exit_code),
 ``matching`` (a collective across its group's members: what each ran at a seq,
-how far each got), ``fates`` (how each rank and process ended), ``diagnoses``
-(every diagnosis over those), ``dumps`` (reading watchdog / SIGUSR1 state dumps);
-``diagnose`` here runs them all.
+how far each got), ``facts`` (what the diagnoses need from every op, mergeable
+over seq chunks: ``RunFacts``, ``GroupVerdict``), ``fates`` (how each rank and
+process ended), ``diagnoses`` (every diagnosis over those), ``dumps`` (reading
+watchdog / SIGUSR1 state dumps); ``diagnose`` here runs them all on one frame,
+``diagnose_reduced`` on facts and a frame of just the rows they name (the
+partitioned check of big runs: ``analysis.partial.check_map``).
 """
 from __future__ import annotations
 
 from .. import coverage
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
     diagnose_collectives, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p, diagnose_processes,
-    diagnose_stragglers, progress_findings)
+    diagnose_stragglers, group_progress, progress_findings, unmatched_p2p)
 from .dumps import diagnose_dumps, dump_summary  # noqa: F401
 from .fates import EarlyProcess, RankFate, early_processes, rank_fates  # noqa: F401
 from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
     NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _SEV_ORDER, Finding, exit_code,
     parse_ranks)
-from .matching import group_progress  # noqa: F401
+from .facts import GroupVerdict, RunFacts, classify_group, frame_facts  # noqa: F401
 
 # -- entry point ---------------------------------------------------------------------
 
 def diagnose(run) -> list[Finding]:
     """All findings for a loaded ``Run``, most severe first (stable within a severity)."""
     df = run.frame
-    if len(df) == 0 or "op" not in df.columns:
+    if len(df) == 0 or "op" not in df.columns or "group_ranks" not in df.columns:
         df = df.iloc[0:0]
     df = coverage.judged_frame(df, run.processes)  # bounded traces: what their files can show
+    return diagnose_reduced(run, df, frame_facts(df))
+
+
+def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> list[Finding]:
+    """The findings from ``facts`` (figures over every op) and ``df``: every op (the
+    one-frame path), or -- with ``verdicts`` -- only the rows of the collectives the
+    verdicts name and the unmatched send/recv shown (the partitioned path,
+    analysis.partial.check_map)."""
     fates = rank_fates(run)
     early = early_processes(run)
     findings: list[Finding] = []
-    if len(df) and "group_ranks" in df.columns:
-        findings += diagnose_collectives(df, fates, run)
+    if facts.has_ops:
+        findings += diagnose_collectives(df, fates, run, facts, verdicts)
         findings += diagnose_p2p(df)
-        findings += diagnose_stragglers(df)
+        findings += diagnose_stragglers(facts)
     findings += diagnose_early(early, set(fates))
-    findings += diagnose_processes(run, fates, df if len(df) and "group_ranks" in df.columns else df, early)
+    findings += diagnose_processes(run, fates, facts, early)
     findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
     findings += [f for f in (coverage.coverage_finding(run),) if f is not None]
-    if len(df) and "group_ranks" in df.columns:
-        findings += progress_findings(df)
+    if facts.has_ops:
+        findings += progress_findings(facts)
     findings.sort(key=lambda f: _SEV_ORDER.get(f.severity, 3))
     return findings

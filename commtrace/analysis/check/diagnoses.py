@@ -13,9 +13,8 @@ from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _fmt_ranks,
     _group_label, _int, _s, parse_ranks)
-from .matching import (
-    _P2P, _collectives, _compare_at_seq, _fmt_split, _group_members, _last_op_of, _now_ns, _op_desc,
-    group_progress)
+from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
+from .matching import _P2P, _collectives, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
 STRAGGLER_MIN_SHARE = 0.6         # share of them where the rank arrived last
@@ -70,122 +69,109 @@ def diagnose_damage(run) -> list[Finding]:
     return out
 
 
-def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None) -> list[Finding]:
+def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None, facts: RunFacts | None = None,
+                         verdicts: dict | None = None) -> list[Finding]:
+    """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops.
+
+    ``facts`` (default: ``frame_facts(df)``) are the figures over every op; ``verdicts``
+    ((world, group) -> GroupVerdict, default: classified from ``df``) say which seqs
+    are worth a finding -- then ``df`` need only hold those seqs' rows (the
+    partitioned path's reduced frame)."""
     findings: list[Finding] = []
+    facts = frame_facts(df) if facts is None else facts
     coll = _collectives(df)
-    if len(coll) == 0:
-        return findings
-    now = _now_ns(df, run) if run is not None else None
-    for (world, group), gdf in coll.groupby(["world", "group"], observed=True, sort=True):
-        world_s, group_s = _s(world), _s(group)
-        desc = _s(gdf["group_desc"].iloc[0]) if "group_desc" in gdf else None
-        glabel = _group_label(world_s, group_s, desc)
-        members = _group_members(gdf)
-        by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
-        # Mismatches: every seq where the present ranks disagree.
-        n_mismatch = 0
-        for seq, sdf in by_seq.items():
-            if sdf["rank"].nunique() < 2:
+    by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
+                if len(coll) else {})
+    now = _now_ns(run, facts.t_max) if run is not None else None
+    for (world_s, group_s), g in facts.groups.items():
+        gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
+        if verdicts is None:
+            v, by_seq = classify_group(gdf, g.members, g.last_entered, fates, group_s)
+        else:
+            v = verdicts.get((world_s, group_s))
+            if v is None:
                 continue
-            sdf = sdf.drop_duplicates("rank", keep="last")
-            cats = _compare_at_seq(sdf)
-            if not cats:
-                continue
-            n_mismatch += 1
-            if n_mismatch > 5:
-                continue
-            severity = ERROR if any(c != "variant" for c, _ in cats) else WARNING
-            op = str(sdf["op"].iloc[0])
-            names = ", ".join(c for c, _ in cats)
-            f = Finding(MISMATCH, severity,
-                        f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
-                        world=world_s, group=group_s, seq=seq, op=op,
-                        ranks=sorted(int(r) for r in sdf["rank"]),
-                        data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}})
-            for c, s in cats:
-                f.details.append(f"{c}: {_fmt_split(s)}")
-            for _, row in sdf.iterrows():
-                f.details.append(f"rank {int(row['rank'])}: {_op_desc(row)} [{row['status']}] at {_s(row.get('callsite')) or '?'}")
-            findings.append(f)
-        if n_mismatch > 5:
-            findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {n_mismatch - 5} more mismatched sequence numbers",
-                                    world=world_s, group=group_s))
-        # Never arrived: members without a row at a seq others entered -- unless
-        # the rank's record was lost (a later seq of the group exists on that rank,
-        # or its file says it could not read records there): then it did arrive.
-        last_seq = {int(r): int(s) for r, s in gdf.groupby("rank", observed=True)["seq"].max().items()}
-        missing_runs, lost_runs = [], []
-        for seq, sdf in by_seq.items():
-            present = set(int(r) for r in sdf["rank"])
-            absent = [r for r in members if r not in present]
-            lost = [r for r in absent if last_seq.get(r, 0) > seq or _lost_at(fates.get(r), group_s, seq)]
-            missing = [r for r in absent if r not in lost]
-            if missing:
-                missing_runs.append((seq, sdf, missing))
-            if lost:
-                lost_runs.append((seq, sdf, lost))
-        if lost_runs:
-            findings.append(_lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq))
-        if missing_runs:
-            seq, sdf, missing = missing_runs[0]
-            findings.append(_not_arrived(glabel, world_s, group_s, seq, sdf, missing, df, fates, now,
-                                         later=len(missing_runs) - 1))
-        # Stuck: everyone entered, someone never finished (not explained by a missing rank).
-        first_missing = missing_runs[0][0] if missing_runs else None
-        mismatched = {f.seq for f in findings if f.kind == MISMATCH and f.group == group_s and f.world == world_s}
-        for seq, sdf in by_seq.items():
-            if first_missing is not None and seq >= first_missing:
-                break
-            if seq in mismatched:
-                continue
-            st = sdf["status"].astype(str)
-            if (st == "in_flight").any():
-                waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
-                row = sdf.iloc[0]
-                f = Finding(STUCK, ERROR,
-                            f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never "
-                            f"finished on rank {_fmt_ranks(waiting)}",
-                            world=world_s, group=group_s, seq=seq, op=str(row["op"]), ranks=waiting)
-                f.details.append(f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}")
-                for r in waiting:
-                    fate = fates.get(r)
-                    if fate is not None:
-                        f.details.append(f"rank {r}: {fate.describe()}")
-                findings.append(f)
-                break
-        # Failed ops: first failing seq in this group.
-        failed = gdf[gdf["status"].astype(str) == "failed"]
-        if len(failed):
-            seq = int(failed["seq"].min())
-            fr = failed[failed["seq"] == seq]
-            row = fr.iloc[0]
-            f = Finding(FAILED, ERROR,
-                        f"{glabel} seq {seq}: {row['op']} failed on rank {_fmt_ranks(fr['rank'])}"
-                        + (f" (and {failed['seq'].nunique() - 1} later op(s))" if failed["seq"].nunique() > 1 else ""),
-                        world=world_s, group=group_s, seq=seq, op=str(row["op"]),
-                        ranks=sorted(int(r) for r in fr["rank"]))
-            for _, r in fr.iterrows():
-                f.details.append(f"rank {int(r['rank'])}: {_first_line(_s(r.get('error')) or 'error text not recorded')}")
-            findings.append(f)
+            by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
+        findings += _group_findings(_group_label(world_s, group_s, g.desc), world_s, group_s, g, v, by_seq, fates,
+                                    facts, now)
     return findings
 
 
-def _lost_at(fate, group_s, seq) -> bool:
-    """The rank's file has unreadable records that may be this one: in this
-    group around this seq, or in a group it cannot name (then any seq)."""
-    if fate is None:
-        return False
-    if "?" in fate.lost:
-        return True
-    span = fate.lost.get(str(group_s))
-    return bool(span) and _int(span[0]) is not None and _int(span[0]) <= seq <= (_int(span[1]) or 0)
+def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by_seq: dict, fates, facts: RunFacts,
+                    now) -> list[Finding]:
+    findings: list[Finding] = []
+    members = g.members
+    # Mismatches: every seq where the present ranks disagree (the first few shown).
+    for seq in v.mismatch[:MISMATCH_SHOWN]:
+        sdf = by_seq[seq].drop_duplicates("rank", keep="last")
+        cats = _compare_at_seq(sdf)
+        severity = ERROR if any(c != "variant" for c, _ in cats) else WARNING
+        op = str(sdf["op"].iloc[0])
+        names = ", ".join(c for c, _ in cats)
+        f = Finding(MISMATCH, severity,
+                    f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
+                    world=world_s, group=group_s, seq=seq, op=op,
+                    ranks=sorted(int(r) for r in sdf["rank"]),
+                    data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}})
+        for c, s in cats:
+            f.details.append(f"{c}: {_fmt_split(s)}")
+        for _, row in sdf.iterrows():
+            f.details.append(f"rank {int(row['rank'])}: {_op_desc(row)} [{row['status']}] at {_s(row.get('callsite')) or '?'}")
+        findings.append(f)
+    if v.n_mismatch > MISMATCH_SHOWN:
+        findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {v.n_mismatch - MISMATCH_SHOWN} more mismatched sequence numbers",
+                                world=world_s, group=group_s))
+    if v.lost:
+        seq, lost = v.lost[0]
+        findings.append(_lost_record(glabel, world_s, group_s, seq, by_seq[seq], lost, v.lost_seqs, fates,
+                                     g.last_entered))
+    if v.missing:
+        seq, missing = v.missing[0]
+        findings.append(_not_arrived(glabel, world_s, group_s, seq, by_seq[seq], missing, facts, fates, now,
+                                     later=v.n_missing - 1))
+    # Stuck: everyone entered, someone never finished (not explained by a missing rank).
+    first_missing = v.missing[0][0] if v.missing else None
+    mismatched = set(v.mismatch[:MISMATCH_SHOWN])
+    for seq in v.in_flight:
+        if first_missing is not None and seq >= first_missing:
+            break
+        if seq in mismatched:
+            continue
+        sdf = by_seq[seq]
+        st = sdf["status"].astype(str)
+        waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
+        row = sdf.iloc[0]
+        f = Finding(STUCK, ERROR,
+                    f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never "
+                    f"finished on rank {_fmt_ranks(waiting)}",
+                    world=world_s, group=group_s, seq=seq, op=str(row["op"]), ranks=waiting)
+        f.details.append(f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}")
+        for r in waiting:
+            fate = fates.get(r)
+            if fate is not None:
+                f.details.append(f"rank {r}: {fate.describe()}")
+        findings.append(f)
+        break
+    # Failed ops: first failing seq in this group.
+    if v.failed:
+        seq = v.failed[0]
+        sdf = by_seq[seq]
+        fr = sdf[(sdf["status"].astype(str) == "failed").to_numpy()]
+        row = fr.iloc[0]
+        f = Finding(FAILED, ERROR,
+                    f"{glabel} seq {seq}: {row['op']} failed on rank {_fmt_ranks(fr['rank'])}"
+                    + (f" (and {v.n_failed - 1} later op(s))" if v.n_failed > 1 else ""),
+                    world=world_s, group=group_s, seq=seq, op=str(row["op"]),
+                    ranks=sorted(int(r) for r in fr["rank"]))
+        for _, r in fr.iterrows():
+            f.details.append(f"rank {int(r['rank'])}: {_first_line(_s(r.get('error')) or 'error text not recorded')}")
+        findings.append(f)
+    return findings
 
 
-def _lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq) -> Finding:
+def _lost_record(glabel, world_s, group_s, seq, sdf, lost, seqs, fates, last_seq) -> Finding:
     """Collectives a rank did reach but whose record is unreadable: the damaged file is the cause."""
-    seq, sdf, lost = lost_runs[0]
     op = str(sdf["op"].iloc[0])
-    seqs = [s for s, _, _ in lost_runs]
     span = f"seq {seqs[0]}" if len(seqs) == 1 else f"seq {seqs[0]}..{seqs[-1]} ({len(seqs)} sequence numbers)"
     causes = []
     for r in lost:
@@ -194,14 +180,14 @@ def _lost_record(glabel, world_s, group_s, lost_runs, fates, last_seq) -> Findin
         causes.append(damage if len(lost) == 1 else f"rank {r}: {damage}")
     title = f"{glabel} {span}: the records of rank {_fmt_ranks(lost)} are unreadable ({'; '.join(causes)})"
     f = Finding(LOST_RECORD, ERROR, title, world=world_s, group=group_s, seq=seq, op=op, ranks=list(lost),
-                data={"seqs": seqs, "lost": list(lost)})
+                data={"seqs": list(seqs), "lost": list(lost)})
     for r in lost:
         if last_seq.get(r, 0) > seq:
             f.details.append(f"rank {r} reached seq {last_seq[r]} of this group, so it did call seq {seq}")
     return f
 
 
-def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, df, fates, now, later) -> Finding:
+def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, fates, now, later) -> Finding:
     row = sdf.iloc[0]
     op = str(row["op"])
     entered = sorted(int(r) for r in sdf["rank"])
@@ -221,8 +207,7 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, df, fates, now, la
             age = f", waiting at least {_fmt_age(now - int(r['t_start_ns']))}"
         f.details.append(f"rank {rk} entered: {status}{age}")
     for m in missing:
-        rdf = df[df["rank"] == m]  # its last op anywhere (it may be stuck in another group)
-        last = _last_op_of(rdf)
+        last = facts.last_op(m)  # its last op anywhere (it may be stuck in another group)
         fate = fates.get(m)
         if last is None:
             where = "no op traced"
@@ -240,13 +225,14 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, df, fates, now, la
 
 # -- point to point ------------------------------------------------------------------
 
-def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
+def unmatched_p2p(df: pd.DataFrame) -> list:
+    """The send/recv rows without their counterpart (same world, group, seq; peers
+    swapped), in frame order."""
     if len(df) == 0:
         return []
-    p = df[df["op"].astype(str).isin(_P2P)]
+    p = df[df["op"].astype(str).isin(_P2P).to_numpy()]
     if len(p) == 0:
         return []
-    findings = []
     keys = {}
     for _, r in p.iterrows():
         peer = _int(r.get("root"))
@@ -258,7 +244,15 @@ def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
         other = "recv" if op == "send" else "send"
         if (w, g, other, peer, rank, seq) not in keys:
             unmatched.append(r)
-    for r in unmatched[:10]:
+    return unmatched
+
+
+P2P_SHOWN = 10
+
+
+def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
+    findings = []
+    for r in unmatched_p2p(df)[:P2P_SHOWN]:
         st = str(r["status"])
         sev = ERROR if st == "in_flight" else INFO
         peer = _int(r.get("root"))
@@ -274,49 +268,38 @@ def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
 
 # -- stragglers -----------------------------------------------------------------------
 
-def diagnose_stragglers(df: pd.DataFrame) -> list[Finding]:
-    coll = _collectives(df)
-    if len(coll) == 0:
-        return []
+def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
+    """Ranks that arrived last at most of the collectives every member completed, and
+    made the others wait long (``facts.stragglers``: facts.straggler_lags per group)."""
     findings = []
-    coll = coll[coll["status"].astype(str) == "completed"]
-    for (world, group), gdf in coll.groupby(["world", "group"], observed=True, sort=True):
-        members = _group_members(gdf)
-        if len(members) < 2:
+    for (world, group), s in facts.stragglers.items():
+        if s.instances < STRAGGLER_MIN_OPS:
             continue
-        piv = gdf.drop_duplicates(["seq", "rank"], keep="last").pivot(index="seq", columns="rank", values="t_start_ns")
-        piv = piv.reindex(columns=members).dropna()
-        if len(piv) < STRAGGLER_MIN_OPS:
-            continue
-        arr = piv.to_numpy(dtype=np.float64)
-        last = arr.argmax(axis=1)
-        lag = arr.max(axis=1) - np.median(arr, axis=1) if len(members) > 2 else arr.max(axis=1) - arr.min(axis=1)
-        for ci, r in enumerate(piv.columns):
-            sel = last == ci
-            share = sel.mean()
+        for r in s.members:
+            lag = s.lags_of(r)
+            share = len(lag) / s.instances
             if share < STRAGGLER_MIN_SHARE:
                 continue
-            med = float(np.median(lag[sel]))
+            med = float(np.median(lag))
             if med < STRAGGLER_MIN_LAG_NS:
                 continue
-            total = float(lag[sel].sum())
+            total = float(lag.sum())
             findings.append(Finding(
                 STRAGGLER, WARNING,
-                f"{_group_label(_s(world), _s(group))}: rank {int(r)} arrived last at {int(sel.sum())} of {len(piv)} "
+                f"{_group_label(world, group)}: rank {int(r)} arrived last at {len(lag)} of {s.instances} "
                 f"collectives (median wait it caused {_fmt_age(med)}, total {_fmt_age(total)})",
-                world=_s(world), group=_s(group), ranks=[int(r)],
+                world=world, group=group, ranks=[int(r)],
                 data={"share_last": float(share), "median_lag_ns": med, "total_lag_ns": total}))
     return findings
 
 
 # -- processes ---------------------------------------------------------------------
 
-def diagnose_processes(run, fates: dict[int, RankFate], df: pd.DataFrame, early=()) -> list[Finding]:
+def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=()) -> list[Finding]:
     findings = []
     for r in sorted(fates):
         fate = fates[r]
-        rdf = df[df["rank"] == r] if len(df) else df
-        last = _last_op_of(rdf) if len(rdf) else None
+        last = facts.last_op(r)
         last_s = (f"last op: {last['op']} seq {int(last['seq'])} [{last['status']}] at {_s(last.get('callsite')) or '?'}"
                   if last is not None else "no ops traced")
         if fate.exception:
@@ -339,9 +322,8 @@ def diagnose_processes(run, fates: dict[int, RankFate], df: pd.DataFrame, early=
     # Member ranks that wrote nothing.
     size = _world_sizes(run)
     expected = set(range(size))
-    if len(df):
-        for text in df["group_ranks"].dropna().unique():
-            expected.update(parse_ranks(text))
+    for text in facts.group_ranks:
+        expected.update(parse_ranks(text))
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
@@ -378,9 +360,9 @@ def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
     return out
 
 
-def progress_findings(df: pd.DataFrame) -> list[Finding]:
+def progress_findings(facts: RunFacts) -> list[Finding]:
     out = []
-    for g in group_progress(df):
+    for g in group_progress(facts):
         parts = []
         for r, info in g["ranks"].items():
             lc = info["last_completed"]
@@ -389,4 +371,17 @@ def progress_findings(df: pd.DataFrame) -> list[Finding]:
                            f"{_group_label(g['world'], g['group'], g['desc'])}: last seq completed  " + ", ".join(parts),
                            world=g["world"], group=g["group"], ranks=g["members"],
                            data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))
+    return out
+
+
+def group_progress(facts) -> list[dict]:
+    """Per (world, group): members and, per rank, last seq completed / entered and the
+    seqs in flight (``facts``: RunFacts, or a frame to compute them from)."""
+    if isinstance(facts, pd.DataFrame):
+        facts = frame_facts(facts)
+    out = []
+    for (world, group), g in facts.groups.items():
+        per_rank = {r: {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
+                        "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
+        out.append({"world": world, "group": group, "desc": g.desc, "members": g.members, "ranks": per_rank})
     return out

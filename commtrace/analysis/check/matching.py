@@ -51,34 +51,6 @@ def _group_members(gdf: pd.DataFrame) -> list[int]:
     return sorted(members)
 
 
-def _last_op_of(rdf: pd.DataFrame):
-    if len(rdf) == 0:
-        return None
-    return rdf.sort_values("t_start_ns", kind="stable").iloc[-1]
-
-
-def group_progress(df: pd.DataFrame) -> list[dict]:
-    """Per (world, group): members and, per rank, last seq completed / entered."""
-    out = []
-    coll = _collectives(df)
-    if len(coll) == 0:
-        return out
-    for (world, group), gdf in coll.groupby(["world", "group"], observed=True, sort=True):
-        members = _group_members(gdf)
-        per_rank = {}
-        for r in members:
-            rdf = gdf[gdf["rank"] == r]
-            done = rdf[rdf["status"].astype(str) == "completed"]
-            per_rank[r] = {
-                "last_completed": _int(done["seq"].max()) if len(done) else None,
-                "last_entered": _int(rdf["seq"].max()) if len(rdf) else None,
-                "in_flight": sorted(int(s) for s in rdf.loc[rdf["status"].astype(str) == "in_flight", "seq"]),
-            }
-        desc = _s(gdf["group_desc"].iloc[0]) if "group_desc" in gdf else None
-        out.append({"world": _s(world), "group": _s(group), "desc": desc, "members": members, "ranks": per_rank})
-    return out
-
-
 def _compare_at_seq(sdf: pd.DataFrame) -> list[tuple[str, dict]]:
     """Flight-Recorder-style mismatch categories among the ranks' rows at one seq.
 
@@ -130,17 +102,14 @@ def _offset_at_start(p: dict) -> int:
     return aligned - start if aligned is not None and start is not None else 0
 
 
-def _now_ns(df: pd.DataFrame, run) -> int | None:
-    """The latest moment the trace knows of (for in-flight ages)."""
+def _now_ns(run, t_max: int | None) -> int | None:
+    """The latest moment the trace knows of (for in-flight ages): the processes' ends
+    and ``t_max``, the latest start or end of any op (RunFacts.t_max)."""
     cands = []
     for p in run.processes:
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
             cands.append(_int(end["t_mono_ns"]) + _offset_at_start(p))   # on rank 0's clock, as the frame
-    if len(df):
-        cands.append(_int(pd.to_numeric(df["t_start_ns"], errors="coerce").max()))
-        te = pd.to_numeric(df["t_end_ns"], errors="coerce").max()
-        if _int(te) is not None:
-            cands.append(_int(te))
-    cands = [c for c in cands if c is not None]
+    if t_max is not None:
+        cands.append(t_max)
     return max(cands) if cands else None

@@ -1,0 +1,312 @@
+"""What the diagnoses need from every op, in mergeable form.
+
+The diagnoses read two kinds of input: the rows of the few collectives they name
+(a mismatch, a rank that never arrived, an op stuck in flight or failed) and
+figures over every op (how far each rank got in each group, each rank's last op,
+the straggler lags, the latest time the trace knows of). ``RunFacts`` holds the
+figures, ``GroupVerdict`` says which collectives of a group are worth a finding.
+Both are computed from a frame (``frame_facts``, ``classify_group``): the whole run
+on the one-frame path, one seq chunk of every rank on the partitioned path
+(``analysis.partial.check_map``), where the per-chunk results are merged
+(``RunFacts.merge``, ``GroupVerdict.merge``) -- instances of a collective are whole
+inside a chunk, so the merged result equals the one-frame one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .findings import _int, _s
+from .matching import _collectives, _compare_at_seq, _group_members
+
+# Findings show the first few of these; counts stay exact.
+MISMATCH_SHOWN = 5
+# Stuck: the first seq with an op in flight that is not one of the mismatches shown.
+IN_FLIGHT_KEPT = MISMATCH_SHOWN + 1
+
+
+@dataclass
+class Stragglers:
+    """A group's completed collectives that every member completed: how many, and per
+    member the lags of those it arrived last at (see diagnoses.diagnose_stragglers),
+    as pieces in seq order (``(first seq, array)``; concatenated by ``lags_of``)."""
+    members: list
+    instances: int = 0
+    lags: dict = field(default_factory=dict)   # rank -> [(first seq, lags)]
+
+    def lags_of(self, rank) -> np.ndarray:
+        parts = sorted(self.lags.get(rank, []), key=lambda p: p[0])
+        return np.concatenate([a for _, a in parts]) if parts else np.empty(0)
+
+
+@dataclass
+class GroupFacts:
+    members: list
+    desc: str | None = None          # group_desc of the group's first op (frame order)
+    desc_at: tuple = (np.inf, np.inf)  # (t_start_ns, rank) of that op
+    last_entered: dict = field(default_factory=dict)    # rank -> highest seq it has a record of
+    last_completed: dict = field(default_factory=dict)  # rank -> highest seq it completed
+    in_flight: dict = field(default_factory=dict)       # rank -> seqs in flight
+
+
+@dataclass
+class RunFacts:
+    has_ops: bool = False
+    t_max: int | None = None          # latest start or end of any op
+    group_ranks: set = field(default_factory=set)       # every group_ranks text of any op
+    last_ops: pd.DataFrame = field(default_factory=pd.DataFrame)   # per rank its last op (frame rows, by rank)
+    groups: dict = field(default_factory=dict)          # (world, group) -> GroupFacts, in the frame's group order
+    stragglers: dict = field(default_factory=dict)      # (world, group) -> Stragglers
+
+    def merge(self, other: "RunFacts") -> None:
+        """Fold in the facts of ops disjoint from these (another seq chunk)."""
+        if not other.has_ops:
+            return
+        self.has_ops = True
+        if other.t_max is not None:
+            self.t_max = other.t_max if self.t_max is None else max(self.t_max, other.t_max)
+        self.group_ranks |= other.group_ranks
+        if len(other.last_ops):
+            both = pd.concat([self.last_ops, other.last_ops]) if len(self.last_ops) else other.last_ops
+            both = both.sort_values("t_start_ns", kind="stable")
+            self.last_ops = both[~both.index.duplicated(keep="last")]
+        for key, g in other.groups.items():
+            mine = self.groups.setdefault(key, GroupFacts(g.members))
+            if g.desc_at < mine.desc_at:
+                mine.desc, mine.desc_at = g.desc, g.desc_at
+            for r, s in g.last_entered.items():
+                mine.last_entered[r] = max(s, mine.last_entered.get(r, s))
+            for r, s in g.last_completed.items():
+                mine.last_completed[r] = max(s, mine.last_completed.get(r, s))
+            for r, seqs in g.in_flight.items():
+                mine.in_flight[r] = sorted(mine.in_flight.get(r, []) + seqs)
+        for key, s in other.stragglers.items():
+            mine = self.stragglers.setdefault(key, Stragglers(s.members))
+            mine.instances += s.instances
+            for r, parts in s.lags.items():
+                mine.lags.setdefault(r, []).extend(parts)
+
+    def last_op(self, rank):
+        """The rank's op with the latest start (a frame row), or None."""
+        if rank not in self.last_ops.index:
+            return None
+        return self.last_ops.loc[rank]
+
+
+def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
+    """The facts of the ops in ``df`` (a whole run, or whole instances of one seq chunk).
+    ``members``: (world, group) -> member ranks, when known from elsewhere (the
+    partitioned path: every rank's groups); by default from ``df``'s group_ranks."""
+    facts = RunFacts()
+    if not len(df):
+        return facts
+    facts.has_ops = True
+    ts = pd.to_numeric(df["t_start_ns"], errors="coerce").max()
+    te = pd.to_numeric(df["t_end_ns"], errors="coerce").max()
+    cands = [v for v in (_int(ts), _int(te)) if v is not None]
+    facts.t_max = max(cands) if cands else None
+    facts.group_ranks = {str(x) for x in df["group_ranks"].dropna().unique()}
+    facts.last_ops = _last_ops(df)
+    coll = _collectives(df)
+    if not len(coll):
+        return facts
+    for (world, group), gdf in coll.groupby(["world", "group"], observed=True, sort=True):
+        key = (_s(world), _s(group))
+        known = members.get(key) if members else None
+        g = facts.groups[key] = GroupFacts(known if known is not None else _group_members(gdf))
+        if "group_desc" in gdf:
+            g.desc, g.desc_at = _s(gdf["group_desc"].iloc[0]), (int(gdf["t_start_ns"].iloc[0]), int(gdf["rank"].iloc[0]))
+        st = gdf["status"]
+        g.last_entered = {int(r): int(s) for r, s in gdf.groupby("rank", observed=True)["seq"].max().items()}
+        done = gdf[(st == "completed").to_numpy()]
+        if len(done):
+            g.last_completed = {int(r): int(s) for r, s in done.groupby("rank", observed=True)["seq"].max().items()}
+        fl = gdf[(st == "in_flight").to_numpy()]
+        for r, seqs in fl.groupby("rank", observed=True)["seq"]:
+            g.in_flight[int(r)] = sorted(int(s) for s in seqs)
+        s = straggler_lags(done, known if known is not None else _group_members(done) if len(done) else [])
+        if s is not None:
+            facts.stragglers[key] = s
+    return facts
+
+
+def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank its op with the latest start (the last such in frame order), indexed by rank."""
+    t = df["t_start_ns"].to_numpy()
+    ranks = df["rank"].to_numpy()
+    tmax = pd.Series(t).groupby(ranks).transform("max").to_numpy()
+    at = np.flatnonzero(t == tmax)
+    pos = pd.Series(at).groupby(ranks[at]).max()
+    return df.iloc[pos.to_numpy()].set_axis(pos.index.astype(np.int64), axis=0)
+
+
+def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
+    """The completed collectives every member completed (``done``: one group's completed
+    rows): per collective the member arriving last (ties: the lowest rank) and its lag
+    (last arrival - median arrival; with two members, - the first)."""
+    if len(members) < 2 or not len(done):
+        return None
+    piv = done.drop_duplicates(["seq", "rank"], keep="last").pivot(index="seq", columns="rank", values="t_start_ns")
+    piv = piv.reindex(columns=members).dropna()
+    out = Stragglers(list(members), len(piv))
+    if not len(piv):
+        return out
+    arr = piv.to_numpy(dtype=np.float64)
+    last = arr.argmax(axis=1)
+    lag = arr.max(axis=1) - np.median(arr, axis=1) if len(members) > 2 else arr.max(axis=1) - arr.min(axis=1)
+    first = int(piv.index[0])
+    for ci, r in enumerate(piv.columns):
+        sel = last == ci
+        if sel.any():
+            out.lags[int(r)] = [(first, lag[sel])]
+    return out
+
+
+# -- which collectives of a group are worth a finding ---------------------------------
+
+@dataclass
+class GroupVerdict:
+    """Per group, ascending seqs: mismatches among present members, members absent at a
+    seq others entered (``missing``: never arrived; ``lost``: arrived, record unreadable),
+    seqs with an op in flight, seqs with a failed op. ``capped``: only the first few are
+    kept (what the findings show), the ``n_`` counts and ``lost_seqs`` stay exact."""
+    mismatch: list = field(default_factory=list)
+    n_mismatch: int = 0
+    missing: list = field(default_factory=list)     # (seq, [ranks])
+    n_missing: int = 0
+    lost: list = field(default_factory=list)        # (seq, [ranks])
+    lost_seqs: list = field(default_factory=list)
+    in_flight: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    n_failed: int = 0
+
+    def merge(self, other: "GroupVerdict") -> None:
+        self.mismatch = sorted(self.mismatch + other.mismatch)
+        self.missing = sorted(self.missing + other.missing)
+        self.lost = sorted(self.lost + other.lost)
+        self.lost_seqs = sorted(self.lost_seqs + other.lost_seqs)
+        self.in_flight = sorted(self.in_flight + other.in_flight)
+        self.failed = sorted(self.failed + other.failed)
+        self.n_mismatch += other.n_mismatch
+        self.n_missing += other.n_missing
+        self.n_failed += other.n_failed
+        self.cap()
+
+    def cap(self) -> None:
+        self.mismatch = self.mismatch[:MISMATCH_SHOWN]
+        self.missing = self.missing[:1]
+        self.lost = self.lost[:1]
+        self.in_flight = self.in_flight[:IN_FLIGHT_KEPT]
+        self.failed = self.failed[:1]
+
+    def seqs(self) -> set:
+        """The seqs whose rows the findings show."""
+        return (set(self.mismatch) | {s for s, _ in self.missing} | {s for s, _ in self.lost} | set(self.in_flight)
+                | set(self.failed))
+
+
+def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict, group) -> tuple[GroupVerdict, dict]:
+    """The verdict over one group's collectives in ``gdf`` (whole instances) and the rows
+    of the seqs it names. ``last_seq``: rank -> highest seq of this group it has a
+    record of (over the whole run); ``fates``: rank -> RankFate (where its file lost
+    records). Vectorized over the seqs; only those with a differing field or an op not
+    completed are compared one by one (``_compare_at_seq``)."""
+    v = GroupVerdict()
+    seq = gdf["seq"].to_numpy().astype(np.int64)
+    if not len(seq):
+        return v, {}
+    useq, inv = np.unique(seq, return_inverse=True)
+    inv = inv.reshape(-1)
+    look = _differs(gdf, inv, len(useq))
+    look[np.unique(inv[(gdf["status"] != "completed").to_numpy()])] = True
+    _absent(v, gdf, useq, inv, members, last_seq, fates, group)
+    shown = set(useq[look].tolist()) | {s for s, _ in v.missing} | {s for s, _ in v.lost}
+    sub = gdf[np.isin(seq, list(shown))] if len(shown) < len(useq) else gdf
+    by_seq = {int(s): sdf for s, sdf in sub.groupby("seq", sort=True)}
+    for s in useq[look].tolist():
+        sdf = by_seq[s]
+        if sdf["rank"].nunique() >= 2 and _compare_at_seq(sdf.drop_duplicates("rank", keep="last")):
+            v.mismatch.append(s)
+        sst = sdf["status"].astype(str)
+        if (sst == "in_flight").any():
+            v.in_flight.append(s)
+        if (sst == "failed").any():
+            v.failed.append(s)
+    v.n_mismatch, v.n_failed = len(v.mismatch), len(v.failed)
+    return v, by_seq
+
+
+# The fields _compare_at_seq compares: a seq where all of them agree has no mismatch.
+_COMPARED = ("op", "variant", "shapes", "out_shapes", "dtype", "reduce_op", "root")
+
+
+def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
+    """Per seq: some compared field has more than one value among its rows."""
+    flag = np.zeros(k, bool)
+    for col in _COMPARED:
+        if col not in gdf:
+            continue
+        c = gdf[col]
+        codes = (c.cat.codes.to_numpy() if isinstance(c.dtype, pd.CategoricalDtype)    # NaN: -1, a value too
+                 else pd.factorize(c.astype(object).to_numpy(), use_na_sentinel=False)[0])
+        lo = np.full(k, np.iinfo(np.int64).max)
+        hi = np.full(k, -1)
+        np.minimum.at(lo, inv, codes)
+        np.maximum.at(hi, inv, codes)
+        flag |= lo != hi
+    return flag
+
+
+def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fates: dict, group) -> None:
+    """Members without a row at a seq others entered: ``missing`` (never arrived) -- unless
+    the rank's record was lost (a later seq of the group exists on that rank, or its file
+    says it could not read records there): then ``lost`` (it did arrive). Keeps the
+    first of each with its ranks, the number of missing seqs and every lost seq."""
+    if not members:
+        return
+    m = np.asarray(members, dtype=np.int64)
+    rank = gdf["rank"].to_numpy().astype(np.int64)
+    col = np.searchsorted(m, rank)
+    is_member = (col < len(m)) & (m[np.minimum(col, len(m) - 1)] == rank)
+    count = np.bincount(np.unique(inv[is_member] * len(m) + col[is_member]) // len(m), minlength=len(useq))
+    short = np.flatnonzero(count < len(m))
+    if not len(short):
+        return
+    row = np.full(len(useq), -1)
+    row[short] = np.arange(len(short))
+    present = np.zeros((len(short), len(m)), bool)
+    sel = is_member & (row[inv] >= 0)
+    present[row[inv[sel]], col[sel]] = True
+    seqs = useq[short][:, None]
+    later = np.array([last_seq.get(int(r), 0) for r in m])[None, :] > seqs
+    anywhere, lo, hi = _lost_spans(fates, group, m)
+    lost = ~present & (later | anywhere[None, :] | ((lo[None, :] <= seqs) & (seqs <= hi[None, :])))
+    missing = ~present & ~lost
+    has_missing = missing.any(axis=1)
+    v.n_missing = int(has_missing.sum())
+    if v.n_missing:
+        i = int(np.argmax(has_missing))
+        v.missing = [(int(useq[short[i]]), m[missing[i]].tolist())]
+    has_lost = lost.any(axis=1)
+    if has_lost.any():
+        i = int(np.argmax(has_lost))
+        v.lost = [(int(useq[short[i]]), m[lost[i]].tolist())]
+        v.lost_seqs = useq[short[has_lost]].tolist()
+
+
+def _lost_spans(fates: dict, group, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per member: its file lost records of a group it cannot name (any seq may be
+    lost), and the seq span of the records of ``group`` it lost (empty: lo > hi)."""
+    anywhere = np.zeros(len(members), bool)
+    lo, hi = np.ones(len(members), np.int64), np.zeros(len(members), np.int64)
+    for i, r in enumerate(members.tolist()):
+        fate = fates.get(r)
+        if fate is None:
+            continue
+        anywhere[i] = "?" in fate.lost
+        span = fate.lost.get(str(group))
+        if span and _int(span[0]) is not None:
+            lo[i], hi[i] = _int(span[0]), _int(span[1]) or 0
+    return anywhere, lo, hi

@@ -1,0 +1,421 @@
+"""``commtrace check`` of runs too big for one frame: the same findings by map/reduce.
+
+The diagnoses (analysis.check) read what each process said about itself (meta
+lines: small), figures over every op (``RunFacts``) and the rows of the few
+collectives they name (``GroupVerdict``). Here:
+
+1. meta lines of every file, in this process (as ``reader.load_run`` reads them);
+2. per rank (``map_check_rank``): its records, read as ``load_run`` reads them (the
+   damage, lost records and issues the fates need), the seq-chunk index of its ops
+   files (``rank_map._chunk_index``), per group the highest seq it has a record of
+   and the member lists its ops name;
+3. per seq chunk (``map_check_chunk``): the frame of that chunk's records of every
+   file (``reader.build_frame`` on just them: every value as ``load_run``'s), whose
+   collective instances are whole, classified as on the one-frame path
+   (``classify_group``, with the run-wide highest seqs of step 2) and reduced to the
+   verdicts (capped to what the findings show, counts exact), the rows of the seqs
+   they name, the first unmatched send/recv, and the chunk's RunFacts;
+4. the fold (``CheckFold``) merges those, keeps only the rows still shown, and
+   ``check.diagnose_reduced`` runs the one-frame path's code on the small result.
+
+No task holds more than one rank's records (step 2) or one chunk's frame (step 3);
+the fold holds the facts (per group and rank a few numbers, the straggler lags:
+one float per collective instance every member completed, where some rank arrived
+last) and at most a few dozen instances' rows per group.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...errors import CommtraceError
+from ...trace import reader, schema
+from ...trace.schema import P2P_OPS
+from .. import coverage
+from ..check import diagnose_reduced, unmatched_p2p
+from ..check.diagnoses import P2P_SHOWN
+from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
+from ..check.findings import parse_ranks
+from ..check.fates import rank_fates
+from ..check.matching import _collectives
+from .executors import ENV_DASK, cpu_count, make_executor, total_memory
+from .progress import Progress
+from .rank_map import _chunk_index
+
+# Peak memory of a chunk task per op it holds: the chunk's frame (reader.build_frame,
+# ~200 B/op) and the groupby temporaries of classify_group, with headroom.
+CHUNK_BYTES_PER_OP = 800
+# A rank task: its records (32 B/op), their validity masks and the chunk index, with headroom.
+RANK_BYTES_PER_OP = 200
+CHUNKS_PER_WORKER = 8
+DEFAULT_MEMORY_FRACTION = 0.5
+
+
+@dataclass
+class FileFacts:
+    """What step 2 learnt about one process's files."""
+    index: int                  # the file's place in reader.find_traces order
+    n_records: int
+    complete: bool
+    lost: dict
+    n_lost: int
+    damage: list
+    issues: list                # reader.TraceIssue of read_process, in order
+    span_issues: list           # of its spans file (load_run reads spans after every ops file)
+    chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
+    last_seq: dict              # (world, group) -> highest collective seq of this process
+    group_ranks: dict           # (world, group) -> group_ranks texts of its collectives
+    coverage: dict | None       # bounded mode: what its files cover (reader.read_process)
+
+
+@dataclass
+class CheckRankTask:
+    rank: int
+    files: list                 # (index, meta path)
+    chunk: int
+
+
+@dataclass
+class CheckChunkTask:
+    chunk: int
+    chunk_size: int
+    files: list                 # (index, meta path, ops path, first record, last record), in file order
+    refs: dict                  # world id -> meta path of its reference (rank-0) process
+    members: dict               # (world, group) -> member ranks
+    last_seq: dict              # (world, group) -> {rank: highest seq}
+    fates: dict                 # rank -> check.RankFate
+    bounded: list               # the bounded processes' summaries (coverage.judged_frame)
+    facts_only: bool = False    # bounded runs' first pass: the facts of the judged frame
+
+
+@dataclass
+class CheckChunkPartial:
+    chunk: int
+    ops: int
+    facts: RunFacts
+    verdicts: dict              # (world, group) -> GroupVerdict (capped)
+    rows: pd.DataFrame          # the collectives' rows of the seqs the verdicts name
+    p2p: pd.DataFrame           # the first unmatched send/recv rows (frame order)
+
+
+# -- step 2: one rank ---------------------------------------------------------------
+
+def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
+    out = []
+    for index, meta in task.files:
+        issues: list = []
+        pt = reader.read_process(meta, issues)
+        if pt is None:
+            continue
+        span_issues: list = []
+        reader._read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
+        last_seq, texts = _collective_groups(pt)
+        if pt.coverage is None:
+            chunks = _chunk_index(pt.ops_path, task.chunk)
+        else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
+            rec = pt.records
+            keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
+            chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
+        out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), issues,
+                             span_issues, chunks, last_seq, texts, pt.coverage))
+    return out
+
+
+def _collective_groups(pt) -> tuple[dict, dict]:
+    """Per (world, group) of the process's collective records: the highest seq, and the
+    group_ranks texts (what the frame's rows would show)."""
+    rec = pt.records
+    last, texts = {}, {}
+    if rec is None or not len(rec):
+        return last, texts
+    p2p_sigs = [i for i, s in pt.sigs.items() if reader._str_or_none(s.get("op")) in P2P_OPS]
+    coll = rec[~np.isin(rec["sig"], np.array(p2p_sigs, dtype=np.int64))] if p2p_sigs else rec
+    for gid in np.unique(coll["group"]).tolist():
+        g = pt.groups.get(gid, {})
+        key = (reader._str_or_none(g.get("world_id")), reader._str_or_none(g.get("name")))
+        if key[0] is None or key[1] is None:
+            continue                                 # the frame's groupby drops missing keys
+        last[key] = int(coll["seq"][coll["group"] == gid].max())
+        text = reader._str_or_none(g.get("ranks"))
+        texts[key] = [] if text is None else [text]
+    return last, texts
+
+
+# -- step 3: one seq chunk ----------------------------------------------------------
+
+def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
+    from .partition_map import _process
+    procs, refs = [], {}
+    for _, meta, ops, lo, hi in task.files:
+        pt = _process(meta)
+        if pt is None:
+            continue
+        rec = _chunk_records(pt, ops, lo, hi, task.chunk, task.chunk_size)
+        if len(rec):
+            procs.append(dataclasses.replace(pt, records=rec))
+    for wid, meta in task.refs.items():
+        ref = _process(meta)
+        if ref is not None:
+            refs[wid] = ref
+    df = reader.build_frame(procs, refs) if procs else reader._empty_frame()
+    df = coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
+    facts = frame_facts(df, task.members)
+    if task.facts_only:
+        return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
+    verdicts, kept = {}, []
+    coll = _collectives(df)
+    if len(coll):
+        for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False):
+            key = (reader._str_or_none(w), reader._str_or_none(g))
+            v, by_seq = classify_group(gdf, task.members.get(key, []), task.last_seq.get(key, {}), task.fates,
+                                       key[1])
+            v.cap()
+            verdicts[key] = v
+            kept += [by_seq[s] for s in sorted(v.seqs())]
+    p2p = unmatched_p2p(df)[:P2P_SHOWN]
+    return CheckChunkPartial(task.chunk, len(df), facts, verdicts, _plain(kept),
+                             _plain([pd.DataFrame(p2p)]) if p2p else _plain([]))
+
+
+def _chunk_records(pt, ops: str, lo: int, hi: int, chunk: int, size: int) -> np.ndarray:
+    """The process's records of one seq chunk, checked as reader._read_records checks them
+    (``hi < lo``: every record, read as it reads them: a bounded process's ring)."""
+    if hi < lo:
+        rec = reader._read_records(dataclasses.replace(pt, damage=[], lost={}), [])
+        return rec[(rec["seq"].astype(np.int64) // size) == chunk]
+    rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
+    ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
+          & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+    ok &= (rec["seq"].astype(np.int64) // size) == chunk
+    return reader._last_record_per_op(rec[ok])
+
+
+def _plain(frames: list) -> pd.DataFrame:
+    """Rows that leave the task: categoricals as plain values (each chunk has its own categories)."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames)
+    return df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)})
+
+
+# -- step 4: the fold -----------------------------------------------------------------
+
+@dataclass
+class CheckFold:
+    members: dict
+    facts: RunFacts = field(default_factory=RunFacts)
+    verdicts: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)       # (world, group) -> rows of the seqs its verdict names
+    p2p: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ops: int = 0
+
+    def add(self, part: CheckChunkPartial) -> None:
+        self.ops += part.ops
+        self.facts.merge(part.facts)
+        for key, v in part.verdicts.items():
+            mine = self.verdicts.get(key)
+            if mine is None:
+                self.verdicts[key] = mine = GroupVerdict()
+            mine.merge(v)
+        if len(part.rows):
+            for (w, g), gdf in part.rows.groupby(["world", "group"], sort=False, dropna=False):
+                key = (reader._str_or_none(w), reader._str_or_none(g))
+                self.rows[key] = pd.concat([self.rows[key], gdf]) if key in self.rows else gdf
+        for key, rows in self.rows.items():               # drop the rows no longer shown
+            keep = self.verdicts[key].seqs()
+            self.rows[key] = rows[rows["seq"].isin(keep).to_numpy()]
+        if len(part.p2p):
+            p = pd.concat([self.p2p, part.p2p]) if len(self.p2p) else part.p2p
+            self.p2p = p.sort_values(["t_start_ns", "rank"], kind="stable").head(P2P_SHOWN)
+
+    def frame(self) -> pd.DataFrame:
+        """The reduced frame, in the one frame's row order (start time, then rank)."""
+        parts = [r for r in self.rows.values() if len(r)] + ([self.p2p] if len(self.p2p) else [])
+        if not parts:
+            return reader._empty_frame()
+        return pd.concat(parts).sort_values(["t_start_ns", "rank"], kind="stable").reset_index(drop=True)
+
+
+# -- the driver -------------------------------------------------------------------------
+
+@dataclass
+class CheckScan:
+    """A partitioned check's result: the run (no op frame: ``run.frame`` holds only the
+    reduced rows) and its findings, with how the work was done."""
+    run: object
+    findings: list
+    ops: int
+    executor: str
+    workers: int
+    chunks: int
+    seconds: dict
+
+
+def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
+                      progress: bool | None = None) -> CheckScan:
+    """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc)."""
+    run_dir = reader.newest_run() if run_dir is None else str(run_dir)
+    limit = memory_limit or int(total_memory() * DEFAULT_MEMORY_FRACTION)
+    metas = reader.find_traces(run_dir)
+    read = []                                        # (index, meta, ProcessTrace or None, issues)
+    for i, m in enumerate(metas):
+        issues: list = []
+        read.append((i, m, reader.read_process(m, issues, records=False), issues))
+    procs = [pt for _, _, pt, _ in read if pt is not None]
+    if not procs:
+        detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
+        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    if any(p.header.get("source") == "cpp" for p in procs):
+        raise CommtraceError(f"{run_dir}: the partitioned check does not read C++-layer trace files (their ops "
+                             "are merged into the Python layer's); use the one-frame check (without --partitioned "
+                             "/ --dask)")
+    ranks: dict = {}
+    for i, m, pt, _ in read:
+        if pt is not None and pt.rank is not None:
+            ranks.setdefault(pt.rank, []).append((i, m))
+    records = {i: _ops_records(m) for i, m, pt, _ in read if pt is not None and pt.rank is not None}
+    per_file = max(records.values(), default=0)
+    if workers is None and not (dask or os.environ.get(ENV_DASK)):
+        per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
+        workers = max(1, min(cpu_count(), len(ranks) or 1, limit // per_task))
+    ex = make_executor(dask, workers)
+    chunk = _chunk_size(len(records), per_file, limit, ex.workers)
+    bar = Progress(progress)
+    seconds: dict = {}
+    try:
+        t0 = time.perf_counter()
+        stage = bar.stage("ranks", len(ranks), sum(records.values()))
+        facts_of: dict = {}
+        for part in ex.map(map_check_rank, [CheckRankTask(r, fs, chunk) for r, fs in sorted(ranks.items())]):
+            for f in part:
+                facts_of[f.index] = f
+            stage.advance(sum(f.n_records for f in part))
+        seconds["ranks"] = time.perf_counter() - t0
+        run = _run_of(run_dir, read, facts_of)
+        members, last_seq, order = _groups(read, facts_of)
+        bounded = [p for p in run.processes if isinstance(p.get("coverage"), dict)]
+        tasks = _chunk_tasks(read, facts_of, chunk, members, last_seq, rank_fates(run), bounded)
+        t1 = time.perf_counter()
+        if bounded:
+            # The one frame judges a collective only if no bounded member dropped it: the
+            # highest seqs that classify_group compares with are those of the judged frame.
+            judged = RunFacts()
+            for part in ex.map(map_check_chunk, [dataclasses.replace(t, facts_only=True) for t in tasks]):
+                judged.merge(part.facts)
+            last_seq = {k: g.last_entered for k, g in judged.groups.items()}
+            tasks = [dataclasses.replace(t, last_seq=last_seq) for t in tasks]
+        fold = CheckFold(members)
+        stage = bar.stage("collectives", len(tasks), 0)
+        for part in ex.map(map_check_chunk, tasks):
+            fold.add(part)
+            stage.advance(part.ops)
+        seconds["chunks"] = time.perf_counter() - t1
+    finally:
+        ex.close()
+        bar.close()
+    facts = fold.facts
+    facts.groups = {k: facts.groups[k] for k in sorted(facts.groups, key=order)}
+    for k, g in facts.groups.items():
+        g.members = members[k]
+    facts.stragglers = {k: facts.stragglers[k] for k in sorted(facts.stragglers, key=order)}
+    run.frame = fold.frame()
+    findings = diagnose_reduced(run, run.frame, facts, fold.verdicts)
+    return CheckScan(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
+
+
+def _ops_records(meta: str) -> int:
+    try:
+        return os.path.getsize(meta[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX) // schema.RECORD_SIZE
+    except OSError:
+        return 0
+
+
+def _chunk_size(files: int, per_file: int, limit: int, workers: int) -> int:
+    """Seq values per chunk: its ops (about one per file per seq value) fit the memory a
+    worker has, and there are at least CHUNKS_PER_WORKER chunks per worker."""
+    by_memory = max(1, (limit // max(1, workers)) // (CHUNK_BYTES_PER_OP * max(1, files)))
+    by_spread = max(1, -(-per_file // (CHUNKS_PER_WORKER * workers)))
+    return int(min(by_memory, by_spread, 1 << 30))
+
+
+def _run_of(run_dir: str, read: list, facts_of: dict):
+    """The reader.Run ``load_run`` would give, without its frame: each process's
+    summary and every issue, in load_run's order."""
+    procs, issues, span_issues = [], [], []
+    for i, m, pt, meta_issues in read:
+        f = facts_of.get(i)
+        if pt is not None and pt.rank is None:       # no process group: no ops to speak of, read here
+            meta_issues = []
+            pt = reader.read_process(m, meta_issues)
+            if pt is not None:
+                reader._read_spans(pt, span_issues)
+        elif f is not None:
+            pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.coverage = (
+                f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), f.coverage)
+            meta_issues = f.issues
+            span_issues += f.span_issues
+        issues += meta_issues
+        if pt is not None:
+            procs.append(pt)
+    reader._describe_clocks(procs)
+    issues += reader._missing_ranks(procs)
+    issues += span_issues
+    return reader.Run(os.path.abspath(run_dir), reader._empty_frame(), [p.summary() for p in procs if p.rank is not None],
+                      issues, unranked=[p.summary() for p in procs if p.rank is None])
+
+
+def _groups(read: list, facts_of: dict):
+    """Per (world, group): its members (as check.matching._group_members reads them from
+    the frame), each rank's highest seq, and the sort key of the frame's group order
+    (categories in the order the files define them)."""
+    texts: dict = {}
+    present: dict = {}
+    last_seq: dict = {}
+    worlds: dict = {}
+    names: dict = {}
+    for i, m, pt, _ in read:
+        f = facts_of.get(i)
+        if f is None:
+            continue
+        if f.n_records:                              # build_frame's categories: files with records, in order
+            for g in pt.groups.values():
+                worlds.setdefault(reader._str_or_none(g.get("world_id")), len(worlds))
+                names.setdefault(reader._str_or_none(g.get("name")), len(names))
+        for key, s in f.last_seq.items():
+            seqs = last_seq.setdefault(key, {})
+            seqs[pt.rank] = max(s, seqs.get(pt.rank, s))
+            texts.setdefault(key, set()).update(f.group_ranks.get(key, []))
+            present.setdefault(key, set()).add(pt.rank)
+    members = {}
+    for key in last_seq:
+        ms: set = set()
+        for text in texts.get(key, ()):
+            ms.update(parse_ranks(text))
+        members[key] = sorted(ms or present[key])
+    return members, last_seq, lambda key: (worlds.get(key[0], len(worlds)), names.get(key[1], len(names)))
+
+
+def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq: dict, fates: dict,
+                 bounded: list) -> list:
+    """One task per seq chunk any file has records in; per file, the record range holding
+    that chunk's records (of any group)."""
+    by_chunk: dict = {}
+    refs = {wid: pt.meta_path for wid, pt in
+            reader._reference_processes([pt for _, _, pt, _ in read if pt is not None]).items()}
+    for i, m, pt, _ in read:
+        f = facts_of.get(i)
+        if f is None:
+            continue
+        keys, first, last = f.chunks
+        ch = keys & 0xFFFFFFFF
+        for c in np.unique(ch).tolist():
+            sel = ch == c
+            by_chunk.setdefault(c, []).append((i, m, pt.ops_path, int(first[sel].min()), int(last[sel].max())))
+    return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded)
+            for c, files in sorted(by_chunk.items())]
