@@ -15,6 +15,8 @@ from .terminal import render_banner, render_nothing_shown, render_regions, rende
 
 # Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
 ONE_FRAME_BYTES_PER_OP = 300
+# ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
+ONE_FRAME_CHECK_BYTES_PER_OP = 450
 
 
 def refuse_frame_only(ns, *extra: tuple[str, object]) -> None:
@@ -47,7 +49,7 @@ def memory_limit_of(text: str | None) -> int | None:
     return int(value)
 
 
-def wants_partitioned(ns, run_dir=None) -> bool:
+def wants_partitioned(ns, run_dir=None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
     """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
     (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
     import glob
@@ -64,7 +66,7 @@ def wants_partitioned(ns, run_dir=None) -> bool:
         size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
     except OSError:
         return False
-    return size // schema.RECORD_SIZE * ONE_FRAME_BYTES_PER_OP > limit
+    return size // schema.RECORD_SIZE * bytes_per_op > limit
 
 
 # Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
