@@ -131,9 +131,16 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
 
 def rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
     """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
-    g = per_rank.groupby("rank")
-    out = g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
-    out.insert(0, "steps", g.size())
+    cols = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
+    ranks, code = np.unique(per_rank["rank"].to_numpy(), return_inverse=True)
+    if len(ranks) != 1:                  # map_rank has one rank; anything else: pandas' groupby
+        g = per_rank.groupby("rank")
+        out = g[cols].median()
+        out.insert(0, "steps", g.size())
+        return out
+    out = pd.DataFrame({c: [float(np.median(per_rank[c].to_numpy()))] for c in cols},
+                       index=pd.Index(ranks, name="rank"))
+    out.insert(0, "steps", np.array([len(per_rank)], np.int64))
     return out
 
 
