@@ -100,14 +100,7 @@ def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: n
     k = np.searchsorted(b, grad_starts, side="right") - 1
     ok = (k >= 0) & (grad_starts <= e[np.maximum(k, 0)])
     last = np.full(len(b), np.iinfo(np.int64).min)
-    g, k = grad_starts[ok], k[ok]
-    if len(g) > 1 and (g[1:] >= g[:-1]).all():
-        # launches in time order (a rank's ops are): k does not decrease, and each
-        # pass's last launch is the last of its run of equal k (no ufunc.at: slow)
-        run_end = np.append(k[1:] != k[:-1], True)
-        last[k[run_end]] = g[run_end]
-    else:
-        np.maximum.at(last, k, g)
+    np.maximum.at(last, k[ok], grad_starts[ok])
     has = last > np.iinfo(np.int64).min
     return iv.union(last[has], e[has])
 
