@@ -82,8 +82,9 @@ def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
     a rank whose run held several processes (worlds one after another) continues
     each later process's numbers after the earlier ones'."""
     step = st["step"].to_numpy(np.int32).copy()
-    if st.groupby("rank")["file"].nunique().max() <= 1:
-        return step
+    fcodes = st["file"].cat.codes.to_numpy()
+    if len(fcodes) == 0 or (fcodes == fcodes[0]).all() or st.groupby("rank")["file"].nunique().max() <= 1:
+        return step                     # one process per rank (one file in all: no groupby needed)
     for _, rows in st.groupby("rank", sort=False).indices.items():
         offset, files = 0, st["file"].to_numpy()[rows]
         for f in pd.unique(files):   # in time order: rows are sorted by begin

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
-from ..arrays import NA_KEY
+from ..arrays import NA_KEY, dense_codes
 from ..summary import bus_factor
 from .rank_map import CELL_COLUMNS
 
@@ -121,7 +121,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
                         np.int64)
         g_n = np.array([_int(g.get("size"), 0) for g in groups], np.int64)
         si, gi = slut[rec["sig"]], glut[rec["group"]]
-        combo = np.unique(si * len(groups) + gi)
+        combo = dense_codes(si * len(groups) + gi)[0]
         c_lut = np.zeros(len(sigs) * len(groups), np.int64)
         for cmb in combo:
             s, g = sigs[cmb // len(groups)], groups[cmb % len(groups)]

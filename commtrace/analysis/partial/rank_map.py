@@ -108,12 +108,13 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
         return pd.DataFrame(columns=cols), []
     a, cell, n = ops.arrays, ops.cell, len(ops.cells)
     known = ~np.isnan(a.dur)
-    table = pd.DataFrame(ops.cells, columns=list(CELL_COLUMNS))
-    table["rank"] = str(rank)
-    table["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
-    table["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
-    table["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
-    table["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    columns = {c: [k[i] for k in ops.cells] for i, c in enumerate(CELL_COLUMNS)}
+    columns["rank"] = [str(rank)] * n
+    columns["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
+    columns["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
+    columns["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
+    columns["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    table = pd.DataFrame(columns)                 # one constructor: no per-column inserts
     order = np.argsort(cell.astype(np.int16 if n < 32_000 else np.int64), kind="stable")
     bounds = np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n))))
     values = []

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...trace import reader
 from ...trace.annotations import is_gradient_allreduce
-from ..arrays import NA_KEY, OpArrays
+from ..arrays import NA_KEY, OpArrays, dense_codes
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
 
@@ -68,7 +68,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"))
                          and reader._str_or_none(s.get("phase")) == "backward" for s in sigs])
         si, gi = slut[rec["sig"]], glut[rec["group"]]
-        combo, inv = np.unique(si * len(groups) + gi, return_inverse=True)
+        combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         c_of = np.array([cells.setdefault(
             (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
              _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
@@ -82,10 +82,10 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["detail"].append(det[si])
         parts["phase"].append(ph[si])
         parts["grad"].append(grad[si])
-        parts["cell"].append(c_of[inv.reshape(-1)])
+        parts["cell"].append(c_of[inv])
     if not parts["t"]:
         return None
-    c = {k: np.concatenate(v) for k, v in parts.items() if v}
+    c = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items() if v}   # one process: no copy
     t = c["t"]
     if not (t[1:] >= t[:-1]).all():
         order = np.argsort(t, kind="stable")
