@@ -216,3 +216,13 @@ def test_partial_equals_report_odd_runs(tmp_path, case):
     assert_same(build_report(load_report_run(d)), s)
     if case == "torn_ops_file":
         assert any("truncated mid-record" in i for i in s.issues)
+
+
+def test_first_seen_codes_are_factorize_codes():
+    """Instances are numbered as pd.factorize numbers them (first appearance), by a table."""
+    from commtrace.analysis.partial.partition_map import _first_seen_codes
+    assert _first_seen_codes(np.array([7, 3, 7, 9, 3, 3])).tolist() == [0, 1, 0, 2, 1, 1]
+    rng = np.random.default_rng(0)
+    for n, hi in ((1, 5), (50, 10), (10_000, 3_000)):
+        keys = rng.integers(0, hi, n)
+        assert _first_seen_codes(keys).tolist() == pd.factorize(keys)[0].tolist()

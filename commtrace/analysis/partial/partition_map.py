@@ -78,7 +78,7 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
           & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
     ok &= (rec["seq"].astype(np.int64) // size) == chunk
-    rec = reader._last_record_per_op(rec[ok])
+    rec = reader._last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
     if not len(rec):
         return None
     wid = reader._world_of(pt)
@@ -154,7 +154,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     c = {}
     for k in list(parts):                            # one column at a time: small temporaries
         c[k] = np.concatenate(parts.pop(k))
-    inst = _instances(c)
+    inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
     first, last = _first_and_last(inst, k, c["t"], c["rank"])
     slowest = np.full(k, np.nan)
@@ -195,21 +195,33 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw)
 
 
-def _instances(c: dict) -> np.ndarray:
-    """Per op: its instance, numbered from 0 (analysis.match keys: collectives by (world,
-    group, seq), send/recv by (world, group, src, dst, seq))."""
+def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
+    """Per op: its instance, numbered from 0 in order of first appearance (analysis.match
+    keys: collectives by (world, group, seq), send/recv by (world, group, src, dst, seq);
+    the seqs of a partition lie in [seq0, seq0 + size))."""
     p2p = c["src"] >= 0
     inst = np.empty(len(p2p), np.int64)
     coll = ~p2p
     n = 0
     if coll.any():
-        codes, uniq = pd.factorize((c["wg"][coll] << 40) | c["seq"][coll])   # seq < 2**32: one int64 key
-        inst[coll] = codes
-        n = len(uniq)
+        inst[coll] = _first_seen_codes(c["wg"][coll] * size + (c["seq"][coll] - seq0))
+        n = int(inst[coll].max()) + 1
     if p2p.any():
         keys = pd.DataFrame({k: c[k][p2p] for k in ("wg", "src", "dst", "seq")})
         inst[p2p] = n + keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
     return inst
+
+
+def _first_seen_codes(keys: np.ndarray) -> np.ndarray:
+    """pd.factorize's codes (distinct keys numbered in order of first appearance) for keys
+    in a small range: distinct keys by a bincount table, no hashing."""
+    distinct, code = dense_codes(keys)                 # codes in key order
+    code = code.astype(np.int64)
+    first = np.full(len(distinct), len(keys), np.int64)
+    np.minimum.at(first, code, np.arange(len(keys)))    # each key's first row
+    renumber = np.empty(len(distinct), np.int64)
+    renumber[np.argsort(first)] = np.arange(len(distinct))
+    return renumber[code]
 
 
 def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
