@@ -24,7 +24,8 @@ def union(starts, ends) -> IntervalSet:
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
     if len(s) == 0:
         return empty()
     if not (s[1:] >= s[:-1]).all():
