@@ -248,18 +248,26 @@ def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
     S = table["size_bytes"].to_numpy(np.float64)
     ok = np.isfinite(T) & (T > 0) & (S > 0)
     T, S, B = np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
-    out = {}
+    k = len(table)
+    head = np.zeros(k, np.int64)
+    head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
+    other = np.flatnonzero(cell != head[inst])   # ops filed under another cell than that (few): the
+    o_cell, o_inst = cell[other], inst[other]    # only ops each table has to look at one by one
+    out, done = {}, {}
     for name, by in task.tables.items():
+        if tuple(by) in done:                    # e.g. by_phase and phase+op: the same keys
+            out[name] = done[tuple(by)]
+            continue
         pos = [CELL_COLUMNS.index(c) for c in by]
         rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
         rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
-        pg, pi = _row_instance_pairs(rowkey[cell], inst, len(table))
+        pg, pi = _row_instance_pairs(rowkey, head, o_cell, o_inst, k)
         res = pd.DataFrame(list(rows), columns=list(by))
         res["collectives"] = np.bincount(pg, minlength=len(rows))
         res["T"] = np.bincount(pg, weights=T[pi], minlength=len(rows))
         res["S"] = np.bincount(pg, weights=S[pi], minlength=len(rows))
         res["B"] = np.bincount(pg, weights=B[pi], minlength=len(rows))
-        out[name] = res
+        out[name] = done[tuple(by)] = res
     return out
 
 
@@ -269,15 +277,17 @@ def _per_sig_int(sigs: list, name: str) -> np.ndarray:
     return np.where(np.isnan(v), 0, v).astype(np.int64)
 
 
-def _row_instance_pairs(row: np.ndarray, inst: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _row_instance_pairs(rowkey: np.ndarray, head: np.ndarray, o_cell: np.ndarray, o_inst: np.ndarray,
+                        k: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (row, instance) pairs (as summary.instance_groups): each instance's
-    first op's row, plus the few rows its other ops were filed under (a sort of those only)."""
-    head = np.zeros(k, np.int64)
-    head[inst[::-1]] = row[::-1]                  # some op's row per instance (the first one written)
-    pg, pi = head, np.arange(k, dtype=np.int64)
-    elsewhere = row != head[inst]
+    first op's row (``head``: its cell), plus the few other rows its other ops were filed
+    under (``o_cell``, ``o_inst``: the ops in another cell than their instance's first;
+    a sort of those only). Rows are ``rowkey`` per cell."""
+    pg, pi = rowkey[head], np.arange(k, dtype=np.int64)
+    row = rowkey[o_cell]
+    elsewhere = row != pg[o_inst]
     if elsewhere.any():
-        extra = np.unique(row[elsewhere] * k + inst[elsewhere])
+        extra = np.unique(row[elsewhere] * k + o_inst[elsewhere])
         pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
     return pg, pi
 
