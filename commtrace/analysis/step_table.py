@@ -66,20 +66,27 @@ class _WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end when its
         caller waits for it in place (blocking, or one of DDP's/Join's own ops)."""
-        start, end = self.a.start[rows], self.a.end[rows]
+        start, end = _take(self.a.start, rows), _take(self.a.end, rows)
         if self.ret is not None:
-            ret = np.where(self.ret._mask[rows], start, self.ret._data[rows]).astype(np.int64)
+            ret = np.where(_take(self.ret._mask, rows), start, _take(self.ret._data, rows)).astype(np.int64)
         else:
             ret = start
         ret = np.clip(ret, start, end)
-        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else self.sync[rows]
+        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
         if self.detail is not None:
-            in_place |= self.detail[rows] >= 0
+            in_place = in_place | (_take(self.detail, rows) >= 0)     # never in place: may be the column itself
         return start, np.where(in_place, end, ret)
 
 
+def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]`` for reading; the column itself when ``rows`` (ascending, distinct:
+    one rank's rows) is every row, as for a frame of one rank: no copy."""
+    return column if len(rows) == len(column) else column[rows]
+
+
 def waits(frame: pd.DataFrame, a: OpArrays) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: the interval its caller spent waiting for it (start, end)."""
+    """Per op: the interval its caller spent waiting for it (start, end; read-only:
+    start may be ``a.start`` itself)."""
     return _WaitColumns(frame, a).of(np.arange(len(a.start)))
 
 
@@ -131,17 +138,17 @@ class RankTimes:
         a, none = self.a, np.empty(0, dtype=np.int64)
         rows = self.by_rank.get(r, none)
         mine = rows if self.selected is None else rows[self.selected[rows]]
-        comm = iv.union(a.start[mine], a.end[mine])
+        comm = iv.union(_take(a.start, mine), _take(a.end, mine))
         if self.windows is not None:
             lo, hi = self.windows.get(r, (0, 0))
             comm = iv.clip(comm, lo, hi)
         compute = iv.empty()
         sp = self.span_rows.get(r)
         if sp is not None:
-            busy = iv.union(self.sb[sp], self.se[sp])
-            bw = sp[self.is_bw[sp]]
+            busy = iv.union(_take(self.sb, sp), _take(self.se, sp))
+            bw = sp[_take(self.is_bw, sp)]
             ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
-            grad = rows[self.cols.grad[rows]] if self.cols is not None else none
+            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else none
             tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
             waited = iv.union(np.concatenate((ws, tails[0])), np.concatenate((we, tails[1])))
             compute = iv.subtract(busy, waited)
