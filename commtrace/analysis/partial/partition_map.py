@@ -55,6 +55,50 @@ def _s(v) -> str:
     return NA_KEY if v is None else v
 
 
+@dataclass
+class _FileTables:
+    """What one process's meta lines say, as a partition task uses it: read once per worker
+    for all the partitions it runs (a partition reads a slice of every file)."""
+    pt: object                  # reader.ProcessTrace (meta lines only)
+    sig_ids: np.ndarray         # the defined sig / group ids (reader._defined's keys)
+    group_ids: np.ndarray
+    slut: np.ndarray            # sig id -> sig index (sorted ids)
+    glut: np.ndarray            # group id -> group index
+    op: list                    # per sig index: op name
+    p2p: np.ndarray             # per sig: send/recv
+    send: np.ndarray
+    root: np.ndarray            # per sig: root (the peer of a send/recv), -1 when none
+    size: np.ndarray            # per sig: size as the bandwidth counts it
+    wg: list                    # per group index: (world id, group name)
+    n: np.ndarray               # per group: its size
+    cell: list                  # per sig index * groups + group index: the summary cell's key
+
+
+def _file_tables(pt) -> _FileTables:
+    sig_ids, glist = sorted(pt.sigs), sorted(pt.groups)
+    slut = np.zeros(max(sig_ids, default=0) + 1, np.int64)   # no sigs or groups: no record is read
+    slut[sig_ids] = np.arange(len(sig_ids))
+    glut = np.zeros(max(glist, default=0) + 1, np.int64)
+    glut[glist] = np.arange(len(glist))
+    sigs = [pt.sigs[i] for i in sig_ids]
+    groups = [pt.groups[i] for i in glist]
+    op = [_s(s.get("op")) for s in sigs]
+    nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
+    tot = np.array([o in _TOTAL_SIZE_OPS for o in op], dtype=bool)
+    cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
+            for s in sigs for g in groups]
+    return _FileTables(pt, _defined_ids(pt.sigs), _defined_ids(pt.groups), slut, glut, op,
+                       np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
+                       np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
+                       [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
+                       np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
+
+
+def _defined_ids(table: dict) -> np.ndarray:
+    """The ids reader._defined accepts for ``table``."""
+    return np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)
+
+
 @functools.lru_cache(maxsize=4096)
 def _meta(path: str, size: int, mtime_ns: int):
     """A process's meta lines, read once per worker for all the partitions it runs
@@ -62,20 +106,37 @@ def _meta(path: str, size: int, mtime_ns: int):
     return reader.read_process(path, [], records=False)
 
 
-def _process(path: str):
+@functools.lru_cache(maxsize=4096)
+def _tables(path: str, size: int, mtime_ns: int) -> _FileTables | None:
+    pt = _meta(path, size, mtime_ns)
+    return None if pt is None else _file_tables(pt)
+
+
+def _stat(path: str):
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return _meta(path, st.st_size, st.st_mtime_ns)
+    return path, st.st_size, st.st_mtime_ns
+
+
+def _process(path: str):
+    key = _stat(path)
+    return None if key is None else _meta(*key)
+
+
+def _process_tables(path: str) -> _FileTables | None:
+    key = _stat(path)
+    return None if key is None else _tables(*key)
 
 
 def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
-    pt = _process(meta)
-    if pt is None:
+    ft = _process_tables(meta)
+    if ft is None:
         return None
+    pt = ft.pt
     rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
-    ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
+    ok = (np.isin(rec["sig"].astype(np.int64), ft.sig_ids) & np.isin(rec["group"].astype(np.int64), ft.group_ids)
           & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
     ok &= (rec["seq"].astype(np.int64) // size) == chunk
     rec = reader._last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
@@ -86,7 +147,7 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     if ref is None and wid in refs:
         ref = own_refs[wid] = _process(refs[wid])
     off = reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
-    return pt, rec, rec["t_call"] + off
+    return ft, rec, rec["t_call"] + off
 
 
 def map_partition(task: PartitionTask) -> PartitionPartial:
@@ -99,43 +160,25 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
         if got is None:
             continue
-        pt, rec, t = got
-        rank = -1 if pt.rank is None else pt.rank
-        sig_ids = sorted(pt.sigs)
-        glist = sorted(pt.groups)
-        slut = np.zeros(max(sig_ids) + 1, np.int64)
-        slut[sig_ids] = np.arange(len(sig_ids))
-        glut = np.zeros(max(glist) + 1, np.int64)
-        glut[glist] = np.arange(len(glist))
-        sigs = [pt.sigs[i] for i in sig_ids]
-        groups = [pt.groups[i] for i in glist]
-        s_op = np.array([op_ids.setdefault(_s(s.get("op")), len(op_ids)) for s in sigs], np.int64)
-        s_p2p = np.array([_s(s.get("op")) in P2P_OPS for s in sigs])
-        s_send = np.array([_s(s.get("op")) == "send" for s in sigs])
-        s_root = np.array([_int(s.get("root"), -1) for s in sigs], np.int64)
-        nb = _per_sig_int(sigs, "bytes")
-        ob = _per_sig_int(sigs, "out_bytes")
-        tot = np.array([_s(s.get("op")) in _TOTAL_SIZE_OPS for s in sigs])
-        s_size = np.where(tot, np.maximum(nb, ob), nb)
-        g_wg = np.array([wg_ids.setdefault((_s(g.get("world_id")), _s(g.get("name"))), len(wg_ids)) for g in groups],
-                        np.int64)
-        g_n = np.array([_int(g.get("size"), 0) for g in groups], np.int64)
-        si, gi = slut[rec["sig"]], glut[rec["group"]]
-        combo = dense_codes(si * len(groups) + gi)[0]
-        c_lut = np.zeros(len(sigs) * len(groups), np.int64)
-        for cmb in combo:
-            s, g = sigs[cmb // len(groups)], groups[cmb % len(groups)]
-            key = (_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
-            c_lut[cmb] = cell_ids.setdefault(key, len(cell_ids))
+        ft, rec, t = got
+        rank = -1 if ft.pt.rank is None else ft.pt.rank
+        n_groups = len(ft.wg)
+        s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
+        g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
+        si, gi = ft.slut[rec["sig"]], ft.glut[rec["group"]]
+        combo = dense_codes(si * n_groups + gi)[0]
+        c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
+        for cmb in combo.tolist():
+            c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
         d_end = rec["d_end"].astype(np.float64)
         known = ~np.isnan(d_end)
         d_int = np.where(known, d_end, 0).astype(np.int64)
         d_ret = rec["d_return"].astype(np.float64)
         ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
         end = np.maximum(np.where(known, d_int + t, ret), t)
-        p2p = s_p2p[si]
-        send = s_send[si]
-        root = s_root[si]
+        p2p = ft.p2p[si]
+        send = ft.send[si]
+        root = ft.root[si]
         parts["t"].append(t)
         parts["end"].append(end)
         parts["dur"].append(np.where(known, d_int.astype(np.float64), np.nan))
@@ -143,9 +186,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         parts["seq"].append(rec["seq"].astype(np.int64))
         parts["wg"].append(g_wg[gi])
         parts["op"].append(s_op[si])
-        parts["size"].append(s_size[si])
-        parts["n"].append(g_n[gi])
-        parts["cell"].append(c_lut[si * len(groups) + gi])
+        parts["size"].append(ft.size[si])
+        parts["n"].append(ft.n[gi])
+        parts["cell"].append(c_lut[si * n_groups + gi])
         parts["src"].append(np.where(p2p, np.where(send, rank, root), -1))
         parts["dst"].append(np.where(p2p, np.where(send, root, rank), -1))
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
