@@ -57,9 +57,8 @@ def _s(v) -> str:
 
 @dataclass
 class _FileTables:
-    """What one process's meta lines say, as a partition task uses it: read once per worker
-    for all the partitions it runs (a partition reads a slice of every file)."""
-    pt: object                  # reader.ProcessTrace (meta lines only)
+    """What one process's meta lines say, as a partition task uses it: tabulated once per
+    worker for all the partitions it runs (a partition reads a slice of every file)."""
     sig_ids: np.ndarray         # the defined sig / group ids (reader._defined's keys)
     group_ids: np.ndarray
     slut: np.ndarray            # sig id -> sig index (sorted ids)
@@ -87,7 +86,7 @@ def _file_tables(pt) -> _FileTables:
     tot = np.array([o in _TOTAL_SIZE_OPS for o in op], dtype=bool)
     cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
             for s in sigs for g in groups]
-    return _FileTables(pt, _defined_ids(pt.sigs), _defined_ids(pt.groups), slut, glut, op,
+    return _FileTables(_defined_ids(pt.sigs), _defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
                        [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
@@ -106,35 +105,36 @@ def _meta(path: str, size: int, mtime_ns: int):
     return reader.read_process(path, [], records=False)
 
 
-@functools.lru_cache(maxsize=4096)
-def _tables(path: str, size: int, mtime_ns: int) -> _FileTables | None:
-    pt = _meta(path, size, mtime_ns)
-    return None if pt is None else _file_tables(pt)
-
-
-def _stat(path: str):
+def _process(path: str):
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return path, st.st_size, st.st_mtime_ns
+    return _meta(path, st.st_size, st.st_mtime_ns)
 
 
-def _process(path: str):
-    key = _stat(path)
-    return None if key is None else _meta(*key)
+_TABLES: dict = {}
+_TABLES_KEPT = 4096
 
 
-def _process_tables(path: str) -> _FileTables | None:
-    key = _stat(path)
-    return None if key is None else _tables(*key)
+def _tables_of(pt) -> _FileTables:
+    """``pt``'s _FileTables, kept per process object (``_meta`` keeps those per worker); an
+    entry holds its object, so the id it is found by is not reused while it is kept."""
+    hit = _TABLES.get(id(pt))
+    if hit is not None and hit[0] is pt:
+        return hit[1]
+    if len(_TABLES) >= _TABLES_KEPT:
+        _TABLES.clear()
+    ft = _file_tables(pt)
+    _TABLES[id(pt)] = (pt, ft)
+    return ft
 
 
 def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
-    ft = _process_tables(meta)
-    if ft is None:
+    pt = _process(meta)
+    if pt is None:
         return None
-    pt = ft.pt
+    ft = _tables_of(pt)
     rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
     ok = (np.isin(rec["sig"].astype(np.int64), ft.sig_ids) & np.isin(rec["group"].astype(np.int64), ft.group_ids)
           & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
@@ -147,7 +147,7 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     if ref is None and wid in refs:
         ref = own_refs[wid] = _process(refs[wid])
     off = reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
-    return ft, rec, rec["t_call"] + off
+    return pt, rec, rec["t_call"] + off
 
 
 def map_partition(task: PartitionTask) -> PartitionPartial:
@@ -160,8 +160,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
         if got is None:
             continue
-        ft, rec, t = got
-        rank = -1 if ft.pt.rank is None else ft.pt.rank
+        pt, rec, t = got
+        ft = _tables_of(pt)
+        rank = -1 if pt.rank is None else pt.rank
         n_groups = len(ft.wg)
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
