@@ -126,7 +126,8 @@ def _tables_of(pt) -> _FileTables:
     if len(_TABLES) >= _TABLES_KEPT:
         _TABLES.clear()
     ft = _file_tables(pt)
-    _TABLES[id(pt)] = (pt, ft)
+    if ft.slut.nbytes + ft.glut.nbytes <= 1 << 20:   # ids as written: small; odd huge ones are not kept
+        _TABLES[id(pt)] = (pt, ft)
     return ft
 
 
