@@ -3,6 +3,7 @@
     python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--json FILE]
     python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
     python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
+                                    [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
 
 Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
 (a) load_report_run + build_report (one frame), (b) analysis.partial.analyse in a process
@@ -11,10 +12,15 @@ processes. Throughput = ops / wall time (summary + skew + step tables); memory =
 RSS growth of the analysing process over its post-import base, plus the largest
 growth of a pool worker (forked from it after the imports) over the same base, per op.
 
---big: a run of big-ranks x big-ops ops (default 10^9, 32 GB): the synthetic writer writes
+--big: a run of big-ranks x big-ops ops (default 10^9, 52 GB): the synthetic writer writes
 64 ranks, the other ranks are copies of those files under their own rank (same ops,
-their own meta lines); ``commtrace report --partitioned --memory-limit`` runs on it, its
-time and peak RSS are recorded, then the run is deleted.
+their own meta lines); each of ``--commands`` (report, compare, check; default report)
+runs on it as ``commtrace CMD --partitioned --memory-limit`` in a fresh process, and its
+exit code, wall time and peak RSS (VmHWM: benchmarks/peak_rss.py) of the process and of
+its largest pool worker are recorded. compare compares the run with a second directory
+whose ops/spans files are hard links of the first's (no more disk) and whose meta files
+are copies. The run is deleted afterwards unless ``--keep``; ``--reuse DIR`` analyses an
+existing run instead of generating one.
 """
 from __future__ import annotations
 
@@ -215,39 +221,137 @@ def clone_rank(src_dir: str, src_rank: int, dst_dir: str, rank: int, world: int)
             shutil.copyfile(os.path.join(src_dir, stem + suffix), os.path.join(dst_dir, new + suffix))
 
 
-def big(a) -> dict:
-    from commtrace.trace.synthetic import write_synthetic_run
-    root = a.dir or tempfile.mkdtemp(prefix="commtrace-big-")
-    template, run = os.path.join(root, "template"), os.path.join(root, "big")
-    t = time.perf_counter()
-    tpl = min(64, a.big_ranks)
-    write_synthetic_run(template, ranks=tpl, ops_per_rank=a.big_ops, seed=0)
-    os.makedirs(run, exist_ok=True)
-    for r in range(a.big_ranks):
-        clone_rank(template, r % tpl, run, r, a.big_ranks)
-    shutil.rmtree(template)
-    gen = time.perf_counter() - t
-    size = sum(os.path.getsize(os.path.join(run, f)) for f in os.listdir(run))
-    cmd = [sys.executable, "-c", "import resource, sys, time; from commtrace.cli import main; t = time.perf_counter(); "
-           "rc = main(sys.argv[1:]); w = time.perf_counter() - t; "
-           "print('BENCH', rc, w, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-           "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)",
-           "report", run, "--partitioned", "--memory-limit", a.memory_limit, "--json", os.path.join(root, "s.json"), "-q"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    shutil.rmtree(run, ignore_errors=True)
-    line = [x for x in p.stderr.splitlines() if x.startswith("BENCH")]
+# Runs one CLI command in this fresh process and prints its wall time and peak RSS (VmHWM)
+# on stderr; every process-pool worker (forked by multiprocessing) writes its own VmHWM
+# to $COMMTRACE_BENCH_HWM/worker.PID when it exits (a multiprocessing finalizer).
+CLI_CHILD = r"""
+import json, os, sys, time
+import multiprocessing.util as mu
+sys.path.insert(0, sys.argv[1])
+from peak_rss import peak_rss_kib
+hwm_dir = os.environ["COMMTRACE_BENCH_HWM"]
+def _worker_hwm():
+    with open(os.path.join(hwm_dir, f"worker.{os.getpid()}"), "w") as f:
+        f.write(str(peak_rss_kib()))
+class _Hook:
+    pass
+_hook = _Hook()
+mu.register_after_fork(_hook, lambda _: mu.Finalize(None, _worker_hwm, exitpriority=100))
+from commtrace.cli import main
+t = time.perf_counter()
+try:
+    rc = main(sys.argv[2:])
+except SystemExit as e:
+    rc = e.code if isinstance(e.code, int) else 1
+print("BENCH " + json.dumps({"exit": rc, "wall_s": time.perf_counter() - t, "rss_driver": peak_rss_kib() * 1024}),
+      file=sys.stderr)
+"""
+
+COMMANDS = ("report", "compare", "check")
+
+
+def run_command(argv: list, workdir: str) -> dict:
+    """One ``commtrace`` command in a fresh process: exit code, wall time, peak RSS of the
+    process and of its largest pool worker (0: it started none)."""
+    hwm = tempfile.mkdtemp(prefix="hwm-", dir=workdir)
+    env = dict(os.environ, COMMTRACE_BENCH_HWM=hwm)
+    p = subprocess.run([sys.executable, "-c", CLI_CHILD, os.path.dirname(os.path.abspath(__file__)), *argv],
+                       capture_output=True, text=True, env=env)
+    line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
     if not line:
-        raise SystemExit(p.stderr[-3000:])
-    _, rc, wall, self_kib, child_kib = line[-1].split()
-    with open(os.path.join(root, "s.json")) as f:
-        ops = json.load(f)["run"]["ops"]
-    res = {"ranks": a.big_ranks, "ops_per_rank": a.big_ops, "ops": ops, "bytes_on_disk": size, "generate_s": gen,
-           "exit": int(rc), "wall_s": float(wall), "ops_per_s": ops / float(wall), "memory_limit": a.memory_limit,
-           "peak_rss_driver": int(self_kib) * 1024, "peak_rss_worker": int(child_kib) * 1024}
-    print(f"| ops | {ops:,} ({a.big_ranks} x {a.big_ops:,}; {size / 1e9:.1f} GB on disk) |\n"
-          f"| report --partitioned --memory-limit {a.memory_limit} | {float(wall):.0f} s = {res['ops_per_s'] / 1e6:.2f} M ops/s |\n"
-          f"| peak RSS: analysing process / largest worker | {int(self_kib) / 2**20:.2f} GiB / {int(child_kib) / 2**20:.2f} GiB |")
+        raise SystemExit(f"{' '.join(argv[:2])}: no result\n{p.stderr[-3000:]}")
+    res = json.loads(line[-1][len("BENCH "):])
+    workers = []
+    for name in os.listdir(hwm):
+        with open(os.path.join(hwm, name)) as f:
+            workers.append(int(f.read()) * 1024)
+    shutil.rmtree(hwm, ignore_errors=True)
+    res["rss_worker"] = max(workers, default=0)
+    res["workers"] = len(workers)
+    if res["exit"] not in (0, 1):       # check exits 1 when it finds problems
+        said = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("BENCH ")]
+        res["error"] = (said or [""])[-1][:300]
     return res
+
+
+def linked_copy(run: str, dst: str) -> None:
+    """A second run directory for compare without more disk: its ops/spans files are hard
+    links of ``run``'s, its meta files copies."""
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(run):
+        src, out = os.path.join(run, name), os.path.join(dst, name)
+        if os.path.exists(out):
+            continue
+        if name.endswith(".meta.jsonl"):
+            shutil.copyfile(src, out)
+        else:
+            os.link(src, out)
+
+
+def generate_big(run: str, ranks: int, ops: int) -> None:
+    """``ranks`` x ``ops`` ops: the synthetic writer writes up to 64 ranks, the other ranks
+    are copies of those files under their own rank."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    template = run + ".template"
+    tpl = min(64, ranks)
+    write_synthetic_run(template, ranks=tpl, ops_per_rank=ops, seed=0)
+    os.makedirs(run, exist_ok=True)
+    for r in range(ranks):
+        clone_rank(template, r % tpl, run, r, ranks)
+    shutil.rmtree(template)
+
+
+def big(a) -> dict:
+    from commtrace.trace import schema
+    root = a.dir or tempfile.mkdtemp(prefix="commtrace-big-")
+    os.makedirs(root, exist_ok=True)
+    run = os.path.abspath(a.reuse) if a.reuse else os.path.join(root, "big")
+    t = time.perf_counter()
+    if not a.reuse:
+        generate_big(run, a.big_ranks, a.big_ops)
+    gen = time.perf_counter() - t
+    files = os.listdir(run)
+    size = sum(os.path.getsize(os.path.join(run, f)) for f in files)
+    ops = sum(os.path.getsize(os.path.join(run, f)) // schema.RECORD_SIZE for f in files
+              if f.endswith(schema.OPS_SUFFIX))
+    ranks = sum(f.endswith(".meta.jsonl") for f in files)
+    commands = [c for c in a.commands.split(",") if c]
+    unknown = set(commands) - set(COMMANDS)
+    if unknown:
+        raise SystemExit(f"--commands: unknown {', '.join(sorted(unknown))} (known: {', '.join(COMMANDS)})")
+    second = run.rstrip("/") + "-b"
+    opts = ["--partitioned", "--memory-limit", a.memory_limit]
+    argvs = {"report": ["report", run, *opts, "--json", os.path.join(root, "report.json"), "-q"],
+             "compare": ["compare", run, second, *opts, "--json", os.path.join(root, "compare.json")],
+             "check": ["check", run, *opts, "--json"]}
+    res = {"ranks": ranks, "ops": ops, "bytes_on_disk": size, "generate_s": gen, "memory_limit": a.memory_limit,
+           "commands": {}}
+    try:
+        for c in commands:
+            if c == "compare":
+                linked_copy(run, second)
+            r = run_command(argvs[c], root)
+            r["ops"] = 2 * ops if c == "compare" else ops     # compare reads both runs
+            r["ops_per_s"] = r["ops"] / r["wall_s"]
+            res["commands"][c] = r
+    finally:
+        if not a.keep:
+            shutil.rmtree(second, ignore_errors=True)
+            if not a.reuse:
+                shutil.rmtree(run, ignore_errors=True)
+    print(big_markdown(res))
+    return res
+
+
+def big_markdown(res: dict) -> str:
+    lines = [f"{res['ops']:,} ops ({res['ranks']} ranks; {res['bytes_on_disk'] / 1e9:.1f} GB on disk), "
+             f"`--partitioned --memory-limit {res['memory_limit']}`, each command in a fresh process.\n",
+             "| command | exit | wall | throughput | peak RSS: process / largest worker |", "|---|---|---|---|---|"]
+    for c, r in res["commands"].items():
+        lines.append(f"| {c} | {r['exit']}{' (' + r['error'] + ')' if r.get('error') else ''} | {r['wall_s']:.1f} s | "
+                     f"{r['ops_per_s'] / 1e6:.2f} M ops/s | {r['rss_driver'] / 2**30:.2f} GiB / "
+                     f"{r['rss_worker'] / 2**30:.2f} GiB ({r['workers']} workers) |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -259,6 +363,10 @@ def main() -> None:
     ap.add_argument("--big-ranks", type=int, default=1024)
     ap.add_argument("--big-ops", type=int, default=1_000_000)
     ap.add_argument("--memory-limit", default="4G")
+    ap.add_argument("--commands", default="report", help="--big: CLI commands to run, comma-separated "
+                    f"({','.join(COMMANDS)}); compare compares the run with a hard-linked copy of itself")
+    ap.add_argument("--keep", action="store_true", help="--big: keep the generated run (and compare's copy)")
+    ap.add_argument("--reuse", metavar="DIR", help="--big: analyse this run directory instead of generating one")
     ap.add_argument("--dir", help="work here (default: a temp dir)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--check", action="store_true", help="commtrace check side by side (one frame vs partitioned)")

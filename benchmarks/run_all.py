@@ -262,7 +262,7 @@ def section_capture(res) -> str:
 
 
 def section_ddp(res) -> str:
-    rows, prow = [], []
+    rows = []
     for name, r in res.items():
         t, p = r.get("traced", {}), r.get("profiler")
         rows.append([f"{name}: {r['desc']}", f"{r['params'] / 1e6:.2f} M", f"{r['steps_per_block']} x {r['blocks']}",

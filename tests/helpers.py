@@ -165,7 +165,7 @@ def ensure_native_wrapper() -> None:
     native.build(native_wrapper.EXTENSION)
 
 
-def partitioned_findings(run_dir: Path, **kw) -> list:
+def partitioned_findings(run_dir, **kw) -> list:
     from commtrace.analysis.partial.check_map import check_partitioned
     return check_partitioned(str(run_dir), progress=False, **kw).findings
 

@@ -24,7 +24,8 @@ def union(starts, ends) -> IntervalSet:
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
     if len(s) == 0:
         return empty()
     if not (s[1:] >= s[:-1]).all():
@@ -49,18 +50,20 @@ def covered_before(a: IntervalSet, t) -> np.ndarray:
     t = np.asarray(t, dtype=np.int64)
     if len(s) == 0:
         return np.zeros(t.shape, dtype=np.int64)
+    # k intervals start at or before t: all of them lie before t except the part of the
+    # k-th that ends after t (nothing when k == 0: the padded end is NEG)
     cum = np.concatenate(([0], np.cumsum(e - s)))
-    k = np.searchsorted(s, t, side="right")          # intervals starting at or before t
-    last = np.maximum(k - 1, 0)
-    partial = np.clip(t - s[last], 0, e[last] - s[last])
-    return np.where(k > 0, cum[np.maximum(k - 1, 0)] + partial, 0)
+    end = np.concatenate(([NEG], e))
+    k = np.searchsorted(s, t, side="right")
+    return cum[k] - np.maximum(end[k] - t, 0)
 
 
 def length_within(a: IntervalSet, lo, hi) -> np.ndarray:
     """For each window [lo[i], hi[i]): the length of ``a`` inside it (vectorized)."""
-    lo = np.asarray(lo, dtype=np.int64)
-    hi = np.maximum(np.asarray(hi, dtype=np.int64), lo)
-    return covered_before(a, hi) - covered_before(a, lo)
+    lo, hi = np.broadcast_arrays(np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64))
+    hi = np.maximum(hi, lo)
+    both = covered_before(a, np.concatenate((lo.ravel(), hi.ravel())))   # a's prefix sums built once for both ends
+    return (both[lo.size:] - both[:lo.size]).reshape(lo.shape)
 
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
@@ -93,7 +96,12 @@ def complement(b: IntervalSet) -> IntervalSet:
     """Everything not in b, within [NEG, POS)."""
     s = np.concatenate(([NEG], b[1]))
     e = np.concatenate((b[0], [POS]))
-    return union(s, e)
+    if not ((b[1] > b[0]).all() and (b[0][1:] >= b[1][:-1]).all()):
+        return union(s, e)                  # not a set (empty, overlapping or unsorted pieces): the general way
+    # the gaps of a set are already sorted and disjoint; only the first or last can be
+    # empty (b reaches NEG or POS), and touching pieces of b leave empty gaps too
+    keep = e > s
+    return (s, e) if keep.all() else (s[keep], e[keep])
 
 
 def clip(a: IntervalSet, lo: int, hi: int) -> IntervalSet:

@@ -55,31 +55,51 @@ class _WaitColumns:
     ``of(rows)`` gives one rank's wait intervals without full-length temporaries."""
 
     def __init__(self, frame: pd.DataFrame, a: OpArrays):
-        self.a = a
         ret = frame["t_return_ns"].array if "t_return_ns" in frame else None
-        self.ret = ret if isinstance(ret, pd.arrays.IntegerArray) else None
-        self.sync = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
-        self.detail = frame["detail"].cat.codes.to_numpy() if "detail" in frame and \
+        ret = ret if isinstance(ret, pd.arrays.IntegerArray) else None
+        sync = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
+        detail = frame["detail"].cat.codes.to_numpy() >= 0 if "detail" in frame and \
             isinstance(frame["detail"].dtype, pd.CategoricalDtype) else None
-        self.grad = gradient_buckets(frame)
+        self._set(a, None if ret is None else ret._data, None if ret is None else ret._mask, sync, detail,
+                  gradient_buckets(frame))
+
+    @classmethod
+    def of_arrays(cls, a: OpArrays, ret: np.ndarray, ret_unknown: np.ndarray, sync: np.ndarray,
+                  has_detail: np.ndarray, grad: np.ndarray) -> "_WaitColumns":
+        """The same from per-op arrays (partial.rank_ops gathers them from the records):
+        return time (``ret_unknown``: none), blocking, DDP's/Join's own op, DDP gradient bucket."""
+        self = cls.__new__(cls)
+        self._set(a, ret, ret_unknown, sync, has_detail, grad)
+        return self
+
+    def _set(self, a, ret, ret_unknown, sync, has_detail, grad) -> None:
+        self.a, self.ret, self.ret_unknown, self.sync, self.has_detail, self.grad = \
+            a, ret, ret_unknown, sync, has_detail, grad
 
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end when its
         caller waits for it in place (blocking, or one of DDP's/Join's own ops)."""
-        start, end = self.a.start[rows], self.a.end[rows]
+        start, end = _take(self.a.start, rows), _take(self.a.end, rows)
         if self.ret is not None:
-            ret = np.where(self.ret._mask[rows], start, self.ret._data[rows]).astype(np.int64)
+            ret = np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64)
         else:
             ret = start
         ret = np.clip(ret, start, end)
-        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else self.sync[rows]
-        if self.detail is not None:
-            in_place |= self.detail[rows] >= 0
+        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
+        if self.has_detail is not None:
+            in_place = in_place | _take(self.has_detail, rows)     # never in place: may be the column itself
         return start, np.where(in_place, end, ret)
 
 
+def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]`` for reading; the column itself when ``rows`` (ascending, distinct:
+    one rank's rows) is every row, as for a frame of one rank: no copy."""
+    return column if len(rows) == len(column) else column[rows]
+
+
 def waits(frame: pd.DataFrame, a: OpArrays) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: the interval its caller spent waiting for it (start, end)."""
+    """Per op: the interval its caller spent waiting for it (start, end; read-only:
+    start may be ``a.start`` itself)."""
     return _WaitColumns(frame, a).of(np.arange(len(a.start)))
 
 
@@ -112,11 +132,15 @@ class RankTimes:
     ``selected``: the ops in the window (default all); ``windows``: rank -> (lo, hi),
     the communication set is clipped to it. Compute always accounts for every op."""
 
-    def __init__(self, frame: pd.DataFrame, a: OpArrays, spans: pd.DataFrame | None,
+    def __init__(self, frame: "pd.DataFrame | _WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
                  selected: np.ndarray | None = None, windows: dict | None = None):
+        """``frame``: the ops (rows as ``a``), or their _WaitColumns already gathered."""
         self.a, self.selected, self.windows = a, selected, windows
         self.by_rank = a.rank_rows()
-        self.cols = _WaitColumns(frame, a) if len(frame) else None
+        if isinstance(frame, _WaitColumns):
+            self.cols = frame if len(a.start) else None
+        else:
+            self.cols = _WaitColumns(frame, a) if len(frame) else None
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
         if have_spans:
@@ -131,17 +155,17 @@ class RankTimes:
         a, none = self.a, np.empty(0, dtype=np.int64)
         rows = self.by_rank.get(r, none)
         mine = rows if self.selected is None else rows[self.selected[rows]]
-        comm = iv.union(a.start[mine], a.end[mine])
+        comm = iv.union(_take(a.start, mine), _take(a.end, mine))
         if self.windows is not None:
             lo, hi = self.windows.get(r, (0, 0))
             comm = iv.clip(comm, lo, hi)
         compute = iv.empty()
         sp = self.span_rows.get(r)
         if sp is not None:
-            busy = iv.union(self.sb[sp], self.se[sp])
-            bw = sp[self.is_bw[sp]]
+            busy = iv.union(_take(self.sb, sp), _take(self.se, sp))
+            bw = sp[_take(self.is_bw, sp)]
             ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
-            grad = rows[self.cols.grad[rows]] if self.cols is not None else none
+            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else none
             tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
             waited = iv.union(np.concatenate((ws, tails[0])), np.concatenate((we, tails[1])))
             compute = iv.subtract(busy, waited)

@@ -58,23 +58,30 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     np.maximum.at(end, inv, e[opt])
     backward = phase_is["backward"]
     training_forward = phase_is["forward"] & spans["grad"].to_numpy(dtype=bool)
-    for sel in (backward, training_forward):                 # the step begins at its first span
-        idx = _step_of(keys, key[sel])
-        ok = idx >= 0
+    of_backward = _step_of(keys, key[backward])
+    for sel, idx in ((backward, of_backward), (training_forward, _step_of(keys, key[training_forward]))):
+        ok = idx >= 0                                         # the step begins at its first span
         np.minimum.at(begin, idx[ok], b[sel][ok])
-    idx = _step_of(keys, key[backward])
-    micro = np.bincount(idx[idx >= 0], minlength=n).astype(np.int64)   # micro-steps: backward passes
+    micro = np.bincount(of_backward[of_backward >= 0], minlength=n).astype(np.int64)   # micro-steps: backward passes
     fcode = keys // (int(step.max()) + 1)
-    st = pd.DataFrame({"rank": _file_ranks(spans, fcodes, len(files))[fcode], "t_begin_ns": begin,
+    rank = _file_ranks(spans, fcodes, len(files))[fcode]
+    st = pd.DataFrame({"rank": rank, "step": (keys % (int(step.max()) + 1)).astype(np.int32), "t_begin_ns": begin,
                        "t_end_ns": end, "micro_steps": micro.astype(np.int32),
-                       "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files)),
-                       "step": (keys % (int(step.max()) + 1)).astype(np.int32)})
-    st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
+                       "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files))},
+                      columns=STEP_COLUMNS)
+    if not _in_order(rank, begin):                            # (rank, begin) order; often already so
+        st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
     if arrays is not None and len(arrays.rank):
         with_forwards = set(np.unique(spans["rank"].to_numpy()[phase_is["forward"]]).tolist())
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
     st["step"] = _numbered_per_rank(st)
-    return st[STEP_COLUMNS]
+    return st
+
+
+def _in_order(rank: np.ndarray, begin: np.ndarray) -> bool:
+    """Rows sorted by (rank, begin): a stable sort would leave them as they are."""
+    r0, r1, b0, b1 = rank[:-1], rank[1:], begin[:-1], begin[1:]
+    return bool(((r1 > r0) | ((r1 == r0) & (b1 >= b0))).all())
 
 
 def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
@@ -82,8 +89,9 @@ def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
     a rank whose run held several processes (worlds one after another) continues
     each later process's numbers after the earlier ones'."""
     step = st["step"].to_numpy(np.int32).copy()
-    if st.groupby("rank")["file"].nunique().max() <= 1:
-        return step
+    fcodes = st["file"].cat.codes.to_numpy()
+    if len(fcodes) == 0 or (fcodes == fcodes[0]).all() or st.groupby("rank")["file"].nunique().max() <= 1:
+        return step                     # one process per rank (one file in all: no groupby needed)
     for _, rows in st.groupby("rank", sort=False).indices.items():
         offset, files = 0, st["file"].to_numpy()[rows]
         for f in pd.unique(files):   # in time order: rows are sorted by begin

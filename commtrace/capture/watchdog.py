@@ -51,7 +51,7 @@ import traceback
 
 from ..trace import schema
 from . import sigview, threads
-from .recorder import GROUP, SEQ, SIG, T_CALL
+from .recorder import GROUP, SEQ, T_CALL
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
 ENV_ABORT_ON_HANG = "COMMTRACE_ABORT_ON_HANG"

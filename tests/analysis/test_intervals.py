@@ -52,3 +52,30 @@ def test_against_a_brute_force_reference():
         assert iv.length_within(a, [lo], [hi])[0] == len({t for t in points(a) if lo <= t < hi})
         for x in (iv.intersect(a, b), iv.subtract(a, b)):   # results are sets: sorted, disjoint, non-empty
             assert (x[1] > x[0]).all() and (x[0][1:] > x[1][:-1]).all()
+
+
+def test_complement_length_within_and_covered_before_against_brute_force():
+    """Random small sets: complement, prefix coverage and window lengths agree with a
+    set-of-integer-points model; on pairs that are not sets (overlapping, touching, empty
+    pieces) complement's shortcut gives what its general form (the union of the gaps) gives."""
+    rng = np.random.default_rng(1)
+
+    def points(a):
+        return {t for s, e in zip(*a) for t in range(max(s, -10), min(e, 70))}
+
+    for _ in range(300):
+        raw = sorted(tuple(sorted(rng.integers(0, 60, 2))) for _ in range(rng.integers(0, 6)))
+        pairs = (np.array([p[0] for p in raw], np.int64), np.array([p[1] for p in raw], np.int64))
+        a = iv.union(*pairs)
+        c = iv.complement(a)
+        assert points(c) == set(range(-10, 70)) - points(a)
+        assert (c[1] > c[0]).all() and (c[0][1:] > c[1][:-1]).all()
+        general = iv.union(np.concatenate(([iv.NEG], pairs[1])), np.concatenate((pairs[0], [iv.POS])))
+        assert [x.tolist() for x in iv.complement(pairs)] == [x.tolist() for x in general]
+        t = rng.integers(-5, 65, 7)
+        assert iv.covered_before(a, t).tolist() == [len({p for p in points(a) if p < x}) for x in t]
+        lo = rng.integers(-5, 65, 5)
+        hi = lo + rng.integers(-3, 30, 5)
+        want = [len({p for p in points(a) if x <= p < y}) for x, y in zip(lo, hi)]
+        assert iv.length_within(a, lo, hi).tolist() == want
+        assert iv.length_within(a, 0, hi).tolist() == [len({p for p in points(a) if 0 <= p < y}) for y in hi]

@@ -130,3 +130,13 @@ def test_steps_keep_their_numbers(tmp_path):
             proc.span("optimizer", t + 10, t + 20, k)
     d = write_run(tmp_path / "two", [first, second], end_us=3000)
     assert list(report(d).steps.per_rank["step"]) == [1, 2, 3, 4]
+
+
+def test_steps_in_rank_then_begin_order():
+    """find_steps skips its sort when the rows are already in (rank, begin) order."""
+    import numpy as np
+    from commtrace.analysis.steps import _in_order
+    assert _in_order(np.array([0, 0, 1, 1]), np.array([5, 9, 1, 1]))
+    assert not _in_order(np.array([0, 0, 1]), np.array([9, 5, 1]))
+    assert not _in_order(np.array([1, 0]), np.array([1, 2]))
+    assert _in_order(np.array([3]), np.array([7]))

@@ -180,3 +180,28 @@ def test_scale(tmp_path):
     ra = _mod("run_all")
     _, rows = ra.goals({"scale": res})
     assert any("issue 18" in r[0] for r in rows)
+
+
+def test_scale_big_commands(tmp_path):
+    """--big at a small size: report and compare in fresh processes, compare against a
+    second run whose ops/spans files are hard links; --keep keeps both, --reuse re-reads."""
+    import argparse
+    sc = _mod("bench_scale")
+    a = argparse.Namespace(dir=str(tmp_path), reuse=None, keep=True, big_ranks=4, big_ops=300, memory_limit="1G",
+                           commands="report,compare")
+    res = sc.big(a)
+    assert res["ops"] == 1200 and res["ranks"] == 4
+    rep, cmp_ = res["commands"]["report"], res["commands"]["compare"]
+    assert rep["exit"] == 0 and cmp_["exit"] == 0
+    assert rep["ops"] == 1200 and cmp_["ops"] == 2400
+    assert rep["rss_driver"] > 0 and rep["workers"] >= 1 and rep["rss_worker"] > 0
+    run, second = tmp_path / "big", tmp_path / "big-b"
+    ops_file = next(f for f in os.listdir(run) if f.endswith(".ops.bin"))
+    assert os.stat(second / ops_file).st_ino == os.stat(run / ops_file).st_ino          # a hard link
+    meta = next(f for f in os.listdir(run) if f.endswith(".meta.jsonl"))
+    assert os.stat(second / meta).st_ino != os.stat(run / meta).st_ino                   # a copy
+    a.reuse, a.keep, a.commands = str(run), False, "report"
+    again = sc.big(a)
+    assert again["ops"] == 1200 and again["commands"]["report"]["exit"] == 0
+    assert run.is_dir() and not second.exists()        # --reuse never deletes the run it was given
+    assert "| report | 0 |" in sc.big_markdown(again)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pickle
 
 import pandas as pd
-import pytest
 import helpers as h
 
 F = 4  # float32

@@ -214,3 +214,35 @@ def test_partial_equals_report_odd_runs(tmp_path, case):
     assert_same(build_report(load_report_run(d)), s)
     if case == "torn_ops_file":
         assert any("truncated mid-record" in i for i in s.issues)
+
+
+def test_first_seen_codes_are_factorize_codes():
+    """Instances are numbered as pd.factorize numbers them (first appearance), by a table."""
+    from commtrace.analysis.partial.partition_map import _first_seen_codes
+    assert _first_seen_codes(np.array([7, 3, 7, 9, 3, 3])).tolist() == [0, 1, 0, 2, 1, 1]
+    rng = np.random.default_rng(0)
+    for n, hi in ((1, 5), (50, 10), (10_000, 3_000)):
+        keys = rng.integers(0, hi, n)
+        assert _first_seen_codes(keys).tolist() == pd.factorize(keys)[0].tolist()
+
+
+def test_row_instance_pairs_are_the_distinct_pairs():
+    """Per table, each (row, instance) pair once: the instance's first op's row first (in
+    instance order), then the other rows its ops were filed under, sorted."""
+    from commtrace.analysis.partial.partition_map import _row_instance_pairs
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n, k, cells = int(rng.integers(1, 60)), int(rng.integers(1, 8)), int(rng.integers(1, 6))
+        inst = np.concatenate((np.arange(k), rng.integers(0, k, n)))      # every instance has an op
+        cell = rng.integers(0, cells, len(inst))
+        rowkey = rng.integers(0, 3, cells)                                 # several cells share a row
+        first = {}
+        for c, i in zip(cell.tolist(), inst.tolist()):
+            first.setdefault(i, c)
+        head = np.array([first[i] for i in range(k)])
+        other = np.flatnonzero(cell != head[inst])
+        pg, pi = _row_instance_pairs(rowkey, head, cell[other], inst[other], k)
+        pairs = list(zip(pg.tolist(), pi.tolist()))
+        assert sorted(pairs) == sorted(set(zip(rowkey[cell].tolist(), inst.tolist())))
+        assert pairs[:k] == [(int(rowkey[first[i]]), i) for i in range(k)]
+        assert pairs[k:] == sorted(pairs[k:], key=lambda p: (p[0], p[1]))

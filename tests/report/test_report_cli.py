@@ -169,7 +169,7 @@ def test_console_colour_only_on_tty_without_no_color(monkeypatch, syn_run):
 def test_default_run_is_newest(tmp_path, monkeypatch, capsys):
     base = tmp_path / "commtrace-out"
     old = write_synthetic_run(str(base / "old"), ranks=2, ops_per_rank=10)
-    new = write_synthetic_run(str(base / "new"), ranks=3, ops_per_rank=10)
+    write_synthetic_run(str(base / "new"), ranks=3, ops_per_rank=10)
     os.utime(old, (1, 1))
     monkeypatch.chdir(tmp_path)
     assert cli("report") == 0

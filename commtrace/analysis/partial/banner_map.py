@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...trace import reader, schema
+from ...trace import schema
 from ..coverage import bounded_processes
 from ..run_info import info_of
 

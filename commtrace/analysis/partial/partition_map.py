@@ -21,7 +21,7 @@ import pandas as pd
 
 from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
-from ..arrays import NA_KEY
+from ..arrays import NA_KEY, dense_codes
 from ..summary import bus_factor
 from .bounded_map import bounded_records, is_bounded
 from .layers_map import cpp_unmatched
@@ -62,6 +62,49 @@ def _s(v) -> str:
     return NA_KEY if v is None else v
 
 
+@dataclass
+class _FileTables:
+    """What one process's meta lines say, as a partition task uses it: tabulated once per
+    worker for all the partitions it runs (a partition reads a slice of every file)."""
+    sig_ids: np.ndarray         # the defined sig / group ids (reader._defined's keys)
+    group_ids: np.ndarray
+    slut: np.ndarray            # sig id -> sig index (sorted ids)
+    glut: np.ndarray            # group id -> group index
+    op: list                    # per sig index: op name
+    p2p: np.ndarray             # per sig: send/recv
+    send: np.ndarray
+    root: np.ndarray            # per sig: root (the peer of a send/recv), -1 when none
+    size: np.ndarray            # per sig: size as the bandwidth counts it
+    wg: list                    # per group index: (world id, group name)
+    n: np.ndarray               # per group: its size
+    cell: list                  # per sig index * groups + group index: the summary cell's key
+
+
+def _file_tables(pt) -> _FileTables:
+    sig_ids, glist = sorted(pt.sigs), sorted(pt.groups)
+    slut = np.zeros(max(sig_ids, default=0) + 1, np.int64)   # no sigs or groups: no record is read
+    slut[sig_ids] = np.arange(len(sig_ids))
+    glut = np.zeros(max(glist, default=0) + 1, np.int64)
+    glut[glist] = np.arange(len(glist))
+    sigs = [pt.sigs[i] for i in sig_ids]
+    groups = [pt.groups[i] for i in glist]
+    op = [_s(s.get("op")) for s in sigs]
+    nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
+    tot = np.array([o in _TOTAL_SIZE_OPS for o in op], dtype=bool)
+    cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
+            for s in sigs for g in groups]
+    return _FileTables(_defined_ids(pt.sigs), _defined_ids(pt.groups), slut, glut, op,
+                       np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
+                       np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
+                       [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
+                       np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
+
+
+def _defined_ids(table: dict) -> np.ndarray:
+    """The ids reader._defined accepts for ``table``."""
+    return np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)
+
+
 @functools.lru_cache(maxsize=4096)
 def _meta(path: str, size: int, mtime_ns: int):
     """A process's meta lines, read once per worker for all the partitions it runs
@@ -77,6 +120,24 @@ def _process(path: str):
     return _meta(path, st.st_size, st.st_mtime_ns)
 
 
+_TABLES: dict = {}
+_TABLES_KEPT = 4096
+
+
+def _tables_of(pt) -> _FileTables:
+    """``pt``'s _FileTables, kept per process object (``_meta`` keeps those per worker); an
+    entry holds its object, so the id it is found by is not reused while it is kept."""
+    hit = _TABLES.get(id(pt))
+    if hit is not None and hit[0] is pt:
+        return hit[1]
+    if len(_TABLES) >= _TABLES_KEPT:
+        _TABLES.clear()
+    ft = _file_tables(pt)
+    if ft.slut.nbytes + ft.glut.nbytes <= 1 << 20:   # ids as written: small; odd huge ones are not kept
+        _TABLES[id(pt)] = (pt, ft)
+    return ft
+
+
 def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     pt = _process(meta)
     if pt is None:
@@ -85,11 +146,12 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
         rec = bounded_records(meta)
         rec = rec[(rec["seq"].astype(np.int64) // size) == chunk]
     else:
+        ft = _tables_of(pt)
         rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
-        ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
+        ok = (np.isin(rec["sig"].astype(np.int64), ft.sig_ids) & np.isin(rec["group"].astype(np.int64), ft.group_ids)
               & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
         ok &= (rec["seq"].astype(np.int64) // size) == chunk
-        rec = reader._last_record_per_op(rec[ok])
+        rec = reader._last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
     if not len(rec):
         return None
     wid = reader._world_of(pt)
@@ -116,42 +178,25 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if got is None:
             continue
         pt, rec, t = got
+        ft = _tables_of(pt)
         rank = -1 if pt.rank is None else pt.rank
-        sig_ids = sorted(pt.sigs)
-        glist = sorted(pt.groups)
-        slut = np.zeros(max(sig_ids) + 1, np.int64)
-        slut[sig_ids] = np.arange(len(sig_ids))
-        glut = np.zeros(max(glist) + 1, np.int64)
-        glut[glist] = np.arange(len(glist))
-        sigs = [pt.sigs[i] for i in sig_ids]
-        groups = [pt.groups[i] for i in glist]
-        s_op = np.array([op_ids.setdefault(_s(s.get("op")), len(op_ids)) for s in sigs], np.int64)
-        s_p2p = np.array([_s(s.get("op")) in P2P_OPS for s in sigs])
-        s_send = np.array([_s(s.get("op")) == "send" for s in sigs])
-        s_root = np.array([_int(s.get("root"), -1) for s in sigs], np.int64)
-        nb = _per_sig_int(sigs, "bytes")
-        ob = _per_sig_int(sigs, "out_bytes")
-        tot = np.array([_s(s.get("op")) in _TOTAL_SIZE_OPS for s in sigs])
-        s_size = np.where(tot, np.maximum(nb, ob), nb)
-        g_wg = np.array([wg_ids.setdefault((_s(g.get("world_id")), _s(g.get("name"))), len(wg_ids)) for g in groups],
-                        np.int64)
-        g_n = np.array([_int(g.get("size"), 0) for g in groups], np.int64)
-        si, gi = slut[rec["sig"]], glut[rec["group"]]
-        combo = np.unique(si * len(groups) + gi)
-        c_lut = np.zeros(len(sigs) * len(groups), np.int64)
-        for cmb in combo:
-            s, g = sigs[cmb // len(groups)], groups[cmb % len(groups)]
-            key = (_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
-            c_lut[cmb] = cell_ids.setdefault(key, len(cell_ids))
+        n_groups = len(ft.wg)
+        s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
+        g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
+        si, gi = ft.slut[rec["sig"]], ft.glut[rec["group"]]
+        combo = dense_codes(si * n_groups + gi)[0]
+        c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
+        for cmb in combo.tolist():
+            c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
         d_end = rec["d_end"].astype(np.float64)
         known = ~np.isnan(d_end)
         d_int = np.where(known, d_end, 0).astype(np.int64)
         d_ret = rec["d_return"].astype(np.float64)
         ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
         end = np.maximum(np.where(known, d_int + t, ret), t)
-        p2p = s_p2p[si]
-        send = s_send[si]
-        root = s_root[si]
+        p2p = ft.p2p[si]
+        send = ft.send[si]
+        root = ft.root[si]
         parts["t"].append(t)
         parts["end"].append(end)
         parts["dur"].append(np.where(known, d_int.astype(np.float64), np.nan))
@@ -159,9 +204,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         parts["seq"].append(rec["seq"].astype(np.int64))
         parts["wg"].append(g_wg[gi])
         parts["op"].append(s_op[si])
-        parts["size"].append(s_size[si])
-        parts["n"].append(g_n[gi])
-        parts["cell"].append(c_lut[si * len(groups) + gi])
+        parts["size"].append(ft.size[si])
+        parts["n"].append(ft.n[gi])
+        parts["cell"].append(c_lut[si * n_groups + gi])
         parts["src"].append(np.where(p2p, np.where(send, rank, root), -1))
         parts["dst"].append(np.where(p2p, np.where(send, root, rank), -1))
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
@@ -170,7 +215,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     c = {}
     for k in list(parts):                            # one column at a time: small temporaries
         c[k] = np.concatenate(parts.pop(k))
-    inst = _instances(c)
+    inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
     first, last = _first_and_last(inst, k, c["t"], c["rank"])
     slowest = np.full(k, np.nan)
@@ -213,21 +258,33 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split)
 
 
-def _instances(c: dict) -> np.ndarray:
-    """Per op: its instance, numbered from 0 (analysis.match keys: collectives by (world,
-    group, seq), send/recv by (world, group, src, dst, seq))."""
+def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
+    """Per op: its instance, numbered from 0 in order of first appearance (analysis.match
+    keys: collectives by (world, group, seq), send/recv by (world, group, src, dst, seq);
+    the seqs of a partition lie in [seq0, seq0 + size))."""
     p2p = c["src"] >= 0
     inst = np.empty(len(p2p), np.int64)
     coll = ~p2p
     n = 0
     if coll.any():
-        codes, uniq = pd.factorize((c["wg"][coll] << 40) | c["seq"][coll])   # seq < 2**32: one int64 key
-        inst[coll] = codes
-        n = len(uniq)
+        inst[coll] = _first_seen_codes(c["wg"][coll] * size + (c["seq"][coll] - seq0))
+        n = int(inst[coll].max()) + 1
     if p2p.any():
         keys = pd.DataFrame({k: c[k][p2p] for k in ("wg", "src", "dst", "seq")})
         inst[p2p] = n + keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
     return inst
+
+
+def _first_seen_codes(keys: np.ndarray) -> np.ndarray:
+    """pd.factorize's codes (distinct keys numbered in order of first appearance) for keys
+    in a small range: distinct keys by a bincount table, no hashing."""
+    distinct, code = dense_codes(keys)                 # codes in key order
+    code = code.astype(np.int64)
+    first = np.full(len(distinct), len(keys), np.int64)
+    np.minimum.at(first, code, np.arange(len(keys)))    # each key's first row
+    renumber = np.empty(len(distinct), np.int64)
+    renumber[np.argsort(first)] = np.arange(len(distinct))
+    return renumber[code]
 
 
 def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -254,18 +311,26 @@ def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
     S = table["size_bytes"].to_numpy(np.float64)
     ok = np.isfinite(T) & (T > 0) & (S > 0)
     T, S, B = np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
-    out = {}
+    k = len(table)
+    head = np.zeros(k, np.int64)
+    head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
+    other = np.flatnonzero(cell != head[inst])   # ops filed under another cell than that (few): the
+    o_cell, o_inst = cell[other], inst[other]    # only ops each table has to look at one by one
+    out, done = {}, {}
     for name, by in task.tables.items():
+        if tuple(by) in done:                    # e.g. by_phase and phase+op: the same keys
+            out[name] = done[tuple(by)]
+            continue
         pos = [CELL_COLUMNS.index(c) for c in by]
         rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
         rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
-        pg, pi = _row_instance_pairs(rowkey[cell], inst, len(table))
+        pg, pi = _row_instance_pairs(rowkey, head, o_cell, o_inst, k)
         res = pd.DataFrame(list(rows), columns=list(by))
         res["collectives"] = np.bincount(pg, minlength=len(rows))
         res["T"] = np.bincount(pg, weights=T[pi], minlength=len(rows))
         res["S"] = np.bincount(pg, weights=S[pi], minlength=len(rows))
         res["B"] = np.bincount(pg, weights=B[pi], minlength=len(rows))
-        out[name] = res
+        out[name] = done[tuple(by)] = res
     return out
 
 
@@ -275,15 +340,17 @@ def _per_sig_int(sigs: list, name: str) -> np.ndarray:
     return np.where(np.isnan(v), 0, v).astype(np.int64)
 
 
-def _row_instance_pairs(row: np.ndarray, inst: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _row_instance_pairs(rowkey: np.ndarray, head: np.ndarray, o_cell: np.ndarray, o_inst: np.ndarray,
+                        k: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (row, instance) pairs (as summary.instance_groups): each instance's
-    first op's row, plus the few rows its other ops were filed under (a sort of those only)."""
-    head = np.zeros(k, np.int64)
-    head[inst[::-1]] = row[::-1]                  # some op's row per instance (the first one written)
-    pg, pi = head, np.arange(k, dtype=np.int64)
-    elsewhere = row != head[inst]
+    first op's row (``head``: its cell), plus the few other rows its other ops were filed
+    under (``o_cell``, ``o_inst``: the ops in another cell than their instance's first;
+    a sort of those only). Rows are ``rowkey`` per cell."""
+    pg, pi = rowkey[head], np.arange(k, dtype=np.int64)
+    row = rowkey[o_cell]
+    elsewhere = row != pg[o_inst]
     if elsewhere.any():
-        extra = np.unique(row[elsewhere] * k + inst[elsewhere])
+        extra = np.unique(row[elsewhere] * k + o_inst[elsewhere])
         pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
     return pg, pi
 

@@ -19,7 +19,6 @@ import pandas as pd
 
 from ...trace import reader, schema
 from .. import intervals as iv
-from ..arrays import OpArrays
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .banner_map import rank_facts
@@ -136,12 +135,13 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
         return pd.DataFrame(columns=cols), []
     a, cell, n = ops.arrays, ops.cell, len(ops.cells)
     known = ~np.isnan(a.dur)
-    table = pd.DataFrame(ops.cells, columns=list(CELL_COLUMNS))
-    table["rank"] = str(rank)
-    table["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
-    table["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
-    table["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
-    table["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    columns = {c: [k[i] for k in ops.cells] for i, c in enumerate(CELL_COLUMNS)}
+    columns["rank"] = [str(rank)] * n
+    columns["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
+    columns["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
+    columns["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
+    columns["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    table = pd.DataFrame(columns)                 # one constructor: no per-column inserts
     order = np.argsort(cell.astype(np.int16 if n < 32_000 else np.int64), kind="stable")
     bounds = np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n))))
     values = []
@@ -159,9 +159,16 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
 
 def rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
     """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
-    g = per_rank.groupby("rank")
-    out = g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
-    out.insert(0, "steps", g.size())
+    cols = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
+    ranks, code = np.unique(per_rank["rank"].to_numpy(), return_inverse=True)
+    if len(ranks) != 1:                  # map_rank has one rank; anything else: pandas' groupby
+        g = per_rank.groupby("rank")
+        out = g[cols].median()
+        out.insert(0, "steps", g.size())
+        return out
+    out = pd.DataFrame({c: [float(np.median(per_rank[c].to_numpy()))] for c in cols},
+                       index=pd.Index(ranks, name="rank"))
+    out.insert(0, "steps", np.array([len(per_rank)], np.int64))
     return out
 
 

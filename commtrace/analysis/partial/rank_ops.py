@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ...trace import reader
 from ...trace.annotations import is_gradient_allreduce
-from ..arrays import NA_KEY, OpArrays
+from ..arrays import NA_KEY, OpArrays, dense_codes
+from ..step_table import _WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
 
@@ -23,7 +23,7 @@ CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
 @dataclass
 class RankOps:
     arrays: OpArrays          # sorted by start (the frame's order for one rank)
-    waits: pd.DataFrame       # t_return_ns, async, detail, bucket, phase: what _WaitColumns reads
+    waits: _WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
     cells: list               # per cell: (group, group_desc, phase, op, detail) strings ("-" for none)
     op_names: list            # op names in the frame's category order
@@ -41,9 +41,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read); None when none."""
     cells: dict = {}
     op_names: list = []
-    details: dict = {}
-    phases: dict = {}
-    parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "phase", "grad",
+    parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "grad",
                                    "cell", "proc", "status")}
     stems: list = []
     for pt in procs:
@@ -65,14 +63,11 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         nbytes = np.array([reader._num(s.get("bytes")) for s in sigs], np.float64)
         nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
         is_async = np.array([bool(s.get("async")) for s in sigs])
-        det = np.array([-1 if s.get("detail") is None else details.setdefault(reader._str_or_none(s.get("detail")),
-                                                                               len(details)) for s in sigs], np.int64)
-        ph = np.array([-1 if s.get("phase") is None else phases.setdefault(reader._str_or_none(s.get("phase")),
-                                                                           len(phases)) for s in sigs], np.int64)
+        det = np.array([s.get("detail") is not None for s in sigs])      # one of DDP's/Join's own ops
         grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"))
                          and reader._str_or_none(s.get("phase")) == "backward" for s in sigs])
         si, gi = slut[rec["sig"]], glut[rec["group"]]
-        combo, inv = np.unique(si * len(groups) + gi, return_inverse=True)
+        combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         c_of = np.array([cells.setdefault(
             (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
              _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
@@ -84,15 +79,14 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["sig_bytes"].append(nbytes[si])
         parts["async"].append(is_async[si])
         parts["detail"].append(det[si])
-        parts["phase"].append(ph[si])
         parts["grad"].append(grad[si])
-        parts["cell"].append(c_of[inv.reshape(-1)])
+        parts["cell"].append(c_of[inv])
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
         parts["status"].append(rec["status"])
         stems.append(pt.stem)
     if not parts["t"]:
         return None
-    c = {k: np.concatenate(v) for k, v in parts.items() if v}
+    c = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items() if v}   # one process: no copy
     t = c["t"]
     if not (t[1:] >= t[:-1]).all():
         order = np.argsort(t, kind="stable")
@@ -104,13 +98,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     dur = np.where(end_ok, d_end.astype(np.float64), np.nan)
     a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t,
                  end=np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur=dur, nbytes=c["sig_bytes"])
-    waits = pd.DataFrame({
-        "t_return_ns": pd.arrays.IntegerArray(ret, ~ret_ok),
-        "async": c["async"],
-        "detail": pd.Categorical.from_codes(c["detail"], categories=list(details) or pd.Index([], dtype=object)),
-        "phase": pd.Categorical.from_codes(np.where(c["grad"], 0, -1), categories=["backward"]),
-        "bucket": pd.arrays.IntegerArray(np.zeros(len(t), np.int32), ~c["grad"]),
-    }, copy=False)
+    # what the frame's t_return_ns, async, detail and bucket + phase say (step_table._WaitColumns)
+    waits = _WaitColumns.of_arrays(a, ret, ~ret_ok, ~c["async"], c["detail"], c["grad"])
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"])
 
 
