@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from itertools import islice
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from ...errors import CommtraceError
 
@@ -55,6 +56,15 @@ class PoolExecutor:
         self.pool = ProcessPoolExecutor(max_workers=self.workers)
 
     def map(self, fn, tasks):
+        try:
+            yield from self._map(fn, tasks)
+        except BrokenProcessPool:
+            # A worker died without a Python exception: killed by the OS (out of memory, most often) or by a signal.
+            raise CommtraceError("a worker process of the analysis died without an error (killed by the system: "
+                                 "out of memory?); a lower --memory-limit runs fewer and smaller tasks at once"
+                                 ) from None
+
+    def _map(self, fn, tasks):
         pending, it = set(), iter(tasks)
         for t in it:
             pending.add(self.pool.submit(fn, t))
