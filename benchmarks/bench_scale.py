@@ -257,6 +257,8 @@ def run_command(argv: list, workdir: str) -> dict:
     env = dict(os.environ, COMMTRACE_BENCH_HWM=hwm)
     p = subprocess.run([sys.executable, "-c", CLI_CHILD, os.path.dirname(os.path.abspath(__file__)), *argv],
                        capture_output=True, text=True, env=env)
+    with open(os.path.join(workdir, f"{argv[0]}.stdout"), "w") as f:   # what the command printed (check's findings)
+        f.write(p.stdout)
     line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
     if not line:
         raise SystemExit(f"{' '.join(argv[:2])}: no result\n{p.stderr[-3000:]}")
