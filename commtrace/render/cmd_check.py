@@ -32,12 +32,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings (stragglers, ...) too")
     p.add_argument("-v", "--verbose", action="store_true", help="show details of informational findings")
-    p.add_argument("--dask", metavar="SCHEDULER", help="check on this Dask cluster (address; default "
-                   "$COMMTRACE_DASK): the run directory must be on a filesystem its workers share")
-    p.add_argument("--memory-limit", metavar="SIZE", help="memory the check may use (e.g. 8G, 512M, 25%%; "
-                   "default 50%% of RAM): a run that does not fit is checked seq chunk by seq chunk")
-    p.add_argument("--partitioned", action="store_true", help="check seq chunk by seq chunk (map/reduce) even "
-                   "if the run fits in memory")
+    from .cmd_report import add_scale_arguments
+    add_scale_arguments(p, perfetto=False, doing="check", how="seq chunk by seq chunk")
     p.set_defaults(handler=run_check)
 
 

@@ -63,14 +63,17 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run_report)
 
 
-def add_scale_arguments(p) -> None:
-    """--dask / --memory-limit / --partitioned (docs/report-performance.md, "Big runs")."""
-    p.add_argument("--dask", metavar="SCHEDULER", help="analyse on this Dask cluster (address; default "
+def add_scale_arguments(p, perfetto: bool = True, doing: str = "analyse", how: str = "file by file") -> None:
+    """--dask / --memory-limit / --partitioned (docs/report-performance.md, "Big runs") and, with
+    ``perfetto``, --perfetto-max-mb; ``doing`` / ``how`` name the command's work in the help."""
+    p.add_argument("--dask", metavar="SCHEDULER", help=f"{doing} on this Dask cluster (address; default "
                    "$COMMTRACE_DASK): the run directory must be on a filesystem its workers share")
-    p.add_argument("--memory-limit", metavar="SIZE", help="memory the analysis may use (e.g. 8G, 512M, 25%%; "
-                   "default 50%% of RAM): a run that does not fit is analysed file by file")
-    p.add_argument("--partitioned", action="store_true", help="analyse file by file (map/reduce) even if the "
+    p.add_argument("--memory-limit", metavar="SIZE", help="memory it may use (e.g. 8G, 512M, 25%%; "
+                   f"default 50%% of RAM): a run that does not fit is done {how}")
+    p.add_argument("--partitioned", action="store_true", help=f"{doing} {how} (map/reduce) even if the "
                    "run fits in memory")
+    if not perfetto:
+        return
     p.add_argument("--perfetto-max-mb", type=float, default=1000, metavar="MB", help="partitioned: --perfetto "
                    "writes files of at most MB each (rank subsets; a rank with more ops: time windows; default 1000)")
 
