@@ -76,18 +76,16 @@ def run_compare(ns) -> int:
 def _one_frame(run_dir, window):
     from ..analysis.report import build_report
     from ..analysis.run_info import load_report_run
-    from .cli_commands import warn
+    from .cli_commands import warn_issues
     run = load_report_run(run_dir)
-    for issue in run.issues:
-        warn(issue)
+    warn_issues(run.issues)
     return build_report(run, window)
 
 
 def _partitioned(ns, run_dir, by, window):
     from ..analysis.partial import analyse
-    from .cli_commands import warn
+    from .cli_commands import warn_issues
     from .partitioned import memory_limit_of
     s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by, window=window)
-    for issue in s.issues:
-        warn(issue)
+    warn_issues(s.issues)
     return s

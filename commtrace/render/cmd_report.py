@@ -116,15 +116,14 @@ def run_report(ns) -> int:
     from ..analysis.run_info import load_report_run
     from ..trace.reader import newest_run
     from . import export
-    from .cli_commands import warn
+    from .cli_commands import warn_issues
 
     window = window_of(ns)
     run_dir = ns.run_dir if ns.run_dir is not None else newest_run()
     with _stages(run_dir, 4) as advance:
         advance("reading traces")
         run = load_report_run(run_dir)
-        for issue in run.issues:
-            warn(issue)
+        warn_issues(run.issues)
         advance("matching and summarizing")
         rep = build_report(run, window, top=ns.top)
         if ns.perfetto:
@@ -165,7 +164,7 @@ def _run_partitioned(ns) -> int:
     """The report by map/reduce over the run's files (analysis.partial)."""
     from ..analysis.partial import analyse
     from ..errors import CommtraceError
-    from .cli_commands import warn
+    from .cli_commands import warn_issues
     from .partitioned import memory_limit_of, partitioned_json, refuse_frame_only, render_partitioned
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
@@ -173,8 +172,7 @@ def _run_partitioned(ns) -> int:
     window = window_of(ns)
     refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None))
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
-    for issue in s.issues:
-        warn(issue)
+    warn_issues(s.issues)
     if ns.perfetto:
         from .partitioned import write_perfetto_pieces
         files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)

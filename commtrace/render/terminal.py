@@ -13,6 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
+from ..analysis.rank_ranges import fmt_ranks
 from ..analysis.timeline import Timeline, bin_timeline, event_rows
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
@@ -83,7 +84,7 @@ def render_banner(con: Console, rep) -> None:
         "of the time its records cover per rank (bounded trace)" if info.get("coverage") else "of wall time per rank")
     rows = [
         ("command", plain_safe(info["command"]) or "-"),
-        ("ranks", f"{info['ranks']} of {info['world_size']}" + (f"  (incomplete: {', '.join(map(str, info['incomplete_ranks']))})" if info["incomplete_ranks"] else "")),
+        ("ranks", f"{info['ranks']} of {info['world_size']}" + (f"  (incomplete: {fmt_ranks(info['incomplete_ranks'])})" if info["incomplete_ranks"] else "")),
         ("hosts", f"{len(info['hosts'])}: " + plain_safe(", ".join(info["hosts"][:8]) + (" ..." if len(info["hosts"]) > 8 else ""))),
         *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),

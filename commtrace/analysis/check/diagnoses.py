@@ -8,11 +8,12 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..rank_ranges import fmt_ranks, folded_inline, folded_lines
 from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_is_missing
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
-    NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _fmt_ranks,
-    _group_label, _int, _s, parse_ranks)
+    NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
+    _int, _s, parse_ranks)
 from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
 from .matching import _P2P, _collectives, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
@@ -115,8 +116,8 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
                     data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}})
         for c, s in cats:
             f.details.append(f"{c}: {_fmt_split(s)}")
-        for _, row in sdf.iterrows():
-            f.details.append(f"rank {int(row['rank'])}: {_op_desc(row)} [{row['status']}] at {_s(row.get('callsite')) or '?'}")
+        f.details += folded_lines({int(row["rank"]): f"{_op_desc(row)} [{row['status']}] at {_s(row.get('callsite')) or '?'}"
+                                   for _, row in sdf.iterrows()})
         findings.append(f)
     if v.n_mismatch > MISMATCH_SHOWN:
         findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {v.n_mismatch - MISMATCH_SHOWN} more mismatched sequence numbers",
@@ -143,13 +144,10 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         row = sdf.iloc[0]
         f = Finding(STUCK, ERROR,
                     f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never "
-                    f"finished on rank {_fmt_ranks(waiting)}",
+                    f"finished on rank {fmt_ranks(waiting)}",
                     world=world_s, group=group_s, seq=seq, op=str(row["op"]), ranks=waiting)
         f.details.append(f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}")
-        for r in waiting:
-            fate = fates.get(r)
-            if fate is not None:
-                f.details.append(f"rank {r}: {fate.describe()}")
+        f.details += folded_lines({r: fates[r].describe() for r in waiting if r in fates})
         findings.append(f)
         break
     # Failed ops: first failing seq in this group.
@@ -159,12 +157,12 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         fr = sdf[(sdf["status"].astype(str) == "failed").to_numpy()]
         row = fr.iloc[0]
         f = Finding(FAILED, ERROR,
-                    f"{glabel} seq {seq}: {row['op']} failed on rank {_fmt_ranks(fr['rank'])}"
+                    f"{glabel} seq {seq}: {row['op']} failed on rank {fmt_ranks(fr['rank'])}"
                     + (f" (and {v.n_failed - 1} later op(s))" if v.n_failed > 1 else ""),
                     world=world_s, group=group_s, seq=seq, op=str(row["op"]),
                     ranks=sorted(int(r) for r in fr["rank"]))
-        for _, r in fr.iterrows():
-            f.details.append(f"rank {int(r['rank'])}: {_first_line(_s(r.get('error')) or 'error text not recorded')}")
+        f.details += folded_lines({int(r["rank"]): _first_line(_s(r.get("error")) or "error text not recorded")
+                                   for _, r in fr.iterrows()})
         findings.append(f)
     return findings
 
@@ -173,17 +171,16 @@ def _lost_record(glabel, world_s, group_s, seq, sdf, lost, seqs, fates, last_seq
     """Collectives a rank did reach but whose record is unreadable: the damaged file is the cause."""
     op = str(sdf["op"].iloc[0])
     span = f"seq {seqs[0]}" if len(seqs) == 1 else f"seq {seqs[0]}..{seqs[-1]} ({len(seqs)} sequence numbers)"
-    causes = []
+    causes = {}
     for r in lost:
         fate = fates.get(r)
-        damage = "; ".join(fate.damage) if fate is not None and fate.damage else "records missing from its trace"
-        causes.append(damage if len(lost) == 1 else f"rank {r}: {damage}")
-    title = f"{glabel} {span}: the records of rank {_fmt_ranks(lost)} are unreadable ({'; '.join(causes)})"
+        causes[r] = "; ".join(fate.damage) if fate is not None and fate.damage else "records missing from its trace"
+    cause = causes[lost[0]] if len(lost) == 1 else folded_inline(causes)
+    title = f"{glabel} {span}: the records of rank {fmt_ranks(lost)} are unreadable ({cause})"
     f = Finding(LOST_RECORD, ERROR, title, world=world_s, group=group_s, seq=seq, op=op, ranks=list(lost),
                 data={"seqs": list(seqs), "lost": list(lost)})
-    for r in lost:
-        if last_seq.get(r, 0) > seq:
-            f.details.append(f"rank {r} reached seq {last_seq[r]} of this group, so it did call seq {seq}")
+    f.details += folded_lines({r: f"reached seq {last_seq[r]} of this group, so it did call seq {seq}"
+                               for r in lost if last_seq.get(r, 0) > seq}, line=lambda rs, t: f"rank {rs} {t}")
     return f
 
 
@@ -193,19 +190,21 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
     entered = sorted(int(r) for r in sdf["rank"])
     st = sdf.set_index("rank")["status"].astype(str)
     waiting = [r for r in entered if st.get(r) == "in_flight"]
-    title = (f"{glabel} seq {seq}: {op} {(_s(row.get('shapes')) or '')} entered by rank {_fmt_ranks(entered)}; "
-             f"rank {_fmt_ranks(missing)} never arrived")
+    title = (f"{glabel} seq {seq}: {op} {(_s(row.get('shapes')) or '')} entered by rank {fmt_ranks(entered)}; "
+             f"rank {fmt_ranks(missing)} never arrived")
     f = Finding(NOT_ARRIVED, ERROR, title.replace("  ", " "), world=world_s, group=group_s, seq=seq, op=op,
                 ranks=list(missing),
                 data={"entered": entered, "waiting": waiting, "missing": list(missing)})
     f.details.append(f"op: {_op_desc(row)} called at {_s(row.get('callsite')) or '?'}")
+    state = {}   # rank -> what it did there (ranks with the same text share one line)
     for _, r in sdf.drop_duplicates("rank", keep="last").iterrows():
-        rk = int(r["rank"])
         status = str(r["status"])
         age = ""
         if status == "in_flight" and now is not None and _int(r["t_start_ns"]) is not None:
             age = f", waiting at least {_fmt_age(now - int(r['t_start_ns']))}"
-        f.details.append(f"rank {rk} entered: {status}{age}")
+        state[int(r["rank"])] = f"{status}{age}"
+    f.details += folded_lines(state, line=lambda rs, t: f"rank {rs} entered: {t}")
+    story = {}   # missing rank -> where it was last and how it ended
     for m in missing:
         last = facts.last_op(m)  # its last op anywhere (it may be stuck in another group)
         fate = fates.get(m)
@@ -216,8 +215,9 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
             where = (f"last call{ing} seq {int(last['seq'])} {last['op']} [{last['status']}] at "
                      f"{_s(last.get('callsite')) or '?'}")
         fate_s = fate.describe() if fate is not None else "no usable trace file"
-        f.details.append(f"rank {m} never arrived: {where}; {fate_s}")
+        story[m] = f"{where}; {fate_s}"
         f.data.setdefault("last_callsite", {})[str(m)] = None if last is None else _s(last.get("callsite"))
+    f.details += folded_lines(story, line=lambda rs, t: f"rank {rs} never arrived: {t}")
     if later:
         f.details.append(f"{later} later sequence number(s) also lack some ranks (a consequence of this one)")
     return f
@@ -297,28 +297,17 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
 
 def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=()) -> list[Finding]:
     findings = []
+    # Ranks that ended the same way (same exception, exit, damage) are one finding naming
+    # them all, their last ops folded into its details.
+    last_of: dict[tuple, dict[int, str]] = {}   # story -> rank -> its last op (insertion: by first rank)
     for r in sorted(fates):
-        fate = fates[r]
         last = facts.last_op(r)
         last_s = (f"last op: {last['op']} seq {int(last['seq'])} [{last['status']}] at {_s(last.get('callsite')) or '?'}"
                   if last is not None else "no ops traced")
-        if fate.exception:
-            exc = fate.exception
-            f = Finding(EXCEPTION, ERROR,
-                        f"rank {r} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}",
-                        details=[last_s], ranks=[r],
-                        data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
-            text = _s(exc.get("text"))
-            if text:
-                f.details.extend(text.rstrip().splitlines()[-12:])
-            findings.append(f)
-        elif fate.complete and (fate.how in ("signal", "hang") or fate.exit_code not in (None, 0)):
-            findings.append(Finding(EXITED, ERROR, f"rank {r} {fate.describe()}", details=[last_s], ranks=[r],
-                                    data={"exit_code": fate.exit_code, "how": fate.how}))
-        if not fate.complete:
-            f = Finding(ABRUPT, ERROR, f"rank {r}: {fate.describe()}", details=[last_s, *fate.issues], ranks=[r],
-                        data={"issues": fate.issues})
-            findings.append(f)
+        for story in _stories(fates[r]):
+            last_of.setdefault(story, {})[r] = last_s
+    for story, lasts in last_of.items():
+        findings.append(_process_finding(story, fates[min(lasts)], lasts))
     # Member ranks that wrote nothing.
     size = _world_sizes(run)
     expected = set(range(size))
@@ -337,12 +326,48 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
                                     details=unreadable[r], ranks=[r]))
     rest = [r for r in missing if r not in unreadable]
     if rest:
-        f = Finding(MISSING_RANK, ERROR, f"rank {_fmt_ranks(rest)}: no trace file "
+        f = Finding(MISSING_RANK, ERROR, f"rank {fmt_ranks(rest)}: no trace file "
                     f"(never started, or died before its first collective)", ranks=rest)
         f.details.extend(f"maybe {e.label}, which never created a process group" for e in early
                          if e.rank is None and not e.label.startswith("pid "))
         findings.append(f)
     return findings
+
+
+def _stories(fate: RankFate) -> list[tuple]:
+    """The process findings a rank's end calls for, as keys equal for ranks that ended alike."""
+    out = []
+    exc = fate.exception
+    if exc:
+        out.append((EXCEPTION, exc.get("exc_type"), _s(exc.get("message")), _s(exc.get("text"))))
+    elif fate.complete and (fate.how in ("signal", "hang") or fate.exit_code not in (None, 0)):
+        out.append((EXITED, fate.describe(), fate.exit_code, fate.how))
+    if not fate.complete:
+        out.append((ABRUPT, fate.describe(), tuple(fate.issues)))
+    return out
+
+
+def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Finding:
+    """The finding of ``story`` for the ranks in ``lasts`` (rank -> its last op), ``fate``
+    the first one's (equal in what the finding shows)."""
+    ranks = sorted(lasts)
+    who = f"rank {fmt_ranks(ranks)}"
+    texts = set(lasts.values())
+    last_lines = list(texts) if len(texts) == 1 else folded_lines(lasts)   # one rank: as it always read
+    if story[0] == EXCEPTION:
+        exc = fate.exception
+        f = Finding(EXCEPTION, ERROR, f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}",
+                    details=last_lines, ranks=ranks,
+                    data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
+        text = _s(exc.get("text"))
+        if text:
+            f.details.extend(text.rstrip().splitlines()[-12:])
+        return f
+    if story[0] == EXITED:
+        return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks,
+                       data={"exit_code": fate.exit_code, "how": fate.how})
+    return Finding(ABRUPT, ERROR, f"{who}: {fate.describe()}", details=[*last_lines, *fate.issues], ranks=ranks,
+                   data={"issues": fate.issues})
 
 
 def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
@@ -363,12 +388,10 @@ def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
 def progress_findings(facts: RunFacts) -> list[Finding]:
     out = []
     for g in group_progress(facts):
-        parts = []
-        for r, info in g["ranks"].items():
-            lc = info["last_completed"]
-            parts.append(f"rank {r}: {lc if lc is not None else '-'}")
+        last = {r: str(info["last_completed"]) if info["last_completed"] is not None else "-"
+                for r, info in g["ranks"].items()}
         out.append(Finding(PROGRESS, INFO,
-                           f"{_group_label(g['world'], g['group'], g['desc'])}: last seq completed  " + ", ".join(parts),
+                           f"{_group_label(g['world'], g['group'], g['desc'])}: last seq completed: " + folded_inline(last),
                            world=g["world"], group=g["group"], ranks=g["members"],
                            data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))
     return out

@@ -99,22 +99,6 @@ def parse_ranks(text) -> list[int]:
     return out
 
 
-def _fmt_ranks(ranks) -> str:
-    ranks = sorted(set(int(r) for r in ranks))
-    if not ranks:
-        return "-"
-    # compress runs: 0-3,5
-    parts, start, prev = [], ranks[0], ranks[0]
-    for r in ranks[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ",".join(parts)
-
-
 def _fmt_age(ns) -> str:
     if ns is None:
         return "?"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .findings import _fmt_ranks, _int, _s, parse_ranks
+from ..rank_ranges import fmt_ranks
+from .findings import _int, _s, parse_ranks
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
 _SAME_INPUT_SHAPES = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "reduce_scatter"}
@@ -91,7 +92,7 @@ def _compare_at_seq(sdf: pd.DataFrame) -> list[tuple[str, dict]]:
 
 
 def _fmt_split(split: dict) -> str:
-    return "; ".join(f"{k if k is not None else '-'} on rank {_fmt_ranks(v)}"
+    return "; ".join(f"{k if k is not None else '-'} on rank {fmt_ranks(v)}"
                      for k, v in sorted(split.items(), key=lambda kv: min(kv[1])))
 
 
