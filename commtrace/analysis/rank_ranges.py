@@ -64,8 +64,8 @@ def folded_lines(text_of: Mapping[int, str], line: Callable[[str, str], str] = l
     return lines + ([_more(more)] if more else [])
 
 
-def folded_inline(text_of: Mapping[int, str], sep: str = "; ", shown: int = FOLD_SHOWN) -> str:
+def folded_inline(text_of: Mapping[int, str], line: Callable[[str, str], str] = lambda rs, t: f"rank {rs}: {t}",
+                  sep: str = "; ", shown: int = FOLD_SHOWN) -> str:
     """The groups on one line: "rank 0-699,701-1023: 50; rank 700: 25" (at most
     ``shown`` groups, then "... and K more ranks")."""
-    lines, more = _shown(text_of, lambda rs, t: f"rank {rs}: {t}", shown)
-    return sep.join(lines + ([_more(more)] if more else []))
+    return sep.join(folded_lines(text_of, line, shown))

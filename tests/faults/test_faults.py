@@ -56,7 +56,7 @@ def test_clean_run_is_clean_and_sigusr1_dumps(clean_run):
     p = check_cli(clean_run)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "no problems found" in p.stdout
-    assert "rank 0: 6, rank 1: 6" in p.stdout  # last seq completed per rank
+    assert "last seq completed: rank 0-1: 6" in p.stdout  # both ranks at 6: one range
     dumps = [n for n in os.listdir(clean_run) if n.startswith("sigusr1.rank0.")]
     assert len(dumps) == 1
     doc = json.load(open(clean_run / dumps[0]))

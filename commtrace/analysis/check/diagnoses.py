@@ -25,8 +25,10 @@ STRAGGLER_MIN_LAG_NS = 50_000_000  # median wait it imposed (last arrival - medi
 def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
     """Processes that raised, exited non-zero, were killed or whose trace ends
     abruptly before they created a process group. A helper process (no rank,
-    not an mp.spawn process) whose trace just ends is only informational."""
-    out = []
+    not an mp.spawn process) whose trace just ends is only informational.
+    Processes numbered alike (ranks, mp.spawn processes) that ended the same way
+    are one finding ("rank 0-1023 raised KeyError: 'lr' ...")."""
+    alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
     # Root causes first: ranks that raised, then ranks torn down, then other processes.
     early = sorted(early, key=lambda e: (e.label.startswith("pid "), not e.fate.exception, e.label))
     for e in early:
@@ -41,19 +43,30 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
             sev = ERROR if identified else INFO  # a helper's trace that just ends: context only
         else:
             continue
-        bad = fate.describe()
-        # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
-        when = " before any process group existed" if identified else ""
-        f = Finding(NO_GROUP, sev, f"{e.label} {bad}{when}",
-                    ranks=[] if e.rank is None else [e.rank],
-                    data={"process": e.label, "files": fate.files, "exit_code": fate.exit_code, "how": fate.how})
-        if fate.exception:
-            f.data.update(exc_type=fate.exception.get("exc_type"), message=fate.exception.get("message"))
-            text = _s(fate.exception.get("text"))
-            if text:
-                f.details.extend(text.rstrip().splitlines()[-12:])
-        out.append(f)
-    return out
+        kind = e.numbered()
+        exc = fate.exception or {}
+        key = ((kind[0], sev, fate.describe(), fate.exit_code, fate.how, exc.get("exc_type"), _s(exc.get("message")),
+                _s(exc.get("text"))) if kind else (id(e),))
+        alike.setdefault(key, (sev, []))[1].append(e)
+    return [_early_finding(sev, es) for sev, es in alike.values()]
+
+
+def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
+    """The finding for processes that ended alike (``es``: one, or several numbered alike)."""
+    e, fate = es[0], es[0].fate
+    identified = not e.label.startswith("pid ")
+    label = e.label if len(es) == 1 else f"{e.numbered()[0]} {fmt_ranks(x.numbered()[1] for x in es)}"
+    # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
+    when = " before any process group existed" if identified else ""
+    f = Finding(NO_GROUP, sev, f"{label} {fate.describe()}{when}", ranks=sorted(x.rank for x in es if x.rank is not None),
+                data={"process": label, "files": [p for x in es for p in x.fate.files], "exit_code": fate.exit_code,
+                      "how": fate.how})
+    if fate.exception:
+        f.data.update(exc_type=fate.exception.get("exc_type"), message=fate.exception.get("message"))
+        text = _s(fate.exception.get("text"))
+        if text:
+            f.details.extend(text.rstrip().splitlines()[-12:])
+    return f
 
 
 def diagnose_damage(run) -> list[Finding]:

@@ -6,21 +6,36 @@ from __future__ import annotations
 import json
 import os
 
+from ..rank_ranges import fmt_ranks
 from .findings import DUMP, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
-    out = []
+    """One finding per dump reason ("hang", "sigterm", "sigusr1"): the ranks that wrote
+    such dumps, the first dump's path and (details) its summary; ``data["paths"]``
+    lists every dump of that reason by rank."""
+    by_reason: dict[str, dict] = {}   # reason -> rank text ("-": a rankless process) -> paths
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):
                 continue
-            path = _s(d.get("path"))
-            reason = _s(d.get("reason")) or "?"
             r = _int(p.get("rank"))
-            f = Finding(DUMP, INFO, f"rank {r}: state dump ({reason}) {path}", ranks=[] if r is None else [r],
-                        data={"path": path, "reason": reason})
-            f.details.extend(dump_summary(path, run.path))
-            out.append(f)
+            reason = _s(d.get("reason")) or "?"
+            by_reason.setdefault(reason, {}).setdefault(r, []).append(_s(d.get("path")))
+    out = []
+    for reason, paths in by_reason.items():
+        ranks = sorted(r for r in paths if r is not None)
+        first = min(paths, key=lambda r: (r is None, r or 0))
+        path = paths[first][0]
+        n = sum(len(v) for v in paths.values())
+        who = f"rank {fmt_ranks(ranks)}" if ranks else "rank None"
+        if n == 1:
+            title = f"{who}: state dump ({reason}) {path}"
+        else:
+            title = f"{who}: {n} state dumps ({reason}), the first {path}"
+        f = Finding(DUMP, INFO, title, ranks=ranks,
+                    data={"path": path, "reason": reason, "paths": {str(r): v for r, v in paths.items()}})
+        f.details.extend(dump_summary(path, run.path))
+        out.append(f)
     return out
 
 

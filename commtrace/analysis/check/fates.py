@@ -96,6 +96,14 @@ class EarlyProcess:
     label: str           # "rank 1" (launcher's rank), "mp.spawn process 1", or "pid 123 (train.py)"
     rank: int | None     # the launcher's rank, when it gave one to this very process
     fate: RankFate
+    spawn_index: int | None = None   # its mp.spawn index, when it is named by that
+
+    def numbered(self) -> tuple[str, int] | None:
+        """("rank", 3) / ("mp.spawn process", 1): how processes named alike fold into one
+        line ("rank 0-1023 raised ..."); None for a process named by pid."""
+        if self.rank is not None:
+            return "rank", self.rank
+        return None if self.spawn_index is None else ("mp.spawn process", self.spawn_index)
 
 
 def _launch_rank(p: dict) -> int | None:
@@ -134,7 +142,7 @@ def early_processes(run) -> list[EarlyProcess]:
                         _int(end.get("exit_code")) if end else None, _s(end.get("how")) if end else None,
                         p.get("exception") if isinstance(p.get("exception"), dict) else None, [],
                         [str(d) for d in p.get("damage") or []])
-        out.append(EarlyProcess(label, rank, fate))
+        out.append(EarlyProcess(label, rank, fate, spawn if rank is None else None))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..rank_ranges import fmt_ranks
+from ..rank_ranges import folded_inline
 from .findings import _int, _s, parse_ranks
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
@@ -92,8 +92,9 @@ def _compare_at_seq(sdf: pd.DataFrame) -> list[tuple[str, dict]]:
 
 
 def _fmt_split(split: dict) -> str:
-    return "; ".join(f"{k if k is not None else '-'} on rank {fmt_ranks(v)}"
-                     for k, v in sorted(split.items(), key=lambda kv: min(kv[1])))
+    """{value: [ranks]} -> "[[16]] on rank 0-511; [[32]] on rank 512-1023" (by first rank, capped)."""
+    value_of = {r: str(k) if k is not None else "-" for k, ranks in split.items() for r in ranks}
+    return folded_inline(value_of, line=lambda rs, v: f"{v} on rank {rs}")
 
 
 def _offset_at_start(p: dict) -> int:
