@@ -14,6 +14,8 @@ collectives some ranks entered and others never did; mismatches at the same
 sequence number (op type, sizes, dtype, reduce op, root); ranks that raised or
 exited early, also before any process group existed; traces that end abruptly;
 trace data that cannot be read (named per file); watchdog/signal dumps.
+ranks with equal state are folded into rank ranges ("rank 0-699,701-1023 entered:
+completed"); --json keeps every rank (docs/faults.md, "Many ranks").
 
 big runs: a run whose one frame would not fit --memory-limit (or with
 --partitioned / --dask) is checked seq chunk by seq chunk (map/reduce), with the
