@@ -10,10 +10,10 @@ from ..rank_ranges import fmt_ranks
 from .findings import DUMP, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
-    """One finding per dump reason ("hang", "sigterm", "sigusr1"): the ranks that wrote
+    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): the ranks that wrote
     such dumps, the first dump's path and (details) its summary; ``data["paths"]``
     lists every dump of that reason by rank."""
-    by_reason: dict[str, dict] = {}   # reason -> rank text ("-": a rankless process) -> paths
+    by_reason: dict[str, dict] = {}   # reason -> rank (None: a rankless process) -> its dump paths
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):
@@ -27,7 +27,7 @@ def diagnose_dumps(run) -> list[Finding]:
         first = min(paths, key=lambda r: (r is None, r or 0))
         path = paths[first][0]
         n = sum(len(v) for v in paths.values())
-        who = f"rank {fmt_ranks(ranks)}" if ranks else "rank None"
+        who = f"rank {fmt_ranks(ranks)}" if ranks else "rank None"   # as a rankless process's dump always read
         if n == 1:
             title = f"{who}: state dump ({reason}) {path}"
         else:
