@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..analysis.check import ERROR, INFO, PROGRESS, WARNING, Finding
+from ..analysis.rank_ranges import FOLD_SHOWN
 from .fmt import safe
 
 _STYLE = {ERROR: ("bold red", "ERROR"), WARNING: ("yellow", "WARN "), INFO: ("dim", "info ")}
@@ -17,7 +18,9 @@ def render_findings(findings: list[Finding], console: Console, title: str | None
                     verbose: bool = False) -> None:
     """Print findings: a summary line, problems (most severe first), then group progress.
 
-    ``verbose`` also prints the details of info findings."""
+    At most ``FOLD_SHOWN`` findings of one kind are printed, then how many more: the
+    output stays bounded at any rank count. ``verbose`` also prints the details of info
+    findings."""
     errors = sum(f.severity == ERROR for f in findings)
     warnings = sum(f.severity == WARNING for f in findings)
     if title:
@@ -27,12 +30,19 @@ def render_findings(findings: list[Finding], console: Console, title: str | None
     else:
         console.print("[green]no problems found[/green]")
     problems = [f for f in findings if f.kind != PROGRESS]
+    shown: dict[str, int] = {}   # kind -> findings printed
     for f in problems:
+        shown[f.kind] = shown.get(f.kind, 0) + 1
+        if shown[f.kind] > FOLD_SHOWN:
+            continue   # ranks that ended alike are one finding already: these differ (each names its file, ...)
         style, tag = _STYLE.get(f.severity, ("", f.severity))
         console.print(f"[{style}]{tag}[/{style}] {safe(f.title)}", soft_wrap=True)
         if f.severity != INFO or verbose:
             for line in f.details:
                 console.print(f"        {safe(line)}", soft_wrap=True)
+    for kind, n in shown.items():
+        if n > FOLD_SHOWN:
+            console.print(f"... and {n - FOLD_SHOWN} more {kind} findings (--json lists every one)")
     progress = [f for f in findings if f.kind == PROGRESS]
     if progress:
         console.print("[bold]progress per group[/bold] (last sequence number completed by each rank)")

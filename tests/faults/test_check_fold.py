@@ -208,3 +208,25 @@ def test_1024_ranks_check_cli_both_paths(run_1024):
     assert "rank 0-699,701-1023 entered: completed" in outs[0]
     assert "rank 700,900-1023: trace ends abruptly" in outs[0]
     assert "last seq completed: rank 0-699,701-1023: 12; rank 700: 6" in outs[0]
+
+
+def test_lost_records_of_several_ranks_fold_their_causes():
+    """Ranks 2 and 3 have seq 3 but no readable seq 2: they did arrive, their records are lost."""
+    rows = [row(r, s, ranks="0,1,2,3") for s in (1, 2, 3) for r in range(4) if not (s == 2 and r >= 2)]
+    lr = kinds(C.diagnose(mkrun(rows, [proc(r, 4) for r in range(4)], n=4)))[C.LOST_RECORD][0]
+    assert lr.title == "group 0 (default_pg) seq 2: the records of rank 2-3 are unreadable"
+    assert lr.details == ["rank 2-3: records missing from its trace",
+                          "rank 2-3 reached seq 3 of this group, so it did call seq 2"]
+
+
+def test_render_prints_at_most_8_findings_of_a_kind():
+    """12 ranks whose files are each damaged (every finding names its own file): 8 printed, then the count."""
+    rows = [row(r, 1, ranks=",".join(map(str, range(12)))) for r in range(12)]
+    procs = [dict(proc(r, 12), damage=[f"rank{r}.pid{100 + r}.meta.jsonl has 1 corrupt line(s)"]) for r in range(12)]
+    fs = C.diagnose(mkrun(rows, procs, n=12))
+    assert len(kinds(fs)[C.DAMAGED]) == 12                       # --json: every one
+    lines = findings_text(fs).splitlines()
+    damaged = [x for x in lines if "trace damaged" in x]
+    assert damaged == [f"ERROR rank {r}: trace damaged: rank{r}.pid{100 + r}.meta.jsonl has 1 corrupt line(s)"
+                       for r in range(8)]
+    assert "... and 4 more damaged findings (--json lists every one)" in lines

@@ -188,10 +188,13 @@ def _lost_record(glabel, world_s, group_s, seq, sdf, lost, seqs, fates, last_seq
     for r in lost:
         fate = fates.get(r)
         causes[r] = "; ".join(fate.damage) if fate is not None and fate.damage else "records missing from its trace"
-    cause = causes[lost[0]] if len(lost) == 1 else folded_inline(causes)
-    title = f"{glabel} {span}: the records of rank {fmt_ranks(lost)} are unreadable ({cause})"
+    # One rank: its damage in the title; several: a detail line per equal damage (each names its file).
+    cause = f" ({causes[lost[0]]})" if len(lost) == 1 else ""
+    title = f"{glabel} {span}: the records of rank {fmt_ranks(lost)} are unreadable{cause}"
     f = Finding(LOST_RECORD, ERROR, title, world=world_s, group=group_s, seq=seq, op=op, ranks=list(lost),
                 data={"seqs": list(seqs), "lost": list(lost)})
+    if len(lost) > 1:
+        f.details += folded_lines(causes)
     f.details += folded_lines({r: f"reached seq {last_seq[r]} of this group, so it did call seq {seq}"
                                for r in lost if last_seq.get(r, 0) > seq}, line=lambda rs, t: f"rank {rs} {t}")
     return f
