@@ -12,10 +12,12 @@ from typing import Callable, Iterable, Mapping
 
 # A rank set written as more than this many ranges/singletons shows these first,
 # then how many ranks it has in all.
-RANGES_SHOWN = 16
+RANGES_SHOWN = 8
 # Groups of ranks with different text: the first this many are printed, then
 # "... and K more ranks".
 FOLD_SHOWN = 8
+# Groups on one line (folded_inline) stop before the line grows past this many characters.
+INLINE_CHARS = 200
 
 
 def fmt_ranks(ranks: Iterable, max_parts: int | None = RANGES_SHOWN) -> str:
@@ -65,7 +67,16 @@ def folded_lines(text_of: Mapping[int, str], line: Callable[[str, str], str] = l
 
 
 def folded_inline(text_of: Mapping[int, str], line: Callable[[str, str], str] = lambda rs, t: f"rank {rs}: {t}",
-                  sep: str = "; ", shown: int = FOLD_SHOWN) -> str:
-    """The groups on one line: "rank 0-699,701-1023: 50; rank 700: 25" (at most
-    ``shown`` groups, then "... and K more ranks")."""
-    return sep.join(folded_lines(text_of, line, shown))
+                  sep: str = "; ", shown: int = FOLD_SHOWN, max_chars: int = INLINE_CHARS) -> str:
+    """The groups on one line: "rank 0-699,701-1023: 50; rank 700: 25" -- at most
+    ``shown`` groups, and no further group once the line is ``max_chars`` long (the
+    first is always shown), then "... and K more ranks"."""
+    groups = fold_ranks(text_of)
+    parts: list[str] = []
+    for i, (rs, t) in enumerate(groups[:shown]):
+        part = line(fmt_ranks(rs), t)
+        if parts and len(sep.join(parts + [part])) > max_chars:
+            break
+        parts.append(part)
+    more = sum(len(rs) for rs, _ in groups[len(parts):])
+    return sep.join(parts + ([_more(more)] if more else []))

@@ -23,8 +23,8 @@ def test_fmt_ranks_ranges_and_cap():
     assert fmt_ranks([5, 0, 1, 2, 3]) == "0-3,5"
     assert fmt_ranks([]) == "-"
     assert fmt_ranks(list(range(700)) + list(range(701, 1024))) == "0-699,701-1023"
-    # 20 singletons: the first 16, then how many in all.
-    assert fmt_ranks(range(0, 40, 2)) == "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,... (20 ranks)"
+    # 20 singletons: the first 8, then how many in all.
+    assert fmt_ranks(range(0, 40, 2)) == "0,2,4,6,8,10,12,14,... (20 ranks)"
     assert fmt_ranks(range(0, 40, 2), max_parts=None).endswith(",36,38")
 
 
@@ -230,3 +230,12 @@ def test_render_prints_at_most_8_findings_of_a_kind():
     assert damaged == [f"ERROR rank {r}: trace damaged: rank{r}.pid{100 + r}.meta.jsonl has 1 corrupt line(s)"
                        for r in range(8)]
     assert "... and 4 more damaged findings (--json lists every one)" in lines
+
+
+def test_folded_inline_stops_at_200_characters():
+    """6 groups of 16 scattered ranks (r % 6), each written in 44-45 characters: 4 of
+    them and 3 separators make 182 characters, a 5th would make 229 > 200."""
+    line = folded_inline({r: str(r % 6) for r in range(96)})
+    assert line == ("rank 0,6,12,18,24,30,36,42,... (16 ranks): 0; rank 1,7,13,19,25,31,37,43,... (16 ranks): 1; "
+                    "rank 2,8,14,20,26,32,38,44,... (16 ranks): 2; rank 3,9,15,21,27,33,39,45,... (16 ranks): 3; "
+                    "... and 32 more ranks")
