@@ -58,7 +58,8 @@ def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
     label = e.label if len(es) == 1 else f"{e.numbered()[0]} {fmt_ranks(x.numbered()[1] for x in es)}"
     # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
     when = " before any process group existed" if identified else ""
-    f = Finding(NO_GROUP, sev, f"{label} {fate.describe()}{when}", ranks=sorted(x.rank for x in es if x.rank is not None),
+    f = Finding(NO_GROUP, sev, f"{label} {fate.describe()}{when}",
+                ranks=sorted(x.rank for x in es if x.rank is not None),
                 data={"process": label, "files": [p for x in es for p in x.fate.files], "exit_code": fate.exit_code,
                       "how": fate.how})
     if fate.exception:
@@ -129,8 +130,8 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
                     data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}})
         for c, s in cats:
             f.details.append(f"{c}: {_fmt_split(s)}")
-        f.details += folded_lines({int(row["rank"]): f"{_op_desc(row)} [{row['status']}] at {_s(row.get('callsite')) or '?'}"
-                                   for _, row in sdf.iterrows()})
+        f.details += folded_lines({int(r["rank"]): f"{_op_desc(r)} [{r['status']}] at {_s(r.get('callsite')) or '?'}"
+                                   for _, r in sdf.iterrows()})
         findings.append(f)
     if v.n_mismatch > MISMATCH_SHOWN:
         findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {v.n_mismatch - MISMATCH_SHOWN} more mismatched sequence numbers",
@@ -406,8 +407,8 @@ def progress_findings(facts: RunFacts) -> list[Finding]:
     for g in group_progress(facts):
         last = {r: str(info["last_completed"]) if info["last_completed"] is not None else "-"
                 for r, info in g["ranks"].items()}
-        out.append(Finding(PROGRESS, INFO,
-                           f"{_group_label(g['world'], g['group'], g['desc'])}: last seq completed: " + folded_inline(last),
+        label = _group_label(g["world"], g["group"], g["desc"])
+        out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
                            world=g["world"], group=g["group"], ranks=g["members"],
                            data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))
     return out
