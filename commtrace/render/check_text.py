@@ -46,8 +46,21 @@ def render_findings(findings: list[Finding], console: Console, title: str | None
     progress = [f for f in findings if f.kind == PROGRESS]
     if progress:
         console.print("[bold]progress per group[/bold] (last sequence number completed by each rank)")
-        for f in progress:
+        # Groups whose members got to different seqs first (where a hang shows), then the rest; at most
+        # FOLD_SHOWN groups (a job with hundreds of subgroups), then how many more.
+        ordered = sorted(progress, key=lambda f: not _uneven(f))
+        for f in ordered[:FOLD_SHOWN]:
             console.print(f"  {safe(f.title)}", soft_wrap=True)
+        left = ordered[FOLD_SHOWN:]
+        if left:
+            even = sum(not _uneven(f) for f in left)
+            console.print(f"  ... and {len(left)} more groups ({even} of them with every member at the same seq; "
+                          f"--json lists every one)")
+
+
+def _uneven(progress: Finding) -> bool:
+    """A progress finding whose members completed different last seqs."""
+    return len({str(v.get("last_completed")) for v in progress.data.get("ranks", {}).values()}) > 1
 
 
 def findings_text(findings: list[Finding], width: int = 120, verbose: bool = False) -> str:

@@ -239,3 +239,21 @@ def test_folded_inline_stops_at_200_characters():
     assert line == ("rank 0,6,12,18,24,30,36,42,... (16 ranks): 0; rank 1,7,13,19,25,31,37,43,... (16 ranks): 1; "
                     "rank 2,8,14,20,26,32,38,44,... (16 ranks): 2; rank 3,9,15,21,27,33,39,45,... (16 ranks): 3; "
                     "... and 32 more ranks")
+
+
+def test_progress_of_many_groups_uneven_first_then_capped():
+    """12 two-rank subgroups (g00..g11 of ranks 2i, 2i+1), all at seq 1 except g09,
+    whose rank 19 did not complete seq 2: g09 first, then g00-g06, then the 4 left."""
+    rows = []
+    for i in range(12):
+        for r in (2 * i, 2 * i + 1):
+            rows.append(row(r, 1, group=f"g{i:02d}", ranks=f"{2 * i},{2 * i + 1}"))
+    rows += [row(18, 2, group="g09", ranks="18,19"), row(19, 2, group="g09", ranks="18,19", status="in_flight")]
+    fs = C.diagnose(mkrun(rows, [proc(r, 24) for r in range(24)], n=24))
+    text = findings_text(fs).splitlines()
+    at = text.index("progress per group (last sequence number completed by each rank)")
+    assert text[at + 1:] == (["  group g09: last seq completed: rank 18: 2; rank 19: 1"]
+                             + [f"  group g{i:02d}: last seq completed: rank {2 * i}-{2 * i + 1}: 1" for i in range(7)]
+                             + ["  ... and 4 more groups (4 of them with every member at the same seq; "
+                                "--json lists every one)"])
+    assert len(kinds(fs)[C.PROGRESS]) == 12
