@@ -36,3 +36,13 @@ def test_banner_names_incomplete_ranks_as_ranges(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "ranks      8 of 8  (incomplete: 4-7)" in p.stdout
     assert p.stderr.splitlines() == [f"commtrace: warning: rank 4-7 (4 files): {ABRUPT}"]
+
+
+def test_at_most_16_warning_lines(capsys):
+    """20 files, each truncated by a different number of bytes (no two texts equal): 16 lines, then the count."""
+    issues = [f"rank{r}.pid{r}.ops.bin (rank {r}): truncated mid-record ({r + 1} trailing bytes ignored)"
+              for r in range(20)]
+    warn_issues(issues)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"commtrace: warning: {i}" for i in issues[:16]] + [
+        "commtrace: warning: ... and 4 more problems with the trace files (commtrace check names each)"]
