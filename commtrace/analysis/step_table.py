@@ -167,7 +167,7 @@ class RankTimes:
             ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
             grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else none
             tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
-            waited = iv.union(np.concatenate((ws, tails[0])), np.concatenate((we, tails[1])))
+            waited = iv.union_of((ws, we), tails)
             compute = iv.subtract(busy, waited)
         return RankTime(comm, compute, iv.subtract(comm, compute))
 

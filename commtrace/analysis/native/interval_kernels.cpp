@@ -1,0 +1,298 @@
+// commtrace's interval-set kernels: the compiled twins of analysis/intervals.py.
+//
+// Why: the per-rank step figures (step_table.RankTimes / StepFigures) are a
+// dozen numpy passes per interval operation (sorts, searchsorted, repeat,
+// gathers over 100,000-op arrays bigger than L2); each operation here is one
+// linear merge over sorted boundaries. intervals.py stays the reference and
+// the fallback (COMMTRACE_NATIVE=0, or nothing compiled): every function here
+// must give exactly what its numpy twin gives (tests/analysis/test_interval_kernels.py).
+//
+// Plain CPython C API over int64 buffers (numpy arrays through the buffer
+// protocol): no torch or pybind11 headers (compile time), no numpy C API.
+// Output arrays are allocated by the caller (intervals.py) with room for the
+// largest possible result; set operations return how many intervals they wrote.
+// A *set* is as in intervals.py: sorted by start, disjoint, non-touching, no
+// empty interval.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+namespace {
+
+using i64 = int64_t;
+
+// One int64 buffer argument; released when it goes out of scope.
+struct Buf {
+  Py_buffer view{};
+  bool held = false;
+  i64* p = nullptr;
+  Py_ssize_t n = 0;
+  ~Buf() {
+    if (held) PyBuffer_Release(&view);
+  }
+  bool get(PyObject* obj, bool writable, const char* what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &view, flags) != 0) return false;
+    held = true;
+    const char* f = view.format ? view.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    if (view.itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0) || view.ndim > 1) {
+      PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-d int64 array", what);
+      return false;
+    }
+    p = static_cast<i64*>(view.buf);
+    n = view.len / 8;
+    return true;
+  }
+};
+
+bool same_length(const Buf& a, const Buf& b, const char* what) {
+  if (a.n == b.n) return true;
+  PyErr_Format(PyExc_ValueError, "%s: starts and ends differ in length", what);
+  return false;
+}
+
+bool room(const Buf& out, Py_ssize_t need, const char* what) {
+  if (out.n >= need) return true;
+  PyErr_Format(PyExc_ValueError, "%s: output arrays too small", what);
+  return false;
+}
+
+// Appends [s, e) to a set being built in (os, oe, m), merging it into the last
+// interval when it overlaps or touches it. Intervals arrive sorted by start.
+struct SetBuilder {
+  i64* os;
+  i64* oe;
+  Py_ssize_t m = 0;
+  void add(i64 s, i64 e) {
+    if (e <= s) return;                       // empty intervals are dropped
+    if (m > 0 && s <= oe[m - 1]) {
+      if (e > oe[m - 1]) oe[m - 1] = e;
+      return;
+    }
+    os[m] = s;
+    oe[m] = e;
+    ++m;
+  }
+};
+
+// Adds intervals given in any order to a set: sorted by start first (intervals with
+// equal starts always end up in one piece, so any order of ties gives the same set).
+void add_unsorted(SetBuilder& out, std::initializer_list<std::pair<const Buf*, const Buf*>> lists) {
+  std::vector<std::pair<i64, i64>> v;
+  for (const auto& [s, e] : lists)
+    for (Py_ssize_t i = 0; i < s->n; ++i)
+      if (e->p[i] > s->p[i]) v.emplace_back(s->p[i], e->p[i]);
+  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (const auto& x : v) out.add(x.first, x.second);
+}
+
+bool sorted(const Buf& s) {
+  for (Py_ssize_t i = 1; i < s.n; ++i)
+    if (s.p[i] < s.p[i - 1]) return false;
+  return true;
+}
+
+// union(starts, ends, out_starts, out_ends) -> count: the set covering [starts[i], ends[i]).
+// Sorted starts (the usual case: ops in start order) are one pass; others are sorted first.
+PyObject* union_(PyObject*, PyObject* args) {
+  PyObject *s_, *e_, *os_, *oe_;
+  if (!PyArg_ParseTuple(args, "OOOO", &s_, &e_, &os_, &oe_)) return nullptr;
+  Buf s, e, os, oe;
+  if (!s.get(s_, false, "union") || !e.get(e_, false, "union") || !os.get(os_, true, "union") ||
+      !oe.get(oe_, true, "union") || !same_length(s, e, "union") || !room(os, s.n, "union") ||
+      !room(oe, s.n, "union"))
+    return nullptr;
+  SetBuilder out{os.p, oe.p};
+  Py_BEGIN_ALLOW_THREADS
+  if (sorted(s)) {
+    for (Py_ssize_t i = 0; i < s.n; ++i) out.add(s.p[i], e.p[i]);
+  } else {
+    add_unsorted(out, {{&s, &e}});
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromSsize_t(out.m);
+}
+
+// union2(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count: the set covering
+// both lists. Each sorted by start (ends in any order): one merge, no sort; else sorted first.
+PyObject* union2(PyObject*, PyObject* args) {
+  PyObject *as_, *ae_, *bs_, *be_, *os_, *oe_;
+  if (!PyArg_ParseTuple(args, "OOOOOO", &as_, &ae_, &bs_, &be_, &os_, &oe_)) return nullptr;
+  Buf as, ae, bs, be, os, oe;
+  if (!as.get(as_, false, "union2") || !ae.get(ae_, false, "union2") || !bs.get(bs_, false, "union2") ||
+      !be.get(be_, false, "union2") || !os.get(os_, true, "union2") || !oe.get(oe_, true, "union2") ||
+      !same_length(as, ae, "union2") || !same_length(bs, be, "union2") || !room(os, as.n + bs.n, "union2") ||
+      !room(oe, as.n + bs.n, "union2"))
+    return nullptr;
+  SetBuilder out{os.p, oe.p};
+  Py_BEGIN_ALLOW_THREADS
+  if (sorted(as) && sorted(bs)) {
+    Py_ssize_t i = 0, j = 0;
+    while (i < as.n || j < bs.n) {
+      if (j >= bs.n || (i < as.n && as.p[i] <= bs.p[j])) {
+        out.add(as.p[i], ae.p[i]);
+        ++i;
+      } else {
+        out.add(bs.p[j], be.p[j]);
+        ++j;
+      }
+    }
+  } else {
+    add_unsorted(out, {{&as, &ae}, {&bs, &be}});
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromSsize_t(out.m);
+}
+
+// The four buffers of two sets and the two of the result, checked.
+struct TwoSets {
+  Buf as, ae, bs, be, os, oe;
+  // Both results have at most len(a) + len(b) pieces.
+  bool parse(PyObject* args, const char* what) {
+    PyObject *as_, *ae_, *bs_, *be_, *os_, *oe_;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &as_, &ae_, &bs_, &be_, &os_, &oe_)) return false;
+    return as.get(as_, false, what) && ae.get(ae_, false, what) && bs.get(bs_, false, what) &&
+           be.get(be_, false, what) && os.get(os_, true, what) && oe.get(oe_, true, what) &&
+           same_length(as, ae, what) && same_length(bs, be, what) && room(os, as.n + bs.n, what) &&
+           room(oe, as.n + bs.n, what);
+  }
+};
+
+// intersect(a..., b..., out...) -> count: a ∩ b of two sets, one merge.
+PyObject* intersect(PyObject*, PyObject* args) {
+  TwoSets t;
+  if (!t.parse(args, "intersect")) return nullptr;
+  Py_ssize_t m = 0;
+  Py_BEGIN_ALLOW_THREADS
+  Py_ssize_t i = 0, j = 0;
+  const i64 *as = t.as.p, *ae = t.ae.p, *bs = t.bs.p, *be = t.be.p;
+  while (i < t.as.n && j < t.bs.n) {
+    const i64 lo = std::max(as[i], bs[j]), hi = std::min(ae[i], be[j]);
+    if (lo < hi) {
+      t.os.p[m] = lo;
+      t.oe.p[m] = hi;
+      ++m;
+    }
+    if (ae[i] < be[j]) ++i; else ++j;
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromSsize_t(m);
+}
+
+// subtract(a..., b..., out...) -> count: a minus b of two sets, one merge.
+PyObject* subtract(PyObject*, PyObject* args) {
+  TwoSets t;
+  if (!t.parse(args, "subtract")) return nullptr;
+  Py_ssize_t m = 0;
+  Py_BEGIN_ALLOW_THREADS
+  Py_ssize_t j = 0;
+  const i64 *bs = t.bs.p, *be = t.be.p;
+  const Py_ssize_t nb = t.bs.n;
+  for (Py_ssize_t i = 0; i < t.as.n; ++i) {
+    i64 cur = t.as.p[i];
+    const i64 e = t.ae.p[i];
+    while (j < nb && be[j] <= cur) ++j;          // b's pieces ending before this one's rest
+    while (j < nb && bs[j] < e) {                 // b's pieces cutting into it
+      if (bs[j] > cur) {
+        t.os.p[m] = cur;
+        t.oe.p[m] = bs[j];
+        ++m;
+      }
+      cur = be[j];
+      if (cur >= e) break;                        // the piece may cut the next one of a too
+      ++j;
+    }
+    if (cur < e) {
+      t.os.p[m] = cur;
+      t.oe.p[m] = e;
+      ++m;
+    }
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromSsize_t(m);
+}
+
+// How much of a set lies before each time of a sequence: the number k of pieces
+// starting at or before t follows t (a linear walk while t grows, a binary search
+// when it falls back), so times in order cost one pass over the set.
+struct Coverage {
+  const i64 *s, *e;
+  Py_ssize_t n;
+  std::vector<i64> cum;   // cum[k]: length of the first k pieces
+  Py_ssize_t k = 0;
+  i64 last;
+  Coverage(const i64* s_, const i64* e_, Py_ssize_t n_) : s(s_), e(e_), n(n_), cum(n_ + 1, 0) {
+    for (Py_ssize_t i = 0; i < n; ++i) cum[i + 1] = cum[i] + (e[i] - s[i]);
+    last = n ? s[0] : 0;
+  }
+  i64 before(i64 t) {
+    if (t < last) k = std::upper_bound(s, s + k, t) - s;
+    else while (k < n && s[k] <= t) ++k;
+    last = t;
+    if (k == 0) return 0;
+    return cum[k] - std::max<i64>(e[k - 1] - t, 0);
+  }
+};
+
+// covered_before(starts, ends, times, out): out[i] = length of the set before times[i].
+PyObject* covered_before(PyObject*, PyObject* args) {
+  PyObject *s_, *e_, *t_, *o_;
+  if (!PyArg_ParseTuple(args, "OOOO", &s_, &e_, &t_, &o_)) return nullptr;
+  Buf s, e, t, o;
+  if (!s.get(s_, false, "covered_before") || !e.get(e_, false, "covered_before") ||
+      !t.get(t_, false, "covered_before") || !o.get(o_, true, "covered_before") ||
+      !same_length(s, e, "covered_before") || !room(o, t.n, "covered_before"))
+    return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  Coverage c(s.p, e.p, s.n);
+  for (Py_ssize_t i = 0; i < t.n; ++i) o.p[i] = c.before(t.p[i]);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+// length_within(starts, ends, lo, hi, out): out[i] = length of the set inside
+// [lo[i], max(hi[i], lo[i])). Two walks, one per end, each in order for sorted windows.
+PyObject* length_within(PyObject*, PyObject* args) {
+  PyObject *s_, *e_, *lo_, *hi_, *o_;
+  if (!PyArg_ParseTuple(args, "OOOOO", &s_, &e_, &lo_, &hi_, &o_)) return nullptr;
+  Buf s, e, lo, hi, o;
+  if (!s.get(s_, false, "length_within") || !e.get(e_, false, "length_within") ||
+      !lo.get(lo_, false, "length_within") || !hi.get(hi_, false, "length_within") ||
+      !o.get(o_, true, "length_within") || !same_length(s, e, "length_within") ||
+      !same_length(lo, hi, "length_within") || !room(o, lo.n, "length_within"))
+    return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  Coverage c(s.p, e.p, s.n);
+  for (Py_ssize_t i = 0; i < lo.n; ++i) o.p[i] = -c.before(lo.p[i]);
+  Coverage d(s.p, e.p, s.n);
+  for (Py_ssize_t i = 0; i < lo.n; ++i) o.p[i] += d.before(std::max(hi.p[i], lo.p[i]));
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"union", union_, METH_VARARGS, "union(starts, ends, out_starts, out_ends) -> count"},
+    {"union2", union2, METH_VARARGS, "union2(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count"},
+    {"intersect", intersect, METH_VARARGS, "intersect(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count"},
+    {"subtract", subtract, METH_VARARGS, "subtract(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count"},
+    {"covered_before", covered_before, METH_VARARGS, "covered_before(starts, ends, times, out)"},
+    {"length_within", length_within, METH_VARARGS, "length_within(starts, ends, lo, hi, out)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+#define CT_STR2(x) #x
+#define CT_STR(x) CT_STR2(x)
+#define CT_CAT2(a, b) a##b
+#define CT_CAT(a, b) CT_CAT2(a, b)
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, CT_STR(TORCH_EXTENSION_NAME),
+                      "commtrace's interval-set kernels (analysis/intervals.py's compiled twins)", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC CT_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&module); }
