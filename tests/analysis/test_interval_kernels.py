@@ -1,0 +1,182 @@
+"""The compiled interval kernels (analysis/native/interval_kernels.cpp) give exactly what
+intervals.py's numpy code gives: hand-written edge cases and seeded random sets. Each
+operation is run twice through the one public function, COMMTRACE_NATIVE=0 (numpy) and
+=1 (the kernels); skipped where the kernels are not built (``make setup`` builds them)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from commtrace import native
+from commtrace.analysis import intervals as iv
+from commtrace.analysis import native_ext
+
+
+def _kernels_built() -> bool:
+    saved = os.environ.pop("COMMTRACE_NATIVE", None)
+    try:
+        return native_ext.kernels() is not None
+    finally:
+        if saved is not None:
+            os.environ["COMMTRACE_NATIVE"] = saved
+
+
+pytestmark = pytest.mark.skipif(not _kernels_built(), reason="analysis kernels not built (commtrace build-native): "
+                                f"{native.error(native_ext.EXTENSION)}")
+
+NEG, POS = iv.NEG, iv.POS
+
+
+def both(monkeypatch, fn, *args):
+    """fn(*args) with the numpy code and with the kernels, as lists (arrays or tuples of them)."""
+    out = []
+    for mode in ("0", "1"):
+        monkeypatch.setenv("COMMTRACE_NATIVE", mode)
+        assert (native_ext.kernels() is None) == (mode == "0")
+        r = fn(*args)
+        out.append([x.tolist() for x in r] if isinstance(r, tuple) else r.tolist())
+    return out
+
+
+def same(monkeypatch, fn, *args):
+    numpy_result, native_result = both(monkeypatch, fn, *args)
+    assert native_result == numpy_result, (fn.__name__, args)
+    return native_result
+
+
+def raw(*pairs):
+    return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
+
+
+# interval lists as written, not sets: empty, touching, nested, unsorted, duplicates, sentinels
+LISTS = {
+    "empty": raw(),
+    "one": raw((3, 7)),
+    "zero length": raw((5, 5), (9, 8)),
+    "touching": raw((0, 4), (4, 9), (9, 10)),
+    "nested": raw((0, 100), (10, 20), (30, 40), (99, 100)),
+    "unsorted": raw((50, 60), (0, 10), (20, 30), (5, 25)),
+    "duplicates": raw((1, 5), (1, 5), (1, 3), (7, 9), (7, 9)),
+    "equal starts": raw((2, 3), (2, 9), (2, 4)),
+    "sentinels": raw((NEG, -5), (-3, 4), (10, POS)),
+    "negative": raw((-40, -30), (-35, -10), (-5, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LISTS))
+def test_union_hand_cases(monkeypatch, name):
+    same(monkeypatch, iv.union, *LISTS[name])
+
+
+def test_union_hand_computed(monkeypatch):
+    assert same(monkeypatch, iv.union, *LISTS["touching"]) == [[0], [10]]
+    assert same(monkeypatch, iv.union, *LISTS["unsorted"]) == [[0, 50], [30, 60]]
+    assert same(monkeypatch, iv.union, *LISTS["zero length"]) == [[], []]
+    assert same(monkeypatch, iv.union, *LISTS["sentinels"]) == [[NEG, -3, 10], [-5, 4, POS]]
+
+
+@pytest.mark.parametrize("a", sorted(LISTS))
+def test_set_operations_hand_cases(monkeypatch, a):
+    """Every pair of the hand-written lists, made sets: intersect, subtract, union_of."""
+    for b in sorted(LISTS):
+        sa, sb = iv.union(*LISTS[a]), iv.union(*LISTS[b])
+        i = same(monkeypatch, iv.intersect, sa, sb)
+        d = same(monkeypatch, iv.subtract, sa, sb)
+        u = same(monkeypatch, iv.union_of, sa, sb)
+        length = lambda x: sum(e - s for s, e in zip(*x))       # noqa: E731
+        assert length(i) + length(d) == iv.length(sa)
+        assert length(u) == iv.length(sa) + iv.length(sb) - length(i)
+        # lists that are not sets, each in start order (ops are): union_of merges them
+        same(monkeypatch, iv.union_of, _by_start(LISTS[a]), _by_start(LISTS[b]))
+        same(monkeypatch, iv.union_of, LISTS[a], LISTS[b])          # any order: sorted first
+
+
+def _by_start(pairs):
+    order = np.argsort(pairs[0], kind="stable")
+    return pairs[0][order], pairs[1][order]
+
+
+def test_subtract_and_intersect_hand_computed(monkeypatch):
+    a = iv.union(*raw((0, 10), (20, 30)))
+    b = iv.union(*raw((2, 6), (8, 22), (25, 40)))
+    assert same(monkeypatch, iv.intersect, a, b) == [[2, 8, 20, 25], [6, 10, 22, 30]]
+    assert same(monkeypatch, iv.subtract, a, b) == [[0, 6, 22], [2, 8, 25]]
+    everything = raw((NEG, POS))
+    assert same(monkeypatch, iv.subtract, a, everything) == [[], []]
+    assert same(monkeypatch, iv.subtract, everything, a) == [[NEG, 10, 30], [0, 20, POS]]
+    assert same(monkeypatch, iv.intersect, everything, a) == [[0, 20], [10, 30]]
+
+
+@pytest.mark.parametrize("name", sorted(LISTS))
+def test_lengths_hand_cases(monkeypatch, name):
+    s = iv.union(*LISTS[name])
+    t = np.array([NEG, -50, -5, 0, 3, 4, 5, 9, 10, 50, 99, 100, 101, POS], np.int64)
+    same(monkeypatch, iv.covered_before, s, t)
+    same(monkeypatch, iv.covered_before, s, t[::-1].copy())           # times falling back
+    lo = np.array([0, 4, 25, 10, 35, NEG, 7, 3], np.int64)
+    hi = np.array([100, 9, 28, 20, 50, POS, 2, 3], np.int64)           # hi < lo and hi == lo: empty windows
+    same(monkeypatch, iv.length_within, s, lo, hi)
+    same(monkeypatch, iv.length_within, s, 0, hi)                    # broadcast
+    same(monkeypatch, iv.length_within, s, lo.reshape(2, 4), hi.reshape(2, 4))
+
+
+def test_lengths_hand_computed(monkeypatch):
+    a = iv.union(*raw((0, 10), (20, 30)))
+    assert same(monkeypatch, iv.length_within, a, [0, 4, 25, 10, 35, 30], [100, 9, 28, 20, 50, 20]) == \
+        [20, 5, 3, 0, 0, 0]
+    assert same(monkeypatch, iv.covered_before, a, np.array([25, -5, 5, 15, 99])) == [15, 0, 5, 10, 20]
+
+
+def _random_list(rng, n, span, max_len):
+    s = rng.integers(-span, span, n)
+    return s, s + rng.integers(-2, max_len, n)           # some empty or negative-length
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_against_numpy(monkeypatch, seed):
+    """Seeded random lists from tiny to 20,000 intervals, dense (much overlap) and sparse."""
+    rng = np.random.default_rng(seed)
+    for n, span, max_len in ((0, 10, 3), (1, 10, 3), (7, 20, 6), (50, 100, 30), (2000, 10**6, 300),
+                             (20000, 10**5, 40), (20000, 10**9, 10**4)):
+        a_raw, b_raw = _random_list(rng, n, span, max_len), _random_list(rng, n // 2 + 1, span, max_len)
+        a = same(monkeypatch, iv.union, *a_raw)
+        a = tuple(np.array(x, np.int64) for x in a)
+        b = iv.union(*b_raw)
+        ordered = _by_start(a_raw)
+        same(monkeypatch, iv.union, *ordered)
+        same(monkeypatch, iv.union_of, ordered, _by_start(b_raw))
+        same(monkeypatch, iv.union_of, a_raw, b_raw)
+        same(monkeypatch, iv.intersect, a, b)
+        same(monkeypatch, iv.subtract, a, b)
+        same(monkeypatch, iv.subtract, b, a)
+        t = rng.integers(-span - 5, span + max_len + 5, 300)
+        same(monkeypatch, iv.covered_before, a, t)
+        same(monkeypatch, iv.covered_before, a, np.sort(t))
+        lo = np.sort(rng.integers(-span, span, 300))
+        hi = lo + rng.integers(-10, max(span // 10, 20), 300)
+        same(monkeypatch, iv.length_within, a, lo, hi)
+        same(monkeypatch, iv.length_within, a, rng.permutation(lo), hi)
+
+
+def test_kernels_reject_what_they_cannot_read():
+    k = native_ext.kernels()
+    out = np.empty(4, np.int64)
+    with pytest.raises(TypeError, match="int64"):
+        k.union(np.zeros(2, np.float64), np.zeros(2, np.float64), out, out)
+    with pytest.raises(ValueError, match="differ in length"):
+        k.union(np.zeros(2, np.int64), np.zeros(3, np.int64), out, out)
+    with pytest.raises(ValueError, match="too small"):
+        k.intersect(*raw((0, 1), (2, 3), (4, 5)), *raw((0, 1), (2, 3)), out, out)
+
+
+def test_loading_the_kernels_imports_no_torch():
+    """An analysis never imports torch (~1 s per process and per pool worker)."""
+    code = ("import sys; from commtrace.analysis import intervals as iv, native_ext; "
+            "assert native_ext.kernels() is not None; assert iv.length(iv.union([0, 5], [3, 9])) == 7; "
+            "print('torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "COMMTRACE_NATIVE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
