@@ -77,6 +77,18 @@ def _union_numpy(starts, ends) -> IntervalSet:
     return s[first], reach[last]
 
 
+def searchsorted(a: np.ndarray, v, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(a, v, side)`` for a sorted int64 ``a``. The kernel walks ``a``
+    once for values that mostly grow (op starts in order) instead of a binary search each."""
+    k = kernels()
+    v = np.asarray(v)
+    if k is None or v.ndim != 1 or a.dtype != np.int64 or v.dtype != np.int64:
+        return np.searchsorted(a, v, side=side)
+    out = np.empty(len(v), np.int64)
+    k.searchsorted(_i64(a), _i64(v), out, side == "right")
+    return out
+
+
 def length(a: IntervalSet) -> int:
     return int((a[1] - a[0]).sum())
 

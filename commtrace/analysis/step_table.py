@@ -117,7 +117,7 @@ def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: n
         return iv.empty()
     order = np.argsort(bw_begin, kind="stable")
     b, e = bw_begin[order], bw_end[order]
-    k = np.searchsorted(b, grad_starts, side="right") - 1
+    k = iv.searchsorted(b, grad_starts, side="right") - 1
     ok = (k >= 0) & (grad_starts <= e[np.maximum(k, 0)])
     last = np.full(len(b), np.iinfo(np.int64).min)
     np.maximum.at(last, k[ok], grad_starts[ok])

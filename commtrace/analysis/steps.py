@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import intervals as iv
 from .arrays import OpArrays
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
@@ -103,7 +104,7 @@ def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
 
 def _step_of(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Index into ``keys`` (sorted) of each ``key``; -1 where absent (no optimizer step)."""
-    k = np.searchsorted(keys, key)
+    k = iv.searchsorted(keys, key)
     ok = (k < len(keys)) & (keys[np.minimum(k, len(keys) - 1)] == key)
     return np.where(ok, k, -1)
 
@@ -167,7 +168,7 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
         e = steps["t_end_ns"].to_numpy(dtype=np.int64)[sel]
         num = steps["step"].to_numpy(dtype=np.int64)[sel]
         t = arrays.start[rows]
-        k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
+        k = iv.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
         kk = np.maximum(k, 0)
         inside = (k >= 0) & (t <= e[kk])
         step[rows] = np.where(inside, num[kk], 0)

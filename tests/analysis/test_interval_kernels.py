@@ -180,3 +180,23 @@ def test_loading_the_kernels_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_searchsorted_hand_cases(monkeypatch):
+    a = np.array([NEG, -3, 0, 0, 0, 4, 9, 9, POS], np.int64)
+    v = np.array([NEG, -5, 0, 0, 1, 9, 3, 0, 10, POS, -4, POS], np.int64)     # growing, equal, falling back
+    for side in ("left", "right"):
+        assert same(monkeypatch, iv.searchsorted, a, v, side) == np.searchsorted(a, v, side=side).tolist()
+        assert same(monkeypatch, iv.searchsorted, np.empty(0, np.int64), v, side) == [0] * len(v)
+        assert same(monkeypatch, iv.searchsorted, a, np.empty(0, np.int64), side) == []
+    assert same(monkeypatch, iv.searchsorted, a, v[:6], "right") == [1, 1, 5, 5, 5, 8]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_searchsorted_random(monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    for n, m in ((1, 5), (50, 7), (20000, 78000), (78000, 20000), (1000, 1000)):
+        a = np.sort(rng.integers(-500, 500, n) * rng.integers(1, 4))
+        for v in (np.sort(rng.integers(-600, 600, m)), rng.integers(-600, 600, m)):
+            for side in ("left", "right"):
+                same(monkeypatch, iv.searchsorted, a, v, side)

@@ -81,6 +81,40 @@ struct SetBuilder {
   }
 };
 
+// A walk over a sorted array for values that mostly grow: where() is numpy's
+// searchsorted (side "right" when Right, else "left") of one value, found by
+// galloping forward from the previous answer (a value or two of work for dense
+// growing values), or by binary search below it when a value falls back.
+template <bool Right>
+struct Walk {
+  const i64* s;
+  Py_ssize_t n;
+  Py_ssize_t k = 0;
+  i64 last = 0;
+  bool started = false;
+  Walk(const i64* s_, Py_ssize_t n_) : s(s_), n(n_) {}
+  static bool before(i64 x, i64 t) { return Right ? x <= t : x < t; }
+  static const i64* bound(const i64* b, const i64* e, i64 t) {
+    return Right ? std::upper_bound(b, e, t) : std::lower_bound(b, e, t);
+  }
+  Py_ssize_t where(i64 t) {
+    if (started && t < last) {
+      k = bound(s, s + k, t) - s;
+    } else if (k < n && before(s[k], t)) {
+      Py_ssize_t lo = k, step = 1, hi = k + 1;        // s[lo] lies before t; the answer is in (lo, hi]
+      while (hi < n && before(s[hi], t)) {
+        lo = hi;
+        step <<= 1;
+        hi = lo + step;
+      }
+      k = bound(s + lo + 1, s + std::min(hi, n), t) - s;
+    }
+    started = true;
+    last = t;
+    return k;
+  }
+};
+
 // Adds intervals given in any order to a set: sorted by start first (intervals with
 // equal starts always end up in one piece, so any order of ties gives the same set).
 void add_unsorted(SetBuilder& out, std::initializer_list<std::pair<const Buf*, const Buf*>> lists) {
@@ -218,23 +252,17 @@ PyObject* subtract(PyObject*, PyObject* args) {
   return PyLong_FromSsize_t(m);
 }
 
-// How much of a set lies before each time of a sequence: the number k of pieces
-// starting at or before t follows t (a linear walk while t grows, a binary search
-// when it falls back), so times in order cost one pass over the set.
+// How much of a set lies before each time of a sequence (Walk: times in order cost
+// one pass over the set).
 struct Coverage {
-  const i64 *s, *e;
-  Py_ssize_t n;
+  const i64* e;
   std::vector<i64> cum;   // cum[k]: length of the first k pieces
-  Py_ssize_t k = 0;
-  i64 last;
-  Coverage(const i64* s_, const i64* e_, Py_ssize_t n_) : s(s_), e(e_), n(n_), cum(n_ + 1, 0) {
-    for (Py_ssize_t i = 0; i < n; ++i) cum[i + 1] = cum[i] + (e[i] - s[i]);
-    last = n ? s[0] : 0;
+  Walk<true> walk;        // k: the pieces starting at or before t
+  Coverage(const i64* s_, const i64* e_, Py_ssize_t n_) : e(e_), cum(n_ + 1, 0), walk(s_, n_) {
+    for (Py_ssize_t i = 0; i < n_; ++i) cum[i + 1] = cum[i] + (e[i] - s_[i]);
   }
   i64 before(i64 t) {
-    if (t < last) k = std::upper_bound(s, s + k, t) - s;
-    else while (k < n && s[k] <= t) ++k;
-    last = t;
+    const Py_ssize_t k = walk.where(t);
     if (k == 0) return 0;
     return cum[k] - std::max<i64>(e[k - 1] - t, 0);
   }
@@ -276,7 +304,31 @@ PyObject* length_within(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// searchsorted(sorted, values, out, right): numpy's searchsorted (side "right" when right,
+// else "left") for values that mostly grow (op starts in order): one walk, a binary
+// search only where a value falls below the previous one.
+PyObject* searchsorted(PyObject*, PyObject* args) {
+  PyObject *a_, *v_, *o_;
+  int right;
+  if (!PyArg_ParseTuple(args, "OOOp", &a_, &v_, &o_, &right)) return nullptr;
+  Buf a, v, o;
+  if (!a.get(a_, false, "searchsorted") || !v.get(v_, false, "searchsorted") || !o.get(o_, true, "searchsorted") ||
+      !room(o, v.n, "searchsorted"))
+    return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  if (right) {
+    Walk<true> w(a.p, a.n);
+    for (Py_ssize_t i = 0; i < v.n; ++i) o.p[i] = w.where(v.p[i]);
+  } else {
+    Walk<false> w(a.p, a.n);
+    for (Py_ssize_t i = 0; i < v.n; ++i) o.p[i] = w.where(v.p[i]);
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"searchsorted", searchsorted, METH_VARARGS, "searchsorted(sorted, values, out, right)"},
     {"union", union_, METH_VARARGS, "union(starts, ends, out_starts, out_ends) -> count"},
     {"union2", union2, METH_VARARGS, "union2(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count"},
     {"intersect", intersect, METH_VARARGS, "intersect(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count"},
