@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays
+from .arrays import OpArrays, rows_by_rank
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
 
@@ -157,20 +157,33 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
     where = np.full(n, NO_STEPS, dtype=np.int8)
     if n == 0 or len(steps) == 0:
         return step, where
-    srank = steps["rank"].to_numpy()
+    b = steps["t_begin_ns"].to_numpy(dtype=np.int64)
+    e = steps["t_end_ns"].to_numpy(dtype=np.int64)
+    num = steps["step"].to_numpy(dtype=np.int64)
     by_rank = arrays.rank_rows()
-    for r in np.unique(srank):
-        rows = by_rank.get(int(r))
+    for r, sel in rows_by_rank(steps["rank"].to_numpy()).items():   # steps are in (rank, begin) order
+        rows = by_rank.get(r)
         if rows is None:
             continue
-        sel = np.flatnonzero(srank == r)
-        b = steps["t_begin_ns"].to_numpy(dtype=np.int64)[sel]
-        e = steps["t_end_ns"].to_numpy(dtype=np.int64)[sel]
-        num = steps["step"].to_numpy(dtype=np.int64)[sel]
-        t = arrays.start[rows]
-        k = iv.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
-        kk = np.maximum(k, 0)
-        inside = (k >= 0) & (t <= e[kk])
-        step[rows] = np.where(inside, num[kk], 0)
-        where[rows] = np.where(inside, IN_STEP, np.where(k < 0, BEFORE, np.where(t > e[-1], AFTER, BETWEEN)))
+        all_rows = len(rows) == n                    # a frame of one rank: no gather, no scatter
+        s, w = _locate_in_steps(b[sel], e[sel], num[sel], arrays.start if all_rows else arrays.start[rows])
+        if all_rows:
+            step, where = s, w
+        else:
+            step[rows], where[rows] = s, w
+    return step, where
+
+
+def _locate_in_steps(b: np.ndarray, e: np.ndarray, num: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """locate_ops for one rank: its steps (begin-sorted) and its ops' starts ``t``."""
+    kernels = iv.kernels()
+    if kernels is not None:
+        step, where = np.empty(len(t), np.int32), np.empty(len(t), np.int8)
+        kernels.locate(b, e, num, np.ascontiguousarray(t, dtype=np.int64), step, where, IN_STEP, BEFORE, BETWEEN, AFTER)
+        return step, where
+    k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
+    kk = np.maximum(k, 0)
+    inside = (k >= 0) & (t <= e[kk])
+    step = np.where(inside, num[kk], 0).astype(np.int32)
+    where = np.where(inside, IN_STEP, np.where(k < 0, BEFORE, np.where(t > e[-1], AFTER, BETWEEN))).astype(np.int8)
     return step, where

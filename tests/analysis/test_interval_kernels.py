@@ -200,3 +200,28 @@ def test_searchsorted_random(monkeypatch, seed):
         for v in (np.sort(rng.integers(-600, 600, m)), rng.integers(-600, 600, m)):
             for side in ("left", "right"):
                 same(monkeypatch, iv.searchsorted, a, v, side)
+
+
+def test_locate_ops_hand_cases(monkeypatch):
+    """steps.locate_ops: two ranks' steps (touching, one op exactly on a begin / an end),
+    ops before, between, inside, after, a rank without steps; rows of both ranks interleaved."""
+    import pandas as pd
+
+    from commtrace.analysis.arrays import OpArrays
+    from commtrace.analysis.steps import AFTER, BEFORE, BETWEEN, IN_STEP, NO_STEPS, locate_ops
+
+    steps = pd.DataFrame({"rank": [0, 0, 0, 1], "step": [1, 2, 3, 7], "t_begin_ns": [10, 20, 30, 0],
+                          "t_end_ns": [20, 25, 40, 5]})
+    start = np.array([NEG, 5, 10, 15, 20, 22, 25, 26, 29, 30, 40, 41, POS, 3, 5, 6, 1], np.int64)
+    rank = np.array([0] * 13 + [1, 1, 1, 2], np.int32)
+    a = OpArrays(rank=rank, start=start, end=start, dur=np.zeros(17), nbytes=np.zeros(17, np.int64))
+    step, where = same(monkeypatch, locate_ops, a, steps)
+    assert step == [0, 0, 1, 1, 2, 2, 2, 0, 0, 3, 3, 0, 0, 7, 7, 0, 0]
+    assert where == [BEFORE, BEFORE, IN_STEP, IN_STEP, IN_STEP, IN_STEP, IN_STEP, BETWEEN, BETWEEN, IN_STEP,
+                     IN_STEP, AFTER, AFTER, IN_STEP, IN_STEP, AFTER, NO_STEPS]
+    order = np.random.default_rng(0).permutation(17)       # rows in any order: per-rank rows scattered
+    shuffled = OpArrays(rank=rank[order], start=start[order], end=start[order], dur=np.zeros(17),
+                        nbytes=np.zeros(17, np.int64))
+    same(monkeypatch, locate_ops, shuffled, steps)
+    one = OpArrays(rank=rank[:13], start=start[:13], end=start[:13], dur=np.zeros(13), nbytes=np.zeros(13, np.int64))
+    assert same(monkeypatch, locate_ops, one, steps)[0] == step[:13]      # one rank's frame: no gather

@@ -26,38 +26,46 @@ namespace {
 
 using i64 = int64_t;
 
-// One int64 buffer argument; released when it goes out of scope.
-struct Buf {
+// One buffer argument of T (int64, int32 or int8 numpy arrays); released when it goes out of scope.
+template <typename T>
+struct Array {
   Py_buffer view{};
   bool held = false;
-  i64* p = nullptr;
+  T* p = nullptr;
   Py_ssize_t n = 0;
-  ~Buf() {
+  ~Array() {
     if (held) PyBuffer_Release(&view);
+  }
+  static bool format_ok(const char* f) {
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    if (sizeof(T) == 8) return strcmp(f, "q") == 0 || strcmp(f, "l") == 0;
+    if (sizeof(T) == 4) return strcmp(f, "i") == 0;
+    return strcmp(f, "b") == 0;
   }
   bool get(PyObject* obj, bool writable, const char* what) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &view, flags) != 0) return false;
     held = true;
-    const char* f = view.format ? view.format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') ++f;
-    if (view.itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0) || view.ndim > 1) {
-      PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-d int64 array", what);
+    if (view.itemsize != sizeof(T) || !format_ok(view.format ? view.format : "B") || view.ndim > 1) {
+      PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-d int%d array", what, int(8 * sizeof(T)));
       return false;
     }
-    p = static_cast<i64*>(view.buf);
-    n = view.len / 8;
+    p = static_cast<T*>(view.buf);
+    n = view.len / Py_ssize_t(sizeof(T));
     return true;
   }
 };
+using Buf = Array<i64>;
 
-bool same_length(const Buf& a, const Buf& b, const char* what) {
+template <typename A, typename B>
+bool same_length(const A& a, const B& b, const char* what) {
   if (a.n == b.n) return true;
   PyErr_Format(PyExc_ValueError, "%s: starts and ends differ in length", what);
   return false;
 }
 
-bool room(const Buf& out, Py_ssize_t need, const char* what) {
+template <typename A>
+bool room(const A& out, Py_ssize_t need, const char* what) {
   if (out.n >= need) return true;
   PyErr_Format(PyExc_ValueError, "%s: output arrays too small", what);
   return false;
@@ -327,7 +335,41 @@ PyObject* searchsorted(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// locate(begins, ends, numbers, times, step_out, where_out, in_step, before, between, after):
+// steps.locate_ops for one rank. begins: its steps' begins (sorted), ends, numbers (int64);
+// times: its ops' starts; per op the number of the last step beginning at or before it
+// when the op starts inside it (else 0; int32) and where it lies (int8; the codes given).
+PyObject* locate(PyObject*, PyObject* args) {
+  PyObject *b_, *e_, *num_, *t_, *step_, *where_;
+  int in_step, before, between, after;
+  if (!PyArg_ParseTuple(args, "OOOOOOiiii", &b_, &e_, &num_, &t_, &step_, &where_, &in_step, &before, &between,
+                        &after))
+    return nullptr;
+  Buf b, e, num, t;
+  Array<int32_t> step;
+  Array<int8_t> where;
+  if (!b.get(b_, false, "locate") || !e.get(e_, false, "locate") || !num.get(num_, false, "locate") ||
+      !t.get(t_, false, "locate") || !step.get(step_, true, "locate") || !where.get(where_, true, "locate") ||
+      !same_length(b, e, "locate") || !same_length(b, num, "locate") || !room(step, t.n, "locate") ||
+      !room(where, t.n, "locate"))
+    return nullptr;
+  if (b.n == 0) return PyErr_Format(PyExc_ValueError, "locate: no steps");
+  Py_BEGIN_ALLOW_THREADS
+  Walk<true> w(b.p, b.n);
+  const i64 last_end = e.p[e.n - 1];
+  for (Py_ssize_t i = 0; i < t.n; ++i) {
+    const i64 x = t.p[i];
+    const Py_ssize_t k = w.where(x) - 1;
+    const bool inside = k >= 0 && x <= e.p[k];
+    step.p[i] = inside ? int32_t(num.p[k]) : 0;
+    where.p[i] = int8_t(inside ? in_step : k < 0 ? before : x > last_end ? after : between);
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"locate", locate, METH_VARARGS, "locate(begins, ends, numbers, times, step_out, where_out, in_step, before, between, after)"},
     {"searchsorted", searchsorted, METH_VARARGS, "searchsorted(sorted, values, out, right)"},
     {"union", union_, METH_VARARGS, "union(starts, ends, out_starts, out_ends) -> count"},
     {"union2", union2, METH_VARARGS, "union2(a_starts, a_ends, b_starts, b_ends, out_starts, out_ends) -> count"},
