@@ -27,6 +27,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .arrays import OpArrays, rows_by_rank
+from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
 
@@ -176,10 +177,10 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
 
 def _locate_in_steps(b: np.ndarray, e: np.ndarray, num: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """locate_ops for one rank: its steps (begin-sorted) and its ops' starts ``t``."""
-    kernels = iv.kernels()
-    if kernels is not None:
+    kern = kernels()
+    if kern is not None:
         step, where = np.empty(len(t), np.int32), np.empty(len(t), np.int8)
-        kernels.locate(b, e, num, np.ascontiguousarray(t, dtype=np.int64), step, where, IN_STEP, BEFORE, BETWEEN, AFTER)
+        kern.locate(b, e, num, np.ascontiguousarray(t, dtype=np.int64), step, where, IN_STEP, BEFORE, BETWEEN, AFTER)
         return step, where
     k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
     kk = np.maximum(k, 0)

@@ -225,3 +225,44 @@ def test_locate_ops_hand_cases(monkeypatch):
     same(monkeypatch, locate_ops, shuffled, steps)
     one = OpArrays(rank=rank[:13], start=start[:13], end=start[:13], dur=np.zeros(13), nbytes=np.zeros(13, np.int64))
     assert same(monkeypatch, locate_ops, one, steps)[0] == step[:13]      # one rank's frame: no gather
+
+
+def test_last_in_window(monkeypatch):
+    """step_table._last_in_window (the DDP gradient tails): per backward pass the last bucket
+    launched inside it; launches outside every pass, on a boundary, unsorted, repeated."""
+    from commtrace.analysis.step_table import _last_in_window
+
+    b = np.array([0, 10, 20, 30], np.int64)
+    e = np.array([5, 15, 25, 30], np.int64)
+    t = np.array([-1, 3, 1, 5, 6, 12, 11, 25, 25, 30, 31, NEG, POS], np.int64)
+    low = np.iinfo(np.int64).min
+    assert same(monkeypatch, _last_in_window, b, e, t) == [5, 12, 25, 30]
+    assert same(monkeypatch, _last_in_window, b, e, t[:2]) == [3, low, low, low]
+    assert same(monkeypatch, _last_in_window, b, e, t[:1]) == [low, low, low, low]
+    rng = np.random.default_rng(4)
+    for n, m in ((1, 3), (30, 200), (20000, 78000)):
+        b = np.sort(rng.integers(0, 10**6, n))
+        e = b + rng.integers(0, 10**6 // max(n, 1), n)
+        same(monkeypatch, _last_in_window, b, e, np.sort(rng.integers(-10, 10**6 + 10, m)))
+        same(monkeypatch, _last_in_window, b, e, rng.integers(-10, 10**6 + 10, m))
+
+
+def test_add_by_row(monkeypatch):
+    """step_table._add_by_row (ops and bytes per step row): ops whose step has no row are not
+    counted; sums add up in float64 as np.bincount does; both accumulate into what is there."""
+    from commtrace.analysis.step_table import _add_by_row
+
+    def run(row_of, st, w, n):
+        counts, sums = np.ones(n, np.int64), np.full(n, 0.5)
+        _add_by_row(row_of, st, w, counts, sums)
+        return counts, sums
+
+    row_of = np.array([-1, 2, 0, -1, 1], np.int64)
+    st = np.array([0, 1, 1, 2, 3, 4, 4, 4], np.int32)
+    w = np.array([7, 1, 2, 4, 8, 16, 32, 2**60], np.int64)
+    counts, sums = same(monkeypatch, run, row_of, st, w, 3)
+    assert counts == [2, 4, 3] and sums == [4.5, 48.5 + 2**60, 3.5]
+    rng = np.random.default_rng(5)
+    row_of = np.where(rng.random(500) < 0.2, -1, rng.permutation(500)).astype(np.int64)
+    same(monkeypatch, run, row_of, rng.integers(0, 500, 100000).astype(np.int32),
+         rng.integers(0, 2**40, 100000), 500)

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -38,6 +39,7 @@ struct Array {
   }
   static bool format_ok(const char* f) {
     if (*f == '<' || *f == '=' || *f == '@') ++f;
+    if (std::is_floating_point<T>::value) return strcmp(f, "d") == 0;
     if (sizeof(T) == 8) return strcmp(f, "q") == 0 || strcmp(f, "l") == 0;
     if (sizeof(T) == 4) return strcmp(f, "i") == 0;
     return strcmp(f, "b") == 0;
@@ -47,7 +49,8 @@ struct Array {
     if (PyObject_GetBuffer(obj, &view, flags) != 0) return false;
     held = true;
     if (view.itemsize != sizeof(T) || !format_ok(view.format ? view.format : "B") || view.ndim > 1) {
-      PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-d int%d array", what, int(8 * sizeof(T)));
+      PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-d %s%d array", what,
+                   std::is_floating_point<T>::value ? "float" : "int", int(8 * sizeof(T)));
       return false;
     }
     p = static_cast<T*>(view.buf);
@@ -368,7 +371,59 @@ PyObject* locate(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// last_in_window(begins, ends, times, out): per window i (begins sorted) the latest of
+// ``times`` inside [begins[i], ends[i]] of the last window beginning at or before it (out
+// keeps its value where none): step_table's DDP gradient tails, without np.maximum.at.
+PyObject* last_in_window(PyObject*, PyObject* args) {
+  PyObject *b_, *e_, *t_, *o_;
+  if (!PyArg_ParseTuple(args, "OOOO", &b_, &e_, &t_, &o_)) return nullptr;
+  Buf b, e, t, o;
+  if (!b.get(b_, false, "last_in_window") || !e.get(e_, false, "last_in_window") ||
+      !t.get(t_, false, "last_in_window") || !o.get(o_, true, "last_in_window") ||
+      !same_length(b, e, "last_in_window") || !same_length(b, o, "last_in_window"))
+    return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  Walk<true> w(b.p, b.n);
+  for (Py_ssize_t i = 0; i < t.n; ++i) {
+    const i64 x = t.p[i];
+    const Py_ssize_t k = w.where(x) - 1;
+    if (k >= 0 && x <= e.p[k] && x > o.p[k]) o.p[k] = x;
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+// sums_by_row(row_of, codes, weights, counts, sums): for each i with r = row_of[codes[i]] >= 0,
+// counts[r] += 1 and sums[r] += weights[i] (float64, added in index order as np.bincount does).
+PyObject* sums_by_row(PyObject*, PyObject* args) {
+  PyObject *lut_, *c_, *w_, *n_, *s_;
+  if (!PyArg_ParseTuple(args, "OOOOO", &lut_, &c_, &w_, &n_, &s_)) return nullptr;
+  Buf lut, n;
+  Array<int32_t> c;
+  Buf w;
+  Array<double> s;
+  if (!lut.get(lut_, false, "sums_by_row") || !c.get(c_, false, "sums_by_row") || !w.get(w_, false, "sums_by_row") ||
+      !n.get(n_, true, "sums_by_row") || !s.get(s_, true, "sums_by_row") || !same_length(c, w, "sums_by_row") ||
+      !same_length(n, s, "sums_by_row"))
+    return nullptr;
+  for (Py_ssize_t i = 0; i < c.n; ++i)
+    if (c.p[i] < 0 || c.p[i] >= lut.n) return PyErr_Format(PyExc_IndexError, "sums_by_row: code out of range");
+  for (Py_ssize_t i = 0; i < lut.n; ++i)
+    if (lut.p[i] >= n.n) return PyErr_Format(PyExc_IndexError, "sums_by_row: row out of range");
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < c.n; ++i) {
+    const i64 r = lut.p[c.p[i]];
+    if (r < 0) continue;
+    n.p[r] += 1;
+    s.p[r] += double(w.p[i]);
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"last_in_window", last_in_window, METH_VARARGS, "last_in_window(begins, ends, times, out)"},
+    {"sums_by_row", sums_by_row, METH_VARARGS, "sums_by_row(row_of, codes, weights, counts, sums)"},
     {"locate", locate, METH_VARARGS, "locate(begins, ends, numbers, times, step_out, where_out, in_step, before, between, after)"},
     {"searchsorted", searchsorted, METH_VARARGS, "searchsorted(sorted, values, out, right)"},
     {"union", union_, METH_VARARGS, "union(starts, ends, out_starts, out_ends) -> count"},
