@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays, rows_by_rank
+from .arrays import OpArrays, dense_codes, rows_by_rank
 from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
@@ -52,7 +52,7 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     opt = phase_is["optimizer"] & (step > 0)
     if not opt.any():
         return _empty()
-    keys, inv = np.unique(key[opt], return_inverse=True)          # every step has an optimizer span
+    keys, inv = dense_codes(key[opt])                            # every step has an optimizer span
     n = len(keys)
     begin = np.full(n, np.iinfo(np.int64).max)
     end = np.full(n, np.iinfo(np.int64).min)
@@ -74,7 +74,7 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     if not _in_order(rank, begin):                            # (rank, begin) order; often already so
         st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
     if arrays is not None and len(arrays.rank):
-        with_forwards = set(np.unique(spans["rank"].to_numpy()[phase_is["forward"]]).tolist())
+        with_forwards = set(dense_codes(spans["rank"].to_numpy()[phase_is["forward"]])[0].tolist())
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
     st["step"] = _numbered_per_rank(st)
     return st
