@@ -8,7 +8,7 @@ window, so overlapping ops are never counted twice (docs/report.md).
 Each operation has a numpy implementation (``_*_numpy``: the reference, and the
 fallback) and, when the analysis kernels are built (``native_ext``, ``commtrace
 build-native``; ``COMMTRACE_NATIVE=0`` turns them off), a compiled one that is a
-single linear merge and gives the same arrays (tests/analysis/test_interval_kernels.py).
+single linear merge and gives the same arrays (tests/analysis/test_analysis_kernels.py).
 The function named after the operation picks one; callers never choose.
 """
 from __future__ import annotations

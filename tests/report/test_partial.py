@@ -69,8 +69,8 @@ def test_partial_equals_report_real_runs(real_run, accum_run):
         assert_same(build_report(load_report_run(run)), analyse(run, workers=1))
 
 
-def test_same_tables_with_and_without_the_interval_kernels(two_groups_run, real_run, monkeypatch):
-    """build_report and the partitioned analysis with the compiled interval kernels equal
+def test_same_tables_with_and_without_the_analysis_kernels(two_groups_run, real_run, monkeypatch):
+    """build_report and the partitioned analysis with the compiled analysis kernels equal
     both with numpy's (COMMTRACE_NATIVE=0), on a synthetic run and on a real DDP run."""
     if native_ext.kernels() is None:
         pytest.skip(f"analysis kernels not built (commtrace build-native): {native.error(native_ext.EXTENSION)}")

@@ -22,6 +22,7 @@ import pandas as pd
 from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
 from ..arrays import NA_KEY, dense_codes
+from ..native_ext import kernels
 from ..summary import bus_factor
 from .bounded_map import bounded_records, is_bounded
 from .layers_map import cpp_unmatched
@@ -217,13 +218,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         c[k] = np.concatenate(parts.pop(k))
     inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
-    first, last = _first_and_last(inst, k, c["t"], c["rank"])
-    slowest = np.full(k, np.nan)
-    np.fmax.at(slowest, inst, c["dur"])
-    size = np.zeros(k, np.int64)
-    np.maximum.at(size, inst, c["size"])
-    end = np.full(k, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(end, inst, c["end"])
+    first, last, slowest, size, end = _per_instance(inst, k, c)
     wg_names = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
     world_of = np.asarray([w for w, _ in wg_names], dtype=object)
     group_of = np.asarray([g for _, g in wg_names], dtype=object)
@@ -275,9 +270,38 @@ def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
     return inst
 
 
+def _per_instance(inst: np.ndarray, k: int, c: dict) -> tuple:
+    """Per instance: its first and last caller's rows (_first_and_last), its slowest op's
+    duration (NaN: none known), its largest size and its latest end. One kernel pass when
+    built, else numpy's ufunc.at."""
+    slowest = np.full(k, np.nan)
+    size = np.zeros(k, np.int64)
+    end = np.full(k, np.iinfo(np.int64).min, np.int64)
+    kern = kernels()
+    if kern is not None:
+        first, last = np.empty(k, np.int64), np.empty(k, np.int64)
+        i64 = functools.partial(np.ascontiguousarray, dtype=np.int64)
+        kern.instance_extremes(i64(inst), i64(c["t"]), i64(c["rank"]), np.ascontiguousarray(c["dur"], np.float64),
+                               i64(c["size"]), i64(c["end"]), first, last, slowest, size, end)
+        return first, last, slowest, size, end
+    first, last = _first_and_last(inst, k, c["t"], c["rank"])
+    np.fmax.at(slowest, inst, c["dur"])
+    np.maximum.at(size, inst, c["size"])
+    np.maximum.at(end, inst, c["end"])
+    return first, last, slowest, size, end
+
+
 def _first_seen_codes(keys: np.ndarray) -> np.ndarray:
     """pd.factorize's codes (distinct keys numbered in order of first appearance) for keys
-    in a small range: distinct keys by a bincount table, no hashing."""
+    in a small range: one kernel pass over a table of the range when built (and the range is
+    at most a few times the keys), else distinct keys by a bincount table, no hashing."""
+    kern = kernels()
+    if kern is not None and len(keys):
+        lo, span = int(keys.min()), int(keys.max()) - int(keys.min()) + 1
+        if span <= max(4 * len(keys), 1 << 20):
+            out = np.empty(len(keys), np.int64)
+            kern.first_seen_codes(np.ascontiguousarray(keys, dtype=np.int64), lo, span, out)
+            return out
     distinct, code = dense_codes(keys)                 # codes in key order
     code = code.astype(np.int64)
     first = np.full(len(distinct), len(keys), np.int64)

@@ -1,22 +1,24 @@
-// commtrace's interval-set kernels: the compiled twins of analysis/intervals.py.
+// commtrace's analysis kernels: compiled twins of the numpy code of analysis/intervals.py
+// (interval sets), steps.py / step_table.py (ops located in steps, sums per step, DDP
+// gradient tails) and partial/partition_map.py (per-instance extremes, first-seen codes).
 //
-// Why: the per-rank step figures (step_table.RankTimes / StepFigures) are a
-// dozen numpy passes per interval operation (sorts, searchsorted, repeat,
-// gathers over 100,000-op arrays bigger than L2); each operation here is one
-// linear merge over sorted boundaries. intervals.py stays the reference and
-// the fallback (COMMTRACE_NATIVE=0, or nothing compiled): every function here
-// must give exactly what its numpy twin gives (tests/analysis/test_interval_kernels.py).
+// Why: the per-rank step figures and the per-partition instance tables were a dozen numpy
+// passes per operation (sorts, searchsorted, repeat, ufunc.at, gathers over 100,000-op
+// arrays bigger than L2); each operation here is one pass over sorted boundaries or rows.
+// The numpy code stays the reference and the fallback (COMMTRACE_NATIVE=0, or nothing
+// compiled): every function here must give exactly what its numpy twin gives
+// (tests/analysis/test_analysis_kernels.py).
 //
-// Plain CPython C API over int64 buffers (numpy arrays through the buffer
-// protocol): no torch or pybind11 headers (compile time), no numpy C API.
-// Output arrays are allocated by the caller (intervals.py) with room for the
-// largest possible result; set operations return how many intervals they wrote.
-// A *set* is as in intervals.py: sorted by start, disjoint, non-touching, no
-// empty interval.
+// Plain CPython C API over numpy buffers (the buffer protocol): no torch or pybind11
+// headers (compile time), no numpy C API. Output arrays are allocated by the caller with
+// room for the largest possible result; set operations return how many intervals they
+// wrote. A *set* is as in intervals.py: sorted by start, disjoint, non-touching, no empty
+// interval.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -421,7 +423,82 @@ PyObject* sums_by_row(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// instance_extremes(inst, t, rank, dur, size, end, first, last, slowest, size_max, end_max):
+// per instance k (inst[i] in [0, len(first))) its first row (earliest t, then lowest rank;
+// the latest row among equals, as numpy's fancy assignment leaves it), its last row (latest
+// t, then highest rank; the latest row among equals), and folded into what the outputs hold:
+// the largest duration ignoring NaN (np.fmax.at), the largest size and end (np.maximum.at).
+PyObject* instance_extremes(PyObject*, PyObject* args) {
+  PyObject *inst_, *t_, *r_, *d_, *s_, *e_, *first_, *last_, *slow_, *smax_, *emax_;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &inst_, &t_, &r_, &d_, &s_, &e_, &first_, &last_, &slow_, &smax_,
+                        &emax_))
+    return nullptr;
+  const char* w = "instance_extremes";
+  Buf inst, t, r, s, e, first, last, smax, emax;
+  Array<double> d, slow;
+  if (!inst.get(inst_, false, w) || !t.get(t_, false, w) || !r.get(r_, false, w) || !d.get(d_, false, w) ||
+      !s.get(s_, false, w) || !e.get(e_, false, w) || !first.get(first_, true, w) || !last.get(last_, true, w) ||
+      !slow.get(slow_, true, w) || !smax.get(smax_, true, w) || !emax.get(emax_, true, w) ||
+      !same_length(inst, t, w) || !same_length(inst, r, w) || !same_length(inst, d, w) ||
+      !same_length(inst, s, w) || !same_length(inst, e, w) || !same_length(first, last, w) ||
+      !same_length(first, slow, w) || !same_length(first, smax, w) || !same_length(first, emax, w))
+    return nullptr;
+  const Py_ssize_t k = first.n;
+  for (Py_ssize_t i = 0; i < inst.n; ++i)
+    if (inst.p[i] < 0 || inst.p[i] >= k) return PyErr_Format(PyExc_IndexError, "%s: instance out of range", w);
+  Py_BEGIN_ALLOW_THREADS
+  std::vector<i64> ft(k, 0), fr(k, 0), lt(k, 0), lr(k, 0);
+  std::vector<char> seen(k, 0);
+  for (Py_ssize_t i = 0; i < inst.n; ++i) {
+    const i64 j = inst.p[i], x = t.p[i], y = r.p[i];
+    if (!seen[j]) {
+      seen[j] = 1;
+      ft[j] = lt[j] = x;
+      fr[j] = lr[j] = y;
+      first.p[j] = last.p[j] = i;
+    } else {
+      if (x < ft[j] || (x == ft[j] && y <= fr[j])) { ft[j] = x; fr[j] = y; first.p[j] = i; }
+      if (x > lt[j] || (x == lt[j] && y >= lr[j])) { lt[j] = x; lr[j] = y; last.p[j] = i; }
+    }
+    const double v = d.p[i];
+    if (!std::isnan(v) && (std::isnan(slow.p[j]) || v > slow.p[j])) slow.p[j] = v;
+    if (s.p[i] > smax.p[j]) smax.p[j] = s.p[i];
+    if (e.p[i] > emax.p[j]) emax.p[j] = e.p[i];
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+// first_seen_codes(keys, lo, span, out) -> count: pd.factorize's codes of keys in [lo, lo + span)
+// (distinct keys numbered in order of first appearance), by a table over the range.
+PyObject* first_seen_codes(PyObject*, PyObject* args) {
+  PyObject *k_, *o_;
+  long long lo, span;
+  if (!PyArg_ParseTuple(args, "OLLO", &k_, &lo, &span, &o_)) return nullptr;
+  Buf keys, out;
+  if (!keys.get(k_, false, "first_seen_codes") || !out.get(o_, true, "first_seen_codes") ||
+      !same_length(keys, out, "first_seen_codes"))
+    return nullptr;
+  if (span < 0) return PyErr_Format(PyExc_ValueError, "first_seen_codes: negative range");
+  for (Py_ssize_t i = 0; i < keys.n; ++i)
+    if (keys.p[i] < lo || keys.p[i] - lo >= span)
+      return PyErr_Format(PyExc_ValueError, "first_seen_codes: key out of range");
+  i64 next = 0;
+  Py_BEGIN_ALLOW_THREADS
+  std::vector<i64> code(size_t(span), -1);
+  for (Py_ssize_t i = 0; i < keys.n; ++i) {
+    i64& c = code[size_t(keys.p[i] - lo)];
+    if (c < 0) c = next++;
+    out.p[i] = c;
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLongLong(next);
+}
+
 PyMethodDef methods[] = {
+    {"instance_extremes", instance_extremes, METH_VARARGS,
+     "instance_extremes(inst, t, rank, dur, size, end, first, last, slowest, size_max, end_max)"},
+    {"first_seen_codes", first_seen_codes, METH_VARARGS, "first_seen_codes(keys, lo, span, out) -> count"},
     {"last_in_window", last_in_window, METH_VARARGS, "last_in_window(begins, ends, times, out)"},
     {"sums_by_row", sums_by_row, METH_VARARGS, "sums_by_row(row_of, codes, weights, counts, sums)"},
     {"locate", locate, METH_VARARGS, "locate(begins, ends, numbers, times, step_out, where_out, in_step, before, between, after)"},
@@ -440,7 +517,7 @@ PyMethodDef methods[] = {
 #define CT_CAT(a, b) CT_CAT2(a, b)
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, CT_STR(TORCH_EXTENSION_NAME),
-                      "commtrace's interval-set kernels (analysis/intervals.py's compiled twins)", -1, methods};
+                      "commtrace's analysis kernels (compiled twins of its numpy code)", -1, methods};
 
 }  // namespace
 

@@ -1,5 +1,5 @@
-"""The compiled interval kernels (analysis/native/interval_kernels.cpp) give exactly what
-intervals.py's numpy code gives: hand-written edge cases and seeded random sets. Each
+"""The compiled analysis kernels (analysis/native/analysis_kernels.cpp) give exactly what
+the numpy code they replace gives: hand-written edge cases and seeded random inputs. Each
 operation is run twice through the one public function, COMMTRACE_NATIVE=0 (numpy) and
 =1 (the kernels); skipped where the kernels are not built (``make setup`` builds them)."""
 import os
@@ -266,3 +266,42 @@ def test_add_by_row(monkeypatch):
     row_of = np.where(rng.random(500) < 0.2, -1, rng.permutation(500)).astype(np.int64)
     same(monkeypatch, run, row_of, rng.integers(0, 500, 100000).astype(np.int32),
          rng.integers(0, 2**40, 100000), 500)
+
+
+def test_per_instance_extremes(monkeypatch):
+    """partition_map._per_instance: first caller (earliest start, then lowest rank; the later
+    row of exact ties), last caller (latest start, then highest rank), slowest duration
+    ignoring NaN (all NaN: NaN), largest size, latest end; instances in any row order."""
+    from commtrace.analysis.partial.partition_map import _per_instance
+
+    inst = np.array([0, 1, 0, 0, 2, 1, 0, 2], np.int64)
+    c = {"t": np.array([5, 9, 3, 3, 7, 9, 8, 7], np.int64), "rank": np.array([2, 0, 4, 1, 3, 1, 0, 3], np.int64),
+         "dur": np.array([1.5, np.nan, 4.0, np.nan, np.nan, 2.0, 0.5, np.nan]),
+         "size": np.array([8, 16, 4, 8, 0, 32, 8, 1], np.int64), "end": np.array([10, 20, 9, 30, NEG, 12, 9, 8], np.int64)}
+    for first, last, slowest, size, end in both(monkeypatch, _per_instance, inst, 3, c):
+        assert first == [3, 1, 7] and last == [6, 5, 7]       # instance 2: two identical rows, the later one
+        assert slowest[:2] == [4.0, 2.0] and np.isnan(slowest[2])
+        assert size == [8, 32, 1] and end == [30, 20, 8]
+    rng = np.random.default_rng(6)
+    n, k = 50000, 3000
+    inst = np.concatenate((np.arange(k), rng.integers(0, k, n - k)))
+    c = {"t": rng.integers(0, 1000, n), "rank": rng.integers(0, 8, n),
+         "dur": np.where(rng.random(n) < 0.3, np.nan, rng.random(n) * 100), "size": rng.integers(0, 1 << 40, n),
+         "end": rng.integers(-(1 << 50), 1 << 50, n)}
+    numpy_result, native_result = both(monkeypatch, _per_instance, inst, k, c)
+    assert np.array_equal(np.array(numpy_result[2]), np.array(native_result[2]), equal_nan=True)
+    assert [x for i, x in enumerate(native_result) if i != 2] == [x for i, x in enumerate(numpy_result) if i != 2]
+
+
+def test_first_seen_codes(monkeypatch):
+    """partition_map._first_seen_codes: pd.factorize's codes (numbered by first appearance)."""
+    import pandas as pd
+
+    from commtrace.analysis.partial.partition_map import _first_seen_codes
+
+    keys = np.array([7, 3, 7, -2, 3, 100, -2, 7], np.int64)
+    assert same(monkeypatch, _first_seen_codes, keys) == [0, 1, 0, 2, 1, 3, 2, 0]
+    rng = np.random.default_rng(7)
+    for n, span in ((1, 1), (1000, 50), (100000, 4000), (3000, 10**7)):    # the last: beyond the table's range
+        keys = rng.integers(-span, span, n)
+        assert same(monkeypatch, _first_seen_codes, keys) == pd.factorize(keys)[0].tolist()
