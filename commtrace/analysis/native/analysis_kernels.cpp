@@ -106,6 +106,10 @@ struct Walk {
   i64 last = 0;
   bool started = false;
   Walk(const i64* s_, Py_ssize_t n_) : s(s_), n(n_) {}
+  void restart() {
+    k = 0;
+    started = false;
+  }
   static bool before(i64 x, i64 t) { return Right ? x <= t : x < t; }
   static const i64* bound(const i64* b, const i64* e, i64 t) {
     return Right ? std::upper_bound(b, e, t) : std::lower_bound(b, e, t);
@@ -311,8 +315,8 @@ PyObject* length_within(PyObject*, PyObject* args) {
   Py_BEGIN_ALLOW_THREADS
   Coverage c(s.p, e.p, s.n);
   for (Py_ssize_t i = 0; i < lo.n; ++i) o.p[i] = -c.before(lo.p[i]);
-  Coverage d(s.p, e.p, s.n);
-  for (Py_ssize_t i = 0; i < lo.n; ++i) o.p[i] += d.before(std::max(hi.p[i], lo.p[i]));
+  c.walk.restart();
+  for (Py_ssize_t i = 0; i < lo.n; ++i) o.p[i] += c.before(std::max(hi.p[i], lo.p[i]));
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
