@@ -305,3 +305,28 @@ def test_first_seen_codes(monkeypatch):
     for n, span in ((1, 1), (1000, 50), (100000, 4000), (3000, 10**7)):    # the last: beyond the table's range
         keys = rng.integers(-span, span, n)
         assert same(monkeypatch, _first_seen_codes, keys) == pd.factorize(keys)[0].tolist()
+
+
+def test_cell_figures(monkeypatch):
+    """rank_map.cell_figures: per cell ops, summed known durations, known count, bytes; the
+    known durations cell by cell in row order; whether float32 holds them exactly."""
+    from commtrace.analysis.partial.rank_map import cell_figures
+
+    def figures(cell, dur, nbytes, n):
+        f = cell_figures(cell, dur, nbytes, n)
+        return f.ops, f.dur, f.known, f.nbytes, f.values, f.bounds, f.exact32
+
+    cell = np.array([2, 0, 2, 2, 0, 3], np.int64)
+    dur = np.array([1.5, np.nan, 0.1, 4.0, 2.0, np.nan])
+    nbytes = np.array([8, 1, 2**60, 0, 3, 5], np.int64)
+    for ops, d, known, nb, values, bounds, exact32 in both(monkeypatch, figures, cell, dur, nbytes, 4):
+        assert ops == [2, 0, 3, 1] and d == [2.0, 0.0, 5.6, 0.0] and known == [1, 0, 3, 0]
+        assert nb == [4, 0, float(2**60), 5]                      # float64, as np.bincount: the 8 is lost
+        assert values == [2.0, 1.5, 0.1, 4.0] and bounds == [0, 1, 1, 4, 4]
+        assert exact32 == [True, True, False, True]              # 0.1 is not a float32; empty cells are
+    rng = np.random.default_rng(8)
+    for n_cells, n in ((1, 0), (5, 100000), (40000, 100000)):
+        cell = rng.integers(0, n_cells, n)
+        dur = np.where(rng.random(n) < 0.2, np.nan, np.round(rng.random(n) * 1e6))
+        dur[::7] = rng.random(len(dur[::7]))
+        same(monkeypatch, figures, cell, dur, rng.integers(0, 1 << 40, n), n_cells)

@@ -18,6 +18,7 @@
 #include <Python.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -499,7 +500,59 @@ PyObject* first_seen_codes(PyObject*, PyObject* args) {
   return PyLong_FromLongLong(next);
 }
 
+// cell_figures(cell, dur, nbytes, ops, dur_sum, known, bytes_sum, bounds, values, exact32):
+// rank_map's summary cells of one rank. Per cell c (cell[i] in [0, len(ops))): ops, the
+// summed durations (NaN counted as 0.0), the known durations and the summed bytes, in float64
+// added in row order as np.bincount adds them (the outputs start at zero); ``values`` gets the
+// known durations of cell 0, then cell 1, ... each in row order, cell c's from bounds[c] to
+// bounds[c + 1]; exact32[c] = 1 when float32 holds each of them exactly.
+PyObject* cell_figures(PyObject*, PyObject* args) {
+  PyObject *c_, *d_, *b_, *ops_, *ds_, *kn_, *bs_, *bd_, *v_, *x_;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &c_, &d_, &b_, &ops_, &ds_, &kn_, &bs_, &bd_, &v_, &x_)) return nullptr;
+  const char* w = "cell_figures";
+  Buf cell, nbytes, bounds;
+  Array<double> dur, ops, dsum, known, bsum, values;
+  Array<int8_t> exact32;
+  if (!cell.get(c_, false, w) || !dur.get(d_, false, w) || !nbytes.get(b_, false, w) || !ops.get(ops_, true, w) ||
+      !dsum.get(ds_, true, w) || !known.get(kn_, true, w) || !bsum.get(bs_, true, w) || !bounds.get(bd_, true, w) ||
+      !values.get(v_, true, w) || !exact32.get(x_, true, w) || !same_length(cell, dur, w) ||
+      !same_length(cell, nbytes, w) || !same_length(ops, dsum, w) || !same_length(ops, known, w) ||
+      !same_length(ops, bsum, w) || !same_length(ops, exact32, w) || !room(bounds, ops.n + 1, w) ||
+      !room(values, cell.n, w))
+    return nullptr;
+  const Py_ssize_t n = ops.n;
+  for (Py_ssize_t i = 0; i < cell.n; ++i)
+    if (cell.p[i] < 0 || cell.p[i] >= n) return PyErr_Format(PyExc_IndexError, "%s: cell out of range", w);
+  Py_BEGIN_ALLOW_THREADS
+  std::vector<Py_ssize_t> fill(n, 0);
+  for (Py_ssize_t c = 0; c < n; ++c) exact32.p[c] = 1;
+  for (Py_ssize_t i = 0; i < cell.n; ++i) {
+    const i64 c = cell.p[i];
+    const double v = dur.p[i];
+    const bool is_known = !std::isnan(v);
+    ops.p[c] += 1.0;
+    dsum.p[c] += is_known ? v : 0.0;
+    known.p[c] += is_known ? 1.0 : 0.0;
+    bsum.p[c] += double(nbytes.p[i]);
+    if (is_known) ++fill[c];
+  }
+  bounds.p[0] = 0;
+  for (Py_ssize_t c = 0; c < n; ++c) bounds.p[c + 1] = bounds.p[c] + fill[c];
+  for (Py_ssize_t c = 0; c < n; ++c) fill[c] = bounds.p[c];
+  for (Py_ssize_t i = 0; i < cell.n; ++i) {
+    const double v = dur.p[i];
+    if (std::isnan(v)) continue;
+    const i64 c = cell.p[i];
+    values.p[fill[c]++] = v;
+    if (exact32.p[c] && !(std::fabs(v) <= double(FLT_MAX) && double(float(v)) == v)) exact32.p[c] = 0;
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"cell_figures", cell_figures, METH_VARARGS,
+     "cell_figures(cell, dur, nbytes, ops, dur_sum, known, bytes_sum, bounds, values, exact32)"},
     {"instance_extremes", instance_extremes, METH_VARARGS,
      "instance_extremes(inst, t, rank, dur, size, end, first, last, slowest, size_max, end_max)"},
     {"first_seen_codes", first_seen_codes, METH_VARARGS, "first_seen_codes(keys, lo, span, out) -> count"},
