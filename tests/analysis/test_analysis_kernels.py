@@ -330,3 +330,44 @@ def test_cell_figures(monkeypatch):
         dur = np.where(rng.random(n) < 0.2, np.nan, np.round(rng.random(n) * 1e6))
         dur[::7] = rng.random(len(dur[::7]))
         same(monkeypatch, figures, cell, dur, rng.integers(0, 1 << 40, n), n_cells)
+
+
+def test_file_columns(monkeypatch):
+    """partition_map._file_columns: one file's records as rows of the partition's columns
+    (end from a known end, else the return, never before the start; NaN durations; p2p
+    src/dst from the sig's root), written at an offset; random records with NaN offsets."""
+    from commtrace.analysis.partial.partition_map import _COLUMNS, _FileTables, _file_columns
+    from commtrace.trace import schema
+
+    rng = np.random.default_rng(9)
+    m, ns, ng = 5000, 7, 3
+    rec = np.zeros(m, schema.OP_RECORD)
+    rec["sig"], rec["group"], rec["seq"] = rng.integers(0, ns, m), rng.integers(0, ng, m), rng.integers(1, 2**32, m)
+    rec["d_end"] = np.where(rng.random(m) < 0.3, np.nan, rng.random(m) * 1e6).astype(np.float32)
+    rec["d_return"] = np.where(rng.random(m) < 0.3, np.nan, rng.random(m) * 1e6 - 1e3).astype(np.float32)
+    rec["d_end"][:3] = [np.nan, 5.0, -7.0]            # unknown end; a known one; one before the start
+    rec["d_return"][:3] = [np.nan, 9.0, np.nan]
+    t = rng.integers(10**9, 10**12, m)
+    t[:3] = 1000
+    p2p = np.array([False, True, True, False, False, True, False])
+    ft = _FileTables(np.arange(ns), np.arange(ng), np.arange(ns), np.arange(ng), ["x"] * ns, p2p,
+                     np.array([False, True, False, False, False, False, False]), rng.integers(-1, 8, ns),
+                     rng.integers(0, 1 << 40, ns), [("w", str(g)) for g in range(ng)], rng.integers(1, 64, ng),
+                     [()] * (ns * ng))
+    si, gi = rec["sig"].astype(np.int64), rec["group"].astype(np.int64)
+    s_op, g_wg, c_lut = rng.integers(0, 9, ns), rng.integers(0, 4, ng), rng.integers(0, 30, ns * ng)
+
+    def columns():
+        c = {k: np.full(m + 10, -99, dt) for k, dt in _COLUMNS.items()}
+        _file_columns(c, 10, rec, t, si, gi, ft, s_op, g_wg, c_lut, 3)
+        return tuple(c.values())
+
+    numpy_result, native_result = both(monkeypatch, columns)
+    for name, x, y in zip(_COLUMNS, numpy_result, native_result):
+        assert np.array_equal(np.array(x), np.array(y), equal_nan=True), name
+    c = dict(zip(_COLUMNS, native_result))
+    assert c["t"][:10] == [-99] * 10 and c["t"][10:13] == [1000] * 3
+    assert c["end"][10:13] == [1000, 1005, 1000] and np.isnan(c["dur"][10]) and c["dur"][11:13] == [5.0, -7.0]
+    sent = 10 + int(np.flatnonzero(rec["sig"] == 1)[0])
+    received = 10 + int(np.flatnonzero(rec["sig"] == 2)[0])
+    assert (c["src"][sent], c["dst"][sent]) == (3, ft.root[1]) and (c["src"][received], c["dst"][received]) == (ft.root[2], 3)

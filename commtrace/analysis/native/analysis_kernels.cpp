@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <type_traits>
 #include <vector>
@@ -45,7 +46,7 @@ struct Array {
     if (std::is_floating_point<T>::value) return strcmp(f, "d") == 0;
     if (sizeof(T) == 8) return strcmp(f, "q") == 0 || strcmp(f, "l") == 0;
     if (sizeof(T) == 4) return strcmp(f, "i") == 0;
-    return strcmp(f, "b") == 0;
+    return strcmp(f, std::is_signed<T>::value ? "b" : "B") == 0;
   }
   bool get(PyObject* obj, bool writable, const char* what) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -550,7 +551,86 @@ PyObject* cell_figures(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// file_columns(records, itemsize, off_d_return, off_d_end, off_seq, t, si, gi, s_op, s_size,
+//              s_p2p, s_send, s_root, g_wg, g_n, c_lut, n_groups, rank, at, out...): partition_map's
+// per-op columns of one file's slice, written at rows [at, at + len(t)) of the partition's
+// columns (t, end, dur, rank, seq, wg, op, size, n, cell, src, dst). records: the slice's raw
+// bytes (schema.OP_RECORD, its field offsets given); t: aligned starts; si, gi: sig and group
+// index per record; s_* per sig, g_* per group, c_lut per (sig * n_groups + group).
+PyObject* file_columns(PyObject*, PyObject* args) {
+  PyObject *rec_, *t_, *si_, *gi_, *sop_, *ssz_, *sp2p_, *ssend_, *sroot_, *gwg_, *gn_, *clut_;
+  Py_ssize_t itemsize, o_ret, o_end, o_seq, n_groups, at;
+  long long rank;
+  PyObject* outs[12];
+  if (!PyArg_ParseTuple(args, "OnnnnOOOOOOOOOOOnLnOOOOOOOOOOOO", &rec_, &itemsize, &o_ret, &o_end, &o_seq, &t_, &si_,
+                        &gi_, &sop_, &ssz_, &sp2p_, &ssend_, &sroot_, &gwg_, &gn_, &clut_, &n_groups, &rank, &at,
+                        &outs[0], &outs[1], &outs[2], &outs[3], &outs[4], &outs[5], &outs[6], &outs[7], &outs[8],
+                        &outs[9], &outs[10], &outs[11]))
+    return nullptr;
+  const char* w = "file_columns";
+  Array<uint8_t> rec;
+  Buf t, si, gi, sop, ssz, sroot, gwg, gn, clut;
+  Array<int8_t> sp2p, ssend;
+  Buf o_t, o_end_, o_rank, o_seq_, o_wg, o_op, o_size, o_n, o_cell, o_src, o_dst;
+  Array<double> o_dur;
+  if (!rec.get(rec_, false, w) || !t.get(t_, false, w) || !si.get(si_, false, w) || !gi.get(gi_, false, w) ||
+      !sop.get(sop_, false, w) || !ssz.get(ssz_, false, w) || !sp2p.get(sp2p_, false, w) ||
+      !ssend.get(ssend_, false, w) || !sroot.get(sroot_, false, w) || !gwg.get(gwg_, false, w) ||
+      !gn.get(gn_, false, w) || !clut.get(clut_, false, w) || !o_t.get(outs[0], true, w) ||
+      !o_end_.get(outs[1], true, w) || !o_dur.get(outs[2], true, w) || !o_rank.get(outs[3], true, w) ||
+      !o_seq_.get(outs[4], true, w) || !o_wg.get(outs[5], true, w) || !o_op.get(outs[6], true, w) ||
+      !o_size.get(outs[7], true, w) || !o_n.get(outs[8], true, w) || !o_cell.get(outs[9], true, w) ||
+      !o_src.get(outs[10], true, w) || !o_dst.get(outs[11], true, w))
+    return nullptr;
+  const Py_ssize_t m = t.n;
+  if (si.n != m || gi.n != m || rec.n != m * itemsize || itemsize < 1 || o_ret < 0 || o_end < 0 || o_seq < 0 ||
+      o_ret + 4 > itemsize || o_end + 4 > itemsize || o_seq + 4 > itemsize)
+    return PyErr_Format(PyExc_ValueError, "%s: records, times and indexes do not match", w);
+  const Py_ssize_t ns = sop.n, ng = gwg.n;
+  if (ssz.n != ns || sp2p.n != ns || ssend.n != ns || sroot.n != ns || gn.n != ng || n_groups != ng ||
+      clut.n < ns * ng)
+    return PyErr_Format(PyExc_ValueError, "%s: lookup tables do not match", w);
+  const Buf* cols[] = {&o_t, &o_end_, &o_rank, &o_seq_, &o_wg, &o_op, &o_size, &o_n, &o_cell, &o_src, &o_dst};
+  for (const Buf* c : cols)
+    if (c->n != o_dur.n) return PyErr_Format(PyExc_ValueError, "%s: output columns differ in length", w);
+  if (at < 0 || at + m > o_dur.n) return PyErr_Format(PyExc_ValueError, "%s: rows beyond the columns", w);
+  for (Py_ssize_t i = 0; i < m; ++i)
+    if (si.p[i] < 0 || si.p[i] >= ns || gi.p[i] < 0 || gi.p[i] >= ng)
+      return PyErr_Format(PyExc_IndexError, "%s: sig or group index out of range", w);
+  Py_BEGIN_ALLOW_THREADS
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    const uint8_t* r = rec.p + i * itemsize;
+    float f_ret, f_end;
+    uint32_t seq;
+    std::memcpy(&f_ret, r + o_ret, 4);
+    std::memcpy(&f_end, r + o_end, 4);
+    std::memcpy(&seq, r + o_seq, 4);
+    const i64 x = t.p[i], s = si.p[i], g = gi.p[i], row = at + i;
+    const double d_end = f_end, d_ret = f_ret;
+    const bool known = !std::isnan(d_end);
+    const i64 d_int = known ? i64(d_end) : 0;
+    const i64 ret = std::isnan(d_ret) ? x : i64(d_ret) + x;
+    o_t.p[row] = x;
+    o_end_.p[row] = std::max(known ? d_int + x : ret, x);
+    o_dur.p[row] = known ? double(d_int) : nan;
+    o_rank.p[row] = rank;
+    o_seq_.p[row] = i64(seq);
+    o_wg.p[row] = gwg.p[g];
+    o_op.p[row] = sop.p[s];
+    o_size.p[row] = ssz.p[s];
+    o_n.p[row] = gn.p[g];
+    o_cell.p[row] = clut.p[s * ng + g];
+    const bool p2p = sp2p.p[s] != 0, send = ssend.p[s] != 0;
+    o_src.p[row] = p2p ? (send ? rank : sroot.p[s]) : -1;
+    o_dst.p[row] = p2p ? (send ? sroot.p[s] : rank) : -1;
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"file_columns", file_columns, METH_VARARGS, "file_columns(records, itemsize, ...): partition_map's columns of one file"},
     {"cell_figures", cell_figures, METH_VARARGS,
      "cell_figures(cell, dur, nbytes, ops, dur_sum, known, bytes_sum, bounds, values, exact32)"},
     {"instance_extremes", instance_extremes, METH_VARARGS,

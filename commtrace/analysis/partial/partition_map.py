@@ -163,12 +163,16 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     return pt, rec, rec["t_call"] + off
 
 
+_COLUMNS = {"t": np.int64, "end": np.int64, "dur": np.float64, "rank": np.int64, "seq": np.int64, "wg": np.int64,
+            "op": np.int64, "size": np.int64, "n": np.int64, "cell": np.int64, "src": np.int64, "dst": np.int64}
+
+
 def map_partition(task: PartitionTask) -> PartitionPartial:
     cell_ids: dict = {}
     op_ids: dict = {}
     wg_ids: dict = {}
-    parts = {k: [] for k in ("t", "end", "dur", "rank", "seq", "wg", "op", "size", "n", "cell", "src", "dst")}
     own_refs: dict = {}
+    slices = []
     for meta, ops, lo, hi in task.files:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
         if got is not None and ops in task.layers:
@@ -176,11 +180,16 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if got is not None and task.window is not None:
             keep = in_window(*got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None
-        if got is None:
-            continue
-        pt, rec, t = got
+        if got is not None:
+            slices.append(got)
+    if not slices:
+        return _empty(task)
+    total = sum(len(rec) for _, rec, _ in slices)
+    c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
+    at = 0
+    for i, (pt, rec, t) in enumerate(slices):
+        slices[i] = None                             # the records go as their rows are written
         ft = _tables_of(pt)
-        rank = -1 if pt.rank is None else pt.rank
         n_groups = len(ft.wg)
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
@@ -189,33 +198,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
         for cmb in combo.tolist():
             c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
-        d_end = rec["d_end"].astype(np.float64)
-        known = ~np.isnan(d_end)
-        d_int = np.where(known, d_end, 0).astype(np.int64)
-        d_ret = rec["d_return"].astype(np.float64)
-        ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
-        end = np.maximum(np.where(known, d_int + t, ret), t)
-        p2p = ft.p2p[si]
-        send = ft.send[si]
-        root = ft.root[si]
-        parts["t"].append(t)
-        parts["end"].append(end)
-        parts["dur"].append(np.where(known, d_int.astype(np.float64), np.nan))
-        parts["rank"].append(np.full(len(rec), rank, np.int64))
-        parts["seq"].append(rec["seq"].astype(np.int64))
-        parts["wg"].append(g_wg[gi])
-        parts["op"].append(s_op[si])
-        parts["size"].append(ft.size[si])
-        parts["n"].append(ft.n[gi])
-        parts["cell"].append(c_lut[si * n_groups + gi])
-        parts["src"].append(np.where(p2p, np.where(send, rank, root), -1))
-        parts["dst"].append(np.where(p2p, np.where(send, root, rank), -1))
+        _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        at += len(rec)
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
-    if not parts["t"]:
-        return _empty(task)
-    c = {}
-    for k in list(parts):                            # one column at a time: small temporaries
-        c[k] = np.concatenate(parts.pop(k))
     inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
     first, last, slowest, size, end = _per_instance(inst, k, c)
@@ -251,6 +236,42 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     split = split_instances(c["cell"], cell_ids, inst, first, c["rank"], c["t"],
                             np.asarray(ops, dtype=object)[op_first], group_of[c["wg"][first]], c["seq"][first])
     return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split)
+
+
+def _file_columns(c: dict, at: int, rec: np.ndarray, t: np.ndarray, si: np.ndarray, gi: np.ndarray, ft: _FileTables,
+                  s_op: np.ndarray, g_wg: np.ndarray, c_lut: np.ndarray, rank: int) -> None:
+    """One file's slice as rows [at, at + len(rec)) of the partition's columns ``c``: aligned
+    start, end (known end, else return, else start; never before the start), duration (NaN:
+    unknown), rank, seq, (world, group), op, size, group size, summary cell, p2p src and dst."""
+    kern = kernels()
+    if kern is not None:
+        rec = np.ascontiguousarray(rec)
+        fields = rec.dtype.fields
+        i64 = functools.partial(np.ascontiguousarray, dtype=np.int64)
+        kern.file_columns(rec.view(np.uint8).reshape(-1), rec.dtype.itemsize, fields["d_return"][1],
+                          fields["d_end"][1], fields["seq"][1], i64(t), i64(si), i64(gi), s_op, i64(ft.size),
+                          ft.p2p.view(np.int8), ft.send.view(np.int8), i64(ft.root), g_wg, i64(ft.n), c_lut,
+                          len(ft.wg), rank, at, *(c[k] for k in _COLUMNS))
+        return
+    rows = slice(at, at + len(rec))
+    d_end = rec["d_end"].astype(np.float64)
+    known = ~np.isnan(d_end)
+    d_int = np.where(known, d_end, 0).astype(np.int64)
+    d_ret = rec["d_return"].astype(np.float64)
+    ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
+    p2p, send, root = ft.p2p[si], ft.send[si], ft.root[si]
+    c["t"][rows] = t
+    c["end"][rows] = np.maximum(np.where(known, d_int + t, ret), t)
+    c["dur"][rows] = np.where(known, d_int.astype(np.float64), np.nan)
+    c["rank"][rows] = rank
+    c["seq"][rows] = rec["seq"]
+    c["wg"][rows] = g_wg[gi]
+    c["op"][rows] = s_op[si]
+    c["size"][rows] = ft.size[si]
+    c["n"][rows] = ft.n[gi]
+    c["cell"][rows] = c_lut[si * len(ft.wg) + gi]
+    c["src"][rows] = np.where(p2p, np.where(send, rank, root), -1)
+    c["dst"][rows] = np.where(p2p, np.where(send, root, rank), -1)
 
 
 def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
