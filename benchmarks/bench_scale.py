@@ -131,9 +131,11 @@ def kernels_side_by_side(run: str, rounds: int) -> dict | None:
 
 
 def kernels_markdown(k: dict) -> str:
-    med = lambda xs: sorted(xs)[len(xs) // 2]      # noqa: E731
-    lines = [f"\nAnalysis kernels (C++, `commtrace build-native`) vs numpy (`COMMTRACE_NATIVE=0`), {k['rounds']} "
-             "rounds alternating, medians (CPU: user + sys of the analysing process and its workers):\n",
+    import numpy as np
+    med = lambda xs: float(np.median(xs))           # noqa: E731
+    rounds = f"{k['rounds']} round{'s' if k['rounds'] > 1 else ''}"
+    lines = [f"\nAnalysis kernels (C++, `commtrace build-native`) vs numpy (`COMMTRACE_NATIVE=0`), {rounds} "
+             "alternating, medians (CPU: user + sys of the analysing process and its workers):\n",
              "| case | CPU numpy | CPU kernels | CPU ratio | wall numpy | wall kernels | throughput with kernels |",
              "|---|---|---|---|---|---|---|"]
     for w in (1, 2):
