@@ -371,3 +371,25 @@ def test_file_columns(monkeypatch):
     sent = 10 + int(np.flatnonzero(rec["sig"] == 1)[0])
     received = 10 + int(np.flatnonzero(rec["sig"] == 2)[0])
     assert (c["src"][sent], c["dst"][sent]) == (3, ft.root[1]) and (c["src"][received], c["dst"][received]) == (ft.root[2], 3)
+
+
+def test_op_times(monkeypatch):
+    """rank_ops.op_times: return (start when unknown), end (known end, else return, else
+    start; never before the start), duration (NaN when the end is unknown)."""
+    from commtrace.analysis.partial.rank_ops import op_times
+
+    t = np.array([100, 100, 100, 100, 100], np.int64)
+    d_return = np.array([np.nan, 5.0, 7.0, np.nan, -50.0], np.float32)
+    d_end = np.array([np.nan, np.nan, 20.5, 9.0, -80.0], np.float32)
+    for ret, unknown, end, dur in both(monkeypatch, op_times, d_return, d_end, t):
+        assert ret == [100, 105, 107, 100, 50] and unknown == [True, False, False, True, False]
+        assert end == [100, 105, 120, 109, 100]
+        assert np.isnan(dur[0]) and np.isnan(dur[1]) and dur[2:] == [20.0, 9.0, -80.0]
+    rng = np.random.default_rng(10)
+    n = 100000
+    t = rng.integers(0, 10**15, n)
+    d_return = np.where(rng.random(n) < 0.3, np.nan, rng.normal(1e5, 1e5, n)).astype(np.float32)
+    d_end = np.where(rng.random(n) < 0.3, np.nan, rng.normal(1e6, 1e6, n)).astype(np.float32)
+    numpy_result, native_result = both(monkeypatch, op_times, d_return, d_end, t)
+    for x, y in zip(numpy_result, native_result):
+        assert np.array_equal(np.array(x), np.array(y), equal_nan=True)

@@ -43,7 +43,8 @@ struct Array {
   }
   static bool format_ok(const char* f) {
     if (*f == '<' || *f == '=' || *f == '@') ++f;
-    if (std::is_floating_point<T>::value) return strcmp(f, "d") == 0;
+    if (std::is_floating_point<T>::value) return strcmp(f, sizeof(T) == 8 ? "d" : "f") == 0;
+    if (std::is_same<T, bool>::value) return strcmp(f, "?") == 0;
     if (sizeof(T) == 8) return strcmp(f, "q") == 0 || strcmp(f, "l") == 0;
     if (sizeof(T) == 4) return strcmp(f, "i") == 0;
     return strcmp(f, std::is_signed<T>::value ? "b" : "B") == 0;
@@ -629,7 +630,40 @@ PyObject* file_columns(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// op_times(d_return, d_end, t, ret, ret_unknown, end, dur): rank_ops' times of each op from
+// its start t and its float32 offsets (NaN: unknown): return (t when unknown), end (the known
+// end, else the return, else t; never before t) and duration (NaN when the end is unknown).
+PyObject* op_times(PyObject*, PyObject* args) {
+  PyObject *dr_, *de_, *t_, *r_, *ru_, *e_, *d_;
+  if (!PyArg_ParseTuple(args, "OOOOOOO", &dr_, &de_, &t_, &r_, &ru_, &e_, &d_)) return nullptr;
+  const char* w = "op_times";
+  Array<float> dr, de;
+  Buf t, ret, end;
+  Array<bool> ru;
+  Array<double> dur;
+  if (!dr.get(dr_, false, w) || !de.get(de_, false, w) || !t.get(t_, false, w) || !ret.get(r_, true, w) ||
+      !ru.get(ru_, true, w) || !end.get(e_, true, w) || !dur.get(d_, true, w) || !same_length(dr, t, w) ||
+      !same_length(de, t, w) || !same_length(ret, t, w) || !same_length(ru, t, w) || !same_length(end, t, w) ||
+      !same_length(dur, t, w))
+    return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (Py_ssize_t i = 0; i < t.n; ++i) {
+    const i64 x = t.p[i];
+    const bool ret_ok = !std::isnan(dr.p[i]), end_ok = !std::isnan(de.p[i]);
+    const i64 r = ret_ok ? i64(dr.p[i]) + x : x;
+    const i64 d_end = end_ok ? i64(de.p[i]) : 0;
+    ret.p[i] = r;
+    ru.p[i] = !ret_ok;
+    end.p[i] = std::max(end_ok ? d_end + x : r, x);
+    dur.p[i] = end_ok ? double(d_end) : nan;
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"op_times", op_times, METH_VARARGS, "op_times(d_return, d_end, t, ret, ret_unknown, end, dur)"},
     {"file_columns", file_columns, METH_VARARGS, "file_columns(records, itemsize, ...): partition_map's columns of one file"},
     {"cell_figures", cell_figures, METH_VARARGS,
      "cell_figures(cell, dur, nbytes, ops, dur_sum, known, bytes_sum, bounds, values, exact32)"},
