@@ -114,13 +114,14 @@ def _paths(ext: Extension) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def _torch_install() -> tuple[str, str]:
-    """(torch's version, its folder) without importing torch where its metadata says them."""
+    """(torch's version, its folder) from its metadata, without importing torch (the same
+    key whether or not a process has imported it); importing it only where no metadata says."""
     try:
         import importlib.metadata
         spec = importlib.util.find_spec("torch")
-        if "torch" not in sys.modules and spec is not None and spec.origin:
+        if spec is not None and spec.origin:
             return importlib.metadata.version("torch"), os.path.dirname(spec.origin)
-    except (ImportError, ValueError):
+    except (ImportError, ValueError):   # PackageNotFoundError is an ImportError
         pass
     import torch
     return torch.__version__, os.path.dirname(torch.__file__)
