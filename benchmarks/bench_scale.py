@@ -1,6 +1,6 @@
 """Benchmark the partitioned analysis (commtrace.analysis.partial) side by side with the one-frame report.
 
-    python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--json FILE]
+    python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--kernel-rounds 3] [--json FILE]
     python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
     python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
                                     [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
@@ -8,7 +8,9 @@
 Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
 (a) load_report_run + build_report (one frame), (b) analysis.partial.analyse in a process
 pool of 1 and 2 workers, (c) with --dask, on a distributed.LocalCluster of 1 and 2 worker
-processes. Throughput = ops / wall time (summary + skew + step tables); memory = peak
+processes, (d) the pool x1 and x2 again with the compiled analysis kernels and with numpy's
+code (COMMTRACE_NATIVE=0), alternating, --kernel-rounds times (wall and CPU: user + sys of
+the analysing process and its workers). Throughput = ops / wall time (summary + skew + step tables); memory = peak
 RSS growth of the analysing process over its post-import base, plus the largest
 growth of a pool worker (forked from it after the imports) over the same base, per op.
 
@@ -42,6 +44,16 @@ from commtrace.analysis.run_info import load_report_run
 sys.path.insert(0, sys.argv[4])
 from peak_rss import peak_rss_kib
 base = peak_rss_kib()
+from commtrace.analysis import native_ext
+native_ext.kernels()     # loading the analysis kernels is part of the imports, as in the CLI
+
+
+def cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+cpu0 = cpu_s()
 t = time.perf_counter()
 if mode == "one-frame":
     rep = build_report(load_report_run(run_dir))
@@ -57,14 +69,16 @@ else:
         s = analyse(run_dir, dask=client, progress=False)
         ops = s.ops
 wall = time.perf_counter() - t
+cpu = cpu_s() - cpu0
 # pool workers are forked from this process after its imports: their growth is over the same base
-print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (peak_rss_kib() - base) * 1024,
+print(json.dumps({"ops": ops, "wall_s": wall, "cpu_s": cpu, "self_rss": (peak_rss_kib() - base) * 1024,
                   "child_rss": max(0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss - base) * 1024}))
 """
 
 
-def child(mode: str, run_dir: str, workers: int = 1) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(workers), os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True)
+def child(mode: str, run_dir: str, workers: int = 1, env: dict | None = None) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(workers), os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True,
+                       env=None if env is None else {**os.environ, **env})
     if p.returncode:
         raise SystemExit(p.stderr[-3000:])
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -74,8 +88,9 @@ CASES = {"one-frame": "one frame (load + build_report)", "pool": "partitioned, p
          "dask": "partitioned, Dask LocalCluster, {w} worker process(es)"}
 
 
-def run(ranks: int, ops: int, dask: bool, workdir: str | None = None) -> dict:
-    """The side-by-side measurement (see the module doc); results by case "mode-workers"."""
+def run(ranks: int, ops: int, dask: bool, workdir: str | None = None, kernel_rounds: int = 3) -> dict:
+    """The side-by-side measurement (see the module doc); results by case "mode-workers";
+    "kernels": the pool with the compiled analysis kernels and with numpy (kernels_side_by_side)."""
     from commtrace.trace.synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
     run = os.path.join(root, f"r{ranks}x{ops}")
@@ -89,9 +104,47 @@ def run(ranks: int, ops: int, dask: bool, workdir: str | None = None) -> dict:
         res[f"{mode}-{w}"] = {"mode": mode, "workers": w, "ops": r["ops"], "wall_s": r["wall_s"], "ops_per_s": r["ops"] / r["wall_s"],
                               "bytes_per_op": (r["self_rss"] + (r["child_rss"] if mode == "pool" and w > 1 else 0))
                               / r["ops"]}
+    res["kernels"] = kernels_side_by_side(run, kernel_rounds)
     if not workdir:
         shutil.rmtree(root, ignore_errors=True)
     return res
+
+
+def kernels_side_by_side(run: str, rounds: int) -> dict | None:
+    """The process pool x1 and x2 with the analysis kernels (analysis/native_ext) and with
+    numpy's code (COMMTRACE_NATIVE=0), alternating, ``rounds`` times: per case and variant
+    the wall and CPU (user + sys of the analysing process and its workers) of each round.
+    None where the kernels are not built (both would run numpy)."""
+    from commtrace.analysis import native_ext
+    if rounds < 1 or native_ext.kernels() is None:
+        return None
+    out: dict = {"rounds": rounds}
+    for w in (1, 2):
+        case = out[f"pool-{w}"] = {"kernels": {"wall_s": [], "cpu_s": []}, "numpy": {"wall_s": [], "cpu_s": []}}
+        for _ in range(rounds):
+            for variant, env in (("numpy", {"COMMTRACE_NATIVE": "0"}), ("kernels", {"COMMTRACE_NATIVE": "1"})):
+                r = child("pool", run, w, env)
+                case[variant]["wall_s"].append(r["wall_s"])
+                case[variant]["cpu_s"].append(r["cpu_s"])
+                case[variant]["ops"] = r["ops"]
+    return out
+
+
+def kernels_markdown(k: dict) -> str:
+    import numpy as np
+    med = lambda xs: float(np.median(xs))           # noqa: E731
+    rounds = f"{k['rounds']} round{'s' if k['rounds'] > 1 else ''}"
+    lines = [f"\nAnalysis kernels (C++, `commtrace build-native`) vs numpy (`COMMTRACE_NATIVE=0`), {rounds} "
+             "alternating, medians (CPU: user + sys of the analysing process and its workers):\n",
+             "| case | CPU numpy | CPU kernels | CPU ratio | wall numpy | wall kernels | throughput with kernels |",
+             "|---|---|---|---|---|---|---|"]
+    for w in (1, 2):
+        c = k[f"pool-{w}"]
+        nc, kc = med(c["numpy"]["cpu_s"]), med(c["kernels"]["cpu_s"])
+        nw, kw = med(c["numpy"]["wall_s"]), med(c["kernels"]["wall_s"])
+        lines.append(f"| process pool x{w} | {nc:.2f} s | {kc:.2f} s | {nc / kc:.2f}x | {nw:.2f} s | {kw:.2f} s | "
+                     f"{c['kernels']['ops'] / kw / 1e6:.2f} M ops/s |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(res: dict) -> str:
@@ -108,11 +161,13 @@ def markdown(res: dict) -> str:
         d1, d2 = res["dask-1"], res["dask-2"]
         lines.append(f"\nDask, 2 workers vs 1: {d1['wall_s'] / d2['wall_s']:.2f}x faster; per worker "
                      f"{d1['ops_per_s'] / 1e6:.2f} M ops/s (1 worker), {d2['ops_per_s'] / 2e6:.2f} M ops/s (2 workers).")
+    if res.get("kernels"):
+        lines.append(kernels_markdown(res["kernels"]))
     return "\n".join(lines) + "\n"
 
 
 def side_by_side(a) -> dict:
-    res = run(a.ranks, a.ops, a.dask, a.dir)
+    res = run(a.ranks, a.ops, a.dask, a.dir, a.kernel_rounds)
     print(markdown(res))
     return res
 
@@ -126,6 +181,16 @@ from commtrace.trace.reader import load_run
 sys.path.insert(0, sys.argv[4])
 from peak_rss import peak_rss_kib
 base = peak_rss_kib()
+from commtrace.analysis import native_ext
+native_ext.kernels()     # loading the analysis kernels is part of the imports, as in the CLI
+
+
+def cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+cpu0 = cpu_s()
 t = time.perf_counter()
 if mode == "one-frame":
     run = load_run(run_dir)
@@ -361,6 +426,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--ops", type=int, default=100_000, help="ops per rank")
     ap.add_argument("--dask", action="store_true", help="also a Dask LocalCluster with 1 and 2 workers")
+    ap.add_argument("--kernel-rounds", type=int, default=3,
+                    help="rounds of the pool with the analysis kernels vs numpy (0: not measured)")
     ap.add_argument("--big", action="store_true", help="the 10^9-op run instead (minutes; 32 GB of disk)")
     ap.add_argument("--big-ranks", type=int, default=1024)
     ap.add_argument("--big-ops", type=int, default=1_000_000)

@@ -63,8 +63,8 @@ def _run_parser(sub) -> None:
 def _build_native_parser(sub) -> None:
     p = sub.add_parser("build-native", help="compile the optional C++ fast paths",
                        description="Compile commtrace's optional C++ extensions for the installed torch: the "
-                       "native wrapper for CPU groups and, when mpi4py's MPI has headers, the mpi backend's "
-                       "fast path. Without them commtrace uses its Python code (slower per op). Exit code 1 "
+                       "native wrapper for CPU groups, the analysis kernels (report, compare, check) and, when "
+                       "mpi4py's MPI has headers, the mpi backend's fast path. Without them commtrace uses its Python code (slower per op). Exit code 1 "
                        "if one failed to build.",
                        epilog="example:\n  commtrace build-native\n\nCOMMTRACE_NATIVE=0 disables the "
                        "extensions at run time; COMMTRACE_NATIVE_DIR sets where they are built.",

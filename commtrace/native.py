@@ -69,6 +69,9 @@ class Extension:
     cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
     compiler: tuple[str, ...] = field(default_factory=lambda: tuple(shlex.split(os.environ.get("CXX", "c++"))))
+    # False: the module uses no torch symbol (plain CPython API; linked --as-needed so
+    # it does not need libtorch), so loading it imports no torch (~1 s per process)
+    uses_torch: bool = True
 
 
 # Our flags on top of cpp_extension's (which compiles without optimization).
@@ -99,15 +102,29 @@ def _paths(ext: Extension) -> tuple[str, str]:
     """(module name, path of its shared object). Cheap: loading must not import
     torch.utils.cpp_extension (it imports setuptools: ~0.3 s per rank). Cached:
     every group a process creates asks, and the sources do not change under it."""
-    import torch
     h = hashlib.sha256()
     for s in _inputs(ext):
         with open(s, "rb") as f:
             h.update(f.read())
-    h.update(repr((ext.compiler, ext.cflags, ext.ldflags, torch.__version__, os.path.dirname(torch.__file__),
+    h.update(repr((ext.compiler, ext.cflags, ext.ldflags, *_torch_install(),
                    sys.version_info[:2], _CFLAGS, _BUILD_VERSION)).encode())
     modname = f"{ext.name}_{h.hexdigest()[:16]}"
     return modname, os.path.join(build_dir(), modname + ".so")
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_install() -> tuple[str, str]:
+    """(torch's version, its folder) from its metadata, without importing torch (the same
+    key whether or not a process has imported it); importing it only where no metadata says."""
+    try:
+        import importlib.metadata
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.origin:
+            return importlib.metadata.version("torch"), os.path.dirname(spec.origin)
+    except (ImportError, ValueError):   # PackageNotFoundError is an ImportError
+        pass
+    import torch
+    return torch.__version__, os.path.dirname(torch.__file__)
 
 
 _BUILD_VERSION = 2  # bump when how build() compiles changes (2: torch.utils.cpp_extension)
@@ -205,7 +222,8 @@ def load(ext: Extension):
                 _loaded[ext.name] = NativeBuildError(f"{ext.name} is not built (commtrace build-native)")
                 return None
             build(ext)
-        import torch.distributed  # noqa: F401  (registers the pybind base types the module derives from)
+        if ext.uses_torch:
+            import torch.distributed  # noqa: F401  (registers the pybind base types the module derives from)
         loader = importlib.machinery.ExtensionFileLoader(modname, so)
         spec = importlib.util.spec_from_file_location(modname, so, loader=loader)
         mod = importlib.util.module_from_spec(spec)

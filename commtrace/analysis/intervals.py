@@ -1,13 +1,21 @@
-"""Interval arithmetic on sets of half-open time intervals [start, end) (pure numpy).
+"""Interval arithmetic on sets of half-open time intervals [start, end) (pure functions).
 
 A *set* is a pair of int64 arrays (starts, ends), sorted by start, pairwise
 disjoint and non-touching (``union`` makes one from any intervals). Every
 figure the report shows as "time" is the length of such a set clipped to a
 window, so overlapping ops are never counted twice (docs/report.md).
+
+Each operation has a numpy implementation (``_*_numpy``: the reference, and the
+fallback) and, when the analysis kernels are built (``native_ext``, ``commtrace
+build-native``; ``COMMTRACE_NATIVE=0`` turns them off), a compiled one that is a
+single linear merge and gives the same arrays (tests/analysis/test_analysis_kernels.py).
+The function named after the operation picks one; callers never choose.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .native_ext import kernels
 
 IntervalSet = tuple[np.ndarray, np.ndarray]
 
@@ -19,8 +27,37 @@ def empty() -> IntervalSet:
     return np.empty(0, np.int64), np.empty(0, np.int64)
 
 
+def _i64(x) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def _native_set(fn, n: int, *arrays) -> IntervalSet:
+    """Run a set kernel writing at most ``n`` intervals; the set it wrote."""
+    os, oe = np.empty(n, np.int64), np.empty(n, np.int64)
+    m = fn(*arrays, os, oe)
+    return os[:m], oe[:m]
+
+
 def union(starts, ends) -> IntervalSet:
     """The union of intervals [starts[i], ends[i]) as a set (empty intervals dropped)."""
+    s, e = _i64(starts), _i64(ends)
+    k = kernels()
+    if k is None or s.ndim != 1:
+        return _union_numpy(s, e)
+    return _native_set(k.union, len(s), s, e)
+
+
+def union_of(a, b) -> IntervalSet:
+    """The union of two interval lists (starts, ends): ``union`` of both. Where each is
+    sorted by start (sets are, ops in start order too), the kernel merges them without a sort."""
+    k = kernels()
+    if k is None:
+        return _union_numpy(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
+    a0, a1, b0, b1 = _i64(a[0]), _i64(a[1]), _i64(b[0]), _i64(b[1])
+    return _native_set(k.union2, len(a0) + len(b0), a0, a1, b0, b1)
+
+
+def _union_numpy(starts, ends) -> IntervalSet:
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     keep = e > s
@@ -40,12 +77,34 @@ def union(starts, ends) -> IntervalSet:
     return s[first], reach[last]
 
 
+def searchsorted(a: np.ndarray, v, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(a, v, side)`` for a sorted int64 ``a``. The kernel walks ``a``
+    once for values that mostly grow (op starts in order) instead of a binary search each."""
+    k = kernels()
+    v = np.asarray(v)
+    if k is None or v.ndim != 1 or a.dtype != np.int64 or v.dtype != np.int64:
+        return np.searchsorted(a, v, side=side)
+    out = np.empty(len(v), np.int64)
+    k.searchsorted(_i64(a), _i64(v), out, side == "right")
+    return out
+
+
 def length(a: IntervalSet) -> int:
     return int((a[1] - a[0]).sum())
 
 
 def covered_before(a: IntervalSet, t) -> np.ndarray:
     """For each time in ``t``: how much of set ``a`` lies before it (int64, vectorized)."""
+    k = kernels()
+    if k is None:
+        return _covered_before_numpy(a, t)
+    t = np.asarray(t, dtype=np.int64)
+    out = np.empty(t.shape, np.int64)
+    k.covered_before(_i64(a[0]), _i64(a[1]), _i64(t.ravel()), out.reshape(-1))
+    return out
+
+
+def _covered_before_numpy(a: IntervalSet, t) -> np.ndarray:
     s, e = a
     t = np.asarray(t, dtype=np.int64)
     if len(s) == 0:
@@ -61,16 +120,29 @@ def covered_before(a: IntervalSet, t) -> np.ndarray:
 def length_within(a: IntervalSet, lo, hi) -> np.ndarray:
     """For each window [lo[i], hi[i]): the length of ``a`` inside it (vectorized)."""
     lo, hi = np.broadcast_arrays(np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64))
+    k = kernels()
+    if k is not None:
+        out = np.empty(lo.shape, np.int64)
+        k.length_within(_i64(a[0]), _i64(a[1]), _i64(lo.ravel()), _i64(hi.ravel()), out.reshape(-1))
+        return out
     hi = np.maximum(hi, lo)
     both = covered_before(a, np.concatenate((lo.ravel(), hi.ravel())))   # a's prefix sums built once for both ends
     return (both[lo.size:] - both[:lo.size]).reshape(lo.shape)
 
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
-    """a ∩ b, without sorting: for each interval of a, the intervals of b it overlaps
-    (found by binary search) give one piece each; the pieces come out in order."""
+    """a ∩ b (two sets)."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return empty()
+    k = kernels()
+    if k is None:
+        return _intersect_numpy(a, b)
+    return _native_set(k.intersect, len(a[0]) + len(b[0]), _i64(a[0]), _i64(a[1]), _i64(b[0]), _i64(b[1]))
+
+
+def _intersect_numpy(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """Without sorting: for each interval of a, the intervals of b it overlaps
+    (found by binary search) give one piece each; the pieces come out in order."""
     first = np.searchsorted(b[1], a[0], side="right")   # first b ending after a's start
     stop = np.searchsorted(b[0], a[1], side="left")     # b's starting before a's end
     count = np.maximum(stop - first, 0)
@@ -86,10 +158,13 @@ def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 
 
 def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
-    """a minus b."""
+    """a minus b (two sets)."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
-    return intersect(a, complement(b))
+    k = kernels()
+    if k is None:
+        return _intersect_numpy(a, complement(b))
+    return _native_set(k.subtract, len(a[0]) + len(b[0]), _i64(a[0]), _i64(a[1]), _i64(b[0]), _i64(b[1]))
 
 
 def complement(b: IntervalSet) -> IntervalSet:
@@ -97,7 +172,7 @@ def complement(b: IntervalSet) -> IntervalSet:
     s = np.concatenate(([NEG], b[1]))
     e = np.concatenate((b[0], [POS]))
     if not ((b[1] > b[0]).all() and (b[0][1:] >= b[1][:-1]).all()):
-        return union(s, e)                  # not a set (empty, overlapping or unsorted pieces): the general way
+        return _union_numpy(s, e)           # not a set (empty, overlapping or unsorted pieces): the general way
     # the gaps of a set are already sorted and disjoint; only the first or last can be
     # empty (b reaches NEG or POS), and touching pieces of b leave empty gaps too
     keep = e > s

@@ -26,6 +26,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .arrays import OpArrays, rows_by_rank
+from .native_ext import kernels
 from .steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
 
 PER_RANK_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "step_ns", "compute_ns",
@@ -117,12 +118,23 @@ def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: n
         return iv.empty()
     order = np.argsort(bw_begin, kind="stable")
     b, e = bw_begin[order], bw_end[order]
-    k = np.searchsorted(b, grad_starts, side="right") - 1
-    ok = (k >= 0) & (grad_starts <= e[np.maximum(k, 0)])
-    last = np.full(len(b), np.iinfo(np.int64).min)
-    np.maximum.at(last, k[ok], grad_starts[ok])
+    last = _last_in_window(b, e, grad_starts)
     has = last > np.iinfo(np.int64).min
     return iv.union(last[has], e[has])
+
+
+def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per window [b[i], e[i]] (``b`` sorted): the latest time of ``t`` that lies in it,
+    counting each time for the last window beginning at or before it (int64 min: none)."""
+    last = np.full(len(b), np.iinfo(np.int64).min)
+    kern = kernels()
+    if kern is not None:
+        kern.last_in_window(b, e, np.ascontiguousarray(t, dtype=np.int64), last)
+        return last
+    k = np.searchsorted(b, t, side="right") - 1
+    ok = (k >= 0) & (t <= e[np.maximum(k, 0)])
+    np.maximum.at(last, k[ok], t[ok])
+    return last
 
 
 class RankTimes:
@@ -167,7 +179,7 @@ class RankTimes:
             ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
             grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else none
             tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
-            waited = iv.union(np.concatenate((ws, tails[0])), np.concatenate((we, tails[1])))
+            waited = iv.union_of((ws, we), tails)
             compute = iv.subtract(busy, waited)
         return RankTime(comm, compute, iv.subtract(comm, compute))
 
@@ -219,14 +231,25 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
             continue
         if selected is not None:
             mine = mine[selected[mine]]
-        st = op_step[mine]
+        st = op_step if len(mine) == len(op_step) else op_step[mine]    # one rank's frame: no gather
         table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
         table[snum[rows]] = rows
-        target = table[st]
-        hit = target >= 0
-        ops += np.bincount(target[hit], minlength=n)
-        nbytes += np.bincount(target[hit], weights=a.nbytes[mine[hit]].astype(np.float64), minlength=n)
+        _add_by_row(table, st, a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], ops, nbytes)
     return ops, nbytes.astype(np.int64)
+
+
+def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts: np.ndarray,
+                sums: np.ndarray) -> None:
+    """For each op i whose step ``st[i]`` has a row r = ``row_of[st[i]]`` >= 0: counts[r] += 1,
+    sums[r] += weights[i] (float64, in row order: as np.bincount adds them)."""
+    kern = kernels()
+    if kern is not None and st.dtype == np.int32:
+        kern.sums_by_row(row_of, np.ascontiguousarray(st), np.ascontiguousarray(weights, dtype=np.int64), counts, sums)
+        return
+    target = row_of[st]
+    hit = target >= 0
+    counts += np.bincount(target[hit], minlength=len(counts))
+    sums += np.bincount(target[hit], weights=weights[hit].astype(np.float64), minlength=len(sums))
 
 
 def across_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:

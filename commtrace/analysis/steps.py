@@ -25,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .arrays import OpArrays
+from . import intervals as iv
+from .arrays import OpArrays, dense_codes, rows_by_rank
+from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
 
@@ -50,7 +52,7 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     opt = phase_is["optimizer"] & (step > 0)
     if not opt.any():
         return _empty()
-    keys, inv = np.unique(key[opt], return_inverse=True)          # every step has an optimizer span
+    keys, inv = dense_codes(key[opt])                            # every step has an optimizer span
     n = len(keys)
     begin = np.full(n, np.iinfo(np.int64).max)
     end = np.full(n, np.iinfo(np.int64).min)
@@ -72,7 +74,7 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     if not _in_order(rank, begin):                            # (rank, begin) order; often already so
         st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
     if arrays is not None and len(arrays.rank):
-        with_forwards = set(np.unique(spans["rank"].to_numpy()[phase_is["forward"]]).tolist())
+        with_forwards = set(dense_codes(spans["rank"].to_numpy()[phase_is["forward"]])[0].tolist())
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
     st["step"] = _numbered_per_rank(st)
     return st
@@ -103,7 +105,7 @@ def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
 
 def _step_of(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Index into ``keys`` (sorted) of each ``key``; -1 where absent (no optimizer step)."""
-    k = np.searchsorted(keys, key)
+    k = iv.searchsorted(keys, key)
     ok = (k < len(keys)) & (keys[np.minimum(k, len(keys) - 1)] == key)
     return np.where(ok, k, -1)
 
@@ -156,20 +158,33 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
     where = np.full(n, NO_STEPS, dtype=np.int8)
     if n == 0 or len(steps) == 0:
         return step, where
-    srank = steps["rank"].to_numpy()
+    b = steps["t_begin_ns"].to_numpy(dtype=np.int64)
+    e = steps["t_end_ns"].to_numpy(dtype=np.int64)
+    num = steps["step"].to_numpy(dtype=np.int64)
     by_rank = arrays.rank_rows()
-    for r in np.unique(srank):
-        rows = by_rank.get(int(r))
+    for r, sel in rows_by_rank(steps["rank"].to_numpy()).items():   # steps are in (rank, begin) order
+        rows = by_rank.get(r)
         if rows is None:
             continue
-        sel = np.flatnonzero(srank == r)
-        b = steps["t_begin_ns"].to_numpy(dtype=np.int64)[sel]
-        e = steps["t_end_ns"].to_numpy(dtype=np.int64)[sel]
-        num = steps["step"].to_numpy(dtype=np.int64)[sel]
-        t = arrays.start[rows]
-        k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
-        kk = np.maximum(k, 0)
-        inside = (k >= 0) & (t <= e[kk])
-        step[rows] = np.where(inside, num[kk], 0)
-        where[rows] = np.where(inside, IN_STEP, np.where(k < 0, BEFORE, np.where(t > e[-1], AFTER, BETWEEN)))
+        all_rows = len(rows) == n                    # a frame of one rank: no gather, no scatter
+        s, w = _locate_in_steps(b[sel], e[sel], num[sel], arrays.start if all_rows else arrays.start[rows])
+        if all_rows:
+            step, where = s, w
+        else:
+            step[rows], where[rows] = s, w
+    return step, where
+
+
+def _locate_in_steps(b: np.ndarray, e: np.ndarray, num: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """locate_ops for one rank: its steps (begin-sorted) and its ops' starts ``t``."""
+    kern = kernels()
+    if kern is not None:
+        step, where = np.empty(len(t), np.int32), np.empty(len(t), np.int8)
+        kern.locate(b, e, num, np.ascontiguousarray(t, dtype=np.int64), step, where, IN_STEP, BEFORE, BETWEEN, AFTER)
+        return step, where
+    k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
+    kk = np.maximum(k, 0)
+    inside = (k >= 0) & (t <= e[kk])
+    step = np.where(inside, num[kk], 0).astype(np.int32)
+    where = np.where(inside, IN_STEP, np.where(k < 0, BEFORE, np.where(t > e[-1], AFTER, BETWEEN))).astype(np.int8)
     return step, where

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from commtrace import native
+from commtrace.analysis import native_ext
 from commtrace.analysis.compare import _run_busbw
 from commtrace.analysis.partial import analyse, scan
 from commtrace.analysis.partial.sketch import ALPHA, LogSketch
@@ -65,6 +67,24 @@ def test_partial_equals_report_synthetic(two_groups_run, workers):
 def test_partial_equals_report_real_runs(real_run, accum_run):
     for run in (real_run, accum_run):
         assert_same(build_report(load_report_run(run)), analyse(run, workers=1))
+
+
+def test_same_tables_with_and_without_the_analysis_kernels(two_groups_run, real_run, monkeypatch):
+    """build_report and the partitioned analysis with the compiled analysis kernels equal
+    both with numpy's (COMMTRACE_NATIVE=0), on a synthetic run and on a real DDP run."""
+    if native_ext.kernels() is None:
+        pytest.skip(f"analysis kernels not built (commtrace build-native): {native.error(native_ext.EXTENSION)}")
+    for run in (two_groups_run, real_run):
+        monkeypatch.setenv("COMMTRACE_NATIVE", "0")
+        rep = build_report(load_report_run(run))
+        assert rep.steps is not None and len(rep.steps.per_rank) > 0 and rep.steps.per_rank["compute_ns"].any()
+        assert_same(rep, analyse(run, workers=1))
+        monkeypatch.setenv("COMMTRACE_NATIVE", "1")
+        assert native_ext.kernels() is not None
+        assert_same(rep, analyse(run, workers=1))
+        with_kernels = build_report(load_report_run(run))
+        for name in ("per_rank", "across", "outside"):
+            pd.testing.assert_frame_equal(getattr(rep.steps, name), getattr(with_kernels.steps, name))
 
 
 def test_dask_local_cluster_equals_embedded(two_groups_run):

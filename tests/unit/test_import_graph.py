@@ -25,6 +25,9 @@ FORBIDDEN = {
     "capture": {"analysis", "render", "cli"},
     "native": {"capture", "trace", "analysis", "render", "mpi", "cli", "dynamo", "mpienv"},
 }
+# The one exception: the analysis's extension declaration (its C++ kernels) uses the
+# builder, as every package's native_ext does; nothing else in analysis knows it.
+ALLOWED = {("commtrace.analysis.native_ext", "commtrace.native")}
 # Circles known when this test was written, each owned by an open issue; one
 # that disappears is fine, a new one fails.
 KNOWN_CIRCLES = {
@@ -85,14 +88,14 @@ def test_graph_is_read(graph):
 
 def test_layers_point_one_way(graph):
     bad = [(m, t) for m, targets in graph.items() for t in targets
-           if _room(t) in FORBIDDEN.get(_room(m), ())]
+           if _room(t) in FORBIDDEN.get(_room(m), ()) and (m, t) not in ALLOWED]
     assert bad == []
 
 
 def test_the_builder_knows_no_client(graph):
     assert graph["commtrace.native"] == set()
     declared = native._declaration_modules()
-    assert declared == ["commtrace.capture.native_ext", "commtrace.mpi.native_ext"]
+    assert declared == ["commtrace.analysis.native_ext", "commtrace.capture.native_ext", "commtrace.mpi.native_ext"]
     for d in declared:  # declarations depend on the builder, never the other way
         assert "commtrace.native" in graph[d]
 

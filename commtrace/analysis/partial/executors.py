@@ -12,6 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ...errors import CommtraceError
+from .heap import keep_freed_memory
 
 ENV_DASK = "COMMTRACE_DASK"
 
@@ -37,6 +38,7 @@ class SerialExecutor:
         self.workers = 1
 
     def map(self, fn, tasks):
+        keep_freed_memory()       # the tasks run in this process
         for t in tasks:
             yield fn(t)
 
@@ -53,7 +55,8 @@ class PoolExecutor:
         # the caller's __main__, which breaks scripts without a __main__ guard. Workers only run
         # the map functions (no output), so the progress bar's thread cannot hold a lock they need.
         self.workers = max(1, workers)
-        self.pool = ProcessPoolExecutor(max_workers=self.workers)
+        keep_freed_memory()       # this process receives and folds the results (measured: 0.38-0.41 s of CPU, not 0.41-0.52)
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, initializer=keep_freed_memory)
 
     def map(self, fn, tasks):
         try:

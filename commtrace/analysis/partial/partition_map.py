@@ -22,6 +22,7 @@ import pandas as pd
 from ...trace import reader, schema
 from ...trace.schema import P2P_OPS
 from ..arrays import NA_KEY, dense_codes
+from ..native_ext import kernels
 from ..summary import bus_factor
 from .bounded_map import bounded_records, is_bounded
 from .layers_map import cpp_unmatched
@@ -162,12 +163,16 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     return pt, rec, rec["t_call"] + off
 
 
+_COLUMNS = {"t": np.int64, "end": np.int64, "dur": np.float64, "rank": np.int64, "seq": np.int64, "wg": np.int64,
+            "op": np.int64, "size": np.int64, "n": np.int64, "cell": np.int64, "src": np.int64, "dst": np.int64}
+
+
 def map_partition(task: PartitionTask) -> PartitionPartial:
     cell_ids: dict = {}
     op_ids: dict = {}
     wg_ids: dict = {}
-    parts = {k: [] for k in ("t", "end", "dur", "rank", "seq", "wg", "op", "size", "n", "cell", "src", "dst")}
     own_refs: dict = {}
+    slices = []
     for meta, ops, lo, hi in task.files:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
         if got is not None and ops in task.layers:
@@ -175,11 +180,16 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if got is not None and task.window is not None:
             keep = in_window(*got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None
-        if got is None:
-            continue
-        pt, rec, t = got
+        if got is not None:
+            slices.append(got)
+    if not slices:
+        return _empty(task)
+    total = sum(len(rec) for _, rec, _ in slices)
+    c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
+    at = 0
+    for i, (pt, rec, t) in enumerate(slices):
+        slices[i] = None                             # the records go as their rows are written
         ft = _tables_of(pt)
-        rank = -1 if pt.rank is None else pt.rank
         n_groups = len(ft.wg)
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
@@ -188,42 +198,12 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
         for cmb in combo.tolist():
             c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
-        d_end = rec["d_end"].astype(np.float64)
-        known = ~np.isnan(d_end)
-        d_int = np.where(known, d_end, 0).astype(np.int64)
-        d_ret = rec["d_return"].astype(np.float64)
-        ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
-        end = np.maximum(np.where(known, d_int + t, ret), t)
-        p2p = ft.p2p[si]
-        send = ft.send[si]
-        root = ft.root[si]
-        parts["t"].append(t)
-        parts["end"].append(end)
-        parts["dur"].append(np.where(known, d_int.astype(np.float64), np.nan))
-        parts["rank"].append(np.full(len(rec), rank, np.int64))
-        parts["seq"].append(rec["seq"].astype(np.int64))
-        parts["wg"].append(g_wg[gi])
-        parts["op"].append(s_op[si])
-        parts["size"].append(ft.size[si])
-        parts["n"].append(ft.n[gi])
-        parts["cell"].append(c_lut[si * n_groups + gi])
-        parts["src"].append(np.where(p2p, np.where(send, rank, root), -1))
-        parts["dst"].append(np.where(p2p, np.where(send, root, rank), -1))
+        _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        at += len(rec)
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
-    if not parts["t"]:
-        return _empty(task)
-    c = {}
-    for k in list(parts):                            # one column at a time: small temporaries
-        c[k] = np.concatenate(parts.pop(k))
     inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
-    first, last = _first_and_last(inst, k, c["t"], c["rank"])
-    slowest = np.full(k, np.nan)
-    np.fmax.at(slowest, inst, c["dur"])
-    size = np.zeros(k, np.int64)
-    np.maximum.at(size, inst, c["size"])
-    end = np.full(k, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(end, inst, c["end"])
+    first, last, slowest, size, end = _per_instance(inst, k, c)
     wg_names = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
     world_of = np.asarray([w for w, _ in wg_names], dtype=object)
     group_of = np.asarray([g for _, g in wg_names], dtype=object)
@@ -258,6 +238,42 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split)
 
 
+def _file_columns(c: dict, at: int, rec: np.ndarray, t: np.ndarray, si: np.ndarray, gi: np.ndarray, ft: _FileTables,
+                  s_op: np.ndarray, g_wg: np.ndarray, c_lut: np.ndarray, rank: int) -> None:
+    """One file's slice as rows [at, at + len(rec)) of the partition's columns ``c``: aligned
+    start, end (known end, else return, else start; never before the start), duration (NaN:
+    unknown), rank, seq, (world, group), op, size, group size, summary cell, p2p src and dst."""
+    kern = kernels()
+    if kern is not None:
+        rec = np.ascontiguousarray(rec)
+        fields = rec.dtype.fields
+        i64 = functools.partial(np.ascontiguousarray, dtype=np.int64)
+        kern.file_columns(rec.view(np.uint8).reshape(-1), rec.dtype.itemsize, fields["d_return"][1],
+                          fields["d_end"][1], fields["seq"][1], i64(t), i64(si), i64(gi), s_op, i64(ft.size),
+                          ft.p2p.view(np.int8), ft.send.view(np.int8), i64(ft.root), g_wg, i64(ft.n), c_lut,
+                          len(ft.wg), rank, at, *(c[k] for k in _COLUMNS))
+        return
+    rows = slice(at, at + len(rec))
+    d_end = rec["d_end"].astype(np.float64)
+    known = ~np.isnan(d_end)
+    d_int = np.where(known, d_end, 0).astype(np.int64)
+    d_ret = rec["d_return"].astype(np.float64)
+    ret = np.where(np.isnan(d_ret), t, np.where(np.isnan(d_ret), 0, d_ret).astype(np.int64) + t)
+    p2p, send, root = ft.p2p[si], ft.send[si], ft.root[si]
+    c["t"][rows] = t
+    c["end"][rows] = np.maximum(np.where(known, d_int + t, ret), t)
+    c["dur"][rows] = np.where(known, d_int.astype(np.float64), np.nan)
+    c["rank"][rows] = rank
+    c["seq"][rows] = rec["seq"]
+    c["wg"][rows] = g_wg[gi]
+    c["op"][rows] = s_op[si]
+    c["size"][rows] = ft.size[si]
+    c["n"][rows] = ft.n[gi]
+    c["cell"][rows] = c_lut[si * len(ft.wg) + gi]
+    c["src"][rows] = np.where(p2p, np.where(send, rank, root), -1)
+    c["dst"][rows] = np.where(p2p, np.where(send, root, rank), -1)
+
+
 def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
     """Per op: its instance, numbered from 0 in order of first appearance (analysis.match
     keys: collectives by (world, group, seq), send/recv by (world, group, src, dst, seq);
@@ -275,9 +291,38 @@ def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
     return inst
 
 
+def _per_instance(inst: np.ndarray, k: int, c: dict) -> tuple:
+    """Per instance: its first and last caller's rows (_first_and_last), its slowest op's
+    duration (NaN: none known), its largest size and its latest end. One kernel pass when
+    built, else numpy's ufunc.at."""
+    slowest = np.full(k, np.nan)
+    size = np.zeros(k, np.int64)
+    end = np.full(k, np.iinfo(np.int64).min, np.int64)
+    kern = kernels()
+    if kern is not None:
+        first, last = np.empty(k, np.int64), np.empty(k, np.int64)
+        i64 = functools.partial(np.ascontiguousarray, dtype=np.int64)
+        kern.instance_extremes(i64(inst), i64(c["t"]), i64(c["rank"]), np.ascontiguousarray(c["dur"], np.float64),
+                               i64(c["size"]), i64(c["end"]), first, last, slowest, size, end)
+        return first, last, slowest, size, end
+    first, last = _first_and_last(inst, k, c["t"], c["rank"])
+    np.fmax.at(slowest, inst, c["dur"])
+    np.maximum.at(size, inst, c["size"])
+    np.maximum.at(end, inst, c["end"])
+    return first, last, slowest, size, end
+
+
 def _first_seen_codes(keys: np.ndarray) -> np.ndarray:
     """pd.factorize's codes (distinct keys numbered in order of first appearance) for keys
-    in a small range: distinct keys by a bincount table, no hashing."""
+    in a small range: one kernel pass over a table of the range when built (and the range is
+    at most a few times the keys), else distinct keys by a bincount table, no hashing."""
+    kern = kernels()
+    if kern is not None and len(keys):
+        lo, span = int(keys.min()), int(keys.max()) - int(keys.min()) + 1
+        if span <= max(4 * len(keys), 1 << 20):
+            out = np.empty(len(keys), np.int64)
+            kern.first_seen_codes(np.ascontiguousarray(keys, dtype=np.int64), lo, span, out)
+            return out
     distinct, code = dense_codes(keys)                 # codes in key order
     code = code.astype(np.int64)
     first = np.full(len(distinct), len(keys), np.int64)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ...trace import reader, schema
 from .. import intervals as iv
+from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .banner_map import rank_facts
@@ -133,41 +134,72 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, l
     cols = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]
     if ops is None:
         return pd.DataFrame(columns=cols), []
-    a, cell, n = ops.arrays, ops.cell, len(ops.cells)
-    known = ~np.isnan(a.dur)
+    a, n = ops.arrays, len(ops.cells)
+    f = cell_figures(ops.cell, a.dur, a.nbytes, n)
     columns = {c: [k[i] for k in ops.cells] for i, c in enumerate(CELL_COLUMNS)}
     columns["rank"] = [str(rank)] * n
-    columns["ops"] = np.bincount(cell, minlength=n).astype(np.float64)
-    columns["dur"] = np.bincount(cell, weights=np.where(known, a.dur, 0.0), minlength=n)
-    columns["known"] = np.bincount(cell, weights=known.astype(np.float64), minlength=n)
-    columns["bytes"] = np.bincount(cell, weights=a.nbytes.astype(np.float64), minlength=n)
+    columns.update(ops=f.ops, dur=f.dur, known=f.known, bytes=f.nbytes)
     table = pd.DataFrame(columns)                 # one constructor: no per-column inserts
-    order = np.argsort(cell.astype(np.int16 if n < 32_000 else np.int64), kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n))))
     values = []
     for i in range(n):
-        seg = a.dur[order[bounds[i]:bounds[i + 1]]]
-        seg = seg[~np.isnan(seg)]
+        seg = f.values[f.bounds[i]:f.bounds[i + 1]]
         if exact:
-            small = seg.astype(np.float32)
-            values.append(small if np.array_equal(small.astype(np.float64), seg) else seg)
+            values.append(seg.astype(np.float32) if f.exact32[i] else seg)
         else:
             values.append(LogSketch.of(seg))
     keep = table["ops"].to_numpy() > 0
     return table[keep].reset_index(drop=True), [v for v, k in zip(values, keep) if k]
 
 
+@dataclass
+class CellFigures:
+    """Per summary cell of one rank (float64, added in row order as np.bincount adds them)."""
+    ops: np.ndarray
+    dur: np.ndarray             # summed known durations
+    known: np.ndarray           # how many durations are known
+    nbytes: np.ndarray
+    values: np.ndarray          # the known durations, cell by cell, each cell's in row order
+    bounds: np.ndarray          # cell i's: values[bounds[i]:bounds[i + 1]]
+    exact32: np.ndarray         # float32 holds cell i's durations exactly
+
+
+def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) -> CellFigures:
+    """The summary figures of ``n`` cells from each op's cell, duration (NaN: unknown) and bytes."""
+    kern = kernels()
+    if kern is not None and len(cell):          # no op: numpy's (np.bincount's dtypes of empty weights)
+        f = CellFigures(*(np.zeros(n) for _ in range(4)), np.empty(len(cell)), np.empty(n + 1, np.int64),
+                        np.empty(n, np.int8))
+        kern.cell_figures(np.ascontiguousarray(cell, dtype=np.int64), np.ascontiguousarray(dur, dtype=np.float64),
+                          np.ascontiguousarray(nbytes, dtype=np.int64), f.ops, f.dur, f.known, f.nbytes, f.bounds,
+                          f.values, f.exact32)
+        f.values = f.values[:f.bounds[-1]]
+        f.exact32 = f.exact32.astype(bool)
+        return f
+    known = ~np.isnan(dur)
+    order = np.argsort(cell.astype(np.int16 if n < 32_000 else np.int64), kind="stable")
+    sorted_known = known[order]
+    values = dur[order][sorted_known]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(cell[known], minlength=n))))
+    small = values.astype(np.float32)
+    lossy = np.bincount(cell[order][sorted_known], weights=(small.astype(np.float64) != values).astype(np.float64),
+                        minlength=n) > 0
+    return CellFigures(np.bincount(cell, minlength=n).astype(np.float64),
+                       np.bincount(cell, weights=np.where(known, dur, 0.0), minlength=n),
+                       np.bincount(cell, weights=known.astype(np.float64), minlength=n),
+                       np.bincount(cell, weights=nbytes.astype(np.float64), minlength=n), values, bounds, ~lossy)
+
+
 def rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
     """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
     cols = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
-    ranks, code = np.unique(per_rank["rank"].to_numpy(), return_inverse=True)
-    if len(ranks) != 1:                  # map_rank has one rank; anything else: pandas' groupby
+    ranks = per_rank["rank"].to_numpy()
+    if not (ranks == ranks[0]).all():    # map_rank has one rank; anything else: pandas' groupby
         g = per_rank.groupby("rank")
         out = g[cols].median()
         out.insert(0, "steps", g.size())
         return out
     out = pd.DataFrame({c: [float(np.median(per_rank[c].to_numpy()))] for c in cols},
-                       index=pd.Index(ranks, name="rank"))
+                       index=pd.Index(ranks[:1], name="rank"))
     out.insert(0, "steps", np.array([len(per_rank)], np.int64))
     return out
 

@@ -15,6 +15,7 @@ import numpy as np
 from ...trace import reader
 from ...trace.annotations import is_gradient_allreduce
 from ..arrays import NA_KEY, OpArrays, dense_codes
+from ..native_ext import kernels
 from ..step_table import _WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
@@ -92,14 +93,10 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         order = np.argsort(t, kind="stable")
         c = {k: v[order] for k, v in c.items()}
         t = c["t"]
-    ret, ret_ok = _offset(c["dret"], t)
-    end, end_ok = _offset(c["dend"], t)
-    d_end = np.where(end_ok, np.nan_to_num(c["dend"]).astype(np.int64), 0)
-    dur = np.where(end_ok, d_end.astype(np.float64), np.nan)
-    a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t,
-                 end=np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur=dur, nbytes=c["sig_bytes"])
+    ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
+    a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t, end=end, dur=dur, nbytes=c["sig_bytes"])
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table._WaitColumns)
-    waits = _WaitColumns.of_arrays(a, ret, ~ret_ok, ~c["async"], c["detail"], c["grad"])
+    waits = _WaitColumns.of_arrays(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"])
 
 
@@ -114,6 +111,23 @@ def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
                    nbytes=a.nbytes[selected])
     return RankOps(sub, None, ops.cell[selected], ops.cells, ops.op_names, ops.proc[selected], ops.stems,
                    ops.status[selected])
+
+
+def op_times(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray) -> tuple:
+    """Per op from its start ``t`` and float32 offsets (NaN: unknown), as the reader times the
+    frame: (return, return unknown, end: the known end, else the return, else t, never before
+    t; duration, NaN when the end is unknown). One kernel pass when built."""
+    kern = kernels()
+    if kern is not None and d_return.dtype == np.float32 and d_end.dtype == np.float32:
+        t = np.ascontiguousarray(t, dtype=np.int64)
+        ret, unknown, end, dur = (np.empty(len(t), dt) for dt in (np.int64, bool, np.int64, np.float64))
+        kern.op_times(np.ascontiguousarray(d_return), np.ascontiguousarray(d_end), t, ret, unknown, end, dur)
+        return ret, unknown, end, dur
+    ret, ret_ok = _offset(d_return, t)
+    end, end_ok = _offset(d_end, t)
+    d_int = np.where(end_ok, np.nan_to_num(d_end).astype(np.int64), 0)
+    dur = np.where(end_ok, d_int.astype(np.float64), np.nan)
+    return ret, ~ret_ok, np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur
 
 
 def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
