@@ -1,12 +1,16 @@
 """``commtrace run``: prepare the environment, start tracing, run the script as __main__."""
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
 import importlib.util
+import io
 import json
 import os
 import runpy
 import sys
 import traceback
+import types
 from dataclasses import dataclass
 
 from .. import mpienv
@@ -90,7 +94,8 @@ def missing_target(opts: RunOptions) -> str | None:
     """Why the target does not exist (one line), or None. Runs nothing: a module
     is looked up by its top-level name only, which imports nothing."""
     if not opts.is_module:
-        return None if os.path.isfile(opts.target) else f"{opts.target}: no such file"
+        # a script file, or (as python runs them too) a directory or zip file with a __main__.py
+        return None if os.path.exists(opts.target) else f"{opts.target}: no such file"
     top = opts.target.split(".")[0]
     try:
         found = bool(top) and importlib.util.find_spec(top) is not None
@@ -190,7 +195,9 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
             if why:
                 raise CommtraceError(f"run: {why}")
             runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
-        else:
+        elif os.path.isfile(argv0):
+            _run_script_file(argv0)
+        else:  # a directory or zip file with a __main__.py
             runpy.run_path(argv0, run_name="__main__")
         return 0, "exit"
     except CommtraceError:
@@ -207,6 +214,28 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
+
+
+def _run_script_file(path: str) -> None:
+    """Run a script file as ``python path`` does, which ``runpy.run_path`` does not
+    quite: the code and ``__file__`` carry the absolute path (cwd joined, not
+    normalized: ``./x.py`` -> ``/cwd/./x.py``), so tracebacks and ``__file__`` look
+    the same; ``__loader__`` is a SourceFileLoader, ``__package__`` is None and
+    ``__builtins__`` the module; ``sys.argv[0]`` stays as given. No .pyc is read
+    or written for the script (python neither)."""
+    fname = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    with io.open_code(fname) as f:
+        code = compile(f.read(), fname, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=fname, __cached__=None, __package__=None, __spec__=None, __builtins__=builtins,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", fname), __annotations__={})
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # classes the script defines pickle as __main__.X (multiprocessing)
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _exit_code(code) -> int:

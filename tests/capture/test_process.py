@@ -83,6 +83,22 @@ def test_script_semantics(tmp_path):
     assert got["sibling"] == "sibling-imported"
 
 
+def test_script_globals_as_python_sets_them(tmp_path):
+    """__file__ and the code's file name are absolute as python makes them (cwd
+    joined, not normalized), argv[0] stays as given, and __loader__, __package__,
+    __spec__, __builtins__ are what python gives a script (runpy.run_path differs)."""
+    got = {}
+    for traced in (False, True):
+        out = tmp_path / "sem.json"
+        args = ["./semantics.py", out, "a"]
+        cmd = h.commtrace_cmd(tmp_path / "run", *args) if traced else [h.PY, *args]
+        h.run(cmd, cwd=WORKERS).check(0)
+        got[traced] = json.loads(out.read_text())
+    assert got[True] == got[False]
+    assert got[True]["file"] == os.path.join(WORKERS, "./semantics.py") == got[True]["code_file"]
+    assert got[True]["argv"][0] == "./semantics.py" and got[True]["loader"][0] == "SourceFileLoader"
+
+
 def test_module_with_relative_imports(tmp_path):
     out = tmp_path / "mod.json"
     h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", "-m", "ctpkg.main", "-v", out],
