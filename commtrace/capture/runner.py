@@ -248,13 +248,25 @@ def _exit_code(code) -> int:
 
 
 def _report_exception(exc: BaseException) -> None:
-    """Print as Python would (without commtrace/runpy frames) and store it."""
+    """Print it as Python would -- through ``sys.excepthook`` (the program's or a
+    library's: ``init_process_group`` installs one that prefixes every line with
+    ``[rankN]:``), from the script's frame on -- and store it."""
     tb = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    sys.stderr.write(text)
-    sys.stderr.flush()
+    exc.__traceback__ = tb  # what a hook reading the exception itself finds, as without commtrace
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException as hook_exc:  # Python's own words for a failing hook
+        sys.stderr.write("Error in sys.excepthook:\n")
+        hook_tb = hook_exc.__traceback__
+        traceback.print_exception(type(hook_exc), hook_exc, hook_tb and hook_tb.tb_next, chain=False)  # from the hook on
+        sys.stderr.write("\nOriginal exception was:\n")
+        traceback.print_exception(type(exc), exc, tb)
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
     rec = activate.active_recorder()
     if rec is not None:
         rec.record_exception(exc, tb)

@@ -37,6 +37,12 @@ def test_uncaught_exception_printed_like_python_and_stored(tmp_path):
     assert last == f"commtrace: trace written to {run_dir} (commtrace check {run_dir})"
     tb = err[err.index("Traceback (most recent call last):"):]
     assert "commtrace" + os.sep not in tb and "runpy" not in tb, tb
+    # printed through sys.excepthook, as python does: torch's (init_process_group installs
+    # one) prefixes every line with [rank0]; the text is what python prints untraced
+    assert "[rank0]: Traceback (most recent call last):" in err
+    plain = h.run([h.PY, worker("single.py"), h.free_port(), "raise", 3])
+    plain.check(1)
+    assert body + "\n" == plain.stderr
     df = h.load(run_dir)
     (proc,) = df.attrs["processes"]
     exc = proc["exception"]
