@@ -52,6 +52,7 @@ import traceback
 from ..trace import schema
 from . import sigview, threads
 from .recorder import GROUP, SEQ, T_CALL
+from .tbhide import drop_own_frame
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
 ENV_ABORT_ON_HANG = "COMMTRACE_ABORT_ON_HANG"
@@ -370,6 +371,7 @@ class _Traced:
         try:
             return self.fn(*a)
         except Exception as exc:
+            drop_own_frame(exc)  # torch formats the traceback the parent prints
             record_exception(exc)
             raise
 

@@ -33,6 +33,7 @@ from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import objects, ops
 from .recorder import SIG, Recorder
+from .tbhide import drop_own_frame
 
 _now = time.monotonic_ns
 _ident = threading.get_ident
@@ -377,6 +378,7 @@ def _make_traced(name: str, spec: ops.Spec):
             row[7] = _FAILED
             rec.rows.append(row)
             rec.fail(row, e)
+            drop_own_frame(e)
             raise
         finally:
             del active[rid]
