@@ -299,7 +299,9 @@ def dump_once(rec, reason: str) -> str | None:
         if reason in done:
             return None
         done.add(reason)
-    return dump(rec, reason)
+    # A process without a rank says nothing on stderr: most are helpers (multiprocessing
+    # Pool and DataLoader workers) whose parent terminates them routinely, silently untraced.
+    return dump(rec, reason, quiet=getattr(rec, "rank", None) is None)
 
 
 def _install_signals() -> None:
