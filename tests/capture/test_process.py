@@ -118,6 +118,16 @@ def test_tracebacks_show_no_commtrace_frames(tmp_path):
     assert out[True] == out[False]
 
 
+def test_directory_with_main_runs_as_python_runs_it(tmp_path):
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text("import sys\nprint(__name__, sys.argv[1:])\nsys.exit(5)\n")
+    plain = h.run([h.PY, app, "x"])
+    res = h.run(h.commtrace_cmd(tmp_path / "run", app, "x"))
+    res.check(5)
+    assert res.stdout == plain.stdout == "__main__ ['x']\n" and plain.returncode == 5
+
+
 def test_module_with_relative_imports(tmp_path):
     out = tmp_path / "mod.json"
     h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", "-m", "ctpkg.main", "-v", out],
