@@ -25,6 +25,17 @@ def test_exit_code_propagates(tmp_path):
     assert proc["end"]["exit_code"] == 3
 
 
+def test_os_exit_keeps_every_op_and_the_exit_code(tmp_path):
+    """os._exit skips atexit; the ops of the last flush interval (here: all of
+    them) must reach the trace all the same, with the exit code."""
+    res, run_dir = _single(tmp_path, "osexit")
+    res.check(4)
+    df = h.load(run_dir)
+    assert df["bytes"].tolist() == [4, 8, 12]
+    (proc,) = df.attrs["processes"]
+    assert proc["end"]["exit_code"] == 4 and proc["end"]["how"] == "exit"
+
+
 def test_uncaught_exception_printed_like_python_and_stored(tmp_path):
     res, run_dir = _single(tmp_path, "raise")
     res.check(1)
