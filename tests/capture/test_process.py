@@ -117,16 +117,22 @@ def test_script_globals_as_python_sets_them(tmp_path):
 
 def test_tracebacks_show_no_commtrace_frames(tmp_path):
     """Errors raised through the torch functions commtrace wraps (backward, object
-    collectives, group creation, a spawned rank's function) print the same
-    traceback traced and untraced."""
+    collectives, group creation, a spawned rank's function, a blocking collective
+    whose work fails) print the same traceback traced, by either wrapper, and untraced."""
     out = {}
-    for traced in (False, True):
+    for how in ("plain", "native", "python"):  # untraced; traced by either wrapper
         args = [worker("tracebacks.py"), h.free_port()]
-        res = h.run(h.commtrace_cmd(tmp_path / "run", *args) if traced else [h.PY, *args], timeout=90)
-        out[traced] = res.check(0).stdout
-    assert out[True].count("Traceback (most recent call last)") == 5, out[True]
-    assert os.path.join(h.REPO, "commtrace") + os.sep not in out[True]  # no frame of the package's
-    assert out[True] == out[False]
+        env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if how == "python" else {}))
+        res = h.run(h.commtrace_cmd(tmp_path / how, *args) if how != "plain" else [h.PY, *args], env=env, timeout=90)
+        out[how] = res.check(0).stdout
+    assert out["plain"].count("Traceback (most recent call last)") == 6, out["plain"]
+    assert "work.wait()" in out["plain"]
+    for how in ("native", "python"):
+        assert os.path.join(h.REPO, "commtrace") + os.sep not in out[how]  # no frame of the package's
+        assert out[how] == out["plain"], how
+    df = h.load(tmp_path / "python")
+    assert df["status"].astype(str).tolist() == ["failed"]  # the failed collective, recorded with its error
+    assert "PREMUL_SUM" in str(df["error"].iloc[0])
 
 
 def test_directory_with_main_runs_as_python_runs_it(tmp_path):

@@ -1,7 +1,8 @@
 """Prints the tracebacks of errors raised through torch functions commtrace wraps
 (``tracebacks.py PORT``): a backward pass, an object collective, group creation,
-and a spawned rank's exception as torch formats it for the parent. Traced and
-untraced output must be the same."""
+a spawned rank's exception as torch formats it for the parent, and a blocking
+collective that fails after it was issued (raised at torch's work.wait(), not
+inside the wrapper). Traced and untraced output must be the same."""
 import sys
 import threading
 import traceback
@@ -43,10 +44,15 @@ def spawned():
         raise RuntimeError(str(e)) from None
 
 
+def failing_collective():
+    dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0))  # gloo: fails in its work
+
+
 if __name__ == "__main__":
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
     show("backward", failing_backward)
     show("object collective", unpicklable)
     show("group creation", bad_group)
     show("spawned rank", spawned)
+    show("failed collective", failing_collective)
     dist.destroy_process_group()
