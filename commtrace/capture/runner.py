@@ -137,11 +137,11 @@ def run(opts: RunOptions) -> int:
         _sync_clock(comm, "end", deadline_s=5.0)
     rec = activate.active_recorder()
     if rec is not None:
-        rec.exit_info = (code, how)  # written by the atexit close, after threads finish
+        rec.exit_info = (code, "exception" if how == _INTERRUPTED else how)  # written by the atexit close
     if ran:
         _say_where(run_dir, rec, code)
-    if code != 0 and mpienv.is_initialized():
-        _exit_skipping_mpi_finalize(code)
+    if how == _INTERRUPTED or code != 0 and mpienv.is_initialized():
+        _exit_skipping_mpi_finalize(code, by_sigint=how == _INTERRUPTED)
     return code
 
 
@@ -157,7 +157,10 @@ def _say_where(run_dir: str, rec, code: int) -> None:
     sys.stderr.flush()
 
 
-def _exit_skipping_mpi_finalize(code: int) -> None:
+_INTERRUPTED = "interrupted"  # how a script that ended by an uncaught KeyboardInterrupt ended
+
+
+def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
     """A failed rank of an MPI job exits without MPI_Finalize.
 
     mpi4py runs MPI_Finalize at interpreter exit, and it waits for every rank.
@@ -167,6 +170,10 @@ def _exit_skipping_mpi_finalize(code: int) -> None:
     Without commtrace the failed rank would simply exit, its connections would
     close and the others would fail at once; Open MPI then ends the job.
     atexit handlers (the script's, and the one that closes the trace) still run.
+
+    ``by_sigint``: the script ended by an uncaught KeyboardInterrupt, and Python
+    then ends the process by SIGINT after its atexit handlers (status -2, not
+    exit code 130: launchers report the signal) -- so does this, MPI or not.
     """
     import atexit
     try:
@@ -175,6 +182,13 @@ def _exit_skipping_mpi_finalize(code: int) -> None:
         for f in (sys.stdout, sys.stderr):
             try:
                 f.flush()
+            except Exception:
+                pass
+        if by_sigint:
+            import signal
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
             except Exception:
                 pass
         os._exit(code)
@@ -206,7 +220,7 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
         return _exit_code(e.code), "exit"
     except KeyboardInterrupt as e:
         _report_exception(e)
-        return 130, "exception"
+        return 130, _INTERRUPTED
     except BaseException as e:  # the script's own uncaught exception
         _report_exception(e)
         return 1, "exception"

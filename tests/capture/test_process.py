@@ -135,6 +135,19 @@ def test_tracebacks_show_no_commtrace_frames(tmp_path):
     assert "PREMUL_SUM" in str(df["error"].iloc[0])
 
 
+def test_keyboard_interrupt_ends_by_sigint_as_python(tmp_path):
+    """Python ends a script that raised KeyboardInterrupt by SIGINT (after atexit):
+    launchers see the signal, not an exit code; the trace records it."""
+    script = tmp_path / "ki.py"
+    script.write_text("import atexit\natexit.register(print, 'atexit ran')\nraise KeyboardInterrupt\n")
+    plain = h.run([h.PY, script])
+    res = h.run(h.commtrace_cmd(tmp_path / "run", script))
+    assert plain.returncode == res.returncode == -signal.SIGINT
+    assert res.stdout == plain.stdout == "atexit ran\n"
+    (meta,) = [f for f in os.listdir(tmp_path / "run") if f.endswith(".meta.jsonl")]
+    assert '"type":"end","exit_code":130,"how":"exception"' in (tmp_path / "run" / meta).read_text()
+
+
 def test_directory_with_main_runs_as_python_runs_it(tmp_path):
     app = tmp_path / "app"
     app.mkdir()
