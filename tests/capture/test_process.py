@@ -125,14 +125,16 @@ def test_tracebacks_show_no_commtrace_frames(tmp_path):
         env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if how == "python" else {}))
         res = h.run(h.commtrace_cmd(tmp_path / how, *args) if how != "plain" else [h.PY, *args], env=env, timeout=90)
         out[how] = res.check(0).stdout
-    assert out["plain"].count("Traceback (most recent call last)") == 6, out["plain"]
+    assert out["plain"].count("Traceback (most recent call last)") == 7, out["plain"]
     assert "work.wait()" in out["plain"]
     for how in ("native", "python"):
         assert os.path.join(h.REPO, "commtrace") + os.sep not in out[how]  # no frame of the package's
         assert out[how] == out["plain"], how
-    df = h.load(tmp_path / "python")
-    assert df["status"].astype(str).tolist() == ["failed"]  # the failed collective, recorded with its error
-    assert "PREMUL_SUM" in str(df["error"].iloc[0])
+        # the failed collectives, blocking and async, each recorded with its error
+        df = h.load(tmp_path / how).sort_values("t_start_ns")
+        assert df["status"].astype(str).tolist() == ["failed", "failed"], how
+        assert df["bytes"].tolist() == [8, 12]
+        assert all("Cannot use ReduceOp.PREMUL_SUM with Gloo" in str(e) for e in df["error"]), (how, df["error"])
 
 
 def test_keyboard_interrupt_ends_by_sigint_as_python(tmp_path):

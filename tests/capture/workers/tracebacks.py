@@ -48,6 +48,10 @@ def failing_collective():
     dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0))  # gloo: fails in its work
 
 
+def failing_async_collective():
+    dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0), async_op=True).wait()
+
+
 if __name__ == "__main__":
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
     show("backward", failing_backward)
@@ -55,4 +59,5 @@ if __name__ == "__main__":
     show("group creation", bad_group)
     show("spawned rank", spawned)
     show("failed collective", failing_collective)
+    show("failed async collective", failing_async_collective)
     dist.destroy_process_group()
