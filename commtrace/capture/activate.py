@@ -10,6 +10,7 @@ small file write.
 """
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import json
 import os
@@ -96,6 +97,7 @@ def _install() -> None:
         except Exception as exc:  # annotations are optional; tracing is not
             sys.stderr.write(f"commtrace: phase annotations disabled: {exc}\n")
     _flush_in_multiprocessing_children(_state["recorder"])
+    _close_before_os_exit()
     _install_mpi_backend()
     _install_signal_handlers()
     _install_watchdog()
@@ -115,6 +117,31 @@ def _flush_in_multiprocessing_children(rec) -> None:
         mpu.Finalize(None, r.close, exitpriority=-1)  # after the program's own finalizers
 
     mpu.register_after_fork(rec, after_fork)
+
+
+def _close_before_os_exit() -> None:
+    """``os._exit`` closes the trace first, then exits as asked.
+
+    Some programs end with ``os._exit`` (to skip a slow or hanging teardown, or a
+    rank that gives up); it skips atexit, where the trace is closed, so the ops of
+    the last flush interval -- every op of a short run -- were lost, and check
+    took the rank for one that never arrived. The exit code is recorded."""
+    real = os._exit
+    if getattr(real, "_commtrace_closes", False):
+        return
+
+    @functools.wraps(real)
+    def _exit(status):
+        rec = _state.get("recorder")
+        if rec is not None and not rec.closed:
+            try:
+                rec.close(exit_code=status if isinstance(status, int) else None, how="exit")
+            except BaseException:  # noqa: BLE001 - the process exits whatever happens here
+                pass
+        real(status)
+
+    _exit._commtrace_closes = True
+    os._exit = _exit
 
 
 def _install_mpi_backend() -> None:

@@ -21,6 +21,7 @@ import torch.distributed.distributed_c10d as c10d
 
 from . import clock_group, native_wrapper
 from .recorder import Recorder
+from .tbhide import drop_own_frame
 
 _WORLD_KEY = "commtrace/world_id"
 _tls = threading.local()
@@ -87,6 +88,9 @@ class Installer:
             _tls.ranks = list(global_ranks_in_group) or list(range(group_size))
             try:
                 return self.as_traced(adopt(helper(group_size, group_rank, global_ranks_in_group, *a, **kw)))
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
             finally:
                 _tls.ranks = None
 
@@ -95,7 +99,11 @@ class Installer:
             @functools.wraps(reg)
             def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
                 traced = self.wrap(pg, backend_name, store, group_name, rank_mapping)
-                return reg(traced, backend_name, store, group_name, backend_config, rank_mapping, *a, **kw)
+                try:
+                    return reg(traced, backend_name, store, group_name, backend_config, rank_mapping, *a, **kw)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
             patches["_register_pg_in_world"] = register
         # Functions that return a group they made (or pass it on before registering it).
         for name in ("split_group", "_new_group_with_tag", "_finalize_shrunk_group"):
@@ -106,7 +114,11 @@ class Installer:
         if upd is not None:
             @functools.wraps(upd)
             def update_default_pg(pg):
-                return upd(self.as_traced(pg))
+                try:
+                    return upd(self.as_traced(pg))
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
             patches["_update_default_pg"] = update_default_pg
         for name, fn in patches.items():
             self.originals[name] = getattr(c10d, name)
@@ -161,7 +173,11 @@ class Installer:
     def _returning_traced(self, fn, adopt):
         @functools.wraps(fn)
         def wrapper(*a, **kw):
-            return self.as_traced(adopt(fn(*a, **kw)))
+            try:
+                return self.as_traced(adopt(fn(*a, **kw)))
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
         return wrapper
 
     def uninstall(self) -> None:

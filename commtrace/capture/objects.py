@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 
+from .tbhide import drop_own_frame
+
 FUNCTIONS = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
              "send_object_list", "recv_object_list")
 SIZES, PAYLOAD = "object_sizes", "object_payload"
@@ -44,6 +46,9 @@ def _labelled(rec, fn, name: str):
         token = rec.push_context(api=name)
         try:
             return fn(*args, **kwargs)
+        except BaseException as e:
+            drop_own_frame(e)
+            raise
         finally:
             rec.pop_context(token)
 

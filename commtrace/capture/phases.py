@@ -38,6 +38,7 @@ import weakref
 
 from ..trace import schema
 from .recorder import Recorder
+from .tbhide import drop_own_frame
 
 _REBUILD_CHECK_ITERATIONS = 6  # DDP rebuilds its buckets at the start of iteration 2
 
@@ -154,6 +155,9 @@ class PhaseHooks:
                 token = rec.push_context(**fields)
                 try:
                     return orig(*args, **kwargs)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
                 finally:
                     rec.pop_context(token)
             return scoped
@@ -186,6 +190,9 @@ class PhaseHooks:
             t0 = time.monotonic_ns()
             try:
                 return orig(*args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
             finally:
                 hooks._leave_compute()
                 module = rec.context_fields().get("module")
@@ -214,7 +221,11 @@ class PhaseHooks:
                     state["forwards"] += 1
                     rec.iteration = state["forwards"]
                     rec.set_context(module=state["label"])
-            return scoped(join, *args, **kwargs)
+            try:
+                return scoped(join, *args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
         return join_round
 
     def _opt_pre(self, optimizer, args, kwargs):
@@ -254,6 +265,9 @@ class PhaseHooks:
                 token = rec.push_context(**fields)
                 try:
                     return orig(*args, **kwargs)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
                 finally:
                     rec.pop_context(token)
             return step
@@ -304,6 +318,9 @@ class PhaseHooks:
             t0 = time.monotonic_ns()
             try:
                 return orig(ddp, *args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
             finally:
                 hooks._leave_compute()
                 if outer:

@@ -76,6 +76,7 @@ class Recorder:
         self.t_wall0 = time.time_ns()
         self.t_mono0 = time.monotonic_ns()
         self._lock = threading.RLock()
+        self._final_flush = False
         self._reset_state()
         self.iteration = 0            # training step, set by annotation hooks
         # Annotations that change rarely (phase, region, ...) are part of every
@@ -344,9 +345,12 @@ class Recorder:
         self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
 
     def record_error(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
-        """An op raised (the native wrapper calls this directly)."""
-        self.add_meta({"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
-                       "text": text})
+        """An op raised, or its async work failed (the native wrapper calls this
+        directly; async failures are found while flushing, the final flush included)."""
+        line = {"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig, "text": text}
+        with self._lock:
+            if not self.closed or self._final_flush:
+                self.meta_queue.append(line)
 
     def unfinished(self) -> list[tuple[list, str]]:
         """Ops not finished yet as (row, where): inside the backend call, or async and pending."""
@@ -439,8 +443,13 @@ class Recorder:
             if row[T_END] == 0 and cpu and not self.sig_p2p[row[SIG]]:
                 self._maybe_hand_to_waiter(row, work, final)
             if row[T_END]:
-                if row[STATUS] != schema.STATUS_FAILED:  # the waiter may have seen the error
-                    row[STATUS] = schema.STATUS_FAILED if cpu and _failed(work) else schema.STATUS_COMPLETED
+                error = _work_error(work) if cpu else None  # (the waiter may have marked it failed already)
+                if error is not None or row[STATUS] == schema.STATUS_FAILED:
+                    row[STATUS] = schema.STATUS_FAILED
+                    if error is not None:
+                        self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], error)
+                else:
+                    row[STATUS] = schema.STATUS_COMPLETED
                 out.append(row)
                 self._inflight_written.discard(id(row))
             else:
@@ -600,7 +609,11 @@ class Recorder:
             self._drain_callbacks(CALLBACK_DRAIN_S)
             self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
                                     "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
-            self.flush(final=True)
+            self._final_flush = True  # errors of async ops it finds are still written
+            try:
+                self.flush(final=True)
+            finally:
+                self._final_flush = False
             self.writer.close()
 
 
@@ -669,8 +682,9 @@ def _is_completed(work) -> bool:
         return False
 
 
-def _failed(work) -> bool:
-    """True if a finished CPU work ended in an error. Never blocks.
+def _work_error(work) -> str | None:
+    """Why a finished CPU work ended in an error ("Type: message"), None if it did
+    not. Never blocks.
 
     Reads the error off the work's *done* future. It must not call
     ``work.wait()``: a second wait on gloo's send/recv work blocks until the
@@ -678,14 +692,14 @@ def _failed(work) -> bool:
     a future (gloo send/recv) count as successful.
     """
     if work is None:
-        return False
+        return None
     try:
         fut = work.get_future()
     except Exception:
-        return False
+        return None
     try:
         if fut.done():
             fut.value()
-        return False
-    except Exception:
-        return True
+        return None
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"

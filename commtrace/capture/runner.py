@@ -1,12 +1,16 @@
 """``commtrace run``: prepare the environment, start tracing, run the script as __main__."""
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
 import importlib.util
+import io
 import json
 import os
 import runpy
 import sys
 import traceback
+import types
 from dataclasses import dataclass
 
 from .. import mpienv
@@ -90,7 +94,8 @@ def missing_target(opts: RunOptions) -> str | None:
     """Why the target does not exist (one line), or None. Runs nothing: a module
     is looked up by its top-level name only, which imports nothing."""
     if not opts.is_module:
-        return None if os.path.isfile(opts.target) else f"{opts.target}: no such file"
+        # a script file, or (as python runs them too) a directory or zip file with a __main__.py
+        return None if os.path.exists(opts.target) else f"{opts.target}: no such file"
     top = opts.target.split(".")[0]
     try:
         found = bool(top) and importlib.util.find_spec(top) is not None
@@ -132,11 +137,11 @@ def run(opts: RunOptions) -> int:
         _sync_clock(comm, "end", deadline_s=5.0)
     rec = activate.active_recorder()
     if rec is not None:
-        rec.exit_info = (code, how)  # written by the atexit close, after threads finish
+        rec.exit_info = (code, "exception" if how == _INTERRUPTED else how)  # written by the atexit close
     if ran:
         _say_where(run_dir, rec, code)
-    if code != 0 and mpienv.is_initialized():
-        _exit_skipping_mpi_finalize(code)
+    if how == _INTERRUPTED or code != 0 and mpienv.is_initialized():
+        _exit_skipping_mpi_finalize(code, by_sigint=how == _INTERRUPTED)
     return code
 
 
@@ -152,7 +157,10 @@ def _say_where(run_dir: str, rec, code: int) -> None:
     sys.stderr.flush()
 
 
-def _exit_skipping_mpi_finalize(code: int) -> None:
+_INTERRUPTED = "interrupted"  # how a script that ended by an uncaught KeyboardInterrupt ended
+
+
+def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
     """A failed rank of an MPI job exits without MPI_Finalize.
 
     mpi4py runs MPI_Finalize at interpreter exit, and it waits for every rank.
@@ -162,6 +170,10 @@ def _exit_skipping_mpi_finalize(code: int) -> None:
     Without commtrace the failed rank would simply exit, its connections would
     close and the others would fail at once; Open MPI then ends the job.
     atexit handlers (the script's, and the one that closes the trace) still run.
+
+    ``by_sigint``: the script ended by an uncaught KeyboardInterrupt, and Python
+    then ends the process by SIGINT after its atexit handlers (status -2, not
+    exit code 130: launchers report the signal) -- so does this, MPI or not.
     """
     import atexit
     try:
@@ -170,6 +182,13 @@ def _exit_skipping_mpi_finalize(code: int) -> None:
         for f in (sys.stdout, sys.stderr):
             try:
                 f.flush()
+            except Exception:
+                pass
+        if by_sigint:
+            import signal
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
             except Exception:
                 pass
         os._exit(code)
@@ -190,7 +209,9 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
             if why:
                 raise CommtraceError(f"run: {why}")
             runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
-        else:
+        elif os.path.isfile(argv0):
+            _run_script_file(argv0)
+        else:  # a directory or zip file with a __main__.py
             runpy.run_path(argv0, run_name="__main__")
         return 0, "exit"
     except CommtraceError:
@@ -199,7 +220,7 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
         return _exit_code(e.code), "exit"
     except KeyboardInterrupt as e:
         _report_exception(e)
-        return 130, "exception"
+        return 130, _INTERRUPTED
     except BaseException as e:  # the script's own uncaught exception
         _report_exception(e)
         return 1, "exception"
@@ -207,6 +228,28 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
+
+
+def _run_script_file(path: str) -> None:
+    """Run a script file as ``python path`` does, which ``runpy.run_path`` does not
+    quite: the code and ``__file__`` carry the absolute path (cwd joined, not
+    normalized: ``./x.py`` -> ``/cwd/./x.py``), so tracebacks and ``__file__`` look
+    the same; ``__loader__`` is a SourceFileLoader, ``__package__`` is None and
+    ``__builtins__`` the module; ``sys.argv[0]`` stays as given. No .pyc is read
+    or written for the script (python neither)."""
+    fname = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    with io.open_code(fname) as f:
+        code = compile(f.read(), fname, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=fname, __cached__=None, __package__=None, __spec__=None, __builtins__=builtins,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", fname), __annotations__={})
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # classes the script defines pickle as __main__.X (multiprocessing)
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _exit_code(code) -> int:
@@ -219,13 +262,25 @@ def _exit_code(code) -> int:
 
 
 def _report_exception(exc: BaseException) -> None:
-    """Print as Python would (without commtrace/runpy frames) and store it."""
+    """Print it as Python would -- through ``sys.excepthook`` (the program's or a
+    library's: ``init_process_group`` installs one that prefixes every line with
+    ``[rankN]:``), from the script's frame on -- and store it."""
     tb = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    sys.stderr.write(text)
-    sys.stderr.flush()
+    exc.__traceback__ = tb  # what a hook reading the exception itself finds, as without commtrace
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException as hook_exc:  # Python's own words for a failing hook
+        sys.stderr.write("Error in sys.excepthook:\n")
+        hook_tb = hook_exc.__traceback__
+        traceback.print_exception(type(hook_exc), hook_exc, hook_tb and hook_tb.tb_next, chain=False)  # from the hook on
+        sys.stderr.write("\nOriginal exception was:\n")
+        traceback.print_exception(type(exc), exc, tb)
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
     rec = activate.active_recorder()
     if rec is not None:
         rec.record_exception(exc, tb)

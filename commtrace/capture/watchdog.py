@@ -52,6 +52,7 @@ import traceback
 from ..trace import schema
 from . import sigview, threads
 from .recorder import GROUP, SEQ, T_CALL
+from .tbhide import drop_own_frame
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
 ENV_ABORT_ON_HANG = "COMMTRACE_ABORT_ON_HANG"
@@ -298,7 +299,9 @@ def dump_once(rec, reason: str) -> str | None:
         if reason in done:
             return None
         done.add(reason)
-    return dump(rec, reason)
+    # A process without a rank says nothing on stderr: most are helpers (multiprocessing
+    # Pool and DataLoader workers) whose parent terminates them routinely, silently untraced.
+    return dump(rec, reason, quiet=getattr(rec, "rank", None) is None)
 
 
 def _install_signals() -> None:
@@ -370,6 +373,7 @@ class _Traced:
         try:
             return self.fn(*a)
         except Exception as exc:
+            drop_own_frame(exc)  # torch formats the traceback the parent prints
             record_exception(exc)
             raise
 

@@ -33,6 +33,7 @@ from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import objects, ops
 from .recorder import SIG, Recorder
+from .tbhide import drop_own_frame
 
 _now = time.monotonic_ns
 _ident = threading.get_ident
@@ -360,7 +361,16 @@ def _make_traced(name: str, spec: ops.Spec):
             elif rec.sig_cpu[sig] and opts is not None and not opts.asyncOp:
                 # Blocking call on a CPU group: the caller waits right after we
                 # return, so waiting here costs nothing and gives the exact end.
-                work.wait()
+                try:
+                    work.wait()
+                except BaseException as e:
+                    # Failed after the issue: recorded, and the work handed back, so that
+                    # the caller's own wait() raises it where it would untraced.
+                    row[1] = row[2] = _now()
+                    row[7] = _FAILED
+                    rec.rows.append(row)
+                    rec.fail(row, e)
+                    return work
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
                 rec.rows.append(row)
@@ -377,6 +387,7 @@ def _make_traced(name: str, spec: ops.Spec):
             row[7] = _FAILED
             rec.rows.append(row)
             rec.fail(row, e)
+            drop_own_frame(e)
             raise
         finally:
             del active[rid]

@@ -23,6 +23,8 @@ import threading
 
 import torch.distributed as dist
 
+from ..capture.tbhide import drop_own_frame
+
 __all__ = ["install", "serve_requests", "is_installed", "native_mpi", "native_extension", "fastpath_status"]
 
 
@@ -87,7 +89,11 @@ def serve_requests() -> bool:
     def new_process_group_helper(*args, **kwargs):
         backend = kwargs.get("backend", args[3] if len(args) > 3 else None)
         if not _names_mpi(backend):
-            return helper(*args, **kwargs)
+            try:
+                return helper(*args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)  # the program's tracebacks read as without commtrace
+                raise
         from .. import mpienv
         from .backend import ProcessGroupMPIFactory
 
@@ -97,6 +103,9 @@ def serve_requests() -> bool:
             c10d._MPI_AVAILABLE, c10d.ProcessGroupMPI = True, ProcessGroupMPIFactory
             try:
                 return helper(*args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
             finally:
                 c10d._MPI_AVAILABLE = saved[0]
                 if saved[1] is _ABSENT:

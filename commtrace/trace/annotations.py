@@ -49,9 +49,14 @@ def _is(col: pd.Series, value: str) -> np.ndarray:
     return col.cat.codes.to_numpy() == cats.get_loc(value)
 
 
-def is_gradient_allreduce(op, phase, detail, module) -> bool:
+# Gradients are floating point (or complex): an integer all_reduce in DDP's backward
+# is its map of used parameters (find_unused_parameters, static_graph), no bucket.
+_INTEGER_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64"})
+
+
+def is_gradient_allreduce(op, phase, detail, module, dtype=None) -> bool:
     """DDP's bucketed gradient all_reduce (or a joined rank's shadow of it)."""
-    if op != "all_reduce" or module is None:
+    if op != "all_reduce" or module is None or dtype in _INTEGER_DTYPES:
         return False
     return (phase == "backward" and detail is None) or detail == "join_shadow_grad"
 
@@ -94,7 +99,7 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     module = np.zeros(len(grad), dtype=np.int64)
     names: dict = {}
     for k, s in sigs.items():
-        if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module")):
+        if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype")):
             grad[k] = True
             module[k] = names.setdefault(str(s["module"]), len(names))
     idx = np.flatnonzero(grad[sig])
@@ -109,7 +114,8 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
 
 def _frame_gradient_rows(df: pd.DataFrame) -> np.ndarray:
     """Per row of a frame: is_gradient_allreduce, evaluated once per distinct combination."""
-    cols = [df[c] if c in df else pd.Series(pd.Categorical([None] * len(df))) for c in ("op", "phase", "detail", "module")]
+    cols = [df[c] if c in df else pd.Series(pd.Categorical([None] * len(df)))
+            for c in ("op", "phase", "detail", "module", "dtype")]
     cats = [list(c.cat.categories) for c in cols]
     combined = np.zeros(len(df), dtype=np.int64)
     for c, k in zip(cols, cats):   # code + 1: NA (-1) becomes 0

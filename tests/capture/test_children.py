@@ -62,3 +62,18 @@ def test_torchrun(tmp_path):
     assert df["op"].tolist() == ["all_reduce"] * 2 and set(df["bytes"]) == {16}
     assert df["seq"].tolist() == [1, 1] and df["world"].nunique() == 1
     assert {p["launcher"] for p in df.attrs["processes"]} == {"torchrun"}
+
+
+def test_pool_workers_terminated_by_their_pool_are_no_problem(tmp_path):
+    """Pool.terminate() SIGTERMs its workers: untraced they die silently, so traced
+    they print nothing either, and check finds no problem in it (info only)."""
+    run_dir = tmp_path / "run"
+    plain = h.run([h.PY, worker("pool.py")], timeout=60).check(0)
+    res = h.run(h.commtrace_cmd(run_dir, worker("pool.py")), timeout=60).check(0)
+    assert res.stdout == plain.stdout == "[1, 4, 9]\n"
+    assert [line for line in res.stderr.splitlines() if not line.startswith("commtrace: trace written")] == []
+    workers = [f for f in os.listdir(run_dir) if f.startswith("proc.") and f.endswith(".meta.jsonl")]
+    assert len(workers) >= 2  # the pool's workers were traced
+    chk = h.run([h.PY, "-m", "commtrace", "check", run_dir], timeout=60)
+    chk.check(0)
+    assert "ERROR" not in chk.stdout

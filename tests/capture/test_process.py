@@ -25,6 +25,17 @@ def test_exit_code_propagates(tmp_path):
     assert proc["end"]["exit_code"] == 3
 
 
+def test_os_exit_keeps_every_op_and_the_exit_code(tmp_path):
+    """os._exit skips atexit; the ops of the last flush interval (here: all of
+    them) must reach the trace all the same, with the exit code."""
+    res, run_dir = _single(tmp_path, "osexit")
+    res.check(4)
+    df = h.load(run_dir)
+    assert df["bytes"].tolist() == [4, 8, 12]
+    (proc,) = df.attrs["processes"]
+    assert proc["end"]["exit_code"] == 4 and proc["end"]["how"] == "exit"
+
+
 def test_uncaught_exception_printed_like_python_and_stored(tmp_path):
     res, run_dir = _single(tmp_path, "raise")
     res.check(1)
@@ -37,6 +48,11 @@ def test_uncaught_exception_printed_like_python_and_stored(tmp_path):
     assert last == f"commtrace: trace written to {run_dir} (commtrace check {run_dir})"
     tb = err[err.index("Traceback (most recent call last):"):]
     assert "commtrace" + os.sep not in tb and "runpy" not in tb, tb
+    # printed through sys.excepthook, as python does: torch's (init_process_group installs
+    # one) prefixes every line with [rank0]; the text is what python prints untraced
+    assert "[rank0]: Traceback (most recent call last):" in err
+    plain = h.run([h.PY, worker("single.py"), h.free_port(), "raise", 3])
+    assert plain.stderr.startswith(body + "\n"), plain.stderr  # (torch may add a teardown abort after it)
     df = h.load(run_dir)
     (proc,) = df.attrs["processes"]
     exc = proc["exception"]
@@ -81,6 +97,67 @@ def test_script_semantics(tmp_path):
     assert got["argv"] == [script, str(out), "--flag", "x y"]
     assert os.path.samefile(got["path0"], WORKERS)
     assert got["sibling"] == "sibling-imported"
+
+
+def test_script_globals_as_python_sets_them(tmp_path):
+    """__file__ and the code's file name are absolute as python makes them (cwd
+    joined, not normalized), argv[0] stays as given, and __loader__, __package__,
+    __spec__, __builtins__ are what python gives a script (runpy.run_path differs)."""
+    got = {}
+    for traced in (False, True):
+        out = tmp_path / "sem.json"
+        args = ["./semantics.py", out, "a"]
+        cmd = h.commtrace_cmd(tmp_path / "run", *args) if traced else [h.PY, *args]
+        h.run(cmd, cwd=WORKERS).check(0)
+        got[traced] = json.loads(out.read_text())
+    assert got[True] == got[False]
+    assert got[True]["file"] == os.path.join(WORKERS, "./semantics.py") == got[True]["code_file"]
+    assert got[True]["argv"][0] == "./semantics.py" and got[True]["loader"][0] == "SourceFileLoader"
+
+
+def test_tracebacks_show_no_commtrace_frames(tmp_path):
+    """Errors raised through the torch functions commtrace wraps (backward, object
+    collectives, group creation, a spawned rank's function, a blocking collective
+    whose work fails) print the same traceback traced, by either wrapper, and untraced."""
+    out = {}
+    for how in ("plain", "native", "python"):  # untraced; traced by either wrapper
+        args = [worker("tracebacks.py"), h.free_port()]
+        env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if how == "python" else {}))
+        res = h.run(h.commtrace_cmd(tmp_path / how, *args) if how != "plain" else [h.PY, *args], env=env, timeout=90)
+        out[how] = res.check(0).stdout
+    assert out["plain"].count("Traceback (most recent call last)") == 7, out["plain"]
+    assert "work.wait()" in out["plain"]
+    for how in ("native", "python"):
+        assert os.path.join(h.REPO, "commtrace") + os.sep not in out[how]  # no frame of the package's
+        assert out[how] == out["plain"], how
+        # the failed collectives, blocking and async, each recorded with its error
+        df = h.load(tmp_path / how).sort_values("t_start_ns")
+        assert df["status"].astype(str).tolist() == ["failed", "failed"], how
+        assert df["bytes"].tolist() == [8, 12]
+        assert all("Cannot use ReduceOp.PREMUL_SUM with Gloo" in str(e) for e in df["error"]), (how, df["error"])
+
+
+def test_keyboard_interrupt_ends_by_sigint_as_python(tmp_path):
+    """Python ends a script that raised KeyboardInterrupt by SIGINT (after atexit):
+    launchers see the signal, not an exit code; the trace records it."""
+    script = tmp_path / "ki.py"
+    script.write_text("import atexit\natexit.register(print, 'atexit ran')\nraise KeyboardInterrupt\n")
+    plain = h.run([h.PY, script])
+    res = h.run(h.commtrace_cmd(tmp_path / "run", script))
+    assert plain.returncode == res.returncode == -signal.SIGINT
+    assert res.stdout == plain.stdout == "atexit ran\n"
+    (meta,) = [f for f in os.listdir(tmp_path / "run") if f.endswith(".meta.jsonl")]
+    assert '"type":"end","exit_code":130,"how":"exception"' in (tmp_path / "run" / meta).read_text()
+
+
+def test_directory_with_main_runs_as_python_runs_it(tmp_path):
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text("import sys\nprint(__name__, sys.argv[1:])\nsys.exit(5)\n")
+    plain = h.run([h.PY, app, "x"])
+    res = h.run(h.commtrace_cmd(tmp_path / "run", app, "x"))
+    res.check(5)
+    assert res.stdout == plain.stdout == "__main__ ['x']\n" and plain.returncode == 5
 
 
 def test_module_with_relative_imports(tmp_path):

@@ -171,9 +171,9 @@ def test_mpirun_aborts_job(tmp_path, mode):
     run, findings = diagnose_dir(tmp_path / "run")
     f = _assert_not_arrived(findings, 4, [0], [1])
     details = "\n".join(f.details)
-    if mode == "exit":  # os._exit: no end record, but everything > 0.5 s old is on disk
-        assert "trace ends abruptly" in details
-        assert not _proc(run, 1)["complete"]
+    if mode == "exit":  # os._exit closes the trace first: every op on disk, and the exit code
+        assert "exited with code 7" in details
+        assert _proc(run, 1)["complete"] and _proc(run, 1)["end"]["exit_code"] == 7
     else:
         assert "raised RuntimeError: injected failure at step 3 (mpi)" in details
         assert _proc(run, 1)["complete"]

@@ -1,7 +1,8 @@
 """bucket/params derivation from DDP's layout, on a small synthetic frame."""
+import numpy as np
 import pandas as pd
 
-from commtrace.trace.annotations import assign_buckets
+from commtrace.trace.annotations import assign_buckets, process_buckets
 
 
 def _frame(rows):
@@ -37,3 +38,23 @@ def test_no_phase_information_leaves_frame_alone():
     df = _frame([["f0", "all_reduce", None, None, None, 0]])
     out = assign_buckets(df, {})
     assert "bucket" not in out.columns or out["bucket"].isna().all()
+
+
+def test_integer_all_reduce_in_backward_is_no_bucket():
+    """find_unused_parameters / static_graph: DDP all_reduces its int32 map of used
+    parameters in backward (before or after the gradients); gradients are floats,
+    so it is no bucket and the buckets keep their numbers."""
+    df = _frame([
+        ["f0", "all_reduce", "backward", None, "Net", 1],
+        ["f0", "all_reduce", "backward", None, "Net", 1],
+        ["f0", "all_reduce", "backward", None, "Net", 2],
+        ["f0", "all_reduce", "backward", None, "Net", 2],
+        ["f0", "all_reduce", "backward", None, "Net", 2],
+    ])
+    df["dtype"] = pd.Series(["int32", "float32", "float32", "float32", "int32"], dtype="category")
+    out = assign_buckets(df, META)
+    assert [None if pd.isna(b) else int(b) for b in out["bucket"]] == [None, 0, 0, 1, None]
+    sigs = {0: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "int32"},
+            1: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32"}}
+    got = process_buckets(np.arange(5), np.array([0, 1, 1, 1, 0]), np.array([1, 1, 2, 2, 2]), sigs)
+    assert got.tolist() == [-1, 0, 0, 1, -1]

@@ -22,10 +22,13 @@ STRAGGLER_MIN_SHARE = 0.6         # share of them where the rank arrived last
 STRAGGLER_MIN_LAG_NS = 50_000_000  # median wait it imposed (last arrival - median arrival)
 
 
+_SIGTERM_EXIT = 128 + 15
+
+
 def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
     """Processes that raised, exited non-zero, were killed or whose trace ends
     abruptly before they created a process group. A helper process (no rank,
-    not an mp.spawn process) whose trace just ends is only informational.
+    not an mp.spawn process) whose trace just ends, or that SIGTERM ended, is only informational.
     Processes numbered alike (ranks, mp.spawn processes) that ended the same way
     are one finding ("rank 0-1023 raised KeyError: 'lr' ...")."""
     alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
@@ -36,8 +39,10 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
             continue  # the rank's own process group trace says more (a restarted rank, ...)
         fate = e.fate
         identified = not e.label.startswith("pid ")
-        if fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
-                                                or fate.exit_code not in (None, 0)):
+        if not identified and fate.complete and fate.how == "signal" and fate.exit_code == _SIGTERM_EXIT:
+            sev = INFO  # a helper torn down by its parent (multiprocessing Pool.terminate, DataLoader): routine
+        elif fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
+                                                  or fate.exit_code not in (None, 0)):
             sev = ERROR
         elif not fate.complete:
             sev = ERROR if identified else INFO  # a helper's trace that just ends: context only

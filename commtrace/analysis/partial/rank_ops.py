@@ -65,7 +65,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
         is_async = np.array([bool(s.get("async")) for s in sigs])
         det = np.array([s.get("detail") is not None for s in sigs])      # one of DDP's/Join's own ops
-        grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"))
+        grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
                          and reader._str_or_none(s.get("phase")) == "backward" for s in sigs])
         si, gi = slut[rec["sig"]], glut[rec["group"]]
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort

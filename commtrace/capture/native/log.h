@@ -175,8 +175,11 @@ class Log {
       // GIL-free, on the thread that completes the work; already-completed
       // futures run it right here.
       fut->addCallback([op](c10::ivalue::Future& f) {
+        if (f.hasError()) {
+          op->error = f.tryRetrieveErrorMessage();
+          op->status = STATUS_FAILED;
+        }
         op->t_end.store(now_ns(), std::memory_order_release);
-        if (f.hasError()) op->status = STATUS_FAILED;
       }, /*uses_future=*/true);
     } else {
       op->flags |= FLAG_END_OBSERVED;  // end seen by polling: an upper bound
@@ -210,6 +213,7 @@ class Log {
   // (all of them when final), packed as OP_RECORDs.
   py::bytes drain(bool final) {
     std::string out;
+    std::vector<OpPtr> failed;  // async ops that failed with a message: error lines, under the GIL
     {
       py::gil_scoped_release nogil;
       int64_t now = now_ns();
@@ -222,6 +226,7 @@ class Log {
         if (op.t_end.load() == 0 && !p.fut) poll(p, now, final);  // (device ops never have fut)
         if (op.t_end.load() != 0) {
           recs.push_back(op.record(op.status));
+          note_failure_locked(p.op);
         } else {
           snapshot(op, now, final, recs);
           still.push_back(std::move(p));
@@ -230,7 +235,9 @@ class Log {
       pending_.swap(still);
       for (auto& op : active_) snapshot(*op, now, final, recs);
       out.assign(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(Record));
+      failed.swap(failed_);
     }
+    for (auto& op : failed) report_error(*op, "RuntimeError: " + op->error);
     return py::bytes(out);
   }
 
@@ -268,6 +275,7 @@ class Log {
   void after_fork_in_child() {
     new (&mu_) std::mutex();
     done_.clear();
+    failed_.clear();  // the parent's ops
     new std::deque<Pending>(std::move(pending_));  // leaked: their CUDA events belong to the parent
     pending_.clear();
     active_.clear();
@@ -288,6 +296,11 @@ class Log {
 
   // Small async ops finished since: move them out so their tensors are freed
   // promptly (bounded work per call). Caller holds mu_.
+  // An async op that failed with a message: the next drain writes its error line.
+  void note_failure_locked(const OpPtr& op) {
+    if (op->status == STATUS_FAILED && !op->error.empty()) failed_.push_back(op);
+  }
+
   void retire_locked() {
     for (size_t n = 0; n < RETIRE_PER_CALL && !pending_.empty(); ++n) {
       Pending& p = pending_.front();
@@ -296,6 +309,7 @@ class Log {
         p.op->t_end = now_ns();
       }
       done_.push_back(p.op->record(p.op->status));
+      note_failure_locked(p.op);
       pending_.pop_front();
     }
   }
@@ -363,6 +377,7 @@ class Log {
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;
   Waiter waiter_;
+  std::vector<OpPtr> failed_;  // guarded by mu_ (note_failure_locked, drain)
   DeviceEndTimer device_timer_;
 };
 

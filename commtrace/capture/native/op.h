@@ -26,6 +26,9 @@ struct Op {
   int32_t group = 0;
   uint8_t flags = 0;
   bool inflight_written = false;
+  // Why an async op failed (set before t_end is stored, read after it is seen):
+  // the flush thread records it as an error line under the GIL.
+  std::string error;
 
   Record record(uint8_t st) const {
     Record r;

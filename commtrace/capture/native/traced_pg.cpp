@@ -98,7 +98,17 @@ class TracedPG : public c10d::ProcessGroup {
         }
       }
       if (!work || (blocking && info.cpu)) {  // device ops are never waited for here
-        if (work) work->wait();
+        if (work) {
+          try {
+            work->wait();
+          } catch (...) {
+            // The op failed after it was issued: record it, and hand the work back.
+            // The caller's own wait() raises the error where it would untraced
+            // (torch's dist.all_reduce: at work.wait(), not at the issue).
+            fail_current(op, describe);
+            return work;
+          }
+        }
         op->t_return = now_ns();
         op->t_end = op->t_return;
         log.done(op);
@@ -109,20 +119,28 @@ class TracedPG : public c10d::ProcessGroup {
         op->t_return = now_ns();
         log.track(op, work, p2p);
       }
-    } catch (py::error_already_set& e) {
-      fail(op, [&] { return std::string(e.what()); }, describe);
-      throw;
-    } catch (const c10::DistBackendError& e) {
-      fail(op, [&] { return std::string("DistBackendError: ") + e.what_without_backtrace(); }, describe);
-      throw;
-    } catch (const c10::Error& e) {
-      fail(op, [&] { return std::string("RuntimeError: ") + e.what_without_backtrace(); }, describe);
-      throw;
-    } catch (const std::exception& e) {
-      fail(op, [&] { return std::string("RuntimeError: ") + e.what(); }, describe);
+    } catch (...) {
+      fail_current(op, describe);
       throw;
     }
     return work;
+  }
+
+  // Records the exception being handled (call only inside a catch block) as the
+  // op's failure; an exception of an unknown type propagates unrecorded, as before.
+  template <class Describe>
+  void fail_current(const OpPtr& op, Describe&& describe) {
+    try {
+      throw;
+    } catch (py::error_already_set& e) {
+      fail(op, [&] { return std::string(e.what()); }, describe);
+    } catch (const c10::DistBackendError& e) {
+      fail(op, [&] { return std::string("DistBackendError: ") + e.what_without_backtrace(); }, describe);
+    } catch (const c10::Error& e) {
+      fail(op, [&] { return std::string("RuntimeError: ") + e.what_without_backtrace(); }, describe);
+    } catch (const std::exception& e) {
+      fail(op, [&] { return std::string("RuntimeError: ") + e.what(); }, describe);
+    }
   }
 
   template <class Text, class Describe>

@@ -31,6 +31,12 @@ class Waiter {
       }
       try {
         p.work->wait();
+      } catch (const c10::Error& e) {
+        p.op->error = e.what_without_backtrace();
+        p.op->status = STATUS_FAILED;
+      } catch (const std::exception& e) {
+        p.op->error = e.what();
+        p.op->status = STATUS_FAILED;
       } catch (...) {
         p.op->status = STATUS_FAILED;
       }

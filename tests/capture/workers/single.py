@@ -2,7 +2,8 @@
 
 ``single.py PORT MODE [N]``; MODE: ``exit3`` (sys.exit(3)), ``raise`` (uncaught
 ValueError from fail()), ``sigkill`` (sleep 1.5 s then SIGKILL itself),
-``sigterm`` (print "ready" and sleep; the test sends SIGTERM), ``ok``.
+``sigterm`` (print "ready" and sleep; the test sends SIGTERM), ``osexit``
+(os._exit(4) right after the ops, skipping atexit), ``ok``.
 """
 import os
 import signal
@@ -27,6 +28,8 @@ def main():
         sys.exit(3)
     if mode == "raise":
         fail(n)
+    if mode == "osexit":
+        os._exit(4)
     if mode == "sigkill":
         time.sleep(1.5)
         os.kill(os.getpid(), signal.SIGKILL)
