@@ -228,3 +228,21 @@ def test_verdicts_and_facts_of_seq_chunks_merge_to_the_whole_frames():
     assert s1.instances == s2.instances == 10
     assert np.array_equal(s1.lags_of(0), s2.lags_of(0)) and np.allclose(s2.lags_of(0), 10**8 - 1000)
     assert facts.t_max == one.t_max and int(facts.last_op(1)["seq"]) == int(one.last_op(1)["seq"]) == 11
+
+
+def test_groups_of_later_worlds_say_which_world():
+    """A program that destroyed its default group and made another (world w1): the same
+    "group 0" exists twice, so every label names its world; rank 1 never reached w1's seq 2."""
+    rows = ([dict(row(r, s), world="w0") for s in (1, 2) for r in (0, 1)]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r), world="w1") for s in (1, 2) for r in (0, 1) if (r, s) != (1, 2)])
+    fs = by_kind(C.diagnose(mkrun(rows)))
+    assert [f.title for f in fs[C.NOT_ARRIVED]] == [
+        "group 0 (default_pg) of world w1 seq 2: all_reduce [[10]] entered by rank 0; rank 1 never arrived"]
+    assert [f.title for f in fs[C.PROGRESS]] == [
+        "group 0 (default_pg) of world w0: last seq completed: rank 0-1: 2",
+        "group 0 (default_pg) of world w1: last seq completed: rank 0: 2; rank 1: 1"]
+
+
+def test_a_run_of_one_world_names_no_world():
+    fs = by_kind(C.diagnose(mkrun([row(r, 1) for r in (0, 1)])))
+    assert [f.title for f in fs[C.PROGRESS]] == ["group 0 (default_pg): last seq completed: rank 0-1: 1"]

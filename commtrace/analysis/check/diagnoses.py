@@ -112,8 +112,8 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None,
             if v is None:
                 continue
             by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
-        findings += _group_findings(_group_label(world_s, group_s, g.desc), world_s, group_s, g, v, by_seq, fates,
-                                    facts, now)
+        label = _group_label(world_s, group_s, g.desc, _worlds(facts))
+        findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings
 
 
@@ -306,9 +306,10 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
             if med < STRAGGLER_MIN_LAG_NS:
                 continue
             total = float(lag.sum())
+            label = _group_label(world, group, worlds=_worlds(facts))
             findings.append(Finding(
                 STRAGGLER, WARNING,
-                f"{_group_label(world, group)}: rank {int(r)} arrived last at {len(lag)} of {s.instances} "
+                f"{label}: rank {int(r)} arrived last at {len(lag)} of {s.instances} "
                 f"collectives (median wait it caused {_fmt_age(med)}, total {_fmt_age(total)})",
                 world=world, group=group, ranks=[int(r)],
                 data={"share_last": float(share), "median_lag_ns": med, "total_lag_ns": total}))
@@ -407,12 +408,17 @@ def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
     return out
 
 
+def _worlds(facts: RunFacts) -> int:
+    """How many worlds the run's groups belong to (group labels name the world when > 1)."""
+    return len({w for w, _ in facts.groups})
+
+
 def progress_findings(facts: RunFacts) -> list[Finding]:
     out = []
     for g in group_progress(facts):
         last = {r: str(info["last_completed"]) if info["last_completed"] is not None else "-"
                 for r, info in g["ranks"].items()}
-        label = _group_label(g["world"], g["group"], g["desc"])
+        label = _group_label(g["world"], g["group"], g["desc"], _worlds(facts))
         out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
                            world=g["world"], group=g["group"], ranks=g["members"],
                            data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))

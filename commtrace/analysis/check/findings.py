@@ -106,8 +106,13 @@ def _fmt_age(ns) -> str:
     return f"{s:.1f} s" if s >= 1 else f"{ns / 1e6:.0f} ms"
 
 
-def _group_label(world, group, desc=None) -> str:
+def _group_label(world, group, desc=None, worlds: int = 1) -> str:
+    """"group 0 (default_pg)"; in a run of several worlds (a program that destroyed its
+    default group and made another, e.g. a test suite; ``worlds``: how many) it says
+    which: "group 0 (default_pg) of world w3"."""
     g = f"group {group}"
     if desc and desc != group:
         g += f" ({desc})"
+    if worlds > 1:
+        g += f" of world {world}"
     return g

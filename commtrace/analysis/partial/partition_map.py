@@ -149,8 +149,8 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
     else:
         ft = _tables_of(pt)
         rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
-        ok = (np.isin(rec["sig"].astype(np.int64), ft.sig_ids) & np.isin(rec["group"].astype(np.int64), ft.group_ids)
-              & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+        ok = (reader.member(rec["sig"], ft.sig_ids) & reader.member(rec["group"], ft.group_ids)
+              & reader.member(rec["status"], reader.STATUS_CODES) & (rec["seq"] > 0) & (rec["t_call"] > 0))
         ok &= (rec["seq"].astype(np.int64) // size) == chunk
         rec = reader._last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
     if not len(rec):
