@@ -310,7 +310,12 @@ def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
 
 def _defined(ids: np.ndarray, table: dict) -> np.ndarray:
     """Which ids name an entry of ``table``."""
-    return member(ids, np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64))
+    return member(ids, defined_ids(table))
+
+
+def defined_ids(table: dict) -> np.ndarray:
+    """The ids of ``table`` (sigs or groups of a meta file) a record field can name."""
+    return np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)
 
 
 _TABLE_IDS = 1 << 16   # largest key looked up through a bool table (64 KiB); beyond, a sorted lookup

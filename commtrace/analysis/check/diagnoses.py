@@ -103,6 +103,7 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None,
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
     now = _now_ns(run, facts.t_max) if run is not None else None
+    worlds = _worlds(facts)
     for (world_s, group_s), g in facts.groups.items():
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
         if verdicts is None:
@@ -112,7 +113,7 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None,
             if v is None:
                 continue
             by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
-        label = _group_label(world_s, group_s, g.desc, _worlds(facts))
+        label = _group_label(world_s, group_s, g.desc, worlds)
         findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings
 
@@ -293,7 +294,7 @@ def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
 def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
     """Ranks that arrived last at most of the collectives every member completed, and
     made the others wait long (``facts.stragglers``: facts.straggler_lags per group)."""
-    findings = []
+    findings, worlds = [], _worlds(facts)
     for (world, group), s in facts.stragglers.items():
         if s.instances < STRAGGLER_MIN_OPS:
             continue
@@ -306,7 +307,7 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
             if med < STRAGGLER_MIN_LAG_NS:
                 continue
             total = float(lag.sum())
-            label = _group_label(world, group, worlds=_worlds(facts))
+            label = _group_label(world, group, worlds=worlds)
             findings.append(Finding(
                 STRAGGLER, WARNING,
                 f"{label}: rank {int(r)} arrived last at {len(lag)} of {s.instances} "
@@ -414,11 +415,11 @@ def _worlds(facts: RunFacts) -> int:
 
 
 def progress_findings(facts: RunFacts) -> list[Finding]:
-    out = []
+    out, worlds = [], _worlds(facts)
     for g in group_progress(facts):
         last = {r: str(info["last_completed"]) if info["last_completed"] is not None else "-"
                 for r, info in g["ranks"].items()}
-        label = _group_label(g["world"], g["group"], g["desc"], _worlds(facts))
+        label = _group_label(g["world"], g["group"], g["desc"], worlds)
         out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
                            world=g["world"], group=g["group"], ranks=g["members"],
                            data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))

@@ -67,7 +67,7 @@ def _s(v) -> str:
 class _FileTables:
     """What one process's meta lines say, as a partition task uses it: tabulated once per
     worker for all the partitions it runs (a partition reads a slice of every file)."""
-    sig_ids: np.ndarray         # the defined sig / group ids (reader._defined's keys)
+    sig_ids: np.ndarray         # the defined sig / group ids (reader.defined_ids)
     group_ids: np.ndarray
     slut: np.ndarray            # sig id -> sig index (sorted ids)
     glut: np.ndarray            # group id -> group index
@@ -94,16 +94,11 @@ def _file_tables(pt) -> _FileTables:
     tot = np.array([o in _TOTAL_SIZE_OPS for o in op], dtype=bool)
     cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
             for s in sigs for g in groups]
-    return _FileTables(_defined_ids(pt.sigs), _defined_ids(pt.groups), slut, glut, op,
+    return _FileTables(reader.defined_ids(pt.sigs), reader.defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
                        [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
                        np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
-
-
-def _defined_ids(table: dict) -> np.ndarray:
-    """The ids reader._defined accepts for ``table``."""
-    return np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=4096)
