@@ -205,14 +205,20 @@ class StepFigures:
         self.comm[rows] = iv.length_within(t.comm, lo, hi)
         self.exposed[rows] = iv.length_within(t.exposed, lo, hi)
 
-    def table(self) -> pd.DataFrame:
+    def columns(self) -> dict:
+        """The table's columns (PER_RANK_COLUMNS) as arrays; none when there is no step."""
         if len(self.steps) == 0:
-            return pd.DataFrame(columns=PER_RANK_COLUMNS)
+            return {}
         st = self.steps
-        cols = {"rank": st["rank"].to_numpy(), "step": st["step"].to_numpy(), "t_begin_ns": self.lo,
+        return {"rank": st["rank"].to_numpy(), "step": st["step"].to_numpy(), "t_begin_ns": self.lo,
                 "t_end_ns": self.hi, "micro_steps": st["micro_steps"].to_numpy(), "step_ns": self.hi - self.lo,
                 "compute_ns": self.compute, "comm_ns": self.comm, "exposed_ns": self.exposed,
                 "ops": self.ops, "bytes": self.nbytes}
+
+    def table(self) -> pd.DataFrame:
+        cols = self.columns()
+        if not cols:
+            return pd.DataFrame(columns=PER_RANK_COLUMNS)
         return pd.DataFrame(cols, columns=PER_RANK_COLUMNS, copy=False)
 
 

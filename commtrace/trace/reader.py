@@ -600,10 +600,11 @@ class Run:
     unranked: list = field(default_factory=list)
 
 
-def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None = None, refs: dict | None = None
-                      ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None = None, refs: dict | None = None,
+                      user_marks: bool = True) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame]:
     """(spans, marks, regions) of every process, on rank 0's clock. Span records are
-    read here, one process at a time (damage goes to ``issues``); ``refs`` as build_frame."""
+    read here, one process at a time (damage goes to ``issues``); ``refs`` as build_frame;
+    ``user_marks=False``: no marks table (None), for callers that show none."""
     refs = _reference_processes(procs) if refs is None else refs
     issues = [] if issues is None else issues
     offsets = {id(pt): _offset_fn(pt, refs.get(_world_of(pt))) for pt in procs}
@@ -616,12 +617,11 @@ def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None
             continue
         rank, offset = _rank_or_minus1(pt), offsets[id(pt)]
         end = _int_or_none((pt.end or {}).get("t_mono_ns"))
-        marks.append(mark_tables.user_marks_of(pt.marks, rank, pt.stem, offset))
+        if user_marks:
+            marks.append(mark_tables.user_marks_of(pt.marks, rank, pt.stem, offset))
         regions.append(mark_tables.regions_of(pt.marks, rank, pt.stem, offset, end))
-    none = lambda t: 0  # noqa: E731  (the empty tables need no clock)
-    return (spans,
-            mark_tables.concat(marks, mark_tables.user_marks_of([], -1, "", none)),
-            mark_tables.concat(regions, mark_tables.regions_of([], -1, "", none, None)))
+    return (spans, mark_tables.concat(marks, mark_tables.empty_marks()) if user_marks else None,
+            mark_tables.concat(regions, mark_tables.empty_regions()))
 
 
 def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:

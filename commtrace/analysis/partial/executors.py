@@ -1,12 +1,15 @@
 """Where map tasks run: in this process, in a local process pool, or on a Dask cluster.
 
 All three take a function and a list of tasks and yield results as they finish
-(the folds do not depend on order). The pool and Dask keep at most ``2 x workers``
-tasks in flight, so the results waiting to be folded stay bounded too. Dask is an
+(the folds do not depend on order). The pool and Dask keep at most ``ahead``
+(default ``2 x workers``) tasks in flight, so the results waiting to be folded stay
+bounded too; they submit the first ones when ``map`` is called, so the caller can
+work while they run (the serial executor runs each task when its result is asked for). Dask is an
 existing distributed engine (``distributed.Client``): no scheduler or RPC of our own."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from itertools import islice
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -31,16 +34,26 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+@contextmanager
+def _died_as_error():
+    try:
+        yield
+    except BrokenProcessPool:
+        # A worker died without a Python exception: killed by the OS (out of memory, most often) or by a signal.
+        raise CommtraceError("a worker process of the analysis died without an error (killed by the system: "
+                             "out of memory?); a lower --memory-limit runs fewer and smaller tasks at once") from None
+
+
 class SerialExecutor:
     name = "serial"
 
     def __init__(self):
         self.workers = 1
 
-    def map(self, fn, tasks):
+    def map(self, fn, tasks, ahead: int | None = None):
+        """``fn`` of each task, in order, run when its result is asked for (``ahead``: unused)."""
         keep_freed_memory()       # the tasks run in this process
-        for t in tasks:
-            yield fn(t)
+        return (fn(t) for t in tasks)
 
     def close(self):
         pass
@@ -58,27 +71,24 @@ class PoolExecutor:
         keep_freed_memory()       # this process receives and folds the results (measured: 0.38-0.41 s of CPU, not 0.41-0.52)
         self.pool = ProcessPoolExecutor(max_workers=self.workers, initializer=keep_freed_memory)
 
-    def map(self, fn, tasks):
-        try:
-            yield from self._map(fn, tasks)
-        except BrokenProcessPool:
-            # A worker died without a Python exception: killed by the OS (out of memory, most often) or by a signal.
-            raise CommtraceError("a worker process of the analysis died without an error (killed by the system: "
-                                 "out of memory?); a lower --memory-limit runs fewer and smaller tasks at once"
-                                 ) from None
+    def map(self, fn, tasks, ahead: int | None = None):
+        """``fn`` of each task, results as they complete. The first ``ahead`` tasks (default:
+        2 per worker; as many are kept running or queued) are submitted now, so the caller
+        can work while they run; the others as results are taken."""
+        ahead = max(1, ahead or 2 * self.workers)
+        it = iter(tasks)
+        with _died_as_error():
+            pending = {self.pool.submit(fn, t) for t in islice(it, ahead)}
+        return self._results(fn, it, pending, ahead)
 
-    def _map(self, fn, tasks):
-        pending, it = set(), iter(tasks)
-        for t in it:
-            pending.add(self.pool.submit(fn, t))
-            if len(pending) >= 2 * self.workers:
+    def _results(self, fn, it, pending: set, ahead: int):
+        with _died_as_error():
+            while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for t in islice(it, len(done)):
+                    pending.add(self.pool.submit(fn, t))
                 for f in done:
                     yield f.result()
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                yield f.result()
 
     def close(self):
         self.pool.shutdown(cancel_futures=True)
@@ -100,10 +110,14 @@ class DaskExecutor:
             raise CommtraceError(f"--dask {scheduler}: cannot reach the scheduler ({e})") from None
         self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
 
-    def map(self, fn, tasks):
-        from distributed import as_completed
+    def map(self, fn, tasks, ahead: int | None = None):
+        """As PoolExecutor.map, on the cluster."""
         it = iter(tasks)
-        first = [self.client.submit(fn, t, pure=False) for t in islice(it, 2 * self.workers)]
+        first = [self.client.submit(fn, t, pure=False) for t in islice(it, max(1, ahead or 2 * self.workers))]
+        return self._results(fn, it, first)
+
+    def _results(self, fn, it, first: list):
+        from distributed import as_completed
         done = as_completed(first)
         for f in done:
             try:

@@ -6,6 +6,8 @@ exact percentiles concatenate the kept durations, sketched ones merge their
 histograms (error bound: ``sketch.ALPHA``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -14,7 +16,7 @@ from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
 from ..summary import SUMMARY_COLUMNS, qname, rank_spread
 from .partition_map import PartitionPartial, TOP_COLUMNS
-from .rank_map import RankPartial
+from .rank_map import CELL_TABLE_COLUMNS, RankPartial
 from .sketch import LogSketch
 
 QS = (0.5, 0.99)
@@ -39,17 +41,19 @@ class AcrossFold:
             self.a[k] = np.concatenate((v, np.full(n - self.n, fill, np.int64)))
         self.n = n
 
-    def add(self, per_rank: pd.DataFrame) -> None:
-        if not len(per_rank):
+    def add(self, per_rank: dict) -> None:
+        """``per_rank``: one rank's step_table columns (name -> array)."""
+        if not per_rank or not len(per_rank["step"]):
             return
-        st = per_rank["step"].to_numpy(np.int64)
+        col = lambda k: per_rank[k].astype(np.int64, copy=False)  # noqa: E731
+        st = col("step")
         self._grow(int(st.max()) + 1)
         a = self.a
         a["ranks"][st] += 1
-        a["micro_steps"][st] = np.maximum(a["micro_steps"][st], per_rank["micro_steps"].to_numpy(np.int64))
+        a["micro_steps"][st] = np.maximum(a["micro_steps"][st], col("micro_steps"))
         for k in self.SUMS:
-            a[k][st] += per_rank[k].to_numpy(np.int64)
-        t, r = per_rank["step_ns"].to_numpy(np.int64), per_rank["rank"].to_numpy(np.int64)
+            a[k][st] += col(k)
+        t, r = col("step_ns"), col("rank")
         cur, cur_r = a["step_ns"][st], a["slowest_rank"][st]
         # the slowest rank; on a tie the lowest rank (across_ranks' idxmax over rows sorted by rank)
         take = (t > cur) | ((t == cur) & (r < cur_r))
@@ -67,6 +71,20 @@ class AcrossFold:
             out[k] = a[k][has] / n
         out["slowest_rank"] = a["slowest_rank"][has].astype(np.int32)
         return out[ACROSS_COLUMNS]
+
+
+MEDIAN_COLUMNS = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
+
+
+def rank_medians(per_rank: dict) -> tuple:
+    """(rank, its steps, the median of each of MEDIAN_COLUMNS over them): a row of the
+    per-rank table of a run whose (rank, step) rows are too many to keep (``per_rank``:
+    one rank's step_table columns)."""
+    ranks = per_rank["rank"]
+    if not (ranks == ranks[0]).all():
+        raise ValueError("rank_medians: the steps of one rank")
+    med = np.median(np.stack([per_rank[c] for c in MEDIAN_COLUMNS]), axis=1)
+    return int(ranks[0]), len(ranks), med.tolist()
 
 
 class RankFold:
@@ -97,12 +115,15 @@ class RankFold:
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
         self.values.extend(p.values)
-        self.across.add(p.per_rank)
-        if p.medians is not None and len(p.medians):
-            self.rank_medians.append(p.medians)
+        columns = p.per_rank.unpack() if len(p.per_rank) else {}
+        self.across.add(columns)
         self.per_rank_rows += len(p.per_rank)
         if self.per_rank_rows > PER_RANK_ROWS_KEPT:
+            if not self.per_rank_cut:     # the per-rank table becomes medians: those of the ranks kept so far
+                self.rank_medians = [rank_medians(t.unpack()) for t in self.per_rank.values() if len(t)]
             self.per_rank, self.per_rank_cut = {}, True
+            if columns:
+                self.rank_medians.append(rank_medians(columns))
         else:
             self.per_rank[p.rank] = p.per_rank
         self.comm.update(p.comm_ns)
@@ -133,17 +154,26 @@ class RankFold:
         return out
 
     def cell_table(self) -> pd.DataFrame:
-        cells = [c for c in self.cells if len(c)]
-        return pd.concat(cells, ignore_index=True) if cells else self.cells[0] if self.cells else pd.DataFrame()
+        """Every rank's summary cells (rank_map._cells' columns) as one table."""
+        cells = [c for c in self.cells if c and len(c["ops"])]
+        if not cells:
+            return pd.DataFrame(columns=CELL_TABLE_COLUMNS) if self.cells else pd.DataFrame()
+        cols = {}
+        for k in CELL_TABLE_COLUMNS:
+            if isinstance(cells[0][k], list):
+                cols[k] = [v for c in cells for v in c[k]]
+            else:
+                cols[k] = np.concatenate([c[k] for c in cells])
+        return pd.DataFrame(cols)                 # one constructor: no per-column inserts
 
     def step_tables(self):
         """(per_rank, across, outside, total_steps), or None when no rank took a step."""
         from ..report import StepTables
-        per_rank = [t for _, t in sorted(self.per_rank.items()) if len(t)]
+        per_rank = [t.unpack() for _, t in sorted(self.per_rank.items()) if len(t)]
         if not per_rank and not self.per_rank_cut and not self.total_steps:
             return None
-        pr = pd.concat(per_rank, ignore_index=True)[PER_RANK_COLUMNS] if per_rank else \
-            pd.DataFrame(columns=PER_RANK_COLUMNS)
+        pr = pd.DataFrame({c: np.concatenate([t[c] for t in per_rank]) for c in PER_RANK_COLUMNS}) if per_rank \
+            else pd.DataFrame(columns=PER_RANK_COLUMNS)
         rows = []
         for code in (BEFORE, BETWEEN, AFTER):
             ops, nbytes, comm = self.outside[code]
@@ -157,8 +187,15 @@ class RankFold:
         return StepTables(pr, self.across.table(), outside, self.total_steps)
 
     def medians(self) -> pd.DataFrame:
-        """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
-        return pd.concat(self.rank_medians).sort_index() if self.rank_medians else pd.DataFrame()
+        """Per rank: its steps and the median of each figure over them (the report's per-rank table),
+        when the (rank, step) rows were cut (``per_rank_cut``); else empty (the rows are kept)."""
+        if not self.rank_medians:
+            return pd.DataFrame()
+        rows = sorted(self.rank_medians)
+        out = pd.DataFrame([m for _, _, m in rows], columns=MEDIAN_COLUMNS,
+                           index=pd.Index(np.array([r for r, _, _ in rows], np.int32), name="rank"))
+        out.insert(0, "steps", np.array([n for _, n, _ in rows], np.int64))
+        return out
 
 
 def table_keys(cells: pd.DataFrame) -> dict:
@@ -176,9 +213,21 @@ def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.Dat
     """analysis.summary.op_summary from cells (one row per key of ``by``). ``quantile_cache``:
     percentiles by the set of cells of a row, shared by the tables of one run (per op and
     per phase+op rows often hold the same cells)."""
-    cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in QS] + SUMMARY_COLUMNS[7:]
+    return with_bandwidth(cell_summary(cells, values, by, quantile_cache), bandwidth)
+
+
+@dataclass
+class CellSummary:
+    """A summary table's figures that come from the rank tasks' cells alone (every column
+    but the collectives and bandwidths of the partition tasks: ``with_bandwidth``)."""
+    table: pd.DataFrame | None   # None: no cell
+    keys: pd.DataFrame | None    # the key columns' values per row
+    by: list
+
+
+def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: dict | None = None) -> CellSummary:
     if not len(cells):
-        return pd.DataFrame(columns=by + cols).set_index(by)
+        return CellSummary(None, None, by)
     codes, keys = _coarsen(cells, by)
     n = len(keys)
     total = np.bincount(codes, weights=cells["dur"].to_numpy(np.float64), minlength=n)
@@ -197,7 +246,16 @@ def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.Dat
     ranks, rcode = np.unique(cells["rank"].to_numpy(np.int64), return_inverse=True)
     out["cv"], out["ranks"] = rank_spread(codes, rcode, n, len(ranks), cells["dur"].to_numpy(np.float64),
                                           cells["ops"].to_numpy(np.float64))
-    bw = _bandwidth_rows(bandwidth, keys, by)
+    return CellSummary(out, keys, by)
+
+
+def with_bandwidth(cs: CellSummary, bandwidth: pd.DataFrame | None) -> pd.DataFrame:
+    """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths."""
+    cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in QS] + SUMMARY_COLUMNS[7:]
+    if cs.table is None:
+        return pd.DataFrame(columns=cs.by + cols).set_index(cs.by)
+    out = cs.table.copy()
+    bw = _bandwidth_rows(bandwidth, cs.keys, cs.by)
     out["collectives"] = bw["collectives"].to_numpy(np.int64)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from ...trace import reader, schema
 from .. import intervals as iv
@@ -27,6 +26,7 @@ from .bounded_map import is_bounded
 from .layers_map import has_cpp, merged_rank_ops
 from .regions_map import rank_regions
 from .window_map import applied_to_rank, rank_window
+from .packed import PackedColumns, pack
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
 from .sketch import LogSketch
 
@@ -47,15 +47,15 @@ class RankPartial:
     rank: int
     ops: int
     issues: list
-    cells: pd.DataFrame          # CELL_COLUMNS + rank (strings, "-" for none) + ops, dur, known, bytes
+    cells: dict                  # CELL_COLUMNS + rank (lists of strings, "-" for none) + ops, dur, known,
+                                 # bytes (float64 arrays): merge.RankFold.cell_table makes the one table
     values: list                 # per cells row: float32/float64 durations (exact) or a LogSketch
-    per_rank: pd.DataFrame       # step_table.PER_RANK_COLUMNS rows of this rank
+    per_rank: PackedColumns      # step_table.PER_RANK_COLUMNS of this rank's steps (packed for the trip)
     comm_ns: dict                # rank -> communication time (union of its ops)
     outside: dict                # where code -> [ops, bytes, [comm per rank]] (+ NO_STEPS ranks)
     total_steps: int
     t0: int | None               # the rank's first op start (rank 0's clock)
     op_order: tuple              # (first meta file name, op names in the frame's category order)
-    medians: pd.DataFrame | None  # merge.rank_medians of per_rank (the per-rank table of very long runs)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
     facts: object = None         # banner_map.RankFacts: what the report's banner needs of this rank
     regions: dict = field(default_factory=dict)   # regions.RegionFigures.acc of this rank
@@ -75,7 +75,7 @@ def map_rank(task: RankTask) -> RankPartial:
     refs = {w: p for w, p in refs.items() if p is not None}
     index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
-    spans, _, region_spans = reader.build_mark_tables(procs, issues, refs)
+    spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader._describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     layers: dict = {}
     if has_cpp(procs):
@@ -91,18 +91,17 @@ def map_rank(task: RankTask) -> RankPartial:
     cells, values = _cells(shown, task.rank, task.exact)
     n = len(shown.arrays.start) if shown is not None else 0
     first = int(a.start.min()) if a is not None and len(a.start) else None
-    return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, per_rank, comm, outside,
+    return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, pack(per_rank), comm, outside,
                        int(steps["step"].max()) if len(steps) else 0, first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
-                       rank_medians(per_rank) if len(per_rank) else None, index,
+                       index,
                        rank_facts(task.rank, procs, shown), regions.acc, rank_window(applied, ops, spans), layers)
 
 
 def _step_parts(waits, a, spans, steps, regions, applied=None):
     if a is None:
-        from ..step_table import PER_RANK_COLUMNS
         regions.add_without_ops(spans)
-        return pd.DataFrame(columns=PER_RANK_COLUMNS), {}, {}
+        return {}, {}, {}
     op_step, where = locate_ops(a, steps)
     sel = applied.selected if applied is not None else None
     shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
@@ -125,30 +124,33 @@ def _step_parts(waits, a, spans, steps, regions, applied=None):
         parts[code] = [int(m.sum()), int(a.nbytes[m].sum()), list(outside.comm[code])]
     m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
     parts[NO_STEPS] = [int(m.sum()), int(a.nbytes[m].sum()), sorted(set(np.unique(a.rank[m]).tolist()))]
-    return figures.table(), comm, parts
+    return figures.columns(), comm, parts
 
 
-def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[pd.DataFrame, list]:
-    """The summary cells of one rank (as summary.summary_cells bins them) and per cell its
-    durations (float32 when that is lossless) or their LogSketch."""
-    cols = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]
+CELL_TABLE_COLUMNS = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]
+
+
+def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[dict, list]:
+    """The summary cells of one rank (as summary.summary_cells bins them; only cells with
+    ops) as columns (CELL_TABLE_COLUMNS; no frame: the analysing process makes one table of
+    all ranks' cells) and per cell its durations (float32 when that is lossless) or their
+    LogSketch."""
     if ops is None:
-        return pd.DataFrame(columns=cols), []
+        return {}, []
     a, n = ops.arrays, len(ops.cells)
     f = cell_figures(ops.cell, a.dur, a.nbytes, n)
-    columns = {c: [k[i] for k in ops.cells] for i, c in enumerate(CELL_COLUMNS)}
-    columns["rank"] = [str(rank)] * n
-    columns.update(ops=f.ops, dur=f.dur, known=f.known, bytes=f.nbytes)
-    table = pd.DataFrame(columns)                 # one constructor: no per-column inserts
+    keep = np.flatnonzero(f.ops > 0).tolist()
+    columns = {c: [ops.cells[k][i] for k in keep] for i, c in enumerate(CELL_COLUMNS)}
+    columns["rank"] = [str(rank)] * len(keep)
+    columns.update(ops=f.ops[keep], dur=f.dur[keep], known=f.known[keep], bytes=f.nbytes[keep])
     values = []
-    for i in range(n):
+    for i in keep:
         seg = f.values[f.bounds[i]:f.bounds[i + 1]]
         if exact:
             values.append(seg.astype(np.float32) if f.exact32[i] else seg)
         else:
             values.append(LogSketch.of(seg))
-    keep = table["ops"].to_numpy() > 0
-    return table[keep].reset_index(drop=True), [v for v, k in zip(values, keep) if k]
+    return columns, values
 
 
 @dataclass
@@ -187,21 +189,6 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
                        np.bincount(cell, weights=np.where(known, dur, 0.0), minlength=n),
                        np.bincount(cell, weights=known.astype(np.float64), minlength=n),
                        np.bincount(cell, weights=nbytes.astype(np.float64), minlength=n), values, bounds, ~lossy)
-
-
-def rank_medians(per_rank: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: its steps and the median of each figure over them (the report's per-rank table)."""
-    cols = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
-    ranks = per_rank["rank"].to_numpy()
-    if not (ranks == ranks[0]).all():    # map_rank has one rank; anything else: pandas' groupby
-        g = per_rank.groupby("rank")
-        out = g[cols].median()
-        out.insert(0, "steps", g.size())
-        return out
-    out = pd.DataFrame({c: [float(np.median(per_rank[c].to_numpy()))] for c in cols},
-                       index=pd.Index(ranks[:1], name="rank"))
-    out.insert(0, "steps", np.array([len(per_rank)], np.int64))
-    return out
 
 
 def _chunk_index(ops_path: str, chunk: int) -> tuple:
