@@ -266,3 +266,21 @@ def test_row_instance_pairs_are_the_distinct_pairs():
         assert sorted(pairs) == sorted(set(zip(rowkey[cell].tolist(), inst.tolist())))
         assert pairs[:k] == [(int(rowkey[first[i]]), i) for i in range(k)]
         assert pairs[k:] == sorted(pairs[k:], key=lambda p: (p[0], p[1]))
+
+
+def test_per_rank_medians_when_the_step_rows_are_cut(two_groups_run, monkeypatch):
+    """Over merge.PER_RANK_ROWS_KEPT (rank, step) rows the per-rank table becomes medians per
+    rank: those of the one frame's per-rank rows, whichever rank's rows crossed the limit."""
+    from commtrace.analysis.partial import merge
+    rep = build_report(load_report_run(two_groups_run))
+    pr = rep.steps.per_rank
+    want = pr.groupby("rank")[merge.MEDIAN_COLUMNS].median()
+    want.insert(0, "steps", pr.groupby("rank").size().astype(np.int64))
+    assert len(want) == 8 and pr.groupby("rank").size().min() > 3
+    kept = analyse(two_groups_run, workers=1, progress=False)
+    assert not kept.per_rank_cut and kept.rank_medians.empty      # the rows themselves are there
+    monkeypatch.setattr(merge, "PER_RANK_ROWS_KEPT", 3 * len(pr) // 8 + 1)   # cut at the 4th rank
+    s = analyse(two_groups_run, workers=1, progress=False)
+    assert s.per_rank_cut and len(s.steps.per_rank) == 0
+    pd.testing.assert_frame_equal(s.rank_medians, want, check_index_type=False)
+    pd.testing.assert_frame_equal(s.steps.across, rep.steps.across)
