@@ -231,6 +231,8 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(v) == 0:
         return v[:0], np.empty(0, dtype=np.int64)
     lo, hi = int(v.min()), int(v.max())
+    if lo == hi:                  # one value (a rank task's rank column): nothing to count
+        return v[:1].copy(), np.zeros(len(v), np.int16)
     if hi - lo > 50_000_000:
         u, inv = np.unique(v, return_inverse=True)
         return u, narrow(inv.reshape(-1), len(u))
@@ -264,6 +266,8 @@ def rows_by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
 def _split_rows(ranks: np.ndarray, codes: np.ndarray) -> dict[int, np.ndarray]:
     if not len(codes):
         return {}
+    if len(ranks) == 1:           # one rank: every row, in order
+        return {int(ranks[0]): np.arange(len(codes), dtype=np.int32 if len(codes) < 2**31 else np.int64)}
     order = stable_order(codes, len(ranks))
     order = order.astype(np.int32) if len(order) < 2**31 else order
     bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ranks)))))

@@ -22,6 +22,8 @@ after the earlier ones'.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -52,19 +54,11 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     opt = phase_is["optimizer"] & (step > 0)
     if not opt.any():
         return _empty()
-    keys, inv = dense_codes(key[opt])                            # every step has an optimizer span
-    n = len(keys)
-    begin = np.full(n, np.iinfo(np.int64).max)
-    end = np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(begin, inv, b[opt])
-    np.maximum.at(end, inv, e[opt])
-    backward = phase_is["backward"]
-    training_forward = phase_is["forward"] & spans["grad"].to_numpy(dtype=bool)
-    of_backward = _step_of(keys, key[backward])
-    for sel, idx in ((backward, of_backward), (training_forward, _step_of(keys, key[training_forward]))):
-        ok = idx >= 0                                         # the step begins at its first span
-        np.minimum.at(begin, idx[ok], b[sel][ok])
-    micro = np.bincount(of_backward[of_backward >= 0], minlength=n).astype(np.int64)   # micro-steps: backward passes
+    kind = np.zeros(len(key), np.int8)
+    kind[phase_is["forward"] & spans["grad"].to_numpy(dtype=bool)] = TRAINING_FORWARD
+    kind[phase_is["backward"]] = BACKWARD
+    kind[opt] = OPTIMIZER
+    keys, begin, end, micro = step_bounds(key, kind, b, e)
     fcode = keys // (int(step.max()) + 1)
     rank = _file_ranks(spans, fcodes, len(files))[fcode]
     st = pd.DataFrame({"rank": rank, "step": (keys % (int(step.max()) + 1)).astype(np.int32), "t_begin_ns": begin,
@@ -78,6 +72,43 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
         st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
     st["step"] = _numbered_per_rank(st)
     return st
+
+
+OPTIMIZER, BACKWARD, TRAINING_FORWARD = 1, 2, 3     # step_bounds' kinds of span (0: any other)
+
+
+def step_bounds(key: np.ndarray, kind: np.ndarray, b: np.ndarray, e: np.ndarray) -> tuple:
+    """(keys, begin, end, micro-steps) of the steps: the distinct ``key`` ((process, step))
+    of OPTIMIZER spans, sorted; per step the first begin of its optimizer, backward and
+    training-forward spans (a step begins at its first span), the last end of its optimizer
+    spans, and its BACKWARD spans (micro-steps: backward passes). Spans of a key without an
+    optimizer span belong to no step. One kernel pass when built and the keys' range is
+    small, else numpy's."""
+    opt = kind == OPTIMIZER
+    kern = kernels()
+    if kern is not None and opt.any():
+        used = key[kind > 0]
+        lo, span = int(used.min()), int(used.max()) - int(used.min()) + 1
+        if span <= max(4 * len(key), 1 << 20):       # a table over the keys' range (untrusted step numbers)
+            n = int(opt.sum())
+            keys, begin, end, micro = (np.empty(n, np.int64) for _ in range(4))
+            i64 = functools.partial(np.ascontiguousarray, dtype=np.int64)
+            count = kern.step_bounds(i64(key), np.ascontiguousarray(kind, np.int8), i64(b), i64(e), lo, span,
+                                     keys, begin, end, micro)
+            return keys[:count], begin[:count], end[:count], micro[:count]
+    keys, inv = dense_codes(key[opt])                            # every step has an optimizer span
+    n = len(keys)
+    begin = np.full(n, np.iinfo(np.int64).max)
+    end = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(begin, inv, b[opt])
+    np.maximum.at(end, inv, e[opt])
+    backward, forward = kind == BACKWARD, kind == TRAINING_FORWARD
+    of_backward = _step_of(keys, key[backward])
+    for sel, idx in ((backward, of_backward), (forward, _step_of(keys, key[forward]))):
+        ok = idx >= 0                                         # the step begins at its first span
+        np.minimum.at(begin, idx[ok], b[sel][ok])
+    micro = np.bincount(of_backward[of_backward >= 0], minlength=n).astype(np.int64)   # micro-steps: backward passes
+    return keys, begin, end, micro
 
 
 def _in_order(rank: np.ndarray, begin: np.ndarray) -> bool:

@@ -393,3 +393,29 @@ def test_op_times(monkeypatch):
     numpy_result, native_result = both(monkeypatch, op_times, d_return, d_end, t)
     for x, y in zip(numpy_result, native_result):
         assert np.array_equal(np.array(x), np.array(y), equal_nan=True)
+
+
+def test_step_bounds_by_hand(monkeypatch):
+    from commtrace.analysis.steps import BACKWARD, OPTIMIZER, TRAINING_FORWARD, step_bounds
+    F, B, O = TRAINING_FORWARD, BACKWARD, OPTIMIZER
+    # key 7: forward 100-110, two backwards (120-130, 135-140), optimizer 150-160 and 158-170;
+    # key 3: optimizer only 10-20; key 9: a backward without an optimizer (no step); key 5:
+    # kind 0 (an untrained forward), ignored.
+    key = np.array([7, 7, 7, 7, 7, 3, 9, 5], np.int64)
+    kind = np.array([F, B, B, O, O, O, B, 0], np.int8)
+    b = np.array([100, 120, 135, 150, 158, 10, 1, 0], np.int64)
+    e = np.array([110, 130, 140, 160, 170, 20, 2, 5], np.int64)
+    got = same(monkeypatch, step_bounds, key, kind, b, e)
+    assert got == [[3, 7], [10, 100], [20, 170], [0, 2]]
+
+
+def test_step_bounds_random(monkeypatch):
+    from commtrace.analysis.steps import step_bounds
+    rng = np.random.default_rng(7)
+    for n, keys in ((1, 3), (50, 10), (5000, 700), (3000, 3 * 10**9)):
+        key = rng.integers(0, keys, n).astype(np.int64)
+        kind = rng.integers(0, 4, n).astype(np.int8)
+        kind[0] = 1
+        b = rng.integers(-10**12, 10**12, n).astype(np.int64)
+        e = b + rng.integers(0, 10**6, n)
+        same(monkeypatch, step_bounds, key, kind, b, e)

@@ -476,6 +476,63 @@ PyObject* instance_extremes(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// step_bounds(key, kind, b, e, lo, span, keys_out, begin_out, end_out, micro_out) -> count:
+// steps.find_steps' per-step figures from the compute spans. ``kind`` per span: 1 an
+// optimizer span of a step (step > 0), 2 a backward pass, 3 a forward with autograd on,
+// 0 anything else; ``key`` = (process, step) in [lo, lo + span). The steps are the keys
+// of optimizer spans, in key order; per step: the first begin of its optimizer, backward
+// and training-forward spans, the last end of its optimizer spans, its backward passes.
+PyObject* step_bounds(PyObject*, PyObject* args) {
+  PyObject *k_, *kd_, *b_, *e_, *ko_, *bo_, *eo_, *mo_;
+  long long lo, span;
+  if (!PyArg_ParseTuple(args, "OOOOLLOOOO", &k_, &kd_, &b_, &e_, &lo, &span, &ko_, &bo_, &eo_, &mo_)) return nullptr;
+  const char* w = "step_bounds";
+  Buf key, b, e, ko, bo, eo, mo;
+  Array<int8_t> kind;
+  if (!key.get(k_, false, w) || !kind.get(kd_, false, w) || !b.get(b_, false, w) || !e.get(e_, false, w) ||
+      !ko.get(ko_, true, w) || !bo.get(bo_, true, w) || !eo.get(eo_, true, w) || !mo.get(mo_, true, w) ||
+      !same_length(key, kind, w) || !same_length(key, b, w) || !same_length(key, e, w) ||
+      !same_length(ko, bo, w) || !same_length(ko, eo, w) || !same_length(ko, mo, w))
+    return nullptr;
+  if (span < 0) return PyErr_Format(PyExc_ValueError, "%s: negative range", w);
+  Py_ssize_t opt = 0;
+  for (Py_ssize_t i = 0; i < key.n; ++i) {
+    if (kind.p[i] == 0) continue;
+    if (key.p[i] < lo || key.p[i] - lo >= span) return PyErr_Format(PyExc_ValueError, "%s: key out of range", w);
+    opt += kind.p[i] == 1;
+  }
+  if (!room(ko, opt, w)) return nullptr;
+  i64 count = 0;
+  Py_BEGIN_ALLOW_THREADS
+  constexpr i64 kMax = std::numeric_limits<i64>::max(), kMin = std::numeric_limits<i64>::min();
+  std::vector<i64> begin(size_t(span), kMax), end(size_t(span), kMin), micro(size_t(span), 0);
+  std::vector<char> has(size_t(span), 0);
+  for (Py_ssize_t i = 0; i < key.n; ++i) {
+    if (kind.p[i] != 1) continue;
+    const size_t j = size_t(key.p[i] - lo);
+    has[j] = 1;
+    begin[j] = std::min(begin[j], b.p[i]);
+    end[j] = std::max(end[j], e.p[i]);
+  }
+  for (Py_ssize_t i = 0; i < key.n; ++i) {
+    if (kind.p[i] < 2) continue;
+    const size_t j = size_t(key.p[i] - lo);
+    if (!has[j]) continue;                 // no optimizer step: no step
+    begin[j] = std::min(begin[j], b.p[i]);
+    micro[j] += kind.p[i] == 2;
+  }
+  for (size_t j = 0; j < size_t(span); ++j) {
+    if (!has[j]) continue;
+    ko.p[count] = lo + i64(j);
+    bo.p[count] = begin[j];
+    eo.p[count] = end[j];
+    mo.p[count] = micro[j];
+    ++count;
+  }
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLongLong(count);
+}
+
 // first_seen_codes(keys, lo, span, out) -> count: pd.factorize's codes of keys in [lo, lo + span)
 // (distinct keys numbered in order of first appearance), by a table over the range.
 PyObject* first_seen_codes(PyObject*, PyObject* args) {
@@ -669,6 +726,8 @@ PyMethodDef methods[] = {
      "cell_figures(cell, dur, nbytes, ops, dur_sum, known, bytes_sum, bounds, values, exact32)"},
     {"instance_extremes", instance_extremes, METH_VARARGS,
      "instance_extremes(inst, t, rank, dur, size, end, first, last, slowest, size_max, end_max)"},
+    {"step_bounds", step_bounds, METH_VARARGS,
+     "step_bounds(key, kind, begins, ends, lo, span, keys, step_begins, step_ends, micro) -> count"},
     {"first_seen_codes", first_seen_codes, METH_VARARGS, "first_seen_codes(keys, lo, span, out) -> count"},
     {"last_in_window", last_in_window, METH_VARARGS, "last_in_window(begins, ends, times, out)"},
     {"sums_by_row", sums_by_row, METH_VARARGS, "sums_by_row(row_of, codes, weights, counts, sums)"},
