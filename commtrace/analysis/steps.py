@@ -60,18 +60,19 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     kind[opt] = OPTIMIZER
     keys, begin, end, micro = step_bounds(key, kind, b, e)
     fcode = keys // (int(step.max()) + 1)
-    rank = _file_ranks(spans, fcodes, len(files))[fcode]
-    st = pd.DataFrame({"rank": rank, "step": (keys % (int(step.max()) + 1)).astype(np.int32), "t_begin_ns": begin,
-                       "t_end_ns": end, "micro_steps": micro.astype(np.int32),
-                       "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files))},
-                      columns=STEP_COLUMNS)
+    rank = _file_ranks(spans["rank"].to_numpy(np.int32), fcodes, len(files))[fcode]
+    number = (keys % (int(step.max()) + 1)).astype(np.int32)
     if not _in_order(rank, begin):                            # (rank, begin) order; often already so
-        st = st.sort_values(["rank", "t_begin_ns"], kind="stable", ignore_index=True)
+        order = np.lexsort((begin, rank))                     # stable
+        fcode, rank, number, begin, end, micro = (x[order] for x in (fcode, rank, number, begin, end, micro))
     if arrays is not None and len(arrays.rank):
         with_forwards = set(dense_codes(spans["rank"].to_numpy()[phase_is["forward"]])[0].tolist())
-        st["t_begin_ns"] = _begin_at_first_op(st, arrays, with_forwards)
-    st["step"] = _numbered_per_rank(st)
-    return st
+        begin = _begin_at_first_op(rank, begin, end, arrays, with_forwards)
+    return pd.DataFrame({"rank": rank, "step": _numbered_per_rank(rank, number, fcode), "t_begin_ns": begin,
+                         "t_end_ns": end, "micro_steps": micro.astype(np.int32),
+                         "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files),
+                                                           validate=False)},
+                        columns=STEP_COLUMNS)
 
 
 OPTIMIZER, BACKWARD, TRAINING_FORWARD = 1, 2, 3     # step_bounds' kinds of span (0: any other)
@@ -117,17 +118,19 @@ def _in_order(rank: np.ndarray, begin: np.ndarray) -> bool:
     return bool(((r1 > r0) | ((r1 == r0) & (b1 >= b0))).all())
 
 
-def _numbered_per_rank(st: pd.DataFrame) -> np.ndarray:
+def _numbered_per_rank(rank: np.ndarray, step: np.ndarray, fcode: np.ndarray) -> np.ndarray:
     """Step numbers as capture gave them (so a bounded trace's steps keep theirs);
     a rank whose run held several processes (worlds one after another) continues
-    each later process's numbers after the earlier ones'."""
-    step = st["step"].to_numpy(np.int32).copy()
-    fcodes = st["file"].cat.codes.to_numpy()
-    if len(fcodes) == 0 or (fcodes == fcodes[0]).all() or st.groupby("rank")["file"].nunique().max() <= 1:
-        return step                     # one process per rank (one file in all: no groupby needed)
-    for _, rows in st.groupby("rank", sort=False).indices.items():
-        offset, files = 0, st["file"].to_numpy()[rows]
-        for f in pd.unique(files):   # in time order: rows are sorted by begin
+    each later process's numbers after the earlier ones'. Rows in (rank, begin) order;
+    ``fcode``: each row's process (file)."""
+    step = step.astype(np.int32, copy=True)
+    if len(fcode) == 0 or (fcode == fcode[0]).all():
+        return step                     # one process in all
+    for rows in rows_by_rank(rank).values():
+        offset, files = 0, fcode[rows]
+        if (files == files[0]).all():
+            continue                    # one process on this rank
+        for f in pd.unique(files):      # in time order: rows are sorted by begin
             mine = rows[files == f]
             step[mine] += offset
             offset = int(step[mine].max())
@@ -148,26 +151,28 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
     return codes, list(uniq)
 
 
-def _file_ranks(spans: pd.DataFrame, fcodes: np.ndarray, n: int) -> np.ndarray:
+def _file_ranks(span_rank: np.ndarray, fcodes: np.ndarray, n: int) -> np.ndarray:
     """The rank of each file code (a file is one process: one rank)."""
     out = np.zeros(n, dtype=np.int32)
-    out[fcodes] = spans["rank"].to_numpy(np.int32)
+    out[fcodes] = span_rank
     return out
 
 
-def _begin_at_first_op(st: pd.DataFrame, a: OpArrays, with_forwards: set) -> np.ndarray:
+def _begin_at_first_op(ranks: np.ndarray, begin: np.ndarray, end: np.ndarray, a: OpArrays,
+                       with_forwards: set) -> np.ndarray:
     """Ranks without forward spans: a step begins at its first op, if that comes
-    after the previous step's end and before the step's first span."""
-    begin = st["t_begin_ns"].to_numpy(dtype=np.int64).copy()
-    ranks = st["rank"].to_numpy()
-    for r in np.unique(ranks):
-        if int(r) in with_forwards:
-            continue
+    after the previous step's end and before the step's first span. Steps in (rank,
+    begin) order."""
+    todo = [r for r in np.unique(ranks).tolist() if r not in with_forwards]
+    if not todo:
+        return begin
+    begin = begin.copy()
+    for r in todo:
         rows = np.flatnonzero(ranks == r)
         starts = np.sort(a.start[a.rank == r])
         if not len(starts):
             continue
-        prev_end = np.concatenate(([np.iinfo(np.int64).min], st["t_end_ns"].to_numpy(dtype=np.int64)[rows][:-1]))
+        prev_end = np.concatenate(([np.iinfo(np.int64).min], end[rows][:-1]))
         k = np.searchsorted(starts, prev_end, side="right")        # first op after the previous step
         first = starts[np.minimum(k, len(starts) - 1)]
         ok = (k < len(starts)) & (first < begin[rows])
