@@ -69,3 +69,4 @@ def test_random_columns_round_trip():
         for scale in (1, 100, info.max // 4):
             v = np.clip(np.cumsum(rng.integers(-scale, scale + 1, 500)), info.min, info.max).astype(dt)
             roundtrip(v)
+

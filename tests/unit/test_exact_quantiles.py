@@ -1,0 +1,24 @@
+"""analysis.partial.merge.exact_quantiles: the summary's exact percentiles from the rank tasks' durations."""
+import numpy as np
+import pytest
+
+
+def test_exact_quantiles_are_numpys_bit_for_bit():
+    """merge.exact_quantiles selects among float32 durations and interpolates as numpy does."""
+    from commtrace.analysis.partial.merge import exact_quantiles
+    qs = (0.5, 0.99)
+    # by hand: 1..10 -> p50 at virtual index 4.5 = 5.5; p99 at 8.91 -> 9 + 0.91 * (10 - 9) = 9.91
+    got = exact_quantiles([np.arange(1, 6, dtype=np.float32), np.arange(6, 11, dtype=np.float32)], qs)
+    assert got[0] == 5.5 and got[1] == np.quantile(np.arange(1.0, 11.0), 0.99) == pytest.approx(9.91)
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 3, 7, 100, 10_001):
+        for kind in ("f32", "f64", "mixed"):
+            vals = np.round(rng.exponential(1e6, n))                    # ns: integers, float32-exact below 2^24
+            parts = np.array_split(vals, 3 if n > 3 else 1)
+            if kind == "f32":
+                parts = [p.astype(np.float32) for p in parts]
+            elif kind == "mixed":
+                parts = [p.astype(np.float32) if i % 2 else p * 1.000001 for i, p in enumerate(parts)]
+            want = np.quantile(np.concatenate([np.asarray(p, np.float64) for p in parts]), qs)
+            got = exact_quantiles(parts, qs)
+            assert got.tobytes() == want.tobytes(), (n, kind)
