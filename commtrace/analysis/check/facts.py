@@ -251,11 +251,9 @@ def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
         c = gdf[col]
         codes = (c.cat.codes.to_numpy() if isinstance(c.dtype, pd.CategoricalDtype)    # NaN: -1, a value too
                  else pd.factorize(c.astype(object).to_numpy(), use_na_sentinel=False)[0])
-        lo = np.full(k, np.iinfo(np.int64).max)
-        hi = np.full(k, -1)
-        np.minimum.at(lo, inv, codes)
-        np.maximum.at(hi, inv, codes)
-        flag |= lo != hi
+        first = np.empty(k, codes.dtype)
+        first[inv[::-1]] = codes[::-1]        # each seq's first row's code (the last write wins)
+        flag[inv[codes != first[inv]]] = True   # a row that differs from it: not one value
     return flag
 
 
@@ -270,7 +268,7 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
     rank = gdf["rank"].to_numpy().astype(np.int64)
     col = np.searchsorted(m, rank)
     is_member = (col < len(m)) & (m[np.minimum(col, len(m) - 1)] == rank)
-    count = np.bincount(np.unique(inv[is_member] * len(m) + col[is_member]) // len(m), minlength=len(useq))
+    count = _members_per_seq(inv[is_member], col[is_member], len(useq), len(m))
     short = np.flatnonzero(count < len(m))
     if not len(short):
         return
@@ -294,6 +292,17 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
         i = int(np.argmax(has_lost))
         v.lost = [(int(useq[short[i]]), m[lost[i]].tolist())]
         v.lost_seqs = useq[short[has_lost]].tolist()
+
+
+def _members_per_seq(seq_ix: np.ndarray, member_ix: np.ndarray, n_seqs: int, n_members: int) -> np.ndarray:
+    """Per seq: how many distinct members have a row (rows as (seq index, member index)).
+    A table of every (seq, member) pair where it is not much bigger than the rows (it is
+    one byte a pair; a chunk holds most members at most seqs), else a sort of the pairs."""
+    if n_seqs * n_members <= 8 * len(seq_ix) + (1 << 20):
+        table = np.zeros(n_seqs * n_members, bool)
+        table[seq_ix * n_members + member_ix] = True
+        return table.reshape(n_seqs, n_members).sum(axis=1)
+    return np.bincount(np.unique(seq_ix * n_members + member_ix) // n_members, minlength=n_seqs)
 
 
 def _lost_spans(fates: dict, group, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
