@@ -246,3 +246,33 @@ def test_groups_of_later_worlds_say_which_world():
 def test_a_run_of_one_world_names_no_world():
     fs = by_kind(C.diagnose(mkrun([row(r, 1) for r in (0, 1)])))
     assert [f.title for f in fs[C.PROGRESS]] == ["group 0 (default_pg): last seq completed: rank 0-1: 1"]
+
+
+def test_straggler_lags_by_hand():
+    """Per collective every member completed: the last arrival and its lag (last - median
+    arrival; two members: last - first). A member's later row of a seq replaces its earlier
+    one; non-members and seqs a member lacks are left out."""
+    from commtrace.analysis.check.facts import straggler_lags
+    done = frame([row(0, 1, t=100), row(1, 1, t=130), row(2, 1, t=110),     # seq 1: rank 1 last, 130 - 110
+                  row(0, 2, t=200), row(1, 2, t=205), row(2, 2, t=260),     # seq 2: rank 2 last, 260 - 205
+                  row(2, 2, t=290),                                         # ... its later row: 290 - 205
+                  row(0, 3, t=300), row(1, 3, t=310),                       # seq 3: rank 2 lacks it
+                  row(7, 1, t=999)])                                        # not a member
+    s = straggler_lags(done, [0, 1, 2])
+    assert s.instances == 2
+    assert {r: [(first, a.tolist()) for first, a in v] for r, v in s.lags.items()} == {1: [(1, [20.0])],
+                                                                                   2: [(1, [85.0])]}
+    two = straggler_lags(done, [0, 1])          # two members: last - first
+    assert {r: v[0][1].tolist() for r, v in two.lags.items()} == {1: [30.0, 5.0, 10.0]}
+
+
+def test_seqs_with_differing_fields_and_absent_members():
+    """classify_group: a seq whose rows differ in a compared field is a mismatch; a member
+    without a row at a seq others entered is missing there (hand-made group of 3)."""
+    from commtrace.analysis.check.facts import classify_group
+    gdf = frame([row(0, 1, ranks="0,1,2"), row(1, 1, ranks="0,1,2"), row(2, 1, ranks="0,1,2"),
+                 row(0, 2, ranks="0,1,2"), row(1, 2, ranks="0,1,2", dtype="float16"), row(2, 2, ranks="0,1,2"),
+                 row(0, 3, ranks="0,1,2"), row(2, 3, ranks="0,1,2")])
+    v, _ = classify_group(gdf, [0, 1, 2], {0: 3, 1: 2, 2: 3}, {}, "0")
+    assert v.mismatch == [2] and v.n_mismatch == 1
+    assert v.missing == [(3, [1])] and v.n_missing == 1 and not v.lost

@@ -15,7 +15,7 @@ from .findings import (
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
     _int, _s, parse_ranks)
 from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
-from .matching import _P2P, _collectives, _compare_at_seq, _fmt_split, _now_ns, _op_desc
+from .matching import _collectives, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
 STRAGGLER_MIN_SHARE = 0.6         # share of them where the rank arrived last
@@ -253,7 +253,7 @@ def unmatched_p2p(df: pd.DataFrame) -> list:
     swapped), in frame order."""
     if len(df) == 0:
         return []
-    p = df[df["op"].astype(str).isin(_P2P).to_numpy()]
+    p = df[is_p2p(df["op"])]
     if len(p) == 0:
         return []
     keys = {}

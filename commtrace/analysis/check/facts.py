@@ -148,16 +148,24 @@ def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
     (last arrival - median arrival; with two members, - the first)."""
     if len(members) < 2 or not len(done):
         return None
-    piv = done.drop_duplicates(["seq", "rank"], keep="last").pivot(index="seq", columns="rank", values="t_start_ns")
-    piv = piv.reindex(columns=members).dropna()
-    out = Stragglers(list(members), len(piv))
-    if not len(piv):
+    # seq x member start times (a member's last row of a seq), the seqs every member completed
+    m = np.asarray(members, dtype=np.int64)
+    order = np.argsort(m, kind="stable")
+    rank = done["rank"].to_numpy().astype(np.int64)
+    pos = np.minimum(np.searchsorted(m[order], rank), len(m) - 1)
+    ok = m[order][pos] == rank
+    seqs, row = np.unique(done["seq"].to_numpy().astype(np.int64)[ok], return_inverse=True)
+    arr = np.full((len(seqs), len(m)), np.nan)
+    arr[row.reshape(-1), order[pos[ok]]] = done["t_start_ns"].to_numpy(np.float64)[ok]   # the last row wins
+    whole = ~np.isnan(arr).any(axis=1)
+    arr, seqs = arr[whole], seqs[whole]
+    out = Stragglers(list(members), len(arr))
+    if not len(arr):
         return out
-    arr = piv.to_numpy(dtype=np.float64)
     last = arr.argmax(axis=1)
     lag = arr.max(axis=1) - np.median(arr, axis=1) if len(members) > 2 else arr.max(axis=1) - arr.min(axis=1)
-    first = int(piv.index[0])
-    for ci, r in enumerate(piv.columns):
+    first = int(seqs[0])
+    for ci, r in enumerate(m.tolist()):
         sel = last == ci
         if sel.any():
             out.lags[int(r)] = [(first, lag[sel])]

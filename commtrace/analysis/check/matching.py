@@ -4,6 +4,7 @@ root) and how far each rank got in each group.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..rank_ranges import folded_inline
@@ -37,10 +38,19 @@ def _op_desc(row) -> str:
 
 # -- collectives -------------------------------------------------------------------
 
+def is_p2p(op: pd.Series) -> np.ndarray:
+    """Rows of the ``op`` column that are send/recv: by category code where it is categorical
+    (as the reader builds it), so no string per row is made."""
+    if isinstance(op.dtype, pd.CategoricalDtype):
+        codes = [i for i, c in enumerate(op.cat.categories) if str(c) in _P2P]
+        return np.isin(op.cat.codes.to_numpy(), codes) if codes else np.zeros(len(op), bool)
+    return op.astype(str).isin(_P2P).to_numpy()
+
+
 def _collectives(df: pd.DataFrame) -> pd.DataFrame:
     if len(df) == 0:
         return df
-    return df[~df["op"].astype(str).isin(_P2P)]
+    return df[~is_p2p(df["op"])]
 
 
 def _group_members(gdf: pd.DataFrame) -> list[int]:
