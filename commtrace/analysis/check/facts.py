@@ -150,13 +150,10 @@ def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
         return None
     # seq x member start times (a member's last row of a seq), the seqs every member completed
     m = np.asarray(members, dtype=np.int64)
-    order = np.argsort(m, kind="stable")
-    rank = done["rank"].to_numpy().astype(np.int64)
-    pos = np.minimum(np.searchsorted(m[order], rank), len(m) - 1)
-    ok = m[order][pos] == rank
+    col, ok = _member_columns(m, done["rank"].to_numpy().astype(np.int64))
     seqs, row = np.unique(done["seq"].to_numpy().astype(np.int64)[ok], return_inverse=True)
     arr = np.full((len(seqs), len(m)), np.nan)
-    arr[row.reshape(-1), order[pos[ok]]] = done["t_start_ns"].to_numpy(np.float64)[ok]   # the last row wins
+    arr[row.reshape(-1), col[ok]] = done["t_start_ns"].to_numpy(np.float64)[ok]   # the last row wins
     whole = ~np.isnan(arr).any(axis=1)
     arr, seqs = arr[whole], seqs[whole]
     out = Stragglers(list(members), len(arr))
@@ -258,7 +255,7 @@ def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
             continue
         c = gdf[col]
         codes = (c.cat.codes.to_numpy() if isinstance(c.dtype, pd.CategoricalDtype)    # NaN: -1, a value too
-                 else pd.factorize(c.astype(object).to_numpy(), use_na_sentinel=False)[0])
+                 else pd.factorize(c, use_na_sentinel=False)[0])            # NA: a value too
         first = np.empty(k, codes.dtype)
         first[inv[::-1]] = codes[::-1]        # each seq's first row's code (the last write wins)
         flag[inv[codes != first[inv]]] = True   # a row that differs from it: not one value
@@ -273,9 +270,7 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
     if not members:
         return
     m = np.asarray(members, dtype=np.int64)
-    rank = gdf["rank"].to_numpy().astype(np.int64)
-    col = np.searchsorted(m, rank)
-    is_member = (col < len(m)) & (m[np.minimum(col, len(m) - 1)] == rank)
+    col, is_member = _member_columns(m, gdf["rank"].to_numpy().astype(np.int64))
     count = _members_per_seq(inv[is_member], col[is_member], len(useq), len(m))
     short = np.flatnonzero(count < len(m))
     if not len(short):
@@ -300,6 +295,20 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
         i = int(np.argmax(has_lost))
         v.lost = [(int(useq[short[i]]), m[lost[i]].tolist())]
         v.lost_seqs = useq[short[has_lost]].tolist()
+
+
+def _member_columns(members: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the index in ``members`` (distinct ranks, any order) of its rank, and
+    whether it is a member. A table indexed by rank where ranks are small, as they are."""
+    top = max(int(members.max(initial=-1)), int(rank.max(initial=-1)))
+    if len(members) and top < (1 << 20) and int(members.min()) >= 0 and int(rank.min(initial=0)) >= 0:
+        lut = np.full(top + 1, -1, np.int64)
+        lut[members] = np.arange(len(members))
+        col = lut[rank]
+        return np.maximum(col, 0), col >= 0
+    order = np.argsort(members, kind="stable")
+    pos = np.minimum(np.searchsorted(members[order], rank), max(len(members) - 1, 0))
+    return order[pos] if len(members) else pos, (members[order][pos] == rank) if len(members) else pos < 0
 
 
 def _members_per_seq(seq_ix: np.ndarray, member_ix: np.ndarray, n_seqs: int, n_members: int) -> np.ndarray:
