@@ -171,7 +171,13 @@ def _run_partitioned(ns) -> int:
     from . import export
     window = window_of(ns)
     refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None))
-    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
+    shown = not (ns.quiet or ns.json == "-")
+    con = None
+    if shown:
+        from .terminal import make_console
+        con = make_console(ns.width)
+    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window,
+                timeline_width=con.width if shown else None)
     warn_issues(s.issues)
     if ns.perfetto:
         from .partitioned import write_perfetto_pieces
@@ -187,8 +193,7 @@ def _run_partitioned(ns) -> int:
         from .html_page import report_html, write_html
         from .partitioned import as_report
         write_html(report_html(as_report(s), every_op=False), ns.html)
-    if not (ns.quiet or ns.json == "-"):
-        from .terminal import make_console
-        render_partitioned(make_console(ns.width), s, ns.top, ns.limit if ns.events else None)
+    if shown:
+        render_partitioned(con, s, ns.top, ns.limit if ns.events else None)
     from types import SimpleNamespace
     return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path))

@@ -1,7 +1,8 @@
 """``commtrace report`` of a run analysed by map/reduce (analysis.partial): the one-frame
-report's banner (plus an ``analysis`` row), step, per-op, region and skew tables, in any
-window; ``--events`` only with ``--limit`` (``first_events``), Perfetto in pieces
-(``write_perfetto_pieces``); no timeline (it needs every op in one place)."""
+report's banner (plus an ``analysis`` row), step, per-op, region and skew tables and timeline
+(analysis.partial.timeline_map), in any window; ``--events`` (``--limit``: ``first_events``;
+without: a streaming merge of every rank's ops, analysis.partial.events_merge), Perfetto in
+pieces (``write_perfetto_pieces``)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -159,6 +160,10 @@ def render_partitioned(con, s, top: int = 10, events_limit: int | None = None) -
     render_summary(con, rep)
     render_regions(con, rep)
     render_skew(con, rep, top)
+    if s.timeline is not None:
+        from .terminal import draw_timeline
+        from ..analysis.timeline import timeline_layout
+        draw_timeline(con, s.timeline, s.timeline_marks, timeline_layout(con.width, s.info["rank_list"])[0])
     if events_limit is not None:
         from .terminal import render_events
         frame, lo, hi = first_events(s, events_limit)

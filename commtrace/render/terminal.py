@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..analysis.rank_ranges import fmt_ranks
-from ..analysis.timeline import Timeline, bin_timeline, event_rows
+from ..analysis.timeline import Timeline, bin_timeline, event_rows, timeline_layout, timeline_range
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
 from ..analysis.coverage import coverage_rows
@@ -274,25 +274,20 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
 
 def _timeline_range(rep, t_from, t_to) -> tuple[int | None, int | None]:
     """The timeline's range relative to t0: --from/--to, else the window's extent."""
-    b = rep.bounds
-    t0 = rep.info["t0_ns"] or 0
-    lo = rep.window.t_from if t_from is None else t_from
-    hi = rep.window.t_to if t_to is None else t_to
-    if b:
-        los = [v[0] for v in b.values() if v[1] > v[0]]
-        his = [v[1] for v in b.values() if v[1] > v[0]]
-        if lo is None and los:
-            lo = max(min(los) - t0, 0)
-        if hi is None and his and max(his) < (1 << 60):
-            hi = max(his) - t0
-    return lo, hi
+    return timeline_range(rep.bounds, rep.info["t0_ns"] or 0, rep.window, t_from, t_to)
 
 
 def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
-    label_w = max(len(f"rank {r}") for r in (rep.info["rank_list"] or [0])) + 1
-    width = max(int(con.width) - label_w - 2, 10)
+    label_w, width = timeline_layout(con.width, rep.info["rank_list"])
     lo, hi = _timeline_range(rep, t_from, t_to)
     tl = bin_timeline(rep.frame, rep.info["t0_ns"] or 0, width, lo, hi, rep.arrays)
+    draw_timeline(con, tl, rep.marks, label_w)
+    return tl
+
+
+def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
+    """The lanes of ``tl`` (analysis.timeline.bin_timeline, or the partitioned report's merge), the
+    marks lane (``marks``: the window's marks), the axis and the legend."""
     con.print()
     con.print(Text(f"Timeline  {fmt_ns(tl.t_from_ns)} .. {fmt_ns(tl.t_to_ns)} after the first op "
                    f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"), overflow="fold")
@@ -313,7 +308,7 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
             line.append((letter if strong else ".") * (b - a), style=("bold " + color) if strong else color)
         line.append("|")
         con.print(line, no_wrap=True, overflow="crop")
-    marks = _render_mark_lane(con, rep, tl, label_w)
+    marks = _render_mark_lane(con, marks, tl, label_w)
     axis = Text(" " * label_w + "^" + fmt_ns(tl.t_from_ns))
     end_lbl = fmt_ns(tl.t_to_ns) + "^"
     axis.append(" " * max(1, label_w + tl.width + 2 - len(axis.plain) - len(end_lbl)) + end_lbl)
@@ -327,18 +322,16 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
     con.print(legend, overflow="fold")
     if marks:
         con.print(Text(f"marks (rank {marks[0]}): " + "   ".join(marks[1:])), overflow="fold")
-    return tl
 
 
-def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list:
+def _render_mark_lane(con: Console, marks, tl: Timeline, label_w: int) -> list:
     """A lane of numbered marks (commtrace.mark) under the ranks; returns [rank, legend entries...].
     Marks are those of the lowest rank that made any (usually every rank makes the same)."""
-    marks = rep.marks
     if marks is None or not len(marks):
         return []
     rank = int(marks["rank"].min())
     m = marks[marks["rank"] == rank]
-    rel = m["t_ns"].to_numpy(np.int64) - (rep.info["t0_ns"] or 0)
+    rel = m["t_ns"].to_numpy(np.int64) - tl.t0_ns
     inside = (rel >= tl.t_from_ns) & (rel <= tl.t_to_ns)
     m, rel = m[inside], rel[inside]
     if not len(m):
