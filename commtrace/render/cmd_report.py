@@ -165,18 +165,17 @@ def _run_partitioned(ns) -> int:
     from ..analysis.partial import analyse
     from ..errors import CommtraceError
     from .cli_commands import warn_issues
-    from .partitioned import memory_limit_of, partitioned_json, refuse_frame_only, render_partitioned
+    from .partitioned import memory_limit_of, partitioned_json, render_partitioned
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     window = window_of(ns)
-    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None))
     shown = not (ns.quiet or ns.json == "-")
-    con = None
     if shown:
         from .terminal import make_console
         con = make_console(ns.width)
-    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window,
+    limit = memory_limit_of(ns.memory_limit)
+    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
                 timeline_width=con.width if shown else None)
     warn_issues(s.issues)
     if ns.perfetto:
@@ -194,6 +193,6 @@ def _run_partitioned(ns) -> int:
         from .partitioned import as_report
         write_html(report_html(as_report(s), every_op=False), ns.html)
     if shown:
-        render_partitioned(con, s, ns.top, ns.limit if ns.events else None)
+        render_partitioned(con, s, ns.top, ns.events, ns.limit, limit)
     from types import SimpleNamespace
     return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path))

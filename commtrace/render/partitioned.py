@@ -142,8 +142,11 @@ def as_report(s) -> SimpleNamespace:
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
-def render_partitioned(con, s, top: int = 10, events_limit: int | None = None) -> None:
-    """The one-frame report's banner (plus how it was analysed), step, summary and skew tables."""
+def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int | None = None,
+                       memory_limit: int | None = None) -> None:
+    """The one-frame report's banner (plus how it was analysed), step, summary and skew tables, the
+    timeline (when analysed with one) and ``events`` (at most ``limit``; without, streamed within
+    ``memory_limit``)."""
     rep = as_report(s)
     render_banner(con, rep)
     how = f"{s.executor}, {s.workers} worker{'s' if s.workers != 1 else ''}"
@@ -164,10 +167,25 @@ def render_partitioned(con, s, top: int = 10, events_limit: int | None = None) -
         from .terminal import draw_timeline
         from ..analysis.timeline import timeline_layout
         draw_timeline(con, s.timeline, s.timeline_marks, timeline_layout(con.width, s.info["rank_list"])[0])
-    if events_limit is not None:
+    if events and limit is not None:
         from .terminal import render_events
-        frame, lo, hi = first_events(s, events_limit)
-        render_events(con, SimpleNamespace(frame=frame, info=s.info), lo, hi, events_limit)
+        frame, lo, hi = first_events(s, limit)
+        render_events(con, SimpleNamespace(frame=frame, info=s.info), lo, hi, limit)
+    elif events:
+        stream_events(con, s, memory_limit)
+
+
+def stream_events(con, s, memory_limit: int | None = None) -> None:
+    """Every event of the window, merged from the ranks' files as it is printed
+    (analysis.partial.events_merge: one chunk per file in memory)."""
+    from ..analysis.partial import default_memory_limit, plan_run
+    from ..analysis.partial.events_merge import EventWindow, chunk_for, merged_events
+    from .terminal import _timeline_range, write_events
+    plan = plan_run(s.path)
+    lo, hi = _timeline_range(SimpleNamespace(bounds=s.bounds, info=s.info, window=s.window), None, None)
+    win = EventWindow(s.info.get("t0_ns") or 0, s.bounds, s.window.phases if s.window is not None else None, lo, hi)
+    chunk = chunk_for(memory_limit or default_memory_limit(), sum(len(m) for m in plan.ranks.values()))
+    write_events(con, s.ops, merged_events(plan.ranks, plan.refs, win, chunk))
 
 
 def first_events(s, limit: int):

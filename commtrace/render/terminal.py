@@ -358,33 +358,42 @@ def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
     """Every op in time order, one line each (ending with the API and DDP step it belongs to, if
     any); narrow terminals lose the shapes, then the group."""
     ev = event_rows(rep.frame, rep.info["t0_ns"] or 0, t_from, t_to, limit)
+    return write_events(con, len(ev), [ev])
+
+
+def write_events(con: Console, count: int, chunks) -> int:
+    """The event list of ``count`` events given as consecutive event_rows frames (``chunks``: any
+    iterable, consumed as it is printed); returns the events printed."""
     con.print()
-    con.print(Text(f"Events ({fmt_int(len(ev))} ops, time after the first op)", style="bold"))
+    con.print(Text(f"Events ({fmt_int(count)} ops, time after the first op)", style="bold"))
     shapes, group = con.width >= 108, con.width >= 80
     write = con.file.write
     hdr = (f"{'time':>12}  {'rank':>4}  {'op':<14} " + (f"{'shapes / dtype':<28} " if shapes else "")
            + f"{'bytes':>10}  " + (f"{'group':<8} " if group else "") + f"{'seq':>7}  {'duration':>10}  status")
     write(hdr + "\n")
-    cols = {c: ev[c].tolist() for c in ev.columns}
-    lines = []
-    for i in range(len(ev)):
-        dur = cols["duration_ns"][i]
-        line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
-        if shapes:
-            dt = cols["dtype"][i]
-            sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(dt) if dt == dt else ''}".strip()
-            line += f"{sd:<28} "
-        line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
-        if group:
-            line += f"{plain_safe(cols['group'][i]):<8} "
-        line += (f"{cols['seq'][i]:>7}  {fmt_ns(None if dur is None or dur != dur else dur):>10}  "
-                 f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
-        lines.append(line)
-        if len(lines) >= 10_000:
-            write("".join(lines))
-            lines.clear()
-    write("".join(lines))
-    return len(ev)
+    printed = 0
+    for ev in chunks:
+        printed += len(ev)
+        cols = {c: ev[c].tolist() for c in ev.columns}
+        lines = []
+        for i in range(len(ev)):
+            dur = cols["duration_ns"][i]
+            line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
+            if shapes:
+                dt = cols["dtype"][i]
+                sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(dt) if dt == dt else ''}".strip()
+                line += f"{sd:<28} "
+            line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
+            if group:
+                line += f"{plain_safe(cols['group'][i]):<8} "
+            line += (f"{cols['seq'][i]:>7}  {fmt_ns(None if dur is None or dur != dur else dur):>10}  "
+                     f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
+            lines.append(line)
+            if len(lines) >= 10_000:
+                write("".join(lines))
+                lines.clear()
+        write("".join(lines))
+    return printed
 
 
 def _what(cols: dict, i: int) -> str:
