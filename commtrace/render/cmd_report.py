@@ -50,7 +50,8 @@ def add_parser(sub) -> None:
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="run directory (default: newest under ./commtrace-out/)")
     p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
     add_window_arguments(p)
-    p.add_argument("--events", action="store_true", help="list every op in time order")
+    p.add_argument("--events", action="store_true", help="list every op in time order (partitioned: streamed "
+                   "from the files, one chunk per file in memory)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N events")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows in the skew tables (default 10)")
     p.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (ui.perfetto.dev)")

@@ -10,6 +10,7 @@ import shutil
 import sys
 
 import numpy as np
+import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
@@ -378,6 +379,7 @@ def write_events(con: Console, count: int, chunks) -> int:
         lines = []
         for i in range(len(ev)):
             dur = cols["duration_ns"][i]
+            dur = None if dur is None or dur is pd.NA or dur != dur else dur     # never ended: Int64's NA
             line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
             if shapes:
                 dt = cols["dtype"][i]
@@ -386,7 +388,7 @@ def write_events(con: Console, count: int, chunks) -> int:
             line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
             if group:
                 line += f"{plain_safe(cols['group'][i]):<8} "
-            line += (f"{cols['seq'][i]:>7}  {fmt_ns(None if dur is None or dur != dur else dur):>10}  "
+            line += (f"{cols['seq'][i]:>7}  {fmt_ns(dur):>10}  "
                      f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
             lines.append(line)
             if len(lines) >= 10_000:
