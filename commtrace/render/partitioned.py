@@ -20,16 +20,6 @@ ONE_FRAME_BYTES_PER_OP = 300
 ONE_FRAME_CHECK_BYTES_PER_OP = 450
 
 
-def refuse_frame_only(ns, *extra: tuple[str, object]) -> None:
-    """One line (exit 2) naming the options given that need every op in one place
-    (``extra``: (flag, value) pairs)."""
-    from ..errors import CommtraceError
-    given = [flag for flag, v in extra if v]
-    if given:
-        raise CommtraceError(f"{', '.join(given)}: not available with the partitioned analysis of big runs "
-                             "(it never holds every op in one place)")
-
-
 def memory_limit_of(text: str | None) -> int | None:
     """"8G", "512M", "25%" (of RAM), plain bytes -> bytes; None -> None (the default)."""
     from ..analysis.partial import total_memory

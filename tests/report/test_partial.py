@@ -176,8 +176,6 @@ def test_cli_partitioned_json_and_bad_input(two_groups_run, tmp_path, capsys):
     assert [r["collectives"] for r in doc["by_op"]] == rep.by_op["collectives"].tolist()
     assert doc["skew"]["instances"] == rep.skew["instances"]
     capsys.readouterr()
-    assert main(["report", two_groups_run, "--partitioned", "--events"]) == 2
-    assert "not available with the partitioned analysis" in capsys.readouterr().err
     assert main(["report", two_groups_run, "--memory-limit", "lots"]) == 2
     assert "--memory-limit lots: not a size" in capsys.readouterr().err
 
