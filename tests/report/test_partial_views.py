@@ -159,12 +159,23 @@ def test_events_of_disordered_files(disordered_run):
 
 
 def test_events_merge_memory_is_chunks(disordered_run):
-    """The merge holds one chunk per file: every frame it yields is at most (files x chunk) rows,
-    and together they are every op, in time order."""
+    """The merge gives out at least files x chunk events at a time (not a few per file: the frame
+    of each batch has a fixed cost) and holds at most that plus a chunk per file (plus the records
+    set aside as late); together the batches are every op, in time order."""
+    from commtrace.analysis.partial.events_merge import _late_records
+    from commtrace.trace import reader
     plan = plan_run(disordered_run)
     s = analyse(disordered_run, workers=1)
-    frames = list(merged_events(plan.ranks, plan.refs, EventWindow(s.info["t0_ns"], None, None, None, None), 300))
-    assert len(frames) > 10 and max(len(f) for f in frames) <= 4 * 300 + 4 * 300
+    chunk, files = 100, sum(len(m) for m in plan.ranks.values())
+    frames = list(merged_events(plan.ranks, plan.refs, EventWindow(s.info["t0_ns"], None, None, None, None), chunk))
+    late = 0
+    for metas in plan.ranks.values():
+        for m in metas:
+            pt = reader.read_process(m, [], records=False)
+            late += len(_late_records(pt, os.path.getsize(pt.ops_path) // schema.RECORD_SIZE, lambda t: t)[0])
+    assert late > 1000                              # rank 1's and rank 3's files are far out of order
+    sizes = [len(f) for f in frames]
+    assert len(sizes) > 5 and min(sizes[:-1]) >= files * chunk and max(sizes) <= 2 * files * chunk + late
     t = np.concatenate([f["t_rel_ns"].to_numpy(np.int64) for f in frames])
     assert len(t) == s.ops and (np.diff(t) >= 0).all()
 

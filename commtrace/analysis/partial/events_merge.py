@@ -54,8 +54,9 @@ class EventWindow:
 
 
 def chunk_for(memory_limit: int, files: int) -> int:
-    """Records per chunk so that one chunk of every file fits a quarter of ``memory_limit``."""
-    return int(max(MIN_CHUNK, min(BLOCK, memory_limit // 4 // max(files, 1) // CHUNK_BYTES_PER_OP)))
+    """Records per chunk so that two chunks of every file (what the merge buffers) fit a quarter
+    of ``memory_limit``."""
+    return int(max(MIN_CHUNK, min(BLOCK, memory_limit // 8 // max(files, 1) // CHUNK_BYTES_PER_OP)))
 
 
 def merged_events(ranks: dict, refs: dict, win: EventWindow, chunk: int) -> Iterator[pd.DataFrame]:
@@ -67,53 +68,88 @@ def merged_events(ranks: dict, refs: dict, win: EventWindow, chunk: int) -> Iter
     for rank, metas in sorted(ranks.items()):
         procs = [p for p in (reader.read_process(m, [], records=False) for m in metas) if p is not None]
         if any(is_bounded(p) or p.header.get("source") == "cpp" for p in procs):
-            streams.append(_whole_rank(metas, refs, win))
+            streams.append(_whole_rank(metas, refs, win.t0))
         else:
-            streams.extend(_file_chunks(p, ref_procs.get(reader._world_of(p)), ref_procs, win, chunk) for p in procs)
-    return _merge(streams)
+            streams.extend(_file_chunks(p, ref_procs.get(reader._world_of(p)), win.t0, chunk) for p in procs)
+    for parts in _merge(streams, chunk * max(len(streams), 1)):
+        yield win.rows(_frame_of(parts, ref_procs))
 
 
-def _merge(streams: list) -> Iterator[pd.DataFrame]:
-    """Rows of every stream (each yields (event rows in order, the last time it has covered)) in
-    time order, ties in stream order."""
+@dataclasses.dataclass
+class _Part:
+    """Ops of one stream in order: a file's records (``pt``: its process) or a whole rank's frame."""
+    t: np.ndarray               # their starts relative to t0
+    rec: np.ndarray | None = None
+    pt: object = None
+    frame: pd.DataFrame | None = None
+
+    def join(self, other: "_Part") -> "_Part":
+        return _Part(np.concatenate((self.t, other.t)), np.concatenate((self.rec, other.rec)), self.pt)
+
+    def cut(self, k: int) -> tuple:
+        """(the first ``k`` ops, the others)."""
+        if self.frame is not None:
+            return _Part(self.t[:k], frame=self.frame.iloc[:k]), _Part(self.t[k:], frame=self.frame.iloc[k:])
+        return _Part(self.t[:k], self.rec[:k], self.pt), _Part(self.t[k:], self.rec[k:], self.pt)
+
+
+def _frame_of(parts: list, ref_procs: dict) -> pd.DataFrame:
+    """The frame rows of some streams' ops in the one frame's order: the files' records by one
+    reader.build_frame (it orders by start, then rank, then process: the streams' order), a whole
+    rank's rows merged in by (start, rank)."""
+    procs = [dataclasses.replace(p.pt, records=p.rec) for p in parts if p.frame is None]
+    frames = [reader.build_frame(procs, ref_procs)] if procs else []
+    frames += [p.frame for p in parts if p.frame is not None]
+    if len(frames) == 1:
+        return frames[0]
+    out = pd.concat(frames, ignore_index=True)
+    order = np.lexsort((out["rank"].to_numpy(np.int64), out["t_start_ns"].to_numpy(np.int64)))
+    return out.iloc[order].reset_index(drop=True)
+
+
+def _merge(streams: list, target: int) -> Iterator[list]:
+    """Ops of every stream (each yields (a _Part, the last time it has covered)) in time order:
+    lists of parts (at least ``target`` ops, but the last) whose ops come before every op not
+    yet given out. The stream that has covered the least time is read on until ``target`` ops
+    can be given out: the buffers hold fewer than ``target`` ops below the horizon plus one chunk
+    per stream above it."""
     bufs: list = [None] * len(streams)
     last: list = [None] * len(streams)           # None: the stream is done
     for i in range(len(streams)):
-        _refill(streams, bufs, last, i)
-    while any(b is not None and len(b) for b in bufs) or any(v is not None for v in last):
-        open_ = [v for v in last if v is not None]
-        horizon = min(open_) if open_ else None
+        _read_on(streams, bufs, last, i)
+    while any(b is not None and len(b.t) for b in bufs) or any(v is not None for v in last):
+        open_ = [(v, i) for i, v in enumerate(last) if v is not None]
+        horizon, first = min(open_) if open_ else (None, None)
+        ready = [0 if b is None else len(b.t) if horizon is None else int(np.searchsorted(b.t, horizon, "right"))
+                 for b in bufs]
+        if horizon is not None and sum(ready) < target:
+            _read_on(streams, bufs, last, first)
+            continue
         parts = []
-        for i, b in enumerate(bufs):
-            if b is None or not len(b):
-                continue
-            k = len(b) if horizon is None else int(np.searchsorted(b["t_rel_ns"].to_numpy(np.int64), horizon, "right"))
+        for i, k in enumerate(ready):
             if k:
-                parts.append(b.iloc[:k])
-                bufs[i] = b.iloc[k:]
-        if parts:
-            out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
-            t = out["t_rel_ns"].to_numpy(np.int64)
-            if len(parts) > 1 and not (t[1:] >= t[:-1]).all():
-                out = out.iloc[np.argsort(t, kind="stable")].reset_index(drop=True)   # ties: stream order
-            yield out
-        for i, b in enumerate(bufs):
-            if last[i] is not None and (b is None or not len(b)):
-                _refill(streams, bufs, last, i)
+                head, bufs[i] = bufs[i].cut(k)
+                parts.append(head)
+        yield parts
 
 
-def _refill(streams: list, bufs: list, last: list, i: int) -> None:
+def _read_on(streams: list, bufs: list, last: list, i: int) -> None:
+    """Stream ``i``'s next part, after what it has buffered."""
     try:
-        bufs[i], last[i] = next(streams[i])
+        part, last[i] = next(streams[i])
     except StopIteration:
-        bufs[i], last[i] = None, None
+        last[i] = None
+        return
+    b = bufs[i]
+    bufs[i] = part if b is None or not len(b.t) else b.join(part)
 
 
-def _whole_rank(metas: list, refs: dict, win: EventWindow):
+def _whole_rank(metas: list, refs: dict, t0: int):
     """One stream of a rank read whole (its frame as load() has it)."""
     from . import RankPart
-    rows = win.rows(RankPart(-1, metas, refs).load())
-    yield rows, (int(rows["t_rel_ns"].max()) if len(rows) else _NEVER)
+    frame = RankPart(-1, metas, refs).load()
+    t = frame["t_start_ns"].to_numpy(np.int64) - t0 if len(frame) else np.empty(0, np.int64)
+    yield _Part(t, frame=frame), (int(t.max()) if len(t) else _NEVER)
 
 
 def _valid(rec: np.ndarray, pt) -> np.ndarray:
@@ -149,8 +185,9 @@ def _late_records(pt, count: int, aligned) -> tuple:
     return rec[order], pos[order], t[order]
 
 
-def _file_chunks(pt, ref, ref_procs: dict, win: EventWindow, chunk: int):
-    """One file's events in order, chunk by chunk: (event rows, the last time covered, relative to t0)."""
+def _file_chunks(pt, ref, t0: int, chunk: int):
+    """One file's ops in order, chunk by chunk: (a _Part of its records, the last time covered,
+    relative to t0)."""
     try:
         count = os.path.getsize(pt.ops_path) // schema.RECORD_SIZE     # a torn last record is not read
     except OSError:
@@ -190,13 +227,8 @@ def _file_chunks(pt, ref, ref_procs: dict, win: EventWindow, chunk: int):
         if len(out):
             out = reader._last_record_per_op(out[np.argsort(out_p, kind="stable")])   # the reader's dedup
             t_out = aligned(out["t_call"])
-            out = out[np.argsort(t_out, kind="stable")]
-            rows = win.rows(reader.build_frame([dataclasses.replace(pt, records=out)], ref_procs))
-        else:
-            rows, t_out = None, None
+            order = np.argsort(t_out, kind="stable")
+            part = _Part(t_out[order] - t0, out[order], pt)
+            yield part, (int(part.t[-1]) if upto is None else upto - t0)
         if upto is None:
-            if rows is not None:
-                yield rows, int(t_out.max()) - win.t0
             return
-        if rows is not None:
-            yield rows, upto - win.t0

@@ -23,6 +23,7 @@ from ...trace import reader
 from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_range
 from ..window import in_bounds
 from .layers_map import has_cpp, merged_rank_ops
+from .partition_map import _process
 from .rank_ops import rank_ops
 
 
@@ -52,13 +53,16 @@ class TimelinePartial:
 def map_timeline(task: TimelineTask) -> TimelinePartial:
     procs = [p for p in (reader.read_process(m, [], records=task.lane) for m in task.metas) if p is not None]
     own = {p.meta_path: p for p in procs}
-    refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in task.refs.items()}
+    refs = {w: own.get(m) or _process(m) for w, m in task.refs.items()}     # meta lines read once per worker
     refs = {w: p for w, p in refs.items() if p is not None}
     marks = _marks(procs, refs, task.bounds)
     if not task.lane:
         return TimelinePartial(task.rank, None, None, marks)
-    reader._describe_clocks(procs, refs)     # as map 1 (the C++ merge's frame reads the clock bounds)
-    ops = merged_rank_ops(procs, refs)[0] if has_cpp(procs) else rank_ops(procs, refs, task.rank)
+    if has_cpp(procs):
+        reader._describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
+        ops = merged_rank_ops(procs, refs)[0]
+    else:
+        ops = rank_ops(procs, refs, task.rank)
     nops = max(len(task.op_names), 1)
     if ops is None:
         return TimelinePartial(task.rank, np.full(task.width, -1), np.zeros(task.width), marks)
