@@ -185,3 +185,18 @@ def test_help_names_the_views(capsys):
         main(["report", "--help"])
     out = capsys.readouterr().out
     assert "--events" in out and "streamed" in out
+
+
+def test_events_file_gone_mid_list(tmp_path):
+    """A trace file that goes away while the list is printed: one line, exit 2 (no traceback)."""
+    from commtrace.errors import CommtraceError
+    d = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=3000, seed=1)
+    plan = plan_run(d)
+    s = analyse(d, workers=1)
+    frames = merged_events(plan.ranks, plan.refs, EventWindow(s.info["t0_ns"], None, None, None, None), 256)
+    assert len(next(frames))
+    for f in os.listdir(d):
+        if f.endswith(schema.OPS_SUFFIX):
+            os.remove(os.path.join(d, f))
+    with pytest.raises(CommtraceError, match="cannot read .* while listing the events"):
+        list(frames)

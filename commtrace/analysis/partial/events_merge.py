@@ -27,6 +27,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
+from ...errors import CommtraceError
 from ...trace import reader, schema
 from ..timeline import event_rows
 from .bounded_map import is_bounded
@@ -71,8 +72,12 @@ def merged_events(ranks: dict, refs: dict, win: EventWindow, chunk: int) -> Iter
             streams.append(_whole_rank(metas, refs, win.t0))
         else:
             streams.extend(_file_chunks(p, ref_procs.get(reader._world_of(p)), win.t0, chunk) for p in procs)
-    for parts in _merge(streams, chunk * max(len(streams), 1)):
-        yield win.rows(_frame_of(parts, ref_procs))
+    try:
+        for parts in _merge(streams, chunk * max(len(streams), 1)):
+            yield win.rows(_frame_of(parts, ref_procs))
+    except OSError as e:      # a file removed or unreadable while the list was printed
+        raise CommtraceError(f"{e.filename or 'a trace file'}: cannot read ({e.strerror}) while listing the "
+                             "events") from None
 
 
 @dataclasses.dataclass
