@@ -71,16 +71,21 @@ def disordered_run(tmp_path_factory):
     return d
 
 
-@pytest.fixture(scope="module")
-def tied_run(tmp_path_factory):
-    """Hand-made: ranks calling ops at the same instants (ties: rank order), zero-length ops, an op
-    never completed (its duration unknown: the one-frame --events printed a traceback for it), rank 0
-    without marks (the lane shows rank 1's)."""
+def _tracebuilder():
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tracebuilder.py")
     spec = importlib.util.spec_from_file_location("views_tracebuilder", path)
     tb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tb)
+    return tb
+
+
+@pytest.fixture(scope="module")
+def tied_run(tmp_path_factory):
+    """Hand-made: ranks calling ops at the same instants (ties: rank order), zero-length ops, an op
+    never completed (its duration unknown: the one-frame --events printed a traceback for it), rank 0
+    without marks (the lane shows rank 1's)."""
+    tb = _tracebuilder()
     procs = [tb.Proc(r, world_size=3) for r in range(3)]
     for r, p in enumerate(procs):
         ops = [(100, 300, "all_reduce"), (400, 400, "broadcast"), (410, 460, "all_reduce"), (500, None, "barrier")]
@@ -144,6 +149,24 @@ def test_events_without_limit_equal_one_frame(syn_run, real_run, accum_run, tied
         assert _lines(partitioned) == _lines(one_frame), (run, args)
     assert len(_events(one_frame).strip().splitlines()) == 2 + 12     # title, header, 3 ranks x 4 ops
     assert main(["report", str(syn_run), "--partitioned", "--events", "--limit", "20"]) == 0   # --limit still works
+
+
+def test_ranks_of_several_processes(tmp_path):
+    """Two processes per rank (e.g. successive spawns) calling at the same instants: ties in
+    time go by rank, then by the rank's files in name order, in the timeline and the events."""
+    tb = _tracebuilder()
+    procs = []
+    for pid in (4000, 5000):
+        for r in range(2):
+            p = tb.Proc(r, world_size=2, pid=pid + r)
+            for k in range(5):
+                p.op("all_reduce" if k % 2 else "broadcast", 100 + 50 * k, 130 + 50 * k + (pid == 5000) * 5, seq=k + 1)
+            procs.append(p)
+    run = tb.write_run(tmp_path / "run", procs)
+    one_frame = _report(run, "--events")
+    assert _lines(_report(run, "--partitioned", "--memory-limit", "1M", "--events")) == _lines(one_frame)
+    first = [ln.split() for ln in one_frame[one_frame.index("\nEvents ("):].splitlines()[3:7]]
+    assert [(f[2], f[-3]) for f in first] == [("0", "30.0"), ("0", "35.0"), ("1", "30.0"), ("1", "35.0")]
 
 
 def test_events_of_disordered_files(disordered_run):
