@@ -12,7 +12,8 @@ NCCL on one GPU; "not available" without one), bounded (bench_bounded.py:
 --keep-last / --steps against full mode, disk and memory over a long run), patch (bench_patch.py: the
 ProcessGroupMPI patch's C++ trace writer per op), scale (bench_scale.py: the partitioned analysis of big
 runs), html (bench_html.py: report --html write time, page size, load time in headless Chromium),
-partialreport (bench_partial_report.py: the partitioned report's --csv and windows against one frame).
+partialreport (bench_partial_report.py: the partitioned report's --csv and windows against one frame),
+views (bench_views.py: the partitioned report's timeline cost and streamed --events).
 ``make bench`` runs the full set
 (about 10 minutes on 2 cores); ``--quick`` is a ~2-3 minute version with fewer
 repetitions and smaller runs (same methods, wider spreads).
@@ -42,12 +43,13 @@ import bench_html  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_partial_report  # noqa: E402
+import bench_views  # noqa: E402
 import bench_run_path  # noqa: E402
 import bench_tracesize  # noqa: E402
 import intervals  # noqa: E402
 
 SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "html",
-            "patch", "scale", "scale_check", "partialreport")
+            "patch", "scale", "scale_check", "partialreport", "views")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -67,6 +69,7 @@ FULL = {
     "scale_check": {"ranks": 64, "ops": 100_000},
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 125_000},
     "partialreport": {"ranks": 16, "ops": 100_000, "reps": 3},
+    "views": {"ranks": 64, "ops": 25_000, "rounds": 3},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -83,6 +86,7 @@ QUICK = {
     "scale_check": {"ranks": 64, "ops": 20_000},
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 25_000},
     "partialreport": {"ranks": 8, "ops": 50_000, "reps": 1},
+    "views": {"ranks": 16, "ops": 20_000, "rounds": 1},
 }
 
 GOALS = {
@@ -208,6 +212,8 @@ def run_section(name: str, cfg) -> dict:
         return bench_html.run(cfg["demo_ops"], cfg["big_ranks"], cfg["big_ops"])
     if name == "partialreport":
         return bench_partial_report.run(cfg["ranks"], cfg["ops"], cfg["reps"])
+    if name == "views":
+        return bench_views.run(cfg["ranks"], cfg["ops"], cfg["rounds"])
     raise ValueError(name)
 
 
@@ -675,6 +681,9 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
     if "partialreport" in res:
         body.append("## 12. Partitioned report: exports and windows (bench_partial_report.py)\n\n"
                     + bench_partial_report.markdown(res["partialreport"]))
+    if "views" in res:
+        body.append("### Partitioned report: timeline and streamed `--events` (bench_views.py)\n\n"
+                    + bench_views.markdown(res["views"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")

@@ -45,25 +45,40 @@ def bin_timeline(frame: pd.DataFrame, t0: int, width: int, t_from: int | None = 
     width = max(int(width), 1)
     opc, opnames = cat_codes(frame["op"]) if len(frame) else (np.empty(0, int), [])
     ranks = sorted(set(a.rank.tolist()))
-    rel_s = a.start - t0
     rel_e = a.end - t0
-    lo = 0 if t_from is None else int(t_from)
-    hi = (int(rel_e.max()) if len(rel_e) else 1) if t_to is None else int(t_to)
-    if hi <= lo:
-        hi = lo + 1
-    nops = max(len(opnames), 1)
+    lo, hi = cell_range(t_from, t_to, int(rel_e.max()) if len(rel_e) else None)
     if not len(frame):
         return Timeline(ranks, list(map(str, opnames)), np.full((0, width), -1), np.zeros((0, width)), lo, hi, t0)
+    lane = np.searchsorted(np.array(ranks), a.rank)
+    occ = occupancy(lane, len(ranks), opc, max(len(opnames), 1), a.start - t0, rel_e, lo, hi, width)
+    cells, fill = lane_cells(occ)
+    return Timeline(ranks, list(map(str, opnames)), cells, fill, lo, hi, t0)
+
+
+def cell_range(t_from: int | None, t_to: int | None, last_end: int | None) -> tuple[int, int]:
+    """The binned range relative to t0: ``t_from`` (default 0) .. ``t_to`` (default the last op
+    end ``last_end``, relative to t0), at least 1 ns."""
+    lo = 0 if t_from is None else int(t_from)
+    hi = (1 if last_end is None else int(last_end)) if t_to is None else int(t_to)
+    return lo, (hi if hi > lo else lo + 1)
+
+
+def occupancy(lane: np.ndarray, lanes: int, opc: np.ndarray, nops: int, rel_s: np.ndarray, rel_e: np.ndarray,
+              lo: int, hi: int, width: int) -> np.ndarray:
+    """lanes x nops x width: per lane (``lane`` per op), op code (``opc``, -1: none) and cell, the
+    time the ops cover in it (in cells). A lane's figures depend only on its own ops (in their
+    order), so one lane binned alone equals that lane binned with the others (the partitioned
+    report bins each rank in its own task: analysis.partial.timeline_map)."""
     sel = (rel_e >= lo) & (rel_s <= hi) & (opc >= 0)
     dt = (hi - lo) / width
     s = (np.clip(rel_s[sel], lo, hi) - lo) / dt        # in cell units
     e = (np.clip(rel_e[sel], lo, hi) - lo) / dt
     e = np.maximum(e, s + 1e-3)                         # zero-length ops still show up
-    lane = np.searchsorted(np.array(ranks), a.rank[sel])
+    lane = lane[sel]
     op = opc[sel]
     cs = np.minimum(np.floor(s).astype(np.int64), width - 1)
     ce = np.minimum(np.floor(e).astype(np.int64), width - 1)
-    nr = len(ranks)
+    nr = lanes
     occ = np.zeros(nr * nops * (width + 1))
     base = (lane * nops + op) * (width + 1)
     same = cs == ce
@@ -77,10 +92,35 @@ def bin_timeline(frame: pd.DataFrame, t0: int, width: int, t_from: int | None = 
     np.add.at(diff, base[sp] + cs[sp] + 1, 1.0)
     np.add.at(diff, base[sp] + ce[sp], -1.0)
     full = np.cumsum(diff.reshape(nr * nops, width + 1), axis=1)
-    occ = occ.reshape(nr, nops, width + 1)[:, :, :width] + full.reshape(nr, nops, width + 1)[:, :, :width]
-    cells = np.where(occ.max(axis=1) > 0, occ.argmax(axis=1), -1)
-    fill = occ.sum(axis=1)
-    return Timeline(ranks, list(map(str, opnames)), cells, fill, lo, hi, t0)
+    return occ.reshape(nr, nops, width + 1)[:, :, :width] + full.reshape(nr, nops, width + 1)[:, :, :width]
+
+
+def lane_cells(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cells, fill) of ``occupancy``'s lanes: the op filling most of each cell (-1: empty), and
+    how much of the cell ops fill."""
+    return np.where(occ.max(axis=1) > 0, occ.argmax(axis=1), -1), occ.sum(axis=1)
+
+
+def timeline_layout(console_width: int, rank_list: list) -> tuple[int, int]:
+    """(label width, cells) of the terminal timeline in a console ``console_width`` wide."""
+    label_w = max(len(f"rank {r}") for r in (rank_list or [0])) + 1
+    return label_w, max(int(console_width) - label_w - 2, 10)
+
+
+def timeline_range(bounds: dict | None, t0: int, window, t_from: int | None = None,
+                   t_to: int | None = None) -> tuple[int | None, int | None]:
+    """The timeline's range relative to t0: --from/--to, else the window's extent (``bounds``:
+    its interval per rank; None: no time range)."""
+    lo = window.t_from if t_from is None else t_from
+    hi = window.t_to if t_to is None else t_to
+    if bounds:
+        los = [v[0] for v in bounds.values() if v[1] > v[0]]
+        his = [v[1] for v in bounds.values() if v[1] > v[0]]
+        if lo is None and los:
+            lo = max(min(los) - t0, 0)
+        if hi is None and his and max(his) < (1 << 60):
+            hi = max(his) - t0
+    return lo, hi
 
 
 EVENT_COLUMNS = ["t_rel_ns", "rank", "op", "shapes", "dtype", "bytes", "group", "seq", "duration_ns", "status",

@@ -50,7 +50,8 @@ def add_parser(sub) -> None:
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="run directory (default: newest under ./commtrace-out/)")
     p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
     add_window_arguments(p)
-    p.add_argument("--events", action="store_true", help="list every op in time order")
+    p.add_argument("--events", action="store_true", help="list every op in time order (partitioned: streamed "
+                   "from the files, one chunk per file in memory)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N events")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows in the skew tables (default 10)")
     p.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (ui.perfetto.dev)")
@@ -165,13 +166,18 @@ def _run_partitioned(ns) -> int:
     from ..analysis.partial import analyse
     from ..errors import CommtraceError
     from .cli_commands import warn_issues
-    from .partitioned import memory_limit_of, partitioned_json, refuse_frame_only, render_partitioned
+    from .partitioned import memory_limit_of, partitioned_json, render_partitioned
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export
     window = window_of(ns)
-    refuse_frame_only(ns, ("--events without --limit", ns.events and ns.limit is None))
-    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), top=ns.top, window=window)
+    shown = not (ns.quiet or ns.json == "-")
+    if shown:
+        from .terminal import make_console
+        con = make_console(ns.width)
+    limit = memory_limit_of(ns.memory_limit)
+    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
+                timeline_width=con.width if shown else None)
     warn_issues(s.issues)
     if ns.perfetto:
         from .partitioned import write_perfetto_pieces
@@ -187,8 +193,7 @@ def _run_partitioned(ns) -> int:
         from .html_page import report_html, write_html
         from .partitioned import as_report
         write_html(report_html(as_report(s), every_op=False), ns.html)
-    if not (ns.quiet or ns.json == "-"):
-        from .terminal import make_console
-        render_partitioned(make_console(ns.width), s, ns.top, ns.limit if ns.events else None)
+    if shown:
+        render_partitioned(con, s, ns.top, ns.events, ns.limit, limit)
     from types import SimpleNamespace
     return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path))

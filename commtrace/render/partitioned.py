@@ -1,7 +1,8 @@
 """``commtrace report`` of a run analysed by map/reduce (analysis.partial): the one-frame
-report's banner (plus an ``analysis`` row), step, per-op, region and skew tables, in any
-window; ``--events`` only with ``--limit`` (``first_events``), Perfetto in pieces
-(``write_perfetto_pieces``); no timeline (it needs every op in one place)."""
+report's banner (plus an ``analysis`` row), step, per-op, region and skew tables and timeline
+(analysis.partial.timeline_map), in any window; ``--events`` (``--limit``: ``first_events``;
+without: a streaming merge of every rank's ops, analysis.partial.events_merge), Perfetto in
+pieces (``write_perfetto_pieces``)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -17,16 +18,6 @@ from .terminal import render_banner, render_nothing_shown, render_regions, rende
 ONE_FRAME_BYTES_PER_OP = 300
 # ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
 ONE_FRAME_CHECK_BYTES_PER_OP = 450
-
-
-def refuse_frame_only(ns, *extra: tuple[str, object]) -> None:
-    """One line (exit 2) naming the options given that need every op in one place
-    (``extra``: (flag, value) pairs)."""
-    from ..errors import CommtraceError
-    given = [flag for flag, v in extra if v]
-    if given:
-        raise CommtraceError(f"{', '.join(given)}: not available with the partitioned analysis of big runs "
-                             "(it never holds every op in one place)")
 
 
 def memory_limit_of(text: str | None) -> int | None:
@@ -141,8 +132,11 @@ def as_report(s) -> SimpleNamespace:
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
-def render_partitioned(con, s, top: int = 10, events_limit: int | None = None) -> None:
-    """The one-frame report's banner (plus how it was analysed), step, summary and skew tables."""
+def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int | None = None,
+                       memory_limit: int | None = None) -> None:
+    """The one-frame report's banner (plus how it was analysed), step, summary and skew tables, the
+    timeline (when analysed with one) and ``events`` (at most ``limit``; without, streamed within
+    ``memory_limit``)."""
     rep = as_report(s)
     render_banner(con, rep)
     how = f"{s.executor}, {s.workers} worker{'s' if s.workers != 1 else ''}"
@@ -159,10 +153,29 @@ def render_partitioned(con, s, top: int = 10, events_limit: int | None = None) -
     render_summary(con, rep)
     render_regions(con, rep)
     render_skew(con, rep, top)
-    if events_limit is not None:
+    if s.timeline is not None:
+        from .terminal import draw_timeline
+        from ..analysis.timeline import timeline_layout
+        draw_timeline(con, s.timeline, s.timeline_marks, timeline_layout(con.width, s.info["rank_list"])[0])
+    if events and limit is not None:
         from .terminal import render_events
-        frame, lo, hi = first_events(s, events_limit)
-        render_events(con, SimpleNamespace(frame=frame, info=s.info), lo, hi, events_limit)
+        frame, lo, hi = first_events(s, limit)
+        render_events(con, SimpleNamespace(frame=frame, info=s.info), lo, hi, limit)
+    elif events:
+        stream_events(con, s, memory_limit)
+
+
+def stream_events(con, s, memory_limit: int | None = None) -> None:
+    """Every event of the window, merged from the ranks' files as it is printed
+    (analysis.partial.events_merge: one chunk per file in memory)."""
+    from ..analysis.partial import default_memory_limit, plan_run
+    from ..analysis.partial.events_merge import EventWindow, chunk_for, merged_events
+    from .terminal import _timeline_range, write_events
+    plan = plan_run(s.path)
+    lo, hi = _timeline_range(SimpleNamespace(bounds=s.bounds, info=s.info, window=s.window), None, None)
+    win = EventWindow(s.info.get("t0_ns") or 0, s.bounds, s.window.phases if s.window is not None else None, lo, hi)
+    chunk = chunk_for(memory_limit or default_memory_limit(), sum(len(m) for m in plan.ranks.values()))
+    write_events(con, s.ops, merged_events(plan.ranks, plan.refs, win, chunk))
 
 
 def first_events(s, limit: int):

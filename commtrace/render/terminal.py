@@ -10,11 +10,12 @@ import shutil
 import sys
 
 import numpy as np
+import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
 from ..analysis.rank_ranges import fmt_ranks
-from ..analysis.timeline import Timeline, bin_timeline, event_rows
+from ..analysis.timeline import Timeline, bin_timeline, event_rows, timeline_layout, timeline_range
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
 from ..analysis.coverage import coverage_rows
@@ -274,25 +275,20 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
 
 def _timeline_range(rep, t_from, t_to) -> tuple[int | None, int | None]:
     """The timeline's range relative to t0: --from/--to, else the window's extent."""
-    b = rep.bounds
-    t0 = rep.info["t0_ns"] or 0
-    lo = rep.window.t_from if t_from is None else t_from
-    hi = rep.window.t_to if t_to is None else t_to
-    if b:
-        los = [v[0] for v in b.values() if v[1] > v[0]]
-        his = [v[1] for v in b.values() if v[1] > v[0]]
-        if lo is None and los:
-            lo = max(min(los) - t0, 0)
-        if hi is None and his and max(his) < (1 << 60):
-            hi = max(his) - t0
-    return lo, hi
+    return timeline_range(rep.bounds, rep.info["t0_ns"] or 0, rep.window, t_from, t_to)
 
 
 def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
-    label_w = max(len(f"rank {r}") for r in (rep.info["rank_list"] or [0])) + 1
-    width = max(int(con.width) - label_w - 2, 10)
+    label_w, width = timeline_layout(con.width, rep.info["rank_list"])
     lo, hi = _timeline_range(rep, t_from, t_to)
     tl = bin_timeline(rep.frame, rep.info["t0_ns"] or 0, width, lo, hi, rep.arrays)
+    draw_timeline(con, tl, rep.marks, label_w)
+    return tl
+
+
+def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
+    """The lanes of ``tl`` (analysis.timeline.bin_timeline, or the partitioned report's merge), the
+    marks lane (``marks``: the window's marks), the axis and the legend."""
     con.print()
     con.print(Text(f"Timeline  {fmt_ns(tl.t_from_ns)} .. {fmt_ns(tl.t_to_ns)} after the first op "
                    f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"), overflow="fold")
@@ -313,7 +309,7 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
             line.append((letter if strong else ".") * (b - a), style=("bold " + color) if strong else color)
         line.append("|")
         con.print(line, no_wrap=True, overflow="crop")
-    marks = _render_mark_lane(con, rep, tl, label_w)
+    marks = _render_mark_lane(con, marks, tl, label_w)
     axis = Text(" " * label_w + "^" + fmt_ns(tl.t_from_ns))
     end_lbl = fmt_ns(tl.t_to_ns) + "^"
     axis.append(" " * max(1, label_w + tl.width + 2 - len(axis.plain) - len(end_lbl)) + end_lbl)
@@ -327,18 +323,16 @@ def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
     con.print(legend, overflow="fold")
     if marks:
         con.print(Text(f"marks (rank {marks[0]}): " + "   ".join(marks[1:])), overflow="fold")
-    return tl
 
 
-def _render_mark_lane(con: Console, rep, tl: Timeline, label_w: int) -> list:
+def _render_mark_lane(con: Console, marks, tl: Timeline, label_w: int) -> list:
     """A lane of numbered marks (commtrace.mark) under the ranks; returns [rank, legend entries...].
     Marks are those of the lowest rank that made any (usually every rank makes the same)."""
-    marks = rep.marks
     if marks is None or not len(marks):
         return []
     rank = int(marks["rank"].min())
     m = marks[marks["rank"] == rank]
-    rel = m["t_ns"].to_numpy(np.int64) - (rep.info["t0_ns"] or 0)
+    rel = m["t_ns"].to_numpy(np.int64) - tl.t0_ns
     inside = (rel >= tl.t_from_ns) & (rel <= tl.t_to_ns)
     m, rel = m[inside], rel[inside]
     if not len(m):
@@ -365,33 +359,43 @@ def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
     """Every op in time order, one line each (ending with the API and DDP step it belongs to, if
     any); narrow terminals lose the shapes, then the group."""
     ev = event_rows(rep.frame, rep.info["t0_ns"] or 0, t_from, t_to, limit)
+    return write_events(con, len(ev), [ev])
+
+
+def write_events(con: Console, count: int, chunks) -> int:
+    """The event list of ``count`` events given as consecutive event_rows frames (``chunks``: any
+    iterable, consumed as it is printed); returns the events printed."""
     con.print()
-    con.print(Text(f"Events ({fmt_int(len(ev))} ops, time after the first op)", style="bold"))
+    con.print(Text(f"Events ({fmt_int(count)} ops, time after the first op)", style="bold"))
     shapes, group = con.width >= 108, con.width >= 80
     write = con.file.write
     hdr = (f"{'time':>12}  {'rank':>4}  {'op':<14} " + (f"{'shapes / dtype':<28} " if shapes else "")
            + f"{'bytes':>10}  " + (f"{'group':<8} " if group else "") + f"{'seq':>7}  {'duration':>10}  status")
     write(hdr + "\n")
-    cols = {c: ev[c].tolist() for c in ev.columns}
-    lines = []
-    for i in range(len(ev)):
-        dur = cols["duration_ns"][i]
-        line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
-        if shapes:
-            dt = cols["dtype"][i]
-            sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(dt) if dt == dt else ''}".strip()
-            line += f"{sd:<28} "
-        line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
-        if group:
-            line += f"{plain_safe(cols['group'][i]):<8} "
-        line += (f"{cols['seq'][i]:>7}  {fmt_ns(None if dur is None or dur != dur else dur):>10}  "
-                 f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
-        lines.append(line)
-        if len(lines) >= 10_000:
-            write("".join(lines))
-            lines.clear()
-    write("".join(lines))
-    return len(ev)
+    printed = 0
+    for ev in chunks:
+        printed += len(ev)
+        cols = {c: ev[c].tolist() for c in ev.columns}
+        lines = []
+        for i in range(len(ev)):
+            dur = cols["duration_ns"][i]
+            dur = None if dur is None or dur is pd.NA or dur != dur else dur     # never ended: Int64's NA
+            line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
+            if shapes:
+                dt = cols["dtype"][i]
+                sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(dt) if dt == dt else ''}".strip()
+                line += f"{sd:<28} "
+            line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
+            if group:
+                line += f"{plain_safe(cols['group'][i]):<8} "
+            line += (f"{cols['seq'][i]:>7}  {fmt_ns(dur):>10}  "
+                     f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
+            lines.append(line)
+            if len(lines) >= 10_000:
+                write("".join(lines))
+                lines.clear()
+        write("".join(lines))
+    return printed
 
 
 def _what(cols: dict, i: int) -> str:

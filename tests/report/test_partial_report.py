@@ -86,8 +86,8 @@ def test_bounded_runs_partitioned_equal_one_frame(bounded_runs):
         assert_same(rep, s)
         assert s.info["coverage"] == rep.info["coverage"] and s.info["coverage"]
         assert s.info["comm_share_per_rank"] == rep.info["comm_share_per_rank"]
-        one_frame, partitioned = _report(run), _report(run, "--partitioned")
-        assert _banner(partitioned) == _banner(one_frame)
+        one_frame, partitioned = _report(run, "--events"), _report(run, "--partitioned", "--events")
+        assert _shown(partitioned) == _shown(one_frame)     # timeline and every event (ranks read whole) included
         assert any(ln.startswith("  coverage ") for ln in _banner(partitioned)), name
 
 
@@ -117,9 +117,9 @@ def test_regions_table_hand_computed(tmp_path):
     assert section(partitioned) == section(one_frame)
 
 
-def _before_timeline(text: str) -> list[str]:
-    """The report up to the timeline (which the partitioned report does not draw), less its "analysis" row."""
-    return [ln for ln in text.split("\nTimeline")[0].splitlines() if not ln.startswith("  analysis ")]
+def _shown(text: str) -> list[str]:
+    """The report's lines (timeline included), less the partitioned report's own "analysis" row."""
+    return [ln for ln in text.splitlines() if not ln.startswith("  analysis ")]
 
 
 WINDOWS = (["--steps", "3:10"], ["--skip-steps", "2"], ["--phase", "backward"], ["--from", "0.5s", "--to", "1.5s"],
@@ -145,7 +145,7 @@ def test_windows_equal_one_frame(syn_run, tmp_path):
             assert s.info[k] == rep.info[k], (args, k)
         import pandas as pd
         pd.testing.assert_frame_equal(s.regions, rep.regions)
-        assert _before_timeline(_report(run, "--partitioned", *args)) == _before_timeline(_report(run, *args)), args
+        assert _shown(_report(run, "--partitioned", *args)) == _shown(_report(run, *args)), args
 
 
 def test_window_errors_and_compare(syn_run, tmp_path, capsys):
@@ -197,8 +197,6 @@ def test_events_with_limit(syn_run, capsys):
         events = partitioned[partitioned.index("\nEvents ("):]
         assert events == one_frame[one_frame.index("\nEvents ("):], args
         assert events.count("\n") > 5
-    assert main(["report", str(syn_run), "--partitioned", "--events"]) == 2
-    assert "--events without --limit: not available with the partitioned analysis" in capsys.readouterr().err
 
 
 def test_damaged_run_exit_code(odd_runs, capsys):
@@ -270,7 +268,7 @@ def test_cpp_layer_run_equals_one_frame(cpp_layer_run):
     assert_same(rep, s)
     for k in ("ops", "bytes", "failed", "in_flight", "wall_ns", "comm_share_per_rank", "ranks", "backends"):
         assert s.info[k] == rep.info[k], k
-    assert _before_timeline(_report(cpp_layer_run, "--partitioned")) == _before_timeline(_report(cpp_layer_run))
+    assert _shown(_report(cpp_layer_run, "--partitioned")) == _shown(_report(cpp_layer_run))
     from commtrace.analysis.window import Window
     w = Window.from_args(t_from="1ms", phase="-")      # the run's first op found with the C++ files' clocks
     rep, s = build_report(run, w), analyse(cpp_layer_run, workers=1, window=w)
@@ -286,9 +284,10 @@ def test_cpp_layer_run_exports_and_events(cpp_layer_run, tmp_path):
     assert main(["report", cpp_layer_run, "-q", "--partitioned", "--csv", str(part)]) == 0
     pd.testing.assert_frame_equal(
         pd.read_csv(one).sort_values(["rank", "t_start_ns"], kind="stable").reset_index(drop=True), pd.read_csv(part))
-    one_frame = _report(cpp_layer_run, "--events", "--limit", "100")
-    partitioned = _report(cpp_layer_run, "--partitioned", "--events", "--limit", "100")
-    assert partitioned[partitioned.index("\nEvents ("):] == one_frame[one_frame.index("\nEvents ("):]
+    for limit in (["--limit", "100"], []):       # without: the ranks with C++ files are read whole
+        one_frame = _report(cpp_layer_run, "--events", *limit)
+        partitioned = _report(cpp_layer_run, "--partitioned", "--memory-limit", "1M", "--events", *limit)
+        assert partitioned[partitioned.index("\nEvents ("):] == one_frame[one_frame.index("\nEvents ("):]
 
 
 def test_window_on_dask_equals_one_frame(syn_run):
@@ -358,7 +357,7 @@ def test_split_phases_note(tmp_path):
     pd.testing.assert_frame_equal(s.split, build_report(load_report_run(d)).split, check_dtype=False)
     one_frame, partitioned = _report(d), _report(d, "--partitioned")
     assert "2 collective(s) ran in different phases on different ranks" in partitioned
-    assert _before_timeline(partitioned) == _before_timeline(one_frame)
+    assert _shown(partitioned) == _shown(one_frame)
 
 
 def test_perfetto_pieces_in_a_window(syn_run, tmp_path, capsys):

@@ -36,6 +36,7 @@ from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .regions_map import regions_table
 from .sketch import ALPHA
 from .split_map import split_table
+from .timeline_map import TimelineFold, map_timeline, timeline_tasks
 from .window_map import FirstStartTask, all_bounds, check_phases, first_start, window_lengths
 
 # Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
@@ -79,6 +80,8 @@ class ScanReport:
     window: object = None                         # the analysis.window.Window shown
     bounds: dict | None = None                    # its interval per rank (None: no time range)
     split: pd.DataFrame | None = None             # collectives filed under different phases (split_collectives)
+    timeline: object = None                       # the terminal timeline (analysis.timeline.Timeline; timeline_map)
+    timeline_marks: pd.DataFrame | None = None    # the marks it draws (the lowest rank's with any in the window)
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -95,10 +98,12 @@ def default_memory_limit() -> int:
 
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
-            compare_by: list | None = None, window=None) -> ScanReport:
+            compare_by: list | None = None, window=None, timeline_width: int | None = None) -> ScanReport:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
     one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
-    ``window``: the analysis.window.Window shown (default: the whole run; window_map)."""
+    ``window``: the analysis.window.Window shown (default: the whole run; window_map);
+    ``timeline_width``: the width of the console the terminal timeline is drawn in (one more
+    map, timeline_map; None: no timeline)."""
     if window is not None and window.whole_run:
         window = None
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
@@ -152,6 +157,17 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             parts.add(p)
             stage.advance()
         seconds["partitions"] = time.perf_counter() - t1
+        info = _info(plan, ranks, window)
+        tl = TimelineFold([])
+        if timeline_width and ranks.ops:
+            t2 = time.perf_counter()
+            tasks = timeline_tasks(plan, ranks, window, timeline_width, info["rank_list"])
+            tl = TimelineFold(tasks)
+            stage = bar.stage("timeline", len(tasks), plan.records)
+            for p in ex.map(map_timeline, tasks):
+                tl.add(p)
+                stage.advance(ranks.ops_per_rank.get(p.rank, 0))
+            seconds["timeline"] = time.perf_counter() - t2
     finally:
         ex.close()
         bar.close()
@@ -163,9 +179,10 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       plan.issues + ranks.issues, by_keys,
-                      _info(plan, ranks, window), processes_of(ranks.facts), regions_table(ranks.regions),
+                      info, processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
-                      split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]))
+                      split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
+                      tl.timeline(), tl.marks)
 
 
 def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
