@@ -21,7 +21,7 @@ class ReportRun:
     path: str
     frame: pd.DataFrame
     processes: list[dict]
-    issues: list[str] = field(default_factory=list)   # one line each, already naming the file
+    issues: list = field(default_factory=list)        # reader.TraceIssue (str(): one line naming the file)
     run_id: str | None = None
     spans: pd.DataFrame | None = None                  # compute spans (trace.marks)
     marks: pd.DataFrame | None = None                  # user marks
@@ -40,8 +40,8 @@ def _header_run_id(meta_path: str):
     return rid if isinstance(rid, str) else None
 
 
-def check_run_ids(run_dir: str, processes: list[dict]) -> tuple[str | None, set[str], list[str]]:
-    """(majority run id, files to drop, issue lines) when processes disagree on the run id."""
+def check_run_ids(run_dir: str, processes: list[dict]) -> tuple[str | None, set[str], list]:
+    """(majority run id, files to drop, reader.TraceIssue of each) when processes disagree on the run id."""
     ids = {p["file"]: _header_run_id(os.path.join(run_dir, p["file"])) for p in processes}
     counts = Counter(v for v in ids.values() if v is not None)
     if not counts:
@@ -51,14 +51,15 @@ def check_run_ids(run_dir: str, processes: list[dict]) -> tuple[str | None, set[
     for f, rid in sorted(ids.items()):
         if rid is not None and rid != major:
             drop.add(f)
-            issues.append(f"{f}: belongs to run {rid!r}, not {major!r} like the other traces; skipped")
+            issues.append(reader.TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
+                                            kind=reader.OTHER_RUN))
     return major, drop, issues
 
 
 def load_report_run(run_dir: str | None = None) -> ReportRun:
     """reader.load_run plus the checks the report needs. Raises CommtraceError if nothing is usable."""
     run = reader.load_run(run_dir)
-    issues = [str(i) for i in run.issues]
+    issues = list(run.issues)
     run_id, drop, more = check_run_ids(run.path, run.processes)
     issues.extend(more)
     frame, procs = run.frame, run.processes

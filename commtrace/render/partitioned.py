@@ -206,7 +206,7 @@ def partitioned_json(s) -> dict:
         "format": "commtrace-report", "version": 2, "partitioned": True,
         "run": {**s.info, "run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
                 "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
-        "issues": s.issues,
+        "issues": [str(i) for i in s.issues],
         "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),
         "by_phase": table_records(s.by_phase), "regions": table_records(s.regions),
         "split_phases": table_records(s.split),

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..rank_ranges import fmt_ranks, folded_inline, folded_lines
+from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_is_missing
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
@@ -76,16 +77,34 @@ def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
 
 
 def diagnose_damage(run) -> list[Finding]:
-    """Trace data that could not be read: an error (the diagnosis may lack it)."""
-    out = []
+    """Trace data that could not be read: an error (the diagnosis may lack it). Ranks whose
+    files are damaged alike (equal ``damage_any``: the reader's phrases with each file's
+    stem written "*") are one finding; ``data.per_rank`` keeps each rank's files and damage."""
+    alike: dict[tuple, list[dict]] = {}     # damage of any rank -> its ranks' processes (in order)
+    helpers = []                            # processes without a rank: one finding each
     for p in list(run.processes) + list(getattr(run, "unranked", None) or []):
-        damage = [str(d) for d in p.get("damage") or []] if isinstance(p, dict) else []
-        if not damage:
-            continue
-        r = _int(p.get("rank"))
-        who = f"rank {r}" if r is not None else f"pid {p.get('pid')}"
-        out.append(Finding(DAMAGED, ERROR, f"{who}: trace damaged: {'; '.join(damage)}",
-                           ranks=[] if r is None else [r], data={"file": p.get("file"), "damage": damage}))
+        if isinstance(p, dict) and p.get("damage"):
+            if _int(p.get("rank")) is None:
+                helpers.append(p)
+            else:
+                alike.setdefault(tuple(str(d) for d in p.get("damage_any") or p["damage"]), []).append(p)
+    out = []
+    for key, ps in alike.items():
+        ranks = sorted({_int(p["rank"]) for p in ps})
+        first = [str(d) for d in ps[0]["damage"]]
+        per_rank: dict = {}
+        for p in ps:
+            mine = per_rank.setdefault(str(_int(p["rank"])), {"files": [], "damage": []})
+            mine["files"].append(p.get("file"))
+            mine["damage"].extend(str(d) for d in p["damage"])
+        # One file: its own name; several: "*.ops.bin" (each rank's files: data.per_rank).
+        what = "; ".join(first if len(ps) == 1 else key)
+        out.append(Finding(DAMAGED, ERROR, f"rank {fmt_ranks(ranks)}: trace damaged: {what}", ranks=ranks,
+                           data={"file": ps[0].get("file"), "damage": first, "per_rank": per_rank}))
+    for p in helpers:
+        damage = [str(d) for d in p["damage"]]
+        out.append(Finding(DAMAGED, ERROR, f"pid {p.get('pid')}: trace damaged: {'; '.join(damage)}",
+                           data={"file": p.get("file"), "damage": damage, "per_rank": {}}))
     return out
 
 
@@ -394,18 +413,26 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Fin
                    data={"issues": fate.issues})
 
 
+# Reader issue kinds another finding tells: damage (diagnose_damage), a trace that ends
+# abruptly (the rank's ``abrupt`` finding), ranks without a trace file (``missing_rank``).
+_TOLD_ELSEWHERE = (ISSUE_DAMAGED, ISSUE_ABRUPT, RANKS_MISSING)
+
+
 def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
-    """Reader issues not already explained by a per-rank finding."""
-    out = []
+    """Reader issues not already explained by another finding; one problem (kind and text)
+    in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
     covered = {i for f in fates.values() for i in f.issues}
-    for issue in run.issues:
-        prob = str(getattr(issue, "problem", issue))
-        if getattr(issue, "kind", None) == "damaged":
-            continue  # diagnose_damage names it
-        if prob in covered or "trace ends abruptly" in prob or prob.startswith("ranks missing") \
-                or re.match(r"rank\d+\.pid\d+\.", str(getattr(issue, "file", ""))) and rank_is_missing(issue, fates):
-            continue
-        out.append(Finding(TRACE_ISSUE, WARNING, str(issue)))
+    left = [i for i in run.issues
+            if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and str(getattr(i, "problem", i)) not in covered
+            and not (re.match(r"rank\d+\.pid\d+\.", str(getattr(i, "file", ""))) and rank_is_missing(i, fates))]
+    out = []
+    for issue, ranks in fold_issues(left):
+        f = Finding(TRACE_ISSUE, WARNING, issue_line(issue, ranks), ranks=sorted(set(ranks)))
+        if len(ranks) > 1:
+            f.data["files"] = {str(r): [str(i.file) for i in left if getattr(i, "rank", None) == r
+                                        and (i.kind, i.problem) == (issue.kind, issue.problem)]
+                               for r in sorted(set(ranks))}
+        out.append(f)
     return out
 
 

@@ -67,7 +67,7 @@ class ScanReport:
     per_rank_cut: bool          # steps.per_rank left empty: more than merge.PER_RANK_ROWS_KEPT rows
     ops_per_rank: dict          # rank -> ops
     seconds: dict = field(default_factory=dict)   # per stage wall time
-    issues: list = field(default_factory=list)
+    issues: list = field(default_factory=list)    # reader.TraceIssue (the rank tasks re-read meta files: once each)
     tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
     info: dict = field(default_factory=dict)      # the banner's numbers, as analysis.run_info.run_info
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
@@ -157,7 +157,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
-                      plan.issues + ranks.issues, by_keys,
+                      plan.issues + [i for i in ranks.issues if i not in plan.issues], by_keys,
                       _info(plan, ranks, window), processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]))
