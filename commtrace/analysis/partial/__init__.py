@@ -217,6 +217,14 @@ class RankPart:
         refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
         return rank_frame(procs, {w: p for w, p in refs.items() if p is not None})
 
+    def mark_tables(self):
+        """This rank's (spans, marks, regions), on the run's clock, read without its ops (a
+        bounded process's spans all, as its ops are not read to tell which they cover)."""
+        procs = [p for p in (reader.read_process(m, [], records=False) for m in self.files) if p is not None]
+        own = {p.meta_path: p for p in procs}
+        refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
+        return reader.build_mark_tables(procs, [], {w: p for w, p in refs.items() if p is not None})
+
 
 def load_ranks(parts: list[RankPart]):
     """The ops, compute spans, marks and regions of some ranks, and their process
@@ -254,6 +262,20 @@ def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | 
     if cur:
         out.append((cur, None, 1))
     return out
+
+
+def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, int | None]:
+    """Piece ``piece`` of ``pieces`` of one rank's ops (``starts``: their start times,
+    ascending): (first op, end op) -- consecutive ops, as even as they go -- and the time
+    range [t_lo, t_hi) it owns: from its first op's start to the next piece's (None: open,
+    for the first and the last piece). The ranges cut the time line without gap or
+    overlap, so a compute span, mark or region belongs to exactly one piece: the one its
+    start falls in (docs/report.md, "Big runs")."""
+    n = len(starts)
+    lo, hi = piece * n // pieces, (piece + 1) * n // pieces
+    t_lo = int(starts[lo]) if piece > 0 and lo < n else None
+    t_hi = int(starts[hi]) if piece < pieces - 1 and hi < n else None
+    return lo, hi, t_lo, t_hi
 
 
 def scan(run_dir=None) -> list[RankPart]:
