@@ -200,6 +200,15 @@ def test_perfetto_pieces_plan():
         ([0, 1], None, 1), ([2], None, 1), ([3], 0, 3), ([3], 1, 3), ([3], 2, 3), ([4], None, 1)]
 
 
+def test_piece_span_cuts_time_without_gap_or_overlap():
+    """10 ops starting at 0, 10, ..., 90 in 3 pieces: ops 0-2, 3-5, 6-9; the times owned
+    (-, 30), [30, 60), [60, -) meet end to end. One piece: every op, all of time."""
+    from commtrace.analysis.partial import piece_span
+    starts = np.arange(0, 100, 10)
+    assert [piece_span(starts, k, 3) for k in range(3)] == [(0, 3, None, 30), (3, 6, 30, 60), (6, 10, 60, None)]
+    assert piece_span(starts, 0, 1) == (0, 10, None, None)
+
+
 def test_cli_partitioned_perfetto_in_pieces(two_groups_run, tmp_path, capsys):
     import glob
     import json
