@@ -3,14 +3,13 @@ p2p, stragglers, processes that ended badly, damaged trace data.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from ..rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
-from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_is_missing
+from ...trace.schema import stem_of
+from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_in_file, rank_is_missing
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
@@ -34,12 +33,12 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
     are one finding ("rank 0-1023 raised KeyError: 'lr' ...")."""
     alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
     # Root causes first: ranks that raised, then ranks torn down, then other processes.
-    early = sorted(early, key=lambda e: (e.label.startswith("pid "), not e.fate.exception, e.label))
+    early = sorted(early, key=lambda e: (not e.identified, not e.fate.exception, e.label))
     for e in early:
         if e.rank is not None and e.rank in ranked:
             continue  # the rank's own process group trace says more (a restarted rank, ...)
         fate = e.fate
-        identified = not e.label.startswith("pid ")
+        identified = e.identified
         if not identified and fate.complete and fate.how == "signal" and fate.exit_code == _SIGTERM_EXIT:
             sev = INFO  # a helper torn down by its parent (multiprocessing Pool.terminate, DataLoader): routine
         elif fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
@@ -60,7 +59,7 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
 def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
     """The finding for processes that ended alike (``es``: one, or several numbered alike)."""
     e, fate = es[0], es[0].fate
-    identified = not e.label.startswith("pid ")
+    identified = e.identified
     label = e.label if len(es) == 1 else f"{e.numbered()[0]} {fmt_ranks(x.numbered()[1] for x in es)}"
     # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
     when = " before any process group existed" if identified else ""
@@ -359,9 +358,9 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
-        m = re.match(r"rank(\d+)\.pid\d+\.", str(getattr(issue, "file", "")))
-        if m and int(m.group(1)) in missing:
-            unreadable.setdefault(int(m.group(1)), []).append(f"{issue.file}: {issue.problem}")
+        r = rank_in_file(issue)
+        if r is not None and r in missing:
+            unreadable.setdefault(r, []).append(f"{issue.file}: {issue.problem}")
     for r in missing:
         if r in unreadable:
             findings.append(Finding(MISSING_RANK, ERROR, f"rank {r}: trace file unusable (the process died "
@@ -372,7 +371,7 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
         f = Finding(MISSING_RANK, ERROR, f"rank {fmt_ranks(rest)}: no trace file "
                     f"(never started, or died before its first collective)", ranks=rest)
         f.details.extend(f"maybe {e.label}, which never created a process group" for e in early
-                         if e.rank is None and not e.label.startswith("pid "))
+                         if e.rank is None and e.identified)
         findings.append(f)
     return findings
 
@@ -421,10 +420,11 @@ _TOLD_ELSEWHERE = (ISSUE_DAMAGED, ISSUE_ABRUPT, RANKS_MISSING)
 def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
     """Reader issues not already explained by another finding; one problem (kind and text)
     in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
-    covered = {i for f in fates.values() for i in f.issues}
+    # Issues with a ranked process's files are told in its rank's findings (rank_fates).
+    told = {stem_of(f) for fate in fates.values() for f in fate.files}
     left = [i for i in run.issues
-            if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and str(getattr(i, "problem", i)) not in covered
-            and not (re.match(r"rank\d+\.pid\d+\.", str(getattr(i, "file", ""))) and rank_is_missing(i, fates))]
+            if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
+            and not rank_is_missing(i, fates)]
     out = []
     for issue, ranks in fold_issues(left):
         f = Finding(TRACE_ISSUE, WARNING, issue_line(issue, ranks), ranks=sorted(set(ranks)))
