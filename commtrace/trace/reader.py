@@ -92,7 +92,8 @@ class ProcessTrace:
             "records": self.n_records, "ppid": self.header.get("ppid"),
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
             "spawn_index": _int_or_none(self.process.get("spawn_index")),
-            "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage), "damage_any": list(self.damage_any),
+            "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
+            "damage_any": list(self.damage_any),
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
         }
 
@@ -166,8 +167,8 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         return None
     version = pt.header.get("version")
     if not isinstance(version, int) or version > schema.FORMAT_VERSION or version < 1:
-        issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads {schema.FORMAT_VERSION})",
-                                 pt.rank, UNUSABLE))
+        issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads "
+                                       f"{schema.FORMAT_VERSION})", pt.rank, UNUSABLE))
         return None
     if not records:
         return pt
