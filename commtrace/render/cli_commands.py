@@ -45,7 +45,7 @@ def warn_issues(issues) -> None:
     and at most ``WARNINGS_SHOWN`` lines, then how many more: the warnings do not grow
     with the rank count."""
     from ..trace.issues import fold_issues, issue_line
-    lines = [issue_line(i, ranks) for i, ranks in fold_issues(issues)]
+    lines = [issue_line(alike) for alike in fold_issues(issues)]
     for line in lines[:WARNINGS_SHOWN]:
         warn(line)
     if len(lines) > WARNINGS_SHOWN:

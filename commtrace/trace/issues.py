@@ -42,26 +42,26 @@ def about_a_rank_file(issue: TraceIssue) -> bool:
     return getattr(issue, "rank", None) is not None and issue.kind != RANKS_MISSING
 
 
-def fold_issues(issues) -> list[tuple[TraceIssue, list[int]]]:
+def fold_issues(issues) -> list[list[TraceIssue]]:
     """The issues as lines to print, in order: each issue about a rank's file together
-    with every other rank file's issue of the same kind and problem, as (the first of
-    them, the ranks of their files: one per file); any other issue alone, with no ranks."""
-    ranks_of: dict[tuple, list] = {}   # (kind, problem) -> the ranks whose files have it
-    for i in issues:
-        if about_a_rank_file(i):
-            ranks_of.setdefault((i.kind, i.problem), []).append(i.rank)
+    with every later rank file's issue of the same kind and problem (one line naming
+    their ranks); any other issue alone."""
+    alike: dict[tuple, list] = {}   # (kind, problem) -> the issues with rank files that have it
     out = []
     for i in issues:
         if not about_a_rank_file(i):
-            out.append((i, []))
-            continue
-        ranks = ranks_of.pop((i.kind, i.problem), None)
-        if ranks is not None:   # None: told with the first file that has it
-            out.append((i, ranks))
+            out.append([i])
+        elif (i.kind, i.problem) in alike:
+            alike[(i.kind, i.problem)].append(i)     # told on the line of the first file that has it
+        else:
+            out.append(alike.setdefault((i.kind, i.problem), [i]))
     return out
 
 
-def issue_line(issue: TraceIssue, ranks: list[int]) -> str:
-    """A folded issue's line: as ``str(issue)`` for one file, else "rank 3,512-1023 (513
-    files): PROBLEM"."""
-    return str(issue) if len(ranks) <= 1 else f"rank {fmt_ranks(ranks)} ({len(ranks)} files): {issue.problem}"
+def issue_line(alike: list[TraceIssue]) -> str:
+    """The line of a group of ``fold_issues``: as ``str(issue)`` for one file, else "rank
+    3,512-1023 (513 files): PROBLEM"."""
+    first = alike[0]
+    if len(alike) == 1:
+        return str(first)
+    return f"rank {fmt_ranks(i.rank for i in alike)} ({len(alike)} files): {first.problem}"

@@ -23,7 +23,7 @@ from .clocks import fit as fit_clock
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
-    ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue, fold_issues, issue_line)
+    ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue)
 from .rank_ranges import fmt_ranks
 
 DEFAULT_BASE = "commtrace-out"

@@ -426,12 +426,12 @@ def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
             if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
             and not rank_is_missing(i, fates)]
     out = []
-    for issue, ranks in fold_issues(left):
-        f = Finding(TRACE_ISSUE, WARNING, issue_line(issue, ranks), ranks=sorted(set(ranks)))
-        if len(ranks) > 1:
-            f.data["files"] = {str(r): [str(i.file) for i in left if getattr(i, "rank", None) == r
-                                        and (i.kind, i.problem) == (issue.kind, issue.problem)]
-                               for r in sorted(set(ranks))}
+    for alike in fold_issues(left):
+        f = Finding(TRACE_ISSUE, WARNING, issue_line(alike))
+        if len(alike) > 1:       # several ranks' files
+            for i in alike:
+                f.data.setdefault("files", {}).setdefault(str(i.rank), []).append(str(i.file))
+            f.ranks = sorted({i.rank for i in alike})
         out.append(f)
     return out
 
