@@ -82,6 +82,7 @@ class ProcessTrace:
     def summary(self) -> dict:
         return {
             "file": os.path.basename(self.meta_path), "rank": self.rank, "pid": self.header.get("pid"),
+            "run_id": self.header.get("run_id") if isinstance(self.header.get("run_id"), str) else None,
             "host": self.header.get("host"), "source": self.header.get("source", "python"),
             "launcher": self.header.get("launcher"), "command": self.header.get("command"),
             "argv": self.header.get("argv"),

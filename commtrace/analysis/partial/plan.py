@@ -39,7 +39,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     if not procs:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    run_id, drop, more = check_run_ids(run_dir, [{"file": os.path.basename(p.meta_path)} for p in procs])
+    run_id, drop, more = check_run_ids([p.summary() for p in procs])
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
