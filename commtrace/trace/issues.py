@@ -19,7 +19,7 @@ COVERAGE = "coverage"            # a bounded trace's coverage file is ignored
 OTHER_RUN = "other_run"          # a file of another run, skipped (analysis.run_info.check_run_ids)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TraceIssue:
     """One problem with the trace files, as fields: ``__str__`` is its one warning line
     ("FILE (rank R): PROBLEM"; "world W: PROBLEM" for a world's missing ranks)."""

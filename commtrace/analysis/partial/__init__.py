@@ -157,7 +157,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
-                      plan.issues + [i for i in ranks.issues if i not in plan.issues], by_keys,
+                      _once(plan.issues + ranks.issues), by_keys,
                       _info(plan, ranks, window), processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]))
@@ -168,6 +168,12 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
                        window_lengths(ranks.windows))
     info["window"] = (window or Window()).describe()
     return info
+
+
+def _once(issues: list) -> list:
+    """The issues without repeats, in order (the plan and the rank tasks both read each meta file)."""
+    seen: set = set()
+    return [i for i in issues if not (i in seen or seen.add(i))]
 
 
 def _env_dask():
