@@ -51,7 +51,7 @@ class Report:
     region_spans: pd.DataFrame  # user region intervals overlapping the window
     skew: dict
     bounds: dict | None         # the window per rank: rank -> (lo, hi) ns; None = the whole run
-    issues: list[str] = field(default_factory=list)
+    issues: list = field(default_factory=list)   # reader.TraceIssue (str(): its warning line)
 
 
 PHASE_KEYS = ("phase", "op", "detail")
@@ -181,7 +181,7 @@ def report_json(rep: Report) -> dict:
     return json_safe({
         "format": "commtrace-report", "version": 2,
         "run": info,
-        "issues": rep.issues,
+        "issues": [str(i) for i in rep.issues],
         "by_op": table_records(rep.by_op),
         "by_group": table_records(rep.by_group),
         "by_phase": table_records(rep.by_phase),

@@ -1,8 +1,6 @@
 """Load a run for reporting: reader issues, mixed run ids, and the banner numbers."""
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -21,28 +19,17 @@ class ReportRun:
     path: str
     frame: pd.DataFrame
     processes: list[dict]
-    issues: list[str] = field(default_factory=list)   # one line each, already naming the file
+    issues: list = field(default_factory=list)        # reader.TraceIssue (str(): one line naming the file)
     run_id: str | None = None
     spans: pd.DataFrame | None = None                  # compute spans (trace.marks)
     marks: pd.DataFrame | None = None                  # user marks
     regions: pd.DataFrame | None = None                # user regions
 
 
-def _header_run_id(meta_path: str):
-    """The run id from a trace's first (header) line; None if unreadable."""
-    try:
-        with open(meta_path, "rb") as f:
-            line = f.readline(1 << 20)
-        obj = json.loads(line)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    rid = obj.get("run_id") if isinstance(obj, dict) else None
-    return rid if isinstance(rid, str) else None
-
-
-def check_run_ids(run_dir: str, processes: list[dict]) -> tuple[str | None, set[str], list[str]]:
-    """(majority run id, files to drop, issue lines) when processes disagree on the run id."""
-    ids = {p["file"]: _header_run_id(os.path.join(run_dir, p["file"])) for p in processes}
+def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
+    """(majority run id, files to drop, reader.TraceIssue of each) when processes (the reader's
+    summaries: ``file``, ``run_id``) disagree on the run id."""
+    ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
     counts = Counter(v for v in ids.values() if v is not None)
     if not counts:
         return None, set(), []
@@ -51,15 +38,16 @@ def check_run_ids(run_dir: str, processes: list[dict]) -> tuple[str | None, set[
     for f, rid in sorted(ids.items()):
         if rid is not None and rid != major:
             drop.add(f)
-            issues.append(f"{f}: belongs to run {rid!r}, not {major!r} like the other traces; skipped")
+            issues.append(reader.TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
+                                            kind=reader.OTHER_RUN))
     return major, drop, issues
 
 
 def load_report_run(run_dir: str | None = None) -> ReportRun:
     """reader.load_run plus the checks the report needs. Raises CommtraceError if nothing is usable."""
     run = reader.load_run(run_dir)
-    issues = [str(i) for i in run.issues]
-    run_id, drop, more = check_run_ids(run.path, run.processes)
+    issues = list(run.issues)
+    run_id, drop, more = check_run_ids(run.processes)
     issues.extend(more)
     frame, procs = run.frame, run.processes
     if drop:

@@ -7,7 +7,6 @@ Modules that do not exist (yet) are skipped.
 from __future__ import annotations
 
 import importlib
-import re
 import sys
 
 COMMAND_MODULES = [
@@ -34,34 +33,19 @@ def warn(message: str) -> None:
     print(f"commtrace: warning: {plain_safe(message)}", file=sys.stderr)
 
 
-# A reader issue about one rank's file, as TraceIssue writes it: "FILE (rank R): PROBLEM".
-_RANK_ISSUE = re.compile(r"^\S+ \(rank (\d+)\): (.*)$", re.S)
-
-
 # Warning lines about the trace files printed at most (problems that differ per file, e.g. each names
 # its file): then one line with how many more.
 WARNINGS_SHOWN = 16
 
 
 def warn_issues(issues) -> None:
-    """The reader's issues (TraceIssue or its text), one warning line each -- except that
-    one problem on many ranks' files is one line naming the ranks ("rank 512-1023 (512
-    files): trace ends abruptly ..."), and at most ``WARNINGS_SHOWN`` lines, then how
-    many more: the warnings do not grow with the rank count."""
-    from ..analysis.rank_ranges import fmt_ranks
-    parsed = [(str(i), _RANK_ISSUE.match(str(i))) for i in issues]
-    ranks_of: dict[str, list] = {}   # problem -> the ranks whose files have it
-    for _, m in parsed:
-        if m:
-            ranks_of.setdefault(m.group(2), []).append(int(m.group(1)))
-    lines = []
-    for text, m in parsed:
-        if not m:
-            lines.append(text)
-            continue
-        ranks = ranks_of.pop(m.group(2), None)
-        if ranks is not None:   # None: told with the first file that has it
-            lines.append(text if len(ranks) == 1 else f"rank {fmt_ranks(ranks)} ({len(ranks)} files): {m.group(2)}")
+    """The reader's issues (``trace.reader.TraceIssue``), one warning line each -- except
+    that one problem (same kind and text) in several ranks' files is one line naming the
+    ranks ("rank 512-1023 (512 files): trace ends abruptly ..."; ``trace.issues.fold_issues``),
+    and at most ``WARNINGS_SHOWN`` lines, then how many more: the warnings do not grow
+    with the rank count."""
+    from ..trace.issues import fold_issues, issue_line
+    lines = [issue_line(alike) for alike in fold_issues(issues)]
     for line in lines[:WARNINGS_SHOWN]:
         warn(line)
     if len(lines) > WARNINGS_SHOWN:

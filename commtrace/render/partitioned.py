@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 from rich.text import Text
 
@@ -68,28 +69,29 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
     (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
     one rank with more ops than that (analysis.partial.perfetto_pieces); one time base. In a
-    window: the ops in it, and the spans, marks and regions overlapping it (as the one-frame export)."""
-    import numpy as np
+    window: the ops in it, and the spans, marks and regions overlapping it (as the one-frame
+    export). Every op, span, mark and region is in exactly one file: a time window of a rank
+    holds those that start in it (analysis.partial.piece_span), a span crossing its end
+    whole."""
     from ..analysis.match import match_ops
-    from ..analysis.partial import load_ranks, perfetto_pieces, scan
+    from ..analysis.partial import load_ranks, perfetto_pieces, piece_span, scan
     from .perfetto import write_perfetto
     parts = {p.rank: p for p in scan(s.path)}
+    t0 = _time_base(s, parts.values())
     ops = {r: int(c) for r, c in s.ops_per_rank.items()}
     max_ops = max(1, int(max_mb * 1e6 / PERFETTO_BYTES_PER_OP))
     base, ext = (path[:-5], ".json") if path.endswith(".json") else (path, ".json")
     written = []
     for ranks, piece, pieces in perfetto_pieces(ops, max_ops):
         run = _in_window(load_ranks([parts[r] for r in ranks]), s)
-        frame = run.frame
+        frame, spans, marks, regions = run.frame, run.spans, run.marks, run.regions
         if piece is not None:          # a time window of one rank: its ops [lo, hi) in start order
-            lo, hi = piece * len(frame) // pieces, (piece + 1) * len(frame) // pieces
+            frame = frame.sort_values("t_start_ns", kind="stable", ignore_index=True)
+            lo, hi, t_lo, t_hi = piece_span(frame["t_start_ns"].to_numpy(np.int64), piece, pieces)
             frame = frame.iloc[lo:hi].reset_index(drop=True)
-            t_lo = int(frame["t_start_ns"].iloc[0]) if len(frame) else 0
-            t_hi = int(frame["t_start_ns"].iloc[-1]) if len(frame) else 0
-            spans = run.spans[(run.spans["t_end_ns"] >= t_lo) & (run.spans["t_begin_ns"] <= t_hi)] \
-                if run.spans is not None and len(run.spans) else run.spans
-        else:
-            spans = run.spans
+            spans = _starting_in(spans, "t_begin_ns", t_lo, t_hi)
+            marks = _starting_in(marks, "t_ns", t_lo, t_hi)
+            regions = _starting_in(regions, "t_begin_ns", t_lo, t_hi)
         name = f"ranks-{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank-{ranks[0]}"
         if piece is not None:
             name += f".part-{piece + 1}-of-{pieces}"
@@ -98,20 +100,51 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
         if start is not None and not (start[1:] >= start[:-1]).all():
             frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
         inst = match_ops(frame).inst if len(frame) else None
-        write_perfetto(frame, out, s.t0_ns, inst, run.processes, spans=spans, marks=run.marks, regions=run.regions)
+        write_perfetto(frame, out, t0, inst, run.processes, spans=spans, marks=marks, regions=regions)
         written.append(out)
     return written
+
+
+def _time_base(s, parts) -> int | None:
+    """The time 0 of every piece: the run's first op, or the earliest span, mark or region
+    shown if one starts before it -- as in the one-file export. (A file left to choose
+    would start at its own earliest event, and the pieces would not line up.) Reads each
+    rank's meta and spans files once more, not its ops."""
+    firsts = [s.t0_ns] if s.t0_ns is not None else []
+    for part in parts:
+        for table, col in zip(_tables_in_window(*part.mark_tables(), s), ("t_begin_ns", "t_ns", "t_begin_ns")):
+            if table is not None and len(table):
+                firsts.append(int(table[col].min()))
+    return min(firsts) if firsts else None
+
+
+def _starting_in(table, begin: str, t_lo: int | None, t_hi: int | None):
+    """The rows of ``table`` whose ``begin`` time is in [t_lo, t_hi) (None: open)."""
+    if table is None or not len(table):
+        return table
+    t = table[begin].to_numpy("int64")
+    keep = np.ones(len(t), dtype=bool)
+    if t_lo is not None:
+        keep &= t >= t_lo
+    if t_hi is not None:
+        keep &= t < t_hi
+    return table[keep].reset_index(drop=True)
 
 
 def _in_window(run, s):
     """Some ranks' reader.Run cut to the window of ScanReport ``s``: ops as window_map.frame_in_window,
     spans / marks / regions overlapping their rank's interval (report._within's rule)."""
-    import numpy as np
     from ..analysis.partial.window_map import frame_in_window
-    from ..analysis.window import in_bounds
     phases = s.window.phases if s.window is not None else None
     if s.bounds is None and phases is None:
         return run
+    return type(run)(run.path, frame_in_window(run.frame, s.bounds, phases), run.processes, run.issues,
+                     *_tables_in_window(run.spans, run.marks, run.regions, s))
+
+
+def _tables_in_window(spans, marks, regions, s) -> tuple:
+    """(spans, marks, regions) overlapping their rank's interval of ScanReport ``s``'s window."""
+    from ..analysis.window import in_bounds
 
     def within(table, begin, end):
         if table is None or not len(table) or s.bounds is None:
@@ -119,9 +152,8 @@ def _in_window(run, s):
         keep = in_bounds(table["rank"].to_numpy(), table[begin].to_numpy(np.int64), table[end].to_numpy(np.int64),
                          s.bounds)
         return table[keep].reset_index(drop=True)
-    return type(run)(run.path, frame_in_window(run.frame, s.bounds, phases), run.processes, run.issues,
-                     within(run.spans, "t_begin_ns", "t_end_ns"), within(run.marks, "t_ns", "t_ns"),
-                     within(run.regions, "t_begin_ns", "t_end_ns"))
+    return within(spans, "t_begin_ns", "t_end_ns"), within(marks, "t_ns", "t_ns"), within(regions, "t_begin_ns",
+                                                                                        "t_end_ns")
 
 
 def as_report(s) -> SimpleNamespace:
@@ -219,7 +251,7 @@ def partitioned_json(s) -> dict:
         "format": "commtrace-report", "version": 2, "partitioned": True,
         "run": {**s.info, "run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
                 "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
-        "issues": s.issues,
+        "issues": [str(i) for i in s.issues],
         "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),
         "by_phase": table_records(s.by_phase), "regions": table_records(s.regions),
         "split_phases": table_records(s.split),

@@ -79,22 +79,28 @@ def spans_covered(spans: np.ndarray, cov: dict | None) -> np.ndarray:
     return spans[spans["t_begin"] >= cov["first_kept_t_mono_ns"]]
 
 
+def coverage_path(meta_path: str) -> str:
+    """The coverage file of the process whose meta file is ``meta_path``."""
+    return meta_path[: -len(schema.META_SUFFIX)] + schema.COVERAGE_SUFFIX
+
+
 def read_coverage(meta_path: str) -> tuple[dict | None, str | None]:
-    """(the coverage document, or None; a problem with it, or None)."""
-    path = meta_path[: -len(schema.META_SUFFIX)] + schema.COVERAGE_SUFFIX
+    """(the coverage document, or None; a problem with it (one phrase; the file is
+    ``coverage_path(meta_path)``), or None)."""
+    path = coverage_path(meta_path)
     try:
         size = os.path.getsize(path)
     except OSError:
         return None, None
     if size > MAX_COVERAGE_BYTES:
-        return None, f"{os.path.basename(path)}: {size} bytes, more than any coverage file; ignored"
+        return None, f"{size} bytes, more than any coverage file; ignored"
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
     except (OSError, ValueError, UnicodeDecodeError):
-        return None, f"{os.path.basename(path)}: not JSON; ignored"
+        return None, "not JSON; ignored"
     if not isinstance(doc, dict) or doc.get("type") != schema.COVERAGE_TYPE:
-        return None, f"{os.path.basename(path)}: not a commtrace coverage file; ignored"
+        return None, "not a commtrace coverage file; ignored"
     return doc, None
 
 

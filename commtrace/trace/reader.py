@@ -22,6 +22,9 @@ from . import schema
 from .clocks import fit as fit_clock
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
+from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
+    ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue)
+from .rank_ranges import fmt_ranks
 
 DEFAULT_BASE = "commtrace-out"
 
@@ -33,21 +36,6 @@ _SIG_NUM = ("bytes", "out_bytes", "root", "tag", "bucket")
 
 class CommtraceWarning(UserWarning):
     pass
-
-
-DAMAGED = "damaged"  # TraceIssue.kind: data on disk that cannot be read (not a process that died)
-
-
-@dataclass
-class TraceIssue:
-    file: str
-    problem: str
-    rank: int | None = None
-    kind: str | None = None  # DAMAGED, or None
-
-    def __str__(self) -> str:
-        who = f" (rank {self.rank})" if self.rank is not None else ""
-        return f"{self.file}{who}: {self.problem}"
 
 
 @dataclass
@@ -76,6 +64,9 @@ class ProcessTrace:
     lost: dict = field(default_factory=dict)  # group name ("?" if unknown) -> [first seq, last seq, records]
     n_lost: int = 0                           # records that could not be read
     damage: list = field(default_factory=list)  # what is damaged, one phrase each (meta file, ops file)
+    # The same phrases with this process's file names written "*.meta.jsonl", "*.ops.bin": equal for
+    # processes damaged alike (check folds their findings into one).
+    damage_any: list = field(default_factory=list)
     coverage: dict | None = None  # bounded mode: what the files cover (trace.coverage.describe)
 
     @property
@@ -91,6 +82,7 @@ class ProcessTrace:
     def summary(self) -> dict:
         return {
             "file": os.path.basename(self.meta_path), "rank": self.rank, "pid": self.header.get("pid"),
+            "run_id": self.header.get("run_id") if isinstance(self.header.get("run_id"), str) else None,
             "host": self.header.get("host"), "source": self.header.get("source", "python"),
             "launcher": self.header.get("launcher"), "command": self.header.get("command"),
             "argv": self.header.get("argv"),
@@ -102,6 +94,7 @@ class ProcessTrace:
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
             "spawn_index": _int_or_none(self.process.get("spawn_index")),
             "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
+            "damage_any": list(self.damage_any),
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
         }
 
@@ -140,7 +133,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         with open(meta_path, "rb") as f:
             raw = f.read()
     except OSError as e:
-        issues.append(TraceIssue(name, f"unreadable: {e.strerror}"))
+        issues.append(TraceIssue(name, f"unreadable: {e.strerror}", kind=UNUSABLE))
         return None
     lines = raw.split(b"\n")
     torn_tail = bool(lines and lines[-1].strip())
@@ -164,18 +157,19 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     # file was cut (truncated, disk full), not that the process died mid-write.
     if torn:
         pt.complete = False
-        pt.damage.append(f"{name} truncated mid-line")
+        _note_damage(pt, name, "{} truncated mid-line")
         issues.append(TraceIssue(name, f"truncated mid-line (the last {torn} bytes are not a whole line)", pt.rank,
                                  DAMAGED))
     if bad:
-        pt.damage.append(f"{name} has {bad} corrupt line(s)")
+        _note_damage(pt, name, f"{{}} has {bad} corrupt line(s)")
         issues.append(TraceIssue(name, f"{bad} corrupt metadata line(s) skipped", pt.rank, DAMAGED))
     if pt.header.get("format") != schema.FORMAT_NAME:
-        issues.append(TraceIssue(name, "not a commtrace trace (no header line)"))
+        issues.append(TraceIssue(name, "not a commtrace trace (no header line)", kind=UNUSABLE))
         return None
     version = pt.header.get("version")
     if not isinstance(version, int) or version > schema.FORMAT_VERSION or version < 1:
-        issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads {schema.FORMAT_VERSION})", pt.rank))
+        issues.append(TraceIssue(name, f"unknown format version {version!r} (this commtrace reads "
+                                       f"{schema.FORMAT_VERSION})", pt.rank, UNUSABLE))
         return None
     if not records:
         return pt
@@ -185,14 +179,21 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     if opts is not None:
         doc, problem = bounded.read_coverage(meta_path)
         if problem:
-            issues.append(TraceIssue(problem.split(":")[0], problem.split(": ", 1)[1], pt.rank))
+            issues.append(TraceIssue(os.path.basename(bounded.coverage_path(meta_path)), problem, pt.rank, COVERAGE))
         pt.coverage = bounded.describe(opts, doc, pt.groups, pt.records)
     if pt.end is None:
         pt.complete = False
         if pt.rank is not None:  # rank-less processes: see Run.unranked
             issues.append(TraceIssue(name, "trace ends abruptly (no end record: still running, killed, or crashed)",
-                                     pt.rank))
+                                     pt.rank, ABRUPT))
     return pt
+
+
+def _note_damage(pt: ProcessTrace, file: str, phrase: str) -> None:
+    """Note damage to ``file`` (one of ``pt``'s) in ``pt.damage``: ``phrase`` with "{}" where
+    the file name goes; ``pt.damage_any`` gets it with the file's stem written "*"."""
+    pt.damage.append(phrase.format(file))
+    pt.damage_any.append(phrase.format("*" + file[len(pt.stem):] if file.startswith(pt.stem + ".") else file))
 
 
 # Writers number sigs and groups densely from 0 and the frame is built with
@@ -245,12 +246,12 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     if rec is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
             issues.append(TraceIssue(name, "ops file missing", pt.rank, DAMAGED))
-            pt.damage.append(f"{name} missing")
+            _note_damage(pt, name, "{} missing")
         return np.empty(0, dtype=schema.OP_RECORD)
     for part, extra in torn:
         pt.complete = False
-        pt.damage.append(f"{part} truncated mid-record")
-        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank))
+        _note_damage(pt, part, "{} truncated mid-record")
+        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
     ok = _defined(rec["sig"], pt.sigs) & _defined(rec["group"], pt.groups)
     undefined = int((~ok).sum())
     # What a writer never produces: an unknown status, seq 0, a call time <= 0.
@@ -264,7 +265,7 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         meta_damaged = any(d.startswith(os.path.basename(pt.meta_path)) for d in pt.damage)
         cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
                  if undefined and meta_damaged else "corrupt")
-        pt.damage.append(f"{bad} of {len(rec)} op records in {name} unreadable")
+        _note_damage(pt, name, f"{bad} of {len(rec)} op records in {{}} unreadable")
         issues.append(TraceIssue(name, f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped", pt.rank,
                                  DAMAGED))
         rec = rec[ok]
@@ -280,12 +281,12 @@ def _read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         return np.empty(0, dtype=schema.SPAN_RECORD)
     for part, extra in torn:
         pt.complete = False
-        pt.damage.append(f"{part} truncated mid-record")
-        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank))
+        _note_damage(pt, part, "{} truncated mid-record")
+        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
     ok = (rec["phase"] < len(schema.SPAN_PHASES)) & (rec["t_end"] >= rec["t_begin"]) & (rec["t_begin"] > 0)
     if not ok.all():
         bad = int((~ok).sum())
-        pt.damage.append(f"{bad} of {len(rec)} span records in {name} unreadable")
+        _note_damage(pt, name, f"{bad} of {len(rec)} span records in {{}} unreadable")
         issues.append(TraceIssue(name, f"{bad} of {len(rec)} compute span record(s) unreadable; skipped", pt.rank,
                                  DAMAGED))
         rec = rec[ok]
@@ -689,8 +690,8 @@ def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
     for wid, (size, ranks) in worlds.items():
         missing = sorted(set(range(size)) - ranks)
         if missing:
-            shown = ",".join(map(str, missing[:16])) + ("..." if len(missing) > 16 else "")
-            out.append(TraceIssue(f"world {wid}", f"ranks missing: {shown} of {size}"))
+            out.append(TraceIssue("", f"ranks missing: {fmt_ranks(missing)} of {size}", kind=RANKS_MISSING,
+                                  world=_str_or_none(wid), ranks=tuple(missing)))
     return out
 
 

@@ -67,6 +67,27 @@ COVERAGE_TYPE = "commtrace-coverage"
 # C++ layer only (<stem> = rank<R>.pid<P>.cpp): OP_RECORDs of the ops that made MPI
 # calls, d_return / d_end = first MPI call began / last one returned (from t_call).
 MPI_CALLS_SUFFIX = ".mpi.bin"
+_FILE_SUFFIXES = (META_SUFFIX, OPS_SUFFIX, SPANS_SUFFIX, COVERAGE_SUFFIX, MPI_CALLS_SUFFIX)
+
+
+def stem_of(name: str) -> str:
+    """The stem of one of a process's file names ("rank1.pid7.ops.bin.1" -> "rank1.pid7");
+    a name with no suffix of this format as it is."""
+    base = name[: -len(PREVIOUS_SEGMENT)] if name.endswith(PREVIOUS_SEGMENT) else name
+    for suffix in _FILE_SUFFIXES:
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return name
+
+
+def rank_in_name(name: str) -> int | None:
+    """The rank a file's name gives (stem ``rank<R>.pid<P>``...; None for a rank-less
+    process's name): all there is to say which rank a file is when its header cannot be read."""
+    head, _, rest = name.partition(".pid")
+    if not (rest and head.startswith("rank") and head[4:].isdigit() and head[4:].isascii()):
+        return None
+    pid = rest.split(".", 1)[0]
+    return int(head[4:]) if pid.isdigit() else None
 
 # Environment variables shared by the launcher, children and the C++ patch.
 ENV_DIR = "COMMTRACE_DIR"          # absolute run directory; its presence turns tracing on

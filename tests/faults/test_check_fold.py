@@ -13,7 +13,9 @@ from commtrace.analysis.rank_ranges import FOLD_SHOWN, fmt_ranks, fold_ranks, fo
 from commtrace.render.check_text import findings_text
 from commtrace.trace.reader import Run
 
-from .conftest import check_cli, kinds
+from commtrace.trace.reader import load_run
+
+from .conftest import assert_same_findings, check_cli, kinds, partitioned_findings
 from .test_check_unit import frame, mkrun, proc, row
 
 
@@ -230,6 +232,69 @@ def test_render_prints_at_most_8_findings_of_a_kind():
     assert damaged == [f"ERROR rank {r}: trace damaged: rank{r}.pid{100 + r}.meta.jsonl has 1 corrupt line(s)"
                        for r in range(8)]
     assert "... and 4 more damaged findings (--json lists every one)" in lines
+
+
+def test_ranks_damaged_alike_are_one_finding():
+    """12 ranks, each with one corrupt meta line, except rank 5 with two: two findings, the
+    folded one writing the file as "*.meta.jsonl"; data keeps each rank's file and damage."""
+    rows = [row(r, 1, ranks=",".join(map(str, range(12)))) for r in range(12)]
+    procs = []
+    for r in range(12):
+        bad = 2 if r == 5 else 1
+        procs.append(dict(proc(r, 12), damage=[f"rank{r}.pid{100 + r}.meta.jsonl has {bad} corrupt line(s)"],
+                          damage_any=[f"*.meta.jsonl has {bad} corrupt line(s)"]))
+    fs = kinds(C.diagnose(mkrun(rows, procs, n=12)))[C.DAMAGED]
+    assert [(f.title, f.ranks) for f in fs] == [
+        ("rank 0-4,6-11: trace damaged: *.meta.jsonl has 1 corrupt line(s)", [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]),
+        ("rank 5: trace damaged: rank5.pid105.meta.jsonl has 2 corrupt line(s)", [5])]
+    assert fs[0].data["file"] == "rank0.pid100.meta.jsonl"
+    assert fs[0].data["damage"] == ["rank0.pid100.meta.jsonl has 1 corrupt line(s)"]
+    assert fs[0].data["per_rank"]["11"] == {"files": ["rank11.pid111.meta.jsonl"],
+                                            "damage": ["rank11.pid111.meta.jsonl has 1 corrupt line(s)"]}
+    assert len(fs[0].data["per_rank"]) == 11
+    assert [x for x in findings_text(fs).splitlines() if "damaged" in x] == [
+        "ERROR rank 0-4,6-11: trace damaged: *.meta.jsonl has 1 corrupt line(s)",
+        "ERROR rank 5: trace damaged: rank5.pid105.meta.jsonl has 2 corrupt line(s)"]
+
+
+def test_one_issue_in_many_rank_files_is_one_trace_issue():
+    """Ranks 0-3 each left a second file (pid 200+r) of a newer format: one trace_issue
+    naming the ranks, as the report's warning does; a helper's file with the same problem
+    stays its own; the world's missing ranks are told by missing_rank, not as an issue."""
+    from commtrace.trace.reader import RANKS_MISSING, UNUSABLE, TraceIssue
+    newer = "unknown format version 7 (this commtrace reads 1)"
+    issues = [TraceIssue(f"rank{r}.pid{200 + r}.meta.jsonl", newer, r, UNUSABLE) for r in range(4)]
+    issues += [TraceIssue("pid9.meta.jsonl", newer, None, UNUSABLE),
+               TraceIssue("", "ranks missing: 4 of 5", kind=RANKS_MISSING, world="w", ranks=(4,))]
+    rows = [row(r, 1, ranks="0,1,2,3,4") for r in range(4)]
+    run = mkrun(rows, [proc(r, 5) for r in range(4)], issues=issues, n=5)
+    fs = kinds(C.diagnose(run))
+    assert [(f.title, f.ranks) for f in fs[C.TRACE_ISSUE]] == [
+        (f"rank 0-3 (4 files): {newer}", [0, 1, 2, 3]), (f"pid9.meta.jsonl: {newer}", [])]
+    assert fs[C.TRACE_ISSUE][0].data == {"files": {str(r): [f"rank{r}.pid{200 + r}.meta.jsonl"] for r in range(4)}}
+    assert [f.title for f in fs[C.MISSING_RANK]] == [
+        "rank 4: no trace file (never started, or died before its first collective)"]
+
+
+def test_damaged_ranks_fold_alike_on_both_check_paths(tmp_path):
+    """A synthetic run of 6 ranks: ranks 0-3 get a corrupt meta line, ranks 4-5 three
+    stray bytes after their op records. Both check paths: one damaged finding per kind
+    of damage, naming the ranks; equal findings."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=6, ops_per_rank=6)
+    for name in os.listdir(d):
+        r, p = int(name[4:name.index(".")]), os.path.join(d, name)
+        if name.endswith(".meta.jsonl") and r < 4:
+            with open(p, "a") as f:
+                f.write("{not json\n")
+        if name.endswith(".ops.bin") and r >= 4:
+            with open(p, "ab") as f:
+                f.write(b"xyz")
+    one = C.diagnose(load_run(d))
+    assert_same_findings(one, partitioned_findings(d, workers=1))
+    assert [(f.title, f.ranks) for f in one if f.kind == C.DAMAGED] == [
+        ("rank 0-3: trace damaged: *.meta.jsonl has 1 corrupt line(s)", [0, 1, 2, 3]),
+        ("rank 4-5: trace damaged: *.ops.bin truncated mid-record", [4, 5])]
 
 
 def test_folded_inline_stops_at_200_characters():

@@ -135,6 +135,30 @@ def test_failed_op_and_exception_and_abrupt():
     assert C.TRACE_ISSUE not in k  # the truncation is reported once, on the rank
 
 
+def test_reader_issues_go_with_the_file_they_name():
+    """Rank 1's spans file is cut: told on rank 1's abrupt finding (by the file's stem, as
+    its ops file would be), not as a trace_issue. A helper's file with the same problem text
+    is still a trace_issue of its own (equal text is no reason to hide it)."""
+    from commtrace.trace.reader import TRUNCATED
+    cut = "truncated mid-record (5 trailing bytes ignored)"
+    rows = [row(r, 1) for r in (0, 1)]
+    issues = [TraceIssue("rank1.pid101.spans.bin", cut, 1, TRUNCATED), TraceIssue("proc.h.pid9.spans.bin", cut, None,
+                                                                                   TRUNCATED)]
+    k = by_kind(C.diagnose(mkrun(rows, [proc(0), proc(1, end=None, complete=False)], issues)))
+    (ab,) = k[C.ABRUPT]
+    assert ab.title == "rank 1: trace truncated (process killed or disk full?)" and ab.details[-1] == cut
+    assert [f.title for f in k[C.TRACE_ISSUE]] == [f"proc.h.pid9.spans.bin: {cut}"]
+
+
+def test_file_names_say_stem_and_rank():
+    from commtrace.trace.schema import rank_in_name, stem_of
+    assert [stem_of(n) for n in ("rank1.pid7.ops.bin.1", "rank1.pid7.s2.spans.bin", "proc.h.pid3.meta.jsonl",
+                                 "rank0.pid1.coverage.json", "notes.txt")] == [
+        "rank1.pid7", "rank1.pid7.s2", "proc.h.pid3", "rank0.pid1", "notes.txt"]
+    assert [rank_in_name(n) for n in ("rank12.pid7.meta.jsonl", "rank1.pid7.s2.ops.bin", "proc.h.pid3.meta.jsonl",
+                                      "rankx.pid1.meta.jsonl", "rank1.pidx.meta.jsonl")] == [12, 1, None, None, None]
+
+
 def test_exited_nonzero_and_hang_abort():
     rows = [row(r, 1) for r in (0, 1)]
     fs = C.diagnose(mkrun(rows, [proc(0, end=("hang", 3)), proc(1, end=("signal", 143))]))

@@ -124,6 +124,10 @@ def test_mixed_run_ids(tmp_path, capsys):
     cap = capsys.readouterr()
     assert "rank2.pid10002.meta.jsonl: belongs to run 'B', not 'A'" in cap.err
     assert "40 ops" in cap.out
+    # The partitioned report finds it from the same header field (the reader's run_id), once.
+    assert cli("report", d, "--partitioned") == 0
+    part = capsys.readouterr()
+    assert part.err == cap.err and "40 ops" in part.out
 
 
 def test_missing_ranks_warns(tmp_path, capsys):

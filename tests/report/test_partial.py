@@ -199,6 +199,15 @@ def test_perfetto_pieces_plan():
         ([0, 1], None, 1), ([2], None, 1), ([3], 0, 3), ([3], 1, 3), ([3], 2, 3), ([4], None, 1)]
 
 
+def test_piece_span_cuts_time_without_gap_or_overlap():
+    """10 ops starting at 0, 10, ..., 90 in 3 pieces: ops 0-2, 3-5, 6-9; the times owned
+    (-, 30), [30, 60), [60, -) meet end to end. One piece: every op, all of time."""
+    from commtrace.analysis.partial import piece_span
+    starts = np.arange(0, 100, 10)
+    assert [piece_span(starts, k, 3) for k in range(3)] == [(0, 3, None, 30), (3, 6, 30, 60), (6, 10, 60, None)]
+    assert piece_span(starts, 0, 1) == (0, 10, None, None)
+
+
 def test_cli_partitioned_perfetto_in_pieces(two_groups_run, tmp_path, capsys):
     import glob
     import json
@@ -230,9 +239,14 @@ def test_partial_equals_report_odd_runs(tmp_path, case):
         f = os.path.join(d, next(x for x in os.listdir(d) if x.startswith("rank1.") and x.endswith(".ops.bin")))
         os.truncate(f, os.path.getsize(f) - 32 * 100 - 7)
     s = analyse(d, workers=1, memory_limit=1 << 20)
-    assert_same(build_report(load_report_run(d)), s)
+    one_frame = load_report_run(d)
+    assert_same(build_report(one_frame), s)
+    # The reader's issues, as objects, each once (the rank tasks re-read the meta files).
+    assert sorted(map(str, s.issues)) == sorted(map(str, one_frame.issues))
     if case == "torn_ops_file":
-        assert any("truncated mid-record" in i for i in s.issues)
+        from commtrace.trace.reader import TRUNCATED
+        (torn,) = [i for i in s.issues if i.kind == TRUNCATED]
+        assert (torn.rank, torn.problem) == (1, "truncated mid-record (25 trailing bytes ignored)")
 
 
 def test_first_seen_codes_are_factorize_codes():

@@ -362,7 +362,8 @@ def test_split_phases_note(tmp_path):
 
 def test_perfetto_pieces_in_a_window(syn_run, tmp_path, capsys):
     """--perfetto in a window: the ops, compute spans and flows of the one-frame windowed export
-    (one piece holding every rank), and the same op slices when cut into pieces."""
+    (one piece holding every rank), and the same slices (ops and compute spans, each in one
+    piece) when cut into pieces."""
     import glob
     import json
 
@@ -387,9 +388,50 @@ def test_perfetto_pieces_in_a_window(syn_run, tmp_path, capsys):
             if name == "whole":
                 assert got == expected, window
             else:
-                ops = {k: v for k, v in expected.items() if k[0] == "X" and k[1] in ("collective", "p2p")}
-                assert {k: got.get(k) for k in ops} == ops, window
+                slices = {k: v for k, v in expected.items() if k[0] == "X"}
+                assert ("X", "compute") in slices and {k: got.get(k) for k in slices} == slices, window
     capsys.readouterr()
+
+
+def test_perfetto_pieces_hold_each_span_once(tmp_path, capsys):
+    """Rank 0: 10 ops, at 0, 10, ..., 90 us; with --perfetto-max-mb 0.004 (4 ops a file) in
+    3 time windows: ops 0-2, 3-5, 6-9, owning [.., 30 us), [30, 60), [60, ..). Its spans
+    start at -5 (before every op), 1, 25 (until 45: crosses 30), 58 (until 62: crosses 60)
+    and 95 (after every op); a mark at 30, a region 55-75. Hand-counted: part 1 has 3 ops
+    and the spans from -5, 1, 25; part 2 3 ops, the span from 58, the mark, the region;
+    part 3 4 ops, the span from 95. Rank 1 (3 ops) is one file. Every op, span, mark and
+    region of the one-file export is in exactly one piece."""
+    import glob
+    import json
+    tb = _tracebuilder()
+    p0, p1 = tb.Proc(0), tb.Proc(1)
+    for i in range(10):
+        p0.op("all_reduce", 10 * i, 10 * i + 5)
+    for i in range(3):
+        p1.op("all_reduce", 10 * i + 1, 10 * i + 5)
+    for k, (phase, b, e) in enumerate([("forward", -5, -1), ("forward", 1, 8), ("backward", 25, 45),
+                                       ("optimizer", 58, 62), ("forward", 95, 99)]):
+        p0.span(phase, b, e, step=k + 1)
+    p0.mark("epoch 1", 30).region("eval", 55, 75)
+    d = tb.write_run(tmp_path / "run", [p0, p1])
+
+    def events(f):
+        return [(e["ph"], e.get("cat"), e["name"], e["ts"]) for e in json.load(open(f))["traceEvents"]
+                if e["ph"] in ("X", "i")]
+
+    assert main(["report", d, "-q", "--perfetto", str(tmp_path / "one.json")]) == 0
+    assert main(["report", d, "-q", "--partitioned", "--perfetto", str(tmp_path / "cut.json"),
+                 "--perfetto-max-mb", "0.004"]) == 0
+    capsys.readouterr()
+    pieces = {os.path.basename(f): events(f) for f in glob.glob(str(tmp_path / "cut.*.json"))}
+    counts = {f: {c: sum(1 for e in ev if e[1] == c) for c in ("collective", "compute", "mark", "region")}
+              for f, ev in pieces.items()}
+    assert counts == {
+        "cut.rank-0.part-1-of-3.json": {"collective": 3, "compute": 3, "mark": 0, "region": 0},
+        "cut.rank-0.part-2-of-3.json": {"collective": 3, "compute": 1, "mark": 1, "region": 1},
+        "cut.rank-0.part-3-of-3.json": {"collective": 4, "compute": 1, "mark": 0, "region": 0},
+        "cut.rank-1.json": {"collective": 3, "compute": 0, "mark": 0, "region": 0}}
+    assert sorted(e for ev in pieces.values() for e in ev) == sorted(events(tmp_path / "one.json"))
 
 
 def test_compare_html_partitioned(syn_run, tmp_path):

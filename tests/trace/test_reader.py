@@ -110,9 +110,22 @@ def test_bad_run_dir(tmp_path, make):
 
 
 def test_missing_rank_reported(tmp_path):
+    """The issue carries the world and the ranks as fields; its text writes them as rank ranges."""
     _write_rank(tmp_path, 0, ROWS, world_size=3)
     run = reader.load_run(str(tmp_path))
-    assert any("ranks missing: 1,2 of 3" in str(i) for i in run.issues)
+    (missing,) = [i for i in run.issues if i.kind == reader.RANKS_MISSING]
+    assert (missing.ranks, missing.rank, missing.file) == ((1, 2), None, "")
+    assert str(missing) == f"world {missing.world}: ranks missing: 1-2 of 3"
+
+
+def test_many_missing_ranks_fold_like_check(tmp_path):
+    """20 of 40 ranks (the odd ones) wrote nothing: the first 8 of them, then the count
+    (trace.rank_ranges.fmt_ranks, as check writes rank sets)."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=40, ops_per_rank=2, missing_ranks=tuple(range(1, 40, 2)))
+    (missing,) = [i for i in reader.load_run(d).issues if i.kind == reader.RANKS_MISSING]
+    assert missing.ranks == tuple(range(1, 40, 2))
+    assert missing.problem == "ranks missing: 1,3,5,7,9,11,13,15,... (20 ranks) of 40"
 
 
 def test_clock_offsets_applied_across_hosts(tmp_path):

@@ -3,13 +3,13 @@ p2p, stragglers, processes that ended badly, damaged trace data.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from ..rank_ranges import fmt_ranks, folded_inline, folded_lines
-from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_is_missing
+from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
+from ...trace.schema import stem_of
+from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_in_file, rank_is_missing
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
@@ -33,12 +33,12 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
     are one finding ("rank 0-1023 raised KeyError: 'lr' ...")."""
     alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
     # Root causes first: ranks that raised, then ranks torn down, then other processes.
-    early = sorted(early, key=lambda e: (e.label.startswith("pid "), not e.fate.exception, e.label))
+    early = sorted(early, key=lambda e: (not e.identified, not e.fate.exception, e.label))
     for e in early:
         if e.rank is not None and e.rank in ranked:
             continue  # the rank's own process group trace says more (a restarted rank, ...)
         fate = e.fate
-        identified = not e.label.startswith("pid ")
+        identified = e.identified
         if not identified and fate.complete and fate.how == "signal" and fate.exit_code == _SIGTERM_EXIT:
             sev = INFO  # a helper torn down by its parent (multiprocessing Pool.terminate, DataLoader): routine
         elif fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
@@ -59,7 +59,7 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
 def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
     """The finding for processes that ended alike (``es``: one, or several numbered alike)."""
     e, fate = es[0], es[0].fate
-    identified = not e.label.startswith("pid ")
+    identified = e.identified
     label = e.label if len(es) == 1 else f"{e.numbered()[0]} {fmt_ranks(x.numbered()[1] for x in es)}"
     # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
     when = " before any process group existed" if identified else ""
@@ -76,16 +76,34 @@ def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
 
 
 def diagnose_damage(run) -> list[Finding]:
-    """Trace data that could not be read: an error (the diagnosis may lack it)."""
-    out = []
+    """Trace data that could not be read: an error (the diagnosis may lack it). Ranks whose
+    files are damaged alike (equal ``damage_any``: the reader's phrases with each file's
+    stem written "*") are one finding; ``data.per_rank`` keeps each rank's files and damage."""
+    alike: dict[tuple, list[dict]] = {}     # damage of any rank -> its ranks' processes (in order)
+    helpers = []                            # processes without a rank: one finding each
     for p in list(run.processes) + list(getattr(run, "unranked", None) or []):
-        damage = [str(d) for d in p.get("damage") or []] if isinstance(p, dict) else []
-        if not damage:
-            continue
-        r = _int(p.get("rank"))
-        who = f"rank {r}" if r is not None else f"pid {p.get('pid')}"
-        out.append(Finding(DAMAGED, ERROR, f"{who}: trace damaged: {'; '.join(damage)}",
-                           ranks=[] if r is None else [r], data={"file": p.get("file"), "damage": damage}))
+        if isinstance(p, dict) and p.get("damage"):
+            if _int(p.get("rank")) is None:
+                helpers.append(p)
+            else:
+                alike.setdefault(tuple(str(d) for d in p.get("damage_any") or p["damage"]), []).append(p)
+    out = []
+    for key, ps in alike.items():
+        ranks = sorted({_int(p["rank"]) for p in ps})
+        first = [str(d) for d in ps[0]["damage"]]
+        per_rank: dict = {}
+        for p in ps:
+            mine = per_rank.setdefault(str(_int(p["rank"])), {"files": [], "damage": []})
+            mine["files"].append(p.get("file"))
+            mine["damage"].extend(str(d) for d in p["damage"])
+        # One file: its own name; several: "*.ops.bin" (each rank's files: data.per_rank).
+        what = "; ".join(first if len(ps) == 1 else key)
+        out.append(Finding(DAMAGED, ERROR, f"rank {fmt_ranks(ranks)}: trace damaged: {what}", ranks=ranks,
+                           data={"file": ps[0].get("file"), "damage": first, "per_rank": per_rank}))
+    for p in helpers:
+        damage = [str(d) for d in p["damage"]]
+        out.append(Finding(DAMAGED, ERROR, f"pid {p.get('pid')}: trace damaged: {'; '.join(damage)}",
+                           data={"file": p.get("file"), "damage": damage, "per_rank": {}}))
     return out
 
 
@@ -340,9 +358,9 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
-        m = re.match(r"rank(\d+)\.pid\d+\.", str(getattr(issue, "file", "")))
-        if m and int(m.group(1)) in missing:
-            unreadable.setdefault(int(m.group(1)), []).append(f"{issue.file}: {issue.problem}")
+        r = rank_in_file(issue)
+        if r is not None and r in missing:
+            unreadable.setdefault(r, []).append(f"{issue.file}: {issue.problem}")
     for r in missing:
         if r in unreadable:
             findings.append(Finding(MISSING_RANK, ERROR, f"rank {r}: trace file unusable (the process died "
@@ -353,7 +371,7 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
         f = Finding(MISSING_RANK, ERROR, f"rank {fmt_ranks(rest)}: no trace file "
                     f"(never started, or died before its first collective)", ranks=rest)
         f.details.extend(f"maybe {e.label}, which never created a process group" for e in early
-                         if e.rank is None and not e.label.startswith("pid "))
+                         if e.rank is None and e.identified)
         findings.append(f)
     return findings
 
@@ -394,18 +412,27 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Fin
                    data={"issues": fate.issues})
 
 
+# Reader issue kinds another finding tells: damage (diagnose_damage), a trace that ends
+# abruptly (the rank's ``abrupt`` finding), ranks without a trace file (``missing_rank``).
+_TOLD_ELSEWHERE = (ISSUE_DAMAGED, ISSUE_ABRUPT, RANKS_MISSING)
+
+
 def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
-    """Reader issues not already explained by a per-rank finding."""
+    """Reader issues not already explained by another finding; one problem (kind and text)
+    in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
+    # Issues with a ranked process's files are told in its rank's findings (rank_fates).
+    told = {stem_of(f) for fate in fates.values() for f in fate.files}
+    left = [i for i in run.issues
+            if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
+            and not rank_is_missing(i, fates)]
     out = []
-    covered = {i for f in fates.values() for i in f.issues}
-    for issue in run.issues:
-        prob = str(getattr(issue, "problem", issue))
-        if getattr(issue, "kind", None) == "damaged":
-            continue  # diagnose_damage names it
-        if prob in covered or "trace ends abruptly" in prob or prob.startswith("ranks missing") \
-                or re.match(r"rank\d+\.pid\d+\.", str(getattr(issue, "file", ""))) and rank_is_missing(issue, fates):
-            continue
-        out.append(Finding(TRACE_ISSUE, WARNING, str(issue)))
+    for alike in fold_issues(left):
+        f = Finding(TRACE_ISSUE, WARNING, issue_line(alike))
+        if len(alike) > 1:       # several ranks' files
+            for i in alike:
+                f.data.setdefault("files", {}).setdefault(str(i.rank), []).append(str(i.file))
+            f.ranks = sorted({i.rank for i in alike})
+        out.append(f)
     return out
 
 

@@ -3,9 +3,9 @@ ended before they created a process group.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from ...trace.schema import rank_in_name, stem_of
 from .findings import _int, _s
 
 # -- process facts -----------------------------------------------------------------
@@ -59,14 +59,12 @@ def rank_fates(run) -> dict[int, RankFate]:
     fates: dict[int, RankFate] = {}
     by_file: dict[str, list[str]] = {}
     for issue in run.issues:
-        f = str(getattr(issue, "file", ""))
-        stem = f.split(".meta.jsonl")[0].split(".ops.bin")[0]
-        by_file.setdefault(stem, []).append(str(getattr(issue, "problem", issue)))
+        by_file.setdefault(stem_of(str(getattr(issue, "file", ""))), []).append(str(getattr(issue, "problem", issue)))
     for p in run.processes:
         r = _int(p.get("rank"))
         if r is None:
             continue
-        stem = str(p.get("file", "")).split(".meta.jsonl")[0]
+        stem = stem_of(str(p.get("file", "")))
         end = p.get("end") if isinstance(p.get("end"), dict) else None
         exc = p.get("exception") if isinstance(p.get("exception"), dict) else None
         fate = fates.get(r)
@@ -97,6 +95,11 @@ class EarlyProcess:
     rank: int | None     # the launcher's rank, when it gave one to this very process
     fate: RankFate
     spawn_index: int | None = None   # its mp.spawn index, when it is named by that
+
+    @property
+    def identified(self) -> bool:
+        """Named by a rank or an mp.spawn index (not just a pid): it was meant to create a group."""
+        return self.numbered() is not None
 
     def numbered(self) -> tuple[str, int] | None:
         """("rank", 3) / ("mp.spawn process", 1): how processes named alike fold into one
@@ -153,6 +156,13 @@ def _world_sizes(run) -> dict:
     return max(sizes) if sizes else 0
 
 
+def rank_in_file(issue) -> int | None:
+    """The rank whose file ``issue`` (reader.TraceIssue) is about, by the file's name
+    (``trace.schema.rank_in_name``: a file whose header cannot be read has no other)."""
+    return rank_in_name(str(getattr(issue, "file", "")))
+
+
 def rank_is_missing(issue, fates) -> bool:
-    m = re.match(r"rank(\d+)\.pid\d+\.", str(getattr(issue, "file", "")))
-    return bool(m) and int(m.group(1)) not in fates
+    """``issue`` is about a rank's file, and that rank has no readable trace."""
+    r = rank_in_file(issue)
+    return r is not None and r not in fates

@@ -72,7 +72,7 @@ class ScanReport:
     per_rank_cut: bool          # steps.per_rank left empty: more than merge.PER_RANK_ROWS_KEPT rows
     ops_per_rank: dict          # rank -> ops
     seconds: dict = field(default_factory=dict)   # per stage wall time
-    issues: list = field(default_factory=list)
+    issues: list = field(default_factory=list)    # reader.TraceIssue (the rank tasks re-read meta files: once each)
     tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
     info: dict = field(default_factory=dict)      # the banner's numbers, as analysis.run_info.run_info
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
@@ -178,7 +178,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
-                      plan.issues + ranks.issues, by_keys,
+                      _once(plan.issues + ranks.issues), by_keys,
                       info, processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
@@ -190,6 +190,12 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
                        window_lengths(ranks.windows))
     info["window"] = (window or Window()).describe()
     return info
+
+
+def _once(issues: list) -> list:
+    """The issues without repeats, in order (the plan and the rank tasks both read each meta file)."""
+    seen: set = set()
+    return [i for i in issues if not (i in seen or seen.add(i))]
 
 
 def _env_dask():
@@ -239,6 +245,14 @@ class RankPart:
         refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
         return rank_frame(procs, {w: p for w, p in refs.items() if p is not None})
 
+    def mark_tables(self):
+        """This rank's (spans, marks, regions), on the run's clock, read without its ops (a
+        bounded process's spans all, as its ops are not read to tell which they cover)."""
+        procs = [p for p in (reader.read_process(m, [], records=False) for m in self.files) if p is not None]
+        own = {p.meta_path: p for p in procs}
+        refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
+        return reader.build_mark_tables(procs, [], {w: p for w, p in refs.items() if p is not None})
+
 
 def load_ranks(parts: list[RankPart]):
     """The ops, compute spans, marks and regions of some ranks, and their process
@@ -276,6 +290,20 @@ def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | 
     if cur:
         out.append((cur, None, 1))
     return out
+
+
+def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, int | None]:
+    """Piece ``piece`` of ``pieces`` of one rank's ops (``starts``: their start times,
+    ascending): (first op, end op) -- consecutive ops, as even as they go -- and the time
+    range [t_lo, t_hi) it owns: from its first op's start to the next piece's (None: open,
+    for the first and the last piece). The ranges cut the time line without gap or
+    overlap, so a compute span, mark or region belongs to exactly one piece: the one its
+    start falls in (docs/report.md, "Big runs")."""
+    n = len(starts)
+    lo, hi = piece * n // pieces, (piece + 1) * n // pieces
+    t_lo = int(starts[lo]) if piece > 0 and lo < n else None
+    t_hi = int(starts[hi]) if piece < pieces - 1 and hi < n else None
+    return lo, hi, t_lo, t_hi
 
 
 def scan(run_dir=None) -> list[RankPart]:

@@ -65,6 +65,7 @@ class FileFacts:
     lost: dict
     n_lost: int
     damage: list
+    damage_any: list            # ProcessTrace.damage_any (its damage, file names as "*.ops.bin")
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
     chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
@@ -121,8 +122,8 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             rec = pt.records
             keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
             chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
-        out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), issues,
-                             span_issues, chunks, last_seq, texts, pt.coverage))
+        out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), list(pt.damage_any),
+                             issues, span_issues, chunks, last_seq, texts, pt.coverage))
     return out
 
 
@@ -356,8 +357,8 @@ def _run_of(run_dir: str, read: list, facts_of: dict):
             if pt is not None:
                 reader._read_spans(pt, span_issues)
         elif f is not None:
-            pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.coverage = (
-                f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), f.coverage)
+            pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.damage_any, pt.coverage = (
+                f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), list(f.damage_any), f.coverage)
             meta_issues = f.issues
             span_issues += f.span_issues
         issues += meta_issues

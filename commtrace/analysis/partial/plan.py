@@ -21,7 +21,7 @@ class RunPlan:
     refs: dict                  # world id -> meta path of its rank-0 process (the reference clock)
     records: int                # op records on disk (from the file sizes)
     records_per_file: int       # the most in one file
-    issues: list[str] = field(default_factory=list)
+    issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
     unsupported: str | None = None   # why this run must take the one-frame path (load())
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
 
@@ -39,7 +39,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     if not procs:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    run_id, drop, more = check_run_ids(run_dir, [{"file": os.path.basename(p.meta_path)} for p in procs])
+    run_id, drop, more = check_run_ids([p.summary() for p in procs])
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
@@ -50,6 +50,6 @@ def plan_run(run_dir: str | None) -> RunPlan:
     refs = {wid: pt.meta_path for wid, pt in reader._reference_processes(procs).items()}
     sizes = [_ops_records(p.meta_path) for p in ranked]
     unsupported = None
-    found = [str(i) for i in issues] + more + [str(i) for i in reader._missing_ranks(procs)]
+    found = issues + more + reader._missing_ranks(procs)
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    unsupported, run_id)

@@ -91,7 +91,7 @@ def map_rank(task: RankTask) -> RankPartial:
     cells, values = _cells(shown, task.rank, task.exact)
     n = len(shown.arrays.start) if shown is not None else 0
     first = int(a.start.min()) if a is not None and len(a.start) else None
-    return RankPartial(task.rank, n, [str(i) for i in issues], cells, values, pack(per_rank), comm, outside,
+    return RankPartial(task.rank, n, issues, cells, values, pack(per_rank), comm, outside,
                        int(steps["step"].max()) if len(steps) else 0, first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
                        index,
