@@ -22,3 +22,25 @@ def test_exact_quantiles_are_numpys_bit_for_bit():
             want = np.quantile(np.concatenate([np.asarray(p, np.float64) for p in parts]), qs)
             got = exact_quantiles(parts, qs)
             assert got.tobytes() == want.tobytes(), (n, kind)
+
+
+def test_largest_spreads_do_not_depend_on_arrival_order():
+    """Two partitions' top instances with equal spread, start and first rank come out in
+    (world, group, seq) order whichever partition's result is folded first."""
+    import pandas as pd
+    from commtrace.analysis.partial.merge import PartitionFold
+    from commtrace.analysis.partial.partition_map import TOP_COLUMNS
+
+    def part(seq):
+        row = dict(op="all_reduce", world="w", group="0", seq=seq, ranks=2, expected=2, first_start_ns=10,
+                   last_start_ns=15, first_rank=0, last_rank=1, spread_ns=5, slowest_ns=1.0, size_bytes=4,
+                   end_ns=20, p2p=False)
+        return pd.DataFrame([row], columns=TOP_COLUMNS)
+
+    tops = []
+    for order in ((7, 3), (3, 7)):
+        f = PartitionFold(top=10)
+        f.tops = [f._top([part(order[0])])]
+        f.tops = [f._top(f.tops + [part(order[1])])]
+        tops.append(f.tops[0]["seq"].tolist())
+    assert tops == [[3, 7], [3, 7]]

@@ -357,10 +357,12 @@ class PartitionFold:
             self.splits.append(p.split)
 
     def _top(self, parts: list) -> pd.DataFrame:
+        # ties broken down to the instance ((world, group, seq): unique), so the order does not
+        # depend on which partition's result came first
         t = pd.concat(parts, ignore_index=True)
-        order = np.lexsort((t["first_rank"].to_numpy(), t["first_start_ns"].to_numpy(),
-                            -t["spread_ns"].to_numpy(np.float64)))
-        return t.iloc[order[:self.top_n]].reset_index(drop=True)
+        t = t.assign(_neg=-t["spread_ns"].to_numpy(np.float64), _w=t["world"].astype(str), _g=t["group"].astype(str))
+        t = t.sort_values(["_neg", "first_start_ns", "first_rank", "_w", "_g", "seq"], kind="stable")
+        return t.drop(columns=["_neg", "_w", "_g"]).head(self.top_n).reset_index(drop=True)
 
     def bandwidth_table(self, name: str) -> pd.DataFrame | None:
         parts = self.bandwidth.get(name)
