@@ -1,4 +1,4 @@
-"""analysis.partial.merge.exact_quantiles: the summary's exact percentiles from the rank tasks' durations."""
+"""analysis.partial.merge: the summary's exact percentiles and the largest spreads, from partial results."""
 import numpy as np
 import pytest
 
