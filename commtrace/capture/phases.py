@@ -125,6 +125,9 @@ class PhaseHooks:
                 self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
         except ImportError:
             pass
+        from . import comm_hooks
+        comm_hooks.install(self)  # the bucket of each collective a comm hook issues
+        self._patch_averagers()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         self._opt_tokens: list = []
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
@@ -245,6 +248,60 @@ class PhaseHooks:
             self.steps.optimizer_ends(optimizer, step)
             self._write_span("optimizer", t0, step, type(optimizer).__name__)
 
+    def _patch_averagers(self) -> None:
+        """Model averaging (post-local SGD: ``PeriodicModelAverager``,
+        ``HierarchicalModelAverager``, also inside ``PostLocalSGDOptimizer.step``,
+        which torch's step hooks do not see) updates the model after the
+        optimizer: each ``average_parameters`` call is an optimizer step of its
+        own, which joins the step of the optimizer it follows (StepCounter), so its
+        all_reduces are phase ``optimizer`` and inside the step."""
+        try:
+            from torch.distributed.algorithms.model_averaging import averagers, hierarchical_model_averager
+        except ImportError:
+            return
+        for cls in (averagers.PeriodicModelAverager, hierarchical_model_averager.HierarchicalModelAverager):
+            if "average_parameters" in vars(cls):
+                self._patch(cls, "average_parameters", self._wrap_as_optimizer_step)
+
+    def _wrap_as_optimizer_step(self, orig):
+        hooks = self
+
+        @functools.wraps(orig)
+        def as_optimizer_step(owner, *args, **kwargs):
+            hooks._opt_pre(owner, args, kwargs)
+            try:
+                return orig(owner, *args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
+            finally:
+                hooks._opt_post(owner, args, kwargs)
+        return as_optimizer_step
+
+    def _name_gradient_owners(self) -> None:
+        """With several DDP modules in a process, one backward pass may produce
+        gradients of more than one, and DDP's reducer launches each bucket from
+        the autograd hook of its last gradient, in C++: nothing says whose bucket
+        it is, and the module of the last forward was wrong for the others. A
+        post-accumulate-grad hook on each parameter (torch runs it right before
+        the reducer's hook on the same gradient) makes the parameter's module the
+        op's. Installed once a second DDP module exists: a process with one DDP
+        module pays nothing; with several, one Python call per parameter per
+        backward pass."""
+        rec = self.rec
+        for ddp, state in list(self.modules.items()):
+            if state.get("owner_hooks"):
+                continue
+            state["owner_hooks"] = True
+            label = state["label"]
+
+            def owner(_param, label=label):
+                if rec.context_field("module") != label:
+                    rec.set_context(module=label)
+            for p in ddp.module.parameters():
+                if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
+                    self.originals.append(("hook", p.register_post_accumulate_grad_hook(owner)))
+
     def _label(self, module) -> str:
         cls = type(module).__name__
         n = self._labels.get(cls, 0) + 1
@@ -287,6 +344,8 @@ class PhaseHooks:
         buffers = [n for n, _ in module.named_buffers()]
         state = {"label": label, "forwards": 0, "params": params, "rebuilt": False}
         self.modules[ddp] = state
+        if len(self.modules) > 1:
+            self._name_gradient_owners()
         self.rec.add_meta({"type": schema.META_DDP_MODULE, "module": label, "class": type(module).__name__,
                            "params": params, "buffers": buffers,
                            "bucket_cap_bytes": getattr(ddp, "bucket_bytes_cap", None),

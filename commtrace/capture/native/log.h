@@ -26,6 +26,7 @@ class Log {
         recorder_(recorder.release().ptr()) {
     iteration_name_ = PyUnicode_InternFromString("iteration");
     context_name_ = PyUnicode_InternFromString("context_id");
+    thread_contexts_name_ = PyUnicode_InternFromString("thread_context_ids");
   }
 
   // -- under the GIL ----------------------------------------------------------
@@ -99,6 +100,32 @@ class Log {
     if (x == -1 && PyErr_Occurred()) PyErr_Clear();
     Py_DECREF(v);
     return x;
+  }
+
+  // The annotation context id in force on the calling thread: the process-wide
+  // ``context_id``, unless the thread has its own (Recorder.thread_context_ids:
+  // a comm hook's bucket scope, possibly on a backend thread). That dict is
+  // empty outside comm hooks, so this is one attribute read more per op.
+  int64_t context_id() {
+    PyObject* d = PyObject_GetAttr(recorder_, thread_contexts_name_);
+    if (d == nullptr) {
+      PyErr_Clear();
+    } else {
+      bool own = PyDict_Check(d) && PyDict_GET_SIZE(d) > 0;
+      if (own) {
+        PyObject* ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+        PyObject* v = ident != nullptr ? PyDict_GetItemWithError(d, ident) : nullptr;  // borrowed
+        Py_XDECREF(ident);
+        int64_t x = v != nullptr && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (v != nullptr && x >= 0) {
+          Py_DECREF(d);
+          return x;
+        }
+      }
+      Py_DECREF(d);
+    }
+    return read_int_attr(context_name_);
   }
 
   // Sig id of a call; interns it through Python the first time its key is seen.
@@ -367,6 +394,7 @@ class Log {
   PyObject* recorder_;
   PyObject* iteration_name_;
   PyObject* context_name_;
+  PyObject* thread_contexts_name_;
 
  private:
   std::unordered_map<std::vector<int64_t>, SigInfo, KeyHash> sigs_;  // GIL
