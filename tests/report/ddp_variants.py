@@ -69,6 +69,8 @@ def sgd(model):
 def hooked(hook, state, steps, cap_mb=CAP_MB):
     model = DDP(Net(), bucket_cap_mb=cap_mb)
     model.register_comm_hook(state, hook)
+    # DDP logs the hook by its name; a traced hook must keep it
+    assert model._get_ddp_logging_data().get("comm_hook") == hook.__qualname__
     train(model, sgd(model), steps)
 
 
