@@ -88,7 +88,8 @@ class Recorder:
         # Per-thread contexts overriding the process-wide one (thread ident ->
         # context key / id; see push_thread_context): a comm hook's bucket scope,
         # which may run on a backend thread while the main thread goes on. Empty
-        # outside comm hooks, so the hot path pays one truthiness test.
+        # outside comm hooks, so the hot path pays one truthiness test. Mutated in
+        # place, never rebound: the native wrapper's log holds thread_context_ids.
         self.thread_context_keys: dict = {}
         self.thread_context_ids: dict = {}
         self._thread_fields: dict = {}
