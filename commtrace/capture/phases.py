@@ -40,7 +40,11 @@ from ..trace import schema
 from .recorder import Recorder
 from .tbhide import drop_own_frame
 
-_REBUILD_CHECK_ITERATIONS = 6  # DDP rebuilds its buckets at the start of iteration 2
+# DDP rebuilds its buckets once, in the forward after the first backward pass that
+# synced gradients (later with no_sync() accumulation, static_graph). Its logging
+# data shows the new layout only from a later sampled forward: the first 10
+# iterations, then every 100th. Looked for until found, this long at most.
+_REBUILD_LOOK_FORWARDS = 2000
 
 
 class StepCounter:
@@ -342,7 +346,7 @@ class PhaseHooks:
     def _register(self, ddp, module, label: str) -> dict:
         params = [n for n, p in module.named_parameters() if p.requires_grad]
         buffers = [n for n, _ in module.named_buffers()]
-        state = {"label": label, "forwards": 0, "params": params, "rebuilt": False}
+        state = {"label": label, "forwards": 0, "params": params, "rebuilt": False, "rebuild_at": None}
         self.modules[ddp] = state
         if len(self.modules) > 1:
             self._name_gradient_owners()
@@ -387,9 +391,26 @@ class PhaseHooks:
                 rec.pop_context(token)
                 # Later ops of this step (backward, optimizer) belong to this module.
                 rec.set_context(module=state["label"])
-                if not state["rebuilt"] and 2 <= state["forwards"] <= _REBUILD_CHECK_ITERATIONS:
-                    hooks._check_rebuild(ddp, state)
+                if not state["rebuilt"]:
+                    hooks._follow_rebuild(ddp, state)
         return forward
+
+    def _follow_rebuild(self, ddp, state) -> None:
+        """Note the forward in which DDP rebuilt its buckets (``_has_rebuilt_buckets``
+        turns True in it), then read the new layout once DDP's logging data has it."""
+        n = state["forwards"]
+        if state["rebuild_at"] is None:
+            if not getattr(ddp, "_has_rebuilt_buckets", False):
+                return
+            state["rebuild_at"] = n
+            # Until the new layout is seen, bucket k of this forward on is no longer the first layout's.
+            self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"], "from_iteration": n,
+                               "buckets": []})
+        since = n - state["rebuild_at"]
+        if since > _REBUILD_LOOK_FORWARDS:
+            state["rebuilt"] = True  # never shown: the reader keeps the first layout
+        elif since <= 12 or n % 100 <= 2:
+            self._check_rebuild(ddp, state)
 
     def _check_rebuild(self, ddp, state) -> None:
         indices = _logging_field(ddp, "rebuilt_per_bucket_param_indices")
@@ -401,7 +422,8 @@ class PhaseHooks:
         for chunk in str(indices).split(","):
             names = [params[int(i)] for i in chunk.split() if i.strip().isdigit() and int(i) < len(params)]
             buckets.append(names)
-        self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"], "from_iteration": 2,
+        self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"],
+                           "from_iteration": state["rebuild_at"],
                            "buckets": buckets})
 
 

@@ -108,7 +108,7 @@ def worker(rank, world, port):
         train(first, opt, 2, forward=lambda m, x, i: m(x).sum() + second(x).sum())
     with commtrace.region("static_graph"):
         model = DDP(Net(), bucket_cap_mb=CAP_MB, static_graph=True)
-        train(model, sgd(model), 3)
+        train(model, sgd(model), 5)
     with commtrace.region("find_unused"):
         model = DDP(Branches(), bucket_cap_mb=150 / 2**20, find_unused_parameters=True)
         train(model, sgd(model), 3, forward=lambda m, x, i: m(x, i % 2 == 0))

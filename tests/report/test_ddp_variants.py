@@ -32,7 +32,8 @@ How the hand counts come about (float32 = 4 bytes, int32 = 4 bytes):
   carries its own module and is numbered within it.
 * static_graph: iteration 1 all_reduces the int32 map of used parameters (4
   parameters = 16 B, no bucket) and the gradients in one bucket; DDP rebuilds
-  the buckets at the start of iteration 3.
+  the buckets at the start of iteration 3 (5 steps: DDP's logging data shows
+  the rebuilt layout from iteration 4, so ``params`` is known).
 * find_unused_parameters, a head used every other step: Branches has a and b
   (Linear(8, 4) each: 144 B). Buckets are assigned at construction under the
   150-byte cap in parameter order, [a.weight, a.bias, b.weight] = 272 B closed
@@ -104,10 +105,11 @@ EXPECTED = [
     [grad("Net#6", 848, 0), grad("Linear", 144, 0)],
     [rebuild("Net#6", 20), rebuild("Net#6", 8), rebuild("Linear", 12), rebuild("Linear", 4),
      grad("Linear", 144, 0), *two_buckets("Net#6")],
-    # static_graph, 3 steps
+    # static_graph, 5 steps
     [used_map("Net#7", 16), grad("Net#7", 848, 0)],
     [grad("Net#7", 848, 0)],
     [rebuild("Net#7", 20), rebuild("Net#7", 8), *two_buckets("Net#7")],
+    two_buckets("Net#7"), two_buckets("Net#7"),
     # find_unused_parameters, 3 steps
     *[[grad("Branches", 16, 0), grad("Branches", 272, 1), used_map("Branches", 16)]] * 3,
 ]
@@ -181,3 +183,37 @@ def test_powersgd_ops_issued_in_callbacks_keep_their_bucket(variants_run):
     assert psgd["bucket"].notna().all()
     assert set(psgd["phase"].astype(str)) == {"backward"}
     assert set(psgd["module"].astype(str)) == {"Net#3"}
+
+
+PARAM_BYTES = {"fc1.weight": 512, "fc1.bias": 64, "fc2.weight": 256, "fc2.bias": 16,
+               "weight": 128, "bias": 16, "a.weight": 128, "a.bias": 16, "b.weight": 128, "b.bias": 16}
+
+
+def test_bucket_params_follow_the_layout_in_force(variants_run):
+    """``params`` names the parameters of each gradient bucket, from the layout
+    DDP had when the bucket ran: before the rebuild every parameter (one bucket),
+    after it the rebuilt buckets -- the rebuild comes at the fourth forward with
+    3 micro-steps per step and at the third with static_graph. Without a
+    compressing hook a bucket's bytes are its parameters' bytes."""
+    df = commtrace.load(variants_run)
+    plain = df[df["bucket"].notna() & df["region"].isin(
+        ["allreduce_hook", "post_localsgd", "accumulation", "two_models", "static_graph", "find_unused"])]
+    assert len(plain) > 0
+    for r in plain.itertuples():
+        if isinstance(r.params, str):
+            assert sum(PARAM_BYTES[p] for p in r.params.split(",")) == r.bytes, (r.region, r.iteration, r.params)
+    # DDP's logging data shows a rebuilt layout a sampled forward after the rebuild:
+    # a model that stops right after it (two_models: 2 steps) has it unknown, and
+    # the first layout no longer applies; find_unused_parameters starts with two
+    # buckets, a layout DDP does not report.
+    unknown = plain[((plain["region"] == "two_models") & (plain["iteration"] == 2)) | (plain["region"] == "find_unused")]
+    assert len(unknown) == WORLD * (3 + 3 * 2) and unknown["params"].isna().all()
+    assert plain.drop(unknown.index)["params"].notna().all()
+    every = "fc2.bias,fc2.weight,fc1.bias,fc1.weight"
+    for region, iterations in (("static_graph", (1, 2)), ("accumulation", (3,))):
+        rows = plain[(plain["region"] == region) & plain["iteration"].isin(iterations)]
+        assert set(rows["params"].astype(str)) == {every}, region
+    for region, iteration in (("static_graph", 3), ("accumulation", 6)):
+        rows = plain[(plain["region"] == region) & (plain["iteration"] == iteration)]
+        assert sorted(zip(rows["bucket"].astype(int), rows["params"].astype(str))) == [
+            (0, "fc2.bias,fc2.weight,fc1.bias")] * WORLD + [(1, "fc1.weight")] * WORLD, region
