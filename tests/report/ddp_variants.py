@@ -2,7 +2,7 @@
 (test fixture for tests/report/test_ddp_variants.py, which counts by hand what
 each variant must send).
 
-usage: ddp_variants.py PORT
+usage: ddp_variants.py PORT [VARIANT,...]   (default: all, in order)
 
 Each variant runs inside ``commtrace.region(<name>)`` with a model of its own.
 Net: Linear(8, 16) -> ReLU -> Linear(16, 4), bucket_cap_mb of 300 bytes: two
@@ -74,46 +74,72 @@ def hooked(hook, state, steps, cap_mb=CAP_MB):
     train(model, sgd(model), steps)
 
 
-def worker(rank, world, port):
+def allreduce_hook():
+    hooked(default_hooks.allreduce_hook, None, 3)
+
+
+def fp16():
+    hooked(default_hooks.fp16_compress_hook, None, 2)
+
+
+# PowerSGD with one bucket (the default cap): with several, its callbacks issue
+# all_reduces from gloo's thread while the main thread issues the next bucket's,
+# in an order that differs between ranks -- that hangs untraced too (torch 2.13).
+# (batched_powerSGD_hook cannot run in torch 2.13: it passes a 2-D matrix to
+# _orthogonalize, which asserts 3-D, untraced as well.)
+def powersgd_hook():
+    hooked(powersgd.powerSGD_hook,
+           powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2), 4, 25)
+
+
+def post_localsgd():
+    subgroup, _ = dist.new_subgroups(group_size=1)
+    model = DDP(Net(), bucket_cap_mb=CAP_MB)
+    model.register_comm_hook(post_local.PostLocalSGDState(process_group=None, subgroup=subgroup,
+                                                          start_localSGD_iter=2), post_local.post_localSGD_hook)
+    opt = PostLocalSGDOptimizer(optim=sgd(model), averager=PeriodicModelAverager(period=2, warmup_steps=2))
+    train(model, opt, 5)
+
+
+def accumulation():
+    model = DDP(Net(), bucket_cap_mb=CAP_MB)
+    train(model, sgd(model), 2, micro=3)
+
+
+def two_models():
+    first, second = DDP(Net(), bucket_cap_mb=CAP_MB), DDP(torch.nn.Linear(8, 4), bucket_cap_mb=CAP_MB)
+    opt = torch.optim.SGD(list(first.parameters()) + list(second.parameters()), lr=0.01)
+    train(first, opt, 2, forward=lambda m, x, i: m(x).sum() + second(x).sum())
+
+
+def static_graph():
+    model = DDP(Net(), bucket_cap_mb=CAP_MB, static_graph=True)
+    train(model, sgd(model), 5)
+
+
+def find_unused():
+    model = DDP(Branches(), bucket_cap_mb=150 / 2**20, find_unused_parameters=True)
+    train(model, sgd(model), 3, forward=lambda m, x, i: m(x, i % 2 == 0))
+
+
+# region name -> variant, in the order they run
+VARIANTS = {"allreduce_hook": allreduce_hook, "fp16": fp16, "powersgd": powersgd_hook,
+            "post_localsgd": post_localsgd, "accumulation": accumulation, "two_models": two_models,
+            "static_graph": static_graph, "find_unused": find_unused}
+
+
+def worker(rank, world, port, names):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    with commtrace.region("allreduce_hook"):
-        hooked(default_hooks.allreduce_hook, None, 3)
-    with commtrace.region("fp16"):
-        hooked(default_hooks.fp16_compress_hook, None, 2)
-    # PowerSGD with one bucket (the default cap): with several, its callbacks issue
-    # all_reduces from gloo's thread while the main thread issues the next bucket's,
-    # in an order that differs between ranks -- that hangs untraced too (torch 2.13).
-    with commtrace.region("powersgd"):
-        hooked(powersgd.powerSGD_hook,
-               powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2), 4, 25)
-    # (batched_powerSGD_hook cannot run in torch 2.13: it passes a 2-D matrix to
-    # _orthogonalize, which asserts 3-D, untraced as well.)
-    with commtrace.region("post_localsgd"):
-        subgroup, _ = dist.new_subgroups(group_size=1)
-        model = DDP(Net(), bucket_cap_mb=CAP_MB)
-        model.register_comm_hook(post_local.PostLocalSGDState(process_group=None, subgroup=subgroup,
-                                                              start_localSGD_iter=2), post_local.post_localSGD_hook)
-        opt = PostLocalSGDOptimizer(optim=sgd(model), averager=PeriodicModelAverager(period=2, warmup_steps=2))
-        train(model, opt, 5)
-    with commtrace.region("accumulation"):
-        model = DDP(Net(), bucket_cap_mb=CAP_MB)
-        train(model, sgd(model), 2, micro=3)
-    with commtrace.region("two_models"):
-        first, second = DDP(Net(), bucket_cap_mb=CAP_MB), DDP(torch.nn.Linear(8, 4), bucket_cap_mb=CAP_MB)
-        opt = torch.optim.SGD(list(first.parameters()) + list(second.parameters()), lr=0.01)
-        train(first, opt, 2, forward=lambda m, x, i: m(x).sum() + second(x).sum())
-    with commtrace.region("static_graph"):
-        model = DDP(Net(), bucket_cap_mb=CAP_MB, static_graph=True)
-        train(model, sgd(model), 5)
-    with commtrace.region("find_unused"):
-        model = DDP(Branches(), bucket_cap_mb=150 / 2**20, find_unused_parameters=True)
-        train(model, sgd(model), 3, forward=lambda m, x, i: m(x, i % 2 == 0))
+    for name in names:
+        with commtrace.region(name):
+            VARIANTS[name]()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    mp.spawn(worker, args=(2, int(sys.argv[1])), nprocs=2)
+    chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else list(VARIANTS)
+    mp.spawn(worker, args=(2, int(sys.argv[1]), chosen), nprocs=2)

@@ -217,3 +217,27 @@ def test_bucket_params_follow_the_layout_in_force(variants_run):
         rows = plain[(plain["region"] == region) & (plain["iteration"] == iteration)]
         assert sorted(zip(rows["bucket"].astype(int), rows["params"].astype(str))) == [
             (0, "fc2.bias,fc2.weight,fc1.bias")] * WORLD + [(1, "fc1.weight")] * WORLD, region
+
+
+def test_python_wrapper_records_the_same_buckets_and_modules(tmp_path):
+    """The Python wrapper (COMMTRACE_NATIVE=0) reads the same per-thread context:
+    PowerSGD's callback ops keep bucket 0, two models keep their own modules."""
+    out = str(tmp_path / "run")
+    env = {**os.environ, "COMMTRACE_NATIVE": "0"}
+    proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out, os.path.join(HERE, "ddp_variants.py"),
+                           str(_free_port()), "powersgd,two_models"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = commtrace.load(out)
+    grads = df[df["bucket"].notna()]
+    assert set(grads.groupby(["region", "module", "iteration"], observed=True)["bucket"].apply(
+        lambda b: tuple(sorted(b.astype(int)))).items()) == {
+        # module labels: this run's own (Net first, then Net#2 and Linear); per (region, module, iteration), both ranks
+        (("powersgd", "Net", 1), (0, 0)), (("powersgd", "Net", 2), (0, 0)),
+        (("powersgd", "Net", 3), (0,) * 6), (("powersgd", "Net", 4), (0,) * 6),
+        (("two_models", "Net#2", 1), (0, 0)), (("two_models", "Linear", 1), (0, 0)),
+        (("two_models", "Net#2", 2), (0, 0, 1, 1)), (("two_models", "Linear", 2), (0, 0))}
+    import glob
+    import json
+    groups = [json.loads(line) for f in glob.glob(os.path.join(out, "rank*.meta.jsonl")) for line in open(f)]
+    assert {g.get("wrapper") for g in groups if g.get("type") == "group"} == {"python"}
