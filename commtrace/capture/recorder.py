@@ -160,6 +160,10 @@ class Recorder:
         rank = self.rank
         started = self.writer is not None
         self._lock = threading.RLock()
+        ident = threading.get_ident()  # the other threads' contexts: those threads are not in the child
+        for d in (self.thread_context_keys, self.thread_context_ids, self._thread_fields):
+            for k in [k for k in d if k != ident]:
+                del d[k]  # in place: the native log holds thread_context_ids
         self._reset_keeping_definitions()
         if self.native_log is not None:
             self.native_log.after_fork_in_child()
