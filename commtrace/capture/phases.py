@@ -408,7 +408,7 @@ class PhaseHooks:
                                "buckets": []})
         since = n - state["rebuild_at"]
         if since > _REBUILD_LOOK_FORWARDS:
-            state["rebuilt"] = True  # never shown: the reader keeps the first layout
+            state["rebuilt"] = True  # never shown: params stay unknown from the rebuild on
         elif since <= 12 or n % 100 <= 2:
             self._check_rebuild(ddp, state)
 
