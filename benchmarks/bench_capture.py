@@ -195,6 +195,11 @@ def _body(backend: str, calls: int, reps: int, only, out_path: str | None) -> No
     try:
         traced, rec = make_traced(plain, d, backend)
         results = {"wrapper": wrapper_kind(plain), "cases": measure(plain, traced, calls, reps, only)}
+        # The same ops issued inside a DDP comm hook's bucket scope (capture.comm_hooks):
+        # the calling thread has a context of its own, looked up per op.
+        token = rec.push_thread_context({"phase": "backward", "module": "Net", "bucket": 0})
+        results["comm_hook_scope"] = measure(plain, traced, calls, reps, only=PYTHON_REFERENCE_CASES)
+        rec.pop_thread_context(token)
         rec.close()
         if results["wrapper"] == "native":  # the Python wrapper on the headline cases, same run
             traced, rec = make_traced(plain, tempfile.mkdtemp(dir=d), backend, wrapper="python")
@@ -258,7 +263,8 @@ def mpirun_path() -> str:
 
 def run(backend: str = "gloo", calls: int = 400, reps: int = 15, only=None, timeout: float = 600) -> dict:
     """{"backend", "available", "reason", "wrapper", "cases": {name: paired summary (µs)},
-    "python_wrapper": {name: ...} (only when the native wrapper was measured)}."""
+    "python_wrapper": {name: ...} (only when the native wrapper was measured),
+    "comm_hook_scope": {name: ...} (the wrapper `commtrace run` picks, inside a comm hook's bucket scope)}."""
     out = {"backend": backend, "available": True, "reason": None, "wrapper": None, "cases": {}}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "r.json")
@@ -289,6 +295,7 @@ def print_table(res: dict) -> None:
     print(f"{'case':40} {'plain µs':>10} {'traced µs':>10} {'added µs':>10} {'spread µs':>20} {'ratio':>7}")
     rows = list(res["cases"].items())
     rows += [(f"{name} (Python wrapper)", r) for name, r in res.get("python_wrapper", {}).items()]
+    rows += [(f"{name} (in a comm hook)", r) for name, r in res.get("comm_hook_scope", {}).items()]
     for name, r in rows:
         spread = f"{r['added_spread'][0]:.2f}..{r['added_spread'][1]:.2f}"
         print(f"{name:40} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:10.2f} {spread:>20} {r['ratio']:7.3f}")

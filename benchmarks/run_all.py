@@ -246,7 +246,7 @@ def section_capture(res) -> str:
              "Same process group called directly (plain) and through the wrapper `commtrace run` installs "
              "(the native C++ wrapper when built, else the Python `TracedProcessGroup`) with the real "
              "Recorder (traced), alternating blocks. With the native wrapper, the headline cases are also "
-             "measured through the Python wrapper in the same run (rows marked *Python wrapper*). Each block: per-call times, block median; figure = median "
+             "measured through the Python wrapper in the same run (rows marked *Python wrapper*), and inside a DDP comm hook's bucket scope, where the calling thread has an annotation context of its own (rows marked *inside a DDP comm hook*). Each block: per-call times, block median; figure = median "
              "over blocks of the paired difference traced - plain; 95 % interval of that median (order statistics, "
              "benchmarks/intervals.py); spread = min..max of those differences. The plain group has torch's "
              "Flight Recorder on, as by default (section 5 has it off as well). "
@@ -259,6 +259,7 @@ def section_capture(res) -> str:
             continue
         cases = list(r["cases"].items())
         cases += [(f"{n} (*Python wrapper*)", c) for n, c in r.get("python_wrapper", {}).items()]
+        cases += [(f"{n} (*inside a DDP comm hook*)", c) for n, c in r.get("comm_hook_scope", {}).items()]
         rows = [[n, _f(c["plain"]), _f(c["traced"]), f"**{_f(c['added'], '{:+.2f}')}**", _ci(c.get("added_ci")),
                  _spread(c["added_spread"]), _f(c["ratio"], "{:.3f}")] for n, c in cases]
         parts.append(f"**{b}** backend, {r.get('wrapper') or 'python'} wrapper\n")

@@ -44,7 +44,7 @@ def _log(rec: Recorder, mod):
                 """(sig id, CPU op, CUDA device index or -1) of a call the C++ side has not seen."""
                 grp = rec.group_lines[gid]
                 sig = _lookup(rec, grp["ranks"], _cpu_only_groups[id(rec), gid], method, ops.SPECS[method], ident,
-                              rec.context_key, args, {}, frame)[0]
+                              rec.current_context_key(), args, {}, frame)[0]
                 cuda = rec.sig_cuda[sig]
                 return sig, rec.sig_cpu[sig], -1 if cuda is None else int(cuda)
             rec.native_log = mod.Log(describe, _is_internal, rec)

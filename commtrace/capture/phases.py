@@ -40,7 +40,11 @@ from ..trace import schema
 from .recorder import Recorder
 from .tbhide import drop_own_frame
 
-_REBUILD_CHECK_ITERATIONS = 6  # DDP rebuilds its buckets at the start of iteration 2
+# DDP rebuilds its buckets once, in the forward after the first backward pass that
+# synced gradients (later with no_sync() accumulation, static_graph). Its logging
+# data shows the new layout only from a later sampled forward: the first 10
+# iterations, then every 100th. Looked for until found, this long at most.
+_REBUILD_LOOK_FORWARDS = 2000
 
 
 class StepCounter:
@@ -125,6 +129,9 @@ class PhaseHooks:
                 self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
         except ImportError:
             pass
+        from . import comm_hooks
+        comm_hooks.install(self)  # the bucket of each collective a comm hook issues
+        self._patch_averagers()
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         self._opt_tokens: list = []
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
@@ -245,6 +252,60 @@ class PhaseHooks:
             self.steps.optimizer_ends(optimizer, step)
             self._write_span("optimizer", t0, step, type(optimizer).__name__)
 
+    def _patch_averagers(self) -> None:
+        """Model averaging (post-local SGD: ``PeriodicModelAverager``,
+        ``HierarchicalModelAverager``, also inside ``PostLocalSGDOptimizer.step``,
+        which torch's step hooks do not see) updates the model after the
+        optimizer: each ``average_parameters`` call is an optimizer step of its
+        own, which joins the step of the optimizer it follows (StepCounter), so its
+        all_reduces are phase ``optimizer`` and inside the step."""
+        try:
+            from torch.distributed.algorithms.model_averaging import averagers, hierarchical_model_averager
+        except ImportError:
+            return
+        for cls in (averagers.PeriodicModelAverager, hierarchical_model_averager.HierarchicalModelAverager):
+            if "average_parameters" in vars(cls):
+                self._patch(cls, "average_parameters", self._wrap_as_optimizer_step)
+
+    def _wrap_as_optimizer_step(self, orig):
+        hooks = self
+
+        @functools.wraps(orig)
+        def as_optimizer_step(owner, *args, **kwargs):
+            hooks._opt_pre(owner, args, kwargs)
+            try:
+                return orig(owner, *args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
+            finally:
+                hooks._opt_post(owner, args, kwargs)
+        return as_optimizer_step
+
+    def _name_gradient_owners(self) -> None:
+        """With several DDP modules in a process, one backward pass may produce
+        gradients of more than one, and DDP's reducer launches each bucket from
+        the autograd hook of its last gradient, in C++: nothing says whose bucket
+        it is, and the module of the last forward was wrong for the others. A
+        post-accumulate-grad hook on each parameter (torch runs it right before
+        the reducer's hook on the same gradient) makes the parameter's module the
+        op's. Installed once a second DDP module exists: a process with one DDP
+        module pays nothing; with several, one Python call per parameter per
+        backward pass."""
+        rec = self.rec
+        for ddp, state in list(self.modules.items()):
+            if state.get("owner_hooks"):
+                continue
+            state["owner_hooks"] = True
+            label = state["label"]
+
+            def owner(_param, label=label):
+                if rec.context_field("module") != label:
+                    rec.set_context(module=label)
+            for p in ddp.module.parameters():
+                if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
+                    self.originals.append(("hook", p.register_post_accumulate_grad_hook(owner)))
+
     def _label(self, module) -> str:
         cls = type(module).__name__
         n = self._labels.get(cls, 0) + 1
@@ -285,8 +346,10 @@ class PhaseHooks:
     def _register(self, ddp, module, label: str) -> dict:
         params = [n for n, p in module.named_parameters() if p.requires_grad]
         buffers = [n for n, _ in module.named_buffers()]
-        state = {"label": label, "forwards": 0, "params": params, "rebuilt": False}
+        state = {"label": label, "forwards": 0, "params": params, "rebuilt": False, "rebuild_at": None}
         self.modules[ddp] = state
+        if len(self.modules) > 1:
+            self._name_gradient_owners()
         self.rec.add_meta({"type": schema.META_DDP_MODULE, "module": label, "class": type(module).__name__,
                            "params": params, "buffers": buffers,
                            "bucket_cap_bytes": getattr(ddp, "bucket_bytes_cap", None),
@@ -328,9 +391,26 @@ class PhaseHooks:
                 rec.pop_context(token)
                 # Later ops of this step (backward, optimizer) belong to this module.
                 rec.set_context(module=state["label"])
-                if not state["rebuilt"] and 2 <= state["forwards"] <= _REBUILD_CHECK_ITERATIONS:
-                    hooks._check_rebuild(ddp, state)
+                if not state["rebuilt"]:
+                    hooks._follow_rebuild(ddp, state)
         return forward
+
+    def _follow_rebuild(self, ddp, state) -> None:
+        """Note the forward in which DDP rebuilt its buckets (``_has_rebuilt_buckets``
+        turns True in it), then read the new layout once DDP's logging data has it."""
+        n = state["forwards"]
+        if state["rebuild_at"] is None:
+            if not getattr(ddp, "_has_rebuilt_buckets", False):
+                return
+            state["rebuild_at"] = n
+            # Until the new layout is seen, bucket k of this forward on is no longer the first layout's.
+            self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"], "from_iteration": n,
+                               "buckets": []})
+        since = n - state["rebuild_at"]
+        if since > _REBUILD_LOOK_FORWARDS:
+            state["rebuilt"] = True  # never shown: params stay unknown from the rebuild on
+        elif since <= 12 or n % 100 <= 2:
+            self._check_rebuild(ddp, state)
 
     def _check_rebuild(self, ddp, state) -> None:
         indices = _logging_field(ddp, "rebuilt_per_bucket_param_indices")
@@ -342,7 +422,8 @@ class PhaseHooks:
         for chunk in str(indices).split(","):
             names = [params[int(i)] for i in chunk.split() if i.strip().isdigit() and int(i) < len(params)]
             buckets.append(names)
-        self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"], "from_iteration": 2,
+        self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"],
+                           "from_iteration": state["rebuild_at"],
                            "buckets": buckets})
 
 

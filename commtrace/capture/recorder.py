@@ -85,6 +85,14 @@ class Recorder:
         self.context_id = 0           # small int naming context_key (the native wrapper's key)
         self._context_ids: dict = {None: 0}
         self._context: dict = {}
+        # Per-thread contexts overriding the process-wide one (thread ident ->
+        # context key / id; see push_thread_context): a comm hook's bucket scope,
+        # which may run on a backend thread while the main thread goes on. Empty
+        # outside comm hooks, so the hot path pays one truthiness test. Mutated in
+        # place, never rebound: the native wrapper's log holds thread_context_ids.
+        self.thread_context_keys: dict = {}
+        self.thread_context_ids: dict = {}
+        self._thread_fields: dict = {}
         self.native_log = None        # the native wrapper's C++ log (native_wrapper), if any group uses it
         self.clock_lines: list[dict] = []
         # Span labels, like sig lines, are definitions a forked child's file re-states.
@@ -152,6 +160,10 @@ class Recorder:
         rank = self.rank
         started = self.writer is not None
         self._lock = threading.RLock()
+        ident = threading.get_ident()  # the other threads' contexts: those threads are not in the child
+        for d in (self.thread_context_keys, self.thread_context_ids, self._thread_fields):
+            for k in [k for k in d if k != ident]:
+                del d[k]  # in place: the native log holds thread_context_ids
         self._reset_keeping_definitions()
         if self.native_log is not None:
             self.native_log.after_fork_in_child()
@@ -208,8 +220,9 @@ class Recorder:
 
     def _set_context_key(self, key) -> None:
         cid = self._context_ids.get(key)
-        if cid is None:
-            cid = self._context_ids[key] = len(self._context_ids)
+        if cid is None:  # rare; comm hooks add ids from other threads (push_thread_context)
+            with self._lock:
+                cid = self._context_ids.setdefault(key, len(self._context_ids))
         self.context_key = key
         self.context_id = cid
 
@@ -225,6 +238,49 @@ class Recorder:
 
     def context_fields(self) -> dict:
         return dict(self._context)
+
+    def context_field(self, name: str):
+        """One field of the process-wide context (None if unset)."""
+        return self._context.get(name)
+
+    def current_context_key(self):
+        """The context key in force on the calling thread (its own, else the process's)."""
+        own = self.thread_context_keys
+        return own.get(threading.get_ident(), self.context_key) if own else self.context_key
+
+    def push_thread_context(self, fields: dict) -> tuple:
+        """Make ``fields`` the whole annotation context of the calling thread for a
+        scope (the process-wide context and other threads are unaffected);
+        returns the token for ``pop_thread_context``."""
+        ident = threading.get_ident()
+        prev = self._thread_fields.get(ident)
+        ctx = {k: v for k, v in fields.items() if v is not None}
+        key = tuple(sorted(ctx.items())) or None
+        cid = self._context_ids.get(key)
+        if cid is None:  # a new combination (once per bucket and scope): ids must stay unique across threads
+            with self._lock:
+                cid = self._context_ids.setdefault(key, len(self._context_ids))
+        self._thread_fields[ident] = ctx
+        self.thread_context_keys[ident] = key
+        self.thread_context_ids[ident] = cid
+        return (ident, prev)
+
+    def pop_thread_context(self, token: tuple) -> None:
+        ident, prev = token
+        if prev is None:
+            self.thread_context_keys.pop(ident, None)
+            self.thread_context_ids.pop(ident, None)
+            self._thread_fields.pop(ident, None)
+            return
+        key = tuple(sorted(prev.items())) or None
+        self._thread_fields[ident] = prev
+        self.thread_context_keys[ident] = key
+        self.thread_context_ids[ident] = self._context_ids[key]
+
+    def thread_context_fields(self) -> dict | None:
+        """The calling thread's own annotation fields (push_thread_context), or None."""
+        own = self._thread_fields.get(threading.get_ident()) if self._thread_fields else None
+        return None if own is None else dict(own)
 
     # -- completion of async ops ------------------------------------------------
     def track(self, row: list, work, sig: int, cpu: bool) -> None:

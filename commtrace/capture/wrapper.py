@@ -325,6 +325,8 @@ def _make_traced(name: str, spec: ops.Spec):
         t0 = _now()
         ident = _ident()
         ctx = rec.context_key
+        if rec.thread_context_keys:  # inside a comm hook (comm_hooks): this thread may have its own
+            ctx = rec.thread_context_keys.get(ident, ctx)
         if p2p:
             # A p2p seq counts per peer, so the key (which names the peer) comes first.
             sig, opts, key = _lookup(self._rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs,

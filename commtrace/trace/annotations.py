@@ -2,7 +2,9 @@
 
 DDP launches its gradient all_reduces in bucket order, so within one
 (process, module, iteration) the k-th gradient all_reduce of the backward phase
-is bucket k; likewise the shadow gradient all_reduces a joined rank makes
+is bucket k -- unless a Python comm hook issued it: then its sig names the
+bucket (``bucket``, the hook's ``GradBucket.index()``; a hook such as PowerSGD
+issues several all_reduces per bucket); likewise the shadow gradient all_reduces a joined rank makes
 (detail ``join_shadow_grad``). Buffer broadcasts (detail ``buffers``) carry the
 module's buffer names. Works on categorical codes: no per-row Python objects.
 """
@@ -61,6 +63,13 @@ def is_gradient_allreduce(op, phase, detail, module, dtype=None) -> bool:
     return (phase == "backward" and detail is None) or detail == "join_shadow_grad"
 
 
+def hook_bucket(sig: dict) -> int | None:
+    """The bucket index a comm hook was called with, recorded in the sig of the
+    ops it issued (capture.comm_hooks); None if absent or malformed."""
+    b = sig.get("bucket")
+    return b if type(b) is int and 0 <= b < 2**31 else None
+
+
 def nth_in_step(key: np.ndarray) -> np.ndarray:
     """For one process's gradient all_reduces in call order, keyed by (module,
     iteration): how many earlier ones share the key -- the bucket number (int32).
@@ -97,11 +106,18 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
         return out
     grad = np.zeros(max(sigs) + 1, dtype=bool)
     module = np.zeros(len(grad), dtype=np.int64)
+    named = np.full(len(grad), -1, dtype=np.int32)  # the bucket a comm hook's op was issued for
     names: dict = {}
     for k, s in sigs.items():
         if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype")):
-            grad[k] = True
-            module[k] = names.setdefault(str(s["module"]), len(names))
+            b = hook_bucket(s)
+            if b is not None:
+                named[k] = b
+            else:
+                grad[k] = True
+                module[k] = names.setdefault(str(s["module"]), len(names))
+    if (named >= 0).any():
+        out = named[sig]
     idx = np.flatnonzero(grad[sig])
     if not len(idx):
         return out
@@ -134,7 +150,12 @@ def _frame_gradient_rows(df: pd.DataFrame) -> np.ndarray:
 def _frame_buckets(df: pd.DataFrame) -> np.ndarray:
     """Bucket number per row of a (time-ordered) frame, per file; -1 elsewhere."""
     out = np.full(len(df), -1, dtype=np.int32)
-    idx = np.flatnonzero(_frame_gradient_rows(df))
+    grad = _frame_gradient_rows(df)
+    if "bucket" in df:  # comm hooks' ops name their bucket (hook_bucket)
+        named = grad & df["bucket"].notna().to_numpy()
+        out[named] = df["bucket"].to_numpy(dtype=np.int64, na_value=-1)[named]
+        grad &= ~named
+    idx = np.flatnonzero(grad)
     if not len(idx):
         return out
     fcodes = df["file"].cat.codes.to_numpy()[idx]

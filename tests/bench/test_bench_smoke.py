@@ -60,6 +60,9 @@ def test_capture(results):
                                "caller CPU: all_reduce 1 elem"}
     for c in r["cases"].values():
         assert PAIRED_KEYS <= set(c) and c["blocks"] == 2 and c["plain"] > 0 and c["traced"] > 0
+    # the same ops inside a DDP comm hook's bucket scope (a thread context of their own)
+    assert set(r["comm_hook_scope"]) == {"all_reduce 1 elem", "caller CPU: all_reduce 1 elem"}
+    assert all(PAIRED_KEYS <= set(c) and c["blocks"] == 2 for c in r["comm_hook_scope"].values())
 
 
 def test_capture_cases_and_mpi_probe():

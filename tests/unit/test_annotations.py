@@ -58,3 +58,33 @@ def test_integer_all_reduce_in_backward_is_no_bucket():
             1: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32"}}
     got = process_buckets(np.arange(5), np.array([0, 1, 1, 1, 0]), np.array([1, 1, 2, 2, 2]), sigs)
     assert got.tolist() == [-1, 0, 0, 1, -1]
+
+
+def test_comm_hook_ops_keep_the_bucket_their_sig_names():
+    """A comm hook issuing several all_reduces per bucket (PowerSGD: uncompressed,
+    P, Q) records GradBucket.index() in their sigs: all three are bucket 0, the
+    next bucket's are 1; no counting."""
+    sigs = {0: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32", "bucket": 0},
+            1: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32", "bucket": 1},
+            2: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32", "bucket": "x"}}
+    got = process_buckets(np.arange(7), np.array([0, 0, 0, 1, 1, 1, 2]), np.ones(7, dtype=np.int64), sigs)
+    assert got.tolist() == [0, 0, 0, 1, 1, 1, 0]   # a malformed bucket field: counted as before
+    df = _frame([["f0", "all_reduce", "backward", None, "Net", 1]] * 4)
+    df["bucket"] = pd.array([0, 0, 1, None], dtype="Int32")
+    out = assign_buckets(df, META)
+    assert [int(b) for b in out["bucket"]] == [0, 0, 1, 0]
+
+
+def test_rebuild_without_a_known_layout_leaves_params_unknown():
+    """DDP rebuilt its buckets in forward 2 (empty ``buckets``): from there the
+    first layout no longer names them; a later line for the same iteration does."""
+    rows = [["f0", "all_reduce", "backward", None, "Net", 1],
+            ["f0", "all_reduce", "backward", None, "Net", 2],
+            ["f0", "all_reduce", "backward", None, "Net", 2]]
+    first = [{"type": "ddp_buckets", "module": "Net", "from_iteration": 1, "buckets": [["b.w", "a.b", "a.w"]]},
+             {"type": "ddp_buckets", "module": "Net", "from_iteration": 2, "buckets": []}]
+    out = assign_buckets(_frame(rows), {"f0": first})
+    assert [None if pd.isna(p) else p for p in out["params"]] == ["b.w,a.b,a.w", None, None]
+    later = first + [{"type": "ddp_buckets", "module": "Net", "from_iteration": 2, "buckets": [["b.w"], ["a.b", "a.w"]]}]
+    out = assign_buckets(_frame(rows), {"f0": later})
+    assert list(out["params"]) == ["b.w,a.b,a.w", "b.w", "a.b,a.w"]

@@ -198,3 +198,38 @@ def test_cuda_op_without_event_is_polled(tmp_path):
     row = _row(sig)
     rec.track(row, FakeWork(done=True), sig, False)
     assert row[R.FLAGS] & schema.FLAG_END_OBSERVED and not rec.device_ends
+
+
+def test_thread_context_is_the_calling_threads_own(tmp_path):
+    """A comm hook's bucket scope (push_thread_context) holds on its thread only,
+    nests, and leaves the process-wide context alone; ids stay unique per key."""
+    import threading
+
+    rec = R.Recorder(str(tmp_path), "run", "none", ["x"])
+    rec._stop.set()
+    rec.set_context(phase="backward", module="Net")
+    outer = rec.push_thread_context({**rec.context_fields(), "bucket": 0})
+    seen = {}
+
+    def other():  # another thread (gloo's, running a callback) sees the process's context
+        seen["key"] = rec.current_context_key()
+        token = rec.push_thread_context({"phase": "backward", "module": "Net", "bucket": 1})
+        seen["own"] = rec.current_context_key()
+        rec.pop_thread_context(token)
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen["key"] == (("module", "Net"), ("phase", "backward"))
+    assert seen["own"] == (("bucket", 1), ("module", "Net"), ("phase", "backward"))
+    assert rec.current_context_key() == (("bucket", 0), ("module", "Net"), ("phase", "backward"))
+    inner = rec.push_thread_context({"bucket": 2})
+    assert rec.thread_context_fields() == {"bucket": 2}
+    rec.pop_thread_context(inner)
+    assert rec.thread_context_fields() == {"phase": "backward", "module": "Net", "bucket": 0}
+    ident = threading.get_ident()
+    assert rec.thread_context_ids[ident] == rec._context_ids[rec.current_context_key()]
+    assert rec.context_key == (("module", "Net"), ("phase", "backward"))  # the process's own, untouched
+    rec.pop_thread_context(outer)
+    assert rec.thread_context_fields() is None and not rec.thread_context_ids and not rec.thread_context_keys
+    assert rec.current_context_key() == rec.context_key
+    assert len(set(rec._context_ids.values())) == len(rec._context_ids)

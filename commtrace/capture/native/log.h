@@ -26,6 +26,10 @@ class Log {
         recorder_(recorder.release().ptr()) {
     iteration_name_ = PyUnicode_InternFromString("iteration");
     context_name_ = PyUnicode_InternFromString("context_id");
+    // Held, not looked up per op: the Recorder mutates this dict in place and never rebinds it.
+    thread_contexts_ = PyObject_GetAttrString(recorder_, "thread_context_ids");
+    if (thread_contexts_ != nullptr && !PyDict_Check(thread_contexts_)) Py_CLEAR(thread_contexts_);
+    if (thread_contexts_ == nullptr) PyErr_Clear();
   }
 
   // -- under the GIL ----------------------------------------------------------
@@ -99,6 +103,23 @@ class Log {
     if (x == -1 && PyErr_Occurred()) PyErr_Clear();
     Py_DECREF(v);
     return x;
+  }
+
+  // The annotation context id in force on the calling thread: the process-wide
+  // ``context_id``, unless the thread has its own (Recorder.thread_context_ids:
+  // a comm hook's bucket scope, possibly on a backend thread). That dict is
+  // empty outside comm hooks: one size test more per op.
+  int64_t context_id() {
+    PyObject* d = thread_contexts_;
+    if (d != nullptr && PyDict_GET_SIZE(d) > 0) {
+      PyObject* ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+      PyObject* v = ident != nullptr ? PyDict_GetItemWithError(d, ident) : nullptr;  // borrowed
+      Py_XDECREF(ident);
+      int64_t x = v != nullptr && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
+      if (PyErr_Occurred()) PyErr_Clear();
+      if (x >= 0) return x;
+    }
+    return read_int_attr(context_name_);
   }
 
   // Sig id of a call; interns it through Python the first time its key is seen.
@@ -367,6 +388,7 @@ class Log {
   PyObject* recorder_;
   PyObject* iteration_name_;
   PyObject* context_name_;
+  PyObject* thread_contexts_;  // Recorder.thread_context_ids (NULL: an older Recorder without it)
 
  private:
   std::unordered_map<std::vector<int64_t>, SigInfo, KeyHash> sigs_;  // GIL

@@ -71,7 +71,7 @@ class TracedPG : public c10d::ProcessGroup {
     auto describe = [&] {
       py::gil_scoped_acquire gil;
       op->iteration = log.read_int_attr(log.iteration_name_);
-      key.add(log.read_int_attr(log.context_name_));
+      key.add(log.context_id());
       key.add(int64_t(pthread_self()));
       log.user_code(key.v);
       info = log.sig_for(key.v, gid_, method, make_args);
