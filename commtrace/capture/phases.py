@@ -360,6 +360,9 @@ class PhaseHooks:
             # One initial bucket holds every parameter (grad-ready order unknown yet).
             self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": label, "from_iteration": 1,
                                "buckets": [list(reversed(params))]})
+            # If the gradients fit DDP's first bucket, the rebuilt layout is that one bucket too:
+            # the layout is known for good (a rank that joins right after the rebuild keeps it).
+            state["rebuilt"] = _grad_bytes(module) <= _first_bucket_bytes(ddp)
         return state
 
     def _wrap_forward(self, orig):
@@ -425,6 +428,18 @@ class PhaseHooks:
         self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"],
                            "from_iteration": state["rebuild_at"],
                            "buckets": buckets})
+
+
+def _grad_bytes(module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+
+
+def _first_bucket_bytes(ddp) -> int:
+    """The smaller of DDP's first-bucket size and its bucket cap (bytes)."""
+    import torch.distributed as dist
+    first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
+    cap = getattr(ddp, "bucket_bytes_cap", first)
+    return min(first, cap if isinstance(cap, int) else first)
 
 
 def _logging_field(ddp, name):
