@@ -48,7 +48,8 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     phase_is = {name: pcodes == (phases.index(name) if name in phases else -2)
                 for name in ("forward", "backward", "optimizer")}
     fcodes, files = _codes(spans["file"])
-    key = fcodes.astype(np.int64) * (int(step.max()) + 1) + step    # (process, step)
+    per_file = int(step.max()) + 1
+    key = fcodes.astype(np.int64) * per_file + step                 # (process, step)
     b = spans["t_begin_ns"].to_numpy(np.int64)
     e = spans["t_end_ns"].to_numpy(np.int64)
     opt = phase_is["optimizer"] & (step > 0)
@@ -59,14 +60,15 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     kind[phase_is["backward"]] = BACKWARD
     kind[opt] = OPTIMIZER
     keys, begin, end, micro = step_bounds(key, kind, b, e)
-    fcode = keys // (int(step.max()) + 1)
-    rank = _file_ranks(spans["rank"].to_numpy(np.int32), fcodes, len(files))[fcode]
-    number = (keys % (int(step.max()) + 1)).astype(np.int32)
+    fcode = keys // per_file
+    span_rank = spans["rank"].to_numpy(np.int32)
+    rank = _file_ranks(span_rank, fcodes, len(files))[fcode]
+    number = (keys % per_file).astype(np.int32)
     if not _in_order(rank, begin):                            # (rank, begin) order; often already so
         order = np.lexsort((begin, rank))                     # stable
         fcode, rank, number, begin, end, micro = (x[order] for x in (fcode, rank, number, begin, end, micro))
     if arrays is not None and len(arrays.rank):
-        with_forwards = set(dense_codes(spans["rank"].to_numpy()[phase_is["forward"]])[0].tolist())
+        with_forwards = set(dense_codes(span_rank[phase_is["forward"]])[0].tolist())
         begin = _begin_at_first_op(rank, begin, end, arrays, with_forwards)
     return pd.DataFrame({"rank": rank, "step": _numbered_per_rank(rank, number, fcode), "t_begin_ns": begin,
                          "t_end_ns": end, "micro_steps": micro.astype(np.int32),

@@ -298,17 +298,18 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
 
 
 def _member_columns(members: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the index in ``members`` (distinct ranks, any order) of its rank, and
-    whether it is a member. A table indexed by rank where ranks are small, as they are."""
-    top = max(int(members.max(initial=-1)), int(rank.max(initial=-1)))
-    if len(members) and top < (1 << 20) and int(members.min()) >= 0 and int(rank.min(initial=0)) >= 0:
+    """Per row: the index in ``members`` (distinct ranks, any order; at least one) of its
+    rank, and whether it is a member. A table indexed by rank where ranks are small, as
+    they are."""
+    top = max(int(members.max()), int(rank.max(initial=-1)))
+    if top < (1 << 20) and int(members.min()) >= 0 and int(rank.min(initial=0)) >= 0:
         lut = np.full(top + 1, -1, np.int64)
         lut[members] = np.arange(len(members))
         col = lut[rank]
         return np.maximum(col, 0), col >= 0
     order = np.argsort(members, kind="stable")
-    pos = np.minimum(np.searchsorted(members[order], rank), max(len(members) - 1, 0))
-    return order[pos] if len(members) else pos, (members[order][pos] == rank) if len(members) else pos < 0
+    pos = np.minimum(np.searchsorted(members[order], rank), len(members) - 1)
+    return order[pos], members[order][pos] == rank
 
 
 def _members_per_seq(seq_ix: np.ndarray, member_ix: np.ndarray, n_seqs: int, n_members: int) -> np.ndarray:
