@@ -6,6 +6,18 @@ PY ?= python3
 # The torch this project is tested against. A range that admits newer torch
 # would download a multi-GB CUDA build; this pin installs the local CPU wheel.
 TORCH_PIN ?= torch==2.13.0
+# `make test TORCH=2.x.y` (and demo, setup, bench): that torch, in its own venv.
+# pip's config on this project's machines caps torch at the releases on their
+# disk; the cap is lifted for that venv's installs only.
+TORCH ?=
+ifneq ($(strip $(TORCH)),)
+VENV := .venv-torch$(TORCH)
+TORCH_PIN := torch==$(TORCH)
+PIP_ENV := PIP_CONSTRAINT=/dev/null
+endif
+# make test-compat: the smoke suite (tests/compat) on the oldest, a middle and the
+# newest supported release (commtrace/torch_compat.py: SUPPORTED).
+COMPAT_TORCH ?= 2.4.1 2.11.0 2.15.0
 NP ?= 2
 # Open MPI refuses to run as root without these; set for this project's commands only.
 MPI_ENV = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -13,10 +25,11 @@ MPIRUN = $(MPI_ENV) $(VENV)/bin/mpirun --oversubscribe
 STAMP = $(VENV)/.commtrace-installed
 DEMO_DIR ?= commtrace-out/demo
 
-.PHONY: setup native demo test bench clean help
+.PHONY: setup native demo test test-smoke test-compat bench clean help
 help:
 	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report, write it as HTML"
-	@echo "make test   - set up if needed, run the whole test suite"
+	@echo "make test   - set up if needed, run the whole test suite (TORCH=2.x.y: against that torch, in .venv-torch2.x.y)"
+	@echo "make test-compat - the smoke suite (tests/compat) on torch $(COMPAT_TORCH), each in its own venv"
 	@echo "make bench  - run the benchmarks and rewrite BENCHMARKS.md"
 	@echo "make setup  - create $(VENV) and install commtrace (editable) with its extras"
 	@echo "make native - compile the optional C++ fast paths (setup, demo, test and bench run it)"
@@ -30,9 +43,9 @@ native: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml commtrace/_install_pth.py commtrace/capture/commtrace-autostart.pth
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
-	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[mpi,native,scale,html,test]" "$(TORCH_PIN)"
+	$(PIP_ENV) $(PYTHON) -m pip install -q --upgrade pip
+	$(PIP_ENV) $(PYTHON) -m pip install -q "$(TORCH_PIN)"
+	$(PIP_ENV) $(PYTHON) -m pip install -q -e ".[mpi,native,scale,html,test]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 demo: setup
@@ -43,6 +56,13 @@ demo: setup
 
 test: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests
+
+test-smoke: setup
+	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/compat
+
+test-compat:
+	@set -e; for v in $(COMPAT_TORCH); do \
+	  echo "== torch $$v"; $(MAKE) --no-print-directory test-smoke TORCH=$$v; done
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py --output BENCHMARKS.md

@@ -12,7 +12,9 @@ in blocks as in bench_capture.py.
   bare Python ProcessGroup that only forwards each call: the floor of any
   Python-level wrapper (DDP calls it from the autograd thread, through pybind).
 
-    python benchmarks/bench_cuda.py [--reps 9] [--calls 400] [--json out.json]
+    python benchmarks/bench_cuda.py [--reps 9] [--calls 400] [--wrapper auto|python] [--json out.json]
+
+The first line printed names the card, the torch and the wrapper measured.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_capture import alternate, free_port, make_traced  # noqa: E402
+from bench_capture import alternate, free_port, make_traced, wrapper_kind  # noqa: E402
 
 
 def _issue(pg, t, opts, n: int) -> float:
@@ -79,6 +81,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--json")
+    ap.add_argument("--wrapper", choices=("auto", "python"), default="auto",
+                    help="auto: the wrapper `commtrace run` gives an NCCL group (native when built); "
+                         "python: the Python wrapper")
     a = ap.parse_args(argv)
     if not (torch.cuda.is_available() and dist.is_nccl_available()):
         print("[cuda] not available: needs a CUDA GPU and NCCL")
@@ -91,7 +96,8 @@ def main(argv=None) -> int:
     d = tempfile.mkdtemp(prefix="ct-bench-")
     res = {}
     try:
-        traced, rec = make_traced(plain, d, "nccl")
+        traced, rec = make_traced(plain, d, "nccl", a.wrapper)
+        kind = "python" if a.wrapper == "python" else wrapper_kind(plain)
         for label, n in (("1 elem", 1), ("4 MB", 1 << 20)):
             t = torch.ones(n, device=dev)
             o = dist.AllreduceOptions()
@@ -112,13 +118,14 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(d, ignore_errors=True)
     dist.destroy_process_group()
-    print(f"[cuda] {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    print(f"[cuda] {torch.cuda.get_device_name(0)}, torch {torch.__version__}, {kind} wrapper")
     print(f"{'case':36s} {'plain µs':>10s} {'traced µs':>10s} {'added µs':>9s} {'ratio':>7s}")
     for k, r in res.items():
         print(f"{k:36s} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:9.2f} {r['ratio']:7.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": res}, f)
+            json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "wrapper": kind,
+                       "cases": res}, f)
     return 0
 
 

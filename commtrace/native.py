@@ -18,7 +18,9 @@ cannot be built on this machine, e.g. MPI without headers); ``extensions()``
 here finds those modules by name on disk. Adding an extension touches only
 its own package.
 
-Compiling is ``torch.utils.cpp_extension``'s (ninja, from PyPI): it owns the
+An extension that uses no torch (``uses_torch=False``: the analysis kernels) is
+compiled by the C++ compiler alone, with Python's headers. Every other one is
+compiled by ``torch.utils.cpp_extension`` (ninja, from PyPI): it owns the
 flags that must match torch (include paths, ABI, ``TORCH_EXTENSION_NAME``),
 tracks header dependencies and compiles sources in parallel. It is used only
 to *build*: importing it costs ~0.3-0.9 s (setuptools), so loading a built
@@ -48,12 +50,16 @@ import importlib.util
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DECLARATION_MODULE = "native_ext"  # a module of this name declares a package's extensions
+# The one header of torch-release differences (``#include "torch_compat.h"``), on the
+# include path of every extension that uses torch.
+TORCH_COMPAT_HEADER = os.path.join(HERE, "torch_compat.h")
 _loaded: dict = {}  # build key -> module (or the exception that stopped it)
 
 
@@ -127,7 +133,7 @@ def _torch_install() -> tuple[str, str]:
     return torch.__version__, os.path.dirname(torch.__file__)
 
 
-_BUILD_VERSION = 2  # bump when how build() compiles changes (2: torch.utils.cpp_extension)
+_BUILD_VERSION = 3  # bump when how build() compiles changes (2: cpp_extension; 3: plain builds of no-torch ones)
 
 
 def _inputs(ext: Extension) -> list[str]:
@@ -136,6 +142,8 @@ def _inputs(ext: Extension) -> list[str]:
     paths = [os.path.join(HERE, s) for s in ext.sources]
     for d in sorted({os.path.dirname(p) for p in paths}):
         paths += sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".h"))
+    if ext.uses_torch:
+        paths.append(TORCH_COMPAT_HEADER)
     return paths
 
 
@@ -156,6 +164,8 @@ def build(ext: Extension, verbose: bool = False) -> str:
 
 def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
     """Build ``ext`` as ``modname`` in the empty folder ``work``; the .so's path."""
+    if not ext.uses_torch:
+        return _compile_plain(ext, modname, work, verbose)
     try:
         from torch.utils import cpp_extension
     except ImportError as e:
@@ -167,11 +177,15 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
     # here, a flag with spaces or quotes (the mpi fast path's -D...="...") stays one.
     quoted = functools.partial(map, shlex.quote)
     try:
-        return cpp_extension.load(
+        built = cpp_extension.load(
             name=modname, sources=[os.path.join(HERE, s) for s in ext.sources],
             extra_cflags=[*quoted(_CFLAGS), *quoted(ext.cflags)], extra_ldflags=[*quoted(ext.ldflags)],
+            extra_include_paths=[shlex.quote(HERE)] if ext.uses_torch else [],
             build_directory=work,
             with_cuda=False, is_python_module=False, is_standalone=False, verbose=verbose)
+        # torch < 2.5 returns None here (it loads the library instead); the file is
+        # where every release writes it.
+        return built or os.path.join(work, modname + ".so")
     except (RuntimeError, OSError, ValueError) as e:
         raise NativeBuildError(f"compiling {ext.name} failed: {_diagnostics(str(e))}") from None
     finally:
@@ -180,6 +194,28 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _compile_plain(ext: Extension, modname: str, work: str, verbose: bool) -> str:
+    """Build an extension that uses no torch (plain CPython API) with the compiler
+    alone: cpp_extension would link libtorch and libc10 into it, and some releases
+    (2.6) keep libc10 as a dependency despite --as-needed, so the module would load
+    only in a process that imported torch first."""
+    import sysconfig
+
+    out = os.path.join(work, modname + ".so")
+    cmd = [*ext.compiler, *_CFLAGS, "-std=c++17", "-shared", "-fPIC", f"-DTORCH_EXTENSION_NAME={modname}",
+           f"-I{sysconfig.get_paths()['include']}", *ext.cflags,
+           *(os.path.join(HERE, s) for s in ext.sources), "-o", out, *ext.ldflags]
+    if verbose:
+        print(shlex.join(cmd), file=sys.stderr)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NativeBuildError(f"compiling {ext.name} failed: {e}") from None
+    if r.returncode != 0:
+        raise NativeBuildError(f"compiling {ext.name} failed: {_diagnostics(r.stderr)}")
+    return out
 
 
 def _diagnostics(text: str) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from .. import native
 
-# --as-needed: cpp_extension links libtorch into every extension; this one uses none of it
+# uses_torch=False: compiled without torch's flags or libraries (native._compile_plain)
 EXTENSION = native.Extension("commtrace_analysis_kernels", ("analysis/native/analysis_kernels.cpp",),
-                             ldflags=("-Wl,--as-needed",), uses_torch=False)
+                             uses_torch=False)
 
 
 def extensions() -> list[tuple[str, native.Extension | None]]:

@@ -19,6 +19,7 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from .. import torch_compat
 from . import clock_group, native_wrapper
 from .recorder import Recorder
 from .tbhide import drop_own_frame
@@ -50,6 +51,7 @@ class Installer:
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping):
         if isinstance(pg, self.traced_types):
             return pg
+        store = torch_compat.real_store(store)
         if c10d._world.default_pg is None:
             self._new_world(pg, backend_name, store)
         if rank_mapping:
@@ -125,7 +127,7 @@ class Installer:
             setattr(c10d, name, fn)
         # torch.distributed re-exports some of these names.
         for name in ("split_group",):
-            if getattr(dist, name, None) is self.originals.get(name):
+            if name in patches and getattr(dist, name, None) is self.originals[name]:
                 setattr(dist, name, patches[name])
 
     def _adopt_registered(self, obj):

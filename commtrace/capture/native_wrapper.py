@@ -57,14 +57,7 @@ def kind_for(inner: dist.ProcessGroup) -> str:
     mod = module()
     if mod is None or _written_in_python(inner):
         return "python"
-    if not mod.TIMES_CUDA_OPS and _may_see_cuda(inner):
-        return "python"  # this torch's C++ API cannot time CUDA ops exactly; the Python wrapper can
     return "native"
-
-
-def _may_see_cuda(inner) -> bool:
-    import torch
-    return torch.cuda.is_available() and any(dev.type != "cpu" for dev in inner._device_types)
 
 
 def _written_in_python(inner) -> bool:

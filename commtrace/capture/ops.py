@@ -145,6 +145,8 @@ SPECS: dict[str, Spec] = {
     "allgather_into_tensor_coalesced": Spec("all_gather", parse_out_in()),
     "all_gather_single_coalesced": Spec("all_gather", parse_out_in()),
     "gather": Spec("gather", parse_out_in(("root", "timeout"))),
+    "gather_single": Spec("gather", parse_out_in()),        # torch 2.15
+    "gather_into_tensor": Spec("gather", parse_out_in()),   # torch 2.15 (its deprecated alias)
     "scatter": Spec("scatter", parse_out_in(("root", "timeout"))),
     "reduce_scatter": Spec("reduce_scatter", parse_out_in(("op", "timeout"))),
     "_reduce_scatter_base": Spec("reduce_scatter", parse_out_in()),
@@ -161,10 +163,6 @@ SPECS: dict[str, Spec] = {
     "recv_anysource": Spec("recv", parse_p2p(None), p2p=True),
 }
 
-# Trampoline names the ProcessGroup of torch < 2.13 lacks (there nothing calls them).
-ADDED_IN_TORCH_2_13 = frozenset({"all_gather_single", "all_gather_single_coalesced", "reduce_scatter_single",
-                                 "reduce_scatter_single_coalesced", "all_to_all_single"})
-
 # ProcessGroup attributes that are not communication ops. The API test fails on
 # any attribute of the installed torch's ProcessGroup that is in neither set.
 NOT_OPS = frozenset({
@@ -178,6 +176,13 @@ NOT_OPS = frozenset({
     "group_name", "get_group_store", "merge_remote_group", "name", "rank",
     "set_timeout", "shutdown", "size", "split_group", "unbox",
     "use_pg_for_symm_mem_rendezvous",
+    "Options", "options",  # torch < 2.6: the group's own options class and object
+    # torch 2.15: timeouts, fault tolerance (reconfigure), one-sided windows and hooks;
+    # the wrapper leaves them to the backends it mirrors (torch forwards them there)
+    "_add_ephemeral_timeout", "get_backend", "get_reconfigure_handle", "new_window", "reconfigure",
+    "register_abort_hook", "register_post_hook", "register_pre_hook", "supports_abort_hooks",
+    "supports_completion_hooks", "supports_reconfigure", "supports_window", "unregister_abort_hook",
+    "unregister_post_hook", "unregister_pre_hook",
 })
 
 

@@ -13,7 +13,7 @@ import traceback
 import types
 from dataclasses import dataclass
 
-from .. import mpienv
+from .. import mpienv, torch_compat
 from ..errors import CommtraceError, report
 from ..trace import schema
 from . import activate, launch
@@ -122,6 +122,7 @@ def _missing_module(name: str) -> str | None:
 
 def run(opts: RunOptions) -> int:
     run_dir, run_id, info, comm = prepare_environment(opts)
+    _say_if_torch_untested(info)
     command = [("-m " + opts.target) if opts.is_module else opts.target, *opts.args]
     os.environ[schema.ENV_COMMAND] = json.dumps(command)  # ranks the script spawns report it too
     activate.activate_from_env(command=command)
@@ -143,6 +144,16 @@ def run(opts: RunOptions) -> int:
     if how == _INTERRUPTED or code != 0 and mpienv.is_initialized():
         _exit_skipping_mpi_finalize(code, by_sigint=how == _INTERRUPTED)
     return code
+
+
+def _say_if_torch_untested(info: launch.LaunchInfo) -> None:
+    """One line on rank 0's stderr, before the program starts, when the installed torch
+    is outside the range commtrace is tested with; tracing goes on (what is not
+    understood there is forwarded untraced, never failed)."""
+    why = torch_compat.unsupported_reason()
+    if why and info.rank in (0, None):
+        sys.stderr.write(f"commtrace: warning: {why}\n")
+        sys.stderr.flush()
 
 
 def _say_where(run_dir: str, rec, code: int) -> None:

@@ -29,6 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from .. import torch_compat
 from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import objects, ops
@@ -119,6 +120,9 @@ def _tensor_key(t):
 
 _AllreduceOptions = dist.AllreduceOptions
 _BroadcastOptions = dist.BroadcastOptions
+_AR_ASYNC_OP = torch_compat.has_async_op(_AllreduceOptions)  # torch < 2.8: no such field
+_OPTIONS_TYPES = torch_compat.options_types()
+_async_op = torch_compat.async_op
 
 
 def call_key(args, kwargs):
@@ -133,7 +137,7 @@ def call_key(args, kwargs):
             ot = type(o)
             if ot is _AllreduceOptions:
                 t = a[0]
-                return (t.shape, t.dtype, t.is_cuda, ot, o.reduceOp, o.asyncOp), o
+                return (t.shape, t.dtype, t.is_cuda, ot, o.reduceOp, o.asyncOp if _AR_ASYNC_OP else True), o
             if ot is _BroadcastOptions:
                 t = a[0]
                 return (t.shape, t.dtype, t.is_cuda, ot, o.rootRank, o.asyncOp), o
@@ -147,7 +151,7 @@ def call_key(args, kwargs):
                 key.append(tuple(tuple(map(_tensor_key, x)) for x in a))
             else:
                 key.append(tuple(_tensor_key(t) if isinstance(t, _Tensor) else t for t in a))
-        elif hasattr(a, "asyncOp"):
+        elif type(a) in _OPTIONS_TYPES:
             opts = a
             key.append(_opts_key(a))
         else:
@@ -155,7 +159,7 @@ def call_key(args, kwargs):
     if kwargs:
         for k in sorted(kwargs):
             v = kwargs[k]
-            if hasattr(v, "asyncOp"):
+            if type(v) in _OPTIONS_TYPES:
                 opts = v
                 key.append((k, _opts_key(v)))
             else:
@@ -170,6 +174,7 @@ def mirror_backends(wrapper, inner, names: bool = True) -> bool:
     device but the CPU can reach the group (blocking ops are then waited for
     inside the wrapper)."""
     cpu_only = True
+    registered = set()
     for dev in inner._device_types:
         try:
             backend = inner._get_backend(dev)
@@ -178,11 +183,16 @@ def mirror_backends(wrapper, inner, names: bool = True) -> bool:
         btype = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper(),
                         dist.ProcessGroup.BackendType.CUSTOM)
         wrapper._register_backend(dev, btype, backend)
+        registered.add(btype)
         if dev.type != "cpu" and torch.cuda.is_available():
             cpu_only = False
     try:
         default_type = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper())
-        wrapper._set_default_backend(default_type)
+        # Only a type with a backend behind it: from torch 2.15 the rank and size of a
+        # group with a default type come from that backend (a group written in Python,
+        # the mpi4py one, has none).
+        if default_type in registered:
+            wrapper._set_default_backend(default_type)
     except Exception:
         pass
     if names:  # a wrapper whose getGroupName/Desc forward to inner needs no copy
@@ -360,7 +370,7 @@ def _make_traced(name: str, spec: ops.Spec):
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
                 rec.rows.append(row)
-            elif rec.sig_cpu[sig] and opts is not None and not opts.asyncOp:
+            elif rec.sig_cpu[sig] and opts is not None and not _async_op(opts):
                 # Blocking call on a CPU group: the caller waits right after we
                 # return, so waiting here costs nothing and gives the exact end.
                 try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from .. import torch_compat
 from . import dtypes, runtime
 from .tensors import (_U8, _bytes, _check, _copy_bytes, _one, _opt, _redop, _same_dtype, _scatter_back,
                       check_device)
@@ -14,6 +15,7 @@ from .work import MPIWork, _DoneWork
 
 _SUM = dist.ReduceOp.SUM
 _AllreduceOptions = dist.AllreduceOptions
+_AR_ASYNC_OP = torch_compat.has_async_op(_AllreduceOptions)  # torch < 2.8: the caller's intent is unknown
 # ReduceOp hashes by its RedOpType value (SUM = 0, PREMUL_SUM has its own); a
 # hash compares in ~0.1 us where ReduceOp.__eq__'s pybind overloads take ~0.2.
 _SUM_HASH = hash(_SUM)
@@ -42,7 +44,7 @@ class Collectives:
         f = self._sum_fast
         if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]
                 and type(opts) is _AllreduceOptions and f[1] == f[0].data_ptr() and f[2] == f[0].numel()
-                and hash(opts.reduceOp) == _SUM_HASH and (not opts.asyncOp or runtime.progress is None)
+                and hash(opts.reduceOp) == _SUM_HASH and ((_AR_ASYNC_OP and not opts.asyncOp) or runtime.progress is None)
                 and self._coalescing is None):
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, f[3], f[4])
@@ -53,7 +55,7 @@ class Collectives:
             (tensors if isinstance(tensors, torch.Tensor) else _one(tensors, "allreduce"))
         if type(opts) is _AllreduceOptions:
             rop = opts.reduceOp
-            sync = not opts.asyncOp or runtime.progress is None
+            sync = (_AR_ASYNC_OP and not opts.asyncOp) or runtime.progress is None
         else:
             rop = _redop(opts)
             sync = runtime.progress is None

@@ -22,8 +22,8 @@
 #include <mpi.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/version.h>
-#include <torch/csrc/distributed/c10d/PyProcessGroup.hpp>
+#include "torch_compat.h"
+#include CT_PY_PROCESS_GROUP_HEADER
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
@@ -34,8 +34,6 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#define COMMTRACE_TORCH_2_13 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13))
 
 namespace py = pybind11;
 
@@ -71,7 +69,10 @@ MPI_Datatype transport(at::ScalarType st) {
     case at::kFloat8_e5m2:
     case at::kFloat8_e4m3fnuz:
     case at::kFloat8_e5m2fnuz:
-    case at::kFloat8_e8m0fnu: return MPI_BYTE;
+#if CT_HAS_FLOAT8_E8M0FNU
+    case at::kFloat8_e8m0fnu:
+#endif
+      return MPI_BYTE;
     default: return MPI_DATATYPE_NULL;
   }
 }
@@ -267,6 +268,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
 
   // The base class keeps group names in its (absent) backends, so they are
   // stored here; the inner group is told too, for code that holds it.
+#if CT_PG_GROUP_NAME_VIRTUAL
   const std::string& getGroupName() const override { return name_; }
   void setGroupName(const std::string& name) override {
     name_ = name;
@@ -279,11 +281,15 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     py::gil_scoped_acquire gil;
     py_.attr("setGroupDesc")(desc);
   }
+#endif
 
+#if CT_PG_SET_TIMEOUT_VIRTUAL
   void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
+#endif
 
   // shutdown/abort free the communicator (inner group): no fast-path call may
   // use it afterwards, so it is forgotten first.
+#if CT_PG_SHUTDOWN_VIRTUAL
   void shutdown() override {
     comm_.store(MPI_COMM_NULL);
     py::gil_scoped_acquire gil;
@@ -294,6 +300,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     py::gil_scoped_acquire gil;
     py_.attr("abort")();
   }
+#endif
 
   // While coalescing, the inner group collects the Works of the ops issued so
   // that end_coalescing returns one Work over them all: every op goes to it.
@@ -379,7 +386,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                     const c10d::AllgatherOptions& opts) override {
     return forward("allgather", outputs, inputs, opts);
   }
-#if COMMTRACE_TORCH_2_13  // torch < 2.13 has no such virtual
+#if CT_PG_SINGLE_TENSOR_VIRTUALS
   WorkPtr all_gather_single(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
     return forward("all_gather_single", output, input, opts);
   }
@@ -391,7 +398,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                               const c10d::AllgatherOptions& opts) override {
     return forward("allgather_coalesced", outputs, inputs, opts);
   }
-#if COMMTRACE_TORCH_2_13  // torch < 2.13 has no such virtual
+#if CT_PG_SINGLE_TENSOR_VIRTUALS
   WorkPtr all_gather_single_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                       const c10d::AllgatherOptions& opts) override {
     return forward("all_gather_single_coalesced", outputs, inputs, opts);
@@ -413,7 +420,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                          const c10d::ReduceScatterOptions& opts) override {
     return forward("reduce_scatter", outputs, inputs, opts);
   }
-#if COMMTRACE_TORCH_2_13  // torch < 2.13 has no such virtual
+#if CT_PG_SINGLE_TENSOR_VIRTUALS
   WorkPtr reduce_scatter_single(at::Tensor& output, at::Tensor& input,
                                 const c10d::ReduceScatterOptions& opts) override {
     return forward("reduce_scatter_single", output, input, opts);
@@ -423,7 +430,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                                const c10d::ReduceScatterOptions& opts) override {
     return forward("_reduce_scatter_base", output, input, opts);
   }
-#if COMMTRACE_TORCH_2_13  // torch < 2.13 has no such virtual
+#if CT_PG_SINGLE_TENSOR_VIRTUALS
   WorkPtr reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::ReduceScatterOptions& opts) override {
     return forward("reduce_scatter_single_coalesced", outputs, inputs, opts);
@@ -433,7 +440,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                                           const c10d::ReduceScatterOptions& opts) override {
     return forward("reduce_scatter_tensor_coalesced", outputs, inputs, opts);
   }
-#if COMMTRACE_TORCH_2_13  // torch < 2.13 has no such virtual
+#if CT_PG_SINGLE_TENSOR_VIRTUALS
   WorkPtr all_to_all_single(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
                             std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) override {
     return forward("all_to_all_single", output, input, outputSplits, inputSplits, opts);
@@ -463,9 +470,11 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
     inner_->monitoredBarrier(opts, waitAllRanks);
   }
+#if CT_PG_SET_SEQUENCE_NUMBER
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
+#endif
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
-#if COMMTRACE_TORCH_2_13  // their signatures differ in older torch
+#if CT_PG_SPLIT_GROUP_DEVICES  // older signatures differ: the base implementation answers there
   c10::intrusive_ptr<ProcessGroup> splitGroup(const std::vector<int>& ranks,
                                               const std::optional<std::chrono::milliseconds>& timeout,
                                               const std::optional<c10::intrusive_ptr<c10d::Backend::Options>>& opts,
@@ -503,7 +512,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   bool plan(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts, FastCall& call) const {
     call.name = "allreduce";
     call.type = c10d::OpType::ALLREDUCE;
-    if (opts.asyncOp || tensors.size() != 1 || opts.sparseIndices.has_value() || !plain_cpu(tensors[0])) return false;
+    if (ct::compat::async_op(opts) || tensors.size() != 1 || opts.sparseIndices.has_value() || !plain_cpu(tensors[0])) return false;
     call.op = reduction(opts.reduceOp.op_, tensors[0].scalar_type());
     call.datatype = transport(tensors[0].scalar_type());
     call.comm = fast_comm();
@@ -513,7 +522,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     call.name = "broadcast";
     call.type = c10d::OpType::BROADCAST;
     // An out-of-range root is the Python group's to refuse (with its message).
-    if (opts.asyncOp || tensors.size() != 1 || opts.rootTensor != 0 || opts.rootRank < 0 || opts.rootRank >= size_ ||
+    if (ct::compat::async_op(opts) || tensors.size() != 1 || opts.rootTensor != 0 || opts.rootRank < 0 || opts.rootRank >= size_ ||
         !plain_cpu(tensors[0])) {
       return false;
     }

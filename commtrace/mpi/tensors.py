@@ -7,6 +7,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from .. import torch_compat
 from . import runtime
 
 _ReduceOp = dist.ReduceOp
@@ -103,8 +104,9 @@ def _opt(opts, name, default):
 
 
 def _async(opts):
-    # Options objects carry asyncOp (default True); old positional forms pass none.
-    return getattr(opts, "asyncOp", True)
+    # Options objects carry asyncOp (default True); old positional forms and, before
+    # torch 2.8, some Options types pass none.
+    return torch_compat.async_op(opts)
 
 
 def _redop(opts):

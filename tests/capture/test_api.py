@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from commtrace import torch_compat
 from commtrace.capture import ops
 from commtrace.capture.wrapper import TracedProcessGroup
 
@@ -29,6 +30,7 @@ def test_specs_name_real_methods_or_trampoline_names():
     api = set(ops.processgroup_api())
     # Names the C++ trampoline looks up in Python that pybind does not expose on the class.
     missing = {n for n in ops.SPECS if n not in api}
-    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 13):
-        missing -= ops.ADDED_IN_TORCH_2_13
+    missing -= set(torch_compat.ADDED_METHODS)  # a torch before them never calls them
     assert not missing, missing
+    # and every method a release added is traced
+    assert set(torch_compat.ADDED_METHODS) <= set(ops.SPECS)

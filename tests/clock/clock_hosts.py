@@ -51,6 +51,7 @@ class HostsRun:
 
 
 def _mpirun(tmp) -> HostsRun:
+    h.require_mpirun()
     run_dir, probe = tmp / "run", str(tmp / "probe")
     shift = SHIFTS["mpirun"]
     host_b = [f"{k}={v}" for k, v in host_b_env(shift).items()]

@@ -6,6 +6,10 @@ on one GPU). Every collective NCCL supports runs once, blocking and async, under
 tracer raises. Then DDP (with a BatchNorm buffer) trains a few steps; OUT gets
 the results and a hash of the parameters (compared traced vs untraced).
 
+``worker_cuda.py graph OUT PORT``: a one-rank NCCL world whose all_reduce is
+captured in a CUDA graph (after a warm-up outside it) and replayed: the tracer
+must record no event into the graph being captured.
+
 ``worker_cuda.py gloo OUT PORT``: spawns 2 ranks on the same GPU with gloo and
 CUDA tensors (gloo completes CUDA work on its own thread).
 """
@@ -76,6 +80,31 @@ def ddp_train(dev, steps=4):
     return h.hexdigest()
 
 
+def graph(out, port):
+    dev = torch.device("cuda:0")
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    x = torch.ones(1024, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (NCCL's communicator)
+        x.mul_(2)
+        dist.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        x.mul_(2)
+        dist.all_reduce(x)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    # warm-up 2, capture runs nothing, 3 replays x2 each: 2 * 2**3 = 16 (a one-rank sum is the identity)
+    res = {"x": float(x[0])}
+    dist.destroy_process_group()
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
 def gloo_rank(rank, out, port):
     dev = torch.device("cuda:0")
     torch.cuda.set_device(dev)
@@ -98,5 +127,7 @@ if __name__ == "__main__":
     mode, out, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "nccl":
         nccl(out, port)
+    elif mode == "graph":
+        graph(out, port)
     else:
         mp.spawn(gloo_rank, args=(out, port), nprocs=2)

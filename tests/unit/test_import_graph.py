@@ -19,11 +19,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "commtrace"
 
 # layer -> layers it must not import
 FORBIDDEN = {
-    "trace": {"capture", "analysis", "render", "mpi", "native", "cli"},
-    "analysis": {"capture", "render", "mpi", "native", "cli"},
-    "render": {"capture", "mpi", "native", "cli"},
+    "trace": {"capture", "analysis", "render", "mpi", "native", "cli", "torch_compat"},
+    "analysis": {"capture", "render", "mpi", "native", "cli", "torch_compat"},
+    "render": {"capture", "mpi", "native", "cli", "torch_compat"},
     "capture": {"analysis", "render", "cli"},
-    "native": {"capture", "trace", "analysis", "render", "mpi", "cli", "dynamo", "mpienv"},
+    "native": {"capture", "trace", "analysis", "render", "mpi", "cli", "dynamo", "mpienv", "torch_compat"},
+    # torch-release differences know no client
+    "torch_compat": {"capture", "trace", "analysis", "render", "mpi", "native", "cli", "dynamo", "mpienv"},
 }
 # The one exception: the analysis's extension declaration (its C++ kernels) uses the
 # builder, as every package's native_ext does; nothing else in analysis knows it.

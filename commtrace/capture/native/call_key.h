@@ -27,7 +27,7 @@ enum Method : int {
   M__allgather_base, M_all_gather_single, M_allgather_into_tensor_coalesced, M_all_gather_single_coalesced,
   M_gather, M_scatter, M_reduce_scatter, M__reduce_scatter_base, M_reduce_scatter_single,
   M_reduce_scatter_tensor_coalesced, M_reduce_scatter_single_coalesced, M_alltoall, M_alltoall_base,
-  M_all_to_all_single, M_barrier, M_monitored_barrier, M_send, M_recv, M_recv_anysource,
+  M_all_to_all_single, M_barrier, M_monitored_barrier, M_send, M_recv, M_recv_anysource, M_gather_single,
 };
 
 }  // namespace ct

@@ -4,7 +4,7 @@
 
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/version.h>
+#include "torch_compat.h"
 #include <pybind11/chrono.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -29,8 +29,6 @@ using WorkPtr = c10::intrusive_ptr<Work>;
 using FuturePtr = c10::intrusive_ptr<c10::ivalue::Future>;
 using Tensors = std::vector<at::Tensor>;
 using TensorLists = std::vector<std::vector<at::Tensor>>;
-
-#define CT_TORCH_2_13 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13))
 
 namespace ct {
 

@@ -14,42 +14,33 @@ namespace ct {
 // re-recorded every few seconds. Ops whose future is not complete at return
 // (gloo on CUDA), ops during graph capture or on another device than the
 // current one get no event: they are polled.
-// torch < 2.13 cannot say whether a stream is capturing a CUDA graph through
-// the device-generic API: there, no event is ever recorded (TIMES_CUDA_OPS is
-// false and native_wrapper gives groups that can see CUDA the Python wrapper).
-// COMMTRACE_TEST_NO_CAPTURE_CHECK (set through CXX, never by default) lets the
-// GPU tests exercise the event path on such a torch, in programs that capture
-// no graphs.
+// Ops during graph capture get no event: recording one would add work to the
+// graph being captured. Whether the caller's stream is capturing comes from
+// c10's device-generic query where the torch release has it
+// (compat::has_capture_query, 2.13+); on older releases the caller asked
+// torch's Python binding under the GIL it already held (Log::stream_capturing)
+// and passes the answer in.
+constexpr bool CAPTURE_QUERY_IN_CPP = compat::has_capture_query<c10::impl::VirtualGuardImpl>::value;
+
 template <class Guard>
-static bool capturing(const Guard& impl, const c10::Stream& s) {
-#ifdef COMMTRACE_TEST_NO_CAPTURE_CHECK
-  return false;
-#else
-  if constexpr (requires { impl.isStreamCapturing(s); }) {
+static bool capturing(const Guard& impl, const c10::Stream& s, bool asked_in_python) {
+  if constexpr (compat::has_capture_query<Guard>::value) {
     return impl.isStreamCapturing(s);
   } else {
-    return true;
+    return asked_in_python;
   }
-#endif
 }
-#ifdef COMMTRACE_TEST_NO_CAPTURE_CHECK
-constexpr bool TIMES_CUDA_OPS = true;
-#else
-template <class Guard>  // a template: outside one, a failing requires-expression is an error, not false
-constexpr bool has_capture_query = requires(const Guard& g, const c10::Stream& s) { g.isStreamCapturing(s); };
-constexpr bool TIMES_CUDA_OPS = has_capture_query<c10::impl::VirtualGuardImpl>;
-#endif
 
 class DeviceEndTimer {
  public:
   static constexpr int64_t ANCHOR_EVERY_NS = 5000000000;
 
-  EventPtr end_event(const WorkPtr& work, int index) {
+  EventPtr end_event(const WorkPtr& work, int index, bool capturing_in_python) {
     c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
     if (impl.getDevice().index() != index) return nullptr;  // switching its stream would switch the device
     c10::Device dev(c10::DeviceType::CUDA, c10::DeviceIndex(index));
     c10::Stream cur = impl.getStream(dev);
-    if (capturing(impl, cur)) return nullptr;
+    if (capturing(impl, cur, capturing_in_python)) return nullptr;
     FuturePtr fut = work->getFuture();
     if (!fut || !fut->completed()) return nullptr;
     Dev& d = device(index, impl);

@@ -122,6 +122,35 @@ class Log {
     return read_int_attr(context_name_);
   }
 
+  // Under the GIL, for a CUDA op on a torch whose C++ API cannot say whether the
+  // current stream captures a CUDA graph (DeviceEndTimer): torch's own binding
+  // of that query (torch.cuda.is_current_stream_capturing), a C function called
+  // without a Python frame. Unknown (no binding, an error) counts as capturing:
+  // the op is then polled, never given an event.
+  bool stream_capturing() {
+    if constexpr (CAPTURE_QUERY_IN_CPP) {
+      return false;  // DeviceEndTimer asks c10 itself
+    } else {
+      if (capture_query_ == nullptr) {
+        PyObject* c = PyImport_ImportModule("torch._C");
+        capture_query_ = c != nullptr ? PyObject_GetAttrString(c, "_cuda_isCurrentStreamCapturing") : nullptr;
+        Py_XDECREF(c);
+        if (capture_query_ == nullptr) {
+          PyErr_Clear();
+          return true;
+        }
+      }
+      PyObject* r = PyObject_CallNoArgs(capture_query_);
+      if (r == nullptr) {
+        PyErr_Clear();
+        return true;
+      }
+      bool capturing = r != Py_False;
+      Py_DECREF(r);
+      return capturing;
+    }
+  }
+
   // Sig id of a call; interns it through Python the first time its key is seen.
   template <class MakeArgs>
   SigInfo sig_for(std::vector<int64_t>& key, int gid, const char* method, MakeArgs&& make_args) {
@@ -212,13 +241,13 @@ class Log {
   }
 
   // Async device op returned to the caller: timed by an end event, else polled.
-  void track_device(const OpPtr& op, WorkPtr work, int index) {
+  void track_device(const OpPtr& op, WorkPtr work, int index, bool capturing_in_python) {
     Pending p{op, std::move(work), nullptr, false};
     p.device = true;
     p.device_index = index;
     if (index >= 0) {
       try {
-        p.event = device_timer_.end_event(p.work, index);
+        p.event = device_timer_.end_event(p.work, index, capturing_in_python);
       } catch (...) {
         p.event = nullptr;
       }
@@ -389,6 +418,7 @@ class Log {
   PyObject* iteration_name_;
   PyObject* context_name_;
   PyObject* thread_contexts_;  // Recorder.thread_context_ids (NULL: an older Recorder without it)
+  PyObject* capture_query_ = nullptr;  // torch._C._cuda_isCurrentStreamCapturing, looked up once (stream_capturing)
 
  private:
   std::unordered_map<std::vector<int64_t>, SigInfo, KeyHash> sigs_;  // GIL

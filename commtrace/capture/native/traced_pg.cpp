@@ -62,6 +62,7 @@ class TracedPG : public c10d::ProcessGroup {
     op->group = gid_;
     Log& log = *log_;
     SigInfo info;
+    bool capturing = false;  // a CUDA op issued while its stream captures a graph (asked under the GIL)
     // The call site and sig under the GIL. On gloo and NCCL, whose calls only
     // enqueue the op, this runs after issuing it, while the backend works: a
     // blocking caller waits anyway, and the op starts a few microseconds
@@ -76,6 +77,7 @@ class TracedPG : public c10d::ProcessGroup {
       log.user_code(key.v);
       info = log.sig_for(key.v, gid_, method, make_args);
       op->sig = info.sig;
+      if (!info.cpu && info.cuda >= 0) capturing = log.stream_capturing();
       if (p2p) op->seq = ++p2p_seq_[std::make_pair(std::string(op_name), peer)];
     };
     bool later = issue_only_enqueues_ && !p2p;
@@ -114,7 +116,7 @@ class TracedPG : public c10d::ProcessGroup {
         log.done(op);
       } else if (!info.cpu) {
         op->t_return = now_ns();
-        log.track_device(op, work, info.cuda);
+        log.track_device(op, work, info.cuda, capturing);
       } else {
         op->t_return = now_ns();
         log.track(op, work, p2p);
@@ -165,112 +167,120 @@ class TracedPG : public c10d::ProcessGroup {
 #define CT_PYARGS(...) [&]() -> py::object { return py::make_tuple(__VA_ARGS__); }
 
   WorkPtr allreduce(Tensors& ts, const c10d::AllreduceOptions& o) override {
-    Key k(M_allreduce); k.tensors(ts); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "allreduce", "all_reduce", !o.asyncOp, false, 0, CT_PYARGS(ts, o),
+    Key k(M_allreduce); k.tensors(ts); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "allreduce", "all_reduce", !compat::async_op(o), false, 0, CT_PYARGS(ts, o),
                   [&] { return inner_->allreduce(ts, o); });
   }
   WorkPtr allreduce_coalesced(Tensors& ts, const c10d::AllreduceCoalescedOptions& o) override {
-    Key k(M_allreduce_coalesced); k.tensors(ts); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "allreduce_coalesced", "all_reduce", !o.asyncOp, false, 0, CT_PYARGS(ts, o),
+    Key k(M_allreduce_coalesced); k.tensors(ts); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "allreduce_coalesced", "all_reduce", !compat::async_op(o), false, 0, CT_PYARGS(ts, o),
                   [&] { return inner_->allreduce_coalesced(ts, o); });
   }
   WorkPtr broadcast(Tensors& ts, const c10d::BroadcastOptions& o) override {
-    Key k(M_broadcast); k.tensors(ts); k.add(o.rootRank); k.add(o.rootTensor); k.add(o.asyncOp);
-    return traced(k, "broadcast", "broadcast", !o.asyncOp, false, 0, CT_PYARGS(ts, o),
+    Key k(M_broadcast); k.tensors(ts); k.add(o.rootRank); k.add(o.rootTensor); k.add(compat::async_op(o));
+    return traced(k, "broadcast", "broadcast", !compat::async_op(o), false, 0, CT_PYARGS(ts, o),
                   [&] { return inner_->broadcast(ts, o); });
   }
   WorkPtr reduce(Tensors& ts, const c10d::ReduceOptions& o) override {
-    Key k(M_reduce); k.tensors(ts); k.redop(o.reduceOp); k.add(o.rootRank); k.add(o.rootTensor); k.add(o.asyncOp);
-    return traced(k, "reduce", "reduce", !o.asyncOp, false, 0, CT_PYARGS(ts, o),
+    Key k(M_reduce); k.tensors(ts); k.redop(o.reduceOp); k.add(o.rootRank); k.add(o.rootTensor); k.add(compat::async_op(o));
+    return traced(k, "reduce", "reduce", !compat::async_op(o), false, 0, CT_PYARGS(ts, o),
                   [&] { return inner_->reduce(ts, o); });
   }
   WorkPtr allgather(TensorLists& out, Tensors& in, const c10d::AllgatherOptions& o) override {
-    Key k(M_allgather); k.lists(out); k.tensors(in); k.add(o.asyncOp);
-    return traced(k, "allgather", "all_gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_allgather); k.lists(out); k.tensors(in); k.add(compat::async_op(o));
+    return traced(k, "allgather", "all_gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->allgather(out, in, o); });
   }
   WorkPtr allgather_coalesced(TensorLists& out, Tensors& in, const c10d::AllgatherOptions& o) override {
-    Key k(M_allgather_coalesced); k.lists(out); k.tensors(in); k.add(o.asyncOp);
-    return traced(k, "allgather_coalesced", "all_gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_allgather_coalesced); k.lists(out); k.tensors(in); k.add(compat::async_op(o));
+    return traced(k, "allgather_coalesced", "all_gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->allgather_coalesced(out, in, o); });
   }
   WorkPtr _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o) override {
-    Key k(M__allgather_base); k.tensor(out); k.tensor(in); k.add(o.asyncOp);
-    return traced(k, "_allgather_base", "all_gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M__allgather_base); k.tensor(out); k.tensor(in); k.add(compat::async_op(o));
+    return traced(k, "_allgather_base", "all_gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->_allgather_base(out, in, o); });
   }
   WorkPtr allgather_into_tensor_coalesced(Tensors& out, Tensors& in, const c10d::AllgatherOptions& o) override {
-    Key k(M_allgather_into_tensor_coalesced); k.tensors(out); k.tensors(in); k.add(o.asyncOp);
-    return traced(k, "allgather_into_tensor_coalesced", "all_gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_allgather_into_tensor_coalesced); k.tensors(out); k.tensors(in); k.add(compat::async_op(o));
+    return traced(k, "allgather_into_tensor_coalesced", "all_gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->allgather_into_tensor_coalesced(out, in, o); });
   }
   WorkPtr gather(TensorLists& out, Tensors& in, const c10d::GatherOptions& o) override {
-    Key k(M_gather); k.lists(out); k.tensors(in); k.add(o.rootRank); k.add(o.asyncOp);
-    return traced(k, "gather", "gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_gather); k.lists(out); k.tensors(in); k.add(o.rootRank); k.add(compat::async_op(o));
+    return traced(k, "gather", "gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->gather(out, in, o); });
   }
+#if CT_PG_GATHER_SINGLE
+  // gather_into_tensor is not overridden: torch's own calls this one.
+  WorkPtr gather_single(at::Tensor& out, at::Tensor& in, const c10d::GatherOptions& o) override {
+    Key k(M_gather_single); k.tensor(out); k.tensor(in); k.add(o.rootRank); k.add(compat::async_op(o));
+    return traced(k, "gather_single", "gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
+                  [&] { return inner_->gather_single(out, in, o); });
+  }
+#endif
   WorkPtr scatter(Tensors& out, TensorLists& in, const c10d::ScatterOptions& o) override {
-    Key k(M_scatter); k.tensors(out); k.lists(in); k.add(o.rootRank); k.add(o.asyncOp);
-    return traced(k, "scatter", "scatter", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_scatter); k.tensors(out); k.lists(in); k.add(o.rootRank); k.add(compat::async_op(o));
+    return traced(k, "scatter", "scatter", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->scatter(out, in, o); });
   }
   WorkPtr reduce_scatter(Tensors& out, TensorLists& in, const c10d::ReduceScatterOptions& o) override {
-    Key k(M_reduce_scatter); k.tensors(out); k.lists(in); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "reduce_scatter", "reduce_scatter", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_reduce_scatter); k.tensors(out); k.lists(in); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "reduce_scatter", "reduce_scatter", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->reduce_scatter(out, in, o); });
   }
   WorkPtr _reduce_scatter_base(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) override {
-    Key k(M__reduce_scatter_base); k.tensor(out); k.tensor(in); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "_reduce_scatter_base", "reduce_scatter", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M__reduce_scatter_base); k.tensor(out); k.tensor(in); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "_reduce_scatter_base", "reduce_scatter", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->_reduce_scatter_base(out, in, o); });
   }
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& out, Tensors& in, const c10d::ReduceScatterOptions& o) override {
-    Key k(M_reduce_scatter_tensor_coalesced); k.tensors(out); k.tensors(in); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "reduce_scatter_tensor_coalesced", "reduce_scatter", !o.asyncOp, false, 0,
+    Key k(M_reduce_scatter_tensor_coalesced); k.tensors(out); k.tensors(in); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "reduce_scatter_tensor_coalesced", "reduce_scatter", !compat::async_op(o), false, 0,
                   CT_PYARGS(out, in, o), [&] { return inner_->reduce_scatter_tensor_coalesced(out, in, o); });
   }
   WorkPtr alltoall(Tensors& out, Tensors& in, const c10d::AllToAllOptions& o) override {
-    Key k(M_alltoall); k.tensors(out); k.tensors(in); k.add(o.asyncOp);
-    return traced(k, "alltoall", "all_to_all", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_alltoall); k.tensors(out); k.tensors(in); k.add(compat::async_op(o));
+    return traced(k, "alltoall", "all_to_all", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->alltoall(out, in, o); });
   }
   WorkPtr alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outs, std::vector<int64_t>& ins,
                         const c10d::AllToAllOptions& o) override {
-    Key k(M_alltoall_base); k.tensor(out); k.tensor(in); k.ints(outs); k.ints(ins); k.add(o.asyncOp);
-    return traced(k, "alltoall_base", "all_to_all", !o.asyncOp, false, 0, CT_PYARGS(out, in, outs, ins, o),
+    Key k(M_alltoall_base); k.tensor(out); k.tensor(in); k.ints(outs); k.ints(ins); k.add(compat::async_op(o));
+    return traced(k, "alltoall_base", "all_to_all", !compat::async_op(o), false, 0, CT_PYARGS(out, in, outs, ins, o),
                   [&] { return inner_->alltoall_base(out, in, outs, ins, o); });
   }
-#if CT_TORCH_2_13
+#if CT_PG_SINGLE_TENSOR_VIRTUALS
   WorkPtr all_gather_single(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o) override {
-    Key k(M_all_gather_single); k.tensor(out); k.tensor(in); k.add(o.asyncOp);
-    return traced(k, "all_gather_single", "all_gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_all_gather_single); k.tensor(out); k.tensor(in); k.add(compat::async_op(o));
+    return traced(k, "all_gather_single", "all_gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->all_gather_single(out, in, o); });
   }
   WorkPtr all_gather_single_coalesced(Tensors& out, Tensors& in, const c10d::AllgatherOptions& o) override {
-    Key k(M_all_gather_single_coalesced); k.tensors(out); k.tensors(in); k.add(o.asyncOp);
-    return traced(k, "all_gather_single_coalesced", "all_gather", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_all_gather_single_coalesced); k.tensors(out); k.tensors(in); k.add(compat::async_op(o));
+    return traced(k, "all_gather_single_coalesced", "all_gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->all_gather_single_coalesced(out, in, o); });
   }
   WorkPtr reduce_scatter_single(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) override {
-    Key k(M_reduce_scatter_single); k.tensor(out); k.tensor(in); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "reduce_scatter_single", "reduce_scatter", !o.asyncOp, false, 0, CT_PYARGS(out, in, o),
+    Key k(M_reduce_scatter_single); k.tensor(out); k.tensor(in); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "reduce_scatter_single", "reduce_scatter", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->reduce_scatter_single(out, in, o); });
   }
   WorkPtr reduce_scatter_single_coalesced(Tensors& out, Tensors& in, const c10d::ReduceScatterOptions& o) override {
-    Key k(M_reduce_scatter_single_coalesced); k.tensors(out); k.tensors(in); k.redop(o.reduceOp); k.add(o.asyncOp);
-    return traced(k, "reduce_scatter_single_coalesced", "reduce_scatter", !o.asyncOp, false, 0,
+    Key k(M_reduce_scatter_single_coalesced); k.tensors(out); k.tensors(in); k.redop(o.reduceOp); k.add(compat::async_op(o));
+    return traced(k, "reduce_scatter_single_coalesced", "reduce_scatter", !compat::async_op(o), false, 0,
                   CT_PYARGS(out, in, o), [&] { return inner_->reduce_scatter_single_coalesced(out, in, o); });
   }
   WorkPtr all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outs, std::vector<int64_t>& ins,
                             const c10d::AllToAllOptions& o) override {
-    Key k(M_all_to_all_single); k.tensor(out); k.tensor(in); k.ints(outs); k.ints(ins); k.add(o.asyncOp);
-    return traced(k, "all_to_all_single", "all_to_all", !o.asyncOp, false, 0, CT_PYARGS(out, in, outs, ins, o),
+    Key k(M_all_to_all_single); k.tensor(out); k.tensor(in); k.ints(outs); k.ints(ins); k.add(compat::async_op(o));
+    return traced(k, "all_to_all_single", "all_to_all", !compat::async_op(o), false, 0, CT_PYARGS(out, in, outs, ins, o),
                   [&] { return inner_->all_to_all_single(out, in, outs, ins, o); });
   }
 #endif
   WorkPtr barrier(const c10d::BarrierOptions& o) override {
-    Key k(M_barrier); k.add(o.asyncOp); k.ints(o.device_ids);
-    return traced(k, "barrier", "barrier", !o.asyncOp, false, 0, CT_PYARGS(o),
+    Key k(M_barrier); k.add(compat::async_op(o)); k.ints(o.device_ids);
+    return traced(k, "barrier", "barrier", !compat::async_op(o), false, 0, CT_PYARGS(o),
                   [&] { return inner_->barrier(o); });
   }
   void monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all_ranks) override {
@@ -299,18 +309,28 @@ class TracedPG : public c10d::ProcessGroup {
 #undef CT_PYARGS
 
   // -- everything else reaches the real group ----------------------------------------
+  // (torch_compat.h: where a release's base class does not declare one of these
+  // virtual, the wrapper keeps the base's own behaviour for it.)
   const std::string getBackendName() const override { return inner_->getBackendName(); }
-  void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
   void startCoalescing(c10::DeviceType d) override { inner_->startCoalescing(d); }
   WorkPtr endCoalescing(c10::DeviceType d) override { return inner_->endCoalescing(d); }
-  void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+#if CT_PG_SET_SEQUENCE_NUMBER
+  void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
+#endif
+#if CT_PG_SET_TIMEOUT_VIRTUAL
+  void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
+#endif
+#if CT_PG_SHUTDOWN_VIRTUAL
   void shutdown() override { inner_->shutdown(); }
   void abort() override { inner_->abort(); }
+#endif
+#if CT_PG_GROUP_NAME_VIRTUAL
   const std::string& getGroupName() const override { return inner_->getGroupName(); }
   void setGroupName(const std::string& name) override { inner_->setGroupName(name); }
   const std::string& getGroupDesc() const override { return inner_->getGroupDesc(); }
   void setGroupDesc(const std::string& desc) override { inner_->setGroupDesc(desc); }
+#endif
 
  private:
   TracedPG(const c10::intrusive_ptr<c10d::ProcessGroup>& inner, py::object inner_obj, std::shared_ptr<Log> log,
@@ -358,7 +378,6 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, ct::NoGilHolder<T>, true);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "commtrace's native ProcessGroup wrapper (see capture/native_wrapper.py)";
   py::module::import("torch.distributed");
-  m.attr("TIMES_CUDA_OPS") = ct::TIMES_CUDA_OPS;
   py::class_<ct::Log, std::shared_ptr<ct::Log>>(m, "Log")
       .def(py::init([](py::object describe, py::object is_internal, py::object recorder) {
         // Never freed (see Log): the shared_ptr's deleter does nothing.

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU check, in one run on a lent GPU machine (its python3 holds torch + CUDA +
+# NCCL; no mpirun, no downloads): builds the C++ extensions for that torch, runs
+# tests/gpu, then bench_cuda.py with the wrapper `commtrace run` picks (native when
+# built) and with the Python wrapper, each naming the wrapper it measured.
+#     OUT=dir bash benchmarks/gpu_check.sh        (about 4-6 minutes on one H100/H200)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-check-out}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export COMMTRACE_NATIVE_DIR="${COMMTRACE_NATIVE_DIR:-/tmp/commtrace-native}"
+{ nvidia-smi -L; $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'; } 2>&1 | tee "$OUT/env.txt"
+{ time $PY -m commtrace build-native; } 2>&1 | tee "$OUT/build.txt"
+timeout 300 $PY -m pytest -q -rs -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests-gpu.txt"
+for w in auto python; do
+  timeout 150 $PY benchmarks/bench_cuda.py --reps 9 --wrapper $w --json "$OUT/bench-$w.json" 2>&1 | tee "$OUT/bench-$w.txt"
+done

@@ -1,0 +1,103 @@
+"""Differences between the torch releases commtrace supports, in one place.
+
+commtrace runs on every torch from ``SUPPORTED[0]`` to ``SUPPORTED[1]`` (minor
+releases; README "Supported torch releases"). Code elsewhere asks here for a
+feature by name and never compares versions itself. Features are detected
+(an attribute that exists or not) wherever torch lets one tell; the C++ twin
+of this module is ``torch_compat.h``.
+
+This module imports nothing of commtrace, so every package that talks to torch
+-- capture, mpi, the tests -- can use it; it imports torch only inside the
+functions that need it, so ``commtrace run`` can check the release before the
+program imports torch.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+SUPPORTED = ((2, 4), (2, 15))  # the oldest and newest minor release tested (make test-compat)
+
+
+@functools.lru_cache(maxsize=None)
+def version_string() -> str:
+    """The installed torch's version ("2.15.0+cpu"), from its metadata: no import of torch."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        import torch
+        return torch.__version__
+
+
+def unsupported_reason(installed: str | None = None) -> str | None:
+    """One line saying why this torch (or the version string ``installed``) is outside
+    the tested range, or None."""
+    text = version_string() if installed is None else installed
+    m = re.match(r"(\d+)\.(\d+)", text)
+    v = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if SUPPORTED[0] <= v <= SUPPORTED[1]:
+        return None
+    lo, hi = (f"{a}.{b}" for a, b in SUPPORTED)
+    side = "older" if v < SUPPORTED[0] else "newer"
+    return (f"torch {text} is {side} than the releases commtrace is tested with "
+            f"({lo} to {hi}); tracing what it can")
+
+
+# -- c10d options ---------------------------------------------------------------------------------
+# Every c10d Options type. An op's options are recognised by type, not by a field:
+# asyncOp is on every Options type from 2.8 only (before: Broadcast, Allgather,
+# Scatter, ReduceScatter).
+@functools.lru_cache(maxsize=None)
+def options_types() -> frozenset:
+    """Every Options class of c10d's bindings (AllgatherOptions & co. are not all
+    re-exported by torch.distributed)."""
+    from torch._C import _distributed_c10d as c10d
+    return frozenset(getattr(c10d, n) for n in dir(c10d)
+                     if n.endswith("Options") and isinstance(getattr(c10d, n), type))
+
+
+def has_async_op(options_type) -> bool:
+    """Options of this type carry ``asyncOp`` on the installed torch (hot paths
+    ask once, at import, and read the field directly)."""
+    return hasattr(options_type, "asyncOp")
+
+
+def async_op(opts) -> bool:
+    """Whether the caller may return before the op ends (``opts.asyncOp``). An
+    Options type without that field says nothing: the op counts as asynchronous,
+    timed by its Work, which is exact either way."""
+    return getattr(opts, "asyncOp", True)
+
+
+# -- ProcessGroup methods -------------------------------------------------------------------------
+# ProcessGroup methods (or C++ trampoline names) that releases added, each with the
+# first release that has it: a torch before it has no such method, and nothing
+# calls it there. 2.13: the single-tensor virtuals its bindings of _allgather_base
+# & co. dispatch to; 2.15: the single-tensor gather.
+ADDED_METHODS = {
+    **dict.fromkeys(("all_gather_single", "all_gather_single_coalesced", "reduce_scatter_single",
+                     "reduce_scatter_single_coalesced", "all_to_all_single"), (2, 13)),
+    "gather_single": (2, 15), "gather_into_tensor": (2, 15),
+}
+
+
+def has_method(name: str) -> bool:
+    """The installed torch's ProcessGroup has a method of this name."""
+    import torch.distributed as dist
+    return hasattr(dist.ProcessGroup, name)
+
+
+# -- stores ---------------------------------------------------------------------------------------
+def real_store(store):
+    """``store``, or None where it stores nothing: torch < 2.5 registers an mpi
+    group with a PrefixStore over no store at all, and using that crashes the
+    process (a null pointer inside PrefixStore)."""
+    import torch.distributed as dist
+    s = store
+    while isinstance(s, dist.PrefixStore):
+        try:
+            s = s.underlying_store
+        except (AttributeError, RuntimeError):
+            return store
+    return None if s is None else store
