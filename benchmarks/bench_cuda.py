@@ -110,10 +110,10 @@ def main(argv=None) -> int:
             layers = [m for _ in range(8) for m in (torch.nn.Linear(1024, 1024), torch.nn.ReLU())]
             m = DDP(torch.nn.Sequential(*layers).to(dev), device_ids=[0], process_group=pg)
             models[name] = (m, torch.optim.SGD(m.parameters(), lr=1e-3))
-        res["DDP step: mlp8 (1024 wide)"] = alternate(lambda: _ddp_steps(*models["plain"], x, 10),
-                                                      lambda: _ddp_steps(*models["traced"], x, 10), a.reps)
-        res["DDP step: mlp8, bare forwarder"] = alternate(lambda: _ddp_steps(*models["plain"], x, 10),
-                                                          lambda: _ddp_steps(*models["forwarder"], x, 10), a.reps)
+        res["DDP step: mlp8 (1024 wide)"] = alternate(lambda: _ddp_steps(*models["plain"], x, 40),
+                                                      lambda: _ddp_steps(*models["traced"], x, 40), a.reps)
+        res["DDP step: mlp8, bare forwarder"] = alternate(lambda: _ddp_steps(*models["plain"], x, 40),
+                                                          lambda: _ddp_steps(*models["forwarder"], x, 40), a.reps)
         rec.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)

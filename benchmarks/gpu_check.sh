@@ -10,7 +10,7 @@ OUT=${OUT:-gpu-check-out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export COMMTRACE_NATIVE_DIR="${COMMTRACE_NATIVE_DIR:-/tmp/commtrace-native}"
+# builds go where `commtrace run` children look for them too (inside the Python environment)
 { nvidia-smi -L; $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'; } 2>&1 | tee "$OUT/env.txt"
 { time $PY -m commtrace build-native; } 2>&1 | tee "$OUT/build.txt"
 timeout 300 $PY -m pytest -q -rs -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests-gpu.txt"
