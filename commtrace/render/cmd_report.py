@@ -141,7 +141,7 @@ def run_report(ns) -> int:
             export.write_json(report_json(rep), ns.json)
         if ns.html:
             from .html_page import report_html, write_html
-            write_html(report_html(rep), ns.html)
+            write_html(report_html(rep, top=ns.top), ns.html)
     if not (ns.quiet or ns.json == "-"):
         from .terminal import make_console, render_report
         con = make_console(ns.width)
