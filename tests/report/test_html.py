@@ -168,7 +168,7 @@ JS_OP_CENTRE = """(function (row) {
   var d = JSON.parse(document.getElementById('commtrace-data').textContent).timeline.ops;
   var gd = document.getElementById('timeline'), fl = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]),
-          r.top + fl._size.t + fl.yaxis.d2p(d.lane.v[d.lane.c[row]])];
+          r.top + fl._size.t + fl.yaxis.d2p(d.lane.k !== undefined ? d.lane.k : d.lane.v[d.lane.c[row]])];
 })(%d)"""
 JS_OP_SHAPES = """(function () {
   var gd = document.getElementById('timeline');
@@ -207,20 +207,23 @@ def test_markup_page_in_chromium(browser, markup_html, tmp_path):
     assert page.evaluate(JS_OP_SHAPES) == 2 * OPS_PER_RANK
     ops = page_data(html)["timeline"]["ops"]
     callsite = ops["fields"]["callsite"]
-    row = callsite["c"].index(callsite["v"].index(EVIL))
+    evil = [i for i, c in enumerate(callsite["c"]) if c == callsite["v"].index(EVIL)]
+    row = max(evil, key=lambda i: ops["mid_ms"][i])     # step 2's: the timeline opens on the steady steps
     x, y = page.evaluate(JS_OP_CENTRE % row)
     page.mouse("mouseMoved", x, y)
     tip = page.wait_for("document.getElementById('op-tip').style.display === 'block' && "
                         "document.getElementById('op-tip').innerText")
-    for field in ("callsite", "seq", "bytes", "group", "phase", "dtype", "ranks in this call"):
-        assert field in tip
-    assert "</script><script>window.__pwned=1</script>" in tip     # shown as text
+    for field in ("all_reduce on rank", "bytes", "3.9 KiB", "duration", "ms", "phase", "ranks in this call"):
+        assert field in tip                             # a short hover, numbers formatted
+    assert "callsite" not in tip and "dtype" not in tip
     assert page.wait_for(JS_LINK + " === 2")            # the same all_reduce on the other rank
     page.mouse("mousePressed", x, y)
     page.mouse("mouseReleased", x, y)
     detail = page.wait_for("document.getElementById('op-detail').innerText.indexOf('selected op') === 0 && "
                            "document.getElementById('op-detail').innerText")
-    assert "all_reduce" in detail
+    for field in ("all_reduce", "callsite", "seq", "group", "dtype", "3.9 KiB"):   # every field on click
+        assert field in detail
+    assert "</script><script>window.__pwned=1</script>" in detail     # shown as text
     shot = page.screenshot(str(tmp_path / "report.png"), full_page=True)
     with open(shot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -258,7 +261,12 @@ def test_compare_page_in_chromium(browser, markup_run, syn_run, tmp_path):
     assert cli("compare", markup_run, syn_run, "--html", out) == 0
     page = load(browser, out)
     assert page.problems() == []
-    assert page.evaluate("document.querySelectorAll('#compare-steps .boxlayer .trace').length") == 2
+    for fid in ("compare-step", "compare-exposed", "compare-ops", "compare-bytes", "compare-busbw"):
+        assert page.evaluate(f"document.querySelectorAll('#{fid} .barlayer .point').length") == 2   # a bar per run
+        assert page.evaluate(f"document.getElementById('{fid}')._fullLayout.yaxis.range[0]") == 0
+    assert page.evaluate("document.querySelectorAll('td.better, td.worse').length") > 0
+    colour = page.evaluate("getComputedStyle(document.querySelector('td.better, td.worse')).color")
+    assert colour in ("rgb(46, 125, 50)", "rgb(198, 40, 40)")
 
 
 # -- what the page shows by default, and how ---------------------------------------------
@@ -366,3 +374,53 @@ def test_page_is_light(markup_html):
     # the partial plotly bundle (bar and scatter: 1.2 MB) instead of plotly.min.js (4.8 MB)
     assert len(markup_html[1].encode("utf-8")) < 1.5e6
     assert "plotly.js (basic - minified)" in markup_html[1]
+
+
+JS_VIEW = "document.body.getAttribute('data-view')"
+JS_RANGE = "document.getElementById('timeline')._fullLayout.xaxis.range.slice()"
+JS_DRAWN = "!!document.getElementById('%s').getAttribute('data-drawn')"
+
+
+@needs_chromium
+def test_steady_state_by_default_and_the_toggle_in_chromium(browser, markup_html):
+    path, html = markup_html
+    page = load(browser, path)
+    steady = page_data(html)["timeline"]["layout"]["meta"]["steady"]
+    assert page.evaluate(JS_VIEW) == "steady"
+    assert page.evaluate(JS_RANGE) == pytest.approx(steady)                 # the timeline opens on steps 2..
+    assert page.evaluate("document.getElementById('steps-chart-steady').offsetHeight") > 0
+    assert page.evaluate("document.getElementById('steps-chart-all').offsetHeight") == 0    # hidden
+    assert page.evaluate(JS_DRAWN % "steps-chart-steady") and not page.evaluate(JS_DRAWN % "steps-chart-all")
+    page.evaluate("document.getElementById('show-setup').click()")
+    assert page.wait_for(JS_VIEW + " === 'all'")
+    assert page.wait_for(JS_DRAWN % "steps-chart-all")
+    assert page.evaluate("document.getElementById('steps-chart-all').offsetHeight") > 0
+    assert page.wait_for(JS_RANGE + "[0] <= 0")                             # the whole run, set-up included
+    page.evaluate("document.getElementById('show-setup').click()")
+    assert page.wait_for(JS_VIEW + " === 'steady'")
+    assert page.evaluate(JS_RANGE) == pytest.approx(steady)
+    assert page.problems() == []
+
+
+@needs_chromium
+def test_timeline_draws_steps_exposure_and_legend_in_chromium(browser, markup_html):
+    path, html = markup_html
+    page = load(browser, path)
+    tl = page_data(html)["timeline"]
+    strips = sum(len(t["base"]) for t in tl["data"] if t.get("meta") == "exposure")
+    js = """(function () {
+      var gd = document.getElementById('timeline');
+      var bars = gd.data.filter(function (t) { return t.type === 'bar'; });
+      var groups = gd.querySelectorAll('.barlayer .trace'), n = 0;
+      bars.forEach(function (t, i) { if (t.meta === 'exposure') { n += groups[i].querySelectorAll('.point').length; } });
+      return n; })()"""
+    assert strips > 0 and page.evaluate(js) == strips                       # every strip is drawn
+    assert page.evaluate("document.querySelectorAll('#timeline .shapelayer path').length") >= 2   # step lines
+    labels = page.evaluate("[].map.call(document.querySelectorAll('#timeline .annotation-text'),"
+                           "function (a) { return a.textContent; })")
+    assert labels == ["step 2"]                 # step 1 lies before the steady range the timeline opens on
+    legend = page.evaluate("[].map.call(document.querySelectorAll('#timeline .legendtext'),"
+                           "function (a) { return a.textContent; })")
+    for name in ("exposed comm", "hidden comm", "forward (compute)", "backward (compute)", "all_reduce"):
+        assert name in legend
+    assert page.problems() == []
