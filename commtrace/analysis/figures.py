@@ -7,6 +7,7 @@
 * ``steps_across_ranks``: per step, the mean of each part over the ranks, and the step time's min and max.
 * ``exposure_intervals``: per rank, its communication cut into exposed and hidden intervals.
 * ``steady_start``: the first step of the steady state (set-up and the first step left out).
+* ``binned_majority``: per bin of a time range, which of several interval sets covers most of it.
 """
 from __future__ import annotations
 
@@ -89,6 +90,22 @@ def exposure_intervals(frame: pd.DataFrame, arrays: OpArrays, spans: pd.DataFram
                              "t_end_ns": np.empty(0, np.int64), "exposed": np.empty(0, bool)})
     return pd.concat(parts, ignore_index=True).sort_values(["rank", "t_begin_ns"], kind="stable",
                                                           ignore_index=True)
+
+
+def binned_majority(sets: list, lo: int, hi: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut [lo, hi) into ``bins`` equal bins; per bin, the index of the set in ``sets``
+    (interval sets) that covers most of it (-1: none covers any of it; ties: the
+    first) and the fraction of the bin that set covers."""
+    bins = max(int(bins), 1)
+    edges = np.linspace(int(lo), int(hi), bins + 1).round().astype(np.int64)
+    width = np.maximum(np.diff(edges), 1)
+    if not sets:
+        return np.full(bins, -1, np.int64), np.zeros(bins)
+    cover = np.stack([np.diff(iv.covered_before(s, edges)) for s in sets])
+    best = cover.argmax(axis=0).astype(np.int64)
+    top = cover.max(axis=0)
+    best[top <= 0] = -1
+    return best, np.minimum(top / width, 1.0)
 
 
 def slowest_steps(across: pd.DataFrame, limit: int) -> list[int]:

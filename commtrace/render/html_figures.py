@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, exposure_intervals, slowest_steps,
-                                step_breakdown, steps_across_ranks)
+from ..analysis import intervals as iv
+from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, binned_majority, exposure_intervals,
+                                slowest_steps, step_breakdown, steps_across_ranks)
 from ..analysis.timeline import bin_timeline
 from .fmt import fmt_bw, fmt_bytes, fmt_int, fmt_ns
 from .html_escape import text
@@ -26,6 +27,7 @@ STEP_MAX_BARS = 1_200         # (rank, step) bars in the per-step chart; beyond,
 STEP_MAX_RANK_BARS = 4        # more ranks: one bar per step (mean over the ranks) with the min-max step time
 STEP_MAX_RANK_STEP_BARS = 80  # more (step, rank) bars than this: the same (their labels would not fit)
 STEP_MAX_LABELS = 40          # step numbers written on the timeline; beyond, every k-th
+STEP_MAX_LINES = 200          # step lines drawn on the timeline; beyond, every k-th (each is an SVG shape)
 SKEW_MAX_COLLECTIVES = 2_000  # columns of the arrival heatmap
 
 # No op kind is red or green (the exposed / hidden colours) or a compute phase's hue.
@@ -110,27 +112,31 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
     lanes = []
     for r in ranks:
         lanes.append(_lane(r))
-        if draw_spans:
+        if len(spans):
             lanes.append(_lane(r) + " compute")
     notes = []
     data: list[dict] = []
     out: dict = {"ops": None, "spans": None, "aggregated": False}
+    binned = None
     if len(frame) <= TIMELINE_MAX_OPS:
         data += _op_traces(frame, t0, rep.matched.inst, out)
     else:
-        data += _binned_traces(rep, t0)
+        binned = bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None, rep.arrays)
+        data += _binned_traces(binned)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
                      f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
                      "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
                      "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
-    if len(frame) <= TIMELINE_MAX_OPS and (draw_spans or not len(spans)):
-        data += _exposure_traces(rep, t0)
-    if draw_spans:
+    data += _exposure_traces(rep, t0, binned)
+    if draw_spans and binned is None:
         data += _span_traces(spans, t0, out)
     elif len(spans):
-        notes.append(f"{fmt_int(len(spans))} compute spans are more than {fmt_int(TIMELINE_MAX_SPANS)}: not drawn "
-                     "(--perfetto shows them, or choose a narrower window).")
+        data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None,
+                                                                  rep.arrays))
+        notes.append(f"{fmt_int(len(spans))} compute spans{' are more than ' + fmt_int(TIMELINE_MAX_SPANS) if not draw_spans else ''}: "
+                     "binned like the ops, each bin in the colour of the phase that fills most of it (hover: "
+                     "the phase; --perfetto shows every span).")
     marks = rep.marks if rep.marks is not None else pd.DataFrame()
     if len(marks):
         m = marks.sort_values("t_ns", kind="stable").head(TIMELINE_MAX_MARKS)
@@ -175,11 +181,13 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     begin = _ms(g["t_begin_ns"].min().to_numpy(np.int64) - t0)
     end = _ms(g["t_end_ns"].max().to_numpy(np.int64) - t0)
     steps = g["t_begin_ns"].min().index.to_numpy(np.int64)
-    every = -(-len(steps) // STEP_MAX_LABELS)
+    every_line = -(-len(steps) // STEP_MAX_LINES)
+    every = every_line * -(-(-(-len(steps) // STEP_MAX_LABELS)) // every_line)   # a labelled step has its line
     shapes, labels = [], []
     for i, (s, b) in enumerate(zip(steps.tolist(), begin.tolist())):
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": b, "x1": b, "y0": 0, "y1": 1,
-                       "line": {"color": "#757575", "width": 1, "dash": "dot"}, "layer": "below"})
+        if i % every_line == 0:
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": b, "x1": b, "y0": 0, "y1": 1,
+                           "line": {"color": "#757575", "width": 1, "dash": "dot"}, "layer": "below"})
         if i % every == 0:
             labels.append({"x": b, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "xanchor": "left",
                            "text": f"step {s}", "showarrow": False, "font": {"size": 11, "color": "#424242"}})
@@ -191,9 +199,18 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     return shapes, labels, steady
 
 
-def _exposure_traces(rep, t0: int) -> list[dict]:
-    """Per op lane, a strip under the ops: exposed communication (red) and hidden (green)."""
+def _exposure_traces(rep, t0: int, binned=None) -> list[dict]:
+    """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
+    ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
     ex = exposure_intervals(rep.frame, rep.arrays, rep.spans, rep.bounds)
+    if binned is not None:
+        sets = {}
+        for r, g in ex.groupby("rank", sort=True):
+            sets[int(r)] = [iv.union(g.loc[g["exposed"] == k, "t_begin_ns"].to_numpy(np.int64) - t0,
+                                     g.loc[g["exposed"] == k, "t_end_ns"].to_numpy(np.int64) - t0)
+                            for k in (True, False)]
+        styles = [("exposed comm", EXPOSED_COLOR), ("hidden comm", HIDDEN_COLOR)]
+        return _majority_traces(binned, sets, styles, "exposure", 0.22, 0.16)
     traces = []
     for exposed, name, color in ((True, "exposed comm", EXPOSED_COLOR), (False, "hidden comm", HIDDEN_COLOR)):
         part = ex[ex["exposed"].to_numpy(bool) == exposed]
@@ -258,8 +275,56 @@ def timeline_bins(ranks: int) -> int:
     return max(100, min(TIMELINE_BINS, TIMELINE_MAX_CELLS // max(ranks, 1)))
 
 
-def _binned_traces(rep, t0: int) -> list[dict]:
-    tl = bin_timeline(rep.frame, t0, timeline_bins(len(rep.info.get("rank_list") or [0])), None, None, rep.arrays)
+def _binned_span_traces(spans: pd.DataFrame, binned) -> list[dict]:
+    """Compute spans of an aggregated timeline: per bin of ``binned``'s range, the phase
+    that fills most of it."""
+    t0 = binned.t0_ns
+    phases = sorted(set(spans["phase"].astype(str).tolist()))
+    sets = {}
+    for r, g in spans.groupby("rank", sort=True):
+        ph = g["phase"].astype(str).to_numpy()
+        b, e = g["t_begin_ns"].to_numpy(np.int64) - t0, g["t_end_ns"].to_numpy(np.int64) - t0
+        sets[int(r)] = [iv.union(b[ph == p], e[ph == p]) for p in phases]
+    styles = [(text(p) + " (compute)", PHASE_COLORS.get(p, "#bdbdbd")) for p in phases]
+    traces = _majority_traces(binned, sets, styles, "spanbins", 0.5, None, " compute")
+    for t in traces:
+        t["legendgroup"] = "compute"
+    return traces
+
+
+def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, offset, lane_suffix: str = "") \
+        -> list[dict]:
+    """Bars over ``binned``'s bins: per rank, runs of bins where the same set (of
+    ``sets[rank]``, drawn as ``styles[i]`` = (name, colour)) covers most."""
+    lo, hi, n = binned.t_from_ns, binned.t_to_ns, binned.width
+    dt = (hi - lo) / n
+    runs: dict[int, dict] = {}
+    for rank, rank_sets in sets.items():
+        best, fill = binned_majority(rank_sets, lo, hi, n)
+        cuts = np.flatnonzero(np.diff(best)) + 1
+        for a, b in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [n])).tolist()):
+            k = int(best[a])
+            if k < 0:
+                continue
+            t = runs.setdefault(k, {"base": [], "x": [], "y": [], "custom": []})
+            t["base"].append((lo + a * dt) / 1e6)
+            t["x"].append((b - a) * dt / 1e6)
+            t["y"].append(_lane(rank) + lane_suffix)
+            t["custom"].append(int(round(float(np.mean(fill[a:b])) * 100)))
+    traces = []
+    for k, t in sorted(runs.items()):
+        name, color = styles[k]
+        tr = {"type": "bar", "orientation": "h", "name": name, "meta": meta, "base": np.round(t["base"], 4).tolist(),
+              "x": np.round(t["x"], 4).tolist(), "y": t["y"], "customdata": t["custom"], "width": width,
+              "marker": {"color": color, "line": {"width": 0}},
+              "hovertemplate": "%{y}: mostly " + name + " (%{customdata}% of the time)<extra></extra>"}
+        if offset is not None:
+            tr["offset"] = offset
+        traces.append(tr)
+    return traces
+
+
+def _binned_traces(tl) -> list[dict]:
     dt = (tl.t_to_ns - tl.t_from_ns) / tl.width
     per_op: dict[int, dict] = {}
     for li, rank in enumerate(tl.ranks):
@@ -281,7 +346,8 @@ def _binned_traces(rep, t0: int) -> list[dict]:
     for c, t in sorted(per_op.items()):
         op = tl.ops[c]
         traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "bins", "base": t["base"],
-                       "x": np.round(t["x"], 6).tolist(), "y": t["y"], "customdata": t["custom"], "width": 0.8,
+                       "x": np.round(t["x"], 6).tolist(), "y": t["y"], "customdata": t["custom"], "width": 0.55,
+                       "offset": -0.42,
                        "marker": {"color": op_color(op, c), "opacity": t["opacity"], "line": {"width": 0}},
                        "hovertemplate": "%{y}: mostly " + text(op)
                        + " (%{customdata[0]} bins, ops %{customdata[1]}% of the time)<extra></extra>"})

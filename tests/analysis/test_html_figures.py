@@ -129,3 +129,15 @@ def test_exposure_intervals_by_hand(tmp_path):
     # the step table measures the same: exposed 12 us, comm 22 us
     row = rep.steps.per_rank.iloc[0]
     assert (row["exposed_ns"], row["comm_ns"]) == (12 * US, 22 * US)
+
+
+def test_binned_majority_by_hand():
+    from commtrace.analysis import intervals as iv
+    from commtrace.analysis.figures import binned_majority
+    a = iv.union(np.array([0, 25]), np.array([10, 40]))     # covers 0-10 and 25-40
+    b = iv.union(np.array([10]), np.array([22]))             # covers 10-22
+    best, fill = binned_majority([a, b], 0, 40, 4)           # bins of 10: 0-10, 10-20, 20-30, 30-40
+    # bin 0: a 10; bin 1: b 10; bin 2: a 5 (25-30) > b 2 (20-22); bin 3: a 10
+    assert best.tolist() == [0, 1, 0, 0] and fill.tolist() == [1.0, 1.0, 0.5, 1.0]
+    best, _ = binned_majority([a, b], 40, 60, 2)             # nothing there
+    assert best.tolist() == [-1, -1]

@@ -131,6 +131,11 @@ def test_large_runs_are_aggregated(syn_run, tmp_path, monkeypatch):
     tl = page_data(html)["timeline"]
     assert tl["aggregated"] and tl["ops"] is None
     assert "are more than 100" in html and "--perfetto" in html
+    metas = {t.get("meta") for t in tl["data"]}
+    assert {"bins", "exposure", "spanbins"} <= metas            # ops, exposure and compute stay, binned
+    lanes = {y for t in tl["data"] if t.get("meta") == "spanbins" for y in t["y"]}
+    assert lanes == {f"rank {r} compute" for r in range(4)}
+    assert all(t.get("name") for t in tl["data"] if t.get("meta") in ("bins", "exposure", "spanbins"))   # legend
 
 
 def test_compare_html(markup_run, syn_run, tmp_path):
