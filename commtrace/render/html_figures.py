@@ -21,11 +21,13 @@ from .html_escape import text
 TIMELINE_MAX_OPS = 20_000     # more ops in the window: the timeline is aggregated into bins
 TIMELINE_BINS = 2_000         # bins per rank of an aggregated timeline (at most TIMELINE_MAX_CELLS / ranks)
 TIMELINE_MAX_CELLS = 40_000   # bins over all ranks of an aggregated timeline
-TIMELINE_MAX_SPANS = 20_000   # more compute spans: they are not drawn
+TIMELINE_MAX_SPANS = 20_000   # more compute spans: they are binned like an aggregated timeline's ops
+TIMELINE_MAX_STRIPS = 10_000  # more exposed / hidden intervals: the exposure strip is binned likewise
 TIMELINE_MAX_MARKS = 1_000
 STEP_MAX_BARS = 1_200         # (rank, step) bars in the per-step chart; beyond, the slowest steps
 STEP_MAX_RANK_BARS = 4        # more ranks: one bar per step (mean over the ranks) with the min-max step time
 STEP_MAX_RANK_STEP_BARS = 80  # more (step, rank) bars than this: the same (their labels would not fit)
+STEP_MAX_MEAN_STEPS = 300     # steps in the mean form; beyond, the slowest steps
 STEP_MAX_LABELS = 40          # step numbers written on the timeline; beyond, every k-th
 STEP_MAX_LINES = 200          # step lines drawn on the timeline; beyond, every k-th (each is an SVG shape)
 SKEW_MAX_COLLECTIVES = 2_000  # columns of the arrival heatmap
@@ -128,7 +130,7 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
                      f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
                      "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
                      "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
-    data += _exposure_traces(rep, t0, binned)
+    data += _exposure_traces(rep, t0, binned, notes)
     if draw_spans and binned is None:
         data += _span_traces(spans, t0, out)
     elif len(spans):
@@ -199,10 +201,16 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     return shapes, labels, steady
 
 
-def _exposure_traces(rep, t0: int, binned=None) -> list[dict]:
+def _exposure_traces(rep, t0: int, binned=None, notes: list | None = None) -> list[dict]:
     """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
     ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
     ex = exposure_intervals(rep.frame, rep.arrays, rep.spans, rep.bounds)
+    if binned is None and len(ex) > TIMELINE_MAX_STRIPS:     # bars are what a browser pays for: bin them
+        binned = bin_timeline(rep.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), None, None, rep.arrays)
+        if notes is not None:
+            notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
+                         "the strip along the ops is binned, each bin in the colour of the part that covers most "
+                         "of it.")
     if binned is not None:
         sets = {}
         for r, g in ex.groupby("rank", sort=True):
@@ -367,7 +375,8 @@ def steps_figure(rep) -> dict | None:
     nranks = max(int(parts["rank"].nunique()), 1)
     yaxis = {"title": {"text": "ms"}, "rangemode": "tozero"}
     if nranks > STEP_MAX_RANK_BARS or nranks * len(st.across) > STEP_MAX_RANK_STEP_BARS:
-        mean = steps_across_ranks(parts)
+        keep = slowest_steps(st.across, STEP_MAX_MEAN_STEPS)
+        mean = steps_across_ranks(parts[parts["step"].isin(keep)])
         x = [int(s) for s in mean.index]
         data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(mean[p]).tolist(),
                  "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in mean[p].tolist()],
@@ -382,9 +391,10 @@ def steps_figure(rep) -> dict | None:
                      "customdata": [[fmt_ns(a), fmt_ns(b)] for a, b in zip(mean["min_step_ns"], mean["max_step_ns"])],
                      "hovertemplate": "step %{x}: step time %{customdata[0]} .. %{customdata[1]} over "
                                       + f"{nranks} ranks<extra></extra>"})
-        return {"data": data, "note": f"{nranks} rank{'s' if nranks > 1 else ''} x {len(mean)} steps: each bar is "
-                                      "the mean over the ranks of each part; the whisker spans the fastest and the "
-                                      "slowest rank's step time",
+        shown = "" if len(keep) == len(st.across) else f" (the {len(keep)} slowest of {len(st.across)} steps)"
+        return {"data": data, "note": f"{nranks} rank{'s' if nranks > 1 else ''} x {len(mean)} steps{shown}: each "
+                                      "bar is the mean over the ranks of each part; the whisker spans the fastest "
+                                      "and the slowest rank's step time",
                 "layout": _layout("Per step, mean over the ranks: where the step time went (ms)", barmode="stack",
                                   height=380, yaxis=yaxis, xaxis={"title": {"text": "step"}})}
     keep = slowest_steps(st.across, max(STEP_MAX_BARS // nranks, 1))

@@ -429,3 +429,29 @@ def test_timeline_draws_steps_exposure_and_legend_in_chromium(browser, markup_ht
     for name in ("exposed comm", "hidden comm", "forward (compute)", "backward (compute)", "all_reduce"):
         assert name in legend
     assert page.problems() == []
+
+
+def test_many_exposure_intervals_are_binned(syn_run, tmp_path, monkeypatch):
+    from commtrace.render import html_figures
+    monkeypatch.setattr(html_figures, "TIMELINE_MAX_STRIPS", 10)
+    out = str(tmp_path / "strips.html")
+    assert cli("report", syn_run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    tl = page_data(html)["timeline"]
+    assert not tl["aggregated"] and tl["ops"] is not None               # every op still drawn
+    strips = [t for t in tl["data"] if t.get("meta") == "exposure"]
+    assert strips and all("mostly" in t["hovertemplate"] for t in strips)
+    assert sum(len(t["base"]) for t in strips) <= 4 * html_figures.timeline_bins(4)
+    assert "are more than 10: the strip along the ops is binned" in html
+
+
+def test_mean_form_keeps_the_slowest_steps(tmp_path, monkeypatch):
+    from commtrace.render import html_figures
+    from commtrace.trace.synthetic import write_synthetic_run
+    monkeypatch.setattr(html_figures, "STEP_MAX_MEAN_STEPS", 3)
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=6, ops_per_rank=60, seed=2)
+    rep = build_report(load_report_run(run))
+    fig = html_figures.steps_figure(rep)
+    slowest = sorted(int(s) for s in rep.steps.across["step_ns"].nlargest(3).index)
+    assert fig["data"][0]["x"] == slowest and f"the 3 slowest of {len(rep.steps.across)} steps" in fig["note"]
