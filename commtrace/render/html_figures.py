@@ -136,7 +136,8 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
     elif len(spans):
         data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None,
                                                                   rep.arrays))
-        notes.append(f"{fmt_int(len(spans))} compute spans{' are more than ' + fmt_int(TIMELINE_MAX_SPANS) if not draw_spans else ''}: "
+        many = "" if draw_spans else " are more than " + fmt_int(TIMELINE_MAX_SPANS)
+        notes.append(f"{fmt_int(len(spans))} compute spans{many}: "
                      "binned like the ops, each bin in the colour of the phase that fills most of it (hover: "
                      "the phase; --perfetto shows every span).")
     marks = rep.marks if rep.marks is not None else pd.DataFrame()
@@ -383,11 +384,12 @@ def steps_figure(rep) -> dict | None:
                  "hovertemplate": "step %{x}: %{customdata} (mean of the ranks)<extra>" + PART_STYLE[p][0]
                  + "</extra>"} for p in STEP_PARTS]
         tot = mean[list(STEP_PARTS)].sum(axis=1).to_numpy(np.float64)
+        above = np.clip(mean["max_step_ns"].to_numpy(np.float64) - tot, 0, None)
+        below = np.clip(tot - mean["min_step_ns"].to_numpy(np.float64), 0, None)
         data.append({"type": "scatter", "mode": "markers", "name": "step time min-max over ranks", "x": x,
                      "y": _ms(tot).tolist(), "marker": {"color": "#212121", "size": 3},
                      "error_y": {"type": "data", "symmetric": False, "color": "#212121", "thickness": 1, "width": 3,
-                                 "array": _ms(np.clip(mean["max_step_ns"].to_numpy(np.float64) - tot, 0, None)).tolist(),
-                                 "arrayminus": _ms(np.clip(tot - mean["min_step_ns"].to_numpy(np.float64), 0, None)).tolist()},
+                                 "array": _ms(above).tolist(), "arrayminus": _ms(below).tolist()},
                      "customdata": [[fmt_ns(a), fmt_ns(b)] for a, b in zip(mean["min_step_ns"], mean["max_step_ns"])],
                      "hovertemplate": "step %{x}: step time %{customdata[0]} .. %{customdata[1]} over "
                                       + f"{nranks} ranks<extra></extra>"})

@@ -129,7 +129,8 @@ def report_html(rep, every_op: bool = True, top: int = 10) -> str:
     if tl is not None:
         body.append('<h2>Timeline</h2><p class="note">One lane per rank: communication ops coloured by kind, '
                     "along them a thin strip of their exposed (red) and hidden (green) communication -- the "
-                    "per-step chart's colours -- and the rank's compute (forward / backward / optimizer) under it; dotted "
+                    "per-step chart's colours -- and the rank's compute (forward / backward / optimizer) under it; "
+                    "dotted "
                     "lines: where each step begins. Hover an op for its summary and the same collective on the "
                     "other ranks; click it for every field.</p>" + notes +
                     '<div id="timeline" class="figure"></div><div id="op-detail">click an op to keep its fields '

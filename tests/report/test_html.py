@@ -417,7 +417,8 @@ def test_timeline_draws_steps_exposure_and_legend_in_chromium(browser, markup_ht
       var gd = document.getElementById('timeline');
       var bars = gd.data.filter(function (t) { return t.type === 'bar'; });
       var groups = gd.querySelectorAll('.barlayer .trace'), n = 0;
-      bars.forEach(function (t, i) { if (t.meta === 'exposure') { n += groups[i].querySelectorAll('.point').length; } });
+      bars.forEach(function (t, i) {
+        if (t.meta === 'exposure') { n += groups[i].querySelectorAll('.point').length; } });
       return n; })()"""
     assert strips > 0 and page.evaluate(js) == strips                       # every strip is drawn
     assert page.evaluate("document.querySelectorAll('#timeline .shapelayer path').length") >= 2   # step lines
