@@ -90,7 +90,7 @@ def _report_blocks(rep) -> list[tuple]:
     return rec.take()
 
 
-def report_html(rep, every_op: bool = True, top: int = 10) -> str:
+def report_html(rep, every_op: bool = True, top: int = 10, steady=None) -> str:
     """``every_op``: ``rep`` holds every op (the one-frame report); else (the partitioned report) the
     figures drawn from the ops themselves -- timeline, arrival heatmap, bandwidth by size -- are left out.
 
@@ -98,15 +98,19 @@ def report_html(rep, every_op: bool = True, top: int = 10) -> str:
     table and figure is shown twice -- for the steady steps (a second report, as
     ``--steps N:`` with N the second step: analysis.figures.steady_start) and for
     the whole run -- and the page shows the steady ones until its toggle is ticked;
-    the one timeline opens on the steady steps."""
+    the one timeline opens on the steady steps. The one-frame report builds the
+    steady report here; the partitioned one passes it as ``steady``."""
     from ..analysis.figures import steady_start
-    steady_step = steady_start(rep.steps.per_rank) if (every_op and rep.window.whole_run and rep.steps is not None) \
-        else None
-    views = [("all", rep)]
-    if steady_step is not None:
-        from ..analysis.report import build_report
-        from ..analysis.window import Window
-        views.insert(0, ("steady", build_report(rep.run, Window(steps=(steady_step, None)), top=top)))
+    steady_step = None
+    if steady is not None:
+        steady_step = steady.window.steps[0]
+    elif every_op and rep.window.whole_run and rep.steps is not None:
+        steady_step = steady_start(rep.steps.per_rank)
+        if steady_step is not None:
+            from ..analysis.report import build_report
+            from ..analysis.window import Window
+            steady = build_report(rep.run, Window(steps=(steady_step, None)), top=top)
+    views = [("all", rep)] if steady is None else [("steady", steady), ("all", rep)]
     registry: list = []
     tl = figs.timeline_figure(rep, steady_step) if every_op and (rep.info["ops"] or (rep.spans is not None and
                                                                                        len(rep.spans))) else None
@@ -115,11 +119,12 @@ def report_html(rep, every_op: bool = True, top: int = 10) -> str:
         notes += ('<div class="notice">Analysed file by file (partitioned): the timeline, the arrival-skew '
                   "heatmap and the bandwidth plot need every op in one place and are left out.</div>")
     body = [f"<h1>{text('commtrace report')}</h1>"]
-    if steady_step is not None:
+    if steady is not None:
+        opens = "; the timeline opens on these steps" if tl is not None else ""
         body.append(f'<div id="steady-bar"><b>Steady state</b>: steps {steady_step} to the last -- set-up ops and '
                     f"the step{'s' if steady_step > 2 else ''} before step {steady_step} (one-off work: process "
                     "group and DDP set-up, warm-up) are left out of every table and figure below, as with "
-                    f"<code>commtrace report RUN --steps {steady_step}:</code>; the timeline opens on these steps. "
+                    f"<code>commtrace report RUN --steps {steady_step}:</code>{opens}. "
                     '<label><input type="checkbox" id="show-setup"> show set-up and the first step '
                     "(the whole run)</label></div>")
     sections = [_view_sections(name, r, registry, every_op, len(views) > 1) for name, r in views]
