@@ -1,4 +1,4 @@
-// commtrace HTML report: draws the figures (plotly.js, inlined above), shows an
+// commtrace HTML report: draws the figures (plotly.js's partial "basic" bundle, inlined above), shows an
 // op's fields on hover/click, links a collective across ranks, sorts tables.
 // Trace strings only ever reach the DOM through textContent.
 (function () {
