@@ -4,14 +4,21 @@
   compute without communication, hidden communication, exposed communication, other.
 * ``arrival_offsets``: per collective and rank, how long after the first caller the rank arrived.
 * ``bandwidth_by_size``: per op and message size, algbw and busbw (nccl-tests conventions).
+* ``steps_across_ranks``: per step, the mean of each part over the ranks, and the step time's min and max.
+* ``exposure_intervals``: per rank, its communication cut into exposed and hidden intervals.
+* ``steady_start``: the first step of the steady state (set-up and the first step left out).
+* ``binned_majority``: per bin of a time range, which of several interval sets covers most of it.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from . import intervals as iv
+from .arrays import OpArrays
 from .match import Matched
 from .skew import collective_instances
+from .step_table import RankTimes
 from .summary import bus_factors
 
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
@@ -37,6 +44,68 @@ def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"rank": per_rank["rank"].to_numpy(), "step": per_rank["step"].to_numpy(), "step_ns": step,
                          "compute_only_ns": compute_only, "hidden_ns": hidden, "exposed_ns": exposed,
                          "other_ns": other}, columns=cols)
+
+
+def steps_across_ranks(parts: pd.DataFrame) -> pd.DataFrame:
+    """One row per step (index ``step``) of ``step_breakdown``'s rows: ranks, each part's
+    mean over the ranks that took the step, and the step time's mean, min and max."""
+    cols = ["ranks", *STEP_PARTS, "step_ns", "min_step_ns", "max_step_ns"]
+    if not len(parts):
+        return pd.DataFrame(columns=cols, index=pd.Index([], name="step"))
+    g = parts.groupby("step", sort=True)
+    out = g[[*STEP_PARTS, "step_ns"]].mean()
+    out["ranks"] = g.size()
+    out["min_step_ns"] = g["step_ns"].min()
+    out["max_step_ns"] = g["step_ns"].max()
+    return out[cols]
+
+
+def steady_start(per_rank: pd.DataFrame) -> int | None:
+    """The steady state's first step: the second step number present (the first step
+    carries one-off work: set-up collectives, lazy initialisation, warm-up); None
+    with fewer than two steps."""
+    if per_rank is None or not len(per_rank):
+        return None
+    numbers = np.unique(per_rank["step"].to_numpy(np.int64))
+    return int(numbers[1]) if len(numbers) >= 2 else None
+
+
+def exposure_intervals(frame: pd.DataFrame, arrays: OpArrays, spans: pd.DataFrame | None,
+                       bounds: dict | None = None) -> pd.DataFrame:
+    """rank, t_begin_ns, t_end_ns, exposed: each rank's communication (the union of
+    its ops, within its window) cut into exposed intervals (no compute overlaps them)
+    and hidden ones (compute does): the same sets the step table's ``exposed`` and
+    ``comm - exposed`` measure."""
+    times = RankTimes(frame, arrays, spans, None, bounds)
+    parts = []
+    for r in times.ranks():
+        t = times.of(r)
+        hidden = iv.intersect(t.comm, t.compute)
+        for (b, e), exposed in ((t.exposed, True), (hidden, False)):
+            if len(b):
+                parts.append(pd.DataFrame({"rank": np.full(len(b), r, np.int64), "t_begin_ns": b, "t_end_ns": e,
+                                           "exposed": np.full(len(b), exposed)}))
+    if not parts:
+        return pd.DataFrame({"rank": np.empty(0, np.int64), "t_begin_ns": np.empty(0, np.int64),
+                             "t_end_ns": np.empty(0, np.int64), "exposed": np.empty(0, bool)})
+    return pd.concat(parts, ignore_index=True).sort_values(["rank", "t_begin_ns"], kind="stable",
+                                                          ignore_index=True)
+
+
+def binned_majority(sets: list, lo: int, hi: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut [lo, hi) into ``bins`` equal bins; per bin, the index of the set in ``sets``
+    (interval sets) that covers most of it (-1: none covers any of it; ties: the
+    first) and the fraction of the bin that set covers."""
+    bins = max(int(bins), 1)
+    edges = np.linspace(int(lo), int(hi), bins + 1).round().astype(np.int64)
+    width = np.maximum(np.diff(edges), 1)
+    if not sets:
+        return np.full(bins, -1, np.int64), np.zeros(bins)
+    cover = np.stack([np.diff(iv.covered_before(s, edges)) for s in sets])
+    best = cover.argmax(axis=0).astype(np.int64)
+    top = cover.max(axis=0)
+    best[top <= 0] = -1
+    return best, np.minimum(top / width, 1.0)
 
 
 def slowest_steps(across: pd.DataFrame, limit: int) -> list[int]:
@@ -74,25 +143,33 @@ def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
             "offset_ns": out, "collectives": total}
 
 
-def bandwidth_by_size(matched: Matched) -> pd.DataFrame:
-    """One row per (op, size): collectives, algbw and busbw in bytes/s.
+def bandwidth_by_size(matched: Matched, end_observed: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per (op, size, one_rank, observed): collectives, algbw and busbw in bytes/s.
 
-    Per collective (not point-to-point; a duration and a size above 0) the size S and
+    ``one_rank``: collectives of a 1-rank group (nothing crosses a link: their
+    bandwidth is a copy's, if anything); ``observed``: collectives with an op whose end
+    is an observed upper bound (``end_observed``: the durations are too long, the
+    bandwidth too low). Per collective (not point-to-point; a duration and a size above 0) the size S and
     the slowest rank's duration T, as in the per-op table; per (op, S):
     algbw = sum S / sum T, busbw = sum(S x factor) / sum T."""
-    cols = ["op", "size_bytes", "collectives", "algbw", "busbw"]
+    cols = ["op", "size_bytes", "one_rank", "observed", "collectives", "algbw", "busbw"]
     inst = matched.instances
     if not len(inst):
         return pd.DataFrame(columns=cols)
-    inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
+    observed = np.zeros(len(inst), bool)
+    if end_observed is not None and len(matched.inst):
+        np.logical_or.at(observed, matched.inst, np.asarray(end_observed, dtype=bool))
+    keep = ~inst["p2p"].to_numpy(dtype=bool)
+    inst, observed = inst[keep], observed[keep]
     T = inst["slowest_ns"].to_numpy(np.float64)
     S = inst["size_bytes"].to_numpy(np.float64)
     ok = np.isfinite(T) & (T > 0) & (S > 0)
     if not ok.any():
         return pd.DataFrame(columns=cols)
     part = pd.DataFrame({"op": inst["op"].astype(str).to_numpy()[ok], "size_bytes": S[ok].astype(np.int64),
+                         "one_rank": inst["expected"].to_numpy(np.int64)[ok] <= 1, "observed": observed[ok],
                          "T": T[ok], "S": S[ok], "SB": (S * bus_factors(inst))[ok]})
-    g = part.groupby(["op", "size_bytes"], sort=True)
+    g = part.groupby(["op", "size_bytes", "one_rank", "observed"], sort=True)
     sums = g[["T", "S", "SB"]].sum()
     out = pd.DataFrame({"collectives": g.size(), "algbw": sums["S"] / (sums["T"] * 1e-9),
                         "busbw": sums["SB"] / (sums["T"] * 1e-9)}).reset_index()

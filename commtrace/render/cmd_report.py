@@ -141,7 +141,7 @@ def run_report(ns) -> int:
             export.write_json(report_json(rep), ns.json)
         if ns.html:
             from .html_page import report_html, write_html
-            write_html(report_html(rep), ns.html)
+            write_html(report_html(rep, top=ns.top), ns.html)
     if not (ns.quiet or ns.json == "-"):
         from .terminal import make_console, render_report
         con = make_console(ns.width)
@@ -192,7 +192,16 @@ def _run_partitioned(ns) -> int:
     if ns.html:
         from .html_page import report_html, write_html
         from .partitioned import as_report
-        write_html(report_html(as_report(s), every_op=False), ns.html)
+        rep = as_report(s)
+        steady = None
+        if window.whole_run and rep.steps is not None:   # the page opens on the steady steps: their report too
+            from ..analysis.figures import steady_start
+            from ..analysis.window import Window
+            n = steady_start(rep.steps.per_rank)
+            if n is not None:
+                steady = as_report(analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top,
+                                           window=Window(steps=(n, None))))
+        write_html(report_html(rep, every_op=False, top=ns.top, steady=steady), ns.html)
     if shown:
         render_partitioned(con, s, ns.top, ns.events, ns.limit, limit)
     from types import SimpleNamespace

@@ -1,4 +1,4 @@
-// commtrace HTML report: draws the figures (plotly.js, inlined above), shows an
+// commtrace HTML report: draws the figures (plotly.js's partial "basic" bundle, inlined above), shows an
 // op's fields on hover/click, links a collective across ranks, sorts tables.
 // Trace strings only ever reach the DOM through textContent.
 (function () {
@@ -10,7 +10,31 @@
     var el = document.getElementById(id);
     if (!el || !fig) { return null; }
     Plotly.newPlot(el, fig.data, fig.layout, CONFIG);
+    el.setAttribute("data-drawn", "1");
     return el;
+  }
+
+  // -- steady state / whole run: figures of the hidden view are drawn when first shown
+  // (plotly cannot size a figure inside display:none).
+  var STEADY = document.getElementById("show-setup") !== null;
+
+  function currentView() { return document.body.getAttribute("data-view"); }
+
+  function drawView() {
+    (DATA.figures || []).forEach(function (f) {
+      var el = document.getElementById(f.id);
+      if (el && !el.getAttribute("data-drawn") && (!f.view || f.view === currentView())) { draw(f.id, f.figure); }
+    });
+  }
+
+  function setView(all) {
+    document.body.setAttribute("data-view", all ? "all" : "steady");
+    drawView();
+    var gd = document.getElementById("timeline");
+    var steady = tl && tl.layout.meta && tl.layout.meta.steady;
+    if (gd && gd.getAttribute("data-drawn") && steady) {
+      Plotly.relayout(gd, all ? {"xaxis.autorange": true} : {"xaxis.range": steady.slice()});
+    }
   }
 
   // -- op details and the cross-rank link ------------------------------------
@@ -29,20 +53,11 @@
     return byInst.get(inst) || [];
   }
 
-  // A field: {"n": [numbers]} or {"v": distinct strings, "c": codes (-1: missing)}.
+  // A field: {"k": one value for all}, {"n": [numbers]} or {"v": distinct strings, "c": codes (-1: missing)}.
   function valueOf(f, i) {
+    if (f.k !== undefined) { return f.k; }
     if (f.c) { var k = f.c[i]; return k < 0 ? null : f.v[k]; }
     return f.n[i];
-  }
-
-  function fieldsOf(table, i) {
-    var out = [];
-    var names = Object.keys(table.fields);
-    for (var k = 0; k < names.length; k++) {
-      var v = valueOf(table.fields[names[k]], i);
-      if (v !== null && v !== undefined && v !== "") { out.push([names[k], String(v)]); }
-    }
-    return out;
   }
 
   function showFields(box, title, pairs) {
@@ -65,17 +80,40 @@
     return -1;
   }
 
-  function describe(gd, pt) {
+  // The hover's few fields, formatted on the Python side (bytes) or here (ms).
+  var SHORT = ["bytes", "duration (ms)", "phase", "bucket", "iteration", "group_size"];
+
+  function fmtValue(name, v) {
+    if (typeof v === "number" && /\(ms\)$/.test(name)) { return v.toFixed(3) + " ms"; }
+    if (typeof v === "number" && Math.abs(v) >= 10000) { return v.toLocaleString("en-US"); }
+    return String(v);
+  }
+
+  function fieldsOf(table, i, only) {
+    var out = [];
+    var names = only || Object.keys(table.fields);
+    for (var k = 0; k < names.length; k++) {
+      var f = table.fields[names[k]];
+      var v = f ? valueOf(f, i) : null;
+      if (v !== null && v !== undefined && v !== "") {
+        out.push([names[k].replace(" (ms)", ""), fmtValue(names[k], v)]);
+      }
+    }
+    return out;
+  }
+
+  function describe(gd, pt, full) {
     var kind = gd.data[pt.curveNumber].meta;
     if (kind === "ops" && tl.ops) {
       var row = pt.customdata;
       var same = rowsOf(tl.ops.inst[row]);
-      var pairs = fieldsOf(tl.ops, row);
+      var pairs = fieldsOf(tl.ops, row, full ? null : SHORT);
       pairs.push(["ranks in this call", String(same.length)]);
-      return {title: "op", pairs: pairs, link: same};
+      var title = valueOf(tl.ops.fields.op, row) + " on rank " + valueOf(tl.ops.fields.rank, row);
+      return {title: full ? "op: " + title : title + " (click: every field)", pairs: pairs, link: same};
     }
     if (kind === "spans" && tl.spans) {
-      return {title: "compute span", pairs: fieldsOf(tl.spans, pt.customdata), link: []};
+      return {title: "compute span", pairs: fieldsOf(tl.spans, pt.customdata, null), link: []};
     }
     return null;
   }
@@ -97,7 +135,7 @@
     var linked = null;
     gd.on("plotly_hover", function (ev) {
       var pt = ev.points && ev.points[0];
-      var d = pt && describe(gd, pt);
+      var d = pt && describe(gd, pt, false);
       if (!d) { return; }
       showFields(tip, d.title, d.pairs);
       tip.style.display = "block";
@@ -109,7 +147,7 @@
     gd.on("plotly_unhover", function () { tip.style.display = "none"; });
     gd.on("plotly_click", function (ev) {
       var pt = ev.points && ev.points[0];
-      var d = pt && describe(gd, pt);
+      var d = pt && describe(gd, pt, true);
       if (!d) { return; }
       showFields(detail, "selected " + d.title, d.pairs);
       setLink(gd, d.link.length > 1 ? d.link : []);
@@ -151,8 +189,13 @@
     });
   }
 
+  if (STEADY) {
+    document.body.setAttribute("data-view", "steady");
+    document.getElementById("show-setup").checked = false;
+    document.getElementById("show-setup").addEventListener("change", function (ev) { setView(ev.target.checked); });
+  }
   setupTimeline();
-  (DATA.figures || []).forEach(function (f) { draw(f.id, f.figure); });
+  drawView();
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), makeSortable);
   document.body.setAttribute("data-ready", "1");
 })();

@@ -11,26 +11,37 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis.figures import STEP_PARTS, arrival_offsets, bandwidth_by_size, slowest_steps, step_breakdown
+from ..analysis import intervals as iv
+from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, binned_majority, exposure_intervals,
+                                slowest_steps, step_breakdown, steps_across_ranks)
 from ..analysis.timeline import bin_timeline
-from .fmt import fmt_bytes, fmt_int
+from .fmt import fmt_bw, fmt_bytes, fmt_int, fmt_ns
 from .html_escape import text
 
 TIMELINE_MAX_OPS = 20_000     # more ops in the window: the timeline is aggregated into bins
 TIMELINE_BINS = 2_000         # bins per rank of an aggregated timeline (at most TIMELINE_MAX_CELLS / ranks)
 TIMELINE_MAX_CELLS = 40_000   # bins over all ranks of an aggregated timeline
-TIMELINE_MAX_SPANS = 20_000   # more compute spans: they are not drawn
+TIMELINE_MAX_SPANS = 20_000   # more compute spans: they are binned like an aggregated timeline's ops
+TIMELINE_MAX_STRIPS = 10_000  # more exposed / hidden intervals: the exposure strip is binned likewise
 TIMELINE_MAX_MARKS = 1_000
 STEP_MAX_BARS = 1_200         # (rank, step) bars in the per-step chart; beyond, the slowest steps
+STEP_MAX_RANK_BARS = 4        # more ranks: one bar per step (mean over the ranks) with the min-max step time
+STEP_MAX_RANK_STEP_BARS = 80  # more (step, rank) bars than this: the same (their labels would not fit)
+STEP_MAX_MEAN_STEPS = 300     # steps in the mean form; beyond, the slowest steps
+STEP_MAX_LABELS = 40          # step numbers written on the timeline; beyond, every k-th
+STEP_MAX_LINES = 200          # step lines drawn on the timeline; beyond, every k-th (each is an SVG shape)
 SKEW_MAX_COLLECTIVES = 2_000  # columns of the arrival heatmap
 
+# No op kind is red or green (the exposed / hidden colours) or a compute phase's hue.
 OP_COLORS = {
-    "all_reduce": "#2ca02c", "broadcast": "#1f77b4", "all_gather": "#17becf", "reduce_scatter": "#9467bd",
-    "all_to_all": "#bcbd22", "barrier": "#d62728", "reduce": "#98df8a", "gather": "#9edae5",
-    "scatter": "#c5b0d5", "send": "#ff7f0e", "recv": "#8c564b",
+    "all_reduce": "#3949ab", "broadcast": "#00838f", "all_gather": "#26c6da", "reduce_scatter": "#8e24aa",
+    "all_to_all": "#9e9d24", "barrier": "#424242", "reduce": "#7986cb", "gather": "#80deea",
+    "scatter": "#ba68c8", "send": "#6d4c41", "recv": "#a1887f",
 }
 _EXTRA_COLORS = ["#7f7f7f", "#e377c2", "#393b79", "#ad494a", "#637939"]
-PHASE_COLORS = {"forward": "#c7c7c7", "backward": "#a0a0a0", "optimizer": "#6b6b6b"}
+# Compute phases: hues no op kind uses, so a lane's ops and its compute never look alike.
+PHASE_COLORS = {"forward": "#90caf9", "backward": "#ffcc80", "optimizer": "#ce93d8"}
+EXPOSED_COLOR, HIDDEN_COLOR = "#e53935", "#66bb6a"   # as the per-step chart's exposed / hidden comm
 PART_STYLE = {"compute_only_ns": ("compute (no comm)", "#9e9e9e"), "hidden_ns": ("hidden comm", "#66bb6a"),
               "exposed_ns": ("exposed comm", "#e53935"), "other_ns": ("other", "#e0e0e0")}
 # Op fields shown on hover, in this order (those the frame has).
@@ -47,20 +58,34 @@ def _lane(rank) -> str:
     return f"rank {int(rank)}"
 
 
-def _ms(ns) -> np.ndarray:
-    """ns -> ms, rounded to the ns (shorter JSON)."""
-    return np.round(np.asarray(ns, dtype=np.float64) / 1e6, 6)
+def _ms(ns, digits: int = 6) -> np.ndarray:
+    """ns -> ms, rounded to the ns (``digits`` 4: to 100 ns, for shorter JSON where a
+    drawn position is all that counts)."""
+    return np.round(np.asarray(ns, dtype=np.float64) / 1e6, digits)
 
 
-def _column(col: pd.Series, fmt=None) -> dict:
-    """A field for the page's hover panel, compactly: integers as {"n": [...]}, anything
-    else dictionary-encoded as {"v": distinct display strings, "c": codes (-1: missing)}.
+def _column(col: pd.Series, fmt=None) -> dict | None:
+    """A field for the page's hover panel, compactly: None when no op has a value, one
+    value for all as {"k": value}, integers as {"n": [...]}, anything else
+    dictionary-encoded as {"v": distinct display strings, "c": codes (-1: missing)}.
     The strings reach the page as JSON and are set as DOM text (never parsed as HTML)."""
+    if not len(col) or col.isna().all():
+        return None
+    if not col.isna().any() and col.nunique(dropna=False) == 1:
+        v = col.iloc[0]
+        return {"k": fmt(v) if fmt else v.item() if hasattr(v, "item") else str(v)}
     if fmt is None and pd.api.types.is_integer_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
         vals = col.astype("Float64").to_numpy(np.float64, na_value=np.nan)
         return {"n": [None if v != v else int(v) for v in vals.tolist()]}
     codes, uniq = pd.factorize(col, use_na_sentinel=True)
     return {"v": [fmt(u) if fmt else str(u) for u in list(uniq)], "c": codes.tolist()}
+
+
+def _fields(frame: pd.DataFrame, names, fmts: dict | None = None) -> dict:
+    """The hover panel's fields of ``frame`` that have a value somewhere."""
+    fmts = fmts or {}
+    out = {c: _column(frame[c], fmts.get(c)) for c in names if c in frame}
+    return {c: f for c, f in out.items() if f is not None}
 
 
 def _layout(title: str, **kw) -> dict:
@@ -72,13 +97,16 @@ def _layout(title: str, **kw) -> dict:
 
 # -- timeline ----------------------------------------------------------------------
 
-def timeline_figure(rep) -> dict:
+def timeline_figure(rep, steady_step: int | None = None) -> dict:
     """{"data", "layout", "ops": op fields per drawn op, "spans": span fields, "aggregated", "notes"}.
 
     Lanes: per rank "rank N" (ops, coloured by kind) with "rank N compute" beneath
     (forward/backward/optimizer spans), then a "marks" lane. Up to TIMELINE_MAX_OPS
     ops every op is one bar; beyond, per rank TIMELINE_BINS bins, each drawn in the
-    colour of the op that fills most of it (analysis.timeline.bin_timeline)."""
+    colour of the op that fills most of it (analysis.timeline.bin_timeline). On each
+    op lane a thin strip shows its communication exposed (red) or hidden under compute
+    (green); dotted lines mark where each step begins. ``steady_step``: the x axis
+    opens on that step and the ones after it ("steady" in the layout's meta)."""
     frame, t0 = rep.frame, int(rep.info["t0_ns"] or 0)
     ranks = sorted(int(r) for r in rep.info.get("rank_list") or np.unique(frame["rank"].to_numpy()).tolist())
     spans = rep.spans if rep.spans is not None else pd.DataFrame()
@@ -86,25 +114,32 @@ def timeline_figure(rep) -> dict:
     lanes = []
     for r in ranks:
         lanes.append(_lane(r))
-        if draw_spans:
+        if len(spans):
             lanes.append(_lane(r) + " compute")
     notes = []
     data: list[dict] = []
     out: dict = {"ops": None, "spans": None, "aggregated": False}
+    binned = None
     if len(frame) <= TIMELINE_MAX_OPS:
         data += _op_traces(frame, t0, rep.matched.inst, out)
     else:
-        data += _binned_traces(rep, t0)
+        binned = bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None, rep.arrays)
+        data += _binned_traces(binned)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
                      f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
                      "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
                      "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
-    if draw_spans:
+    data += _exposure_traces(rep, t0, binned, notes)
+    if draw_spans and binned is None:
         data += _span_traces(spans, t0, out)
     elif len(spans):
-        notes.append(f"{fmt_int(len(spans))} compute spans are more than {fmt_int(TIMELINE_MAX_SPANS)}: not drawn "
-                     "(--perfetto shows them, or choose a narrower window).")
+        data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None,
+                                                                  rep.arrays))
+        many = "" if draw_spans else " are more than " + fmt_int(TIMELINE_MAX_SPANS)
+        notes.append(f"{fmt_int(len(spans))} compute spans{many}: "
+                     "binned like the ops, each bin in the colour of the phase that fills most of it (hover: "
+                     "the phase; --perfetto shows every span).")
     marks = rep.marks if rep.marks is not None else pd.DataFrame()
     if len(marks):
         m = marks.sort_values("t_ns", kind="stable").head(TIMELINE_MAX_MARKS)
@@ -120,10 +155,15 @@ def timeline_figure(rep) -> dict:
     data.append({"type": "scatter", "mode": "lines+markers", "name": "same collective", "meta": "link",
                  "x": [], "y": [], "line": {"color": "#000000", "width": 2, "dash": "dot"},
                  "marker": {"size": 7, "color": "#000000"}, "hoverinfo": "skip", "showlegend": False})
-    height = max(260, 40 + 26 * len(lanes))
+    height = max(260, 70 + 26 * len(lanes))
+    shapes, labels, steady = _step_marks(rep, t0, steady_step)
+    xaxis = {"zeroline": False}
+    if steady is not None:
+        xaxis.update(range=steady, autorange=False)
     out["layout"] = _layout("Timeline (ms after the first op; drag to zoom, double-click to reset)",
-                            barmode="overlay", height=height,
-                            xaxis={"zeroline": False},
+                            barmode="overlay", height=height, shapes=shapes, annotations=labels,
+                            meta={"steady": steady}, margin={"l": 90, "r": 20, "t": 60, "b": 40},
+                            xaxis=xaxis,
                             yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
                                    "autorange": True, "fixedrange": True},
                             legend={"orientation": "h", "y": -0.15 if height < 400 else -0.06})
@@ -133,25 +173,88 @@ def timeline_figure(rep) -> dict:
     return out
 
 
+def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list | None]:
+    """Dotted lines where each step begins (its earliest rank), labelled with its
+    number, and the x range [steady step's begin, last step's end] (ms) or None."""
+    st = rep.steps
+    if st is None or not len(st.per_rank):
+        return [], [], None
+    pr = st.per_rank
+    g = pr.groupby("step", sort=True)
+    begin = _ms(g["t_begin_ns"].min().to_numpy(np.int64) - t0)
+    end = _ms(g["t_end_ns"].max().to_numpy(np.int64) - t0)
+    steps = g["t_begin_ns"].min().index.to_numpy(np.int64)
+    every_line = -(-len(steps) // STEP_MAX_LINES)
+    every = every_line * -(-(-(-len(steps) // STEP_MAX_LABELS)) // every_line)   # a labelled step has its line
+    shapes, labels = [], []
+    for i, (s, b) in enumerate(zip(steps.tolist(), begin.tolist())):
+        if i % every_line == 0:
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": b, "x1": b, "y0": 0, "y1": 1,
+                           "line": {"color": "#757575", "width": 1, "dash": "dot"}, "layer": "below"})
+        if i % every == 0:
+            labels.append({"x": b, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "xanchor": "left",
+                           "text": f"step {s}", "showarrow": False, "font": {"size": 11, "color": "#424242"}})
+    steady = None
+    if steady_step is not None and (steps >= steady_step).any():
+        lo, hi = float(begin[steps >= steady_step].min()), float(end.max())
+        pad = (hi - lo) * 0.01
+        steady = [lo - pad, hi + pad]
+    return shapes, labels, steady
+
+
+def _exposure_traces(rep, t0: int, binned=None, notes: list | None = None) -> list[dict]:
+    """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
+    ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
+    ex = exposure_intervals(rep.frame, rep.arrays, rep.spans, rep.bounds)
+    if binned is None and len(ex) > TIMELINE_MAX_STRIPS:     # bars are what a browser pays for: bin them
+        binned = bin_timeline(rep.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), None, None, rep.arrays)
+        if notes is not None:
+            notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
+                         "the strip along the ops is binned, each bin in the colour of the part that covers most "
+                         "of it.")
+    if binned is not None:
+        sets = {}
+        for r, g in ex.groupby("rank", sort=True):
+            sets[int(r)] = [iv.union(g.loc[g["exposed"] == k, "t_begin_ns"].to_numpy(np.int64) - t0,
+                                     g.loc[g["exposed"] == k, "t_end_ns"].to_numpy(np.int64) - t0)
+                            for k in (True, False)]
+        styles = [("exposed comm", EXPOSED_COLOR), ("hidden comm", HIDDEN_COLOR)]
+        return _majority_traces(binned, sets, styles, "exposure", 0.22, 0.16)
+    traces = []
+    for exposed, name, color in ((True, "exposed comm", EXPOSED_COLOR), (False, "hidden comm", HIDDEN_COLOR)):
+        part = ex[ex["exposed"].to_numpy(bool) == exposed]
+        if not len(part):
+            continue
+        b = part["t_begin_ns"].to_numpy(np.int64) - t0
+        e = part["t_end_ns"].to_numpy(np.int64) - t0
+        traces.append({"type": "bar", "orientation": "h", "name": name, "meta": "exposure",
+                       "base": _ms(b, 4).tolist(), "x": _ms(np.maximum(e - b, 1), 4).tolist(),
+                       "y": [_lane(r) for r in part["rank"].tolist()], "width": 0.22, "offset": 0.16,
+                       "marker": {"color": color, "line": {"width": 0}},
+                       "customdata": [fmt_ns(v) for v in (e - b).tolist()],
+                       "hovertemplate": "%{y}: " + name + " %{customdata}<extra></extra>"})
+    return traces
+
+
 def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict) -> list[dict]:
     n = len(frame)
     start = frame["t_start_ns"].to_numpy(np.int64) - t0 if n else np.empty(0, np.int64)
     end = frame["t_end_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan) - t0 if n else np.empty(0)
     dur = np.where(np.isfinite(end), end - start, 0.0)
-    fields = {c: _column(frame[c], fmt_bytes if c == "bytes" else None) for c in OP_FIELDS if c in frame}
-    fields["start (ms)"] = {"n": _ms(start).tolist()}
-    fields["duration (ms)"] = {"n": [None if e != e else v for v, e in zip(_ms(dur).tolist(), end.tolist())]}
+    fields = _fields(frame, OP_FIELDS, {"bytes": fmt_bytes, "out_bytes": fmt_bytes})
+    fields["start (ms)"] = {"n": _ms(start, 4).tolist()}
+    fields["duration (ms)"] = {"n": [None if e != e else v for v, e in zip(_ms(dur, 4).tolist(), end.tolist())]}
     lanes = np.array([_lane(r) for r in frame["rank"].tolist()], dtype=object) if n else np.empty(0, object)
     out["ops"] = {"fields": fields, "inst": np.asarray(inst, dtype=np.int64).tolist(),
-                  "mid_ms": _ms(start + dur / 2).tolist(), "lane": _column(pd.Series(lanes, dtype=object))}
+                  "mid_ms": _ms(start + dur / 2, 4).tolist(), "lane": _column(pd.Series(lanes, dtype=object))}
     traces = []
     ops = frame["op"].astype(str).to_numpy() if n else np.empty(0, object)
     for i, op in enumerate(sorted(set(ops.tolist()))):
         idx = np.flatnonzero(ops == op)
         traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "ops",
-                       "base": _ms(start[idx]).tolist(), "x": _ms(np.maximum(dur[idx], 1.0)).tolist(),
+                       "base": _ms(start[idx], 4).tolist(), "x": _ms(np.maximum(dur[idx], 1.0), 4).tolist(),
                        "y": lanes[idx].tolist(), "customdata": idx.tolist(),
-                       "width": 0.8, "marker": {"color": op_color(op, i), "line": {"width": 0}},
+                       "width": 0.55, "offset": -0.42, "marker": {"color": op_color(op, i), "line": {"width": 0}},
                        "hoverinfo": "none"})
     return traces
 
@@ -159,9 +262,9 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict) -> lis
 def _span_traces(spans: pd.DataFrame, t0: int, out: dict) -> list[dict]:
     b = spans["t_begin_ns"].to_numpy(np.int64) - t0
     e = spans["t_end_ns"].to_numpy(np.int64) - t0
-    fields = {c: _column(spans[c]) for c in ("rank", "phase", "step", "iteration", "module") if c in spans}
-    fields["start (ms)"] = {"n": _ms(b).tolist()}
-    fields["duration (ms)"] = {"n": _ms(e - b).tolist()}
+    fields = _fields(spans, ("rank", "phase", "step", "iteration", "module"))
+    fields["start (ms)"] = {"n": _ms(b, 4).tolist()}
+    fields["duration (ms)"] = {"n": _ms(e - b, 4).tolist()}
     out["spans"] = {"fields": fields}
     phases = spans["phase"].astype(str).to_numpy()
     lanes = np.array([_lane(r) + " compute" for r in spans["rank"].tolist()], dtype=object)
@@ -169,10 +272,11 @@ def _span_traces(spans: pd.DataFrame, t0: int, out: dict) -> list[dict]:
     for ph in sorted(set(phases.tolist())):
         idx = np.flatnonzero(phases == ph)
         traces.append({"type": "bar", "orientation": "h", "name": text(ph), "meta": "spans",
-                       "base": _ms(b[idx]).tolist(), "x": _ms(np.maximum(e[idx] - b[idx], 1)).tolist(),
+                       "base": _ms(b[idx], 4).tolist(), "x": _ms(np.maximum(e[idx] - b[idx], 1), 4).tolist(),
                        "y": lanes[idx].tolist(), "customdata": idx.tolist(), "width": 0.5,
                        "marker": {"color": PHASE_COLORS.get(ph, "#bdbdbd"), "line": {"width": 0}},
                        "hoverinfo": "none", "legendgroup": "compute"})
+        traces[-1]["name"] = text(ph) + " (compute)"
     return traces
 
 
@@ -180,8 +284,56 @@ def timeline_bins(ranks: int) -> int:
     return max(100, min(TIMELINE_BINS, TIMELINE_MAX_CELLS // max(ranks, 1)))
 
 
-def _binned_traces(rep, t0: int) -> list[dict]:
-    tl = bin_timeline(rep.frame, t0, timeline_bins(len(rep.info.get("rank_list") or [0])), None, None, rep.arrays)
+def _binned_span_traces(spans: pd.DataFrame, binned) -> list[dict]:
+    """Compute spans of an aggregated timeline: per bin of ``binned``'s range, the phase
+    that fills most of it."""
+    t0 = binned.t0_ns
+    phases = sorted(set(spans["phase"].astype(str).tolist()))
+    sets = {}
+    for r, g in spans.groupby("rank", sort=True):
+        ph = g["phase"].astype(str).to_numpy()
+        b, e = g["t_begin_ns"].to_numpy(np.int64) - t0, g["t_end_ns"].to_numpy(np.int64) - t0
+        sets[int(r)] = [iv.union(b[ph == p], e[ph == p]) for p in phases]
+    styles = [(text(p) + " (compute)", PHASE_COLORS.get(p, "#bdbdbd")) for p in phases]
+    traces = _majority_traces(binned, sets, styles, "spanbins", 0.5, None, " compute")
+    for t in traces:
+        t["legendgroup"] = "compute"
+    return traces
+
+
+def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, offset, lane_suffix: str = "") \
+        -> list[dict]:
+    """Bars over ``binned``'s bins: per rank, runs of bins where the same set (of
+    ``sets[rank]``, drawn as ``styles[i]`` = (name, colour)) covers most."""
+    lo, hi, n = binned.t_from_ns, binned.t_to_ns, binned.width
+    dt = (hi - lo) / n
+    runs: dict[int, dict] = {}
+    for rank, rank_sets in sets.items():
+        best, fill = binned_majority(rank_sets, lo, hi, n)
+        cuts = np.flatnonzero(np.diff(best)) + 1
+        for a, b in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [n])).tolist()):
+            k = int(best[a])
+            if k < 0:
+                continue
+            t = runs.setdefault(k, {"base": [], "x": [], "y": [], "custom": []})
+            t["base"].append((lo + a * dt) / 1e6)
+            t["x"].append((b - a) * dt / 1e6)
+            t["y"].append(_lane(rank) + lane_suffix)
+            t["custom"].append(int(round(float(np.mean(fill[a:b])) * 100)))
+    traces = []
+    for k, t in sorted(runs.items()):
+        name, color = styles[k]
+        tr = {"type": "bar", "orientation": "h", "name": name, "meta": meta, "base": np.round(t["base"], 4).tolist(),
+              "x": np.round(t["x"], 4).tolist(), "y": t["y"], "customdata": t["custom"], "width": width,
+              "marker": {"color": color, "line": {"width": 0}},
+              "hovertemplate": "%{y}: mostly " + name + " (%{customdata}% of the time)<extra></extra>"}
+        if offset is not None:
+            tr["offset"] = offset
+        traces.append(tr)
+    return traces
+
+
+def _binned_traces(tl) -> list[dict]:
     dt = (tl.t_to_ns - tl.t_from_ns) / tl.width
     per_op: dict[int, dict] = {}
     for li, rank in enumerate(tl.ranks):
@@ -203,7 +355,8 @@ def _binned_traces(rep, t0: int) -> list[dict]:
     for c, t in sorted(per_op.items()):
         op = tl.ops[c]
         traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "bins", "base": t["base"],
-                       "x": np.round(t["x"], 6).tolist(), "y": t["y"], "customdata": t["custom"], "width": 0.8,
+                       "x": np.round(t["x"], 6).tolist(), "y": t["y"], "customdata": t["custom"], "width": 0.55,
+                       "offset": -0.42,
                        "marker": {"color": op_color(op, c), "opacity": t["opacity"], "line": {"width": 0}},
                        "hovertemplate": "%{y}: mostly " + text(op)
                        + " (%{customdata[0]} bins, ops %{customdata[1]}% of the time)<extra></extra>"})
@@ -213,23 +366,50 @@ def _binned_traces(rep, t0: int) -> list[dict]:
 # -- per step ------------------------------------------------------------------------
 
 def steps_figure(rep) -> dict | None:
-    """Stacked bars per (step, rank): compute without comm, hidden comm, exposed comm, other."""
+    """Stacked bars of compute without comm, hidden comm, exposed comm and other: per
+    (step, rank) up to STEP_MAX_RANK_BARS ranks; beyond, per step the mean over the
+    ranks, with the step time's min-max over the ranks as a whisker."""
     st = rep.steps
     if st is None or not len(st.per_rank):
         return None
     parts = step_breakdown(st.per_rank)
     nranks = max(int(parts["rank"].nunique()), 1)
+    yaxis = {"title": {"text": "ms"}, "rangemode": "tozero"}
+    if nranks > STEP_MAX_RANK_BARS or nranks * len(st.across) > STEP_MAX_RANK_STEP_BARS:
+        keep = slowest_steps(st.across, STEP_MAX_MEAN_STEPS)
+        mean = steps_across_ranks(parts[parts["step"].isin(keep)])
+        x = [int(s) for s in mean.index]
+        data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(mean[p]).tolist(),
+                 "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in mean[p].tolist()],
+                 "hovertemplate": "step %{x}: %{customdata} (mean of the ranks)<extra>" + PART_STYLE[p][0]
+                 + "</extra>"} for p in STEP_PARTS]
+        tot = mean[list(STEP_PARTS)].sum(axis=1).to_numpy(np.float64)
+        above = np.clip(mean["max_step_ns"].to_numpy(np.float64) - tot, 0, None)
+        below = np.clip(tot - mean["min_step_ns"].to_numpy(np.float64), 0, None)
+        data.append({"type": "scatter", "mode": "markers", "name": "step time min-max over ranks", "x": x,
+                     "y": _ms(tot).tolist(), "marker": {"color": "#212121", "size": 3},
+                     "error_y": {"type": "data", "symmetric": False, "color": "#212121", "thickness": 1, "width": 3,
+                                 "array": _ms(above).tolist(), "arrayminus": _ms(below).tolist()},
+                     "customdata": [[fmt_ns(a), fmt_ns(b)] for a, b in zip(mean["min_step_ns"], mean["max_step_ns"])],
+                     "hovertemplate": "step %{x}: step time %{customdata[0]} .. %{customdata[1]} over "
+                                      + f"{nranks} ranks<extra></extra>"})
+        shown = "" if len(keep) == len(st.across) else f" (the {len(keep)} slowest of {len(st.across)} steps)"
+        return {"data": data, "note": f"{nranks} rank{'s' if nranks > 1 else ''} x {len(mean)} steps{shown}: each "
+                                      "bar is the mean over the ranks of each part; the whisker spans the fastest "
+                                      "and the slowest rank's step time",
+                "layout": _layout("Per step, mean over the ranks: where the step time went (ms)", barmode="stack",
+                                  height=380, yaxis=yaxis, xaxis={"title": {"text": "step"}})}
     keep = slowest_steps(st.across, max(STEP_MAX_BARS // nranks, 1))
     parts = parts[parts["step"].isin(keep)].sort_values(["step", "rank"], kind="stable")
     x = [[f"step {int(s)}" for s in parts["step"]], [f"r{int(r)}" for r in parts["rank"]]]
     data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(parts[p]).tolist(),
-             "marker": {"color": PART_STYLE[p][1]}, "hovertemplate": "%{x}: %{y:.3f} ms<extra>"
-             + PART_STYLE[p][0] + "</extra>"} for p in STEP_PARTS]
+             "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in parts[p].tolist()],
+             "hovertemplate": "%{x}: %{customdata}<extra>" + PART_STYLE[p][0] + "</extra>"} for p in STEP_PARTS]
     note = "" if len(keep) == len(st.across) else (
         f"the {len(keep)} slowest of {len(st.across)} steps (at most {STEP_MAX_BARS} bars)")
     return {"data": data, "note": note,
             "layout": _layout("Per step and rank: where the step time went (ms)", barmode="stack", height=380,
-                              yaxis={"title": {"text": "ms"}}, xaxis={"type": "multicategory"})}
+                              yaxis=yaxis, xaxis={"type": "multicategory"})}
 
 
 # -- skew ----------------------------------------------------------------------------
@@ -240,18 +420,26 @@ def skew_heatmap(rep) -> dict | None:
         return None
     t0 = int(rep.info["t0_ns"] or 0)
     x = _ms(off["first_start_ns"] - t0).tolist()
-    data = [{"type": "heatmap", "z": np.round(_ms(off["offset_ns"]), 4).tolist(), "x": list(range(len(x))),
-             "y": [_lane(r) for r in off["ranks"]], "colorscale": "Reds", "colorbar": {"title": {"text": "ms late"}},
-             "hovertemplate": "%{y}, collective #%{x}: %{z:.3f} ms after the first caller<extra></extra>",
-             "hoverongaps": False}]
+    z = np.asarray(off["offset_ns"], dtype=np.float64)
+    li, ci = np.nonzero(np.isfinite(z))        # empty where the rank is not a caller
+    lanes = [_lane(r) for r in off["ranks"]]
+    # One square marker per cell (the page's partial plotly bundle has no heatmap trace).
+    size = int(max(4, min(14, 900 // max(len(x), 1))))
+    data = [{"type": "scatter", "mode": "markers", "x": ci.tolist(), "y": li.tolist(),
+             "marker": {"symbol": "square", "size": size, "color": _ms(z[li, ci], 4).tolist(),
+                        "colorscale": "Reds", "cmin": 0, "showscale": True,
+                        "colorbar": {"title": {"text": "ms late"}}},
+             "hovertemplate": "lane %{y}, collective #%{x}: %{marker.color:.3f} ms after the first caller"
+                              "<extra></extra>"}]
     shown = len(x)
     total = off["collectives"]
     note = "" if shown == total else f"the first {fmt_int(shown)} of {fmt_int(total)} collectives"
     return {"data": data, "note": note,
             "layout": _layout("Arrival skew: how late each rank called each collective",
-                              height=max(220, 60 + 22 * len(off["ranks"])),
-                              xaxis={"title": {"text": "collective (time order)"}},
-                              yaxis={"type": "category", "autorange": "reversed"})}
+                              height=140 + (size + 3) * len(off["ranks"]),
+                              xaxis={"title": {"text": "collective (time order)"}, "zeroline": False},
+                              yaxis={"tickmode": "array", "tickvals": list(range(len(lanes))), "ticktext": lanes,
+                                     "autorange": "reversed", "zeroline": False})}
 
 
 def stragglers_figure(rep) -> dict | None:
@@ -270,48 +458,88 @@ def stragglers_figure(rep) -> dict | None:
 # -- bandwidth -----------------------------------------------------------------------
 
 def bandwidth_figure(rep) -> dict | None:
-    bw = bandwidth_by_size(rep.matched)
+    """busbw (filled) and algbw (open) markers per op and size -- no lines: sizes far
+    apart are separate measurements. 1-rank groups (nothing crosses a link) and
+    collectives with observed (upper-bound) end times are separate, flagged series."""
+    obs = rep.frame["end_observed"].to_numpy(bool) if "end_observed" in rep.frame else None
+    bw = bandwidth_by_size(rep.matched, obs)
     if not len(bw):
         return None
     data = []
-    for i, (op, g) in enumerate(bw.groupby("op", sort=True)):
-        color = op_color(op, i)
+    for i, ((op, one, seen), g) in enumerate(bw.groupby(["op", "one_rank", "observed"], sort=True)):
+        color = "#9e9e9e" if one else op_color(op, i)
+        flag = " (1-rank group: nothing moves)" if one else " (end observed: upper bound, bw too low)" if seen else ""
         sizes = g["size_bytes"].tolist()
-        common = {"x": sizes, "customdata": [[fmt_bytes(s), fmt_int(n)] for s, n in zip(sizes, g["collectives"])],
-                  "legendgroup": text(op)}
-        data.append({"type": "scatter", "mode": "lines+markers", "name": text(op) + " busbw",
-                     "y": (g["busbw"] / 1e9).tolist(), "line": {"color": color}, **common,
-                     "hovertemplate": text(op) + " %{customdata[0]} (%{customdata[1]} collectives): busbw "
-                                                 "%{y:.3f} GB/s<extra></extra>"})
-        data.append({"type": "scatter", "mode": "lines+markers", "name": text(op) + " algbw",
-                     "y": (g["algbw"] / 1e9).tolist(), "line": {"color": color, "dash": "dot"}, **common,
-                     "hovertemplate": text(op) + " %{customdata[0]} (%{customdata[1]} collectives): algbw "
-                                                 "%{y:.3f} GB/s<extra></extra>"})
-    return {"data": data, "note": "",
+        for kind, symbol in (("busbw", "circle"), ("algbw", "circle-open")):
+            data.append({"type": "scatter", "mode": "markers", "name": text(op) + " " + kind + flag, "x": sizes,
+                         "y": (g[kind] / 1e9).tolist(), "legendgroup": text(op) + flag,
+                         "marker": {"color": color, "size": 9, "symbol": symbol + ("-dot" if seen and not one else "")},
+                         "customdata": [[fmt_bytes(s), fmt_int(n), fmt_bw(v)]
+                                        for s, n, v in zip(sizes, g["collectives"], g[kind])],
+                         "hovertemplate": text(op) + flag + " %{customdata[0]} (%{customdata[1]} collectives): "
+                                          + kind + " %{customdata[2]}<extra></extra>"})
+    notes = []
+    if bw["one_rank"].any():
+        notes.append("grey: collectives of a 1-rank group move no data; their bandwidth measures a local copy")
+    if bw["observed"].any():
+        notes.append("dotted markers: end times observed by polling (end_observed), so durations are upper bounds "
+                     "and bandwidths lower bounds")
+    return {"data": data, "note": "; ".join(notes),
             "layout": _layout("Bandwidth against message size (nccl-tests algbw / busbw, GB/s)", height=380,
                               xaxis={"type": "log", "title": {"text": "message size (bytes)"}},
-                              yaxis={"title": {"text": "GB/s"}})}
+                              yaxis={"title": {"text": "GB/s"}, "rangemode": "tozero"})}
 
 
 # -- compare -------------------------------------------------------------------------
 
-def compare_figure(named: list) -> dict | None:
-    """Per run, box plots of its steps' step time and exposed communication (the
-    step table's figures across ranks, one value per step)."""
-    data = []
-    for col, label, color in (("step_ns", "step time", "#1f77b4"), ("exposed_ns", "exposed comm", "#e53935")):
-        xs, ys = [], []
-        for name, rep in named:
-            if rep.steps is None or not len(rep.steps.across):
-                continue
-            v = _ms(rep.steps.across[col]).tolist()
-            ys += v
-            xs += [text(name)] * len(v)
-        if ys:
-            data.append({"type": "box", "name": label, "x": xs, "y": ys, "marker": {"color": color},
-                         "boxpoints": "all", "jitter": 0.3, "pointpos": 0})
-    if not data:
-        return None
-    return {"data": data, "note": "",
-            "layout": _layout("Per run: step time and exposed communication per step (ms)", boxmode="group",
-                              height=420, yaxis={"title": {"text": "ms"}})}
+COMPARE_CHARTS = [("step_ns", "step time (ms)", 1e-6), ("exposed_ns", "exposed comm (ms)", 1e-6),
+                  ("ops", "ops per step", 1.0), ("bytes", "MB per step", 1e-6)]
+
+
+def compare_figures(cmp: dict) -> list[tuple[str, str, dict]]:
+    """(id, title, figure) per chart: per run, the median of each per-step figure over the
+    steps shown (the compare table's value) with the interquartile range as a whisker,
+    and busbw over every collective; y axes from 0; bars coloured by their change vs
+    BASE (green better, red worse, grey within the noise band)."""
+    st, runs = cmp["steps"], cmp["runs"]
+    labels = ["BASE"] + [f"EXP{i}" for i in range(1, len(runs))]
+    names = [f"{lbl}: {text(r)}" for lbl, r in zip(labels, runs)]
+    out = []
+    if any(w["steps_shown"] for w in cmp["windows"]):
+        for stat, title, scale in COMPARE_CHARTS:
+            rows = [st.loc[(r, stat)] for r in runs]
+            med = [float(r["median"]) * scale for r in rows]
+            p25 = [float(r.get("p25", np.nan)) * scale for r in rows]
+            p75 = [float(r.get("p75", np.nan)) * scale for r in rows]
+            colors = [_delta_color(stat, r, i) for i, r in enumerate(rows)]
+            out.append((f"compare-{stat.replace('_ns', '')}", title, _compare_bars(
+                names, med, colors, title, [None if h != h else max(h - m, 0) for h, m in zip(p75, med)],
+                [None if lo != lo else max(m - lo, 0) for lo, m in zip(p25, med)])))
+    bus = [float(b) / 1e9 if b == b else None for b in cmp["busbw"]]
+    if any(b is not None for b in bus):
+        out.append(("compare-busbw", "busbw (GB/s)",
+                    _compare_bars(names, bus, ["#1f77b4"] * len(bus), "busbw over every collective (GB/s)")))
+    return out
+
+
+def _delta_color(stat: str, row, i: int) -> str:
+    if i == 0:
+        return "#1f77b4"
+    d = float(row.get("delta_pct", np.nan))
+    if d != d or bool(row.get("within_noise", False)):
+        return "#9e9e9e"
+    lower_better = stat.endswith("_ns")
+    if stat in ("ops", "bytes"):
+        return "#7e57c2"          # neither better nor worse: a different schedule
+    return "#43a047" if (d < 0) == lower_better else "#e53935"
+
+
+def _compare_bars(names, values, colors, title, plus=None, minus=None) -> dict:
+    trace = {"type": "bar", "x": names, "y": values, "marker": {"color": colors}, "showlegend": False,
+             "hovertemplate": "%{x}: %{y:.4~f}<extra></extra>"}
+    if plus is not None and any(v is not None for v in plus):
+        trace["error_y"] = {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus,
+                            "color": "#424242", "thickness": 1}
+    return {"data": [trace], "note": "",
+            "layout": _layout(title, height=300, yaxis={"rangemode": "tozero"}, margin={"l": 60, "r": 20, "t": 40,
+                                                                                      "b": 60})}

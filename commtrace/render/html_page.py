@@ -1,6 +1,7 @@
 """One self-contained HTML file for ``report --html`` and ``compare --html``: the
-terminal report's text and tables (sortable), plotly figures, plotly.js and the
-page's script inline -- nothing is fetched when the file is opened."""
+terminal report's text and tables (sortable), plotly figures, a partial plotly.js
+bundle (bar and scatter traces only: plotly-basic.min.js, shipped in this package)
+and the page's script inline -- nothing is fetched when the file is opened."""
 from __future__ import annotations
 
 import re
@@ -24,6 +25,10 @@ table.sortable th[data-sort=asc]::after{content:" \\25B2"}table.sortable th[data
 table td{padding:2px 8px;border-bottom:1px solid #eee;white-space:pre}
 td.num,th.num{text-align:right}td.txt,th.txt{text-align:left}
 p.note{color:#666;font-size:12px;margin:2px 0 12px}
+td.better{color:#2e7d32;font-weight:bold}td.worse{color:#c62828;font-weight:bold}
+.compare-grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:0 16px}
+#steady-bar{position:sticky;top:0;z-index:5;background:#e3f2fd;border:1px solid #90caf9;padding:6px 10px;margin:8px 0}
+body[data-view=steady] .view-all,body[data-view=all] .view-steady{display:none}
 .notice{background:#fff8e1;border:1px solid #ffcc80;padding:6px 10px;margin:8px 0}
 #op-tip{position:absolute;display:none;z-index:10;max-width:360px;background:#fff;border:1px solid #999;
  box-shadow:2px 2px 6px rgba(0,0,0,.2);padding:6px 8px;font-size:12px;pointer-events:none}
@@ -33,12 +38,16 @@ dt{color:#555}dd{margin:0;white-space:pre-wrap;word-break:break-all}.detail-titl
 """
 
 
+PLOTLY_BUNDLE = "plotly-basic.min.js"   # plotly.js-basic-dist-min 4.1.1 (MIT): bar, pie and scatter traces
+
+
 def plotly_js() -> str:
-    """plotly.min.js from the installed plotly package (the ``html`` extra)."""
+    """The partial plotly.js bundle shipped in commtrace.render: 1.2 MB where the full
+    plotly.min.js is 4.8 MB (the page draws only bars and scatter markers)."""
     try:
-        src = resources.files("plotly").joinpath("package_data", "plotly.min.js").read_text(encoding="utf-8")
+        src = resources.files("commtrace.render").joinpath(PLOTLY_BUNDLE).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError) as e:
-        raise CommtraceError("--html: needs the plotly package (pip install 'commtrace[html]')") from e
+        raise CommtraceError(f"--html: {PLOTLY_BUNDLE} is missing from this commtrace install") from e
     return _CLOSE_SCRIPT.sub(r"<\\/\1", src)
 
 
@@ -81,39 +90,83 @@ def _report_blocks(rep) -> list[tuple]:
     return rec.take()
 
 
-def report_html(rep, every_op: bool = True) -> str:
+def report_html(rep, every_op: bool = True, top: int = 10, steady=None) -> str:
     """``every_op``: ``rep`` holds every op (the one-frame report); else (the partitioned report) the
-    figures drawn from the ops themselves -- timeline, arrival heatmap, bandwidth by size -- are left out."""
-    blocks = _report_blocks(rep)
-    banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
+    figures drawn from the ops themselves -- timeline, arrival heatmap, bandwidth by size -- are left out.
+
+    Steady state first: when ``rep`` is the whole run and has two steps or more, every
+    table and figure is shown twice -- for the steady steps (a second report, as
+    ``--steps N:`` with N the second step: analysis.figures.steady_start) and for
+    the whole run -- and the page shows the steady ones until its toggle is ticked;
+    the one timeline opens on the steady steps. The one-frame report builds the
+    steady report here; the partitioned one passes it as ``steady``."""
+    from ..analysis.figures import steady_start
+    steady_step = None
+    if steady is not None:
+        steady_step = steady.window.steps[0]
+    elif every_op and rep.window.whole_run and rep.steps is not None:
+        steady_step = steady_start(rep.steps.per_rank)
+        if steady_step is not None:
+            from ..analysis.report import build_report
+            from ..analysis.window import Window
+            steady = build_report(rep.run, Window(steps=(steady_step, None)), top=top)
+    views = [("all", rep)] if steady is None else [("steady", steady), ("all", rep)]
     registry: list = []
-    tl = figs.timeline_figure(rep) if every_op and (rep.info["ops"] or (rep.spans is not None and len(rep.spans))) \
-        else None
+    tl = figs.timeline_figure(rep, steady_step) if every_op and (rep.info["ops"] or (rep.spans is not None and
+                                                                                       len(rep.spans))) else None
     notes = "".join(f'<div class="notice">{text(n)}</div>' for n in (tl or {}).get("notes", []))
     if not every_op:
         notes += ('<div class="notice">Analysed file by file (partitioned): the timeline, the arrival-skew '
                   "heatmap and the bandwidth plot need every op in one place and are left out.</div>")
-    body = [f"<h1>{text('commtrace report')}</h1>", f'<pre class="text" id="banner">{text(banner)}</pre>']
+    body = [f"<h1>{text('commtrace report')}</h1>"]
+    if steady is not None:
+        opens = "; the timeline opens on these steps" if tl is not None else ""
+        body.append(f'<div id="steady-bar"><b>Steady state</b>: steps {steady_step} to the last -- set-up ops and '
+                    f"the step{'s' if steady_step > 2 else ''} before step {steady_step} (one-off work: process "
+                    "group and DDP set-up, warm-up) are left out of every table and figure below, as with "
+                    f"<code>commtrace report RUN --steps {steady_step}:</code>{opens}. "
+                    '<label><input type="checkbox" id="show-setup"> show set-up and the first step '
+                    "(the whole run)</label></div>")
+    sections = [_view_sections(name, r, registry, every_op, len(views) > 1) for name, r in views]
+    body += [s[0] for s in sections]
     if not every_op:
         body.append(notes)
     if tl is not None:
-        body.append('<h2>Timeline</h2><p class="note">One lane per rank (communication ops, coloured by kind) with '
-                    "its compute spans beneath; hover an op for every field and the same collective on the other "
-                    "ranks; click to keep it below.</p>" + notes +
+        body.append('<h2>Timeline</h2><p class="note">One lane per rank: communication ops coloured by kind, '
+                    "along them a thin strip of their exposed (red) and hidden (green) communication -- the "
+                    "per-step chart's colours -- and the rank's compute (forward / backward / optimizer) under it; "
+                    "dotted "
+                    "lines: where each step begins. Hover an op for its summary and the same collective on the "
+                    "other ranks; click it for every field.</p>" + notes +
                     '<div id="timeline" class="figure"></div><div id="op-detail">click an op to keep its fields '
                     "here</div>")
-    body.append(_figure_section("steps-chart", "Per step", figs.steps_figure(rep), registry,
-                                "compute (no comm) + hidden comm + exposed comm + other = the rank's step time "
-                                "(docs/report.md)"))
-    body.append("<h2>Tables</h2>" + blocks_html(tables))
-    if every_op:
-        body.append(_figure_section("skew-heatmap", "Arrival skew", figs.skew_heatmap(rep), registry))
-    body.append(_figure_section("stragglers", "Straggler ranking", figs.stragglers_figure(rep), registry))
-    if every_op:
-        body.append(_figure_section("bandwidth", "Bandwidth against message size", figs.bandwidth_figure(rep),
-                                    registry))
+    body += [s[1] for s in sections]
     data = {"timeline": _timeline_data(tl), "figures": registry}
     return _page(f"commtrace report {rep.info.get('run_dir', '')}", "\n".join(body), data)
+
+
+def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool) -> tuple[str, str]:
+    """One view's banner, and its per-step chart, tables and figures (ids suffixed by
+    the view's name when the page has several)."""
+    blocks = _report_blocks(rep)
+    banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
+    sfx = "-" + name if several else ""
+    body = [_figure_section("steps-chart" + sfx, "Per step", figs.steps_figure(rep), registry,
+                            "compute (no comm) + hidden comm + exposed comm + other = the rank's step time "
+                            "(docs/report.md)"),
+            "<h2>Tables</h2>" + blocks_html(tables)]
+    if every_op:
+        body.append(_figure_section("skew-heatmap" + sfx, "Arrival skew", figs.skew_heatmap(rep), registry))
+    body.append(_figure_section("stragglers" + sfx, "Straggler ranking", figs.stragglers_figure(rep), registry))
+    if every_op:
+        body.append(_figure_section("bandwidth" + sfx, "Bandwidth against message size", figs.bandwidth_figure(rep),
+                                    registry))
+    for f in registry:
+        f.setdefault("view", name if several else None)
+    cls = f' class="view-{name}"' if several else ""
+    bid = "banner" + sfx
+    return (f'<div{cls}><pre class="text" id="{bid}">{text(banner)}</pre></div>',
+            f"<div{cls}>" + "\n".join(body) + "</div>")
 
 
 def _timeline_data(tl: dict | None) -> dict | None:
@@ -123,17 +176,21 @@ def _timeline_data(tl: dict | None) -> dict | None:
             "lanes": tl["lanes"], "aggregated": tl["aggregated"]}
 
 
-def compare_html(cmp: dict, named: list) -> str:
+def compare_html(cmp: dict, named: list | None = None) -> str:
+    """``named`` is not needed (the charts read ``cmp``); kept for callers."""
     from .compare_text import render_compare
     rec = TableRecorder()
     render_compare(rec.console, cmp)
     blocks = rec.take()
     registry: list = []
+    charts = "".join(f"<div>{_figure_section(fid, title, fig, registry)}</div>"
+                     for fid, title, fig in figs.compare_figures(cmp))
     body = [f"<h1>{text('commtrace compare')}</h1>",
-            _figure_section("compare-steps", "Step time and exposed communication per run",
-                            figs.compare_figure(named), registry, "one point per step (across ranks, as in the "
-                                                                  "report's step table); boxes: quartiles"),
-            "<h2>Tables</h2>" + blocks_html(blocks, sortable=False)]
+            '<p class="note">Per run: the median over the steps shown (as in the table below), the whisker from '
+            "p25 to p75; busbw over every collective. Colour: the change against BASE -- green better, red worse, "
+            "grey within the noise band, purple a different amount of communication. Axes start at 0.</p>",
+            f'<div class="compare-grid">{charts}</div>',
+            "<h2>Tables</h2>" + blocks_html(blocks, sortable=False, deltas=True)]
     return _page("commtrace compare", "\n".join(body), {"timeline": None, "figures": registry})
 
 

@@ -12,7 +12,7 @@ from .html_escape import text
 
 class TableRecorder:
     """A console for the terminal renderers; ``blocks`` holds, in order,
-    ("text", str) for printed text and ("table", title, columns, rows, note)."""
+    ("text", str) for printed text and ("table", title, columns, rows, note, styles)."""
 
     def __init__(self) -> None:
         self._buf = io.StringIO()
@@ -29,9 +29,9 @@ class TableRecorder:
         self._buf.seek(0)
         self._buf.truncate()
 
-    def _table(self, columns, rows, title, note) -> None:
+    def _table(self, columns, rows, title, note, styles=None) -> None:
         self._flush()
-        self.blocks.append(("table", title, columns, rows, note))
+        self.blocks.append(("table", title, columns, rows, note, styles))
 
     def take(self) -> list[tuple]:
         self._flush()
@@ -39,12 +39,20 @@ class TableRecorder:
         return out
 
 
-def table_html(columns, rows, title, note, sortable: bool = True) -> str:
-    """A table; sortable: click a header (the page's script sorts numbers by value)."""
+# The terminal's cell colours that carry meaning (compare: a change better / worse than BASE).
+_STYLE_CLASS = {"green": " better", "red": " worse"}
+
+
+def table_html(columns, rows, title, note, sortable: bool = True, styles=None) -> str:
+    """A table; sortable: click a header (the page's script sorts numbers by value);
+    ``styles``: the terminal's per-cell styles where green / red mean better / worse
+    (compare's changes; those cells get a class), else None."""
     hint = ' title="click to sort"' if sortable else ""
     head = "".join(f'<th class="{"num" if c.right else "txt"}"{hint}>{text(c.name)}</th>' for c in columns)
-    body = "".join("<tr>" + "".join(f'<td class="{"num" if c.right else "txt"}">{text(v)}</td>'
-                                    for c, v in zip(columns, r)) + "</tr>" for r in rows)
+    styles = styles or [[]] * len(rows)
+    body = "".join("<tr>" + "".join(
+        f'<td class="{"num" if c.right else "txt"}{_STYLE_CLASS.get(st[j] if j < len(st) else None, "")}">'
+        f'{text(v)}</td>' for j, (c, v) in enumerate(zip(columns, r))) + "</tr>" for r, st in zip(rows, styles))
     cap = f"<caption>{text(title)}</caption>" if title else ""
     cls = "sortable" if sortable else "plain"
     html = f'<table class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -53,13 +61,14 @@ def table_html(columns, rows, title, note, sortable: bool = True) -> str:
     return html
 
 
-def blocks_html(blocks: list[tuple], sortable: bool = True) -> str:
-    """``sortable=False`` for tables whose rows belong together (compare: a run's row, then its changes)."""
+def blocks_html(blocks: list[tuple], sortable: bool = True, deltas: bool = False) -> str:
+    """``sortable=False`` for tables whose rows belong together (compare: a run's row, then its changes);
+    ``deltas``: the tables' green / red cells are changes, better / worse (compare)."""
     parts = []
     for b in blocks:
         if b[0] == "text":
             parts.append(f'<pre class="text">{text(b[1])}</pre>')
         else:
-            _, title, columns, rows, note = b
-            parts.append(table_html(columns, rows, title, note, sortable))
+            _, title, columns, rows, note, styles = b
+            parts.append(table_html(columns, rows, title, note, sortable, styles if deltas else None))
     return "\n".join(parts)

@@ -74,7 +74,7 @@ def print_table(con: Console, columns: list[Column], rows: list[list[str]], *, t
     as they are, unfitted: the HTML page shows the terminal's own tables."""
     sink = getattr(con, "table_sink", None)
     if sink is not None:
-        sink(columns, rows, title, note)
+        sink(columns, rows, title, note, styles)
         return [c.name for c in columns]
     width = int(con.width)
     keep, headers, widths = fit(columns, rows, width)

@@ -38,11 +38,14 @@ def write_synthetic_run(run_dir: str, ranks: int = 4, ops_per_rank: int = 1000, 
                         buckets: int = 4, slow_rank: int | None = None, slow_ns: float = 2e6,
                         run_id: str = "synthetic-run", annotate: bool = True, p2p: bool = False,
                         hosts: int = 1, missing_ranks: tuple = (), start_ns: int = 1_000_000_000_000,
-                        command: list | None = None) -> str:
+                        command: list | None = None, setup_ns: float = 0.0, end_observed: bool = False) -> str:
     """Write ``ranks`` trace files of ``ops_per_rank`` records each into ``run_dir``.
 
     ``annotate`` fills phase/iteration/bucket as the annotation hooks would.
-    ``p2p`` appends a ring of send/recv pairs at every step. Returns ``run_dir``.
+    ``p2p`` appends a ring of send/recv pairs at every step. ``setup_ns`` lengthens the
+    first start-up op (like NCCL's communicator set-up inside the first collective on a
+    GPU); ``end_observed`` flags every op's end as observed by polling (an upper bound,
+    as a gloo-on-CUDA run records). Returns ``run_dir``.
     """
     rng = np.random.default_rng(seed)
     os.makedirs(run_dir, exist_ok=True)
@@ -105,6 +108,8 @@ def write_synthetic_run(run_dir: str, ranks: int = 4, ops_per_rank: int = 1000, 
         jitter[slow_rank] += np.float32(slow_ns)
     xfer = 30_000.0 + seq_bytes / 2.0                                         # ~2 GB/s plus latency
     xfer *= rng.lognormal(0.0, 0.1, size=n)
+    if n:
+        xfer[0] += setup_ns
     gap = np.where(seq_async, 5_000.0, 500_000.0) + rng.exponential(np.where(seq_async, 20_000.0, 200_000.0))
     maxj = jitter.max(axis=0).astype(np.float64)
     # One communication stream: an op completes after its last caller arrived and after
@@ -142,6 +147,8 @@ def write_synthetic_run(run_dir: str, ranks: int = 4, ops_per_rank: int = 1000, 
         rec["sig"] = seq_sig
         rec["iteration"] = seq_iter
         rec["group"] = 0
+        if end_observed:
+            rec["flags"] |= schema.FLAG_END_OBSERVED
         if p2p and seq_p2p.any():
             # Even ranks send then recv; odd ranks recv then send: one op slot each.
             # A send and its recv share the per-peer sequence number (the step).

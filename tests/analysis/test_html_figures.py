@@ -73,3 +73,71 @@ def test_arrival_offsets(four_ranks):
     # seq 1: ranks arrive at 0, 2, 4, 6 us; seq 2: all at 100 us
     assert off["offset_ns"][:, 0].tolist() == [0, 2 * US, 4 * US, 6 * US]
     assert off["offset_ns"][:, 1].tolist() == [0, 0, 0, 0]
+
+
+def test_bandwidth_flags_one_rank_and_observed_ends(tmp_path):
+    from commtrace.trace.synthetic import write_synthetic_run
+    one = build_report(load_report_run(write_synthetic_run(str(tmp_path / "one"), ranks=1, ops_per_rank=30,
+                                                           end_observed=True)))
+    bw = bandwidth_by_size(one.matched, one.frame["end_observed"].to_numpy(bool))
+    assert len(bw) and bw["one_rank"].all() and bw["observed"].all()
+    # Without the end_observed column the flag stays off; a 2-rank group is not a 1-rank one.
+    assert not bandwidth_by_size(one.matched)["observed"].any()
+
+
+def test_bandwidth_flags_off_for_a_plain_group(four_ranks):
+    bw = bandwidth_by_size(four_ranks.matched, four_ranks.frame["end_observed"].to_numpy(bool))
+    assert not bw["one_rank"].any() and not bw["observed"].any()
+
+
+def test_steps_across_ranks_by_hand():
+    import pandas as pd
+    from commtrace.analysis.figures import steps_across_ranks
+    parts = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 2, 2], "step_ns": [10, 14, 8, 9],
+                          "compute_only_ns": [4, 6, 3, 3], "hidden_ns": [2, 2, 1, 1], "exposed_ns": [3, 5, 4, 4],
+                          "other_ns": [1, 1, 0, 1]})
+    m = steps_across_ranks(parts)
+    # step 1: means (4+6)/2 = 5, 2, (3+5)/2 = 4, 1; step time mean 12, min 10, max 14
+    assert m.loc[1].tolist() == [2, 5, 2, 4, 1, 12, 10, 14]
+    # step 2: 3, 1, 4, 0.5; step time 8.5, 8 .. 9
+    assert m.loc[2].tolist() == [2, 3, 1, 4, 0.5, 8.5, 8, 9]
+
+
+def test_steady_start():
+    import pandas as pd
+    from commtrace.analysis.figures import steady_start
+    assert steady_start(pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 2, 2]})) == 2
+    assert steady_start(pd.DataFrame({"rank": [0, 0, 0], "step": [37, 38, 39]})) == 38   # a bounded trace
+    assert steady_start(pd.DataFrame({"rank": [0, 1], "step": [1, 1]})) is None
+
+
+def test_exposure_intervals_by_hand(tmp_path):
+    from commtrace.analysis.figures import exposure_intervals
+    p = Proc(0, world_size=1)
+    p.span("forward", 0, 10, step=1)
+    p.span("backward", 10, 30, step=1)
+    p.span("optimizer", 45, 50, step=1)
+    p.op("all_reduce", 20, 40, nbytes=4000, phase="backward")        # async: compute goes on until 30 us
+    p.op("broadcast", 2, 4, nbytes=8, is_async=False, phase="forward")  # blocking: its 2 us are waited
+    rep = build_report(load_report_run(write_run(tmp_path / "run", [p], end_us=60)))
+    ex = exposure_intervals(rep.frame, rep.arrays, rep.spans, rep.bounds)
+    zero = int(rep.info["t0_ns"]) - 2 * US                            # t0: the first op, at 2 us
+    got = sorted((bool(e), (int(b) - zero) // US, (int(t) - zero) // US)
+                 for e, b, t in zip(ex["exposed"], ex["t_begin_ns"], ex["t_end_ns"]))
+    # hidden: the all_reduce under backward (20-30); exposed: the rest of it (30-40) and the broadcast (2-4)
+    assert got == [(False, 20, 30), (True, 2, 4), (True, 30, 40)]
+    # the step table measures the same: exposed 12 us, comm 22 us
+    row = rep.steps.per_rank.iloc[0]
+    assert (row["exposed_ns"], row["comm_ns"]) == (12 * US, 22 * US)
+
+
+def test_binned_majority_by_hand():
+    from commtrace.analysis import intervals as iv
+    from commtrace.analysis.figures import binned_majority
+    a = iv.union(np.array([0, 25]), np.array([10, 40]))     # covers 0-10 and 25-40
+    b = iv.union(np.array([10]), np.array([22]))             # covers 10-22
+    best, fill = binned_majority([a, b], 0, 40, 4)           # bins of 10: 0-10, 10-20, 20-30, 30-40
+    # bin 0: a 10; bin 1: b 10; bin 2: a 5 (25-30) > b 2 (20-22); bin 3: a 10
+    assert best.tolist() == [0, 1, 0, 0] and fill.tolist() == [1.0, 1.0, 0.5, 1.0]
+    best, _ = binned_majority([a, b], 40, 60, 2)             # nothing there
+    assert best.tolist() == [-1, -1]

@@ -51,6 +51,10 @@ def test_html(results):
         assert r[run]["write_s"] > 0 and r[run]["bytes"] > 0 and r[run]["ops"] > 0
         c = r[run]["chromium"]
         assert (c["load_s"] > 0 and c["problems"] == []) if c["available"] else c["reason"]
+    page = r["page"]                      # the `make demo`-sized page, against the full plotly.js
+    assert page["bytes"] > 0 and page["budget_bytes"] == 1_500_000
+    c = page["chromium"]
+    assert (c["load_s"] > 0 and c["problems"] == [] and c.get("ratio", 1) > 0) if c["available"] else c["reason"]
 
 
 def test_capture(results):

@@ -18,8 +18,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from cdp import Browser, find_chromium  # noqa: E402
 from tracebuilder import Proc, write_run  # noqa: E402
 
-pytest.importorskip("plotly", reason="report --html needs the html extra (plotly)")
-
 # Markup in every trace string the page shows: none of it may do anything.
 EVIL = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">\u2028<b>b</b>&amp;'
 OPS_PER_RANK = 6
@@ -83,17 +81,30 @@ def test_trace_strings_are_escaped(markup_html):
     assert "\u2028" not in data and "\\u2028" in data                  # a line end in old JavaScript
 
 
+def views(html: str) -> dict:
+    """The page's two views (steady steps, whole run): banner and sections of each."""
+    parts = re.split(r'<div class="view-(steady|all)">', html)
+    out = {"steady": "", "all": ""}
+    for name, chunk in zip(parts[1::2], parts[2::2]):
+        out[name] += chunk
+    return out
+
+
 def test_tables_are_the_terminal_tables(markup_run, markup_html, capsys):
     _, html = markup_html
-    assert cli("report", markup_run, "--width", "250") == 0
-    term = capsys.readouterr().out
-    captions = re.findall(r"<caption>(.*?)</caption>", html)
-    assert "Per op" in captions and any(c.startswith("Steps (2") for c in captions)
-    for c in captions:   # every table of the page is one of the terminal's, titled alike
-        assert c.replace("&#x27;", "'").replace("&quot;", '"') in term
+    v = views(html)
+    # The steady view is the report of steps 2.. (the set-up and step 1 left out); the other, the whole run.
+    for name, args, steps in (("steady", ("--steps", "2:"), "Steps (1"), ("all", (), "Steps (2")):
+        assert cli("report", markup_run, "--width", "250", *args) == 0
+        term = capsys.readouterr().out
+        captions = re.findall(r"<caption>(.*?)</caption>", v[name])
+        assert "Per op" in captions and any(c.startswith(steps) for c in captions)
+        for c in captions:   # every table of the view is one of the terminal's, titled alike
+            assert c.replace("&#x27;", "'").replace("&quot;", '"') in term
     rep = build_report(load_report_run(markup_run))
     mean = fmt_ns(rep.by_op.loc["all_reduce", "mean_ns"])
-    assert f'<td class="num">{mean}</td>' in html and mean in term
+    assert f'<td class="num">{mean}</td>' in v["all"] and mean in term
+    assert "steps 2..last" in v["steady"] and "whole run" in v["all"]    # each banner names its window
 
 
 def test_timeline_data_and_window(markup_run, markup_html, tmp_path):
@@ -120,6 +131,11 @@ def test_large_runs_are_aggregated(syn_run, tmp_path, monkeypatch):
     tl = page_data(html)["timeline"]
     assert tl["aggregated"] and tl["ops"] is None
     assert "are more than 100" in html and "--perfetto" in html
+    metas = {t.get("meta") for t in tl["data"]}
+    assert {"bins", "exposure", "spanbins"} <= metas            # ops, exposure and compute stay, binned
+    lanes = {y for t in tl["data"] if t.get("meta") == "spanbins" for y in t["y"]}
+    assert lanes == {f"rank {r} compute" for r in range(4)}
+    assert all(t.get("name") for t in tl["data"] if t.get("meta") in ("bins", "exposure", "spanbins"))   # legend
 
 
 def test_compare_html(markup_run, syn_run, tmp_path):
@@ -128,10 +144,17 @@ def test_compare_html(markup_run, syn_run, tmp_path):
     with open(out, encoding="utf-8") as f:
         html = f.read()
     figures = {f["id"]: f["figure"] for f in page_data(html)["figures"]}
-    box = figures["compare-steps"]["data"]
-    assert [t["name"] for t in box] == ["step time", "exposed comm"]
-    assert len(box[0]["y"]) == 2 + 49          # every step of both runs (2 and 49 steps)
+    assert list(figures) == ["compare-step", "compare-exposed", "compare-ops", "compare-bytes", "compare-busbw"]
+    from commtrace.analysis.compare import compare_reports
+    from commtrace.analysis.window import Window
+    named = [(r, build_report(load_report_run(r), Window())) for r in (markup_run, syn_run)]
+    cmp = compare_reports(named, ["op"])
+    ops = figures["compare-ops"]["data"][0]
+    # ops per step: the medians of the compare table, one bar per run, the y axis from 0
+    assert ops["y"] == [cmp["steps"].loc[(r, "ops")]["median"] for r in (markup_run, syn_run)]
+    assert all(f["layout"]["yaxis"]["rangemode"] == "tozero" for f in figures.values())
     assert "<caption>Per step (median" in html
+    assert 'class="num worse"' in html or 'class="num better"' in html   # changes beyond the noise, coloured
 
 
 def test_unwritable_html_path_is_one_line_error(markup_run, tmp_path, capsys):
@@ -150,7 +173,7 @@ JS_OP_CENTRE = """(function (row) {
   var d = JSON.parse(document.getElementById('commtrace-data').textContent).timeline.ops;
   var gd = document.getElementById('timeline'), fl = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + fl._size.l + fl.xaxis.l2p(d.mid_ms[row]),
-          r.top + fl._size.t + fl.yaxis.d2p(d.lane.v[d.lane.c[row]])];
+          r.top + fl._size.t + fl.yaxis.d2p(d.lane.k !== undefined ? d.lane.k : d.lane.v[d.lane.c[row]])];
 })(%d)"""
 JS_OP_SHAPES = """(function () {
   var gd = document.getElementById('timeline');
@@ -189,20 +212,23 @@ def test_markup_page_in_chromium(browser, markup_html, tmp_path):
     assert page.evaluate(JS_OP_SHAPES) == 2 * OPS_PER_RANK
     ops = page_data(html)["timeline"]["ops"]
     callsite = ops["fields"]["callsite"]
-    row = callsite["c"].index(callsite["v"].index(EVIL))
+    evil = [i for i, c in enumerate(callsite["c"]) if c == callsite["v"].index(EVIL)]
+    row = max(evil, key=lambda i: ops["mid_ms"][i])     # step 2's: the timeline opens on the steady steps
     x, y = page.evaluate(JS_OP_CENTRE % row)
     page.mouse("mouseMoved", x, y)
     tip = page.wait_for("document.getElementById('op-tip').style.display === 'block' && "
                         "document.getElementById('op-tip').innerText")
-    for field in ("callsite", "seq", "bytes", "group", "phase", "dtype", "ranks in this call"):
-        assert field in tip
-    assert "</script><script>window.__pwned=1</script>" in tip     # shown as text
+    for field in ("all_reduce on rank", "bytes", "3.9 KiB", "duration", "ms", "phase", "ranks in this call"):
+        assert field in tip                             # a short hover, numbers formatted
+    assert "callsite" not in tip and "dtype" not in tip
     assert page.wait_for(JS_LINK + " === 2")            # the same all_reduce on the other rank
     page.mouse("mousePressed", x, y)
     page.mouse("mouseReleased", x, y)
     detail = page.wait_for("document.getElementById('op-detail').innerText.indexOf('selected op') === 0 && "
                            "document.getElementById('op-detail').innerText")
-    assert "all_reduce" in detail
+    for field in ("all_reduce", "callsite", "seq", "group", "dtype", "3.9 KiB"):   # every field on click
+        assert field in detail
+    assert "</script><script>window.__pwned=1</script>" in detail     # shown as text
     shot = page.screenshot(str(tmp_path / "report.png"), full_page=True)
     with open(shot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -240,4 +266,193 @@ def test_compare_page_in_chromium(browser, markup_run, syn_run, tmp_path):
     assert cli("compare", markup_run, syn_run, "--html", out) == 0
     page = load(browser, out)
     assert page.problems() == []
-    assert page.evaluate("document.querySelectorAll('#compare-steps .boxlayer .trace').length") == 2
+    for fid in ("compare-step", "compare-exposed", "compare-ops", "compare-bytes", "compare-busbw"):
+        assert page.evaluate(f"document.querySelectorAll('#{fid} .barlayer .point').length") == 2   # a bar per run
+        assert page.evaluate(f"document.getElementById('{fid}')._fullLayout.yaxis.range[0]") == 0
+    assert page.evaluate("document.querySelectorAll('td.better, td.worse').length") > 0
+    colour = page.evaluate("getComputedStyle(document.querySelector('td.better, td.worse')).color")
+    assert colour in ("rgb(46, 125, 50)", "rgb(198, 40, 40)")
+
+
+# -- what the page shows by default, and how ---------------------------------------------
+
+def test_timeline_marks_steps_and_opens_on_the_steady_steps(markup_run, markup_html):
+    tl = page_data(markup_html[1])["timeline"]
+    rep = build_report(load_report_run(markup_run))
+    t0 = rep.info["t0_ns"]
+    begins = rep.steps.per_rank.groupby("step")["t_begin_ns"].min()
+    lines = [sh["x0"] for sh in tl["layout"]["shapes"]]
+    assert lines == pytest.approx([(begins[s] - t0) / 1e6 for s in (1, 2)])       # a line where each step begins
+    assert [a["text"] for a in tl["layout"]["annotations"]] == ["step 1", "step 2"]
+    lo, hi = tl["layout"]["meta"]["steady"]
+    assert tl["layout"]["xaxis"]["range"] == [lo, hi]
+    end = (rep.steps.per_rank["t_end_ns"].max() - t0) / 1e6
+    assert lo < (begins[2] - t0) / 1e6 < lo + 0.05 * (hi - lo) and hi > end     # steps 2.. and nothing before
+
+
+def test_timeline_exposure_strips_add_up_to_the_step_table(markup_run, markup_html):
+    tl = page_data(markup_html[1])["timeline"]
+    rep = build_report(load_report_run(markup_run))
+    t0 = rep.info["t0_ns"]
+    strips = [t for t in tl["data"] if t.get("meta") == "exposure"]
+    assert sorted(t["name"] for t in strips) == ["exposed comm", "hidden comm"]
+    for t in strips:
+        assert t["marker"]["color"] == {"exposed comm": "#e53935", "hidden comm": "#66bb6a"}[t["name"]]
+    exposed = next(t for t in strips if t["name"] == "exposed comm")
+    for _, row in rep.steps.per_rank.iterrows():   # per (rank, step): the strip's red = the table's exposed
+        b, e = (row["t_begin_ns"] - t0) / 1e6, (row["t_end_ns"] - t0) / 1e6
+        total = sum(max(0.0, min(x0 + w, e) - max(x0, b)) for x0, w, lane in
+                    zip(exposed["base"], exposed["x"], exposed["y"]) if lane == f"rank {row['rank']}")
+        assert total == pytest.approx(row["exposed_ns"] / 1e6, abs=1e-3)
+    phases = {t["name"]: t["marker"]["color"] for t in tl["data"] if t.get("meta") == "spans"}
+    assert len(set(phases.values())) == 3 and set(phases) == {"forward (compute)", "backward (compute)",
+                                                              "optimizer (compute)"}
+
+
+def test_op_fields_are_formatted(markup_html):
+    fields = page_data(markup_html[1])["timeline"]["ops"]["fields"]
+    assert set(fields["bytes"]["v"]) == {"8 B", "3.9 KiB", "1000 B"}
+    assert "params" not in fields                     # no op has a value: not sent
+
+
+@pytest.fixture(scope="module")
+def gpu_like_run(tmp_path_factory):
+    """1 rank, a 280 ms set-up op (NCCL's first collective), observed end times (gloo on CUDA)."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    return write_synthetic_run(str(tmp_path_factory.mktemp("gpu") / "run"), ranks=1, ops_per_rank=50, seed=3,
+                               setup_ns=280e6, end_observed=True)
+
+
+def test_gpu_like_page_leaves_set_up_out_and_flags_bandwidth(gpu_like_run, tmp_path):
+    out = str(tmp_path / "gpu.html")
+    assert cli("report", gpu_like_run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    data = page_data(html)
+    figures = {f["id"]: f["figure"] for f in data["figures"]}
+    steady = figures["steps-chart-steady"]["data"][0]["x"][0]
+    whole = figures["steps-chart-all"]["data"][0]["x"][0]
+    assert "step 1" not in steady and "step 1" in whole and "step 2" in steady
+    assert data["timeline"]["layout"]["meta"]["steady"][0] > 280        # opens after the 280 ms set-up op
+    bw = figures["bandwidth-steady"]["data"]
+    assert bw and all(t["mode"] == "markers" for t in bw)             # no lines across sizes
+    assert all("1-rank group: nothing moves" in t["name"] for t in bw)
+    assert "move no data" in html
+    assert 'id="show-setup"' in html and "Steady state" in html
+
+
+def test_observed_end_times_are_flagged(tmp_path):
+    from commtrace.trace.synthetic import write_synthetic_run
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=40, seed=1, end_observed=True)
+    out = str(tmp_path / "obs.html")
+    assert cli("report", run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    bw = {f["id"]: f["figure"] for f in page_data(html)["figures"]}["bandwidth-steady"]
+    assert all("end observed: upper bound" in t["name"] for t in bw["data"])
+    assert "durations are upper bounds" in html
+
+
+def test_many_ranks_per_step_is_a_mean_with_min_max(tmp_path):
+    from commtrace.trace.synthetic import write_synthetic_run
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=8, ops_per_rank=40, seed=1, slow_rank=1)
+    out = str(tmp_path / "r8.html")
+    assert cli("report", run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    fig = {f["id"]: f["figure"] for f in page_data(html)["figures"]}["steps-chart-steady"]
+    rep = build_report(load_report_run(run))
+    per = rep.steps.per_rank
+    steps = sorted(int(s) for s in per["step"].unique())[1:]          # the steady steps
+    bars = fig["data"][:4]
+    assert all(t["x"] == steps for t in bars)                           # one bar per step, not per rank
+    whisker = fig["data"][4]
+    s = steps[0]
+    top = sum(t["y"][0] for t in bars)
+    assert top - whisker["error_y"]["arrayminus"][0] == pytest.approx(per[per["step"] == s]["step_ns"].min() / 1e6,
+                                                                       abs=1e-5)
+    assert top + whisker["error_y"]["array"][0] == pytest.approx(per[per["step"] == s]["step_ns"].max() / 1e6,
+                                                                  abs=1e-5)
+
+
+def test_page_is_light(markup_html):
+    # the partial plotly bundle (bar and scatter: 1.2 MB) instead of plotly.min.js (4.8 MB)
+    assert len(markup_html[1].encode("utf-8")) < 1.5e6
+    assert "plotly.js (basic - minified)" in markup_html[1]
+
+
+JS_VIEW = "document.body.getAttribute('data-view')"
+JS_RANGE = "document.getElementById('timeline')._fullLayout.xaxis.range.slice()"
+JS_DRAWN = "!!document.getElementById('%s').getAttribute('data-drawn')"
+
+
+@needs_chromium
+def test_steady_state_by_default_and_the_toggle_in_chromium(browser, markup_html):
+    path, html = markup_html
+    page = load(browser, path)
+    steady = page_data(html)["timeline"]["layout"]["meta"]["steady"]
+    assert page.evaluate(JS_VIEW) == "steady"
+    assert page.evaluate(JS_RANGE) == pytest.approx(steady)                 # the timeline opens on steps 2..
+    assert page.evaluate("document.getElementById('steps-chart-steady').offsetHeight") > 0
+    assert page.evaluate("document.getElementById('steps-chart-all').offsetHeight") == 0    # hidden
+    assert page.evaluate(JS_DRAWN % "steps-chart-steady") and not page.evaluate(JS_DRAWN % "steps-chart-all")
+    page.evaluate("document.getElementById('show-setup').click()")
+    assert page.wait_for(JS_VIEW + " === 'all'")
+    assert page.wait_for(JS_DRAWN % "steps-chart-all")
+    assert page.evaluate("document.getElementById('steps-chart-all').offsetHeight") > 0
+    assert page.wait_for(JS_RANGE + "[0] <= 0")                             # the whole run, set-up included
+    page.evaluate("document.getElementById('show-setup').click()")
+    assert page.wait_for(JS_VIEW + " === 'steady'")
+    assert page.evaluate(JS_RANGE) == pytest.approx(steady)
+    assert page.problems() == []
+
+
+@needs_chromium
+def test_timeline_draws_steps_exposure_and_legend_in_chromium(browser, markup_html):
+    path, html = markup_html
+    page = load(browser, path)
+    tl = page_data(html)["timeline"]
+    strips = sum(len(t["base"]) for t in tl["data"] if t.get("meta") == "exposure")
+    js = """(function () {
+      var gd = document.getElementById('timeline');
+      var bars = gd.data.filter(function (t) { return t.type === 'bar'; });
+      var groups = gd.querySelectorAll('.barlayer .trace'), n = 0;
+      bars.forEach(function (t, i) {
+        if (t.meta === 'exposure') { n += groups[i].querySelectorAll('.point').length; } });
+      return n; })()"""
+    assert strips > 0 and page.evaluate(js) == strips                       # every strip is drawn
+    assert page.evaluate("document.querySelectorAll('#timeline .shapelayer path').length") >= 2   # step lines
+    labels = page.evaluate("[].map.call(document.querySelectorAll('#timeline .annotation-text'),"
+                           "function (a) { return a.textContent; })")
+    assert labels == ["step 2"]                 # step 1 lies before the steady range the timeline opens on
+    legend = page.evaluate("[].map.call(document.querySelectorAll('#timeline .legendtext'),"
+                           "function (a) { return a.textContent; })")
+    for name in ("exposed comm", "hidden comm", "forward (compute)", "backward (compute)", "all_reduce"):
+        assert name in legend
+    assert page.problems() == []
+
+
+def test_many_exposure_intervals_are_binned(syn_run, tmp_path, monkeypatch):
+    from commtrace.render import html_figures
+    monkeypatch.setattr(html_figures, "TIMELINE_MAX_STRIPS", 10)
+    out = str(tmp_path / "strips.html")
+    assert cli("report", syn_run, "--html", out, "-q") == 0
+    with open(out, encoding="utf-8") as f:
+        html = f.read()
+    tl = page_data(html)["timeline"]
+    assert not tl["aggregated"] and tl["ops"] is not None               # every op still drawn
+    strips = [t for t in tl["data"] if t.get("meta") == "exposure"]
+    assert strips and all("mostly" in t["hovertemplate"] for t in strips)
+    assert sum(len(t["base"]) for t in strips) <= 4 * html_figures.timeline_bins(4)
+    assert "are more than 10: the strip along the ops is binned" in html
+
+
+def test_mean_form_keeps_the_slowest_steps(tmp_path, monkeypatch):
+    from commtrace.render import html_figures
+    from commtrace.trace.synthetic import write_synthetic_run
+    monkeypatch.setattr(html_figures, "STEP_MAX_MEAN_STEPS", 3)
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=6, ops_per_rank=60, seed=2)
+    rep = build_report(load_report_run(run))
+    fig = html_figures.steps_figure(rep)
+    slowest = sorted(int(s) for s in rep.steps.across["step_ns"].nlargest(3).index)
+    assert fig["data"][0]["x"] == slowest and f"the 3 slowest of {len(rep.steps.across)} steps" in fig["note"]

@@ -316,13 +316,17 @@ def test_html_tables_and_figures(syn_run, tmp_path):
         html = out.read_text()
         data = json.loads(re.search(r'<script id="commtrace-data" type="application/json">(.*?)</script>', html,
                                     re.S).group(1))
-        tables = html[html.index("<h2>Tables</h2>"):]
-        return html, {f["id"]: f["figure"] for f in data["figures"]}, tables[:tables.index("<h2>", 5)]
+        tables = []                      # the steady view's tables, then the whole run's
+        for part in html.split("<h2>Tables</h2>")[1:]:
+            tables.append(part[:part.index("<h2>")])
+        return html, {f["id"]: f["figure"] for f in data["figures"]}, tables
 
     one_html, one_figs, one_tables = page()
     html, figures, tables = page("--partitioned")
-    assert tables == one_tables and "<table" in tables
-    assert set(figures) == {"steps-chart", "stragglers"} and set(one_figs) >= set(figures)
+    assert tables == one_tables and len(tables) == 2 and all("<table" in t for t in tables)
+    assert "Steady state" in html and 'id="show-setup"' in html        # steady by default here too
+    assert set(figures) == {"steps-chart-steady", "stragglers-steady", "steps-chart-all", "stragglers-all"}
+    assert set(one_figs) >= set(figures)
     for fid, fig in figures.items():
         assert fig == one_figs[fid], fid
     assert "Analysed file by file (partitioned)" in html and '<div id="timeline"' not in html
