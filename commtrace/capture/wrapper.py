@@ -225,6 +225,11 @@ class TracedProcessGroup(dist.ProcessGroup):
     def getBackendName(self):
         return self._inner.name()
 
+    def _get_backend(self, device):
+        # The inner group's own answer: the backend mirrored here (gloo, NCCL), or
+        # whatever a group written in Python answers (the mpi4py one: itself).
+        return self._inner._get_backend(device)
+
     def getGroupName(self):
         return self._inner.group_name
 

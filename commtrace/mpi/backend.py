@@ -93,6 +93,12 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
 
     abort = shutdown
 
+    def _get_backend(self, device):
+        """This group is its own backend: it registers no C++ one. From torch 2.15,
+        batch_isend_irecv asks any group's backend whether it coalesces
+        (``supports_coalescing``); this one does not, and its ops run one by one."""
+        return self
+
     # -- plumbing --------------------------------------------------------------
     def _buf(self, t):
         # A 1-element all_reduce spends ~0.4 us in t.numpy(); cache the view of

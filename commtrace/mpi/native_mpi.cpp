@@ -604,6 +604,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<NativeMPIProcessGroup, c10d::ProcessGroup, c10::intrusive_ptr<NativeMPIProcessGroup>> cls(
       m, "NativeMPIProcessGroup");
   cls.def(py::init<py::object, intptr_t>(), py::arg("inner"), py::arg("comm_handle"))
+      // No C++ backend is registered on this group: the Python group answers for it
+      // (MPIProcessGroup._get_backend; torch 2.15's batch_isend_irecv asks).
+      .def("_get_backend", [](NativeMPIProcessGroup& self, const c10::Device& device) {
+        return self.inner().attr("_get_backend")(device);
+      }, py::arg("device"))
       // Python callers of allreduce/broadcast(tensors, opts): fast path or the
       // Python group (from_python); other argument forms: the loop below.
       .def("allreduce", &NativeMPIProcessGroup::from_python<c10d::AllreduceOptions>, py::arg("tensors"),

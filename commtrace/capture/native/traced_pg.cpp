@@ -47,6 +47,7 @@ class TracedPG : public c10d::ProcessGroup {
   }
 
   const c10::intrusive_ptr<c10d::ProcessGroup>& inner() const { return inner_; }
+  py::object inner_object() const { return py::reinterpret_borrow<py::object>(inner_py_); }  // under the GIL
   int gid() const { return gid_; }
 
   // -- the traced call ------------------------------------------------------------
@@ -390,6 +391,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr())
       .def(py::init<py::object, std::shared_ptr<ct::Log>, int>())
       .def_property_readonly("inner", &ct::TracedPG::inner)
+      // The inner group's own answer (the backend mirrored here, or what a group with
+      // no C++ backend answers: the mpi fast path's), as wrapper.py's _get_backend.
+      .def("_get_backend", [](ct::TracedPG& self, const c10::Device& device) {
+        return self.inner_object().attr("_get_backend")(device);
+      }, py::arg("device"))
       .def_property_readonly("gid", &ct::TracedPG::gid)
       // torch binds these Python names to differently named virtuals (2.13:
       // _allgather_base -> all_gather_single, ...). Binding them to the
