@@ -36,6 +36,8 @@ import time
 
 import torch
 import torch.distributed as dist
+
+from commtrace import torch_compat
 import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,11 +108,7 @@ def wrapper_kind(pg) -> str:
 
 
 def _opts(cls, async_op: bool, **kw):
-    o = cls()
-    o.asyncOp = async_op
-    for k, v in kw.items():
-        setattr(o, k, v)
-    return o
+    return torch_compat.make_options(cls, async_op=async_op, **kw)
 
 
 def _blocking(call, n: int) -> float:

@@ -40,6 +40,8 @@ import time
 
 import torch
 import torch.distributed as dist
+
+from commtrace import torch_compat
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -100,8 +102,7 @@ def main():
         t2 = torch.ones(numel)
         a = t.numpy().copy()
         tn = t.numpy()
-        sync = dist.AllreduceOptions()
-        sync.asyncOp = False
+        sync = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
         variants = {
             "raw": lambda: raw_comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
             "raw pg comm": lambda: pg.comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),

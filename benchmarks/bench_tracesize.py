@@ -30,6 +30,8 @@ ROOT = os.path.dirname(HERE)
 def _child(mode: str, n: int) -> dict:
     import torch
     import torch.distributed as dist
+
+    from commtrace import torch_compat
     sys.path.insert(0, HERE)
     import bench_capture
     from peak_rss import peak_rss_kib
@@ -38,8 +40,7 @@ def _child(mode: str, n: int) -> dict:
     dist.init_process_group("gloo", rank=0, world_size=1)
     pg = dist.distributed_c10d._get_default_group()
     t = torch.ones(1)
-    o = dist.AllreduceOptions()
-    o.asyncOp = False
+    o = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
     d = tempfile.mkdtemp(prefix="ct-size-")
     rec = None
     try:

@@ -63,6 +63,17 @@ def has_async_op(options_type) -> bool:
     return hasattr(options_type, "asyncOp")
 
 
+def make_options(options_type, async_op: bool | None = None, **fields):
+    """An Options object with ``fields`` set, and ``asyncOp`` where this torch's type
+    has it (before 2.8 a blocking call cannot say so: the caller just waits)."""
+    o = options_type()
+    if async_op is not None and has_async_op(options_type):
+        o.asyncOp = async_op
+    for k, v in fields.items():
+        setattr(o, k, v)
+    return o
+
+
 def async_op(opts) -> bool:
     """Whether the caller may return before the op ends (``opts.asyncOp``). An
     Options type without that field says nothing: the op counts as asynchronous,

@@ -1,7 +1,6 @@
 """The installed torch's ProcessGroup API is fully classified, and traced methods reach the wrapper."""
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 
 from commtrace import torch_compat

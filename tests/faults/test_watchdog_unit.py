@@ -10,6 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from commtrace import torch_compat
+
 import helpers as h
 from commtrace.capture import native_wrapper, watchdog
 from commtrace.capture.recorder import Recorder
@@ -135,8 +137,7 @@ def test_op_blocked_inside_backend_call_is_described(tmp_path, kind):
     inner = _BlockingBackend()
     traced = _wrap(kind, inner, rec)
     t = torch.ones(3, 2)
-    opts = dist.AllreduceOptions()
-    opts.asyncOp = False
+    opts = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
     th = threading.Thread(target=lambda: traced.allreduce([t], opts), name="trainer")
     th.start()
     try:

@@ -22,6 +22,8 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from commtrace import torch_compat
+
 import commtrace.mpi
 from commtrace import mpienv
 from commtrace.capture.launch import free_port
@@ -154,11 +156,7 @@ def compare(name, fn, gloo=True):
 
 
 def sync_opts(cls, **kw):
-    o = cls()
-    o.asyncOp = False
-    for k, v in kw.items():
-        setattr(o, k, v)
-    return o
+    return torch_compat.make_options(cls, async_op=False, **kw)
 
 
 def path_taken(work):

@@ -12,6 +12,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from commtrace import torch_compat
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import helpers as h  # noqa: E402
 from commtrace.capture import native_wrapper  # noqa: E402
@@ -43,8 +45,7 @@ def _traced(run_dir):
 
 
 def _allreduce(pg, n, async_op=False):
-    opts = dist.AllreduceOptions()
-    opts.asyncOp = async_op
+    opts = torch_compat.make_options(dist.AllreduceOptions, async_op=async_op)
     for _ in range(n):
         pg.allreduce([torch.ones(2)], opts).wait()
 
