@@ -295,7 +295,9 @@ class CallOrder:
             self._held = None
         if ops is None or not len(ops):
             return ops
-        ops = ops[np.argsort(ops["t_call"], kind="stable")]
+        t = ops["t_call"]
+        if not (t[1:] >= t[:-1]).all():   # usually sorted already: skip the copy
+            ops = ops[np.argsort(t, kind="stable")]
         if before is None:
             return ops
         n = int(np.searchsorted(ops["t_call"], before, side="left"))

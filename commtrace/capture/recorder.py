@@ -4,8 +4,9 @@ The hot path (``wrapper``) only appends rows to ``rows`` or ``pending`` and read
 ``sig_ids``; packing and writing happen on the flush thread every
 ``FLUSH_INTERVAL_S``, so an op completed more than a second before a SIGKILL is
 on disk (in ring mode, ``bounded.CallOrder``, an op called after one still
-running may wait up to ``IN_FLIGHT_AFTER_NS`` more). A row is ``[t_call, t_return, t_end, seq, sig, iteration, group,
-status, flags]`` with monotonic ns (0 = not yet known).
+running may wait up to ``IN_FLIGHT_AFTER_NS`` more). A row is ``[t_call,
+t_return, t_end, seq, sig, iteration, group, status, flags]`` with monotonic ns
+(0 = not yet known).
 """
 from __future__ import annotations
 
