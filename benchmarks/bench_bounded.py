@@ -6,7 +6,9 @@
    machinery of bench_capture.py). The wrappers are the same code in every
    mode -- bounded mode works on the flush thread -- so the ratios should be 1.
 2. Flush-thread CPU per op (the work bounded mode adds: choosing records,
-   counting, rotating), per mode, timed on the flushing thread.
+   counting, rotating), per mode, timed on the flushing thread. Then the ring's
+   call ordering (``capture.bounded.CallOrder``) on each wrapper: the ring's
+   flush with it and without it, alternating rounds (``--order-rounds``).
 3. A long run per mode through ``commtrace run`` (one rank, ``--ops`` ops in
    steps of 20 all_reduces and an SGD step; the modes take turns, ``--rounds``
    times): bytes on disk at the end, the process's resident memory at 25 %,
@@ -40,13 +42,13 @@ MODES = {"full": {}, "ring": {"COMMTRACE_KEEP_LAST": str(KEEP_LAST)}, "steps": {
 FLUSH_OPS = 20_000
 
 
-def _recorder_in_mode(pg, run_dir: str, mode: str):
+def _recorder_in_mode(pg, run_dir: str, mode: str, wrapper: str = "auto"):
     """bench_capture.make_traced with the bounded options of ``mode`` (read from the
     environment when the Recorder is made, as in every traced process)."""
     saved = {k: os.environ.pop(k, None) for k in ("COMMTRACE_KEEP_LAST", "COMMTRACE_STEPS")}
     os.environ.update(MODES[mode])
     try:
-        return bench_capture.make_traced(pg, run_dir, "gloo")
+        return bench_capture.make_traced(pg, run_dir, "gloo", wrapper)
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None)
@@ -54,12 +56,15 @@ def _recorder_in_mode(pg, run_dir: str, mode: str):
                 os.environ[k] = v
 
 
-def _flush_cost(pg, run_dir: str, mode: str) -> float:
+def _flush_cost(pg, run_dir: str, mode: str, wrapper: str = "auto", call_order: bool = True) -> float:
     """ns of flush-thread work per op: FLUSH_OPS ops recorded with the flush thread
-    stopped, then one flush timed (thread CPU time)."""
+    stopped, then one flush timed (thread CPU time). ``call_order`` False: the
+    ring's records are written as the flush finds them (the cost of CallOrder)."""
     import torch
     import torch.distributed as dist
-    traced, rec = _recorder_in_mode(pg, run_dir, mode)
+    traced, rec = _recorder_in_mode(pg, run_dir, mode, wrapper)
+    if not call_order:
+        rec.call_order = None
     rec._stop.set()          # the periodic flush thread exits at its next wake-up
     time.sleep(0.6)
     opts = bench_capture._opts(dist.AllreduceOptions, False)
@@ -73,7 +78,23 @@ def _flush_cost(pg, run_dir: str, mode: str) -> float:
     return cost
 
 
-def _hot_worker(rank, port, calls, reps, out_path):
+def _call_order_cost(pg, run_dir: str, rounds: int) -> dict:
+    """Per wrapper: the ring's flush-thread ns per op with CallOrder and without,
+    alternating (which goes first alternates too), and their ratio."""
+    import statistics
+    out = {}
+    for wrapper in ("auto", "python"):
+        runs: dict = {True: [], False: []}
+        for i in range(rounds):
+            for on in ((True, False) if i % 2 == 0 else (False, True)):
+                runs[on].append(_flush_cost(pg, os.path.join(run_dir, f"{wrapper}-{i}-{on}"), "ring", wrapper, on))
+        name = bench_capture.wrapper_kind(pg) if wrapper == "auto" else wrapper
+        out[name] = {"with": statistics.median(runs[True]), "without": statistics.median(runs[False]),
+                     "ratio": statistics.median(a / b for a, b in zip(runs[True], runs[False]))}
+    return out
+
+
+def _hot_worker(rank, port, calls, reps, out_path, order_rounds=5):
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -93,6 +114,7 @@ def _hot_worker(rank, port, calls, reps, out_path):
         rec_full.close()
         for mode in MODES:
             res["flush_ns_per_op"][mode] = _flush_cost(pg, os.path.join(d, "flush-" + mode), mode)
+        res["call_order_flush_ns_per_op"] = _call_order_cost(pg, os.path.join(d, "order"), order_rounds)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if rank == 0:
@@ -179,11 +201,11 @@ def long_runs(ops: int, rounds: int = 3, timeout: float = 900) -> dict:
     return out
 
 
-def run(calls: int = 400, reps: int = 15, ops: int = 200_000, rounds: int = 3) -> dict:
+def run(calls: int = 400, reps: int = 15, ops: int = 200_000, rounds: int = 3, order_rounds: int = 5) -> dict:
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "hot.json")
-        mp.spawn(_hot_worker, args=(bench_capture.free_port(), calls, reps, path), nprocs=2)
+        mp.spawn(_hot_worker, args=(bench_capture.free_port(), calls, reps, path, order_rounds), nprocs=2)
         with open(path) as f:
             res = json.load(f)
     res["long"] = long_runs(ops, rounds)
@@ -202,6 +224,9 @@ def print_tables(res: dict) -> None:
             print(f"{name:40} {mode:6} {r['plain']:9.2f} {r['traced']:9.2f} {r['added']:9.2f} {r['ratio']:7.3f} "
                   f"{spread:>14}")
     print("flush-thread CPU per op: " + ", ".join(f"{m} {v / 1e3:.2f} µs" for m, v in res["flush_ns_per_op"].items()))
+    print("ring flush per op, with call order / without: " + ", ".join(
+        f"{w} wrapper {r['with'] / 1e3:.2f} / {r['without'] / 1e3:.2f} µs ({r['ratio']:.3f}x)"
+        for w, r in res.get("call_order_flush_ns_per_op", {}).items()))
     print(f"long run, {res['ops']:,} ops (20 per step), one rank:")
     print(f"{'mode':6} {'disk':>12} {'B/op':>8} {'RSS 25%':>10} {'RSS 50%':>10} {'RSS 100%':>10} {'CPU µs/op':>18} "
           f"{'ops/s':>9}")
@@ -221,13 +246,14 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--ops", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3, help="long runs per mode")
+    ap.add_argument("--order-rounds", type=int, default=5, help="ring flushes with and without call order")
     ap.add_argument("--json", help="write results here")
     ap.add_argument("--long-worker", nargs=2, metavar=("OPS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.long_worker:
         long_run_worker(int(args.long_worker[0]), args.long_worker[1])
         return 0
-    res = run(args.calls, args.reps, args.ops, args.rounds)
+    res = run(args.calls, args.reps, args.ops, args.rounds, args.order_rounds)
     print_tables(res)
     if args.json:
         with open(args.json, "w") as f:

@@ -614,7 +614,16 @@ def section_bounded(b) -> str:
             "100 % of the ops, the process's CPU time per op (all threads), and the flush thread's CPU per op "
             "(timed separately over 20,000 ops).\n\n"
             + table(["mode", "disk bytes", "B/op", "RSS MiB", "CPU µs/op (spread)", "flush µs/op"], long_rows)
-            + "\n")
+            + "\n" + _call_order_line(b.get("call_order_flush_ns_per_op")))
+
+
+def _call_order_line(order) -> str:
+    if not order:
+        return ""
+    return ("\nThe ring's flush writes records in call order (`capture.bounded.CallOrder`); its flush-thread "
+            "CPU per op with it / without it, alternating rounds: "
+            + "; ".join(f"{w} wrapper {_f(r['with'] / 1e3, '{:.3f}')} / {_f(r['without'] / 1e3, '{:.3f}')} µs "
+                        f"({_f(r['ratio'], '{:.3f}')}×)" for w, r in order.items()) + ".\n")
 
 
 def section_html(h) -> str:

@@ -270,5 +270,41 @@ class Coverage:
         }
 
 
+class CallOrder:
+    """Ring mode (``keep_last``): op records go to the file in call order.
+
+    The recorder learns that an op finished when its flush sees it: a sync op at
+    its return, an async op when its callback ran or polling saw it complete, so
+    one flush's records are in no particular order, and an async op still running
+    at a flush is written after ops called later. The ring keeps the last records
+    *written*; for it to keep the last ops *called*, each flush writes its records
+    sorted by call time and holds back those called at or after ``before`` (the
+    oldest op still running, see ``Recorder``) until a later flush. Used by the
+    flush thread only; the hot path is untouched."""
+
+    def __init__(self):
+        self._held = None   # records called after an op that was still running
+
+    def release(self, ops, before: int | None):
+        """This flush's records (``ops`` and the ones held before; either may be None)
+        called before ``before``, sorted by call time; all of them when ``before``
+        is None (the final flush)."""
+        import numpy as np
+        if self._held is not None:
+            ops = self._held if ops is None else np.concatenate([self._held, ops])
+            self._held = None
+        if ops is None or not len(ops):
+            return ops
+        t = ops["t_call"]
+        if not (t[1:] >= t[:-1]).all():   # usually sorted already: skip the copy
+            ops = ops[np.argsort(t, kind="stable")]
+        if before is None:
+            return ops
+        n = int(np.searchsorted(ops["t_call"], before, side="left"))
+        if n < len(ops):
+            self._held = ops[n:]
+        return ops[:n]
+
+
 def _key(rec) -> tuple:
     return (int(rec["t_call"]), int(rec["group"]), int(rec["seq"]), int(rec["sig"]))

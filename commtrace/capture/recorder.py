@@ -3,8 +3,10 @@
 The hot path (``wrapper``) only appends rows to ``rows`` or ``pending`` and reads
 ``sig_ids``; packing and writing happen on the flush thread every
 ``FLUSH_INTERVAL_S``, so an op completed more than a second before a SIGKILL is
-on disk. A row is ``[t_call, t_return, t_end, seq, sig, iteration, group,
-status, flags]`` with monotonic ns (0 = not yet known).
+on disk (in ring mode, ``bounded.CallOrder``, an op called after one still
+running may wait up to ``IN_FLIGHT_AFTER_NS`` more). A row is ``[t_call,
+t_return, t_end, seq, sig, iteration, group, status, flags]`` with monotonic ns
+(0 = not yet known).
 """
 from __future__ import annotations
 
@@ -140,6 +142,7 @@ class Recorder:
         self.rank: int | None = None
         self.writer: TraceWriter | None = None
         self.coverage = None                # capture.bounded.Coverage of the current files (bounded mode)
+        self.call_order = None              # capture.bounded.CallOrder of the current files (ring mode)
         self._inflight_written: set[int] = set()
         self._thread = None                 # True once the flush thread runs
         self._stop = threading.Event()
@@ -440,8 +443,9 @@ class Recorder:
         opts = self.bounded
         self.writer = TraceWriter(self.run_dir, stem, keep_last=opts.keep_last if opts is not None else None)
         if opts is not None:
-            from .bounded import Coverage
+            from .bounded import CallOrder, Coverage
             self.coverage = Coverage(opts, self.sig_lines)
+            self.call_order = CallOrder() if opts.keep_last else None
 
     def _open(self, rank: int) -> None:
         if self.closed:
@@ -532,6 +536,8 @@ class Recorder:
         with self._lock:
             if self.writer is None:
                 return
+            order = self.call_order
+            before = None if order is None or final else self._oldest_running_call()  # before collecting: see there
             rows = self._collect(final)
             packed = pack_rows(rows) if rows else None
             if self.native_log is not None:
@@ -545,12 +551,25 @@ class Recorder:
                 n = len(self.spans)   # the main thread appends concurrently: take a prefix
                 spans = pack_spans(self.spans[:n])
                 del self.spans[:n]
+            if order is not None:
+                packed = order.release(packed, before)
             cov = self.coverage
             if cov is not None:
                 packed, spans = cov.select(packed, spans)
             self.writer.write(meta, packed, spans)
             if cov is not None and self.rank is not None and (cov.changed or final):
                 self.writer.write_coverage(cov.state(self.writer))
+
+    def _oldest_running_call(self) -> int:
+        """Ring mode: the call time before which this flush's records may be written
+        (``bounded.CallOrder``): that of the oldest op still running, or now. Taken
+        before collecting, so an op that finishes in between is collected in this
+        flush, and any op called before a record written now was finished by then.
+        Ops running longer than ``IN_FLIGHT_AFTER_NS`` hold nothing back: they are
+        written IN_FLIGHT, so a hang or a long recv delays no record longer than that."""
+        now = time.monotonic_ns()
+        young = [row[T_CALL] for row, _ in self.unfinished() if now - row[T_CALL] <= IN_FLIGHT_AFTER_NS]
+        return min(young, default=now)
 
     def _maybe_hand_to_waiter(self, row: list, work, final: bool = False) -> None:
         """A CPU collective that can be neither polled nor called back (gloo's

@@ -61,10 +61,9 @@ def keep_last_records(rec: np.ndarray, keep_last: int | None) -> np.ndarray:
     """The last ``keep_last`` ops by call time (records deduplicated; file order kept):
     what ``--keep-last N`` promises, however much of the ring's older segment remains.
 
-    By call time, not by file order: a record is written when its op finishes and the
-    recorder sees it, so an async op whose completion callback ran late follows ops
-    called after it in the file. The ring holds N..2N records, so the last N called
-    are on disk unless an op's record was delayed past N later ones."""
+    By call time, not by file order: writers put records in call order (see
+    docs/trace-format.md), except the final record of an op that ran longer than
+    about a second (written IN_FLIGHT first), which follows ops called after it."""
     if keep_last is None or len(rec) <= keep_last:
         return rec
     by_call = np.lexsort((rec["seq"], rec["t_call"]))

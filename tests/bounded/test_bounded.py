@@ -27,6 +27,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train.py")
 STEPS = 30
 OPS_PER_RANK = 95
+# Each launch runs on both wrappers: they learn of async ops' ends differently (the
+# Python one by polling small ops), and the ring must keep the same ops either way.
+WRAPPERS = ("native", "python")
+
+
+def _env(wrapper: str, **extra) -> dict:
+    """The launch environment that makes ``wrapper`` trace the groups."""
+    if wrapper == "native":
+        h.ensure_native_wrapper()
+        return h.clean_env(**extra)
+    return h.clean_env(COMMTRACE_NATIVE="0", **extra)
+
+
+def _check_wrapper(run_dir, wrapper: str) -> None:
+    assert h.group_wrappers(run_dir) == {wrapper}
 
 
 def _load(run_dir, table="ops"):
@@ -55,19 +70,23 @@ def _same_check_partitioned(run_dir, rc: int) -> None:
     assert part == one
 
 
-@pytest.fixture(scope="module")
-def ring(tmp_path_factory):
+@pytest.fixture(scope="module", params=WRAPPERS)
+def ring(tmp_path_factory, request):
     """mp.spawn, --keep-last 40."""
     d = tmp_path_factory.mktemp("ring") / "run"
-    h.run(h.commtrace_cmd(d, "--keep-last", "40", TRAIN, STEPS, "spawn", 2, h.free_port())).check()
+    h.run(h.commtrace_cmd(d, "--keep-last", "40", TRAIN, STEPS, "spawn", 2, h.free_port()),
+          env=_env(request.param)).check()
+    _check_wrapper(d, request.param)
     return d
 
 
-@pytest.fixture(scope="module")
-def window(tmp_path_factory):
+@pytest.fixture(scope="module", params=WRAPPERS)
+def window(tmp_path_factory, request):
     """mpirun, --steps 10:12."""
     d = tmp_path_factory.mktemp("window") / "run"
-    h.run(h.mpirun_cmd(2, *h.commtrace_cmd(d, "--steps", "10:12", TRAIN, STEPS)), env=h.mpi_env()).check()
+    h.run(h.mpirun_cmd(2, *h.commtrace_cmd(d, "--steps", "10:12", TRAIN, STEPS)),
+          env=_env(request.param, **h.MPI_ENV)).check()
+    _check_wrapper(d, request.param)
     return d
 
 
@@ -152,12 +171,14 @@ def test_report_and_check_say_what_a_window_covers(window):
     assert [s["step"] for s in data["steps"]] == [11]
 
 
-def test_torchrun_ring_and_every_k(tmp_path):
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_torchrun_ring_and_every_k(tmp_path, wrapper):
     """Both options together under torchrun: steps 10, 20, 30 written in full, of
     which the ring keeps the last 6 ops (steps 20 and 30)."""
     d = tmp_path / "run"
     h.run([h.TORCHRUN, "--nproc_per_node", "2", "--master-port", str(h.free_port()), "-m", "commtrace", "run",
-           "-o", str(d), "--keep-last", "6", "--steps", "every:10", TRAIN, STEPS]).check()
+           "-o", str(d), "--keep-last", "6", "--steps", "every:10", TRAIN, STEPS], env=_env(wrapper)).check()
+    _check_wrapper(d, wrapper)
     df = _load(d)
     for p in df.attrs["processes"]:
         assert p["launcher"] == "torchrun"
@@ -167,15 +188,17 @@ def test_torchrun_ring_and_every_k(tmp_path):
     assert set(_load(d, table="spans")["step"]) == {20, 30}
 
 
-def test_hang_in_ring_mode_is_diagnosed_as_without_it(tmp_path):
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_hang_in_ring_mode_is_diagnosed_as_without_it(tmp_path, wrapper):
     """Rank 1 skips one all_reduce; rank 0 hangs in its 6th. With only 3 ops kept
     per process, the watchdog still dumps and check still names the collective
     rank 1 never arrived at -- and nothing the ring dropped is taken for a missing rank."""
     d = tmp_path / "run"
     r = h.run(h.commtrace_cmd(d, "--keep-last", "3", "--hang-timeout", "2", "--abort-on-hang",
                               os.path.join(h.REPO, "tests", "faults", "scripts", "spawn_faults.py"), "skip"),
-              timeout=90)
+              env=_env(wrapper), timeout=90)
     assert not r.timed_out and r.returncode != 0
+    _check_wrapper(d, wrapper)
     assert glob.glob(os.path.join(str(d), "hang.rank0.pid*.json"))
     chk = _cli("check", str(d), "--json").check(1)
     import json

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from commtrace.analysis.coverage import coverage_text, judged_frame
-from commtrace.capture.bounded import Coverage, Options, StepWindow, make_options, options_from_env
+from commtrace.capture.bounded import CallOrder, Coverage, Options, StepWindow, make_options, options_from_env
 from commtrace.trace import schema
-from commtrace.trace.coverage import describe, keep_last_records, read_coverage
+from commtrace.trace.coverage import describe, keep_last_records, read_coverage, read_segments
 from commtrace.trace.writer import RecordFile, TraceWriter
 
 
@@ -80,6 +80,44 @@ def test_keep_last_selects_by_call_time_not_file_order():
     assert kept["seq"].tolist() == [3, 4, 5, 6]      # the last 4 called, in file order (not 4, 5, 2, 6)
     assert keep_last_records(rec, 5)["seq"].tolist() == [3, 4, 5, 2, 6]
     assert keep_last_records(rec, None) is rec and keep_last_records(rec, 6) is rec
+
+
+def test_call_order_writes_by_call_time_and_holds_back_after_a_running_op():
+    order = CallOrder()
+    # A flush sees sync ops 3, 4 finished, async op 1 finished late, async op 2
+    # (called at 200) still running: 1 is written first, 3 and 4 wait for 2.
+    out = order.release(_records([300, 400, 100], seq=[3, 4, 1]), before=200)
+    assert out["seq"].tolist() == [1]
+    assert order.release(None, before=250)["seq"].tolist() == []    # op 2 still running
+    out = order.release(_records([500, 200], seq=[5, 2]), before=600)
+    assert out["seq"].tolist() == [2, 3, 4, 5]
+    # The final flush writes everything it holds.
+    assert order.release(_records([700], seq=[7]), before=650)["seq"].tolist() == []
+    assert order.release(_records([650], seq=[6]), before=None)["seq"].tolist() == [6, 7]
+    assert order.release(None, before=None) is None
+
+
+def test_ring_keeps_the_last_n_called_when_async_ends_are_seen_late(tmp_path):
+    # 22 ops, flushed 5 calls at a time; every third (t_call 3, 6, ...) is async and
+    # seen finished one flush late (the Python wrapper polls small async ops).
+    # Written in completion order, the ring of 10 would end holding 14 6 9 16 17 19 20
+    # 12 15 | 22 18 21: op 13 gone, and the last 10 by call time 12, 14..22. In call
+    # order exactly 13..22 remain.
+    path = str(tmp_path / "x.ops.bin")
+    f, order = RecordFile(path, keep_last=10), CallOrder()
+    late: list = []
+    for start in range(1, 23, 5):
+        calls = list(range(start, min(start + 5, 23)))
+        done = [t for t in calls if t % 3] + late
+        late = [t for t in calls if t % 3 == 0]
+        out = order.release(_records(done, seq=done), before=min(late, default=calls[-1] + 1))
+        if len(out):
+            f.write(out)
+    f.write(order.release(_records(late, seq=late), before=None))
+    f.close()
+    rec, _ = read_segments(path, schema.OP_RECORD, schema.RECORD_SIZE)
+    assert rec["t_call"].tolist() == sorted(rec["t_call"].tolist())          # file order is call order
+    assert sorted(keep_last_records(rec, 10)["seq"].tolist()) == list(range(13, 23))
 
 
 def test_steps_window_selects_and_counts():
