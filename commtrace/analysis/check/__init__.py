@@ -28,6 +28,7 @@ partitioned check of big runs: ``analysis.partial.check_map``).
 from __future__ import annotations
 
 from .. import coverage
+from .bounded import coverage_finding
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
     diagnose_collectives, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p, diagnose_processes,
     diagnose_stragglers, group_progress, progress_findings, unmatched_p2p)
@@ -67,7 +68,7 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> 
     findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
-    findings += [f for f in (coverage.coverage_finding(run),) if f is not None]
+    findings += [f for f in (coverage_finding(run),) if f is not None]
     if facts.has_ops:
         findings += progress_findings(facts)
     findings.sort(key=lambda f: _SEV_ORDER.get(f.severity, 3))

@@ -76,7 +76,7 @@ def map_rank(task: RankTask) -> RankPartial:
     index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
-    reader._describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
+    reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     layers: dict = {}
     if has_cpp(procs):
         ops, layers = merged_rank_ops(procs, refs)

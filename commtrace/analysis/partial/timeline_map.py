@@ -59,7 +59,7 @@ def map_timeline(task: TimelineTask) -> TimelinePartial:
     if not task.lane:
         return TimelinePartial(task.rank, None, None, marks)
     if has_cpp(procs):
-        reader._describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
+        reader.describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
         ops = merged_rank_ops(procs, refs)[0]
     else:
         ops = rank_ops(procs, refs, task.rank)
