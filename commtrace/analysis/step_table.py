@@ -67,7 +67,7 @@ class WaitColumns:
     @classmethod
     def of_arrays(cls, a: OpArrays, ret: np.ndarray, ret_unknown: np.ndarray, sync: np.ndarray,
                   has_detail: np.ndarray, grad: np.ndarray) -> "WaitColumns":
-        """The same from per-op arrays (partial.rank_ops gathers them from the records):
+        """The same from per-op arrays (partitioned.rank_ops gathers them from the records):
         return time (``ret_unknown``: none), blocking, DDP's/Join's own op, DDP gradient bucket."""
         self = cls.__new__(cls)
         self._set(a, ret, ret_unknown, sync, has_detail, grad)

@@ -48,7 +48,7 @@ def run_check(ns) -> int:
     if not hasattr(ns, "run_dir"):
         ns.run_dir = None
     if wants_partitioned(ns, bytes_per_op=ONE_FRAME_CHECK_BYTES_PER_OP):
-        from ..analysis.partial.check_map import check_partitioned
+        from ..analysis.partitioned.check_map import check_partitioned
         scan = check_partitioned(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit))
         run, findings = scan.run, scan.findings
     else:

@@ -162,8 +162,8 @@ def _damage_verdict(run) -> int:
 
 
 def _run_partitioned(ns) -> int:
-    """The report by map/reduce over the run's files (analysis.partial)."""
-    from ..analysis.partial import analyse
+    """The report by map/reduce over the run's files (analysis.partitioned)."""
+    from ..analysis.partitioned import analyse
     from ..errors import CommtraceError
     from .cli_commands import warn_issues
     from .partitioned import memory_limit_of, partitioned_json, render_partitioned

@@ -1,7 +1,7 @@
-"""``commtrace report`` of a run analysed by map/reduce (analysis.partial): the one-frame
+"""``commtrace report`` of a run analysed by map/reduce (analysis.partitioned): the one-frame
 report's banner (plus an ``analysis`` row), step, per-op, region and skew tables and timeline
-(analysis.partial.timeline_map), in any window; ``--events`` (``--limit``: ``first_events``;
-without: a streaming merge of every rank's ops, analysis.partial.events_merge), Perfetto in
+(analysis.partitioned.timeline_map), in any window; ``--events`` (``--limit``: ``first_events``;
+without: a streaming merge of every rank's ops, analysis.partitioned.events_merge), Perfetto in
 pieces (``write_perfetto_pieces``)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ONE_FRAME_CHECK_BYTES_PER_OP = 450
 
 def memory_limit_of(text: str | None) -> int | None:
     """"8G", "512M", "25%" (of RAM), plain bytes -> bytes; None -> None (the default)."""
-    from ..analysis.partial import total_memory
+    from ..analysis.partitioned import total_memory
     from ..errors import CommtraceError
     if text is None:
         return None
@@ -46,7 +46,7 @@ def wants_partitioned(ns, run_dir=None, bytes_per_op: int = ONE_FRAME_BYTES_PER_
     (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
     import glob
     import os
-    from ..analysis.partial import ENV_DASK, default_memory_limit
+    from ..analysis.partitioned import ENV_DASK, default_memory_limit
     from ..trace import reader, schema
     if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
         return True
@@ -68,13 +68,13 @@ PERFETTO_BYTES_PER_OP = 1000
 def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
     (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
-    one rank with more ops than that (analysis.partial.perfetto_pieces); one time base. In a
+    one rank with more ops than that (analysis.partitioned.perfetto_pieces); one time base. In a
     window: the ops in it, and the spans, marks and regions overlapping it (as the one-frame
     export). Every op, span, mark and region is in exactly one file: a time window of a rank
-    holds those that start in it (analysis.partial.piece_span), a span crossing its end
+    holds those that start in it (analysis.partitioned.piece_span), a span crossing its end
     whole."""
     from ..analysis.match import match_ops
-    from ..analysis.partial import load_ranks, perfetto_pieces, piece_span, scan
+    from ..analysis.partitioned import load_ranks, perfetto_pieces, piece_span, scan
     from .perfetto import write_perfetto
     parts = {p.rank: p for p in scan(s.path)}
     t0 = _time_base(s, parts.values())
@@ -132,9 +132,9 @@ def _starting_in(table, begin: str, t_lo: int | None, t_hi: int | None):
 
 
 def _in_window(run, s):
-    """Some ranks' reader.Run cut to the window of ScanReport ``s``: ops as window_map.frame_in_window,
+    """Some ranks' reader.Run cut to the window of PartitionedReport ``s``: ops as windowing.frame_in_window,
     spans / marks / regions overlapping their rank's interval (report._within's rule)."""
-    from ..analysis.partial.window_map import frame_in_window
+    from ..analysis.partitioned.windowing import frame_in_window
     phases = s.window.phases if s.window is not None else None
     if s.bounds is None and phases is None:
         return run
@@ -143,7 +143,7 @@ def _in_window(run, s):
 
 
 def _tables_in_window(spans, marks, regions, s) -> tuple:
-    """(spans, marks, regions) overlapping their rank's interval of ScanReport ``s``'s window."""
+    """(spans, marks, regions) overlapping their rank's interval of PartitionedReport ``s``'s window."""
     from ..analysis.window import in_bounds
 
     def within(table, begin, end):
@@ -157,7 +157,7 @@ def _tables_in_window(spans, marks, regions, s) -> tuple:
 
 
 def as_report(s) -> SimpleNamespace:
-    """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
+    """The attributes the terminal renderers read, from an analysis.partitioned.PartitionedReport."""
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
                            split=s.split if s.split is not None else pd.DataFrame(), skew=s.skew, regions=s.regions,
                            info=s.info, window=s.window,
@@ -199,9 +199,9 @@ def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int |
 
 def stream_events(con, s, memory_limit: int | None = None) -> None:
     """Every event of the window, merged from the ranks' files as it is printed
-    (analysis.partial.events_merge: one chunk per file in memory)."""
-    from ..analysis.partial import default_memory_limit, plan_run
-    from ..analysis.partial.events_merge import EventWindow, chunk_for, merged_events
+    (analysis.partitioned.events_merge: one chunk per file in memory)."""
+    from ..analysis.partitioned import default_memory_limit, plan_run
+    from ..analysis.partitioned.events_merge import EventWindow, chunk_for, merged_events
     from .terminal import _timeline_range, write_events
     plan = plan_run(s.path)
     lo, hi = _timeline_range(SimpleNamespace(bounds=s.bounds, info=s.info, window=s.window), None, None)

@@ -14,11 +14,11 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.rank_ranges import fmt_ranks
+from ..trace.rank_ranges import fmt_ranks
 from ..analysis.timeline import Timeline, bin_timeline, event_rows, timeline_layout, timeline_range
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
-from ..analysis.coverage import coverage_rows
+from ..analysis.bounded_coverage import coverage_rows
 from ..trace.schema import op_kind
 from .tables import Column, print_table
 

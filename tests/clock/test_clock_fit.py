@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commtrace.analysis.clocks import clock_summary
+from commtrace.analysis.clock_summary import clock_summary
 from commtrace.render.clock_text import clock_rows
 from commtrace.trace import clocks, schema, simhost
 from commtrace.trace.reader import ProcessTrace

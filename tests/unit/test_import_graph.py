@@ -148,6 +148,16 @@ def test_no_private_names_across_packages():
     assert bad == []
 
 
+def test_module_names_are_unique():
+    # One name, one module. native_ext.py is the exception by design: the builder
+    # (commtrace.native) finds each package's extension declaration by that file name.
+    names: dict[str, list[str]] = {}
+    for p in PACKAGE.rglob("*.py"):
+        names.setdefault(p.name, []).append(str(p.relative_to(PACKAGE)))
+    twins = {n: ps for n, ps in names.items() if len(ps) > 1 and n not in ("__init__.py", native.DECLARATION_MODULE + ".py")}
+    assert twins == {}
+
+
 def test_private_use_finder_finds_both_forms(tmp_path):
     src = tmp_path / "user.py"
     src.write_text("from commtrace.trace import reader\nfrom commtrace.trace.schema import _x\nreader._y(1)\n")

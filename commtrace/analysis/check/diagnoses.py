@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..rank_ranges import fmt_ranks, folded_inline, folded_lines
+from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import stem_of
 from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_in_file, rank_is_missing

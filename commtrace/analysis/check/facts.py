@@ -7,7 +7,7 @@ the straggler lags, the latest time the trace knows of). ``RunFacts`` holds the
 figures, ``GroupVerdict`` says which collectives of a group are worth a finding.
 Both are computed from a frame (``frame_facts``, ``classify_group``): the whole run
 on the one-frame path, one seq chunk of every rank on the partitioned path
-(``analysis.partial.check_map``), where the per-chunk results are merged
+(``analysis.partitioned.check_map``), where the per-chunk results are merged
 (``RunFacts.merge``, ``GroupVerdict.merge``) -- instances of a collective are whole
 inside a chunk, so the merged result equals the one-frame one.
 """

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.schema import P2P_OPS
-from ..rank_ranges import folded_inline
+from ...trace.rank_ranges import folded_inline
 from .findings import _int, _s, parse_ranks
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).

@@ -36,7 +36,7 @@ def applied_to_rank(window: Window | None, ops, steps: pd.DataFrame, t0: int | N
     """``window.apply`` on one rank's ops (rank_ops.RankOps or None) and steps; None: no window."""
     if window is None or window.whole_run:
         return None
-    from .regions_map import no_ops
+    from .region_figures import no_ops
     a = ops.arrays if ops is not None else no_ops()
     frame = pd.DataFrame({"phase": _phase_of_ops(ops)}) if window.phases is not None else pd.DataFrame()
     return apply(window, frame, a, steps, t0)

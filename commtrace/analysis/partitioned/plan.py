@@ -27,7 +27,7 @@ class RunPlan:
 
 
 def _ops_records(meta_path: str) -> int:
-    from .bounded_map import ops_records_on_disk
+    from .bounded_files import ops_records_on_disk
     return ops_records_on_disk(meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
 
 

@@ -24,11 +24,11 @@ from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import NA_KEY, dense_codes
 from ..native_ext import kernels
 from ..summary import bus_factor
-from .bounded_map import bounded_records, is_bounded
-from .layers_map import cpp_unmatched
+from .bounded_files import bounded_records, is_bounded
+from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .split_map import split_instances
-from .window_map import in_window
+from .phase_splits import split_instances
+from .windowing import in_window
 
 TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
                "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p"]
@@ -42,8 +42,8 @@ class PartitionTask:
     refs: dict                  # world id -> meta path of the reference process
     tables: dict                # table name -> key columns (subset of CELL_COLUMNS)
     top: int
-    window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): window_map.in_window
-    layers: dict = field(default_factory=dict)   # C++ ops path -> layers_map.CppFile (its unmatched records)
+    window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): windowing.in_window
+    layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile (its unmatched records)
 
 
 @dataclass
@@ -54,7 +54,7 @@ class PartitionPartial:
     spreads: dict               # op -> spreads of its instances
     bandwidth: dict             # table -> DataFrame(key columns + collectives, T, S, B)
     busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
-    split: pd.DataFrame | None = None   # split_map.split_instances: instances filed under several phases
+    split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
 
 
 def _s(v) -> str:

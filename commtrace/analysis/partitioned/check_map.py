@@ -36,7 +36,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader, records, schema
 from ...trace.schema import P2P_OPS
-from .. import coverage
+from .. import bounded_coverage
 from ..check import diagnose_reduced, unmatched_p2p
 from ..check.diagnoses import P2P_SHOWN
 from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
@@ -44,7 +44,7 @@ from ..check.findings import parse_ranks
 from ..check.fates import rank_fates
 from ..check.matching import collective_rows
 from .executors import ENV_DASK, cpu_count, make_executor, total_memory
-from .progress import Progress
+from .progress_bar import Progress
 from .rank_map import _chunk_index
 
 # Peak memory of a chunk task per op it holds: the chunk's frame (reader.build_frame,
@@ -92,7 +92,7 @@ class CheckChunkTask:
     members: dict               # (world, group) -> member ranks
     last_seq: dict              # (world, group) -> {rank: highest seq}
     fates: dict                 # rank -> check.RankFate
-    bounded: list               # the bounded processes' summaries (coverage.judged_frame)
+    bounded: list               # the bounded processes' summaries (bounded_coverage.judged_frame)
     facts_only: bool = False    # bounded runs' first pass: the facts of the judged frame
 
 
@@ -166,7 +166,7 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
         if ref is not None:
             refs[wid] = ref
     df = reader.build_frame(procs, refs) if procs else reader.empty_frame()
-    df = coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
+    df = bounded_coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
     facts = frame_facts(df, task.members)
     if task.facts_only:
         return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
@@ -247,7 +247,7 @@ class CheckFold:
 # -- the driver -------------------------------------------------------------------------
 
 @dataclass
-class CheckScan:
+class PartitionedCheck:
     """A partitioned check's result: the run (no op frame: ``run.frame`` holds only the
     reduced rows) and its findings, with how the work was done."""
     run: object
@@ -260,7 +260,7 @@ class CheckScan:
 
 
 def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
-                      progress: bool | None = None) -> CheckScan:
+                      progress: bool | None = None) -> PartitionedCheck:
     """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc)."""
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
     limit = memory_limit or int(total_memory() * DEFAULT_MEMORY_FRACTION)
@@ -328,7 +328,7 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
     facts.stragglers = {k: facts.stragglers[k] for k in sorted(facts.stragglers, key=order)}
     run.frame = fold.frame()
     findings = diagnose_reduced(run, run.frame, facts, fold.verdicts)
-    return CheckScan(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
+    return PartitionedCheck(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
 
 
 def _ops_records(meta: str) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import schema
-from ..coverage import bounded_processes
+from ..bounded_coverage import bounded_processes
 from ..run_info import info_of
 
 # Summary fields the banner never reads and that grow with the run (one entry per mark / dump).

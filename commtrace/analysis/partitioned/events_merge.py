@@ -30,8 +30,8 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader, records, schema
 from ..timeline import event_rows
-from .bounded_map import is_bounded
-from .window_map import frame_in_window
+from .bounded_files import is_bounded
+from .windowing import frame_in_window
 
 # Records a first pass reads at once (32 MB), and the least chunk of a stream.
 BLOCK = 1 << 20

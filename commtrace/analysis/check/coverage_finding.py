@@ -1,7 +1,7 @@
-"""check's info finding about a bounded run: what its files cover (``analysis.coverage``)."""
+"""check's info finding about a bounded run: what its files cover (``analysis.bounded_coverage``)."""
 from __future__ import annotations
 
-from ..coverage import bounded_processes, coverage_text
+from ..bounded_coverage import bounded_processes, coverage_text
 from .findings import INFO, Finding
 
 
