@@ -41,7 +41,8 @@ def add_parser(subparsers) -> None:
 
 def run_check(ns) -> int:
     from ..analysis.check import diagnose, exit_code
-    from .partitioned import ONE_FRAME_CHECK_BYTES_PER_OP, memory_limit_of, wants_partitioned
+    from ..analysis.partitioned.memory_policy import ONE_FRAME_CHECK_BYTES_PER_OP, memory_limit_of
+    from .partitioned import wants_partitioned
     for name in ("partitioned", "dask", "memory_limit"):   # callers building their own namespace
         if not hasattr(ns, name):
             setattr(ns, name, None)

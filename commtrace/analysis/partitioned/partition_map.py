@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...trace import reader, records, schema
+from ...trace import reader, records
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import NA_KEY, dense_codes
 from ..native_ext import kernels
