@@ -1,4 +1,4 @@
-"""Benchmark the partitioned analysis (commtrace.analysis.partial) side by side with the one-frame report.
+"""Benchmark the partitioned analysis (commtrace.analysis.partitioned) side by side with the one-frame report.
 
     python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--kernel-rounds 3] [--json FILE]
     python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
@@ -6,7 +6,7 @@
                                     [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
 
 Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
-(a) load_report_run + build_report (one frame), (b) analysis.partial.analyse in a process
+(a) load_report_run + build_report (one frame), (b) analysis.partitioned.analyse in a process
 pool of 1 and 2 workers, (c) with --dask, on a distributed.LocalCluster of 1 and 2 worker
 processes, (d) the pool x1 and x2 again with the compiled analysis kernels and with numpy's
 code (COMMTRACE_NATIVE=0), alternating, --kernel-rounds times (wall and CPU: user + sys of
@@ -38,7 +38,7 @@ import time
 CHILD = r"""
 import json, resource, sys, time
 mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
-from commtrace.analysis.partial import analyse
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.report import build_report
 from commtrace.analysis.run_info import load_report_run
 sys.path.insert(0, sys.argv[4])
@@ -176,7 +176,7 @@ CHECK_CHILD = r"""
 import json, resource, sys, time
 mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from commtrace.analysis.check import diagnose
-from commtrace.analysis.partial.check_map import check_partitioned
+from commtrace.analysis.partitioned.check_map import check_partitioned
 from commtrace.trace.reader import load_run
 sys.path.insert(0, sys.argv[4])
 from peak_rss import peak_rss_kib

@@ -4,7 +4,7 @@
 
 One synthetic run (commtrace.trace.synthetic); every measurement in a fresh subprocess:
 
-* **timeline**: ``analysis.partial.analyse`` in a process pool of 2 without and with the
+* **timeline**: ``analysis.partitioned.analyse`` in a process pool of 2 without and with the
   terminal timeline (``timeline_width``: one more map, one task per rank), alternately,
   ``rounds`` times: wall and CPU (user + sys of the analysing process and its workers),
   medians, and the timeline's share.
@@ -31,7 +31,7 @@ EVENTS_LIMIT = "256M"       # the partitioned --events: chunks of a quarter of t
 ANALYSE = r"""
 import json, resource, sys, time
 run_dir, width = sys.argv[1], int(sys.argv[2])
-from commtrace.analysis.partial import analyse
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis import native_ext
 native_ext.kernels()
 
@@ -52,7 +52,7 @@ import contextlib, json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from peak_rss import peak_rss_kib
 from commtrace.cli import main
-import commtrace.analysis.partial, commtrace.analysis.partial.events_merge, commtrace.render.partitioned  # noqa
+import commtrace.analysis.partitioned, commtrace.analysis.partitioned.events_merge, commtrace.render.partitioned  # noqa
 import commtrace.analysis.report, commtrace.render.terminal  # noqa: F401
 base = peak_rss_kib()
 t = time.perf_counter()

@@ -31,7 +31,7 @@ def scan(run_dir=None):
     """A run too big for one frame, one lazy part per rank: ``part.load()`` is that rank's
     ops as ``load`` has them (e.g. ``dask.delayed(part.load)()`` per part). The report's own
     figures of such runs: ``commtrace report --partitioned`` (docs/report.md, "Big runs")."""
-    from .analysis.partial import scan as _scan
+    from .analysis.partitioned import scan as _scan
     return _scan(run_dir)
 
 

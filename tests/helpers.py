@@ -198,7 +198,7 @@ def gloo_lacks(op: str) -> str | None:
 
 
 def partitioned_findings(run_dir, **kw) -> list:
-    from commtrace.analysis.partial.check_map import check_partitioned
+    from commtrace.analysis.partitioned.check_map import check_partitioned
     return check_partitioned(str(run_dir), progress=False, **kw).findings
 
 

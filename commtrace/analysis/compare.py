@@ -148,8 +148,8 @@ def _run_busbw(rep) -> float:
 
 def compare_partitioned(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
     """compare_reports for runs analysed by map/reduce (``named``: [(name,
-    analysis.partial.ScanReport), ...]): the same dict, over the whole runs; ``by``:
-    keys among the summary cells' columns (analysis.partial.rank_map.CELL_COLUMNS)."""
+    analysis.partitioned.PartitionedReport), ...]): the same dict, over the whole runs; ``by``:
+    keys among the summary cells' columns (analysis.partitioned.rank_map.CELL_COLUMNS)."""
     names = [n for n, _ in named]
     scans = [s for _, s in named]
     if by is None:

@@ -11,11 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace.schema import P2P_OPS
+from ..trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from .arrays import OpArrays, cat_codes, int_or, narrow
 
-# Bytes that define a collective's "size" in nccl-tests terms, per op.
-_TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
 
 
 @dataclass
@@ -72,7 +70,7 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     opcodes, opcats = cat_codes(frame["op"])
     size = a.nbytes
     if "out_bytes" in frame:
-        tot_cat = np.append(np.isin(np.asarray(opcats, dtype=object), _TOTAL_SIZE_OPS), False)
+        tot_cat = np.append(np.isin(np.asarray(opcats, dtype=object), TOTAL_SIZE_OPS), False)
         tot = tot_cat[opcodes]  # code -1 (NA) -> the appended False
         size = np.where(tot, np.maximum(size, frame["out_bytes"].to_numpy(dtype=np.int64)), size)
     k = int(inst.max()) + 1

@@ -10,8 +10,8 @@ import pandas as pd
 from ..errors import CommtraceError
 from ..trace import reader, schema
 from .arrays import OpArrays, cat_codes, stable_order
-from .clocks import clock_summary
-from .coverage import bounded_processes, coverage_text
+from .clock_summary import clock_summary
+from .bounded_coverage import bounded_processes, coverage_text
 
 
 @dataclass

@@ -51,7 +51,7 @@ def _is_value(col: pd.Series, value: str) -> np.ndarray:
     return (col == value).to_numpy(dtype=bool, na_value=False)
 
 
-class _WaitColumns:
+class WaitColumns:
     """Views of the frame columns that say how long a caller waited for each op;
     ``of(rows)`` gives one rank's wait intervals without full-length temporaries."""
 
@@ -66,8 +66,8 @@ class _WaitColumns:
 
     @classmethod
     def of_arrays(cls, a: OpArrays, ret: np.ndarray, ret_unknown: np.ndarray, sync: np.ndarray,
-                  has_detail: np.ndarray, grad: np.ndarray) -> "_WaitColumns":
-        """The same from per-op arrays (partial.rank_ops gathers them from the records):
+                  has_detail: np.ndarray, grad: np.ndarray) -> "WaitColumns":
+        """The same from per-op arrays (partitioned.rank_ops gathers them from the records):
         return time (``ret_unknown``: none), blocking, DDP's/Join's own op, DDP gradient bucket."""
         self = cls.__new__(cls)
         self._set(a, ret, ret_unknown, sync, has_detail, grad)
@@ -101,7 +101,7 @@ def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def waits(frame: pd.DataFrame, a: OpArrays) -> tuple[np.ndarray, np.ndarray]:
     """Per op: the interval its caller spent waiting for it (start, end; read-only:
     start may be ``a.start`` itself)."""
-    return _WaitColumns(frame, a).of(np.arange(len(a.start)))
+    return WaitColumns(frame, a).of(np.arange(len(a.start)))
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
@@ -144,15 +144,15 @@ class RankTimes:
     ``selected``: the ops in the window (default all); ``windows``: rank -> (lo, hi),
     the communication set is clipped to it. Compute always accounts for every op."""
 
-    def __init__(self, frame: "pd.DataFrame | _WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
+    def __init__(self, frame: "pd.DataFrame | WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
                  selected: np.ndarray | None = None, windows: dict | None = None):
-        """``frame``: the ops (rows as ``a``), or their _WaitColumns already gathered."""
+        """``frame``: the ops (rows as ``a``), or their WaitColumns already gathered."""
         self.a, self.selected, self.windows = a, selected, windows
         self.by_rank = a.rank_rows()
-        if isinstance(frame, _WaitColumns):
+        if isinstance(frame, WaitColumns):
             self.cols = frame if len(a.start) else None
         else:
-            self.cols = _WaitColumns(frame, a) if len(frame) else None
+            self.cols = WaitColumns(frame, a) if len(frame) else None
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
         if have_spans:

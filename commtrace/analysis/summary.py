@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..trace.schema import op_kind
 from .arrays import Cells, Groups, OpArrays, cat_codes, keys_index, narrow
 from .match import Matched
 
@@ -24,14 +25,9 @@ SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns
 
 
 def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor for a collective over n ranks."""
-    if n <= 1:
-        return 1.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+    """nccl-tests' bus bandwidth factor for a collective over n ranks (``schema.OpKind.bus``)."""
+    bus = op_kind(op).bus
+    return 1.0 if n <= 1 or not bus else bus * (n - 1) / n
 
 
 def qname(q: float) -> str:

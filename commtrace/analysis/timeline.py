@@ -68,7 +68,7 @@ def occupancy(lane: np.ndarray, lanes: int, opc: np.ndarray, nops: int, rel_s: n
     """lanes x nops x width: per lane (``lane`` per op), op code (``opc``, -1: none) and cell, the
     time the ops cover in it (in cells). A lane's figures depend only on its own ops (in their
     order), so one lane binned alone equals that lane binned with the others (the partitioned
-    report bins each rank in its own task: analysis.partial.timeline_map)."""
+    report bins each rank in its own task: analysis.partitioned.timeline_map)."""
     sel = (rel_e >= lo) & (rel_s <= hi) & (opc >= 0)
     dt = (hi - lo) / width
     s = (np.clip(rel_s[sel], lo, hi) - lo) / dt        # in cell units

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..analysis.check import ERROR, INFO, PROGRESS, WARNING, Finding
-from ..analysis.rank_ranges import FOLD_SHOWN
+from ..trace.rank_ranges import FOLD_SHOWN
 from .fmt import safe
 
 _STYLE = {ERROR: ("bold red", "ERROR"), WARNING: ("yellow", "WARN "), INFO: ("dim", "info ")}

@@ -14,7 +14,7 @@ _BEYOND_SHOWN_NS = 1_000_000_000  # a rank that ran on after its last measuremen
 
 
 def clock_rows(clocks: list[dict] | None) -> list[tuple[str, str]]:
-    """(label, text) rows for ``run_info()["clocks"]`` (see ``analysis.clocks``)."""
+    """(label, text) rows for ``run_info()["clocks"]`` (see ``analysis.clock_summary``)."""
     if not clocks or len(clocks) < 2:
         return []
     if len(clocks) > _MAX_HOSTS:
@@ -22,9 +22,9 @@ def clock_rows(clocks: list[dict] | None) -> list[tuple[str, str]]:
     return [("clocks" if i == 0 else "", f"{plain_safe(h['host'])}: {_host_text(h)}") for i, h in enumerate(clocks)]
 
 
-def method_text(methods: list[str]) -> str:
-    """Readable method names (``+`` joins the methods one rank's offsets combine)."""
-    return ", ".join(" + ".join(_NAMES.get(part, part) for part in m.split("+")) for m in methods)
+def method_text(methods: list[list[str]]) -> str:
+    """Readable method names (``+`` joins the methods one rank's offset combines)."""
+    return ", ".join(" + ".join(_NAMES.get(m, m) for m in combo) for combo in methods)
 
 
 def _host_text(h: dict) -> str:

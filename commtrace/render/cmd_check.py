@@ -41,14 +41,15 @@ def add_parser(subparsers) -> None:
 
 def run_check(ns) -> int:
     from ..analysis.check import diagnose, exit_code
-    from .partitioned import ONE_FRAME_CHECK_BYTES_PER_OP, memory_limit_of, wants_partitioned
+    from ..analysis.partitioned.memory_policy import ONE_FRAME_CHECK_BYTES_PER_OP, memory_limit_of
+    from .partitioned import wants_partitioned
     for name in ("partitioned", "dask", "memory_limit"):   # callers building their own namespace
         if not hasattr(ns, name):
             setattr(ns, name, None)
     if not hasattr(ns, "run_dir"):
         ns.run_dir = None
     if wants_partitioned(ns, bytes_per_op=ONE_FRAME_CHECK_BYTES_PER_OP):
-        from ..analysis.partial.check_map import check_partitioned
+        from ..analysis.partitioned.check_map import check_partitioned
         scan = check_partitioned(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit))
         run, findings = scan.run, scan.findings
     else:

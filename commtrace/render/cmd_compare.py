@@ -83,9 +83,9 @@ def _one_frame(run_dir, window):
 
 
 def _partitioned(ns, run_dir, by, window):
-    from ..analysis.partial import analyse
+    from ..analysis.partitioned import analyse
     from .cli_commands import warn_issues
-    from .partitioned import memory_limit_of
+    from ..analysis.partitioned.memory_policy import memory_limit_of
     s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by, window=window)
     warn_issues(s.issues)
     return s

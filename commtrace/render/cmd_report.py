@@ -162,11 +162,12 @@ def _damage_verdict(run) -> int:
 
 
 def _run_partitioned(ns) -> int:
-    """The report by map/reduce over the run's files (analysis.partial)."""
-    from ..analysis.partial import analyse
+    """The report by map/reduce over the run's files (analysis.partitioned)."""
+    from ..analysis.partitioned import analyse
     from ..errors import CommtraceError
     from .cli_commands import warn_issues
-    from .partitioned import memory_limit_of, partitioned_json, render_partitioned
+    from ..analysis.partitioned.memory_policy import memory_limit_of
+    from .partitioned import partitioned_json, render_partitioned
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     from . import export

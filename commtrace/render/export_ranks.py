@@ -18,9 +18,9 @@ from . import export
 
 
 def rank_frames(s):
-    """The frame of each rank of ScanReport ``s`` in rank order, cut to its window."""
-    from ..analysis.partial import scan
-    from ..analysis.partial.window_map import frame_in_window
+    """The frame of each rank of PartitionedReport ``s`` in rank order, cut to its window."""
+    from ..analysis.partitioned import scan
+    from ..analysis.partitioned.windowing import frame_in_window
     for part in scan(s.path):
         frame = part.load()
         yield frame_in_window(frame, s.bounds, s.window.phases if s.window is not None else None)

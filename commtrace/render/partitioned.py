@@ -1,7 +1,7 @@
-"""``commtrace report`` of a run analysed by map/reduce (analysis.partial): the one-frame
+"""``commtrace report`` of a run analysed by map/reduce (analysis.partitioned): the one-frame
 report's banner (plus an ``analysis`` row), step, per-op, region and skew tables and timeline
-(analysis.partial.timeline_map), in any window; ``--events`` (``--limit``: ``first_events``;
-without: a streaming merge of every rank's ops, analysis.partial.events_merge), Perfetto in
+(analysis.partitioned.timeline_map), in any window; ``--events`` (``--limit``: ``first_events``;
+without: a streaming merge of every rank's ops, analysis.partitioned.events_merge), Perfetto in
 pieces (``write_perfetto_pieces``)."""
 from __future__ import annotations
 
@@ -11,54 +11,23 @@ import numpy as np
 import pandas as pd
 from rich.text import Text
 
+from ..analysis.partitioned.memory_policy import ONE_FRAME_BYTES_PER_OP, memory_limit_of, one_frame_fits
 from .fmt import fmt_int
 from .terminal import render_banner, render_nothing_shown, render_regions, render_skew, render_steps, render_summary
 
 
-# Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
-ONE_FRAME_BYTES_PER_OP = 300
-# ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
-ONE_FRAME_CHECK_BYTES_PER_OP = 450
-
-
-def memory_limit_of(text: str | None) -> int | None:
-    """"8G", "512M", "25%" (of RAM), plain bytes -> bytes; None -> None (the default)."""
-    from ..analysis.partial import total_memory
-    from ..errors import CommtraceError
-    if text is None:
-        return None
-    t = text.strip().upper().removesuffix("B")
-    try:
-        if t.endswith("%"):
-            value = total_memory() * float(t[:-1]) / 100
-        else:
-            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-            value = float(t[:-1] if t[-1:] in "KMGT" else t) * mult
-    except ValueError:
-        value = -1
-    if not value > 0:
-        raise CommtraceError(f"--memory-limit {text}: not a size (e.g. 8G, 512M, 25%)")
-    return int(value)
-
-
 def wants_partitioned(ns, run_dir=None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
     """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
-    (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
-    import glob
+    (``run_dir``, default ``ns.run_dir``: the newest run, then set there; analysis's memory policy)."""
     import os
-    from ..analysis.partial import ENV_DASK, default_memory_limit
-    from ..trace import reader, schema
+    from ..analysis.partitioned import ENV_DASK
+    from ..trace import reader
     if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
         return True
-    limit = memory_limit_of(ns.memory_limit) or default_memory_limit()
     if run_dir is None:
         run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
         ns.run_dir = run_dir
-    try:
-        size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
-    except OSError:
-        return False
-    return size // schema.RECORD_SIZE * bytes_per_op > limit
+    return not one_frame_fits(run_dir, memory_limit_of(ns.memory_limit), bytes_per_op)
 
 
 # Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
@@ -68,13 +37,13 @@ PERFETTO_BYTES_PER_OP = 1000
 def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
     (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
-    one rank with more ops than that (analysis.partial.perfetto_pieces); one time base. In a
+    one rank with more ops than that (analysis.partitioned.perfetto_pieces); one time base. In a
     window: the ops in it, and the spans, marks and regions overlapping it (as the one-frame
     export). Every op, span, mark and region is in exactly one file: a time window of a rank
-    holds those that start in it (analysis.partial.piece_span), a span crossing its end
+    holds those that start in it (analysis.partitioned.piece_span), a span crossing its end
     whole."""
     from ..analysis.match import match_ops
-    from ..analysis.partial import load_ranks, perfetto_pieces, piece_span, scan
+    from ..analysis.partitioned import load_ranks, perfetto_pieces, piece_span, scan
     from .perfetto import write_perfetto
     parts = {p.rank: p for p in scan(s.path)}
     t0 = _time_base(s, parts.values())
@@ -132,9 +101,9 @@ def _starting_in(table, begin: str, t_lo: int | None, t_hi: int | None):
 
 
 def _in_window(run, s):
-    """Some ranks' reader.Run cut to the window of ScanReport ``s``: ops as window_map.frame_in_window,
+    """Some ranks' reader.Run cut to the window of PartitionedReport ``s``: ops as windowing.frame_in_window,
     spans / marks / regions overlapping their rank's interval (report._within's rule)."""
-    from ..analysis.partial.window_map import frame_in_window
+    from ..analysis.partitioned.windowing import frame_in_window
     phases = s.window.phases if s.window is not None else None
     if s.bounds is None and phases is None:
         return run
@@ -143,7 +112,7 @@ def _in_window(run, s):
 
 
 def _tables_in_window(spans, marks, regions, s) -> tuple:
-    """(spans, marks, regions) overlapping their rank's interval of ScanReport ``s``'s window."""
+    """(spans, marks, regions) overlapping their rank's interval of PartitionedReport ``s``'s window."""
     from ..analysis.window import in_bounds
 
     def within(table, begin, end):
@@ -157,7 +126,7 @@ def _tables_in_window(spans, marks, regions, s) -> tuple:
 
 
 def as_report(s) -> SimpleNamespace:
-    """The attributes the terminal renderers read, from an analysis.partial.ScanReport."""
+    """The attributes the terminal renderers read, from an analysis.partitioned.PartitionedReport."""
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
                            split=s.split if s.split is not None else pd.DataFrame(), skew=s.skew, regions=s.regions,
                            info=s.info, window=s.window,
@@ -199,9 +168,10 @@ def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int |
 
 def stream_events(con, s, memory_limit: int | None = None) -> None:
     """Every event of the window, merged from the ranks' files as it is printed
-    (analysis.partial.events_merge: one chunk per file in memory)."""
-    from ..analysis.partial import default_memory_limit, plan_run
-    from ..analysis.partial.events_merge import EventWindow, chunk_for, merged_events
+    (analysis.partitioned.events_merge: one chunk per file in memory)."""
+    from ..analysis.partitioned import plan_run
+    from ..analysis.partitioned.memory_policy import default_memory_limit
+    from ..analysis.partitioned.events_merge import EventWindow, chunk_for, merged_events
     from .terminal import _timeline_range, write_events
     plan = plan_run(s.path)
     lo, hi = _timeline_range(SimpleNamespace(bounds=s.bounds, info=s.info, window=s.window), None, None)

@@ -14,19 +14,20 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from ..analysis.rank_ranges import fmt_ranks
+from ..trace.rank_ranges import fmt_ranks
 from ..analysis.timeline import Timeline, bin_timeline, event_rows, timeline_layout, timeline_range
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
-from ..analysis.coverage import coverage_rows
+from ..analysis.bounded_coverage import coverage_rows
+from ..trace.schema import op_kind
 from .tables import Column, print_table
 
-OP_STYLE = {
-    "all_reduce": ("green", "R"), "broadcast": ("blue", "B"), "all_gather": ("cyan", "G"),
-    "reduce_scatter": ("magenta", "S"), "all_to_all": ("yellow", "A"), "barrier": ("red", "|"),
-    "reduce": ("bright_green", "r"), "gather": ("bright_cyan", "g"), "scatter": ("bright_magenta", "s"),
-    "send": ("bright_yellow", ">"), "recv": ("bright_blue", "<"),
+_OP_COLOR = {
+    "all_reduce": "green", "broadcast": "blue", "all_gather": "cyan", "reduce_scatter": "magenta",
+    "all_to_all": "yellow", "barrier": "red", "reduce": "bright_green", "gather": "bright_cyan",
+    "scatter": "bright_magenta", "send": "bright_yellow", "recv": "bright_blue",
 }
+OP_STYLE = {op: (color, op_kind(op).letter) for op, color in _OP_COLOR.items()}   # letters: schema.OP_KINDS
 _EXTRA = ["white", "bright_red", "bright_white", "dark_orange", "purple"]
 MARK_SYMBOLS = "123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -65,7 +66,7 @@ def make_console(width: int | None = None, file=None) -> Console:
 
 
 def op_style(op: str, i: int = 0) -> tuple[str, str]:
-    return OP_STYLE.get(op, (_EXTRA[i % len(_EXTRA)], "*"))
+    return OP_STYLE.get(op, (_EXTRA[i % len(_EXTRA)], op_kind(op).letter))
 
 
 def _dim(con: Console, text: str) -> None:

@@ -43,7 +43,7 @@ MAX_DRIFT_PPM = 100
 
 @dataclass
 class ProcessClock:
-    method: str
+    methods: tuple             # how the offset was found: one name, or the measurement methods it combines
     uncertainty_ns: int | None = 0     # bound on the offset's error; None: unknown
     rtt_ns: int | None = None          # lowest round trip among the measurements used
     residual_ns: int | None = None     # largest distance of a measurement from the line
@@ -65,7 +65,7 @@ class ProcessClock:
         return self._a + self._b * x
 
     def describe(self) -> dict:
-        return {"method": self.method, "uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
+        return {"methods": list(self.methods), "uncertainty_ns": self.uncertainty_ns, "rtt_ns": self.rtt_ns,
                 "residual_ns": self.residual_ns, "measurements": self.measurements,
                 "drift_ppm": self.drift_ppm, "span_ns": self.span_ns, "beyond_ns": self.beyond_ns}
 
@@ -74,16 +74,16 @@ def fit(pt, ref, world_id=None) -> ProcessClock:
     """The clock of process ``pt`` (a reader ``ProcessTrace``) on ``ref``'s (the
     rank 0 process of its world ``world_id``; None if unknown)."""
     if ref is pt:
-        return ProcessClock("reference")
+        return ProcessClock(("reference",))
     lines = usable_lines(pt, ref, world_id)
     same_host = ref is not None and ref.header.get("host") == pt.header.get("host")
     if any(c.get("method") == "same-host" for c in lines) or (
             same_host and all(abs(c["offset_ns"]) < SAME_HOST_NOISE_NS for c in lines)):
-        return ProcessClock("same-host")  # exact 0 beats a measured +-1 us
+        return ProcessClock(("same-host",))  # exact 0 beats a measured +-1 us
     if lines:
         return _fit_lines(lines, _last_time(pt))
     if ref is None:
-        return ProcessClock("unaligned", uncertainty_ns=None)
+        return ProcessClock(("unaligned",), uncertainty_ns=None)
     return _wall_clock(pt, ref)
 
 
@@ -123,11 +123,11 @@ def _fit_lines(lines: list[dict], t_last: int | None = None) -> ProcessClock:
     else:
         a, b = float(np.average(y, weights=w)), 0.0
     resid = np.abs(y - (a + b * x))
-    methods = sorted({str(c.get("method") or "pingpong") for c in lines})
+    methods = tuple(sorted({str(c.get("method") or "pingpong") for c in lines}))
     beyond = max(0, t_last - t1) if t_last is not None else 0
     bound = _bound(t, rtt / 2 + resid) + beyond * MAX_DRIFT_PPM * 1e-6
     return ProcessClock(
-        "+".join(methods), uncertainty_ns=_ceil(bound) + 1,  # +1: integer rounding
+        methods, uncertainty_ns=_ceil(bound) + 1,  # +1: integer rounding
         rtt_ns=int(rtt.min()), residual_ns=_ceil(resid.max()), measurements=len(lines),
         drift_ppm=b * 1e6 if t1 > t0 else None, span_ns=t1 - t0, beyond_ns=beyond,
         _a=float(a), _b=b, _t0=t0, _t1=t1)
@@ -152,7 +152,7 @@ def _wall_clock(pt, ref) -> ProcessClock:
         off = (pt.header["t_wall_ns"] - pt.header["t_mono_ns"]) - (ref.header["t_wall_ns"] - ref.header["t_mono_ns"])
     except (KeyError, TypeError):
         off = 0
-    return ProcessClock("wall-clock", uncertainty_ns=None, _a=float(off))
+    return ProcessClock(("wall-clock",), uncertainty_ns=None, _a=float(off))
 
 
 def _int(v):

@@ -60,10 +60,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .schema import P2P_OPS
+
 if TYPE_CHECKING:  # pandas is imported lazily by the reader
     import pandas
 
-P2P_OPS = ("send", "recv")
 CPP_TIME_COLUMNS = (
     ("t_enqueue_ns", "t_start_ns"),
     ("t_dequeue_ns", "t_return_ns"),

@@ -5,8 +5,8 @@ groups ranks whose printed text is equal, and ``folded_lines`` / ``folded_inline
 print those groups, at most ``FOLD_SHOWN`` of them. Every line of ``commtrace
 check``, the report's banner and the reader's warnings that names ranks goes
 through these, so a line never lists 1024 ranks one by one (docs/faults.md,
-"Many ranks"). It lives in the trace layer so that the reader can use it;
-``commtrace.analysis.rank_ranges`` re-exports it.
+"Many ranks"). It lives in the trace layer so that the reader can use it, and
+analysis and render import it from here.
 """
 from __future__ import annotations
 

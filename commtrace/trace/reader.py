@@ -20,6 +20,7 @@ from ..errors import CommtraceError
 from . import coverage as bounded
 from . import schema
 from .clocks import fit as fit_clock
+from .records import aligner, clock_offset, defined, defined_ids, last_record_per_op, member, sane
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
@@ -67,7 +68,14 @@ class ProcessTrace:
     # The same phrases with this process's file names written "*.meta.jsonl", "*.ops.bin": equal for
     # processes damaged alike (check folds their findings into one).
     damage_any: list = field(default_factory=list)
+    meta_damage: list = field(default_factory=list)  # the phrases of ``damage`` about its meta file
+    cut: bool = False      # a file of it ends mid-line or mid-record (killed mid-write, or a full disk)
     coverage: dict | None = None  # bounded mode: what the files cover (trace.coverage.describe)
+
+    @property
+    def world_id(self):
+        """The id of the world this process was a rank of (None: it wrote none)."""
+        return next((w.get("world_id") for w in self.worlds), None)
 
     @property
     def rank(self) -> int | None:
@@ -94,7 +102,7 @@ class ProcessTrace:
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
             "spawn_index": _int_or_none(self.process.get("spawn_index")),
             "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
-            "damage_any": list(self.damage_any),
+            "damage_any": list(self.damage_any), "meta_damage": list(self.meta_damage), "cut": self.cut,
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
         }
 
@@ -156,7 +164,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     # Every line is written whole in one write(): a torn last line means the
     # file was cut (truncated, disk full), not that the process died mid-write.
     if torn:
-        pt.complete = False
+        pt.complete, pt.cut = False, True
         _note_damage(pt, name, "{} truncated mid-line")
         issues.append(TraceIssue(name, f"truncated mid-line (the last {torn} bytes are not a whole line)", pt.rank,
                                  DAMAGED))
@@ -173,7 +181,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         return None
     if not records:
         return pt
-    pt.records = _read_records(pt, issues)
+    pt.records = read_records(pt, issues)
     pt.n_records = len(pt.records)
     opts = bounded.options(pt.header)
     if opts is not None:
@@ -193,6 +201,8 @@ def _note_damage(pt: ProcessTrace, file: str, phrase: str) -> None:
     """Note damage to ``file`` (one of ``pt``'s) in ``pt.damage``: ``phrase`` with "{}" where
     the file name goes; ``pt.damage_any`` gets it with the file's stem written "*"."""
     pt.damage.append(phrase.format(file))
+    if file == os.path.basename(pt.meta_path):
+        pt.meta_damage.append(pt.damage[-1])
     pt.damage_any.append(phrase.format("*" + file[len(pt.stem):] if file.startswith(pt.stem + ".") else file))
 
 
@@ -239,7 +249,7 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.ddp.append(obj)
 
 
-def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
+def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     name = os.path.basename(pt.ops_path)
     # Bounded mode: the ring's previous segment (<stem>.ops.bin.1) comes first.
     rec, torn = bounded.read_segments(pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE)
@@ -249,13 +259,12 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
             _note_damage(pt, name, "{} missing")
         return np.empty(0, dtype=schema.OP_RECORD)
     for part, extra in torn:
-        pt.complete = False
+        pt.complete, pt.cut = False, True
         _note_damage(pt, part, "{} truncated mid-record")
         issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
-    ok = _defined(rec["sig"], pt.sigs) & _defined(rec["group"], pt.groups)
+    ok = defined(rec, defined_ids(pt.sigs), defined_ids(pt.groups))
     undefined = int((~ok).sum())
-    # What a writer never produces: an unknown status, seq 0, a call time <= 0.
-    ok &= member(rec["status"], STATUS_CODES) & (rec["seq"] > 0) & (rec["t_call"] > 0)
+    ok &= sane(rec)
     if not ok.all():
         _note_lost(pt, rec[~ok])
         bad = int((~ok).sum())
@@ -269,10 +278,10 @@ def _read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         issues.append(TraceIssue(name, f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped", pt.rank,
                                  DAMAGED))
         rec = rec[ok]
-    return bounded.keep_last_records(_last_record_per_op(rec), (bounded.options(pt.header) or {}).get("keep_last"))
+    return bounded.keep_last_records(last_record_per_op(rec), (bounded.options(pt.header) or {}).get("keep_last"))
 
 
-def _read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
+def read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     """The process's compute span records (none when it wrote no spans file)."""
     path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.SPANS_SUFFIX
     name = os.path.basename(path)
@@ -280,7 +289,7 @@ def _read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     if rec is None:
         return np.empty(0, dtype=schema.SPAN_RECORD)
     for part, extra in torn:
-        pt.complete = False
+        pt.complete, pt.cut = False, True
         _note_damage(pt, part, "{} truncated mid-record")
         issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
     ok = (rec["phase"] < len(schema.SPAN_PHASES)) & (rec["t_end"] >= rec["t_begin"]) & (rec["t_begin"] > 0)
@@ -300,7 +309,7 @@ def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
     pt.n_lost += len(bad)
     for gid in np.unique(bad["group"]):
         g = pt.groups.get(int(gid))
-        key = _str_or_none(g.get("name")) if isinstance(g, dict) and g.get("name") is not None else "?"
+        key = str_or_none(g.get("name")) if isinstance(g, dict) and g.get("name") is not None else "?"
         seqs = bad["seq"][bad["group"] == gid]
         lo, hi, cnt = int(seqs.min()), int(seqs.max()), len(seqs)
         if key in pt.lost:
@@ -309,59 +318,15 @@ def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
         pt.lost[key] = [lo, hi, cnt]
 
 
-def _defined(ids: np.ndarray, table: dict) -> np.ndarray:
-    """Which ids name an entry of ``table``."""
-    return member(ids, defined_ids(table))
-
-
-def defined_ids(table: dict) -> np.ndarray:
-    """The ids of ``table`` (sigs or groups of a meta file) a record field can name."""
-    return np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)
-
-
-_TABLE_IDS = 1 << 16   # largest key looked up through a bool table (64 KiB); beyond, a sorted lookup
-
-
-def member(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``np.isin(ids, keys)`` for the unsigned id fields of records (``keys``: non-negative
-    int64). Keys come from untrusted meta lines and may be huge, so a table indexed by id
-    is built only when the largest key is small, as it is in files commtrace writes; there
-    it is one gather instead of isin's work per call (the partitioned report checks every
-    record slice this way: 1-2 % less CPU, measured side by side)."""
-    top = int(keys.max()) if len(keys) else -1
-    if top >= _TABLE_IDS or ids.dtype.kind != "u":
-        return np.isin(ids.astype(np.int64), keys)
-    table = np.zeros(top + 2, dtype=bool)    # the last entry stands for every id above top
-    table[keys] = True
-    return table[np.minimum(ids, top + 1)]
-
-
-STATUS_CODES = np.array(sorted(schema.STATUS_NAMES), dtype=np.int64)
-
-
-def _last_record_per_op(rec: np.ndarray) -> np.ndarray:
-    """An op written IN_FLIGHT and again when it finished keeps its final record."""
-    if len(rec) == 0 or not (rec["status"] == schema.STATUS_IN_FLIGHT).any():
-        return rec
-    keys = pd.DataFrame({"t": rec["t_call"], "g": rec["group"], "s": rec["seq"], "i": rec["sig"]})
-    keep = ~keys.duplicated(keep="last").to_numpy()
-    return rec[keep]
-
-
 # -- clocks -----------------------------------------------------------------------
 
-def _offset_fn(pt: ProcessTrace, ref: ProcessTrace | None):
-    """A function monotonic-ns -> offset-ns to rank 0's clock, for this process (see trace.clocks)."""
-    return fit_clock(pt, ref, _world_of(pt)).offset
-
-
-def _describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None:
+def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None:
     """Set each process's ``clock``: how its times were aligned and how well. ``refs``: world
     id -> its rank-0 process (default: found among ``procs``; one rank's files need them given)."""
-    refs = _reference_processes(procs) if refs is None else refs
+    refs = reference_processes(procs) if refs is None else refs
     for pt in procs:
-        twin = _python_twin(pt, procs)  # the C++ layer shares its process's clock
-        clock = fit_clock(twin, refs.get(_world_of(twin)), _world_of(twin))
+        twin = python_twin(pt, procs)  # the C++ layer shares its process's clock
+        clock = fit_clock(twin, refs.get(twin.world_id), twin.world_id)
         pt.clock = clock.describe()
         start = _int_or_none(pt.header.get("t_mono_ns"))
         # The process's start on rank 0's clock (its wall time up to its last op, when
@@ -377,7 +342,7 @@ def _fmt_shapes(v) -> str:
     return json.dumps(v, separators=(",", ":"))
 
 
-def _str_or_none(v):
+def str_or_none(v):
     if v is None:
         return None
     if isinstance(v, (list, tuple)):
@@ -385,7 +350,7 @@ def _str_or_none(v):
     return str(v)
 
 
-def _num(v):
+def num_or_nan(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
 
 
@@ -423,7 +388,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     """
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
-    refs = _reference_processes(procs) if refs is None else refs
+    refs = reference_processes(procs) if refs is None else refs
     parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl",
                                               "bucket")}
     for pi, pt in enumerate(procs):
@@ -434,19 +399,19 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         sig_rows.extend(pt.sigs.values())
         glut = _lut(pt.groups, len(group_rows))
         group_rows.extend(pt.groups.values())
-        clock_pt = _python_twin(pt, procs)  # the C++ layer shares its process's clock
-        off = _offset_fn(clock_pt, refs.get(_world_of(clock_pt)))(rec["t_call"]).astype(np.int64)
+        clock_pt = python_twin(pt, procs)  # the C++ layer shares its process's clock
+        aligned = aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
         parts["proc"].append(np.full(len(rec), pi, dtype=np.int32))
         parts["sig"].append(slut[rec["sig"]])
         parts["grp"].append(glut[rec["group"]])
-        parts["t"].append(rec["t_call"] + off)
+        parts["t"].append(aligned)
         parts["bucket"].append(process_buckets(rec["t_call"], rec["sig"], rec["iteration"], pt.sigs))
         for k, f in (("traw", "t_call"), ("dret", "d_return"), ("dend", "d_end"), ("seq", "seq"),
                      ("it", "iteration"), ("st", "status"), ("fl", "flags")):
             parts[k].append(rec[f])
         pt.records = None  # the frame holds it from here on (summary() keeps the count)
     if not parts["t"]:
-        return _empty_frame()
+        return empty_frame()
     rank_of_proc = np.array([_rank_or_minus1(p) for p in procs], dtype=np.int32)
     proc = np.concatenate(parts.pop("proc"))
     t = np.concatenate(parts.pop("t"))
@@ -476,21 +441,21 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     cols["host"] = _categorical([str(p.header.get("host")) for p in procs], proc)
     cols["file"] = _categorical([p.stem for p in procs], proc)
     # Group-level columns.
-    cols["world"] = _categorical([_str_or_none(g.get("world_id")) for g in group_rows], grp_codes)
-    cols["group"] = _categorical([_str_or_none(g.get("name")) for g in group_rows], grp_codes)
-    cols["group_desc"] = _categorical([_str_or_none(g.get("desc")) for g in group_rows], grp_codes)
+    cols["world"] = _categorical([str_or_none(g.get("world_id")) for g in group_rows], grp_codes)
+    cols["group"] = _categorical([str_or_none(g.get("name")) for g in group_rows], grp_codes)
+    cols["group_desc"] = _categorical([str_or_none(g.get("desc")) for g in group_rows], grp_codes)
     cols["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
     cols["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
                                    for g in group_rows], dtype=np.int32)[grp_codes]
-    cols["group_ranks"] = _categorical([_str_or_none(g.get("ranks")) for g in group_rows], grp_codes)
-    cols["backend"] = _categorical([_str_or_none(g.get("backend")) for g in group_rows], grp_codes)
+    cols["group_ranks"] = _categorical([str_or_none(g.get("ranks")) for g in group_rows], grp_codes)
+    cols["backend"] = _categorical([str_or_none(g.get("backend")) for g in group_rows], grp_codes)
     # Sig-level columns: per-sig tables first, then one take per column.
     for f in _SIG_STR:
-        cols[f] = _categorical([_str_or_none(s.get(f)) for s in sig_rows], sig_codes)
+        cols[f] = _categorical([str_or_none(s.get(f)) for s in sig_rows], sig_codes)
     cols["shapes"] = _categorical([_fmt_shapes(s.get("shapes")) for s in sig_rows], sig_codes)
     cols["out_shapes"] = _categorical([_fmt_shapes(s.get("out_shapes")) for s in sig_rows], sig_codes)
     for f in _SIG_NUM:
-        per_sig = np.array([_num(s.get(f)) for s in sig_rows], dtype=np.float64)
+        per_sig = np.array([num_or_nan(s.get(f)) for s in sig_rows], dtype=np.float64)
         ok = ~np.isnan(per_sig)
         if f in ("bytes", "out_bytes"):
             cols[f] = np.where(ok, per_sig, 0).astype(np.int64)[sig_codes]
@@ -548,11 +513,11 @@ def _column_order(df) -> list[str]:
     return _FIRST + [c for c in df.columns if c not in _FIRST]
 
 
-def _empty_frame() -> pd.DataFrame:
+def empty_frame() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in _FIRST})
 
 
-def _python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
+def python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
     """For a C++-layer file, the Python-layer file of the same process (else itself)."""
     if pt.header.get("source") != "cpp":
         return pt
@@ -563,15 +528,11 @@ def _python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
     return pt
 
 
-def _world_of(pt: ProcessTrace):
-    return next((w.get("world_id") for w in pt.worlds), None)
-
-
 def _rank_or_minus1(pt: ProcessTrace) -> int:
     return -1 if pt.rank is None else pt.rank
 
 
-def _reference_processes(procs: list[ProcessTrace]) -> dict:
+def reference_processes(procs: list[ProcessTrace]) -> dict:
     """World id -> the rank-0 process of that world (its clock is the reference)."""
     refs: dict = {}
     for pt in procs:
@@ -606,10 +567,10 @@ def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None
     """(spans, marks, regions) of every process, on rank 0's clock. Span records are
     read here, one process at a time (damage goes to ``issues``); ``refs`` as build_frame;
     ``user_marks=False``: no marks table (None), for callers that show none."""
-    refs = _reference_processes(procs) if refs is None else refs
+    refs = reference_processes(procs) if refs is None else refs
     issues = [] if issues is None else issues
-    offsets = {id(pt): _offset_fn(pt, refs.get(_world_of(pt))) for pt in procs}
-    span_parts = ((_read_spans(pt, issues), pt.labels, pt.marks, _rank_or_minus1(pt), pt.stem, offsets[id(pt)])
+    offsets = {id(pt): clock_offset(pt, refs.get(pt.world_id)) for pt in procs}
+    span_parts = ((read_spans(pt, issues), pt.labels, pt.marks, _rank_or_minus1(pt), pt.stem, offsets[id(pt)])
                   for pt in procs)
     spans = mark_tables.spans_table(span_parts)
     marks, regions = [], []
@@ -638,9 +599,9 @@ def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
         except OSError:
             continue
         rec = np.frombuffer(data[: len(data) - len(data) % schema.RECORD_SIZE], dtype=schema.OP_RECORD)
-        rec = rec[_defined(rec["group"], pt.groups) & (rec["seq"] > 0)]
+        rec = rec[member(rec["group"], defined_ids(pt.groups)) & (rec["seq"] > 0)]
         if len(rec):
-            names = [_str_or_none(pt.groups[int(g)].get("name")) if isinstance(pt.groups[int(g)], dict) else None
+            names = [str_or_none(pt.groups[int(g)].get("name")) if isinstance(pt.groups[int(g)], dict) else None
                      for g in rec["group"]]
             rows.append(pd.DataFrame({"file": pt.stem, "group": names, "seq": rec["seq"].astype(np.int64),
                                       "d_mpi_begin": rec["d_return"].astype(float),
@@ -663,7 +624,7 @@ def load_run(run_dir: str | None = None) -> Run:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
-    _describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
+    describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
     frame = build_frame(procs)
     if cpp:
         try:
@@ -671,13 +632,13 @@ def load_run(run_dir: str | None = None) -> Run:
             frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
         except ImportError:
             pass
-    issues.extend(_missing_ranks(procs))
+    issues.extend(missing_ranks(procs))
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
                marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
 
 
-def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
+def missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
     out = []
     worlds: dict = {}
     for pt in procs:
@@ -691,7 +652,7 @@ def _missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
         missing = sorted(set(range(size)) - ranks)
         if missing:
             out.append(TraceIssue("", f"ranks missing: {fmt_ranks(missing)} of {size}", kind=RANKS_MISSING,
-                                  world=_str_or_none(wid), ranks=tuple(missing)))
+                                  world=str_or_none(wid), ranks=tuple(missing)))
     return out
 
 

@@ -55,6 +55,8 @@ not know it has no MPI call times.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 FORMAT_NAME = "commtrace"
 FORMAT_VERSION = 1
 
@@ -158,12 +160,47 @@ SOURCE_NAMES = {FLAG_SOURCE_PYTHON: "python", FLAG_SOURCE_CPP: "cpp"}
 # completion time would cost a GIL-taking callback on the backend's thread.
 FLAG_END_OBSERVED = 0x04
 
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """What the analysis and the views need to know about one c10d op: read from
+    ``OP_KINDS`` by the matcher, summary, check and both renderers, so a new
+    collective is one row here.
+
+    ``p2p``: point-to-point (matched by pairs, not by group seq). ``total_size``: its
+    nccl-tests size is the larger of its input and output bytes (the whole gathered
+    or scattered buffer), not its input. ``bus``: the bus-bandwidth factor is
+    ``bus * (n - 1) / n`` over n ranks (nccl-tests), 1 when ``bus`` is 0.
+    ``letter``: its symbol in the terminal timeline."""
+    p2p: bool = False
+    total_size: bool = False
+    bus: int = 0
+    letter: str = "*"
+
+
 # c10d's op names, without a backend prefix. ``variant`` keeps the concrete method.
-OPS = (
-    "all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter",
-    "reduce_scatter", "all_to_all", "barrier", "send", "recv",
-)
-P2P_OPS = ("send", "recv")
+OP_KINDS = {
+    "all_reduce": OpKind(bus=2, letter="R"),
+    "broadcast": OpKind(letter="B"),
+    "reduce": OpKind(letter="r"),
+    "all_gather": OpKind(total_size=True, bus=1, letter="G"),
+    "gather": OpKind(total_size=True, letter="g"),
+    "scatter": OpKind(total_size=True, letter="s"),
+    "reduce_scatter": OpKind(total_size=True, bus=1, letter="S"),
+    "all_to_all": OpKind(bus=1, letter="A"),
+    "barrier": OpKind(letter="|"),
+    "send": OpKind(p2p=True, letter=">"),
+    "recv": OpKind(p2p=True, letter="<"),
+}
+OTHER_OP = OpKind()   # an op name this table does not know (a newer writer's)
+OPS = tuple(OP_KINDS)
+P2P_OPS = tuple(o for o, k in OP_KINDS.items() if k.p2p)
+TOTAL_SIZE_OPS = tuple(o for o, k in OP_KINDS.items() if k.total_size)
+
+
+def op_kind(op) -> OpKind:
+    return OP_KINDS.get(op, OTHER_OP)
 
 # Meta line types.
 META_HEADER = "header"        # format, version, commtrace/torch versions, host, pid, ppid, launcher, command,

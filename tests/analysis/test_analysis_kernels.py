@@ -272,7 +272,7 @@ def test_per_instance_extremes(monkeypatch):
     """partition_map._per_instance: first caller (earliest start, then lowest rank; the later
     row of exact ties), last caller (latest start, then highest rank), slowest duration
     ignoring NaN (all NaN: NaN), largest size, latest end; instances in any row order."""
-    from commtrace.analysis.partial.partition_map import _per_instance
+    from commtrace.analysis.partitioned.partition_map import _per_instance
 
     inst = np.array([0, 1, 0, 0, 2, 1, 0, 2], np.int64)
     c = {"t": np.array([5, 9, 3, 3, 7, 9, 8, 7], np.int64), "rank": np.array([2, 0, 4, 1, 3, 1, 0, 3], np.int64),
@@ -297,7 +297,7 @@ def test_first_seen_codes(monkeypatch):
     """partition_map._first_seen_codes: pd.factorize's codes (numbered by first appearance)."""
     import pandas as pd
 
-    from commtrace.analysis.partial.partition_map import _first_seen_codes
+    from commtrace.analysis.partitioned.partition_map import _first_seen_codes
 
     keys = np.array([7, 3, 7, -2, 3, 100, -2, 7], np.int64)
     assert same(monkeypatch, _first_seen_codes, keys) == [0, 1, 0, 2, 1, 3, 2, 0]
@@ -310,7 +310,7 @@ def test_first_seen_codes(monkeypatch):
 def test_cell_figures(monkeypatch):
     """rank_map.cell_figures: per cell ops, summed known durations, known count, bytes; the
     known durations cell by cell in row order; whether float32 holds them exactly."""
-    from commtrace.analysis.partial.rank_map import cell_figures
+    from commtrace.analysis.partitioned.rank_map import cell_figures
 
     def figures(cell, dur, nbytes, n):
         f = cell_figures(cell, dur, nbytes, n)
@@ -336,7 +336,7 @@ def test_file_columns(monkeypatch):
     """partition_map._file_columns: one file's records as rows of the partition's columns
     (end from a known end, else the return, never before the start; NaN durations; p2p
     src/dst from the sig's root), written at an offset; random records with NaN offsets."""
-    from commtrace.analysis.partial.partition_map import _COLUMNS, _FileTables, _file_columns
+    from commtrace.analysis.partitioned.partition_map import _COLUMNS, _FileTables, _file_columns
     from commtrace.trace import schema
 
     rng = np.random.default_rng(9)
@@ -376,7 +376,7 @@ def test_file_columns(monkeypatch):
 def test_op_times(monkeypatch):
     """rank_ops.op_times: return (start when unknown), end (known end, else return, else
     start; never before the start), duration (NaN when the end is unknown)."""
-    from commtrace.analysis.partial.rank_ops import op_times
+    from commtrace.analysis.partitioned.rank_ops import op_times
 
     t = np.array([100, 100, 100, 100, 100], np.int64)
     d_return = np.array([np.nan, 5.0, 7.0, np.nan, -50.0], np.float32)

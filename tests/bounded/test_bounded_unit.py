@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from commtrace.analysis.coverage import coverage_text, judged_frame
+from commtrace.analysis.bounded_coverage import coverage_text, judged_frame
 from commtrace.capture.bounded import CallOrder, Coverage, Options, StepWindow, make_options, options_from_env
 from commtrace.trace import schema
 from commtrace.trace.coverage import describe, keep_last_records, read_coverage, read_segments

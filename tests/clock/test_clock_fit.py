@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commtrace.analysis.clocks import clock_summary
+from commtrace.analysis.clock_summary import clock_summary
 from commtrace.render.clock_text import clock_rows
 from commtrace.trace import clocks, schema, simhost
 from commtrace.trace.reader import ProcessTrace
@@ -26,20 +26,20 @@ REF = proc("a", [line(0, 0, 0), line(100 * S, 0, 0)])
 
 
 def test_reference_and_same_host():
-    assert clocks.fit(REF, REF, "w").method == "reference"
+    assert clocks.fit(REF, REF, "w").methods == ("reference",)
     near = proc("a", [line(5, 300, 20_000)])
     c = clocks.fit(near, REF, "w")
-    assert (c.method, c.uncertainty_ns) == ("same-host", 0)
+    assert (c.methods, c.uncertainty_ns) == (("same-host",), 0)
     assert c.offset(np.array([1, 2])).tolist() == [0, 0]
     # Another host name, but its clock line says it shares rank 0's machine (a container).
     container = proc("container-7", [line(5, 0, 0, method="same-host")])
-    assert clocks.fit(container, REF, "w").method == "same-host"
+    assert clocks.fit(container, REF, "w").methods == ("same-host",)
 
 
 def test_drift_line_held_constant_outside_the_measured_range():
     # Offsets 100 ns at t=0 and 300 ns at t=100 s: drift 2 ns per 100 s = 0.002 ppm.
     c = clocks.fit(proc("b", [line(0, 100, 10_000), line(100 * S, 300, 10_000)]), REF, "w")
-    assert c.method == "gloo-pingpong" and c.measurements == 2 and c.span_ns == 100 * S
+    assert c.methods == ("gloo-pingpong",) and c.measurements == 2 and c.span_ns == 100 * S
     assert c.offset(np.array([-5 * S, 0, 50 * S, 100 * S, 200 * S])).tolist() == [100, 100, 200, 300, 300]
     assert c.drift_ppm == pytest.approx(0.002)
     assert (c.rtt_ns, c.residual_ns, c.uncertainty_ns) == (10_000, 0, 5_001)  # rtt/2 + 1 ns rounding
@@ -75,22 +75,22 @@ def test_residual_widens_the_bound():
 
 def test_lines_of_another_world_or_another_mpi_root_are_not_used():
     other_world = proc("b", [line(0, 7 * S, 10_000, world_id="x")])
-    assert clocks.fit(other_world, REF, "w").method == "wall-clock"
+    assert clocks.fit(other_world, REF, "w").methods == ("wall-clock",)
     mpi = [line(0, 700, 10_000, method="mpi-pingpong", world_id=None)]
-    assert clocks.fit(proc("b", mpi), REF, "w").method == "mpi-pingpong"
+    assert clocks.fit(proc("b", mpi), REF, "w").methods == ("mpi-pingpong",)
     # The world's rank 0 was not MPI's rank 0 (its own MPI line has an offset).
     not_root = proc("a", [line(0, 55, 9_000, method="mpi-pingpong", world_id=None)])
-    assert clocks.fit(proc("b", mpi), not_root, "w").method == "wall-clock"
+    assert clocks.fit(proc("b", mpi), not_root, "w").methods == ("wall-clock",)
     both = mpi + [line(S, 700, 20_000)]
-    assert clocks.fit(proc("b", both), REF, "w").method == "gloo-pingpong+mpi-pingpong"
+    assert clocks.fit(proc("b", both), REF, "w").methods == ("gloo-pingpong", "mpi-pingpong")
 
 
 def test_wall_clock_fallback_and_unaligned():
     c = clocks.fit(proc("b", wall=20 * S, mono=2 * S), proc("a", wall=10 * S, mono=S), "w")
     # (20 s - 2 s) - (10 s - 1 s) = 9 s
-    assert (c.method, c.uncertainty_ns) == ("wall-clock", None)
+    assert (c.methods, c.uncertainty_ns) == (("wall-clock",), None)
     assert c.offset(np.array([0])).tolist() == [9 * S]
-    assert clocks.fit(proc("b"), None, "w").method == "unaligned"
+    assert clocks.fit(proc("b"), None, "w").methods == ("unaligned",)
 
 
 def test_untrusted_clock_lines_ignored():
@@ -98,7 +98,7 @@ def test_untrusted_clock_lines_ignored():
            {"t_mono_ns": 0, "offset_ns": 5, "rtt_ns": True, "world_id": "w"},
            {"t_mono_ns": 0, "offset_ns": 5, "rtt_ns": -3, "world_id": "w"},
            {"t_mono_ns": 0, "offset_ns": 5, "world_id": "w"}]
-    assert clocks.fit(proc("b", bad), REF, "w").method == "wall-clock"
+    assert clocks.fit(proc("b", bad), REF, "w").methods == ("wall-clock",)
 
 
 def test_simhost_shifts_monotonic_times_and_renames_the_host():
@@ -128,9 +128,9 @@ def test_simhost_unset_is_the_identity(monkeypatch):
     assert simhost._from_env({simhost.SHIFT_ENV: "-5"}) == simhost.SimulatedHost(-5, None)
 
 
-def _p(rank, host, **clock):
+def _p(rank, host, method, **clock):
     return {"rank": rank, "host": host, "clock": {"measurements": 0, "rtt_ns": None, "residual_ns": None,
-                                                  "drift_ppm": None, "span_ns": 0, **clock}}
+                                                  "drift_ppm": None, "span_ns": 0, "methods": [method], **clock}}
 
 
 def test_clock_summary_per_host_and_banner_rows():
@@ -141,9 +141,9 @@ def test_clock_summary_per_host_and_banner_rows():
              _p(3, "b", method="gloo-pingpong", uncertainty_ns=60_000, rtt_ns=90_000, residual_ns=15_000,
                 measurements=2, drift_ppm=-3.0, span_ns=9 * S),
              _p(4, "c", method="wall-clock", uncertainty_ns=None),
-             {"rank": None, "host": "a", "clock": {"method": "unaligned"}}]
+             {"rank": None, "host": "a", "clock": {"methods": ["unaligned"]}}]
     a, b, c = clock_summary(procs)
-    assert (a["host"], a["ranks"], a["methods"], a["uncertainty_ns"]) == ("a", [0, 1], ["reference", "same-host"], 0)
+    assert (a["host"], a["ranks"], a["methods"], a["uncertainty_ns"]) == ("a", [0, 1], [["reference"], ["same-host"]], 0)
     assert (b["host"], b["ranks"], b["uncertainty_ns"], b["rtt_ns"], b["residual_ns"]) == ("b", [2, 3], 60_000, 70_000, 15_000)
     assert (b["measurements"], b["drift_ppm"], b["span_ns"], b["beyond_ns"]) == (4, -3.0, 9 * S, 2 * S)
     assert (c["host"], c["uncertainty_ns"]) == ("c", None)

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from commtrace.analysis import check as C
-from commtrace.analysis.rank_ranges import FOLD_SHOWN, fmt_ranks, fold_ranks, folded_inline, folded_lines
+from commtrace.trace.rank_ranges import FOLD_SHOWN, fmt_ranks, fold_ranks, folded_inline, folded_lines
 from commtrace.render.check_text import findings_text
 from commtrace.trace.reader import Run
 

@@ -33,10 +33,10 @@ def frame(rows) -> pd.DataFrame:
     return df
 
 
-def proc(rank, world_size=2, end=("exit", 0), exception=None, complete=True, dumps=()):
+def proc(rank, world_size=2, end=("exit", 0), exception=None, complete=True, dumps=(), cut=False):
     return {"file": f"rank{rank}.pid{100 + rank}.meta.jsonl", "rank": rank, "world_size": world_size,
             "end": None if end is None else {"how": end[0], "exit_code": end[1], "t_mono_ns": 10**9},
-            "exception": exception, "complete": complete, "dumps": list(dumps)}
+            "exception": exception, "complete": complete, "dumps": list(dumps), "cut": cut}
 
 
 def mkrun(rows, procs=None, issues=(), n=2):
@@ -123,7 +123,7 @@ def test_failed_op_and_exception_and_abrupt():
     rows = [row(r, 1) for r in (0, 1)] + [row(0, 2, status="failed", error="RuntimeError: Connection closed")]
     procs = [proc(0, exception={"exc_type": "RuntimeError", "message": "Connection closed", "text": "tb"},
                   end=("exception", 1)),
-             proc(1, end=None, complete=False)]
+             proc(1, end=None, complete=False, cut=True)]
     issues = [TraceIssue("rank1.pid101.ops.bin", "truncated mid-record (7 trailing bytes ignored)", 1)]
     fs = C.diagnose(mkrun(rows, procs, issues))
     k = by_kind(fs)
@@ -144,7 +144,7 @@ def test_reader_issues_go_with_the_file_they_name():
     rows = [row(r, 1) for r in (0, 1)]
     issues = [TraceIssue("rank1.pid101.spans.bin", cut, 1, TRUNCATED), TraceIssue("proc.h.pid9.spans.bin", cut, None,
                                                                                    TRUNCATED)]
-    k = by_kind(C.diagnose(mkrun(rows, [proc(0), proc(1, end=None, complete=False)], issues)))
+    k = by_kind(C.diagnose(mkrun(rows, [proc(0), proc(1, end=None, complete=False, cut=True)], issues)))
     (ab,) = k[C.ABRUPT]
     assert ab.title == "rank 1: trace truncated (process killed or disk full?)" and ab.details[-1] == cut
     assert [f.title for f in k[C.TRACE_ISSUE]] == [f"proc.h.pid9.spans.bin: {cut}"]

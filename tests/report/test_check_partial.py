@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from commtrace.analysis.check import diagnose
-from commtrace.analysis.partial.check_map import check_partitioned
+from commtrace.analysis.partitioned.check_map import check_partitioned
 from commtrace.cli import main as cli_main
 from commtrace.errors import CommtraceError
 from commtrace.trace import schema

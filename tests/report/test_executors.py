@@ -1,4 +1,4 @@
-"""The executors of the partitioned analysis (analysis.partial.executors) with real worker processes."""
+"""The executors of the partitioned analysis (analysis.partitioned.executors) with real worker processes."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from commtrace.analysis.partial.executors import PoolExecutor, SerialExecutor, make_executor
+from commtrace.analysis.partitioned.executors import PoolExecutor, SerialExecutor, make_executor
 from commtrace.errors import CommtraceError
 
 

@@ -1,4 +1,4 @@
-"""The partitioned analysis (commtrace.analysis.partial) gives build_report's numbers:
+"""The partitioned analysis (commtrace.analysis.partitioned) gives build_report's numbers:
 serial, in a process pool and on a real Dask LocalCluster, on real and synthetic runs."""
 import math
 
@@ -9,8 +9,8 @@ import pytest
 from commtrace import native
 from commtrace.analysis import native_ext
 from commtrace.analysis.compare import _run_busbw
-from commtrace.analysis.partial import analyse, scan
-from commtrace.analysis.partial.sketch import ALPHA, LogSketch
+from commtrace.analysis.partitioned import analyse, scan
+from commtrace.analysis.partitioned.sketch import ALPHA, LogSketch
 from commtrace.analysis.report import build_report
 from commtrace.analysis.run_info import load_report_run
 from commtrace.errors import CommtraceError
@@ -193,7 +193,7 @@ def test_cli_compare_partitioned_prints_the_same(two_groups_run, tmp_path, capsy
 
 
 def test_perfetto_pieces_plan():
-    from commtrace.analysis.partial import perfetto_pieces
+    from commtrace.analysis.partitioned import perfetto_pieces
     # 10 ops per file: ranks 0+1 (4+5), rank 2 (7: 2+7 > 10 starts a new file), rank 3 (25: 3 time windows), rank 4
     assert perfetto_pieces({0: 4, 1: 5, 2: 7, 3: 25, 4: 1}, 10) == [
         ([0, 1], None, 1), ([2], None, 1), ([3], 0, 3), ([3], 1, 3), ([3], 2, 3), ([4], None, 1)]
@@ -202,7 +202,7 @@ def test_perfetto_pieces_plan():
 def test_piece_span_cuts_time_without_gap_or_overlap():
     """10 ops starting at 0, 10, ..., 90 in 3 pieces: ops 0-2, 3-5, 6-9; the times owned
     (-, 30), [30, 60), [60, -) meet end to end. One piece: every op, all of time."""
-    from commtrace.analysis.partial import piece_span
+    from commtrace.analysis.partitioned import piece_span
     starts = np.arange(0, 100, 10)
     assert [piece_span(starts, k, 3) for k in range(3)] == [(0, 3, None, 30), (3, 6, 30, 60), (6, 10, 60, None)]
     assert piece_span(starts, 0, 1) == (0, 10, None, None)
@@ -251,7 +251,7 @@ def test_partial_equals_report_odd_runs(tmp_path, case):
 
 def test_first_seen_codes_are_factorize_codes():
     """Instances are numbered as pd.factorize numbers them (first appearance), by a table."""
-    from commtrace.analysis.partial.partition_map import _first_seen_codes
+    from commtrace.analysis.partitioned.partition_map import _first_seen_codes
     assert _first_seen_codes(np.array([7, 3, 7, 9, 3, 3])).tolist() == [0, 1, 0, 2, 1, 1]
     rng = np.random.default_rng(0)
     for n, hi in ((1, 5), (50, 10), (10_000, 3_000)):
@@ -262,7 +262,7 @@ def test_first_seen_codes_are_factorize_codes():
 def test_row_instance_pairs_are_the_distinct_pairs():
     """Per table, each (row, instance) pair once: the instance's first op's row first (in
     instance order), then the other rows its ops were filed under, sorted."""
-    from commtrace.analysis.partial.partition_map import _row_instance_pairs
+    from commtrace.analysis.partitioned.partition_map import _row_instance_pairs
     rng = np.random.default_rng(3)
     for _ in range(50):
         n, k, cells = int(rng.integers(1, 60)), int(rng.integers(1, 8)), int(rng.integers(1, 6))
@@ -284,7 +284,7 @@ def test_row_instance_pairs_are_the_distinct_pairs():
 def test_per_rank_medians_when_the_step_rows_are_cut(two_groups_run, monkeypatch):
     """Over merge.PER_RANK_ROWS_KEPT (rank, step) rows the per-rank table becomes medians per
     rank: those of the one frame's per-rank rows, whichever rank's rows crossed the limit."""
-    from commtrace.analysis.partial import merge
+    from commtrace.analysis.partitioned import merge
     rep = build_report(load_report_run(two_groups_run))
     pr = rep.steps.per_rank
     want = pr.groupby("rank")[merge.MEDIAN_COLUMNS].median()

@@ -1,10 +1,10 @@
-"""The partitioned report (analysis.partial + render.partitioned) prints what the
+"""The partitioned report (analysis.partitioned + render.partitioned) prints what the
 one-frame report prints: the banner, and (as they are added) the other parts."""
 import os
 
 import pytest
 
-from commtrace.analysis.partial import analyse
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.report import build_report
 from commtrace.analysis.run_info import load_report_run
 from commtrace.cli import main

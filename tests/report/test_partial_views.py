@@ -1,5 +1,5 @@
-"""The partitioned report's timeline (analysis.partial.timeline_map) and unbounded
-``--events`` (analysis.partial.events_merge) print what the one-frame report prints:
+"""The partitioned report's timeline (analysis.partitioned.timeline_map) and unbounded
+``--events`` (analysis.partitioned.events_merge) print what the one-frame report prints:
 real and synthetic runs, windows, serial / process pool / Dask LocalCluster, files
 whose records are out of call order, duplicated (in flight at a flush) or corrupt."""
 import os
@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from commtrace.analysis.partial import analyse
-from commtrace.analysis.partial.events_merge import EventWindow, merged_events
-from commtrace.analysis.partial.plan import plan_run
+from commtrace.analysis.partitioned import analyse
+from commtrace.analysis.partitioned.events_merge import EventWindow, merged_events
+from commtrace.analysis.partitioned.plan import plan_run
 from commtrace.analysis.report import build_report
 from commtrace.analysis.run_info import load_report_run
 from commtrace.analysis.timeline import bin_timeline, timeline_layout
@@ -186,7 +186,7 @@ def test_events_merge_memory_is_chunks(disordered_run):
     """The merge gives out at least files x chunk events at a time (not a few per file: the frame
     of each batch has a fixed cost) and holds at most that plus a chunk per file (plus the records
     set aside as late); together the batches are every op, in time order."""
-    from commtrace.analysis.partial.events_merge import _late_records
+    from commtrace.analysis.partitioned.events_merge import _late_records
     from commtrace.trace import reader
     plan = plan_run(disordered_run)
     s = analyse(disordered_run, workers=1)

@@ -1,4 +1,4 @@
-"""analysis.partial.heap: with the thresholds raised, the pages of freed 1-6 MB arrays are
+"""analysis.partitioned.heap: with the thresholds raised, the pages of freed 1-6 MB arrays are
 reused by the next ones (no page faults); with glibc's defaults the heap gives them back and
 each round faults them in again. Counted in fresh processes (page faults, not time)."""
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 CODE = r"""
 import resource, sys
 import numpy as np
-from commtrace.analysis.partial.heap import keep_freed_memory
+from commtrace.analysis.partitioned.heap import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory() and keep_freed_memory()      # once per process; asking again is harmless
 def round_of_arrays():                                       # as a task: several 1-6 MB arrays, then all freed

@@ -1,10 +1,10 @@
-"""analysis.partial.packed: lossless packing of integer columns for the trip from a worker."""
+"""analysis.partitioned.packed: lossless packing of integer columns for the trip from a worker."""
 import pickle
 
 import numpy as np
 import pytest
 
-from commtrace.analysis.partial.packed import pack, pack_column
+from commtrace.analysis.partitioned.packed import pack, pack_column
 
 
 def roundtrip(v):

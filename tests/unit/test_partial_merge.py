@@ -1,11 +1,11 @@
-"""analysis.partial.merge: the summary's exact percentiles and the largest spreads, from partial results."""
+"""analysis.partitioned.merge: the summary's exact percentiles and the largest spreads, from partial results."""
 import numpy as np
 import pytest
 
 
 def test_exact_quantiles_are_numpys_bit_for_bit():
     """merge.exact_quantiles selects among float32 durations and interpolates as numpy does."""
-    from commtrace.analysis.partial.merge import exact_quantiles
+    from commtrace.analysis.partitioned.merge import exact_quantiles
     qs = (0.5, 0.99)
     # by hand: 1..10 -> p50 at virtual index 4.5 = 5.5; p99 at 8.91 -> 9 + 0.91 * (10 - 9) = 9.91
     got = exact_quantiles([np.arange(1, 6, dtype=np.float32), np.arange(6, 11, dtype=np.float32)], qs)
@@ -28,8 +28,8 @@ def test_largest_spreads_do_not_depend_on_arrival_order():
     """Two partitions' top instances with equal spread, start and first rank come out in
     (world, group, seq) order whichever partition's result is folded first."""
     import pandas as pd
-    from commtrace.analysis.partial.merge import PartitionFold
-    from commtrace.analysis.partial.partition_map import TOP_COLUMNS
+    from commtrace.analysis.partitioned.merge import PartitionFold
+    from commtrace.analysis.partitioned.partition_map import TOP_COLUMNS
 
     def part(seq):
         row = dict(op="all_reduce", world="w", group="0", seq=seq, ranks=2, expected=2, first_start_ns=10,

@@ -23,11 +23,12 @@ over seq chunks: ``RunFacts``, ``GroupVerdict``), ``fates`` (how each rank and
 process ended), ``diagnoses`` (every diagnosis over those), ``dumps`` (reading
 watchdog / SIGUSR1 state dumps); ``diagnose`` here runs them all on one frame,
 ``diagnose_reduced`` on facts and a frame of just the rows they name (the
-partitioned check of big runs: ``analysis.partial.check_map``).
+partitioned check of big runs: ``analysis.partitioned.check_map``).
 """
 from __future__ import annotations
 
-from .. import coverage
+from .. import bounded_coverage
+from .coverage_finding import coverage_finding
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
     diagnose_collectives, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p, diagnose_processes,
     diagnose_stragglers, group_progress, progress_findings, unmatched_p2p)
@@ -46,7 +47,7 @@ def diagnose(run) -> list[Finding]:
     df = run.frame
     if len(df) == 0 or "op" not in df.columns or "group_ranks" not in df.columns:
         df = df.iloc[0:0]
-    df = coverage.judged_frame(df, run.processes)  # bounded traces: what their files can show
+    df = bounded_coverage.judged_frame(df, run.processes)  # bounded traces: what their files can show
     return diagnose_reduced(run, df, frame_facts(df))
 
 
@@ -54,7 +55,7 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> 
     """The findings from ``facts`` (figures over every op) and ``df``: every op (the
     one-frame path), or -- with ``verdicts`` -- only the rows of the collectives the
     verdicts name and the unmatched send/recv shown (the partitioned path,
-    analysis.partial.check_map)."""
+    analysis.partitioned.check_map)."""
     fates = rank_fates(run)
     early = early_processes(run)
     findings: list[Finding] = []
@@ -67,7 +68,7 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> 
     findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
-    findings += [f for f in (coverage.coverage_finding(run),) if f is not None]
+    findings += [f for f in (coverage_finding(run),) if f is not None]
     if facts.has_ops:
         findings += progress_findings(facts)
     findings.sort(key=lambda f: _SEV_ORDER.get(f.severity, 3))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..rank_ranges import fmt_ranks, folded_inline, folded_lines
+from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import stem_of
 from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_in_file, rank_is_missing
@@ -15,7 +15,7 @@ from .findings import (
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
     _int, _s, parse_ranks)
 from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
-from .matching import _collectives, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
+from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
 STRAGGLER_MIN_SHARE = 0.6         # share of them where the rank arrived last
@@ -117,7 +117,7 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None,
     partitioned path's reduced frame)."""
     findings: list[Finding] = []
     facts = frame_facts(df) if facts is None else facts
-    coll = _collectives(df)
+    coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
     now = _now_ns(run, facts.t_max) if run is not None else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..rank_ranges import fmt_ranks
+from ...trace.rank_ranges import fmt_ranks
 from .findings import DUMP, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:

@@ -7,7 +7,7 @@ the straggler lags, the latest time the trace knows of). ``RunFacts`` holds the
 figures, ``GroupVerdict`` says which collectives of a group are worth a finding.
 Both are computed from a frame (``frame_facts``, ``classify_group``): the whole run
 on the one-frame path, one seq chunk of every rank on the partitioned path
-(``analysis.partial.check_map``), where the per-chunk results are merged
+(``analysis.partitioned.check_map``), where the per-chunk results are merged
 (``RunFacts.merge``, ``GroupVerdict.merge``) -- instances of a collective are whole
 inside a chunk, so the merged result equals the one-frame one.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .findings import _int, _s
-from .matching import _collectives, _compare_at_seq, _group_members
+from .matching import collective_rows, _compare_at_seq, _group_members
 
 # Findings show the first few of these; counts stay exact.
 MISMATCH_SHOWN = 5
@@ -109,7 +109,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     facts.t_max = max(cands) if cands else None
     facts.group_ranks = {str(x) for x in df["group_ranks"].dropna().unique()}
     facts.last_ops = _last_ops(df)
-    coll = _collectives(df)
+    coll = collective_rows(df)
     if not len(coll):
         return facts
     for (world, group), gdf in coll.groupby(["world", "group"], observed=True, sort=True):

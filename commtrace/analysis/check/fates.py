@@ -20,16 +20,17 @@ class RankFate:
     exception: dict | None
     issues: list[str]
     damage: list[str] = field(default_factory=list)  # damaged parts of its files (reader's phrases)
+    meta_damage: list[str] = field(default_factory=list)  # those of them about a meta file
+    cut: bool = False                                # a file of it ends mid-line or mid-record
     lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
 
     def describe(self) -> str:
         if self.exception:
             return f"raised {self.exception.get('exc_type')}: {_first_line(self.exception.get('message'))}"
         if not self.complete:
-            meta_cut = [d for d in self.damage if ".meta.jsonl" in d]
-            if meta_cut and self.how is None:
-                return f"trace file damaged ({meta_cut[0]}): how the process ended is unknown"
-            if any("truncated" in i for i in self.issues):
+            if self.meta_damage and self.how is None:
+                return f"trace file damaged ({self.meta_damage[0]}): how the process ended is unknown"
+            if self.cut:
                 return "trace truncated (process killed or disk full?)"
             return "trace ends abruptly (killed, e.g. SIGKILL, or still running)"
         if self.how == "hang":
@@ -80,6 +81,8 @@ def rank_fates(run) -> dict[int, RankFate]:
         fate.exception = exc or fate.exception
         fate.issues.extend(by_file.get(stem, []))
         fate.damage.extend(str(d) for d in p.get("damage") or [])
+        fate.meta_damage.extend(str(d) for d in p.get("meta_damage") or [])
+        fate.cut = fate.cut or bool(p.get("cut"))
         for g, span in (p.get("lost") or {}).items():
             if isinstance(span, list) and len(span) == 3:
                 fate.lost[str(g)] = span
@@ -144,7 +147,8 @@ def early_processes(run) -> list[EarlyProcess]:
         fate = RankFate(-1 if rank is None else rank, [str(p.get("file"))], bool(p.get("complete", True)),
                         _int(end.get("exit_code")) if end else None, _s(end.get("how")) if end else None,
                         p.get("exception") if isinstance(p.get("exception"), dict) else None, [],
-                        [str(d) for d in p.get("damage") or []])
+                        [str(d) for d in p.get("damage") or []], [str(d) for d in p.get("meta_damage") or []],
+                        bool(p.get("cut")))
         out.append(EarlyProcess(label, rank, fate, spawn if rank is None else None))
     return out
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..rank_ranges import folded_inline
+from ...trace.schema import P2P_OPS
+from ...trace.rank_ranges import folded_inline
 from .findings import _int, _s, parse_ranks
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
@@ -15,7 +16,6 @@ _SAME_INPUT_SHAPES = {"all_reduce", "broadcast", "reduce", "all_gather", "gather
 _SAME_OUTPUT_SHAPES = {"scatter"}
 _HAS_REDUCE_OP = {"all_reduce", "reduce", "reduce_scatter"}
 _HAS_ROOT = {"broadcast", "reduce", "gather", "scatter"}
-_P2P = {"send", "recv"}
 
 
 def _op_desc(row) -> str:
@@ -42,12 +42,13 @@ def is_p2p(op: pd.Series) -> np.ndarray:
     """Rows of the ``op`` column that are send/recv: by category code where it is categorical
     (as the reader builds it), so no string per row is made."""
     if isinstance(op.dtype, pd.CategoricalDtype):
-        codes = [i for i, c in enumerate(op.cat.categories) if str(c) in _P2P]
+        codes = [i for i, c in enumerate(op.cat.categories) if str(c) in P2P_OPS]
         return np.isin(op.cat.codes.to_numpy(), codes) if codes else np.zeros(len(op), bool)
-    return op.astype(str).isin(_P2P).to_numpy()
+    return op.astype(str).isin(P2P_OPS).to_numpy()
 
 
-def _collectives(df: pd.DataFrame) -> pd.DataFrame:
+def collective_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``df`` that are collectives (no point-to-point op)."""
     if len(df) == 0:
         return df
     return df[~is_p2p(df["op"])]

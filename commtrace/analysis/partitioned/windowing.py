@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import CommtraceError
-from ...trace import reader
+from ...trace import reader, records
 from ..arrays import NA_KEY
 from ..window import Applied, Window, apply
 
@@ -36,7 +36,7 @@ def applied_to_rank(window: Window | None, ops, steps: pd.DataFrame, t0: int | N
     """``window.apply`` on one rank's ops (rank_ops.RankOps or None) and steps; None: no window."""
     if window is None or window.whole_run:
         return None
-    from .regions_map import no_ops
+    from .region_figures import no_ops
     a = ops.arrays if ops is not None else no_ops()
     frame = pd.DataFrame({"phase": _phase_of_ops(ops)}) if window.phases is not None else pd.DataFrame()
     return apply(window, frame, a, steps, t0)
@@ -118,7 +118,7 @@ def frame_in_window(frame: pd.DataFrame, bounds: dict | None, phases: tuple | No
 
 
 def _phase_key(sig: dict) -> str:
-    v = reader._str_or_none(sig.get("phase"))
+    v = reader.str_or_none(sig.get("phase"))
     return NA_KEY if v is None else v
 
 
@@ -146,10 +146,10 @@ def first_start(task: FirstStartTask) -> int | None:
         rec = pt.records
         if rec is None or not len(rec):
             continue
-        clock_pt = reader._python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
-        ref_meta = task.refs.get(reader._world_of(clock_pt))
+        clock_pt = reader.python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
+        ref_meta = task.refs.get(clock_pt.world_id)
         ref = own.get(ref_meta) or (reader.read_process(ref_meta, [], records=False) if ref_meta else None)
-        t = rec["t_call"] + reader._offset_fn(clock_pt, ref)(rec["t_call"]).astype(np.int64)
+        t = records.aligner(clock_pt, ref)(rec["t_call"])
         m = int(t.min())
         out = m if out is None else min(out, m)
     return out

@@ -3,7 +3,7 @@
 Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``; see
 ``capture.bounded``) carry a ``coverage`` summary (``trace.coverage.describe``).
 ``report`` says what that is in one banner row (``coverage_rows``); ``check``
-says it in one info finding (``coverage_finding``) and judges only what the
+says it in one info finding (``check.coverage_finding.coverage_finding``) and judges only what the
 files can show: a collective some member has no record of is evidence that it
 never arrived only if that member did not pass it, and a bounded member that
 dropped the record (ring) or counted the op (outside the steps window) did
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-P2P_OPS = ("send", "recv")
+from ..trace.schema import P2P_OPS
 
 
 def bounded_processes(processes: list) -> list[dict]:
@@ -53,30 +53,6 @@ def coverage_rows(processes: list) -> list[tuple[str, str]]:
     """The report banner's ``coverage`` row, or none."""
     text = coverage_text(processes)
     return [] if text is None else [("coverage", text)]
-
-
-def coverage_finding(run):
-    """check's info finding about a bounded run (None when no process is bounded)."""
-    from .check import INFO, Finding
-    procs = bounded_processes(run.processes)
-    text = coverage_text(run.processes)
-    if text is None:
-        return None
-    details = []
-    for p in procs:
-        c = p["coverage"]
-        bits = []
-        if c.get("keep_last"):
-            bits.append(f"{c.get('ops_kept', 0):,} ops kept of {c.get('ops_seen') or 0:,} (last {c['keep_last']:,})")
-        if c.get("steps"):
-            bits.append(f"steps {c['steps']} in full, {c.get('ops_counted', 0):,} ops counted, "
-                        f"{c.get('steps_done') or 0:,} steps taken")
-        details.append(f"rank {p.get('rank')} ({p.get('file')}): " + "; ".join(bits))
-    details.append("collectives a member dropped or only counted are not judged")
-    return Finding("coverage", INFO, f"bounded trace: {text}", details=details,
-                   ranks=sorted({int(p["rank"]) for p in procs if isinstance(p.get("rank"), int)}),
-                   data={"processes": [{"rank": p.get("rank"), "file": p.get("file"), **p["coverage"]}
-                                       for p in procs]})
 
 
 def passed_seqs(processes: list) -> dict:

@@ -2,21 +2,21 @@
 
 ``reader.build_frame`` builds ~40 columns per op; the per-rank figures need only
 start, end, duration and bytes (``OpArrays``), what the caller waited for (return
-time, async, detail, DDP gradient bucket: ``step_table._WaitColumns``) and the
+time, async, detail, DDP gradient bucket: ``step_table.WaitColumns``) and the
 summary cell of each op. Those are gathered here from the records and per-sig /
 per-group lookup tables, with the reader's own checks (``read_process``) and
-clock alignment (``reader._offset_fn``), so every value equals the frame's."""
+clock alignment (``records.aligner``), so every value equals the frame's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...trace import reader
+from ...trace import reader, records
 from ...trace.annotations import is_gradient_allreduce
 from ..arrays import NA_KEY, OpArrays, dense_codes
 from ..native_ext import kernels
-from ..step_table import _WaitColumns
+from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
 
@@ -24,7 +24,7 @@ CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
 @dataclass
 class RankOps:
     arrays: OpArrays          # sorted by start (the frame's order for one rank)
-    waits: _WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
+    waits: WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
     cells: list               # per cell: (group, group_desc, phase, op, detail) strings ("-" for none)
     op_names: list            # op names in the frame's category order
@@ -34,7 +34,7 @@ class RankOps:
 
 
 def _key(v) -> str:
-    v = reader._str_or_none(v)
+    v = reader.str_or_none(v)
     return NA_KEY if v is None else v
 
 
@@ -58,23 +58,22 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         sigs = [pt.sigs[i] for i in sig_ids]
         groups = [pt.groups[i] for i in gids]
         for s in sigs:
-            name = reader._str_or_none(s.get("op"))
+            name = reader.str_or_none(s.get("op"))
             if name is not None and name not in op_names:
                 op_names.append(name)
-        nbytes = np.array([reader._num(s.get("bytes")) for s in sigs], np.float64)
+        nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
         nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
         is_async = np.array([bool(s.get("async")) for s in sigs])
         det = np.array([s.get("detail") is not None for s in sigs])      # one of DDP's/Join's own ops
         grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
-                         and reader._str_or_none(s.get("phase")) == "backward" for s in sigs])
+                         and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
         si, gi = slut[rec["sig"]], glut[rec["group"]]
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         c_of = np.array([cells.setdefault(
             (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
              _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
              _key(sigs[x // len(groups)].get("detail"))), len(cells)) for x in combo.tolist()], np.int64)
-        off = reader._offset_fn(pt, refs.get(reader._world_of(pt)))(rec["t_call"]).astype(np.int64)
-        parts["t"].append(rec["t_call"] + off)
+        parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
         parts["dret"].append(rec["d_return"])
         parts["dend"].append(rec["d_end"])
         parts["sig_bytes"].append(nbytes[si])
@@ -95,8 +94,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         t = c["t"]
     ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
     a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t, end=end, dur=dur, nbytes=c["sig_bytes"])
-    # what the frame's t_return_ns, async, detail and bucket + phase say (step_table._WaitColumns)
-    waits = _WaitColumns.of_arrays(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
+    # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
+    waits = WaitColumns.of_arrays(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"])
 
 

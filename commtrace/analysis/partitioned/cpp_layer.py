@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...trace import reader, schema
+from ...trace import reader, records, schema
 from ..arrays import NA_KEY, OpArrays
 from .rank_ops import CELL_COLUMNS, RankOps
 
@@ -34,8 +34,8 @@ def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
     """(the rank's ops after the C++ merge, {C++ ops path: CppFile}); ``procs`` with their records
     (build_frame consumes them)."""
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
-    twins = {p.stem: reader._python_twin(p, procs) for p in cpp}
-    groups = {p.stem: {reader._str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
+    twins = {p.stem: reader.python_twin(p, procs) for p in cpp}
+    groups = {p.stem: {reader.str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
     frame = rank_frame(procs, refs)
     left = frame[(frame["source"] == "cpp").to_numpy()] if len(frame) else frame
     files = {}
@@ -83,6 +83,6 @@ def cpp_unmatched(got: tuple, f: CppFile, refs: dict, process) -> tuple | None:
         return None
     rec = rec[keep]
     twin = process(f.twin_meta) or pt
-    ref_meta = refs.get(reader._world_of(twin))
+    ref_meta = refs.get(twin.world_id)
     ref = process(ref_meta) if ref_meta else None
-    return pt, rec, rec["t_call"] + reader._offset_fn(twin, ref)(rec["t_call"]).astype(np.int64)
+    return pt, rec, records.aligner(twin, ref)(rec["t_call"])

@@ -5,8 +5,9 @@ Input: the reader's process summaries, whose ``clock`` is
 entry per host (the reference host first):
 
 ``host``, ``ranks``
-``methods``          how its ranks were aligned (``trace.clocks``: reference,
-                     same-host, gloo-pingpong, mpi-pingpong, wall-clock, unaligned)
+``methods``          how its ranks were aligned: each distinct list of methods a rank's
+                     offset combines (``trace.clocks``: reference, same-host,
+                     gloo-pingpong, mpi-pingpong, wall-clock, unaligned)
 ``uncertainty_ns``   the largest bound on a rank's offset error there (0 on rank
                      0's host; None when a rank's error is unknown: wall clock)
 ``rtt_ns``           the lowest ping-pong round trip measured to that host
@@ -17,7 +18,7 @@ entry per host (the reference host first):
                      first and last measurement, is long)
 ``beyond_ns``        the longest a rank ran past its last measurement (its bound
                      grows with it: see ``trace.clocks``)
-``per_rank``         ``[{rank, method, uncertainty_ns, ...}]``
+``per_rank``         ``[{rank, methods, uncertainty_ns, ...}]``
 """
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def clock_summary(processes: list[dict]) -> list[dict]:
         if isinstance(clock, dict) and isinstance(p.get("rank"), int):
             hosts.setdefault(str(p.get("host")), []).append({"rank": p["rank"], **clock})
     out = [_host_entry(h, sorted(rows, key=lambda r: r["rank"])) for h, rows in hosts.items()]
-    return sorted(out, key=lambda e: ("reference" not in e["methods"], e["host"]))
+    return sorted(out, key=lambda e: (["reference"] not in e["methods"], e["host"]))
 
 
 def _host_entry(host: str, rows: list[dict]) -> dict:
-    methods = sorted({str(r.get("method")) for r in rows}, key=lambda m: (m not in _ORDER, m))
+    combos = {tuple(str(m) for m in r.get("methods") or ()) for r in rows}
+    methods = [list(c) for c in sorted(combos, key=lambda c: (c[:1] not in [(o,) for o in _ORDER], c))]
     bounds = [r.get("uncertainty_ns") for r in rows]
     rtts = [r["rtt_ns"] for r in rows if isinstance(r.get("rtt_ns"), int)]
     residuals = [r["residual_ns"] for r in rows if isinstance(r.get("residual_ns"), int)]

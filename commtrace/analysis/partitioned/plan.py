@@ -27,7 +27,7 @@ class RunPlan:
 
 
 def _ops_records(meta_path: str) -> int:
-    from .bounded_map import ops_records_on_disk
+    from .bounded_files import ops_records_on_disk
     return ops_records_on_disk(meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
 
 
@@ -47,9 +47,9 @@ def plan_run(run_dir: str | None) -> RunPlan:
     ranks: dict = {}
     for p in ranked:
         ranks.setdefault(p.rank, []).append(p.meta_path)
-    refs = {wid: pt.meta_path for wid, pt in reader._reference_processes(procs).items()}
+    refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
     sizes = [_ops_records(p.meta_path) for p in ranked]
     unsupported = None
-    found = issues + more + reader._missing_ranks(procs)
+    found = issues + more + reader.missing_ranks(procs)
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    unsupported, run_id)

@@ -22,7 +22,7 @@ import pandas as pd
 from ...trace import reader
 from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_range
 from ..window import in_bounds
-from .layers_map import has_cpp, merged_rank_ops
+from .cpp_layer import has_cpp, merged_rank_ops
 from .partition_map import _process
 from .rank_ops import rank_ops
 
@@ -33,7 +33,7 @@ class TimelineTask:
     metas: list                 # meta paths of the rank's processes
     refs: dict                  # world id -> meta path of the reference (rank-0) process
     lane: bool                  # the rank has ops in the window (else only its marks are read)
-    bounds: dict | None         # the window's interval per rank (window_map.all_bounds), None: no range
+    bounds: dict | None         # the window's interval per rank (windowing.all_bounds), None: no range
     phases: tuple | None        # the window's phases, None: any
     t0: int                     # the run's first op start
     lo: int                     # the binned range relative to t0 (timeline.cell_range)
@@ -59,7 +59,7 @@ def map_timeline(task: TimelineTask) -> TimelinePartial:
     if not task.lane:
         return TimelinePartial(task.rank, None, None, marks)
     if has_cpp(procs):
-        reader._describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
+        reader.describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
         ops = merged_rank_ops(procs, refs)[0]
     else:
         ops = rank_ops(procs, refs, task.rank)
@@ -104,7 +104,7 @@ def timeline_tasks(plan, ranks, window, console_width: int, rank_list: list) -> 
     timeline in a console ``console_width`` wide (timeline.timeline_layout)."""
     from ..timeline import timeline_layout
     from ..window import Window
-    from .window_map import all_bounds
+    from .windowing import all_bounds
     t0 = ranks.t0 or 0
     bounds = all_bounds(ranks.windows)
     t_from, t_to = timeline_range(bounds, t0, window or Window())

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import schema
-from ..coverage import bounded_processes
+from ..bounded_coverage import bounded_processes
 from ..run_info import info_of
 
 # Summary fields the banner never reads and that grow with the run (one entry per mark / dump).
@@ -33,7 +33,7 @@ class RankFacts:
 
 
 def rank_facts(rank: int, procs: list, ops) -> RankFacts:
-    """``procs``: the rank's processes, their clocks described (reader._describe_clocks);
+    """``procs``: the rank's processes, their clocks described (reader.describe_clocks);
     ``ops``: its rank_ops.RankOps shown (the window's), or None (no ops)."""
     summaries = [{k: v for k, v in p.summary().items() if k not in _LEFT_OUT} for p in procs if p.rank is not None]
     status = ops.status if ops is not None else np.zeros(0, np.uint8)

@@ -9,7 +9,7 @@ the file (in blocks) sets aside those "late" records (call time before one earli
 in the file: few) and keeps them sorted; the others are in order and are read in
 chunks. Each chunk of a file is its in-order records up to a time (a run of equal
 times is never cut) with the late ones up to that time, deduplicated as the reader
-does (``reader._last_record_per_op``: an op's two records share their call time,
+does (``records.last_record_per_op``: an op's two records share their call time,
 so they fall in one chunk), sorted by (time, file position) and made into frame rows
 by ``reader.build_frame`` (every value as ``commtrace.load`` has it). Chunks of a
 stream never share a time, so the merge may emit every buffered row up to the
@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 
 from ...errors import CommtraceError
-from ...trace import reader, schema
+from ...trace import reader, records, schema
 from ..timeline import event_rows
-from .bounded_map import is_bounded
-from .window_map import frame_in_window
+from .bounded_files import is_bounded
+from .windowing import frame_in_window
 
 # Records a first pass reads at once (32 MB), and the least chunk of a stream.
 BLOCK = 1 << 20
@@ -71,7 +71,7 @@ def merged_events(ranks: dict, refs: dict, win: EventWindow, chunk: int) -> Iter
         if any(is_bounded(p) or p.header.get("source") == "cpp" for p in procs):
             streams.append(_whole_rank(metas, refs, win.t0))
         else:
-            streams.extend(_file_chunks(p, ref_procs.get(reader._world_of(p)), win.t0, chunk) for p in procs)
+            streams.extend(_file_chunks(p, ref_procs.get(p.world_id), win.t0, chunk) for p in procs)
     try:
         for parts in _merge(streams, chunk * max(len(streams), 1)):
             yield win.rows(_frame_of(parts, ref_procs))
@@ -158,9 +158,8 @@ def _whole_rank(metas: list, refs: dict, t0: int):
 
 
 def _valid(rec: np.ndarray, pt) -> np.ndarray:
-    """The records the reader reads (reader._read_records' checks)."""
-    return (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
-            & reader.member(rec["status"], reader.STATUS_CODES) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+    """The records the reader reads (reader.read_records' checks)."""
+    return records.valid(rec, records.defined_ids(pt.sigs), records.defined_ids(pt.groups))
 
 
 def _late_records(pt, count: int, aligned) -> tuple:
@@ -169,8 +168,7 @@ def _late_records(pt, count: int, aligned) -> tuple:
     recs, poss, ts = [], [], []
     seen = _NEVER      # the latest call time of the valid records before the block
     for b0 in range(0, count, BLOCK):
-        rec = np.fromfile(pt.ops_path, dtype=schema.OP_RECORD, count=min(BLOCK, count - b0),
-                          offset=b0 * schema.RECORD_SIZE)
+        rec = records.read_slice(pt.ops_path, b0, min(BLOCK, count - b0))
         if not len(rec):
             break
         ok = _valid(rec, pt)
@@ -197,10 +195,7 @@ def _file_chunks(pt, ref, t0: int, chunk: int):
         count = os.path.getsize(pt.ops_path) // schema.RECORD_SIZE     # a torn last record is not read
     except OSError:
         return
-    offset = reader._offset_fn(pt, ref)
-
-    def aligned(t_call):
-        return t_call + offset(t_call).astype(np.int64)
+    aligned = records.aligner(pt, ref)
 
     late_rec, late_pos, late_t = _late_records(pt, count, aligned)
     rec, p, t = np.empty(0, schema.OP_RECORD), np.empty(0, np.int64), np.empty(0, np.int64)   # carried over
@@ -209,7 +204,7 @@ def _file_chunks(pt, ref, t0: int, chunk: int):
     while True:
         n = min(chunk, count - pos)
         if n > 0:
-            new = np.fromfile(pt.ops_path, dtype=schema.OP_RECORD, count=n, offset=pos * schema.RECORD_SIZE)
+            new = records.read_slice(pt.ops_path, pos, n)
             at = pos + np.arange(len(new))
             keep = _valid(new, pt)
             if len(late_pos):
@@ -230,7 +225,7 @@ def _file_chunks(pt, ref, t0: int, chunk: int):
             out, out_p = np.concatenate((out, late_rec[taken:end])), np.concatenate((out_p, late_pos[taken:end]))
             taken = end
         if len(out):
-            out = reader._last_record_per_op(out[np.argsort(out_p, kind="stable")])   # the reader's dedup
+            out = records.last_record_per_op(out[np.argsort(out_p, kind="stable")])   # the reader's dedup
             t_out = aligned(out["t_call"])
             order = np.argsort(t_out, kind="stable")
             part = _Part(t_out[order] - t0, out[order], pt)

@@ -107,10 +107,10 @@ class RankFold:
         self.op_orders: list = []
         self.issues: list = []
         self.index: dict = {}
-        self.facts: list = []               # banner_map.RankFacts per rank
+        self.facts: list = []               # rank_banner.RankFacts per rank
         self.regions: dict = {}             # rank -> its regions.RegionFigures.acc
-        self.windows: list = []             # window_map.RankWindow per rank (None: no window)
-        self.layers: dict = {}              # C++ ops path -> layers_map.CppFile
+        self.windows: list = []             # windowing.RankWindow per rank (None: no window)
+        self.layers: dict = {}              # C++ ops path -> cpp_layer.CppFile
 
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
@@ -339,7 +339,7 @@ class PartitionFold:
         self.spreads: dict = {}
         self.bandwidth: dict = {}
         self.busbw = [0.0, 0.0, 0]
-        self.splits: list = []             # split_map.split_instances per partition
+        self.splits: list = []             # phase_splits.split_instances per partition
 
     def add(self, p: PartitionPartial) -> None:
         self.instances += p.instances

@@ -34,17 +34,18 @@ import numpy as np
 import pandas as pd
 
 from ...errors import CommtraceError
-from ...trace import reader, schema
+from ...trace import reader, records, schema
 from ...trace.schema import P2P_OPS
-from .. import coverage
+from .. import bounded_coverage
 from ..check import diagnose_reduced, unmatched_p2p
 from ..check.diagnoses import P2P_SHOWN
 from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
 from ..check.findings import parse_ranks
 from ..check.fates import rank_fates
-from ..check.matching import _collectives
-from .executors import ENV_DASK, cpu_count, make_executor, total_memory
-from .progress import Progress
+from ..check.matching import collective_rows
+from .executors import ENV_DASK, cpu_count, make_executor
+from .memory_policy import default_memory_limit
+from .progress_bar import Progress
 from .rank_map import _chunk_index
 
 # Peak memory of a chunk task per op it holds: the chunk's frame (reader.build_frame,
@@ -53,7 +54,6 @@ CHUNK_BYTES_PER_OP = 800
 # A rank task: its records (32 B/op), their validity masks and the chunk index, with headroom.
 RANK_BYTES_PER_OP = 200
 CHUNKS_PER_WORKER = 8
-DEFAULT_MEMORY_FRACTION = 0.5
 
 
 @dataclass
@@ -66,6 +66,8 @@ class FileFacts:
     n_lost: int
     damage: list
     damage_any: list            # ProcessTrace.damage_any (its damage, file names as "*.ops.bin")
+    meta_damage: list           # ProcessTrace.meta_damage
+    cut: bool                   # ProcessTrace.cut
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
     chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
@@ -90,7 +92,7 @@ class CheckChunkTask:
     members: dict               # (world, group) -> member ranks
     last_seq: dict              # (world, group) -> {rank: highest seq}
     fates: dict                 # rank -> check.RankFate
-    bounded: list               # the bounded processes' summaries (coverage.judged_frame)
+    bounded: list               # the bounded processes' summaries (bounded_coverage.judged_frame)
     facts_only: bool = False    # bounded runs' first pass: the facts of the judged frame
 
 
@@ -114,7 +116,7 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
         if pt is None:
             continue
         span_issues: list = []
-        reader._read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
+        reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, texts = _collective_groups(pt)
         if pt.coverage is None:
             chunks = _chunk_index(pt.ops_path, task.chunk)
@@ -123,7 +125,7 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
             chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
         out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), list(pt.damage_any),
-                             issues, span_issues, chunks, last_seq, texts, pt.coverage))
+                             list(pt.meta_damage), pt.cut, issues, span_issues, chunks, last_seq, texts, pt.coverage))
     return out
 
 
@@ -134,15 +136,15 @@ def _collective_groups(pt) -> tuple[dict, dict]:
     last, texts = {}, {}
     if rec is None or not len(rec):
         return last, texts
-    p2p_sigs = [i for i, s in pt.sigs.items() if reader._str_or_none(s.get("op")) in P2P_OPS]
+    p2p_sigs = [i for i, s in pt.sigs.items() if reader.str_or_none(s.get("op")) in P2P_OPS]
     coll = rec[~np.isin(rec["sig"], np.array(p2p_sigs, dtype=np.int64))] if p2p_sigs else rec
     for gid in np.unique(coll["group"]).tolist():
         g = pt.groups.get(gid, {})
-        key = (reader._str_or_none(g.get("world_id")), reader._str_or_none(g.get("name")))
+        key = (reader.str_or_none(g.get("world_id")), reader.str_or_none(g.get("name")))
         if key[0] is None or key[1] is None:
             continue                                 # the frame's groupby drops missing keys
         last[key] = int(coll["seq"][coll["group"] == gid].max())
-        text = reader._str_or_none(g.get("ranks"))
+        text = reader.str_or_none(g.get("ranks"))
         texts[key] = [] if text is None else [text]
     return last, texts
 
@@ -163,16 +165,16 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
         ref = _process(meta)
         if ref is not None:
             refs[wid] = ref
-    df = reader.build_frame(procs, refs) if procs else reader._empty_frame()
-    df = coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
+    df = reader.build_frame(procs, refs) if procs else reader.empty_frame()
+    df = bounded_coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
     facts = frame_facts(df, task.members)
     if task.facts_only:
         return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
     verdicts, kept = {}, []
-    coll = _collectives(df)
+    coll = collective_rows(df)
     if len(coll):
         for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False):
-            key = (reader._str_or_none(w), reader._str_or_none(g))
+            key = (reader.str_or_none(w), reader.str_or_none(g))
             v, by_seq = classify_group(gdf, task.members.get(key, []), task.last_seq.get(key, {}), task.fates,
                                        key[1])
             v.cap()
@@ -184,16 +186,15 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
 
 
 def _chunk_records(pt, ops: str, lo: int, hi: int, chunk: int, size: int) -> np.ndarray:
-    """The process's records of one seq chunk, checked as reader._read_records checks them
+    """The process's records of one seq chunk, checked as reader.read_records checks them
     (``hi < lo``: every record, read as it reads them: a bounded process's ring)."""
     if hi < lo:
-        rec = reader._read_records(dataclasses.replace(pt, damage=[], lost={}), [])
+        rec = reader.read_records(dataclasses.replace(pt, damage=[], lost={}), [])
         return rec[(rec["seq"].astype(np.int64) // size) == chunk]
-    rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
-    ok = (reader._defined(rec["sig"], pt.sigs) & reader._defined(rec["group"], pt.groups)
-          & np.isin(rec["status"], list(schema.STATUS_NAMES)) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+    rec = records.read_slice(ops, lo, hi - lo + 1)
+    ok = records.valid(rec, records.defined_ids(pt.sigs), records.defined_ids(pt.groups))
     ok &= (rec["seq"].astype(np.int64) // size) == chunk
-    return reader._last_record_per_op(rec[ok])
+    return records.last_record_per_op(rec[ok])
 
 
 def _plain(frames: list) -> pd.DataFrame:
@@ -226,7 +227,7 @@ class CheckFold:
             mine.merge(v)
         if len(part.rows):
             for (w, g), gdf in part.rows.groupby(["world", "group"], sort=False, dropna=False):
-                key = (reader._str_or_none(w), reader._str_or_none(g))
+                key = (reader.str_or_none(w), reader.str_or_none(g))
                 self.rows[key] = pd.concat([self.rows[key], gdf]) if key in self.rows else gdf
         for key, rows in self.rows.items():               # drop the rows no longer shown
             keep = self.verdicts[key].seqs()
@@ -239,14 +240,14 @@ class CheckFold:
         """The reduced frame, in the one frame's row order (start time, then rank)."""
         parts = [r for r in self.rows.values() if len(r)] + ([self.p2p] if len(self.p2p) else [])
         if not parts:
-            return reader._empty_frame()
+            return reader.empty_frame()
         return pd.concat(parts).sort_values(["t_start_ns", "rank"], kind="stable").reset_index(drop=True)
 
 
 # -- the driver -------------------------------------------------------------------------
 
 @dataclass
-class CheckScan:
+class PartitionedCheck:
     """A partitioned check's result: the run (no op frame: ``run.frame`` holds only the
     reduced rows) and its findings, with how the work was done."""
     run: object
@@ -259,10 +260,10 @@ class CheckScan:
 
 
 def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
-                      progress: bool | None = None) -> CheckScan:
+                      progress: bool | None = None) -> PartitionedCheck:
     """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc)."""
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
-    limit = memory_limit or int(total_memory() * DEFAULT_MEMORY_FRACTION)
+    limit = memory_limit or default_memory_limit()
     metas = reader.find_traces(run_dir)
     read = []                                        # (index, meta, ProcessTrace or None, issues)
     for i, m in enumerate(metas):
@@ -327,7 +328,7 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
     facts.stragglers = {k: facts.stragglers[k] for k in sorted(facts.stragglers, key=order)}
     run.frame = fold.frame()
     findings = diagnose_reduced(run, run.frame, facts, fold.verdicts)
-    return CheckScan(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
+    return PartitionedCheck(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
 
 
 def _ops_records(meta: str) -> int:
@@ -355,19 +356,20 @@ def _run_of(run_dir: str, read: list, facts_of: dict):
             meta_issues = []
             pt = reader.read_process(m, meta_issues)
             if pt is not None:
-                reader._read_spans(pt, span_issues)
+                reader.read_spans(pt, span_issues)
         elif f is not None:
-            pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.damage_any, pt.coverage = (
-                f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), list(f.damage_any), f.coverage)
+            (pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.damage_any, pt.meta_damage, pt.cut,
+             pt.coverage) = (f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), list(f.damage_any),
+                             list(f.meta_damage), f.cut, f.coverage)
             meta_issues = f.issues
             span_issues += f.span_issues
         issues += meta_issues
         if pt is not None:
             procs.append(pt)
-    reader._describe_clocks(procs)
-    issues += reader._missing_ranks(procs)
+    reader.describe_clocks(procs)
+    issues += reader.missing_ranks(procs)
     issues += span_issues
-    return reader.Run(os.path.abspath(run_dir), reader._empty_frame(), [p.summary() for p in procs if p.rank is not None],
+    return reader.Run(os.path.abspath(run_dir), reader.empty_frame(), [p.summary() for p in procs if p.rank is not None],
                       issues, unranked=[p.summary() for p in procs if p.rank is None])
 
 
@@ -386,8 +388,8 @@ def _groups(read: list, facts_of: dict):
             continue
         if f.n_records:                              # build_frame's categories: files with records, in order
             for g in pt.groups.values():
-                worlds.setdefault(reader._str_or_none(g.get("world_id")), len(worlds))
-                names.setdefault(reader._str_or_none(g.get("name")), len(names))
+                worlds.setdefault(reader.str_or_none(g.get("world_id")), len(worlds))
+                names.setdefault(reader.str_or_none(g.get("name")), len(names))
         for key, s in f.last_seq.items():
             seqs = last_seq.setdefault(key, {})
             seqs[pt.rank] = max(s, seqs.get(pt.rank, s))
@@ -408,7 +410,7 @@ def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq
     that chunk's records (of any group)."""
     by_chunk: dict = {}
     refs = {wid: pt.meta_path for wid, pt in
-            reader._reference_processes([pt for _, _, pt, _ in read if pt is not None]).items()}
+            reader.reference_processes([pt for _, _, pt, _ in read if pt is not None]).items()}
     for i, m, pt, _ in read:
         f = facts_of.get(i)
         if f is None:

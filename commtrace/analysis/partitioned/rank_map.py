@@ -21,11 +21,11 @@ from .. import intervals as iv
 from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
-from .banner_map import rank_facts
-from .bounded_map import is_bounded
-from .layers_map import has_cpp, merged_rank_ops
-from .regions_map import rank_regions
-from .window_map import applied_to_rank, rank_window
+from .rank_banner import rank_facts
+from .bounded_files import is_bounded
+from .cpp_layer import has_cpp, merged_rank_ops
+from .region_figures import rank_regions
+from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
 from .sketch import LogSketch
@@ -57,10 +57,10 @@ class RankPartial:
     t0: int | None               # the rank's first op start (rank 0's clock)
     op_order: tuple              # (first meta file name, op names in the frame's category order)
     index: dict = field(default_factory=dict)   # ops path -> (group << 32 | chunk, first, last record)
-    facts: object = None         # banner_map.RankFacts: what the report's banner needs of this rank
+    facts: object = None         # rank_banner.RankFacts: what the report's banner needs of this rank
     regions: dict = field(default_factory=dict)   # regions.RegionFigures.acc of this rank
-    window: object = None        # window_map.RankWindow (None: no window)
-    layers: dict = field(default_factory=dict)   # C++ ops path -> layers_map.CppFile
+    window: object = None        # windowing.RankWindow (None: no window)
+    layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -76,7 +76,7 @@ def map_rank(task: RankTask) -> RankPartial:
     index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
-    reader._describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
+    reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     layers: dict = {}
     if has_cpp(procs):
         ops, layers = merged_rank_ops(procs, refs)
@@ -208,7 +208,7 @@ def _chunk_index(ops_path: str, chunk: int) -> tuple:
 
 
 def _bounded_chunk_index(pt, chunk: int) -> tuple:
-    """The chunk index of a bounded process (bounded_map): over the records the reader kept."""
+    """The chunk index of a bounded process (bounded_files): over the records the reader kept."""
     rec = pt.records if pt.records is not None else np.empty(0, schema.OP_RECORD)
     return chunk_runs(rec["group"], rec["seq"], chunk)
 

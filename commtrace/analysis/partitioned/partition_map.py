@@ -19,18 +19,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...trace import reader, schema
-from ...trace.schema import P2P_OPS
+from ...trace import reader, records
+from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import NA_KEY, dense_codes
 from ..native_ext import kernels
 from ..summary import bus_factor
-from .bounded_map import bounded_records, is_bounded
-from .layers_map import cpp_unmatched
+from .bounded_files import bounded_records, is_bounded
+from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .split_map import split_instances
-from .window_map import in_window
+from .phase_splits import split_instances
+from .windowing import in_window
 
-_TOTAL_SIZE_OPS = ("all_gather", "reduce_scatter", "gather", "scatter")
 TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
                "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p"]
 
@@ -43,8 +42,8 @@ class PartitionTask:
     refs: dict                  # world id -> meta path of the reference process
     tables: dict                # table name -> key columns (subset of CELL_COLUMNS)
     top: int
-    window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): window_map.in_window
-    layers: dict = field(default_factory=dict)   # C++ ops path -> layers_map.CppFile (its unmatched records)
+    window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): windowing.in_window
+    layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile (its unmatched records)
 
 
 @dataclass
@@ -55,11 +54,11 @@ class PartitionPartial:
     spreads: dict               # op -> spreads of its instances
     bandwidth: dict             # table -> DataFrame(key columns + collectives, T, S, B)
     busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
-    split: pd.DataFrame | None = None   # split_map.split_instances: instances filed under several phases
+    split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
 
 
 def _s(v) -> str:
-    v = reader._str_or_none(v)
+    v = reader.str_or_none(v)
     return NA_KEY if v is None else v
 
 
@@ -67,7 +66,7 @@ def _s(v) -> str:
 class _FileTables:
     """What one process's meta lines say, as a partition task uses it: tabulated once per
     worker for all the partitions it runs (a partition reads a slice of every file)."""
-    sig_ids: np.ndarray         # the defined sig / group ids (reader.defined_ids)
+    sig_ids: np.ndarray         # the defined sig / group ids (records.defined_ids)
     group_ids: np.ndarray
     slut: np.ndarray            # sig id -> sig index (sorted ids)
     glut: np.ndarray            # group id -> group index
@@ -91,10 +90,10 @@ def _file_tables(pt) -> _FileTables:
     groups = [pt.groups[i] for i in glist]
     op = [_s(s.get("op")) for s in sigs]
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
-    tot = np.array([o in _TOTAL_SIZE_OPS for o in op], dtype=bool)
+    tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
             for s in sigs for g in groups]
-    return _FileTables(reader.defined_ids(pt.sigs), reader.defined_ids(pt.groups), slut, glut, op,
+    return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
                        [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
@@ -143,19 +142,17 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
         rec = rec[(rec["seq"].astype(np.int64) // size) == chunk]
     else:
         ft = _tables_of(pt)
-        rec = np.fromfile(ops, dtype=schema.OP_RECORD, count=hi - lo + 1, offset=lo * schema.RECORD_SIZE)
-        ok = (reader.member(rec["sig"], ft.sig_ids) & reader.member(rec["group"], ft.group_ids)
-              & reader.member(rec["status"], reader.STATUS_CODES) & (rec["seq"] > 0) & (rec["t_call"] > 0))
+        rec = records.read_slice(ops, lo, hi - lo + 1)
+        ok = records.valid(rec, ft.sig_ids, ft.group_ids)
         ok &= (rec["seq"].astype(np.int64) // size) == chunk
-        rec = reader._last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
+        rec = records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
     if not len(rec):
         return None
-    wid = reader._world_of(pt)
+    wid = pt.world_id
     ref = own_refs.get(wid)
     if ref is None and wid in refs:
         ref = own_refs[wid] = _process(refs[wid])
-    off = reader._offset_fn(pt, ref)(rec["t_call"]).astype(np.int64)
-    return pt, rec, rec["t_call"] + off
+    return pt, rec, records.aligner(pt, ref)(rec["t_call"])
 
 
 _COLUMNS = {"t": np.int64, "end": np.int64, "dur": np.float64, "rank": np.int64, "seq": np.int64, "wg": np.int64,
@@ -376,7 +373,7 @@ def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
 
 def _per_sig_int(sigs: list, name: str) -> np.ndarray:
     """A numeric sig field as the frame has it (``reader.build_frame``: missing -> 0)."""
-    v = np.array([reader._num(s.get(name)) for s in sigs], dtype=np.float64)
+    v = np.array([reader.num_or_nan(s.get(name)) for s in sigs], dtype=np.float64)
     return np.where(np.isnan(v), 0, v).astype(np.int64)
 
 

@@ -25,25 +25,25 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader
 from ..window import Window
-from .banner_map import processes_of, run_info_of
-from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
-from .layers_map import rank_frame
+from .rank_banner import processes_of, run_info_of
+from .executors import ENV_DASK, cpu_count, make_executor
+from .memory_policy import default_memory_limit
+from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
-from .progress import Progress
+from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
-from .regions_map import regions_table
+from .region_figures import regions_table
 from .sketch import ALPHA
-from .split_map import split_table
+from .phase_splits import split_table
 from .timeline_map import TimelineFold, map_timeline, timeline_tasks
-from .window_map import FirstStartTask, all_bounds, check_phases, first_start, window_lengths
+from .windowing import FirstStartTask, all_bounds, check_phases, first_start, window_lengths
 
 # Peak memory of a task per op it holds (measured on synthetic runs: a rank's frame and
 # its interval sets; a partition's records and instance arrays), with headroom.
 RANK_TASK_BYTES_PER_OP = 600
 PARTITION_BYTES_PER_OP = 400
-DEFAULT_MEMORY_FRACTION = 0.5
 PARTITIONS_PER_WORKER = 8
 # Partition tasks submitted per worker before the analysing process computes the summary
 # cells' figures (exact percentiles: ~0.1 s for 6.4 M ops), so that work overlaps them.
@@ -52,7 +52,7 @@ PARTITIONS_AHEAD = PARTITIONS_PER_WORKER
 
 
 @dataclass
-class ScanReport:
+class PartitionedReport:
     path: str
     ops: int
     by_op: pd.DataFrame
@@ -92,16 +92,12 @@ class ScanReport:
         return t
 
 
-def default_memory_limit() -> int:
-    return int(total_memory() * DEFAULT_MEMORY_FRACTION)
-
-
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
-            compare_by: list | None = None, window=None, timeline_width: int | None = None) -> ScanReport:
+            compare_by: list | None = None, window=None, timeline_width: int | None = None) -> PartitionedReport:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
     one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
-    ``window``: the analysis.window.Window shown (default: the whole run; window_map);
+    ``window``: the analysis.window.Window shown (default: the whole run; windowing);
     ``timeline_width``: the width of the console the terminal timeline is drawn in (one more
     map, timeline_map; None: no timeline)."""
     if window is not None and window.whole_run:
@@ -175,7 +171,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     if not len(cells):     # no op (in the window): build_report's empty per-group table is per op's
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
-    return ScanReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
+    return PartitionedReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       _once(plan.issues + ranks.issues), by_keys,
