@@ -1,0 +1,346 @@
+"""Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension.
+
+* ``module``: the innermost ``nn.Module`` running when an op is called, by its
+  fully qualified name from the root module (``layers.3.attention.wo``; the root
+  itself by its class name). Forward: torch's global module forward pre/post
+  hooks keep a per-thread stack. Backward: when a module's forward ends, a
+  multi-grad hook on its outputs marks the start of its backward, and one on
+  its inputs (set when it begins) the end; the innermost module whose backward
+  began and has not ended is the op's. The context changes at module
+  boundaries only: the op wrappers' hot path is unchanged.
+* ``phase``: ``forward`` from the outermost module's forward pre hook to its
+  forward hook, unless a phase is set already (DDP's forward, an activation
+  recomputed in backward, a forward inside the optimizer step); ``backward``
+  and ``optimizer`` come from capture.phases as for DDP. The outermost forward
+  is also a compute span, as DDP's forward is.
+* ``detail`` (the op's role): ``fsdp_unshard`` (FSDP/FSDP2 all_gather of a unit's
+  parameters, prefetches included), ``fsdp_reduce_grad`` (the gradient
+  reduce_scatter, and HSDP's all_reduce / FSDP1 NO_SHARD's), ``dtensor_redistribute``
+  (a DTensor changing placements: TP's input/output layouts, sharding
+  propagation). An FSDP op issued where no module is running (FSDP2's final
+  backward callback) takes its unit's module.
+* ``mesh`` meta lines: every DeviceMesh's dimension names and the group of each
+  dimension on this rank (the reader names the mesh dimension of each group).
+
+The module hooks cost every module call in the process a few microseconds, so
+they are installed only once the process builds a DeviceMesh or an FSDP module:
+a DDP-only or plain program keeps its per-module speed (and DDP's ops keep the
+DDP module label as their ``module``: its buckets are numbered per label).
+Everything is found by capability (hasattr), never by torch version.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import weakref
+
+from ..trace import schema
+from .tbhide import drop_own_frame
+
+
+class ModuleTracker:
+    def __init__(self, hooks):
+        self.hooks = hooks            # capture.phases.PhaseHooks: context, spans, _patch
+        self.rec = hooks.rec
+        self.names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> name
+        self._tls = threading.local()  # .stack: [(name, token or None)] of the running forwards
+        self._bw: list[str] = []       # modules whose backward began and has not ended
+        self._on = False
+        self._meshes: set = set()
+        self._ended: "weakref.WeakSet" = weakref.WeakSet()  # modules that carry _forward_end
+
+    # -- installation -------------------------------------------------------
+    def install(self) -> None:
+        """Patch what turns the module hooks on and the roles (each only where torch has it)."""
+        self._patch_mesh()
+        self._patch_fsdp2()
+        self._patch_fsdp1()
+        self._patch_dtensor()
+        self.hooks.after_backward.append(self._backward_done)
+
+    def enable(self) -> None:
+        """Install the global module hooks (once)."""
+        if self._on:
+            return
+        from torch.nn.modules import module as nn_module
+        if not hasattr(nn_module, "register_module_forward_pre_hook"):
+            return
+        self._on = True
+        import torch
+        self._grad_enabled = torch.is_grad_enabled
+        self._Tensor = torch.Tensor
+        self._multi_grad_hook = None  # without mode="any", ops in backward keep their phase, not the module
+        try:
+            import inspect
+            from torch.autograd.graph import register_multi_grad_hook
+            if "mode" in inspect.signature(register_multi_grad_hook).parameters:
+                self._multi_grad_hook = register_multi_grad_hook
+        except (ImportError, TypeError, ValueError):
+            pass
+        self.hooks.originals.append(("hook", nn_module.register_module_forward_pre_hook(self._pre)))
+        _TRACKER[:] = [self]
+
+    # -- names ----------------------------------------------------------------
+    def name_of(self, module) -> str:
+        name = self.names.get(module)
+        if name is None:
+            # A root (or a module no running root contains): it and its submodules are named now.
+            name = type(module).__name__
+            self.names[module] = name
+            for sub_name, sub in module.named_modules():
+                if sub_name and sub not in self.names:
+                    self.names[sub] = sub_name
+        return name
+
+    # -- forward --------------------------------------------------------------
+    def _stack(self) -> list:
+        s = getattr(self._tls, "stack", None)
+        if s is None:
+            s = self._tls.stack = []
+        return s
+
+    def _ddp_scope(self) -> bool:
+        """Inside a DDP module's step: its ops keep the DDP label (its buckets are counted per label)."""
+        return self.rec.context_field("module") in self.hooks.ddp_labels
+
+    def _pre(self, module, args):
+        stack = self._stack()
+        if module not in self._ended:
+            self._add_end_hook(module)
+        if self._ddp_scope():
+            stack.append(None)
+            return None
+        name = self.name_of(module)
+        rec = self.rec
+        token = None
+        if not stack and rec.context_field("phase") is None:
+            hooks = self.hooks
+            outer = hooks._enter_compute()
+            token = (rec.push_context(phase="forward", module=name), outer,
+                     hooks.steps.compute_begins() if outer else 0, time.monotonic_ns(), self._grad_enabled())
+        else:
+            rec.set_context(module=name)
+        stack.append((name, token))
+        if self._multi_grad_hook is not None and self._grad_enabled():
+            tensors = _grad_tensors(args, self._Tensor)
+            if tensors:
+                self._multi_grad_hook(tensors, functools.partial(self._bw_leave, name), mode="any")
+        return None
+
+    def _add_end_hook(self, module) -> None:
+        """The end of a forward is a hook of the module's own, added the first time it runs:
+        torch runs global forward hooks before the module's, and the module's own (TP's
+        output layouts) still belong to it. ``_forward_end`` is a module-level function:
+        the module still pickles and deep-copies."""
+        self._ended.add(module)
+        try:  # always_call: the stack stays right when a forward raises
+            handle = module.register_forward_hook(_forward_end, always_call=True)
+        except TypeError:
+            handle = module.register_forward_hook(_forward_end)
+        self.hooks.originals.append(("hook", handle))
+
+    def _post(self, module, args, output):
+        stack = self._stack()
+        if not stack:
+            return None
+        entry = stack.pop()
+        if entry is None:
+            return None
+        name, token = entry
+        rec = self.rec
+        if token is not None:
+            ctx, outer, step, t0, grad = token
+            hooks = self.hooks
+            hooks._leave_compute()
+            if outer:
+                hooks._write_span("forward", t0, step, name, grad=grad)
+            rec.pop_context(ctx)
+        elif stack and stack[-1] is not None:
+            rec.set_context(module=stack[-1][0])
+        else:  # a forward recomputed in backward (activation checkpointing) ends
+            rec.set_context(module=self._bw[-1] if self._bw else None)
+        if self._multi_grad_hook is not None and self._grad_enabled():
+            tensors = _grad_tensors(output, self._Tensor)
+            if tensors:
+                self._multi_grad_hook(tensors, functools.partial(self._bw_enter, name), mode="any")
+        return None
+
+    # -- backward -------------------------------------------------------------
+    def _bw_enter(self, name, *_):
+        if self._ddp_scope():
+            return
+        self._bw.append(name)
+        self.rec.set_context(module=name)
+
+    def _bw_leave(self, name, *_):
+        bw = self._bw
+        for i in range(len(bw) - 1, -1, -1):
+            if bw[i] == name:
+                del bw[i]
+                if not self._ddp_scope():
+                    self.rec.set_context(module=bw[-1] if bw else None)
+                return
+
+    def _backward_done(self) -> None:
+        self._bw.clear()
+
+    # -- roles ----------------------------------------------------------------
+    def _scope(self, detail: str, unit=None):
+        """Wrap a function: its ops get ``detail``; ``unit(args)`` gives the module an op
+        takes when no module is running."""
+        rec, tracker = self.rec, self
+
+        def make(orig):
+            @functools.wraps(orig)
+            def scoped(*args, **kwargs):
+                fields = {"detail": detail}
+                if unit is not None and rec.context_field("module") is None:
+                    mod = unit(args)
+                    if mod is not None:
+                        fields["module"] = tracker.name_of(mod)
+                token = rec.push_context(**fields)
+                try:
+                    return orig(*args, **kwargs)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
+                finally:
+                    rec.pop_context(token)
+            return scoped
+        return make
+
+    def _enabling(self, orig):
+        tracker = self
+
+        @functools.wraps(orig)
+        def enabling(*args, **kwargs):
+            tracker.enable()
+            return orig(*args, **kwargs)
+        return enabling
+
+    def _patch_fsdp2(self) -> None:
+        try:
+            from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg_mod
+        except ImportError:
+            try:  # older releases
+                from torch.distributed._composable.fsdp import _fsdp_param_group as pg_mod
+            except ImportError:
+                return
+        cls = getattr(pg_mod, "FSDPParamGroup", None)
+        if cls is None:
+            return
+
+        def unit(args):
+            mods = getattr(args[0], "modules", None) if args else None
+            return mods[0] if mods else None
+        for name, detail in (("unshard", "fsdp_unshard"), ("post_backward", "fsdp_reduce_grad")):
+            if name in vars(cls):
+                self.hooks._patch(cls, name, self._scope(detail, unit))
+        if "lazy_init" in vars(cls):  # FSDP2 without a mesh given still builds one; this is the backstop
+            self.hooks._patch(cls, "lazy_init", self._enabling)
+
+    def _patch_fsdp1(self) -> None:
+        try:
+            from torch.distributed.fsdp import _runtime_utils as rt
+            from torch.distributed.fsdp import _init_utils as init
+        except ImportError:
+            return
+
+        def unit(args):  # (state, handle, ...): the FSDP instance is the state
+            return args[0] if args else None
+        for name, detail in (("_unshard", "fsdp_unshard"), ("_reduce_grad", "fsdp_reduce_grad"),
+                             ("_reduce_grad_no_shard", "fsdp_reduce_grad")):
+            if callable(getattr(rt, name, None)):
+                self.hooks._patch(rt, name, self._scope(detail, unit))
+        if callable(getattr(init, "_init_process_group_state", None)):  # called by FSDP.__init__
+            self.hooks._patch(init, "_init_process_group_state", self._enabling)
+
+    def _patch_dtensor(self) -> None:
+        """``redistribute_local_tensor`` does every DTensor placement change; modules that
+        imported it by name hold their own reference, so each is patched."""
+        import importlib
+        scope = self._scope("dtensor_redistribute")
+        for pkg in ("torch.distributed.tensor", "torch.distributed._tensor"):
+            try:
+                src = importlib.import_module(pkg + "._redistribute")
+            except ImportError:
+                try:
+                    src = importlib.import_module(pkg + ".redistribute")
+                except ImportError:
+                    continue
+            orig = getattr(src, "redistribute_local_tensor", None)
+            if orig is None or getattr(orig, "__wrapped__", None) is not None:
+                continue
+            for mod_name in ("_redistribute", "redistribute", "_dispatch", "dispatch", "_api", "api"):
+                try:
+                    mod = importlib.import_module(f"{pkg}.{mod_name}")
+                except ImportError:
+                    continue
+                if getattr(mod, "redistribute_local_tensor", None) is orig:
+                    self.hooks._patch(mod, "redistribute_local_tensor", scope)
+
+    def _patch_mesh(self) -> None:
+        try:
+            from torch.distributed import device_mesh as dm
+        except ImportError:
+            return
+        cls = getattr(dm, "DeviceMesh", None)
+        if cls is None or "__init__" not in vars(cls):
+            return
+        tracker = self
+
+        def make(orig):
+            @functools.wraps(orig)
+            def __init__(mesh, *args, **kwargs):
+                try:
+                    orig(mesh, *args, **kwargs)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
+                tracker.enable()
+                tracker._note_mesh(mesh)
+            return __init__
+        self.hooks._patch(cls, "__init__", make)
+
+    def _note_mesh(self, mesh) -> None:
+        """A ``mesh`` meta line: the dimension names and this rank's group of each."""
+        names = getattr(mesh, "mesh_dim_names", None)
+        dims = []
+        try:
+            ndim = mesh.ndim
+        except Exception:
+            return
+        for i in range(ndim):
+            try:
+                group = mesh.get_group(i)
+                gname = str(group.group_name)
+            except Exception:  # this rank is not in the mesh, or no group yet
+                continue
+            dims.append({"dim": i, "name": str(names[i]) if names and i < len(names) else str(i), "group": gname})
+        key = tuple((d["name"], d["group"]) for d in dims)
+        if not dims or key in self._meshes:
+            return
+        self._meshes.add(key)
+        self.rec.add_meta({"type": schema.META_MESH, "dims": dims})
+
+
+_TRACKER: list = []  # the enabled ModuleTracker (one per process)
+
+
+def _forward_end(module, args, output):
+    if _TRACKER:
+        _TRACKER[0]._post(module, args, output)
+
+
+def _grad_tensors(value, tensor_type) -> list:
+    """The tensors requiring grad in a module's inputs or output (one level of tuple/list/dict)."""
+    if isinstance(value, tensor_type):
+        return [value] if value.requires_grad else []
+    if isinstance(value, (tuple, list)):
+        items = value
+    elif isinstance(value, dict):
+        items = value.values()
+    else:
+        return []
+    return [t for t in items if isinstance(t, tensor_type) and t.requires_grad]
