@@ -2,8 +2,9 @@
 
 ``parallel.py SCENARIO WORLD PORT OUT STEPS``; SCENARIO is one of
 fsdp2, fsdp2-keep (reshard_after_forward=False), fsdp2-prefetch (explicit
-forward/backward prefetch), fsdp1, tp (Colwise/Rowwise pairs and a
-SequenceParallel norm), 2d (FSDP2 over "dp" x TP over "tp").
+forward/backward prefetch), tp (Colwise/Rowwise pairs and a SequenceParallel
+norm), 2d (FSDP2 over "dp" x TP over "tp"). (FSDP1 is left out: on torch 2.13
+it refuses to run without an accelerator.)
 
 Each step runs under its own ``CommDebugMode`` (its module tracker does not
 survive a second forward): rank r writes ``OUT.r.json`` with, per step, its
@@ -76,10 +77,6 @@ def build(scenario, rank, world):
             a, b = model.layers
             a.set_modules_to_forward_prefetch([b])
             b.set_modules_to_backward_prefetch([a])
-    elif scenario == "fsdp1":
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True)
     elif scenario == "tp":
         from torch.distributed.tensor.parallel import parallelize_module
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
