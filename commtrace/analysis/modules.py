@@ -66,7 +66,7 @@ class ModuleFigures:
             acc["ops"] += len(sel)
             acc["bytes"] += int(self.a.nbytes[sel].sum())
 
-    def table(self) -> pd.DataFrame:
+    def table(self) -> pd.DataFrame | None:
         return module_table(self.acc)
 
 
@@ -80,17 +80,17 @@ def merge_module_acc(into: dict, acc: dict) -> None:
         cur["bytes"] += a["bytes"]
 
 
-def module_table(acc: dict) -> pd.DataFrame:
-    """One row per (module, phase), sorted by communication time (descending)."""
+def module_table(acc: dict) -> pd.DataFrame | None:
+    """One row per (module, phase), sorted by communication time (descending); None when no
+    op names a module (a run without DDP, FSDP or tensor parallelism shows no such table)."""
+    if not any(module != NA_KEY for module, _ in acc):
+        return None
     rows = []
     for (module, phase), a in acc.items():
         c, e = float(np.mean(a["comms"])), float(np.mean(a["exposed"]))
         rows.append({"module": module, "phase": phase, "ranks": len(a["comms"]), "ops": a["ops"],
                      "bytes": a["bytes"], "comm_ns": c, "exposed_ns": e,
                      "exposed_share": e / c if c > 0 else float("nan")})
-    if not rows:
-        return pd.DataFrame(columns=MODULE_TABLE_COLUMNS,
-                            index=pd.MultiIndex.from_tuples([], names=["module", "phase"]))
     df = pd.DataFrame(rows).sort_values(["comm_ns", "module", "phase"], ascending=[False, True, True], kind="stable")
     return df.set_index(["module", "phase"])[MODULE_TABLE_COLUMNS]
 
