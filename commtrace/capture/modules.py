@@ -4,9 +4,11 @@
   fully qualified name from the root module (``layers.3.attention.wo``; the root
   itself by its class name). Forward: torch's global module forward pre/post
   hooks keep a per-thread stack. Backward: when a module's forward ends, a
-  multi-grad hook on its outputs marks the start of its backward, and one on
-  its inputs (set when it begins) the end; the innermost module whose backward
-  began and has not ended is the op's. The context changes at module
+  pre-hook on the autograd node that made its first output (one C++ call; a
+  tensor or multi-grad hook costs ~10x more) marks the start of its backward,
+  and one on the node that made its first input (set when it begins) the end:
+  that node runs once the input's gradient is complete. The innermost module
+  whose backward began and has not ended is the op's. The context changes at module
   boundaries only: the op wrappers' hot path is unchanged.
 * ``phase``: ``forward`` from the outermost module's forward pre hook to its
   forward hook, unless a phase is set already (DDP's forward, an activation
@@ -61,7 +63,7 @@ class ModuleTracker:
 
     def enable(self) -> None:
         """Install the global module hooks (once)."""
-        if self._on:
+        if self._on or not self.hooks.originals:  # not on twice; not after PhaseHooks.uninstall
             return
         from torch.nn.modules import module as nn_module
         if not hasattr(nn_module, "register_module_forward_pre_hook"):
@@ -70,16 +72,22 @@ class ModuleTracker:
         import torch
         self._grad_enabled = torch.is_grad_enabled
         self._Tensor = torch.Tensor
-        self._multi_grad_hook = None  # without mode="any", ops in backward keep their phase, not the module
-        try:
-            import inspect
-            from torch.autograd.graph import register_multi_grad_hook
-            if "mode" in inspect.signature(register_multi_grad_hook).parameters:
-                self._multi_grad_hook = register_multi_grad_hook
-        except (ImportError, TypeError, ValueError):
-            pass
-        self.hooks.originals.append(("hook", nn_module.register_module_forward_pre_hook(self._pre)))
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre)]
+        self.hooks.originals.append(("hook", self._handles[0]))
         _TRACKER[:] = [self]
+
+    def disable(self) -> None:
+        """Remove the module hooks (benchmarks/bench_modules.py compares on and off)."""
+        if not self._on:
+            return
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._ended = weakref.WeakSet()
+        self._tls = threading.local()
+        self._bw.clear()
+        _TRACKER.clear()
+        self._on = False
 
     # -- names ----------------------------------------------------------------
     def name_of(self, module) -> str:
@@ -120,12 +128,12 @@ class ModuleTracker:
             token = (rec.push_context(phase="forward", module=name), outer,
                      hooks.steps.compute_begins() if outer else 0, time.monotonic_ns(), self._grad_enabled())
         else:
-            rec.set_context(module=name)
+            rec.set_context_field("module", name)
         stack.append((name, token))
-        if self._multi_grad_hook is not None and self._grad_enabled():
-            tensors = _grad_tensors(args, self._Tensor)
-            if tensors:
-                self._multi_grad_hook(tensors, functools.partial(self._bw_leave, name), mode="any")
+        if self._grad_enabled():
+            node = _first_node(args, self._Tensor)
+            if node is not None:
+                node.register_prehook(functools.partial(self._bw_leave, name))
         return None
 
     def _add_end_hook(self, module) -> None:
@@ -139,6 +147,7 @@ class ModuleTracker:
         except TypeError:
             handle = module.register_forward_hook(_forward_end)
         self.hooks.originals.append(("hook", handle))
+        self._handles.append(handle)
 
     def _post(self, module, args, output):
         stack = self._stack()
@@ -157,13 +166,13 @@ class ModuleTracker:
                 hooks._write_span("forward", t0, step, name, grad=grad)
             rec.pop_context(ctx)
         elif stack and stack[-1] is not None:
-            rec.set_context(module=stack[-1][0])
+            rec.set_context_field("module", stack[-1][0])
         else:  # a forward recomputed in backward (activation checkpointing) ends
-            rec.set_context(module=self._bw[-1] if self._bw else None)
-        if self._multi_grad_hook is not None and self._grad_enabled():
-            tensors = _grad_tensors(output, self._Tensor)
-            if tensors:
-                self._multi_grad_hook(tensors, functools.partial(self._bw_enter, name), mode="any")
+            rec.set_context_field("module", self._bw[-1] if self._bw else None)
+        if self._grad_enabled():
+            node = _first_node(output, self._Tensor)
+            if node is not None:
+                node.register_prehook(functools.partial(self._bw_enter, name))
         return None
 
     # -- backward -------------------------------------------------------------
@@ -171,7 +180,7 @@ class ModuleTracker:
         if self._ddp_scope():
             return
         self._bw.append(name)
-        self.rec.set_context(module=name)
+        self.rec.set_context_field("module", name)
 
     def _bw_leave(self, name, *_):
         bw = self._bw
@@ -179,7 +188,7 @@ class ModuleTracker:
             if bw[i] == name:
                 del bw[i]
                 if not self._ddp_scope():
-                    self.rec.set_context(module=bw[-1] if bw else None)
+                    self.rec.set_context_field("module", bw[-1] if bw else None)
                 return
 
     def _backward_done(self) -> None:
@@ -333,14 +342,20 @@ def _forward_end(module, args, output):
         _TRACKER[0]._post(module, args, output)
 
 
-def _grad_tensors(value, tensor_type) -> list:
-    """The tensors requiring grad in a module's inputs or output (one level of tuple/list/dict)."""
+def _first_node(value, tensor_type):
+    """The autograd node that made the first tensor with one in a module's inputs or output
+    (one level of tuple/list/dict), if it takes pre-hooks; else None (a leaf, no grad)."""
     if isinstance(value, tensor_type):
-        return [value] if value.requires_grad else []
-    if isinstance(value, (tuple, list)):
+        items = (value,)
+    elif isinstance(value, (tuple, list)):
         items = value
     elif isinstance(value, dict):
         items = value.values()
     else:
-        return []
-    return [t for t in items if isinstance(t, tensor_type) and t.requires_grad]
+        return None
+    for t in items:
+        if isinstance(t, tensor_type):
+            node = t.grad_fn
+            if node is not None and hasattr(node, "register_prehook"):
+                return node
+    return None

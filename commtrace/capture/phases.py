@@ -139,7 +139,8 @@ class PhaseHooks:
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
         self.originals.append(("hook", register_optimizer_step_post_hook(self._opt_post)))
         from .modules import ModuleTracker
-        ModuleTracker(self).install()
+        self.module_tracker = ModuleTracker(self)
+        self.module_tracker.install()
         del torch
 
     def _patch(self, owner, name, make) -> None:
