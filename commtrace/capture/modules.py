@@ -203,12 +203,11 @@ class ModuleTracker:
         def make(orig):
             @functools.wraps(orig)
             def scoped(*args, **kwargs):
-                fields = {"detail": detail}
+                token = rec.push_context_field("detail", detail)
                 if unit is not None and rec.context_field("module") is None:
                     mod = unit(args)
                     if mod is not None:
-                        fields["module"] = tracker.name_of(mod)
-                token = rec.push_context(**fields)
+                        rec.set_context_field("module", tracker.name_of(mod))
                 try:
                     return orig(*args, **kwargs)
                 except BaseException as e:

@@ -232,6 +232,12 @@ class Recorder:
         self._context, key = hit
         self._set_context_key(key)
 
+    def push_context_field(self, name: str, value) -> tuple:
+        """``push_context(**{name: value})`` through set_context_field's cache."""
+        token = (self._context, self.context_key, self.iteration)
+        self.set_context_field(name, value)
+        return token
+
     def _set_context_key(self, key) -> None:
         cid = self._context_ids.get(key)
         if cid is None:  # rare; comm hooks add ids from other threads (push_thread_context)
