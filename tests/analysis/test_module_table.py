@@ -98,3 +98,14 @@ def test_mesh_dim_from_mesh_lines_and_group_desc(tmp_path):
     assert set(commtrace.load(runs[0])["mesh_dim"]) == {"tp"}
     assert set(commtrace.load(runs[1])["mesh_dim"]) == {"dp"}
     assert main(["compare", runs[0], runs[1], "--by", "mesh_dim", "--json", "-"]) == 0
+
+
+def test_module_view_in_compare_and_html(tmp_path, capsys):
+    run = _run(tmp_path)
+    assert main(["compare", run, run, "--by", "module,phase", "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["by"] == ["module", "phase"]
+    page = tmp_path / "r.html"
+    assert main(["report", run, "--html", str(page), "-q"]) == 0
+    html = page.read_text()
+    assert "Per module" in html and "layers.0" in html
