@@ -21,6 +21,9 @@
   (a DTensor changing placements: TP's input/output layouts, sharding
   propagation). An FSDP op issued where no module is running (FSDP2's final
   backward callback) takes its unit's module.
+* Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module
+  hooks; the first thing each does is ask ``is_compiling``): ops issued there
+  keep the module of the compiled module's caller.
 * ``mesh`` meta lines: every DeviceMesh's dimension names and the group of each
   dimension on this rank (the reader names the mesh dimension of each group).
 
@@ -70,6 +73,9 @@ class ModuleTracker:
             return
         self._on = True
         import torch
+        global _compiling
+        _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or \
+            getattr(getattr(torch, "_dynamo", None), "is_compiling", None) or _never
         self._grad_enabled = torch.is_grad_enabled
         self._Tensor = torch.Tensor
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre)]
@@ -113,6 +119,8 @@ class ModuleTracker:
         return self.rec.context_field("module") in self.hooks.ddp_labels
 
     def _pre(self, module, args):
+        if _compiling():  # Dynamo traces module hooks: inside torch.compile the tracker is a no-op
+            return None
         stack = self._stack()
         if module not in self._ended:
             self._add_end_hook(module)
@@ -336,7 +344,16 @@ class ModuleTracker:
 _TRACKER: list = []  # the enabled ModuleTracker (one per process)
 
 
+def _never() -> bool:
+    return False
+
+
+_compiling = _never   # torch.compiler.is_compiling once the tracker is on
+
+
 def _forward_end(module, args, output):
+    if _compiling():
+        return
     if _TRACKER:
         _TRACKER[0]._post(module, args, output)
 

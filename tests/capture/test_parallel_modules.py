@@ -140,3 +140,18 @@ def test_tp_traced_result_identical_to_untraced(launched, tmp_path):
     plain = _launch(tmp_path, scenario, world, traced=False)
     assert [p["hash"] for p in plain] == [r["hash"] for r in results]
     assert [p["steps"] for p in plain] == [r["steps"] for r in results]
+
+
+def test_torch_compile_with_a_mesh_behaves_as_untraced(tmp_path):
+    """Dynamo traces module hooks: once a DeviceMesh turned the tracker on, a compiled
+    module must still compile (no error, no graph break) and compute the same."""
+    results = []
+    for traced in (True, False):
+        out = tmp_path / ("traced.json" if traced else "plain.json")
+        args = [worker("mesh_compile.py"), h.free_port(), out]
+        h.run(h.commtrace_cmd(tmp_path / "run", *args) if traced else [h.PY, *args], timeout=400,
+              env=h.clean_env()).check(0)
+        results.append(json.loads(out.read_text()))
+    assert results[0] == results[1] and results[0]["graph_breaks"] == 0
+    df = h.load(tmp_path / "run")
+    assert list(df["op"]) == ["all_reduce", "all_reduce"]
