@@ -150,6 +150,8 @@ class ModuleTracker:
         output layouts) still belong to it. ``_forward_end`` is a module-level function:
         the module still pickles and deep-copies."""
         self._ended.add(module)
+        if any(h is _forward_end for h in getattr(module, "_forward_hooks", {}).values()):
+            return  # a deep copy of a module that had it already
         try:  # always_call: the stack stays right when a forward raises
             handle = module.register_forward_hook(_forward_end, always_call=True)
         except TypeError:
