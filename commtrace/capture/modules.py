@@ -36,6 +36,7 @@ Everything is found by capability (hasattr), never by torch version.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 import weakref
@@ -57,11 +58,27 @@ class ModuleTracker:
 
     # -- installation -------------------------------------------------------
     def install(self) -> None:
-        """Patch what turns the module hooks on and the roles (each only where torch has it)."""
-        self._patch_mesh()
-        self._patch_fsdp2()
-        self._patch_fsdp1()
-        self._patch_dtensor()
+        """Patch what turns the module hooks on and the roles (each only where torch has it),
+        each module right after the program imports it: importing DTensor or FSDP here would
+        change what the program sees (they register c10d's "fake" backend)."""
+        after = {
+            "torch.distributed.device_mesh": self._patch_mesh,
+            "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
+            "torch.distributed._composable.fsdp._fsdp_param_group": self._patch_fsdp2,   # older releases
+            "torch.distributed.fsdp._runtime_utils": self._patch_fsdp1_runtime,
+            "torch.distributed.fsdp._init_utils": self._patch_fsdp1_init,
+            # Later ``from ... import redistribute_local_tensor`` (DTensor's dispatcher, _api) get the patched one.
+            "torch.distributed.tensor._redistribute": self._patch_dtensor,
+            "torch.distributed._tensor.redistribute": self._patch_dtensor,                # older releases
+        }
+        finder = _AfterImport(after)
+        for name in list(after):
+            mod = sys.modules.get(name)
+            if mod is not None:
+                after.pop(name)(mod)
+        if after:
+            sys.meta_path.insert(0, finder)
+            self.hooks.originals.append(("hook", finder))
         self.hooks.after_backward.append(self._backward_done)
 
     def enable(self) -> None:
@@ -237,14 +254,7 @@ class ModuleTracker:
             return orig(*args, **kwargs)
         return enabling
 
-    def _patch_fsdp2(self) -> None:
-        try:
-            from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg_mod
-        except ImportError:
-            try:  # older releases
-                from torch.distributed._composable.fsdp import _fsdp_param_group as pg_mod
-            except ImportError:
-                return
+    def _patch_fsdp2(self, pg_mod) -> None:
         cls = getattr(pg_mod, "FSDPParamGroup", None)
         if cls is None:
             return
@@ -258,51 +268,24 @@ class ModuleTracker:
         if "lazy_init" in vars(cls):  # FSDP2 without a mesh given still builds one; this is the backstop
             self.hooks._patch(cls, "lazy_init", self._enabling)
 
-    def _patch_fsdp1(self) -> None:
-        try:
-            from torch.distributed.fsdp import _runtime_utils as rt
-            from torch.distributed.fsdp import _init_utils as init
-        except ImportError:
-            return
-
+    def _patch_fsdp1_runtime(self, rt) -> None:
         def unit(args):  # (state, handle, ...): the FSDP instance is the state
             return args[0] if args else None
         for name, detail in (("_unshard", "fsdp_unshard"), ("_reduce_grad", "fsdp_reduce_grad"),
                              ("_reduce_grad_no_shard", "fsdp_reduce_grad")):
             if callable(getattr(rt, name, None)):
                 self.hooks._patch(rt, name, self._scope(detail, unit))
+
+    def _patch_fsdp1_init(self, init) -> None:
         if callable(getattr(init, "_init_process_group_state", None)):  # called by FSDP.__init__
             self.hooks._patch(init, "_init_process_group_state", self._enabling)
 
-    def _patch_dtensor(self) -> None:
-        """``redistribute_local_tensor`` does every DTensor placement change; modules that
-        imported it by name hold their own reference, so each is patched."""
-        import importlib
-        scope = self._scope("dtensor_redistribute")
-        for pkg in ("torch.distributed.tensor", "torch.distributed._tensor"):
-            try:
-                src = importlib.import_module(pkg + "._redistribute")
-            except ImportError:
-                try:
-                    src = importlib.import_module(pkg + ".redistribute")
-                except ImportError:
-                    continue
-            orig = getattr(src, "redistribute_local_tensor", None)
-            if orig is None or getattr(orig, "__wrapped__", None) is not None:
-                continue
-            for mod_name in ("_redistribute", "redistribute", "_dispatch", "dispatch", "_api", "api"):
-                try:
-                    mod = importlib.import_module(f"{pkg}.{mod_name}")
-                except ImportError:
-                    continue
-                if getattr(mod, "redistribute_local_tensor", None) is orig:
-                    self.hooks._patch(mod, "redistribute_local_tensor", scope)
+    def _patch_dtensor(self, src) -> None:
+        """``redistribute_local_tensor`` does every DTensor placement change."""
+        if callable(getattr(src, "redistribute_local_tensor", None)):
+            self.hooks._patch(src, "redistribute_local_tensor", self._scope("dtensor_redistribute"))
 
-    def _patch_mesh(self) -> None:
-        try:
-            from torch.distributed import device_mesh as dm
-        except ImportError:
-            return
+    def _patch_mesh(self, dm) -> None:
         cls = getattr(dm, "DeviceMesh", None)
         if cls is None or "__init__" not in vars(cls):
             return
@@ -341,6 +324,40 @@ class ModuleTracker:
             return
         self._meshes.add(key)
         self.rec.add_meta({"type": schema.META_MESH, "dims": dims})
+
+
+class _AfterImport:  # a meta path finder (importlib.abc would cost every import)
+    """Calls ``after[name](module)`` right after module ``name`` has loaded; leaves
+    sys.meta_path once every name has (or at ``remove``)."""
+
+    def __init__(self, after: dict):
+        self.after = after
+
+    def find_spec(self, fullname, path, target=None):
+        patch = self.after.get(fullname)
+        if patch is None:
+            return None
+        del self.after[fullname]
+        if not self.after:
+            self.remove()
+        import importlib.machinery
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        orig_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            orig_exec(module)
+            try:
+                patch(module)
+            except Exception as exc:  # annotations are optional; the program's import is not
+                sys.stderr.write(f"commtrace: module annotations of {fullname} disabled: {exc}\n")
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
 
 
 _TRACKER: list = []  # the enabled ModuleTracker (one per process)
