@@ -20,6 +20,8 @@ import pytest
 import helpers as h
 from helpers import worker
 
+from commtrace.trace import schema
+
 STEPS = 2
 UNITS = ("layers.0", "layers.1")
 TP_LINEARS = ("layers.0.up", "layers.0.down", "layers.1.up", "layers.1.down")
@@ -89,7 +91,7 @@ def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched)
     fb = df[df["phase"].isin(["forward", "backward"])]
     assert len(fb) and fb["module"].notna().all()
     roles = set(fb["detail"].astype(str))
-    assert roles <= {"fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute"}
+    assert roles <= set(schema.ROLE_DETAILS) == {"fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute"}
     if scenario.startswith("fsdp2") or scenario == "2d":
         fsdp = fb[fb["op"].isin(["all_gather", "reduce_scatter"]) & (fb["mesh_dim"] == "dp")]
         assert set(fsdp["detail"].astype(str)) == {"fsdp_unshard", "fsdp_reduce_grad"}
