@@ -40,6 +40,7 @@ import bench_capture  # noqa: E402
 import bench_ddp  # noqa: E402
 import bench_patch  # noqa: E402
 import bench_html  # noqa: E402
+import bench_modules  # noqa: E402
 import bench_profiler  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_partial_report  # noqa: E402
@@ -49,7 +50,7 @@ import bench_tracesize  # noqa: E402
 import intervals  # noqa: E402
 
 SECTIONS = ("capture", "profiler", "runpath", "ddp", "tracesize", "report", "mpibackend", "cuda", "bounded", "html",
-            "patch", "scale", "scale_check", "partialreport", "views")
+            "patch", "scale", "scale_check", "partialreport", "views", "modules")
 
 FULL = {
     # 41 blocks: on this 2-core VM a block's median of a 1-element blocking op
@@ -70,6 +71,7 @@ FULL = {
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 125_000},
     "partialreport": {"ranks": 16, "ops": 100_000, "reps": 3},
     "views": {"ranks": 64, "ops": 25_000, "rounds": 3},
+    "modules": {"reps": 21},
 }
 QUICK = {
     "capture": {"calls": 200, "reps": 7},
@@ -87,6 +89,7 @@ QUICK = {
     "html": {"demo_ops": 2000, "big_ranks": 8, "big_ops": 25_000},
     "partialreport": {"ranks": 8, "ops": 50_000, "reps": 1},
     "views": {"ranks": 16, "ops": 20_000, "rounds": 1},
+    "modules": {"reps": 7},
 }
 
 GOALS = {
@@ -200,6 +203,8 @@ def run_section(name: str, cfg) -> dict:
         return run_mpi_backend(cfg)
     if name == "cuda":
         return run_cuda(cfg)
+    if name == "modules":
+        return bench_modules.in_subprocess(cfg["reps"])
     if name == "bounded":
         return bench_bounded.run(cfg["calls"], cfg["reps"], cfg["ops"], cfg["rounds"])
     if name == "patch":
@@ -714,6 +719,8 @@ def markdown(res: dict, info: dict, quick: bool) -> str:
     if "views" in res:
         body.append("### Partitioned report: timeline and streamed `--events` (bench_views.py)\n\n"
                     + bench_views.markdown(res["views"]))
+    if "modules" in res:
+        body.append(bench_modules.markdown(res["modules"]))
     errs = info.get("errors") or {}
     if errs:
         body.append("## Errors\n\n" + "\n".join(f"* {k}: `{v}`" for k, v in errs.items()) + "\n")

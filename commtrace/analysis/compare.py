@@ -24,8 +24,8 @@ STEP_STATS = ("step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
 BREAKDOWN_STATS = ("collectives", "ops", "bytes", "mean_ns", "p50_ns", "p99_ns", "busbw")
 # Frame columns a breakdown can be grouped by (times, durations and ids cannot).
 GROUPABLE = ("op", "variant", "phase", "detail", "module", "region", "bucket", "params", "group", "group_desc",
-             "group_size", "backend", "dtype", "shapes", "out_shapes", "bytes", "root", "tag", "reduce_op", "device",
-             "async", "thread", "callsite", "status", "rank", "host", "world", "source", "end_observed", "iteration")
+             "mesh_dim", "group_size", "backend", "dtype", "shapes", "out_shapes", "bytes", "root", "tag", "reduce_op",
+             "device", "async", "thread", "callsite", "status", "rank", "host", "world", "source", "end_observed", "iteration")
 
 
 def spread_stats(values) -> dict:

@@ -11,6 +11,7 @@ from ..errors import CommtraceError
 from . import intervals as iv
 from .arrays import OpArrays
 from .match import Matched, match_ops
+from .modules import ModuleFigures, has_modules, module_keys
 from .regions import RegionFigures
 from .run_info import ReportRun, run_info
 from .skew import skew_summary
@@ -52,6 +53,7 @@ class Report:
     skew: dict
     bounds: dict | None         # the window per rank: rank -> (lo, hi) ns; None = the whole run
     issues: list = field(default_factory=list)   # reader.TraceIssue (str(): its warning line)
+    by_module: pd.DataFrame | None = None        # per (module, phase) (analysis.modules); None: no module named
 
 
 PHASE_KEYS = ("phase", "op", "detail")
@@ -84,6 +86,8 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
     step_figures = StepFigures(steps[applied.steps_in].reset_index(drop=True), a_full, op_step, applied.selected)
     outside = OutsideSteps(steps)
     region_figures = RegionFigures(run.regions, a_full, applied.selected, applied.bounds)
+    module_figures = ModuleFigures(a_full, *module_keys(full), applied.selected, applied.bounds) \
+        if has_modules(full) else None
     times = RankTimes(full, a_full, run.spans, applied.selected, applied.bounds)
     comm = {}
     for r in times.ranks():
@@ -92,6 +96,8 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
         step_figures.add(r, t)
         outside.add(r, t)
         region_figures.add(r, t.comm)
+        if module_figures is not None:
+            module_figures.add(r, t.compute)
     del times
     step_tables = None
     if len(steps):
@@ -118,7 +124,8 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
     regions = region_figures.table()
     sk = skew_summary(m, top)
     return Report(run, window, info, df, a, m, by_op, by_group, by_phase, split, step_tables, regions, spans, marks,
-                  region_spans, sk, applied.bounds, list(run.issues))
+                  region_spans, sk, applied.bounds, list(run.issues),
+                  module_figures.table() if module_figures is not None else None)
 
 
 def _within(table: pd.DataFrame | None, applied: Applied, begin: str, end: str) -> pd.DataFrame:
@@ -190,6 +197,7 @@ def report_json(rep: Report) -> dict:
         "steps_per_rank": table_records(st.per_rank.head(1_000_000)) if st is not None else [],
         "outside_steps": table_records(st.outside) if st is not None else [],
         "regions": table_records(rep.regions),
+        "by_module": table_records(rep.by_module),
         "skew": {
             "instances": sk["instances"],
             "by_op": table_records(sk["by_op"]),

@@ -91,6 +91,8 @@ class PhaseHooks:
         self.originals: list[tuple] = []
         self._labels: dict[str, int] = {}
         self._pending_labels: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.ddp_labels: set[str] = set()   # the labels of the DDP modules seen (capture.modules)
+        self.after_backward: list = []      # called when a backward pass ends (capture.modules)
 
     # -- installation -----------------------------------------------------------
     def install(self) -> None:
@@ -136,6 +138,9 @@ class PhaseHooks:
         self._opt_tokens: list = []
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
         self.originals.append(("hook", register_optimizer_step_post_hook(self._opt_post)))
+        from .modules import ModuleTracker
+        self.module_tracker = ModuleTracker(self)
+        self.module_tracker.install()
         del torch
 
     def _patch(self, owner, name, make) -> None:
@@ -203,8 +208,12 @@ class PhaseHooks:
             finally:
                 hooks._leave_compute()
                 module = rec.context_fields().get("module")
+                if module not in hooks.ddp_labels:
+                    module = None  # a submodule's name (capture.modules): the span is not that module's
                 rec.pop_context(token)
                 rec.set_context(module=None)
+                for done in hooks.after_backward:
+                    done()
                 if outer:
                     hooks._write_span("backward", t0, step, module)
         return backward
@@ -346,6 +355,7 @@ class PhaseHooks:
     def _register(self, ddp, module, label: str) -> dict:
         params = [n for n, p in module.named_parameters() if p.requires_grad]
         buffers = [n for n, _ in module.named_buffers()]
+        self.ddp_labels.add(label)
         state = {"label": label, "forwards": 0, "params": params, "rebuilt": False, "rebuild_at": None}
         self.modules[ddp] = state
         if len(self.modules) > 1:

@@ -87,6 +87,7 @@ class Recorder:
         self.context_id = 0           # small int naming context_key (the native wrapper's key)
         self._context_ids: dict = {None: 0}
         self._context: dict = {}
+        self._field_cache: dict = {}  # set_context_field: (key, field, value) -> (context, key)
         # Per-thread contexts overriding the process-wide one (thread ident ->
         # context key / id; see push_thread_context): a comm hook's bucket scope,
         # which may run on a backend thread while the main thread goes on. Empty
@@ -220,6 +221,25 @@ class Recorder:
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         self._context = ctx
         self._set_context_key(tuple(sorted(ctx.items())) or None)
+
+    def set_context_field(self, name: str, value) -> None:
+        """``set_context(**{name: value})`` for a field that changes often (capture.modules sets
+        ``module`` at every module boundary): each (context, field, value) is merged once."""
+        k = (self.context_key, name, value)
+        hit = self._field_cache.get(k)
+        if hit is None:
+            self.set_context(**{name: value})
+            if len(self._field_cache) < 100_000:  # bounded: a program with endless distinct names
+                self._field_cache[k] = (self._context, self.context_key)
+            return
+        self._context, key = hit
+        self._set_context_key(key)
+
+    def push_context_field(self, name: str, value) -> tuple:
+        """``push_context(**{name: value})`` through set_context_field's cache."""
+        token = (self._context, self.context_key, self.iteration)
+        self.set_context_field(name, value)
+        return token
 
     def _set_context_key(self, key) -> None:
         cid = self._context_ids.get(key)

@@ -13,7 +13,8 @@ from rich.text import Text
 
 from ..analysis.partitioned.memory_policy import ONE_FRAME_BYTES_PER_OP, memory_limit_of, one_frame_fits
 from .fmt import fmt_int
-from .terminal import render_banner, render_nothing_shown, render_regions, render_skew, render_steps, render_summary
+from .terminal import (render_banner, render_modules, render_nothing_shown, render_regions, render_skew, render_steps,
+                       render_summary)
 
 
 def wants_partitioned(ns, run_dir=None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
@@ -129,7 +130,7 @@ def as_report(s) -> SimpleNamespace:
     """The attributes the terminal renderers read, from an analysis.partitioned.PartitionedReport."""
     return SimpleNamespace(steps=s.steps, by_op=s.by_op, by_group=s.by_group, by_phase=s.by_phase,
                            split=s.split if s.split is not None else pd.DataFrame(), skew=s.skew, regions=s.regions,
-                           info=s.info, window=s.window,
+                           by_module=s.by_module, info=s.info, window=s.window,
                            run=SimpleNamespace(spans=None, processes=s.processes))
 
 
@@ -153,6 +154,7 @@ def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int |
         _render_rank_medians(con, s.rank_medians)
     render_summary(con, rep)
     render_regions(con, rep)
+    render_modules(con, rep)
     render_skew(con, rep, top)
     if s.timeline is not None:
         from .terminal import draw_timeline
@@ -224,6 +226,7 @@ def partitioned_json(s) -> dict:
         "issues": [str(i) for i in s.issues],
         "by_op": table_records(s.by_op), "by_group": table_records(s.by_group),
         "by_phase": table_records(s.by_phase), "regions": table_records(s.regions),
+        "by_module": table_records(s.by_module),
         "split_phases": table_records(s.split),
         "steps": table_records(st.across.head(100_000)) if st is not None else [],
         "steps_per_rank": table_records(st.per_rank.head(1_000_000)) if st is not None else [],

@@ -244,6 +244,21 @@ def render_regions(con: Console, rep) -> None:
                 note="time and comm: mean per rank that entered the region; ops and bytes: all ranks")
 
 
+def render_modules(con: Console, rep) -> None:
+    mods = getattr(rep, "by_module", None)
+    if mods is None or not len(mods):
+        return
+    con.print()
+    cols = [Column("module", right=False, text=True), Column("phase", right=False, text=True),
+            Column("ranks", drop=4), Column("ops", drop=2), Column("bytes", drop=1), Column("comm"),
+            Column("exposed", short="expo"), Column("expo %", drop=3, short="ex%")]
+    rows = [[plain_safe(module), plain_safe(phase), fmt_int(r["ranks"]), fmt_int(r["ops"]), fmt_bytes(r["bytes"]),
+             fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]), fmt_pct(r["exposed_share"])]
+            for (module, phase), r in mods.iterrows()]
+    print_table(con, cols, rows, title="Per module (innermost nn.Module when the op was called)",
+                note="comm and exposed: mean per rank with ops of the row; ops and bytes: all ranks")
+
+
 # -- skew ------------------------------------------------------------------------
 
 def render_skew(con: Console, rep, top: int = 10) -> None:
@@ -425,6 +440,7 @@ def render_report(con: Console, rep, *, events=False, limit=None, top=10) -> Non
     render_steps(con, rep)
     render_summary(con, rep)
     render_regions(con, rep)
+    render_modules(con, rep)
     render_skew(con, rep, top)
     render_timeline(con, rep)
     if events:

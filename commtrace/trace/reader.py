@@ -55,6 +55,7 @@ class ProcessTrace:
     labels: dict = field(default_factory=dict)   # "label" lines: id -> text (span records refer to them)
     dumps: list = field(default_factory=list)
     ddp: list = field(default_factory=list)
+    meshes: list = field(default_factory=list)   # "mesh" meta lines (DeviceMesh dimensions)
     exception: dict | None = None
     end: dict | None = None
     clock: dict | None = None  # trace.clocks.ProcessClock.describe(), set by load_run
@@ -247,6 +248,8 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.dumps.append(obj)
     elif t in (schema.META_DDP_MODULE, schema.META_DDP_BUCKETS):
         pt.ddp.append(obj)
+    elif t == schema.META_MESH and isinstance(obj.get("dims"), list):
+        pt.meshes.append(obj)
 
 
 def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
@@ -388,6 +391,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     """
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
+    group_meshes: list[dict] = []   # per group row: its process's group name -> mesh dimension
     refs = reference_processes(procs) if refs is None else refs
     parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl",
                                               "bucket")}
@@ -399,6 +403,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         sig_rows.extend(pt.sigs.values())
         glut = _lut(pt.groups, len(group_rows))
         group_rows.extend(pt.groups.values())
+        dims = mesh_dims(pt.meshes)
+        group_meshes.extend(dims for _ in pt.groups)
         clock_pt = python_twin(pt, procs)  # the C++ layer shares its process's clock
         aligned = aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
         parts["proc"].append(np.full(len(rec), pi, dtype=np.int32))
@@ -444,6 +450,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     cols["world"] = _categorical([str_or_none(g.get("world_id")) for g in group_rows], grp_codes)
     cols["group"] = _categorical([str_or_none(g.get("name")) for g in group_rows], grp_codes)
     cols["group_desc"] = _categorical([str_or_none(g.get("desc")) for g in group_rows], grp_codes)
+    cols["mesh_dim"] = _categorical([mesh_dim_of(g, dims) for g, dims in zip(group_rows, group_meshes)], grp_codes)
     cols["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
     cols["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
                                    for g in group_rows], dtype=np.int32)[grp_codes]
@@ -478,6 +485,29 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     df = pd.DataFrame(cols, copy=False)
     df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets)
     return df[_column_order(df)]
+
+
+def mesh_dims(meshes: list[dict]) -> dict:
+    """Group name -> mesh dimension name, from a process's ``mesh`` meta lines (the
+    first DeviceMesh that names a group wins)."""
+    out: dict = {}
+    for m in meshes:
+        for d in m.get("dims") or ():
+            if isinstance(d, dict) and isinstance(d.get("group"), str) and isinstance(d.get("name"), str):
+                out.setdefault(d["group"], d["name"])
+    return out
+
+
+def mesh_dim_of(group: dict, dims: dict) -> str | None:
+    """The mesh dimension a group serves: from the process's DeviceMeshes, else from torch's
+    group description (DeviceMesh names its groups ``mesh_<dim>``)."""
+    name = dims.get(str_or_none(group.get("name")))
+    if name is not None:
+        return name
+    desc = str_or_none(group.get("desc"))
+    if desc and desc.startswith("mesh_") and desc != "mesh_default":
+        return desc[len("mesh_"):]
+    return None
 
 
 def _offsets_to_int(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

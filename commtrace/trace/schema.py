@@ -222,6 +222,11 @@ META_PROCESS = "process"      # facts about the process learned after it started
 META_DUMP = "dump"            # a hang/signal dump was written: path, reason
 META_DDP_MODULE = "ddp_module"    # module (label), class, params, buffers, bucket_cap_bytes, ...
 META_DDP_BUCKETS = "ddp_buckets"  # module, from_iteration, buckets: [[param names], ...] (grad-ready order)
+META_MESH = "mesh"                # dims: [{dim, name, group}]: a DeviceMesh's dimensions and this rank's group
+                                  # (name of a "group" line) in each
+
+# Values of the ``detail`` annotation that name an FSDP / DTensor op's role (capture.modules).
+ROLE_DETAILS = ("fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute")
 
 # Values of the ``phase`` annotation.
 PHASES = ("ddp_init", "forward", "backward", "optimizer", "join", "other")

@@ -34,7 +34,7 @@ from .partition_map import PartitionTask, map_partition
 from .plan import RunPlan, plan_run
 from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
-from .region_figures import regions_table
+from .region_figures import modules_table, regions_table
 from .sketch import ALPHA
 from .phase_splits import split_table
 from .timeline_map import TimelineFold, map_timeline, timeline_tasks
@@ -82,6 +82,7 @@ class PartitionedReport:
     split: pd.DataFrame | None = None             # collectives filed under different phases (split_collectives)
     timeline: object = None                       # the terminal timeline (analysis.timeline.Timeline; timeline_map)
     timeline_marks: pd.DataFrame | None = None    # the marks it draws (the lowest rank's with any in the window)
+    by_module: pd.DataFrame | None = None         # the per-module table (analysis.modules), None: no module named
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
@@ -178,7 +179,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       info, processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
-                      tl.timeline(), tl.marks)
+                      tl.timeline(), tl.marks, modules_table(ranks.modules))
 
 
 def _info(plan: RunPlan, ranks: RankFold, window) -> dict:

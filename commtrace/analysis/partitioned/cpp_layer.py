@@ -17,6 +17,7 @@ import pandas as pd
 
 from ...trace import reader, records, schema
 from ..arrays import NA_KEY, OpArrays
+from ..modules import module_keys
 from .rank_ops import CELL_COLUMNS, RankOps
 
 
@@ -70,8 +71,9 @@ def frame_ops(frame: pd.DataFrame) -> RankOps | None:
     proc, stems = pd.factorize(frame["file"].astype(str))
     status_of = {name: code for code, name in schema.STATUS_NAMES.items()}
     status = np.array([status_of[s] for s in frame["status"].astype(str)], np.uint8)
+    mkey, mkeys = module_keys(frame)
     return RankOps(OpArrays.of(frame), frame, cell.astype(np.int64), [tuple(t) for t in uniq], op_names,
-                   proc.astype(np.int32), list(stems), status)
+                   proc.astype(np.int32), list(stems), status, mkey, mkeys)
 
 
 def cpp_unmatched(got: tuple, f: CppFile, refs: dict, process) -> tuple | None:

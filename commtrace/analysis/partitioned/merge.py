@@ -109,6 +109,7 @@ class RankFold:
         self.index: dict = {}
         self.facts: list = []               # rank_banner.RankFacts per rank
         self.regions: dict = {}             # rank -> its regions.RegionFigures.acc
+        self.modules: dict = {}             # rank -> its modules.ModuleFigures.acc
         self.windows: list = []             # windowing.RankWindow per rank (None: no window)
         self.layers: dict = {}              # C++ ops path -> cpp_layer.CppFile
 
@@ -143,6 +144,8 @@ class RankFold:
         self.facts.append(p.facts)
         if p.regions:
             self.regions[p.rank] = p.regions
+        if p.modules:
+            self.modules[p.rank] = p.modules
         self.windows.append(p.window)
         self.layers.update(p.layers)
 

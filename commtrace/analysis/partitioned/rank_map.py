@@ -24,7 +24,7 @@ from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
 from .cpp_layer import has_cpp, merged_rank_ops
-from .region_figures import rank_regions
+from .region_figures import rank_modules, rank_regions
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
@@ -61,6 +61,7 @@ class RankPartial:
     regions: dict = field(default_factory=dict)   # regions.RegionFigures.acc of this rank
     window: object = None        # windowing.RankWindow (None: no window)
     layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile
+    modules: dict = field(default_factory=dict)   # modules.ModuleFigures.acc of this rank
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -86,7 +87,9 @@ def map_rank(task: RankTask) -> RankPartial:
     steps = find_steps(spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)
     regions = rank_regions(region_spans, a, applied)
-    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions, applied)
+    modules = rank_modules(ops, applied)
+    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions, applied,
+                                          modules)
     shown = ops if applied is None else selected_ops(ops, applied.selected)
     cells, values = _cells(shown, task.rank, task.exact)
     n = len(shown.arrays.start) if shown is not None else 0
@@ -95,10 +98,11 @@ def map_rank(task: RankTask) -> RankPartial:
                        int(steps["step"].max()) if len(steps) else 0, first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
                        index,
-                       rank_facts(task.rank, procs, shown), regions.acc, rank_window(applied, ops, spans), layers)
+                       rank_facts(task.rank, procs, shown), regions.acc, rank_window(applied, ops, spans), layers,
+                       modules.acc if modules is not None else {})
 
 
-def _step_parts(waits, a, spans, steps, regions, applied=None):
+def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None):
     if a is None:
         regions.add_without_ops(spans)
         return {}, {}, {}
@@ -115,6 +119,8 @@ def _step_parts(waits, a, spans, steps, regions, applied=None):
         figures.add(r, t)
         outside.add(r, t)
         regions.add(r, t.comm)
+        if modules is not None:
+            modules.add(r, t.compute)
     stepping = np.isin(a.rank, list(outside.rows))
     if sel is not None:
         stepping &= sel

@@ -8,7 +8,7 @@ per-group lookup tables, with the reader's own checks (``read_process``) and
 clock alignment (``records.aligner``), so every value equals the frame's."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,8 @@ class RankOps:
     proc: np.ndarray          # per op: index into ``stems`` (the trace file it came from)
     stems: list               # trace file stems of the processes with ops
     status: np.ndarray        # per op: its record's status (schema.STATUS_*)
+    mkey: np.ndarray | None = None   # per op: index into ``mkeys`` (analysis.modules.ModuleFigures)
+    mkeys: list = field(default_factory=list)   # (module, phase) strings ("-" for none)
 
 
 def _key(v) -> str:
@@ -42,8 +44,9 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read); None when none."""
     cells: dict = {}
     op_names: list = []
+    mkeys: dict = {}
     parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "grad",
-                                   "cell", "proc", "status")}
+                                   "cell", "proc", "status", "mkey")}
     stems: list = []
     for pt in procs:
         rec = pt.records
@@ -83,6 +86,9 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["cell"].append(c_of[inv])
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
         parts["status"].append(rec["status"])
+        mk = np.array([mkeys.setdefault((_key(s.get("module")), _key(s.get("phase"))), len(mkeys)) for s in sigs],
+                      np.int64)
+        parts["mkey"].append(mk[si])
         stems.append(pt.stem)
     if not parts["t"]:
         return None
@@ -96,7 +102,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t, end=end, dur=dur, nbytes=c["sig_bytes"])
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
     waits = WaitColumns.of_arrays(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
-    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"])
+    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys))
 
 
 def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
@@ -109,7 +115,7 @@ def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
     sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected], dur=a.dur[selected],
                    nbytes=a.nbytes[selected])
     return RankOps(sub, None, ops.cell[selected], ops.cells, ops.op_names, ops.proc[selected], ops.stems,
-                   ops.status[selected])
+                   ops.status[selected], None if ops.mkey is None else ops.mkey[selected], ops.mkeys)
 
 
 def op_times(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray) -> tuple:

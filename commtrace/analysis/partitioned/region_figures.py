@@ -1,4 +1,5 @@
-"""The regions table (``commtrace.region``; analysis.regions) from per-rank parts.
+"""The regions table (``commtrace.region``; analysis.regions) and the per-module table
+(analysis.modules) from per-rank parts.
 
 A region's figures on a rank need only that rank's ops, communication set and
 region intervals, so the rank task builds its rank's ``RegionFigures`` (the
@@ -11,6 +12,7 @@ import pandas as pd
 
 from .. import intervals as iv
 from ..arrays import OpArrays
+from ..modules import ModuleFigures, merge_module_acc, module_table
 from ..regions import RegionFigures, merge_region_acc, region_table
 
 
@@ -44,3 +46,19 @@ def regions_table(per_rank: dict) -> pd.DataFrame:
     for r in sorted(per_rank):
         merge_region_acc(acc, per_rank[r])
     return region_table(acc)
+
+
+def rank_modules(ops, applied=None) -> ModuleFigures | None:
+    """One rank's ModuleFigures (the one-frame report's class), None when no op names a module."""
+    if ops is None or ops.mkey is None:
+        return None
+    return ModuleFigures(ops.arrays, ops.mkey, ops.mkeys, applied.selected if applied is not None else None,
+                         applied.bounds if applied is not None else None)
+
+
+def modules_table(per_rank: dict) -> pd.DataFrame | None:
+    """The per-module table from rank -> ModuleFigures.acc (as ModuleFigures.table over every rank)."""
+    acc: dict = {}
+    for r in sorted(per_rank):
+        merge_module_acc(acc, per_rank[r])
+    return module_table(acc)

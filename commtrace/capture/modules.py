@@ -1,0 +1,396 @@
+"""Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension.
+
+* ``module``: the innermost ``nn.Module`` running when an op is called, by its
+  fully qualified name from the root module (``layers.3.attention.wo``; the root
+  itself by its class name). Forward: torch's global module forward pre/post
+  hooks keep a per-thread stack. Backward: when a module's forward ends, a
+  pre-hook on the autograd node that made its first output (one C++ call; a
+  tensor or multi-grad hook costs ~10x more) marks the start of its backward,
+  and one on the node that made its first input (set when it begins) the end:
+  that node runs once the input's gradient is complete. The innermost module
+  whose backward began and has not ended is the op's. The context changes at module
+  boundaries only: the op wrappers' hot path is unchanged.
+* ``phase``: ``forward`` from the outermost module's forward pre hook to its
+  forward hook, unless a phase is set already (DDP's forward, an activation
+  recomputed in backward, a forward inside the optimizer step); ``backward``
+  and ``optimizer`` come from capture.phases as for DDP. The outermost forward
+  is also a compute span, as DDP's forward is.
+* ``detail`` (the op's role): ``fsdp_unshard`` (FSDP/FSDP2 all_gather of a unit's
+  parameters, prefetches included), ``fsdp_reduce_grad`` (the gradient
+  reduce_scatter, and HSDP's all_reduce / FSDP1 NO_SHARD's), ``dtensor_redistribute``
+  (a DTensor changing placements: TP's input/output layouts, sharding
+  propagation). An FSDP op issued where no module is running (FSDP2's final
+  backward callback) takes its unit's module.
+* Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module
+  hooks; the first thing each does is ask ``is_compiling``): ops issued there
+  keep the module of the compiled module's caller.
+* ``mesh`` meta lines: every DeviceMesh's dimension names and the group of each
+  dimension on this rank (the reader names the mesh dimension of each group).
+
+The module hooks cost every module call in the process a few microseconds, so
+they are installed only once the process builds a DeviceMesh or an FSDP module:
+a DDP-only or plain program keeps its per-module speed (and DDP's ops keep the
+DDP module label as their ``module``: its buckets are numbered per label).
+Everything is found by capability (hasattr), never by torch version.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+import weakref
+
+from ..trace import schema
+from .tbhide import drop_own_frame
+
+
+class ModuleTracker:
+    def __init__(self, hooks):
+        self.hooks = hooks            # capture.phases.PhaseHooks: context, spans, _patch
+        self.rec = hooks.rec
+        self.names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> name
+        self._tls = threading.local()  # .stack: [(name, token or None)] of the running forwards
+        self._bw: list[str] = []       # modules whose backward began and has not ended
+        self._on = False
+        self._meshes: set = set()
+        self._ended: "weakref.WeakSet" = weakref.WeakSet()  # modules that carry _forward_end
+
+    # -- installation -------------------------------------------------------
+    def install(self) -> None:
+        """Patch what turns the module hooks on and the roles (each only where torch has it),
+        each module right after the program imports it: importing DTensor or FSDP here would
+        change what the program sees (they register c10d's "fake" backend)."""
+        after = {
+            "torch.distributed.device_mesh": self._patch_mesh,
+            "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
+            "torch.distributed._composable.fsdp._fsdp_param_group": self._patch_fsdp2,   # older releases
+            "torch.distributed.fsdp._runtime_utils": self._patch_fsdp1_runtime,
+            "torch.distributed.fsdp._init_utils": self._patch_fsdp1_init,
+            # Later ``from ... import redistribute_local_tensor`` (DTensor's dispatcher, _api) get the patched one.
+            "torch.distributed.tensor._redistribute": self._patch_dtensor,
+            "torch.distributed._tensor.redistribute": self._patch_dtensor,                # older releases
+        }
+        finder = _AfterImport(after)
+        for name in list(after):
+            mod = sys.modules.get(name)
+            if mod is not None:
+                after.pop(name)(mod)
+        if after:
+            sys.meta_path.insert(0, finder)
+            self.hooks.originals.append(("hook", finder))
+        self.hooks.after_backward.append(self._backward_done)
+
+    def enable(self) -> None:
+        """Install the global module hooks (once)."""
+        if self._on or not self.hooks.originals:  # not on twice; not after PhaseHooks.uninstall
+            return
+        from torch.nn.modules import module as nn_module
+        if not hasattr(nn_module, "register_module_forward_pre_hook"):
+            return
+        self._on = True
+        import torch
+        global _compiling
+        _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or \
+            getattr(getattr(torch, "_dynamo", None), "is_compiling", None) or _never
+        self._grad_enabled = torch.is_grad_enabled
+        self._Tensor = torch.Tensor
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre)]
+        self.hooks.originals.append(("hook", self._handles[0]))
+        _TRACKER[:] = [self]
+
+    def disable(self) -> None:
+        """Remove the module hooks (benchmarks/bench_modules.py compares on and off)."""
+        if not self._on:
+            return
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._ended = weakref.WeakSet()
+        self._tls = threading.local()
+        self._bw.clear()
+        _TRACKER.clear()
+        self._on = False
+
+    # -- names ----------------------------------------------------------------
+    def name_of(self, module) -> str:
+        name = self.names.get(module)
+        if name is None:
+            # A root (or a module no running root contains): it and its submodules are named now.
+            name = type(module).__name__
+            self.names[module] = name
+            for sub_name, sub in module.named_modules():
+                if sub_name and sub not in self.names:
+                    self.names[sub] = sub_name
+        return name
+
+    # -- forward --------------------------------------------------------------
+    def _stack(self) -> list:
+        s = getattr(self._tls, "stack", None)
+        if s is None:
+            s = self._tls.stack = []
+        return s
+
+    def _ddp_scope(self) -> bool:
+        """Inside a DDP module's step: its ops keep the DDP label (its buckets are counted per label)."""
+        return self.rec.context_field("module") in self.hooks.ddp_labels
+
+    def _pre(self, module, args):
+        if _compiling():  # Dynamo traces module hooks: inside torch.compile the tracker is a no-op
+            return None
+        stack = self._stack()
+        if module not in self._ended:
+            self._add_end_hook(module)
+        if self._ddp_scope():
+            stack.append(None)
+            return None
+        name = self.name_of(module)
+        rec = self.rec
+        token = None
+        if not stack and rec.context_field("phase") is None:
+            hooks = self.hooks
+            outer = hooks._enter_compute()
+            token = (rec.push_context(phase="forward", module=name), outer,
+                     hooks.steps.compute_begins() if outer else 0, time.monotonic_ns(), self._grad_enabled())
+        else:
+            rec.set_context_field("module", name)
+        stack.append((name, token))
+        if self._grad_enabled():
+            node = _first_node(args, self._Tensor)
+            if node is not None:
+                node.register_prehook(functools.partial(self._bw_leave, name))
+        return None
+
+    def _add_end_hook(self, module) -> None:
+        """The end of a forward is a hook of the module's own, added the first time it runs:
+        torch runs global forward hooks before the module's, and the module's own (TP's
+        output layouts) still belong to it. ``_forward_end`` is a module-level function:
+        the module still pickles and deep-copies."""
+        self._ended.add(module)
+        if any(h is _forward_end for h in getattr(module, "_forward_hooks", {}).values()):
+            return  # a deep copy of a module that had it already
+        try:  # always_call: the stack stays right when a forward raises
+            handle = module.register_forward_hook(_forward_end, always_call=True)
+        except TypeError:
+            handle = module.register_forward_hook(_forward_end)
+        self.hooks.originals.append(("hook", handle))
+        self._handles.append(handle)
+
+    def _post(self, module, args, output):
+        stack = self._stack()
+        if not stack:
+            return None
+        entry = stack.pop()
+        if entry is None:
+            return None
+        name, token = entry
+        rec = self.rec
+        if token is not None:
+            ctx, outer, step, t0, grad = token
+            hooks = self.hooks
+            hooks._leave_compute()
+            if outer:
+                hooks._write_span("forward", t0, step, name, grad=grad)
+            rec.pop_context(ctx)
+        elif stack and stack[-1] is not None:
+            rec.set_context_field("module", stack[-1][0])
+        else:  # a forward recomputed in backward (activation checkpointing) ends
+            rec.set_context_field("module", self._bw[-1] if self._bw else None)
+        if self._grad_enabled():
+            node = _first_node(output, self._Tensor)
+            if node is not None:
+                node.register_prehook(functools.partial(self._bw_enter, name))
+        return None
+
+    # -- backward -------------------------------------------------------------
+    def _bw_enter(self, name, *_):
+        if self._ddp_scope():
+            return
+        self._bw.append(name)
+        self.rec.set_context_field("module", name)
+
+    def _bw_leave(self, name, *_):
+        bw = self._bw
+        for i in range(len(bw) - 1, -1, -1):
+            if bw[i] == name:
+                del bw[i]
+                if not self._ddp_scope():
+                    self.rec.set_context_field("module", bw[-1] if bw else None)
+                return
+
+    def _backward_done(self) -> None:
+        self._bw.clear()
+
+    # -- roles ----------------------------------------------------------------
+    def _scope(self, detail: str, unit=None):
+        """Wrap a function: its ops get ``detail``; ``unit(args)`` gives the module an op
+        takes when no module is running."""
+        rec, tracker = self.rec, self
+
+        def make(orig):
+            @functools.wraps(orig)
+            def scoped(*args, **kwargs):
+                token = rec.push_context_field("detail", detail)
+                if unit is not None and rec.context_field("module") is None:
+                    mod = unit(args)
+                    if mod is not None:
+                        rec.set_context_field("module", tracker.name_of(mod))
+                try:
+                    return orig(*args, **kwargs)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
+                finally:
+                    rec.pop_context(token)
+            return scoped
+        return make
+
+    def _enabling(self, orig):
+        tracker = self
+
+        @functools.wraps(orig)
+        def enabling(*args, **kwargs):
+            tracker.enable()
+            return orig(*args, **kwargs)
+        return enabling
+
+    def _patch_fsdp2(self, pg_mod) -> None:
+        cls = getattr(pg_mod, "FSDPParamGroup", None)
+        if cls is None:
+            return
+
+        def unit(args):
+            mods = getattr(args[0], "modules", None) if args else None
+            return mods[0] if mods else None
+        for name, detail in (("unshard", "fsdp_unshard"), ("post_backward", "fsdp_reduce_grad")):
+            if name in vars(cls):
+                self.hooks._patch(cls, name, self._scope(detail, unit))
+        if "lazy_init" in vars(cls):  # FSDP2 without a mesh given still builds one; this is the backstop
+            self.hooks._patch(cls, "lazy_init", self._enabling)
+
+    def _patch_fsdp1_runtime(self, rt) -> None:
+        def unit(args):  # (state, handle, ...): the FSDP instance is the state
+            return args[0] if args else None
+        for name, detail in (("_unshard", "fsdp_unshard"), ("_reduce_grad", "fsdp_reduce_grad"),
+                             ("_reduce_grad_no_shard", "fsdp_reduce_grad")):
+            if callable(getattr(rt, name, None)):
+                self.hooks._patch(rt, name, self._scope(detail, unit))
+
+    def _patch_fsdp1_init(self, init) -> None:
+        if callable(getattr(init, "_init_process_group_state", None)):  # called by FSDP.__init__
+            self.hooks._patch(init, "_init_process_group_state", self._enabling)
+
+    def _patch_dtensor(self, src) -> None:
+        """``redistribute_local_tensor`` does every DTensor placement change."""
+        if callable(getattr(src, "redistribute_local_tensor", None)):
+            self.hooks._patch(src, "redistribute_local_tensor", self._scope("dtensor_redistribute"))
+
+    def _patch_mesh(self, dm) -> None:
+        cls = getattr(dm, "DeviceMesh", None)
+        if cls is None or "__init__" not in vars(cls):
+            return
+        tracker = self
+
+        def make(orig):
+            @functools.wraps(orig)
+            def __init__(mesh, *args, **kwargs):
+                try:
+                    orig(mesh, *args, **kwargs)
+                except BaseException as e:
+                    drop_own_frame(e)
+                    raise
+                tracker.enable()
+                tracker._note_mesh(mesh)
+            return __init__
+        self.hooks._patch(cls, "__init__", make)
+
+    def _note_mesh(self, mesh) -> None:
+        """A ``mesh`` meta line: the dimension names and this rank's group of each."""
+        names = getattr(mesh, "mesh_dim_names", None)
+        dims = []
+        try:
+            ndim = mesh.ndim
+        except Exception:
+            return
+        for i in range(ndim):
+            try:
+                group = mesh.get_group(i)
+                gname = str(group.group_name)
+            except Exception:  # this rank is not in the mesh, or no group yet
+                continue
+            dims.append({"dim": i, "name": str(names[i]) if names and i < len(names) else str(i), "group": gname})
+        key = tuple((d["name"], d["group"]) for d in dims)
+        if not dims or key in self._meshes:
+            return
+        self._meshes.add(key)
+        self.rec.add_meta({"type": schema.META_MESH, "dims": dims})
+
+
+class _AfterImport:  # a meta path finder (importlib.abc would cost every import)
+    """Calls ``after[name](module)`` right after module ``name`` has loaded; leaves
+    sys.meta_path once every name has (or at ``remove``)."""
+
+    def __init__(self, after: dict):
+        self.after = after
+
+    def find_spec(self, fullname, path, target=None):
+        patch = self.after.get(fullname)
+        if patch is None:
+            return None
+        del self.after[fullname]
+        if not self.after:
+            self.remove()
+        import importlib.machinery
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        orig_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            orig_exec(module)
+            try:
+                patch(module)
+            except Exception as exc:  # annotations are optional; the program's import is not
+                sys.stderr.write(f"commtrace: module annotations of {fullname} disabled: {exc}\n")
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+_TRACKER: list = []  # the enabled ModuleTracker (one per process)
+
+
+def _never() -> bool:
+    return False
+
+
+_compiling = _never   # torch.compiler.is_compiling once the tracker is on
+
+
+def _forward_end(module, args, output):
+    if _compiling():
+        return
+    if _TRACKER:
+        _TRACKER[0]._post(module, args, output)
+
+
+def _first_node(value, tensor_type):
+    """The autograd node that made the first tensor with one in a module's inputs or output
+    (one level of tuple/list/dict), if it takes pre-hooks; else None (a leaf, no grad)."""
+    if isinstance(value, tensor_type):
+        items = (value,)
+    elif isinstance(value, (tuple, list)):
+        items = value
+    elif isinstance(value, dict):
+        items = value.values()
+    else:
+        return None
+    for t in items:
+        if isinstance(t, tensor_type):
+            node = t.grad_fn
+            if node is not None and hasattr(node, "register_prehook"):
+                return node
+    return None

@@ -1,0 +1,159 @@
+"""FSDP2, tensor parallel and 2-D (FSDP2 x TP) runs: every op in forward and backward
+names its module, phase, role and mesh dimension, and the per-module counts equal
+those of torch's own CommDebugMode, run on the same steps inside the traced program
+(tests/capture/workers/parallel.py).
+
+CommDebugMode counts an op under the module its tracker names and under every
+parent of it. Its tracker never ends a module's backward: an op issued after a
+submodule's backward is over (FSDP2's reduce_scatter of ``layers.1``, issued once
+the gradient reached the block's input) is counted under the last submodule whose
+backward began (``layers.1.norm``), where commtrace names the block. So counts are
+compared, including submodules, for the modules that communicate by plan: the root,
+the FSDP units and the tensor-parallel Linears.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import helpers as h
+from helpers import worker
+
+from commtrace.trace import schema
+
+STEPS = 2
+UNITS = ("layers.0", "layers.1")
+TP_LINEARS = ("layers.0.up", "layers.0.down", "layers.1.up", "layers.1.down")
+
+
+def _launch(tmp, scenario: str, world: int, traced: bool = True):
+    out = tmp / ("out" if traced else "plain")
+    args = [worker("parallel.py"), scenario, world, h.free_port(), out, STEPS]
+    cmd = h.commtrace_cmd(tmp / "run", *args) if traced else [h.PY, *args]
+    h.run(cmd, timeout=400, env=h.clean_env()).check(0)
+    return [json.loads((tmp / f"{out.name}.{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.fixture(scope="module", params=[("fsdp2-keep", 2), ("fsdp2-prefetch", 2), ("tp", 2), ("2d", 4)],
+                ids=["fsdp2-keep", "fsdp2-prefetch", "tp", "2d"])
+def launched(request, tmp_path_factory):
+    scenario, world = request.param
+    tmp = tmp_path_factory.mktemp(scenario)
+    return scenario, world, _launch(tmp, scenario, world), h.load(tmp / "run"), tmp
+
+
+def _op_kind(name: str) -> str:
+    n = name.replace("_", "")
+    for kind in ("allgather", "reducescatter", "allreduce"):
+        if kind in n:
+            return {"allgather": "all_gather", "reducescatter": "reduce_scatter", "allreduce": "all_reduce"}[kind]
+    return name
+
+
+def _cdm_counts(result: dict, module: str) -> dict:
+    """CommDebugMode's count per (phase, op) for ``module`` (our name) over every step."""
+    key = result["root"] if module == result["root"] else f"{result['root']}.{module}"
+    out: dict = {}
+    for step in result["steps"]:
+        for phase, ops in step["modules"].get(key, {}).items():
+            for op, n in ops.items():
+                out[(phase, _op_kind(op))] = out.get((phase, _op_kind(op)), 0) + n
+    return {k: v for k, v in out.items() if v}
+
+
+def _our_counts(d, module: str, root: str) -> dict:
+    """Our ops per (phase, op) named ``module`` or one of its submodules (the root: every module)."""
+    mods = d["module"].astype(str)
+    inside = (mods == module) | mods.str.startswith(module + ".") if module != root else d["module"].notna()
+    sel = d[inside & d["phase"].isin(["forward", "backward"])]
+    return {(str(p), str(o)): int(n) for (p, o), n in sel.groupby(["phase", "op"], observed=True).size().items() if n}
+
+
+def test_module_counts_equal_comm_debug_mode(launched):
+    scenario, world, results, df, _ = launched
+    compared = 0
+    for r in range(world):
+        res, d = results[r], df[df["rank"] == r]
+        root = res["root"]
+        modules = [root, *(UNITS if scenario != "tp" else ()), *(TP_LINEARS if scenario in ("tp", "2d") else ())]
+        for m in modules:
+            assert _our_counts(d, m, root) == _cdm_counts(res, m), (scenario, r, m)
+            compared += 1
+        # Every op CommDebugMode saw (its "Global" entry) is one of ours in forward or backward.
+        total = sum(n for step in res["steps"] for ops in step["modules"]["Global"].values() for n in ops.values())
+        assert total == int(d["phase"].isin(["forward", "backward"]).sum())
+    assert compared >= world * 3
+
+
+def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched):
+    scenario, world, _, df, _ = launched
+    fb = df[df["phase"].isin(["forward", "backward"])]
+    assert len(fb) and fb["module"].notna().all()
+    roles = set(fb["detail"].astype(str))
+    assert roles <= set(schema.ROLE_DETAILS) == {"fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute"}
+    if scenario.startswith("fsdp2") or scenario == "2d":
+        fsdp = fb[fb["op"].isin(["all_gather", "reduce_scatter"]) & (fb["mesh_dim"] == "dp")]
+        assert set(fsdp["detail"].astype(str)) == {"fsdp_unshard", "fsdp_reduce_grad"}
+        assert set(fsdp[fsdp["op"] == "all_gather"]["detail"].astype(str)) == {"fsdp_unshard"}
+        assert set(fsdp[fsdp["op"] == "reduce_scatter"]["detail"].astype(str)) == {"fsdp_reduce_grad"}
+        # The forward all_gathers (prefetched ones included) are phase forward, not "-".
+        assert (fsdp["phase"] == "forward").sum() > 0
+    if scenario in ("tp", "2d"):
+        tp = fb[fb["mesh_dim"] == "tp"]
+        assert len(tp) and set(tp["detail"].astype(str)) == {"dtensor_redistribute"}
+        assert set(tp["module"].astype(str)) <= set(TP_LINEARS)
+    expected_dims = {"fsdp2-keep": {"dp"}, "fsdp2-prefetch": {"dp"}, "tp": {"tp"}, "2d": {"dp", "tp"}}[scenario]
+    assert set(fb["mesh_dim"].dropna().astype(str)) == expected_dims
+
+
+def test_reshard_after_forward_off_gathers_once_per_unit(launched):
+    """By hand: every step gathers the root and both units in forward; with
+    reshard_after_forward on they are freed after forward and gathered again in
+    backward (3 more), with it off they stay gathered (none)."""
+    scenario, world, _, df, _ = launched
+    if not scenario.startswith("fsdp2"):
+        pytest.skip("FSDP2 only")
+    for r in range(world):
+        d = df[(df["rank"] == r) & (df["detail"] == "fsdp_unshard")]
+        fwd, bwd = (int((d["phase"] == p).sum()) for p in ("forward", "backward"))
+        assert fwd == STEPS * 3  # the root and both units, every step
+        assert bwd == (0 if scenario == "fsdp2-keep" else STEPS * 3), (scenario, r, bwd)
+
+
+def test_report_shows_per_module_table(launched):
+    scenario, world, _, df, tmp = launched
+    res = h.run([h.PY, "-m", "commtrace", "report", tmp / "run", "--json", "-"], timeout=200).check(0)
+    rows = json.loads(res.stdout)["by_module"]
+    fb = df[df["phase"].isin(["forward", "backward"])]
+    got = {(r["module"], r["phase"]): r["ops"] for r in rows if r["phase"] in ("forward", "backward")}
+    want = {(str(m), str(p)): int(n) for (m, p), n in fb.groupby(["module", "phase"], observed=True).size().items()
+            if n}
+    assert got == want
+    assert all(0 <= r["exposed_ns"] <= r["comm_ns"] for r in rows)
+    text = h.run([h.PY, "-m", "commtrace", "report", tmp / "run", "--width", "160"], timeout=200).check(0).stdout
+    assert "Per module" in text and "layers.0" in text
+
+
+def test_tp_traced_result_identical_to_untraced(launched, tmp_path):
+    scenario, world, results, _, _ = launched
+    if scenario != "tp":
+        pytest.skip("one scenario suffices")
+    plain = _launch(tmp_path, scenario, world, traced=False)
+    assert [p["hash"] for p in plain] == [r["hash"] for r in results]
+    assert [p["steps"] for p in plain] == [r["steps"] for r in results]
+
+
+def test_torch_compile_with_a_mesh_behaves_as_untraced(tmp_path):
+    """Dynamo traces module hooks: once a DeviceMesh turned the tracker on, a compiled
+    module must still compile (no error, no graph break) and compute the same."""
+    results = []
+    for traced in (True, False):
+        out = tmp_path / ("traced.json" if traced else "plain.json")
+        args = [worker("mesh_compile.py"), h.free_port(), out]
+        h.run(h.commtrace_cmd(tmp_path / "run", *args) if traced else [h.PY, *args], timeout=400,
+              env=h.clean_env()).check(0)
+        results.append(json.loads(out.read_text()))
+    assert results[0] == results[1] and results[0]["graph_breaks"] == 0
+    df = h.load(tmp_path / "run")
+    assert list(df["op"]) == ["all_reduce", "all_reduce"]
