@@ -1,4 +1,4 @@
-"""The module tracker's cost (capture.modules): per op, and per module call, on and off side by side.
+"""The module tracker's cost (capture.module_tracker): per op, and per module call, on and off side by side.
 
 One process, ``commtrace.start()``, a one-rank gloo group (traced). The tracker is
 switched on and off between blocks (``ModuleTracker.enable`` / ``disable``), the
@@ -118,7 +118,7 @@ def markdown(res: dict) -> str:
         lines.append(f"| {name} | {off:.2f} | {on:.2f} | {add:+.2f} | {sp[0]:+.2f}..{sp[1]:+.2f} | {ratio:.3f} |")
     return ("## Module tracker (bench_modules.py)\n\n"
             "FSDP / FSDP2 / tensor-parallel processes (once a DeviceMesh or an FSDP module exists) name the module "
-            "of every op (capture.modules). On and off alternate in blocks, "
+            "of every op (capture.module_tracker). On and off alternate in blocks, "
             f"{res['reps']} blocks each; medians of the paired differences. The op wrappers' hot path is "
             "unchanged (budget +0.5 µs per op); the cost is per module call, paid by every module of the process "
             "(the ratio row: 33 tiny Linear layers, the worst case). DDP-only processes never turn it on: "

@@ -1,6 +1,6 @@
 """Per module and phase: ops, bytes, communication and exposed communication (pure).
 
-An op belongs to the (module, phase) it was called in (capture.modules: the
+An op belongs to the (module, phase) it was called in (capture.module_tracker: the
 innermost nn.Module running, by its name from the root; DDP's ops: the DDP
 module's label). On each rank, a key's communication time is the length of the
 union of its ops' intervals (inside the rank's window); its exposed

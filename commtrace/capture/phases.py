@@ -91,8 +91,8 @@ class PhaseHooks:
         self.originals: list[tuple] = []
         self._labels: dict[str, int] = {}
         self._pending_labels: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self.ddp_labels: set[str] = set()   # the labels of the DDP modules seen (capture.modules)
-        self.after_backward: list = []      # called when a backward pass ends (capture.modules)
+        self.ddp_labels: set[str] = set()   # the labels of the DDP modules seen (capture.module_tracker)
+        self.after_backward: list = []      # called when a backward pass ends (capture.module_tracker)
 
     # -- installation -----------------------------------------------------------
     def install(self) -> None:
@@ -138,7 +138,7 @@ class PhaseHooks:
         self._opt_tokens: list = []
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
         self.originals.append(("hook", register_optimizer_step_post_hook(self._opt_post)))
-        from .modules import ModuleTracker
+        from .module_tracker import ModuleTracker
         self.module_tracker = ModuleTracker(self)
         self.module_tracker.install()
         del torch
@@ -209,7 +209,7 @@ class PhaseHooks:
                 hooks._leave_compute()
                 module = rec.context_fields().get("module")
                 if module not in hooks.ddp_labels:
-                    module = None  # a submodule's name (capture.modules): the span is not that module's
+                    module = None  # a submodule's name (capture.module_tracker): the span is not that module's
                 rec.pop_context(token)
                 rec.set_context(module=None)
                 for done in hooks.after_backward:

@@ -223,7 +223,7 @@ class Recorder:
         self._set_context_key(tuple(sorted(ctx.items())) or None)
 
     def set_context_field(self, name: str, value) -> None:
-        """``set_context(**{name: value})`` for a field that changes often (capture.modules sets
+        """``set_context(**{name: value})`` for a field that changes often (capture.module_tracker sets
         ``module`` at every module boundary): each (context, field, value) is merged once."""
         k = (self.context_key, name, value)
         hit = self._field_cache.get(k)

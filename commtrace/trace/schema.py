@@ -225,7 +225,7 @@ META_DDP_BUCKETS = "ddp_buckets"  # module, from_iteration, buckets: [[param nam
 META_MESH = "mesh"                # dims: [{dim, name, group}]: a DeviceMesh's dimensions and this rank's group
                                   # (name of a "group" line) in each
 
-# Values of the ``detail`` annotation that name an FSDP / DTensor op's role (capture.modules).
+# Values of the ``detail`` annotation that name an FSDP / DTensor op's role (capture.module_tracker).
 ROLE_DETAILS = ("fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute")
 
 # Values of the ``phase`` annotation.
