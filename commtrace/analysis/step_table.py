@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..trace import schema
 from . import intervals as iv
 from .arrays import OpArrays, rows_by_rank
 from .native_ext import kernels
@@ -59,8 +60,11 @@ class WaitColumns:
         ret = frame["t_return_ns"].array if "t_return_ns" in frame else None
         ret = ret if isinstance(ret, pd.arrays.IntegerArray) else None
         sync = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
-        detail = frame["detail"].cat.codes.to_numpy() >= 0 if "detail" in frame and \
-            isinstance(frame["detail"].dtype, pd.CategoricalDtype) else None
+        detail = None
+        if "detail" in frame and isinstance(frame["detail"].dtype, pd.CategoricalDtype):
+            codes = frame["detail"].cat.codes.to_numpy()
+            waits = np.array([schema.detail_waits_in_place(c) for c in frame["detail"].cat.categories] + [False])
+            detail = waits[codes]   # code -1 (no detail) reads the last entry: False
         self._set(a, None if ret is None else ret._data, None if ret is None else ret._mask, sync, detail,
                   gradient_buckets(frame))
 

@@ -228,6 +228,14 @@ META_MESH = "mesh"                # dims: [{dim, name, group}]: a DeviceMesh's d
 # Values of the ``detail`` annotation that name an FSDP / DTensor op's role (capture.module_tracker).
 ROLE_DETAILS = ("fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute")
 
+
+def detail_waits_in_place(detail) -> bool:
+    """Whether an op with this ``detail`` is one DDP or Join waits for where it is issued
+    (its construction checks, bucket rebuild, buffers, Join's shadow ops). A role
+    (``ROLE_DETAILS``) says where an FSDP/TP op comes from, not that anyone waits for it:
+    its wait ends at its return, as for any async op."""
+    return detail is not None and detail not in ROLE_DETAILS
+
 # Values of the ``phase`` annotation.
 PHASES = ("ddp_init", "forward", "backward", "optimizer", "join", "other")
 

@@ -65,3 +65,11 @@ def test_op_kinds_table_gives_every_op_property():
     assert schema.op_kind("all_to_all").letter == "A" and schema.op_kind("new_op") is schema.OTHER_OP
     # bus factor 2(n-1)/n, (n-1)/n or 1, from the table: 8 ranks
     assert [bus_factor(op, 8) for op in ("all_reduce", "all_gather", "broadcast", "new_op")] == [1.75, 0.875, 1.0, 1.0]
+
+
+def test_which_details_mean_the_caller_waits_where_it_issues():
+    from commtrace.trace import schema
+    # DDP's and Join's own ops are waited for in place; an FSDP/TP role only says where an op comes from
+    assert schema.detail_waits_in_place("param_check") and schema.detail_waits_in_place("bucket_rebuild")
+    assert not any(schema.detail_waits_in_place(r) for r in schema.ROLE_DETAILS)
+    assert not schema.detail_waits_in_place(None)

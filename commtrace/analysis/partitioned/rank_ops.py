@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...trace import reader, records
+from ...trace import reader, records, schema
 from ...trace.annotations import is_gradient_allreduce
 from ..arrays import NA_KEY, OpArrays, dense_codes
 from ..native_ext import kernels
@@ -67,7 +67,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
         nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
         is_async = np.array([bool(s.get("async")) for s in sigs])
-        det = np.array([s.get("detail") is not None for s in sigs])      # one of DDP's/Join's own ops
+        det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
         grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
                          and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
         si, gi = slut[rec["sig"]], glut[rec["group"]]

@@ -48,7 +48,7 @@ class Net(nn.Module):
 
 
 def _tp_plan(sequence_parallel: bool) -> dict:
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
     plan = {}
     for i in range(2):
