@@ -5,9 +5,12 @@ One launch of workers/all_ops.py per configuration (spawn 2 ranks, mpirun 2 and
 """
 from __future__ import annotations
 
+import inspect
 import pickle
 
 import pandas as pd
+import torch.distributed as dist
+
 import helpers as h
 
 F = 4  # float32
@@ -16,6 +19,11 @@ F = 4  # float32
 def _pickled(obj) -> int:
     # torch's _object_to_tensor pickles with pickle.Pickler (default protocol)
     return len(pickle.dumps(obj))
+
+
+def _names_called(fn) -> tuple:
+    """The global names a torch.distributed function's own code refers to (what it calls)."""
+    return inspect.unwrap(fn).__code__.co_names
 
 
 def expected_world_ops(W: int, r: int) -> list[tuple]:
@@ -50,9 +58,11 @@ def expected_world_ops(W: int, r: int) -> list[tuple]:
     add("all_gather", "_allgather_base", 3 * F, asy=True)
     add("reduce_scatter", "_reduce_scatter_base", 2 * F * W, red="SUM", asy=True)
     add("all_to_all", "alltoall_base", 2 * F * W, asy=True)
-    # all_gather_object: sizes (int64[1]), then the pickles padded to the largest
-    add("all_gather", "allgather", 8)
-    add("all_gather", "allgather", max(_pickled({"rank": i, "pad": "x" * i}) for i in range(W)))
+    # all_gather_object: sizes (int64[1]), then the pickles padded to the largest (torch 2.15 sends
+    # both through all_gather_single: the variant is the one torch's own code calls)
+    obj = "all_gather_single" if "all_gather_single" in _names_called(dist.all_gather_object) else "allgather"
+    add("all_gather", obj, 8)
+    add("all_gather", obj, max(_pickled({"rank": i, "pad": "x" * i}) for i in range(W)))
     # broadcast_object_list of 2 objects: sizes (int64[2]), then all pickles concatenated
     objs = [{"from": 0, "v": [1, 2, 3]}, "second"]
     add("broadcast", "broadcast", 16, root=0)
@@ -232,5 +242,7 @@ def test_every_traced_method_reaches_the_wrapper(all_ops):
     worker (through torch.distributed, DDP-free C++ callers or the group object) and recorded."""
     from commtrace.capture import ops
     seen = set(all_ops.frame["variant"].astype(str))
-    expected = {name for name, spec in ops.SPECS.items() if not spec.p2p}
+    # gloo does not implement the single-tensor gather of torch 2.15 (gather_single and its alias
+    # gather_into_tensor): nothing reaches them here; test_api checks statically that they are traced.
+    expected = {name for name, spec in ops.SPECS.items() if not spec.p2p} - {"gather_single", "gather_into_tensor"}
     assert expected - seen == set()
