@@ -4,7 +4,6 @@ Each program writes, per rank, the loss of every micro-batch it trained on (in
 order) to ``<out>.rank<N>`` as JSON, so a test compares traced and untraced runs.
 """
 import json
-import os
 
 import torch
 
@@ -19,7 +18,3 @@ def write_losses(out: str, rank: int, losses: list) -> None:
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump([float(x) for x in losses], f)
 
-
-def rank() -> int:
-    import torch.distributed as dist
-    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))

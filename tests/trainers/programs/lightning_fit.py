@@ -10,7 +10,6 @@ DDP's ``no_sync()``). MODE ``manual``: manual optimization, 4 batches per rank,
 Lightning runs inside the DDP forward): 4 optimizer steps.
 STRATEGY ``ddp`` (under torchrun) or ``ddp_spawn`` (Lightning starts the ranks).
 """
-import os
 import sys
 
 import torch
