@@ -48,7 +48,7 @@ def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="trace an unmodified script", epilog=RUN_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        usage="commtrace run [-o DIR] [--hang-timeout S [--abort-on-hang]] [--keep-last N] "
-                             "[--steps A:B|every:K] (-m MODULE | SCRIPT) [ARGS...]")
+                             "[--steps A:B|every:K] [--no-launcher-env] (-m MODULE | SCRIPT) [ARGS...]")
     p.add_argument("-o", "--output", metavar="DIR", help="run directory (default ./commtrace-out/<run-id>)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module as __main__, like python -m")
     p.add_argument("--hang-timeout", type=float, metavar="SECONDS",
@@ -57,6 +57,9 @@ def _run_parser(sub) -> None:
     p.add_argument("--keep-last", metavar="N", help="bounded mode: keep only the last N ops per process (a ring)")
     p.add_argument("--steps", metavar="A:B|every:K",
                    help="bounded mode: write ops in full only during these optimizer steps; count the others")
+    p.add_argument("--no-launcher-env", dest="launcher_env", action="store_false",
+                   help="leave RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT unset under mpirun and srun "
+                        "(also COMMTRACE_LAUNCHER_ENV=0)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] (or ARGS... with -m)")
 
 
@@ -120,7 +123,8 @@ def _cmd_run(ns) -> int:
     except ValueError as e:
         raise CommtraceError(f"run: --{str(e).replace('_', '-', 1)}") from None
     args = list(ns.target)
-    common = dict(output=ns.output, hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang, bounded=bounded)
+    common = dict(output=ns.output, hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang, bounded=bounded,
+                  launcher_env=ns.launcher_env)
     if ns.module:
         opts = RunOptions(target=ns.module, args=args, is_module=True, **common)
     else:

@@ -78,6 +78,14 @@ def apply_rank_env(info: LaunchInfo, env: MutableMapping[str, str]) -> list[str]
     return set_names
 
 
+ENV_LAUNCHER_ENV = "COMMTRACE_LAUNCHER_ENV"   # 0/false/no/off: leave the launcher variables alone
+
+
+def launcher_env_wanted(env: Mapping[str, str]) -> bool:
+    """False when the user asked commtrace not to set launcher variables."""
+    return env.get(ENV_LAUNCHER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def needs_rendezvous(info: LaunchInfo, env: Mapping[str, str]) -> bool:
     return info.is_mpi and ("MASTER_ADDR" not in env or "MASTER_PORT" not in env)
 

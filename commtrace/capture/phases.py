@@ -27,6 +27,13 @@ batched ``spans`` meta lines), so
 the report can tell communication that overlapped computation from
 communication the step waited for. Each span carries the number of the
 optimizer step it belongs to (``step``, see :class:`StepCounter`).
+"Outermost" is per phase: a span nested in a span of another phase is
+written too. Trainers nest them: ``optimizer.step(closure)`` runs the
+closure's forward and backward inside the optimizer step (Lightning's
+automatic optimization does so for the last micro-batch of every step), and
+Lightning runs ``training_step`` -- with its manual backward and optimizer
+step -- inside the DDP forward. Nested spans overlap their outer span; the
+report takes the union of a rank's spans, so no time counts twice.
 """
 from __future__ import annotations
 
@@ -83,9 +90,10 @@ class PhaseHooks:
     def __init__(self, rec: Recorder):
         self.rec = rec
         self.steps = StepCounter()
-        # Compute spans nest (autograd.grad inside a forward, an LBFGS closure's
-        # forward inside the optimizer step): only the outermost one per thread is
-        # written, so spans never double-count the same time.
+        # Compute spans of one phase nest (a DDP module inside another's forward,
+        # an optimizer step inside another's, as PostLocalSGDOptimizer does): only
+        # the outermost one per thread and phase is written, so a phase's spans
+        # count each forward, backward pass and optimizer step once.
         self._depth = threading.local()
         self.modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ddp -> state
         self.originals: list[tuple] = []
@@ -176,14 +184,15 @@ class PhaseHooks:
         return make
 
     # -- compute spans ------------------------------------------------------------
-    def _enter_compute(self) -> bool:
-        """True for the outermost compute span of this thread (call _leave_compute after)."""
-        depth = getattr(self._depth, "n", 0)
-        self._depth.n = depth + 1
+    def _enter_compute(self, phase: str) -> bool:
+        """True for the outermost compute span of ``phase`` on this thread (call
+        _leave_compute(phase) after)."""
+        depth = getattr(self._depth, phase, 0)
+        setattr(self._depth, phase, depth + 1)
         return depth == 0
 
-    def _leave_compute(self) -> None:
-        self._depth.n -= 1
+    def _leave_compute(self, phase: str) -> None:
+        setattr(self._depth, phase, getattr(self._depth, phase) - 1)
 
     def _write_span(self, phase: str, t_begin: int, step: int, module=None, grad: bool = True) -> None:
         self.rec.add_span(phase, t_begin, time.monotonic_ns(), step, module, grad)
@@ -197,7 +206,7 @@ class PhaseHooks:
         @functools.wraps(orig)
         def backward(*args, **kwargs):
             token = rec.push_context(phase="backward")
-            outer = hooks._enter_compute()
+            outer = hooks._enter_compute("backward")
             step = hooks.steps.compute_begins() if outer else 0
             t0 = time.monotonic_ns()
             try:
@@ -206,7 +215,7 @@ class PhaseHooks:
                 drop_own_frame(e)
                 raise
             finally:
-                hooks._leave_compute()
+                hooks._leave_compute("backward")
                 module = rec.context_fields().get("module")
                 if module not in hooks.ddp_labels:
                     module = None  # a submodule's name (capture.module_tracker): the span is not that module's
@@ -245,7 +254,7 @@ class PhaseHooks:
         return join_round
 
     def _opt_pre(self, optimizer, args, kwargs):
-        outer = self._enter_compute()
+        outer = self._enter_compute("optimizer")
         step = self.steps.optimizer_begins(optimizer) if outer else 0
         self._opt_tokens.append((self.rec.push_context(phase="optimizer"), outer, step, time.monotonic_ns()))
 
@@ -255,7 +264,7 @@ class PhaseHooks:
         if not self._opt_tokens:
             return
         token, outer, step, t0 = self._opt_tokens.pop()
-        self._leave_compute()
+        self._leave_compute("optimizer")
         self.rec.pop_context(token)
         if outer:
             self.steps.optimizer_ends(optimizer, step)
@@ -388,7 +397,7 @@ class PhaseHooks:
             state["forwards"] += 1
             rec.iteration = state["forwards"]
             token = rec.push_context(phase="forward", module=state["label"])
-            outer = hooks._enter_compute()
+            outer = hooks._enter_compute("forward")
             step = hooks.steps.compute_begins() if outer else 0
             grad = torch.is_grad_enabled()  # an evaluation forward (no_grad) is no micro-step
             t0 = time.monotonic_ns()
@@ -398,7 +407,7 @@ class PhaseHooks:
                 drop_own_frame(e)
                 raise
             finally:
-                hooks._leave_compute()
+                hooks._leave_compute("forward")
                 if outer:
                     hooks._write_span("forward", t0, step, state["label"], grad=grad)
                 rec.pop_context(token)

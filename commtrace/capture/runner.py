@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .. import mpienv, torch_compat
 from ..errors import CommtraceError, report
 from ..trace import schema
-from . import activate, launch
+from . import activate, envreads, launch
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 
@@ -30,6 +30,7 @@ class RunOptions:
     hang_timeout: float | None = None
     abort_on_hang: bool = False
     bounded: object = None      # capture.bounded.Options (--keep-last, --steps), or None
+    launcher_env: bool = True   # fill in the launcher variables (False: --no-launcher-env)
 
 
 def _mpi_world(info: launch.LaunchInfo):
@@ -48,11 +49,14 @@ def _mpi_world(info: launch.LaunchInfo):
     return MPI.COMM_WORLD
 
 
-def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, object]:
-    """Derive rank env, rendezvous, run id and run dir; export them for children."""
+def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, object, list[str]]:
+    """Derive rank env, rendezvous, run id and run dir; export them for children.
+    The last item: the launcher variables commtrace set (none with --no-launcher-env
+    or COMMTRACE_LAUNCHER_ENV=0)."""
     env = os.environ
     info = launch.detect(env)
-    launch.apply_rank_env(info, env)
+    glue = opts.launcher_env and launch.launcher_env_wanted(env)
+    set_names = launch.apply_rank_env(info, env) if glue else []
     comm = _mpi_world(info)
     run_id = env.get(schema.ENV_RUN_ID) or launch.launcher_run_id(info, env)
     if comm is not None:
@@ -63,9 +67,11 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
                         "addr": launch.host_address(), "port": str(launch.free_port())}
         agreed = comm.bcast(proposal, root=0)
         run_id = run_id or agreed["run_id"]
-        if launch.needs_rendezvous(info, env):
-            env.setdefault("MASTER_ADDR", agreed["addr"])
-            env.setdefault("MASTER_PORT", agreed["port"])
+        if glue and launch.needs_rendezvous(info, env):
+            for name, value in (("MASTER_ADDR", agreed["addr"]), ("MASTER_PORT", agreed["port"])):
+                if name not in env:
+                    env[name] = value
+                    set_names.append(name)
     key = run_id if comm is None and not env.get(schema.ENV_RUN_ID) else None   # a launcher job's own id
     run_id = run_id or launch.new_run_id()
     run_dir = env.get(schema.ENV_DIR) if not opts.output and env.get(schema.ENV_DIR) else \
@@ -79,7 +85,7 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
         env["COMMTRACE_ABORT_ON_HANG"] = "1" if opts.abort_on_hang else "0"
     if opts.bounded is not None:
         env.update(opts.bounded.env())  # read by every traced process of the run (recorder)
-    return run_dir, run_id, info, comm
+    return run_dir, run_id, info, comm, set_names
 
 
 def _sync_clock(comm, when: str, deadline_s: float) -> None:
@@ -121,7 +127,7 @@ def _missing_module(name: str) -> str | None:
 
 
 def run(opts: RunOptions) -> int:
-    run_dir, run_id, info, comm = prepare_environment(opts)
+    run_dir, run_id, info, comm, set_names = prepare_environment(opts)
     _say_if_torch_untested(info)
     command = [("-m " + opts.target) if opts.is_module else opts.target, *opts.args]
     os.environ[schema.ENV_COMMAND] = json.dumps(command)  # ranks the script spawns report it too
@@ -130,10 +136,15 @@ def run(opts: RunOptions) -> int:
         _sync_clock(comm, "start", deadline_s=30.0)
         mpienv.hide_from_program()  # the program sees sys.modules as it would without commtrace
     ran = True
+    reads = envreads.EnvReads(set_names).start()
     try:
         code, how = _run_target(opts)
     except CommtraceError as e:  # the module does not exist after all: one line, nothing ran
         code, how, ran = report(e), "exit", False
+    read = reads.stop()
+    if read and info.rank == 0:
+        sys.stderr.write(envreads.notice(read) + "\n")
+        sys.stderr.flush()
     if comm is not None and code == 0:
         _sync_clock(comm, "end", deadline_s=5.0)
     rec = activate.active_recorder()

@@ -1,0 +1,70 @@
+"""Which of the launcher variables commtrace put in the environment the program read.
+
+``commtrace run`` fills in RANK/WORLD_SIZE/LOCAL_RANK (and MASTER_ADDR/MASTER_PORT
+under MPI launchers) where they are missing, and a program may choose differently
+because of them (PyTorch Lightning takes LOCAL_RANK as "launched externally").
+So that a run can say so, :class:`EnvReads` notes the first time Python code
+other than commtrace's looks one of them up. Every lookup of ``os.environ`` --
+``[]``, ``.get``, ``in``, ``os.getenv``, ``setdefault``, a copy -- goes through
+``os._Environ.__getitem__``; it is wrapped while a set variable is still unread,
+and the original is put back as soon as all of them were read (or at ``stop``).
+Lookups from C (``getenv``) are not seen.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+# Modules whose frames lie between a lookup and the code that asked for it.
+_MAPPING_FRAMES = ("os", "_collections_abc")
+
+
+class EnvReads:
+    def __init__(self, names):
+        self.pending = set(names)
+        self.read: list[str] = []          # in the order the program first read them
+        self._cls = type(os.environ)
+        self._orig = None
+
+    def start(self) -> "EnvReads":
+        if not self.pending or self._orig is not None:
+            return self
+        cls, orig = self._cls, self._cls.__getitem__
+        self._orig = orig
+        reads = self
+
+        @functools.wraps(orig)
+        def __getitem__(env, key):
+            if key in reads.pending:       # one set lookup per read; the rest costs only here
+                reads._note(key)
+            return orig(env, key)
+        cls.__getitem__ = __getitem__
+        return self
+
+    def _note(self, key: str) -> None:
+        frame = sys._getframe(2)           # above __getitem__ and _note
+        while frame is not None and frame.f_globals.get("__name__") in _MAPPING_FRAMES:
+            frame = frame.f_back
+        caller = frame.f_globals.get("__name__", "") if frame is not None else ""
+        if caller == "commtrace" or caller.startswith("commtrace."):
+            return                         # commtrace's own reads (trace header, launcher detection)
+        if key in self.pending:
+            self.pending.discard(key)
+            self.read.append(key)
+        if not self.pending:
+            self.stop()
+
+    def stop(self) -> list[str]:
+        """Put the original lookup back; the names read so far."""
+        if self._orig is not None:
+            self._cls.__getitem__ = self._orig
+            self._orig = None
+        return list(self.read)
+
+
+def notice(read: list[str]) -> str:
+    """The one line rank 0 prints when the program read variables commtrace set."""
+    return (f"commtrace: the program read {', '.join(read)}, set by commtrace from the launcher's variables; "
+            f"untraced it would not find {'it' if len(read) == 1 else 'them'} (commtrace run --no-launcher-env "
+            f"or COMMTRACE_LAUNCHER_ENV=0 leaves them unset)")

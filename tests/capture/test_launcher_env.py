@@ -1,0 +1,52 @@
+"""Launcher glue a user controls: under mpirun ``commtrace run`` fills in RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, unless ``--no-launcher-env``
+or ``COMMTRACE_LAUNCHER_ENV=0``; rank 0 says in one line which of them the
+program read (real mpirun, 2 ranks)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import helpers as h
+from helpers import worker
+
+from commtrace.capture import envreads
+
+NOTICE = "commtrace: the program read"
+
+
+def _run(tmp_path, mode: str, *options, **env) -> tuple[list[dict], list[str]]:
+    res = h.run(h.mpirun_cmd(2, h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", *options,
+                             worker("launcher_env.py"), mode), env=h.mpi_env(**env)).check()
+    seen = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    return seen, [line for line in res.stderr.splitlines() if line.startswith(NOTICE)]
+
+
+def test_glue_sets_variables_and_rank0_names_those_read(tmp_path):
+    seen, notices = _run(tmp_path, "read")
+    assert sorted(s["RANK"] for s in seen) == ["0", "1"]
+    assert sorted(s["LOCAL_RANK"] for s in seen) == ["0", "1"]
+    # one line, from rank 0 only; WORLD_SIZE, MASTER_ADDR, MASTER_PORT were set but not read
+    assert notices == [envreads.notice(["LOCAL_RANK", "RANK"])]
+
+
+def test_no_notice_when_the_program_reads_none(tmp_path):
+    seen, notices = _run(tmp_path, "nothing")
+    assert seen == [{}, {}] and notices == []
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_launcher_env_off_leaves_variables_unset(tmp_path, how):
+    options, env = (["--no-launcher-env"], {}) if how == "option" else ([], {"COMMTRACE_LAUNCHER_ENV": "0"})
+    seen, notices = _run(tmp_path, "read", *options, **env)
+    assert seen == [{"LOCAL_RANK": None, "RANK": None}] * 2
+    assert notices == []
+
+
+@pytest.mark.parametrize("value,wanted", [(None, True), ("1", True), ("0", False), ("off", False),
+                                          (" False ", False), ("no", False), ("yes", True)])
+def test_launcher_env_wanted(value, wanted):
+    from commtrace.capture import launch
+    env = {} if value is None else {launch.ENV_LAUNCHER_ENV: value}
+    assert launch.launcher_env_wanted(env) is wanted

@@ -1,0 +1,16 @@
+"""Reads launcher variables the way trainers do, and says what it found.
+
+usage: launcher_env.py read|nothing
+
+``read``: looks up LOCAL_RANK with ``in`` (as PyTorch Lightning does) and RANK
+with ``os.getenv``, and prints them as JSON; ``nothing``: reads no launcher variable.
+"""
+import json
+import os
+import sys
+
+if sys.argv[1] == "read":
+    local = os.environ["LOCAL_RANK"] if "LOCAL_RANK" in os.environ else None
+    print(json.dumps({"LOCAL_RANK": local, "RANK": os.getenv("RANK")}), flush=True)
+else:
+    print(json.dumps({}), flush=True)
