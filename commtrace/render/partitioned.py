@@ -15,52 +15,6 @@ from .fmt import fmt_int
 from .terminal import render_banner, render_nothing_shown, render_regions, render_skew, render_steps, render_summary
 
 
-# Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
-ONE_FRAME_BYTES_PER_OP = 300
-# ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
-ONE_FRAME_CHECK_BYTES_PER_OP = 450
-
-
-def memory_limit_of(text: str | None) -> int | None:
-    """"8G", "512M", "25%" (of RAM), plain bytes -> bytes; None -> None (the default)."""
-    from ..analysis.partial import total_memory
-    from ..errors import CommtraceError
-    if text is None:
-        return None
-    t = text.strip().upper().removesuffix("B")
-    try:
-        if t.endswith("%"):
-            value = total_memory() * float(t[:-1]) / 100
-        else:
-            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-            value = float(t[:-1] if t[-1:] in "KMGT" else t) * mult
-    except ValueError:
-        value = -1
-    if not value > 0:
-        raise CommtraceError(f"--memory-limit {text}: not a size (e.g. 8G, 512M, 25%)")
-    return int(value)
-
-
-def wants_partitioned(ns, run_dir=None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
-    """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
-    (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
-    import glob
-    import os
-    from ..analysis.partial import ENV_DASK, default_memory_limit
-    from ..trace import reader, schema
-    if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
-        return True
-    limit = memory_limit_of(ns.memory_limit) or default_memory_limit()
-    if run_dir is None:
-        run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
-        ns.run_dir = run_dir
-    try:
-        size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
-    except OSError:
-        return False
-    return size // schema.RECORD_SIZE * bytes_per_op > limit
-
-
 # Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
 PERFETTO_BYTES_PER_OP = 1000
 

@@ -24,9 +24,10 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
+from ..memory_policy import default_memory_limit, total_memory  # noqa: F401
 from ..window import Window
 from .banner_map import processes_of, run_info_of
-from .executors import ENV_DASK, cpu_count, make_executor, total_memory  # noqa: F401
+from .executors import ENV_DASK, cpu_count, make_executor  # noqa: F401
 from .layers_map import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
@@ -43,7 +44,6 @@ from .window_map import FirstStartTask, all_bounds, check_phases, first_start, w
 # its interval sets; a partition's records and instance arrays), with headroom.
 RANK_TASK_BYTES_PER_OP = 600
 PARTITION_BYTES_PER_OP = 400
-DEFAULT_MEMORY_FRACTION = 0.5
 PARTITIONS_PER_WORKER = 8
 # Partition tasks submitted per worker before the analysing process computes the summary
 # cells' figures (exact percentiles: ~0.1 s for 6.4 M ops), so that work overlaps them.
@@ -90,10 +90,6 @@ class ScanReport:
             known = ", ".join(",".join(k) for k in self.tables)
             raise CommtraceError(f"--by {','.join(by)}: not available with the partitioned analysis (keys: {known})")
         return t
-
-
-def default_memory_limit() -> int:
-    return int(total_memory() * DEFAULT_MEMORY_FRACTION)
 
 
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,

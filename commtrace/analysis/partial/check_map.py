@@ -43,7 +43,8 @@ from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
 from ..check.findings import parse_ranks
 from ..check.fates import rank_fates
 from ..check.matching import _collectives
-from .executors import ENV_DASK, cpu_count, make_executor, total_memory
+from .. import memory_policy
+from .executors import ENV_DASK, cpu_count, make_executor
 from .progress import Progress
 from .rank_map import _chunk_index
 
@@ -53,7 +54,6 @@ CHUNK_BYTES_PER_OP = 800
 # A rank task: its records (32 B/op), their validity masks and the chunk index, with headroom.
 RANK_BYTES_PER_OP = 200
 CHUNKS_PER_WORKER = 8
-DEFAULT_MEMORY_FRACTION = 0.5
 
 
 @dataclass
@@ -262,7 +262,7 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
                       progress: bool | None = None) -> CheckScan:
     """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc)."""
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
-    limit = memory_limit or int(total_memory() * DEFAULT_MEMORY_FRACTION)
+    limit = memory_policy.memory_limit(memory_limit)
     metas = reader.find_traces(run_dir)
     read = []                                        # (index, meta, ProcessTrace or None, issues)
     for i, m in enumerate(metas):

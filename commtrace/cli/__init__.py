@@ -1,0 +1,59 @@
+"""Command line: one module per command parses its arguments and calls capture,
+analysis and rendering (``commtrace.cli.main`` is the entry point).
+
+Exit codes: 0 success; 1 ``check`` found problems; 2 bad input or usage;
+``run`` passes the traced script's own exit code through.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from .. import errors
+from ..errors import EXIT_USAGE, CommtraceError
+from . import build_native, check, compare, report, run
+from .run import split_run_argv
+
+TOP_EPILOG = """\
+commands:
+  run       trace an unmodified script        (commtrace run train.py)
+  report    summarize a run in the terminal   (commtrace report [RUN_DIR])
+  compare   compare runs side by side         (commtrace compare BASE EXP ...)
+  check     diagnose hangs, desyncs, crashes  (commtrace check [RUN_DIR])
+  build-native  compile the optional C++ fast paths (make setup runs it)
+
+exit codes: 0 ok, 1 problems found (check), 2 bad input; run: the script's code.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="commtrace", description="Communication tracer for torch.distributed.",
+                                     epilog=TOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"commtrace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in (run, report, compare, check, build_native):
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "run":
+            head, target = split_run_argv(argv[1:], parser)
+            ns = parser.parse_args(["run", *head])
+            ns.target = target
+        else:
+            ns = parser.parse_args(argv)
+        if not ns.command:
+            parser.print_help()
+            return EXIT_USAGE
+        return ns.handler(ns)
+    except CommtraceError as e:
+        return errors.report(e)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,133 @@
+"""``commtrace run [options] (-m MODULE | SCRIPT) [ARGS...]``: trace an unmodified script.
+
+Its exit code is the script's; 2 when the command line or the target is unusable.
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import CommtraceError
+
+RUN_EPILOG = """\
+examples:
+  mpirun -n 2 python -m commtrace run train.py --epochs 3
+  srun -n 4 python -m commtrace run train.py
+  torchrun --nproc_per_node 2 -m commtrace run train.py
+  python -m commtrace run train_that_calls_mp_spawn.py
+  python -m commtrace run -o runs/exp1 -m mypkg.train
+  python -m commtrace run --keep-last 100000 train.py        # bounded: the last 100000 ops per process
+  python -m commtrace run --steps 10000:10010 train.py       # full detail for 11 steps, counts elsewhere
+
+The script is not modified. All ranks write into one run directory: -o DIR, or
+./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>/ under every launcher; rank 0 says
+where on stderr at the end. The exit code is the script's exit code.
+
+Bounded, always-on mode: --keep-last N keeps the last N ops (and compute
+spans) per process in a ring of two file segments (at most 2N x 32 bytes
+each); --steps A:B (or A, or every:K) writes ops in full only during those
+optimizer steps and counts the others per group and op (ops, bytes, time).
+Hang, signal, exception and exit dumps work as without them.
+"""
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="trace an unmodified script", epilog=RUN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage="commtrace run [-o DIR] [--hang-timeout S [--abort-on-hang]] [--keep-last N] "
+                             "[--steps A:B|every:K] (-m MODULE | SCRIPT) [ARGS...]")
+    p.add_argument("-o", "--output", metavar="DIR", help="run directory (default ./commtrace-out/<run-id>)")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module as __main__, like python -m")
+    p.add_argument("--hang-timeout", type=float, metavar="SECONDS",
+                   help="dump in-flight ops and stacks when an op runs longer than this")
+    p.add_argument("--abort-on-hang", action="store_true", help="exit non-zero after a hang dump")
+    p.add_argument("--keep-last", metavar="N", help="bounded mode: keep only the last N ops per process (a ring)")
+    p.add_argument("--steps", metavar="A:B|every:K",
+                   help="bounded mode: write ops in full only during these optimizer steps; count the others")
+    p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] (or ARGS... with -m)")
+    p.set_defaults(handler=run_run)
+
+
+def run_run(ns) -> int:
+    from ..capture.bounded import make_options
+    from ..capture.runner import RunOptions, missing_target, run
+    try:
+        bounded = make_options(ns.keep_last, ns.steps)
+    except ValueError as e:
+        raise CommtraceError(f"run: --{str(e).replace('_', '-', 1)}") from None
+    args = list(ns.target)
+    common = dict(output=ns.output, hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang, bounded=bounded)
+    if ns.module:
+        opts = RunOptions(target=ns.module, args=args, is_module=True, **common)
+    else:
+        if args and args[0] == "--":
+            args = args[1:]
+        if not args:
+            raise CommtraceError("run: no script given (usage: commtrace run SCRIPT [ARGS...] or -m MODULE)")
+        opts = RunOptions(target=args[0], args=args[1:], **common)
+    why = missing_target(opts)  # before anything runs or is written
+    if why:
+        raise CommtraceError(f"run: {why}")
+    return run(opts)
+
+
+def _run_options(parser: argparse.ArgumentParser | None) -> tuple[set, set]:
+    """(options of ``run`` that take a value, those that do not), read off its parser."""
+    if parser is None:
+        parser = argparse.ArgumentParser(prog="commtrace")
+        add_parser(parser.add_subparsers())
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    with_value, flags = set(), set()
+    for action in sub.choices["run"]._actions:
+        (flags if action.nargs == 0 else with_value).update(action.option_strings)
+    return with_value, flags
+
+
+def _known_option(arg: str, options: set) -> str:
+    """The option ``arg`` names: itself, or the one long option it abbreviates (as argparse
+    allows); CommtraceError for anything else, naming the likeliest option: an unknown
+    option before the script is a typo, not the script."""
+    import difflib
+    name = arg.split("=", 1)[0]
+    if name in options:
+        return name
+    if name.startswith("--"):
+        longer = [o for o in options if o.startswith(name)]
+        if len(longer) == 1:
+            return longer[0]
+    close = difflib.get_close_matches(name, sorted(o for o in options if o.startswith("--")), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else " (commtrace run -h lists them)"
+    raise CommtraceError(f"run: unknown option {name}{hint}; options after the script are the script's")
+
+
+def split_run_argv(args: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[list[str], list[str]]:
+    """(``run``'s own arguments, the target and its arguments).
+
+    Everything from the script (or after -m MODULE) on is the target's, even when
+    it looks like an option (``-m pytest -p no:x -v``), as with ``python -m``:
+    argparse's REMAINDER would claim a leading ``-p`` as run's own. Before the script,
+    an unknown option is an error (CommtraceError), not a script name.
+    """
+    with_value, flags = _run_options(parser)
+    head = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--" or not a.startswith("-") or a == "-":
+            break
+        if a.startswith("--"):
+            name = _known_option(a, with_value | flags)
+            a = name + a[len(a.split("=", 1)[0]):]    # an abbreviation spelt out, as argparse reads it
+        else:
+            name = a[:2]
+            if name not in with_value | flags:
+                _known_option(name, with_value | flags)
+        if name in flags:
+            head.append(a)
+            i += 1
+            continue
+        # "-o DIR" / "--output=DIR" / "-oDIR"
+        inline = "=" in a if a.startswith("--") else len(a) > 2
+        head.extend([a] if inline else [a, *args[i + 1:i + 2]])
+        i += 1 if inline else 2
+        if name == "-m":
+            break
+    return head, args[i:]
