@@ -178,3 +178,24 @@ def test_no_process_made_a_group(tmp_path):
                  {"type": "end", "exit_code": 1, "how": "exception", "t_mono_ns": 5}], None)
         w.close()
     assert_one_line_error(run_cli_subprocess("report", tmp_path), "no process created a process group (2 process(es)")
+
+
+def test_load_unknown_table_names_every_table(syn_run):
+    """commtrace.load's error lists every table it serves, steps included."""
+    import pytest
+
+    import commtrace
+    from commtrace.errors import CommtraceError
+    with pytest.raises(CommtraceError) as err:
+        commtrace.load(syn_run, table="step")
+    assert str(err.value) == "table 'step': unknown (one of ops, spans, marks, regions, counts, steps)"
+
+
+def test_folder_of_runs_lists_them(tmp_path):
+    """`report commtrace-out` (the parent of runs) names the runs in it, newest first, for every command."""
+    for i, name in enumerate(("old", "new")):
+        write_synthetic_run(str(tmp_path / name), ranks=2, ops_per_rank=20, seed=i)
+        os.utime(tmp_path / name, (1000 + i, 1000 + i))
+    want = f"a folder of 2 runs, not a run; give one of them (newest first): {tmp_path / 'new'}, {tmp_path / 'old'}"
+    for argv in (["report", tmp_path], ["check", tmp_path], ["compare", tmp_path / "old", tmp_path]):
+        assert_one_line_error(run_cli_subprocess(*argv), want)
