@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, CommtraceError
 from .options import add_scale_arguments, add_window_arguments, window_of
 
 EPILOG = """\
@@ -54,7 +54,12 @@ def run_compare(ns) -> int:
         if name in names:
             name = f"{name} ({len(names) + 1})"
         names.append(name)
-        named.append((name, _partitioned(ns, d, by, window) if partitioned else _one_frame(d, window)))
+        try:
+            named.append((name, _partitioned(ns, d, by, window) if partitioned else _one_frame(d, window)))
+        except CommtraceError as e:     # which run (e.g. --steps 9:12 beyond one run's steps)
+            if str(e).startswith(d):
+                raise
+            raise CommtraceError(f"{d}: {e}", e.code) from None
     if partitioned:
         from ..analysis.compare import compare_partitioned
         cmp = compare_partitioned(named, by)

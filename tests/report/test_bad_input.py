@@ -199,3 +199,18 @@ def test_folder_of_runs_lists_them(tmp_path):
     want = f"a folder of 2 runs, not a run; give one of them (newest first): {tmp_path / 'new'}, {tmp_path / 'old'}"
     for argv in (["report", tmp_path], ["check", tmp_path], ["compare", tmp_path / "old", tmp_path]):
         assert_one_line_error(run_cli_subprocess(*argv), want)
+
+
+def test_step_window_beyond_the_run_says_what_it_has(tmp_path):
+    """--steps past the run's last step is exit 2 naming the run's steps, not exit 0 "No communication
+    was recorded". 3 start-up ops + 4 steps of 5 ops (4 buckets + 1 all_gather) = 23 ops: steps 1..4."""
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=23, seed=0)
+    other = write_synthetic_run(str(tmp_path / "other"), ranks=2, ops_per_rank=23, seed=1)
+    assert_one_line_error(run_cli_subprocess("report", run, "--steps", "9:12"), "--steps 9:12: the run has steps 1..4")
+    assert_one_line_error(run_cli_subprocess("report", run, "--skip-steps", "4"), "--skip-steps 4: the run has steps 1..4")
+    assert_one_line_error(run_cli_subprocess("report", run, "--steps", "9:", "--partitioned"),
+                          "--steps 9:: the run has steps up to 4")
+    assert_one_line_error(run_cli_subprocess("compare", run, other, "--steps", "5"),
+                          f"{run}: --steps 5: the run has steps 1..4")
+    proc = run_cli_subprocess("report", run, "--steps", "4:12")     # overlaps: step 4 is shown
+    assert proc.returncode == 0 and "steps 4..12" in proc.stdout, proc.stdout + proc.stderr
