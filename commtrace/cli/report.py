@@ -115,12 +115,20 @@ def run_report(ns) -> int:
         from ..render.terminal import make_console, render_report
         con = make_console(ns.width)
         render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top)
-    return _damage_verdict(run)
+    return _damage_verdict(run, ns)
 
 
-def _damage_verdict(run) -> int:
+# -q alone still reads the run (its warnings, and the exit code says whether the data is damaged) but
+# would print nothing at all: say so, before the damage line that scripts read last.
+QUIET_ALONE = ("commtrace: -q: nothing written (no --json, --csv, --parquet, --html or --perfetto given); "
+               "the exit code says whether the trace data is readable")
+
+
+def _damage_verdict(run, ns) -> int:
     """Exit 1, with one line naming what was unreadable, when trace data is damaged
     (the figures leave it out); else 0. Processes that just died are not damage."""
+    if ns.quiet and not (ns.perfetto or ns.csv or ns.parquet or ns.json or ns.html):
+        sys.stderr.write(QUIET_ALONE + "\n")
     damage = [d for p in run.processes for d in (p.get("damage") or [])]
     if not damage:
         return EXIT_OK
@@ -166,4 +174,4 @@ def _run_partitioned(ns) -> int:
     if shown:
         render_partitioned(con, s, ns.top, ns.events, ns.limit, limit)
     from types import SimpleNamespace
-    return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path))
+    return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path), ns)

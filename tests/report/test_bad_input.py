@@ -214,3 +214,14 @@ def test_step_window_beyond_the_run_says_what_it_has(tmp_path):
                           f"{run}: --steps 5: the run has steps 1..4")
     proc = run_cli_subprocess("report", run, "--steps", "4:12")     # overlaps: step 4 is shown
     assert proc.returncode == 0 and "steps 4..12" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_quiet_with_nothing_to_write(syn_run, tmp_path):
+    """-q alone prints no report and writes no file: one line says so (the exit code is still the
+    damage verdict: 0 here); with an export, nothing is said."""
+    from commtrace.cli.report import QUIET_ALONE
+    for engine in ([], ["--partitioned"]):
+        proc = run_cli_subprocess("report", syn_run, "-q", *engine)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", QUIET_ALONE + "\n")
+        proc = run_cli_subprocess("report", syn_run, "-q", "--json", tmp_path / "s.json", *engine)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
