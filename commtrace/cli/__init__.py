@@ -13,6 +13,7 @@ from .. import __version__
 from .. import errors
 from ..errors import EXIT_USAGE, CommtraceError
 from . import build_native, check, compare, report, run
+from .options import unknown_option
 from .run import split_run_argv
 
 TOP_EPILOG = """\
@@ -37,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unexpected(parser: argparse.ArgumentParser, command: str, arg: str) -> CommtraceError:
+    """The one-line error for the first argument ``command`` does not take (exit 2)."""
+    if not arg.startswith("-") or arg == "-":
+        return CommtraceError(f"{command}: unexpected argument {arg!r} (commtrace {command} -h shows its usage)")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = {o for action in sub.choices[command]._actions for o in action.option_strings}
+    return unknown_option(command, arg.split("=", 1)[0], options)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -46,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             ns = parser.parse_args(["run", *head])
             ns.target = target
         else:
-            ns = parser.parse_args(argv)
+            ns, extra = parser.parse_known_args(argv)
+            if extra:
+                raise _unexpected(parser, ns.command, extra[0])
         if not ns.command:
             parser.print_help()
             return EXIT_USAGE

@@ -7,6 +7,14 @@ import os
 from ..errors import CommtraceError
 
 
+def unknown_option(command: str, name: str, options) -> CommtraceError:
+    """The one-line error for an option ``command`` does not have, naming the closest one it has."""
+    import difflib
+    close = difflib.get_close_matches(name, sorted(o for o in options if o.startswith("--")), n=1)
+    hint = f"did you mean {close[0]}?" if close else f"commtrace {command} -h lists them"
+    return CommtraceError(f"{command}: unknown option {name} ({hint})")
+
+
 def add_window_arguments(p) -> None:
     """--steps/--skip-steps/--from/--to/--phase (report and compare)."""
     p.add_argument("--steps", metavar="A:B", help="only optimizer steps A..B (A:, :B and A also work)")

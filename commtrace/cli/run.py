@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import CommtraceError
+from .options import unknown_option
 
 RUN_EPILOG = """\
 examples:
@@ -85,7 +86,6 @@ def _known_option(arg: str, options: set) -> str:
     """The option ``arg`` names: itself, or the one long option it abbreviates (as argparse
     allows); CommtraceError for anything else, naming the likeliest option: an unknown
     option before the script is a typo, not the script."""
-    import difflib
     name = arg.split("=", 1)[0]
     if name in options:
         return name
@@ -93,9 +93,8 @@ def _known_option(arg: str, options: set) -> str:
         longer = [o for o in options if o.startswith(name)]
         if len(longer) == 1:
             return longer[0]
-    close = difflib.get_close_matches(name, sorted(o for o in options if o.startswith("--")), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else " (commtrace run -h lists them)"
-    raise CommtraceError(f"run: unknown option {name}{hint}; options after the script are the script's")
+    e = unknown_option("run", name, options)
+    raise CommtraceError(f"{e}; options after the script are the script's") from None
 
 
 def split_run_argv(args: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[list[str], list[str]]:

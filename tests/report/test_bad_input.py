@@ -225,3 +225,13 @@ def test_quiet_with_nothing_to_write(syn_run, tmp_path):
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", QUIET_ALONE + "\n")
         proc = run_cli_subprocess("report", syn_run, "-q", "--json", tmp_path / "s.json", *engine)
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_unknown_options_name_the_closest(syn_run):
+    """A typo in report/compare/check's options is exit 2 with one line naming the option meant."""
+    assert_one_line_error(run_cli_subprocess("report", syn_run, "--stps", "3"),
+                          "report: unknown option --stps (did you mean --steps?)")
+    assert_one_line_error(run_cli_subprocess("compare", syn_run, syn_run, "--jsn=x.json"),
+                          "compare: unknown option --jsn (did you mean --json?)")
+    assert_one_line_error(run_cli_subprocess("check", syn_run, "-z"), "check: unknown option -z (commtrace check -h")
+    assert_one_line_error(run_cli_subprocess("check", syn_run, "extra"), "check: unexpected argument 'extra'")
