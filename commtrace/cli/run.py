@@ -21,7 +21,9 @@ examples:
 
 The script is not modified. All ranks write into one run directory: -o DIR, or
 ./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>/ under every launcher; rank 0 says
-where on stderr at the end. The exit code is the script's exit code.
+where on stderr at the end (under mpirun also at the start). Options before the
+script are run's; from the script on, every argument is the script's. The exit
+code is the script's exit code.
 
 Bounded, always-on mode: --keep-last N keeps the last N ops (and compute
 spans) per process in a ring of two file segments (at most 2N x 32 bytes
