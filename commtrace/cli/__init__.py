@@ -38,6 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _known_command(parser: argparse.ArgumentParser, name: str) -> None:
+    """CommtraceError (exit 2, one line) unless ``name`` is a command, naming the closest one."""
+    import difflib
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if name in sub.choices:
+        return
+    close = difflib.get_close_matches(name, list(sub.choices), n=1)
+    hint = f"did you mean {close[0]}?" if close else "commands: " + ", ".join(sub.choices)
+    raise CommtraceError(f"unknown command {name!r} ({hint})")
+
+
 def _unexpected(parser: argparse.ArgumentParser, command: str, arg: str) -> CommtraceError:
     """The one-line error for the first argument ``command`` does not take (exit 2)."""
     if not arg.startswith("-") or arg == "-":
@@ -51,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv and not argv[0].startswith("-"):
+            _known_command(parser, argv[0])
         if argv and argv[0] == "run":
             head, target = split_run_argv(argv[1:], parser)
             ns = parser.parse_args(["run", *head])

@@ -235,3 +235,4 @@ def test_unknown_options_name_the_closest(syn_run):
                           "compare: unknown option --jsn (did you mean --json?)")
     assert_one_line_error(run_cli_subprocess("check", syn_run, "-z"), "check: unknown option -z (commtrace check -h")
     assert_one_line_error(run_cli_subprocess("check", syn_run, "extra"), "check: unexpected argument 'extra'")
+    assert_one_line_error(run_cli_subprocess("reprot", syn_run), "unknown command 'reprot' (did you mean report?)")
