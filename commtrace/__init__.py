@@ -13,9 +13,13 @@ def load(run_dir=None, table: str = "ops", **kwargs):
 
     ``ops`` (default): one row per op per rank; ``spans``: compute spans (DDP forward,
     backward, optimizer step); ``marks``: ``commtrace.mark``; ``regions``:
-    ``commtrace.region``; ``steps``: one row per step and rank with the report's
-    step figures (docs/report.md).
+    ``commtrace.region``; ``counts``: bounded mode's counted ops; ``steps``: one row
+    per step and rank with the report's step figures (docs/report.md).
     """
+    from .trace.reader import TABLES
+    if table not in (*TABLES, "steps"):
+        from .errors import CommtraceError
+        raise CommtraceError(f"table {table!r}: unknown (one of {', '.join(TABLES)}, steps)")
     if table == "steps":
         from .analysis.report import build_report
         from .analysis.run_info import load_report_run

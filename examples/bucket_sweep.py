@@ -45,6 +45,13 @@ def build_model() -> nn.Module:
     return nn.Sequential(*layers)
 
 
+def bucket_sizes(model: DDP) -> str:
+    """The buckets DDP uses after its rebuild at step 2: the logging data's
+    "bucket_sizes" keeps construction's layout (one bucket here, whatever the cap)."""
+    logged = model._get_ddp_logging_data()
+    return logged.get("rebuilt_bucket_sizes") or f"{logged.get('bucket_sizes')} (not rebuilt)"
+
+
 def worker(rank: int, world: int, args, port: int) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -62,8 +69,7 @@ def worker(rank: int, world: int, args, port: int) -> None:
             loss.backward()
             opt.step()
         if rank == 0:
-            sizes = model._get_ddp_logging_data().get("bucket_sizes")
-            print(f"bucket_cap_mb={args.bucket_cap_mb}: bucket sizes (bytes) {sizes}")
+            print(f"bucket_cap_mb={args.bucket_cap_mb}: bucket sizes (bytes) {bucket_sizes(model)}")
     finally:
         dist.destroy_process_group()
 

@@ -2,8 +2,9 @@
 
     mpirun -n 2 python -m commtrace run examples/ddp_mpi.py [--hidden 1000]
 
-Nothing here knows about commtrace: on a torch built with MPI it runs as is;
-on PyPI torch `commtrace run` (or commtrace.mpi.install()) provides "mpi".
+Nothing here knows about commtrace: on a torch built with MPI it runs as is.
+PyPI torch has no MPI: there it needs commtrace's "mpi" backend, which
+`commtrace run` installs (or commtrace.mpi.install()); run bare, it says so.
 
 Model: Linear(10->H) -> ReLU -> Linear(H->H) -> ReLU -> Linear(H->5), DDP with
 bucket_cap_mb=1, DistributedSampler over a synthetic TensorDataset, SGD.
@@ -12,6 +13,7 @@ weights per rank, several seconds per step on a laptop); demos and tests pass
 a smaller --hidden to stay within a few seconds.
 """
 import argparse
+import sys
 import time
 
 import torch
@@ -31,7 +33,13 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     args = ap.parse_args()
 
-    dist.init_process_group("mpi")
+    try:
+        dist.init_process_group("mpi")
+    except RuntimeError as e:   # "Distributed package doesn't have MPI built in" (PyPI torch)
+        if "MPI" not in str(e):
+            raise
+        sys.exit("ddp_mpi.py: this torch has no MPI backend; commtrace provides one: "
+                 "mpirun -n 2 python -m commtrace run examples/ddp_mpi.py")
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(0)                     # same data and initial weights everywhere

@@ -18,7 +18,7 @@ from .skew import skew_summary
 from .step_table import OutsideSteps, RankTimes, StepFigures, across_ranks
 from .steps import find_steps, locate_ops
 from .summary import has_values, op_summary, split_collectives, summary_cells
-from .window import Applied, Window, apply, in_bounds, take_rows
+from .window import Applied, Window, apply, check_steps, in_bounds, take_rows
 
 
 @dataclass
@@ -79,6 +79,7 @@ def build_report(run: ReportRun, window: Window | None = None, top: int = 10) ->
     check_phases(full, window)
     t0 = int(a_full.start.min()) if len(a_full.start) else None
     steps = find_steps(run.spans, a_full)
+    check_steps(window, *((int(steps["step"].min()), int(steps["step"].max())) if len(steps) else (None, None)))
     applied: Applied = apply(window, full, a_full, steps, t0)
     op_step, where = locate_ops(a_full, steps)
     # One pass over the ranks: each rank's interval sets are built, used by every

@@ -13,7 +13,7 @@ phases. Everything the report shows is computed from the window:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -46,6 +46,7 @@ class Window:
     t_from: int | None = None                             # ns after the run's first op
     t_to: int | None = None
     phases: tuple[str, ...] | None = None
+    asked: str = field(default="", compare=False)        # the step options as given ("--steps 9:12"), for errors
 
     @classmethod
     def from_args(cls, steps: str | None = None, skip_steps: int | None = None, t_from: str | None = None,
@@ -66,7 +67,8 @@ class Window:
         if f is not None and t is not None and t <= f:
             raise CommtraceError(f"--to {t_to} is not after --from {t_from}")
         phases = tuple(p.strip() for p in phase.split(",") if p.strip()) if phase else None
-        return cls(rng, f, t, phases or None)
+        asked = " ".join(f"{o} {v}" for o, v in (("--steps", steps), ("--skip-steps", skip_steps)) if v is not None)
+        return cls(rng, f, t, phases or None, asked)
 
     @property
     def whole_run(self) -> bool:
@@ -90,6 +92,22 @@ class Window:
         if self.phases:
             parts.append("phase " + ", ".join(self.phases))
         return "; ".join(parts)
+
+
+def check_steps(window: Window, first: int | None, last: int | None) -> None:
+    """A step window must meet the run's steps ``first``..``last`` (``last`` None: the run has none;
+    ``first`` None alone: not known), else CommtraceError saying what the run has -- not a report
+    of an empty window that reads as "no communication"."""
+    if window.steps is None:
+        return
+    asked = window.asked or "--steps"
+    if last is None or last < 1:
+        raise CommtraceError(f"{asked}: the run has no optimizer steps (steps are optimizer.step() calls; "
+                             "--from/--to select by time)")
+    a, b = window.steps
+    if (a is not None and a > last) or (b is not None and first is not None and b < first):
+        has = f"steps {first}..{last}" if first is not None else f"steps up to {last}"
+        raise CommtraceError(f"{asked}: the run has {has}")
 
 
 @dataclass

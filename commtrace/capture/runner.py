@@ -135,6 +135,8 @@ def run(opts: RunOptions) -> int:
     if comm is not None:
         _sync_clock(comm, "start", deadline_s=30.0)
         mpienv.hide_from_program()  # the program sees sys.modules as it would without commtrace
+        if comm.Get_rank() == 0:
+            _say_where_first(run_dir)
     ran = True
     reads = envreads.EnvReads(set_names).start()
     try:
@@ -176,6 +178,15 @@ def _say_where(run_dir: str, rec, code: int) -> None:
         return
     where = launch.display_path(run_dir)
     sys.stderr.write(f"commtrace: trace written to {where} (commtrace {'check' if code else 'report'} {where})\n")
+    sys.stderr.flush()
+
+
+def _say_where_first(run_dir: str) -> None:
+    """Under mpirun, rank 0 names the trace before the script runs too: an interrupted
+    mpirun (Ctrl-C) SIGTERMs the ranks and drops whatever they print after, so the line
+    at the end never shows (torchrun and mp.spawn pass it on)."""
+    where = launch.display_path(run_dir)
+    sys.stderr.write(f"commtrace: tracing to {where} (commtrace report {where})\n")
     sys.stderr.flush()
 
 

@@ -11,24 +11,9 @@ import numpy as np
 import pandas as pd
 from rich.text import Text
 
-from ..analysis.partitioned.memory_policy import ONE_FRAME_BYTES_PER_OP, memory_limit_of, one_frame_fits
 from .fmt import fmt_int
 from .terminal import (render_banner, render_modules, render_nothing_shown, render_regions, render_skew, render_steps,
                        render_summary)
-
-
-def wants_partitioned(ns, run_dir=None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
-    """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
-    (``run_dir``, default ``ns.run_dir``: the newest run, then set there; analysis's memory policy)."""
-    import os
-    from ..analysis.partitioned import ENV_DASK
-    from ..trace import reader
-    if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
-        return True
-    if run_dir is None:
-        run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
-        ns.run_dir = run_dir
-    return not one_frame_fits(run_dir, memory_limit_of(ns.memory_limit), bytes_per_op)
 
 
 # Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
@@ -172,7 +157,7 @@ def stream_events(con, s, memory_limit: int | None = None) -> None:
     """Every event of the window, merged from the ranks' files as it is printed
     (analysis.partitioned.events_merge: one chunk per file in memory)."""
     from ..analysis.partitioned import plan_run
-    from ..analysis.partitioned.memory_policy import default_memory_limit
+    from ..analysis.memory_policy import default_memory_limit
     from ..analysis.partitioned.events_merge import EventWindow, chunk_for, merged_events
     from .terminal import _timeline_range, write_events
     plan = plan_run(s.path)

@@ -124,8 +124,27 @@ def find_traces(run_dir: str) -> list[str]:
         raise CommtraceError(f"{run_dir}: not a directory")
     metas = sorted(glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.META_SUFFIX)))
     if not metas:
+        runs = runs_in(run_dir)
+        if runs:    # e.g. ./commtrace-out itself: point at the runs in it
+            shown = ", ".join(runs[:RUNS_LISTED]) + (f", and {len(runs) - RUNS_LISTED} more" if len(runs) > RUNS_LISTED else "")
+            raise CommtraceError(f"{run_dir}: a folder of {len(runs)} run{'s' if len(runs) > 1 else ''}, "
+                                 f"not a run; give one of them (newest first): {shown}")
         raise CommtraceError(f"{run_dir}: no trace files (*{schema.META_SUFFIX})")
     return metas
+
+
+# Runs named in the error for a folder of runs (newest first); then how many more.
+RUNS_LISTED = 5
+
+
+def runs_in(folder: str) -> list[str]:
+    """The run directories directly inside ``folder`` (those with trace files), newest first."""
+    try:
+        subdirs = [e.path for e in os.scandir(folder) if e.is_dir()]
+    except OSError:
+        return []
+    runs = [d for d in subdirs if glob.glob(os.path.join(glob.escape(d), "*" + schema.META_SUFFIX))]
+    return sorted(runs, key=os.path.getmtime, reverse=True)
 
 
 def _int_or_none(v):

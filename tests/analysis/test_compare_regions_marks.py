@@ -98,6 +98,8 @@ def test_bad_windows_are_one_line_errors(tmp_path, capsys):
 
 def test_window_outside_every_step_says_so(tmp_path, capsys):
     d = scenarios.step_times(tmp_path / "a", [10, 20])
-    assert main(["report", d, "--steps", "5:9"]) == 0
+    assert main(["report", d, "--steps", "5:9"]) == 2      # what the run has (2 steps), not an empty report
+    assert capsys.readouterr().err == "commtrace: error: --steps 5:9: the run has steps 1..2\n"
+    assert main(["report", d, "--from", "100s"]) == 0      # a time window past the run: shown empty
     out = capsys.readouterr().out
-    assert "steps 5..9" in out and "No communication was recorded in this window." in out
+    assert "No communication was recorded in this window." in out

@@ -185,3 +185,21 @@ def test_split_run_argv():
         ["--hang-timeout=5", "--abort-on-hang", "-m", "pytest"], ["-p", "no:x"])
     assert split_run_argv(["-odir", "--", "s.py"]) == (["-odir"], ["--", "s.py"])
     assert split_run_argv([]) == ([], [])
+    # an abbreviation is spelt out, as argparse would read it
+    assert split_run_argv(["--keep=5", "--hang", "3", "s.py"]) == (["--keep-last=5", "--hang-timeout", "3"], ["s.py"])
+
+
+def test_unknown_run_option_is_an_option_not_the_script(tmp_path):
+    """A typo in run's options is exit 2 naming the option it resembles, not "no such file";
+    the same spelling after the script is the script's."""
+    proc = h.run([h.PY, "-m", "commtrace", "run", "--keep-lst", "5", "x.py"], cwd=str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown option --keep-lst (did you mean --keep-last?)" in lines[0], proc.stderr
+    proc = h.run([h.PY, "-m", "commtrace", "run", "-x", "x.py"], cwd=str(tmp_path))
+    assert proc.returncode == 2 and "unknown option -x" in proc.stderr, proc.stderr
+    out = tmp_path / "argv.json"
+    script = tmp_path / "s.py"
+    script.write_text("import json, sys\njson.dump(sys.argv[1:], open(sys.argv[-1], 'w'))\n")
+    h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", script, "--keep-lst", "5", out]).check(0)
+    assert json.loads(out.read_text()) == ["--keep-lst", "5", str(out)]

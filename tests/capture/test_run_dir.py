@@ -39,3 +39,32 @@ def test_script_spawning_its_ranks(tmp_path):
     script = os.path.join(h.REPO, "tests", "report", "spawn_ddp.py")
     res = h.run([h.PY, "-m", "commtrace", "run", script, h.free_port()], cwd=tmp_path)
     _check(res, tmp_path)
+
+
+def test_interrupted_mpirun_names_its_trace(tmp_path):
+    """Ctrl-C to mpirun: it SIGTERMs the ranks and drops what they print from then on, so rank 0
+    names the trace when it starts; the trace is there, every rank's, with its SIGTERM dump."""
+    import signal
+    import time
+
+    def interrupt_when_ready(proc):
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            runs = os.listdir(tmp_path / "commtrace-out") if (tmp_path / "commtrace-out").is_dir() else []
+            if runs and sum(f.startswith("sigterm") or f.endswith(".ops.bin")
+                            for f in os.listdir(tmp_path / "commtrace-out" / runs[0])) >= 2:
+                break
+            time.sleep(0.5)
+        time.sleep(2)   # the all_reduce done and printed
+        os.killpg(proc.pid, signal.SIGINT)     # what a terminal's Ctrl-C sends mpirun's process group
+
+    res = h.run(h.mpirun_cmd(2, h.PY, "-m", "commtrace", "run", worker("wait_for_sigint.py")),
+                env=h.mpi_env(), cwd=tmp_path, timeout=120, after_start=interrupt_when_ready)
+    assert not res.timed_out and res.returncode != 0, res.stderr
+    runs = os.listdir(tmp_path / "commtrace-out")
+    where = os.path.join("commtrace-out", runs[0])
+    assert f"commtrace: tracing to {where} (commtrace report {where})" in res.stderr.splitlines(), res.stderr
+    files = os.listdir(tmp_path / where)
+    assert {f.split(".")[0] for f in files if f.endswith(".meta.jsonl")} == {"rank0", "rank1"}
+    df = h.load(tmp_path / where)
+    assert df["op"].tolist() == ["all_reduce"] * 2

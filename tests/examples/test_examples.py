@@ -57,12 +57,16 @@ def trace(tmp_root, script: str, *args: str) -> "pd.DataFrame":
         cmd = [sys.executable, "-m", "commtrace", "run", "-o", out, os.path.join("examples", script), *args]
         p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
         assert p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout}\n{p.stderr}"
-        _RUNS[key] = (out, commtrace.load(out))
+        _RUNS[key] = (out, commtrace.load(out), p.stdout)
     return _RUNS[key][1]
 
 
 def run_dir(script: str, *args: str) -> str:
     return _RUNS[(script, args)][0]
+
+
+def run_stdout(script: str, *args: str) -> str:
+    return _RUNS[(script, args)][2]
 
 
 @pytest.fixture(scope="session")
@@ -190,6 +194,14 @@ def test_bucket_sweep_sequence(runs_root, cap):
         first = r[(r["phase"] == "backward") & (r["iteration"] == 1)]
         assert list(first["bytes"]) == [MODEL_BYTES]
     check_callsites(df, "bucket_sweep.py", {"ddp_init": "DDP(", "backward": ".backward()", "forward": "model(x)"})
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_bucket_sweep_prints_the_rebuilt_buckets(runs_root, cap):
+    """The script's own line shows the buckets of steps 2+ (SWEEP), not construction's one bucket."""
+    _sweep(runs_root, cap)
+    want = ", ".join(str(361_200 * len(layers)) for layers in SWEEP[cap])
+    assert f"bucket sizes (bytes) {want}\n" in run_stdout("bucket_sweep.py", "--bucket-cap-mb", cap, "--steps", "3")
 
 
 def test_bucket_sweep_trend(runs_root):
@@ -391,3 +403,19 @@ def test_buffers_no_broadcast(runs_root):
         state = rank_rows(df, rank)
         assert list(state[state["detail"] == "module_state"]["shapes"].astype(str)) == ["[[210]]"]
         assert not (state["detail"] == "buffers").any()
+
+
+# -- ddp_mpi.py -----------------------------------------------------------------------------
+
+def test_ddp_mpi_without_commtrace_says_what_it_needs():
+    """On a torch without MPI (PyPI) the bare script exits 1 with one line naming commtrace run
+    (examples/README.md); traced under mpirun it runs: tests/mpi/test_mpi_backend.py."""
+    import torch.distributed as dist
+    if dist.is_mpi_available():
+        pytest.skip("this torch has its own MPI backend: the script runs as is")
+    p = subprocess.run([sys.executable, os.path.join("examples", "ddp_mpi.py")], cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "ddp_mpi.py: this torch has no MPI backend; commtrace provides one: "
+        "mpirun -n 2 python -m commtrace run examples/ddp_mpi.py"]

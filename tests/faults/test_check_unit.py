@@ -300,3 +300,29 @@ def test_seqs_with_differing_fields_and_absent_members():
     v, _ = classify_group(gdf, [0, 1, 2], {0: 3, 1: 2, 2: 3}, {}, "0")
     assert v.mismatch == [2] and v.n_mismatch == 1
     assert v.missing == [(3, [1])] and v.n_missing == 1 and not v.lost
+
+
+def test_root_cause_first():
+    """A rank that raised and so never arrived: its exception first, then the collective it left
+    rank 0 waiting in, then rank 0's failed op and exception, then the launcher's word; warnings after."""
+    F = C.Finding
+    found = [
+        F(C.STRAGGLER, C.WARNING, "rank 0 straggles", ranks=[0]),
+        F(C.NOT_ARRIVED, C.ERROR, "seq 4: rank 1 never arrived", ranks=[1], data={"missing": [1]}),
+        F(C.FAILED, C.ERROR, "seq 4 failed on rank 0", ranks=[0]),
+        F(C.NO_GROUP, C.ERROR, "pid 9 (launcher) raised ProcessRaisedException"),
+        F(C.EXCEPTION, C.ERROR, "rank 0 raised RuntimeError: Connection closed by peer", ranks=[0]),
+        F(C.EXCEPTION, C.ERROR, "rank 1 raised RuntimeError: injected", ranks=[1]),
+    ]
+    assert [f.title for f in C.root_cause_first(found)] == [
+        "rank 1 raised RuntimeError: injected", "seq 4: rank 1 never arrived", "seq 4 failed on rank 0",
+        "rank 0 raised RuntimeError: Connection closed by peer", "pid 9 (launcher) raised ProcessRaisedException",
+        "rank 0 straggles"]
+    # no rank left the others waiting: an exception outside any failed op still leads, a mismatch with it
+    found = [F(C.FAILED, C.ERROR, "seq 2 failed on rank 1", ranks=[1]),
+             F(C.MISMATCH, C.ERROR, "seq 2: sizes differ", ranks=[0, 1]),
+             F(C.EXCEPTION, C.ERROR, "rank 1 raised RuntimeError: sizes", ranks=[1]),
+             F(C.EXCEPTION, C.ERROR, "rank 0 raised ValueError: bad batch", ranks=[0])]
+    assert [f.title for f in C.root_cause_first(found)] == [
+        "seq 2: sizes differ", "rank 0 raised ValueError: bad batch", "seq 2 failed on rank 1",
+        "rank 1 raised RuntimeError: sizes"]

@@ -15,7 +15,7 @@ import pytest
 
 from commtrace.analysis import check as C
 
-from .conftest import check_cli, diagnose_dir, kinds, traced_mpirun, traced_spawn
+from .conftest import SCRIPTS, check_cli, diagnose_dir, kinds, traced_mpirun, traced_spawn
 
 SCRIPT = "spawn_faults.py"
 
@@ -82,7 +82,13 @@ def test_rank_raises(tmp_path):
     assert _completed_seqs(run, 0)[:3] == [1, 2, 3]
     assert _completed_seqs(run, 1) == [1, 2, 3]
     assert _proc(run, 0)["complete"]
-    assert check_cli(tmp_path / "run").returncode == 1
+    # root cause first: rank 1's exception, then the collective it left rank 0 in, then the consequences
+    errors = [x for x in findings if x.severity == C.ERROR]
+    assert (errors[0].kind, errors[0].ranks, errors[1].kind) == (C.EXCEPTION, [1], C.NOT_ARRIVED), \
+        [x.title for x in errors]
+    p = check_cli(tmp_path / "run")
+    assert p.returncode == 1
+    assert p.stdout.splitlines()[2] == "ERROR rank 1 raised RuntimeError: injected failure at step 3", p.stdout
 
 
 def test_rank_sigkilled(tmp_path):
@@ -112,6 +118,10 @@ def test_rank_skips_all_reduce_hang_watchdog(tmp_path):
     # rank 1 skipped one all_reduce: rank 0's 6th call (seq 6) waits forever
     f = _assert_not_arrived(findings, 6, [0], [1])
     assert f.data["waiting"] == [0]
+    # where rank 1 was instead: its SIGTERM dump's innermost frame of the script
+    line = next(i for i, t in enumerate(open(SCRIPTS / SCRIPT), 1) if "time.sleep(120)" in t)
+    assert f.data["dumped_at"] == {"1": f"{SCRIPT}:{line} time.sleep(120) (SIGTERM dump)"}
+    assert f"rank 1 was at {SCRIPT}:{line} time.sleep(120) (SIGTERM dump)" in f.details
     end0 = _proc(run, 0)["end"]
     assert end0["how"] == "hang" and end0["exit_code"] == 3
     hang = [d for d in _proc(run, 0)["dumps"] if d["reason"] == "hang"]

@@ -178,3 +178,61 @@ def test_no_process_made_a_group(tmp_path):
                  {"type": "end", "exit_code": 1, "how": "exception", "t_mono_ns": 5}], None)
         w.close()
     assert_one_line_error(run_cli_subprocess("report", tmp_path), "no process created a process group (2 process(es)")
+
+
+def test_load_unknown_table_names_every_table(syn_run):
+    """commtrace.load's error lists every table it serves, steps included."""
+    import pytest
+
+    import commtrace
+    from commtrace.errors import CommtraceError
+    with pytest.raises(CommtraceError) as err:
+        commtrace.load(syn_run, table="step")
+    assert str(err.value) == "table 'step': unknown (one of ops, spans, marks, regions, counts, steps)"
+
+
+def test_folder_of_runs_lists_them(tmp_path):
+    """`report commtrace-out` (the parent of runs) names the runs in it, newest first, for every command."""
+    for i, name in enumerate(("old", "new")):
+        write_synthetic_run(str(tmp_path / name), ranks=2, ops_per_rank=20, seed=i)
+        os.utime(tmp_path / name, (1000 + i, 1000 + i))
+    want = f"a folder of 2 runs, not a run; give one of them (newest first): {tmp_path / 'new'}, {tmp_path / 'old'}"
+    for argv in (["report", tmp_path], ["check", tmp_path], ["compare", tmp_path / "old", tmp_path]):
+        assert_one_line_error(run_cli_subprocess(*argv), want)
+
+
+def test_step_window_beyond_the_run_says_what_it_has(tmp_path):
+    """--steps past the run's last step is exit 2 naming the run's steps, not exit 0 "No communication
+    was recorded". 3 start-up ops + 4 steps of 5 ops (4 buckets + 1 all_gather) = 23 ops: steps 1..4."""
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=23, seed=0)
+    other = write_synthetic_run(str(tmp_path / "other"), ranks=2, ops_per_rank=23, seed=1)
+    assert_one_line_error(run_cli_subprocess("report", run, "--steps", "9:12"), "--steps 9:12: the run has steps 1..4")
+    assert_one_line_error(run_cli_subprocess("report", run, "--skip-steps", "4"), "--skip-steps 4: the run has steps 1..4")
+    assert_one_line_error(run_cli_subprocess("report", run, "--steps", "9:", "--partitioned"),
+                          "--steps 9:: the run has steps up to 4")
+    assert_one_line_error(run_cli_subprocess("compare", run, other, "--steps", "5"),
+                          f"{run}: --steps 5: the run has steps 1..4")
+    proc = run_cli_subprocess("report", run, "--steps", "4:12")     # overlaps: step 4 is shown
+    assert proc.returncode == 0 and "steps 4..12" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_quiet_with_nothing_to_write(syn_run, tmp_path):
+    """-q alone prints no report and writes no file: one line says so (the exit code is still the
+    damage verdict: 0 here); with an export, nothing is said."""
+    from commtrace.cli.cmd_report import QUIET_ALONE
+    for engine in ([], ["--partitioned"]):
+        proc = run_cli_subprocess("report", syn_run, "-q", *engine)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", QUIET_ALONE + "\n")
+        proc = run_cli_subprocess("report", syn_run, "-q", "--json", tmp_path / "s.json", *engine)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_unknown_options_name_the_closest(syn_run):
+    """A typo in report/compare/check's options is exit 2 with one line naming the option meant."""
+    assert_one_line_error(run_cli_subprocess("report", syn_run, "--stps", "3"),
+                          "report: unknown option --stps (did you mean --steps?)")
+    assert_one_line_error(run_cli_subprocess("compare", syn_run, syn_run, "--jsn=x.json"),
+                          "compare: unknown option --jsn (did you mean --json?)")
+    assert_one_line_error(run_cli_subprocess("check", syn_run, "-z"), "check: unknown option -z (commtrace check -h")
+    assert_one_line_error(run_cli_subprocess("check", syn_run, "extra"), "check: unexpected argument 'extra'")
+    assert_one_line_error(run_cli_subprocess("reprot", syn_run), "unknown command 'reprot' (did you mean report?)")

@@ -123,7 +123,7 @@ def _shown(text: str) -> list[str]:
 
 
 WINDOWS = (["--steps", "3:10"], ["--skip-steps", "2"], ["--phase", "backward"], ["--from", "0.5s", "--to", "1.5s"],
-           ["--steps", "5:20", "--phase", "backward,pipeline", "--from", "300ms"], ["--steps", "400:500"])
+           ["--steps", "5:20", "--phase", "backward,pipeline", "--from", "300ms"])
 
 
 def test_windows_equal_one_frame(syn_run, tmp_path):
@@ -151,6 +151,9 @@ def test_windows_equal_one_frame(syn_run, tmp_path):
 def test_window_errors_and_compare(syn_run, tmp_path, capsys):
     assert main(["report", str(syn_run), "--partitioned", "--phase", "backwards"]) == 2
     assert "--phase backwards: no op of this run has that phase" in capsys.readouterr().err
+    for engine in ([], ["--partitioned"]):     # steps beyond the run: what it has, not an empty report
+        assert main(["report", str(syn_run), "--steps", "400:500", *engine]) == 2
+        assert "--steps 400:500: the run has steps " in capsys.readouterr().err
     exp = write_synthetic_run(str(tmp_path / "exp"), ranks=4, ops_per_rank=300, seed=2, p2p=True)
     assert main(["compare", str(syn_run), exp, "--width", "160", "--skip-steps", "2"]) == 0
     one_frame = capsys.readouterr().out

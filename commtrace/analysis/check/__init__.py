@@ -32,18 +32,19 @@ from .coverage_finding import coverage_finding
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
     diagnose_collectives, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p, diagnose_processes,
     diagnose_stragglers, group_progress, progress_findings, unmatched_p2p)
-from .dumps import diagnose_dumps, dump_summary  # noqa: F401
+from .dumps import add_dumped_positions, diagnose_dumps, dump_summary  # noqa: F401
 from .fates import EarlyProcess, RankFate, early_processes, rank_fates  # noqa: F401
 from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
     NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _SEV_ORDER, Finding, exit_code,
-    parse_ranks)
+    parse_ranks, root_cause_first)
 from .facts import GroupVerdict, RunFacts, classify_group, frame_facts  # noqa: F401
 
 # -- entry point ---------------------------------------------------------------------
 
 def diagnose(run) -> list[Finding]:
-    """All findings for a loaded ``Run``, most severe first (stable within a severity)."""
+    """All findings for a loaded ``Run``, most severe first, root cause first among the
+    errors (``root_cause_first``)."""
     df = run.frame
     if len(df) == 0 or "op" not in df.columns or "group_ranks" not in df.columns:
         df = df.iloc[0:0]
@@ -71,5 +72,5 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> 
     findings += [f for f in (coverage_finding(run),) if f is not None]
     if facts.has_ops:
         findings += progress_findings(facts)
-    findings.sort(key=lambda f: _SEV_ORDER.get(f.severity, 3))
-    return findings
+    add_dumped_positions(findings, run)
+    return root_cause_first(findings)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from ...trace.rank_ranges import fmt_ranks
-from .findings import DUMP, Finding, INFO, _int, _s
+from ...trace.rank_ranges import fmt_ranks, folded_lines
+from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
     """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): the ranks that wrote
@@ -40,6 +40,73 @@ def diagnose_dumps(run) -> list[Finding]:
 
 
 _OWN_FRAMES = (os.path.join("capture", "watchdog.py"), os.path.join("capture", "activate.py"))
+# Frames of libraries and of Python itself: a rank's position is the innermost frame of its program.
+_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "commtrace" + os.sep)
+
+
+def _read_dump(path: str | None, run_dir: str | None):
+    """The dump's JSON object, or a string saying why there is none."""
+    if not path:
+        return "no dump"
+    cand = path if os.path.isabs(path) else os.path.join(run_dir or "", path)
+    if not os.path.isfile(cand) and run_dir:
+        cand = os.path.join(run_dir, os.path.basename(path))
+    try:
+        with open(cand, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > 16 * 1024 * 1024:
+                return "(dump too large to summarize)"
+            obj = json.loads(fh.read())
+    except (OSError, ValueError):
+        return "(dump file unreadable)"
+    return obj if isinstance(obj, dict) else "no dump"
+
+
+def _main_frames(obj: dict) -> list[dict]:
+    """The main thread's frames, outermost first, without commtrace's own dump machinery."""
+    for th in obj.get("threads") or []:
+        if isinstance(th, dict) and th.get("name") == "MainThread":
+            return [fr for fr in th.get("frames") or [] if isinstance(fr, dict)
+                    and not str(fr.get("file", "")).endswith(_OWN_FRAMES)]
+    return []
+
+
+def _is_program(frame: dict) -> bool:
+    f = str(frame.get("file", ""))
+    return not (f.startswith("<") or any(part in f for part in _LIBRARY_PARTS)
+                or os.path.basename(os.path.dirname(f)).startswith("python3"))
+
+
+def dumped_position(run, rank: int) -> str | None:
+    """Where ``rank``'s program was in its last state dump, as "train.py:10 time.sleep(40) (SIGTERM dump)":
+    the innermost frame of its main thread outside libraries (else the innermost); None: no dump."""
+    dumps = [d for p in run.processes if _int(p.get("rank")) == rank for d in (p.get("dumps") or [])
+             if isinstance(d, dict)]
+    if not dumps:
+        return None
+    last = dumps[-1]
+    obj = _read_dump(_s(last.get("path")), run.path)
+    if not isinstance(obj, dict):
+        return None
+    frames = _main_frames(obj)
+    mine = [fr for fr in frames if _is_program(fr)] or frames
+    if not mine:
+        return None
+    fr = mine[-1]
+    code = str(fr.get("code") or "").split("#")[0].strip()
+    return (f"{os.path.basename(str(fr.get('file')))}:{fr.get('line')}" + (f" {code}" if code else "")
+            + f" ({_s(last.get('reason')) or '?'} dump)")
+
+
+def add_dumped_positions(findings: list[Finding], run) -> None:
+    """Each rank that never arrived: where its last state dump shows it (a detail line and
+    ``data["dumped_at"]``), e.g. busy in ``time.sleep`` while the others waited."""
+    for f in findings:
+        if f.kind != NOT_ARRIVED:
+            continue
+        at = {r: pos for r in f.data.get("missing") or [] if (pos := dumped_position(run, r)) is not None}
+        if at:
+            f.data["dumped_at"] = {str(r): pos for r, pos in at.items()}
+            f.details += folded_lines(at, line=lambda rs, t: f"rank {rs} was at {t}")
 
 
 def dump_summary(path: str | None, run_dir: str | None = None, max_frames: int = 4) -> list[str]:

@@ -61,6 +61,33 @@ def _jsonable(v):
     return v
 
 
+# Where an error stands in a chain of causes (check_order): how the culprit ended, a desync, a rank
+# that raised outside communication; the hang they caused; consequences on the other ranks; then
+# what processes without a rank (launchers) say their children did.
+_CAUSE, _DESYNC, _HANG, _CONSEQUENCE, _LAUNCHER = range(5)
+
+
+def root_cause_first(findings: list[Finding]) -> list[Finding]:
+    """The findings ordered by severity and, among errors, root cause first: the exception
+    of a rank that never arrived comes before the collective it left the others waiting in,
+    and that before their failed ops, their exceptions and the launcher's. Stable otherwise."""
+    culprits = {r for f in findings if f.kind == NOT_ARRIVED for r in f.data.get("missing") or []}
+    failed = {r for f in findings if f.kind == FAILED for r in f.ranks}
+
+    def place(f: Finding) -> int:
+        if f.kind in (EXCEPTION, EXITED, ABRUPT, NO_GROUP) and not f.ranks:
+            return _LAUNCHER
+        if f.kind in (EXCEPTION, ABRUPT, MISSING_RANK) and set(f.ranks) & culprits:
+            return _CAUSE
+        if f.kind == MISMATCH or (f.kind == EXCEPTION and not set(f.ranks) & failed):
+            return _DESYNC
+        if f.kind in (NOT_ARRIVED, STUCK, LOST_RECORD):
+            return _HANG
+        return _CONSEQUENCE
+
+    return sorted(findings, key=lambda f: (_SEV_ORDER.get(f.severity, 3), place(f) if f.severity == ERROR else 0))
+
+
 def exit_code(findings: list[Finding], strict: bool = False) -> int:
     """0 clean, 1 problems (errors; with ``strict`` also warnings)."""
     bad = {ERROR, WARNING} if strict else {ERROR}

@@ -24,10 +24,10 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
-from ..window import Window
+from ..memory_policy import default_memory_limit, total_memory  # noqa: F401
+from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
-from .executors import ENV_DASK, cpu_count, make_executor
-from .memory_policy import default_memory_limit
+from .executors import ENV_DASK, cpu_count, make_executor  # noqa: F401
 from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
@@ -136,6 +136,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             stage.advance(p.ops)
         seconds["ranks"] = time.perf_counter() - t0
         check_phases(window, ranks.windows)
+        if window is not None:
+            check_steps(window, None, ranks.total_steps or None)
         cells = ranks.cell_table()
         keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
         keys["phase_op"] = ["phase", "op"]

@@ -43,8 +43,8 @@ from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
 from ..check.findings import parse_ranks
 from ..check.fates import rank_fates
 from ..check.matching import collective_rows
+from .. import memory_policy
 from .executors import ENV_DASK, cpu_count, make_executor
-from .memory_policy import default_memory_limit
 from .progress_bar import Progress
 from .rank_map import _chunk_index
 
@@ -263,7 +263,7 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
                       progress: bool | None = None) -> PartitionedCheck:
     """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc)."""
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
-    limit = memory_limit or default_memory_limit()
+    limit = memory_policy.memory_limit(memory_limit)
     metas = reader.find_traces(run_dir)
     read = []                                        # (index, meta, ProcessTrace or None, issues)
     for i, m in enumerate(metas):

@@ -20,13 +20,6 @@ from .heap import keep_freed_memory
 ENV_DASK = "COMMTRACE_DASK"
 
 
-def total_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 8 << 30
-
-
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))

@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
+from .options import add_scale_arguments, add_window_arguments, window_of
 
 EPILOG = """\
 examples:
@@ -23,23 +24,6 @@ export; the banner says which window is shown. Steps are optimizer steps,
 numbered from 1; times (--from/--to) are after the first traced op: 1.5s,
 200ms, 30us. Every figure is defined in docs/report.md.
 """
-
-
-def add_window_arguments(p) -> None:
-    """--steps/--skip-steps/--from/--to/--phase (report and compare)."""
-    p.add_argument("--steps", metavar="A:B", help="only optimizer steps A..B (A:, :B and A also work)")
-    p.add_argument("--skip-steps", type=int, metavar="N", help="leave out the first N steps (warm-up) and "
-                   "everything before them")
-    p.add_argument("--from", dest="t_from", metavar="TIME", help="only ops starting after TIME (e.g. 1.5s, 200ms)")
-    p.add_argument("--to", dest="t_to", metavar="TIME", help="only ops starting before TIME")
-    p.add_argument("--phase", metavar="P[,P]", help="only ops of these phases (forward, backward, optimizer, "
-                   "ddp_init, join, '-' for none)")
-
-
-def window_of(ns):
-    from ..analysis.window import Window
-    return Window.from_args(steps=ns.steps, skip_steps=ns.skip_steps, t_from=ns.t_from, t_to=ns.t_to,
-                            phase=ns.phase)
 
 
 def add_parser(sub) -> None:
@@ -62,21 +46,6 @@ def add_parser(sub) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report (exports only)")
     add_scale_arguments(p)
     p.set_defaults(handler=run_report)
-
-
-def add_scale_arguments(p, perfetto: bool = True, doing: str = "analyse", how: str = "file by file") -> None:
-    """--dask / --memory-limit / --partitioned (docs/report-performance.md, "Big runs") and, with
-    ``perfetto``, --perfetto-max-mb; ``doing`` / ``how`` name the command's work in the help."""
-    p.add_argument("--dask", metavar="SCHEDULER", help=f"{doing} on this Dask cluster (address; default "
-                   "$COMMTRACE_DASK): the run directory must be on a filesystem its workers share")
-    p.add_argument("--memory-limit", metavar="SIZE", help="memory it may use (e.g. 8G, 512M, 25%%; "
-                   f"default 50%% of RAM): a run that does not fit is done {how}")
-    p.add_argument("--partitioned", action="store_true", help=f"{doing} {how} (map/reduce) even if the "
-                   "run fits in memory")
-    if not perfetto:
-        return
-    p.add_argument("--perfetto-max-mb", type=float, default=1000, metavar="MB", help="partitioned: --perfetto "
-                   "writes files of at most MB each (rank subsets; a rank with more ops: time windows; default 1000)")
 
 
 def _dir_size(path: str | None) -> int:
@@ -110,14 +79,14 @@ def _stages(run_dir: str | None, steps: int):
 
 
 def run_report(ns) -> int:
-    from .partitioned import wants_partitioned
+    from .options import wants_partitioned
     if wants_partitioned(ns):
         return _run_partitioned(ns)
     from ..analysis.report import build_report, report_json
     from ..analysis.run_info import load_report_run
     from ..trace.reader import newest_run
-    from . import export
-    from .cli_commands import warn_issues
+    from ..render import export
+    from .messages import warn_issues
 
     window = window_of(ns)
     run_dir = ns.run_dir if ns.run_dir is not None else newest_run()
@@ -129,7 +98,7 @@ def run_report(ns) -> int:
         rep = build_report(run, window, top=ns.top)
         if ns.perfetto:
             advance("writing Perfetto trace")
-            from .perfetto import write_perfetto
+            from ..render.perfetto import write_perfetto
             write_perfetto(rep.frame, ns.perfetto, rep.info["t0_ns"], rep.matched.inst, run.processes,
                            spans=rep.spans, marks=rep.marks, regions=rep.region_spans)
         advance("writing exports")
@@ -140,18 +109,26 @@ def run_report(ns) -> int:
         if ns.json:
             export.write_json(report_json(rep), ns.json)
         if ns.html:
-            from .html_page import report_html, write_html
+            from ..render.html_page import report_html, write_html
             write_html(report_html(rep, top=ns.top), ns.html)
     if not (ns.quiet or ns.json == "-"):
-        from .terminal import make_console, render_report
+        from ..render.terminal import make_console, render_report
         con = make_console(ns.width)
         render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top)
-    return _damage_verdict(run)
+    return _damage_verdict(run, ns)
 
 
-def _damage_verdict(run) -> int:
+# -q alone still reads the run (its warnings, and the exit code says whether the data is damaged) but
+# would print nothing at all: say so, before the damage line that scripts read last.
+QUIET_ALONE = ("commtrace: -q: nothing written (no --json, --csv, --parquet, --html or --perfetto given); "
+               "the exit code says whether the trace data is readable")
+
+
+def _damage_verdict(run, ns) -> int:
     """Exit 1, with one line naming what was unreadable, when trace data is damaged
     (the figures leave it out); else 0. Processes that just died are not damage."""
+    if ns.quiet and not (ns.perfetto or ns.csv or ns.parquet or ns.json or ns.html):
+        sys.stderr.write(QUIET_ALONE + "\n")
     damage = [d for p in run.processes for d in (p.get("damage") or [])]
     if not damage:
         return EXIT_OK
@@ -165,34 +142,34 @@ def _run_partitioned(ns) -> int:
     """The report by map/reduce over the run's files (analysis.partitioned)."""
     from ..analysis.partitioned import analyse
     from ..errors import CommtraceError
-    from .cli_commands import warn_issues
-    from ..analysis.partitioned.memory_policy import memory_limit_of
-    from .partitioned import partitioned_json, render_partitioned
+    from .messages import warn_issues
+    from ..render.partitioned import partitioned_json, render_partitioned
+    from .options import memory_limit_of
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
-    from . import export
+    from ..render import export
     window = window_of(ns)
     shown = not (ns.quiet or ns.json == "-")
     if shown:
-        from .terminal import make_console
+        from ..render.terminal import make_console
         con = make_console(ns.width)
     limit = memory_limit_of(ns.memory_limit)
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
                 timeline_width=con.width if shown else None)
     warn_issues(s.issues)
     if ns.perfetto:
-        from .partitioned import write_perfetto_pieces
+        from ..render.partitioned import write_perfetto_pieces
         files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
         sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
                          + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
     if ns.csv or ns.parquet:
-        from .export_ranks import write_by_rank
+        from ..render.export_ranks import write_by_rank
         write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
         export.write_json(partitioned_json(s), ns.json)
     if ns.html:
-        from .html_page import report_html, write_html
-        from .partitioned import as_report
+        from ..render.html_page import report_html, write_html
+        from ..render.partitioned import as_report
         rep = as_report(s)
         steady = None
         if window.whole_run and rep.steps is not None:   # the page opens on the steady steps: their report too
@@ -206,4 +183,4 @@ def _run_partitioned(ns) -> int:
     if shown:
         render_partitioned(con, s, ns.top, ns.events, ns.limit, limit)
     from types import SimpleNamespace
-    return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path))
+    return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path), ns)

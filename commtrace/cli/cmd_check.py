@@ -34,15 +34,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings (stragglers, ...) too")
     p.add_argument("-v", "--verbose", action="store_true", help="show details of informational findings")
-    from .cmd_report import add_scale_arguments
+    from .options import add_scale_arguments
     add_scale_arguments(p, perfetto=False, doing="check", how="seq chunk by seq chunk")
     p.set_defaults(handler=run_check)
 
 
 def run_check(ns) -> int:
     from ..analysis.check import diagnose, exit_code
-    from ..analysis.partitioned.memory_policy import ONE_FRAME_CHECK_BYTES_PER_OP, memory_limit_of
-    from .partitioned import wants_partitioned
+    from ..analysis.memory_policy import ONE_FRAME_CHECK_BYTES_PER_OP
+    from .options import memory_limit_of, wants_partitioned
     for name in ("partitioned", "dask", "memory_limit"):   # callers building their own namespace
         if not hasattr(ns, name):
             setattr(ns, name, None)
@@ -61,27 +61,9 @@ def run_check(ns) -> int:
                    "exit_code": exit_code(findings, getattr(ns, "strict", False))}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from .check_text import render_findings
-        from .terminal import make_console
+        from ..render.check_text import render_findings
+        from ..render.terminal import make_console
         con = make_console()
         render_findings(findings, con, title=f"commtrace check {run.path}", verbose=getattr(ns, "verbose", False))
     return exit_code(findings, getattr(ns, "strict", False))
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m commtrace.render.cmd_check RUN_DIR``) until the CLI wires it in."""
-    import argparse
-    from ..errors import CommtraceError
-    parser = argparse.ArgumentParser(prog="commtrace")
-    sub = parser.add_subparsers(dest="command")
-    add_parser(sub)
-    ns = parser.parse_args(["check", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return ns.handler(ns)
-    except CommtraceError as e:
-        print(f"commtrace: error: {e}", file=sys.stderr)
-        return e.code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

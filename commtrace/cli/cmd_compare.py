@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, CommtraceError
+from .options import add_scale_arguments, add_window_arguments, window_of
 
 EPILOG = """\
 examples:
@@ -21,7 +22,6 @@ with changes against BASE. Definitions: docs/report.md.
 
 
 def add_parser(sub) -> None:
-    from .cmd_report import add_scale_arguments, add_window_arguments
     p = sub.add_parser("compare", help="compare runs side by side", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Compare runs per step (step time, communication, exposed communication, with "
@@ -40,10 +40,9 @@ def add_parser(sub) -> None:
 
 def run_compare(ns) -> int:
     from ..analysis.compare import compare_reports
-    from . import export
-    from .cmd_report import window_of
-    from .compare_text import compare_json, render_compare
-    from .partitioned import wants_partitioned
+    from ..render import export
+    from ..render.compare_text import compare_json, render_compare
+    from .options import wants_partitioned
 
     window = window_of(ns)
     by = [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
@@ -55,20 +54,25 @@ def run_compare(ns) -> int:
         if name in names:
             name = f"{name} ({len(names) + 1})"
         names.append(name)
-        named.append((name, _partitioned(ns, d, by, window) if partitioned else _one_frame(d, window)))
+        try:
+            named.append((name, _partitioned(ns, d, by, window) if partitioned else _one_frame(d, window)))
+        except CommtraceError as e:     # which run (e.g. --steps 9:12 beyond one run's steps)
+            if str(e).startswith(d):
+                raise
+            raise CommtraceError(f"{d}: {e}", e.code) from None
     if partitioned:
         from ..analysis.compare import compare_partitioned
         cmp = compare_partitioned(named, by)
     else:
         cmp = compare_reports(named, by)
     if ns.html:     # the step figure reads each run's steps across ranks: both analyses have them
-        from .html_page import compare_html, write_html
+        from ..render.html_page import compare_html, write_html
         write_html(compare_html(cmp, named), ns.html)
     if ns.json:
         export.write_json(compare_json(cmp), ns.json)
         if ns.json == "-":
             return EXIT_OK
-    from .terminal import make_console
+    from ..render.terminal import make_console
     render_compare(make_console(ns.width), cmp)
     return EXIT_OK
 
@@ -76,7 +80,7 @@ def run_compare(ns) -> int:
 def _one_frame(run_dir, window):
     from ..analysis.report import build_report
     from ..analysis.run_info import load_report_run
-    from .cli_commands import warn_issues
+    from .messages import warn_issues
     run = load_report_run(run_dir)
     warn_issues(run.issues)
     return build_report(run, window)
@@ -84,8 +88,8 @@ def _one_frame(run_dir, window):
 
 def _partitioned(ns, run_dir, by, window):
     from ..analysis.partitioned import analyse
-    from .cli_commands import warn_issues
-    from ..analysis.partitioned.memory_policy import memory_limit_of
+    from .messages import warn_issues
+    from .options import memory_limit_of
     s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by, window=window)
     warn_issues(s.issues)
     return s

@@ -1,0 +1,44 @@
+"""How much of the machine an analysis may hold, and whether a run fits in one frame.
+
+The one place that decides between the one-frame analysis and the map/reduce one
+(analysis.partitioned): the CLI passes the user's ``--memory-limit`` (or None) and asks
+``needs_partitions``; the partitioned analyses size their tasks from ``memory_limit``.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from ..trace import schema
+
+# The default memory limit: this share of the machine's RAM.
+DEFAULT_MEMORY_FRACTION = 0.5
+# Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
+ONE_FRAME_BYTES_PER_OP = 300
+# ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
+ONE_FRAME_CHECK_BYTES_PER_OP = 450
+
+
+def total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+def default_memory_limit() -> int:
+    return int(total_memory() * DEFAULT_MEMORY_FRACTION)
+
+
+def memory_limit(limit: int | None) -> int:
+    """The limit in bytes: ``limit`` if given, else the default."""
+    return limit or default_memory_limit()
+
+
+def needs_partitions(run_dir: str, limit: int | None = None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
+    """Whether the one frame of ``run_dir`` (at ``bytes_per_op`` per op record) would not fit ``limit``."""
+    try:
+        size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
+    except OSError:
+        return False
+    return size // schema.RECORD_SIZE * bytes_per_op > memory_limit(limit)
