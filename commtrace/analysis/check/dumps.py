@@ -111,20 +111,9 @@ def add_dumped_positions(findings: list[Finding], run) -> None:
 
 def dump_summary(path: str | None, run_dir: str | None = None, max_frames: int = 4) -> list[str]:
     """A few lines from a watchdog dump: in-flight ops and the innermost user frames."""
-    if not path:
-        return []
-    cand = path if os.path.isabs(path) else os.path.join(run_dir or "", path)
-    if not os.path.isfile(cand) and run_dir:
-        cand = os.path.join(run_dir, os.path.basename(path))
-    try:
-        with open(cand, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > 16 * 1024 * 1024:
-                return ["(dump too large to summarize)"]
-            obj = json.loads(fh.read())
-    except (OSError, ValueError):
-        return ["(dump file unreadable)"]
-    if not isinstance(obj, dict):
-        return []
+    obj = _read_dump(path, run_dir)
+    if isinstance(obj, str):   # why there is none: said only when a dump was named but unusable
+        return [] if obj == "no dump" else [obj]
     lines = []
     for op in (obj.get("in_flight") or [])[:5]:
         if isinstance(op, dict):
