@@ -149,7 +149,7 @@ class ModuleTracker:
         token = None
         if not stack and rec.context_field("phase") is None:
             hooks = self.hooks
-            outer = hooks._enter_compute()
+            outer = hooks._enter_compute("forward")
             token = (rec.push_context(phase="forward", module=name), outer,
                      hooks.steps.compute_begins() if outer else 0, time.monotonic_ns(), self._grad_enabled())
         else:
@@ -188,7 +188,7 @@ class ModuleTracker:
         if token is not None:
             ctx, outer, step, t0, grad = token
             hooks = self.hooks
-            hooks._leave_compute()
+            hooks._leave_compute("forward")
             if outer:
                 hooks._write_span("forward", t0, step, name, grad=grad)
             rec.pop_context(ctx)
