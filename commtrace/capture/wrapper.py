@@ -118,9 +118,10 @@ def _tensor_key(t):
     return (t.shape, t.dtype, t.is_cuda)
 
 
-_AllreduceOptions = dist.AllreduceOptions
+# The fast path below reads asyncOp, which AllreduceOptions has from torch 2.8 on; before,
+# its calls take the generic path (None never is a type).
+_AllreduceOptions = dist.AllreduceOptions if torch_compat.has_async_op(dist.AllreduceOptions) else None
 _BroadcastOptions = dist.BroadcastOptions
-_AR_ASYNC_OP = torch_compat.has_async_op(_AllreduceOptions)  # torch < 2.8: no such field
 _OPTIONS_TYPES = torch_compat.options_types()
 _async_op = torch_compat.async_op
 
@@ -137,7 +138,7 @@ def call_key(args, kwargs):
             ot = type(o)
             if ot is _AllreduceOptions:
                 t = a[0]
-                return (t.shape, t.dtype, t.is_cuda, ot, o.reduceOp, o.asyncOp if _AR_ASYNC_OP else True), o
+                return (t.shape, t.dtype, t.is_cuda, ot, o.reduceOp, o.asyncOp), o
             if ot is _BroadcastOptions:
                 t = a[0]
                 return (t.shape, t.dtype, t.is_cuda, ot, o.rootRank, o.asyncOp), o
