@@ -187,7 +187,7 @@ def report_json(rep: Report) -> dict:
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     st = rep.steps
     return json_safe({
-        "format": "commtrace-report", "version": 2,
+        "format": "commtrace-report", "version": 3,
         "run": info,
         "issues": [str(i) for i in rep.issues],
         "by_op": table_records(rep.by_op),

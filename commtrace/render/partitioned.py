@@ -205,7 +205,7 @@ def partitioned_json(s) -> dict:
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     top = s.skew["top"]
     return json_safe({
-        "format": "commtrace-report", "version": 2, "partitioned": True,
+        "format": "commtrace-report", "version": 3, "partitioned": True,
         "run": {**s.info, "run_dir": s.path, "ranks": s.ranks, "ops": s.ops, "percentiles_exact": s.exact,
                 "quantile_error": s.quantile_error, "executor": s.executor, "workers": s.workers},
         "issues": [str(i) for i in s.issues],
