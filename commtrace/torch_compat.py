@@ -93,12 +93,6 @@ ADDED_METHODS = {
 }
 
 
-def has_method(name: str) -> bool:
-    """The installed torch's ProcessGroup has a method of this name."""
-    import torch.distributed as dist
-    return hasattr(dist.ProcessGroup, name)
-
-
 # -- stores ---------------------------------------------------------------------------------------
 def real_store(store):
     """``store``, or None where it stores nothing: torch < 2.5 registers an mpi
