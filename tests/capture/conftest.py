@@ -5,7 +5,6 @@ test asserts on its trace. All launches have timeouts (see tests/helpers.py).
 """
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
@@ -42,17 +41,12 @@ def launch_all_ops(kind: str, world: int, tmp, wrapper: str = "native") -> Launc
     return Launch(res, run_dir, out)
 
 
-@functools.lru_cache(maxsize=None)
-def _gloo_lacks_all_to_all() -> str | None:
-    return h.gloo_lacks("all_to_all")
-
-
 @pytest.fixture(scope="session", params=[("spawn", 2, "native"), ("mpirun", 2, "native"), ("mpirun", 3, "native"),
                                          ("spawn", 2, "python")],
                 ids=["spawn-2", "mpirun-2", "mpirun-3", "spawn-2-python-wrapper"])
 def all_ops(request, launches) -> Launch:
     kind, world, wrapper = request.param
-    why = _gloo_lacks_all_to_all()
+    why = h.gloo_lacks_all_to_all()
     if why:  # the worker runs every op, all_to_all among them
         pytest.skip(f"gloo cannot run all_to_all on this torch: {why}")
     if wrapper == "native":
