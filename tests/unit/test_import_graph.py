@@ -46,6 +46,14 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _from_module(name: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in module ``name`` reads from."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(name: str, path: Path, modules: dict) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its source."""
     is_pkg = path.name == "__init__.py"
@@ -54,11 +62,7 @@ def _imports(name: str, path: Path, modules: dict) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
+            prefix = _from_module(name, is_pkg, node)
             targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix for a in node.names]
         else:
             continue
@@ -126,11 +130,7 @@ def _private_uses(name: str, path: Path, modules: dict) -> set[tuple[str, str]]:
                 if a.asname and a.name in modules:
                     bound[a.asname] = a.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
+            prefix = _from_module(name, is_pkg, node)
             for a in node.names:
                 if f"{prefix}.{a.name}" in modules:
                     bound[a.asname or a.name] = f"{prefix}.{a.name}"
