@@ -42,6 +42,7 @@ import time
 import weakref
 
 from ..trace import schema
+from .scopes import in_context
 from .tbhide import drop_own_frame
 
 
@@ -227,23 +228,14 @@ class ModuleTracker:
         takes when no module is running."""
         rec, tracker = self.rec, self
 
-        def make(orig):
-            @functools.wraps(orig)
-            def scoped(*args, **kwargs):
-                token = rec.push_context_field("detail", detail)
-                if unit is not None and rec.context_field("module") is None:
-                    mod = unit(args)
-                    if mod is not None:
-                        rec.set_context_field("module", tracker.name_of(mod))
-                try:
-                    return orig(*args, **kwargs)
-                except BaseException as e:
-                    drop_own_frame(e)
-                    raise
-                finally:
-                    rec.pop_context(token)
-            return scoped
-        return make
+        def enter(args):
+            token = rec.push_context_field("detail", detail)
+            if unit is not None and rec.context_field("module") is None:
+                mod = unit(args)
+                if mod is not None:
+                    rec.set_context_field("module", tracker.name_of(mod))
+            return token
+        return lambda orig: in_context(rec, orig, enter)
 
     def _enabling(self, orig):
         tracker = self

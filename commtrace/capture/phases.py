@@ -45,6 +45,7 @@ import weakref
 
 from ..trace import schema
 from .recorder import Recorder
+from .scopes import in_context
 from .tbhide import drop_own_frame
 
 # DDP rebuilds its buckets once, in the forward after the first backward pass that
@@ -168,20 +169,7 @@ class PhaseHooks:
     def _wrap_scope(self, phase: str | None = None, detail: str | None = None):
         rec = self.rec
         fields = {k: v for k, v in (("phase", phase), ("detail", detail)) if v is not None}
-
-        def make(orig):
-            @functools.wraps(orig)
-            def scoped(*args, **kwargs):
-                token = rec.push_context(**fields)
-                try:
-                    return orig(*args, **kwargs)
-                except BaseException as e:
-                    drop_own_frame(e)
-                    raise
-                finally:
-                    rec.pop_context(token)
-            return scoped
-        return make
+        return lambda orig: in_context(rec, orig, lambda args: rec.push_context(**fields))
 
     # -- compute spans ------------------------------------------------------------
     def _enter_compute(self, phase: str) -> bool:
