@@ -14,7 +14,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
 
-from common import write_losses  # noqa: E402
+from common import finish, write_losses  # noqa: E402
 
 
 class Recording(Trainer):
@@ -42,6 +42,7 @@ def main(out: str) -> None:
     trainer = Recording(model=model, args=args, train_dataset=rows)
     trainer.train()
     write_losses(out, trainer.args.process_index, trainer.losses)
+    finish()
 
 
 if __name__ == "__main__":
