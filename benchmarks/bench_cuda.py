@@ -13,6 +13,10 @@ in blocks as in bench_capture.py.
   Python-level wrapper (DDP calls it from the autograd thread, through pybind).
 
     python benchmarks/bench_cuda.py [--reps 9] [--calls 400] [--wrapper auto|python] [--json out.json]
+                                    [--ddp-reps N] [--ddp-only]
+
+A DDP block is 40 steps (~0.1 s on an H100), so many blocks are cheap: a 1-2 %
+effect needs them, because a busy host moves step time by several % between blocks.
 
 The first line printed names the card, the torch and the wrapper measured.
 """
@@ -81,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--json")
+    ap.add_argument("--ddp-reps", type=int, help="blocks per DDP case (default: --reps)")
+    ap.add_argument("--ddp-only", action="store_true", help="skip the issue-cost cases")
     ap.add_argument("--wrapper", choices=("auto", "python"), default="auto",
                     help="auto: the wrapper `commtrace run` gives an NCCL group (native when built); "
                          "python: the Python wrapper")
@@ -98,7 +104,7 @@ def main(argv=None) -> int:
     try:
         traced, rec = make_traced(plain, d, "nccl", a.wrapper)
         kind = "python" if a.wrapper == "python" else wrapper_kind(plain)
-        for label, n in (("1 elem", 1), ("4 MB", 1 << 20)):
+        for label, n in () if a.ddp_only else (("1 elem", 1), ("4 MB", 1 << 20)):
             t = torch.ones(n, device=dev)
             o = dist.AllreduceOptions()
             res[f"issue cost: all_reduce {label}"] = alternate(
@@ -111,17 +117,18 @@ def main(argv=None) -> int:
             m = DDP(torch.nn.Sequential(*layers).to(dev), device_ids=[0], process_group=pg)
             models[name] = (m, torch.optim.SGD(m.parameters(), lr=1e-3))
         res["DDP step: mlp8 (1024 wide)"] = alternate(lambda: _ddp_steps(*models["plain"], x, 40),
-                                                      lambda: _ddp_steps(*models["traced"], x, 40), a.reps)
+                                                      lambda: _ddp_steps(*models["traced"], x, 40), a.ddp_reps or a.reps)
         res["DDP step: mlp8, bare forwarder"] = alternate(lambda: _ddp_steps(*models["plain"], x, 40),
-                                                          lambda: _ddp_steps(*models["forwarder"], x, 40), a.reps)
+                                                          lambda: _ddp_steps(*models["forwarder"], x, 40), a.ddp_reps or a.reps)
         rec.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
     dist.destroy_process_group()
     print(f"[cuda] {torch.cuda.get_device_name(0)}, torch {torch.__version__}, {kind} wrapper")
-    print(f"{'case':36s} {'plain µs':>10s} {'traced µs':>10s} {'added µs':>9s} {'ratio':>7s}")
+    print(f"{'case':36s} {'plain µs':>10s} {'traced µs':>10s} {'added µs':>9s} {'ratio':>7s} {'ratio 95% CI':>15s} blocks")
     for k, r in res.items():
-        print(f"{k:36s} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:9.2f} {r['ratio']:7.3f}")
+        ci = "-" if not r["ratio_ci"] else f"{r['ratio_ci'][0]:.3f}-{r['ratio_ci'][1]:.3f}"
+        print(f"{k:36s} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:9.2f} {r['ratio']:7.3f} {ci:>15s} {r['blocks']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "wrapper": kind,
