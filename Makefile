@@ -57,7 +57,7 @@ demo: setup
 # tests/compat (the smoke suite) runs in test-compat, on other torch releases; on the
 # pin the rest of the suite covers the same paths in more detail.
 test: setup
-	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests --ignore=tests/compat
+	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=25 tests --ignore=tests/compat
 
 test-smoke: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/compat

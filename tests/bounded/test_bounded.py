@@ -133,31 +133,52 @@ def test_report_and_check_say_what_a_ring_covers(ring):
     assert all(0 < v <= 1 for v in data["run"]["comm_share_per_rank"].values())
 
 
+# Per rank, every collective of train.py by op; in steps 10:12, 9 all_reduces.
+OPS_BY_NAME = {"all_gather": 1, "all_reduce": 89, "barrier": 1, "broadcast": 4}
+
+
+def _outside_window(df, rank: int):
+    """The ops of ``rank`` written outside the window. An op still running
+    ``IN_FLIGHT_AFTER_NS`` after its call is written in full wherever it is (hang
+    evidence for ``check``): on a loaded machine a DDP all_reduce can wait that
+    long for its peer. Only such ops may appear outside the window."""
+    from commtrace.capture.recorder import IN_FLIGHT_AFTER_NS
+    mine = df[df["rank"] == rank]
+    long = mine[mine["duration_ns"].fillna(IN_FLIGHT_AFTER_NS) >= IN_FLIGHT_AFTER_NS]
+    return mine, long
+
+
 def test_steps_window_writes_only_those_steps(window):
     df = _load(window)
     spans = _load(window, table="spans")
     assert set(spans["step"]) == {10, 11, 12}
     assert set(spans.groupby("rank").size()) == {9}           # forward, backward, optimizer x 3 steps
     procs = {p["rank"]: p for p in df.attrs["processes"]}
-    for rank in (0, 1):
-        mine = df[df["rank"] == rank]
-        # Each step: two DDP buckets and the plain all_reduce that follows the previous step's optimizer step.
-        assert len(mine) == 9 and set(mine["op"]) == {"all_reduce"}
-        steps = procs[rank]["coverage"]
-        assert (steps["steps"], steps["ops_seen"], steps["ops_written"], steps["steps_done"]) == \
-            ("10:12", OPS_PER_RANK, 9, STEPS)
-        assert steps["ops_counted"] == OPS_PER_RANK - 9
     counts = _load(window, table="counts")
-    per = counts.groupby(["rank", "op"])["ops"].sum().unstack()
-    assert per.loc[0].to_dict() == {"all_gather": 1, "all_reduce": 80, "barrier": 1, "broadcast": 4}
     assert (counts["time_ns"] > 0).all() and (counts["time_unknown"] == 0).all()
     assert counts[counts["op"] == "barrier"]["bytes"].eq(0).all()
     assert set(counts["group"]) == {"0"}
+    per = counts.groupby(["rank", "op"])["ops"].sum().unstack(fill_value=0)
+    for rank in (0, 1):
+        mine, long = _outside_window(df, rank)
+        # Each step: two DDP buckets and the plain all_reduce that follows the previous
+        # step's optimizer step; beyond those 9, only ops that ran past the in-flight limit.
+        assert 9 <= len(mine) <= 9 + len(long), mine
+        if len(mine) == 9:
+            assert set(mine["op"]) == {"all_reduce"}
+        steps = procs[rank]["coverage"]
+        assert (steps["steps"], steps["ops_seen"], steps["ops_written"], steps["steps_done"]) == \
+            ("10:12", OPS_PER_RANK, len(mine), STEPS)
+        assert steps["ops_counted"] == OPS_PER_RANK - len(mine)
+        # every op is either written or counted, by op
+        written = mine.groupby("op", observed=True).size()
+        assert {op: int(per.loc[rank].get(op, 0)) + int(written.get(op, 0)) for op in OPS_BY_NAME} == OPS_BY_NAME
 
 
 def test_report_and_check_say_what_a_window_covers(window):
     rep = _cli("report", str(window), "--width", "200").check()
-    assert "steps 10:12 in full (of 30 taken); 172 ops outside only counted" in rep.stdout
+    written = len(_load(window))
+    assert f"steps 10:12 in full (of 30 taken); {2 * OPS_PER_RANK - written} ops outside only counted" in rep.stdout
     chk = _cli("check", str(window)).check(0)
     assert "no problems found" in chk.stdout and "bounded trace: steps 10:12" in chk.stdout
     _same_check_partitioned(window, 0)
@@ -183,7 +204,10 @@ def test_torchrun_ring_and_every_k(tmp_path, wrapper):
     for p in df.attrs["processes"]:
         assert p["launcher"] == "torchrun"
         assert (p["coverage"]["keep_last"], p["coverage"]["steps"], p["coverage"]["ops_kept"]) == (6, "every:10", 6)
-        assert p["coverage"]["ops_written"] == 9 and p["coverage"]["ops_counted"] == OPS_PER_RANK - 9
+        # 9 ops in steps 10, 20, 30, and any op elsewhere that ran past the in-flight
+        # limit (see _outside_window); every op is written or counted
+        cov = p["coverage"]
+        assert cov["ops_written"] >= 9 and cov["ops_written"] + cov["ops_counted"] == OPS_PER_RANK
     assert df.groupby("rank").size().to_dict() == {0: 6, 1: 6}
     assert set(_load(d, table="spans")["step"]) == {20, 30}
 
