@@ -263,6 +263,9 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
             sys.path[0] = saved_path0
 
 
+_SCRIPT_MODULES: list = []  # the scripts run, kept until the process exits (see _run_script_file)
+
+
 def _run_script_file(path: str) -> None:
     """Run a script file as ``python path`` does, which ``runpy.run_path`` does not
     quite: the code and ``__file__`` carry the absolute path (cwd joined, not
@@ -278,6 +281,10 @@ def _run_script_file(path: str) -> None:
                          __loader__=importlib.machinery.SourceFileLoader("__main__", fname), __annotations__={})
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main  # classes the script defines pickle as __main__.X (multiprocessing)
+    # Untraced, the script's globals live until the interpreter exits; freed here
+    # they would run destructors (a DDP model's Reducer, its process group) while
+    # the trace is being finished, which untraced never happens.
+    _SCRIPT_MODULES.append(main)
     try:
         exec(code, main.__dict__)
     finally:

@@ -44,6 +44,14 @@ class TracedPG : public c10d::ProcessGroup {
       py::gil_scoped_acquire gil;
       Py_DECREF(inner_py_);
     }
+    // The inner group may die with us (DDP's Reducer holds the last reference,
+    // and Python frees the Reducer with the GIL held): gloo's destructor joins
+    // worker threads that may need the GIL to free a work's tensors. Drop it
+    // with the GIL released, as NoGilHolder does for Python's references.
+    if (inner_ && python_usable() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      inner_.reset();
+    }
   }
 
   const c10::intrusive_ptr<c10d::ProcessGroup>& inner() const { return inner_; }
