@@ -16,7 +16,8 @@ all_reduce      0      80..90   -            optimizer  8
 By mesh_dim: dp 2 collectives, 4 ops, 144 B, every op 10 µs (mean 10); tp 2
 collectives, 4 ops, 64 B, 10 and 20 µs per rank (mean 15).
 By module, mesh_dim: (layers.0, dp) 1 collective, 128 B, mean 10; (layers.0.up, tp)
-2, 64 B, mean 15; (-, dp) 1, 16 B, mean 10.
+2, 64 B, mean 15; (-, dp) 1, 16 B, mean 10. By module, phase: the optimizer's
+all_reduce is (-, optimizer).
 """
 import json
 
@@ -65,6 +66,10 @@ def test_report_by_mesh_dim_and_module_hand_computed(tmp_path, capsys, extra):
     assert _figures(rows, ["module", "mesh_dim"]) == {
         ("layers.0", "dp"): (1, 2, 128, 10 * US), ("layers.0.up", "tp"): (2, 4, 64, 15 * US),
         ("-", "dp"): (1, 2, 16, 10 * US)}
+    rows = _by(run, "module,phase", capsys, extra)   # the optimizer's op: module "-" (docs/report.md)
+    assert _figures(rows, ["module", "phase"]) == {
+        ("layers.0", "forward"): (1, 2, 128, 10 * US), ("layers.0.up", "forward"): (1, 2, 32, 10 * US),
+        ("layers.0.up", "backward"): (1, 2, 32, 20 * US), ("-", "optimizer"): (1, 2, 16, 10 * US)}
     assert main(["report", run, "--by", "module,mesh_dim", "--width", "140", *extra]) == 0
     text = capsys.readouterr().out
     assert "By module, mesh_dim" in text and "layers.0.up" in text
