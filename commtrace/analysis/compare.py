@@ -87,14 +87,17 @@ def breakdown(names: list[str], reports: list, by: list[str] | None = None) -> t
     if by is None:
         by = ["phase", "op"] if any(has_values(f, "phase") for f in frames) else ["op"]
     check_by(by, frames)
-    stats = []
-    for rep in reports:
-        f = rep.frame
-        missing = [k for k in by if k not in f.columns]
-        if missing:   # e.g. no phases in this run: everything falls under "-"
-            f = f.assign(**{k: pd.Categorical([None] * len(f)) for k in missing})
-        stats.append(op_summary(f, rep.matched, by, rep.arrays))
-    return by, breakdown_table(names, stats)
+    return by, breakdown_table(names, [keyed_summary(rep, by) for rep in reports])
+
+
+def keyed_summary(rep, by: list[str]) -> pd.DataFrame:
+    """The report's summary (summary.op_summary) of one analysis.report.Report over the
+    columns ``by`` (compare's breakdown of each run; ``report --by``)."""
+    f = rep.frame
+    missing = [k for k in by if k not in f.columns]
+    if missing:   # e.g. no phases in this run: everything falls under "-"
+        f = f.assign(**{k: pd.Categorical([None] * len(f)) for k in missing})
+    return op_summary(f, rep.matched, by, rep.arrays)
 
 
 def breakdown_table(names: list[str], stats: list[pd.DataFrame]) -> pd.DataFrame:

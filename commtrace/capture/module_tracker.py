@@ -20,7 +20,13 @@
   reduce_scatter, and HSDP's all_reduce / FSDP1 NO_SHARD's), ``dtensor_redistribute``
   (a DTensor changing placements: TP's input/output layouts, sharding
   propagation). An FSDP op issued where no module is running (FSDP2's final
-  backward callback) takes its unit's module.
+  backward callback, FSDP1's prefetch from its root's pre-backward hook) takes
+  the module of the unit whose parameters it moves.
+* Gradient clipping (``torch.nn.utils.clip_grad_norm_``, ``get_total_norm``,
+  ``clip_grads_with_norm_``, FSDP1's ``clip_grad_norm_``) runs between the
+  backward pass and the optimizer step; its norm all_reduces (FSDP, DTensor
+  gradients) are phase ``optimizer`` like the step's own ops, and like them have
+  no module (docs/report.md). No other op of a step is left without both.
 * Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module
   hooks; the first thing each does is ask ``is_compiling``): ops issued there
   keep the module of the compiled module's caller.
@@ -71,6 +77,8 @@ class ModuleTracker:
             # Later ``from ... import redistribute_local_tensor`` (DTensor's dispatcher, _api) get the patched one.
             "torch.distributed.tensor._redistribute": self._patch_dtensor,
             "torch.distributed._tensor.redistribute": self._patch_dtensor,                # older releases
+            "torch.nn.utils": self._patch_clipping,
+            "torch.distributed.fsdp.fully_sharded_data_parallel": self._patch_fsdp1_clipping,
         }
         finder = _AfterImport(after)
         for name in list(after):
@@ -96,8 +104,12 @@ class ModuleTracker:
             getattr(getattr(torch, "_dynamo", None), "is_compiling", None) or _never
         self._grad_enabled = torch.is_grad_enabled
         self._Tensor = torch.Tensor
-        self._handles = [nn_module.register_module_forward_pre_hook(self._pre)]
-        self.hooks.originals.append(("hook", self._handles[0]))
+        try:  # always_call: the stack stays right when a forward raises
+            post = nn_module.register_module_forward_hook(self._global_post, always_call=True)
+        except TypeError:
+            post = nn_module.register_module_forward_hook(self._global_post)
+        self._handles = [nn_module.register_module_forward_pre_hook(self._pre), post]
+        self.hooks.originals.extend(("hook", h) for h in self._handles)
         _TRACKER[:] = [self]
 
     def disable(self) -> None:
@@ -122,7 +134,7 @@ class ModuleTracker:
             self.names[module] = name
             for sub_name, sub in module.named_modules():
                 if sub_name and sub not in self.names:
-                    self.names[sub] = sub_name
+                    self.names[sub] = _user_name(sub_name) or name
         return name
 
     # -- forward --------------------------------------------------------------
@@ -140,7 +152,7 @@ class ModuleTracker:
         if _compiling():  # Dynamo traces module hooks: inside torch.compile the tracker is a no-op
             return None
         stack = self._stack()
-        if module not in self._ended:
+        if module._forward_hooks and module not in self._ended:
             self._add_end_hook(module)
         if self._ddp_scope():
             stack.append(None)
@@ -163,12 +175,13 @@ class ModuleTracker:
         return None
 
     def _add_end_hook(self, module) -> None:
-        """The end of a forward is a hook of the module's own, added the first time it runs:
-        torch runs global forward hooks before the module's, and the module's own (TP's
-        output layouts) still belong to it. ``_forward_end`` is a module-level function:
-        the module still pickles and deep-copies."""
+        """Torch runs global forward hooks before a module's own: a module that has forward
+        hooks of its own (TP's output layouts, FSDP's) when it runs gets ``_forward_end``
+        after them, so that their ops are still its. Any other module is ended by the
+        global hook and keeps no trace of commtrace: torch.save and copy.deepcopy of it
+        write what they write untraced."""
         self._ended.add(module)
-        if any(h is _forward_end for h in getattr(module, "_forward_hooks", {}).values()):
+        if any(h is _forward_end for h in module._forward_hooks.values()):
             return  # a deep copy of a module that had it already
         try:  # always_call: the stack stays right when a forward raises
             handle = module.register_forward_hook(_forward_end, always_call=True)
@@ -176,6 +189,11 @@ class ModuleTracker:
             handle = module.register_forward_hook(_forward_end)
         self.hooks.originals.append(("hook", handle))
         self._handles.append(handle)
+
+    def _global_post(self, module, args, output):
+        if _compiling() or (module._forward_hooks and module in self._ended):  # ended by its _forward_end
+            return None
+        return self._post(module, args, output)
 
     def _post(self, module, args, output):
         stack = self._stack()
@@ -261,8 +279,11 @@ class ModuleTracker:
             self.hooks._patch(cls, "lazy_init", self._enabling)
 
     def _patch_fsdp1_runtime(self, rt) -> None:
-        def unit(args):  # (state, handle, ...): the FSDP instance is the state
-            return args[0] if args else None
+        def unit(args):  # (state, handle, ...): the handle's module (a prefetch: not the state's)
+            if not args:
+                return None
+            mod = getattr(args[1], "_fully_sharded_module", None) if len(args) > 1 else None
+            return mod if mod is not None else args[0]
         for name, detail in (("_unshard", "fsdp_unshard"), ("_reduce_grad", "fsdp_reduce_grad"),
                              ("_reduce_grad_no_shard", "fsdp_reduce_grad")):
             if callable(getattr(rt, name, None)):
@@ -276,6 +297,30 @@ class ModuleTracker:
         """``redistribute_local_tensor`` does every DTensor placement change."""
         if callable(getattr(src, "redistribute_local_tensor", None)):
             self.hooks._patch(src, "redistribute_local_tensor", self._scope("dtensor_redistribute"))
+
+    def _optimizer_phase(self, orig):
+        """``orig`` with its ops in phase ``optimizer`` unless a phase is set already."""
+        rec = self.rec
+
+        def enter(args):
+            if rec.context_field("phase") is not None:
+                return rec.push_context()
+            return rec.push_context_field("phase", "optimizer")
+        return in_context(rec, orig, enter)
+
+    def _patch_clipping(self, utils) -> None:
+        """The clipping functions, where torch has them, in torch.nn.utils and in its
+        clip_grad module (the functions there call each other by that module's names)."""
+        clip = getattr(utils, "clip_grad", None)
+        for name in ("clip_grad_norm_", "get_total_norm", "clip_grads_with_norm_"):
+            for owner in (utils, clip):
+                if owner is not None and callable(getattr(owner, name, None)):
+                    self.hooks._patch(owner, name, self._optimizer_phase)
+
+    def _patch_fsdp1_clipping(self, fsdp) -> None:
+        cls = getattr(fsdp, "FullyShardedDataParallel", None)
+        if cls is not None and "clip_grad_norm_" in vars(cls):
+            self.hooks._patch(cls, "clip_grad_norm_", self._optimizer_phase)
 
     def _patch_mesh(self, dm) -> None:
         cls = getattr(dm, "DeviceMesh", None)
@@ -360,6 +405,18 @@ def _never() -> bool:
 
 
 _compiling = _never   # torch.compiler.is_compiling once the tracker is on
+
+
+# Attributes under which wrappers hold the module they wrap (FSDP1, activation checkpointing,
+# torch.compile): left out of module names, as torch leaves them out of parameter names.
+_WRAPPER_ATTRS = frozenset(("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"))
+
+
+def _user_name(name: str) -> str:
+    """A module's qualified name without wrapper attributes ("" for the root's wrapped module)."""
+    if not any(w in name for w in _WRAPPER_ATTRS):
+        return name
+    return ".".join(p for p in name.split(".") if p not in _WRAPPER_ATTRS)
 
 
 def _forward_end(module, args, output):

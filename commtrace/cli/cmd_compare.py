@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import EXIT_OK, CommtraceError
-from .options import add_scale_arguments, add_window_arguments, window_of
+from .options import add_by_argument, add_scale_arguments, add_window_arguments, by_of, window_of
 
 EPILOG = """\
 examples:
@@ -29,8 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("base", metavar="BASE", help="baseline run directory")
     p.add_argument("exps", nargs="+", metavar="EXP", help="run directories to compare with BASE")
     add_window_arguments(p)
-    p.add_argument("--by", metavar="COLS", help="breakdown keys, comma-separated (default: phase,op if phases "
-                   "exist, else op; e.g. op,bucket or group,op)")
+    add_by_argument(p, "default: phase,op if phases exist, else op")
     p.add_argument("--width", type=int, metavar="COLS", help="output width in columns (default: the terminal's)")
     p.add_argument("--json", metavar="FILE", help="write the comparison as JSON ('-': stdout, no table)")
     p.add_argument("--html", metavar="FILE", help="write the comparison as a self-contained HTML page")
@@ -45,7 +44,7 @@ def run_compare(ns) -> int:
     from .options import wants_partitioned
 
     window = window_of(ns)
-    by = [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
+    by = by_of(ns)
     dirs = [ns.base] + list(ns.exps)
     partitioned = any(wants_partitioned(ns, d) for d in dirs)
     named, names = [], []

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from .options import add_scale_arguments, add_window_arguments, window_of
+from .options import add_by_argument, add_scale_arguments, add_window_arguments, by_of, window_of
 
 EPILOG = """\
 examples:
@@ -17,6 +17,7 @@ examples:
   commtrace report runs/exp1 --from 1.5s --to 1.7s --events
   commtrace report runs/exp1 --perfetto trace.json     open in ui.perfetto.dev
   commtrace report runs/exp1 --html report.html        one file, opens offline in a browser
+  commtrace report runs/exp1 --by module,mesh_dim      one more table, by any columns
   commtrace report runs/exp1 --csv ops.csv --json summary.json
 
 Windows (--steps, --skip-steps, --from/--to, --phase) apply to every table and
@@ -37,6 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--events", action="store_true", help="list every op in time order (partitioned: streamed "
                    "from the files, one chunk per file in memory)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N events")
+    add_by_argument(p, "one more summary table, after the per-phase one")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows in the skew tables (default 10)")
     p.add_argument("--perfetto", metavar="FILE", help="write Chrome trace-event JSON (ui.perfetto.dev)")
     p.add_argument("--csv", metavar="FILE", help="write one row per op per rank as CSV")
@@ -96,6 +98,7 @@ def run_report(ns) -> int:
         warn_issues(run.issues)
         advance("matching and summarizing")
         rep = build_report(run, window, top=ns.top)
+        by = _by_table(ns, rep)
         if ns.perfetto:
             advance("writing Perfetto trace")
             from ..render.perfetto import write_perfetto
@@ -107,15 +110,33 @@ def run_report(ns) -> int:
         if ns.parquet:
             export.write_parquet(rep.frame, ns.parquet)
         if ns.json:
-            export.write_json(report_json(rep), ns.json)
+            export.write_json(_with_by(report_json(rep), by), ns.json)
         if ns.html:
             from ..render.html_page import report_html, write_html
             write_html(report_html(rep, top=ns.top), ns.html)
     if not (ns.quiet or ns.json == "-"):
         from ..render.terminal import make_console, render_report
         con = make_console(ns.width)
-        render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top)
+        render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top, by=by)
     return _damage_verdict(run, ns)
+
+
+def _by_table(ns, rep) -> tuple | None:
+    """(keys, table) of --by on one frame (compare's breakdown of one run), or None."""
+    by = by_of(ns)
+    if by is None:
+        return None
+    from ..analysis.compare import check_by, keyed_summary
+    check_by(by, [rep.frame])
+    return by, keyed_summary(rep, by)
+
+
+def _with_by(data: dict, by: tuple | None) -> dict:
+    """The report's JSON with --by's table (key ``by``: its ``keys`` and ``rows``)."""
+    if by is not None:
+        from ..analysis.report import json_safe, table_records
+        data["by"] = json_safe({"keys": by[0], "rows": table_records(by[1])})
+    return data
 
 
 # -q alone still reads the run (its warnings, and the exit code says whether the data is damaged) but
@@ -154,8 +175,10 @@ def _run_partitioned(ns) -> int:
         from ..render.terminal import make_console
         con = make_console(ns.width)
     limit = memory_limit_of(ns.memory_limit)
+    keys = by_of(ns)
     s = analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
-                timeline_width=con.width if shown else None)
+                timeline_width=con.width if shown else None, compare_by=keys)
+    by = (keys, s.summary(keys)) if keys else None
     warn_issues(s.issues)
     if ns.perfetto:
         from ..render.partitioned import write_perfetto_pieces
@@ -166,7 +189,7 @@ def _run_partitioned(ns) -> int:
         from ..render.export_ranks import write_by_rank
         write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
-        export.write_json(partitioned_json(s), ns.json)
+        export.write_json(_with_by(partitioned_json(s), by), ns.json)
     if ns.html:
         from ..render.html_page import report_html, write_html
         from ..render.partitioned import as_report
@@ -181,6 +204,6 @@ def _run_partitioned(ns) -> int:
                                            window=Window(steps=(n, None))))
         write_html(report_html(rep, every_op=False, top=ns.top, steady=steady), ns.html)
     if shown:
-        render_partitioned(con, s, ns.top, ns.events, ns.limit, limit)
+        render_partitioned(con, s, ns.top, ns.events, ns.limit, limit, by=by)
     from types import SimpleNamespace
     return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path), ns)

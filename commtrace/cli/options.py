@@ -26,6 +26,16 @@ def add_window_arguments(p) -> None:
                    "ddp_init, join, '-' for none)")
 
 
+def add_by_argument(p, default: str) -> None:
+    """--by COLS (report and compare): breakdown keys."""
+    p.add_argument("--by", metavar="COLS", help=f"breakdown keys, comma-separated ({default}; e.g. module,phase, "
+                   "mesh_dim,op or group,op)")
+
+
+def by_of(ns) -> list | None:
+    return [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
+
+
 def window_of(ns):
     from ..analysis.window import Window
     return Window.from_args(steps=ns.steps, skip_steps=ns.skip_steps, t_from=ns.t_from, t_to=ns.t_to,

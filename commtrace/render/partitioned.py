@@ -12,8 +12,8 @@ import pandas as pd
 from rich.text import Text
 
 from .fmt import fmt_int
-from .terminal import (render_banner, render_modules, render_nothing_shown, render_regions, render_skew, render_steps,
-                       render_summary)
+from .terminal import (render_banner, render_by, render_modules, render_nothing_shown, render_regions, render_skew,
+                       render_steps, render_summary)
 
 
 # Perfetto JSON per op, flows included (docs/report-performance.md: 908 MB for 1 M ops + 0.9 M flows).
@@ -120,10 +120,10 @@ def as_report(s) -> SimpleNamespace:
 
 
 def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int | None = None,
-                       memory_limit: int | None = None) -> None:
-    """The one-frame report's banner (plus how it was analysed), step, summary and skew tables, the
-    timeline (when analysed with one) and ``events`` (at most ``limit``; without, streamed within
-    ``memory_limit``)."""
+                       memory_limit: int | None = None, by: tuple | None = None) -> None:
+    """The one-frame report's banner (plus how it was analysed), step, summary (and ``by``'s:
+    terminal.render_by) and skew tables, the timeline (when analysed with one) and ``events``
+    (at most ``limit``; without, streamed within ``memory_limit``)."""
     rep = as_report(s)
     render_banner(con, rep)
     how = f"{s.executor}, {s.workers} worker{'s' if s.workers != 1 else ''}"
@@ -138,6 +138,7 @@ def render_partitioned(con, s, top: int = 10, events: bool = False, limit: int |
     if s.per_rank_cut and len(s.rank_medians) > 1:
         _render_rank_medians(con, s.rank_medians)
     render_summary(con, rep)
+    render_by(con, by)
     render_regions(con, rep)
     render_modules(con, rep)
     render_skew(con, rep, top)

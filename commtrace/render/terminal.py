@@ -229,6 +229,15 @@ def render_summary(con: Console, rep) -> None:
         _summary_table(con, rep.by_phase, "Per phase", keys, note=note)
 
 
+def render_by(con: Console, by: tuple | None) -> None:
+    """``report --by``'s table: (keys, summary table over them)."""
+    if by is None:
+        return
+    keys, table = by
+    con.print()
+    _summary_table(con, table, "By " + ", ".join(keys), list(keys), note=SUMMARY_NOTE)
+
+
 def render_regions(con: Console, rep) -> None:
     reg = rep.regions
     if reg is None or not len(reg):
@@ -433,12 +442,13 @@ def render_nothing_shown(con: Console, rep) -> bool:
     return True
 
 
-def render_report(con: Console, rep, *, events=False, limit=None, top=10) -> None:
+def render_report(con: Console, rep, *, events=False, limit=None, top=10, by=None) -> None:
     render_banner(con, rep)
     if render_nothing_shown(con, rep):
         return
     render_steps(con, rep)
     render_summary(con, rep)
+    render_by(con, by)
     render_regions(con, rep)
     render_modules(con, rep)
     render_skew(con, rep, top)

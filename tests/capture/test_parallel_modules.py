@@ -1,7 +1,8 @@
-"""FSDP2, tensor parallel and 2-D (FSDP2 x TP) runs: every op in forward and backward
-names its module, phase, role and mesh dimension, and the per-module counts equal
-those of torch's own CommDebugMode, run on the same steps inside the traced program
-(tests/capture/workers/parallel.py).
+"""FSDP2, FSDP1, tensor parallel and 2-D (FSDP2 x TP) runs: every op in forward and
+backward names its module, phase, role and mesh dimension, and the per-module counts
+equal those of torch's own CommDebugMode, run on the same steps inside the traced
+program (tests/capture/workers/parallel.py). Every op inside a step has a module and
+a phase, or is phase optimizer (gradient clipping's norm all_reduces).
 
 CommDebugMode counts an op under the module its tracker names and under every
 parent of it. Its tracker never ends a module's backward: an op issued after a
@@ -35,8 +36,8 @@ def _launch(tmp, scenario: str, world: int, traced: bool = True):
     return [json.loads((tmp / f"{out.name}.{r}.json").read_text()) for r in range(world)]
 
 
-@pytest.fixture(scope="module", params=[("fsdp2-keep", 2), ("fsdp2-prefetch", 2), ("tp", 2), ("2d", 4)],
-                ids=["fsdp2-keep", "fsdp2-prefetch", "tp", "2d"])
+@pytest.fixture(scope="module", params=[("fsdp2-keep", 2), ("fsdp2-prefetch", 2), ("fsdp1", 2), ("tp", 2), ("2d", 4)],
+                ids=["fsdp2-keep", "fsdp2-prefetch", "fsdp1", "tp", "2d"])
 def launched(request, tmp_path_factory):
     scenario, world = request.param
     tmp = tmp_path_factory.mktemp(scenario)
@@ -53,7 +54,10 @@ def _op_kind(name: str) -> str:
 
 def _cdm_counts(result: dict, module: str) -> dict:
     """CommDebugMode's count per (phase, op) for ``module`` (our name) over every step."""
-    key = result["root"] if module == result["root"] else f"{result['root']}.{module}"
+    root = result["root"]
+    key = root if module == root else f"{root}.{module}"
+    if key not in result["steps"][0]["modules"]:  # FSDP1: CommDebugMode names its wrappers' attributes
+        key = f"{root}._fsdp_wrapped_module.{module}"
     out: dict = {}
     for step in result["steps"]:
         for phase, ops in step["modules"].get(key, {}).items():
@@ -92,8 +96,8 @@ def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched)
     assert len(fb) and fb["module"].notna().all()
     roles = set(fb["detail"].astype(str))
     assert roles <= set(schema.ROLE_DETAILS) == {"fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute"}
-    if scenario.startswith("fsdp2") or scenario == "2d":
-        fsdp = fb[fb["op"].isin(["all_gather", "reduce_scatter"]) & (fb["mesh_dim"] == "dp")]
+    if scenario.startswith("fsdp") or scenario == "2d":
+        fsdp = fb[fb["op"].isin(["all_gather", "reduce_scatter"]) & (fb["mesh_dim"].isna() | (fb["mesh_dim"] == "dp"))]
         assert set(fsdp["detail"].astype(str)) == {"fsdp_unshard", "fsdp_reduce_grad"}
         assert set(fsdp[fsdp["op"] == "all_gather"]["detail"].astype(str)) == {"fsdp_unshard"}
         assert set(fsdp[fsdp["op"] == "reduce_scatter"]["detail"].astype(str)) == {"fsdp_reduce_grad"}
@@ -103,8 +107,54 @@ def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched)
         tp = fb[fb["mesh_dim"] == "tp"]
         assert len(tp) and set(tp["detail"].astype(str)) == {"dtensor_redistribute"}
         assert set(tp["module"].astype(str)) <= set(TP_LINEARS)
-    expected_dims = {"fsdp2-keep": {"dp"}, "fsdp2-prefetch": {"dp"}, "tp": {"tp"}, "2d": {"dp", "tp"}}[scenario]
+    expected_dims = {"fsdp2-keep": {"dp"}, "fsdp2-prefetch": {"dp"}, "fsdp1": set(), "tp": {"tp"},
+                     "2d": {"dp", "tp"}}[scenario]
     assert set(fb["mesh_dim"].dropna().astype(str)) == expected_dims
+    # Module names are the parameters' names: no wrapper attribute (FSDP1's _fsdp_wrapped_module).
+    assert not fb["module"].astype(str).str.contains("_wrapped_module").any()
+
+
+def test_every_op_inside_a_step_has_module_and_phase_or_is_optimizer(launched):
+    """docs/report.md: inside a step, forward and backward ops name a module; the rest are
+    phase optimizer (here: the norm all_reduces of gradient clipping, called between
+    backward and optimizer.step) and have none."""
+    scenario, world, _, df, tmp = launched
+    import commtrace
+    steps = commtrace.load(tmp / "run", table="steps")
+    assert sorted(steps["step"].unique()) == list(range(1, STEPS + 1))
+    for r in range(world):
+        d = df[df["rank"] == r]
+        mine = steps[steps["rank"] == r]
+        t = d["t_start_ns"].to_numpy()
+        inside = d[[bool(((mine["t_begin_ns"] <= x) & (x <= mine["t_end_ns"])).any()) for x in t]]
+        assert len(inside)
+        fb = inside["phase"].isin(["forward", "backward"])
+        assert inside.loc[fb, "module"].notna().all()
+        rest = inside[~fb]
+        assert set(rest["phase"].astype(str)) == {"optimizer"} and rest["module"].isna().all()
+        assert set(rest["op"].astype(str)) == {"all_reduce"}  # the clipping norms, STEPS times at least
+        assert len(rest) >= STEPS
+
+
+def test_fsdp1_counts_by_hand(launched):
+    """FSDP1, one unit per block plus the root (the head), default BACKWARD_PRE prefetch:
+    forward gathers the root and both blocks; the root is not resharded after forward,
+    so backward gathers the two blocks again; one reduce_scatter per unit; one norm
+    all_reduce of FSDP1's clip_grad_norm_ (phase optimizer) per step."""
+    scenario, world, _, df, _ = launched
+    if scenario != "fsdp1":
+        pytest.skip("FSDP1 only")
+    for r in range(world):
+        d = df[df["rank"] == r]
+        got = {(str(p), str(o), str(det)): int(n) for (p, o, det), n in
+               d.groupby(["phase", "op", "detail"], observed=True, dropna=False).size().items() if n}
+        assert got == {("forward", "all_gather", "fsdp_unshard"): 3 * STEPS,
+                       ("backward", "all_gather", "fsdp_unshard"): 2 * STEPS,
+                       ("backward", "reduce_scatter", "fsdp_reduce_grad"): 3 * STEPS,
+                       ("optimizer", "all_reduce", "nan"): STEPS,
+                       ("nan", "barrier", "nan"): 1}, (r, got)
+        fwd = d[(d["phase"] == "forward")]
+        assert list(fwd["module"].astype(str)) == ["FullyShardedDataParallel", "layers.0", "layers.1"] * STEPS
 
 
 def test_reshard_after_forward_off_gathers_once_per_unit(launched):
@@ -131,6 +181,8 @@ def test_report_shows_per_module_table(launched):
             if n}
     assert got == want
     assert all(0 <= r["exposed_ns"] <= r["comm_ns"] for r in rows)
+    if scenario != "2d":  # the terminal table once (a report is seconds on a loaded CI machine)
+        return
     text = h.run([h.PY, "-m", "commtrace", "report", tmp / "run", "--width", "160"], timeout=200).check(0).stdout
     assert "Per module" in text and "layers.0" in text
 

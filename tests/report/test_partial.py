@@ -189,7 +189,7 @@ def test_cli_compare_partitioned_prints_the_same(two_groups_run, tmp_path, capsy
         assert main(["compare", two_groups_run, exp, "--width", "160", "--partitioned", *extra]) == 0
         assert capsys.readouterr().out == one_frame
     assert main(["compare", two_groups_run, exp, "--partitioned", "--by", "bucket"]) == 2
-    assert "groups by group, group_desc, phase, op, detail only" in capsys.readouterr().err
+    assert "groups by group, group_desc, phase, op, detail, module, mesh_dim only" in capsys.readouterr().err
 
 
 def test_perfetto_pieces_plan():

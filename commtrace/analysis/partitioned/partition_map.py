@@ -91,8 +91,9 @@ def _file_tables(pt) -> _FileTables:
     op = [_s(s.get("op")) for s in sigs]
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
-    cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")))
-            for s in sigs for g in groups]
+    dims = reader.mesh_dims(pt.meshes)
+    cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")),
+             _s(s.get("module")), _s(reader.mesh_dim_of(g, dims))) for s in sigs for g in groups]   # CELL_COLUMNS
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),

@@ -15,7 +15,7 @@ def split_instances(cell: np.ndarray, cell_ids: dict, inst: np.ndarray, first: n
                     t: np.ndarray, op_of_inst: np.ndarray, group_of_inst: np.ndarray,
                     seq_of_inst: np.ndarray) -> pd.DataFrame:
     """One partition's split instances (``first``: each instance's first op; ``cell_ids``: the
-    partition's cell keys (group, group_desc, phase, op, detail) -> id, giving each op's phase)."""
+    partition's cell keys (rank_ops.CELL_COLUMNS) -> id, giving each op's phase)."""
     keys = sorted(cell_ids, key=cell_ids.get)
     phases = sorted({k[2] for k in keys})
     phase_of_cell = np.array([phases.index(k[2]) for k in keys], np.int64)

@@ -4,8 +4,8 @@ Everything the report computes per rank is computed here by the same functions
 ``build_report`` uses (``find_steps``, ``locate_ops``, ``StepFigures``,
 ``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
 its records (``rank_ops``: no frame): the step table rows, communication time,
-the ops outside steps, and the summary cells (per (group, group_desc, phase, op,
-detail, rank): ops, summed duration, known durations, bytes) with the durations
+the ops outside steps, and the summary cells (per CELL_COLUMNS key and rank: ops,
+summed duration, known durations, bytes) with the durations
 themselves (exact percentiles) or a LogSketch of them. It also indexes where each
 (group, seq chunk) lies in each ops file, so that a partition task reads only its
 slice (records are in call order: a group's seq grows along the file)."""

@@ -18,7 +18,7 @@ from ..arrays import NA_KEY, OpArrays, dense_codes
 from ..native_ext import kernels
 from ..step_table import WaitColumns
 
-CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail")
+CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
 
 
 @dataclass
@@ -26,7 +26,7 @@ class RankOps:
     arrays: OpArrays          # sorted by start (the frame's order for one rank)
     waits: WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
-    cells: list               # per cell: (group, group_desc, phase, op, detail) strings ("-" for none)
+    cells: list               # per cell: CELL_COLUMNS' strings ("-" for none)
     op_names: list            # op names in the frame's category order
     proc: np.ndarray          # per op: index into ``stems`` (the trace file it came from)
     stems: list               # trace file stems of the processes with ops
@@ -72,10 +72,12 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
                          and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
         si, gi = slut[rec["sig"]], glut[rec["group"]]
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
+        dims = reader.mesh_dims(pt.meshes)
         c_of = np.array([cells.setdefault(
             (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
              _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
-             _key(sigs[x // len(groups)].get("detail"))), len(cells)) for x in combo.tolist()], np.int64)
+             _key(sigs[x // len(groups)].get("detail")), _key(sigs[x // len(groups)].get("module")),
+             _key(reader.mesh_dim_of(groups[x % len(groups)], dims))), len(cells)) for x in combo.tolist()], np.int64)
         parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
         parts["dret"].append(rec["d_return"])
         parts["dend"].append(rec["d_end"])

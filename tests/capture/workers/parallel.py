@@ -2,9 +2,11 @@
 
 ``parallel.py SCENARIO WORLD PORT OUT STEPS``; SCENARIO is one of
 fsdp2, fsdp2-keep (reshard_after_forward=False), fsdp2-prefetch (explicit
-forward/backward prefetch), tp (Colwise/Rowwise pairs and a SequenceParallel
-norm), 2d (FSDP2 over "dp" x TP over "tp"). (FSDP1 is left out: on torch 2.13
-it refuses to run without an accelerator.)
+forward/backward prefetch), fsdp1 (FullyShardedDataParallel, one unit per block
+and the root, ``device_id`` CPU; its default backward prefetch), tp
+(Colwise/Rowwise pairs and a SequenceParallel norm), 2d (FSDP2 over "dp" x TP
+over "tp"). Every step clips the gradients' norm between backward and the
+optimizer step (FSDP1's own clip_grad_norm_; else torch.nn.utils', per DeviceMesh).
 
 Each step runs under its own ``CommDebugMode`` (its module tracker does not
 survive a second forward): rank r writes ``OUT.r.json`` with, per step, its
@@ -66,6 +68,10 @@ def build(scenario, rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     torch.manual_seed(0)
     model = Net()
+    if scenario == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        return FullyShardedDataParallel(model, device_id=torch.device("cpu"), auto_wrap_policy=ModuleWrapPolicy({Block}))
     if scenario.startswith("fsdp2"):
         from torch.distributed.fsdp import fully_shard
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
@@ -94,6 +100,18 @@ def build(scenario, rank, world):
     return model
 
 
+def clip(model, scenario):
+    """Clip the gradient norm to 1 (one call per DeviceMesh: torch's clip_grad_norm_ takes DTensors of one mesh)."""
+    if scenario == "fsdp1":
+        model.clip_grad_norm_(1.0)
+        return
+    by_mesh: dict = {}
+    for p in model.parameters():
+        by_mesh.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    for params in by_mesh.values():
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+
+
 def _plain(counts):
     return {mod: {phase: {str(op): n for op, n in ops.items()} for phase, ops in v.items()}
             for mod, v in counts.items()}
@@ -113,6 +131,7 @@ def main(rank, scenario, world, port, out, steps):
         with mode:
             loss = model(x).square().mean()
             loss.backward()
+        clip(model, scenario)
         opt.step()
         opt.zero_grad()
         per_step.append({"modules": _plain(mode.comm_module_counts),
