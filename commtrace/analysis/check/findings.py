@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...trace.group_ranks import parse_ranks  # noqa: F401  (check's name for it: check_map, diagnoses)
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 _SEV_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
@@ -111,19 +113,6 @@ def _int(v) -> int | None:
         return int(v)
     except (TypeError, ValueError):
         return None
-
-
-def parse_ranks(text) -> list[int]:
-    """``"0,1,2"`` -> [0, 1, 2]; anything unparsable -> []."""
-    s = _s(text)
-    if not s:
-        return []
-    out = []
-    for part in s.split(","):
-        part = part.strip()
-        if part.lstrip("-").isdigit():
-            out.append(int(part))
-    return out
 
 
 def _fmt_age(ns) -> str:
