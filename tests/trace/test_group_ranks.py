@@ -9,17 +9,17 @@ import numpy as np
 import pandas as pd
 
 import commtrace
-from commtrace.trace.group_ranks import parse_ranks, ranks_text
+from commtrace.trace.group_ranks import parse_ranks, ranks_of, ranks_text
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tracebuilder import Proc, write_run  # noqa: E402
 
 
 def test_text_of_a_group_lines_ranks():
-    assert ranks_text([0, 2, 5]) == "0,2,5"
+    assert ranks_of([0, 2, 5]) == (0, 2, 5) and ranks_text([0, 2, 5]) == "0,2,5"
     assert ranks_text([7]) == "7" and ranks_text([]) == ""
     for hostile in ([0, "1"], [0, 1.0], [True], "0,1", 3, None, {"0": 1}):
-        assert ranks_text(hostile) is None, hostile
+        assert ranks_text(hostile) is None and ranks_of(hostile) is None, hostile
 
 
 def test_one_parser_for_every_form():

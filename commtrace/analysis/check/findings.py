@@ -8,8 +8,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...trace.group_ranks import parse_ranks  # noqa: F401  (check's name for it: check_map, diagnoses)
-
 ERROR, WARNING, INFO = "error", "warning", "info"
 _SEV_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
