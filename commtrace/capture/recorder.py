@@ -46,7 +46,7 @@ class Recorder(AnnotationContext):
         super().__init__()
         self._lock = threading.RLock()
         self._final_flush = False
-        self.sink = TraceSink(run_dir, run_id, launcher, command, 1, _bounded_options())
+        self.sink = TraceSink(run_dir, run_id, launcher, command, 1)
         self._reset_state()
         self.native_log = None        # the native wrapper's C++ log (native_wrapper), if any group uses it
         self.clock_lines: list[dict] = []
@@ -261,11 +261,11 @@ class Recorder(AnnotationContext):
     def reopen(self, run_dir: str, run_id: str, launcher: str, command: list[str]) -> None:
         """A new tracing session after ``close()`` (``commtrace.start`` after ``stop``):
         new files (``...pid<P>.s<N>``, in ``run_dir``) that re-state every definition
-        and clock measurement; the bounded options are read from the environment again."""
+        and clock measurement (the new sink reads the bounded options again)."""
         with self._lock:
             if not self.closed:
                 return
-            self.sink = TraceSink(run_dir, run_id, launcher, command, self.sink.session + 1, _bounded_options())
+            self.sink = TraceSink(run_dir, run_id, launcher, command, self.sink.session + 1)
             self._new_files_state()
             self.exit_info = None
             if self.native_log is not None:
@@ -317,11 +317,3 @@ class Recorder(AnnotationContext):
                 self._final_flush = False
             self.sink.writer.close()
 
-
-def _bounded_options():
-    """The bounded-mode options in the environment (``capture.bounded``), or None.
-    A bad value raises ValueError: tracing is then off in the process (one line)."""
-    if not (os.environ.get(schema.ENV_KEEP_LAST) or os.environ.get(schema.ENV_STEPS)):
-        return None  # the usual case: nothing more to import at start
-    from .bounded import options_from_env
-    return options_from_env(os.environ)

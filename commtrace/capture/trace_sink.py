@@ -10,6 +10,7 @@ second before a SIGKILL is on disk.
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import threading
@@ -25,11 +26,16 @@ FLUSH_INTERVAL_S = 0.5
 class TraceSink:
     """Where a session's records go: run directory, file names, header, bounded selection."""
 
-    def __init__(self, run_dir: str, run_id: str, launcher: str, command: list[str], session: int, bounded):
+    def __init__(self, run_dir: str, run_id: str, launcher: str, command: list[str], session: int):
         self.run_dir, self.run_id, self.launcher, self.command = run_dir, run_id, launcher, command
         self.session = session
-        self.bounded = bounded              # capture.bounded.Options, or None: every op written
+        # capture.bounded.Options, or None: every op written. Read by each session
+        # (commtrace.start may set new ones); a forked child keeps its parent's.
+        self.bounded = _bounded_options()
         self.t_wall0, self.t_mono0 = time.time_ns(), time.monotonic_ns()
+        self._no_files()
+
+    def _no_files(self) -> None:
         self.pid = os.getpid()
         self.writer: TraceWriter | None = None
         self.coverage = None                # capture.bounded.Coverage of the current files (bounded mode)
@@ -39,8 +45,8 @@ class TraceSink:
 
     def child(self) -> TraceSink:
         """The same session's sink for a forked child (its own files, under its pid)."""
-        out = TraceSink(self.run_dir, self.run_id, self.launcher, self.command, self.session, self.bounded)
-        out.t_wall0, out.t_mono0 = self.t_wall0, self.t_mono0
+        out = copy.copy(self)
+        out._no_files()
         return out
 
     def header(self, rank) -> dict:
@@ -110,6 +116,15 @@ class TraceSink:
         self.writer.write(meta, packed, spans)
         if cov is not None and rank is not None and (cov.changed or final):
             self.writer.write_coverage(cov.state(self.writer))
+
+
+def _bounded_options():
+    """The bounded-mode options in the environment (``capture.bounded``), or None.
+    A bad value raises ValueError: tracing is then off in the process (one line)."""
+    if not (os.environ.get(schema.ENV_KEEP_LAST) or os.environ.get(schema.ENV_STEPS)):
+        return None  # the usual case: nothing more to import at start
+    from .bounded import options_from_env
+    return options_from_env(os.environ)
 
 
 def hostname() -> str:
