@@ -47,7 +47,17 @@ class Recorder(AnnotationContext):
         self._lock = threading.RLock()
         self._final_flush = False
         self.sink = TraceSink(run_dir, run_id, launcher, command, 1)
-        self._reset_state()
+        # Definitions: interned once per process, re-stated by every file it writes.
+        self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
+        self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
+        self.sig_p2p: list[bool] = []       # sig id -> send/recv (never waited by us)
+        self.sig_cuda: list = []            # sig id -> CUDA device index of a device op, else None
+        self.sig_ids: dict = {}             # cheap call key -> sig id
+        self.sig_lines: list[dict] = []
+        self.group_lines: list[dict] = []
+        self.world_lines: list[dict] = []
+        self.rank: int | None = None
+        self._new_files_state()
         self.native_log = None        # the native wrapper's C++ log (native_wrapper), if any group uses it
         self.clock_lines: list[dict] = []
         # Span labels, like sig lines, are definitions a forked child's file re-states.
@@ -75,18 +85,6 @@ class Recorder(AnnotationContext):
                 self.sink.writer.write([self.sink.header(self.rank), *self.clock_lines], None)
 
     # -- state ---------------------------------------------------------------
-    def _reset_state(self) -> None:
-        self.sig_bytes: list[int] = []      # sig id -> bytes (callback or polling)
-        self.sig_cpu: list[bool] = []       # sig id -> op runs on CPU tensors
-        self.sig_p2p: list[bool] = []       # sig id -> send/recv (never waited by us)
-        self.sig_cuda: list = []            # sig id -> CUDA device index of a device op, else None
-        self.sig_ids: dict = {}             # cheap call key -> sig id
-        self.sig_lines: list[dict] = []
-        self.group_lines: list[dict] = []
-        self.world_lines: list[dict] = []
-        self._new_files_state()
-        self.rank: int | None = None
-
     def _new_files_state(self) -> None:
         """What a new set of files starts without: rows, spans, queued lines (definitions are kept)."""
         self.tracker = CompletionTracker(self.sig_bytes, self.sig_p2p, self.sig_cuda, self.record_error)
@@ -97,7 +95,7 @@ class Recorder(AnnotationContext):
     def _after_fork_in_child(self) -> None:
         # The child keeps sig/group definitions (its wrappers still use those ids)
         # but writes its own files; buffered rows belong to the parent.
-        # Its header names no rank (it is not that rank's process) though its files keep the name.
+        # Its header's rank is null (it is not the rank's process), its files keep the rank's name.
         rank, started = self.rank, self.sink.writer is not None
         self.rank = None
         self._lock = threading.RLock()

@@ -234,3 +234,27 @@ def test_thread_context_is_the_calling_threads_own(tmp_path):
     assert rec.thread_context_fields() is None and not rec.thread_context_ids and not rec.thread_context_keys
     assert rec.current_context_key() == rec.context_key
     assert len(set(rec._context_ids.values())) == len(rec._context_ids)
+
+
+def test_sink_names_its_files_and_a_forked_childs_sink_starts_afresh(tmp_path, monkeypatch):
+    """The start file becomes the rank's (renamed, .s<N> for a restarted session); a
+    forked child's sink keeps the session and bounded options but has no files yet."""
+    import os
+
+    from commtrace.capture.trace_sink import TraceSink
+
+    monkeypatch.setenv(schema.ENV_KEEP_LAST, "5")
+    sink = TraceSink(str(tmp_path), "run", "none", ["x"], 2)
+    assert sink.bounded.keep_last == 5 and sink.header(None)["bounded"] == {"keep_last": 5, "steps": None}
+    sink.open_start_file([])
+    assert os.path.basename(sink.writer.meta_path).startswith("proc.") and sink.writer.stem.endswith(f".pid{os.getpid()}.s2")
+    assert sink.open_rank_files(3, []) is True                      # renamed, not a new file
+    assert sink.writer.stem == f"rank3.pid{os.getpid()}.s2" and sink.header(3)["rank"] == 3
+    monkeypatch.delenv(schema.ENV_KEEP_LAST)
+    child = sink.child()
+    assert child.writer is None and child.call_order is None and child.stop is not sink.stop
+    assert (child.session, child.bounded, child.t_mono0) == (2, sink.bounded, sink.t_mono0)
+    assert child.open_rank_files(3, []) is False                    # a fresh file set
+    assert TraceSink(str(tmp_path), "run", "none", ["x"], 3).bounded is None   # a new session reads the environment
+    sink.writer.close()
+    child.writer.close()
