@@ -64,8 +64,8 @@ def _flush_cost(pg, run_dir: str, mode: str, wrapper: str = "auto", call_order: 
     import torch.distributed as dist
     traced, rec = _recorder_in_mode(pg, run_dir, mode, wrapper)
     if not call_order:
-        rec.call_order = None
-    rec._stop.set()          # the periodic flush thread exits at its next wake-up
+        rec.sink.call_order = None
+    rec.sink.stop.set()        # the periodic flush thread exits at its next wake-up
     time.sleep(0.6)
     opts = bench_capture._opts(dist.AllreduceOptions, False)
     one = torch.ones(1)

@@ -147,7 +147,7 @@ def _worker(rank, port, models, modes, reps, steps, out_path):
             for m in modes:  # warm-up: DDP's first iterations (bucket rebuild) and interning
                 _block(runs[m][0], opts[m], x, 2, False)
             rec.flush()
-            ops0 = rec.writer.records_written
+            ops0 = rec.sink.writer.records_written
             traced_steps = 0
             times: dict[str, list] = {m: [] for m in modes}
             for i in range(reps):
@@ -158,13 +158,13 @@ def _worker(rank, port, models, modes, reps, steps, out_path):
                     if m == "traced":
                         traced_steps += steps
             rec.flush()
-            ops_per_step = (rec.writer.records_written - ops0) / max(traced_steps, 1)
+            ops_per_step = (rec.sink.writer.records_written - ops0) / max(traced_steps, 1)
             prof_size = None
             if "profiler" in modes:
                 prof_size = profiler_trace_size(m_plain, opts["profiler"], x, steps, export=rank == 0)
             dist.barrier()
             rec.close()
-            total_ops = rec.writer.records_written
+            total_ops = rec.sink.writer.records_written
             size = _dir_bytes(d)
             entry = {"desc": desc, "params": nparams, "steps_per_block": steps, "blocks": reps,
                      "plain_ms": statistics.median(times["plain"]) / 1e6,

@@ -12,32 +12,28 @@ phases. Everything the report shows is computed from the window:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..errors import CommtraceError
+from ..trace import step_range
 from . import intervals as iv
 from .arrays import OpArrays
 from .timeline import parse_time
 
-_STEPS_RE = re.compile(r"^\s*(\d*)\s*(:?)\s*(\d*)\s*$")
-
-
 def parse_steps(text: str) -> tuple[int | None, int | None]:
-    """'3:8' -> (3, 8); '3:' -> (3, None); ':8' -> (None, 8); '5' -> (5, 5)."""
-    m = _STEPS_RE.match(str(text))
-    if not m or not (m.group(1) or m.group(3)):
-        raise CommtraceError(f"--steps {text!r}: use A:B, A: or :B with step numbers (1 is the first step)")
-    a = int(m.group(1)) if m.group(1) else None
-    b = int(m.group(3)) if m.group(3) else None
-    if not m.group(2):
-        b = a
-    if (a is not None and a < 1) or (b is not None and b < 1) or (a is not None and b is not None and b < a):
-        raise CommtraceError(f"--steps {text!r}: steps are numbered from 1 and A <= B")
-    return a, b
+    """``--steps`` (``trace.step_range``'s syntax) as one range: '3:8' -> (3, 8); '3:' -> (3, None);
+    ':8' -> (None, 8); '5' -> (5, 5). ``every:K`` is not one range: an error here."""
+    try:
+        rng = step_range.parse_steps(text)
+    except ValueError as e:
+        raise CommtraceError(f"--steps {e}") from None
+    if rng.every:
+        raise CommtraceError(f"--steps {text!r}: a report window is one range of steps (A:B, A:, :B or A); "
+                             "every:K is for commtrace run (bounded mode)")
+    return rng.first, rng.last
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ steps="A:B")``, or ``COMMTRACE_KEEP_LAST`` / ``COMMTRACE_STEPS`` in the environm
 * ``keep_last`` N: the ops and compute-span files are rings of two segments
   (``trace.writer.RecordFile``): the last N records at least, 2N at most.
 * ``steps``: ops are written in full only inside a window of optimizer steps
-  (``A:B``: steps A to B; ``A``: step A; ``every:K``: steps K, 2K, 3K, ...);
+  (``trace.step_range``: ``A:B``, ``A``, ``A:``, ``:B``, ``every:K``: steps K, 2K, ...);
   outside it, completed ops are counted per (group, op): ops, bytes, total
   time. An op belongs to the step in progress when it is called: ``done + 1``
   where ``done`` is the number of optimizer steps finished before its call
@@ -20,59 +20,19 @@ wrappers' hot path is the same in every mode. ``Coverage.state()`` is what the
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
 from ..trace import schema
+from ..trace.step_range import StepRange, parse_steps
 
-_STEPS_RE = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
-_EVERY_RE = re.compile(r"^\s*every\s*:\s*(\d+)\s*$")
 MAX_STEP_ENDS = 4096  # step ends kept to place ops in steps (older ops are flushed long since)
-
-
-@dataclass(frozen=True)
-class StepWindow:
-    """Optimizer steps recorded in detail: ``first..last`` (inclusive), or every ``every``-th step."""
-    first: int = 1
-    last: int = 0
-    every: int = 0
-
-    @classmethod
-    def parse(cls, text: str) -> StepWindow:
-        """``"A:B"``, ``"A"`` or ``"every:K"`` (steps count from 1); ValueError says what is wrong."""
-        text = str(text)
-        m = _EVERY_RE.match(text)
-        if m:
-            k = int(m.group(1))
-            if k < 1:
-                raise ValueError(f"{text!r}: K must be at least 1 (every:K records steps K, 2K, 3K, ...)")
-            return cls(every=k)
-        m = _STEPS_RE.match(text)
-        if not m:
-            raise ValueError(f"{text!r}: expected A:B (steps A to B), A, or every:K")
-        first = int(m.group(1))
-        last = int(m.group(2)) if m.group(2) is not None else first
-        if first < 1 or last < first:
-            raise ValueError(f"{text!r}: steps count from 1 and A:B needs A <= B")
-        return cls(first=first, last=last)
-
-    def contains(self, steps):
-        """Boolean array: which of ``steps`` (numpy ints) are recorded in detail."""
-        if self.every:
-            return (steps % self.every) == 0
-        return (steps >= self.first) & (steps <= self.last)
-
-    def __str__(self) -> str:
-        if self.every:
-            return f"every:{self.every}"
-        return f"{self.first}:{self.last}"
 
 
 @dataclass(frozen=True)
 class Options:
     keep_last: int | None = None
-    steps: StepWindow | None = None
+    steps: StepRange | None = None
 
     def describe(self) -> dict:
         """The header's ``bounded`` field."""
@@ -105,7 +65,7 @@ def make_options(keep_last=None, steps=None) -> Options | None:
     except ValueError as e:
         raise ValueError(f"keep_last {e}") from None
     try:
-        window = None if steps in (None, "") else (steps if isinstance(steps, StepWindow) else StepWindow.parse(steps))
+        window = None if steps in (None, "") else (steps if isinstance(steps, StepRange) else parse_steps(steps))
     except ValueError as e:
         raise ValueError(f"steps {e}") from None
     return None if n is None and window is None else Options(n, window)

@@ -70,8 +70,8 @@ class Session:
 def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang: bool = False) -> Session:
     """Trace this process (and the Python processes it starts) from now on.
 
-    ``keep_last``: keep only the last N ops per process; ``steps``: "A:B", "A" or
-    "every:K", the optimizer steps written in full (others are counted);
+    ``keep_last``: keep only the last N ops per process; ``steps``: "A:B", "A", "A:",
+    ":B" or "every:K" (``trace.step_range``), the optimizer steps written in full (others are counted);
     ``hang_timeout``: dump in-flight ops and stacks when an op runs longer than
     this many seconds (``abort_on_hang``: then exit with code 3). Tracing on
     already: returns that session unchanged. Raises ValueError for a bad option.

@@ -13,8 +13,8 @@ When dumps happen
 -----------------
 * **Hang**: with ``COMMTRACE_HANG_TIMEOUT`` set (``--hang-timeout``), the
   ``commtrace-watchdog`` daemon thread checks every ``min(0.5, timeout/4)`` s
-  whether an op in ``Recorder.active`` (blocked inside the backend) or
-  ``Recorder.pending`` (async, not finished) is older than the timeout. It
+  whether an op in ``CompletionTracker.active`` (blocked inside the backend) or
+  ``CompletionTracker.pending`` (async, not finished) is older than the timeout. It
   dumps once per hang episode (an episode ends when no op is over the timeout).
   With ``COMMTRACE_ABORT_ON_HANG=1`` (``--abort-on-hang``) it then closes the
   trace (end record ``how: "hang"``, exit code 3) and calls ``os._exit(3)``:
@@ -51,7 +51,7 @@ import traceback
 
 from ..trace import schema
 from . import sigview, threads
-from .recorder import GROUP, SEQ, T_CALL
+from .completion import GROUP, SEQ, T_CALL
 from .tbhide import drop_own_frame
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"

@@ -16,7 +16,7 @@ Hot-path design (budget: added latency of a few microseconds per op):
 * a blocking op on CPU tensors is waited for here (the caller would wait right
   after anyway), so completion time costs two clock reads; CUDA ops are never
   waited for here (that would order streams or block the host);
-* an async op's completion is timed by ``Recorder.track``: a callback on its
+* an async op's completion is timed by ``CompletionTracker.track``: a callback on its
   future for large ops, polling for small ones (see there); never a host sync.
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ from .. import torch_compat
 from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import objects, ops
-from .recorder import SIG, Recorder
+from .completion import SIG
+from .recorder import Recorder
 from .tbhide import drop_own_frame
 
 _now = time.monotonic_ns
@@ -353,7 +354,8 @@ def _make_traced(name: str, spec: ops.Spec):
             seq = self._seq
             sig = (self, name, args, kwargs, ident, ctx)   # resolved after the call is issued
         row = [t0, 0, 0, seq, sig, rec.iteration, self._gid, _IN_FLIGHT, 0]
-        active = rec.active
+        tr = rec.tracker
+        active = tr.active
         rid = id(row)
         active[rid] = row
         try:
@@ -370,12 +372,12 @@ def _make_traced(name: str, spec: ops.Spec):
                 if sig is None:
                     sig = _lookup(rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs, uf)[0]
                 row[SIG] = sig
-            if rec.unobserved:
-                rec.observe_completions()
+            if tr.unobserved:
+                tr.observe_completions()
             if work is None:
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
-                rec.rows.append(row)
+                tr.rows.append(row)
             elif rec.sig_cpu[sig] and opts is not None and not _async_op(opts):
                 # Blocking call on a CPU group: the caller waits right after we
                 # return, so waiting here costs nothing and gives the exact end.
@@ -386,15 +388,15 @@ def _make_traced(name: str, spec: ops.Spec):
                     # the caller's own wait() raises it where it would untraced.
                     row[1] = row[2] = _now()
                     row[7] = _FAILED
-                    rec.rows.append(row)
+                    tr.rows.append(row)
                     rec.fail(row, e)
                     return work
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
-                rec.rows.append(row)
+                tr.rows.append(row)
             else:
                 row[1] = _now()
-                rec.track(row, work, sig, rec.sig_cpu[sig])
+                tr.track(row, work, sig, rec.sig_cpu[sig])
         except BaseException as e:
             t = _now()
             if type(row[SIG]) is not int:
@@ -403,7 +405,7 @@ def _make_traced(name: str, spec: ops.Spec):
             row[1] = row[1] or t
             row[2] = t
             row[7] = _FAILED
-            rec.rows.append(row)
+            tr.rows.append(row)
             rec.fail(row, e)
             drop_own_frame(e)
             raise

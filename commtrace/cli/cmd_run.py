@@ -27,7 +27,7 @@ code is the script's exit code.
 
 Bounded, always-on mode: --keep-last N keeps the last N ops (and compute
 spans) per process in a ring of two file segments (at most 2N x 32 bytes
-each); --steps A:B (or A, or every:K) writes ops in full only during those
+each); --steps A:B (or A, A:, :B, every:K) writes ops in full only during those
 optimizer steps and counts the others per group and op (ops, bytes, time).
 Hang, signal, exception and exit dumps work as without them.
 """

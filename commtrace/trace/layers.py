@@ -55,11 +55,11 @@ the enqueue time keyed by (``file``, ``group``, ``seq``).
 from __future__ import annotations
 
 import difflib
-import re
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .group_ranks import parse_ranks
 from .schema import P2P_OPS
 
 if TYPE_CHECKING:  # pandas is imported lazily by the reader
@@ -73,20 +73,6 @@ CPP_TIME_COLUMNS = (
 MPI_CALL_KEYS = ["file", "group", "seq"]
 NEW_COLUMNS = ("t_enqueue_ns", "t_dequeue_ns", "t_mpi_begin_ns", "t_mpi_end_ns", "t_run_end_ns",
                "queue_wait_ns", "pre_mpi_ns", "mpi_ns", "post_mpi_ns", "run_ns")
-
-
-def _ranks_key(value) -> tuple:
-    """Global ranks as a sorted tuple, from a list/array or a string ("0,1,2" / "[0, 2]")."""
-    if value is None:
-        return ()
-    if isinstance(value, float) and np.isnan(value):
-        return ()
-    if isinstance(value, str):
-        return tuple(sorted(int(x) for x in re.findall(r"-?\d+", value)))
-    try:
-        return tuple(sorted(int(r) for r in value))
-    except TypeError:
-        return (int(value),)
 
 
 def _cpp_times(frame: "pandas.DataFrame", idx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,7 +183,7 @@ def merge_cpp_layer(frame: "pandas.DataFrame", mpi_calls: "pandas.DataFrame | No
     out.loc[cpp_idx, "run_ns"] = rend - deq
 
     if "group_ranks" in out.columns:
-        ranks = [_ranks_key(v) for v in out["group_ranks"].astype(object)]
+        ranks = [tuple(sorted(parse_ranks(v))) for v in out["group_ranks"].astype(object)]
     else:
         ranks = [()] * len(out)
     pid = out["pid"] if "pid" in out.columns else 0

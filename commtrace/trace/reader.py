@@ -20,6 +20,7 @@ from ..errors import CommtraceError
 from . import coverage as bounded
 from . import schema
 from .clocks import fit as fit_clock
+from .group_ranks import ranks_text
 from .records import aligner, clock_offset, defined, defined_ids, last_record_per_op, member, sane
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
@@ -473,7 +474,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     cols["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
     cols["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
                                    for g in group_rows], dtype=np.int32)[grp_codes]
-    cols["group_ranks"] = _categorical([str_or_none(g.get("ranks")) for g in group_rows], grp_codes)
+    cols["group_ranks"] = _categorical([ranks_text(g.get("ranks")) for g in group_rows], grp_codes)
     cols["backend"] = _categorical([str_or_none(g.get("backend")) for g in group_rows], grp_codes)
     # Sig-level columns: per-sig tables first, then one take per column.
     for f in _SIG_STR:

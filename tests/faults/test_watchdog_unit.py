@@ -50,12 +50,12 @@ def test_dump_once_per_episode(tmp_path, capsys):
     try:
         assert not wd.tick()  # nothing in flight
         row = _row(sig, 2.0, seq=7)
-        rec.active[id(row)] = row
+        rec.tracker.active[id(row)] = row
         assert wd.tick() and not wd.tick()  # one dump per episode
-        del rec.active[id(row)]
+        del rec.tracker.active[id(row)]
         assert not wd.tick()  # episode over
         row2 = _row(sig, 1.0, seq=8)
-        rec.track(row2, _NotDone(), sig, True)  # async op not finished
+        rec.tracker.track(row2, _NotDone(), sig, True)  # async op not finished
         assert wd.tick()
         assert wd.dumps == 2
     finally:

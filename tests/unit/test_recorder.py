@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from commtrace.capture import completion as C
 from commtrace.capture import recorder as R
 from commtrace.trace import schema
 
@@ -50,7 +51,7 @@ class FakeWork:
 
 def _rec(tmp_path):
     rec = R.Recorder(str(tmp_path), "run", "none", ["x"])
-    rec._stop.set()  # drive flushes by hand
+    rec.sink.stop.set()  # drive flushes by hand
     rec.add_world({"world_id": "w", "rank": 0, "world_size": 1, "backend": "gloo"})
     rec.add_group({"world": 0, "name": "0", "size": 1, "rank": 0, "ranks": [0]})
     small = rec.add_sig(("small",), {"op": "all_reduce", "bytes": 4, "out_bytes": 4, "device": "cpu", "cpu": True})
@@ -71,24 +72,24 @@ def test_big_cpu_op_gets_callback_small_op_is_polled(tmp_path):
     rec, small, _, bigcpu = _rec(tmp_path)
     w_big, w_small = FakeWork(), FakeWork()
     r_big, r_small = _row(bigcpu), _row(small)
-    rec.track(r_big, w_big, bigcpu, True)
-    rec.track(r_small, w_small, small, True)
+    rec.tracker.track(r_big, w_big, bigcpu, True)
+    rec.tracker.track(r_small, w_small, small, True)
     assert len(w_big.fut.callbacks) == 1 and not w_small.fut.callbacks
-    assert r_small[R.FLAGS] & schema.FLAG_END_OBSERVED and not r_big[R.FLAGS] & schema.FLAG_END_OBSERVED
+    assert r_small[C.FLAGS] & schema.FLAG_END_OBSERVED and not r_big[C.FLAGS] & schema.FLAG_END_OBSERVED
     w_big.fut.finish()
-    assert r_big[R.T_END] > 0
-    rec.observe_completions()
-    assert r_small[R.T_END] == 0  # not completed yet: still unobserved
+    assert r_big[C.T_END] > 0
+    rec.tracker.observe_completions()
+    assert r_small[C.T_END] == 0  # not completed yet: still unobserved
     w_small.done = True
-    rec.observe_completions()
-    assert r_small[R.T_END] > 0 and not rec.unobserved
+    rec.tracker.observe_completions()
+    assert r_small[C.T_END] > 0 and not rec.tracker.unobserved
 
 
 def test_device_ops_are_polled_never_waited(tmp_path):
     rec, _, big, _ = _rec(tmp_path)
     w = FakeWork(done=True)
     row = _row(big)
-    rec.track(row, w, big, False)
+    rec.tracker.track(row, w, big, False)
     assert not w.fut.callbacks  # no future callback for device work
     rec.flush()
     assert w.waited == 0  # the recorder never waits on work it does not own
@@ -100,7 +101,7 @@ def test_device_ops_are_polled_never_waited(tmp_path):
 def test_failed_cpu_work_recorded_failed_without_waiting(tmp_path):
     rec, small, _, _ = _rec(tmp_path)
     w = FakeWork(done=True, error=RuntimeError("peer died"))
-    rec.track(_row(small), w, small, True)
+    rec.tracker.track(_row(small), w, small, True)
     rec.flush()
     assert _records(tmp_path)["status"][0] == schema.STATUS_FAILED
     assert w.waited == 0  # a second wait() on gloo send/recv work blocks: never call it
@@ -109,8 +110,8 @@ def test_failed_cpu_work_recorded_failed_without_waiting(tmp_path):
 def test_long_running_op_written_in_flight_once_then_final(tmp_path):
     rec, small, _, _ = _rec(tmp_path)
     w = FakeWork()
-    row = _row(small, t=time.monotonic_ns() - 2 * R.IN_FLIGHT_AFTER_NS)
-    rec.track(row, w, small, True)
+    row = _row(small, t=time.monotonic_ns() - 2 * C.IN_FLIGHT_AFTER_NS)
+    rec.tracker.track(row, w, small, True)
     rec.flush()
     rec.flush()
     recs = _records(tmp_path)
@@ -123,7 +124,7 @@ def test_long_running_op_written_in_flight_once_then_final(tmp_path):
 
 def test_close_writes_unfinished_ops_and_end_line(tmp_path):
     rec, small, _, _ = _rec(tmp_path)
-    rec.track(_row(small), FakeWork(), small, True)
+    rec.tracker.track(_row(small), FakeWork(), small, True)
     rec.exit_info = (3, "exit")
     rec.close()
     recs = _records(tmp_path)
@@ -156,30 +157,30 @@ def test_cuda_op_end_time_comes_from_its_event(tmp_path):
     rec, _, _, _ = _rec(tmp_path)
     sig = _cuda_sig(rec)
     assert "cuda_index" not in rec.sig_lines[sig]  # capture-side only, never written
-    rec._cuda_timer = timer = FakeCudaEndTimer()
+    rec.tracker.cuda_timer = timer = FakeCudaEndTimer()
     w = FakeWork(done=True)  # NCCL: complete at enqueue, yet the kernel still runs
     row = _row(sig)
-    rec.track(row, w, sig, False)
-    assert timer.issued == [(w, 0)] and not row[R.FLAGS] & schema.FLAG_END_OBSERVED
+    rec.tracker.track(row, w, sig, False)
+    assert timer.issued == [(w, 0)] and not row[C.FLAGS] & schema.FLAG_END_OBSERVED
     rec.flush()
-    assert row[R.T_END] == 0 and len(_records(tmp_path)) == 0  # event not done: is_completed() is not enough
-    timer.ends[1] = row[R.T_CALL] + 12_345
+    assert row[C.T_END] == 0 and len(_records(tmp_path)) == 0  # event not done: is_completed() is not enough
+    timer.ends[1] = row[C.T_CALL] + 12_345
     rec.flush()
     recs = _records(tmp_path)
     assert len(recs) == 1 and recs["status"][0] == schema.STATUS_COMPLETED
     assert recs["d_end"][0] == 12_345 and not recs["flags"][0] & schema.FLAG_END_OBSERVED
-    assert w.waited == 0 and not rec.device_ends
+    assert w.waited == 0 and not rec.tracker.device_ends
 
 
 def test_cuda_event_never_done_falls_back_to_polling_at_close(tmp_path):
     rec, _, _, _ = _rec(tmp_path)
     sig = _cuda_sig(rec)
-    rec._cuda_timer = timer = FakeCudaEndTimer()
+    rec.tracker.cuda_timer = timer = FakeCudaEndTimer()
     early = _row(sig)
-    rec.track(early, FakeWork(done=True), sig, False)
-    timer.ends[1] = early[R.T_CALL] - 500  # an anchor error can put it before the call: clamped
+    rec.tracker.track(early, FakeWork(done=True), sig, False)
+    timer.ends[1] = early[C.T_CALL] - 500  # an anchor error can put it before the call: clamped
     late = _row(sig)
-    rec.track(late, FakeWork(done=True), sig, False)
+    rec.tracker.track(late, FakeWork(done=True), sig, False)
     rec.close()
     recs = _records(tmp_path)
     assert list(recs["status"]) == [schema.STATUS_COMPLETED] * 2
@@ -194,10 +195,10 @@ def test_cuda_op_without_event_is_polled(tmp_path):
     class NoEvents(FakeCudaEndTimer):  # e.g. gloo on CUDA: future not done at return
         def end_event(self, work, index):
             return None
-    rec._cuda_timer = NoEvents()
+    rec.tracker.cuda_timer = NoEvents()
     row = _row(sig)
-    rec.track(row, FakeWork(done=True), sig, False)
-    assert row[R.FLAGS] & schema.FLAG_END_OBSERVED and not rec.device_ends
+    rec.tracker.track(row, FakeWork(done=True), sig, False)
+    assert row[C.FLAGS] & schema.FLAG_END_OBSERVED and not rec.tracker.device_ends
 
 
 def test_thread_context_is_the_calling_threads_own(tmp_path):
@@ -206,7 +207,7 @@ def test_thread_context_is_the_calling_threads_own(tmp_path):
     import threading
 
     rec = R.Recorder(str(tmp_path), "run", "none", ["x"])
-    rec._stop.set()
+    rec.sink.stop.set()
     rec.set_context(phase="backward", module="Net")
     outer = rec.push_thread_context({**rec.context_fields(), "bucket": 0})
     seen = {}
@@ -233,3 +234,27 @@ def test_thread_context_is_the_calling_threads_own(tmp_path):
     assert rec.thread_context_fields() is None and not rec.thread_context_ids and not rec.thread_context_keys
     assert rec.current_context_key() == rec.context_key
     assert len(set(rec._context_ids.values())) == len(rec._context_ids)
+
+
+def test_sink_names_its_files_and_a_forked_childs_sink_starts_afresh(tmp_path, monkeypatch):
+    """The start file becomes the rank's (renamed, .s<N> for a restarted session); a
+    forked child's sink keeps the session and bounded options but has no files yet."""
+    import os
+
+    from commtrace.capture.trace_sink import TraceSink
+
+    monkeypatch.setenv(schema.ENV_KEEP_LAST, "5")
+    sink = TraceSink(str(tmp_path), "run", "none", ["x"], 2)
+    assert sink.bounded.keep_last == 5 and sink.header(None)["bounded"] == {"keep_last": 5, "steps": None}
+    sink.open_start_file([])
+    assert os.path.basename(sink.writer.meta_path).startswith("proc.") and sink.writer.stem.endswith(f".pid{os.getpid()}.s2")
+    assert sink.open_rank_files(3, []) is True                      # renamed, not a new file
+    assert sink.writer.stem == f"rank3.pid{os.getpid()}.s2" and sink.header(3)["rank"] == 3
+    monkeypatch.delenv(schema.ENV_KEEP_LAST)
+    child = sink.child()
+    assert child.writer is None and child.call_order is None and child.stop is not sink.stop
+    assert (child.session, child.bounded, child.t_mono0) == (2, sink.bounded, sink.t_mono0)
+    assert child.open_rank_files(3, []) is False                    # a fresh file set
+    assert TraceSink(str(tmp_path), "run", "none", ["x"], 3).bounded is None   # a new session reads the environment
+    sink.writer.close()
+    child.writer.close()

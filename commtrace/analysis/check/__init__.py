@@ -37,7 +37,7 @@ from .fates import EarlyProcess, RankFate, early_processes, rank_fates  # noqa: 
 from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
     NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _SEV_ORDER, Finding, exit_code,
-    parse_ranks, root_cause_first)
+    root_cause_first)
 from .facts import GroupVerdict, RunFacts, classify_group, frame_facts  # noqa: F401
 
 # -- entry point ---------------------------------------------------------------------

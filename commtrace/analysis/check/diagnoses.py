@@ -13,7 +13,7 @@ from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_in_fi
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
-    _int, _s, parse_ranks)
+    _int, _s)
 from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
 from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
@@ -353,8 +353,8 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
     # Member ranks that wrote nothing.
     size = _world_sizes(run)
     expected = set(range(size))
-    for text in facts.group_ranks:
-        expected.update(parse_ranks(text))
+    for ranks in facts.group_ranks:
+        expected.update(ranks)
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...trace.group_ranks import parse_ranks
 from .findings import _int, _s
 from .matching import collective_rows, _compare_at_seq, _group_members
 
@@ -55,7 +56,7 @@ class GroupFacts:
 class RunFacts:
     has_ops: bool = False
     t_max: int | None = None          # latest start or end of any op
-    group_ranks: set = field(default_factory=set)       # every group_ranks text of any op
+    group_ranks: set = field(default_factory=set)       # every group's global ranks (tuples) of any op
     last_ops: pd.DataFrame = field(default_factory=pd.DataFrame)   # per rank its last op (frame rows, by rank)
     groups: dict = field(default_factory=dict)          # (world, group) -> GroupFacts, in the frame's group order
     stragglers: dict = field(default_factory=dict)      # (world, group) -> Stragglers
@@ -107,7 +108,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     te = pd.to_numeric(df["t_end_ns"], errors="coerce").max()
     cands = [v for v in (_int(ts), _int(te)) if v is not None]
     facts.t_max = max(cands) if cands else None
-    facts.group_ranks = {str(x) for x in df["group_ranks"].dropna().unique()}
+    facts.group_ranks = {parse_ranks(x) for x in df["group_ranks"].dropna().unique()}
     facts.last_ops = _last_ops(df)
     coll = collective_rows(df)
     if not len(coll):

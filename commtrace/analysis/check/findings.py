@@ -113,19 +113,6 @@ def _int(v) -> int | None:
         return None
 
 
-def parse_ranks(text) -> list[int]:
-    """``"0,1,2"`` -> [0, 1, 2]; anything unparsable -> []."""
-    s = _s(text)
-    if not s:
-        return []
-    out = []
-    for part in s.split(","):
-        part = part.strip()
-        if part.lstrip("-").isdigit():
-            out.append(int(part))
-    return out
-
-
 def _fmt_age(ns) -> str:
     if ns is None:
         return "?"

@@ -9,7 +9,8 @@ import pandas as pd
 
 from ...trace.schema import P2P_OPS
 from ...trace.rank_ranges import folded_inline
-from .findings import _int, _s, parse_ranks
+from ...trace.group_ranks import parse_ranks
+from .findings import _int, _s
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
 _SAME_INPUT_SHAPES = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "reduce_scatter"}

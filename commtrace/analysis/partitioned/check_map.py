@@ -35,12 +35,12 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader, records, schema
+from ...trace.group_ranks import ranks_of
 from ...trace.schema import P2P_OPS
 from .. import bounded_coverage
 from ..check import diagnose_reduced, unmatched_p2p
 from ..check.diagnoses import P2P_SHOWN
 from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
-from ..check.findings import parse_ranks
 from ..check.fates import rank_fates
 from ..check.matching import collective_rows
 from .. import memory_policy
@@ -72,7 +72,7 @@ class FileFacts:
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
     chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
-    group_ranks: dict           # (world, group) -> group_ranks texts of its collectives
+    group_ranks: dict           # (world, group) -> its global ranks (tuples; trace.group_ranks.ranks_of)
     coverage: dict | None       # bounded mode: what its files cover (reader.read_process)
 
 
@@ -117,7 +117,7 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             continue
         span_issues: list = []
         reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
-        last_seq, texts = _collective_groups(pt)
+        last_seq, group_ranks = _collective_groups(pt)
         if pt.coverage is None:
             chunks = _chunk_index(pt.ops_path, task.chunk)
         else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
@@ -125,17 +125,17 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
             chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
         out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), list(pt.damage_any),
-                             list(pt.meta_damage), pt.cut, issues, span_issues, chunks, last_seq, texts, pt.coverage))
+                             list(pt.meta_damage), pt.cut, issues, span_issues, chunks, last_seq, group_ranks, pt.coverage))
     return out
 
 
 def _collective_groups(pt) -> tuple[dict, dict]:
     """Per (world, group) of the process's collective records: the highest seq, and the
-    group_ranks texts (what the frame's rows would show)."""
+    group's global ranks (what the frame's group_ranks rows would show)."""
     rec = pt.records
-    last, texts = {}, {}
+    last, ranks = {}, {}
     if rec is None or not len(rec):
-        return last, texts
+        return last, ranks
     p2p_sigs = [i for i, s in pt.sigs.items() if reader.str_or_none(s.get("op")) in P2P_OPS]
     coll = rec[~np.isin(rec["sig"], np.array(p2p_sigs, dtype=np.int64))] if p2p_sigs else rec
     for gid in np.unique(coll["group"]).tolist():
@@ -144,9 +144,9 @@ def _collective_groups(pt) -> tuple[dict, dict]:
         if key[0] is None or key[1] is None:
             continue                                 # the frame's groupby drops missing keys
         last[key] = int(coll["seq"][coll["group"] == gid].max())
-        text = reader.str_or_none(g.get("ranks"))
-        texts[key] = [] if text is None else [text]
-    return last, texts
+        valid = ranks_of(g.get("ranks"))
+        ranks[key] = [] if valid is None else [valid]
+    return last, ranks
 
 
 # -- step 3: one seq chunk ----------------------------------------------------------
@@ -377,7 +377,7 @@ def _groups(read: list, facts_of: dict):
     """Per (world, group): its members (as check.matching._group_members reads them from
     the frame), each rank's highest seq, and the sort key of the frame's group order
     (categories in the order the files define them)."""
-    texts: dict = {}
+    ranks: dict = {}
     present: dict = {}
     last_seq: dict = {}
     worlds: dict = {}
@@ -393,13 +393,13 @@ def _groups(read: list, facts_of: dict):
         for key, s in f.last_seq.items():
             seqs = last_seq.setdefault(key, {})
             seqs[pt.rank] = max(s, seqs.get(pt.rank, s))
-            texts.setdefault(key, set()).update(f.group_ranks.get(key, []))
+            ranks.setdefault(key, set()).update(f.group_ranks.get(key, []))
             present.setdefault(key, set()).add(pt.rank)
     members = {}
     for key in last_seq:
         ms: set = set()
-        for text in texts.get(key, ()):
-            ms.update(parse_ranks(text))
+        for r in ranks.get(key, ()):
+            ms.update(r)
         members[key] = sorted(ms or present[key])
     return members, last_seq, lambda key: (worlds.get(key[0], len(worlds)), names.get(key[1], len(names)))
 

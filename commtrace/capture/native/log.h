@@ -292,7 +292,7 @@ class Log {
   }
 
   // Watchdog: ops not finished yet, as (row list, where), rows in the
-  // Recorder's layout [t_call, t_return, t_end, seq, sig, iteration, group, status, flags].
+  // layout of the Python rows (capture/completion.py): [t_call, t_return, t_end, seq, sig, iteration, group, status, flags].
   py::list unfinished() {
     std::vector<std::pair<Record, const char*>> rows;
     {

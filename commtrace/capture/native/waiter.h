@@ -6,7 +6,7 @@ namespace ct {
 
 // Ops whose work has neither a future nor a working isCompleted() (gloo's
 // tensor reduce-scatter) are waited for here, one after another, like
-// recorder._Waiter. Collective works tolerate this second wait().
+// capture/completion.py's _Waiter. Collective works tolerate this second wait().
 class Waiter {
  public:
   void add(Pending p) {

@@ -1,0 +1,136 @@
+"""The annotations in force when an op is called (phase, region, module, bucket, ...).
+
+Annotations change rarely next to ops, so each combination is interned once as a
+hashable *context key* (sorted ``(field, value)`` pairs) with a small int id, and
+the wrappers' hot path reads one attribute: ``context_key`` (the Python wrapper,
+part of every sig key) or ``context_id`` (the native wrapper). A thread may have
+a context of its own for a scope (``push_thread_context``: a comm hook's bucket,
+which may run on a backend thread while the main thread goes on).
+
+``Recorder`` is an ``AnnotationContext``: the native wrapper's C++ log reads
+``iteration``, ``context_id`` and ``thread_context_ids`` off the recorder by name
+(``native/log.h``), so those stay plain attributes of the one object.
+"""
+from __future__ import annotations
+
+import threading
+
+_FIELD_CACHE_MAX = 100_000  # set_context_field's cache: bounded for programs with endless distinct names
+
+
+class AnnotationContext:
+    def __init__(self):
+        self._ids_lock = threading.Lock()  # two threads must not give one key two ids
+        self.iteration = 0            # training step, set by annotation hooks
+        self.context_key = None
+        self.context_id = 0           # small int naming context_key (the native wrapper's key)
+        self._context_ids: dict = {None: 0}
+        self._context: dict = {}
+        self._field_cache: dict = {}  # set_context_field: (key, field, value) -> (context, key)
+        # Per-thread contexts overriding the process-wide one (thread ident ->
+        # context key / id). Empty outside comm hooks, so the hot path pays one
+        # truthiness test. Mutated in place, never rebound: the native wrapper's
+        # log holds thread_context_ids.
+        self.thread_context_keys: dict = {}
+        self.thread_context_ids: dict = {}
+        self._thread_fields: dict = {}
+
+    def forget_other_threads(self) -> None:
+        """In a forked child: only the forking thread exists there."""
+        self._ids_lock = threading.Lock()
+        ident = threading.get_ident()
+        for d in (self.thread_context_keys, self.thread_context_ids, self._thread_fields):
+            for k in [k for k in d if k != ident]:
+                del d[k]  # in place: the native log holds thread_context_ids
+
+    def _id_of(self, key) -> int:
+        cid = self._context_ids.get(key)
+        if cid is None:  # a new combination (rare); comm hooks add ids from other threads
+            with self._ids_lock:
+                cid = self._context_ids.setdefault(key, len(self._context_ids))
+        return cid
+
+    # -- the process-wide context ---------------------------------------------
+    def set_context(self, **fields) -> None:
+        """Merge ``fields`` into the annotation context (None removes a field)."""
+        ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
+        self._context = ctx
+        self._set_context_key(tuple(sorted(ctx.items())) or None)
+
+    def set_context_field(self, name: str, value) -> None:
+        """``set_context(**{name: value})`` for a field that changes often (capture.module_tracker sets
+        ``module`` at every module boundary): each (context, field, value) is merged once."""
+        k = (self.context_key, name, value)
+        hit = self._field_cache.get(k)
+        if hit is None:
+            self.set_context(**{name: value})
+            if len(self._field_cache) < _FIELD_CACHE_MAX:
+                self._field_cache[k] = (self._context, self.context_key)
+            return
+        self._context, key = hit
+        self._set_context_key(key)
+
+    def push_context_field(self, name: str, value) -> tuple:
+        """``push_context(**{name: value})`` through set_context_field's cache."""
+        token = (self._context, self.context_key, self.iteration)
+        self.set_context_field(name, value)
+        return token
+
+    def _set_context_key(self, key) -> None:
+        cid = self._id_of(key)
+        self.context_key = key
+        self.context_id = cid
+
+    def push_context(self, **fields) -> tuple:
+        """Set fields for a scope; returns the token ``pop_context`` restores."""
+        token = (self._context, self.context_key, self.iteration)
+        self.set_context(**fields)
+        return token
+
+    def pop_context(self, token: tuple) -> None:
+        self._context, key, _ = token
+        self._set_context_key(key)
+
+    def context_fields(self) -> dict:
+        return dict(self._context)
+
+    def context_field(self, name: str):
+        """One field of the process-wide context (None if unset)."""
+        return self._context.get(name)
+
+    # -- per-thread contexts ------------------------------------------------------
+    def current_context_key(self):
+        """The context key in force on the calling thread (its own, else the process's)."""
+        own = self.thread_context_keys
+        return own.get(threading.get_ident(), self.context_key) if own else self.context_key
+
+    def push_thread_context(self, fields: dict) -> tuple:
+        """Make ``fields`` the whole annotation context of the calling thread for a
+        scope (the process-wide context and other threads are unaffected);
+        returns the token for ``pop_thread_context``."""
+        ident = threading.get_ident()
+        prev = self._thread_fields.get(ident)
+        ctx = {k: v for k, v in fields.items() if v is not None}
+        key = tuple(sorted(ctx.items())) or None
+        cid = self._id_of(key)  # ids stay unique across threads
+        self._thread_fields[ident] = ctx
+        self.thread_context_keys[ident] = key
+        self.thread_context_ids[ident] = cid
+        return (ident, prev)
+
+    def pop_thread_context(self, token: tuple) -> None:
+        ident, prev = token
+        if prev is None:
+            self.thread_context_keys.pop(ident, None)
+            self.thread_context_ids.pop(ident, None)
+            self._thread_fields.pop(ident, None)
+            return
+        key = tuple(sorted(prev.items())) or None
+        self._thread_fields[ident] = prev
+        self.thread_context_keys[ident] = key
+        self.thread_context_ids[ident] = self._context_ids[key]
+
+    def thread_context_fields(self) -> dict | None:
+        """The calling thread's own annotation fields (push_thread_context), or None."""
+        own = self._thread_fields.get(threading.get_ident()) if self._thread_fields else None
+        return None if own is None else dict(own)

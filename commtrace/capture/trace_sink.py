@@ -1,0 +1,144 @@
+"""The files one tracing session of one process writes, and the thread that flushes into them.
+
+A process's files start as ``proc.<host>.pid<P>`` (``open_start_file``: a process
+that dies before its first process group still leaves its header) and become
+``rank<R>.pid<P>`` at its first group (``open_rank_files``); a restarted session
+adds ``.s<N>``. In bounded mode (``capture.bounded``) each write first goes
+through the ring's call order and the steps window. The flush thread calls the
+Recorder's flush every ``FLUSH_INTERVAL_S``, so an op completed more than a
+second before a SIGKILL is on disk.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import threading
+import time
+
+from .. import __version__
+from ..trace import schema
+from ..trace.writer import TraceWriter
+
+FLUSH_INTERVAL_S = 0.5
+
+
+class TraceSink:
+    """Where a session's records go: run directory, file names, header, bounded selection."""
+
+    def __init__(self, run_dir: str, run_id: str, launcher: str, command: list[str], session: int):
+        self.run_dir, self.run_id, self.launcher, self.command = run_dir, run_id, launcher, command
+        self.session = session
+        # capture.bounded.Options, or None: every op written. Read by each session
+        # (commtrace.start may set new ones); a forked child keeps its parent's.
+        self.bounded = _bounded_options()
+        self.t_wall0, self.t_mono0 = time.time_ns(), time.monotonic_ns()
+        self._no_files()
+
+    def _no_files(self) -> None:
+        self.pid = os.getpid()
+        self.writer: TraceWriter | None = None
+        self.coverage = None                # capture.bounded.Coverage of the current files (bounded mode)
+        self.call_order = None              # capture.bounded.CallOrder of the current files (ring mode)
+        self.stop = threading.Event()       # set: the flush thread ends at its next wake-up
+        self.flushing = False               # the flush thread runs
+
+    def child(self) -> TraceSink:
+        """The same session's sink for a forked child (its own files, under its pid)."""
+        out = copy.copy(self)
+        out._no_files()
+        return out
+
+    def header(self, rank) -> dict:
+        from .launchvars import launcher_env
+        torch = sys.modules.get("torch")  # never imported here: a process that does not use torch stays so
+        return {
+            "type": schema.META_HEADER, "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
+            "source": "python", "record_size": schema.RECORD_SIZE,
+            "commtrace_version": __version__, "torch_version": getattr(torch, "__version__", None),
+            "host": hostname(), "pid": self.pid, "ppid": os.getppid(), "rank": rank,
+            "launcher": self.launcher, "launch_env": launcher_env(os.environ),
+            "run_id": self.run_id, "command": self.command, "argv": list(sys.argv),
+            "python": sys.version.split()[0], "cwd": os.getcwd(),
+            "t_wall_ns": self.t_wall0, "t_mono_ns": self.t_mono0,
+            "t_wall_open_ns": time.time_ns(), "t_mono_open_ns": time.monotonic_ns(),
+            "session": self.session, "bounded": None if self.bounded is None else self.bounded.describe(),
+        }
+
+    def _stem(self, prefix: str) -> str:
+        return f"{prefix}.pid{self.pid}" + (f".s{self.session}" if self.session > 1 else "")
+
+    def _new_writer(self, stem: str, sig_lines: list) -> None:
+        opts = self.bounded
+        self.writer = TraceWriter(self.run_dir, stem, keep_last=opts.keep_last if opts is not None else None)
+        if opts is not None:
+            from .bounded import CallOrder, Coverage
+            self.coverage = Coverage(opts, sig_lines)
+            self.call_order = CallOrder() if opts.keep_last else None
+
+    def open_start_file(self, sig_lines: list) -> None:
+        """The ``proc.`` meta file, before the process has a rank."""
+        self._new_writer(self._stem(f"proc.{_host_stem()}"), sig_lines)
+
+    def open_rank_files(self, rank: int, sig_lines: list) -> bool:
+        """The rank's files; True if they continue the start file (renamed), False if new."""
+        stem = self._stem(f"rank{rank}")
+        renamed = self.writer is not None
+        if renamed:
+            self.writer.rename(stem)
+        else:
+            self._new_writer(stem, sig_lines)
+        self.writer.open_ops()
+        return renamed
+
+    def start_flushing(self, flush) -> None:
+        """Call ``flush()`` every FLUSH_INTERVAL_S on a hidden thread until ``stop`` is set."""
+        from . import threads
+
+        def run():
+            while not self.stop.wait(FLUSH_INTERVAL_S):
+                try:
+                    flush()
+                except Exception:  # never let tracing kill the user's job
+                    import traceback  # not at the top: every traced process imports this module at start
+                    traceback.print_exc()
+        threads.start(run, "commtrace-flush")  # hidden from threading.enumerate()
+        self.flushing = True
+
+    def write(self, meta: list, packed, spans, rank, final: bool, before) -> None:
+        """One flush's lines and records; ``before``: ring mode's bound on call times
+        (the Recorder's oldest running call, taken before it collected)."""
+        if self.call_order is not None:
+            packed = self.call_order.release(packed, None if final else before)
+        cov = self.coverage
+        if cov is not None:
+            packed, spans = cov.select(packed, spans)
+        self.writer.write(meta, packed, spans)
+        if cov is not None and rank is not None and (cov.changed or final):
+            self.writer.write_coverage(cov.state(self.writer))
+
+
+def _bounded_options():
+    """The bounded-mode options in the environment (``capture.bounded``), or None.
+    A bad value raises ValueError: tracing is then off in the process (one line)."""
+    if not (os.environ.get(schema.ENV_KEEP_LAST) or os.environ.get(schema.ENV_STEPS)):
+        return None  # the usual case: nothing more to import at start
+    from .bounded import options_from_env
+    return options_from_env(os.environ)
+
+
+def hostname() -> str:
+    """socket.gethostname() without importing socket (every traced process
+    imports this module at start): both are the kernel's node name."""
+    try:
+        return os.uname().nodename
+    except AttributeError:  # no uname (Windows)
+        import socket
+        return socket.gethostname()
+
+
+def _host_stem() -> str:
+    """The host name as it may appear in a file name (start files of processes
+    on different hosts may share a pid)."""
+    name = hostname().split(".")[0]
+    return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:64] or "host"
