@@ -179,15 +179,21 @@ def table_records(df: pd.DataFrame | None) -> list[dict]:
     return [{str(k): json_safe(v) for k, v in row.items()} for row in flat.to_dict(orient="records")]
 
 
-def report_json(rep: Report) -> dict:
-    """The summary numbers, for scripts (``commtrace report --json``); docs/report.md lists the fields."""
-    info = {k: v for k, v in rep.info.items()}
+def report_json(rep) -> dict:
+    """The summary numbers of report ``rep`` (analysis.partitioned.analyse), for scripts
+    (``commtrace report --json``); docs/report.md lists the fields. A run analysed in
+    partitions adds ``"partitioned": true`` and how (executor, workers, percentiles)."""
+    info = dict(rep.info)
+    if not rep.whole:
+        info.update(run_dir=rep.path, ranks=rep.ranks, ops=rep.ops, percentiles_exact=rep.exact,
+                    quantile_error=rep.quantile_error, executor=rep.executor, workers=rep.workers)
     sk = rep.skew
     top = sk["top"]
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     st = rep.steps
     return json_safe({
         "format": "commtrace-report", "version": 3,
+        **({} if rep.whole else {"partitioned": True}),
         "run": info,
         "issues": [str(i) for i in rep.issues],
         "by_op": table_records(rep.by_op),

@@ -43,7 +43,9 @@ def plan_run(run_dir: str | None) -> RunPlan:
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
-        raise CommtraceError(f"{run_dir}: no process created a process group")
+        path = os.path.abspath(run_dir)
+        raise CommtraceError(f"{path}: no process created a process group ({len(procs)} process(es) "
+                             f"ended before; `commtrace check {path}` says how)")
     ranks: dict = {}
     for p in ranked:
         ranks.setdefault(p.rank, []).append(p.meta_path)
