@@ -1,4 +1,4 @@
-"""The report's figures for runs too big for one frame: map over files, reduce small.
+"""The report: map over the run's files, reduce small -- the one analysis engine.
 
 ``analyse(run)`` computes what ``commtrace report`` and ``compare`` print -- the
 per-op / per-group / per-phase tables, the step tables (per rank, across ranks,
@@ -7,8 +7,9 @@ ever holding more than one rank's ops (step 1, ``rank_map``) or one seq chunk of
 every rank's collectives (step 2, ``partition_map``) in a task, and folds the
 small partial results (``merge``). The tasks run in this process, in a process
 pool (default: every core, within ``memory_limit``) or on a Dask cluster
-(``dask=`` / $COMMTRACE_DASK). Results equal ``build_report``'s on the whole run
-(tests/analysis/test_partial.py); percentiles are exact while the durations fit
+(``dask=`` / $COMMTRACE_DASK). A run that fits in memory is one partition and, on
+request, also holds every op of its window (``op_view``) for the views that draw each op;
+the figures are the same in one partition as in many (tests/report/test_partial.py); percentiles are exact while the durations fit
 in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
 
 ``scan(run)`` is the partitioned form for users: one lazy part per rank, each
@@ -50,8 +51,8 @@ PARTITIONS_PER_WORKER = 8
 # cells' figures (exact percentiles: ~0.1 s for 6.4 M ops), so that work overlaps them.
 # Their results are small (aggregates); queued tasks hold no memory until they run.
 PARTITIONS_AHEAD = PARTITIONS_PER_WORKER
-# Below this many op records a run is analysed in this process: starting a pool of workers
-# (~0.5-1 s, each importing pandas) costs more than the tasks it would share.
+# Below this many op records a run held whole is analysed in this process: starting a pool of
+# workers (~0.5-1 s, each importing pandas) costs more than the tasks it would share.
 POOL_MIN_RECORDS = 1_000_000
 
 
@@ -83,7 +84,7 @@ class PartitionedReport:
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
     window: object = None                         # the analysis.window.Window shown
     bounds: dict | None = None                    # its interval per rank (None: no time range)
-    split: pd.DataFrame | None = None             # collectives filed under different phases (split_collectives)
+    split: pd.DataFrame | None = None             # collectives filed under different phases (phase_splits)
     timeline: object = None                       # the terminal timeline (analysis.timeline.Timeline; timeline_map)
     timeline_marks: pd.DataFrame | None = None    # the marks it draws (the lowest rank's with any in the window)
     by_module: pd.DataFrame | None = None         # the per-module table (analysis.modules), None: no module named
@@ -111,7 +112,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     map, timeline_map; None: no timeline). The run is ``whole`` when every op fits in
     ``memory_limit`` at once (memory_policy) and neither ``partitioned`` nor Dask asks for
     files one by one; ``op_view``: then also hold every op of the window (op_view.OpView)
-    for the views that draw each op. A small run is analysed in this process (a pool costs
+    for the views that draw each op. A small run held whole is analysed in this process (a pool costs
     more to start than its tasks take)."""
     if window is not None and window.whole_run:
         window = None
@@ -119,15 +120,13 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
                              f"{', '.join(CELL_COLUMNS)} only")
     plan = plan_run(run_dir)
-    if plan.unsupported:
-        raise CommtraceError(f"{plan.path}: the partitioned analysis does not read {plan.unsupported} yet; "
-                             "use the one-frame report")
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
     spread = bool(dask or _env_dask())
     whole = not (partitioned or spread or needs_partitions(plan.path, limit))
     if workers is None and not spread:
-        workers = 1 if plan.records < POOL_MIN_RECORDS else max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
+        small = whole and plan.records < POOL_MIN_RECORDS
+        workers = 1 if small else max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
     ex = make_executor(dask, workers)
     if exact is None:
         exact = plan.records * 8 <= limit // 4
@@ -185,7 +184,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ex.close()
         bar.close()
     tables = {name: with_bandwidth(early[name], parts.bandwidth_table(name)) for name in keys}
-    if not len(cells):     # no op (in the window): build_report's empty per-group table is per op's
+    if not len(cells):     # no op (in the window): the empty per-group table has the per-op table's columns
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return PartitionedReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),

@@ -1,7 +1,6 @@
 """Reduce: fold rank and partition partials into the report's tables.
 
-Every figure is the one ``analysis.report.build_report`` computes (same
-definitions, docs/report.md): sums and counts add up, per-rank rows concatenate,
+Every figure is defined in docs/report.md: sums and counts add up, per-rank rows concatenate,
 exact percentiles concatenate the kept durations, sketched ones merge their
 histograms (error bound: ``sketch.ALPHA``)."""
 from __future__ import annotations
@@ -24,7 +23,7 @@ PER_RANK_ROWS_KEPT = 1_000_000   # the per (rank, step) table is kept up to this
 
 
 class AcrossFold:
-    """The per-step table over ranks (step_table.across_ranks), folded one rank at a
+    """The per-step table over ranks (docs/report.md, "Steps"), folded one rank at a
     time into arrays indexed by step number: a run's steps x ranks rows never coexist."""
 
     SUMS = ("compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
@@ -55,7 +54,7 @@ class AcrossFold:
             a[k][st] += col(k)
         t, r = col("step_ns"), col("rank")
         cur, cur_r = a["step_ns"][st], a["slowest_rank"][st]
-        # the slowest rank; on a tie the lowest rank (across_ranks' idxmax over rows sorted by rank)
+        # the slowest rank; on a tie the lowest rank (docs/report.md: "slowest")
         take = (t > cur) | ((t == cur) & (r < cur_r))
         a["step_ns"][st] = np.where(take, t, cur)
         a["slowest_rank"][st] = np.where(take, r, cur_r)
@@ -214,14 +213,6 @@ def table_keys(cells: pd.DataFrame) -> dict:
     if has("phase"):
         out["by_phase"] = phase_keys
     return out
-
-
-def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.DataFrame | None,
-                  quantile_cache: dict | None = None) -> pd.DataFrame:
-    """analysis.summary.op_summary from cells (one row per key of ``by``). ``quantile_cache``:
-    percentiles by the set of cells of a row, shared by the tables of one run (per op and
-    per phase+op rows often hold the same cells)."""
-    return with_bandwidth(cell_summary(cells, values, by, quantile_cache), bandwidth)
 
 
 @dataclass

@@ -22,7 +22,6 @@ class RunPlan:
     records: int                # op records on disk (from the file sizes)
     records_per_file: int       # the most in one file
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
-    unsupported: str | None = None   # why this run must take the one-frame path (load())
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
 
 
@@ -51,7 +50,6 @@ def plan_run(run_dir: str | None) -> RunPlan:
         ranks.setdefault(p.rank, []).append(p.meta_path)
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
     sizes = [_ops_records(p.meta_path) for p in ranked]
-    unsupported = None
     found = issues + more + reader.missing_ranks(procs)
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
-                   unsupported, run_id)
+                   run_id)

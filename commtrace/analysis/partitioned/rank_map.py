@@ -1,8 +1,7 @@
 """Map step 1: one rank's files -> its partial results (small next to its ops).
 
-Everything the report computes per rank is computed here by the same functions
-``build_report`` uses (``find_steps``, ``locate_ops``, ``StepFigures``,
-``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
+Everything the report computes per rank is computed here (``find_steps``,
+``locate_ops``, ``StepFigures``, ``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
 its records (``rank_ops``: no frame): the step table rows, communication time,
 the ops outside steps, and the summary cells (per (group, group_desc, phase, op,
 detail, rank): ops, summed duration, known durations, bytes) with the durations
