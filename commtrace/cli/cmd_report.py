@@ -87,7 +87,7 @@ def _write_exports(ns, s, limit) -> None:
         write_perfetto(v.frame, ns.perfetto, s.info["t0_ns"], v.matched.inst, s.processes,
                        spans=v.spans, marks=v.marks, regions=v.region_spans)
     elif ns.perfetto:
-        from ..render.partitioned import write_perfetto_pieces
+        from ..render.perfetto_pieces import write_perfetto_pieces
         files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
         sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
                          + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
