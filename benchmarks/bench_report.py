@@ -1,4 +1,4 @@
-"""Benchmark `commtrace report`: load + analysis throughput and peak memory, Perfetto export.
+"""Benchmark `commtrace report`: analysis throughput and peak memory, Perfetto export.
 
     python benchmarks/bench_report.py [--ranks 64] [--ops 100000] [--perfetto-ops 1000000] [--dir DIR]
 
@@ -6,7 +6,9 @@ The synthetic run is DDP-like: per step 4 gradient buckets, an all_gather and
 3 compute spans (forward, backward, optimizer), every 10 steps a barrier.
 Each measurement runs in a fresh subprocess (clean peak-memory numbers): the peak
 RSS growth over the process's baseline after imports (VmHWM, benchmarks/peak_rss.py) and the
-tracemalloc peak (Python + numpy allocations), both divided by the op count.
+tracemalloc peak (Python + numpy allocations), both divided by the op count -- of the analysing
+process only: a run of 1 M ops or more is analysed in a process pool whose workers are not counted
+here (bench_scale.py counts the largest one). The analysis reads the files itself: "load" is 0.
 Prints a Markdown table and writes JSON with --json.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json, os, resource, sys, time, tracemalloc
 import numpy as np, pandas as pd
 import commtrace.analysis.report, commtrace.render.perfetto, commtrace.trace.reader
 from commtrace.analysis.run_info import load_report_run
-from commtrace.analysis.report import build_report
+from commtrace.analysis.partitioned import analyse
 mode, run_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
 trace = os.environ.get("BENCH_TRACEMALLOC") == "1"
 sys.path.insert(0, os.environ["BENCH_DIR"])
@@ -34,26 +36,22 @@ if trace:
     tracemalloc.start()
 res = {}
 t0 = time.perf_counter(); c0 = time.process_time()
-run = load_report_run(run_dir)
-t1 = time.perf_counter(); c1 = time.process_time()
-res["load_cpu_s"] = c1 - c0
-res["peak_rss_after_load_bytes"] = (rss_kib() - base) * 1024
-if trace:
-    res["tracemalloc_peak_load_bytes"] = tracemalloc.get_traced_memory()[1]
-res["frame_bytes"] = int(run.frame.memory_usage(deep=False).sum())
-if mode == "analysis":
-    rep = build_report(run)
+if mode == "analysis":      # the report's analysis reads the files itself (no frame is loaded first)
+    rep = analyse(run_dir, progress=False)
     t2 = time.perf_counter()
-    res["analysis_cpu_s"] = time.process_time() - c1
-    res.update(load_s=t1 - t0, analysis_s=t2 - t1)
+    res.update(load_s=0.0, load_cpu_s=0.0, peak_rss_after_load_bytes=0, frame_bytes=0, ops=rep.ops,
+               analysis_s=t2 - t0, analysis_cpu_s=time.process_time() - c0, workers=rep.workers)
+    if trace:
+        res["tracemalloc_peak_load_bytes"] = 0
 else:
+    run = load_report_run(run_dir)
+    res["ops"] = len(run.frame)
     from commtrace.render.perfetto import write_perfetto
     t1 = time.perf_counter(); c1 = time.process_time()
     counts = write_perfetto(run.frame, out, None, None, run.processes, spans=run.spans, marks=run.marks)
     t2 = time.perf_counter()
     res["perfetto_cpu_s"] = time.process_time() - c1
     res.update(load_s=t1 - t0, perfetto_s=t2 - t1, perfetto_bytes=os.path.getsize(out), **counts)
-res["ops"] = len(run.frame)
 res["peak_rss_delta_bytes"] = (rss_kib() - base) * 1024
 if trace:
     res["tracemalloc_peak_bytes"] = tracemalloc.get_traced_memory()[1]

@@ -1,4 +1,4 @@
-"""Benchmark the partitioned analysis (commtrace.analysis.partitioned) side by side with the one-frame report.
+"""Benchmark the analysis (commtrace.analysis.partitioned.analyse) as the report runs it and in a process pool.
 
     python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--kernel-rounds 3] [--json FILE]
     python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
@@ -6,7 +6,7 @@
                                     [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
 
 Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
-(a) load_report_run + build_report (one frame), (b) analysis.partitioned.analyse in a process
+(a) analyse as `commtrace report` calls it (the run held whole when it fits), (b) analyse in a process
 pool of 1 and 2 workers, (c) with --dask, on a distributed.LocalCluster of 1 and 2 worker
 processes, (d) the pool x1 and x2 again with the compiled analysis kernels and with numpy's
 code (COMMTRACE_NATIVE=0), alternating, --kernel-rounds times (wall and CPU: user + sys of
@@ -39,8 +39,6 @@ CHILD = r"""
 import json, resource, sys, time
 mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from commtrace.analysis.partitioned import analyse
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
 sys.path.insert(0, sys.argv[4])
 from peak_rss import peak_rss_kib
 base = peak_rss_kib()
@@ -55,9 +53,9 @@ def cpu_s() -> float:
 
 cpu0 = cpu_s()
 t = time.perf_counter()
-if mode == "one-frame":
-    rep = build_report(load_report_run(run_dir))
-    ops = len(rep.frame)
+if mode == "whole":
+    s = analyse(run_dir, progress=False)
+    ops = s.ops
 elif mode == "pool":
     s = analyse(run_dir, workers=workers, progress=False)
     ops = s.ops
@@ -84,7 +82,7 @@ def child(mode: str, run_dir: str, workers: int = 1, env: dict | None = None) ->
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-CASES = {"one-frame": "one frame (load + build_report)", "pool": "partitioned, process pool x{w}",
+CASES = {"whole": "as `commtrace report` (analyse, default executor)", "pool": "partitioned, process pool x{w}",
          "dask": "partitioned, Dask LocalCluster, {w} worker process(es)"}
 
 
@@ -97,12 +95,12 @@ def run(ranks: int, ops: int, dask: bool, workdir: str | None = None, kernel_rou
     if not os.path.isdir(run):
         write_synthetic_run(run, ranks=ranks, ops_per_rank=ops, seed=0)
     res = {"ranks": ranks, "ops_per_rank": ops, "cpus": os.cpu_count(), "cases": []}
-    cases = [("one-frame", 1), ("pool", 1), ("pool", 2)] + ([("dask", 1), ("dask", 2)] if dask else [])
+    cases = [("whole", 1), ("pool", 1), ("pool", 2)] + ([("dask", 1), ("dask", 2)] if dask else [])
     for mode, w in cases:
         r = child(mode, run, w)
         res["cases"].append(f"{mode}-{w}")
         res[f"{mode}-{w}"] = {"mode": mode, "workers": w, "ops": r["ops"], "wall_s": r["wall_s"], "ops_per_s": r["ops"] / r["wall_s"],
-                              "bytes_per_op": (r["self_rss"] + (r["child_rss"] if mode == "pool" and w > 1 else 0))
+                              "bytes_per_op": (r["self_rss"] + (r["child_rss"] if mode != "dask" else 0))
                               / r["ops"]}
     res["kernels"] = kernels_side_by_side(run, kernel_rounds)
     if not workdir:
@@ -149,9 +147,9 @@ def kernels_markdown(k: dict) -> str:
 
 def markdown(res: dict) -> str:
     """A Markdown table of run()'s results (run_all.py puts it in BENCHMARKS.md)."""
-    base = res["one-frame-1"]["wall_s"]
+    base = res["whole-1"]["wall_s"]
     lines = [f"{res['ranks']} ranks x {res['ops_per_rank']:,} ops, {res['cpus']} CPUs.\n",
-             "| analysis | wall | throughput | vs one frame | peak memory |", "|---|---|---|---|---|"]
+             "| analysis | wall | throughput | vs commtrace report | peak memory |", "|---|---|---|---|---|"]
     for case in res["cases"]:
         r = res[case]
         mem = f"{r['bytes_per_op']:.0f} B/op" if r["mode"] != "dask" else "(in the workers)"

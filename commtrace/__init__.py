@@ -21,11 +21,10 @@ def load(run_dir=None, table: str = "ops", **kwargs):
         from .errors import CommtraceError
         raise CommtraceError(f"table {table!r}: unknown (one of {', '.join(TABLES)}, steps)")
     if table == "steps":
-        from .analysis.report import build_report
-        from .analysis.run_info import load_report_run
+        from .analysis.partitioned import analyse
         from .analysis.step_table import PER_RANK_COLUMNS
         import pandas as pd
-        rep = build_report(load_report_run(run_dir))
+        rep = analyse(run_dir, progress=False)
         return rep.steps.per_rank if rep.steps is not None else pd.DataFrame(columns=PER_RANK_COLUMNS)
     from .trace.reader import load as _load
     return _load(run_dir, table=table, **kwargs)

@@ -2,5 +2,6 @@
 
 ``run_info`` loads and sanity-checks a run, ``match`` pairs the same collective
 across ranks, ``summary``/``skew``/``timeline``/``compare`` compute the tables the
-renderers draw, and ``report.build_report`` ties them together.
+renderers draw, and ``partitioned.analyse`` ties them together: the one report, for a run
+held whole (one partition) and for one too big for memory alike.
 """

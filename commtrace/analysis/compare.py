@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CommtraceError
-from .summary import bus_factors, has_values, op_summary
+from .summary import op_summary
 
 STEP_STATS = ("step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
 BREAKDOWN_STATS = ("collectives", "ops", "bytes", "mean_ns", "p50_ns", "p99_ns", "busbw")
@@ -72,32 +72,27 @@ def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd
     return pd.DataFrame(rows).set_index(["run", "stat"])
 
 
-def check_by(by: list[str], frames: list[pd.DataFrame]) -> None:
+def check_by(by: list[str], reports: list) -> None:
     """Every --by key must be a groupable column of the runs (one-line error otherwise)."""
     for key in by:
         if key not in GROUPABLE:
             raise CommtraceError(f"--by {key}: not a column to group by (use any of: {', '.join(GROUPABLE)})")
-        if not any(key in f.columns for f in frames):
+        viewed = [r for r in reports if r.op_view is not None]    # none: the analysis says what it groups by
+        if viewed and not any(tuple(by) in r.tables or key in r.op_view.frame.columns for r in viewed):
             raise CommtraceError(f"--by {key}: no run has this column")
 
 
-def breakdown(names: list[str], reports: list, by: list[str] | None = None) -> tuple[list[str], pd.DataFrame]:
-    """(by, table): one row per key, columns (run, stat) and (run, stat + "_delta")."""
-    frames = [r.frame for r in reports]
-    if by is None:
-        by = ["phase", "op"] if any(has_values(f, "phase") for f in frames) else ["op"]
-    check_by(by, frames)
-    return by, breakdown_table(names, [keyed_summary(rep, by) for rep in reports])
-
-
-def keyed_summary(rep, by: list[str]) -> pd.DataFrame:
-    """The report's summary (summary.op_summary) of one analysis.report.Report over the
-    columns ``by`` (compare's breakdown of each run; ``report --by``)."""
-    f = rep.frame
+def breakdown(rep, by: list[str]) -> pd.DataFrame:
+    """Report ``rep``'s summary table over ``by``: one it analysed (``analyse(compare_by=...)``), else
+    from every op of its window (``analyse(op_view=True)``; a column the run lacks is all "-")."""
+    if tuple(by) in rep.tables or rep.op_view is None:
+        return rep.summary(by)
+    v = rep.op_view
+    f = v.frame
     missing = [k for k in by if k not in f.columns]
     if missing:   # e.g. no phases in this run: everything falls under "-"
         f = f.assign(**{k: pd.Categorical([None] * len(f)) for k in missing})
-    return op_summary(f, rep.matched, by, rep.arrays)
+    return op_summary(f, v.matched, by, v.arrays)
 
 
 def breakdown_table(names: list[str], stats: list[pd.DataFrame]) -> pd.DataFrame:
@@ -120,48 +115,19 @@ def breakdown_table(names: list[str], stats: list[pd.DataFrame]) -> pd.DataFrame
 
 
 def compare_reports(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
-    """``named``: [(name, analysis.report.Report), ...], the first is BASE.
+    """``named``: [(name, report), ...] (analysis.partitioned.analyse), the first is BASE.
 
     Returns {"runs": names, "steps": step_comparison(...), "breakdown": table, "by": keys,
-    "windows": per run the window shown and its step counts}."""
+    "windows": per run the window shown and its step counts, "busbw": per run over every collective}."""
     names = [n for n, _ in named]
     reports = [r for _, r in named]
-    acrosses = [r.steps.across if r.steps is not None else None for r in reports]
-    by, table = breakdown(names, reports, by)
+    if by is None:
+        by = ["phase", "op"] if any(r.by_phase is not None for r in reports) else ["op"]
+    check_by(by, reports)
+    table = breakdown_table(names, [breakdown(r, by) for r in reports])
     windows = [{"window": r.info.get("window"), "steps_shown": r.steps.shown if r.steps is not None else 0,
                 "steps_total": r.steps.total_steps if r.steps is not None else 0,
                 "coverage": r.info.get("coverage")} for r in reports]
+    acrosses = [r.steps.across if r.steps is not None else None for r in reports]
     return {"runs": names, "steps": step_comparison(names, acrosses), "breakdown": table, "by": by,
-            "windows": windows, "busbw": [float(_run_busbw(r)) for r in reports]}
-
-
-def _run_busbw(rep) -> float:
-    """Bus bandwidth over every collective (not p2p) in the window: sum(S * factor) / sum(T)."""
-    inst = rep.matched.instances
-    if not len(inst):
-        return float("nan")
-    inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
-    T = inst["slowest_ns"].to_numpy(dtype=np.float64)
-    S = inst["size_bytes"].to_numpy(dtype=np.float64)
-    ok = np.isfinite(T) & (T > 0) & (S > 0)
-    if not ok.any():
-        return float("nan")
-    return float((S[ok] * bus_factors(inst)[ok]).sum() / (T[ok].sum() * 1e-9))
-
-
-def compare_partitioned(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
-    """compare_reports for runs analysed by map/reduce (``named``: [(name,
-    analysis.partitioned.PartitionedReport), ...]): the same dict, over the whole runs; ``by``:
-    keys among the summary cells' columns (analysis.partitioned.rank_map.CELL_COLUMNS)."""
-    names = [n for n, _ in named]
-    scans = [s for _, s in named]
-    if by is None:
-        by = ["phase", "op"] if any(s.by_phase is not None for s in scans) else ["op"]
-    table = breakdown_table(names, [s.summary(by) for s in scans])
-    windows = [{"window": s.info.get("window", "whole run"),
-                "steps_shown": len(s.steps.across) if s.steps is not None else 0,
-                "steps_total": s.steps.total_steps if s.steps is not None else 0, "coverage": s.info.get("coverage")}
-               for s in scans]
-    acrosses = [s.steps.across if s.steps is not None else None for s in scans]
-    return {"runs": names, "steps": step_comparison(names, acrosses), "breakdown": table, "by": by,
-            "windows": windows, "busbw": [float(s.busbw) for s in scans]}
+            "windows": windows, "busbw": [float(r.busbw) for r in reports]}

@@ -1,8 +1,9 @@
-"""How much of the machine an analysis may hold, and whether a run fits in one frame.
+"""How much of the machine an analysis may hold, and whether a run fits in memory whole.
 
-The one place that decides between the one-frame analysis and the map/reduce one
-(analysis.partitioned): the CLI passes the user's ``--memory-limit`` (or None) and asks
-``needs_partitions``; the partitioned analyses size their tasks from ``memory_limit``.
+The one place that decides how much the analysis (analysis.partitioned.analyse) holds at
+once: a run for which ``needs_partitions`` is False is held whole (one partition; the views
+that draw each op get them in one frame), else it is read file by file. The CLI passes the
+user's ``--memory-limit`` (or None); the analyses size their tasks from ``memory_limit``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ..trace import schema
 
 # The default memory limit: this share of the machine's RAM.
 DEFAULT_MEMORY_FRACTION = 0.5
-# Peak memory of the one-frame report per op (BENCHMARKS.md: 231 B/op measured), with headroom.
+# Peak memory per op of a run held whole with its op view (the frame: 231-256 B/op measured), with headroom.
 ONE_FRAME_BYTES_PER_OP = 300
 # ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
 ONE_FRAME_CHECK_BYTES_PER_OP = 450

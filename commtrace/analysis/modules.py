@@ -93,8 +93,3 @@ def module_table(acc: dict) -> pd.DataFrame | None:
                      "exposed_share": e / c if c > 0 else float("nan")})
     df = pd.DataFrame(rows).sort_values(["comm_ns", "module", "phase"], ascending=[False, True, True], kind="stable")
     return df.set_index(["module", "phase"])[MODULE_TABLE_COLUMNS]
-
-
-def has_modules(frame: pd.DataFrame) -> bool:
-    """Whether any op of the frame names a module (else the report shows no per-module table)."""
-    return "module" in frame and bool(frame["module"].notna().any())

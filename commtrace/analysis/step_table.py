@@ -262,29 +262,6 @@ def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts:
     sums += np.bincount(target[hit], weights=weights[hit].astype(np.float64), minlength=len(sums))
 
 
-def across_ranks(per_rank: pd.DataFrame) -> pd.DataFrame:
-    """Per step over the ranks that took it: step time of the slowest rank (a
-    synchronous step lasts as long as its slowest rank), mean compute,
-    communication, exposed, ops and bytes per rank."""
-    if len(per_rank) == 0:
-        return pd.DataFrame(columns=ACROSS_COLUMNS, index=pd.Index([], name="step"))
-    g = per_rank.groupby("step", sort=True)
-    out = pd.DataFrame({
-        "ranks": g.size(),
-        "micro_steps": g["micro_steps"].max(),
-        "step_ns": g["step_ns"].max(),
-        "compute_ns": g["compute_ns"].mean(),
-        "comm_ns": g["comm_ns"].mean(),
-        "exposed_ns": g["exposed_ns"].mean(),
-        "ops": g["ops"].mean(),
-        "bytes": g["bytes"].mean(),
-    })
-    slowest = per_rank.loc[g["step_ns"].idxmax().to_numpy(), ["step", "rank"]].set_index("step")["rank"]
-    out["slowest_rank"] = slowest.reindex(out.index).to_numpy()
-    out.index.name = "step"
-    return out[ACROSS_COLUMNS]
-
-
 class OutsideSteps:
     """Ops of ranks that took steps but outside every step: before the first,
     between steps, after the last. ops and bytes summed over ranks; comm_ns the

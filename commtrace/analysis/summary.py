@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.schema import op_kind
-from .arrays import Cells, Groups, OpArrays, cat_codes, keys_index, narrow
+from .arrays import Cells, Groups, OpArrays, keys_index, narrow
 from .match import Matched
 
 SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
@@ -156,33 +156,4 @@ def bus_factors(inst: pd.DataFrame) -> np.ndarray:
     return fac
 
 
-def has_values(frame: pd.DataFrame, col: str) -> bool:
-    return col in frame and len(frame) > 0 and bool(frame[col].notna().any())
-
-
 SPLIT_COLUMNS = ["op", "group", "seq", "by_rank"]
-
-
-def split_collectives(frame: pd.DataFrame, matched: Matched, column: str = "phase") -> pd.DataFrame:
-    """Collectives whose ranks filed their ops under different values of ``column``
-    (a joined rank shadows in ``join`` what the others run in ``backward``): op,
-    group, seq and ``by_rank`` ("backward: 0,2; join: 1"). In time order."""
-    inst = matched.inst
-    if len(frame) == 0 or column not in frame or len(inst) == 0:
-        return pd.DataFrame(columns=SPLIT_COLUMNS)
-    codes, cats = cat_codes(frame[column])
-    first = matched.instances["row"].to_numpy(dtype=np.int64)
-    differs = codes != codes[first[inst]]
-    if not differs.any():
-        return pd.DataFrame(columns=SPLIT_COLUMNS)
-    bad = np.unique(inst[differs])
-    rows = np.flatnonzero(np.isin(inst, bad))
-    part = pd.DataFrame({"inst": inst[rows], "value": [cats[c] if c >= 0 else "-" for c in codes[rows]],
-                         "rank": frame["rank"].to_numpy()[rows]})
-    out = []
-    for i, g in part.groupby("inst", sort=True):
-        by_value = g.groupby("value", sort=True)["rank"].apply(lambda r: ",".join(map(str, sorted(set(r)))))
-        head = matched.instances.iloc[int(i)]
-        out.append({"op": str(head["op"]), "group": str(head["group"]), "seq": int(head["seq"]),
-                    "by_rank": "; ".join(f"{v}: {rk}" for v, rk in by_value.items())})
-    return pd.DataFrame(out, columns=SPLIT_COLUMNS)

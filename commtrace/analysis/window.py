@@ -155,13 +155,6 @@ def apply(window: Window, frame: pd.DataFrame, a: OpArrays, steps: pd.DataFrame,
     return Applied(selected, bounds, steps_in)
 
 
-def take_rows(frame: pd.DataFrame, selected: np.ndarray) -> pd.DataFrame:
-    """The selected rows (the frame itself when every row is selected)."""
-    if selected.all():
-        return frame
-    return frame.iloc[np.flatnonzero(selected)].reset_index(drop=True)
-
-
 def in_bounds(rank: np.ndarray, t_begin: np.ndarray, t_end: np.ndarray, bounds: dict | None) -> np.ndarray:
     """Rows of a span/mark/region table that overlap their rank's interval."""
     if bounds is None:

@@ -41,12 +41,10 @@ def run_compare(ns) -> int:
     from ..analysis.compare import compare_reports
     from ..render import export
     from ..render.compare_text import compare_json, render_compare
-    from .options import wants_partitioned
 
     window = window_of(ns)
     by = by_of(ns)
     dirs = [ns.base] + list(ns.exps)
-    partitioned = any(wants_partitioned(ns, d) for d in dirs)
     named, names = [], []
     for d in dirs:
         name = d.rstrip("/\\") or d
@@ -54,17 +52,13 @@ def run_compare(ns) -> int:
             name = f"{name} ({len(names) + 1})"
         names.append(name)
         try:
-            named.append((name, _partitioned(ns, d, by, window) if partitioned else _one_frame(d, window)))
+            named.append((name, _analyse(ns, d, by, window)))
         except CommtraceError as e:     # which run (e.g. --steps 9:12 beyond one run's steps)
             if str(e).startswith(d):
                 raise
             raise CommtraceError(f"{d}: {e}", e.code) from None
-    if partitioned:
-        from ..analysis.compare import compare_partitioned
-        cmp = compare_partitioned(named, by)
-    else:
-        cmp = compare_reports(named, by)
-    if ns.html:     # the step figure reads each run's steps across ranks: both analyses have them
+    cmp = compare_reports(named, by)
+    if ns.html:     # the step figure reads each run's steps across ranks
         from ..render.html_page import compare_html, write_html
         write_html(compare_html(cmp, named), ns.html)
     if ns.json:
@@ -76,19 +70,14 @@ def run_compare(ns) -> int:
     return EXIT_OK
 
 
-def _one_frame(run_dir, window):
-    from ..analysis.report import build_report
-    from ..analysis.run_info import load_report_run
-    from .messages import warn_issues
-    run = load_report_run(run_dir)
-    warn_issues(run.issues)
-    return build_report(run, window)
-
-
-def _partitioned(ns, run_dir, by, window):
-    from ..analysis.partitioned import analyse
+def _analyse(ns, run_dir, by, window):
+    """The report of one run: --by keys the analysis groups by are one more of its tables; others
+    come from every op of the window (held when the run fits; else compare says it cannot)."""
+    from ..analysis.partitioned import CELL_COLUMNS, analyse
     from .messages import warn_issues
     from .options import memory_limit_of
-    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), compare_by=by, window=window)
+    cells = by is not None and set(by) <= set(CELL_COLUMNS)
+    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), window=window,
+                compare_by=by if cells else None, partitioned=ns.partitioned, op_view=by is not None and not cells)
     warn_issues(s.issues)
     return s

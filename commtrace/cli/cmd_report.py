@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
@@ -50,85 +48,79 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run_report)
 
 
-def _dir_size(path: str | None) -> int:
-    try:
-        with os.scandir(path or ".") as it:
-            return sum(e.stat().st_size for e in it if e.is_file())
-    except OSError:
-        return 0
-
-
-@contextlib.contextmanager
-def _stages(run_dir: str | None, steps: int):
-    """Yields advance(description); a rich progress bar on a TTY stderr for big runs."""
-    big = _dir_size(run_dir) > 16 * 2**20 if run_dir else False
-    if not (big and sys.stderr.isatty()):
-        yield lambda desc: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
-        task = prog.add_task("reading traces", total=steps)
-        first = [True]
-
-        def advance(desc: str) -> None:
-            if not first[0]:
-                prog.advance(task)
-            first[0] = False
-            prog.update(task, description=desc)
-        yield advance
-
-
 def run_report(ns) -> int:
-    from .options import wants_partitioned
-    if wants_partitioned(ns):
-        return _run_partitioned(ns)
-    from ..analysis.report import build_report, report_json
-    from ..analysis.run_info import load_report_run
+    """One analysis (analysis.partitioned.analyse): the run is held whole when it fits the memory
+    limit, then the views that draw each op get them in one frame (its op view); else they read
+    the files rank by rank (Perfetto in pieces, CSV / Parquet rank by rank, no per-op HTML figures)."""
+    from ..analysis.partitioned import analyse
+    from ..errors import CommtraceError
     from ..trace.reader import newest_run
-    from ..render import export
     from .messages import warn_issues
+    from .options import memory_limit_of
 
+    if ns.perfetto_max_mb <= 0:
+        raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     window = window_of(ns)
     run_dir = ns.run_dir if ns.run_dir is not None else newest_run()
-    with _stages(run_dir, 4) as advance:
-        advance("reading traces")
-        run = load_report_run(run_dir)
-        warn_issues(run.issues)
-        advance("matching and summarizing")
-        rep = build_report(run, window, top=ns.top)
-        by = _by_table(ns, rep)
-        if ns.perfetto:
-            advance("writing Perfetto trace")
-            from ..render.perfetto import write_perfetto
-            write_perfetto(rep.frame, ns.perfetto, rep.info["t0_ns"], rep.matched.inst, run.processes,
-                           spans=rep.spans, marks=rep.marks, regions=rep.region_spans)
-        advance("writing exports")
-        if ns.csv:
-            export.write_csv(rep.frame, ns.csv)
-        if ns.parquet:
-            export.write_parquet(rep.frame, ns.parquet)
-        if ns.json:
-            export.write_json(_with_by(report_json(rep), by), ns.json)
-        if ns.html:
-            from ..render.html_page import report_html, write_html
-            write_html(report_html(rep, top=ns.top), ns.html)
-    if not (ns.quiet or ns.json == "-"):
-        from ..render.terminal import make_console, render_report
+    shown = not (ns.quiet or ns.json == "-")
+    if shown:
+        from ..render.terminal import make_console
         con = make_console(ns.width)
-        render_report(con, rep, events=ns.events, limit=ns.limit, top=ns.top, by=by)
-    return _damage_verdict(run, ns)
+    limit = memory_limit_of(ns.memory_limit)
+    from ..analysis.partitioned import CELL_COLUMNS
+    keys = by_of(ns)
+    cells = keys is not None and set(keys) <= set(CELL_COLUMNS)   # else --by needs every op (as compare)
+    per_op = bool(ns.perfetto or ns.csv or ns.parquet or ns.html or (keys is not None and not cells))
+    s = analyse(run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
+                timeline_width=con.width if shown else None, partitioned=ns.partitioned, op_view=per_op,
+                compare_by=keys if cells else None)
+    warn_issues(s.issues)
+    by = _by_table(keys, s)
+    _write_exports(ns, s, limit, by)
+    if shown:
+        from ..render.terminal import render_report
+        render_report(con, s, events=ns.events, limit=ns.limit, top=ns.top, memory_limit=limit, by=by)
+    return _damage_verdict(s.processes, s.path, ns)
 
 
-def _by_table(ns, rep) -> tuple | None:
-    """(keys, table) of --by on one frame (compare's breakdown of one run), or None."""
-    by = by_of(ns)
-    if by is None:
+def _write_exports(ns, s, limit, by) -> None:
+    """--perfetto, --csv, --parquet, --json, --html of report ``s``: from its op view when it holds
+    every op, else file by file."""
+    from ..analysis.report import report_json
+    from ..render import export
+    v = s.op_view
+    if ns.perfetto and v is not None:
+        from ..render.perfetto import write_perfetto
+        write_perfetto(v.frame, ns.perfetto, s.info["t0_ns"], v.matched.inst, s.processes,
+                       spans=v.spans, marks=v.marks, regions=v.region_spans)
+    elif ns.perfetto:
+        from ..render.perfetto_pieces import write_perfetto_pieces
+        files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
+        sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
+                         + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
+    if v is not None:
+        if ns.csv:
+            export.write_csv(v.frame, ns.csv)
+        if ns.parquet:
+            export.write_parquet(v.frame, ns.parquet)
+    elif ns.csv or ns.parquet:
+        from ..render.export_ranks import write_by_rank
+        write_by_rank(s, ns.csv, ns.parquet)
+    if ns.json:
+        export.write_json(_with_by(report_json(s), by), ns.json)
+    if ns.html:
+        from ..render.html_page import report_html, steady_report, write_html
+        write_html(report_html(s, top=ns.top, steady=steady_report(s, ns.top, dask=ns.dask, memory_limit=limit)),
+                   ns.html)
+
+
+def _by_table(keys, rep) -> tuple | None:
+    """(keys, table) of --by (compare's breakdown of one run), or None."""
+    if keys is None:
         return None
-    from ..analysis.compare import check_by, keyed_summary
-    check_by(by, [rep.frame])
-    return by, keyed_summary(rep, by)
+    from ..analysis.compare import breakdown, check_by
+    check_by(keys, [rep])
+    return keys, breakdown(rep, keys)
 
 
 def _with_by(data: dict, by: tuple | None) -> dict:
@@ -145,65 +137,15 @@ QUIET_ALONE = ("commtrace: -q: nothing written (no --json, --csv, --parquet, --h
                "the exit code says whether the trace data is readable")
 
 
-def _damage_verdict(run, ns) -> int:
+def _damage_verdict(processes: list, run_dir: str, ns) -> int:
     """Exit 1, with one line naming what was unreadable, when trace data is damaged
     (the figures leave it out); else 0. Processes that just died are not damage."""
     if ns.quiet and not (ns.perfetto or ns.csv or ns.parquet or ns.json or ns.html):
         sys.stderr.write(QUIET_ALONE + "\n")
-    damage = [d for p in run.processes for d in (p.get("damage") or [])]
+    damage = [d for p in processes for d in (p.get("damage") or [])]
     if not damage:
         return EXIT_OK
     shown = "; ".join(damage[:3]) + (f"; and {len(damage) - 3} more" if len(damage) > 3 else "")
     sys.stderr.write(f"commtrace: unreadable trace data left out of the figures: {shown} "
-                     f"(commtrace check {run.path})\n")
+                     f"(commtrace check {run_dir})\n")
     return EXIT_FINDINGS
-
-
-def _run_partitioned(ns) -> int:
-    """The report by map/reduce over the run's files (analysis.partitioned)."""
-    from ..analysis.partitioned import analyse
-    from ..errors import CommtraceError
-    from .messages import warn_issues
-    from ..render.partitioned import partitioned_json, render_partitioned
-    from .options import memory_limit_of
-    if ns.perfetto_max_mb <= 0:
-        raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
-    from ..render import export
-    window = window_of(ns)
-    shown = not (ns.quiet or ns.json == "-")
-    if shown:
-        from ..render.terminal import make_console
-        con = make_console(ns.width)
-    limit = memory_limit_of(ns.memory_limit)
-    keys = by_of(ns)
-    s = analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
-                timeline_width=con.width if shown else None, compare_by=keys)
-    by = (keys, s.summary(keys)) if keys else None
-    warn_issues(s.issues)
-    if ns.perfetto:
-        from ..render.partitioned import write_perfetto_pieces
-        files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
-        sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
-                         + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
-    if ns.csv or ns.parquet:
-        from ..render.export_ranks import write_by_rank
-        write_by_rank(s, ns.csv, ns.parquet)
-    if ns.json:
-        export.write_json(_with_by(partitioned_json(s), by), ns.json)
-    if ns.html:
-        from ..render.html_page import report_html, write_html
-        from ..render.partitioned import as_report
-        rep = as_report(s)
-        steady = None
-        if window.whole_run and rep.steps is not None:   # the page opens on the steady steps: their report too
-            from ..analysis.figures import steady_start
-            from ..analysis.window import Window
-            n = steady_start(rep.steps.per_rank)
-            if n is not None:
-                steady = as_report(analyse(ns.run_dir, dask=ns.dask, memory_limit=limit, top=ns.top,
-                                           window=Window(steps=(n, None))))
-        write_html(report_html(rep, every_op=False, top=ns.top, steady=steady), ns.html)
-    if shown:
-        render_partitioned(con, s, ns.top, ns.events, ns.limit, limit, by=by)
-    from types import SimpleNamespace
-    return _damage_verdict(SimpleNamespace(processes=s.processes, path=s.path), ns)

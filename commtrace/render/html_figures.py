@@ -107,9 +107,10 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
     op lane a thin strip shows its communication exposed (red) or hidden under compute
     (green); dotted lines mark where each step begins. ``steady_step``: the x axis
     opens on that step and the ones after it ("steady" in the layout's meta)."""
-    frame, t0 = rep.frame, int(rep.info["t0_ns"] or 0)
+    ops = rep.op_view
+    frame, t0 = ops.frame, int(rep.info["t0_ns"] or 0)
     ranks = sorted(int(r) for r in rep.info.get("rank_list") or np.unique(frame["rank"].to_numpy()).tolist())
-    spans = rep.spans if rep.spans is not None else pd.DataFrame()
+    spans = ops.spans if ops.spans is not None else pd.DataFrame()
     draw_spans = 0 < len(spans) <= TIMELINE_MAX_SPANS
     lanes = []
     for r in ranks:
@@ -121,26 +122,26 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
     out: dict = {"ops": None, "spans": None, "aggregated": False}
     binned = None
     if len(frame) <= TIMELINE_MAX_OPS:
-        data += _op_traces(frame, t0, rep.matched.inst, out)
+        data += _op_traces(frame, t0, ops.matched.inst, out)
     else:
-        binned = bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None, rep.arrays)
+        binned = bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None, ops.arrays)
         data += _binned_traces(binned)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
                      f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
                      "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
                      "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
-    data += _exposure_traces(rep, t0, binned, notes)
+    data += _exposure_traces(ops, t0, binned, notes)
     if draw_spans and binned is None:
         data += _span_traces(spans, t0, out)
     elif len(spans):
         data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None,
-                                                                  rep.arrays))
+                                                                  ops.arrays))
         many = "" if draw_spans else " are more than " + fmt_int(TIMELINE_MAX_SPANS)
         notes.append(f"{fmt_int(len(spans))} compute spans{many}: "
                      "binned like the ops, each bin in the colour of the phase that fills most of it (hover: "
                      "the phase; --perfetto shows every span).")
-    marks = rep.marks if rep.marks is not None else pd.DataFrame()
+    marks = ops.marks if ops.marks is not None else pd.DataFrame()
     if len(marks):
         m = marks.sort_values("t_ns", kind="stable").head(TIMELINE_MAX_MARKS)
         lanes.append("marks")
@@ -202,12 +203,12 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     return shapes, labels, steady
 
 
-def _exposure_traces(rep, t0: int, binned=None, notes: list | None = None) -> list[dict]:
+def _exposure_traces(ops, t0: int, binned=None, notes: list | None = None) -> list[dict]:
     """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
     ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
-    ex = exposure_intervals(rep.frame, rep.arrays, rep.spans, rep.bounds)
+    ex = exposure_intervals(ops.frame, ops.arrays, ops.spans, ops.bounds)
     if binned is None and len(ex) > TIMELINE_MAX_STRIPS:     # bars are what a browser pays for: bin them
-        binned = bin_timeline(rep.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), None, None, rep.arrays)
+        binned = bin_timeline(ops.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), None, None, ops.arrays)
         if notes is not None:
             notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
                          "the strip along the ops is binned, each bin in the colour of the part that covers most "
@@ -415,7 +416,7 @@ def steps_figure(rep) -> dict | None:
 # -- skew ----------------------------------------------------------------------------
 
 def skew_heatmap(rep) -> dict | None:
-    off = arrival_offsets(rep.frame, rep.matched, SKEW_MAX_COLLECTIVES)
+    off = arrival_offsets(rep.op_view.frame, rep.op_view.matched, SKEW_MAX_COLLECTIVES)
     if not off["collectives"]:
         return None
     t0 = int(rep.info["t0_ns"] or 0)
@@ -461,8 +462,9 @@ def bandwidth_figure(rep) -> dict | None:
     """busbw (filled) and algbw (open) markers per op and size -- no lines: sizes far
     apart are separate measurements. 1-rank groups (nothing crosses a link) and
     collectives with observed (upper-bound) end times are separate, flagged series."""
-    obs = rep.frame["end_observed"].to_numpy(bool) if "end_observed" in rep.frame else None
-    bw = bandwidth_by_size(rep.matched, obs)
+    frame = rep.op_view.frame
+    obs = frame["end_observed"].to_numpy(bool) if "end_observed" in frame else None
+    bw = bandwidth_by_size(rep.op_view.matched, obs)
     if not len(bw):
         return None
     data = []

@@ -91,30 +91,34 @@ def _report_blocks(rep) -> list[tuple]:
     return rec.take()
 
 
-def report_html(rep, every_op: bool = True, top: int = 10, steady=None) -> str:
-    """``every_op``: ``rep`` holds every op (the one-frame report); else (the partitioned report) the
-    figures drawn from the ops themselves -- timeline, arrival heatmap, bandwidth by size -- are left out.
-
-    Steady state first: when ``rep`` is the whole run and has two steps or more, every
-    table and figure is shown twice -- for the steady steps (a second report, as
-    ``--steps N:`` with N the second step: analysis.figures.steady_start) and for
-    the whole run -- and the page shows the steady ones until its toggle is ticked;
-    the one timeline opens on the steady steps. The one-frame report builds the
-    steady report here; the partitioned one passes it as ``steady``."""
+def steady_report(rep, top: int = 10, **analyse_kw):
+    """The report of ``rep``'s steady steps (as ``--steps N:`` with N the second step:
+    analysis.figures.steady_start), analysed as ``rep`` was; None unless ``rep`` is the whole
+    run and has two steps or more. ``analyse_kw``: analyse's executor options (dask, memory_limit)."""
     from ..analysis.figures import steady_start
-    steady_step = None
-    if steady is not None:
-        steady_step = steady.window.steps[0]
-    elif every_op and rep.window.whole_run and rep.steps is not None:
-        steady_step = steady_start(rep.steps.per_rank)
-        if steady_step is not None:
-            from ..analysis.report import build_report
-            from ..analysis.window import Window
-            steady = build_report(rep.run, Window(steps=(steady_step, None)), top=top)
+    from ..analysis.partitioned import analyse
+    from ..analysis.window import Window
+    if not rep.window.whole_run or rep.steps is None:
+        return None
+    n = steady_start(rep.steps.per_rank)
+    if n is None:
+        return None
+    return analyse(rep.path, window=Window(steps=(n, None)), top=top, op_view=rep.op_view is not None,
+                   partitioned=not rep.whole, **analyse_kw)
+
+
+def report_html(rep, top: int = 10, steady=None) -> str:
+    """The page of report ``rep``; the figures drawn from the ops themselves -- timeline,
+    arrival heatmap, bandwidth by size -- when it holds every op (``rep.op_view``), else left out.
+
+    Steady state first: with ``steady`` (``steady_report``), every table and figure is shown
+    twice -- for the steady steps and for the whole run -- and the page shows the steady ones
+    until its toggle is ticked; the one timeline opens on the steady steps."""
+    every_op = rep.op_view is not None
+    steady_step = steady.window.steps[0] if steady is not None else None
     views = [("all", rep)] if steady is None else [("steady", steady), ("all", rep)]
     registry: list = []
-    tl = figs.timeline_figure(rep, steady_step) if every_op and (rep.info["ops"] or (rep.spans is not None and
-                                                                                       len(rep.spans))) else None
+    tl = figs.timeline_figure(rep, steady_step) if every_op and (rep.info["ops"] or len(rep.op_view.spans)) else None
     notes = "".join(f'<div class="notice">{text(n)}</div>' for n in (tl or {}).get("notes", []))
     if not every_op:
         notes += ('<div class="notice">Analysed file by file (partitioned): the timeline, the arrival-skew '

@@ -10,12 +10,11 @@ import shutil
 import sys
 
 import numpy as np
-import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
 from ..trace.rank_ranges import fmt_ranks
-from ..analysis.timeline import Timeline, bin_timeline, event_rows, timeline_layout, timeline_range
+from ..analysis.timeline import Timeline, timeline_layout
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from .clock_text import clock_rows
 from ..analysis.bounded_coverage import coverage_rows
@@ -91,7 +90,7 @@ def render_banner(con: Console, rep) -> None:
         *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
         ("window", rep.window.describe(fmt_ns) + (f"  ({fmt_ns(info['window_ns'])})" if info.get("window_ns") else "")),
-        *coverage_rows(rep.run.processes),  # bounded traces: which part of the run the files hold
+        *coverage_rows(rep.processes),  # bounded traces: which part of the run the files hold
         ("wall time", fmt_ns(info["wall_ns"]) + f"   (ops shown span {fmt_ns(info['span_ns'])})"),
         ("comm share", f"min {fmt_pct(cs['min'])} / mean {fmt_pct(cs['mean'])} / max {fmt_pct(cs['max'])} {of}"),
     ]
@@ -134,7 +133,7 @@ def _step_row(label, r) -> list[str]:
 def render_steps(con: Console, rep, max_rows: int = 12) -> None:
     st = rep.steps
     if st is None:
-        if rep.run.spans is not None and len(rep.run.spans):
+        if rep.compute_spans:
             con.print()
             _dim(con, "Steps: no optimizer step was recorded (steps are counted at torch.optim optimizer steps).")
         return
@@ -298,19 +297,6 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
 
 # -- timeline --------------------------------------------------------------------
 
-def _timeline_range(rep, t_from, t_to) -> tuple[int | None, int | None]:
-    """The timeline's range relative to t0: --from/--to, else the window's extent."""
-    return timeline_range(rep.bounds, rep.info["t0_ns"] or 0, rep.window, t_from, t_to)
-
-
-def render_timeline(con: Console, rep, t_from=None, t_to=None) -> Timeline:
-    label_w, width = timeline_layout(con.width, rep.info["rank_list"])
-    lo, hi = _timeline_range(rep, t_from, t_to)
-    tl = bin_timeline(rep.frame, rep.info["t0_ns"] or 0, width, lo, hi, rep.arrays)
-    draw_timeline(con, tl, rep.marks, label_w)
-    return tl
-
-
 def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
     """The lanes of ``tl`` (analysis.timeline.bin_timeline, or the partitioned report's merge), the
     marks lane (``marks``: the window's marks), the axis and the legend."""
@@ -378,62 +364,11 @@ def _render_mark_lane(con: Console, marks, tl: Timeline, label_w: int) -> list:
     return [rank, *legend]
 
 
-# -- events ----------------------------------------------------------------------
-
-def render_events(con: Console, rep, t_from=None, t_to=None, limit=None) -> int:
-    """Every op in time order, one line each (ending with the API and DDP step it belongs to, if
-    any); narrow terminals lose the shapes, then the group."""
-    ev = event_rows(rep.frame, rep.info["t0_ns"] or 0, t_from, t_to, limit)
-    return write_events(con, len(ev), [ev])
-
-
-def write_events(con: Console, count: int, chunks) -> int:
-    """The event list of ``count`` events given as consecutive event_rows frames (``chunks``: any
-    iterable, consumed as it is printed); returns the events printed."""
-    con.print()
-    con.print(Text(f"Events ({fmt_int(count)} ops, time after the first op)", style="bold"))
-    shapes, group = con.width >= 108, con.width >= 80
-    write = con.file.write
-    hdr = (f"{'time':>12}  {'rank':>4}  {'op':<14} " + (f"{'shapes / dtype':<28} " if shapes else "")
-           + f"{'bytes':>10}  " + (f"{'group':<8} " if group else "") + f"{'seq':>7}  {'duration':>10}  status")
-    write(hdr + "\n")
-    printed = 0
-    for ev in chunks:
-        printed += len(ev)
-        cols = {c: ev[c].tolist() for c in ev.columns}
-        lines = []
-        for i in range(len(ev)):
-            dur = cols["duration_ns"][i]
-            dur = None if dur is None or dur is pd.NA or dur != dur else dur     # never ended: Int64's NA
-            line = f"{fmt_ns(cols['t_rel_ns'][i]):>12}  {cols['rank'][i]:>4}  {plain_safe(cols['op'][i]):<14} "
-            if shapes:
-                dt = cols["dtype"][i]
-                sd = f"{plain_safe(cols['shapes'][i])} {plain_safe(dt) if dt == dt else ''}".strip()
-                line += f"{sd:<28} "
-            line += f"{fmt_bytes(cols['bytes'][i]):>10}  "
-            if group:
-                line += f"{plain_safe(cols['group'][i]):<8} "
-            line += (f"{cols['seq'][i]:>7}  {fmt_ns(dur):>10}  "
-                     f"{plain_safe(cols['status'][i])}{_what(cols, i)}\n")
-            lines.append(line)
-            if len(lines) >= 10_000:
-                write("".join(lines))
-                lines.clear()
-        write("".join(lines))
-    return printed
-
-
-def _what(cols: dict, i: int) -> str:
-    """The API and DDP step an event belongs to ("  all_gather_object/object_payload"), if any."""
-    parts = [plain_safe(cols[c][i]) for c in ("api", "detail") if c in cols and isinstance(cols[c][i], str)]
-    return ("  " + "/".join(parts)) if parts else ""
-
-
 def render_nothing_shown(con: Console, rep) -> bool:
     """Says so and returns True when the report has no op and no step to show."""
     if rep.info["ops"] or (rep.steps is not None and rep.steps.shown):
         return False
-    lost = sum(int(p.get("lost_records") or 0) for p in rep.run.processes)
+    lost = sum(int(p.get("lost_records") or 0) for p in rep.processes)
     if lost:
         con.print(Text(f"\nNo readable communication: {fmt_int(lost)} op record(s) could not be read."))
     else:
@@ -442,18 +377,40 @@ def render_nothing_shown(con: Console, rep) -> bool:
     return True
 
 
-def render_report(con: Console, rep, *, events=False, limit=None, top=10, by=None) -> None:
+def render_report(con: Console, rep, *, events=False, limit=None, top=10, memory_limit=None, by=None) -> None:
+    """The banner (plus how the run was analysed, when not whole), steps, summary (and ``by``'s:
+    render_by), region, module and skew tables, the timeline (when analysed with one: ``analyse(timeline_width=...)``) and
+    ``events`` (at most ``limit``; without, streamed within ``memory_limit``: render.events)."""
     render_banner(con, rep)
+    if not rep.whole:
+        how = f"{rep.executor}, {rep.workers} worker{'s' if rep.workers != 1 else ''}"
+        q = "exact" if rep.exact else f"p50/p99 within {rep.quantile_error:.1%} (sketched)"
+        t = Text()
+        t.append(f"  {'analysis':<11}", style="bold")
+        t.append(f"partitioned ({how}); percentiles {q}\n")
+        con.print(t, end="", overflow="fold")
     if render_nothing_shown(con, rep):
         return
     render_steps(con, rep)
+    if rep.per_rank_cut and len(rep.rank_medians) > 1:
+        _render_rank_medians(con, rep.rank_medians)
     render_summary(con, rep)
     render_by(con, by)
     render_regions(con, rep)
     render_modules(con, rep)
     render_skew(con, rep, top)
-    render_timeline(con, rep)
+    if rep.timeline is not None:
+        draw_timeline(con, rep.timeline, rep.timeline_marks, timeline_layout(con.width, rep.info["rank_list"])[0])
     if events:
-        lo, hi = _timeline_range(rep, None, None)
-        render_events(con, rep, lo, hi, limit)
+        from .events import render_window_events
+        render_window_events(con, rep, limit, memory_limit)
 
+
+def _render_rank_medians(con, med) -> None:
+    """The per-rank table when the (rank, step) rows were too many to keep (medians come per rank)."""
+    con.print()
+    cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
+            Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
+    rows = [[str(r), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]), fmt_ns(x["comm_ns"]),
+             fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
+    print_table(con, cols, rows, title="Per rank (median over its steps)")

@@ -6,8 +6,7 @@ import pytest
 
 import commtrace
 from commtrace.analysis.compare import compare_reports, spread_stats
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 from commtrace.cli import main
 
 import scenarios
@@ -17,7 +16,7 @@ US = 1000
 
 def rep(d, **kw):
     from commtrace.analysis.window import Window
-    return build_report(load_report_run(d), Window.from_args(**kw))
+    return analyse(d, window=Window.from_args(**kw), op_view=True)
 
 
 def test_spread_is_half_the_interquartile_range():

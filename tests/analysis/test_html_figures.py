@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 
 from commtrace.analysis.figures import arrival_offsets, bandwidth_by_size, slowest_steps, step_breakdown
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 
 import scenarios
 from tracebuilder import Proc, write_run
@@ -15,7 +14,7 @@ US = 1000
 def test_step_breakdown_parts_of_the_ddp_scenario(tmp_path):
     # scenarios.ddp_two_steps, rank 0: step 1 = 60 us, comm 28, compute 39, exposed 19;
     # step 2 = 50 us, comm 23, compute 35, exposed 14 (tests/analysis/test_step_figures.py).
-    rep = build_report(load_report_run(scenarios.ddp_two_steps(tmp_path / "run")))
+    rep = analyse(scenarios.ddp_two_steps(tmp_path / "run"), op_view=True)
     parts = step_breakdown(rep.steps.per_rank).set_index(["rank", "step"])
     s1 = parts.loc[(0, 1)]
     # hidden = 28 - 19 = 9; compute only = 39 - 9 = 30; other = 60 - 30 - 9 - 19 = 2
@@ -49,11 +48,11 @@ def four_ranks(tmp_path_factory):
         p.op("broadcast", 200, 200 + (5, 8, 5, 5)[r], nbytes=4000, is_async=False, root=0)
     procs[0].op("send", 300, 350, nbytes=4000, seq=1, group=0, root=1)
     procs[1].op("recv", 300, 350, nbytes=4000, seq=1, group=0, root=0)
-    return build_report(load_report_run(write_run(tmp_path_factory.mktemp("bw") / "run", procs)))
+    return analyse(write_run(tmp_path_factory.mktemp("bw") / "run", procs), op_view=True)
 
 
 def test_bandwidth_by_size(four_ranks):
-    bw = bandwidth_by_size(four_ranks.matched).set_index(["op", "size_bytes"])
+    bw = bandwidth_by_size(four_ranks.op_view.matched).set_index(["op", "size_bytes"])
     assert list(bw.index) == [("all_reduce", 1000), ("broadcast", 4000)]   # send/recv: not a collective
     ar = bw.loc[("all_reduce", 1000)]
     assert ar["collectives"] == 2
@@ -66,7 +65,7 @@ def test_bandwidth_by_size(four_ranks):
 
 
 def test_arrival_offsets(four_ranks):
-    off = arrival_offsets(four_ranks.frame, four_ranks.matched, limit=2)
+    off = arrival_offsets(four_ranks.op_view.frame, four_ranks.op_view.matched, limit=2)
     assert off["ranks"] == [0, 1, 2, 3]
     assert off["collectives"] == 3            # the send/recv pair is not one
     assert off["op"] == ["all_reduce", "all_reduce"] and list(off["seq"]) == [1, 2]
@@ -77,16 +76,16 @@ def test_arrival_offsets(four_ranks):
 
 def test_bandwidth_flags_one_rank_and_observed_ends(tmp_path):
     from commtrace.trace.synthetic import write_synthetic_run
-    one = build_report(load_report_run(write_synthetic_run(str(tmp_path / "one"), ranks=1, ops_per_rank=30,
-                                                           end_observed=True)))
-    bw = bandwidth_by_size(one.matched, one.frame["end_observed"].to_numpy(bool))
+    one = analyse(write_synthetic_run(str(tmp_path / "one"), ranks=1, ops_per_rank=30, end_observed=True),
+                  op_view=True)
+    bw = bandwidth_by_size(one.op_view.matched, one.op_view.frame["end_observed"].to_numpy(bool))
     assert len(bw) and bw["one_rank"].all() and bw["observed"].all()
     # Without the end_observed column the flag stays off; a 2-rank group is not a 1-rank one.
-    assert not bandwidth_by_size(one.matched)["observed"].any()
+    assert not bandwidth_by_size(one.op_view.matched)["observed"].any()
 
 
 def test_bandwidth_flags_off_for_a_plain_group(four_ranks):
-    bw = bandwidth_by_size(four_ranks.matched, four_ranks.frame["end_observed"].to_numpy(bool))
+    bw = bandwidth_by_size(four_ranks.op_view.matched, four_ranks.op_view.frame["end_observed"].to_numpy(bool))
     assert not bw["one_rank"].any() and not bw["observed"].any()
 
 
@@ -119,8 +118,8 @@ def test_exposure_intervals_by_hand(tmp_path):
     p.span("optimizer", 45, 50, step=1)
     p.op("all_reduce", 20, 40, nbytes=4000, phase="backward")        # async: compute goes on until 30 us
     p.op("broadcast", 2, 4, nbytes=8, is_async=False, phase="forward")  # blocking: its 2 us are waited
-    rep = build_report(load_report_run(write_run(tmp_path / "run", [p], end_us=60)))
-    ex = exposure_intervals(rep.frame, rep.arrays, rep.spans, rep.bounds)
+    rep = analyse(write_run(tmp_path / "run", [p], end_us=60), op_view=True)
+    ex = exposure_intervals(rep.op_view.frame, rep.op_view.arrays, rep.op_view.spans, rep.bounds)
     zero = int(rep.info["t0_ns"]) - 2 * US                            # t0: the first op, at 2 us
     got = sorted((bool(e), (int(b) - zero) // US, (int(t) - zero) // US)
                  for e, b, t in zip(ex["exposed"], ex["t_begin_ns"], ex["t_end_ns"]))

@@ -20,8 +20,7 @@ import json
 
 import pytest
 
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 from commtrace.cli import main
 from tracebuilder import Proc, write_run
 
@@ -41,7 +40,7 @@ def _run(tmp_path):
 
 
 def test_module_table_hand_computed(tmp_path):
-    t = build_report(load_report_run(_run(tmp_path))).by_module
+    t = analyse(_run(tmp_path), op_view=True).by_module
     fwd = t.loc[("layers.0", "forward")]
     assert (fwd["ranks"], fwd["ops"], fwd["bytes"]) == (2, 3, 192)
     assert fwd["comm_ns"] == 35 * US and fwd["exposed_ns"] == 35 * US and fwd["exposed_share"] == 1.0
@@ -73,7 +72,7 @@ def test_no_module_no_table(tmp_path, capsys):
     for p in (r0, r1):
         p.op("all_reduce", 10, 20, is_async=False)
     run = write_run(tmp_path / "run", [r0, r1])
-    assert build_report(load_report_run(run)).by_module is None
+    assert analyse(run, op_view=True).by_module is None
     assert main(["report", run, "--width", "120"]) == 0
     assert "Per module" not in capsys.readouterr().out
     for extra in ([], ["--partitioned"]):

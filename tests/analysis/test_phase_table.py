@@ -1,12 +1,11 @@
 """The per-phase table files each op under its own rank's phase (join runs)."""
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 
 import scenarios
 
 
 def test_join_phases_per_rank(tmp_path):
-    rep = build_report(load_report_run(scenarios.join(tmp_path / "run")))
+    rep = analyse(scenarios.join(tmp_path / "run"), op_view=True)
     ph = rep.by_phase.reset_index().set_index(["phase", "op", "detail"])
     bw = ph.loc[("backward", "all_reduce", "-")]
     assert (bw["ops"], bw["collectives"], bw["bytes"]) == (3, 2, 12000)
@@ -26,7 +25,7 @@ def test_join_phases_per_rank(tmp_path):
 
 
 def test_join_steps_per_rank(tmp_path):
-    rep = build_report(load_report_run(scenarios.join(tmp_path / "run")))
+    rep = analyse(scenarios.join(tmp_path / "run"), op_view=True)
     across = rep.steps.across
     assert across.loc[1, "ranks"] == 2 and across.loc[2, "ranks"] == 1
     assert rep.steps.outside.loc["after the last step", "ops"] == 2   # rank 0's join collectives

@@ -1,8 +1,7 @@
 """Step, compute, communication and exposed time on constructed traces (values by hand: scenarios.py)."""
 import pytest
 
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.window import Window
 
 import scenarios
@@ -11,7 +10,7 @@ US = 1000
 
 
 def report(run_dir, **window):
-    return build_report(load_report_run(run_dir), Window.from_args(**window))
+    return analyse(run_dir, window=Window.from_args(**window), op_view=True)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,7 @@ def test_accumulation_counts_optimizer_steps(tmp_path):
 def test_window_steps(ddp):
     rep = report(ddp, steps="2:2")
     assert list(rep.steps.across.index) == [2]
-    assert len(rep.frame) == 6                                 # broadcast + 2 buckets on each rank
+    assert len(rep.op_view.frame) == 6                                 # broadcast + 2 buckets on each rank
     assert rep.info["comm_share_per_rank"][0] == pytest.approx(23 / 50)
     assert rep.info["comm_share_per_rank"][1] == pytest.approx(23 / 55)
     assert rep.steps.outside["ops"].sum() == 0
@@ -79,7 +78,7 @@ def test_window_steps(ddp):
 def test_skip_steps_is_steps_from_n_plus_1(ddp):
     a, b = report(ddp, skip_steps=1), report(ddp, steps="2:")
     assert list(a.steps.across.index) == list(b.steps.across.index) == [2]
-    assert len(a.frame) == len(b.frame) == 6
+    assert len(a.op_view.frame) == len(b.op_view.frame) == 6
 
 
 def test_window_time_range(ddp):
@@ -87,7 +86,7 @@ def test_window_time_range(ddp):
     assert list(rep.steps.across.index) == [1]                 # step 2 is not entirely inside
     # ops starting in [0, 100] us: all_gather, 2 buckets, the between-steps all_reduce,
     # the buffer broadcast and the first bucket of step 2, on both ranks
-    assert len(rep.frame) == 12
+    assert len(rep.op_view.frame) == 12
     assert rep.info["comm_ns_per_rank"][0] == (5 + 28 + 3 + 4 + 0) * US   # clipped at 100
 
 
@@ -97,7 +96,7 @@ def test_window_phase(ddp):
     assert per.loc[(0, 2), "comm_ns"] == 19 * US                # buckets only
     assert per.loc[(0, 2), "exposed_ns"] == 10 * US             # [100,101] + [110,119]
     assert per.loc[(0, 2), "compute_ns"] == 35 * US             # compute does not depend on the filter
-    assert set(rep.frame["phase"].astype(str)) == {"backward"}
+    assert set(rep.op_view.frame["phase"].astype(str)) == {"backward"}
 
 
 def test_load_steps_table(ddp):

@@ -180,17 +180,17 @@ def test_patch_writer_bench():
 def test_scale(tmp_path):
     sc = _mod("bench_scale")
     res = sc.run(ranks=2, ops=300, dask=False, workdir=str(tmp_path), kernel_rounds=1)
-    assert res["cases"] == ["one-frame-1", "pool-1", "pool-2"]
+    assert res["cases"] == ["whole-1", "pool-1", "pool-2"]
     assert all(res[c]["ops"] == 600 and res[c]["wall_s"] > 0 for c in res["cases"])
     md = sc.markdown(res)
-    assert "one frame" in md and "process pool x2" in md
+    assert "as `commtrace report`" in md and "process pool x2" in md
     if res["kernels"] is not None:           # the analysis kernels are built: side by side with numpy
         k = res["kernels"]["pool-2"]
         assert k["kernels"]["ops"] == k["numpy"]["ops"] == 600 and len(k["numpy"]["cpu_s"]) == 1
         assert "| process pool x2 |" in md and "CPU numpy" in md
     ra = _mod("run_all")
     _, rows = ra.goals({"scale": res})
-    assert any("issue 18" in r[0] for r in rows)
+    assert any("issue 18" in r[0] for r in rows) and any("issue 31" in r[0] for r in rows)
 
 
 def test_scale_big_commands(tmp_path):

@@ -352,10 +352,9 @@ def test_uneven_inputs_join_iterations(runs_root):
 def test_uneven_inputs_report(runs_root):
     """Steps per rank and the per-phase table of a join run: each op under its own
     rank's phase, join's flags apart from its shadow buckets."""
-    from commtrace.analysis.report import build_report
-    from commtrace.analysis.run_info import load_report_run
+    from commtrace.analysis.partitioned import analyse
     _uneven(runs_root)
-    rep = build_report(load_report_run(run_dir("uneven_inputs.py")))
+    rep = analyse(run_dir("uneven_inputs.py"), op_view=True)
     assert rep.steps.per_rank.groupby("rank").size().to_dict() == {0: A, 1: B}
     assert rep.steps.across.loc[1, "ranks"] == 2 and rep.steps.across.loc[B, "ranks"] == 1
     ph = rep.by_phase

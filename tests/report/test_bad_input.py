@@ -209,7 +209,7 @@ def test_step_window_beyond_the_run_says_what_it_has(tmp_path):
     assert_one_line_error(run_cli_subprocess("report", run, "--steps", "9:12"), "--steps 9:12: the run has steps 1..4")
     assert_one_line_error(run_cli_subprocess("report", run, "--skip-steps", "4"), "--skip-steps 4: the run has steps 1..4")
     assert_one_line_error(run_cli_subprocess("report", run, "--steps", "9:", "--partitioned"),
-                          "--steps 9:: the run has steps up to 4")
+                          "--steps 9:: the run has steps 1..4")
     assert_one_line_error(run_cli_subprocess("compare", run, other, "--steps", "5"),
                           f"{run}: --steps 5: the run has steps 1..4")
     proc = run_cli_subprocess("report", run, "--steps", "4:12")     # overlaps: step 4 is shown

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 from commtrace.render.fmt import fmt_ns
 
 from .conftest import cli
@@ -101,7 +100,7 @@ def test_tables_are_the_terminal_tables(markup_run, markup_html, capsys):
         assert "Per op" in captions and any(c.startswith(steps) for c in captions)
         for c in captions:   # every table of the view is one of the terminal's, titled alike
             assert c.replace("&#x27;", "'").replace("&quot;", '"') in term
-    rep = build_report(load_report_run(markup_run))
+    rep = analyse(markup_run, op_view=True)
     mean = fmt_ns(rep.by_op.loc["all_reduce", "mean_ns"])
     assert f'<td class="num">{mean}</td>' in v["all"] and mean in term
     assert "steps 2..last" in v["steady"] and "whole run" in v["all"]    # each banner names its window
@@ -147,7 +146,7 @@ def test_compare_html(markup_run, syn_run, tmp_path):
     assert list(figures) == ["compare-step", "compare-exposed", "compare-ops", "compare-bytes", "compare-busbw"]
     from commtrace.analysis.compare import compare_reports
     from commtrace.analysis.window import Window
-    named = [(r, build_report(load_report_run(r), Window())) for r in (markup_run, syn_run)]
+    named = [(r, analyse(r, window=Window(), op_view=True)) for r in (markup_run, syn_run)]
     cmp = compare_reports(named, ["op"])
     ops = figures["compare-ops"]["data"][0]
     # ops per step: the medians of the compare table, one bar per run, the y axis from 0
@@ -254,9 +253,9 @@ def test_real_run_page_in_chromium(browser, real_run, tmp_path):
     assert cli("report", real_run, "--html", out, "-q") == 0
     page = load(browser, out)
     assert page.problems() == []
-    rep = build_report(load_report_run(real_run))
+    rep = analyse(real_run, op_view=True)
     assert page.evaluate(JS_LANES) == rep.info["ranks"] == 2
-    assert page.evaluate(JS_OP_SHAPES) == len(rep.frame)
+    assert page.evaluate(JS_OP_SHAPES) == len(rep.op_view.frame)
     page.screenshot(str(tmp_path / "real.png"), full_page=True)
 
 
@@ -278,7 +277,7 @@ def test_compare_page_in_chromium(browser, markup_run, syn_run, tmp_path):
 
 def test_timeline_marks_steps_and_opens_on_the_steady_steps(markup_run, markup_html):
     tl = page_data(markup_html[1])["timeline"]
-    rep = build_report(load_report_run(markup_run))
+    rep = analyse(markup_run, op_view=True)
     t0 = rep.info["t0_ns"]
     begins = rep.steps.per_rank.groupby("step")["t_begin_ns"].min()
     lines = [sh["x0"] for sh in tl["layout"]["shapes"]]
@@ -292,7 +291,7 @@ def test_timeline_marks_steps_and_opens_on_the_steady_steps(markup_run, markup_h
 
 def test_timeline_exposure_strips_add_up_to_the_step_table(markup_run, markup_html):
     tl = page_data(markup_html[1])["timeline"]
-    rep = build_report(load_report_run(markup_run))
+    rep = analyse(markup_run, op_view=True)
     t0 = rep.info["t0_ns"]
     strips = [t for t in tl["data"] if t.get("meta") == "exposure"]
     assert sorted(t["name"] for t in strips) == ["exposed comm", "hidden comm"]
@@ -361,7 +360,7 @@ def test_many_ranks_per_step_is_a_mean_with_min_max(tmp_path):
     with open(out, encoding="utf-8") as f:
         html = f.read()
     fig = {f["id"]: f["figure"] for f in page_data(html)["figures"]}["steps-chart-steady"]
-    rep = build_report(load_report_run(run))
+    rep = analyse(run, op_view=True)
     per = rep.steps.per_rank
     steps = sorted(int(s) for s in per["step"].unique())[1:]          # the steady steps
     bars = fig["data"][:4]
@@ -452,7 +451,7 @@ def test_mean_form_keeps_the_slowest_steps(tmp_path, monkeypatch):
     from commtrace.trace.synthetic import write_synthetic_run
     monkeypatch.setattr(html_figures, "STEP_MAX_MEAN_STEPS", 3)
     run = write_synthetic_run(str(tmp_path / "run"), ranks=6, ops_per_rank=60, seed=2)
-    rep = build_report(load_report_run(run))
+    rep = analyse(run, op_view=True)
     fig = html_figures.steps_figure(rep)
     slowest = sorted(int(s) for s in rep.steps.across["step_ns"].nlargest(3).index)
     assert fig["data"][0]["x"] == slowest and f"the 3 slowest of {len(rep.steps.across)} steps" in fig["note"]

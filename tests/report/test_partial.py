@@ -1,4 +1,4 @@
-"""The partitioned analysis (commtrace.analysis.partitioned) gives build_report's numbers:
+"""The analysis (commtrace.analysis.partitioned.analyse) gives the same numbers in many partitions as in one:
 serial, in a process pool and on a real Dask LocalCluster, on real and synthetic runs."""
 import math
 
@@ -8,16 +8,31 @@ import pytest
 
 from commtrace import native
 from commtrace.analysis import native_ext
-from commtrace.analysis.compare import _run_busbw
 from commtrace.analysis.partitioned import analyse, scan
 from commtrace.analysis.partitioned.sketch import ALPHA, LogSketch
-from commtrace.analysis.report import build_report
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.run_info import load_report_run
 from commtrace.errors import CommtraceError
 from commtrace.trace.reader import load_run
 from commtrace.trace.synthetic import write_synthetic_run
 
 TOP_COLS = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
+
+
+def one_frame_busbw(rep) -> float:
+    """Bus bandwidth over every collective (not p2p) of a one-frame report, from its matched
+    instances: sum(S * factor) / sum(T) (docs/report.md) -- the reference the analysis must give."""
+    from commtrace.analysis.summary import bus_factors
+    inst = rep.op_view.matched.instances
+    if not len(inst):
+        return float("nan")
+    inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
+    T = inst["slowest_ns"].to_numpy(dtype=np.float64)
+    S = inst["size_bytes"].to_numpy(dtype=np.float64)
+    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    if not ok.any():
+        return float("nan")
+    return float((S[ok] * bus_factors(inst)[ok]).sum() / (T[ok].sum() * 1e-9))
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +66,14 @@ def assert_same(rep, s):
         ta = rep.skew["top"][TOP_COLS].reset_index(drop=True).astype({"op": str, "group": str})
         tb = s.skew["top"][TOP_COLS].reset_index(drop=True).astype({"op": str, "group": str})
         pd.testing.assert_frame_equal(ta, tb, check_dtype=False)
-    busbw = _run_busbw(rep)
+    busbw = one_frame_busbw(rep)
     assert (math.isnan(busbw) and math.isnan(s.busbw)) or s.busbw == pytest.approx(busbw, rel=1e-12)
-    assert s.ops == len(rep.frame)
+    assert s.ops == len(rep.op_view.frame)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_partial_equals_report_synthetic(two_groups_run, workers):
-    rep = build_report(load_report_run(two_groups_run))
+    rep = analyse(two_groups_run, op_view=True)
     s = analyse(two_groups_run, workers=workers, memory_limit=1 << 20)   # tiny limit: many partitions
     assert s.exact and s.executor == ("serial" if workers == 1 else "processes")
     assert_same(rep, s)
@@ -66,23 +81,23 @@ def test_partial_equals_report_synthetic(two_groups_run, workers):
 
 def test_partial_equals_report_real_runs(real_run, accum_run):
     for run in (real_run, accum_run):
-        assert_same(build_report(load_report_run(run)), analyse(run, workers=1))
+        assert_same(analyse(run, op_view=True), analyse(run, workers=1, memory_limit=1 << 20))
 
 
 def test_same_tables_with_and_without_the_analysis_kernels(two_groups_run, real_run, monkeypatch):
-    """build_report and the partitioned analysis with the compiled analysis kernels equal
+    """The analysis, whole and in partitions, with the compiled analysis kernels equal
     both with numpy's (COMMTRACE_NATIVE=0), on a synthetic run and on a real DDP run."""
     if native_ext.kernels() is None:
         pytest.skip(f"analysis kernels not built (commtrace build-native): {native.error(native_ext.EXTENSION)}")
     for run in (two_groups_run, real_run):
         monkeypatch.setenv("COMMTRACE_NATIVE", "0")
-        rep = build_report(load_report_run(run))
+        rep = analyse(run, op_view=True)
         assert rep.steps is not None and len(rep.steps.per_rank) > 0 and rep.steps.per_rank["compute_ns"].any()
-        assert_same(rep, analyse(run, workers=1))
+        assert_same(rep, analyse(run, workers=1, memory_limit=1 << 20))
         monkeypatch.setenv("COMMTRACE_NATIVE", "1")
         assert native_ext.kernels() is not None
-        assert_same(rep, analyse(run, workers=1))
-        with_kernels = build_report(load_report_run(run))
+        assert_same(rep, analyse(run, workers=1, memory_limit=1 << 20))
+        with_kernels = analyse(run, op_view=True)
         for name in ("per_rank", "across", "outside"):
             pd.testing.assert_frame_equal(getattr(rep.steps, name), getattr(with_kernels.steps, name))
 
@@ -90,7 +105,7 @@ def test_same_tables_with_and_without_the_analysis_kernels(two_groups_run, real_
 def test_dask_local_cluster_equals_embedded(two_groups_run):
     distributed = pytest.importorskip("distributed")
     embedded = analyse(two_groups_run, workers=2)
-    rep = build_report(load_report_run(two_groups_run))
+    rep = analyse(two_groups_run, op_view=True)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   ) as cluster, distributed.Client(cluster) as client:
         on_dask = analyse(two_groups_run, dask=client)
@@ -110,7 +125,7 @@ def test_sketched_percentiles_within_bound(two_groups_run):
         for q, col in ((0.5, "p50_ns"), (0.99, "p99_ns")):
             v = d[int(math.floor(q * (len(d) - 1)))]
             assert abs(row[col] - v) <= ALPHA * v, (op, col)
-    rep = build_report(load_report_run(two_groups_run))
+    rep = analyse(two_groups_run, op_view=True)
     pd.testing.assert_series_equal(rep.by_op["total_ns"], s.by_op["total_ns"])
 
 
@@ -170,8 +185,8 @@ def test_cli_partitioned_json_and_bad_input(two_groups_run, tmp_path, capsys):
     out = tmp_path / "s.json"
     assert main(["report", two_groups_run, "--partitioned", "--json", str(out), "-q"]) == 0
     doc = json.loads(out.read_text())
-    rep = build_report(load_report_run(two_groups_run))
-    assert doc["partitioned"] and doc["run"]["ops"] == len(rep.frame)
+    rep = analyse(two_groups_run, op_view=True)
+    assert doc["partitioned"] and doc["run"]["ops"] == len(rep.op_view.frame)
     assert [r["op"] for r in doc["by_op"]] == list(rep.by_op.index)
     assert [r["collectives"] for r in doc["by_op"]] == rep.by_op["collectives"].tolist()
     assert doc["skew"]["instances"] == rep.skew["instances"]
@@ -240,7 +255,7 @@ def test_partial_equals_report_odd_runs(tmp_path, case):
         os.truncate(f, os.path.getsize(f) - 32 * 100 - 7)
     s = analyse(d, workers=1, memory_limit=1 << 20)
     one_frame = load_report_run(d)
-    assert_same(build_report(one_frame), s)
+    assert_same(analyse(d, op_view=True), s)
     # The reader's issues, as objects, each once (the rank tasks re-read the meta files).
     assert sorted(map(str, s.issues)) == sorted(map(str, one_frame.issues))
     if case == "torn_ops_file":
@@ -285,7 +300,7 @@ def test_per_rank_medians_when_the_step_rows_are_cut(two_groups_run, monkeypatch
     """Over merge.PER_RANK_ROWS_KEPT (rank, step) rows the per-rank table becomes medians per
     rank: those of the one frame's per-rank rows, whichever rank's rows crossed the limit."""
     from commtrace.analysis.partitioned import merge
-    rep = build_report(load_report_run(two_groups_run))
+    rep = analyse(two_groups_run, op_view=True)
     pr = rep.steps.per_rank
     want = pr.groupby("rank")[merge.MEDIAN_COLUMNS].median()
     want.insert(0, "steps", pr.groupby("rank").size().astype(np.int64))

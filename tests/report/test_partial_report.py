@@ -1,11 +1,10 @@
-"""The partitioned report (analysis.partitioned + render.partitioned) prints what the
-one-frame report prints: the banner, and (as they are added) the other parts."""
+"""The report analysed in partitions (--partitioned, a memory limit the run does not fit) prints
+what the report of the run held whole prints: the banner, tables, timeline, events, exports."""
 import os
 
 import pytest
 
 from commtrace.analysis.partitioned import analyse
-from commtrace.analysis.report import build_report
 from commtrace.analysis.run_info import load_report_run
 from commtrace.cli import main
 from commtrace.trace.synthetic import write_synthetic_run
@@ -48,8 +47,8 @@ def test_banner_equals_one_frame(syn_run, real_run, accum_run, odd_runs):
 
 def test_banner_numbers_equal_run_info(syn_run, real_run, odd_runs):
     for run in (syn_run, real_run, odd_runs["torn"]):
-        info = build_report(load_report_run(run)).info
-        s = analyse(run, workers=1)
+        info = analyse(run, op_view=True).info
+        s = analyse(run, workers=1, memory_limit=1 << 20)
         for k in ("wall_ns", "span_ns", "t0_ns", "ops", "bytes", "failed", "in_flight", "ranks", "world_size",
                   "hosts", "backends", "command", "clocks", "incomplete_ranks", "comm_share_per_rank",
                   "comm_share", "run_id"):
@@ -81,7 +80,7 @@ def test_bounded_runs_partitioned_equal_one_frame(bounded_runs):
     from .test_partial import assert_same
     assert glob.glob(os.path.join(bounded_runs["ring"], "*.ops.bin.1"))      # the ring went round
     for name, run in bounded_runs.items():
-        rep = build_report(load_report_run(run))
+        rep = analyse(run, op_view=True)
         s = analyse(run, workers=1, memory_limit=1 << 20)     # a tiny limit: many partitions
         assert_same(rep, s)
         assert s.info["coverage"] == rep.info["coverage"] and s.info["coverage"]
@@ -103,7 +102,7 @@ def _scenarios():
 def test_regions_table_hand_computed(tmp_path):
     # tests/analysis/scenarios.regions: eval on ranks 0 (entered twice) and 1; eval/inner on rank 0.
     d = _scenarios().regions(tmp_path / "r")
-    r = analyse(d, workers=1).regions
+    r = analyse(d, workers=1, memory_limit=1 << 20).regions
     us = 1000
     ev = r.loc["eval"]
     assert (ev["ranks"], ev["entries"], ev["time_ns"], ev["comm_ns"], ev["ops"]) == (2, 3, 20 * us, 7 * us, 3)
@@ -111,7 +110,7 @@ def test_regions_table_hand_computed(tmp_path):
     inner = r.loc["eval/inner"]
     assert (inner["ranks"], inner["time_ns"], inner["comm_ns"], inner["ops"]) == (1, 4 * us, 2 * us, 1)
     import pandas as pd
-    pd.testing.assert_frame_equal(r, build_report(load_report_run(d)).regions)
+    pd.testing.assert_frame_equal(r, analyse(d, op_view=True).regions)
     one_frame, partitioned = _report(d), _report(d, "--partitioned")
     section = lambda t: t[t.index("Regions (commtrace.region)"):].split("\n\n")[0]  # noqa: E731
     assert section(partitioned) == section(one_frame)
@@ -135,9 +134,9 @@ def test_windows_equal_one_frame(syn_run, tmp_path):
     for run, args in [(syn_run, a) for a in WINDOWS] + [(regions, ["--from", "1us", "--to", "25us"])]:
         kw = {"--steps": "steps", "--skip-steps": "skip_steps", "--phase": "phase", "--from": "t_from", "--to": "t_to"}
         w = Window.from_args(**{kw[a]: int(v) if a == "--skip-steps" else v for a, v in zip(args[::2], args[1::2])})
-        rep = build_report(load_report_run(run), w)
+        rep = analyse(run, window=w, op_view=True)
         s = analyse(run, workers=1, memory_limit=1 << 20, window=w)
-        if len(rep.frame):
+        if len(rep.op_view.frame):
             assert_same(rep, s)
         else:       # an empty window (empty tables: the one frame's have object dtypes)
             assert s.ops == 0 and s.steps.shown == rep.steps.shown == 0 and not len(s.by_op)
@@ -266,7 +265,7 @@ def test_cpp_layer_run_equals_one_frame(cpp_layer_run):
     from .test_partial import assert_same
     run = load_report_run(cpp_layer_run)
     assert (run.frame["source"] == "cpp").any() and (run.frame["source"] == "python").any()   # merged, not all
-    rep = build_report(run)
+    rep = analyse(cpp_layer_run, op_view=True)
     s = analyse(cpp_layer_run, workers=1, memory_limit=1 << 20)
     assert_same(rep, s)
     for k in ("ops", "bytes", "failed", "in_flight", "wall_ns", "comm_share_per_rank", "ranks", "backends"):
@@ -274,8 +273,9 @@ def test_cpp_layer_run_equals_one_frame(cpp_layer_run):
     assert _shown(_report(cpp_layer_run, "--partitioned")) == _shown(_report(cpp_layer_run))
     from commtrace.analysis.window import Window
     w = Window.from_args(t_from="1ms", phase="-")      # the run's first op found with the C++ files' clocks
-    rep, s = build_report(run, w), analyse(cpp_layer_run, workers=1, window=w)
-    assert len(rep.frame) and s.info["t0_ns"] == rep.info["t0_ns"]
+    rep = analyse(cpp_layer_run, window=w, op_view=True)
+    s = analyse(cpp_layer_run, workers=1, memory_limit=1 << 20, window=w)
+    assert len(rep.op_view.frame) and s.info["t0_ns"] == rep.info["t0_ns"]
     assert_same(rep, s)
 
 
@@ -299,7 +299,7 @@ def test_window_on_dask_equals_one_frame(syn_run):
     from commtrace.analysis.window import Window
     from .test_partial import assert_same
     w = Window.from_args(skip_steps=2, phase="backward,pipeline", t_from="300ms")
-    rep = build_report(load_report_run(syn_run), w)
+    rep = analyse(syn_run, window=w, op_view=True)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
                                   ) as cluster, distributed.Client(cluster) as client:
         s = analyse(syn_run, dask=client, window=w)
@@ -361,7 +361,7 @@ def test_split_phases_note(tmp_path):
         {"op": "all_reduce", "group": "0", "seq": 2, "by_rank": "backward: 0,2; join: 1"},
         {"op": "barrier", "group": "0", "seq": 3, "by_rank": "-: 2; optimizer: 0,1"}]
     import pandas as pd
-    pd.testing.assert_frame_equal(s.split, build_report(load_report_run(d)).split, check_dtype=False)
+    pd.testing.assert_frame_equal(s.split, analyse(d, op_view=True).split, check_dtype=False)
     one_frame, partitioned = _report(d), _report(d, "--partitioned")
     assert "2 collective(s) ran in different phases on different ranks" in partitioned
     assert _shown(partitioned) == _shown(one_frame)

@@ -10,12 +10,11 @@ import pytest
 from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.partitioned.events_merge import EventWindow, merged_events
 from commtrace.analysis.partitioned.plan import plan_run
-from commtrace.analysis.report import build_report
-from commtrace.analysis.run_info import load_report_run
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.timeline import bin_timeline, timeline_layout
 from commtrace.analysis.window import Window
 from commtrace.cli import main
-from commtrace.render.terminal import _timeline_range
+from commtrace.render.events import window_range
 from commtrace.trace import schema
 from commtrace.trace.synthetic import write_synthetic_run
 
@@ -35,10 +34,10 @@ def _window(args: list) -> Window:
 
 
 def _one_frame_timeline(run, window: Window):
-    rep = build_report(load_report_run(run), window)
-    lo, hi = _timeline_range(rep, None, None)
-    return bin_timeline(rep.frame, rep.info["t0_ns"] or 0, timeline_layout(WIDTH, rep.info["rank_list"])[1], lo, hi,
-                        rep.arrays)
+    rep = analyse(run, window=window, op_view=True)
+    lo, hi = window_range(rep)
+    return bin_timeline(rep.op_view.frame, rep.info["t0_ns"] or 0, timeline_layout(WIDTH, rep.info["rank_list"])[1],
+                        lo, hi, rep.op_view.arrays)
 
 
 def _assert_same_timeline(a, b) -> None:

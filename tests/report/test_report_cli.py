@@ -98,8 +98,7 @@ def test_colour_and_plain_are_the_same_text(tmp_path, monkeypatch):
     import io
     import re as re_
 
-    from commtrace.analysis.report import build_report
-    from commtrace.analysis.run_info import load_report_run
+    from commtrace.analysis.partitioned import analyse
     from commtrace.render.terminal import make_console, render_report
 
     class FakeTTY(io.StringIO):
@@ -107,7 +106,7 @@ def test_colour_and_plain_are_the_same_text(tmp_path, monkeypatch):
             return True
 
     d = write_synthetic_run(str(tmp_path / "r"), ranks=4, ops_per_rank=120, seed=7, slow_rank=1)
-    rep = build_report(load_report_run(d))
+    rep = analyse(d, timeline_width=80)
     outs = []
     for no_color in ("", "1"):
         monkeypatch.setenv("NO_COLOR", no_color) if no_color else monkeypatch.delenv("NO_COLOR", raising=False)
@@ -147,15 +146,14 @@ def test_compare_by_unknown_column(syn_run, capsys):
 def test_console_colour_only_on_tty_without_no_color(monkeypatch, syn_run):
     import io
 
-    from commtrace.analysis.report import build_report
-    from commtrace.analysis.run_info import load_report_run
+    from commtrace.analysis.partitioned import analyse
     from commtrace.render.terminal import make_console, render_report
 
     class FakeTTY(io.StringIO):
         def isatty(self):
             return True
 
-    rep = build_report(load_report_run(syn_run))
+    rep = analyse(syn_run, timeline_width=100)
     monkeypatch.delenv("NO_COLOR", raising=False)
     tty = FakeTTY()
     render_report(make_console(100, tty), rep)

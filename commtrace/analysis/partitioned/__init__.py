@@ -1,4 +1,4 @@
-"""The report's figures for runs too big for one frame: map over files, reduce small.
+"""The report: map over the run's files, reduce small -- the one analysis engine.
 
 ``analyse(run)`` computes what ``commtrace report`` and ``compare`` print -- the
 per-op / per-group / per-phase tables, the step tables (per rank, across ranks,
@@ -7,8 +7,9 @@ ever holding more than one rank's ops (step 1, ``rank_map``) or one seq chunk of
 every rank's collectives (step 2, ``partition_map``) in a task, and folds the
 small partial results (``merge``). The tasks run in this process, in a process
 pool (default: every core, within ``memory_limit``) or on a Dask cluster
-(``dask=`` / $COMMTRACE_DASK). Results equal ``build_report``'s on the whole run
-(tests/analysis/test_partial.py); percentiles are exact while the durations fit
+(``dask=`` / $COMMTRACE_DASK). A run that fits in memory is one partition and, on
+request, also holds every op of its window (``op_view``) for the views that draw each op;
+the figures are the same in one partition as in many (tests/report/test_partial.py); percentiles are exact while the durations fit
 in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
 
 ``scan(run)`` is the partitioned form for users: one lazy part per rank, each
@@ -24,13 +25,14 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
-from ..memory_policy import default_memory_limit, total_memory  # noqa: F401
+from ..memory_policy import default_memory_limit, needs_partitions, total_memory  # noqa: F401
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
 from .executors import ENV_DASK, cpu_count, make_executor  # noqa: F401
 from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
+from .op_view import load_op_view
 from .plan import RunPlan, plan_run
 from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
@@ -49,6 +51,9 @@ PARTITIONS_PER_WORKER = 8
 # cells' figures (exact percentiles: ~0.1 s for 6.4 M ops), so that work overlaps them.
 # Their results are small (aggregates); queued tasks hold no memory until they run.
 PARTITIONS_AHEAD = PARTITIONS_PER_WORKER
+# Below this many op records a run held whole is analysed in this process: starting a pool of
+# workers (~0.5-1 s, each importing pandas) costs more than the tasks it would share.
+POOL_MIN_RECORDS = 1_000_000
 
 
 @dataclass
@@ -79,41 +84,49 @@ class PartitionedReport:
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
     window: object = None                         # the analysis.window.Window shown
     bounds: dict | None = None                    # its interval per rank (None: no time range)
-    split: pd.DataFrame | None = None             # collectives filed under different phases (split_collectives)
+    split: pd.DataFrame | None = None             # collectives filed under different phases (phase_splits)
     timeline: object = None                       # the terminal timeline (analysis.timeline.Timeline; timeline_map)
     timeline_marks: pd.DataFrame | None = None    # the marks it draws (the lowest rank's with any in the window)
     by_module: pd.DataFrame | None = None         # the per-module table (analysis.modules), None: no module named
+    compute_spans: int = 0                        # compute spans the run recorded (every rank, the whole run)
+    whole: bool = True                            # every op fits in memory at once (memory_policy): one partition
+    op_view: object = None                        # op_view.OpView: every op of the window (whole runs, on request)
 
     def summary(self, by) -> pd.DataFrame:
         """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
         t = self.tables.get(tuple(by))
         if t is None:
-            known = ", ".join(",".join(k) for k in self.tables)
-            raise CommtraceError(f"--by {','.join(by)}: not available with the partitioned analysis (keys: {known})")
+            raise CommtraceError(f"--by {','.join(by)}: the partitioned analysis groups by "
+                                 f"{', '.join(CELL_COLUMNS)} only")
         return t
 
 
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
-            compare_by: list | None = None, window=None, timeline_width: int | None = None) -> PartitionedReport:
+            compare_by: list | None = None, window=None, timeline_width: int | None = None,
+            partitioned: bool = False, op_view: bool = False) -> PartitionedReport:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
     one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
     ``window``: the analysis.window.Window shown (default: the whole run; windowing);
     ``timeline_width``: the width of the console the terminal timeline is drawn in (one more
-    map, timeline_map; None: no timeline)."""
+    map, timeline_map; None: no timeline). The run is ``whole`` when every op fits in
+    ``memory_limit`` at once (memory_policy) and neither ``partitioned`` nor Dask asks for
+    files one by one; ``op_view``: then also hold every op of the window (op_view.OpView)
+    for the views that draw each op. A small run held whole is analysed in this process (a pool costs
+    more to start than its tasks take)."""
     if window is not None and window.whole_run:
         window = None
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
         raise CommtraceError(f"--by {','.join(compare_by)}: the partitioned analysis groups by "
                              f"{', '.join(CELL_COLUMNS)} only")
     plan = plan_run(run_dir)
-    if plan.unsupported:
-        raise CommtraceError(f"{plan.path}: the partitioned analysis does not read {plan.unsupported} yet; "
-                             "use the one-frame report")
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
-    if workers is None and not (dask or _env_dask()):
-        workers = max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
+    spread = bool(dask or _env_dask())
+    whole = not (partitioned or spread or needs_partitions(plan.path, limit))
+    if workers is None and not spread:
+        small = whole and plan.records < POOL_MIN_RECORDS
+        workers = 1 if small else max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
     ex = make_executor(dask, workers)
     if exact is None:
         exact = plan.records * 8 <= limit // 4
@@ -137,7 +150,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         seconds["ranks"] = time.perf_counter() - t0
         check_phases(window, ranks.windows)
         if window is not None:
-            check_steps(window, None, ranks.total_steps or None)
+            check_steps(window, ranks.first_step, ranks.total_steps or None)
         cells = ranks.cell_table()
         keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
         keys["phase_op"] = ["phase", "op"]
@@ -171,7 +184,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ex.close()
         bar.close()
     tables = {name: with_bandwidth(early[name], parts.bandwidth_table(name)) for name in keys}
-    if not len(cells):     # no op (in the window): build_report's empty per-group table is per op's
+    if not len(cells):     # no op (in the window): the empty per-group table has the per-op table's columns
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return PartitionedReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
@@ -181,7 +194,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       info, processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
-                      tl.timeline(), tl.marks, modules_table(ranks.modules))
+                      tl.timeline(), tl.marks, modules_table(ranks.modules), ranks.spans, whole,
+                      load_op_view(plan.path, all_bounds(ranks.windows), window.phases if window is not None else None)
+                      if whole and op_view else None)
 
 
 def _info(plan: RunPlan, ranks: RankFold, window) -> dict:

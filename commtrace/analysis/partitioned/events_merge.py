@@ -46,7 +46,7 @@ class EventWindow:
     t0: int                     # the run's first op start: event times count from it
     bounds: dict | None         # the window's interval per rank (None: no time range)
     phases: tuple | None        # its phases (None: any)
-    t_from: int | None          # the events' range relative to t0 (terminal._timeline_range)
+    t_from: int | None          # the events' range relative to t0 (render.events.window_range)
     t_to: int | None
 
     def rows(self, frame: pd.DataFrame) -> pd.DataFrame:

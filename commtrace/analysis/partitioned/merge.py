@@ -1,7 +1,6 @@
 """Reduce: fold rank and partition partials into the report's tables.
 
-Every figure is the one ``analysis.report.build_report`` computes (same
-definitions, docs/report.md): sums and counts add up, per-rank rows concatenate,
+Every figure is defined in docs/report.md: sums and counts add up, per-rank rows concatenate,
 exact percentiles concatenate the kept durations, sketched ones merge their
 histograms (error bound: ``sketch.ALPHA``)."""
 from __future__ import annotations
@@ -24,7 +23,7 @@ PER_RANK_ROWS_KEPT = 1_000_000   # the per (rank, step) table is kept up to this
 
 
 class AcrossFold:
-    """The per-step table over ranks (step_table.across_ranks), folded one rank at a
+    """The per-step table over ranks (docs/report.md, "Steps"), folded one rank at a
     time into arrays indexed by step number: a run's steps x ranks rows never coexist."""
 
     SUMS = ("compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
@@ -55,7 +54,7 @@ class AcrossFold:
             a[k][st] += col(k)
         t, r = col("step_ns"), col("rank")
         cur, cur_r = a["step_ns"][st], a["slowest_rank"][st]
-        # the slowest rank; on a tie the lowest rank (across_ranks' idxmax over rows sorted by rank)
+        # the slowest rank; on a tie the lowest rank (docs/report.md: "slowest")
         take = (t > cur) | ((t == cur) & (r < cur_r))
         a["step_ns"][st] = np.where(take, t, cur)
         a["slowest_rank"][st] = np.where(take, r, cur_r)
@@ -112,6 +111,8 @@ class RankFold:
         self.modules: dict = {}             # rank -> its modules.ModuleFigures.acc
         self.windows: list = []             # windowing.RankWindow per rank (None: no window)
         self.layers: dict = {}              # C++ ops path -> cpp_layer.CppFile
+        self.spans = 0                      # compute spans recorded (every rank, the whole run)
+        self.first_step = None              # the lowest step any rank took (None: none)
 
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
@@ -128,6 +129,9 @@ class RankFold:
         else:
             self.per_rank[p.rank] = p.per_rank
         self.comm.update(p.comm_ns)
+        self.spans += p.spans
+        if p.first_step:
+            self.first_step = p.first_step if self.first_step is None else min(self.first_step, p.first_step)
         for code, (ops, nbytes, extra) in p.outside.items():
             acc = self.outside[code]
             acc[0] += ops
@@ -209,14 +213,6 @@ def table_keys(cells: pd.DataFrame) -> dict:
     if has("phase"):
         out["by_phase"] = phase_keys
     return out
-
-
-def summary_table(cells: pd.DataFrame, values: list, by: list, bandwidth: pd.DataFrame | None,
-                  quantile_cache: dict | None = None) -> pd.DataFrame:
-    """analysis.summary.op_summary from cells (one row per key of ``by``). ``quantile_cache``:
-    percentiles by the set of cells of a row, shared by the tables of one run (per op and
-    per phase+op rows often hold the same cells)."""
-    return with_bandwidth(cell_summary(cells, values, by, quantile_cache), bandwidth)
 
 
 @dataclass
@@ -387,8 +383,9 @@ class PartitionFold:
         rows = {}
         for op in sorted(self.spreads):
             v = np.concatenate(self.spreads[op])
-            rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(np.quantile(v, 0.5)),
-                        "p99_ns": float(np.quantile(v, 0.99)), "max_ns": int(v.max())}
+            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # skew.skew_summary's groupby (to the bit)
+            rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(g.quantile(0.5).iloc[0]),
+                        "p99_ns": float(g.quantile(0.99).iloc[0]), "max_ns": int(v.max())}
         by_op = pd.DataFrame.from_dict(rows, orient="index")
         if op_order:
             by_op = by_op.loc[[o for o in op_order if o in rows] + [o for o in sorted(rows) if o not in op_order]]

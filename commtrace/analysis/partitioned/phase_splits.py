@@ -1,5 +1,5 @@
-"""Collectives whose ranks filed their ops under different phases (summary.split_collectives:
-the per-phase table's note) from the partitions: a partition holds every op of its
+"""Collectives whose ranks filed their ops under different phases (the per-phase table's
+note; docs/report.md) from the partitions: a partition holds every op of its
 instances, so it finds its split ones; the reduce puts them in time order."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def split_instances(cell: np.ndarray, cell_ids: dict, inst: np.ndarray, first: n
 
 
 def split_table(parts: list) -> pd.DataFrame:
-    """Every partition's split instances, in time order (as split_collectives lists them)."""
+    """Every partition's split instances, in time order (first caller's start, then rank)."""
     parts = [p for p in parts if p is not None and len(p)]
     if not parts:
         return pd.DataFrame(columns=SPLIT_COLUMNS)

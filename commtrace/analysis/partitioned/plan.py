@@ -22,7 +22,6 @@ class RunPlan:
     records: int                # op records on disk (from the file sizes)
     records_per_file: int       # the most in one file
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
-    unsupported: str | None = None   # why this run must take the one-frame path (load())
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
 
 
@@ -43,13 +42,14 @@ def plan_run(run_dir: str | None) -> RunPlan:
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
-        raise CommtraceError(f"{run_dir}: no process created a process group")
+        path = os.path.abspath(run_dir)
+        raise CommtraceError(f"{path}: no process created a process group ({len(procs)} process(es) "
+                             f"ended before; `commtrace check {path}` says how)")
     ranks: dict = {}
     for p in ranked:
         ranks.setdefault(p.rank, []).append(p.meta_path)
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
     sizes = [_ops_records(p.meta_path) for p in ranked]
-    unsupported = None
     found = issues + more + reader.missing_ranks(procs)
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
-                   unsupported, run_id)
+                   run_id)

@@ -1,8 +1,7 @@
 """Map step 1: one rank's files -> its partial results (small next to its ops).
 
-Everything the report computes per rank is computed here by the same functions
-``build_report`` uses (``find_steps``, ``locate_ops``, ``StepFigures``,
-``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
+Everything the report computes per rank is computed here (``find_steps``,
+``locate_ops``, ``StepFigures``, ``OutsideSteps``, ``RankTimes``), on this rank's ops only, gathered straight from
 its records (``rank_ops``: no frame): the step table rows, communication time,
 the ops outside steps, and the summary cells (per CELL_COLUMNS key and rank: ops,
 summed duration, known durations, bytes) with the durations
@@ -62,6 +61,8 @@ class RankPartial:
     window: object = None        # windowing.RankWindow (None: no window)
     layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile
     modules: dict = field(default_factory=dict)   # modules.ModuleFigures.acc of this rank
+    spans: int = 0               # compute spans the rank recorded (the whole run's, not the window's)
+    first_step: int = 0          # the lowest step the rank took (0: none)
 
 
 def _reference(meta: str, own: dict, issues: list):
@@ -99,7 +100,8 @@ def map_rank(task: RankTask) -> RankPartial:
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []),
                        index,
                        rank_facts(task.rank, procs, shown), regions.acc, rank_window(applied, ops, spans), layers,
-                       modules.acc if modules is not None else {})
+                       modules.acc if modules is not None else {}, len(spans) if spans is not None else 0,
+                       int(steps["step"].min()) if len(steps) else 0)
 
 
 def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None):
