@@ -206,7 +206,7 @@ class RankFold:
 
 
 def table_keys(cells: pd.DataFrame) -> dict:
-    """The summary tables the report shows and their key columns (as build_report picks them)."""
+    """The summary tables the report shows and their key columns (phase tables only where a run has phases)."""
     has = lambda c: c in cells and bool((cells[c] != NA_KEY).any())  # noqa: E731
     phase_keys = [c for c in ("phase", "op", "detail") if c != "detail" or has(c)]
     out = {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}

@@ -2,8 +2,7 @@
 in the partitioned analysis.
 
 A window is per rank (its interval [lo, hi] and the phases asked for), so each
-rank task applies it to its own ops and steps with ``window.apply``, exactly as
-``build_report`` does for the whole frame, and returns the rank's interval; the
+rank task applies it to its own ops and steps with ``window.apply`` and returns the rank's interval; the
 partition tasks then keep, of every file's records, those whose op starts inside
 its rank's interval and has one of the phases (``in_window``). Two things are
 run-wide: ``--from/--to`` count from the run's first op (a first pass over the
