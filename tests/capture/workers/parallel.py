@@ -67,7 +67,8 @@ def build(scenario, rank, world):
     torch.manual_seed(0)
     model = Net()
     if scenario.startswith("fsdp2"):
-        from torch.distributed.fsdp import fully_shard
+        from commtrace import torch_compat
+        fully_shard = torch_compat.fully_shard()
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
         keep = scenario == "fsdp2-keep"
         for layer in model.layers:
@@ -82,7 +83,8 @@ def build(scenario, rank, world):
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         parallelize_module(model, mesh, _tp_plan(sequence_parallel=True))
     elif scenario == "2d":
-        from torch.distributed.fsdp import fully_shard
+        from commtrace import torch_compat
+        fully_shard = torch_compat.fully_shard()
         from torch.distributed.tensor.parallel import parallelize_module
         mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
         parallelize_module(model, mesh["tp"], _tp_plan(sequence_parallel=False))
