@@ -74,6 +74,10 @@ class FlightRecorderSwitch:
 
     def __init__(self):
         import torch
+
+        from commtrace import torch_compat
+        if not torch_compat.has_flight_recorder():
+            raise Unavailable("this torch has no Flight Recorder for gloo (c10d._dump_fr_trace_json)")
         lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         if not os.path.exists(lib):
             raise Unavailable(f"{lib} not found")

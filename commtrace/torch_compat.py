@@ -93,6 +93,25 @@ ADDED_METHODS = {
 }
 
 
+# -- Flight Recorder ------------------------------------------------------------------------------
+def has_flight_recorder() -> bool:
+    """c10d's backend-independent Flight Recorder exists (gloo records into it; its
+    dump is ``_dump_fr_trace_json``). torch 2.4 has only NCCL's trace buffer."""
+    from torch._C import _distributed_c10d as c10d
+    return hasattr(c10d, "_dump_fr_trace_json")
+
+
+# -- FSDP2 ----------------------------------------------------------------------------------------
+def fully_shard():
+    """FSDP2's ``fully_shard``: public in ``torch.distributed.fsdp`` from 2.6, before
+    that only in ``torch.distributed._composable.fsdp``."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
 # -- stores ---------------------------------------------------------------------------------------
 def real_store(store):
     """``store``, or None where it stores nothing: torch < 2.5 registers an mpi

@@ -180,19 +180,60 @@ def ensure_native_wrapper() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def gloo_lacks_all_to_all() -> str | None:
-    """Why gloo cannot run all_to_all on the installed torch, or None:
-    asked of a real one-rank gloo group (some releases, 2.11 among them, raise
-    "Backend gloo does not support alltoall"), in a child process so that this
-    one keeps no group."""
+def gloo_lacks_an_op() -> str | None:
+    """Why gloo cannot run every op tests/capture/workers/all_ops.py runs on the
+    installed torch ("all_to_all: ..."), or None: asked of a real one-rank gloo group
+    (some releases raise "... does not support ...": 2.4 for the list forms of
+    reduce_scatter and all_to_all, 2.11 for every all_to_all), in a child process so
+    that this one keeps no group."""
     code = ("import torch, torch.distributed as d\n"
             "pg = d.ProcessGroupGloo(d.HashStore(), 0, 1)\n"
             "t = torch.zeros(1)\n"
+            "ops = {'reduce_scatter': lambda: pg.reduce_scatter([t], [[t.clone()]]),\n"
+            "       'all_to_all': lambda: pg.alltoall([t], [t.clone()]),\n"
+            "       'all_to_all_single': lambda: pg.alltoall_base(t, t.clone(), [], [])}\n"
+            "for name, op in ops.items():\n"
+            "    try:\n"
+            "        op().wait()\n"
+            "    except RuntimeError as e:\n"
+            "        print(name + ': ' + str(e).splitlines()[0])\n"
+            "        break\n")
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
+    return r.stdout.strip() or None
+
+
+@functools.lru_cache(maxsize=None)
+def fsdp2_lacks_cpu() -> str | None:
+    """Why FSDP2 (fully_shard) cannot train on CPU with the installed torch, or None:
+    asked of a real one-rank gloo group in a child process (some releases, 2.4 among
+    them, make CUDA streams whatever the mesh's device)."""
+    code = ("import torch, torch.distributed as d\n"
+            "from torch.distributed.device_mesh import init_device_mesh\n"
+            "from commtrace import torch_compat\n"
+            "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
+            "m = torch.nn.Linear(2, 2)\n"
+            "torch_compat.fully_shard()(m, mesh=init_device_mesh('cpu', (1,)))\n"
             "try:\n"
-            "    pg.alltoall_base(t, t.clone(), [], []).wait()\n"
+            "    m(torch.ones(1, 2)).sum().backward()\n"
             "except RuntimeError as e:\n"
             "    print(str(e).splitlines()[0])\n")
-    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
+    return r.stdout.strip() or None
+
+
+@functools.lru_cache(maxsize=None)
+def comm_debug_mode_lacks_modules() -> str | None:
+    """Why torch's public CommDebugMode (torch.distributed.tensor.debug) cannot count
+    collectives per module on the installed torch (2.4 has neither), or None; asked in
+    a child process, so that this one does not import DTensor."""
+    code = ("from torch.distributed.tensor.debug import CommDebugMode\n"
+            "if not hasattr(CommDebugMode(), 'comm_module_counts'):\n"
+            "    print('CommDebugMode has no comm_module_counts')\n")
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
     return r.stdout.strip() or None

@@ -330,7 +330,7 @@ class ModuleTracker:
 
         def make(orig):
             @functools.wraps(orig)
-            def __init__(mesh, *args, **kwargs):
+            def __init__(mesh, /, *args, **kwargs):  # positional-only: callers pass mesh=... (the tensor)
                 try:
                     orig(mesh, *args, **kwargs)
                 except BaseException as e:

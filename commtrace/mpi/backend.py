@@ -78,6 +78,24 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
     def getGroupDesc(self):
         return self._desc
 
+    # Before torch 2.6 ProcessGroup's name and description are not virtual: C++ keeps
+    # them in the group's backends, and this group registers none ("ProcessGroup name
+    # not set" in destroy_process_group). c10d sets and reads them from Python, which
+    # finds these; on later releases they agree with the C++ virtuals above.
+    def _set_group_name(self, name):
+        self.setGroupName(name)
+
+    def _set_group_desc(self, desc):
+        self.setGroupDesc(desc)
+
+    @property
+    def group_name(self):
+        return self._name
+
+    @property
+    def group_desc(self):
+        return self._desc
+
     @property
     def comm(self):
         """The mpi4py communicator (for users mixing mpi4py and torch)."""

@@ -641,6 +641,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return "<commtrace NativeMPIProcessGroup over " + py::repr(self.inner()).cast<std::string>() + ">";
       });
 
+#if !CT_PG_GROUP_NAME_VIRTUAL
+  // Before torch 2.6 the base class's name and description are not virtual and live
+  // in its backends (none here): c10d sets and reads them from Python, so these
+  // bindings hand them to the inner group, which keeps them.
+  cls.def("_set_group_name", [](NativeMPIProcessGroup& self, const std::string& name) {
+       self.inner().attr("_set_group_name")(name);
+     })
+      .def("_set_group_desc", [](NativeMPIProcessGroup& self, const std::string& desc) {
+        self.inner().attr("_set_group_desc")(desc);
+      })
+      .def_property_readonly("group_name",
+                             [](const NativeMPIProcessGroup& self) { return self.inner().attr("group_name"); })
+      .def_property_readonly("group_desc",
+                             [](const NativeMPIProcessGroup& self) { return self.inner().attr("group_desc"); });
+#endif
+
 #ifndef COMMTRACE_MPI_LIBRARY
 #error "build through commtrace/mpi/fastpath.py: it defines COMMTRACE_MPI_LIBRARY"
 #endif

@@ -57,8 +57,8 @@ def _probe(env_extra: dict) -> str:
 
 @pytest.fixture(scope="module")
 def switchable():
-    """Skip where the switch cannot find this torch's Flight Recorder at all (torch 2.4's
-    libtorch_cpu.so has no symbol table entry for it), saying why."""
+    """Skip where the switch cannot find this torch's Flight Recorder at all (torch 2.4
+    has none for gloo), saying why."""
     said = _probe({"TORCH_FR_BUFFER_SIZE": "2000"})  # on, whatever the environment says
     if said != "ok":
         pytest.skip(f"the Flight Recorder switch does not work on this torch: {said}")

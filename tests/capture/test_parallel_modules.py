@@ -40,6 +40,12 @@ def _launch(tmp, scenario: str, world: int, traced: bool = True):
                 ids=["fsdp2-keep", "fsdp2-prefetch", "fsdp1", "tp", "2d"])
 def launched(request, tmp_path_factory):
     scenario, world = request.param
+    why = h.fsdp2_lacks_cpu() if scenario.startswith("fsdp2") or scenario == "2d" else None
+    if why:
+        pytest.skip(f"FSDP2 cannot train on CPU with this torch: {why}")
+    why = h.comm_debug_mode_lacks_modules()
+    if why:  # the worker counts with it, for every scenario
+        pytest.skip(f"torch's CommDebugMode cannot count per module on this torch: {why}")
     tmp = tmp_path_factory.mktemp(scenario)
     return scenario, world, _launch(tmp, scenario, world), h.load(tmp / "run"), tmp
 

@@ -20,6 +20,11 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
+
+    # pytest makes a placeholder instance named "runTest", which the MultiProcessTestCase
+    # of older torch (2.4) looks up as a method: give it one (never selected below).
+    def runTest(self):
+        pass
 '''
 
 # Tests torch 2.13 runs on gloo/CPU/Linux (it skips e.g. test_new_subgroups and

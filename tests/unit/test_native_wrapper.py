@@ -78,7 +78,10 @@ def test_drain_keeps_call_order_across_blocking_and_async(tmp_path):
     rec.close()
     df = load_run(str(tmp_path)).frame.sort_values("t_start_ns")
     assert df["seq"].tolist() == [1, 2, 3, 4, 5]
-    assert df["async"].tolist() == [False, False, True, True, False]
+    # Before torch 2.8 AllreduceOptions has no asyncOp: every op counts as asynchronous
+    # (README "What tracing changes").
+    says = torch_compat.has_async_op(dist.AllreduceOptions)
+    assert df["async"].tolist() == ([False, False, True, True, False] if says else [True] * 5)
     assert set(df["status"]) == {"completed"} and not df["end_observed"].any()
     assert (df["t_end_ns"] >= df["t_start_ns"]).all()
     assert set(df["callsite"].str.split(":").str[0]) == {os.path.join("tests", "unit", "test_native_wrapper.py")}

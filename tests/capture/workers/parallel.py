@@ -73,7 +73,8 @@ def build(scenario, rank, world):
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
         return FullyShardedDataParallel(model, device_id=torch.device("cpu"), auto_wrap_policy=ModuleWrapPolicy({Block}))
     if scenario.startswith("fsdp2"):
-        from torch.distributed.fsdp import fully_shard
+        from commtrace import torch_compat
+        fully_shard = torch_compat.fully_shard()
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
         keep = scenario == "fsdp2-keep"
         for layer in model.layers:
@@ -88,7 +89,8 @@ def build(scenario, rank, world):
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         parallelize_module(model, mesh, _tp_plan(sequence_parallel=True))
     elif scenario == "2d":
-        from torch.distributed.fsdp import fully_shard
+        from commtrace import torch_compat
+        fully_shard = torch_compat.fully_shard()
         from torch.distributed.tensor.parallel import parallelize_module
         mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
         parallelize_module(model, mesh["tp"], _tp_plan(sequence_parallel=False))
