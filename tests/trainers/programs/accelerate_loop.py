@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
 
-from common import data, write_losses
+from common import data, finish, write_losses
 
 
 def main(out: str) -> None:
@@ -33,6 +33,7 @@ def main(out: str) -> None:
         losses.append(loss.item())
     write_losses(out, acc.process_index, losses)
     acc.end_training()
+    finish()
 
 
 if __name__ == "__main__":
