@@ -129,7 +129,9 @@ def test_cli_check_partitioned_json_equals_one_frame(faulty_run, capsys):
 
 
 def test_cli_check_bad_input_is_one_line_exit_2(faulty_run, capsys):
-    assert cli_main(["check", faulty_run, "--dask", "tcp://127.0.0.1:9"]) == 2
+    import dask
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):   # Dask's setting, which --dask honours
+        assert cli_main(["check", faulty_run, "--dask", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--dask" in err
     assert cli_main(["check", faulty_run, "--partitioned", "--memory-limit", "lots"]) == 2

@@ -98,7 +98,8 @@ class DaskExecutor:
             raise CommtraceError("--dask needs the 'distributed' package (pip install 'commtrace[scale]')") from None
         self.own = not hasattr(scheduler, "submit")
         try:
-            self.client = Client(scheduler, timeout="20s") if self.own else scheduler
+            # how long to try: Dask's own setting (distributed.comm.timeouts.connect, 30 s unless set)
+            self.client = Client(scheduler) if self.own else scheduler
         except (OSError, TimeoutError) as e:
             raise CommtraceError(f"--dask {scheduler}: cannot reach the scheduler ({e})") from None
         self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
