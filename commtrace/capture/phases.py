@@ -227,7 +227,7 @@ class PhaseHooks:
         scoped = self._wrap_scope(detail="join_count")(orig)
 
         @functools.wraps(orig)
-        def join_round(join, *args, **kwargs):
+        def join_round(join, /, *args, **kwargs):
             for joinable in getattr(join, "_joinables", ()):
                 state = hooks.modules.get(joinable)
                 if state is not None:
@@ -277,7 +277,7 @@ class PhaseHooks:
         hooks = self
 
         @functools.wraps(orig)
-        def as_optimizer_step(owner, *args, **kwargs):
+        def as_optimizer_step(owner, /, *args, **kwargs):
             hooks._opt_pre(owner, args, kwargs)
             try:
                 return orig(owner, *args, **kwargs)
@@ -378,7 +378,7 @@ class PhaseHooks:
         rec = self.rec
 
         @functools.wraps(orig)
-        def forward(ddp, *args, **kwargs):
+        def forward(ddp, /, *args, **kwargs):  # positional-only: the model's own keywords pass through
             state = hooks.modules.get(ddp)
             if state is None:  # first forward of this DDP module: describe it now
                 state = hooks._register(ddp, ddp.module, hooks._label_of(ddp, ddp.module))

@@ -2,7 +2,8 @@
 
 ``ddp.py WORLD PORT OUT STEPS``: spawns WORLD ranks. Three phases, each opened by
 one dist.barrier() so the test can split the trace:
-  A. Sequential(Linear(512,512) x3), bucket_cap_mb=1, STEPS SGD steps.
+  A. Sequential(Linear(512,512) x3), bucket_cap_mb=1, STEPS SGD steps; its forward takes
+     a keyword named ``ddp`` (commtrace's forward wrapper must pass it through).
   B. Linear(8,8)+BatchNorm1d(8), broadcast_buffers=True, 2 forward/backward steps.
   C. the same with broadcast_buffers=False, 2 steps.
 Rank 0 saves the parameters of A (torch.save) to OUT.params.pt.
@@ -17,13 +18,20 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-def train(model, steps, dim, seed):
+class Sequential(nn.Sequential):
+    """nn.Sequential whose forward takes a keyword of its own (named as DDP's wrapper's first parameter)."""
+
+    def forward(self, x, ddp=None):
+        return super().forward(x)
+
+
+def train(model, steps, dim, seed, **kwargs):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(seed + dist.get_rank())
     for _ in range(steps):
         x = torch.randn(4, dim, generator=g)
         opt.zero_grad()
-        model(x).square().sum().backward()
+        model(x, **kwargs).square().sum().backward()
         opt.step()
 
 
@@ -31,8 +39,8 @@ def main(rank, world, out, steps):
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     torch.manual_seed(0)
     dist.barrier()
-    a = DDP(nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 512)), bucket_cap_mb=1)
-    train(a, steps, 512, 1)
+    a = DDP(Sequential(nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 512)), bucket_cap_mb=1)
+    train(a, steps, 512, 1, ddp=True)
     if rank == 0:
         torch.save({k: v.detach().clone() for k, v in a.module.state_dict().items()}, out + ".params.pt")
     for phase, bb in (("B", True), ("C", False)):
