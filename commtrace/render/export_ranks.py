@@ -18,7 +18,7 @@ from . import export
 
 
 def rank_frames(s):
-    """The frame of each rank of PartitionedReport ``s`` in rank order, cut to its window."""
+    """The frame of each rank of Report ``s`` in rank order, cut to its window."""
     from ..analysis.partitioned import scan
     from ..analysis.partitioned.windowing import frame_in_window
     for part in scan(s.path):

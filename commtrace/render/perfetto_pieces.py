@@ -77,7 +77,7 @@ def _starting_in(table, begin: str, t_lo: int | None, t_hi: int | None):
 
 
 def _in_window(run, s):
-    """Some ranks' reader.Run cut to the window of PartitionedReport ``s``: ops as windowing.frame_in_window,
+    """Some ranks' reader.Run cut to the window of Report ``s``: ops as windowing.frame_in_window,
     spans / marks / regions overlapping their rank's interval (report._within's rule)."""
     from ..analysis.partitioned.windowing import frame_in_window
     from ..analysis.partitioned.op_view import tables_in_window

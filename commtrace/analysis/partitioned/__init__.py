@@ -57,7 +57,7 @@ POOL_MIN_RECORDS = 1_000_000
 
 
 @dataclass
-class PartitionedReport:
+class Report:
     path: str
     ops: int
     by_op: pd.DataFrame
@@ -104,7 +104,7 @@ class PartitionedReport:
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
             compare_by: list | None = None, window=None, timeline_width: int | None = None,
-            partitioned: bool = False, op_view: bool = False) -> PartitionedReport:
+            partitioned: bool = False, op_view: bool = False) -> Report:
     """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
     one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
     ``window``: the analysis.window.Window shown (default: the whole run; windowing);
@@ -187,7 +187,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     if not len(cells):     # no op (in the window): the empty per-group table has the per-op table's columns
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
-    return PartitionedReport(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
+    return Report(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       _once(plan.issues + ranks.issues), by_keys,
