@@ -17,6 +17,7 @@ Never a host sync.
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -72,7 +73,10 @@ class CompletionTracker:
         self.pending: list[tuple] = []      # (row, work, cpu) awaiting completion
         self.active: dict[int, list] = {}   # id(row) -> row while inside the backend call
                                             # (its SIG slot may still hold the call: see sig_of)
-        self.unobserved: list[tuple] = []   # (row, work) of small async ops, polled for completion
+        # (row, work) of small async ops, polled for completion, oldest first. Several
+        # threads take from it (callers, the flush thread): each entry is taken with one
+        # popleft and put back if still running, so none is lost between two threads.
+        self.unobserved: collections.deque = collections.deque()
         self.callbacks = weakref.WeakSet()  # _EndCallbacks the backend has not released yet
         self.device_ends: list[tuple] = []  # (row, end event, device index) of CUDA ops
         self.cuda_timer = None              # cuda_end.CudaEndTimer, made at the first CUDA op
@@ -105,22 +109,28 @@ class CompletionTracker:
         self.unobserved.append((row, work))
         self.pending.append((row, work, cpu))
 
-    def observe_completions(self) -> None:
-        """Poll the oldest small async ops; called at the start of each traced op."""
+    def observe_completions(self, most: int = _POLL_PER_CALL, poll: bool = True) -> None:
+        """Poll the oldest small async ops (at most ``most``; called at the start of each
+        traced op); ``poll=False`` only drops those whose end is already known."""
         un = self.unobserved
-        done = 0
-        for row, work in un[:_POLL_PER_CALL]:
+        for _ in range(most):
+            try:
+                entry = un.popleft()
+            except IndexError:
+                return
+            row, work = entry
             if row[T_END] == 0:
+                if not poll:
+                    un.appendleft(entry)
+                    return
                 try:
                     if not work.is_completed():
-                        break
+                        un.appendleft(entry)
+                        return
                 except Exception:
                     pass  # cannot be polled: completion stays unknown (NaN end)
                 else:
                     row[T_END] = time.monotonic_ns()
-            done += 1
-        if done:
-            del un[:done]
 
     def _cuda_end_event(self, work, index: int):
         try:
@@ -171,8 +181,8 @@ class CompletionTracker:
                 still.append(entry)
         del self.pending[:n]
         self.pending.extend(still)
-        if self.unobserved:
-            self.unobserved = [(r, w) for r, w in self.unobserved if r[T_END] == 0]
+        if self.unobserved:   # let go of the works whose end the collection above stamped
+            self.observe_completions(most=len(self.unobserved), poll=False)
         # Long-running ops (pending or blocked inside the backend) get an IN_FLIGHT record.
         candidates = [e[0] for e in still] + list(self.active.values())
         for row in candidates:
