@@ -12,9 +12,7 @@ part of each sig, so the labels cost nothing per op.
 """
 from __future__ import annotations
 
-import functools
-
-from .tbhide import drop_own_frame
+from .scopes import in_context
 
 FUNCTIONS = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
              "send_object_list", "recv_object_list")
@@ -41,17 +39,7 @@ def install(rec) -> list[str]:
 
 
 def _labelled(rec, fn, name: str):
-    @functools.wraps(fn)
-    def labelled(*args, **kwargs):
-        token = rec.push_context(api=name)
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as e:
-            drop_own_frame(e)
-            raise
-        finally:
-            rec.pop_context(token)
-
+    labelled = in_context(rec, fn, lambda args: rec.push_context(api=name))
     labelled._commtrace_api = name
     return labelled
 

@@ -321,24 +321,14 @@ class PhaseHooks:
     def _wrap_init_step(self, detail: str):
         hooks, rec = self, self.rec
 
-        def make(orig):
-            @functools.wraps(orig)
-            def step(*args, **kwargs):
-                fields = {"detail": detail}
-                caller = sys._getframe(1)
-                if caller.f_code is hooks._ddp_init_code:  # inside DistributedDataParallel.__init__
-                    local = caller.f_locals
-                    fields.update(phase="ddp_init", module=hooks._label_of(local.get("self"), local.get("module")))
-                token = rec.push_context(**fields)
-                try:
-                    return orig(*args, **kwargs)
-                except BaseException as e:
-                    drop_own_frame(e)
-                    raise
-                finally:
-                    rec.pop_context(token)
-            return step
-        return make
+        def enter(args):
+            fields = {"detail": detail}
+            caller = sys._getframe(2)   # the wrapped function's caller (1 is in_context's wrapper)
+            if caller.f_code is hooks._ddp_init_code:  # inside DistributedDataParallel.__init__
+                local = caller.f_locals
+                fields.update(phase="ddp_init", module=hooks._label_of(local.get("self"), local.get("module")))
+            return rec.push_context(**fields)
+        return lambda orig: in_context(rec, orig, enter)
 
     def _label_of(self, ddp, module) -> str:
         """The module label of a DDP instance, chosen the first time it is seen."""
