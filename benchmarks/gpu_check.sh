@@ -4,6 +4,9 @@
 # tests/gpu, then bench_cuda.py with the wrapper `commtrace run` picks (native when
 # built) and with the Python wrapper, each naming the wrapper it measured.
 #     OUT=dir bash benchmarks/gpu_check.sh        (about 4-6 minutes on one H100/H200)
+# With little device time left, the DDP-step ratio alone: builds only the native
+# wrapper, then bench_cuda.py's DDP cases with many blocks (about 2 minutes):
+#     ONLY=ddp DDP_REPS=161 OUT=dir bash benchmarks/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
@@ -12,6 +15,11 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # builds go where `commtrace run` children look for them too (inside the Python environment)
 { nvidia-smi -L; $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'; } 2>&1 | tee "$OUT/env.txt"
+if [ "${ONLY:-}" = ddp ]; then
+  { time timeout 150 $PY -c 'from commtrace import native; from commtrace.capture.native_wrapper import EXTENSION; print(native.build(EXTENSION))'; } 2>&1 | tail -5 | tee "$OUT/build.txt"
+  timeout 150 $PY benchmarks/bench_cuda.py --ddp-only --ddp-reps "${DDP_REPS:-81}" --json "$OUT/bench-ddp.json" 2>&1 | tee "$OUT/bench-ddp.txt"
+  exit
+fi
 { time $PY -m commtrace build-native; } 2>&1 | tee "$OUT/build.txt"
 timeout 300 $PY -m pytest -q -rs -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests-gpu.txt"
 for w in auto python; do
