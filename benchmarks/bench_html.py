@@ -124,10 +124,10 @@ def bench_run(label: str, ranks: int, ops_per_rank: int, d: str) -> dict:
     return res
 
 
-def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000) -> dict:
+def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000, page_rounds: int = 5) -> dict:
     with tempfile.TemporaryDirectory() as d:
         from commtrace.render.html_figures import TIMELINE_MAX_OPS
-        return {"page": bench_page(d), "demo": bench_run("demo", 2, demo_ops, d),
+        return {"page": bench_page(d, page_rounds), "demo": bench_run("demo", 2, demo_ops, d),
                 "limit": bench_run("limit", big_ranks, TIMELINE_MAX_OPS // big_ranks, d),
                 "big": bench_run("big", big_ranks, big_ops, d),
                 "budgets": {"demo_write_s": DEMO_BUDGET_S, "big_load_s": LOAD_BUDGET_S,

@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--hidden", type=int, default=2000)
     ap.add_argument("--ddp-steps", type=int, default=10)
+    ap.add_argument("--calls", type=int, default=20000,
+                    help="1-element all_reduces per repetition and variant (4 MB ones: 1/500 of it, at least 2)")
     ap.add_argument("--json", help="rank 0 writes the figures here (run_all.py reads them)")
     args = ap.parse_args()
 
@@ -97,7 +99,7 @@ def main():
     barrier = raw_comm.Barrier
 
     rows = []
-    for label, numel, n in (("1 element", 1, 20000), ("4 MB", 1 << 20, 40)):
+    for label, numel, n in (("1 element", 1, args.calls), ("4 MB", 1 << 20, max(2, args.calls // 500))):
         t = torch.ones(numel)
         t2 = torch.ones(numel)
         a = t.numpy().copy()

@@ -41,9 +41,9 @@ def results():
         "profiler": prof.run(calls=5, reps=6),
         "runpath": runpath.run(["tiny"], reps=2, steps=1),
         "tracesize": size.run(ops=300),
-        "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1}),
+        "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1, "calls": 200, "hidden": 64}),
         "cuda": _mod("run_all").run_cuda({"reps": 1}),
-        "html": _mod("bench_html").run(demo_ops=50, big_ranks=2, big_ops=200),
+        "html": _mod("bench_html").run(demo_ops=50, big_ranks=2, big_ops=200, page_rounds=1),
     }
 
 
