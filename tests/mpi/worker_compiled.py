@@ -2,7 +2,12 @@
 DDP model and a compiled functional all_reduce, first on gloo, then on the mpi4py
 backend. C++ calls the backend's Python methods while compiled code runs; Dynamo
 must leave them alone (commtrace.dynamo). Prints "compiled: match" when both
-backends give bit-identical parameters and results (2 ranks)."""
+backends give bit-identical parameters and results (2 ranks).
+
+Dynamo's backend is aot_eager: what must hold here is Dynamo's (and DDPOptimizer's)
+treatment of the backend's frames, which is the same for every compiler backend;
+Inductor's C++ kernel builds would only add ~10 s per run (tests/capture/test_compile.py
+keeps Inductor, the default, on gloo)."""
 from __future__ import annotations
 
 import os
@@ -17,6 +22,7 @@ import commtrace.mpi
 from commtrace import mpienv
 from commtrace.capture.launch import free_port
 
+BACKEND = "aot_eager"
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
 port = free_port() if rank == 0 else None
@@ -24,7 +30,7 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root
 commtrace.mpi.install()
 
 
-@torch.compile
+@torch.compile(backend=BACKEND)
 def compiled_all_reduce(x):
     return fc.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
 
@@ -36,7 +42,7 @@ def train(backend):
         dist.init_process_group(backend, rank=rank, world_size=size)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    ddp = torch.compile(DDP(model))
+    ddp = torch.compile(DDP(model), backend=BACKEND)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(rank)
     for _ in range(3):
