@@ -80,3 +80,15 @@ def kinds(findings) -> dict:
     for f in findings:
         out.setdefault(f.kind, []).append(f)
     return out
+
+
+def findings_text(findings, width: int = 120, verbose: bool = False) -> str:
+    """`commtrace check`'s terminal report of ``findings`` as plain text."""
+    import io
+    from rich.console import Console
+    from commtrace.render.check_text import render_findings
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system=None, no_color=True, highlight=False, emoji=False,
+                  force_terminal=False)
+    render_findings(findings, con, verbose=verbose)
+    return buf.getvalue()

@@ -368,7 +368,9 @@ class PartitionFold:
         return pd.concat(parts, ignore_index=True) if parts else None
 
     def skew(self, op_order: list | None = None) -> dict:
-        """As analysis.skew.skew_summary (by_op rows in ``op_order``, else by name)."""
+        """Arrival skew (docs/report.md): ``top``, the instances with the largest spread (last
+        caller minus first); ``stragglers``: per rank, how often it arrived last and the total
+        time the others waited for it; ``by_op``: spread stats (rows in ``op_order``, else by name)."""
         if not self.instances:
             empty = pd.DataFrame(columns=["last", "wait_ns", "mean_spread_ns", "share_last"])
             return {"top": pd.DataFrame(columns=TOP_COLUMNS), "stragglers": empty, "by_op": pd.DataFrame(),
@@ -383,7 +385,7 @@ class PartitionFold:
         rows = {}
         for op in sorted(self.spreads):
             v = np.concatenate(self.spreads[op])
-            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # skew.skew_summary's groupby (to the bit)
+            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # groupby's quantile: the figures as printed, to the bit
             rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(g.quantile(0.5).iloc[0]),
                         "p99_ns": float(g.quantile(0.99).iloc[0]), "max_ns": int(v.max())}
         by_op = pd.DataFrame.from_dict(rows, orient="index")
