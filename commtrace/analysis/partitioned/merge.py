@@ -176,11 +176,13 @@ class RankFold:
     def step_tables(self):
         """(per_rank, across, outside, total_steps), or None when no rank took a step."""
         from ..report import StepTables
-        per_rank = [t.unpack() for _, t in sorted(self.per_rank.items()) if len(t)]
+        per_rank = [t for _, t in sorted(self.per_rank.items()) if len(t)]
         if not per_rank and not self.per_rank_cut and not self.total_steps:
             return None
-        pr = pd.DataFrame({c: np.concatenate([t[c] for t in per_rank]) for c in PER_RANK_COLUMNS}) if per_rank \
-            else pd.DataFrame(columns=PER_RANK_COLUMNS)
+        # Column by column, unconsolidated (copy=False): the peak is the table and one column's
+        # pieces, not every rank's unpacked rows, their concatenation and pandas' 2-D block.
+        pr = pd.DataFrame({c: np.concatenate([t.column(c) for t in per_rank]) for c in PER_RANK_COLUMNS},
+                          copy=False) if per_rank else pd.DataFrame(columns=PER_RANK_COLUMNS)
         rows = []
         for code in (BEFORE, BETWEEN, AFTER):
             ops, nbytes, comm = self.outside[code]
