@@ -13,7 +13,7 @@ import pandas as pd
 from ..arrays import NA_KEY, keys_index
 from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
-from ..summary import SUMMARY_COLUMNS, qname, rank_spread
+from ..summary import summary_columns, summed_columns, with_collectives
 from .partition_map import PartitionPartial, TOP_COLUMNS
 from .rank_map import CELL_TABLE_COLUMNS, RankPartial
 from .sketch import LogSketch
@@ -231,38 +231,21 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
         return CellSummary(None, None, by)
     codes, keys = _coarsen(cells, by)
     n = len(keys)
-    total = np.bincount(codes, weights=cells["dur"].to_numpy(np.float64), minlength=n)
-    nknown = np.bincount(codes, weights=cells["known"].to_numpy(np.float64), minlength=n)
-    out = pd.DataFrame(index=keys_index(keys))
-    out["ops"] = np.bincount(codes, weights=cells["ops"].to_numpy(np.float64), minlength=n).astype(np.int64)
-    out["bytes"] = np.bincount(codes, weights=cells["bytes"].to_numpy(np.float64), minlength=n).astype(np.int64)
-    out["total_ns"] = total
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["mean_ns"] = np.where(nknown > 0, total / nknown, np.nan)
     qv = _quantiles(codes, n, values, {} if quantile_cache is None else quantile_cache)
-    for j, q in enumerate(QS):
-        out[qname(q)] = qv[:, j]
-    grand = cells["dur"].to_numpy(np.float64).sum()
-    out["share"] = total / grand if grand > 0 else np.nan
     ranks, rcode = np.unique(cells["rank"].to_numpy(np.int64), return_inverse=True)
-    out["cv"], out["ranks"] = rank_spread(codes, rcode, n, len(ranks), cells["dur"].to_numpy(np.float64),
-                                          cells["ops"].to_numpy(np.float64))
+    col = {c: cells[c].to_numpy(np.float64) for c in ("ops", "dur", "known", "bytes")}
+    out = summed_columns(codes, n, keys_index(keys), col["ops"], col["dur"], col["known"], col["bytes"], QS, qv,
+                         rcode, len(ranks))
     return CellSummary(out, keys, by)
 
 
 def with_bandwidth(cs: CellSummary, bandwidth: pd.DataFrame | None) -> pd.DataFrame:
     """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths."""
-    cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in QS] + SUMMARY_COLUMNS[7:]
     if cs.table is None:
-        return pd.DataFrame(columns=cs.by + cols).set_index(cs.by)
-    out = cs.table.copy()
+        return pd.DataFrame(columns=cs.by + summary_columns(QS)).set_index(cs.by)
     bw = _bandwidth_rows(bandwidth, cs.keys, cs.by)
-    out["collectives"] = bw["collectives"].to_numpy(np.int64)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
-        out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
-    return out[cols].sort_values("total_ns", ascending=False, kind="stable")
+    return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB, QS)
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
