@@ -132,7 +132,7 @@ def test_cli_check_partitioned_json_equals_one_frame(faulty_run, capsys):
     assert cli_main(["check", faulty_run, "--json", "--partitioned", "--memory-limit", "64M"]) == 1
     part = json.loads(capsys.readouterr().out)
     assert part == one
-    # A memory limit the one frame does not fit in switches to the partitioned path by itself.
+    # A memory limit the run does not fit in cuts it into seq chunks by itself.
     assert cli_main(["check", faulty_run, "--json", "--memory-limit", "1M"]) == 1
     assert json.loads(capsys.readouterr().out) == one
 
