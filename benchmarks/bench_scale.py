@@ -174,7 +174,7 @@ CHECK_CHILD = r"""
 import json, resource, sys, time
 mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from commtrace.analysis.check import diagnose
-from commtrace.analysis.partitioned.check_map import check_partitioned
+from commtrace.analysis.partitioned.check_map import check_run
 from commtrace.trace.reader import load_run
 sys.path.insert(0, sys.argv[4])
 from peak_rss import peak_rss_kib
@@ -194,7 +194,7 @@ if mode == "one-frame":
     run = load_run(run_dir)
     findings, ops = diagnose(run), len(run.frame)
 else:
-    s = check_partitioned(run_dir, workers=workers, progress=False)
+    s = check_run(run_dir, workers=workers, progress=False, partitioned=True)
     findings, ops = s.findings, s.ops
 wall = time.perf_counter() - t
 print(json.dumps({"ops": ops, "wall_s": wall, "self_rss": (peak_rss_kib() - base) * 1024,

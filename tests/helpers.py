@@ -240,8 +240,9 @@ def comm_debug_mode_lacks_modules() -> str | None:
 
 
 def partitioned_findings(run_dir, **kw) -> list:
-    from commtrace.analysis.partitioned.check_map import check_partitioned
-    return check_partitioned(str(run_dir), progress=False, **kw).findings
+    """The check's findings with the run cut into seq chunks (as a run too big for memory is)."""
+    from commtrace.analysis.partitioned.check_map import check_run
+    return check_run(str(run_dir), progress=False, partitioned=True, **kw).findings
 
 
 def assert_same_findings(one_frame: list, partitioned: list) -> None:

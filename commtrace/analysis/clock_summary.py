@@ -1,7 +1,7 @@
 """Per host: how its ranks' clocks were put on rank 0's clock, and how well.
 
 Input: the reader's process summaries, whose ``clock`` is
-``trace.clocks.ProcessClock.describe()``. Output: ``run_info()["clocks"]``, one
+``trace.clocks.ProcessClock.describe()``. Output: ``run_info.info_of(...)["clocks"]``, one
 entry per host (the reference host first):
 
 ``host``, ``ranks``

@@ -17,11 +17,18 @@ import pandas as pd
 from . import intervals as iv
 from .arrays import OpArrays
 from .match import Matched
-from .skew import collective_instances
 from .step_table import RankTimes
 from .summary import bus_factors
 
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
+
+
+def collective_instances(matched: Matched) -> pd.DataFrame:
+    """Instances with at least two callers that are not point-to-point."""
+    inst = matched.instances
+    if len(inst) == 0:
+        return inst
+    return inst[(~inst["p2p"].to_numpy(dtype=bool)) & (inst["ranks"].to_numpy() >= 2)]
 
 
 def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:

@@ -15,9 +15,7 @@ from ..trace import schema
 # The default memory limit: this share of the machine's RAM.
 DEFAULT_MEMORY_FRACTION = 0.5
 # Peak memory per op of a run held whole with its op view (the frame: 231-256 B/op measured), with headroom.
-ONE_FRAME_BYTES_PER_OP = 300
-# ... and of the one-frame check (364-416 B/op measured on synthetic runs): it holds more columns.
-ONE_FRAME_CHECK_BYTES_PER_OP = 450
+WHOLE_RUN_BYTES_PER_OP = 300
 
 
 def total_memory() -> int:
@@ -36,8 +34,8 @@ def memory_limit(limit: int | None) -> int:
     return limit or default_memory_limit()
 
 
-def needs_partitions(run_dir: str, limit: int | None = None, bytes_per_op: int = ONE_FRAME_BYTES_PER_OP) -> bool:
-    """Whether the one frame of ``run_dir`` (at ``bytes_per_op`` per op record) would not fit ``limit``."""
+def needs_partitions(run_dir: str, limit: int | None = None, bytes_per_op: int = WHOLE_RUN_BYTES_PER_OP) -> bool:
+    """Whether ``run_dir`` held whole (at ``bytes_per_op`` per op record) would not fit ``limit``."""
     try:
         size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(glob.escape(run_dir), "*" + schema.OPS_SUFFIX)))
     except OSError:

@@ -9,9 +9,8 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
-from .arrays import OpArrays, cat_codes, stable_order
 from .clock_summary import clock_summary
-from .bounded_coverage import bounded_processes, coverage_text
+from .bounded_coverage import coverage_text
 
 
 @dataclass
@@ -69,34 +68,6 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     return ReportRun(run.path, frame, procs, issues, run_id, *tables)
 
 
-def union_length(start: np.ndarray, end: np.ndarray) -> int:
-    """Total length of the union of intervals [start, end) sorted by start."""
-    if len(start) == 0:
-        return 0
-    prev_max = np.maximum.accumulate(end)
-    lo = np.maximum(start[1:], prev_max[:-1])
-    return int(end[0] - start[0]) + int(np.clip(end[1:] - lo, 0, None).sum())
-
-
-def comm_time_per_rank(frame: pd.DataFrame, arrays: OpArrays | None = None) -> dict[int, int]:
-    """Rank -> ns during which at least one op of that rank was in progress."""
-    a = arrays or OpArrays.of(frame)
-    if len(a.rank) == 0:
-        return {}
-    ranks, rix = a.rank_codes()
-    if a.start_sorted():   # then a stable sort by rank keeps each rank's rows start-sorted
-        order = stable_order(rix, len(ranks))
-    else:
-        order = np.lexsort((a.start, a.rank))
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(rix, minlength=len(ranks)))))
-    out = {}
-    for i, rank in enumerate(ranks):   # one rank at a time: small temporaries
-        rows = order[bounds[i]:bounds[i + 1]]
-        if len(rows):
-            out[int(rank)] = union_length(a.start[rows], a.end[rows])
-    return out
-
-
 def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
     """Process start to its end record (both on its own clock); without an end
     record, its start on rank 0's clock to its last op (``frame_end``, aligned)."""
@@ -115,54 +86,11 @@ def _stem(p: dict) -> str:
     return f[: -len(schema.META_SUFFIX)] if f.endswith(schema.META_SUFFIX) else f
 
 
-def _record_spans(df: pd.DataFrame, a: OpArrays) -> dict[str, int]:
-    """Per trace file (stem): first recorded op start to last recorded op end."""
-    if not len(df):
-        return {}
-    codes, files = cat_codes(df["file"])
-    lo = np.full(len(files), np.iinfo(np.int64).max)
-    hi = np.full(len(files), np.iinfo(np.int64).min)
-    np.minimum.at(lo, codes, a.start)
-    np.maximum.at(hi, codes, a.end)
-    return {str(f): int(h - low) for f, low, h in zip(files, lo, hi) if h >= low}
-
-
-def run_info(run: ReportRun, arrays: OpArrays | None = None, *, frame: pd.DataFrame | None = None,
-             t0: int | None = None, comm_ns_per_rank: dict | None = None,
-             window_ns_per_rank: dict | None = None) -> dict:
-    """Numbers for the banner: who ran, how long, how much time went to communication.
-
-    ``frame``/``arrays``: the ops shown (default: the run's); ``t0``: the run's first
-    op; ``comm_ns_per_rank``: communication time per rank (default: the union of
-    the shown ops); ``window_ns_per_rank``: the length of each rank's window when
-    the report shows part of the run -- the comm share is then comm / window
-    length instead of comm / wall time. A bounded process (ring, steps window)
-    shares over the time its records cover (first op kept to last op end)."""
-    df = run.frame if frame is None else frame
-    a = arrays or OpArrays.of(df)
-    if t0 is None:
-        t0 = int(a.start.min()) if len(a.start) else None
-    last_end = {}
-    if len(a.rank):
-        ranks_u, rix = a.rank_codes()
-        last = np.full(len(ranks_u), np.iinfo(np.int64).min)
-        np.maximum.at(last, rix, a.end)
-        last_end = {int(k): int(v) for k, v in zip(ranks_u, last)}
-    return info_of(run.path, run.run_id, run.processes, t0=t0,
-                   first_start=int(a.start.min()) if len(a.start) else None,
-                   last_end=last_end, comm_ns_per_rank=comm_time_per_rank(df, a) if comm_ns_per_rank is None
-                   else comm_ns_per_rank,
-                   spans_of_file=_record_spans(df, a) if bounded_processes(run.processes) else {},
-                   ops=int(len(df)), nbytes=int(a.nbytes.sum()),
-                   failed=int((df["status"] == "failed").sum()) if len(df) else 0,
-                   in_flight=int((df["status"] == "in_flight").sum()) if len(df) else 0,
-                   window_ns_per_rank=window_ns_per_rank)
-
-
 def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
             comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
             window_ns_per_rank: dict | None = None) -> dict:
-    """``run_info`` from its per-rank parts (the partitioned analysis folds them rank by rank):
+    """Numbers for the banner: who ran, how long, how much time went to communication, from
+    per-rank parts (the analysis folds them rank by rank, partitioned.rank_banner):
     ``first_start``: the first op shown; ``last_end``: rank -> its last op end; ``spans_of_file``:
     per trace file (stem), first op start to last op end (only needed when a process is bounded)."""
     ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})

@@ -63,31 +63,17 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     the rows; it must cover ``by``.
     """
     by = list(by)
-    cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in qs] + SUMMARY_COLUMNS[7:]
     if len(frame) == 0:
-        return pd.DataFrame(columns=by + cols).set_index(by)
+        return pd.DataFrame(columns=by + summary_columns(qs)).set_index(by)
     a = arrays or OpArrays.of(frame)
     if cells is None or not set(by) <= set(cells.cells.columns):
         cells = summary_cells(frame, by, a)
     c = cells.cells
     gcell, keys = c.coarsen(by)
     n = len(keys)
-    total = np.bincount(gcell, weights=cells.dur, minlength=n)
-    nknown = np.bincount(gcell, weights=cells.known, minlength=n)
-    out = pd.DataFrame(index=keys_index(keys))
-    out["ops"] = np.bincount(gcell, weights=cells.count, minlength=n).astype(np.int64)
-    out["bytes"] = np.bincount(gcell, weights=cells.nbytes, minlength=n).astype(np.int64)
-    out["total_ns"] = total
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["mean_ns"] = np.where(nknown > 0, total / nknown, np.nan)
-    row_groups = Groups.of_codes(narrow(gcell, n)[c.code], keys)
-    qv = row_groups.quantiles(a.dur, list(qs))
-    del row_groups
-    for j, q in enumerate(qs):
-        out[qname(q)] = qv[:, j]
-    grand = cells.dur.sum()
-    out["share"] = total / grand if grand > 0 else np.nan
-    out["cv"], out["ranks"] = rank_spread(gcell, c.key_codes["rank"], n, len(c.keys["rank"]), cells.dur, cells.count)
+    qv = Groups.of_codes(narrow(gcell, n)[c.code], keys).quantiles(a.dur, list(qs))
+    out = summed_columns(gcell, n, keys_index(keys), cells.count, cells.dur, cells.known, cells.nbytes, qs, qv,
+                         c.key_codes["rank"], len(c.keys["rank"]))
     # Collectives and bandwidth: every (row group, instance) pair counts once.
     pg, pi = instance_groups(gcell[c.code], matched)
     inst = matched.instances
@@ -98,11 +84,43 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     sT = np.bincount(pg, weights=np.where(ok, T, 0.0), minlength=n)
     sS = np.bincount(pg, weights=np.where(ok, S, 0.0), minlength=n)
     sB = np.bincount(pg, weights=np.where(ok, S * fac, 0.0), minlength=n)
-    out["collectives"] = np.bincount(pg, minlength=n)
+    return with_collectives(out, np.bincount(pg, minlength=n), sT, sS, sB, qs)
+
+
+def summary_columns(qs) -> list:
+    """The summary table's columns, with the duration percentiles ``qs``."""
+    return SUMMARY_COLUMNS[:5] + [qname(q) for q in qs] + SUMMARY_COLUMNS[7:]
+
+
+def summed_columns(codes, n: int, index, count, dur, known, nbytes, qs, qv, rank_codes, n_ranks: int) -> pd.DataFrame:
+    """The columns that add up over cells (each cell: its row ``codes`` of ``n``, its op count,
+    summed known durations, known durations, bytes, rank code): ops, bytes, total_ns, mean_ns,
+    share, cv, ranks; plus the percentiles ``qs`` (``qv``: n x len(qs)). Both summaries use it:
+    ``op_summary`` over a frame's cells, the analysis' ``merge.cell_summary`` over every rank's."""
+    total = np.bincount(codes, weights=dur, minlength=n)
+    nknown = np.bincount(codes, weights=known, minlength=n)
+    out = pd.DataFrame(index=index)
+    out["ops"] = np.bincount(codes, weights=count, minlength=n).astype(np.int64)
+    out["bytes"] = np.bincount(codes, weights=nbytes, minlength=n).astype(np.int64)
+    out["total_ns"] = total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["mean_ns"] = np.where(nknown > 0, total / nknown, np.nan)
+    for j, q in enumerate(qs):
+        out[qname(q)] = qv[:, j]
+    grand = dur.sum()
+    out["share"] = total / grand if grand > 0 else np.nan
+    out["cv"], out["ranks"] = rank_spread(codes, rank_codes, n, n_ranks, dur, count)
+    return out
+
+
+def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, qs) -> pd.DataFrame:
+    """``out`` (summed_columns) plus collectives, algbw and busbw from per row the summed slowest
+    time ``sT``, size ``sS`` and size x bus factor ``sB`` (nccl-tests), sorted by total time."""
+    out["collectives"] = collectives
     with np.errstate(divide="ignore", invalid="ignore"):
         out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
         out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
-    return out[cols].sort_values("total_ns", ascending=False, kind="stable")
+    return out[summary_columns(qs)].sort_values("total_ns", ascending=False, kind="stable")
 
 
 def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray, np.ndarray]:

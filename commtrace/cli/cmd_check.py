@@ -17,8 +17,8 @@ trace data that cannot be read (named per file); watchdog/signal dumps.
 ranks with equal state are folded into rank ranges ("rank 0-699,701-1023 entered:
 completed"); --json keeps every rank (docs/faults.md, "Many ranks").
 
-big runs: a run whose one frame would not fit --memory-limit (or with
---partitioned / --dask) is checked seq chunk by seq chunk (map/reduce), with the
+big runs: a run that does not fit --memory-limit (or with --partitioned /
+--dask) is checked seq chunk by seq chunk on every core (map/reduce), with the
 same findings (docs/faults.md, "Big runs").
 
 exit codes: 0 clean, 1 problems found (--strict: warnings too; unreadable data
@@ -40,30 +40,20 @@ def add_parser(subparsers) -> None:
 
 
 def run_check(ns) -> int:
-    from ..analysis.check import diagnose, exit_code
-    from ..analysis.memory_policy import ONE_FRAME_CHECK_BYTES_PER_OP
-    from .options import memory_limit_of, wants_partitioned
-    for name in ("partitioned", "dask", "memory_limit"):   # callers building their own namespace
-        if not hasattr(ns, name):
-            setattr(ns, name, None)
-    if not hasattr(ns, "run_dir"):
-        ns.run_dir = None
-    if wants_partitioned(ns, bytes_per_op=ONE_FRAME_CHECK_BYTES_PER_OP):
-        from ..analysis.partitioned.check_map import check_partitioned
-        scan = check_partitioned(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit))
-        run, findings = scan.run, scan.findings
-    else:
-        from ..trace.reader import load_run
-        run = load_run(ns.run_dir)  # CommtraceError (code 2) when unusable
-        findings = diagnose(run)
-    if getattr(ns, "json", False):
+    from ..analysis.check import exit_code
+    from ..analysis.partitioned.check_map import check_run
+    from .options import memory_limit_of
+    checked = check_run(ns.run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit),
+                        partitioned=ns.partitioned)
+    run, findings = checked.run, checked.findings
+    if ns.json:
         json.dump({"run_dir": run.path, "findings": [f.to_dict() for f in findings],
-                   "exit_code": exit_code(findings, getattr(ns, "strict", False))}, sys.stdout, indent=1)
+                   "exit_code": exit_code(findings, ns.strict)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         from ..render.check_text import render_findings
         from ..render.terminal import make_console
         con = make_console()
-        render_findings(findings, con, title=f"commtrace check {run.path}", verbose=getattr(ns, "verbose", False))
-    return exit_code(findings, getattr(ns, "strict", False))
+        render_findings(findings, con, title=f"commtrace check {run.path}", verbose=ns.verbose)
+    return exit_code(findings, ns.strict)
 

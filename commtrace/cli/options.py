@@ -2,8 +2,6 @@
 analysis (report, compare, check), parsed here; analysis.memory_policy decides."""
 from __future__ import annotations
 
-import os
-
 from ..errors import CommtraceError
 
 
@@ -74,18 +72,3 @@ def memory_limit_of(text: str | None) -> int | None:
     if not value > 0:
         raise CommtraceError(f"--memory-limit {text}: not a size (e.g. 8G, 512M, 25%)")
     return int(value)
-
-
-def wants_partitioned(ns, run_dir=None, bytes_per_op: int | None = None) -> bool:
-    """--partitioned, --dask / $COMMTRACE_DASK, or a run whose one frame would not fit the memory limit
-    (``run_dir``, default ``ns.run_dir``: the newest run, then set there)."""
-    from ..analysis import memory_policy
-    from ..analysis.partitioned import ENV_DASK
-    from ..trace import reader
-    if ns.partitioned or ns.dask or os.environ.get(ENV_DASK):
-        return True
-    limit = memory_limit_of(ns.memory_limit)
-    if run_dir is None:
-        run_dir = ns.run_dir if ns.run_dir is not None else reader.newest_run()
-        ns.run_dir = run_dir
-    return memory_policy.needs_partitions(run_dir, limit, bytes_per_op or memory_policy.ONE_FRAME_BYTES_PER_OP)

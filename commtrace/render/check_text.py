@@ -61,13 +61,3 @@ def render_findings(findings: list[Finding], console: Console, title: str | None
 def _uneven(progress: Finding) -> bool:
     """A progress finding whose members completed different last seqs."""
     return len({str(v.get("last_completed")) for v in progress.data.get("ranks", {}).values()}) > 1
-
-
-def findings_text(findings: list[Finding], width: int = 120, verbose: bool = False) -> str:
-    """The same report as plain text (for tests and logs)."""
-    import io
-    buf = io.StringIO()
-    con = Console(file=buf, width=width, color_system=None, no_color=True, highlight=False, emoji=False,
-                  force_terminal=False)
-    render_findings(findings, con, verbose=verbose)
-    return buf.getvalue()

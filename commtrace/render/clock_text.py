@@ -14,7 +14,7 @@ _BEYOND_SHOWN_NS = 1_000_000_000  # a rank that ran on after its last measuremen
 
 
 def clock_rows(clocks: list[dict] | None) -> list[tuple[str, str]]:
-    """(label, text) rows for ``run_info()["clocks"]`` (see ``analysis.clock_summary``)."""
+    """(label, text) rows for ``Report.info["clocks"]`` (see ``analysis.clock_summary``)."""
     if not clocks or len(clocks) < 2:
         return []
     if len(clocks) > _MAX_HOSTS:

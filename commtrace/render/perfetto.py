@@ -22,12 +22,6 @@ _ROW_FIELDS = ("seq", "t_start_ns", "t_return_ns", "t_end_ns", "duration_ns", "s
 CHUNK = 20_000
 
 
-def _us(ns: int) -> str:
-    """Exact decimal microseconds from integer nanoseconds."""
-    q, r = divmod(int(ns), 1000)
-    return f"{q}.{r:03d}"
-
-
 def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray, small: int = 8) -> np.ndarray:
     """Per row a track index (0..) such that slices on one (rank, track) never overlap.
 
@@ -93,15 +87,6 @@ def _jsonable(v):
     if isinstance(v, (np.bool_,)):
         return bool(v)
     return v if isinstance(v, (int, float, bool)) else str(v)
-
-
-def _num_or_null(values: pd.Series) -> list[str]:
-    arr = values.array
-    if isinstance(arr, pd.arrays.IntegerArray):
-        vals = arr._data.tolist()
-        mask = arr._mask.tolist()
-        return ["null" if m else str(v) for v, m in zip(vals, mask)]
-    return [str(v) for v in values.tolist()]
 
 
 def _codes(col: pd.Series):

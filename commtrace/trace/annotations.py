@@ -35,14 +35,6 @@ def _layouts(meta: list[dict]) -> tuple[dict, dict]:
     return layouts, buffers
 
 
-def _layout_at(entries: list, iteration: int):
-    chosen = None
-    for it, buckets in entries:
-        if it <= iteration:
-            chosen = buckets
-    return chosen
-
-
 def _is(col: pd.Series, value: str) -> np.ndarray:
     """Rows of a categorical column equal to ``value`` (by code)."""
     cats = col.cat.categories

@@ -6,7 +6,7 @@ text, ``"0,1,2"`` (``ranks_text``), so that the column stays a categorical -- on
 small code per op, not a Python object per op -- and exports to CSV as it reads.
 Whoever needs the ranks back from the column (check's group members, the merge of
 the C++ and Python layers) reads them with ``parse_ranks``, the one parser; whoever
-reads group lines themselves (the partitioned check) takes ``ranks_of``.
+reads group lines themselves (the check engine, check_map) takes ``ranks_of``.
 """
 from __future__ import annotations
 

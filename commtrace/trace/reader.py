@@ -661,11 +661,6 @@ def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
-def build_spans(procs: list[ProcessTrace]) -> pd.DataFrame:
-    """The compute spans of every process (see ``trace.marks.SPAN_COLUMNS``)."""
-    return build_mark_tables(procs)[0]
-
-
 def load_run(run_dir: str | None = None) -> Run:
     run_dir = newest_run() if run_dir is None else str(run_dir)
     issues: list[TraceIssue] = []

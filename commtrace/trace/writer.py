@@ -99,10 +99,6 @@ class TraceWriter:
         return self._ops.path
 
     @property
-    def spans_path(self) -> str:
-        return self._spans.path
-
-    @property
     def coverage_path(self) -> str:
         return os.path.join(self.run_dir, self.stem + schema.COVERAGE_SUFFIX)
 

@@ -64,7 +64,7 @@ def _cli(*args) -> h.Result:
 
 
 def _same_check_partitioned(run_dir, rc: int) -> None:
-    """check --partitioned (seq chunk by seq chunk) prints the one-frame check's findings."""
+    """check --partitioned (seq chunk by seq chunk) prints the findings of check in one chunk."""
     one = json.loads(_cli("check", str(run_dir), "--json").check(rc).stdout)
     part = json.loads(_cli("check", str(run_dir), "--json", "--partitioned").check(rc).stdout)
     assert part == one

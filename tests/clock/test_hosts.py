@@ -63,8 +63,8 @@ def test_collectives_in_causal_order(hosts_run):
 
 
 def test_report_states_method_and_uncertainty(hosts_run):
-    from commtrace.analysis.run_info import load_report_run, run_info
-    info = run_info(load_report_run(hosts_run.run_dir))
+    from commtrace.analysis.partitioned import analyse
+    info = analyse(hosts_run.run_dir, workers=1, progress=False).info
     by_host = {c["host"]: c for c in info["clocks"]}
     assert info["clocks"][0]["methods"] == [["reference"]] and info["clocks"][0]["uncertainty_ns"] == 0
     b = by_host[HOST_B]

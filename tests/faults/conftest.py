@@ -60,12 +60,17 @@ def check_cli(run_dir: Path, *args: str, timeout: float = 60) -> subprocess.Comp
 
 
 def diagnose_dir(run_dir: Path):
-    """The one-frame check's run and findings -- asserting that the partitioned check
-    (seq chunk by seq chunk, serial) gives the same findings on this run."""
+    """The loaded run and its findings (``check.diagnose``) -- asserting that the check
+    engine gives the same findings on this run: in one chunk (as `commtrace check` does a
+    run this small) and seq chunk by seq chunk (serial)."""
     from commtrace.analysis.check import diagnose
+    from commtrace.analysis.partitioned.check_map import check_run
     from commtrace.trace.reader import load_run
     run = load_run(str(run_dir))
     findings = diagnose(run)
+    whole = check_run(str(run_dir), progress=False)
+    assert whole.chunks <= 1
+    assert_same_findings(findings, whole.findings)
     assert_same_findings(findings, partitioned_findings(run_dir, workers=1))
     return run, findings
 
@@ -75,3 +80,15 @@ def kinds(findings) -> dict:
     for f in findings:
         out.setdefault(f.kind, []).append(f)
     return out
+
+
+def findings_text(findings, width: int = 120, verbose: bool = False) -> str:
+    """`commtrace check`'s terminal report of ``findings`` as plain text."""
+    import io
+    from rich.console import Console
+    from commtrace.render.check_text import render_findings
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system=None, no_color=True, highlight=False, emoji=False,
+                  force_terminal=False)
+    render_findings(findings, con, verbose=verbose)
+    return buf.getvalue()

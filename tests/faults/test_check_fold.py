@@ -10,12 +10,11 @@ import pytest
 
 from commtrace.analysis import check as C
 from commtrace.trace.rank_ranges import FOLD_SHOWN, fmt_ranks, fold_ranks, folded_inline, folded_lines
-from commtrace.render.check_text import findings_text
 from commtrace.trace.reader import Run
 
 from commtrace.trace.reader import load_run
 
-from .conftest import assert_same_findings, check_cli, kinds, partitioned_findings
+from .conftest import assert_same_findings, check_cli, findings_text, kinds, partitioned_findings
 from .test_check_unit import frame, mkrun, proc, row
 
 

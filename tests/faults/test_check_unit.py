@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from commtrace.analysis import check as C
-from commtrace.render.check_text import findings_text
 from commtrace.trace.reader import Run, TraceIssue
+
+from .conftest import findings_text
 
 COLS = ["rank", "world", "group", "group_desc", "group_ranks", "seq", "op", "variant", "shapes", "out_shapes",
         "dtype", "reduce_op", "root", "status", "t_start_ns", "t_end_ns", "callsite", "error"]

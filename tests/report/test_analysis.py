@@ -1,15 +1,20 @@
-"""Analysis functions on small hand-built frames."""
+"""Analysis functions on small hand-built frames (and traces: tests/tracebuilder.py)."""
+import os
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from commtrace.analysis.compare import delta_pct
 from commtrace.analysis.match import match_ops
-from commtrace.analysis.run_info import comm_time_per_rank, union_length
-from commtrace.analysis.skew import skew_summary
+from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.summary import bus_factor, op_summary
 from commtrace.analysis.timeline import bin_timeline, event_rows, parse_time
 from commtrace.errors import CommtraceError
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tracebuilder import Proc, write_run  # noqa: E402
 
 
 def frame(rows):
@@ -94,20 +99,28 @@ def test_summary_by_phase_keeps_missing_phase():
     assert set(s.index) == {("backward", "all_reduce"), ("-", "barrier")}
 
 
-def test_skew_stragglers():
-    df = frame([(0, "all_reduce", k, 100 * k, 100 * k + 50, 8) for k in range(1, 4)]
-               + [(1, "all_reduce", k, 100 * k + 20, 100 * k + 50, 8) for k in range(1, 4)])
-    sk = skew_summary(match_ops(df))
+def test_skew_stragglers(tmp_path):
+    """Rank 1 calls each of 3 all_reduces 20 us after rank 0: 3 instances of spread 20 us,
+    rank 1 last every time, the others waited 3 x 20 = 60 us for it."""
+    p0, p1 = Proc(0), Proc(1)
+    for k in range(1, 4):
+        p0.op("all_reduce", 100 * k, 100 * k + 50, nbytes=8)
+        p1.op("all_reduce", 100 * k + 20, 100 * k + 50, nbytes=8)
+    sk = analyse(write_run(tmp_path, [p0, p1]), workers=1, progress=False).skew
     assert sk["instances"] == 3
-    assert sk["stragglers"].index[0] == 1 and sk["stragglers"].iloc[0]["wait_ns"] == 60
-    assert sk["top"]["spread_ns"].tolist() == [20, 20, 20]
+    strag = sk["stragglers"]
+    assert strag.index[0] == 1 and strag.iloc[0]["wait_ns"] == 60_000 and strag.iloc[0]["last"] == 3
+    assert strag.iloc[0]["share_last"] == 1.0 and strag.iloc[0]["mean_spread_ns"] == 20_000
+    assert sk["top"]["spread_ns"].tolist() == [20_000] * 3
+    assert sk["by_op"].loc["all_reduce", "max_ns"] == 20_000
 
 
-def test_union_and_comm_time():
-    assert union_length(np.array([0, 5, 20]), np.array([10, 12, 25])) == 17
-    df = frame([(0, "all_reduce", 1, 0, 10, 8), (0, "all_reduce", 2, 5, 12, 8), (0, "barrier", 3, 20, 25, 0),
-                (1, "all_reduce", 1, 0, 4, 8)])
-    assert comm_time_per_rank(df) == {0: 17, 1: 4}
+def test_comm_time_is_the_union_of_each_ranks_ops(tmp_path):
+    """Rank 0: [0, 10) and [5, 12) overlap (12 us), then [20, 25) (5 us): 17 us; rank 1: 4 us."""
+    p0, p1 = Proc(0), Proc(1)
+    p0.op("all_reduce", 0, 10, nbytes=8).op("all_reduce", 5, 12, nbytes=8).op("barrier", 20, 25, nbytes=0)
+    p1.op("all_reduce", 0, 4, nbytes=8)
+    assert analyse(write_run(tmp_path, [p0, p1]), workers=1, progress=False).comm_ns == {0: 17_000, 1: 4_000}
 
 
 def test_timeline_binning():
@@ -145,4 +158,3 @@ def test_empty_frame_is_fine():
     m = match_ops(df)
     assert len(m.instances) == 0
     assert len(op_summary(df, m)) == 0
-    assert skew_summary(m)["instances"] == 0

@@ -1,7 +1,7 @@
-"""``commtrace check`` on the partitioned path (seq chunk by seq chunk) gives the one-frame
-check's findings, finding for finding: serial, in a process pool and on a real Dask
-LocalCluster, on synthetic runs with faults written into their files (the fault tests
-in tests/faults compare every real run they diagnose the same way)."""
+"""``commtrace check`` (check_map.check_run) gives ``check.diagnose``'s findings on the loaded
+run, finding for finding: in one chunk (a run that fits), seq chunk by seq chunk serial, in
+a process pool and on a real Dask LocalCluster, on synthetic runs with faults written into
+their files (the fault tests in tests/faults compare every real run they diagnose the same way)."""
 import glob
 import json
 import os
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from commtrace.analysis.check import diagnose
-from commtrace.analysis.partitioned.check_map import check_partitioned
+from commtrace.analysis.partitioned.check_map import check_run
 from commtrace.cli import main as cli_main
 from commtrace.errors import CommtraceError
 from commtrace.trace import schema
@@ -86,18 +86,27 @@ def faulty_findings(faulty_run):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_partitioned_check_equals_one_frame(faulty_run, faulty_findings, workers):
     # A small memory limit: many seq chunks, so every group is split.
-    s = check_partitioned(faulty_run, workers=workers, memory_limit=64 << 20, progress=False)
+    s = check_run(faulty_run, workers=workers, memory_limit=64 << 20, progress=False, partitioned=True)
     assert s.chunks > 4 and s.ops == len(load_run(faulty_run).frame)
     assert s.executor == ("serial" if workers == 1 else "processes")
     assert_same_findings(faulty_findings, s.findings)
+
+
+def test_run_that_fits_is_one_chunk_in_this_process(faulty_run, faulty_findings):
+    s = check_run(faulty_run, progress=False)
+    assert (s.chunks, s.executor, s.workers) == (1, "serial", 1)
+    assert s.ops == len(load_run(faulty_run).frame)
+    assert_same_findings(faulty_findings, s.findings)
+    # A memory limit the run does not fit in (16,000 ops at CHUNK_BYTES_PER_OP) cuts it into seq chunks.
+    assert check_run(faulty_run, workers=1, memory_limit=4 << 20, progress=False).chunks > 1
 
 
 def test_partitioned_check_on_dask_local_cluster(faulty_run, faulty_findings):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   ) as cluster, distributed.Client(cluster) as client:
-        s = check_partitioned(faulty_run, dask=client, memory_limit=64 << 20, progress=False)
-        by_address = check_partitioned(faulty_run, dask=cluster.scheduler_address, progress=False)
+        s = check_run(faulty_run, dask=client, memory_limit=64 << 20, progress=False)
+        by_address = check_run(faulty_run, dask=cluster.scheduler_address, progress=False)
     assert s.executor == "dask" and s.workers == 2
     assert_same_findings(faulty_findings, s.findings)
     assert_same_findings(faulty_findings, by_address.findings)
@@ -110,7 +119,7 @@ def test_truncated_rank_file_is_named_on_both_paths(faulty_run, tmp_path):
     path = _ops_file(d, 3)
     os.truncate(path, 300 * schema.RECORD_SIZE + 7)
     one = diagnose(load_run(d))
-    part = check_partitioned(d, workers=1, memory_limit=64 << 20, progress=False).findings
+    part = check_run(d, workers=1, memory_limit=64 << 20, progress=False, partitioned=True).findings
     assert_same_findings(one, part)
     arrived = [f for f in part if f.kind == "not_arrived"]
     assert arrived and all(f.ranks == [3] for f in arrived)
@@ -123,7 +132,7 @@ def test_cli_check_partitioned_json_equals_one_frame(faulty_run, capsys):
     assert cli_main(["check", faulty_run, "--json", "--partitioned", "--memory-limit", "64M"]) == 1
     part = json.loads(capsys.readouterr().out)
     assert part == one
-    # A memory limit the one frame does not fit in switches to the partitioned path by itself.
+    # A memory limit the run does not fit in cuts it into seq chunks by itself.
     assert cli_main(["check", faulty_run, "--json", "--memory-limit", "1M"]) == 1
     assert json.loads(capsys.readouterr().out) == one
 
@@ -143,7 +152,7 @@ def test_partitioned_check_unusable_input_as_one_frame(tmp_path):
     with pytest.raises(CommtraceError) as one:
         load_run(str(tmp_path))
     with pytest.raises(CommtraceError) as part:
-        check_partitioned(str(tmp_path), workers=1, progress=False)
+        check_run(str(tmp_path), workers=1, progress=False)
     assert str(part.value) == str(one.value)
 
 
@@ -163,6 +172,6 @@ def test_partitioned_check_of_a_bounded_run(faulty_run, tmp_path):
         rec[1000:].tofile(ops)
     one = diagnose(load_run(d))
     assert any(f.kind == "coverage" for f in one)
-    part = check_partitioned(d, workers=2, memory_limit=64 << 20, progress=False)
+    part = check_run(d, workers=2, memory_limit=64 << 20, progress=False, partitioned=True)
     assert part.chunks > 4
     assert_same_findings(one, part.findings)

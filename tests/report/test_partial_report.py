@@ -293,6 +293,21 @@ def test_cpp_layer_run_exports_and_events(cpp_layer_run, tmp_path):
         assert partitioned[partitioned.index("\nEvents ("):] == one_frame[one_frame.index("\nEvents ("):]
 
 
+def test_cpp_layer_run_check(cpp_layer_run, capsys):
+    """check of a C++-layer run: C++ rows merged into Python rows as the loaded run has them (one
+    chunk); cut into seq chunks it cannot be merged alike: exit 2, one line."""
+    from commtrace.analysis.check import diagnose
+    from commtrace.analysis.partitioned.check_map import check_run
+    from commtrace.trace.reader import load_run
+    one = [f.to_dict() for f in diagnose(load_run(cpp_layer_run))]
+    s = check_run(cpp_layer_run, progress=False)
+    assert s.chunks == 1 and [f.to_dict() for f in s.findings] == one
+    assert any(f["kind"] == "failed" for f in one)           # the driver's MPI error, on its merged row
+    assert main(["check", cpp_layer_run, "--partitioned"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "C++-layer trace files" in err
+
+
 def test_window_on_dask_equals_one_frame(syn_run):
     """The window travels to the workers of a real Dask LocalCluster (worker processes)."""
     distributed = pytest.importorskip("distributed")

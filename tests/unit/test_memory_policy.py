@@ -1,5 +1,5 @@
 """analysis.memory_policy and the CLI's --memory-limit: the limit's syntax and whether a
-run's one frame fits it (the one rule report, compare and check follow)."""
+run held whole fits it (the one rule report, compare and check follow)."""
 import pytest
 
 from commtrace.analysis import memory_policy as mp
@@ -20,10 +20,11 @@ def test_memory_limit_syntax():
             memory_limit_of(bad)
 
 
-def test_one_frame_fits_counts_op_records_at_the_one_frame_cost(tmp_path):
+def test_whole_run_fits_counts_op_records_at_the_whole_run_cost(tmp_path):
     for name in ("rank0.pid1", "rank1.pid2"):      # 10 records in all: 3,000 B at 300 B/op
         (tmp_path / (name + schema.OPS_SUFFIX)).write_bytes(b"\0" * (5 * schema.RECORD_SIZE))
     (tmp_path / "notes.bin").write_bytes(b"\0" * 10_000)   # not an ops file
     assert not mp.needs_partitions(str(tmp_path), 3_000, 300)
     assert mp.needs_partitions(str(tmp_path), 2_999, 300)
-    assert mp.needs_partitions(str(tmp_path), 4_000, mp.ONE_FRAME_CHECK_BYTES_PER_OP)   # 4,500 B
+    assert mp.needs_partitions(str(tmp_path), 2_999)           # the default cost: WHOLE_RUN_BYTES_PER_OP
+    assert not mp.needs_partitions(str(tmp_path), 3_000)

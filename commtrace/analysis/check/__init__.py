@@ -21,9 +21,10 @@ Where the pieces are: ``findings`` (Finding, kinds, severities, exit_code),
 how far each got), ``facts`` (what the diagnoses need from every op, mergeable
 over seq chunks: ``RunFacts``, ``GroupVerdict``), ``fates`` (how each rank and
 process ended), ``diagnoses`` (every diagnosis over those), ``dumps`` (reading
-watchdog / SIGUSR1 state dumps); ``diagnose`` here runs them all on one frame,
-``diagnose_reduced`` on facts and a frame of just the rows they name (the
-partitioned check of big runs: ``analysis.partitioned.check_map``).
+watchdog / SIGUSR1 state dumps); ``diagnose_reduced`` runs them all on facts and a
+frame of just the rows they name (``commtrace check``'s engine, which reads the run
+per rank and per seq chunk: ``analysis.partitioned.check_map.check_run``), ``diagnose``
+on the frame of a run already loaded (``reader.load_run``).
 """
 from __future__ import annotations
 
@@ -53,10 +54,9 @@ def diagnose(run) -> list[Finding]:
 
 
 def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> list[Finding]:
-    """The findings from ``facts`` (figures over every op) and ``df``: every op (the
-    one-frame path), or -- with ``verdicts`` -- only the rows of the collectives the
-    verdicts name and the unmatched send/recv shown (the partitioned path,
-    analysis.partitioned.check_map)."""
+    """The findings from ``facts`` (figures over every op) and ``df``: every op (``diagnose``),
+    or -- with ``verdicts`` -- only the rows of the collectives the verdicts name and the
+    unmatched send/recv shown (analysis.partitioned.check_map)."""
     fates = rank_fates(run)
     early = early_processes(run)
     findings: list[Finding] = []

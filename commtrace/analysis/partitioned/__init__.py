@@ -64,7 +64,7 @@ class Report:
     by_group: pd.DataFrame
     by_phase: pd.DataFrame | None
     steps: object               # analysis.report.StepTables, or None
-    skew: dict                  # as analysis.skew.skew_summary
+    skew: dict                  # arrival skew: top, stragglers, by_op, instances (merge.PartitionFold.skew)
     comm_ns: dict               # rank -> communication time
     busbw: float                # bus bandwidth over every collective (compare's summary line)
     exact: bool                 # percentiles exact (else within quantile_error)
@@ -79,7 +79,7 @@ class Report:
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)    # reader.TraceIssue (the rank tasks re-read meta files: once each)
     tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
-    info: dict = field(default_factory=dict)      # the banner's numbers, as analysis.run_info.run_info
+    info: dict = field(default_factory=dict)      # the banner's numbers (analysis.run_info.info_of)
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
     window: object = None                         # the analysis.window.Window shown

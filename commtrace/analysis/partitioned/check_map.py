@@ -1,4 +1,4 @@
-"""``commtrace check`` of runs too big for one frame: the same findings by map/reduce.
+"""``commtrace check``: the findings of a run by map/reduce -- the one check engine.
 
 The diagnoses (analysis.check) read what each process said about itself (meta
 lines: small), figures over every op (``RunFacts``) and the rows of the few
@@ -10,18 +10,22 @@ collectives they name (``GroupVerdict``). Here:
    files (``rank_map._chunk_index``), per group the highest seq it has a record of
    and the member lists its ops name;
 3. per seq chunk (``map_check_chunk``): the frame of that chunk's records of every
-   file (``reader.build_frame`` on just them: every value as ``load_run``'s), whose
-   collective instances are whole, classified as on the one-frame path
+   file (``cpp_layer.rank_frame`` on just them: every value as ``load_run``'s), whose
+   collective instances are whole, classified as ``check.diagnose`` classifies them
    (``classify_group``, with the run-wide highest seqs of step 2) and reduced to the
    verdicts (capped to what the findings show, counts exact), the rows of the seqs
    they name, the first unmatched send/recv, and the chunk's RunFacts;
 4. the fold (``CheckFold``) merges those, keeps only the rows still shown, and
-   ``check.diagnose_reduced`` runs the one-frame path's code on the small result.
+   ``check.diagnose_reduced`` runs the diagnoses on the small result.
 
-No task holds more than one rank's records (step 2) or one chunk's frame (step 3);
+A run that fits in memory (``memory_policy.needs_partitions`` at ``CHUNK_BYTES_PER_OP``)
+and has fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked in this process;
+else no task holds more than one rank's records (step 2) or one chunk's frame (step 3);
 the fold holds the facts (per group and rank a few numbers, the straggler lags:
 one float per collective instance every member completed, where some rank arrived
-last) and at most a few dozen instances' rows per group.
+last) and at most a few dozen instances' rows per group. C++-layer files (trace.layers)
+are merged into their process's Python rows over the whole process, so a run that has
+them is checked in one chunk.
 """
 from __future__ import annotations
 
@@ -44,8 +48,10 @@ from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
 from ..check.fates import rank_fates
 from ..check.matching import collective_rows
 from .. import memory_policy
+from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
 from .progress_bar import Progress
+from .cpp_layer import has_cpp, rank_frame
 from .rank_map import _chunk_index
 
 # Peak memory of a chunk task per op it holds: the chunk's frame (reader.build_frame,
@@ -165,7 +171,7 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
         ref = _process(meta)
         if ref is not None:
             refs[wid] = ref
-    df = reader.build_frame(procs, refs) if procs else reader.empty_frame()
+    df = rank_frame(procs, refs) if procs else reader.empty_frame()
     df = bounded_coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
     facts = frame_facts(df, task.members)
     if task.facts_only:
@@ -247,9 +253,9 @@ class CheckFold:
 # -- the driver -------------------------------------------------------------------------
 
 @dataclass
-class PartitionedCheck:
-    """A partitioned check's result: the run (no op frame: ``run.frame`` holds only the
-    reduced rows) and its findings, with how the work was done."""
+class RunCheck:
+    """A check's result: the run (no op frame: ``run.frame`` holds only the reduced
+    rows) and its findings, with how the work was done."""
     run: object
     findings: list
     ops: int
@@ -259,9 +265,10 @@ class PartitionedCheck:
     seconds: dict
 
 
-def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
-                      progress: bool | None = None) -> PartitionedCheck:
-    """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc)."""
+def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
+              progress: bool | None = None, partitioned: bool = False) -> RunCheck:
+    """``check.diagnose(load_run(run_dir))``'s findings by map/reduce (module doc): one chunk
+    when the run fits ``memory_limit`` and neither ``partitioned`` nor Dask asks for many."""
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
     limit = memory_policy.memory_limit(memory_limit)
     metas = reader.find_traces(run_dir)
@@ -273,21 +280,24 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
     if not procs:
         detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    if any(p.header.get("source") == "cpp" for p in procs):
-        raise CommtraceError(f"{run_dir}: the partitioned check does not read C++-layer trace files (their ops "
-                             "are merged into the Python layer's); use the one-frame check (without --partitioned "
-                             "/ --dask)")
+    spread = bool(dask or os.environ.get(ENV_DASK))
+    whole = not (partitioned or spread or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
+    if has_cpp(procs) and not whole:
+        raise CommtraceError(f"{run_dir}: a run with C++-layer trace files is checked in one piece (their ops "
+                             "merge into the Python layer's over the whole process), and this one does not fit "
+                             "the memory limit or --partitioned / --dask asks for pieces")
     ranks: dict = {}
     for i, m, pt, _ in read:
         if pt is not None and pt.rank is not None:
             ranks.setdefault(pt.rank, []).append((i, m))
     records = {i: _ops_records(m) for i, m, pt, _ in read if pt is not None and pt.rank is not None}
     per_file = max(records.values(), default=0)
-    if workers is None and not (dask or os.environ.get(ENV_DASK)):
+    one_chunk = whole and (has_cpp(procs) or sum(records.values()) < POOL_MIN_RECORDS)
+    if workers is None and not spread:
         per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
-        workers = max(1, min(cpu_count(), len(ranks) or 1, limit // per_task))
+        workers = 1 if one_chunk else max(1, min(cpu_count(), len(ranks) or 1, limit // per_task))
     ex = make_executor(dask, workers)
-    chunk = _chunk_size(len(records), per_file, limit, ex.workers)
+    chunk = 1 << 30 if one_chunk else _chunk_size(len(records), per_file, limit, ex.workers)
     bar = Progress(progress)
     seconds: dict = {}
     try:
@@ -328,7 +338,7 @@ def check_partitioned(run_dir=None, *, dask=None, workers: int | None = None, me
     facts.stragglers = {k: facts.stragglers[k] for k in sorted(facts.stragglers, key=order)}
     run.frame = fold.frame()
     findings = diagnose_reduced(run, run.frame, facts, fold.verdicts)
-    return PartitionedCheck(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
+    return RunCheck(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
 
 
 def _ops_records(meta: str) -> int:

@@ -13,7 +13,7 @@ import pandas as pd
 from ..arrays import NA_KEY, keys_index
 from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
-from ..summary import SUMMARY_COLUMNS, qname, rank_spread
+from ..summary import summary_columns, summed_columns, with_collectives
 from .partition_map import PartitionPartial, TOP_COLUMNS
 from .rank_map import CELL_TABLE_COLUMNS, RankPartial
 from .sketch import LogSketch
@@ -176,11 +176,13 @@ class RankFold:
     def step_tables(self):
         """(per_rank, across, outside, total_steps), or None when no rank took a step."""
         from ..report import StepTables
-        per_rank = [t.unpack() for _, t in sorted(self.per_rank.items()) if len(t)]
+        per_rank = [t for _, t in sorted(self.per_rank.items()) if len(t)]
         if not per_rank and not self.per_rank_cut and not self.total_steps:
             return None
-        pr = pd.DataFrame({c: np.concatenate([t[c] for t in per_rank]) for c in PER_RANK_COLUMNS}) if per_rank \
-            else pd.DataFrame(columns=PER_RANK_COLUMNS)
+        # Column by column, unconsolidated (copy=False): the peak is the table and one column's
+        # pieces, not every rank's unpacked rows, their concatenation and pandas' 2-D block.
+        pr = pd.DataFrame({c: np.concatenate([t.column(c) for t in per_rank]) for c in PER_RANK_COLUMNS},
+                          copy=False) if per_rank else pd.DataFrame(columns=PER_RANK_COLUMNS)
         rows = []
         for code in (BEFORE, BETWEEN, AFTER):
             ops, nbytes, comm = self.outside[code]
@@ -229,38 +231,21 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
         return CellSummary(None, None, by)
     codes, keys = _coarsen(cells, by)
     n = len(keys)
-    total = np.bincount(codes, weights=cells["dur"].to_numpy(np.float64), minlength=n)
-    nknown = np.bincount(codes, weights=cells["known"].to_numpy(np.float64), minlength=n)
-    out = pd.DataFrame(index=keys_index(keys))
-    out["ops"] = np.bincount(codes, weights=cells["ops"].to_numpy(np.float64), minlength=n).astype(np.int64)
-    out["bytes"] = np.bincount(codes, weights=cells["bytes"].to_numpy(np.float64), minlength=n).astype(np.int64)
-    out["total_ns"] = total
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["mean_ns"] = np.where(nknown > 0, total / nknown, np.nan)
     qv = _quantiles(codes, n, values, {} if quantile_cache is None else quantile_cache)
-    for j, q in enumerate(QS):
-        out[qname(q)] = qv[:, j]
-    grand = cells["dur"].to_numpy(np.float64).sum()
-    out["share"] = total / grand if grand > 0 else np.nan
     ranks, rcode = np.unique(cells["rank"].to_numpy(np.int64), return_inverse=True)
-    out["cv"], out["ranks"] = rank_spread(codes, rcode, n, len(ranks), cells["dur"].to_numpy(np.float64),
-                                          cells["ops"].to_numpy(np.float64))
+    col = {c: cells[c].to_numpy(np.float64) for c in ("ops", "dur", "known", "bytes")}
+    out = summed_columns(codes, n, keys_index(keys), col["ops"], col["dur"], col["known"], col["bytes"], QS, qv,
+                         rcode, len(ranks))
     return CellSummary(out, keys, by)
 
 
 def with_bandwidth(cs: CellSummary, bandwidth: pd.DataFrame | None) -> pd.DataFrame:
     """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths."""
-    cols = SUMMARY_COLUMNS[:5] + [qname(q) for q in QS] + SUMMARY_COLUMNS[7:]
     if cs.table is None:
-        return pd.DataFrame(columns=cs.by + cols).set_index(cs.by)
-    out = cs.table.copy()
+        return pd.DataFrame(columns=cs.by + summary_columns(QS)).set_index(cs.by)
     bw = _bandwidth_rows(bandwidth, cs.keys, cs.by)
-    out["collectives"] = bw["collectives"].to_numpy(np.int64)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
-        out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
-    return out[cols].sort_values("total_ns", ascending=False, kind="stable")
+    return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB, QS)
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
@@ -368,7 +353,9 @@ class PartitionFold:
         return pd.concat(parts, ignore_index=True) if parts else None
 
     def skew(self, op_order: list | None = None) -> dict:
-        """As analysis.skew.skew_summary (by_op rows in ``op_order``, else by name)."""
+        """Arrival skew (docs/report.md): ``top``, the instances with the largest spread (last
+        caller minus first); ``stragglers``: per rank, how often it arrived last and the total
+        time the others waited for it; ``by_op``: spread stats (rows in ``op_order``, else by name)."""
         if not self.instances:
             empty = pd.DataFrame(columns=["last", "wait_ns", "mean_spread_ns", "share_last"])
             return {"top": pd.DataFrame(columns=TOP_COLUMNS), "stragglers": empty, "by_op": pd.DataFrame(),
@@ -383,7 +370,7 @@ class PartitionFold:
         rows = {}
         for op in sorted(self.spreads):
             v = np.concatenate(self.spreads[op])
-            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # skew.skew_summary's groupby (to the bit)
+            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # groupby's quantile: the figures as printed, to the bit
             rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(g.quantile(0.5).iloc[0]),
                         "p99_ns": float(g.quantile(0.99).iloc[0]), "max_ns": int(v.max())}
         by_op = pd.DataFrame.from_dict(rows, orient="index")

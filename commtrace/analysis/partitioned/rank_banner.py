@@ -4,8 +4,8 @@ Each rank task (``rank_map``) keeps what the banner needs of its rank: its
 processes' summaries (with their clock alignment), the first op start and last
 op end, per trace file the time its records cover (bounded traces share over
 that), failed and never-completed ops, bytes. ``run_info_of`` folds them with
-each rank's communication time into the dict ``run_info`` gives for the whole
-run (``run_info.info_of`` does the arithmetic for both)."""
+each rank's communication time into the banner's dict (``run_info.info_of`` does
+the arithmetic)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -60,8 +60,8 @@ def processes_of(facts: list[RankFacts]) -> list[dict]:
 
 def run_info_of(path: str, run_id, facts: list[RankFacts], comm_ns_per_rank: dict, ops: int, t0: int | None,
                 window_ns_per_rank: dict | None = None) -> dict:
-    """``run_info`` from every rank's facts (of the ops shown); ``t0``: the run's first op;
-    ``window_ns_per_rank``: as run_info's (None: the whole run)."""
+    """The banner's numbers (``run_info.info_of``) from every rank's facts (of the ops shown);
+    ``t0``: the run's first op; ``window_ns_per_rank``: each rank's window length (None: the whole run)."""
     procs = processes_of(facts)
     starts = [f.first_start for f in facts if f.first_start is not None]
     spans = {s: v for f in facts for s, v in f.file_spans.items()}

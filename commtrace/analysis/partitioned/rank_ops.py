@@ -87,7 +87,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["grad"].append(grad[si])
         parts["cell"].append(c_of[inv])
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
-        parts["status"].append(rec["status"])
+        parts["status"].append(rec["status"].copy())     # not a view: the records can go (map_rank)
         mk = np.array([mkeys.setdefault((_key(s.get("module")), _key(s.get("phase"))), len(mkeys)) for s in sigs],
                       np.int64)
         parts["mkey"].append(mk[si])
