@@ -21,6 +21,7 @@ Hot-path design (budget: added latency of a few microseconds per op):
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -422,4 +423,5 @@ def _make_traced(name: str, spec: ops.Spec):
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
 skip_class_frames(TracedProcessGroup)  # C++ calls these back inside torch.compile'd code
-_TRACED_CODE = TracedProcessGroup.allreduce.__code__  # every traced method shares it
+# every traced method shares it (unwrapped: a torch without per-code Dynamo marks wraps them, commtrace.dynamo)
+_TRACED_CODE = inspect.unwrap(TracedProcessGroup.allreduce).__code__
