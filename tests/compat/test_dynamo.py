@@ -1,4 +1,5 @@
-"""commtrace.dynamo: a function C++ calls back while torch.compile'd code runs is
+"""commtrace.dynamo (a release difference, so in the smoke suite that runs on the oldest and
+newest torch): a function C++ calls back while torch.compile'd code runs is
 never compiled by Dynamo, by either of the two mechanisms (per-code marks on newer
 torch, a wrapper that turns the frame hook off on older ones), and behaves as before."""
 from __future__ import annotations
