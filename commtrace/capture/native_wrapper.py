@@ -90,6 +90,6 @@ def make_native(inner: dist.ProcessGroup, rec: Recorder, gid: int):
     for the groups it suits)."""
     mod = module()
     traced = mod.TracedPG(inner, _log(rec, mod), gid)
-    _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner, names=False)
+    _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner)
     return traced
 
