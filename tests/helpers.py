@@ -189,7 +189,13 @@ def _probe(code: str, timeout: float) -> str | None:
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
-    return r.stdout.strip() or None
+    return without_gloo_log(r.stdout) or None
+
+
+def without_gloo_log(stdout: str) -> str:
+    """A child's stdout without the lines gloo itself prints there (torch 2.8: "[Gloo]
+    Rank 0 is connected to 0 peer ranks. ..." for each group it makes), stripped."""
+    return "\n".join(ln for ln in stdout.splitlines() if not ln.startswith("[Gloo]")).strip()
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,6 +12,8 @@ import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import helpers as h  # noqa: E402
 
 
 def _rank(rank, port, out):
@@ -52,7 +54,7 @@ def _probe(env_extra: dict) -> str:
     p = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env_extra},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
+    return h.without_gloo_log(p.stdout)
 
 
 @pytest.fixture(scope="module")
