@@ -69,9 +69,18 @@ def switchable():
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory, switchable):
     import bench_capture
-    os.environ.pop("TORCH_FR_BUFFER_SIZE", None)
+    # On, whatever the environment or the release says (the default is 2000 entries in
+    # torch 2.13, 0 -- off -- in 2.8); the spawned ranks inherit it.
+    before = os.environ.get("TORCH_FR_BUFFER_SIZE")
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
     out = str(tmp_path_factory.mktemp("fr") / "seen.json")
-    mp.spawn(_rank, args=(bench_capture.free_port(), out), nprocs=2)
+    try:
+        mp.spawn(_rank, args=(bench_capture.free_port(), out), nprocs=2)
+    finally:
+        if before is None:
+            del os.environ["TORCH_FR_BUFFER_SIZE"]
+        else:
+            os.environ["TORCH_FR_BUFFER_SIZE"] = before
     with open(out) as f:
         return json.load(f)
 
