@@ -5,33 +5,102 @@ compile every Python frame that is entered, including the ProcessGroup methods
 that C++ calls back into (DDP's reducer calling the tracing wrapper or the
 mpi4py backend). Those frames read attributes of process-group objects, which
 Dynamo treats as opaque, and compiling them fails ("unregistered member on an
-OpaqueObject"): a compiled DDP model crashed under commtrace. Marking their
-code objects SKIP, together with everything they call, makes Dynamo run them as
-plain Python, as if no compiler were active. The marking lives on the code
-object, so it costs nothing per call. It uses torch's private C API; a torch
-without it gets no marks (and has no such hook to skip).
+OpaqueObject"; on torch 2.4 "expected FunctionType found instancemethod"): a
+compiled DDP model crashed under commtrace. Dynamo must run them, and
+everything they call, as plain Python, as if no compiler were active.
+
+Two ways, by what the torch offers (both private C APIs of Dynamo's frame hook):
+
+* a torch with per-code frame strategies (``set_code_exec_strategy``): each
+  method's code object is marked SKIP, for itself and the frames it calls. The
+  mark lives on the code object, so it costs nothing per call.
+* an older torch (2.4 has only ``set_eval_frame`` and a ``skip_code`` that
+  covers one frame, not the frames it calls): each method is wrapped in a
+  function that turns the frame hook off for the call, which is what
+  ``torch.compiler.disable`` does. It is not used itself because it imports
+  ``torch._dynamo``, which ``import torch`` does not, and a traced program must
+  import what it would untraced. Costs two C calls per call.
+
+A torch with neither gets nothing (and has no such hook to skip).
 """
 from __future__ import annotations
 
+import functools
 
-def skip_frames(*functions) -> None:
-    """Never let Dynamo compile these functions' frames or the frames they call."""
-    try:
-        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-        strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
-        for fn in functions:
-            code = getattr(fn, "__code__", None)
-            if code is not None:
-                set_code_exec_strategy(code, strategy)
-    except Exception:  # a torch whose private API differs: tracing must still work
-        return
+from .capture.tbhide import drop_own_frame
+
+
+def skip_frames(fn):
+    """``fn``, or a wrapper of it, whose frames (and the frames it calls) Dynamo
+    never compiles: for a function that C++ calls back, e.g. ``@skip_frames``."""
+    skip = _code_marker() or _hook_off_wrapper()
+    return fn if skip is None else skip(fn)
 
 
 def skip_class_frames(*classes) -> None:
-    """``skip_frames`` for every method (and property accessor) a class defines."""
+    """``skip_frames`` for every method (and property accessor) these classes define."""
+    skip = _code_marker() or _hook_off_wrapper()
+    if skip is None:
+        return
     for cls in classes:
-        for attr in vars(cls).values():
-            if isinstance(attr, property):
-                skip_frames(*(f for f in (attr.fget, attr.fset, attr.fdel) if f is not None))
-            else:
-                skip_frames(getattr(attr, "__func__", attr))
+        for name, attr in list(vars(cls).items()):
+            new = _skipped(attr, skip)
+            if new is not attr:
+                setattr(cls, name, new)
+
+
+def _skipped(attr, skip):
+    """``attr`` with its functions passed through ``skip`` (which marks a function
+    in place and returns it, or returns a wrapper)."""
+    if isinstance(attr, property):
+        f = [skip(g) if g is not None else None for g in (attr.fget, attr.fset, attr.fdel)]
+        return attr if f == [attr.fget, attr.fset, attr.fdel] else property(*f, attr.__doc__)
+    if isinstance(attr, (staticmethod, classmethod)):
+        f = skip(attr.__func__)
+        return attr if f is attr.__func__ else type(attr)(f)
+    if callable(attr) and hasattr(attr, "__code__"):
+        return skip(attr)
+    return attr
+
+
+def _code_marker():
+    """Marks a function's code object SKIP, frames it calls included (None where
+    this torch has no per-code strategies)."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+        strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    except Exception:  # an older torch, or one whose private API differs
+        return None
+
+    def mark(fn):
+        set_code_exec_strategy(fn.__code__, strategy)
+        return fn
+    return mark
+
+
+def _hook_off_wrapper():
+    """Wraps a function so that Dynamo's frame hook is off while it runs (None
+    where this torch has no ``set_eval_frame``/``skip_code``)."""
+    try:
+        import torch
+        eval_frame = torch._C._dynamo.eval_frame
+        set_eval_frame, skip_code = eval_frame.set_eval_frame, eval_frame.skip_code
+    except Exception:
+        return None
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def hook_off(*args, **kwargs):
+            prior = set_eval_frame(None)
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as e:
+                drop_own_frame(e)  # the exception continues as if this wrapper were not there
+                raise
+            finally:
+                set_eval_frame(prior)
+        return hook_off
+    # The wrapper's own frame is entered with the hook still on: skip_code keeps
+    # Dynamo off that one frame. Every wrapper shares the code object.
+    skip_code(wrap(len).__code__)
+    return wrap

@@ -179,6 +179,25 @@ def ensure_native_wrapper() -> None:
         pytest.skip(f"the native wrapper does not build here: {e}")
 
 
+def _probe(code: str, timeout: float) -> str | None:
+    """Run a probe's ``code`` in a child Python: what it printed (None if nothing),
+    or, if it failed, its last line of stderr. The child ends with os._exit once
+    the probe is done: a process that made a gloo group can abort in interpreter
+    finalization (torch 2.13: "terminate called without an active exception"),
+    which would read as a missing feature and skip every test that asks."""
+    code += "import os, sys\nsys.stdout.flush()\nos._exit(0)\n"
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
+    return without_gloo_log(r.stdout) or None
+
+
+def without_gloo_log(stdout: str) -> str:
+    """A child's stdout without the lines gloo itself prints there (torch 2.8: "[Gloo]
+    Rank 0 is connected to 0 peer ranks. ..." for each group it makes), stripped."""
+    return "\n".join(ln for ln in stdout.splitlines() if not ln.startswith("[Gloo]")).strip()
+
+
 @functools.lru_cache(maxsize=None)
 def gloo_lacks_an_op() -> str | None:
     """Why gloo cannot run every op tests/capture/workers/all_ops.py runs on the
@@ -198,10 +217,7 @@ def gloo_lacks_an_op() -> str | None:
             "    except RuntimeError as e:\n"
             "        print(name + ': ' + str(e).splitlines()[0])\n"
             "        break\n")
-    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
-    return r.stdout.strip() or None
+    return _probe(code, 60)
 
 
 @functools.lru_cache(maxsize=None)
@@ -219,10 +235,7 @@ def fsdp2_lacks_cpu() -> str | None:
             "    m(torch.ones(1, 2)).sum().backward()\n"
             "except RuntimeError as e:\n"
             "    print(str(e).splitlines()[0])\n")
-    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
-    return r.stdout.strip() or None
+    return _probe(code, 120)
 
 
 @functools.lru_cache(maxsize=None)
@@ -233,10 +246,7 @@ def comm_debug_mode_lacks_modules() -> str | None:
     code = ("from torch.distributed.tensor.debug import CommDebugMode\n"
             "if not hasattr(CommDebugMode(), 'comm_module_counts'):\n"
             "    print('CommDebugMode has no comm_module_counts')\n")
-    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        return (r.stderr.strip().splitlines() or ["the probe failed"])[-1]
-    return r.stdout.strip() or None
+    return _probe(code, 120)
 
 
 def partitioned_findings(run_dir, **kw) -> list:

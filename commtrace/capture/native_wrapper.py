@@ -18,6 +18,7 @@ import types
 import torch.distributed as dist
 
 from .. import native
+from ..dynamo import skip_frames
 from . import ops
 from .native_ext import EXTENSION
 from .recorder import Recorder
@@ -47,7 +48,8 @@ def _log(rec: Recorder, mod):
                               rec.current_context_key(), args, {}, frame)[0]
                 cuda = rec.sig_cuda[sig]
                 return sig, rec.sig_cpu[sig], -1 if cuda is None else int(cuda)
-            rec.native_log = mod.Log(describe, _is_internal, rec)
+            # C++ calls both back, also while torch.compile'd code runs
+            rec.native_log = mod.Log(skip_frames(describe), skip_frames(_is_internal), rec)
             rec.native_log.set_paused(rec.closed)  # a group made while tracing is stopped
         return rec.native_log
 
@@ -88,6 +90,6 @@ def make_native(inner: dist.ProcessGroup, rec: Recorder, gid: int):
     for the groups it suits)."""
     mod = module()
     traced = mod.TracedPG(inner, _log(rec, mod), gid)
-    _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner, names=False)
+    _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner)
     return traced
 

@@ -21,6 +21,7 @@ Hot-path design (budget: added latency of a few microseconds per op):
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -169,10 +170,11 @@ def call_key(args, kwargs):
     return tuple(key), opts
 
 
-def mirror_backends(wrapper, inner, names: bool = True) -> bool:
+def mirror_backends(wrapper, inner) -> bool:
     """Make ``wrapper`` look like ``inner`` to torch: the same backends registered
     per device (DDP's logger and ``_get_backend`` need them), the same default
-    backend type, name, description and bound device. Returns True if no
+    backend type and bound device (both wrappers forward the name and description
+    to ``inner``). Returns True if no
     device but the CPU can reach the group (blocking ops are then waited for
     inside the wrapper)."""
     cpu_only = True
@@ -197,12 +199,6 @@ def mirror_backends(wrapper, inner, names: bool = True) -> bool:
             wrapper._set_default_backend(default_type)
     except Exception:
         pass
-    if names:  # a wrapper whose getGroupName/Desc forward to inner needs no copy
-        for setter, getter in ((wrapper._set_group_name, "group_name"), (wrapper._set_group_desc, "group_desc")):
-            try:
-                setter(getattr(inner, getter))
-            except RuntimeError:
-                pass  # a group nobody named yet ("ProcessGroup name not set"): torch names it later
     try:
         wrapper.bound_device_id = inner.bound_device_id
     except Exception:
@@ -243,6 +239,25 @@ class TracedProcessGroup(dist.ProcessGroup):
 
     def setGroupDesc(self, desc):
         self._inner._set_group_desc(desc)
+
+    # Before torch 2.6 the four above are not virtual: C++ keeps the name and
+    # description in the group's backends, and a group written in Python (the
+    # mpi4py one) lends none ("ProcessGroup name not set" from functional
+    # collectives). c10d and functional collectives set and read them from Python,
+    # which finds these; from 2.6 they agree with the virtuals above.
+    def _set_group_name(self, name):
+        self._inner._set_group_name(name)
+
+    def _set_group_desc(self, desc):
+        self._inner._set_group_desc(desc)
+
+    @property
+    def group_name(self):
+        return self._inner.group_name
+
+    @property
+    def group_desc(self):
+        return self._inner.group_desc
 
     def __repr__(self):
         return f"<commtrace.TracedProcessGroup of {self._inner!r}>"
@@ -422,4 +437,5 @@ def _make_traced(name: str, spec: ops.Spec):
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
 skip_class_frames(TracedProcessGroup)  # C++ calls these back inside torch.compile'd code
-_TRACED_CODE = TracedProcessGroup.allreduce.__code__  # every traced method shares it
+# every traced method shares it (unwrapped: a torch without per-code Dynamo marks wraps them, commtrace.dynamo)
+_TRACED_CODE = inspect.unwrap(TracedProcessGroup.allreduce).__code__

@@ -117,6 +117,11 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
         (``supports_coalescing``); this one does not, and its ops run one by one."""
         return self
 
+    # Asked of the default group's backend (this group) by new_group on the releases
+    # that can split a communicator (c10d's _get_split_source; torch 2.4 asks even
+    # with no device bound): this one makes subgroups through its factory instead.
+    supports_splitting = False
+
     # -- plumbing --------------------------------------------------------------
     def _buf(self, t):
         # A 1-element all_reduce spends ~0.4 us in t.numpy(); cache the view of

@@ -12,6 +12,8 @@ import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import helpers as h  # noqa: E402
 
 
 def _rank(rank, port, out):
@@ -52,7 +54,7 @@ def _probe(env_extra: dict) -> str:
     p = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env_extra},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
+    return h.without_gloo_log(p.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +69,18 @@ def switchable():
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory, switchable):
     import bench_capture
-    os.environ.pop("TORCH_FR_BUFFER_SIZE", None)
+    # On, whatever the environment or the release says (the default is 2000 entries in
+    # torch 2.13, 0 -- off -- in 2.8); the spawned ranks inherit it.
+    before = os.environ.get("TORCH_FR_BUFFER_SIZE")
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
     out = str(tmp_path_factory.mktemp("fr") / "seen.json")
-    mp.spawn(_rank, args=(bench_capture.free_port(), out), nprocs=2)
+    try:
+        mp.spawn(_rank, args=(bench_capture.free_port(), out), nprocs=2)
+    finally:
+        if before is None:
+            del os.environ["TORCH_FR_BUFFER_SIZE"]
+        else:
+            os.environ["TORCH_FR_BUFFER_SIZE"] = before
     with open(out) as f:
         return json.load(f)
 

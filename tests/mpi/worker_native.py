@@ -260,6 +260,8 @@ if MODE == "ops":
     def sync_future(g):
         x = data(torch.int64, (4,), rank)
         w = g.allreduce([x], sync_opts(dist.AllreduceOptions))
+        if not torch_compat.has_async_op(dist.AllreduceOptions):
+            w.wait()  # the call cannot say it blocks: it may return before the op ends (check_path)
         fut = w.get_future()
         return [x, fut.value()[0], torch.tensor([w.is_completed(), w.is_success(), fut.done()])]
     compare("finished work and future", sync_future)

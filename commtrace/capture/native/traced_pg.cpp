@@ -396,7 +396,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("set_paused", &ct::Log::set_paused)
       .def("unfinished", &ct::Log::unfinished)
       .def("after_fork_in_child", &ct::Log::after_fork_in_child);
-  py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr())
+  auto traced = py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr());
+  traced
       .def(py::init<py::object, std::shared_ptr<ct::Log>, int>())
       .def_property_readonly("inner", &ct::TracedPG::inner)
       // The inner group's own answer (the backend mirrored here, or what a group with
@@ -447,4 +448,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            },
            py::arg("output"), py::arg("input"), py::arg("output_split_sizes"), py::arg("input_split_sizes"),
            py::arg("timeout") = std::nullopt, py::call_guard<py::gil_scoped_release>());
+#if !CT_PG_GROUP_NAME_VIRTUAL
+  // Before torch 2.6 the base class's name and description are not virtual and live
+  // in its backends, and an inner group with no C++ backend (the mpi fast path) lends
+  // none: c10d and functional collectives set and read them from Python, so these
+  // bindings hand them to the inner group, as the overrides above do from 2.6.
+  traced.def("_set_group_name", [](ct::TracedPG& self, const std::string& name) {
+          self.inner_object().attr("_set_group_name")(name);
+        })
+      .def("_set_group_desc", [](ct::TracedPG& self, const std::string& desc) {
+        self.inner_object().attr("_set_group_desc")(desc);
+      })
+      .def_property_readonly("group_name", [](ct::TracedPG& self) { return self.inner_object().attr("group_name"); })
+      .def_property_readonly("group_desc", [](ct::TracedPG& self) { return self.inner_object().attr("group_desc"); });
+#endif
 }
