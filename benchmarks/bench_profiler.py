@@ -86,6 +86,9 @@ def summarize(times: dict) -> dict:
 
 def _worker(rank, port, calls, reps, out_path):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # "plain" is the Flight Recorder on as torch 2.13 ships it (2000 entries); some releases
+    # (2.8) ship it off, so it is asked for where the environment says nothing.
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     plain = dist.distributed_c10d._get_default_group()
