@@ -1,27 +1,13 @@
 """Keep torch.compile (Dynamo) out of commtrace's own frames.
 
-Why: while code compiled with torch.compile runs, Dynamo's frame hook tries to
-compile every Python frame that is entered, including the ProcessGroup methods
-that C++ calls back into (DDP's reducer calling the tracing wrapper or the
-mpi4py backend). Those frames read attributes of process-group objects, which
-Dynamo treats as opaque, and compiling them fails ("unregistered member on an
-OpaqueObject"; on torch 2.4 "expected FunctionType found instancemethod"): a
-compiled DDP model crashed under commtrace. Dynamo must run them, and
-everything they call, as plain Python, as if no compiler were active.
-
-Two ways, by what the torch offers (both private C APIs of Dynamo's frame hook):
-
-* a torch with per-code frame strategies (``set_code_exec_strategy``): each
-  method's code object is marked SKIP, for itself and the frames it calls. The
-  mark lives on the code object, so it costs nothing per call.
-* an older torch (2.4 has only ``set_eval_frame`` and a ``skip_code`` that
-  covers one frame, not the frames it calls): each method is wrapped in a
-  function that turns the frame hook off for the call, which is what
-  ``torch.compiler.disable`` does. It is not used itself because it imports
-  ``torch._dynamo``, which ``import torch`` does not, and a traced program must
-  import what it would untraced. Costs two C calls per call.
-
-A torch with neither gets nothing (and has no such hook to skip).
+While compiled code runs, Dynamo tries to compile every frame entered, including the
+ProcessGroup methods C++ calls back (DDP's reducer into the wrapper or the mpi4py
+backend); they read opaque process-group objects and compiling them fails ("unregistered
+member on an OpaqueObject"). They must run as plain Python. Where torch has per-code
+strategies (``set_code_exec_strategy``), each code object is marked SKIP (free per call);
+else (2.4) each method is wrapped to turn the frame hook off for the call, as
+``torch.compiler.disable`` does (not used itself: it imports ``torch._dynamo``, which an
+untraced program would not).
 """
 from __future__ import annotations
 

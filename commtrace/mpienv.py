@@ -1,34 +1,18 @@
 """The one place where commtrace imports mpi4py (and therefore calls MPI_Init).
 
-Why one place: the MPI thread level is fixed by the first ``MPI_Init_thread``
-and mpi4py performs it on ``from mpi4py import MPI``. The launcher (clock sync,
-rendezvous broadcast) and the mpi backend must agree on it, so both go through
-:func:`world`.
-
-Thread level: ``MPI_THREAD_MULTIPLE``. The mpi backend's progress thread tests
-outstanding requests while the main thread starts new ones, and user code or
-the tracer may call mpi4py from other threads. Open MPI 5 supports it and the
-measured cost on a 1-element Allreduce is ~0.1 us (docs/mpi-backend.md).
+The first ``MPI_Init_thread`` fixes the thread level, so the launcher (clock sync,
+rendezvous) and the mpi backend both go through :func:`world`. ``MPI_THREAD_MULTIPLE``:
+the backend's progress thread tests requests while the main thread starts new ones
+(~0.1 us on a 1-element Allreduce, docs/mpi-backend.md).
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import os
 import sys
 
 THREAD_LEVEL = "multiple"
-
-# Environment variables that MPI launchers set in every process they start.
-_LAUNCH_MARKERS = (
-    "OMPI_COMM_WORLD_SIZE",   # Open MPI mpirun/prterun
-    "PMIX_RANK",              # any PMIx launcher (Open MPI 5, srun --mpi=pmix)
-    "PMI_SIZE",               # MPICH hydra, Intel MPI, srun --mpi=pmi2
-    "PMI_RANK",
-    "MPI_LOCALNRANKS",        # MPICH hydra
-    "MV2_COMM_WORLD_SIZE",    # MVAPICH2
-)
 
 # MCA defaults applied only when the user did not choose: the ring algorithm
 # makes a 4 MB in-place MPI_Iallreduce as fast as the blocking MPI_Allreduce
@@ -42,37 +26,8 @@ _MPI = None          # mpi4py.MPI, also while hidden from the program (hide_from
 _hidden: dict = {}   # name -> module taken out of sys.modules until the program imports mpi4py
 
 
-def in_mpi_launch() -> bool:
-    """True when an MPI launcher started this process."""
-    return any(k in os.environ for k in _LAUNCH_MARKERS)
-
-
-def _loaded_mpi():
-    """mpi4py.MPI if something imported it (hidden or not), else None."""
-    return sys.modules.get("mpi4py.MPI") or _hidden.get("mpi4py.MPI")
-
-
-def mpi_available() -> bool:
-    """mpi4py is importable and this process is part of an MPI job.
-
-    Does not initialize MPI. A process not started by mpirun could still
-    MPI_Init as a singleton; we do not count that as available, so that plain
-    ``python script.py`` never silently becomes a 1-rank MPI job.
-    """
-    mod = _loaded_mpi()
-    if mod is not None:
-        try:
-            if mod.Is_initialized() and not mod.Is_finalized():
-                return True
-        except Exception:
-            pass
-    if importlib.util.find_spec("mpi4py") is None:
-        return False
-    return in_mpi_launch()
-
-
 def is_initialized() -> bool:
-    mod = _loaded_mpi()
+    mod = sys.modules.get("mpi4py.MPI") or _hidden.get("mpi4py.MPI")  # hidden or not
     return bool(mod is not None and mod.Is_initialized() and not mod.Is_finalized())
 
 
@@ -113,18 +68,13 @@ def _set_mca_defaults() -> None:
 
 
 def _unset_mca_defaults() -> None:
-    """Open MPI read its parameters in MPI_Init: from then on the program (and
-    its children) see the environment they were given."""
+    """Open MPI read them in MPI_Init: the program (and its children) see their own environment."""
     while _mca_added:
         os.environ.pop(_mca_added.pop(), None)
 
 
 def library_version() -> str:
-    """MPI_Get_library_version of the MPI library mpi4py uses.
-
-    Does not initialize MPI (the call is allowed before MPI_Init), so a build
-    step can ask outside an MPI job; a later world() initializes as usual.
-    """
+    """MPI_Get_library_version of mpi4py's MPI, without initializing it (a build step asks)."""
     return _import_mpi(initialize=False).Get_library_version().rstrip("\x00").strip()
 
 
@@ -148,11 +98,6 @@ def world():
     return _world
 
 
-def thread_level() -> int:
-    """The thread level MPI actually provides (an MPI.THREAD_* constant)."""
-    return mpi_module().Query_thread()
-
-
 def mpi_module():
     """mpi4py.MPI, initialized through :func:`world`."""
     world()
@@ -160,15 +105,8 @@ def mpi_module():
 
 
 def hide_from_program() -> None:
-    """Take mpi4py out of ``sys.modules`` until the program imports it.
-
-    ``commtrace run`` imports mpi4py under an MPI launcher (rendezvous
-    broadcast, clock sync) before the program starts; a program that checks
-    ``"mpi4py" in sys.modules`` must see what it would without commtrace. A
-    finder hands the same module objects back (MPI is initialized already:
-    it cannot be initialized twice in one process) on the program's first
-    ``import mpi4py``, with their own specs.
-    """
+    """Take mpi4py (which ``commtrace run`` imported) out of ``sys.modules`` until the program
+    imports it: a finder then hands the same, initialized, modules back with their own specs."""
     names = [n for n in list(sys.modules) if n == "mpi4py" or n.startswith("mpi4py.")]
     if not names:
         return

@@ -1,44 +1,20 @@
 """Build and load commtrace's optional C++ extensions.
 
-Why C++ at all: the per-op cost of a Python ``ProcessGroup`` (pybind
-trampoline, GIL, Python bytecode on cold caches) is most of commtrace's added
-latency and of the mpi backend's overhead on small ops. Each extension has a
-pure-Python fallback, so commtrace works wherever nothing can be compiled.
+Why C++: a Python ``ProcessGroup``'s per-op cost (pybind trampoline, GIL, bytecode)
+is most of commtrace's added latency. Each extension has a pure-Python fallback.
+Extensions are built ahead of time (``commtrace build-native``, run by ``make setup``)
+and only *loaded* at run time, keyed by sources (and headers next to them), flags,
+Python and torch versions: a job never waits for a compiler nor loads a stale binary.
 
-Extensions are compiled ahead of time (``commtrace build-native``, which
-``make setup`` runs) and only *loaded* at run time: a traced job never waits
-for a compiler. Each build is keyed by its sources (and the headers next to
-them), flags, Python and torch versions, so a changed torch never loads a
-stale binary.
+Each package declares its extensions in a ``native_ext.py`` whose ``extensions()``
+returns ``[(label, Extension or None)]`` (None: cannot be built here); this module
+knows none. Torch-using ones are built by ``torch.utils.cpp_extension`` (it owns the
+flags that must match torch), in a fresh folder moved into place atomically; it is
+never imported to *load* (setuptools: ~0.3-0.9 s). Others: the C++ compiler alone.
 
-This module knows no extension. Each declares itself where it lives, in a
-module named ``native_ext.py`` (``capture/native_ext.py``, ``mpi/native_ext.py``)
-whose ``extensions()`` returns ``[(label, Extension or None)]`` (None: it
-cannot be built on this machine, e.g. MPI without headers); ``extensions()``
-here finds those modules by name on disk. Adding an extension touches only
-its own package.
-
-An extension that uses no torch (``uses_torch=False``: the analysis kernels) is
-compiled by the C++ compiler alone, with Python's headers. Every other one is
-compiled by ``torch.utils.cpp_extension`` (ninja, from PyPI): it owns the
-flags that must match torch (include paths, ABI, ``TORCH_EXTENSION_NAME``),
-tracks header dependencies and compiles sources in parallel. It is used only
-to *build*: importing it costs ~0.3-0.9 s (setuptools), so loading a built
-extension goes through this module's own loader, keyed as above; its own
-cache (by extension name, in one shared folder) is bypassed by building each
-key into a fresh folder and moving the result into place atomically.
-Measured (2 cores, shared): the native wrapper builds in 29 s through
-cpp_extension and 37 s through the former hand-written compiler command, and
-the machine code of the two builds is the same (objdump) -- the compiler
-dominates; cpp_extension adds its import and ninja's start-up. Without
-``ninja`` the build fails with a one-line reason and commtrace stays on its
-Python paths.
-
-``COMMTRACE_NATIVE``: ``0`` never use the extensions; unset or ``1`` use them
-when built; ``build`` also compile missing ones on first use (seconds to a
-minute; concurrent ranks may each compile, the last rename wins).
-``COMMTRACE_NATIVE_DIR``: where builds live (default: inside the Python
-environment, ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
+``COMMTRACE_NATIVE``: ``0`` never use them; unset or ``1`` use them when built;
+``build`` also compile missing ones on first use. ``COMMTRACE_NATIVE_DIR``: where
+builds live (default ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
 """
 from __future__ import annotations
 
@@ -105,9 +81,7 @@ def build_dir() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _paths(ext: Extension) -> tuple[str, str]:
-    """(module name, path of its shared object). Cheap: loading must not import
-    torch.utils.cpp_extension (it imports setuptools: ~0.3 s per rank). Cached:
-    every group a process creates asks, and the sources do not change under it."""
+    """(module name, path of its shared object); cached: every group a process creates asks."""
     h = hashlib.sha256()
     for s in _inputs(ext):
         with open(s, "rb") as f:
@@ -120,8 +94,7 @@ def _paths(ext: Extension) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def _torch_install() -> tuple[str, str]:
-    """(torch's version, its folder) from its metadata, without importing torch (the same
-    key whether or not a process has imported it); importing it only where no metadata says."""
+    """(torch's version, its folder), from its metadata where there is one (no torch import)."""
     try:
         import importlib.metadata
         spec = importlib.util.find_spec("torch")
@@ -137,8 +110,7 @@ _BUILD_VERSION = 3  # bump when how build() compiles changes (2: cpp_extension; 
 
 
 def _inputs(ext: Extension) -> list[str]:
-    """The files a build of ``ext`` reads: its sources and every header (``*.h``)
-    in their folders, which the sources include."""
+    """The files a build of ``ext`` reads: its sources and every header in their folders."""
     paths = [os.path.join(HERE, s) for s in ext.sources]
     for d in sorted({os.path.dirname(p) for p in paths}):
         paths += sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".h"))
@@ -180,11 +152,10 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
         built = cpp_extension.load(
             name=modname, sources=[os.path.join(HERE, s) for s in ext.sources],
             extra_cflags=[*quoted(_CFLAGS), *quoted(ext.cflags)], extra_ldflags=[*quoted(ext.ldflags)],
-            extra_include_paths=[shlex.quote(HERE)] if ext.uses_torch else [],
+            extra_include_paths=[shlex.quote(HERE)],
             build_directory=work,
             with_cuda=False, is_python_module=False, is_standalone=False, verbose=verbose)
-        # torch < 2.5 returns None here (it loads the library instead); the file is
-        # where every release writes it.
+        # torch < 2.5 returns None (it loads the library instead); every release writes it there.
         return built or os.path.join(work, modname + ".so")
     except (RuntimeError, OSError, ValueError) as e:
         raise NativeBuildError(f"compiling {ext.name} failed: {_diagnostics(str(e))}") from None
@@ -197,10 +168,8 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
 
 
 def _compile_plain(ext: Extension, modname: str, work: str, verbose: bool) -> str:
-    """Build an extension that uses no torch (plain CPython API) with the compiler
-    alone: cpp_extension would link libtorch and libc10 into it, and some releases
-    (2.6) keep libc10 as a dependency despite --as-needed, so the module would load
-    only in a process that imported torch first."""
+    """Build an extension that uses no torch with the compiler alone: cpp_extension links
+    libc10, which some releases (2.6) keep despite --as-needed (it would need torch loaded)."""
     import sysconfig
 
     out = os.path.join(work, modname + ".so")
@@ -219,8 +188,7 @@ def _compile_plain(ext: Extension, modname: str, work: str, verbose: bool) -> st
 
 
 def _diagnostics(text: str) -> str:
-    """The compiler's first error lines out of cpp_extension's message (which
-    also holds ninja's command lines), on one line."""
+    """The compiler's first error lines out of cpp_extension's message, on one line."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     picked = [ln for ln in lines if "error:" in ln] or [ln for ln in lines if "error" in ln.lower()
                                                         and not ln.startswith("Error building")] or lines[-3:]
@@ -228,8 +196,7 @@ def _diagnostics(text: str) -> str:
 
 
 def _path_with_ninja() -> str:
-    """PATH with the ninja of this environment first (the ``ninja`` package's
-    binary, or the one next to the interpreter), also when the venv is not activated."""
+    """PATH with this environment's ninja first, also when the venv is not activated."""
     dirs = [os.path.dirname(sys.executable)]
     try:
         import ninja
@@ -240,8 +207,7 @@ def _path_with_ninja() -> str:
 
 
 def load(ext: Extension):
-    """The extension's module, or None: not built (and mode is not ``build``),
-    disabled, or it failed to build or import (``error(ext)`` says why)."""
+    """The extension's module, or None (``error(ext)`` says why)."""
     if mode() == "off":
         return None
     try:
@@ -272,9 +238,8 @@ def load(ext: Extension):
 
 
 def extensions() -> list[tuple[str, Extension | None]]:
-    """(label, extension) of every extension the package declares (see the
-    module doc); None where one cannot be built on this machine. A declaring
-    package that cannot be imported here (a missing optional dependency) is skipped."""
+    """(label, extension or None) of every declared extension; a declaring package that cannot
+    be imported here (a missing optional dependency) is skipped."""
     out = []
     for modname in _declaration_modules():
         try:

@@ -1,15 +1,8 @@
-"""Differences between the torch releases commtrace supports, in one place.
+"""Differences between the torch releases commtrace supports, in one place (C++: torch_compat.h).
 
-commtrace runs on every torch from ``SUPPORTED[0]`` to ``SUPPORTED[1]`` (minor
-releases; README "Supported torch releases"). Code elsewhere asks here for a
-feature by name and never compares versions itself. Features are detected
-(an attribute that exists or not) wherever torch lets one tell; the C++ twin
-of this module is ``torch_compat.h``.
-
-This module imports nothing of commtrace, so every package that talks to torch
--- capture, mpi, the tests -- can use it; it imports torch only inside the
-functions that need it, so ``commtrace run`` can check the release before the
-program imports torch.
+Code elsewhere asks here for a feature by name, never compares versions. This module
+imports nothing of commtrace, and torch only inside functions (``commtrace run`` checks
+the release before the program imports torch).
 """
 from __future__ import annotations
 

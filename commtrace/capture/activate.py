@@ -1,12 +1,7 @@
 """Turn tracing on in this process: from ``commtrace run`` or in a traced child.
 
-At once: the process's start record (its trace file with the command and the
-launcher's variables, see ``Recorder.start``), so that a process that dies
-before it creates a process group still leaves one. Nothing heavy happens
-until the program imports torch.distributed: an import hook waits for
-``import torch`` to finish and installs the process group hook right after it
-loads. A child that never touches torch pays this module's import and one
-small file write.
+At once only the start record (``Recorder.start``); the hooks are installed when
+``import torch`` finishes, so a child that never touches torch pays one small file write.
 """
 from __future__ import annotations
 
@@ -35,8 +30,7 @@ def active_recorder():
 
 
 def _inherited_command() -> list[str]:
-    """The command ``commtrace run`` traced (a spawned rank's own argv is
-    ``-c --multiprocessing-fork ...``); this process's argv if there is none."""
+    """The command ``commtrace run`` traced (a spawned rank's argv is ``-c ...``), else sys.argv."""
     try:
         cmd = json.loads(os.environ.get(schema.ENV_COMMAND) or "null")
     except ValueError:
@@ -79,38 +73,43 @@ def _install() -> None:
         rec = _state.get("recorder")
         if rec is None or _state.get("installer") is not None:
             return
+        from . import objects
         from .hook import Installer
+        from .phases import PhaseHooks
 
         inst = Installer(rec)
         inst.install()
         _state["installer"] = inst
-        try:
-            from . import objects
-            objects.install(rec)
-        except Exception as exc:  # labels are optional; tracing is not
-            sys.stderr.write(f"commtrace: object collective labels disabled: {exc}\n")
-        try:
-            from .phases import PhaseHooks
-            hooks = PhaseHooks(rec)
-            hooks.install()
-            _state["phases"] = hooks
-        except Exception as exc:  # annotations are optional; tracing is not
-            sys.stderr.write(f"commtrace: phase annotations disabled: {exc}\n")
+        _optional("object collective labels", lambda: objects.install(rec))
+        _optional("phase annotations", lambda: _state.update(phases=_installed(PhaseHooks(rec))))
     _flush_in_multiprocessing_children(_state["recorder"])
     _close_before_os_exit()
-    _install_mpi_backend()
+    _optional("mpi backend", _install_mpi_backend, "not available")
     _install_signal_handlers()
-    _install_watchdog()
+    _optional("watchdog", lambda: _watchdog().install(active_recorder()))
+
+
+def _optional(what: str, install, failed: str = "disabled") -> None:
+    """Run ``install``; a failure costs that feature only (one line), never tracing."""
+    try:
+        install()
+    except Exception as exc:
+        sys.stderr.write(f"commtrace: {what} {failed}: {exc}\n")
+
+
+def _installed(hooks):
+    hooks.install()
+    return hooks
+
+
+def _watchdog():
+    from . import watchdog  # imported once torch is: a child that never imports torch skips it
+    return watchdog
 
 
 def _flush_in_multiprocessing_children(rec) -> None:
-    """Close the recorder at the end of a forked ``multiprocessing.Process``.
-
-    A fork-started Process ends with ``os._exit`` after its target: atexit
-    handlers never run there, so the child's ops would be lost. Its own exit path
-    does run multiprocessing finalizers, which are cleared right after the fork;
-    ``register_after_fork`` callbacks run after that clearing, in the child.
-    """
+    """Close the recorder at the end of a forked ``multiprocessing.Process``: it skips atexit
+    (``os._exit``) but runs finalizers, registered after the fork clears them."""
     import multiprocessing.util as mpu
 
     def after_fork(r):
@@ -120,12 +119,8 @@ def _flush_in_multiprocessing_children(rec) -> None:
 
 
 def _close_before_os_exit() -> None:
-    """``os._exit`` closes the trace first, then exits as asked.
-
-    Some programs end with ``os._exit`` (to skip a slow or hanging teardown, or a
-    rank that gives up); it skips atexit, where the trace is closed, so the ops of
-    the last flush interval -- every op of a short run -- were lost, and check
-    took the rank for one that never arrived. The exit code is recorded."""
+    """``os._exit`` (which skips atexit, where the trace is closed) closes the trace first,
+    with its exit code, then exits as asked."""
     real = os._exit
     if getattr(real, "_commtrace_closes", False):
         return
@@ -145,18 +140,13 @@ def _close_before_os_exit() -> None:
 
 
 def _install_mpi_backend() -> None:
-    """Serve an explicit init_process_group("mpi") / new_group(backend="mpi") when
-    torch lacks MPI, under an MPI launcher (see commtrace.mpi.serve_requests).
-    Nothing a program can probe changes: is_mpi_available() stays False, or
-    programs that choose their backend by it (accelerate) would pick "mpi"."""
+    """Serve an explicit ``init_process_group("mpi")`` when torch lacks MPI, under an MPI
+    launcher; is_mpi_available() stays False (accelerate chooses its backend by it)."""
     import torch.distributed as dist
     if dist.is_mpi_available() or os.environ.get(schema.ENV_LAUNCHER) not in ("openmpi", "mpich"):
         return
-    try:
-        from .. import mpi as ct_mpi
-        ct_mpi.serve_requests()
-    except Exception as exc:
-        sys.stderr.write(f"commtrace: mpi backend not available: {exc}\n")
+    from .. import mpi as ct_mpi
+    ct_mpi.serve_requests()
 
 
 def add_clock(line: dict) -> None:
@@ -167,41 +157,22 @@ def add_clock(line: dict) -> None:
 
 
 def _install_signal_handlers() -> None:
-    """SIGTERM/SIGINT flush the trace, then behave as they would have."""
+    """SIGTERM flushes the trace, then behaves as it would have."""
     if threading.current_thread() is not threading.main_thread():
         return
     from . import sigview
-    for sig in (signal.SIGTERM,):
-        prev = sigview.real_getsignal(sig)
-        if prev not in (signal.SIG_DFL, None):
-            continue  # the program handles it; our flush thread and atexit still run
+    if sigview.real_getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return  # the program handles it; our flush thread and atexit still run
 
-        def handler(signum, frame, _sig=sig):
-            rec = active_recorder()
-            if rec is not None:
-                _watchdog_dump(rec, "SIGTERM")
-                rec.close(exit_code=128 + signum, how="signal")
-            sigview.uninstall(_sig)
-            os.kill(os.getpid(), _sig)
+    def handler(signum, frame):
+        rec = active_recorder()
+        if rec is not None:
+            _watchdog().dump_once(rec, "SIGTERM")  # never raises
+            rec.close(exit_code=128 + signum, how="signal")
+        sigview.uninstall(signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
 
-        sigview.install(sig, handler)  # invisible to the program (see sigview)
-
-
-def _install_watchdog() -> None:
-    """Hang watchdog, SIGUSR1/SIGTERM state dumps (commtrace.capture.watchdog)."""
-    try:
-        from . import watchdog
-        watchdog.install(active_recorder())
-    except Exception as exc:  # dumps are optional; tracing is not
-        sys.stderr.write(f"commtrace: watchdog disabled: {exc}\n")
-
-
-def _watchdog_dump(rec, reason: str) -> None:
-    try:
-        from . import watchdog
-        watchdog.dump_once(rec, reason)
-    except Exception:
-        pass
+    sigview.install(signal.SIGTERM, handler)  # invisible to the program (see sigview)
 
 
 class _TorchImportFinder:  # a meta path finder (importlib.abc would cost every child ~5 ms)

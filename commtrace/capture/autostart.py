@@ -1,16 +1,8 @@
 """``COMMTRACE=1``: trace a program without changing it or its command line.
 
-Imported at interpreter start by ``commtrace-autostart.pth`` (installed with the
-package; see commtrace/_install_pth.py) only when ``COMMTRACE`` is set to a true value, so every
-other interpreter pays one environment lookup. It does what
-``commtrace.start()`` does, with the options from the environment:
-``COMMTRACE_DIR`` (run directory), ``COMMTRACE_KEEP_LAST``, ``COMMTRACE_STEPS``,
-``COMMTRACE_HANG_TIMEOUT`` and ``COMMTRACE_ABORT_ON_HANG``. Under torchrun the
-agent starts first and its ranks join its run; under srun and mpirun the ranks
-agree on the run directory through the job's id (``session.job_key``).
-
-Never breaks the program: any error is one line on stderr and the program
-runs untraced. The ``commtrace`` command itself is not traced.
+Imported at interpreter start by ``commtrace-autostart.pth`` (commtrace/_install_pth.py)
+only when ``COMMTRACE`` is true; does what ``commtrace.start()`` does with the options from
+the environment. Any error is one line on stderr, and the program runs untraced.
 """
 from __future__ import annotations
 
@@ -20,8 +12,7 @@ import sys
 
 
 def _is_commtrace_cli() -> bool:
-    """``python -m commtrace ...`` or the ``commtrace`` console script: the tool
-    itself (``commtrace run`` starts tracing its own way, ``report`` reads traces)."""
+    """``python -m commtrace ...`` or the ``commtrace`` console script: never traced."""
     args = list(getattr(sys, "orig_argv", None) or sys.argv)[1:]
     skip = False
     for i, a in enumerate(args):
@@ -39,8 +30,7 @@ def _is_commtrace_cli() -> bool:
 
 
 def _say_where(session) -> None:
-    """At exit, one line saying where the trace went: in the process that began
-    the run (not the ranks that joined it), if it is rank 0 or has no rank."""
+    """At exit, where the trace went: in the process that began the run, if rank 0 or none."""
     from . import activate
     rec = activate.active_recorder()
     if rec is None or rec.rank not in (0, None):

@@ -1,22 +1,11 @@
-"""Bounded, always-on tracing: what a process writes, and what it counts instead.
+"""Bounded, always-on tracing (``--keep-last N``, ``--steps A:B``; docs/trace-format.md).
 
-Two options (``commtrace run --keep-last N --steps A:B``, ``commtrace.start(keep_last=N,
-steps="A:B")``, or ``COMMTRACE_KEEP_LAST`` / ``COMMTRACE_STEPS`` in the environment):
-
-* ``keep_last`` N: the ops and compute-span files are rings of two segments
-  (``trace.writer.RecordFile``): the last N records at least, 2N at most.
-* ``steps``: ops are written in full only inside a window of optimizer steps
-  (``trace.step_range``: ``A:B``, ``A``, ``A:``, ``:B``, ``every:K``: steps K, 2K, ...);
-  outside it, completed ops are counted per (group, op): ops, bytes, total
-  time. An op belongs to the step in progress when it is called: ``done + 1``
-  where ``done`` is the number of optimizer steps finished before its call
-  (``capture.phases.StepCounter``; the step numbers of the optimizer spans).
-  Ops that failed or were still running at a flush are written in full wherever
-  they are (``check`` needs them), and so is the end of an op written running.
-
-All of it runs on the flush thread, over the packed records of each flush: the
-wrappers' hot path is the same in every mode. ``Coverage.state()`` is what the
-``<stem>.coverage.json`` file says (see ``trace.schema``).
+``keep_last``: the op and span files are rings of two segments (the last N records at
+least, 2N at most). ``steps``: ops are written in full inside a window of optimizer steps
+only; outside it, completed ops are counted per (group, op). An op belongs to the step in
+progress at its call (the optimizer spans' step numbers, ``phases.StepCounter``). Failed
+ops and ops running at a flush are written wherever they are (``check`` needs them).
+All of it runs on the flush thread: the hot path is the same in every mode.
 """
 from __future__ import annotations
 
@@ -52,7 +41,7 @@ def parse_keep_last(value) -> int:
     try:
         n = int(str(value).strip())
     except ValueError:
-        raise ValueError(f"{value!r}: expected a number of ops (at least 1)") from None
+        n = 0
     if n < 1:
         raise ValueError(f"{value!r}: expected a number of ops (at least 1)")
     return n
@@ -104,9 +93,8 @@ class Coverage:
         self.counts: dict = {}              # (group id, op) -> [ops, bytes, time_ns, time_unknown]
         self.changed = True
 
-    # -- per flush ----------------------------------------------------------------
     def select(self, ops, spans):
-        """(ops, spans) to write, from this flush's packed records (either may be None)."""
+        """(ops, spans) to write of this flush's packed records (either may be None)."""
         if spans is not None and len(spans):
             self._note_step_ends(spans)
             self.spans_seen += len(spans)
@@ -213,7 +201,6 @@ class Coverage:
             c[2] += int(tt)
             c[3] += int(uu)
 
-    # -- what the files cover --------------------------------------------------------
     def state(self, writer) -> dict:
         """The content of ``<stem>.coverage.json`` (see trace/schema.py and docs/trace-format.md)."""
         self.changed = False
@@ -233,22 +220,16 @@ class Coverage:
 class CallOrder:
     """Ring mode (``keep_last``): op records go to the file in call order.
 
-    The recorder learns that an op finished when its flush sees it: a sync op at
-    its return, an async op when its callback ran or polling saw it complete, so
-    one flush's records are in no particular order, and an async op still running
-    at a flush is written after ops called later. The ring keeps the last records
-    *written*; for it to keep the last ops *called*, each flush writes its records
-    sorted by call time and holds back those called at or after ``before`` (the
-    oldest op still running, see ``Recorder``) until a later flush. Used by the
-    flush thread only; the hot path is untouched."""
+    A flush sees ops as they finish, in no call order. The ring keeps the last records
+    *written*; for it to keep the last ops *called*, each flush writes its records sorted
+    by call time and holds back those called at or after ``before`` (the oldest op still
+    running, see ``Recorder``) until a later flush."""
 
     def __init__(self):
         self._held = None   # records called after an op that was still running
 
     def release(self, ops, before: int | None):
-        """This flush's records (``ops`` and the ones held before; either may be None)
-        called before ``before``, sorted by call time; all of them when ``before``
-        is None (the final flush)."""
+        """``ops`` and those held before, called before ``before`` (None: all), by call time."""
         import numpy as np
         if self._held is not None:
             ops = self._held if ops is None else np.concatenate([self._held, ops])

@@ -1,32 +1,19 @@
 """Clock offsets on every launcher, over a gloo group of commtrace's own.
 
-When a world (default process group) with a store is created, its ranks find
-out through that world's own store which of them run on rank 0's machine
-(same kernel boot id: they share its CLOCK_MONOTONIC, nothing to measure).
-Rank 0 and the ranks elsewhere join a private gloo group built directly from
-torch's C++ bindings over a ``PrefixStore`` of the world's store, and run
-``clock.pingpong`` on it ("start"); the group is kept and the ping-pong runs
-again when the process exits ("end"), so the reader can fit the drift between
-the two. torch never registers the group: no ``_world`` entry, no group
-counter, name or sequence number of the user's changes, and nothing is ever
-called on the user's groups. A one-machine job builds no group at all. Worlds
-without a store (the mpi4py backend) are measured over MPI by ``commtrace
-run`` instead.
+Through a new world's store, its ranks learn which share rank 0's kernel boot id
+(and so its CLOCK_MONOTONIC). Rank 0 and the ranks elsewhere build a private gloo
+group straight from torch's C++ bindings (torch never registers it: the user's
+groups, names and sequence numbers are untouched) and ``clock.pingpong`` on it at
+start and again at exit, so the reader can fit the drift. Worlds without a store
+(mpi4py) are measured over MPI by ``commtrace run``.
 
-Store keys, all under the world store's ``commtrace/clock/`` prefix:
-``joins/<rank>`` (how many times this rank did this on this store, so worlds
-that reuse a store get fresh keys), then under ``<size>/<n>/``: ``ref`` (rank
-0's machine), ``elsewhere`` and ``arrived`` (counters), ``all`` (every rank has
-arrived) and gloo's own rendezvous keys under ``gloo/``.
-
-``track_world`` is the entry point for anything that has a world's store, rank
-and size (the process-group hook; a later ``commtrace.start()``), and
-``measure_tracked`` measures every tracked world again (at exit; ``stop()``).
+Store keys, under ``commtrace/clock/``: ``joins/<rank>`` (so worlds reusing a store
+get fresh keys), then under ``<size>/<n>/``: ``ref``, the counters ``elsewhere`` and
+``arrived``, ``all``, and gloo's rendezvous under ``gloo/``.
 """
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import socket
 import sys
@@ -40,14 +27,12 @@ from . import clock
 KEY_PREFIX = "commtrace/clock/"
 METHOD = "gloo-pingpong"
 SAME_MACHINE = "same-host"  # the method of a rank that shares rank 0's CLOCK_MONOTONIC
-# Every rank is inside init_process_group when the group is joined, so the
-# rendezvous and the ping-pong normally take milliseconds; the deadline only
-# bounds a rank that never arrives.
+# Every rank is inside init_process_group at the start: only a rank that never arrives
+# takes this long. At exit a late rank costs its peers END_DEADLINE_S once.
 START_DEADLINE_S = 30.0
-# At exit ranks arrive when they finish; one that has not arrived within this
-# costs its peers this long once, and the run keeps its start measurement.
 END_DEADLINE_S = 2.0
 _TAG = 0
+_LAZY = "TORCH_GLOO_LAZY_INIT"
 
 
 class GlooLink:
@@ -81,9 +66,8 @@ class GlooLink:
 
 
 def clock_identity() -> str:
-    """Equal for processes that share CLOCK_MONOTONIC: the kernel's boot id
-    (containers on one machine share it; the host name where there is none),
-    and the simulated host of a test (``trace.simhost``), which is another machine."""
+    """Equal for processes that share CLOCK_MONOTONIC: the boot id (else host name), and a
+    test's simulated host (``trace.simhost``)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             ident = f.read().strip()
@@ -93,28 +77,8 @@ def clock_identity() -> str:
     return ident if sim is None else f"{ident}/simulated:{sim.host}:{sim.shift_ns}"
 
 
-@contextlib.contextmanager
-def _connect_lazily():
-    """Build the gloo group with connections made on first use: ping-pong only
-    ever connects rank 0 with each other rank (N - 1 connections, not the full
-    mesh's N(N - 1)/2: 2016 at 64 ranks, most of the start-up cost there). torch
-    reads the switch from the environment when the group is constructed, so it
-    is set for that moment only (inside init_process_group)."""
-    key = "TORCH_GLOO_LAZY_INIT"
-    saved = os.environ.get(key)
-    os.environ[key] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = saved
-
-
 class ClockGroup:
-    """Rank 0 and the ranks on other machines than its: a private gloo group,
-    used for ping-pong only (``rank``/``size`` are within this group)."""
+    """Rank 0 and the ranks on other machines: ``rank``/``size`` are within this group."""
 
     def __init__(self, pg, rank: int, size: int, world_id):
         self.pg, self.rank, self.size, self.world_id = pg, rank, size, world_id
@@ -123,9 +87,8 @@ class ClockGroup:
     @classmethod
     def join(cls, store, rank: int, size: int, world_id=None,
              timeout_s: float = START_DEADLINE_S) -> "ClockGroup | None":
-        """Collective over the world's ranks (``rank`` of ``size``). None for a
-        rank on rank 0's machine, and for rank 0 when every rank is on it.
-        Raises if the store or the rendezvous fails."""
+        """Collective over the world. None on rank 0's machine (for rank 0 itself only when every
+        rank is there). Raises if the store or the rendezvous fails."""
         from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo
         timeout = timedelta(seconds=timeout_s)
         base = f"{KEY_PREFIX}{size}/{store.add(f'{KEY_PREFIX}joins/{rank}', 1)}/"
@@ -144,8 +107,17 @@ class ClockGroup:
         members = 1 + store.add(base + "elsewhere", 0)
         if members == 1:
             return None
-        with _connect_lazily():
+        # Connections made on first use: ping-pong connects rank 0 with each other rank only
+        # (N - 1, not N(N - 1)/2). torch reads the switch at construction only.
+        saved = os.environ.get(_LAZY)
+        os.environ[_LAZY] = "1"
+        try:
             pg = ProcessGroupGloo(PrefixStore(base + "gloo/", store), index, members, timeout)
+        finally:
+            if saved is None:
+                os.environ.pop(_LAZY, None)
+            else:
+                os.environ[_LAZY] = saved
         return cls(pg, index, members, world_id)
 
     def measure(self, when: str, deadline_s: float) -> dict | None:
@@ -172,12 +144,8 @@ _SKIPPED_BACKENDS = {"fake", "threaded", "mpi"}
 
 
 def track_world(rec, store, rank: int, size: int, world_id=None, backend: str | None = None) -> bool:
-    """Measure this world's clock offsets now and again at exit; lines go to ``rec``.
-
-    Collective over the world (every rank calls it right after the world is
-    made). Returns whether this rank's offset is known now (measured, or it
-    shares rank 0's machine). Never raises.
-    """
+    """Measure this world's clock offsets now and again at exit (collective, right after the
+    world is made); returns whether this rank's offset is known now. Never raises."""
     if size < 2 or str(backend).lower() in _SKIPPED_BACKENDS or _in_process(store):
         return False
     try:
@@ -190,12 +158,7 @@ def track_world(rec, store, rank: int, size: int, world_id=None, backend: str | 
             rec.mark_clock({"ref_rank": 0, "offset_ns": 0, "rtt_ns": 0, "t_mono_ns": time.monotonic_ns(),
                             "when": "start", "method": SAME_MACHINE, "world_id": world_id})
         return True
-    try:
-        line = group.measure("start", START_DEADLINE_S)
-    except Exception:
-        line = None
-    if line is not None:
-        rec.mark_clock(line)
+    line = _measure(rec, group, "start", START_DEADLINE_S)
     with _lock:
         _tracked.append((rec, group))
     _hook_exit()
@@ -203,8 +166,7 @@ def track_world(rec, store, rank: int, size: int, world_id=None, backend: str | 
 
 
 def _in_process(store) -> bool:
-    """No store, torch's placeholder, or one that lives in this process only
-    (HashStore: every rank it serves shares this process's clock)."""
+    """No store, torch's placeholder, or a HashStore (its ranks share this process's clock)."""
     if store is None:
         return True
     try:
@@ -220,18 +182,18 @@ def measure_tracked(when: str, deadline_s: float = END_DEADLINE_S) -> int:
     """Measure every tracked world again (collective per world); returns lines recorded."""
     with _lock:
         tracked = list(_tracked)
-    n = 0
-    for rec, group in tracked:
-        if getattr(rec, "closed", False):
-            continue
-        try:
-            line = group.measure(when, deadline_s)
-        except Exception:
-            line = None
-        if line is not None:
-            rec.mark_clock(line)
-            n += 1
-    return n
+    return sum(_measure(rec, group, when, deadline_s) is not None
+               for rec, group in tracked if not getattr(rec, "closed", False))
+
+
+def _measure(rec, group: ClockGroup, when: str, deadline_s: float) -> dict | None:
+    try:
+        line = group.measure(when, deadline_s)
+    except Exception:
+        return None
+    if line is not None:
+        rec.mark_clock(line)
+    return line
 
 
 def _at_exit() -> None:
@@ -246,17 +208,14 @@ def _at_exit() -> None:
 
 
 def _failing() -> bool:
-    for rec, _ in _tracked:
-        info = getattr(rec, "exit_info", None)
-        if info and info[0]:
-            return True
+    if any((getattr(rec, "exit_info", None) or (0,))[0] for rec, _ in _tracked):
+        return True
     return getattr(sys, "last_value", None) is not None  # an uncaught exception was printed
 
 
 def _hook_exit() -> None:
-    """Run ``_at_exit`` before the recorder closes: atexit handlers run last-in
-    first-out, and a fork-started multiprocessing child skips atexit but runs
-    finalizers (the recorder's close has exitpriority -1)."""
+    """Run ``_at_exit`` before the recorder closes: atexit runs last-in first-out, and a forked
+    multiprocessing child runs finalizers instead (the recorder's has exitpriority -1)."""
     with _lock:
         if _exit["hooked"]:
             return
@@ -267,8 +226,8 @@ def _hook_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child is in none of the parent's worlds: it forgets them, but
-    keeps their groups alive (their gloo threads do not exist in the child)."""
+    """A forked child forgets the parent's worlds but keeps their groups (whose gloo threads do
+    not exist in the child) alive."""
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
     _kept.extend(g for _, g in _tracked)

@@ -1,36 +1,25 @@
 """DDP comm hooks: which gradient bucket each of their collectives serves.
 
-DDP's reducer calls a comm hook once per gradient bucket, in bucket order,
-with a ``GradBucket``. A hook may issue several collectives for one bucket:
-PowerSGD all_reduces the uncompressed tensors, then P, then Q, the last two
-inside callbacks chained with ``Future.then``, which gloo runs on its worker
-thread while the main thread goes on with the backward pass. Counting a
-backward pass's all_reduces cannot number such buckets, so:
-
-* a hook registered through ``DistributedDataParallel.register_comm_hook`` is
-  wrapped: while it runs, the calling thread's annotation context carries
-  ``bucket`` = ``GradBucket.index()`` and the DDP module's label
-  (``Recorder.push_thread_context``; other threads are unaffected);
-* ``Future.then`` / ``Future.add_done_callback`` called inside that scope wrap
-  their callback so that it runs under the same context, on whichever thread
-  runs it (inline if the future is already done).
-
-The hook's arguments, result and exceptions are unchanged; ``__qualname__``,
-``__wrapped__`` and so the signature DDP checks are the hook's own. Hooks DDP
-implements in C++ (``_register_builtin_comm_hook``) and DDP without a hook
-issue one all_reduce per bucket, in bucket order: the reader numbers those by
-counting. Outside a hook the patched Future methods cost one dict test.
+A hook may issue several collectives per bucket, some in ``Future.then``
+callbacks that gloo runs on its worker thread (PowerSGD's P and Q) while the main
+thread goes on: counting all_reduces cannot number those. So a hook registered
+through ``register_comm_hook`` runs with ``bucket`` = ``GradBucket.index()`` and
+the module's label in its thread's context, and ``Future.then`` /
+``add_done_callback`` called inside carry that context to their callback.
+The hook's signature (DDP checks it) is its own. Built-in C++ hooks and DDP
+without a hook issue one all_reduce per bucket, in order: the reader counts those.
 """
 from __future__ import annotations
 
 import functools
 
 from .recorder import Recorder
+from .scopes import in_context
 from .tbhide import drop_own_frame
 
 
 def install(hooks) -> None:
-    """Install on ``hooks`` (a ``phases.PhaseHooks``: its ``_patch`` undoes it at uninstall)."""
+    """Install on ``hooks`` (a ``phases.PhaseHooks``, whose uninstall undoes it)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -51,8 +40,7 @@ def install(hooks) -> None:
 
     hooks._patch(DDP, "register_comm_hook", wrap_register)
     for name in ("then", "add_done_callback"):
-        if hasattr(torch._C.Future, name):
-            hooks._patch(torch._C.Future, name, lambda orig: _carrying_context(rec, orig))
+        hooks._patch(torch._C.Future, name, lambda orig: _carrying_context(rec, orig))
 
 
 def _bucket_scoped(rec: Recorder, hook, label: str, grad_bucket):
@@ -92,14 +80,4 @@ def _carrying_context(rec: Recorder, orig):
 
 
 def _in_context(rec: Recorder, fields: dict, callback):
-    @functools.wraps(callback)
-    def in_context(*args, **kwargs):
-        token = rec.push_thread_context(fields)
-        try:
-            return callback(*args, **kwargs)
-        except BaseException as e:
-            drop_own_frame(e)
-            raise
-        finally:
-            rec.pop_thread_context(token)
-    return in_context
+    return in_context(rec, callback, lambda args: rec.push_thread_context(fields), rec.pop_thread_context)

@@ -1,19 +1,12 @@
 """Which ops are running, and when each finished: the op rows of one process.
 
 A row is ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]``
-with monotonic ns (0 = not yet known). The Python wrapper's hot path appends a
-finished row to ``rows``, keeps a row in ``active`` while inside the backend call,
-and hands an async op to ``track``; the flush thread takes what is finished with
-``collect``. How an async op's end is timed (``track``):
-
-* a future callback for big CPU ops (``CALLBACK_MIN_BYTES``; it runs on the
-  backend's thread and must take the GIL, noise for a big op only);
-* polling ``is_completed()`` for small ones (``observe_completions`` at the next
-  traced call, and the flush thread), their end flagged FLAG_END_OBSERVED;
-* an end event on a private stream for CUDA ops (``cuda_end``), read lazily;
-* a helper thread that wait()s for CPU works that can be neither polled nor
-  called back (gloo's tensor reduce-scatter).
-Never a host sync.
+(monotonic ns, 0 = not known yet). The hot path appends finished rows to ``rows``,
+keeps a row in ``active`` while inside the backend call and hands async ops to
+``track``; the flush thread ``collect``s. An async end is timed by a future callback
+(big CPU ops), polling (small ones: FLAG_END_OBSERVED), an end event on a private
+stream (CUDA, ``cuda_end``) or a waiter thread (gloo's tensor reduce-scatter, which
+can be neither polled nor called back). Never a host sync.
 """
 from __future__ import annotations
 
@@ -30,26 +23,21 @@ T_CALL, T_RETURN, T_END, SEQ, SIG, ITER, GROUP, STATUS, FLAGS = range(9)
 # An op still running after this long is written with status IN_FLIGHT (once),
 # so a later SIGKILL still leaves evidence of what the rank was waiting for.
 IN_FLIGHT_AFTER_NS = 1_000_000_000
-# Async ops moving at least this many bytes get a completion callback on their
-# future: it runs on the backend's thread and must take the GIL (~5 us of
-# contention per op), which is noise for a big op but doubles the cost of a tiny
-# one. Smaller async ops are polled.
+# Async ops of at least this many bytes get a future callback: it takes the GIL on the
+# backend's thread (~5 us of contention), noise for a big op, double the cost of a tiny one.
 CALLBACK_MIN_BYTES = int(os.environ.get("COMMTRACE_CALLBACK_MIN_BYTES", 64 * 1024))
 _POLL_PER_CALL = 8
-# At exit, how long close() lets backend threads finish running (and release)
-# the completion callbacks of ops that already completed.
+# At exit, how long close() lets backend threads run and release the callbacks of finished ops.
 CALLBACK_DRAIN_S = 2.0
 
-# A row flag that never reaches disk (pack_rows keeps the low bits only): the
-# row was handed to the waiter thread.
+# Row flags that never reach disk (pack_rows keeps the low bits only): handed to the
+# waiter thread; the end time comes from a CUDA event (device_ends).
 _HANDED = 0x100
-# Another such flag: the row's end time comes from a CUDA event (device_ends).
 _DEVICE_EVENT = 0x200
 
 
 def sig_of(row: list) -> int:
-    """The row's sig id; describes the call first if its thread is still inside
-    the backend call and has not looked its sig up yet (-1 if that fails)."""
+    """The row's sig id, describing a call still inside the backend first (-1 if that fails)."""
     s = row[SIG]
     if type(s) is int:
         return s
@@ -62,9 +50,8 @@ def sig_of(row: list) -> int:
 class CompletionTracker:
     """The rows of one process's files (a new tracker per file set: fork, restart).
 
-    ``sig_bytes`` / ``sig_p2p`` / ``sig_cuda``: the Recorder's per-sig tables (shared
-    lists, sig id -> bytes, send/recv, CUDA device index); ``on_error(t_call, group,
-    seq, sig, text)`` records an async op's failure found while collecting."""
+    ``sig_*``: the Recorder's per-sig lists (shared); ``on_error(t_call, group, seq,
+    sig, text)`` records an async op's failure found while collecting."""
 
     def __init__(self, sig_bytes: list, sig_p2p: list, sig_cuda: list, on_error):
         self.sig_bytes, self.sig_p2p, self.sig_cuda = sig_bytes, sig_p2p, sig_cuda
@@ -84,7 +71,6 @@ class CompletionTracker:
         self._waiter: _Waiter | None = None
         self._inflight_written: set[int] = set()
 
-    # -- the hot path --------------------------------------------------------------
     def track(self, row: list, work, sig: int, cpu: bool) -> None:
         """Arrange for an async op's end time to be recorded (hot path; see the module)."""
         if not cpu:
@@ -110,8 +96,7 @@ class CompletionTracker:
         self.pending.append((row, work, cpu))
 
     def observe_completions(self, most: int = _POLL_PER_CALL, poll: bool = True) -> None:
-        """Poll the oldest small async ops (at most ``most``; called at the start of each
-        traced op); ``poll=False`` only drops those whose end is already known."""
+        """Poll the oldest small async ops (at most ``most``); ``poll=False`` only drops ended ones."""
         un = self.unobserved
         for _ in range(most):
             try:
@@ -143,7 +128,6 @@ class CompletionTracker:
         except Exception:
             return None  # no future, no CUDA context, ...: polled instead
 
-    # -- the flush thread ------------------------------------------------------------
     def collect(self, final: bool) -> list[list]:
         """The rows to write now: finished ones, and a snapshot (status IN_FLIGHT, once)
         of each op running longer than IN_FLIGHT_AFTER_NS (``final``: of every op running)."""
@@ -221,10 +205,8 @@ class CompletionTracker:
         ends[:0] = still
 
     def _maybe_hand_to_waiter(self, row: list, work, final: bool = False) -> None:
-        """A CPU collective that can be neither polled nor called back (gloo's
-        tensor reduce-scatter: no future, is_completed() never turns True) is
-        waited for on a helper thread. Collective works tolerate a second
-        wait(); p2p works do not and never come here."""
+        """A CPU collective with no future (is_completed() never turns True) is waited for on
+        a helper thread. Collective works tolerate a second wait(); p2p works never come here."""
         if work is None or (row[FLAGS] & _HANDED and not final):
             return
         if not row[FLAGS] & _HANDED:
@@ -253,8 +235,7 @@ class CompletionTracker:
         return out
 
     def drain_callbacks(self, timeout_s: float) -> None:
-        """Wait (releasing the GIL) until backend threads have run and dropped
-        the callbacks of completed ops. Ops still in flight are not waited for."""
+        """Wait (GIL released) until backend threads dropped the callbacks of completed ops."""
         if not self.callbacks:
             return
         in_flight = {id(row) for row, work, _ in self.pending if not row[T_END] and not _is_completed(work)}
@@ -266,13 +247,9 @@ class CompletionTracker:
 
 
 class _EndCallback:
-    """Future callback that stamps a row's end time (on the backend's thread).
-
-    Tracked weakly: the backend thread runs it, then drops it, taking the GIL
-    both times. If the interpreter is finalizing by then, that thread is killed
-    inside C++ code and the process aborts ("terminate called without an active
-    exception"): close() waits until they are gone (``drain_callbacks``).
-    """
+    """Future callback that stamps a row's end time (on the backend's thread). Tracked weakly:
+    a backend thread that drops it while the interpreter finalizes aborts the process,
+    so close() waits until they are gone (``drain_callbacks``)."""
 
     __slots__ = ("row", "__weakref__")
 
@@ -313,14 +290,8 @@ def _is_completed(work) -> bool:
 
 
 def _work_error(work) -> str | None:
-    """Why a finished CPU work ended in an error ("Type: message"), None if it did
-    not. Never blocks.
-
-    Reads the error off the work's *done* future. It must not call
-    ``work.wait()``: a second wait on gloo's send/recv work blocks until the
-    *next* transfer on that buffer, and the caller already waited. Works without
-    a future (gloo send/recv) count as successful.
-    """
+    """Why a finished CPU work failed ("Type: message"), else None; read off its done future.
+    Never ``work.wait()``: a second wait on gloo's send/recv blocks until the next transfer."""
     if work is None:
         return None
     try:

@@ -1,18 +1,11 @@
 """End times of CUDA collectives from CUDA events, read lazily.
 
-Why events: NCCL marks an op's Work and future complete when its kernel is
-*enqueued*; ``is_completed()`` does query the op's end event, but polling it
-only bounds the end from above (by the next traced call or flush). Instead,
-right after the op is issued, a private stream is made to wait on the op's end
-(``future.wait()`` on an already-completed CUDA future only adds a stream wait)
-and a timing event is recorded on it: that event completes when the op does.
-``query()`` reads it without blocking, and its elapsed time from an anchor event
-of known host time puts it on the host's monotonic clock.
-
-Never a host synchronization, and no user stream is touched: only the private
-stream waits, never the other way round. Ops whose future is not yet complete
-at return (gloo on CUDA tensors completes on its own thread), ops issued while a
-CUDA graph is being captured, and anything that fails here fall back to polling.
+NCCL's future completes when the kernel is *enqueued*, and polling ``is_completed()``
+only bounds the end from above. So a private stream waits on the op (``future.wait()``
+on a completed CUDA future adds only a stream wait) and a timing event recorded there
+completes with the op; its elapsed time from an anchor event of known host time puts it
+on the monotonic clock. Never a host sync; no user stream waits. Ops whose future is not
+complete at return, ops in CUDA graph capture, and failures here fall back to polling.
 """
 from __future__ import annotations
 

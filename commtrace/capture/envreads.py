@@ -1,13 +1,8 @@
 """Which of the launcher variables commtrace put in the environment the program read.
 
-``commtrace run`` fills in RANK/WORLD_SIZE/LOCAL_RANK (and MASTER_ADDR/MASTER_PORT
-under MPI launchers) where they are missing, and a program may choose differently
-because of them (PyTorch Lightning takes LOCAL_RANK as "launched externally").
-So that a run can say so, :class:`EnvReads` notes the first time Python code
-other than commtrace's looks one of them up. Every lookup of ``os.environ`` --
-``[]``, ``.get``, ``in``, ``os.getenv``, ``setdefault``, a copy -- goes through
-``os._Environ.__getitem__``; it is wrapped while a set variable is still unread,
-and the original is put back as soon as all of them were read (or at ``stop``).
+A program may choose differently because of them (Lightning takes LOCAL_RANK as
+"launched externally"), so the run says so. Every Python lookup of ``os.environ``
+goes through ``os._Environ.__getitem__``, wrapped while a set variable is unread.
 Lookups from C (``getenv``) are not seen.
 """
 from __future__ import annotations

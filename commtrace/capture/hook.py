@@ -1,12 +1,9 @@
-"""Swap a traced wrapper (native_wrapper.make_traced) in wherever torch.distributed registers a process group.
+"""Swap a traced wrapper (native_wrapper.make_traced) in wherever torch.distributed registers a group.
 
-Every torch private API commtrace depends on is used in this module only:
-``distributed_c10d._register_pg_in_world`` (the one place every group --
-init_process_group, new_group, new_subgroups, split_group, shrink_group -- is
-registered), plus the functions that hand a freshly made group back to their
-caller before or after registering it. Torch then stores the wrapper in all of
-its bookkeeping (pg_map, pg_names, tags, the name registry used by functional
-collectives), so ``get_backend()`` and group lookups keep working unchanged.
+The torch private APIs of group creation are used here only: ``_register_pg_in_world``
+(where every group is registered), and the functions that hand a new group back to their
+caller. Torch then keeps the wrapper in all its bookkeeping, so ``get_backend()`` and group
+lookups work unchanged.
 """
 from __future__ import annotations
 
@@ -40,7 +37,6 @@ class Installer:
         self.world_id = None
         self.originals: dict[str, object] = {}
 
-    # -- mapping inner groups to wrappers ------------------------------------
     def as_traced(self, obj):
         if isinstance(obj, dist.ProcessGroup) and not isinstance(obj, self.traced_types):
             return self.traced.get(id(obj), obj)
@@ -75,7 +71,6 @@ class Installer:
                             "world_size": pg.size(), "backend": str(backend_name)})
         clock_group.track_world(self.rec, store, pg.rank(), pg.size(), self.world_id, str(backend_name))
 
-    # -- patching -------------------------------------------------------------
     def install(self) -> None:
         if self.originals:
             return
@@ -85,18 +80,11 @@ class Installer:
         # group itself, so the wrapper is swapped into torch's registries after it.
         adopt = self._adopt_registered if reg is None else (lambda x: x)
 
-        @functools.wraps(helper)
-        def new_process_group_helper(group_size, group_rank, global_ranks_in_group, *a, **kw):
-            _tls.ranks = list(global_ranks_in_group) or list(range(group_size))
-            try:
-                return self.as_traced(adopt(helper(group_size, group_rank, global_ranks_in_group, *a, **kw)))
-            except BaseException as e:
-                drop_own_frame(e)
-                raise
-            finally:
-                _tls.ranks = None
+        def set_ranks(args):
+            group_size, _, ranks = args[:3]
+            _tls.ranks = list(ranks) or list(range(group_size))
 
-        patches = {"_new_process_group_helper": new_process_group_helper}
+        patches = {"_new_process_group_helper": self._returning_traced(helper, adopt, set_ranks)}
         if reg is not None:
             @functools.wraps(reg)
             def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
@@ -112,16 +100,16 @@ class Installer:
             fn = getattr(c10d, name, None)
             if fn is not None:
                 patches[name] = self._returning_traced(fn, adopt)
-        upd = getattr(c10d, "_update_default_pg", None)
-        if upd is not None:
-            @functools.wraps(upd)
-            def update_default_pg(pg):
-                try:
-                    return upd(self.as_traced(pg))
-                except BaseException as e:
-                    drop_own_frame(e)
-                    raise
-            patches["_update_default_pg"] = update_default_pg
+        upd = c10d._update_default_pg
+
+        @functools.wraps(upd)
+        def update_default_pg(pg):
+            try:
+                return upd(self.as_traced(pg))
+            except BaseException as e:
+                drop_own_frame(e)
+                raise
+        patches["_update_default_pg"] = update_default_pg
         for name, fn in patches.items():
             self.originals[name] = getattr(c10d, name)
             setattr(c10d, name, fn)
@@ -131,55 +119,55 @@ class Installer:
                 setattr(dist, name, patches[name])
 
     def _adopt_registered(self, obj):
-        """(torch < 2.13) Wrap a group torch has just registered, and put the
-        wrapper in its place in every registry (``obj`` may be a (pg, store) tuple)."""
+        """(torch < 2.13) Wrap a group torch has just registered, in its place in every
+        registry (``obj`` may be a (pg, store) tuple)."""
         if isinstance(obj, tuple):
             return tuple(self._adopt_registered(x) for x in obj)
-        w = c10d._world
-        if (not isinstance(obj, dist.ProcessGroup) or isinstance(obj, self.traced_types)
-                or id(obj) in self.traced or obj not in w.pg_map):
+        if not isinstance(obj, dist.ProcessGroup) or obj not in c10d._world.pg_map:
             return obj
-        backend_name, store = w.pg_map[obj]
-        name = w.pg_names.get(obj)
-        traced = self.wrap(obj, backend_name, store, name, w.pg_group_ranks.get(obj))
-        _swap_in_registries(obj, traced, name)
+        return self._adopt(obj)
+
+    def _adopt(self, pg):
+        """Wrap registered group ``pg`` and swap the wrapper into torch's registries."""
+        if isinstance(pg, self.traced_types) or id(pg) in self.traced:
+            return pg
+        w = c10d._world
+        backend_name, store = w.pg_map[pg]
+        name = w.pg_names.get(pg)
+        traced = self.wrap(pg, backend_name, store, name, w.pg_group_ranks.get(pg))
+        _swap_in_registries(pg, traced, name)
         return traced
 
     def adopt_existing(self) -> int:
-        """Wrap every group that exists already (``commtrace.start()`` after
-        ``init_process_group``), in every registry of torch's, the default group
-        first: from now on they are traced. Collective over each world, as the
-        world id and clock offsets are agreed through its store (every rank calls
-        it at the same point of the program). Returns the groups wrapped."""
+        """Wrap every existing group (``start()`` after ``init_process_group``), the default
+        first. Collective over each world (world id, clock offsets). Returns the groups wrapped."""
         w = c10d._world
         default = w.default_pg
         if default is None:
             return 0
-        groups = sorted(w.pg_map, key=lambda pg: pg is not default)  # the default group first (stable)
         if self.world_id is None and not isinstance(default, self.traced_types):
-            backend_name, store = w.pg_map[default]
-            self._new_world(default, backend_name, store)
+            self._new_world(default, *w.pg_map[default])
         n = 0
-        for pg in groups:
-            if isinstance(pg, self.traced_types) or id(pg) in self.traced:
-                continue
-            backend_name, store = w.pg_map[pg]
-            name = w.pg_names.get(pg)
-            traced = self.wrap(pg, backend_name, store, name, w.pg_group_ranks.get(pg))
-            _swap_in_registries(pg, traced, name)
-            if w.default_pg is pg:
-                c10d._update_default_pg(traced)
-            n += 1
+        for pg in sorted(w.pg_map, key=lambda pg: pg is not default):  # the default group first (stable)
+            traced = self._adopt(pg)
+            if traced is not pg:
+                if w.default_pg is pg:
+                    c10d._update_default_pg(traced)
+                n += 1
         return n
 
-    def _returning_traced(self, fn, adopt):
+    def _returning_traced(self, fn, adopt, before=None):
         @functools.wraps(fn)
         def wrapper(*a, **kw):
+            if before is not None:
+                before(a)
             try:
                 return self.as_traced(adopt(fn(*a, **kw)))
             except BaseException as e:
                 drop_own_frame(e)
                 raise
+            finally:
+                _tls.ranks = None
         return wrapper
 
     def uninstall(self) -> None:
@@ -220,12 +208,8 @@ def _safe(f):
 
 
 def _world_id(pg, store, run_id: str, index: int) -> str:
-    """An id every rank of a new world agrees on, without a collective on it.
-
-    Rank 0 publishes a random id in the group's store (a key no one else uses);
-    the others read it. Backends without a store (the mpi4py backend) are started
-    by an MPI launcher, where every rank creates its worlds in the same order.
-    """
+    """An id every rank of a new world agrees on: rank 0 publishes a random one in the store.
+    Without a store (mpi4py), every rank of the MPI job makes its worlds in the same order."""
     if store is not None:
         try:
             if pg.rank() == 0:

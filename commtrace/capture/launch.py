@@ -1,8 +1,6 @@
 """Launcher detection: which launcher started this process, and the torch env it implies.
 
-Pure functions over an environment mapping, so they are unit-testable without
-launching anything. ``apply_rank_env`` fills in RANK/WORLD_SIZE/LOCAL_RANK from
-the launcher's own variables and never overwrites what the user set.
+Pure functions over an environment mapping (unit-testable without launching anything).
 """
 from __future__ import annotations
 
@@ -30,46 +28,40 @@ class LaunchInfo:
         return self.launcher in ("openmpi", "mpich")
 
 
-def _int(env: Mapping[str, str], name: str) -> int | None:
-    v = env.get(name)
-    if v is None or v == "":
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        return None
+def _int(env: Mapping[str, str], *names: str) -> int | None:
+    """The first of ``names`` set to an integer."""
+    for name in names:
+        try:
+            return int(env[name])
+        except (KeyError, ValueError):
+            pass
+    return None
+
+
+# In order: torchrun wins (it may run under Slurm), then MPI (mpirun in an allocation still
+# sets SLURM_*), then Slurm. (launcher, present if any of these is set, and for rank, world
+# size and local rank: the variables to read, first set wins.)
+_LAUNCHERS = (
+    ("torchrun", (("TORCHELASTIC_RUN_ID",), ("RANK", "LOCAL_WORLD_SIZE")),
+     (("RANK",), ("WORLD_SIZE",), ("LOCAL_RANK",))),
+    ("openmpi", (("OMPI_COMM_WORLD_RANK",),),
+     (("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",), ("OMPI_COMM_WORLD_LOCAL_RANK",))),
+    ("mpich", (("PMI_RANK",),), (("PMI_RANK",), ("PMI_SIZE",), ("MPI_LOCALRANKID", "PMI_LOCAL_RANK"))),
+    ("slurm", (("SLURM_PROCID", "SLURM_NTASKS"), ("SLURM_PROCID", "SLURM_NPROCS")),
+     (("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS"), ("SLURM_LOCALID",))),
+)
 
 
 def detect(env: Mapping[str, str]) -> LaunchInfo:
-    """Identify the launcher from its environment variables.
-
-    torchrun wins when its variables are present (it may itself run under
-    Slurm); then MPI (mpirun inside an allocation still sets SLURM_*); then Slurm.
-    """
-    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "LOCAL_WORLD_SIZE" in env):
-        return LaunchInfo("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK"))
-    if "OMPI_COMM_WORLD_RANK" in env:
-        return LaunchInfo(
-            "openmpi",
-            _int(env, "OMPI_COMM_WORLD_RANK"),
-            _int(env, "OMPI_COMM_WORLD_SIZE"),
-            _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
-        )
-    if "PMI_RANK" in env:
-        local = _int(env, "MPI_LOCALRANKID")
-        if local is None:
-            local = _int(env, "PMI_LOCAL_RANK")
-        return LaunchInfo("mpich", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE"), local)
-    if "SLURM_PROCID" in env and ("SLURM_NTASKS" in env or "SLURM_NPROCS" in env):
-        size = _int(env, "SLURM_NTASKS")
-        if size is None:
-            size = _int(env, "SLURM_NPROCS")
-        return LaunchInfo("slurm", _int(env, "SLURM_PROCID"), size, _int(env, "SLURM_LOCALID"))
+    """Identify the launcher from its environment variables (``_LAUNCHERS``)."""
+    for launcher, markers, fields in _LAUNCHERS:
+        if any(all(m in env for m in marker) for marker in markers):
+            return LaunchInfo(launcher, *(_int(env, *names) for names in fields))
     return LaunchInfo("none", None, None, None)
 
 
 def apply_rank_env(info: LaunchInfo, env: MutableMapping[str, str]) -> list[str]:
-    """Set RANK/WORLD_SIZE/LOCAL_RANK that are missing; return the names set."""
+    """Set RANK/WORLD_SIZE/LOCAL_RANK that are missing (never what the user set); the names set."""
     set_names = []
     for name, value in (("RANK", info.rank), ("WORLD_SIZE", info.world_size), ("LOCAL_RANK", info.local_rank)):
         if value is not None and name not in env:
@@ -99,12 +91,10 @@ def free_port() -> int:
 
 def host_address() -> str:
     """An address other hosts can use to reach this one (best effort)."""
-    name = socket.gethostname()
     try:
-        addr = socket.gethostbyname(name)
+        return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
-    return addr
 
 
 def new_run_id() -> str:
@@ -132,11 +122,9 @@ CLAIM_WAIT_S = 5.0
 
 
 def claim_name(base: str, key: str, wait_s: float = CLAIM_WAIT_S) -> str:
-    """The run directory name of launcher job ``key`` (torchrun, Slurm), in the same
-    form as every other run's (``new_run_id``): the first rank to ask creates
-    ``<base>/.claims/<hash of key>`` exclusively and writes a new name in it; the
-    others read that name. Ranks that do not share ``base`` (other hosts without a
-    shared file system) each name their own directory."""
+    """The run directory name (``new_run_id``'s form) of launcher job ``key``: the first rank
+    creates ``<base>/.claims/<hash of key>`` exclusively and writes it; the others read it.
+    Ranks that do not share ``base`` (no shared file system) each name their own."""
     claims = os.path.join(base, CLAIMS)
     os.makedirs(claims, exist_ok=True)
     path = os.path.join(claims, hashlib.sha1(key.encode()).hexdigest()[:16])

@@ -1,50 +1,28 @@
 """Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension.
 
-* ``module``: the innermost ``nn.Module`` running when an op is called, by its
-  fully qualified name from the root module (``layers.3.attention.wo``; the root
-  itself by its class name). Forward: torch's global module forward pre/post
-  hooks keep a per-thread stack. Backward: when a module's forward ends, a
-  pre-hook on the autograd node that made its first output (one C++ call; a
-  tensor or multi-grad hook costs ~10x more) marks the start of its backward,
-  and one on the node that made its first input (set when it begins) the end:
-  that node runs once the input's gradient is complete. The innermost module
-  whose backward began and has not ended is the op's. The context changes at module
-  boundaries only: the op wrappers' hot path is unchanged.
-* ``phase``: ``forward`` from the outermost module's forward pre hook to its
-  forward hook, unless a phase is set already (DDP's forward, an activation
-  recomputed in backward, a forward inside the optimizer step); ``backward``
-  and ``optimizer`` come from capture.phases as for DDP. The outermost forward
-  is also a compute span, as DDP's forward is.
-* ``detail`` (the op's role): ``fsdp_unshard`` (FSDP/FSDP2 all_gather of a unit's
-  parameters, prefetches included), ``fsdp_reduce_grad`` (the gradient
-  reduce_scatter, and HSDP's all_reduce / FSDP1 NO_SHARD's), ``dtensor_redistribute``
-  (a DTensor changing placements: TP's input/output layouts, sharding
-  propagation). An FSDP op issued where no module is running (FSDP2's final
-  backward callback, FSDP1's prefetch from its root's pre-backward hook) takes
-  the module of the unit whose parameters it moves.
-* Gradient clipping (``torch.nn.utils.clip_grad_norm_``, ``get_total_norm``,
-  ``clip_grads_with_norm_``, FSDP1's ``clip_grad_norm_``) runs between the
-  backward pass and the optimizer step; its norm all_reduces (FSDP, DTensor
-  gradients) are phase ``optimizer`` like the step's own ops, and like them have
-  no module (docs/report.md). No other op of a step is left without both.
-* Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module
-  hooks; the first thing each does is ask ``is_compiling``): ops issued there
-  keep the module of the compiled module's caller.
-* ``mesh`` meta lines: every DeviceMesh's dimension names and the group of each
-  dimension on this rank (the reader names the mesh dimension of each group).
+docs/report.md defines the fields. How they are found:
 
-The module hooks cost every module call in the process a few microseconds, so
-they are installed only once the process builds a DeviceMesh or an FSDP module:
-a DDP-only or plain program keeps its per-module speed (and DDP's ops keep the
-DDP module label as their ``module``: its buckets are numbered per label).
-Everything is found by capability (hasattr), never by torch version.
+* ``module`` in forward: torch's global module forward pre/post hooks keep a
+  per-thread stack. In backward: when a module's forward ends, a pre-hook on the
+  autograd node that made its first output (one C++ call; a tensor or multi-grad
+  hook costs ~10x more) marks its backward's start, one on the node that made its
+  first input its end. The context changes at module boundaries only: the op
+  wrappers' hot path is unchanged.
+* ``detail``: FSDP/FSDP2 unshard and gradient reduction, and DTensor's
+  ``redistribute_local_tensor``, are wrapped; an FSDP op issued where no module runs
+  takes the module of the unit whose parameters it moves.
+* Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module hooks).
+
+The module hooks cost every module call a few microseconds, so they are installed
+only once the process builds a DeviceMesh or an FSDP module: a DDP-only or plain
+program keeps its speed (and DDP's ops keep the DDP module label: its buckets are
+numbered per label).
 """
 from __future__ import annotations
 
 import functools
 import sys
 import threading
-import time
 import weakref
 
 from ..trace import schema
@@ -63,11 +41,9 @@ class ModuleTracker:
         self._meshes: set = set()
         self._ended: "weakref.WeakSet" = weakref.WeakSet()  # modules that carry _forward_end
 
-    # -- installation -------------------------------------------------------
     def install(self) -> None:
-        """Patch what turns the module hooks on and the roles (each only where torch has it),
-        each module right after the program imports it: importing DTensor or FSDP here would
-        change what the program sees (they register c10d's "fake" backend)."""
+        """Patch each torch module right after the program imports it: importing DTensor or
+        FSDP here would change what the program sees (they register c10d's "fake" backend)."""
         after = {
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
@@ -94,20 +70,15 @@ class ModuleTracker:
         """Install the global module hooks (once)."""
         if self._on or not self.hooks.originals:  # not on twice; not after PhaseHooks.uninstall
             return
-        from torch.nn.modules import module as nn_module
-        if not hasattr(nn_module, "register_module_forward_pre_hook"):
-            return
         self._on = True
         import torch
+        from torch.nn.modules import module as nn_module
         global _compiling
-        _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or \
-            getattr(getattr(torch, "_dynamo", None), "is_compiling", None) or _never
+        _compiling = torch.compiler.is_compiling
         self._grad_enabled = torch.is_grad_enabled
         self._Tensor = torch.Tensor
-        try:  # always_call: the stack stays right when a forward raises
-            post = nn_module.register_module_forward_hook(self._global_post, always_call=True)
-        except TypeError:
-            post = nn_module.register_module_forward_hook(self._global_post)
+        # always_call: the stack stays right when a forward raises
+        post = nn_module.register_module_forward_hook(self._global_post, always_call=True)
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre), post]
         self.hooks.originals.extend(("hook", h) for h in self._handles)
         _TRACKER[:] = [self]
@@ -125,7 +96,6 @@ class ModuleTracker:
         _TRACKER.clear()
         self._on = False
 
-    # -- names ----------------------------------------------------------------
     def name_of(self, module) -> str:
         name = self.names.get(module)
         if name is None:
@@ -137,7 +107,6 @@ class ModuleTracker:
                     self.names[sub] = _user_name(sub_name) or name
         return name
 
-    # -- forward --------------------------------------------------------------
     def _stack(self) -> list:
         s = getattr(self._tls, "stack", None)
         if s is None:
@@ -160,11 +129,8 @@ class ModuleTracker:
         name = self.name_of(module)
         rec = self.rec
         token = None
-        if not stack and rec.context_field("phase") is None:
-            hooks = self.hooks
-            outer = hooks._enter_compute("forward")
-            token = (rec.push_context(phase="forward", module=name), outer,
-                     hooks.steps.compute_begins() if outer else 0, time.monotonic_ns(), self._grad_enabled())
+        if not stack and rec.context_field("phase") is None:  # the outermost forward, with its span
+            token = (self.hooks.begin_compute("forward", module=name), self._grad_enabled())
         else:
             rec.set_context_field("module", name)
         stack.append((name, token))
@@ -175,18 +141,13 @@ class ModuleTracker:
         return None
 
     def _add_end_hook(self, module) -> None:
-        """Torch runs global forward hooks before a module's own: a module that has forward
-        hooks of its own (TP's output layouts, FSDP's) when it runs gets ``_forward_end``
-        after them, so that their ops are still its. Any other module is ended by the
-        global hook and keeps no trace of commtrace: torch.save and copy.deepcopy of it
-        write what they write untraced."""
+        """Torch runs global forward hooks before a module's own: a module with hooks of its
+        own (TP's output layouts, FSDP's) is ended by ``_forward_end`` after them, so their ops
+        are still its. Other modules keep no trace of commtrace (torch.save, deepcopy)."""
         self._ended.add(module)
         if any(h is _forward_end for h in module._forward_hooks.values()):
             return  # a deep copy of a module that had it already
-        try:  # always_call: the stack stays right when a forward raises
-            handle = module.register_forward_hook(_forward_end, always_call=True)
-        except TypeError:
-            handle = module.register_forward_hook(_forward_end)
+        handle = module.register_forward_hook(_forward_end, always_call=True)
         self.hooks.originals.append(("hook", handle))
         self._handles.append(handle)
 
@@ -205,12 +166,7 @@ class ModuleTracker:
         name, token = entry
         rec = self.rec
         if token is not None:
-            ctx, outer, step, t0, grad = token
-            hooks = self.hooks
-            hooks._leave_compute("forward")
-            if outer:
-                hooks._write_span("forward", t0, step, name, grad=grad)
-            rec.pop_context(ctx)
+            self.hooks.end_compute(token[0], name, token[1])
         elif stack and stack[-1] is not None:
             rec.set_context_field("module", stack[-1][0])
         else:  # a forward recomputed in backward (activation checkpointing) ends
@@ -221,7 +177,6 @@ class ModuleTracker:
                 node.register_prehook(functools.partial(self._bw_enter, name))
         return None
 
-    # -- backward -------------------------------------------------------------
     def _bw_enter(self, name, *_):
         if self._ddp_scope():
             return
@@ -240,7 +195,6 @@ class ModuleTracker:
     def _backward_done(self) -> None:
         self._bw.clear()
 
-    # -- roles ----------------------------------------------------------------
     def _scope(self, detail: str, unit=None):
         """Wrap a function: its ops get ``detail``; ``unit(args)`` gives the module an op
         takes when no module is running."""
@@ -299,7 +253,7 @@ class ModuleTracker:
             self.hooks._patch(src, "redistribute_local_tensor", self._scope("dtensor_redistribute"))
 
     def _optimizer_phase(self, orig):
-        """``orig`` with its ops in phase ``optimizer`` unless a phase is set already."""
+        """Gradient clipping: phase ``optimizer`` unless a phase is set already."""
         rec = self.rec
 
         def enter(args):
@@ -309,8 +263,7 @@ class ModuleTracker:
         return in_context(rec, orig, enter)
 
     def _patch_clipping(self, utils) -> None:
-        """The clipping functions, where torch has them, in torch.nn.utils and in its
-        clip_grad module (the functions there call each other by that module's names)."""
+        """In torch.nn.utils and its clip_grad module (whose functions call each other there)."""
         clip = getattr(utils, "clip_grad", None)
         for name in ("clip_grad_norm_", "get_total_norm", "clip_grads_with_norm_"):
             for owner in (utils, clip):
@@ -345,11 +298,7 @@ class ModuleTracker:
         """A ``mesh`` meta line: the dimension names and this rank's group of each."""
         names = getattr(mesh, "mesh_dim_names", None)
         dims = []
-        try:
-            ndim = mesh.ndim
-        except Exception:
-            return
-        for i in range(ndim):
+        for i in range(getattr(mesh, "ndim", 0)):
             try:
                 group = mesh.get_group(i)
                 gname = str(group.group_name)
@@ -364,8 +313,7 @@ class ModuleTracker:
 
 
 class _AfterImport:  # a meta path finder (importlib.abc would cost every import)
-    """Calls ``after[name](module)`` right after module ``name`` has loaded; leaves
-    sys.meta_path once every name has (or at ``remove``)."""
+    """Calls ``after[name](module)`` right after module ``name`` has loaded."""
 
     def __init__(self, after: dict):
         self.after = after
@@ -427,8 +375,8 @@ def _forward_end(module, args, output):
 
 
 def _first_node(value, tensor_type):
-    """The autograd node that made the first tensor with one in a module's inputs or output
-    (one level of tuple/list/dict), if it takes pre-hooks; else None (a leaf, no grad)."""
+    """The autograd node (taking pre-hooks) of the first tensor with one in a module's inputs
+    or output (one level of tuple/list/dict); None for a leaf or no grad."""
     if isinstance(value, tensor_type):
         items = (value,)
     elif isinstance(value, (tuple, list)):

@@ -1,14 +1,9 @@
 """The native (C++) wrapper, and the choice between it and ``wrapper.TracedProcessGroup``.
 
-The C++ class (``native/traced_pg.cpp``) records ops with the same semantics
-as the Python wrapper (CUDA end times from events included), into a
-per-Recorder log that the flush thread drains. What stays in Python is what
-happens once per distinct call: describing it as a sig (``describe``) and
-deciding whether a code object is internal.
-
-Every group implemented in C++ (gloo, NCCL, the mpi backend's fast path) gets
-it; backends written in Python, and every group where the extension is not
-built (no compiler, ``COMMTRACE_NATIVE=0``), get the Python wrapper.
+The C++ class (``native/traced_pg.cpp``) records ops as the Python wrapper does, into a
+per-Recorder log the flush thread drains; Python only describes each new call (a sig)
+and says whether a code object is internal. Groups written in C++ get it; Python
+backends, and every group where the extension is not built, get the Python wrapper.
 """
 from __future__ import annotations
 
@@ -63,12 +58,9 @@ def kind_for(inner: dist.ProcessGroup) -> str:
 
 
 def _written_in_python(inner) -> bool:
-    """A ProcessGroup subclass defined in Python (the mpi4py backend without its
-    C++ fast path, a user's backend). C++ reaches its methods only through
-    torch's trampoline, which bridges some ops and not others (reduce, gather,
-    scatter, recv_anysource fall through to the dispatcher and fail), so only
-    the Python wrapper, which calls its Python methods by name, can forward
-    every op."""
+    """A ProcessGroup subclass defined in Python: torch's trampoline bridges only some of its
+    ops to C++ (reduce, gather, scatter, recv_anysource fail), so only the Python wrapper,
+    which calls its methods by name, forwards every op."""
     for cls in type(inner).__mro__:
         if cls is dist.ProcessGroup:
             return False
@@ -78,16 +70,14 @@ def _written_in_python(inner) -> bool:
 
 
 def make_traced(inner: dist.ProcessGroup, rec: Recorder, gid: int, ranks: list[int], kind: str | None = None):
-    """A traced wrapper of ``inner`` recording as group ``gid``; ``kind``: what
-    ``kind_for(inner)`` said, if the caller already asked."""
+    """A traced wrapper of ``inner`` recording as group ``gid``; ``kind``: ``kind_for(inner)``."""
     if (kind or kind_for(inner)) == "native":
         return make_native(inner, rec, gid)
     return TracedProcessGroup(inner, rec, gid, ranks)
 
 
 def make_native(inner: dist.ProcessGroup, rec: Recorder, gid: int):
-    """The native wrapper of ``inner`` (the extension must be loaded; see ``kind_for``
-    for the groups it suits)."""
+    """The native wrapper of ``inner`` (the extension must be loaded; see ``kind_for``)."""
     mod = module()
     traced = mod.TracedPG(inner, _log(rec, mod), gid)
     _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner)

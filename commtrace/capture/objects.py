@@ -1,14 +1,8 @@
-"""Object collectives, labelled: ``all_gather_object``, ``broadcast_object_list``,
-``gather_object``, ``scatter_object_list``, ``send_object_list``, ``recv_object_list``.
+"""Object collectives (``all_gather_object`` & co.), labelled.
 
-Each pickles its objects into uint8 tensors and moves them with ordinary
-collectives: first the sizes (int64 tensors), then the payload (uint8) -- so
-the trace showed two anonymous all_gathers (or broadcasts, ...). While one of
-these functions runs, the annotation context carries ``api`` (its name); the
-sig of every op it issues gets ``api`` and ``detail`` ("object_sizes" or
-"object_payload", told apart by dtype: torch's implementations send sizes as
-torch.long and payloads as torch.uint8). Both wrappers record the context as
-part of each sig, so the labels cost nothing per op.
+Each moves sizes (int64) then a pickled payload (uint8) with ordinary collectives.
+While one runs, the context carries ``api`` (its name), and the sig of each op gets
+``detail`` "object_sizes" or "object_payload" by dtype: nothing per op.
 """
 from __future__ import annotations
 
@@ -20,8 +14,7 @@ SIZES, PAYLOAD = "object_sizes", "object_payload"
 
 
 def install(rec) -> list[str]:
-    """Wrap the object collectives torch has (c10d and the torch.distributed
-    names that re-export them); returns the names wrapped."""
+    """Wrap the object collectives torch has (in c10d and torch.distributed); the names wrapped."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 

@@ -1,16 +1,9 @@
 """The ProcessGroup methods commtrace traces, and how to read their arguments.
 
-Each traced method has a ``Spec``: the c10d op it performs and a parser that
-turns the method's arguments (every pybind overload form) into
-``(inputs, outputs, opts, extra)``:
-
-* ``inputs`` / ``outputs``: flat lists of tensors (the rank passes ``inputs`` in)
-* ``opts``: the c10d Options object when one was passed, else None
-* ``extra``: a small dict of op parameters passed positionally (root, reduce op,
-  tag, peer, split sizes) when the call used a non-Options overload.
-
-Parsers run only when a call's cheap key is new (see ``wrapper``), so they may
-be thorough rather than fast.
+Each traced method has a ``Spec``: its c10d op and a parser of every pybind overload form
+into ``(inputs, outputs, opts, extra)``: flat tensor lists (the rank passes ``inputs`` in),
+the Options object or None, and op parameters a non-Options overload passed (root, reduce
+op, tag, peer, split sizes). Parsers run only for a new call key, so may be thorough.
 """
 from __future__ import annotations
 
@@ -39,19 +32,9 @@ def _is_opts(x) -> bool:
     return type(x).__name__.endswith("Options")
 
 
-def _arg(args, kwargs, pos, *names):
-    if len(args) > pos:
-        return args[pos]
-    for n in names:
-        if n in kwargs:
-            return kwargs[n]
-    return None
-
-
 def _opts_or_extra(rest: list, kwargs: dict, extra_names: tuple[str, ...]):
     """Split trailing arguments into an Options object or named extras."""
-    opts = None
-    extra = {}
+    opts, extra = None, {}
     for i, v in enumerate(rest):
         if _is_opts(v):
             opts = v
@@ -69,10 +52,8 @@ def parse_inplace(extra_names):
     """f(tensors|tensor, opts | extras...): the tensors are input and output (allreduce, broadcast...)."""
     def parse(args, kwargs):
         kw = dict(kwargs)
-        t = args[0] if args else kw.pop("tensors", kw.pop("tensor", None))
-        opts, extra = _opts_or_extra(list(args[1:]), kw, extra_names)
-        ts = flat(t)
-        return ts, ts, opts, extra
+        ts = flat(args[0] if args else kw.pop("tensors", kw.pop("tensor", None)))
+        return (ts, ts, *_opts_or_extra(list(args[1:]), kw, extra_names))
     return parse
 
 
@@ -97,27 +78,19 @@ def _pop_first(kw, *names):
 
 
 def parse_barrier(args, kwargs):
-    opts, extra = _opts_or_extra(list(args), dict(kwargs), ("timeout",))
-    return [], [], opts, extra
-
-
-def parse_monitored_barrier(args, kwargs):
-    return [], [], None, {}
+    return ([], [], *_opts_or_extra(list(args), dict(kwargs), ("timeout",)))
 
 
 def parse_p2p(peer_name):
     def parse(args, kwargs):
         kw = dict(kwargs)
-        t = args[0] if args else _pop_first(kw, "tensors", "arg0")
+        ts = flat(args[0] if args else _pop_first(kw, "tensors", "arg0"))
         rest = list(args[1:])
         if peer_name is None:  # recv_anysource(tensors, tag)
-            tag = rest[0] if rest else _pop_first(kw, "tag", "arg1")
-            extra = {"tag": tag}
+            extra = {"tag": rest[0] if rest else _pop_first(kw, "tag", "arg1")}
         else:
-            peer = rest[0] if rest else _pop_first(kw, peer_name)
-            tag = rest[1] if len(rest) > 1 else _pop_first(kw, "tag")
-            extra = {"peer": peer, "tag": tag}
-        ts = flat(t)
+            extra = {"peer": rest[0] if rest else _pop_first(kw, peer_name),
+                     "tag": rest[1] if len(rest) > 1 else _pop_first(kw, "tag")}
         return ts, ts, None, extra
     return parse
 
@@ -157,7 +130,7 @@ SPECS: dict[str, Spec] = {
     "alltoall_base": Spec("all_to_all", parse_out_in(("output_split_sizes", "input_split_sizes", "opts"))),
     "all_to_all_single": Spec("all_to_all", parse_out_in(("output_split_sizes", "input_split_sizes", "opts"))),
     "barrier": Spec("barrier", parse_barrier),
-    "monitored_barrier": Spec("barrier", parse_monitored_barrier),
+    "monitored_barrier": Spec("barrier", lambda args, kwargs: ([], [], None, {})),
     "send": Spec("send", parse_p2p("dstRank"), p2p=True),
     "recv": Spec("recv", parse_p2p("srcRank"), p2p=True),
     "recv_anysource": Spec("recv", parse_p2p(None), p2p=True),
@@ -196,29 +169,30 @@ def reduce_op_name(op) -> str | None:
     return str(name)
 
 
+def _one(values: set, many="mixed"):
+    """The one value in ``values``, ``many`` if several, None if none."""
+    return values.pop() if len(values) == 1 else (many if values else None)
+
+
 def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> dict:
     """Full static description of one call (becomes a ``sig`` meta line)."""
     inputs, outputs, opts, extra = spec.parse(args, kwargs)
-    d: dict = {"op": spec.op, "variant": method}
-    d["shapes"] = [list(t.shape) for t in inputs]
-    d["out_shapes"] = [list(t.shape) for t in outputs]
-    dtypes = {str(t.dtype).replace("torch.", "") for t in inputs + outputs}
-    d["dtype"] = dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None)
-    d["bytes"] = int(sum(t.numel() * t.element_size() for t in inputs))
-    d["out_bytes"] = int(sum(t.numel() * t.element_size() for t in outputs))
-    devices = {t.device.type for t in inputs + outputs}
-    d["device"] = devices.pop() if len(devices) == 1 else ("mixed" if devices else None)
-    cuda = {t.device.index for t in inputs + outputs if t.is_cuda}
-    d["cuda_index"] = cuda.pop() if len(cuda) == 1 else None  # not written: see Recorder.add_sig
+    both = inputs + outputs
+    d: dict = {"op": spec.op, "variant": method, "shapes": [list(t.shape) for t in inputs],
+               "out_shapes": [list(t.shape) for t in outputs],
+               "dtype": _one({str(t.dtype).replace("torch.", "") for t in both}),
+               "bytes": int(sum(t.numel() * t.element_size() for t in inputs)),
+               "out_bytes": int(sum(t.numel() * t.element_size() for t in outputs)),
+               "device": _one({t.device.type for t in both}),
+               # not written: see Recorder.add_sig
+               "cuda_index": _one({t.device.index for t in both if t.is_cuda}, None)}
     red = getattr(opts, "reduceOp", None) if opts is not None else extra.get("op")
-    d["reduce_op"] = reduce_op_name(red) if spec.op in ("all_reduce", "reduce", "reduce_scatter") else None
-    if spec.op in ("all_reduce", "reduce", "reduce_scatter") and d["reduce_op"] is None:
-        d["reduce_op"] = "SUM"
+    reduces = spec.op in ("all_reduce", "reduce", "reduce_scatter")
+    d["reduce_op"] = (reduce_op_name(red) or "SUM") if reduces else None
     root = None
     if spec.op in ("broadcast", "reduce", "gather", "scatter"):
         root = getattr(opts, "rootRank", None) if opts is not None else extra.get("root")
-        if root is None:
-            root = 0
+        root = 0 if root is None else root
     elif spec.p2p:
         root = extra.get("peer")
     if root is not None and group_ranks and 0 <= int(root) < len(group_ranks):

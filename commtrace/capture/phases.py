@@ -1,39 +1,10 @@
-"""Why an op happened: phase, iteration and DDP module annotations.
+"""Why an op happened: phase, iteration, DDP's own step (``detail``) and compute spans.
 
-Hooks are set at scope boundaries (a handful per training step), never per op:
-the wrapper reads ``Recorder.context_key`` and ``Recorder.iteration``, which
-these hooks update.
-
-* ``ddp_init``  -- inside DistributedDataParallel.__init__
-* ``forward``   -- inside DistributedDataParallel.forward; each forward of a DDP
-                   module starts its next iteration (1-based)
-* ``backward``  -- inside the autograd engine (loss.backward(), autograd.grad)
-* ``optimizer`` -- between the global optimizer step pre/post hooks
-* ``join``      -- inside Join.__exit__, where joined ranks shadow collectives
-* ``other``     -- everything else (no phase set)
-
-``detail`` names DDP's own step inside a phase: param_check and module_state
-(construction), bucket_rebuild, buffers, join_notify and join_sync_flag
-(forward), join_shadow, join_count, join_shadow_grad, join_shadow_unused and
-join_final_model (join). A joined rank's iteration advances with each round of
-Join's loop, so its shadow collectives carry the iteration they answer.
-
-The bucket layout DDP reports (``_get_ddp_logging_data``) is written as
-``ddp_buckets`` meta lines; the reader turns it into ``bucket``/``params``.
-
-Compute spans: every outermost DDP forward, backward pass and optimizer step
-is also recorded as a span (begin and end on this process's clock, written in
-batched ``spans`` meta lines), so
-the report can tell communication that overlapped computation from
-communication the step waited for. Each span carries the number of the
-optimizer step it belongs to (``step``, see :class:`StepCounter`).
-"Outermost" is per phase: a span nested in a span of another phase is
-written too. Trainers nest them: ``optimizer.step(closure)`` runs the
-closure's forward and backward inside the optimizer step (Lightning's
-automatic optimization does so for the last micro-batch of every step), and
-Lightning runs ``training_step`` -- with its manual backward and optimizer
-step -- inside the DDP forward. Nested spans overlap their outer span; the
-report takes the union of a rank's spans, so no time counts twice.
+docs/report.md defines the phases, details, steps and spans. Hooks sit at scope
+boundaries (a handful per training step), never per op: the wrapper reads
+``Recorder.context_key`` and ``Recorder.iteration``, which they update. A span is
+written for the outermost forward, backward or optimizer step per phase and
+thread; the report takes the union of a rank's spans, so nesting counts no time twice.
 """
 from __future__ import annotations
 
@@ -56,15 +27,8 @@ _REBUILD_LOOK_FORWARDS = 2000
 
 
 class StepCounter:
-    """Numbers optimizer steps as docs/report.md defines a step.
-
-    A step ends with an optimizer step. Optimizer steps of *other* optimizers
-    that follow before the next forward or backward belong to the same step (a
-    model with two optimizers stepped back to back takes one step); the same
-    optimizer stepping again, or any forward/backward in between, belongs to the
-    next. ``done`` counts finished steps; spans of the step in progress carry
-    ``done + 1``.
-    """
+    """Numbers optimizer steps as docs/report.md defines a step (other optimizers stepping
+    before the next forward/backward join it). Spans of the step in progress carry ``done + 1``."""
 
     def __init__(self):
         self.done = 0
@@ -91,11 +55,7 @@ class PhaseHooks:
     def __init__(self, rec: Recorder):
         self.rec = rec
         self.steps = StepCounter()
-        # Compute spans of one phase nest (a DDP module inside another's forward,
-        # an optimizer step inside another's, as PostLocalSGDOptimizer does): only
-        # the outermost one per thread and phase is written, so a phase's spans
-        # count each forward, backward pass and optimizer step once.
-        self._depth = threading.local()
+        self._depth = threading.local()  # per phase: compute spans of this thread open (only the outermost is written)
         self.modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ddp -> state
         self.originals: list[tuple] = []
         self._labels: dict[str, int] = {}
@@ -103,9 +63,7 @@ class PhaseHooks:
         self.ddp_labels: set[str] = set()   # the labels of the DDP modules seen (capture.module_tracker)
         self.after_backward: list = []      # called when a backward pass ends (capture.module_tracker)
 
-    # -- installation -----------------------------------------------------------
     def install(self) -> None:
-        import torch
         import torch.autograd as autograd
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -118,8 +76,7 @@ class PhaseHooks:
         self._patch(ddp_mod, "_verify_param_shape_across_processes", self._wrap_init_step("param_check"))
         self._patch(ddp_mod, "_sync_module_states", self._wrap_init_step("module_state"))
         self._patch(DDP, "forward", self._wrap_forward)
-        # `detail` says which of DDP's own steps an op belongs to. Anything else
-        # DDP's _pre_forward sends is the bucket-rebuild broadcast (C++ reducer).
+        # Anything else DDP's _pre_forward sends is the bucket-rebuild broadcast (C++ reducer).
         for owner, name, detail in (
             (DDP, "_pre_forward", "bucket_rebuild"),
             (DDP, "_sync_buffers", "buffers"),
@@ -130,14 +87,13 @@ class PhaseHooks:
         ):
             if hasattr(owner, name):
                 self._patch(owner, name, self._wrap_scope(detail=detail))
-        if hasattr(autograd, "_engine_run_backward"):
-            self._patch(autograd, "_engine_run_backward", self._wrap_backward)
+        self._patch(autograd, "_engine_run_backward", self._wrap_backward)
         try:
             from torch.distributed.algorithms.join import Join
             self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
-            self._patch(Join, "notify_join_context", self._wrap_static_scope(detail="join_notify"))
-            if hasattr(Join, "_get_num_nonjoined_procs"):
-                self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
+            notify = self._wrap_scope(detail="join_notify")
+            self._patch(Join, "notify_join_context", lambda orig: staticmethod(notify(orig)))
+            self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
         except ImportError:
             pass
         from . import comm_hooks
@@ -150,7 +106,6 @@ class PhaseHooks:
         from .module_tracker import ModuleTracker
         self.module_tracker = ModuleTracker(self)
         self.module_tracker.install()
-        del torch
 
     def _patch(self, owner, name, make) -> None:
         raw = vars(owner).get(name, getattr(owner, name))  # keeps staticmethod wrappers for uninstall
@@ -165,64 +120,52 @@ class PhaseHooks:
                 setattr(item[0], item[1], item[2])
         self.originals.clear()
 
-    # -- scopes -----------------------------------------------------------------
     def _wrap_scope(self, phase: str | None = None, detail: str | None = None):
         rec = self.rec
         fields = {k: v for k, v in (("phase", phase), ("detail", detail)) if v is not None}
         return lambda orig: in_context(rec, orig, lambda args: rec.push_context(**fields))
 
-    # -- compute spans ------------------------------------------------------------
-    def _enter_compute(self, phase: str) -> bool:
-        """True for the outermost compute span of ``phase`` on this thread (call
-        _leave_compute(phase) after)."""
+    def begin_compute(self, phase: str, step=None, **fields) -> tuple:
+        """Enter ``phase`` (context ``fields``) and its compute span; the token is for end_compute.
+        ``step()`` numbers an outermost span (default: a forward or backward's step)."""
         depth = getattr(self._depth, phase, 0)
         setattr(self._depth, phase, depth + 1)
-        return depth == 0
+        number = (step or self.steps.compute_begins)() if depth == 0 else 0
+        return phase, self.rec.push_context(phase=phase, **fields), depth == 0, number, time.monotonic_ns()
 
-    def _leave_compute(self, phase: str) -> None:
+    def end_compute(self, token: tuple, label=None, grad: bool = True) -> None:
+        """Leave the context; write the span if it was the outermost of its phase."""
+        phase, ctx, outer, step, t0 = token
         setattr(self._depth, phase, getattr(self._depth, phase) - 1)
-
-    def _write_span(self, phase: str, t_begin: int, step: int, module=None, grad: bool = True) -> None:
-        self.rec.add_span(phase, t_begin, time.monotonic_ns(), step, module, grad)
+        self.rec.pop_context(ctx)
+        if outer:
+            self.rec.add_span(phase, t0, time.monotonic_ns(), step, label, grad)
 
     def _wrap_backward(self, orig):
-        """Phase ``backward``; the DDP module of the last forward stays the op's
-        module until its backward pass ends, and not after (a later
-        ``dist.all_reduce`` of the user's is not DDP's)."""
+        """The DDP module of the last forward stays the op's module until its backward pass
+        ends, and not after (a later ``dist.all_reduce`` of the user's is not DDP's)."""
         hooks, rec = self, self.rec
 
         @functools.wraps(orig)
         def backward(*args, **kwargs):
-            token = rec.push_context(phase="backward")
-            outer = hooks._enter_compute("backward")
-            step = hooks.steps.compute_begins() if outer else 0
-            t0 = time.monotonic_ns()
+            token = hooks.begin_compute("backward")
             try:
                 return orig(*args, **kwargs)
             except BaseException as e:
                 drop_own_frame(e)
                 raise
             finally:
-                hooks._leave_compute("backward")
-                module = rec.context_fields().get("module")
-                if module not in hooks.ddp_labels:
-                    module = None  # a submodule's name (capture.module_tracker): the span is not that module's
-                rec.pop_context(token)
+                module = rec.context_field("module")
+                # a submodule's name (capture.module_tracker): the span is not that module's
+                hooks.end_compute(token, module if module in hooks.ddp_labels else None)
                 rec.set_context(module=None)
                 for done in hooks.after_backward:
                     done()
-                if outer:
-                    hooks._write_span("backward", t0, step, module)
         return backward
 
-    def _wrap_static_scope(self, **fields):
-        make = self._wrap_scope(**fields)
-        return lambda orig: staticmethod(make(orig))
-
     def _wrap_join_round(self, orig):
-        """Each round of Join's loop answers one more step of the ranks still
-        training: a joined DDP module's iteration advances with it, so its shadow
-        collectives pair with the others' ops of the same iteration."""
+        """Each round of Join's loop answers one step of the ranks still training: a joined
+        module's iteration advances with it, so its shadow collectives pair with theirs."""
         hooks, rec = self, self.rec
         scoped = self._wrap_scope(detail="join_count")(orig)
 
@@ -242,29 +185,22 @@ class PhaseHooks:
         return join_round
 
     def _opt_pre(self, optimizer, args, kwargs):
-        outer = self._enter_compute("optimizer")
-        step = self.steps.optimizer_begins(optimizer) if outer else 0
-        self._opt_tokens.append((self.rec.push_context(phase="optimizer"), outer, step, time.monotonic_ns()))
+        self._opt_tokens.append(self.begin_compute("optimizer", lambda: self.steps.optimizer_begins(optimizer)))
 
     def _opt_post(self, optimizer, args, kwargs):
         # torch runs no post hook after a step that raised: that step's context
         # and span stay open (a program that catches it and goes on is rare).
         if not self._opt_tokens:
             return
-        token, outer, step, t0 = self._opt_tokens.pop()
-        self._leave_compute("optimizer")
-        self.rec.pop_context(token)
-        if outer:
-            self.steps.optimizer_ends(optimizer, step)
-            self._write_span("optimizer", t0, step, type(optimizer).__name__)
+        token = self._opt_tokens.pop()
+        if token[2]:  # outermost
+            self.steps.optimizer_ends(optimizer, token[3])
+        self.end_compute(token, type(optimizer).__name__)
 
     def _patch_averagers(self) -> None:
-        """Model averaging (post-local SGD: ``PeriodicModelAverager``,
-        ``HierarchicalModelAverager``, also inside ``PostLocalSGDOptimizer.step``,
-        which torch's step hooks do not see) updates the model after the
-        optimizer: each ``average_parameters`` call is an optimizer step of its
-        own, which joins the step of the optimizer it follows (StepCounter), so its
-        all_reduces are phase ``optimizer`` and inside the step."""
+        """Each ``average_parameters`` of model averaging (post-local SGD, also inside
+        ``PostLocalSGDOptimizer.step``, which torch's step hooks miss) is an optimizer step
+        joining the step it follows (StepCounter): its all_reduces are phase ``optimizer``."""
         try:
             from torch.distributed.algorithms.model_averaging import averagers, hierarchical_model_averager
         except ImportError:
@@ -289,15 +225,10 @@ class PhaseHooks:
         return as_optimizer_step
 
     def _name_gradient_owners(self) -> None:
-        """With several DDP modules in a process, one backward pass may produce
-        gradients of more than one, and DDP's reducer launches each bucket from
-        the autograd hook of its last gradient, in C++: nothing says whose bucket
-        it is, and the module of the last forward was wrong for the others. A
-        post-accumulate-grad hook on each parameter (torch runs it right before
-        the reducer's hook on the same gradient) makes the parameter's module the
-        op's. Installed once a second DDP module exists: a process with one DDP
-        module pays nothing; with several, one Python call per parameter per
-        backward pass."""
+        """With several DDP modules, one backward pass may launch buckets of each (from C++,
+        naming no module): a post-accumulate-grad hook per parameter (run right before the
+        reducer's on the same gradient) makes its module the op's. Installed only once a
+        second DDP module exists: one Python call per parameter per backward pass."""
         rec = self.rec
         for ddp, state in list(self.modules.items()):
             if state.get("owner_hooks"):
@@ -309,7 +240,7 @@ class PhaseHooks:
                 if rec.context_field("module") != label:
                     rec.set_context(module=label)
             for p in ddp.module.parameters():
-                if p.requires_grad and hasattr(p, "register_post_accumulate_grad_hook"):
+                if p.requires_grad:
                     self.originals.append(("hook", p.register_post_accumulate_grad_hook(owner)))
 
     def _label(self, module) -> str:
@@ -374,21 +305,15 @@ class PhaseHooks:
                 state = hooks._register(ddp, ddp.module, hooks._label_of(ddp, ddp.module))
             state["forwards"] += 1
             rec.iteration = state["forwards"]
-            token = rec.push_context(phase="forward", module=state["label"])
-            outer = hooks._enter_compute("forward")
-            step = hooks.steps.compute_begins() if outer else 0
             grad = torch.is_grad_enabled()  # an evaluation forward (no_grad) is no micro-step
-            t0 = time.monotonic_ns()
+            token = hooks.begin_compute("forward", module=state["label"])
             try:
                 return orig(ddp, *args, **kwargs)
             except BaseException as e:
                 drop_own_frame(e)
                 raise
             finally:
-                hooks._leave_compute("forward")
-                if outer:
-                    hooks._write_span("forward", t0, step, state["label"], grad=grad)
-                rec.pop_context(token)
+                hooks.end_compute(token, state["label"], grad)
                 # Later ops of this step (backward, optimizer) belong to this module.
                 rec.set_context(module=state["label"])
                 if not state["rebuilt"]:
@@ -396,8 +321,8 @@ class PhaseHooks:
         return forward
 
     def _follow_rebuild(self, ddp, state) -> None:
-        """Note the forward in which DDP rebuilt its buckets (``_has_rebuilt_buckets``
-        turns True in it), then read the new layout once DDP's logging data has it."""
+        """Note the forward in which ``_has_rebuilt_buckets`` turned True, then read the new
+        layout once DDP's logging data has it."""
         n = state["forwards"]
         if state["rebuild_at"] is None:
             if not getattr(ddp, "_has_rebuilt_buckets", False):
@@ -418,13 +343,10 @@ class PhaseHooks:
             return
         state["rebuilt"] = True
         params = state["params"]
-        buckets = []
-        for chunk in str(indices).split(","):
-            names = [params[int(i)] for i in chunk.split() if i.strip().isdigit() and int(i) < len(params)]
-            buckets.append(names)
+        buckets = [[params[int(i)] for i in chunk.split() if i.isdigit() and int(i) < len(params)]
+                   for chunk in str(indices).split(",")]
         self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": state["label"],
-                           "from_iteration": state["rebuild_at"],
-                           "buckets": buckets})
+                           "from_iteration": state["rebuild_at"], "buckets": buckets})
 
 
 def _grad_bytes(module) -> int:
@@ -432,7 +354,6 @@ def _grad_bytes(module) -> int:
 
 
 def _first_bucket_bytes(ddp) -> int:
-    """The smaller of DDP's first-bucket size and its bucket cap (bytes)."""
     import torch.distributed as dist
     first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
     cap = getattr(ddp, "bucket_bytes_cap", first)

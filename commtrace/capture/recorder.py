@@ -1,18 +1,9 @@
 """Per-process recording state: interned definitions, the op rows, and the files they go to.
 
-Three parts, each in its own module: the annotation context in force
-(``annotation_context.AnnotationContext``: the Recorder is one), the op rows and
-how each op's completion is timed (``completion.CompletionTracker``,
-``tracker``), and the files with their flush thread (``trace_sink.TraceSink``,
-``sink``). What stays here: interning the definitions every record refers to
-(sigs, groups, worlds, span labels), the meta lines queued for the next flush,
-one flush (collect, pack, write), and the lifecycle across fork, ``close`` and
-``reopen``.
-
-The hot path (``wrapper``) appends rows to ``tracker.rows`` or hands them to
-``tracker.track`` and reads ``sig_ids``; packing and writing happen on the flush
-thread every ``trace_sink.FLUSH_INTERVAL_S`` (in ring mode, ``bounded.CallOrder``,
-an op called after one still running may wait up to ``IN_FLIGHT_AFTER_NS`` more).
+The Recorder is the annotation context (``AnnotationContext``), holds the op rows
+(``tracker``: ``completion.CompletionTracker``) and the files with their flush thread
+(``sink``: ``trace_sink.TraceSink``). Here: interning definitions (sigs, groups, worlds,
+span labels), queued meta lines, one flush, and the lifecycle across fork, close and reopen.
 """
 from __future__ import annotations
 
@@ -28,14 +19,10 @@ from .annotation_context import AnnotationContext
 from .completion import CALLBACK_DRAIN_S, GROUP, IN_FLIGHT_AFTER_NS, SEQ, SIG, T_CALL, CompletionTracker, sig_of
 from .trace_sink import TraceSink
 
-# At interpreter exit, a GIL-free pause after the final flush. gloo's worker
-# thread destroys a finished op's Work right after completing it, and that
-# destructor may take the GIL (torch's AsyncWork keeps the caller's thread-local
-# state, Python objects included). If the interpreter is already finalizing,
-# Python kills that thread inside C++ and the process aborts with "terminate
-# called without an active exception" -- seen in torch 2.13 with and without
-# commtrace, e.g. right after a final dist.barrier(). atexit handlers run before
-# finalization, so pausing here lets those threads finish first.
+# At exit, a GIL-free pause after the final flush: gloo's worker thread destroys a
+# finished op's Work (whose destructor may take the GIL) right after completing it; if
+# the interpreter is finalizing by then, the process aborts ("terminate called without
+# an active exception", torch 2.13 with or without commtrace, e.g. after a final barrier).
 EXIT_SETTLE_S = 0.05
 
 _SPAN_PHASE = {name: i for i, name in enumerate(schema.SPAN_PHASES)}
@@ -76,15 +63,13 @@ class Recorder(AnnotationContext):
         return self.sink.run_id
 
     def start(self) -> None:
-        """Write this process's start record now (header: command, launcher
-        variables), before it creates any process group -- so a process that
-        dies before ``init_process_group`` still leaves its trace file."""
+        """Write the start record now: a process that dies before ``init_process_group``
+        still leaves its trace file."""
         with self._lock:
             if self.sink.writer is None and not self.closed:
                 self.sink.open_start_file(self.sig_lines)
                 self.sink.writer.write([self.sink.header(self.rank), *self.clock_lines], None)
 
-    # -- state ---------------------------------------------------------------
     def _new_files_state(self) -> None:
         """What a new set of files starts without: rows, spans, queued lines (definitions are kept)."""
         self.tracker = CompletionTracker(self.sig_bytes, self.sig_p2p, self.sig_cuda, self.record_error)
@@ -109,7 +94,6 @@ class Recorder(AnnotationContext):
         elif started:
             self.start()
 
-    # -- definitions (rare; under the lock) -----------------------------------
     def add_sig(self, key, desc: dict) -> int:
         with self._lock:
             sid = self.sig_ids.get(key)
@@ -150,8 +134,7 @@ class Recorder(AnnotationContext):
             return idx
 
     def add_span(self, phase: str, t_begin: int, t_end: int, step: int, label, grad: bool = True) -> None:
-        """A compute span (DDP forward, backward pass, optimizer step) that just ended;
-        ``label``: the DDP module's label or the optimizer's class (or None)."""
+        """A compute span that just ended; ``label``: the module's label or the optimizer's class."""
         if self.closed:
             return  # stopped: nothing is written until a restart
         lid = schema.SPAN_NO_LABEL if label is None else self.label_ids.get(label)
@@ -170,7 +153,6 @@ class Recorder(AnnotationContext):
             self.clock_lines.append(line)
             self.meta_queue.append(line)
 
-    # -- what happened (meta lines) -------------------------------------------------
     def add_meta(self, line: dict) -> None:
         with self._lock:
             if not self.closed:  # stopped: marks, errors, ... are not kept for a restart
@@ -180,8 +162,7 @@ class Recorder(AnnotationContext):
         self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
 
     def record_error(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
-        """An op raised, or its async work failed (the native wrapper calls this
-        directly; async failures are found while flushing, the final flush included)."""
+        """An op raised, or its async work failed (also found by the final flush; C++ calls it)."""
         line = {"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig, "text": text}
         with self._lock:
             if not self.closed or self._final_flush:
@@ -202,20 +183,18 @@ class Recorder(AnnotationContext):
     sig_of = staticmethod(sig_of)
 
     def unfinished(self) -> list[tuple[list, str]]:
-        """Ops not finished yet as (row, where): inside the backend call, or async and pending."""
+        """``CompletionTracker.unfinished``, with the native wrapper's."""
         out = self.tracker.unfinished()
         if self.native_log is not None:
             out += [tuple(x) for x in self.native_log.unfinished()]
         return out
 
-    # -- files -----------------------------------------------------------------
     def _open(self, rank: int) -> None:
         if self.closed:
             return  # stopped (commtrace.stop): the next session's files re-state the definitions
         defs = [*self.world_lines, *self.group_lines, *self.sig_lines, *self.label_lines]
         if self.sink.open_rank_files(rank, self.sig_lines):
-            # The start file (see start) becomes the rank's file; its second
-            # header line adds what is known now (rank, torch version).
+            # The start file becomes the rank's; a second header line adds the rank, torch version.
             pre = [self.sink.header(self.rank), *defs]
         else:  # a fresh file (a forked child) re-states every definition
             pre = [self.sink.header(self.rank), *self.clock_lines, *defs]
@@ -245,21 +224,16 @@ class Recorder(AnnotationContext):
             sink.write(meta, packed, spans, self.rank, final, before)
 
     def _oldest_running_call(self) -> int:
-        """Ring mode: the call time before which this flush's records may be written
-        (``bounded.CallOrder``): that of the oldest op still running, or now. Taken
-        before collecting, so an op that finishes in between is collected in this
-        flush, and any op called before a record written now was finished by then.
-        Ops running longer than ``IN_FLIGHT_AFTER_NS`` hold nothing back: they are
-        written IN_FLIGHT, so a hang or a long recv delays no record longer than that."""
+        """Ring mode (``bounded.CallOrder``): the call time of the oldest op still running,
+        or now, taken before collecting. Ops older than ``IN_FLIGHT_AFTER_NS`` are written
+        IN_FLIGHT and hold nothing back, so a hang delays no record longer than that."""
         now = time.monotonic_ns()
         young = [row[T_CALL] for row, _ in self.unfinished() if now - row[T_CALL] <= IN_FLIGHT_AFTER_NS]
         return min(young, default=now)
 
-    # -- lifecycle ---------------------------------------------------------------
     def reopen(self, run_dir: str, run_id: str, launcher: str, command: list[str]) -> None:
-        """A new tracing session after ``close()`` (``commtrace.start`` after ``stop``):
-        new files (``...pid<P>.s<N>``, in ``run_dir``) that re-state every definition
-        and clock measurement (the new sink reads the bounded options again)."""
+        """A new session after ``close()``: new files (``...pid<P>.s<N>``) re-stating every
+        definition and clock measurement."""
         with self._lock:
             if not self.closed:
                 return
@@ -282,9 +256,8 @@ class Recorder(AnnotationContext):
             time.sleep(EXIT_SETTLE_S)
 
     def _note_uncaught_exception(self) -> None:
-        """At exit of a process not run by ``commtrace run`` (a subprocess, a
-        spawned rank outside mp.spawn's wrapper): Python stores the uncaught
-        exception it just printed in ``sys.last_value``; the exit code is then 1."""
+        """At exit of a process not run by ``commtrace run``: Python keeps the uncaught
+        exception it printed in ``sys.last_value`` (exit code 1)."""
         exc = getattr(sys, "last_value", None)
         if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
             return
@@ -292,8 +265,8 @@ class Recorder(AnnotationContext):
         self.exit_info = (1, "exception")
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
-        """Flush everything; ops still running are written as IN_FLIGHT. Idempotent.
-        From here on the wrappers forward ops without recording them (until ``reopen``)."""
+        """Flush everything (ops still running as IN_FLIGHT); from here on the wrappers forward
+        ops unrecorded until ``reopen``. Idempotent."""
         with self._lock:
             if self.closed:
                 return

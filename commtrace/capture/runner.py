@@ -38,21 +38,14 @@ def _mpi_world(info: launch.LaunchInfo):
     if not info.is_mpi:
         return None
     try:
-        from .. import mpienv
         return mpienv.world()
     except ImportError:
-        pass
-    try:
-        from mpi4py import MPI
-    except ImportError:
         return None
-    return MPI.COMM_WORLD
 
 
 def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, object, list[str]]:
     """Derive rank env, rendezvous, run id and run dir; export them for children.
-    The last item: the launcher variables commtrace set (none with --no-launcher-env
-    or COMMTRACE_LAUNCHER_ENV=0)."""
+    The last item: the launcher variables commtrace set."""
     env = os.environ
     info = launch.detect(env)
     glue = opts.launcher_env and launch.launcher_env_wanted(env)
@@ -97,8 +90,8 @@ def _sync_clock(comm, when: str, deadline_s: float) -> None:
 
 
 def missing_target(opts: RunOptions) -> str | None:
-    """Why the target does not exist (one line), or None. Runs nothing: a module
-    is looked up by its top-level name only, which imports nothing."""
+    """Why the target does not exist (one line), or None. A module is looked up by its
+    top-level name only, which imports nothing."""
     if not opts.is_module:
         # a script file, or (as python runs them too) a directory or zip file with a __main__.py
         return None if os.path.exists(opts.target) else f"{opts.target}: no such file"
@@ -111,8 +104,7 @@ def missing_target(opts: RunOptions) -> str | None:
 
 
 def _missing_module(name: str) -> str | None:
-    """The full lookup ``runpy`` is about to do (it imports the parent
-    packages, as ``python -m`` does): why ``name`` cannot run, or None."""
+    """Why ``name`` cannot run, or None: runpy's full lookup (importing parent packages)."""
     try:
         spec = importlib.util.find_spec(name)
     except ModuleNotFoundError as e:
@@ -160,9 +152,7 @@ def run(opts: RunOptions) -> int:
 
 
 def _say_if_torch_untested(info: launch.LaunchInfo) -> None:
-    """One line on rank 0's stderr, before the program starts, when the installed torch
-    is outside the range commtrace is tested with; tracing goes on (what is not
-    understood there is forwarded untraced, never failed)."""
+    """A warning on rank 0 for a torch outside the tested range; tracing goes on."""
     why = torch_compat.unsupported_reason()
     if why and info.rank in (0, None):
         sys.stderr.write(f"commtrace: warning: {why}\n")
@@ -170,9 +160,7 @@ def _say_if_torch_untested(info: launch.LaunchInfo) -> None:
 
 
 def _say_where(run_dir: str, rec, code: int) -> None:
-    """One line on rank 0's stderr (or the launching process's, when the script
-    spawns its own ranks) saying where the trace went, and what to run on it:
-    ``check`` when the script failed, else ``report``."""
+    """Rank 0 (or the process spawning the ranks) names the trace and the command to run on it."""
     rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
     if str(rank) not in ("0", "None"):
         return
@@ -182,9 +170,7 @@ def _say_where(run_dir: str, rec, code: int) -> None:
 
 
 def _say_where_first(run_dir: str) -> None:
-    """Under mpirun, rank 0 names the trace before the script runs too: an interrupted
-    mpirun (Ctrl-C) SIGTERMs the ranks and drops whatever they print after, so the line
-    at the end never shows (torchrun and mp.spawn pass it on)."""
+    """Under mpirun, also before the script: an interrupted mpirun drops what ranks print later."""
     where = launch.display_path(run_dir)
     sys.stderr.write(f"commtrace: tracing to {where} (commtrace report {where})\n")
     sys.stderr.flush()
@@ -194,20 +180,13 @@ _INTERRUPTED = "interrupted"  # how a script that ended by an uncaught KeyboardI
 
 
 def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
-    """A failed rank of an MPI job exits without MPI_Finalize.
+    """A failed rank of an MPI job exits after atexit handlers, without MPI_Finalize: that
+    waits for every rank, and the others may be blocked (until the backend's 30 min
+    timeout) in a collective with this rank, whose groups hold its connections open.
+    Untraced, the rank would just exit and the others fail at once.
 
-    mpi4py runs MPI_Finalize at interpreter exit, and it waits for every rank.
-    The others may be blocked in a collective with this rank (gloo, NCCL) until
-    their backend's timeout -- 30 min by default -- because this rank's process
-    groups, which torch keeps until exit, still hold its connections open.
-    Without commtrace the failed rank would simply exit, its connections would
-    close and the others would fail at once; Open MPI then ends the job.
-    atexit handlers (the script's, and the one that closes the trace) still run.
-
-    ``by_sigint``: the script ended by an uncaught KeyboardInterrupt, and Python
-    then ends the process by SIGINT after its atexit handlers (status -2, not
-    exit code 130: launchers report the signal) -- so does this, MPI or not.
-    """
+    ``by_sigint``: an uncaught KeyboardInterrupt; Python then ends the process by SIGINT
+    (status -2, not 130: launchers report the signal), and so does this."""
     import atexit
     try:
         atexit._run_exitfuncs()
@@ -230,12 +209,8 @@ def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
 def _run_target(opts: RunOptions) -> tuple[int, str]:
     argv0 = opts.target
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
-    if opts.is_module:
-        sys.argv = [argv0, *opts.args]
-        sys.path[0] = os.getcwd()
-    else:
-        sys.argv = [argv0, *opts.args]
-        sys.path[0] = os.path.dirname(os.path.abspath(argv0))
+    sys.argv = [argv0, *opts.args]
+    sys.path[0] = os.getcwd() if opts.is_module else os.path.dirname(os.path.abspath(argv0))
     try:
         if opts.is_module:
             why = _missing_module(opts.target)
@@ -267,12 +242,8 @@ _SCRIPT_MODULES: list = []  # the scripts run, kept until the process exits (see
 
 
 def _run_script_file(path: str) -> None:
-    """Run a script file as ``python path`` does, which ``runpy.run_path`` does not
-    quite: the code and ``__file__`` carry the absolute path (cwd joined, not
-    normalized: ``./x.py`` -> ``/cwd/./x.py``), so tracebacks and ``__file__`` look
-    the same; ``__loader__`` is a SourceFileLoader, ``__package__`` is None and
-    ``__builtins__`` the module; ``sys.argv[0]`` stays as given. No .pyc is read
-    or written for the script (python neither)."""
+    """Run a script file exactly as ``python path`` does (``runpy.run_path`` differs): the path
+    cwd-joined, not normalized (``./x.py`` -> ``/cwd/./x.py``), a SourceFileLoader, no .pyc."""
     fname = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     with io.open_code(fname) as f:
         code = compile(f.read(), fname, "exec", dont_inherit=True)
@@ -281,9 +252,8 @@ def _run_script_file(path: str) -> None:
                          __loader__=importlib.machinery.SourceFileLoader("__main__", fname), __annotations__={})
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main  # classes the script defines pickle as __main__.X (multiprocessing)
-    # Untraced, the script's globals live until the interpreter exits; freed here
-    # they would run destructors (a DDP model's Reducer, its process group) while
-    # the trace is being finished, which untraced never happens.
+    # Untraced, the script's globals live until exit; freed here, their destructors (a DDP
+    # Reducer, its process group) would run while the trace is being finished.
     _SCRIPT_MODULES.append(main)
     try:
         exec(code, main.__dict__)
@@ -302,9 +272,8 @@ def _exit_code(code) -> int:
 
 
 def _report_exception(exc: BaseException) -> None:
-    """Print it as Python would -- through ``sys.excepthook`` (the program's or a
-    library's: ``init_process_group`` installs one that prefixes every line with
-    ``[rankN]:``), from the script's frame on -- and store it."""
+    """Print it as Python would, through ``sys.excepthook`` (``init_process_group`` installs one
+    prefixing ``[rankN]:``), from the script's frame on; and store it."""
     tb = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next

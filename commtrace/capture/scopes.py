@@ -8,10 +8,12 @@ import functools
 from .tbhide import drop_own_frame
 
 
-def in_context(rec, orig, enter):
+def in_context(rec, orig, enter, leave=None):
     """``orig`` wrapped: ``enter(args)`` pushes an annotation context on ``rec`` (and
-    returns its token), popped when ``orig`` returns or raises; a raised exception's
-    traceback reads as without commtrace."""
+    returns its token), popped by ``leave`` (default ``rec.pop_context``) when ``orig``
+    returns or raises; a raised exception's traceback reads as without commtrace."""
+    leave = leave or rec.pop_context
+
     @functools.wraps(orig)
     def scoped(*args, **kwargs):
         token = enter(args)
@@ -21,5 +23,5 @@ def in_context(rec, orig, enter):
             drop_own_frame(e)
             raise
         finally:
-            rec.pop_context(token)
+            leave(token)
     return scoped

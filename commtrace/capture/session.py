@@ -1,27 +1,13 @@
 """``commtrace.start()`` / ``commtrace.stop()``: tracing for programs not launched
 through ``commtrace run`` (cluster launchers, notebooks), and ``COMMTRACE=1``.
 
-``start()`` turns tracing on in this process exactly as ``commtrace run`` does
-in each of its processes (``activate``): the same wrappers, files and
-guarantees (hang/signal dumps, the end record at exit). Process groups made
-later are traced when torch makes them; groups that exist already are wrapped
-in place (``hook.Installer.adopt_existing``), so after ``init_process_group``
-every rank must call ``start()`` at the same point of the program, as it is
-collective then (world id, clock offsets). It exports the run's variables
-(``COMMTRACE_DIR``, ..., commtrace's boot directory on ``PYTHONPATH``) so that
-Python children (mp.spawn, subprocesses) are traced into the same run.
-
-``stop()`` measures clock offsets once more (collective, at most 2 s), writes
-the end record (``how`` "stop") and closes the files, as at exit; the wrappers
-stay in place and forward ops unrecorded. A later ``start()`` traces again
-into files of their own (``...pid<P>.s<N>``). A process that never calls
-``stop()`` is closed at exit.
-
-Where the trace goes: ``out_dir``; else ``COMMTRACE_DIR``; else
-``./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>``, a name the ranks of one job
-agree on without talking: the first to start claims it under
-``commtrace-out/.claims`` for the job's key (torchrun and Slurm job ids, the
-Open MPI job's PMIx namespace, the parent of mp.spawn children).
+``start()`` traces as ``commtrace run`` does (``activate``); groups that exist already
+are wrapped in place, so after ``init_process_group`` it is collective (world id, clock
+offsets). It exports the run's variables so Python children join the run. ``stop()``
+closes the files as at exit; the wrappers stay and forward ops unrecorded, and a later
+``start()`` writes files of its own (``...pid<P>.s<N>``). Without ``out_dir`` or
+``COMMTRACE_DIR`` the ranks of one job agree on a directory name without talking: the
+first claims it for the job's key (``job_key``, ``launch.claim_name``).
 """
 from __future__ import annotations
 
@@ -41,9 +27,8 @@ _RUN_VARS = (schema.ENV_DIR, schema.ENV_RUN_ID, schema.ENV_LAUNCHER, schema.ENV_
 
 
 class Session:
-    """What ``start()`` returns: the run directory, and a context manager
-    (``with commtrace.start(...):``) that stops tracing at its end -- if this
-    call started it (not when tracing was on already, e.g. under ``commtrace run``)."""
+    """What ``start()`` returns: the run directory, and a context manager that stops tracing
+    at its end if this call started it (not under ``commtrace run``)."""
 
     def __init__(self, run_dir: str, started: bool):
         self.run_dir = run_dir
@@ -70,11 +55,10 @@ class Session:
 def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang: bool = False) -> Session:
     """Trace this process (and the Python processes it starts) from now on.
 
-    ``keep_last``: keep only the last N ops per process; ``steps``: "A:B", "A", "A:",
-    ":B" or "every:K" (``trace.step_range``), the optimizer steps written in full (others are counted);
-    ``hang_timeout``: dump in-flight ops and stacks when an op runs longer than
-    this many seconds (``abort_on_hang``: then exit with code 3). Tracing on
-    already: returns that session unchanged. Raises ValueError for a bad option.
+    ``keep_last``: keep only the last N ops per process; ``steps``: "A:B", "A", "A:", ":B" or
+    "every:K", the optimizer steps written in full (others are counted); ``hang_timeout``: dump
+    in-flight ops and stacks when an op runs longer (s; ``abort_on_hang``: then exit with 3).
+    Tracing on already: returns that session. Raises ValueError for a bad option.
     """
     opts = bounded.make_options(keep_last, steps)
     if hang_timeout is not None and not float(hang_timeout) > 0:
@@ -110,8 +94,8 @@ def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_
 
 
 def stop() -> str | None:
-    """Stop tracing: the trace is flushed and closed as at exit (clock offsets
-    measured again, collectively). Returns the run directory, None when not tracing."""
+    """Close the trace as at exit (clock offsets measured again, collectively). Returns the run
+    directory, None when not tracing."""
     with _lock:
         rec = activate.active_recorder()
         if rec is None or rec.closed:
@@ -132,8 +116,6 @@ def tracing() -> bool:
     return rec is not None and not rec.closed
 
 
-# -- run directory ---------------------------------------------------------------
-
 def _choose_run_dir(out_dir) -> tuple[str, str, str]:
     """(absolute run directory, run id, launcher) for a new session."""
     env = os.environ
@@ -148,10 +130,8 @@ def _choose_run_dir(out_dir) -> tuple[str, str, str]:
 
 
 def job_key(info: launch.LaunchInfo, env) -> str | None:
-    """A string every process of this job derives alike (None: a process of its own).
-
-    torchrun and Slurm give job ids; Open MPI's PMIx namespace is unique per
-    job; other MPI launchers and mp.spawn children share their parent (per host)."""
+    """A string every process of this job derives alike (None: a process of its own): the
+    launcher's job id, Open MPI's PMIx namespace, else the parent process (per host)."""
     key = launch.launcher_run_id(info, env)
     if key:
         return key
@@ -192,11 +172,8 @@ def _command() -> list[str]:
     return argv[1:] if len(argv) > 1 else argv
 
 
-# -- environment -------------------------------------------------------------------
-
 def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_hang) -> None:
-    """Set the variables that tell Python children they belong to the run
-    (as ``commtrace run`` does); ``stop()`` puts the previous values back."""
+    """Set the variables that make Python children join the run; ``stop()`` restores them."""
     import json
 
     from .runner import BOOT_DIR

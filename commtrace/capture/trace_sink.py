@@ -1,12 +1,8 @@
 """The files one tracing session of one process writes, and the thread that flushes into them.
 
-A process's files start as ``proc.<host>.pid<P>`` (``open_start_file``: a process
-that dies before its first process group still leaves its header) and become
-``rank<R>.pid<P>`` at its first group (``open_rank_files``); a restarted session
-adds ``.s<N>``. In bounded mode (``capture.bounded``) each write first goes
-through the ring's call order and the steps window. The flush thread calls the
-Recorder's flush every ``FLUSH_INTERVAL_S``, so an op completed more than a
-second before a SIGKILL is on disk.
+Files start as ``proc.<host>.pid<P>`` (a process that dies before its first group still
+leaves its header), become ``rank<R>.pid<P>`` at its first group; a restarted session adds
+``.s<N>``. Flushed every ``FLUSH_INTERVAL_S``: an op that ended a second before a SIGKILL is on disk.
 """
 from __future__ import annotations
 
@@ -41,7 +37,6 @@ class TraceSink:
         self.coverage = None                # capture.bounded.Coverage of the current files (bounded mode)
         self.call_order = None              # capture.bounded.CallOrder of the current files (ring mode)
         self.stop = threading.Event()       # set: the flush thread ends at its next wake-up
-        self.flushing = False               # the flush thread runs
 
     def child(self) -> TraceSink:
         """The same session's sink for a forked child (its own files, under its pid)."""
@@ -103,11 +98,9 @@ class TraceSink:
                     import traceback  # not at the top: every traced process imports this module at start
                     traceback.print_exc()
         threads.start(run, "commtrace-flush")  # hidden from threading.enumerate()
-        self.flushing = True
 
     def write(self, meta: list, packed, spans, rank, final: bool, before) -> None:
-        """One flush's lines and records; ``before``: ring mode's bound on call times
-        (the Recorder's oldest running call, taken before it collected)."""
+        """One flush's lines and records; ``before``: ring mode's bound on call times."""
         if self.call_order is not None:
             packed = self.call_order.release(packed, None if final else before)
         cov = self.coverage
@@ -119,8 +112,7 @@ class TraceSink:
 
 
 def _bounded_options():
-    """The bounded-mode options in the environment (``capture.bounded``), or None.
-    A bad value raises ValueError: tracing is then off in the process (one line)."""
+    """The bounded-mode options in the environment, or None (ValueError: tracing is off)."""
     if not (os.environ.get(schema.ENV_KEEP_LAST) or os.environ.get(schema.ENV_STEPS)):
         return None  # the usual case: nothing more to import at start
     from .bounded import options_from_env
@@ -128,8 +120,7 @@ def _bounded_options():
 
 
 def hostname() -> str:
-    """socket.gethostname() without importing socket (every traced process
-    imports this module at start): both are the kernel's node name."""
+    """socket.gethostname() without importing socket (every traced process imports this at start)."""
     try:
         return os.uname().nodename
     except AttributeError:  # no uname (Windows)
@@ -138,7 +129,6 @@ def hostname() -> str:
 
 
 def _host_stem() -> str:
-    """The host name as it may appear in a file name (start files of processes
-    on different hosts may share a pid)."""
+    """The host name as it may appear in a file name (processes on two hosts may share a pid)."""
     name = hostname().split(".")[0]
     return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:64] or "host"

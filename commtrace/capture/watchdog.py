@@ -1,42 +1,11 @@
-"""Hang watchdog and state dumps (``commtrace run --hang-timeout S [--abort-on-hang]``).
+"""Hang watchdog and state dumps (JSON, never pickle); docs/faults.md describes them.
 
-A dump is one JSON file in the run directory (never pickle)::
-
-    <reason>.rank<R>.pid<P>[.<n>].json   reason: hang | sigterm | sigusr1
-
-holding the ops this process has in flight (op, group, seq, shapes, dtype,
-call site, age) and the Python stack of every thread. The trace gets a
-``dump`` meta line (``{"type": "dump", "path": <file name>, "reason": ...,
-"t_mono_ns": ...}``) and is flushed at once; one line on stderr points to it.
-
-When dumps happen
------------------
-* **Hang**: with ``COMMTRACE_HANG_TIMEOUT`` set (``--hang-timeout``), the
-  ``commtrace-watchdog`` daemon thread checks every ``min(0.5, timeout/4)`` s
-  whether an op in ``CompletionTracker.active`` (blocked inside the backend) or
-  ``CompletionTracker.pending`` (async, not finished) is older than the timeout. It
-  dumps once per hang episode (an episode ends when no op is over the timeout).
-  With ``COMMTRACE_ABORT_ON_HANG=1`` (``--abort-on-hang``) it then closes the
-  trace (end record ``how: "hang"``, exit code 3) and calls ``os._exit(3)``:
-  the main thread is stuck inside a C++ collective, so an exception or
-  ``sys.exit`` could never reach it; a non-zero exit makes the launcher
-  (mpirun, torchrun, mp.spawn, Slurm) tear the job down.
-* **SIGTERM** (launchers' and Slurm's "time is up"): dump, close the trace,
-  then die by SIGTERM as before (see ``activate._install_signal_handlers``).
-* **SIGUSR1**: dump and carry on (``kill -USR1 <pid>`` on a job that looks stuck).
-
-Python runs signal handlers only in the main thread and only between
-bytecodes, so a rank blocked in a collective would never run them. We
-therefore also register a wakeup fd (``signal.set_wakeup_fd``): the C-level
-handler writes the signal number into a pipe immediately, and the
-``commtrace-signals`` thread does the dump (and, for SIGTERM, the close and
-re-raise) even while the main thread is stuck. If the program already uses a
-wakeup fd (asyncio), we leave it alone and rely on the main-thread handlers.
-
-Processes started by ``torch.multiprocessing.spawn`` report their exception
-to the parent and ``sys.exit(1)``; we wrap ``spawn._wrap`` so the exception
-is also stored in the trace (``exception`` meta line), as ``commtrace run``
-does for the main script.
+Python runs signal handlers only in the main thread, between bytecodes: a rank
+blocked in a collective never would. So a wakeup fd (``signal.set_wakeup_fd``)
+also feeds the ``commtrace-signals`` thread, which dumps (and for SIGTERM closes
+and re-raises) while the main thread is stuck; a program that owns the wakeup fd
+(asyncio) keeps it, and only the main-thread handlers run. ``--abort-on-hang``
+ends with ``os._exit(3)``: an exception could never reach a thread stuck in C++.
 """
 from __future__ import annotations
 
@@ -63,14 +32,11 @@ _lock = threading.RLock()
 _state: dict = {}
 
 
-# -- state collection ---------------------------------------------------------------
-
 def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
     """Ops not finished yet, oldest first: inside the backend call, or async and pending."""
     now = time.monotonic_ns() if now_ns is None else now_ns
-    rows = rec.unfinished()
     out = []
-    for row, where in sorted(rows, key=lambda x: x[0][T_CALL]):
+    for row, where in sorted(rec.unfinished(), key=lambda x: x[0][T_CALL]):
         sig_id = rec.sig_of(row)
         sig = _line(rec.sig_lines, sig_id) if sig_id >= 0 else {}
         grp = _line(rec.group_lines, row[GROUP])
@@ -108,12 +74,8 @@ def thread_stacks() -> list[dict]:
     return out
 
 
-# -- dumping ------------------------------------------------------------------------
-
 def dump(rec, reason: str, timeout_s: float | None = None, quiet: bool = False) -> str | None:
-    """Write a state dump for ``reason`` ("hang", "SIGTERM", "SIGUSR1", ...); returns its path.
-
-    Safe from any thread; never raises (tracing must not kill the job)."""
+    """Write a state dump for ``reason`` ("hang", "SIGTERM", ...); returns its path. Never raises."""
     try:
         with _lock:
             return _dump(rec, reason, timeout_s, quiet)
@@ -132,8 +94,7 @@ def _dump(rec, reason: str, timeout_s, quiet: bool) -> str | None:
     ops = in_flight_ops(rec, now)
     rank = rec.rank if rec.rank is not None else "X"
     base = f"{reason.lower()}.rank{rank}.pid{os.getpid()}"
-    name = base + ".json"
-    n = 1
+    name, n = base + ".json", 1
     while os.path.exists(os.path.join(rec.run_dir, name)):
         n += 1
         name = f"{base}.{n}.json"
@@ -168,8 +129,6 @@ def _dump(rec, reason: str, timeout_s, quiet: bool) -> str | None:
     return path
 
 
-# -- hang watchdog --------------------------------------------------------------------
-
 class HangWatchdog:
     def __init__(self, rec, timeout_s: float, abort: bool):
         self.rec = rec
@@ -188,23 +147,14 @@ class HangWatchdog:
     def stop(self) -> None:
         self._stop.set()
 
-    def oldest_age_ns(self) -> int:
-        now = time.monotonic_ns()
-        oldest = 0
-        rec = self.rec
-        for row, _ in rec.unfinished():
-            oldest = max(oldest, now - row[T_CALL])
-        return oldest
-
     def tick(self) -> bool:
-        """One check; returns True when it dumped."""
+        """One check; returns True when it dumped (once per episode of ops over the timeout)."""
         if self.rec.closed:
             return False
-        hung = self.oldest_age_ns() > self.timeout_ns
-        if not hung:
-            self.in_episode = False
-            return False
-        if self.in_episode:
+        now = time.monotonic_ns()
+        hung = any(now - row[T_CALL] > self.timeout_ns for row, _ in self.rec.unfinished())
+        if not hung or self.in_episode:
+            self.in_episode = hung
             return False
         self.in_episode = True
         self.dumps += 1
@@ -227,8 +177,6 @@ class HangWatchdog:
             except Exception:  # never let tracing kill the job
                 traceback.print_exc()
 
-
-# -- signals ----------------------------------------------------------------------------
 
 def _is_commtrace_term_handler(h) -> bool:
     return callable(h) and getattr(h, "__module__", "") == "commtrace.capture.activate"
@@ -276,10 +224,8 @@ def _handle_signal_in_thread(signum: int) -> None:
 
 
 def die_by(signum: int) -> None:
-    """End the process by ``signum``'s default action, as it would have ended
-    without commtrace -- from any thread. Python lets only the main thread change
-    a handler (and the main thread may be blocked in C++), so the C-level
-    disposition is reset directly; ``os._exit(128 + signum)`` if even that fails."""
+    """End the process by ``signum``'s default action, from any thread: only the main thread
+    may change a Python handler (and it may be blocked in C++), so libc's is reset directly."""
     try:
         import ctypes
         libc = ctypes.CDLL(None)
@@ -327,11 +273,10 @@ def _install_signals() -> None:
         return
     threads.start(_signal_thread, "commtrace-signals", r)
     _state["signal_thread"] = True
-    _state["wakeup_fds"] = (r, w)
 
 
-# -- torch.multiprocessing.spawn children ---------------------------------------------------
-
+# torch.multiprocessing.spawn children report their exception to the parent and sys.exit(1):
+# the wrapped spawn._wrap also stores it in the trace, as ``commtrace run`` does for the script.
 _orig_wrap = None
 
 
@@ -390,8 +335,6 @@ def record_exception(exc: BaseException) -> None:
         rec.exit_info = (1, "exception")
 
 
-# -- entry point ------------------------------------------------------------------------------
-
 def hang_timeout_from_env() -> float | None:
     try:
         v = float(os.environ.get(ENV_HANG_TIMEOUT, "") or 0)
@@ -401,8 +344,7 @@ def hang_timeout_from_env() -> float | None:
 
 
 def install(rec) -> None:
-    """Called once tracing is on: SIGUSR1/SIGTERM dumps, the hang watchdog if
-    ``COMMTRACE_HANG_TIMEOUT`` is set, exceptions of mp.spawn children. Idempotent."""
+    """Signal dumps, the hang watchdog (``COMMTRACE_HANG_TIMEOUT``), mp.spawn exceptions. Idempotent."""
     with _lock:
         if _state.get("rec") is rec:
             return
@@ -415,32 +357,32 @@ def install(rec) -> None:
         _hook_spawn_exceptions()
     except Exception:
         pass
-    timeout = hang_timeout_from_env()
-    if timeout:
-        wd = HangWatchdog(rec, timeout, os.environ.get(ENV_ABORT_ON_HANG, "0") == "1")
-        wd.start()
-        _state["watchdog"] = wd
-        if not _state.get("fork_hook"):
-            _state["fork_hook"] = True
-            os.register_at_fork(after_in_child=_after_fork_in_child)
+    if _start_watchdog(rec) and not _state.get("fork_hook"):
+        _state["fork_hook"] = True
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _start_watchdog(rec, timeout=None, abort=None) -> bool:
+    """Start the hang watchdog (settings from the environment unless given); False if none is set."""
+    timeout = timeout or hang_timeout_from_env()
+    if not timeout:
+        return False
+    abort = os.environ.get(ENV_ABORT_ON_HANG, "0") == "1" if abort is None else abort
+    _state["watchdog"] = wd = HangWatchdog(rec, timeout, abort)
+    wd.start()
+    return True
 
 
 def resume(rec) -> None:
-    """After ``Recorder.reopen`` (``commtrace.start()`` after ``stop()``): the hang
-    watchdog ended with the previous session; start it again with the current
-    settings (``COMMTRACE_HANG_TIMEOUT``). Signal dumps never stopped."""
+    """After ``Recorder.reopen`` (``start()`` after ``stop()``): the watchdog ended with the previous
+    session; start it again with the current settings. Signal dumps never stopped."""
     with _lock:
-        old = _state.get("watchdog")
+        old = _state.pop("watchdog", None)
         if old is not None:
             old.stop()
-            _state.pop("watchdog", None)
         if _state.get("rec") is not rec:
             return  # never installed for this recorder: install() does it all
-    timeout = hang_timeout_from_env()
-    if timeout:
-        wd = HangWatchdog(rec, timeout, os.environ.get(ENV_ABORT_ON_HANG, "0") == "1")
-        wd.start()
-        _state["watchdog"] = wd
+    _start_watchdog(rec)
 
 
 def _after_fork_in_child() -> None:
@@ -451,6 +393,4 @@ def _after_fork_in_child() -> None:
     _state.pop("signal_thread", None)  # the pipe reader is gone; main-thread handlers still work
     wd = _state.get("watchdog")
     if wd is not None:
-        new = HangWatchdog(wd.rec, wd.timeout_s, wd.abort)
-        _state["watchdog"] = new
-        new.start()
+        _start_watchdog(wd.rec, wd.timeout_s, wd.abort)

@@ -1,23 +1,19 @@
 """TracedProcessGroup: a ProcessGroup that records every op and forwards it unchanged.
 
-Why a Python subclass of ProcessGroup: pybind's trampoline routes C++ callers
-(DDP's reducer, DDP construction, functional collectives) into Python methods,
-so one wrapper sees both Python and C++ calls. The real backend is registered on
-the wrapper too (DDP's logger and ``_get_backend`` need it); every op method is
-overridden here so nothing reaches that backend untraced.
+A Python subclass, because pybind's trampoline routes C++ callers (DDP's reducer,
+functional collectives) into its methods. The real backend is registered on it
+too (DDP's logger and ``_get_backend`` need it), so every op is overridden here:
+nothing may reach that backend untraced.
 
-Hot-path design (budget: added latency of a few microseconds per op):
-* the real backend call is issued first; the op's description is looked up
-  while the backend works on it (a blocking caller would only wait). Until it
-  is known, the row's sig slot holds the call itself, so the flush thread and
-  the hang watchdog can describe an op that never returns (``deferred_sig``);
+Hot path (budget: a few microseconds per op):
+* the backend call is issued first and the op described while it works; until
+  then the row's sig slot holds the call, so the flush thread and the watchdog
+  can describe an op that never returns (``deferred_sig``);
 * a cheap key (method, shapes, dtypes, options, thread, call site) indexes
-  interned sigs; the full description is built only the first time a key is seen;
-* a blocking op on CPU tensors is waited for here (the caller would wait right
-  after anyway), so completion time costs two clock reads; CUDA ops are never
-  waited for here (that would order streams or block the host);
-* an async op's completion is timed by ``CompletionTracker.track``: a callback on its
-  future for large ops, polling for small ones (see there); never a host sync.
+  interned sigs; the full description is built the first time a key is seen;
+* a blocking CPU op is waited for here (its caller would wait right after), so
+  its end costs a clock read; CUDA ops never are (that would order streams);
+* async ends are timed by ``CompletionTracker.track``, never by a host sync.
 """
 from __future__ import annotations
 
@@ -62,10 +58,7 @@ def _is_internal(code) -> bool:
 
 
 def first_user_frame(f):
-    """``f`` or the nearest frame above it that is user code (None if none).
-
-    One dict lookup per frame, typically 2-5 frames (torch.distributed's wrappers).
-    """
+    """``f`` or the nearest frame above it that is user code (None if none); one dict lookup a frame."""
     cache = _internal_code
     while f is not None:
         code = f.f_code
@@ -129,11 +122,8 @@ _async_op = torch_compat.async_op
 
 
 def call_key(args, kwargs):
-    """(hashable key of the call's arguments, opts or None). Must stay cheap.
-
-    The common shapes -- ``([tensor], opts)`` from torch.distributed and DDP --
-    take the first branch; anything else is keyed generically.
-    """
+    """(hashable key of the call's arguments, opts or None). Must stay cheap: the common
+    ``([tensor], opts)`` of torch.distributed and DDP takes the first branch."""
     if len(args) == 2 and not kwargs:
         a, o = args
         if type(a) is list and len(a) == 1:
@@ -171,12 +161,8 @@ def call_key(args, kwargs):
 
 
 def mirror_backends(wrapper, inner) -> bool:
-    """Make ``wrapper`` look like ``inner`` to torch: the same backends registered
-    per device (DDP's logger and ``_get_backend`` need them), the same default
-    backend type and bound device (both wrappers forward the name and description
-    to ``inner``). Returns True if no
-    device but the CPU can reach the group (blocking ops are then waited for
-    inside the wrapper)."""
+    """Make ``wrapper`` look like ``inner`` to torch: its backends per device, default backend
+    type and bound device. True if only the CPU reaches the group (blocking ops waited here)."""
     cpu_only = True
     registered = set()
     for dev in inner._device_types:
@@ -219,86 +205,21 @@ class TracedProcessGroup(dist.ProcessGroup):
         self._p2p_seq: dict = {}
         self._cpu_only = mirror_backends(self, inner)
 
-    # The trampoline looks these C++ names up in Python.
-    def getBackendName(self):
-        return self._inner.name()
-
-    def _get_backend(self, device):
-        # The inner group's own answer: the backend mirrored here (gloo, NCCL), or
-        # whatever a group written in Python answers (the mpi4py one: itself).
-        return self._inner._get_backend(device)
-
-    def getGroupName(self):
-        return self._inner.group_name
-
-    def setGroupName(self, name):
-        self._inner._set_group_name(name)
-
-    def getGroupDesc(self):
-        return self._inner.group_desc
-
-    def setGroupDesc(self, desc):
-        self._inner._set_group_desc(desc)
-
-    # Before torch 2.6 the four above are not virtual: C++ keeps the name and
-    # description in the group's backends, and a group written in Python (the
-    # mpi4py one) lends none ("ProcessGroup name not set" from functional
-    # collectives). c10d and functional collectives set and read them from Python,
-    # which finds these; from 2.6 they agree with the virtuals above.
-    def _set_group_name(self, name):
-        self._inner._set_group_name(name)
-
-    def _set_group_desc(self, desc):
-        self._inner._set_group_desc(desc)
-
-    @property
-    def group_name(self):
-        return self._inner.group_name
-
-    @property
-    def group_desc(self):
-        return self._inner.group_desc
+    # Before torch 2.6 the group name/desc accessors are not virtual: C++ keeps them in the
+    # group's backends, and a group written in Python (the mpi4py one) lends none
+    # ("ProcessGroup name not set" from functional collectives); c10d reads them from Python.
+    group_name = property(lambda self: self._inner.group_name)
+    group_desc = property(lambda self: self._inner.group_desc)
+    inner = property(lambda self: self._inner)
 
     def __repr__(self):
         return f"<commtrace.TracedProcessGroup of {self._inner!r}>"
 
-    @property
-    def inner(self) -> dist.ProcessGroup:
-        return self._inner
+    def getGroupName(self):  # the C++ virtuals the trampoline looks up in Python
+        return self._inner.group_name
 
-    # Non-op methods that must reach the real group.
-    def abort(self):
-        return self._inner.abort()
-
-    def shutdown(self):
-        return self._inner.shutdown()
-
-    def _start_coalescing(self, device):
-        return self._inner._start_coalescing(device)
-
-    def _end_coalescing(self, device):
-        return self._inner._end_coalescing(device)
-
-    start_coalescing = _start_coalescing
-    end_coalescing = _end_coalescing
-
-    def _wait_for_pending_works(self):
-        return self._inner._wait_for_pending_works()
-
-    def set_timeout(self, timeout):
-        return self._inner.set_timeout(timeout)
-
-    def _register_on_completion_hook(self, hook):
-        return self._inner._register_on_completion_hook(hook)
-
-    def _has_hooks(self):
-        return self._inner._has_hooks()
-
-    def _enable_collectives_timing(self):
-        return self._inner._enable_collectives_timing()
-
-    def get_group_store(self):
-        return self._inner.get_group_store()
+    def getGroupDesc(self):
+        return self._inner.group_desc
 
     def _p2p_next(self, op: str, key) -> int:
         peer = key[1] if len(key) > 1 else -1
@@ -308,8 +229,8 @@ class TracedProcessGroup(dist.ProcessGroup):
         return n
 
     def deferred_sig(self, row: list, call: tuple) -> int:
-        """The sig of an op whose issuing thread is still inside the backend call
-        (row[SIG] is ``call``). Runs on the flush or watchdog thread."""
+        """The sig of an op whose thread is still inside the backend call (row[SIG] is ``call``).
+        Runs on the flush or watchdog thread."""
         _, name, args, kwargs, ident, ctx = call
         frame = sys._current_frames().get(ident)
         while frame is not None and frame.f_code is not _TRACED_CODE:
@@ -324,11 +245,9 @@ class TracedProcessGroup(dist.ProcessGroup):
 
 
 def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
-    """(sig id, opts, key) of one call; interns a new sig the first time.
-    Also describes the calls of the native wrapper (``native_wrapper``)."""
+    """(sig id, opts, key) of one call (also the native wrapper's); interns a new sig the first time."""
     key, opts = call_key(args, kwargs)
-    # id() of the code object, not the object: hashing a code object rehashes
-    # its constants on every call; _kept_code keeps it alive, so the id is stable.
+    # id() of the code object, as in _internal_code; _kept_code keeps the id valid.
     full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, cpu_only)
     sig = rec.sig_ids.get(full)
     if sig is None:
@@ -434,6 +353,26 @@ def _make_traced(name: str, spec: ops.Spec):
     return traced
 
 
+def _forwarding(inner_name: str):
+    def forward(self, *args, **kwargs):
+        return getattr(self._inner, inner_name)(*args, **kwargs)
+    forward.__name__ = inner_name
+    return forward
+
+
+# Non-op methods that must reach the real group: own name -> the inner group's method. _get_backend
+# is the inner group's answer: the backend mirrored here, or a Python group's own (the mpi4py one: itself).
+for _name, _inner_name in (
+        ("getBackendName", "name"), ("_get_backend", "_get_backend"),
+        ("setGroupName", "_set_group_name"), ("_set_group_name", "_set_group_name"),
+        ("setGroupDesc", "_set_group_desc"), ("_set_group_desc", "_set_group_desc"),
+        ("abort", "abort"), ("shutdown", "shutdown"), ("_start_coalescing", "_start_coalescing"),
+        ("start_coalescing", "_start_coalescing"), ("_end_coalescing", "_end_coalescing"),
+        ("end_coalescing", "_end_coalescing"), ("_wait_for_pending_works", "_wait_for_pending_works"),
+        ("set_timeout", "set_timeout"), ("_register_on_completion_hook", "_register_on_completion_hook"),
+        ("_has_hooks", "_has_hooks"), ("_enable_collectives_timing", "_enable_collectives_timing"),
+        ("get_group_store", "get_group_store")):
+    setattr(TracedProcessGroup, _name, _forwarding(_inner_name))
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
 skip_class_frames(TracedProcessGroup)  # C++ calls these back inside torch.compile'd code
