@@ -1,10 +1,6 @@
-"""Build step, named in setup.cfg (``cmdclass``): besides the package, install
-``commtrace-autostart.pth`` at the top of site-packages -- a line Python runs at
-every interpreter start in the environment, which imports commtrace only when
-``COMMTRACE`` is set to a true value (``COMMTRACE=1``: trace any program, e.g.
-every rank torchrun or srun starts, without ``commtrace run``; README "Python
-API"). Works for a normal install and for ``pip install -e`` (the editable
-wheel puts its top level at the same place). Never imported at run time.
+"""Build step (setup.cfg ``cmdclass``): also install ``commtrace-autostart.pth`` at the top of
+site-packages, run at every interpreter start, importing commtrace only when ``COMMTRACE``
+is true (README "Python API"). Normal and editable installs; never imported at run time.
 """
 import os
 

@@ -89,9 +89,7 @@ def world():
         # Someone imported mpi4py with rc.initialize=False: initialize now.
         _set_mca_defaults()
         try:
-            MPI.Init_thread({"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED,
-                             "serialized": MPI.THREAD_SERIALIZED,
-                             "multiple": MPI.THREAD_MULTIPLE}[THREAD_LEVEL])
+            MPI.Init_thread(getattr(MPI, "THREAD_" + THREAD_LEVEL.upper()))
         finally:
             _unset_mca_defaults()
     _world = MPI.COMM_WORLD

@@ -18,18 +18,22 @@ def region(label: str):
     if rec is None:
         yield
         return
-    prev = rec.context_fields().get("region")
+    prev = rec.context_field("region")
     name = str(label) if prev is None else f"{prev}/{label}"
-    rec.add_meta({"type": schema.META_MARK, "kind": "region_begin", "label": name, "t_mono_ns": time.monotonic_ns()})
+    _mark(rec, "region_begin", name)
     token = rec.push_context(region=name)
     try:
         yield
     finally:
         rec.pop_context(token)
-        rec.add_meta({"type": schema.META_MARK, "kind": "region_end", "label": name, "t_mono_ns": time.monotonic_ns()})
+        _mark(rec, "region_end", name)
 
 
 def mark(label: str) -> None:
     rec = _recorder()
     if rec is not None:
-        rec.add_meta({"type": schema.META_MARK, "kind": "mark", "label": str(label), "t_mono_ns": time.monotonic_ns()})
+        _mark(rec, "mark", str(label))
+
+
+def _mark(rec, kind: str, label: str) -> None:
+    rec.add_meta({"type": schema.META_MARK, "kind": kind, "label": label, "t_mono_ns": time.monotonic_ns()})

@@ -1,15 +1,10 @@
 """The annotations in force when an op is called (phase, region, module, bucket, ...).
 
-Annotations change rarely next to ops, so each combination is interned once as a
-hashable *context key* (sorted ``(field, value)`` pairs) with a small int id, and
-the wrappers' hot path reads one attribute: ``context_key`` (the Python wrapper,
-part of every sig key) or ``context_id`` (the native wrapper). A thread may have
-a context of its own for a scope (``push_thread_context``: a comm hook's bucket,
-which may run on a backend thread while the main thread goes on).
-
-``Recorder`` is an ``AnnotationContext``: the native wrapper's C++ log reads
-``iteration``, ``context_id`` and ``thread_context_ids`` off the recorder by name
-(``native/log.h``), so those stay plain attributes of the one object.
+Each combination is interned once as a *context key* (sorted ``(field, value)`` pairs)
+with a small int id: the hot path reads ``context_key`` (Python wrapper) or ``context_id``
+(native). A thread may have its own for a scope (a comm hook's bucket, on a backend
+thread). The C++ log reads ``iteration``, ``context_id`` and ``thread_context_ids`` off
+the Recorder by name (``native/log.h``): they stay plain attributes.
 """
 from __future__ import annotations
 

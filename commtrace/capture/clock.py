@@ -1,17 +1,11 @@
 """Clock offsets to rank 0 by ping-pong, the lowest round trip kept.
 
-Rank 0 sends each other rank ``PINGS`` pings, one after another; the peer
-answers each with its clock reading ``t_p``. For a ping sent at ``t1`` and
-answered at ``t2`` (rank 0's clock), ``offset = (t1 + t2) / 2 - t_p`` is off by
-at most half the round trip ``t2 - t1``, so the ping with the lowest round trip
-is kept. Rank 0 then tells the peer its offset, that round trip and ``t_p``:
-the peer records them (``t_rank0 = t_local + offset_ns``).
-
-The protocol runs over a *link* (``send``/``recv`` of a few int64 with a
-deadline, so a rank that never arrives costs the deadline, not a hang): MPI's
-COMM_WORLD (``measure``, before the script starts) or commtrace's own gloo group
-(``clock_group``). Times exchanged are the clock this process's trace files
-state, i.e. including a test-only shift (``trace.simhost``).
+For a ping sent at ``t1`` and answered at ``t2`` (rank 0's clock) with the peer's
+reading ``t_p``, ``offset = (t1 + t2) / 2 - t_p`` is off by at most half the round trip;
+of ``PINGS`` pings the lowest round trip is kept, and rank 0 tells the peer
+(``t_rank0 = t_local + offset_ns``). Over a *link* with a deadline (a missing rank costs
+the deadline, not a hang): MPI (``measure``) or commtrace's gloo group (``clock_group``).
+Times include a test-only shift (``trace.simhost``).
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ class CompletionTracker:
         self.device_ends: list[tuple] = []  # (row, end event, device index) of CUDA ops
         self.cuda_timer = None              # cuda_end.CudaEndTimer, made at the first CUDA op
         self._timer_lock = threading.Lock()
-        self._waiter: _Waiter | None = None
+        self._waiter = None                 # queue of the waiter thread (_wait_each), made at first use
         self._inflight_written: set[int] = set()
 
     def track(self, row: list, work, sig: int, cpu: bool) -> None:
@@ -225,8 +225,12 @@ class CompletionTracker:
                 pass
             return
         if self._waiter is None:
-            self._waiter = _Waiter()
-        self._waiter.add(row, work)
+            import queue
+
+            from . import threads
+            self._waiter = queue.SimpleQueue()
+            threads.start(_wait_each, "commtrace-waiter", self._waiter)
+        self._waiter.put((row, work))
 
     def unfinished(self) -> list[tuple[list, str]]:
         """Ops not finished yet as (row, where): inside the backend call, or async and pending."""
@@ -260,26 +264,15 @@ class _EndCallback:
         self.row[T_END] = time.monotonic_ns()
 
 
-class _Waiter:
-    """One daemon thread that wait()s on hand-off works, one after another."""
-
-    def __init__(self):
-        import queue
-        from . import threads
-        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
-        threads.start(self._run, "commtrace-waiter")
-
-    def add(self, row, work) -> None:
-        self.q.put((row, work))
-
-    def _run(self) -> None:
-        while True:
-            row, work = self.q.get()
-            try:
-                work.wait()
-            except Exception:
-                row[STATUS] = schema.STATUS_FAILED
-            row[T_END] = time.monotonic_ns()
+def _wait_each(q) -> None:
+    """The waiter thread: wait()s on the hand-off works of ``q``, one after another."""
+    while True:
+        row, work = q.get()
+        try:
+            work.wait()
+        except Exception:
+            row[STATUS] = schema.STATUS_FAILED
+        row[T_END] = time.monotonic_ns()
 
 
 def _is_completed(work) -> bool:

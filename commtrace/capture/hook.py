@@ -113,10 +113,9 @@ class Installer:
         for name, fn in patches.items():
             self.originals[name] = getattr(c10d, name)
             setattr(c10d, name, fn)
-        # torch.distributed re-exports some of these names.
-        for name in ("split_group",):
-            if name in patches and getattr(dist, name, None) is self.originals[name]:
-                setattr(dist, name, patches[name])
+        # torch.distributed re-exports it.
+        if "split_group" in patches and getattr(dist, "split_group", None) is self.originals["split_group"]:
+            dist.split_group = patches["split_group"]
 
     def _adopt_registered(self, obj):
         """(torch < 2.13) Wrap a group torch has just registered, in its place in every

@@ -44,17 +44,22 @@ class ModuleTracker:
     def install(self) -> None:
         """Patch each torch module right after the program imports it: importing DTensor or
         FSDP here would change what the program sees (they register c10d's "fake" backend)."""
+        # redistribute_local_tensor does every DTensor placement change; later ``from ... import``s
+        # of it (DTensor's dispatcher, _api) get the patched one.
+        dtensor = (("redistribute_local_tensor", self._scope("dtensor_redistribute")),)
         after = {
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
             "torch.distributed._composable.fsdp._fsdp_param_group": self._patch_fsdp2,   # older releases
             "torch.distributed.fsdp._runtime_utils": self._patch_fsdp1_runtime,
-            "torch.distributed.fsdp._init_utils": self._patch_fsdp1_init,
-            # Later ``from ... import redistribute_local_tensor`` (DTensor's dispatcher, _api) get the patched one.
-            "torch.distributed.tensor._redistribute": self._patch_dtensor,
-            "torch.distributed._tensor.redistribute": self._patch_dtensor,                # older releases
+            # called by FSDP.__init__
+            "torch.distributed.fsdp._init_utils": lambda m: self._patch_each(
+                m, (("_init_process_group_state", self._enabling),)),
+            "torch.distributed.tensor._redistribute": lambda m: self._patch_each(m, dtensor),
+            "torch.distributed._tensor.redistribute": lambda m: self._patch_each(m, dtensor),  # older releases
             "torch.nn.utils": self._patch_clipping,
-            "torch.distributed.fsdp.fully_sharded_data_parallel": self._patch_fsdp1_clipping,
+            "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
+                getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._optimizer_phase),)),
         }
         finder = _AfterImport(after)
         for name in list(after):
@@ -218,19 +223,20 @@ class ModuleTracker:
             return orig(*args, **kwargs)
         return enabling
 
-    def _patch_fsdp2(self, pg_mod) -> None:
-        cls = getattr(pg_mod, "FSDPParamGroup", None)
-        if cls is None:
-            return
+    def _patch_each(self, owner, patches) -> None:
+        """Patch each (name, make) that ``owner`` has (a module's callable, or a class's own)."""
+        for name, make in patches if owner is not None else ():
+            if name in vars(owner) if isinstance(owner, type) else callable(getattr(owner, name, None)):
+                self.hooks._patch(owner, name, make)
 
+    def _patch_fsdp2(self, pg_mod) -> None:
         def unit(args):
             mods = getattr(args[0], "modules", None) if args else None
             return mods[0] if mods else None
-        for name, detail in (("unshard", "fsdp_unshard"), ("post_backward", "fsdp_reduce_grad")):
-            if name in vars(cls):
-                self.hooks._patch(cls, name, self._scope(detail, unit))
-        if "lazy_init" in vars(cls):  # FSDP2 without a mesh given still builds one; this is the backstop
-            self.hooks._patch(cls, "lazy_init", self._enabling)
+        # lazy_init: FSDP2 without a mesh given still builds one; this is the backstop
+        self._patch_each(getattr(pg_mod, "FSDPParamGroup", None), (
+            ("unshard", self._scope("fsdp_unshard", unit)), ("post_backward", self._scope("fsdp_reduce_grad", unit)),
+            ("lazy_init", self._enabling)))
 
     def _patch_fsdp1_runtime(self, rt) -> None:
         def unit(args):  # (state, handle, ...): the handle's module (a prefetch: not the state's)
@@ -238,19 +244,9 @@ class ModuleTracker:
                 return None
             mod = getattr(args[1], "_fully_sharded_module", None) if len(args) > 1 else None
             return mod if mod is not None else args[0]
-        for name, detail in (("_unshard", "fsdp_unshard"), ("_reduce_grad", "fsdp_reduce_grad"),
-                             ("_reduce_grad_no_shard", "fsdp_reduce_grad")):
-            if callable(getattr(rt, name, None)):
-                self.hooks._patch(rt, name, self._scope(detail, unit))
-
-    def _patch_fsdp1_init(self, init) -> None:
-        if callable(getattr(init, "_init_process_group_state", None)):  # called by FSDP.__init__
-            self.hooks._patch(init, "_init_process_group_state", self._enabling)
-
-    def _patch_dtensor(self, src) -> None:
-        """``redistribute_local_tensor`` does every DTensor placement change."""
-        if callable(getattr(src, "redistribute_local_tensor", None)):
-            self.hooks._patch(src, "redistribute_local_tensor", self._scope("dtensor_redistribute"))
+        reduce_grad = self._scope("fsdp_reduce_grad", unit)
+        self._patch_each(rt, (("_unshard", self._scope("fsdp_unshard", unit)), ("_reduce_grad", reduce_grad),
+                              ("_reduce_grad_no_shard", reduce_grad)))
 
     def _optimizer_phase(self, orig):
         """Gradient clipping: phase ``optimizer`` unless a phase is set already."""
@@ -264,16 +260,9 @@ class ModuleTracker:
 
     def _patch_clipping(self, utils) -> None:
         """In torch.nn.utils and its clip_grad module (whose functions call each other there)."""
-        clip = getattr(utils, "clip_grad", None)
-        for name in ("clip_grad_norm_", "get_total_norm", "clip_grads_with_norm_"):
-            for owner in (utils, clip):
-                if owner is not None and callable(getattr(owner, name, None)):
-                    self.hooks._patch(owner, name, self._optimizer_phase)
-
-    def _patch_fsdp1_clipping(self, fsdp) -> None:
-        cls = getattr(fsdp, "FullyShardedDataParallel", None)
-        if cls is not None and "clip_grad_norm_" in vars(cls):
-            self.hooks._patch(cls, "clip_grad_norm_", self._optimizer_phase)
+        names = ("clip_grad_norm_", "get_total_norm", "clip_grads_with_norm_")
+        for owner in (utils, getattr(utils, "clip_grad", None)):
+            self._patch_each(owner, [(name, self._optimizer_phase) for name in names])
 
     def _patch_mesh(self, dm) -> None:
         cls = getattr(dm, "DeviceMesh", None)

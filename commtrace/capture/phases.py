@@ -8,7 +8,6 @@ thread; the report takes the union of a rank's spans, so nesting counts no time 
 """
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import time
@@ -17,7 +16,6 @@ import weakref
 from ..trace import schema
 from .recorder import Recorder
 from .scopes import in_context
-from .tbhide import drop_own_frame
 
 # DDP rebuilds its buckets once, in the forward after the first backward pass that
 # synced gradients (later with no_sync() accumulation, static_graph). Its logging
@@ -146,43 +144,29 @@ class PhaseHooks:
         ends, and not after (a later ``dist.all_reduce`` of the user's is not DDP's)."""
         hooks, rec = self, self.rec
 
-        @functools.wraps(orig)
-        def backward(*args, **kwargs):
-            token = hooks.begin_compute("backward")
-            try:
-                return orig(*args, **kwargs)
-            except BaseException as e:
-                drop_own_frame(e)
-                raise
-            finally:
-                module = rec.context_field("module")
-                # a submodule's name (capture.module_tracker): the span is not that module's
-                hooks.end_compute(token, module if module in hooks.ddp_labels else None)
-                rec.set_context(module=None)
-                for done in hooks.after_backward:
-                    done()
-        return backward
+        def leave(token):
+            module = rec.context_field("module")
+            # a submodule's name (capture.module_tracker): the span is not that module's
+            hooks.end_compute(token, module if module in hooks.ddp_labels else None)
+            rec.set_context(module=None)
+            for done in hooks.after_backward:
+                done()
+        return in_context(rec, orig, lambda args: hooks.begin_compute("backward"), leave)
 
     def _wrap_join_round(self, orig):
         """Each round of Join's loop answers one step of the ranks still training: a joined
         module's iteration advances with it, so its shadow collectives pair with theirs."""
         hooks, rec = self, self.rec
-        scoped = self._wrap_scope(detail="join_count")(orig)
 
-        @functools.wraps(orig)
-        def join_round(join, /, *args, **kwargs):
-            for joinable in getattr(join, "_joinables", ()):
+        def enter(args):
+            for joinable in getattr(args[0], "_joinables", ()):
                 state = hooks.modules.get(joinable)
                 if state is not None:
                     state["forwards"] += 1
                     rec.iteration = state["forwards"]
                     rec.set_context(module=state["label"])
-            try:
-                return scoped(join, *args, **kwargs)
-            except BaseException as e:
-                drop_own_frame(e)
-                raise
-        return join_round
+            return rec.push_context(detail="join_count")
+        return in_context(rec, orig, enter)
 
     def _opt_pre(self, optimizer, args, kwargs):
         self._opt_tokens.append(self.begin_compute("optimizer", lambda: self.steps.optimizer_begins(optimizer)))
@@ -210,19 +194,10 @@ class PhaseHooks:
                 self._patch(cls, "average_parameters", self._wrap_as_optimizer_step)
 
     def _wrap_as_optimizer_step(self, orig):
-        hooks = self
-
-        @functools.wraps(orig)
-        def as_optimizer_step(owner, /, *args, **kwargs):
-            hooks._opt_pre(owner, args, kwargs)
-            try:
-                return orig(owner, *args, **kwargs)
-            except BaseException as e:
-                drop_own_frame(e)
-                raise
-            finally:
-                hooks._opt_post(owner, args, kwargs)
-        return as_optimizer_step
+        def enter(args):
+            self._opt_pre(args[0], args[1:], {})
+            return args[0]
+        return in_context(self.rec, orig, enter, lambda owner: self._opt_post(owner, (), {}))
 
     def _name_gradient_owners(self) -> None:
         """With several DDP modules, one backward pass may launch buckets of each (from C++,
@@ -295,29 +270,25 @@ class PhaseHooks:
 
     def _wrap_forward(self, orig):
         import torch
-        hooks = self
-        rec = self.rec
+        hooks, rec = self, self.rec
 
-        @functools.wraps(orig)
-        def forward(ddp, /, *args, **kwargs):  # positional-only: the model's own keywords pass through
+        def enter(args):
+            ddp = args[0]
             state = hooks.modules.get(ddp)
             if state is None:  # first forward of this DDP module: describe it now
                 state = hooks._register(ddp, ddp.module, hooks._label_of(ddp, ddp.module))
             state["forwards"] += 1
             rec.iteration = state["forwards"]
             grad = torch.is_grad_enabled()  # an evaluation forward (no_grad) is no micro-step
-            token = hooks.begin_compute("forward", module=state["label"])
-            try:
-                return orig(ddp, *args, **kwargs)
-            except BaseException as e:
-                drop_own_frame(e)
-                raise
-            finally:
-                hooks.end_compute(token, state["label"], grad)
-                # Later ops of this step (backward, optimizer) belong to this module.
-                rec.set_context(module=state["label"])
-                if not state["rebuilt"]:
-                    hooks._follow_rebuild(ddp, state)
+            return hooks.begin_compute("forward", module=state["label"]), ddp, state, grad
+
+        def leave(entered):
+            token, ddp, state, grad = entered
+            hooks.end_compute(token, state["label"], grad)
+            rec.set_context(module=state["label"])  # later ops of this step (backward, optimizer) are its
+            if not state["rebuilt"]:
+                hooks._follow_rebuild(ddp, state)
+        return in_context(rec, orig, enter, leave)
         return forward
 
     def _follow_rebuild(self, ddp, state) -> None:

@@ -102,30 +102,25 @@ class Recorder(AnnotationContext):
             sid = len(self.sig_lines)
             cpu = bool(desc.pop("cpu", True))
             cuda_index = desc.pop("cuda_index", None)
-            line = {"type": schema.META_SIG, "id": sid, **desc}
-            self.sig_lines.append(line)
+            self._define(self.sig_lines, {"type": schema.META_SIG, "id": sid, **desc})
             self.sig_bytes.append(int(desc.get("bytes") or 0) + int(desc.get("out_bytes") or 0))
             self.sig_cpu.append(cpu)
             self.sig_p2p.append(desc.get("op") in schema.P2P_OPS)
             self.sig_cuda.append(None if cpu else cuda_index)
-            self.meta_queue.append(line)
             self.sig_ids[key] = sid
             return sid
 
     def add_group(self, info: dict) -> int:
         with self._lock:
             gid = len(self.group_lines)
-            line = {"type": schema.META_GROUP, "id": gid, **info}
-            self.group_lines.append(line)
-            self.meta_queue.append(line)
+            self._define(self.group_lines, {"type": schema.META_GROUP, "id": gid, **info})
             return gid
 
     def add_world(self, info: dict) -> int:
         with self._lock:
             idx = len(self.world_lines)
-            line = {"type": schema.META_WORLD, "world": idx, "t_mono_ns": time.monotonic_ns(), **info}
-            self.world_lines.append(line)
-            self.meta_queue.append(line)
+            self._define(self.world_lines, {"type": schema.META_WORLD, "world": idx, "t_mono_ns": time.monotonic_ns(),
+                                            **info})
             first = self.rank is None
             if first:
                 self.rank = int(info.get("rank", 0))
@@ -141,17 +136,18 @@ class Recorder(AnnotationContext):
         if lid is None:
             with self._lock:
                 lid = self.label_ids.setdefault(label, len(self.label_ids))
-                line = {"type": schema.META_LABEL, "id": lid, "text": str(label)}
-                self.label_lines.append(line)
-                self.meta_queue.append(line)
+                self._define(self.label_lines, {"type": schema.META_LABEL, "id": lid, "text": str(label)})
         flags = schema.SPAN_FLAG_GRAD if grad else 0
         self.spans.append((_SPAN_PHASE[phase], t_begin, t_end, step, self.iteration, lid, flags))
 
     def mark_clock(self, line: dict) -> None:
-        line = {"type": schema.META_CLOCK, **line}
         with self._lock:
-            self.clock_lines.append(line)
-            self.meta_queue.append(line)
+            self._define(self.clock_lines, {"type": schema.META_CLOCK, **line})
+
+    def _define(self, lines: list, line: dict) -> None:
+        """Keep a definition (every file re-states it) and queue it for the next flush."""
+        lines.append(line)
+        self.meta_queue.append(line)
 
     def add_meta(self, line: dict) -> None:
         with self._lock:

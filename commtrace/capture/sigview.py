@@ -1,11 +1,7 @@
 """Signal handlers commtrace installs, as the program sees them: not at all.
 
-commtrace handles SIGTERM (dump, write the end of the trace, then die by
-SIGTERM as before) and SIGUSR1 (dump), and owns the wakeup fd so its signal
-thread can act while the main thread is blocked in C++ (see watchdog). A
-program must see what it would without commtrace, so ``signal.getsignal``,
-``signal.signal`` and ``signal.set_wakeup_fd`` are wrapped once one of ours is
-installed:
+commtrace handles SIGTERM and SIGUSR1 and owns the wakeup fd (see watchdog); so that the
+program sees what it would without commtrace, once one of ours is installed:
 
 * ``getsignal(s)`` answers the handler ours replaced (``SIG_DFL``) while ours
   is in place;
@@ -15,7 +11,6 @@ installed:
 * ``set_wakeup_fd(fd)`` likewise: the program's fd replaces ours, -1 puts
   ours back, and the answer is what the program's previous call set (-1).
 
-commtrace's own code uses ``real_getsignal`` / ``real_signal``.
 """
 from __future__ import annotations
 

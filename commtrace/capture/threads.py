@@ -1,12 +1,8 @@
 """Threads commtrace runs in a traced process, invisible to the program.
 
-The flush, hang-watchdog, signal and waiter threads are started with
-``_thread`` rather than ``threading.Thread``: ``threading.enumerate()`` and
-``threading.active_count()`` then show the program the threads it would have
-without commtrace (test suites check them for leaks). Like daemon threads they
-are not joined at exit. Their names are kept here for the state dumps.
-Code running on them must not call ``threading.current_thread()``: that would
-register a dummy Thread object, visible again.
+Started with ``_thread``, so ``threading.enumerate()`` shows the program its own threads
+only (test suites check them for leaks); not joined at exit. Code on them must not call
+``threading.current_thread()`` (that registers a visible dummy Thread).
 """
 from __future__ import annotations
 
