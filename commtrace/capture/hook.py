@@ -55,9 +55,13 @@ class Installer:
         else:
             ranks = list(_tls.__dict__.get("ranks") or range(pg.size()))
         kind = native_wrapper.kind_for(pg)
+        try:
+            desc = pg.group_desc
+        except Exception:
+            desc = None
         gid = self.rec.add_group({
             "world": self.world_index, "world_id": self.world_id, "name": str(group_name),
-            "desc": _safe(lambda: pg.group_desc), "backend": str(backend_name),
+            "desc": desc, "backend": str(backend_name),
             "size": pg.size(), "rank": pg.rank(), "ranks": ranks, "wrapper": kind,
         })
         traced = native_wrapper.make_traced(pg, self.rec, gid, ranks, kind)
@@ -197,13 +201,6 @@ def _swap_in_registries(inner, traced, group_name) -> None:
         except Exception:
             pass
         c10d._register_process_group(group_name, traced)
-
-
-def _safe(f):
-    try:
-        return f()
-    except Exception:
-        return None
 
 
 def _world_id(pg, store, run_id: str, index: int) -> str:

@@ -56,7 +56,7 @@ class ModuleTracker:
             "torch.distributed.fsdp._init_utils": lambda m: self._patch_each(
                 m, (("_init_process_group_state", self._enabling),)),
             "torch.distributed.tensor._redistribute": lambda m: self._patch_each(m, dtensor),
-            "torch.distributed._tensor.redistribute": lambda m: self._patch_each(m, dtensor),  # older releases
+            "torch.distributed._tensor.redistribute": lambda m: self._patch_each(m, dtensor),  # older torch
             "torch.nn.utils": self._patch_clipping,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._optimizer_phase),)),
@@ -235,8 +235,8 @@ class ModuleTracker:
             return mods[0] if mods else None
         # lazy_init: FSDP2 without a mesh given still builds one; this is the backstop
         self._patch_each(getattr(pg_mod, "FSDPParamGroup", None), (
-            ("unshard", self._scope("fsdp_unshard", unit)), ("post_backward", self._scope("fsdp_reduce_grad", unit)),
-            ("lazy_init", self._enabling)))
+            ("unshard", self._scope("fsdp_unshard", unit)),
+            ("post_backward", self._scope("fsdp_reduce_grad", unit)), ("lazy_init", self._enabling)))
 
     def _patch_fsdp1_runtime(self, rt) -> None:
         def unit(args):  # (state, handle, ...): the handle's module (a prefetch: not the state's)

@@ -53,7 +53,7 @@ class PhaseHooks:
     def __init__(self, rec: Recorder):
         self.rec = rec
         self.steps = StepCounter()
-        self._depth = threading.local()  # per phase: compute spans of this thread open (only the outermost is written)
+        self._depth = threading.local()  # per phase: open compute spans (only the outermost is written)
         self.modules: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ddp -> state
         self.originals: list[tuple] = []
         self._labels: dict[str, int] = {}
@@ -169,7 +169,8 @@ class PhaseHooks:
         return in_context(rec, orig, enter)
 
     def _opt_pre(self, optimizer, args, kwargs):
-        self._opt_tokens.append(self.begin_compute("optimizer", lambda: self.steps.optimizer_begins(optimizer)))
+        step = self.steps.optimizer_begins
+        self._opt_tokens.append(self.begin_compute("optimizer", lambda: step(optimizer)))
 
     def _opt_post(self, optimizer, args, kwargs):
         # torch runs no post hook after a step that raised: that step's context
@@ -289,7 +290,6 @@ class PhaseHooks:
             if not state["rebuilt"]:
                 hooks._follow_rebuild(ddp, state)
         return in_context(rec, orig, enter, leave)
-        return forward
 
     def _follow_rebuild(self, ddp, state) -> None:
         """Note the forward in which ``_has_rebuilt_buckets`` turned True, then read the new

@@ -119,8 +119,8 @@ class Recorder(AnnotationContext):
     def add_world(self, info: dict) -> int:
         with self._lock:
             idx = len(self.world_lines)
-            self._define(self.world_lines, {"type": schema.META_WORLD, "world": idx, "t_mono_ns": time.monotonic_ns(),
-                                            **info})
+            self._define(self.world_lines,
+                         {"type": schema.META_WORLD, "world": idx, "t_mono_ns": time.monotonic_ns(), **info})
             first = self.rank is None
             if first:
                 self.rank = int(info.get("rank", 0))

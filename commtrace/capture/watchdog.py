@@ -300,39 +300,25 @@ def _spawn_wrap(fn, i, args, error_file):
         orig = _orig_wrap or getattr(mod, "_wrap")
         if orig is _spawn_wrap:  # pragma: no cover - cannot happen: install sets _orig_wrap first
             raise RuntimeError("commtrace: original torch.multiprocessing.spawn._wrap not found")
-    return orig(_Traced(fn, i), i, args, error_file)
 
-
-class _Traced:
-    def __init__(self, fn, index):
-        self.fn = fn
-        self.index = index
-
-    def __call__(self, *a):
+    def traced(*a):
         rec = _state.get("rec")
         if rec is not None:
             try:
-                rec.add_process_info(spawn_index=self.index)  # names the process if it dies before it has a rank
+                rec.add_process_info(spawn_index=i)  # names the process if it dies before it has a rank
             except Exception:
                 pass
         try:
-            return self.fn(*a)
+            return fn(*a)
         except Exception as exc:
             drop_own_frame(exc)  # torch formats the traceback the parent prints
-            record_exception(exc)
+            rec = _state.get("rec")
+            if rec is not None:
+                rec.record_exception(exc, exc.__traceback__)
+                if rec.exit_info is None:
+                    rec.exit_info = (1, "exception")
             raise
-
-
-def record_exception(exc: BaseException) -> None:
-    rec = _state.get("rec")
-    if rec is None:
-        return
-    tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next  # our wrapper's frame
-    rec.record_exception(exc, tb)
-    if rec.exit_info is None:
-        rec.exit_info = (1, "exception")
+    return orig(traced, i, args, error_file)
 
 
 def hang_timeout_from_env() -> float | None:
