@@ -362,16 +362,14 @@ def _forwarding(inner_name: str):
 
 # Non-op methods that must reach the real group: own name -> the inner group's method. _get_backend
 # is the inner group's answer: the backend mirrored here, or a Python group's own (the mpi4py one: itself).
-for _name, _inner_name in (
-        ("getBackendName", "name"), ("_get_backend", "_get_backend"),
-        ("setGroupName", "_set_group_name"), ("_set_group_name", "_set_group_name"),
-        ("setGroupDesc", "_set_group_desc"), ("_set_group_desc", "_set_group_desc"),
-        ("abort", "abort"), ("shutdown", "shutdown"), ("_start_coalescing", "_start_coalescing"),
-        ("start_coalescing", "_start_coalescing"), ("_end_coalescing", "_end_coalescing"),
-        ("end_coalescing", "_end_coalescing"), ("_wait_for_pending_works", "_wait_for_pending_works"),
-        ("set_timeout", "set_timeout"), ("_register_on_completion_hook", "_register_on_completion_hook"),
-        ("_has_hooks", "_has_hooks"), ("_enable_collectives_timing", "_enable_collectives_timing"),
-        ("get_group_store", "get_group_store")):
+_FORWARDED = {
+    "getBackendName": "name", "setGroupName": "_set_group_name", "setGroupDesc": "_set_group_desc",
+    "start_coalescing": "_start_coalescing", "end_coalescing": "_end_coalescing",
+    **{n: n for n in ("_get_backend", "_set_group_name", "_set_group_desc", "abort", "shutdown", "_start_coalescing",
+                      "_end_coalescing", "_wait_for_pending_works", "set_timeout", "_register_on_completion_hook",
+                      "_has_hooks", "_enable_collectives_timing", "get_group_store")},
+}
+for _name, _inner_name in _FORWARDED.items():
     setattr(TracedProcessGroup, _name, _forwarding(_inner_name))
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
