@@ -11,6 +11,10 @@ program sees what it would without commtrace, once one of ours is installed:
 * ``set_wakeup_fd(fd)`` likewise: the program's fd replaces ours, -1 puts
   ours back, and the answer is what the program's previous call set (-1).
 
+A program's handler for one of these signals runs counted (``runs``): the signal thread reads
+each delivery from the wakeup fd, possibly late, when the program may already have handled it
+and put ours back; it must not then act as if the main thread were stuck.
+
 """
 from __future__ import annotations
 
@@ -23,6 +27,27 @@ real_set_wakeup_fd = _real_set_wakeup_fd = signal.set_wakeup_fd
 
 _ours: dict[int, tuple] = {}  # signum -> (our handler, the handler it replaced)
 _wakeup: dict = {}            # "fd": our wakeup fd while it is installed
+_runs: dict[int, int] = {}    # signum -> runs of the program's handlers for a signal we handle too
+
+
+def runs(signum: int) -> int:
+    """How many times the main thread ran a program's handler for ``signum``."""
+    return _runs.get(int(signum), 0)
+
+
+def _counted(handler):
+    if not callable(handler):
+        return handler
+
+    def counted(signum, frame):
+        _runs[signum] = _runs.get(signum, 0) + 1
+        return handler(signum, frame)
+    counted.commtrace_program_handler = handler
+    return counted
+
+
+def _program_view(handler):
+    return getattr(handler, "commtrace_program_handler", handler)
 
 
 def install(signum: int, handler) -> None:
@@ -52,16 +77,18 @@ def set_our_wakeup_fd(fd: int) -> int:
 def _getsignal(signalnum):
     h = real_getsignal(signalnum)
     entry = _ours.get(int(signalnum))
-    return entry[1] if entry is not None and h is entry[0] else h
+    return entry[1] if entry is not None and h is entry[0] else _program_view(h)
 
 
 def _signal(signalnum, handler):
     entry = _ours.get(int(signalnum))
-    if entry is not None and (handler is entry[1] or handler == entry[1]):
+    if entry is None:
+        prev = real_signal(signalnum, handler)
+    elif handler is entry[1] or handler == entry[1]:
         prev = real_signal(signalnum, entry[0])  # the program restores "its" default: ours comes back
     else:
-        prev = real_signal(signalnum, handler)
-    return entry[1] if entry is not None and prev is entry[0] else prev
+        prev = real_signal(signalnum, _counted(handler))
+    return entry[1] if entry is not None and prev is entry[0] else _program_view(prev)
 
 
 def _set_wakeup_fd(fd, /, *, warn_on_full_buffer=True):

@@ -206,9 +206,11 @@ def _signal_thread(rfd: int) -> None:
 
 
 def _handle_signal_in_thread(signum: int) -> None:
+    deliveries = _state.setdefault("deliveries", {})
+    deliveries[signum] = delivery = deliveries.get(signum, 0) + 1
     rec = _state.get("rec")
-    if rec is None:
-        return
+    if rec is None or sigview.runs(signum) >= delivery:
+        return  # the program's own handler ran for this delivery (it may have put ours back since)
     if signum == signal.SIGUSR1 and sigview.real_getsignal(signal.SIGUSR1) is _on_sigusr1:
         dump(rec, "SIGUSR1")
     elif signum == signal.SIGTERM:
@@ -218,6 +220,8 @@ def _handle_signal_in_thread(signum: int) -> None:
         # The main thread may be stuck in C++ and never run the Python handler:
         # do what it would do, from here, after giving it a moment to do so itself.
         time.sleep(0.2)
+        if sigview.runs(signum) >= delivery:
+            return
         dump_once(rec, "SIGTERM")
         rec.close(exit_code=128 + signum, how="signal")
         die_by(signal.SIGTERM)

@@ -35,3 +35,16 @@ def test_sigterm_while_blocked_in_cpp(tmp_path):
     text = (run_dir / meta).read_text()
     assert '"type":"end","exit_code":143,"how":"signal"' in text
     assert any(f.startswith("sigterm.") for f in os.listdir(run_dir))
+
+
+def test_program_handler_then_ours_back(tmp_path):
+    """The program's own SIGTERM handler took the signal and put commtrace's back before the
+    signal thread read the delivery: the thread must not take it as a stuck main thread."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "own_term_handler.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port()), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "handled 20" in res.stdout
+    assert not any(f.startswith("sigterm.") for f in os.listdir(run_dir))
+    (meta,) = [f for f in os.listdir(run_dir) if f.endswith(".meta.jsonl")]
+    assert '"how":"signal"' not in (run_dir / meta).read_text()
