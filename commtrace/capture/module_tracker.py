@@ -40,6 +40,7 @@ class ModuleTracker:
         self._on = False
         self._meshes: set = set()
         self._ended: "weakref.WeakSet" = weakref.WeakSet()  # modules that carry _forward_end
+        self._getstate_patched = False
 
     def install(self) -> None:
         """Patch each torch module right after the program imports it: importing DTensor or
@@ -82,6 +83,7 @@ class ModuleTracker:
         _compiling = torch.compiler.is_compiling
         self._grad_enabled = torch.is_grad_enabled
         self._Tensor = torch.Tensor
+        self._Module = torch.nn.Module
         # always_call: the stack stays right when a forward raises
         post = nn_module.register_module_forward_hook(self._global_post, always_call=True)
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre), post]
@@ -152,6 +154,9 @@ class ModuleTracker:
         self._ended.add(module)
         if any(h is _forward_end for h in module._forward_hooks.values()):
             return  # a deep copy of a module that had it already
+        if not self._getstate_patched:
+            self._getstate_patched = True
+            self.hooks._patch(self._Module, "__getstate__", _without_end_hook)
         handle = module.register_forward_hook(_forward_end, always_call=True)
         self.hooks.originals.append(("hook", handle))
         self._handles.append(handle)
@@ -354,6 +359,22 @@ def _user_name(name: str) -> str:
     if not any(w in name for w in _WRAPPER_ATTRS):
         return name
     return ".".join(p for p in name.split(".") if p not in _WRAPPER_ATTRS)
+
+
+def _without_end_hook(getstate):
+    """nn.Module.__getstate__ that leaves ``_forward_end`` out: torch.save / deepcopy of a module
+    the tracker ended keep no trace of commtrace (it loads where commtrace cannot be imported)."""
+    @functools.wraps(getstate)
+    def state_of(module):
+        state = getstate(module)
+        hooks = state.get("_forward_hooks") if isinstance(state, dict) else None
+        ours = [k for k, h in hooks.items() if h is _forward_end] if hooks else ()
+        if ours:
+            for key in ("_forward_hooks", "_forward_hooks_always_called", "_forward_hooks_with_kwargs"):
+                if key in state:
+                    state[key] = type(state[key])((k, v) for k, v in state[key].items() if k not in ours)
+        return state
+    return state_of
 
 
 def _forward_end(module, args, output):

@@ -2,7 +2,7 @@
 
 ``save_model.py PORT OUT``: one gloo rank builds a DeviceMesh (which turns commtrace's
 module tracker on when traced; a Probe module's all_reduce then names it), trains a
-small plain model one step, then writes
+small model (one layer with a forward hook of its own, as TP's and FSDP's have) one step, then writes
 ``OUT.pt`` (torch.save of the whole model), ``OUT.pkl`` (pickle of a deep copy) and
 ``OUT.json`` (the model's output on a fixed input and the forward hooks the copy carries).
 """
@@ -15,6 +15,10 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+
+def own_hook(module, args, output):  # the loader defines one of this name too
+    return None
 
 
 class Probe(nn.Module):
@@ -31,17 +35,20 @@ def main(port, out):
     Probe()(torch.ones(1))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 2)))
+    model[2].register_forward_hook(own_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model(torch.randn(3, 4)).sum().backward()
     opt.step()
     torch.save(model, f"{out}.pt")
     twin = copy.deepcopy(model)
+    # counted before its first forward: a live copy gets the tracker's hook then
+    twin_hooks = sum(len(m._forward_hooks) for m in twin.modules())
     with open(f"{out}.pkl", "wb") as f:
         pickle.dump(twin, f)
     x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
     with open(f"{out}.json", "w") as f:
         json.dump({"y": model(x).tolist(), "y_twin": twin(x).tolist(),
-                   "twin_hooks": sum(len(m._forward_hooks) for m in twin.modules())}, f)
+                   "twin_hooks": twin_hooks}, f)
     dist.destroy_process_group()
 
 
