@@ -123,12 +123,8 @@ def _unsupported(optype, dtype, why=""):
 
 
 def reduce_op(op, dtype):
-    """(MPI.Op, divide_by_size) for a ReduceOp (or RedOpType) on ``dtype``.
-
-    Raises ValueError naming op and dtype when the combination cannot be done,
-    mirroring gloo's refusals (bitwise ops on floats, AVG on integers, MIN/MAX
-    on complex) and refusing PREMUL_SUM, which needs a scalar MPI cannot carry.
-    """
+    """(MPI.Op, divide_by_size) for a ReduceOp (or RedOpType) on ``dtype``; ValueError where gloo
+    refuses (bitwise on floats, AVG on integers, MIN/MAX on complex) and for PREMUL_SUM."""
     optype = getattr(op, "op", op)
     key = (optype, dtype)
     r = _OPS.get(key)

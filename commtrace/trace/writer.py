@@ -21,7 +21,6 @@ class RecordFile:
         self.f = None
         self.n = 0            # records in the current segment
         self.written = 0      # records ever written
-        self.rotations = 0
 
     def open(self) -> None:
         if self.f is None:
@@ -48,7 +47,6 @@ class RecordFile:
         os.replace(self.path, self.path + schema.PREVIOUS_SEGMENT)
         self.open()
         self.n = 0
-        self.rotations += 1
 
     def paths(self, path: str | None = None) -> tuple[str, str]:
         path = self.path if path is None else path
