@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))  # synthetic.py
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 CHILD = r"""
 import contextlib, io, json, sys, time

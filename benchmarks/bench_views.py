@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))  # synthetic.py
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS_LIMIT = "256M"       # the partitioned --events: chunks of a quarter of this over the files

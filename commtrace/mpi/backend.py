@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from .. import mpienv
+from .. import mpienv, torch_compat
 from ..dynamo import skip_class_frames
 from . import dtypes, runtime
 from .collectives import Collectives
 from .p2p import PointToPoint
-from .tensors import _async, check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
+from .tensors import check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
 from .work import MPIWork, _DoneWork, _MultiWork
 
 
@@ -120,7 +120,8 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
     def _go(self, opts, blocking, nonblocking, args, result, post=None, status=None, src=-1):
         """Run one MPI op blocking (asyncOp False) or non-blocking."""
         try:
-            if blocking is not None and (runtime.progress is None or not _async(opts)):
+            # positional forms, and some Options types before torch 2.8, carry no asyncOp
+            if blocking is not None and (runtime.progress is None or not torch_compat.async_op(opts)):
                 blocking(*args)
                 return self._done(result, post)
             req = nonblocking(*args)

@@ -49,10 +49,6 @@ _RESOLVED: dict = {}
 _OPS: dict = {}
 
 
-def _mpi():
-    return mpienv.mpi_module()
-
-
 def resolve(dtype):
     """(view dtype or None, MPI datatype, kind) for a torch dtype."""
     r = _RESOLVED.get(dtype)
@@ -60,7 +56,7 @@ def resolve(dtype):
         ent = _TABLE.get(dtype)
         if ent is None:
             raise TypeError(f"mpi backend: unsupported dtype {dtype}")
-        r = (ent[0], getattr(_mpi(), ent[1]), ent[2])
+        r = (ent[0], getattr(mpienv.mpi_module(), ent[1]), ent[2])
         _RESOLVED[dtype] = r
     return r
 
@@ -92,7 +88,7 @@ def _f32_to_bf16(x, out_u16):
 
 
 def _make_user_op(kind, ufunc):
-    MPI = _mpi()
+    MPI = mpienv.mpi_module()
     if kind == _HALF:
         def fn(inbuf, inoutbuf, datatype):
             a = np.frombuffer(inbuf, np.float16).astype(np.float32)
@@ -110,7 +106,7 @@ _UFUNC = {RedOpType.SUM: np.add, RedOpType.AVG: np.add, RedOpType.PRODUCT: np.mu
 
 
 def _native(optype):
-    MPI = _mpi()
+    MPI = mpienv.mpi_module()
     return {RedOpType.SUM: MPI.SUM, RedOpType.AVG: MPI.SUM, RedOpType.PRODUCT: MPI.PROD,
             RedOpType.MIN: MPI.MIN, RedOpType.MAX: MPI.MAX, RedOpType.BAND: MPI.BAND,
             RedOpType.BOR: MPI.BOR, RedOpType.BXOR: MPI.BXOR}.get(optype)
@@ -131,7 +127,7 @@ def reduce_op(op, dtype):
     if r is not None:
         return r
     kind = resolve(dtype)[2]
-    MPI = _mpi()
+    MPI = mpienv.mpi_module()
     avg = optype == RedOpType.AVG
     if optype == RedOpType.PREMUL_SUM:
         raise _unsupported(optype, dtype, "a pre-multiplied sum needs a per-call scalar; "

@@ -7,7 +7,6 @@ import os
 import torch
 import torch.distributed as dist
 
-from .. import torch_compat
 from . import runtime
 
 _ReduceOp = dist.ReduceOp
@@ -97,12 +96,6 @@ def _same_dtype(tensors, what):
 
 def _opt(opts, name, default):
     return getattr(opts, name, default) if opts is not None else default
-
-
-def _async(opts):
-    # Options objects carry asyncOp (default True); old positional forms and, before
-    # torch 2.8, some Options types pass none.
-    return torch_compat.async_op(opts)
 
 
 def _redop(opts):

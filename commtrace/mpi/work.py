@@ -33,11 +33,7 @@ class MPIWork(dist.Work):
         self._post = post
         self._status = status
         self._src = src
-        self._fut = None
-        self._exc = None
-        if req is None:
-            self._done = True
-        else:
+        if req is not None:   # else finished: the class defaults
             self._done = False
             self._gate = threading.Lock()
             self._gate.acquire()

@@ -134,7 +134,8 @@ def _params_codes(files, modules, f, m, it, b, parsed, names) -> np.ndarray:
     return out
 
 
-def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]], bucket_vals: np.ndarray) -> pd.DataFrame:
+def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]],
+                   bucket_vals: np.ndarray) -> pd.DataFrame:
     """Fill ``bucket`` (Int32) and ``params`` (category) for DDP's ops. ``bucket_vals``: per row
     its ``process_buckets`` number (-1: other ops), reused for the column (-1 becomes 0 under NA)."""
     if df.empty or "phase" not in df or not df["phase"].notna().any():

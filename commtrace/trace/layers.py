@@ -125,8 +125,8 @@ def merge_cpp_layer(frame: "pandas.DataFrame", mpi_calls: "pandas.DataFrame | No
     enq, deq, rend = _cpp_times(out, cpp_idx)
     d_begin, d_end = _mpi_call_offsets(out, cpp_idx, mpi_calls)
     mbeg, mend = enq + d_begin, enq + d_end
-    for col, v in zip(NEW_COLUMNS, (enq, deq, mbeg, mend, rend, deq - enq, mbeg - deq, mend - mbeg, rend - mend,
-                                    rend - deq)):
+    for col, v in zip(NEW_COLUMNS, (enq, deq, mbeg, mend, rend,
+                                    deq - enq, mbeg - deq, mend - mbeg, rend - mend, rend - deq)):
         out.loc[cpp_idx, col] = v
 
     ranks = [tuple(sorted(parse_ranks(v))) for v in out["group_ranks"].astype(object)]
@@ -136,7 +136,8 @@ def merge_cpp_layer(frame: "pandas.DataFrame", mpi_calls: "pandas.DataFrame | No
     for _, sub in keyed.groupby(["pid", "_ranks"], sort=False, observed=True):
         if not sub["_cpp"].any() or sub["_cpp"].all():
             continue
-        py_groups, cp_groups = ([g.index for _, g in part.groupby("group", sort=False, dropna=False, observed=True)]
+        py_groups, cp_groups = ([g.index for _, g in part.groupby("group", sort=False, dropna=False,
+                                                                  observed=True)]
                                 for part in (sub[~sub["_cpp"]], sub[sub["_cpp"]]))
         py_groups.sort(key=lambda ix: _first_time(out, ix))
         cp_groups.sort(key=lambda ix: _first_time(out, ix))

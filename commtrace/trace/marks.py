@@ -138,7 +138,7 @@ def regions_of(marks: list[dict], rank: int, file: str, offset: Callable, t_clos
 
 
 def empty_marks() -> pd.DataFrame:
-    """The typed marks table of a run without marks (a new one each time: callers may change it)."""
+    """The typed marks table of a run without marks (a copy: callers may change it)."""
     return _EMPTY_MARKS.copy()
 
 

@@ -183,12 +183,11 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     # file was cut (truncated, disk full), not that the process died mid-write.
     if torn:
         pt.complete, pt.cut = False, True
-        _note_damage(pt, name, "{} truncated mid-line")
-        issues.append(TraceIssue(name, f"truncated mid-line (the last {torn} bytes are not a whole line)", pt.rank,
-                                 DAMAGED))
+        _damaged(pt, issues, name, "{} truncated mid-line",
+                 f"truncated mid-line (the last {torn} bytes are not a whole line)")
     if bad:
-        _note_damage(pt, name, f"{{}} has {bad} corrupt line(s)")
-        issues.append(TraceIssue(name, f"{bad} corrupt metadata line(s) skipped", pt.rank, DAMAGED))
+        _damaged(pt, issues, name, f"{{}} has {bad} corrupt line(s)",
+                 f"{bad} corrupt metadata line(s) skipped")
     if pt.header.get("format") != schema.FORMAT_NAME:
         issues.append(TraceIssue(name, "not a commtrace trace (no header line)", kind=UNUSABLE))
         return None
@@ -215,13 +214,15 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     return pt
 
 
-def _note_damage(pt: ProcessTrace, file: str, phrase: str) -> None:
-    """Note damage to ``file`` (one of ``pt``'s) in ``pt.damage``: ``phrase`` with "{}" where
-    the file name goes; ``pt.damage_any`` gets it with the file's stem written "*"."""
+def _damaged(pt: ProcessTrace, issues: list, file: str, phrase: str, problem: str,
+             kind: str = DAMAGED) -> None:
+    """Damage to ``file`` (one of ``pt``'s): ``phrase`` ("{}" where the file name goes) in ``pt.damage``,
+    in ``pt.damage_any`` with the file's stem written "*"; ``problem`` in ``issues``."""
     pt.damage.append(phrase.format(file))
     if file == os.path.basename(pt.meta_path):
         pt.meta_damage.append(pt.damage[-1])
     pt.damage_any.append(phrase.format("*" + file[len(pt.stem):] if file.startswith(pt.stem + ".") else file))
+    issues.append(TraceIssue(file, problem, pt.rank, kind))
 
 
 # Writers number sigs and groups densely from 0 and the frame is built with
@@ -253,8 +254,9 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.sigs[obj["id"]] = obj
     elif t == schema.META_GROUP and _id_below(obj.get("id"), _MAX_GROUP_ID):
         pt.groups[obj["id"]] = obj
-    elif t == schema.META_CLOCK and isinstance(obj.get("offset_ns"), int) and isinstance(obj.get("t_mono_ns"), int):
-        pt.clocks.append(obj)
+    elif t == schema.META_CLOCK:
+        if isinstance(obj.get("offset_ns"), int) and isinstance(obj.get("t_mono_ns"), int):
+            pt.clocks.append(obj)
     elif t == schema.META_LABEL and int_or_none(obj.get("id")) is not None:
         pt.labels[obj["id"]] = str(obj.get("text"))
     elif t == schema.META_EXCEPTION:
@@ -270,8 +272,7 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     rec = _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
     if rec is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
-            issues.append(TraceIssue(name, "ops file missing", pt.rank, DAMAGED))
-            _note_damage(pt, name, "{} missing")
+            _damaged(pt, issues, name, "{} missing", "ops file missing")
         return np.empty(0, dtype=schema.OP_RECORD)
     ok = defined(rec, defined_ids(pt.sigs), defined_ids(pt.groups))
     undefined = int((~ok).sum())
@@ -285,9 +286,8 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         meta_damaged = any(d.startswith(os.path.basename(pt.meta_path)) for d in pt.damage)
         cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
                  if undefined and meta_damaged else "corrupt")
-        _note_damage(pt, name, f"{bad} of {len(rec)} op records in {{}} unreadable")
-        issues.append(TraceIssue(name, f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped", pt.rank,
-                                 DAMAGED))
+        _damaged(pt, issues, name, f"{bad} of {len(rec)} op records in {{}} unreadable",
+                 f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped")
         rec = rec[ok]
     return bounded.keep_last_records(last_record_per_op(rec), (bounded.options(pt.header) or {}).get("keep_last"))
 
@@ -298,8 +298,8 @@ def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceI
     rec, torn = bounded.read_segments(path, dtype, size)
     for part, extra in torn:
         pt.complete, pt.cut = False, True
-        _note_damage(pt, part, "{} truncated mid-record")
-        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
+        _damaged(pt, issues, part, "{} truncated mid-record",
+                 f"truncated mid-record ({extra} trailing bytes ignored)", TRUNCATED)
     return rec
 
 
@@ -313,17 +313,15 @@ def read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     ok = (rec["phase"] < len(schema.SPAN_PHASES)) & (rec["t_end"] >= rec["t_begin"]) & (rec["t_begin"] > 0)
     if not ok.all():
         bad = int((~ok).sum())
-        _note_damage(pt, name, f"{bad} of {len(rec)} span records in {{}} unreadable")
-        issues.append(TraceIssue(name, f"{bad} of {len(rec)} compute span record(s) unreadable; skipped", pt.rank,
-                                 DAMAGED))
+        _damaged(pt, issues, name, f"{bad} of {len(rec)} span records in {{}} unreadable",
+                 f"{bad} of {len(rec)} compute span record(s) unreadable; skipped")
         rec = rec[ok]
     return bounded.spans_covered(rec, pt.coverage)
 
 
 def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
-    """Where the unreadable records were: group name ("?" unless its definition
-    was read) -> [first seq, last seq, count], for diagnoses that must not
-    mistake a lost record for an op that never happened."""
+    """Where unreadable records were, group name ("?": undefined) -> [first seq, last seq, count]:
+    diagnoses must not take a lost record for an op that never happened."""
     pt.n_lost += len(bad)
     for gid in np.unique(bad["group"]):
         g = pt.groups.get(int(gid))
@@ -373,10 +371,8 @@ def num_or_nan(v):
 
 
 def _categorical(values: list, codes: np.ndarray) -> pd.Categorical:
-    """Categorical of ``values[codes]`` built from codes (no per-row objects).
-
-    The per-value lookup uses the narrowest integer type pandas would pick, so
-    the take below yields the final codes array without another copy."""
+    """Categorical of ``values[codes]`` from codes (no per-row objects); the lookup has the codes
+    type pandas would pick, so the take is the final codes array, not copied again."""
     cats = pd.Index(values).unique().dropna()
     small = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32
     lookup = pd.Categorical(values, categories=cats).codes.astype(small)
@@ -394,16 +390,10 @@ def _lut(ids, base: int) -> np.ndarray:
 
 
 def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataFrame:
-    """One row per op per rank, times on rank 0's clock, sorted by start time.
-
-    Works on plain numpy arrays until the end: per-process record arrays are
-    concatenated and permuted into time order once, then each column is built
-    from per-sig / per-group / per-process lookup tables (categoricals by code),
-    so the frame is materialized exactly once.
-
-    ``refs``: world id -> the process whose clock is the reference (default: the
-    rank-0 process of each world among ``procs``).
-    """
+    """One row per op per rank, times on rank 0's clock, sorted by start time. Records are permuted
+    into time order once, then each column taken from per-sig / per-group / per-process tables
+    (categoricals by code): the frame is materialized once. ``refs``: world id -> its reference
+    process (default: the rank-0 process of each world among ``procs``)."""
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
     group_meshes: list[dict] = []   # per group row: its process's group name -> mesh dimension
@@ -466,8 +456,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     cols["group"] = _categorical([str_or_none(g.get("name")) for g in group_rows], grp_codes)
     cols["group_desc"] = _categorical([str_or_none(g.get("desc")) for g in group_rows], grp_codes)
     cols["mesh_dim"] = _categorical([mesh_dim_of(g, dims) for g, dims in zip(group_rows, group_meshes)], grp_codes)
-    cols["group_size"] = np.array([int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
-    cols["group_rank"] = np.array([int_or_none(g.get("rank")) if int_or_none(g.get("rank")) is not None else -1
+    cols["group_size"] = np.array([int_or_none(g.get("size")) or 0 for g in group_rows], np.int32)[grp_codes]
+    cols["group_rank"] = np.array([-1 if int_or_none(g.get("rank")) is None else g["rank"]
                                    for g in group_rows], dtype=np.int32)[grp_codes]
     cols["group_ranks"] = _categorical([ranks_text(g.get("ranks")) for g in group_rows], grp_codes)
     cols["backend"] = _categorical([str_or_none(g.get("backend")) for g in group_rows], grp_codes)
@@ -492,7 +482,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         status_code[status], categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
     flags = c.pop("fl")
     cols["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
-                                               categories=["python", "cpp"])
+                                               categories=list(schema.SOURCE_NAMES.values()))
     cols["end_observed"] = (flags & schema.FLAG_END_OBSERVED).astype(bool)
     cols["error"] = _errors_column(procs, proc, c.pop("traw"))
     buckets = c.pop("bucket")

@@ -208,9 +208,6 @@ def detail_waits_in_place(detail) -> bool:
     its wait ends at its return, as for any async op."""
     return detail is not None and detail not in ROLE_DETAILS
 
-# Values of the ``phase`` annotation.
-PHASES = ("ddp_init", "forward", "backward", "optimizer", "join", "other")
-
 # Fields of a ``sig`` meta line (besides ``type`` and ``id``); all optional but op.
 SIG_FIELDS = (
     "op",          # one of OPS

@@ -16,8 +16,8 @@ def _assign(df, meta):
     """assign_buckets with the buckets the reader computes (process_buckets; one sig per row,
     rows in call order)."""
     cols = [c for c in ("op", "phase", "detail", "module", "dtype", "bucket") if c in df]
-    sigs = {i: {c: (None if pd.isna(v) else int(v) if isinstance(v, np.integer) else v) for c, v in zip(cols, row)}
-            for i, row in enumerate(df[cols].itertuples(index=False))}
+    sigs = {i: {c: None if pd.isna(v) else int(v) if isinstance(v, np.integer) else v
+                for c, v in zip(cols, row)} for i, row in enumerate(df[cols].itertuples(index=False))}
     n = np.arange(len(df))
     return assign_buckets(df, meta, process_buckets(n, n, df["iteration"].to_numpy(), sigs))
 
