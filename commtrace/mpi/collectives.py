@@ -39,6 +39,27 @@ class Collectives:
                 t.div_(n)
         return post
 
+    def _root(self, opts):
+        root = _opt(opts, "rootRank", 0)
+        self._check_rank(root, "root")
+        return root
+
+    def _pair(self, output, input, what):
+        """Check an (output, input) tensor pair of one dtype."""
+        _check(output)
+        _check(input)
+        if output.dtype != input.dtype:
+            raise ValueError(f"mpi backend: {what} dtypes differ: {output.dtype} vs {input.dtype}")
+
+    def _gathered(self, outs, t):
+        """(a [size, *t.shape] receive buffer, the copy of its rows into ``outs``)."""
+        tmp = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
+
+        def post():
+            for i, o in enumerate(outs):
+                o.copy_(tmp[i].view_as(o))
+        return tmp, post
+
     # -- all_reduce -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         # The hot path (1-element budget is a few microseconds): every line
@@ -125,27 +146,6 @@ class Collectives:
         self._check_rank(root, "root")
         return self._go(opts if not isinstance(opts, int) else None,
                         self._comm.Bcast, self._comm.Ibcast, (self._buf(t), root), [t])
-
-    def _root(self, opts):
-        root = _opt(opts, "rootRank", 0)
-        self._check_rank(root, "root")
-        return root
-
-    def _pair(self, output, input, what):
-        """Check an (output, input) tensor pair of one dtype."""
-        _check(output)
-        _check(input)
-        if output.dtype != input.dtype:
-            raise ValueError(f"mpi backend: {what} dtypes differ: {output.dtype} vs {input.dtype}")
-
-    def _gathered(self, outs, t):
-        """(a [size, *t.shape] receive buffer, the copy of its rows into ``outs``)."""
-        tmp = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
-
-        def post():
-            for i, o in enumerate(outs):
-                o.copy_(tmp[i].view_as(o))
-        return tmp, post
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")

@@ -72,12 +72,8 @@ def fit(pt, ref, world_id=None) -> ProcessClock:
 
 
 def usable_lines(pt, ref, world_id) -> list[dict]:
-    """``clock`` lines of ``pt`` that measured offsets to ``ref``'s clock.
-
-    Lines naming a world must name this one. MPI lines (no world) measured
-    offsets to COMM_WORLD rank 0: they count unless ``ref``'s own MPI lines
-    show that ``ref`` was another MPI rank (a nonzero offset or round trip).
-    """
+    """``pt``'s ``clock`` lines that measured offsets to ``ref``'s clock: those of this world, and
+    MPI lines (to COMM_WORLD rank 0) unless ``ref``'s own show it was another MPI rank."""
     lines = [c for c in pt.clocks if int_or_none(c.get("rtt_ns")) is not None and 0 <= c["rtt_ns"] < _LIMIT
              and abs(c["offset_ns"]) < _LIMIT and abs(c["t_mono_ns"]) < _LIMIT]
     ref_is_mpi_root = ref is None or not any(

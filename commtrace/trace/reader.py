@@ -283,9 +283,8 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         # The meta lines of a flush are written before its records: records that name
         # undefined sigs/groups mean the meta file lost lines -- if it is damaged;
         # otherwise the records themselves are.
-        meta_damaged = any(d.startswith(os.path.basename(pt.meta_path)) for d in pt.damage)
         cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
-                 if undefined and meta_damaged else "corrupt")
+                 if undefined and pt.meta_damage else "corrupt")
         _damaged(pt, issues, name, f"{bad} of {len(rec)} op records in {{}} unreadable",
                  f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped")
         rec = rec[ok]
