@@ -78,7 +78,7 @@ def bench_page(d: str, rounds: int = 5) -> dict:
     """`make demo`-sized page: size, and load time (median of ``rounds``) against the
     same page with the full plotly.js, alternating."""
     from cdp import Browser, find_chromium
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     run_dir = write_synthetic_run(os.path.join(d, "page"), ranks=2, ops_per_rank=DEMO_RUN_OPS, seed=3, slow_rank=1)
     out = os.path.join(d, "page.html")
     res = {"ranks": 2, "ops": 2 * DEMO_RUN_OPS, "write_s": write_page(run_dir, out), "bytes": os.path.getsize(out),
@@ -114,7 +114,7 @@ def bench_page(d: str, rounds: int = 5) -> dict:
 
 
 def bench_run(label: str, ranks: int, ops_per_rank: int, d: str) -> dict:
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     run_dir = write_synthetic_run(os.path.join(d, label), ranks=ranks, ops_per_rank=ops_per_rank, seed=3,
                                   slow_rank=1)
     out = os.path.join(d, label + ".html")

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
 CHILD = r"""
 import contextlib, io, json, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -52,7 +54,7 @@ def _child(args: list[str]) -> dict:
 
 
 def run(ranks: int, ops: int, reps: int = 3) -> dict:
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     work = tempfile.mkdtemp(prefix="bench_partial_report_")
     try:
         run_dir = write_synthetic_run(os.path.join(work, "run"), ranks=ranks, ops_per_rank=ops, seed=11, p2p=True)

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
 CHILD = r"""
 import json, os, resource, sys, time, tracemalloc
 import numpy as np, pandas as pd
@@ -77,7 +79,7 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     root = a.dir or tempfile.mkdtemp(prefix="commtrace-bench-")
     big = os.path.join(root, f"r{a.ranks}x{a.ops}")
     t = time.perf_counter()

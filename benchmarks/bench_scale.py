@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
 CHILD = r"""
 import json, resource, sys, time
 mode, run_dir, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -89,7 +91,7 @@ CASES = {"whole": "as `commtrace report` (analyse, default executor)", "pool": "
 def run(ranks: int, ops: int, dask: bool, workdir: str | None = None, kernel_rounds: int = 3) -> dict:
     """The side-by-side measurement (see the module doc); results by case "mode-workers";
     "kernels": the pool with the compiled analysis kernels and with numpy (kernels_side_by_side)."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
     run = os.path.join(root, f"r{ranks}x{ops}")
     if not os.path.isdir(run):
@@ -207,7 +209,7 @@ def check_side_by_side(ranks: int, ops: int, workdir: str | None = None, cut_ran
     """``commtrace check`` on one frame vs partitioned (process pool x1, x2), on the synthetic
     run and on a copy whose rank ``cut_rank`` ops file is cut at a tenth (mid-record):
     throughput, peak memory per op, and whether both give the same findings naming that rank."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-check-")
     clean, cut = os.path.join(root, f"r{ranks}x{ops}"), os.path.join(root, f"r{ranks}x{ops}-cut")
     if not os.path.isdir(clean):
@@ -356,7 +358,7 @@ def linked_copy(run: str, dst: str) -> None:
 def generate_big(run: str, ranks: int, ops: int) -> None:
     """``ranks`` x ``ops`` ops: the synthetic writer writes up to 64 ranks, the other ranks
     are copies of those files under their own rank."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     template = run + ".template"
     tpl = min(64, ranks)
     write_synthetic_run(template, ranks=tpl, ops_per_rank=ops, seed=0)

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS_LIMIT = "256M"       # the partitioned --events: chunks of a quarter of this over the files
 
@@ -70,7 +72,7 @@ def _child(script: str, *args: str) -> dict:
 
 
 def run(ranks: int, ops: int, rounds: int = 3) -> dict:
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     work = tempfile.mkdtemp(prefix="bench_views_")
     try:
         run_dir = write_synthetic_run(os.path.join(work, "run"), ranks=ranks, ops_per_rank=ops, seed=4, p2p=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import EXIT_OK, CommtraceError
-from .options import add_by_argument, add_scale_arguments, add_window_arguments, by_of, window_of
+from .options import add_by_argument, add_scale_arguments, add_window_arguments, analyse_run, by_of, window_of
 
 EPILOG = """\
 examples:
@@ -52,7 +52,7 @@ def run_compare(ns) -> int:
             name = f"{name} ({len(names) + 1})"
         names.append(name)
         try:
-            named.append((name, _analyse(ns, d, by, window)))
+            named.append((name, analyse_run(ns, d, window, by)))
         except CommtraceError as e:     # which run (e.g. --steps 9:12 beyond one run's steps)
             if str(e).startswith(d):
                 raise
@@ -68,16 +68,3 @@ def run_compare(ns) -> int:
     from ..render.terminal import make_console
     render_compare(make_console(ns.width), cmp)
     return EXIT_OK
-
-
-def _analyse(ns, run_dir, by, window):
-    """The report of one run: --by keys the analysis groups by are one more of its tables; others
-    come from every op of the window (held when the run fits; else compare says it cannot)."""
-    from ..analysis.partitioned import CELL_COLUMNS, analyse
-    from .messages import warn_issues
-    from .options import memory_limit_of
-    cells = by is not None and set(by) <= set(CELL_COLUMNS)
-    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), window=window,
-                compare_by=by if cells else None, partitioned=ns.partitioned, op_view=by is not None and not cells)
-    warn_issues(s.issues)
-    return s

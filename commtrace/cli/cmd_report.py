@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from .options import add_by_argument, add_scale_arguments, add_window_arguments, by_of, window_of
+from .options import add_by_argument, add_scale_arguments, add_window_arguments, analyse_run, by_of, window_of
 
 EPILOG = """\
 examples:
@@ -52,10 +52,8 @@ def run_report(ns) -> int:
     """One analysis (analysis.partitioned.analyse): the run is held whole when it fits the memory
     limit, then the views that draw each op get them in one frame (its op view); else they read
     the files rank by rank (Perfetto in pieces, CSV / Parquet rank by rank, no per-op HTML figures)."""
-    from ..analysis.partitioned import analyse
     from ..errors import CommtraceError
     from ..trace.reader import newest_run
-    from .messages import warn_issues
     from .options import memory_limit_of
 
     if ns.perfetto_max_mb <= 0:
@@ -67,14 +65,9 @@ def run_report(ns) -> int:
         from ..render.terminal import make_console
         con = make_console(ns.width)
     limit = memory_limit_of(ns.memory_limit)
-    from ..analysis.partitioned import CELL_COLUMNS
     keys = by_of(ns)
-    cells = keys is not None and set(keys) <= set(CELL_COLUMNS)   # else --by needs every op (as compare)
-    per_op = bool(ns.perfetto or ns.csv or ns.parquet or ns.html or (keys is not None and not cells))
-    s = analyse(run_dir, dask=ns.dask, memory_limit=limit, top=ns.top, window=window,
-                timeline_width=con.width if shown else None, partitioned=ns.partitioned, op_view=per_op,
-                compare_by=keys if cells else None)
-    warn_issues(s.issues)
+    s = analyse_run(ns, run_dir, window, keys, op_view=bool(ns.perfetto or ns.csv or ns.parquet or ns.html),
+                    top=ns.top, timeline_width=con.width if shown else None)
     by = _by_table(keys, s)
     _write_exports(ns, s, limit, by)
     if shown:

@@ -89,9 +89,8 @@ def _run_options(parser: argparse.ArgumentParser | None) -> tuple[set, set]:
 
 
 def _known_option(arg: str, options: set) -> str:
-    """The option ``arg`` names: itself, or the one long option it abbreviates (as argparse
-    allows); CommtraceError for anything else, naming the likeliest option: an unknown
-    option before the script is a typo, not the script."""
+    """The option ``arg`` names (or the one long option it abbreviates, as argparse allows); else a
+    CommtraceError naming the likeliest: an unknown option before the script is a typo."""
     name = arg.split("=", 1)[0]
     if name in options:
         return name
@@ -104,13 +103,9 @@ def _known_option(arg: str, options: set) -> str:
 
 
 def split_run_argv(args: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[list[str], list[str]]:
-    """(``run``'s own arguments, the target and its arguments).
-
-    Everything from the script (or after -m MODULE) on is the target's, even when
-    it looks like an option (``-m pytest -p no:x -v``), as with ``python -m``:
-    argparse's REMAINDER would claim a leading ``-p`` as run's own. Before the script,
-    an unknown option is an error (CommtraceError), not a script name.
-    """
+    """(``run``'s own arguments, the target and its arguments). From the script (or after -m
+    MODULE) on, everything is the target's (``-m pytest -p no:x``), as with ``python -m``, where
+    argparse's REMAINDER would claim ``-p``; before it, an unknown option is a CommtraceError."""
     with_value, flags = _run_options(parser)
     head = []
     i = 0

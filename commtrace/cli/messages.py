@@ -16,11 +16,8 @@ WARNINGS_SHOWN = 16
 
 
 def warn_issues(issues) -> None:
-    """The reader's issues (``trace.reader.TraceIssue``), one warning line each -- except
-    that one problem (same kind and text) in several ranks' files is one line naming the
-    ranks ("rank 512-1023 (512 files): trace ends abruptly ..."; ``trace.issues.fold_issues``),
-    and at most ``WARNINGS_SHOWN`` lines, then how many more: the warnings do not grow
-    with the rank count."""
+    """The reader's issues, one warning line per problem (``trace.issues.fold_issues``: "rank
+    512-1023 (512 files): ..."), at most ``WARNINGS_SHOWN``: they do not grow with the ranks."""
     from ..trace.issues import fold_issues, issue_line
     lines = [issue_line(alike) for alike in fold_issues(issues)]
     for line in lines[:WARNINGS_SHOWN]:

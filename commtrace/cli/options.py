@@ -1,5 +1,6 @@
 """Options several commands share: the window (report, compare) and the scale of the
-analysis (report, compare, check), parsed here; analysis.memory_policy decides."""
+analysis (report, compare, check), parsed here (analysis.memory_policy decides); and
+the one analysis call of report and compare."""
 from __future__ import annotations
 
 from ..errors import CommtraceError
@@ -53,6 +54,19 @@ def add_scale_arguments(p, perfetto: bool = True, doing: str = "analyse", how: s
         return
     p.add_argument("--perfetto-max-mb", type=float, default=1000, metavar="MB", help="partitioned: --perfetto "
                    "writes files of at most MB each (rank subsets; a rank with more ops: time windows; default 1000)")
+
+
+def analyse_run(ns, run_dir: str, window, keys: list | None, op_view: bool = False, **kw):
+    """The one analysis of a run for report and compare (its issues warned): --by keys it groups
+    by (``CELL_COLUMNS``) are one more of its tables; other keys need every op (its op view)."""
+    from ..analysis.partitioned import CELL_COLUMNS, analyse
+    from .messages import warn_issues
+    cells = keys is not None and set(keys) <= set(CELL_COLUMNS)
+    s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), window=window,
+                partitioned=ns.partitioned, compare_by=keys if cells else None,
+                op_view=op_view or (keys is not None and not cells), **kw)
+    warn_issues(s.issues)
+    return s
 
 
 def memory_limit_of(text: str | None) -> int | None:

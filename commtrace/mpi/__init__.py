@@ -4,17 +4,11 @@
     commtrace.mpi.install()            # once, before init_process_group
     dist.init_process_group("mpi")     # rank/size from MPI, no env vars
 
-``install()`` does nothing when torch has its own ProcessGroupMPI. Otherwise it
-tells c10d that MPI is available and gives ``_new_process_group_helper`` a
-``ProcessGroupMPI`` whose ``create(ranks)`` returns the mpi4py-backed
-:class:`~commtrace.mpi.backend.MPIProcessGroup`. ``register_backend("mpi")``
-cannot do this: c10d tests for "mpi" before it looks at plugins. The program
-asked for it, so from then on ``is_mpi_available()`` says True.
-
-``commtrace run`` uses ``serve_requests()`` instead: nothing a program can
-probe changes (``is_mpi_available()`` stays False, c10d has no
-``ProcessGroupMPI``), and only a group creation that names backend "mpi"
-sees them, for the duration of that call.
+``install()`` (nothing when torch has its own ProcessGroupMPI) makes c10d's MPI check
+say True and its ``ProcessGroupMPI`` build the mpi4py-backed MPIProcessGroup;
+``register_backend("mpi")`` cannot, as c10d tests for "mpi" before plugins.
+``commtrace run`` uses ``serve_requests()`` instead, which changes nothing a program
+can probe: only a group creation naming "mpi" sees them, during that call.
 """
 from __future__ import annotations
 
@@ -25,7 +19,7 @@ import torch.distributed as dist
 
 from ..capture.tbhide import drop_own_frame
 
-__all__ = ["install", "serve_requests", "is_installed", "native_mpi", "native_extension", "fastpath_status"]
+__all__ = ["install", "serve_requests", "native_mpi", "native_extension", "fastpath_status"]
 
 
 def native_mpi() -> bool:
@@ -38,11 +32,8 @@ def native_mpi() -> bool:
 
 
 def install() -> str:
-    """Make backend "mpi" usable. Returns "native" or "mpi4py".
-
-    Initializes MPI (commtrace.mpienv.world()) so rank and size are known.
-    Idempotent. Raises RuntimeError when torch.distributed or mpi4py is missing.
-    """
+    """Make backend "mpi" usable (idempotent; initializes MPI so rank and size are known):
+    "native" or "mpi4py"; RuntimeError without torch.distributed or mpi4py."""
     if not dist.is_available():
         raise RuntimeError("commtrace.mpi: torch.distributed is not available in this torch build")
     if native_mpi():
@@ -67,16 +58,11 @@ _serving = threading.Lock()
 
 
 def serve_requests() -> bool:
-    """Make an explicit ``init_process_group("mpi")`` / ``new_group(backend="mpi")``
-    work without telling anyone else that MPI is available (``commtrace run``).
-
-    Wraps c10d's ``_new_process_group_helper``, the one function that checks
-    ``is_mpi_available()`` and builds ``ProcessGroupMPI`` (torch validates the
-    name itself earlier only against ``Backend.backend_list``, which always
-    lists "mpi"). While a call that names "mpi" runs, c10d's two module
-    globals say what ``install()`` makes them say; they are restored when it
-    returns. Returns False when torch has MPI itself (nothing to do).
-    """
+    """Make an explicit ``init_process_group("mpi")`` / ``new_group(backend="mpi")`` work without
+    telling anyone else that MPI is available (``commtrace run``): c10d's
+    ``_new_process_group_helper`` (the one function that checks ``is_mpi_available()``;
+    ``Backend.backend_list`` always lists "mpi") sees ``install()``'s two globals during a
+    call naming "mpi" only. False when torch has MPI itself."""
     if native_mpi():
         return False
     from torch.distributed import distributed_c10d as c10d
@@ -87,31 +73,27 @@ def serve_requests() -> bool:
 
     @functools.wraps(helper)
     def new_process_group_helper(*args, **kwargs):
-        backend = kwargs.get("backend", args[3] if len(args) > 3 else None)
-        if not _names_mpi(backend):
-            try:
+        try:
+            if not _names_mpi(kwargs.get("backend", args[3] if len(args) > 3 else None)):
                 return helper(*args, **kwargs)
-            except BaseException as e:
-                drop_own_frame(e)  # the program's tracebacks read as without commtrace
-                raise
-        from .. import mpienv
-        from .backend import ProcessGroupMPIFactory
+            from .. import mpienv
+            from .backend import ProcessGroupMPIFactory
 
-        mpienv.world()
-        with _serving:
-            saved = c10d._MPI_AVAILABLE, c10d.__dict__.get("ProcessGroupMPI", _ABSENT)
-            c10d._MPI_AVAILABLE, c10d.ProcessGroupMPI = True, ProcessGroupMPIFactory
-            try:
-                return helper(*args, **kwargs)
-            except BaseException as e:
-                drop_own_frame(e)
-                raise
-            finally:
-                c10d._MPI_AVAILABLE = saved[0]
-                if saved[1] is _ABSENT:
-                    c10d.__dict__.pop("ProcessGroupMPI", None)
-                else:
-                    c10d.ProcessGroupMPI = saved[1]
+            mpienv.world()
+            with _serving:
+                saved = c10d._MPI_AVAILABLE, c10d.__dict__.get("ProcessGroupMPI", _ABSENT)
+                c10d._MPI_AVAILABLE, c10d.ProcessGroupMPI = True, ProcessGroupMPIFactory
+                try:
+                    return helper(*args, **kwargs)
+                finally:
+                    c10d._MPI_AVAILABLE = saved[0]
+                    if saved[1] is _ABSENT:
+                        c10d.__dict__.pop("ProcessGroupMPI", None)
+                    else:
+                        c10d.ProcessGroupMPI = saved[1]
+        except BaseException as e:
+            drop_own_frame(e)  # the program's tracebacks read as without commtrace
+            raise
 
     new_process_group_helper._commtrace_serves_mpi = True
     c10d._new_process_group_helper = new_process_group_helper
@@ -127,19 +109,6 @@ def _names_mpi(backend) -> bool:
         return False
     parts = str(backend).lower().split(",")
     return any(p.strip().split(":")[-1] == "mpi" for p in parts)
-
-
-def is_installed() -> bool:
-    """Backend "mpi" can be used (natively, through install(), or on request
-    through serve_requests())."""
-    if native_mpi():
-        return True
-    from torch.distributed import distributed_c10d as c10d
-    from .backend import ProcessGroupMPIFactory
-
-    if getattr(c10d._new_process_group_helper, "_commtrace_serves_mpi", False):
-        return True
-    return getattr(c10d, "ProcessGroupMPI", None) is ProcessGroupMPIFactory and c10d._MPI_AVAILABLE
 
 
 def native_extension():

@@ -1,42 +1,25 @@
-"""A torch.distributed ProcessGroup built on mpi4py.
+"""A torch.distributed ProcessGroup built on mpi4py (docs/mpi-backend.md).
 
-One instance per communicator: the world group gets a duplicate of
-COMM_WORLD, every new_group its own communicator from MPI_Comm_create_group
-(collective over the members only, so non-members never take part, matching
-c10d, which never calls ``create`` on them).
-
-Execution model (docs/mpi-backend.md has the measurements):
-  * ``opts.asyncOp`` False (torch's Python API with async_op=False, which
-    waits right after the call): the blocking MPI call runs inline and a
-    finished Work is returned. Cheapest possible path.
-  * otherwise (async_op=True, DDP's reducer, p2p): the non-blocking MPI call
-    (Iallreduce, Ibcast, Isend, ...) is started and its request handed to the
-    progress thread, which completes the Work and its torch future when MPI
-    reports completion. ``Work.wait()`` takes the request back and MPI_Waits
-    on it itself.
-
-When the C++ fast path is built (commtrace/mpi/fastpath.py), c10d gets a
-NativeMPIProcessGroup wrapping this group instead: it does blocking
-all_reduce/broadcast of plain CPU tensors itself, in C++, on this group's
-communicator, and hands every other call to this group unchanged.
-
-The ops live where their names say: collectives.py, p2p.py; their Works in
-work.py, the shared MPI state in runtime.py, argument checks in tensors.py.
-
-Both call forms torch uses are accepted: a list of tensors plus an Options
-object (what torch.distributed's Python functions and the tracer's forwarding
-wrapper pass) and the older positional forms (tensor, op) / (tensors, root).
+One instance per communicator: the world group gets a duplicate of COMM_WORLD, every
+new_group its own from MPI_Comm_create_group (collective over the members only, as
+c10d never calls ``create`` on non-members). An op the caller waits for right away
+(``opts.asyncOp`` False) runs its blocking MPI call inline and returns a finished
+Work; otherwise (async_op=True, DDP's reducer, p2p) its non-blocking call's request
+goes to the progress thread, and ``Work.wait()`` takes it back to MPI_Wait itself.
+With the C++ fast path built (fastpath.py), c10d gets a NativeMPIProcessGroup over
+this group instead. Both call forms torch uses are accepted: tensor lists plus an
+Options object, and the older positional (tensor, op) / (tensors, root).
 """
 from __future__ import annotations
 
 import torch.distributed as dist
 
-from .. import mpienv
+from .. import mpienv, torch_compat
 from ..dynamo import skip_class_frames
 from . import dtypes, runtime
 from .collectives import Collectives
 from .p2p import PointToPoint
-from .tensors import _async, check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
+from .tensors import check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
 from .work import MPIWork, _DoneWork, _MultiWork
 
 
@@ -82,19 +65,10 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
     # them in the group's backends, and this group registers none ("ProcessGroup name
     # not set" in destroy_process_group). c10d sets and reads them from Python, which
     # finds these; on later releases they agree with the C++ virtuals above.
-    def _set_group_name(self, name):
-        self.setGroupName(name)
-
-    def _set_group_desc(self, desc):
-        self.setGroupDesc(desc)
-
-    @property
-    def group_name(self):
-        return self._name
-
-    @property
-    def group_desc(self):
-        return self._desc
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+    group_name = property(getGroupName)
+    group_desc = property(getGroupDesc)
 
     @property
     def comm(self):
@@ -146,7 +120,8 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
     def _go(self, opts, blocking, nonblocking, args, result, post=None, status=None, src=-1):
         """Run one MPI op blocking (asyncOp False) or non-blocking."""
         try:
-            if blocking is not None and (runtime.progress is None or not _async(opts)):
+            # positional forms, and some Options types before torch 2.8, carry no asyncOp
+            if blocking is not None and (runtime.progress is None or not torch_compat.async_op(opts)):
                 blocking(*args)
                 return self._done(result, post)
             req = nonblocking(*args)

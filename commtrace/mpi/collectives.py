@@ -21,6 +21,11 @@ _AR_ASYNC_OP = torch_compat.has_async_op(_AllreduceOptions)  # torch < 2.8: the 
 _SUM_HASH = hash(_SUM)
 
 
+def _flat(tensors):
+    """A tensor list as torch passes it: [[t0, t1, ...]] (one per device) or [t0, t1, ...]."""
+    return tensors[0] if tensors and isinstance(tensors[0], (list, tuple)) else tensors
+
+
 class Collectives:
     """The collective ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
 
@@ -33,6 +38,27 @@ class Collectives:
             for t in tensors:
                 t.div_(n)
         return post
+
+    def _root(self, opts):
+        root = _opt(opts, "rootRank", 0)
+        self._check_rank(root, "root")
+        return root
+
+    def _pair(self, output, input, what):
+        """Check an (output, input) tensor pair of one dtype."""
+        _check(output)
+        _check(input)
+        if output.dtype != input.dtype:
+            raise ValueError(f"mpi backend: {what} dtypes differ: {output.dtype} vs {input.dtype}")
+
+    def _gathered(self, outs, t):
+        """(a [size, *t.shape] receive buffer, the copy of its rows into ``outs``)."""
+        tmp = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
+
+        def post():
+            for i, o in enumerate(outs):
+                o.copy_(tmp[i].view_as(o))
+        return tmp, post
 
     # -- all_reduce -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -124,8 +150,7 @@ class Collectives:
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
         _check(t)
-        root = _opt(opts, "rootRank", 0)
-        self._check_rank(root, "root")
+        root = self._root(opts)
         mop, avg = dtypes.reduce_op(_redop(opts) if opts is not None else _SUM, t.dtype)
         buf = dtypes.buffer(t)
         if self._rank == root:
@@ -139,24 +164,15 @@ class Collectives:
     # -- all_gather -----------------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
         t = _one(input_tensors, "allgather")
-        outs = output_tensors[0] if output_tensors and isinstance(output_tensors[0], (list, tuple)) \
-            else output_tensors
+        outs = _flat(output_tensors)
         _check(t)
         self._check_list(outs, t, "allgather output")
-        tmp = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
-
-        def post():
-            for i, o in enumerate(outs):
-                o.copy_(tmp[i].view_as(o))
+        tmp, post = self._gathered(outs, t)
         return self._go(opts, self._comm.Allgather, self._comm.Iallgather,
                         (dtypes.buffer(t), dtypes.buffer(tmp)), list(outs), post)
 
     def _allgather_base(self, output, input, opts=None):
-        _check(output)
-        _check(input)
-        if output.dtype != input.dtype:
-            raise ValueError(f"mpi backend: all_gather_into_tensor dtypes differ: "
-                             f"{output.dtype} vs {input.dtype}")
+        self._pair(output, input, "all_gather_into_tensor")
         if output.numel() != input.numel() * self._size:
             raise ValueError(f"mpi backend: all_gather_into_tensor output has {output.numel()} "
                              f"elements, expected {self._size} x {input.numel()}")
@@ -229,17 +245,11 @@ class Collectives:
     def gather(self, output_tensors, input_tensors, opts=None):
         t = _one(input_tensors, "gather")
         _check(t)
-        root = _opt(opts, "rootRank", 0)
-        self._check_rank(root, "root")
+        root = self._root(opts)
         if self._rank == root:
-            outs = output_tensors[0] if output_tensors and isinstance(output_tensors[0], (list, tuple)) \
-                else output_tensors
+            outs = _flat(output_tensors)
             self._check_list(outs, t, "gather output")
-            tmp = torch.empty((self._size,) + tuple(t.shape), dtype=t.dtype)
-
-            def post():
-                for i, o in enumerate(outs):
-                    o.copy_(tmp[i].view_as(o))
+            tmp, post = self._gathered(outs, t)
             args = (dtypes.buffer(t), dtypes.buffer(tmp), root)
             result = list(outs)
         else:
@@ -251,28 +261,21 @@ class Collectives:
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
         _check(t)
-        root = _opt(opts, "rootRank", 0)
-        self._check_rank(root, "root")
+        root = self._root(opts)
         if self._rank == root:
-            ins = input_tensors[0] if input_tensors and isinstance(input_tensors[0], (list, tuple)) \
-                else input_tensors
+            ins = _flat(input_tensors)
             self._check_list(ins, t, "scatter input")
-            send = torch.stack([x.reshape(t.shape) for x in ins]) if ins else None
-            args = (dtypes.buffer(send), self._buf_out(t), root)
+            send = dtypes.buffer(torch.stack([x.reshape(t.shape) for x in ins])) if ins else None
         else:
             if input_tensors and any(len(x) for x in input_tensors):
                 raise ValueError("mpi backend: scatter input list must be empty on non-root ranks")
-            args = (None, self._buf_out(t), root)
-        return self._go(opts, self._comm.Scatter, self._comm.Iscatter, args, [t])
-
-    def _buf_out(self, t):
-        return dtypes.buffer(t)
+            send = None
+        return self._go(opts, self._comm.Scatter, self._comm.Iscatter, (send, dtypes.buffer(t), root), [t])
 
     # -- reduce_scatter ---------------------------------------------------------------------
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "reduce_scatter")
-        ins = input_tensors[0] if input_tensors and isinstance(input_tensors[0], (list, tuple)) \
-            else input_tensors
+        ins = _flat(input_tensors)
         _check(out)
         self._check_list(ins, out, "reduce_scatter input")
         mop, avg = dtypes.reduce_op(_redop(opts), out.dtype)
@@ -282,10 +285,7 @@ class Collectives:
                         self._avg_post([out], avg))
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        _check(output)
-        _check(input)
-        if output.dtype != input.dtype:
-            raise ValueError(f"mpi backend: reduce_scatter_tensor dtypes differ: {output.dtype} vs {input.dtype}")
+        self._pair(output, input, "reduce_scatter_tensor")
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"mpi backend: reduce_scatter_tensor input has {input.numel()} elements, "
                              f"expected {self._size} x {output.numel()}")
@@ -323,10 +323,7 @@ class Collectives:
 
     # -- all_to_all ------------------------------------------------------------------------
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        _check(output)
-        _check(input)
-        if output.dtype != input.dtype:
-            raise ValueError(f"mpi backend: all_to_all_single dtypes differ: {output.dtype} vs {input.dtype}")
+        self._pair(output, input, "all_to_all_single")
         n = self._size
         if input.untyped_storage().data_ptr() == output.untyped_storage().data_ptr() and input.numel():
             input = input.clone()

@@ -49,10 +49,6 @@ _RESOLVED: dict = {}
 _OPS: dict = {}
 
 
-def _mpi():
-    return mpienv.mpi_module()
-
-
 def resolve(dtype):
     """(view dtype or None, MPI datatype, kind) for a torch dtype."""
     r = _RESOLVED.get(dtype)
@@ -60,7 +56,7 @@ def resolve(dtype):
         ent = _TABLE.get(dtype)
         if ent is None:
             raise TypeError(f"mpi backend: unsupported dtype {dtype}")
-        r = (ent[0], getattr(_mpi(), ent[1]), ent[2])
+        r = (ent[0], getattr(mpienv.mpi_module(), ent[1]), ent[2])
         _RESOLVED[dtype] = r
     return r
 
@@ -92,7 +88,7 @@ def _f32_to_bf16(x, out_u16):
 
 
 def _make_user_op(kind, ufunc):
-    MPI = _mpi()
+    MPI = mpienv.mpi_module()
     if kind == _HALF:
         def fn(inbuf, inoutbuf, datatype):
             a = np.frombuffer(inbuf, np.float16).astype(np.float32)
@@ -110,7 +106,7 @@ _UFUNC = {RedOpType.SUM: np.add, RedOpType.AVG: np.add, RedOpType.PRODUCT: np.mu
 
 
 def _native(optype):
-    MPI = _mpi()
+    MPI = mpienv.mpi_module()
     return {RedOpType.SUM: MPI.SUM, RedOpType.AVG: MPI.SUM, RedOpType.PRODUCT: MPI.PROD,
             RedOpType.MIN: MPI.MIN, RedOpType.MAX: MPI.MAX, RedOpType.BAND: MPI.BAND,
             RedOpType.BOR: MPI.BOR, RedOpType.BXOR: MPI.BXOR}.get(optype)
@@ -123,19 +119,15 @@ def _unsupported(optype, dtype, why=""):
 
 
 def reduce_op(op, dtype):
-    """(MPI.Op, divide_by_size) for a ReduceOp (or RedOpType) on ``dtype``.
-
-    Raises ValueError naming op and dtype when the combination cannot be done,
-    mirroring gloo's refusals (bitwise ops on floats, AVG on integers, MIN/MAX
-    on complex) and refusing PREMUL_SUM, which needs a scalar MPI cannot carry.
-    """
+    """(MPI.Op, divide_by_size) for a ReduceOp (or RedOpType) on ``dtype``; ValueError where gloo
+    refuses (bitwise on floats, AVG on integers, MIN/MAX on complex) and for PREMUL_SUM."""
     optype = getattr(op, "op", op)
     key = (optype, dtype)
     r = _OPS.get(key)
     if r is not None:
         return r
     kind = resolve(dtype)[2]
-    MPI = _mpi()
+    MPI = mpienv.mpi_module()
     avg = optype == RedOpType.AVG
     if optype == RedOpType.PREMUL_SUM:
         raise _unsupported(optype, dtype, "a pre-multiplied sum needs a per-call scalar; "

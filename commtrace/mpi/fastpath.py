@@ -1,26 +1,13 @@
 """The mpi backend's optional C++ fast path (``native_mpi.cpp``): build spec and use.
 
-What it is: ``NativeMPIProcessGroup``, a ``c10d::ProcessGroup`` written in C++
-that wraps the Python :class:`~commtrace.mpi.backend.MPIProcessGroup`. Blocking
-all_reduce/broadcast on plain CPU tensors call ``MPI_Allreduce``/``MPI_Bcast``
-themselves, without Python or the GIL, on the communicator the Python group
-owns; everything else is forwarded to the Python group (docs/mpi-backend.md).
-
-When it is used: :func:`wrap` (called by ``ProcessGroupMPIFactory.create``)
-returns the native group only if all of these hold, and the Python group
-otherwise, so the backend never depends on the extension:
-
-* ``COMMTRACE_NATIVE`` is not ``0`` and the extension is built
-  (``commtrace build-native``; ``COMMTRACE_NATIVE=build`` compiles on first use);
-* it was compiled against the MPI that mpi4py uses: the flags come from that
-  MPI's compiler wrapper, whose ``mpi.h`` version must match mpi4py's
-  ``MPI_Get_library_version``;
-* at run time, the library the extension calls is the one mpi4py initialized
-  (same version string, same ``MPI_COMM_WORLD`` handle) and MPI provides
-  ``MPI_THREAD_MULTIPLE``: the fast path calls MPI from the caller's thread
-  without the GIL while the backend's progress thread and other Python threads
-  may be inside MPI too, which lower levels forbid.
-
+``NativeMPIProcessGroup`` wraps the Python MPIProcessGroup and does blocking
+all_reduce/broadcast of plain CPU tensors itself (no Python, no GIL) on that group's
+communicator, forwarding everything else (docs/mpi-backend.md). :func:`wrap` uses it
+only when ``COMMTRACE_NATIVE`` is not ``0``, the extension is built (``commtrace
+build-native``), compiled with the flags of the MPI mpi4py uses (its ``mpi.h`` version
+matches ``MPI_Get_library_version``) and, at run time, calls the library mpi4py
+initialized (same version string and COMM_WORLD handle) at ``MPI_THREAD_MULTIPLE``:
+it calls MPI without the GIL while other threads may be inside MPI.
 :func:`status` says which path new groups get and why.
 """
 from __future__ import annotations
@@ -43,12 +30,8 @@ _last_status = "no mpi group created yet"
 
 
 def _mpicc() -> str | None:
-    """The C compiler wrapper of the MPI that mpi4py uses, if it can be found.
-
-    mpi4py records it when built from source (``get_config()``); the Open MPI
-    and MPICH wheels put one next to the interpreter. A wrapper found on PATH
-    may belong to another MPI: the version check in extension() catches that.
-    """
+    """The C compiler wrapper of mpi4py's MPI: recorded by a source build, next to the interpreter
+    from the Open MPI / MPICH wheels, else on PATH (maybe another MPI: extension() checks)."""
     cands = [os.environ.get("MPICC")]
     try:
         import mpi4py
@@ -109,17 +92,15 @@ def _same_mpi(header: str, library: str) -> bool:
 
 
 def _sanitize(version: str) -> str:
-    """The first line of a library version, reduced to characters that can go
-    into a C string literal on a compiler command line unescaped."""
+    """A library version's first line, in characters safe unescaped in a C string on a command line."""
     line = version.strip("\x00 \n").splitlines()[0] if version.strip("\x00 \n") else ""
     return re.sub(r"[^A-Za-z0-9 .,:;@_+()/-]", "", line)
 
 
 @functools.lru_cache(maxsize=1)
 def extension() -> native.Extension | None:
-    """The fast path's native.Extension, or None when it cannot be built for the
-    MPI mpi4py uses (no mpi4py, no compiler wrapper/headers for that MPI, or a
-    version mismatch); ``status()`` then says why. Does not initialize MPI."""
+    """The fast path's native.Extension, or None (``status()`` says why) when it cannot be built
+    for mpi4py's MPI. Does not initialize MPI."""
     global _why_no_extension
     try:
         libver = mpienv.library_version()
@@ -150,8 +131,7 @@ def extension() -> native.Extension | None:
 
 
 def _module():
-    """The loaded extension if it may be used in this process, else None
-    (the reason goes to ``_last_status``)."""
+    """The loaded extension if this process may use it, else None (why: ``_last_status``)."""
     global _last_status
     if native.mode() == "off":
         _last_status = "python: disabled by COMMTRACE_NATIVE=0"
@@ -191,8 +171,7 @@ def _check_runtime(mod):
 
 
 def wrap(pg):
-    """The group c10d should get for the Python MPIProcessGroup ``pg``: the native
-    group over it when the fast path may be used, else ``pg`` itself."""
+    """The group c10d gets for the Python MPIProcessGroup ``pg``: the native one over it, or ``pg``."""
     mod = _module()
     if mod is None:
         return pg

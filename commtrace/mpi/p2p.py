@@ -10,28 +10,26 @@ from .tensors import _check, _one
 class PointToPoint:
     """The point-to-point ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
 
-    def _check_tag(self, tag):
-        if tag < 0 or tag > runtime.MPI.COMM_WORLD.Get_attr(runtime.MPI.TAG_UB):
-            raise ValueError(f"mpi backend: tag {tag} outside MPI's range [0, "
-                             f"{runtime.MPI.COMM_WORLD.Get_attr(runtime.MPI.TAG_UB)}]")
+    def _p2p_buffer(self, tensors, what, tag, peer=None, peer_is="source"):
+        """The checked tensor's MPI buffer (and the peer rank and tag checked)."""
+        t = _one(tensors, what)
+        _check(t)
+        if peer is not None:
+            self._check_rank(peer, peer_is)
+        ub = runtime.MPI.COMM_WORLD.Get_attr(runtime.MPI.TAG_UB)
+        if tag < 0 or tag > ub:
+            raise ValueError(f"mpi backend: tag {tag} outside MPI's range [0, {ub}]")
+        return t, dtypes.buffer(t)
 
     def send(self, tensors, dst, tag=0):
-        t = _one(tensors, "send")
-        _check(t)
-        self._check_rank(dst, "destination")
-        self._check_tag(tag)
-        return self._go(None, None, self._comm.Isend, (dtypes.buffer(t), dst, tag), [t])
+        t, buf = self._p2p_buffer(tensors, "send", tag, dst, "destination")
+        return self._go(None, None, self._comm.Isend, (buf, dst, tag), [t])
 
     def recv(self, tensors, src, tag=0):
-        t = _one(tensors, "recv")
-        _check(t)
-        self._check_rank(src, "source")
-        self._check_tag(tag)
-        return self._go(None, None, self._comm.Irecv, (dtypes.buffer(t), src, tag), [t], src=src)
+        t, buf = self._p2p_buffer(tensors, "recv", tag, src)
+        return self._go(None, None, self._comm.Irecv, (buf, src, tag), [t], src=src)
 
     def recv_anysource(self, tensors, tag=0):
-        t = _one(tensors, "recv_anysource")
-        _check(t)
-        self._check_tag(tag)
-        return self._go(None, None, self._comm.Irecv, (dtypes.buffer(t), runtime.MPI.ANY_SOURCE, tag),
-                        [t], status=runtime.MPI.Status())
+        t, buf = self._p2p_buffer(tensors, "recv_anysource", tag)
+        return self._go(None, None, self._comm.Irecv, (buf, runtime.MPI.ANY_SOURCE, tag), [t],
+                        status=runtime.MPI.Status())

@@ -1,22 +1,12 @@
 """Background completion of non-blocking MPI requests.
 
-Why a thread at all: MPI only moves data while some thread is inside the MPI
-library, and DDP's reducer waits on ``work.get_future()`` from C++ without ever
-calling ``Work.wait()``. Someone must notice that the request finished and
-complete the torch future; that is this thread.
-
-Why it polls (MPI_Testsome + short sleep) instead of blocking in MPI_Waitsome:
-Open MPI's wait spins a core, and mpirun binds each rank to one core by default,
-so a spinning helper would steal half the CPU from the backward pass it is
-meant to overlap with. A blocking Waitsome also cannot take new requests while
-it waits. Polling every ``interval`` seconds keeps libnbc schedules and
-rendezvous transfers moving during compute at a few percent of one core.
-
-Why ``Work.wait()`` steals the request instead of waiting for this thread: a
-caller that blocks has nothing better to do than drive MPI itself (MPI_Wait),
-which completes as soon as the data arrives instead of at the next poll.
-Ownership is decided under ``Progress.lock``: a request is tested either by
-this thread (while it sits in ``active``) or by exactly one stealer.
+MPI moves data only while some thread is inside it, and DDP's reducer waits on
+``work.get_future()`` from C++ without calling ``Work.wait()``: this thread notices
+finished requests and completes their futures. It polls (MPI_Testsome, then a short
+sleep) rather than blocking in MPI_Waitsome: Open MPI's wait spins a core, mpirun binds
+a rank to one core, and a blocked Waitsome cannot take new requests. ``Work.wait()``
+steals its request and MPI_Waits on it itself (done on arrival, not at the next poll);
+``Progress.lock`` decides ownership: this thread (while in ``active``) or one stealer.
 """
 from __future__ import annotations
 

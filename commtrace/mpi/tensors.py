@@ -7,7 +7,6 @@ import os
 import torch
 import torch.distributed as dist
 
-from .. import torch_compat
 from . import runtime
 
 _ReduceOp = dist.ReduceOp
@@ -16,11 +15,8 @@ _U8 = torch.uint8
 
 
 def cuda_aware() -> bool:
-    """Whether MPI may be handed device pointers.
-
-    mpi4py exposes no portable query; Open MPI's MPIX_Query_cuda_support is
-    used when mpi4py provides it, and COMMTRACE_MPI_CUDA_AWARE=1 asserts it.
-    """
+    """Whether MPI may be handed device pointers: COMMTRACE_MPI_CUDA_AWARE, else Open MPI's
+    MPIX_Query_cuda_support where mpi4py has it (there is no portable query)."""
     env = os.environ.get("COMMTRACE_MPI_CUDA_AWARE", "").lower()
     if env in ("1", "true", "yes"):
         return True
@@ -59,7 +55,6 @@ def _scatter_back(flat, tensors, divide_by=None):
         n = t.numel()
         t.copy_(flat[off:off + n].view_as(t))
         off += n
-
 
 
 def _one(tensors, what):
@@ -103,17 +98,9 @@ def _opt(opts, name, default):
     return getattr(opts, name, default) if opts is not None else default
 
 
-def _async(opts):
-    # Options objects carry asyncOp (default True); old positional forms and, before
-    # torch 2.8, some Options types pass none.
-    return torch_compat.async_op(opts)
-
-
 def _redop(opts):
     if opts is None:
         return _SUM
     if isinstance(opts, (_ReduceOp, _ReduceOp.RedOpType)):
         return opts
     return opts.reduceOp
-
-

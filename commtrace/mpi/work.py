@@ -15,11 +15,8 @@ _state_lock = threading.Lock()    # guards Work._done/_fut hand-over between thr
 
 
 class MPIWork(dist.Work):
-    """Work for one MPI request (or none: already finished).
-
-    Exactly one thread ever tests/waits the request: the progress thread while
-    the work is in its active list, or the thread that stole it in wait().
-    """
+    """Work for one MPI request (or none: finished). One thread tests/waits it: the progress
+    thread while it is in its active list, or the one that stole it in wait()."""
 
     # Defaults for finished works (see _DoneWork, which sets only _result).
     _done = True
@@ -36,11 +33,7 @@ class MPIWork(dist.Work):
         self._post = post
         self._status = status
         self._src = src
-        self._fut = None
-        self._exc = None
-        if req is None:
-            self._done = True
-        else:
+        if req is not None:   # else finished: the class defaults
             self._done = False
             self._gate = threading.Lock()
             self._gate.acquire()

@@ -1,12 +1,9 @@
-"""Derive ``bucket`` and ``params`` from DDP's bucket layout (pure, over a frame).
+"""Derive ``bucket`` and ``params`` from DDP's bucket layout.
 
-DDP launches its gradient all_reduces in bucket order, so within one
-(process, module, iteration) the k-th gradient all_reduce of the backward phase
-is bucket k -- unless a Python comm hook issued it: then its sig names the
-bucket (``bucket``, the hook's ``GradBucket.index()``; a hook such as PowerSGD
-issues several all_reduces per bucket); likewise the shadow gradient all_reduces a joined rank makes
-(detail ``join_shadow_grad``). Buffer broadcasts (detail ``buffers``) carry the
-module's buffer names. Works on categorical codes: no per-row Python objects.
+DDP launches its gradient all_reduces (and a joined rank its ``join_shadow_grad``
+shadows) in bucket order: within one (process, module, iteration) the k-th is bucket k,
+unless a comm hook issued it (PowerSGD: several per bucket) and its sig names the bucket.
+Buffer broadcasts (detail ``buffers``) get the module's buffer names.
 """
 from __future__ import annotations
 
@@ -56,18 +53,14 @@ def is_gradient_allreduce(op, phase, detail, module, dtype=None) -> bool:
 
 
 def hook_bucket(sig: dict) -> int | None:
-    """The bucket index a comm hook was called with, recorded in the sig of the
-    ops it issued (capture.comm_hooks); None if absent or malformed."""
+    """The bucket index a comm hook's ops record in their sig (capture.comm_hooks); None if malformed."""
     b = sig.get("bucket")
     return b if type(b) is int and 0 <= b < 2**31 else None
 
 
 def nth_in_step(key: np.ndarray) -> np.ndarray:
-    """For one process's gradient all_reduces in call order, keyed by (module,
-    iteration): how many earlier ones share the key -- the bucket number (int32).
-
-    Keys normally only grow (a run-length pass); a key that recurs after
-    another falls back to a stable sort."""
+    """Per gradient all_reduce (call order) how many earlier ones share its (module, iteration)
+    key: its bucket (int32). Keys normally only grow (one pass); else a stable sort."""
     n = len(key)
     order = None
     if n > 1 and not (key[1:] >= key[:-1]).all():
@@ -90,9 +83,7 @@ def _step_key(module_code: np.ndarray, iteration: np.ndarray) -> np.ndarray:
 
 
 def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, sigs: dict) -> np.ndarray:
-    """Bucket number per record of one process's trace (-1: not a gradient all_reduce).
-
-    ``sigs`` maps the record's sig ids to the sig dicts of that process."""
+    """Bucket number per record of one process (-1: not a gradient all_reduce); ``sigs``: its sigs by id."""
     out = np.full(len(sig), -1, dtype=np.int32)
     if not sigs or not len(sig):
         return out
@@ -120,50 +111,9 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     return out
 
 
-def _frame_gradient_rows(df: pd.DataFrame) -> np.ndarray:
-    """Per row of a frame: is_gradient_allreduce, evaluated once per distinct combination."""
-    cols = [df[c] if c in df else pd.Series(pd.Categorical([None] * len(df)))
-            for c in ("op", "phase", "detail", "module", "dtype")]
-    cats = [list(c.cat.categories) for c in cols]
-    combined = np.zeros(len(df), dtype=np.int64)
-    for c, k in zip(cols, cats):   # code + 1: NA (-1) becomes 0
-        combined = combined * (len(k) + 1) + c.cat.codes.to_numpy() + 1
-    combos, inv = np.unique(combined, return_inverse=True)
-    verdict = np.zeros(len(combos), dtype=bool)
-    for i, v in enumerate(combos):
-        vals = []
-        for k in reversed(cats):
-            v, code = divmod(int(v), len(k) + 1)
-            vals.append(k[code - 1] if code else None)
-        verdict[i] = is_gradient_allreduce(*reversed(vals))
-    return verdict[inv.reshape(-1)]
-
-
-def _frame_buckets(df: pd.DataFrame) -> np.ndarray:
-    """Bucket number per row of a (time-ordered) frame, per file; -1 elsewhere."""
-    out = np.full(len(df), -1, dtype=np.int32)
-    grad = _frame_gradient_rows(df)
-    if "bucket" in df:  # comm hooks' ops name their bucket (hook_bucket)
-        named = grad & df["bucket"].notna().to_numpy()
-        out[named] = df["bucket"].to_numpy(dtype=np.int64, na_value=-1)[named]
-        grad &= ~named
-    idx = np.flatnonzero(grad)
-    if not len(idx):
-        return out
-    fcodes = df["file"].cat.codes.to_numpy()[idx]
-    key = _step_key(df["module"].cat.codes.to_numpy()[idx], df["iteration"].to_numpy()[idx])
-    by_file = np.argsort(fcodes, kind="stable")
-    bounds = np.flatnonzero(np.diff(fcodes[by_file])) + 1
-    for rows in np.split(by_file, bounds):
-        out[idx[rows]] = nth_in_step(key[rows])
-    return out
-
-
 def _params_codes(files, modules, f, m, it, b, parsed, names) -> np.ndarray:
-    """Code (into ``names``) of the parameter list of each gradient bucket, -1 if unknown.
-
-    Vectorized per (file, module): the layout in force is found by searchsorted
-    on the iterations its layouts start at."""
+    """Code (into ``names``) of each gradient bucket's parameter list, -1 if unknown; per (file,
+    module) the layout in force by searchsorted on the iterations layouts start at."""
     out = np.full(len(f), -1, dtype=np.int32)
     pair = f.astype(np.int64) * (len(modules) + 1) + m
     for p in np.unique(pair):
@@ -185,16 +135,11 @@ def _params_codes(files, modules, f, m, it, b, parsed, names) -> np.ndarray:
 
 
 def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]],
-                   buckets: np.ndarray | None = None) -> pd.DataFrame:
-    """Fill ``bucket`` (Int32) and ``params`` (category) for DDP's ops.
-
-    ``buckets``: the bucket number per row, -1 for other ops, when the reader has
-    already computed it per process (process_buckets); else derived from the frame.
-    The array is reused for the column (-1 becomes 0 under the NA mask).
-    """
+                   bucket_vals: np.ndarray) -> pd.DataFrame:
+    """Fill ``bucket`` (Int32) and ``params`` (category) for DDP's ops. ``bucket_vals``: per row
+    its ``process_buckets`` number (-1: other ops), reused for the column (-1 becomes 0 under NA)."""
     if df.empty or "phase" not in df or not df["phase"].notna().any():
         return df
-    bucket_vals = _frame_buckets(df) if buckets is None else buckets
     is_grad = bucket_vals >= 0
     idx = np.flatnonzero(is_grad)
     files, modules = df["file"].cat.categories, df["module"].cat.categories

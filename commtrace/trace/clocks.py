@@ -1,38 +1,22 @@
-"""How one process's CLOCK_MONOTONIC maps onto its world's rank 0 clock, and how well.
+"""How one process's CLOCK_MONOTONIC maps onto its world's rank 0 clock, and how well
+(docs/trace-format.md, "Clocks", states the rules).
 
-Per process the reader picks a method:
-
-``reference``  the process is rank 0 of its world: offset 0.
-``same-host``  it runs on rank 0's machine (its ``clock`` line says so, or the host
-               names match and nothing measured says otherwise): CLOCK_MONOTONIC
-               is shared, offset exactly 0.
-``gloo-pingpong`` / ``mpi-pingpong`` (or both, ``+``-joined)
-               ``clock`` lines measured by ping-pong (``capture/clock.py``): a
-               line through them (least squares weighted by 1/rtt^2) gives the
-               drift; the offset at time t is the line at t, held constant
-               before the first and after the last measurement.
-``wall-clock`` another host and nothing measured: the difference of the two
-               processes' wall clocks at start (NTP quality, error unknown).
-``unaligned``  no rank 0 to align to and nothing measured: offset 0.
-
-The uncertainty of a measured offset bounds the line's error over the measured
-range. At a measurement the error is at most ``B = rtt/2 + |residual|``: the
-ping with round trip ``rtt`` bounds that measurement's error by ``rtt/2``
-whatever the path's asymmetry, and the line passes within ``|residual|`` of it.
-With linear drift the line's error is linear in time, so between two
-measurements it stays within the larger of their ``B``; the bound is the worst,
-over the range, of the best pair of measurements around each moment (a poor
-measurement between two good ones costs nothing). Past the last measurement
-(a process that failed before its exit measurement) the line is held
-constant and the bound grows by ``MAX_DRIFT_PPM`` of the time elapsed up to the
-process's last known time (its ``end`` line or its last op): two clocks drift
-apart by at most that much (crystal oscillators of +-50 ppm).
+Methods: ``reference`` (rank 0 itself), ``same-host`` (shares rank 0's clock: exactly 0),
+the ping-pong methods of its ``clock`` lines (a line through them weighted by 1/rtt^2,
+held constant outside the measured range), ``wall-clock`` (another host, nothing
+measured: header wall clocks, error unknown) and ``unaligned`` (no rank 0).
+The bound: a ping with round trip ``rtt`` bounds its measurement's error by ``rtt/2``
+whatever the path's asymmetry, and the line passes within ``|residual|`` of it; with
+linear drift the error between two measurements stays within the larger of theirs.
+Past the last one it grows by ``MAX_DRIFT_PPM`` (crystal oscillators drift +-50 ppm).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from .schema import int_or_none
 
 # Measured offsets this small on one host are ping-pong noise around the exact 0.
 SAME_HOST_NOISE_NS = 1_000_000
@@ -88,13 +72,9 @@ def fit(pt, ref, world_id=None) -> ProcessClock:
 
 
 def usable_lines(pt, ref, world_id) -> list[dict]:
-    """``clock`` lines of ``pt`` that measured offsets to ``ref``'s clock.
-
-    Lines naming a world must name this one. MPI lines (no world) measured
-    offsets to COMM_WORLD rank 0: they count unless ``ref``'s own MPI lines
-    show that ``ref`` was another MPI rank (a nonzero offset or round trip).
-    """
-    lines = [c for c in pt.clocks if _int(c.get("rtt_ns")) is not None and 0 <= c["rtt_ns"] < _LIMIT
+    """``pt``'s ``clock`` lines that measured offsets to ``ref``'s clock: those of this world, and
+    MPI lines (to COMM_WORLD rank 0) unless ``ref``'s own show it was another MPI rank."""
+    lines = [c for c in pt.clocks if int_or_none(c.get("rtt_ns")) is not None and 0 <= c["rtt_ns"] < _LIMIT
              and abs(c["offset_ns"]) < _LIMIT and abs(c["t_mono_ns"]) < _LIMIT]
     ref_is_mpi_root = ref is None or not any(
         c.get("world_id") is None and (c.get("offset_ns") or c.get("rtt_ns")) for c in ref.clocks)
@@ -103,7 +83,7 @@ def usable_lines(pt, ref, world_id) -> list[dict]:
 
 def _last_time(pt) -> int | None:
     """The process's last known monotonic time: its end line or its last op call."""
-    times = [t for t in ((pt.end or {}).get("t_mono_ns"),) if _int(t) is not None and abs(t) < _LIMIT]
+    times = [t for t in ((pt.end or {}).get("t_mono_ns"),) if int_or_none(t) is not None and abs(t) < _LIMIT]
     if pt.records is not None and len(pt.records):
         times.append(int(pt.records["t_call"].max()))
     return max(times) if times else None
@@ -154,6 +134,3 @@ def _wall_clock(pt, ref) -> ProcessClock:
         off = 0
     return ProcessClock(("wall-clock",), uncertainty_ns=None, _a=float(off))
 
-
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None

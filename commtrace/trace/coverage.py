@@ -1,10 +1,6 @@
-"""Reading bounded-mode traces: ring segments, and what a process's files cover.
-
-A bounded process (header field ``bounded``; see ``schema``) keeps its records
-in up to two segments per file (``<stem>.ops.bin.1`` then ``<stem>.ops.bin``)
-and says in ``<stem>.coverage.json`` what it saw, wrote and counted. Both are
-untrusted input: every field is type-checked; anything unusable becomes a
-problem string, never an exception.
+"""Reading bounded-mode traces: ring segments (``<file>.1`` then ``<file>``) and
+``<stem>.coverage.json`` (what a process saw, wrote and counted). Untrusted: every field
+type-checked, anything unusable a problem string, never an exception.
 """
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import schema
+from .schema import int_or_none
 
 MAX_COVERAGE_BYTES = 64 * 1024 * 1024   # a coverage file is a few KB; refuse absurd ones
 
@@ -52,18 +49,15 @@ def options(header: dict) -> dict | None:
         return None
     keep = b.get("keep_last")
     steps = b.get("steps")
-    out = {"keep_last": keep if _is_int(keep) and keep > 0 else None,
+    out = {"keep_last": keep if (int_or_none(keep) or 0) > 0 else None,
            "steps": steps if isinstance(steps, str) and len(steps) < 64 else None}
     return out if out["keep_last"] or out["steps"] else None
 
 
 def keep_last_records(rec: np.ndarray, keep_last: int | None) -> np.ndarray:
-    """The last ``keep_last`` ops by call time (records deduplicated; file order kept):
-    what ``--keep-last N`` promises, however much of the ring's older segment remains.
-
-    By call time, not by file order: writers put records in call order (see
-    docs/trace-format.md), except the final record of an op that ran longer than
-    about a second (written IN_FLIGHT first), which follows ops called after it."""
+    """The last ``keep_last`` ops (file order kept), what ``--keep-last N`` promises whatever
+    remains of the older segment. By call time: an op that ran over about a second has its
+    final record after ops called later (docs/trace-format.md)."""
     if keep_last is None or len(rec) <= keep_last:
         return rec
     by_call = np.lexsort((rec["seq"], rec["t_call"]))
@@ -104,10 +98,8 @@ def read_coverage(meta_path: str) -> tuple[dict | None, str | None]:
 
 
 def describe(opts: dict, doc: dict | None, groups: dict, records: np.ndarray) -> dict:
-    """What one bounded process's files cover (``Run.processes[i]["coverage"]``).
-
-    ``records``: its op records as read (deduplicated, ``keep_last`` applied).
-    Counts name their group (``world``, ``group``: the group's world id and name)."""
+    """What one bounded process's files cover (``Run.processes[i]["coverage"]``); ``records``: as
+    read (deduplicated, ``keep_last`` applied); counts name their group's world id and name."""
     final = records["status"] != schema.STATUS_IN_FLIGHT if len(records) else np.zeros(0, dtype=bool)
     kept = int(final.sum())
     doc = doc or {}
@@ -125,12 +117,12 @@ def describe(opts: dict, doc: dict | None, groups: dict, records: np.ndarray) ->
         "max_seq": [], "counts": [], "ops_counted": 0,
     }
     for item in _list(doc.get("max_seq")):
-        if isinstance(item, list) and len(item) == 2 and _is_int(item[0]) and _is_int(item[1]):
+        if isinstance(item, list) and len(item) == 2 and all(int_or_none(v) is not None for v in item):
             g = groups.get(item[0])
             if isinstance(g, dict):
                 out["max_seq"].append([_str(g.get("world_id")), _str(g.get("name")), item[1]])
     for c in _list(doc.get("counts")):
-        if not isinstance(c, dict) or not _is_int(c.get("group")):
+        if not isinstance(c, dict) or int_or_none(c.get("group")) is None:
             continue
         g = groups.get(c["group"])
         g = g if isinstance(g, dict) else {}
@@ -165,12 +157,9 @@ def _list(v) -> list:
     return v if isinstance(v, list) else []
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _count(v) -> int | None:
-    return v if _is_int(v) and 0 <= v < 2**63 else None
+    v = int_or_none(v)
+    return v if v is not None and 0 <= v < 2**63 else None
 
 
 def _str(v) -> str | None:

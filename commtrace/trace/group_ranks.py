@@ -1,12 +1,6 @@
-"""A process group's global ranks: structured in the trace, text in a frame, one way back.
-
-In the trace a ``group`` line's ``ranks`` is a JSON list of ints (both writers,
-docs/trace-format.md). ``commtrace.load()``'s ``group_ranks`` column shows it as
-text, ``"0,1,2"`` (``ranks_text``), so that the column stays a categorical -- one
-small code per op, not a Python object per op -- and exports to CSV as it reads.
-Whoever needs the ranks back from the column (check's group members, the merge of
-the C++ and Python layers) reads them with ``parse_ranks``, the one parser; whoever
-reads group lines themselves (the check engine, check_map) takes ``ranks_of``.
+"""A process group's global ranks: a JSON list of ints in ``group`` lines, text ("0,1,2",
+``ranks_text``) in the frame's ``group_ranks`` column -- a categorical, one small code per
+op, exported to CSV as it reads -- and ``parse_ranks``, the one parser back.
 """
 from __future__ import annotations
 

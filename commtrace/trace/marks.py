@@ -1,11 +1,6 @@
-"""Tables of the timed meta lines: compute spans, user marks, user regions.
-
-Compute spans (DDP forward, backward pass, optimizer step) are SPAN_RECORDs in
-``<stem>.spans.bin`` (older traces wrote one ``mark`` line of kind ``span``
-each); ``mark`` lines are ``commtrace.mark(label)`` (kind ``mark``) and
-``commtrace.region(label)`` (kinds ``region_begin``/``region_end``). This module turns them into DataFrames on rank
-0's clock. Lines are untrusted: a line with a missing or mistyped field is
-skipped, labels are cut to ``MAX_LABEL`` characters.
+"""Tables on rank 0's clock of compute spans (SPAN_RECORDs; older traces: ``mark`` lines of
+kind ``span``), user marks (kind ``mark``) and regions (``region_begin``/``region_end``).
+Untrusted lines: one with a missing or mistyped field is skipped, labels cut to ``MAX_LABEL``.
 """
 from __future__ import annotations
 
@@ -16,6 +11,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from . import schema
+from .schema import int_or_none
 
 MAX_LABEL = 200
 MAX_LABELS = 1_000_000   # label ids beyond this are ignored (untrusted input sizes a lookup table)
@@ -24,10 +20,6 @@ SPAN_COLUMNS = ["rank", "file", "phase", "module", "iteration", "step", "grad", 
 MARK_COLUMNS = ["rank", "file", "label", "t_ns"]
 REGION_COLUMNS = ["rank", "file", "label", "t_begin_ns", "t_end_ns", "closed"]
 _PHASE_DTYPE = pd.CategoricalDtype(list(schema.SPAN_PHASES))
-
-
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _label(v) -> str:
@@ -41,13 +33,9 @@ def _aligned(times: list[int], offset: Callable) -> np.ndarray:
 
 
 def spans_table(parts) -> pd.DataFrame:
-    """All processes' compute spans as one table (process by process, each in time order).
-
-    ``parts``: an iterable of (records, labels, marks, rank, file, offset) per
-    process: its SPAN_RECORDs (read lazily: each is dropped once copied in),
-    ``labels`` (label id -> text), its ``mark`` lines (older traces wrote one of
-    kind span per compute span), its rank, file stem and clock offset function.
-    The columns are filled in place: the peak is the table plus one process's records."""
+    """All processes' compute spans (process by process, each in time order). ``parts``: per process
+    (SPAN_RECORDs, label id -> text, mark lines, rank, file stem, clock offset function), read
+    lazily and dropped once copied: the peak is the table plus one process's records."""
     pieces, modules = [], {}
     for rec, labels, marks, rank, file, offset in parts:
         rec, names = _with_legacy(rec, marks)
@@ -83,7 +71,7 @@ def _with_legacy(rec, marks: list[dict]):
     """(records plus those of legacy span marks, the legacy marks' module names)."""
     rec = rec if rec is not None else np.empty(0, dtype=schema.SPAN_RECORD)
     legacy = [m for m in marks if m.get("kind") == "span" and m.get("phase") in schema.SPAN_PHASES
-              and _int(m.get("t_begin_ns")) is not None and _int(m.get("t_end_ns")) is not None
+              and int_or_none(m.get("t_begin_ns")) is not None and int_or_none(m.get("t_end_ns")) is not None
               and m["t_end_ns"] >= m["t_begin_ns"]]
     if not legacy:
         return rec, []
@@ -91,7 +79,7 @@ def _with_legacy(rec, marks: list[dict]):
     old["t_begin"] = [m["t_begin_ns"] for m in legacy]
     old["t_end"] = [m["t_end_ns"] for m in legacy]
     old["phase"] = [schema.SPAN_PHASES.index(m["phase"]) for m in legacy]
-    old["iteration"] = [min(max(_int(m.get("iteration")) or 0, 0), 2**32 - 1) for m in legacy]
+    old["iteration"] = [min(max(int_or_none(m.get("iteration")) or 0, 0), 2**32 - 1) for m in legacy]
     old["flags"] = schema.SPAN_FLAG_GRAD
     old["label"] = schema.SPAN_NO_LABEL
     return np.concatenate((rec, old)), [_label(m.get("module")) if m.get("module") is not None else None
@@ -115,7 +103,7 @@ def _module_codes(rec, labels: dict, names: list, modules: dict) -> np.ndarray:
 
 
 def user_marks_of(marks: list[dict], rank: int, file: str, offset: Callable) -> pd.DataFrame:
-    rows = [m for m in marks if m.get("kind") == "mark" and _int(m.get("t_mono_ns")) is not None]
+    rows = [m for m in marks if m.get("kind") == "mark" and int_or_none(m.get("t_mono_ns")) is not None]
     return pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32), "file": pd.Categorical([file] * len(rows)),
         "label": pd.Categorical([_label(m.get("label")) for m in rows]),
@@ -124,13 +112,12 @@ def user_marks_of(marks: list[dict], rank: int, file: str, offset: Callable) -> 
 
 
 def regions_of(marks: list[dict], rank: int, file: str, offset: Callable, t_close: int | None) -> pd.DataFrame:
-    """Pairs region_begin/region_end lines by label (innermost first). A region
-    still open when the trace ends is closed at ``t_close`` (the process's end
-    record) and flagged ``closed=False``; without an end record it has no length."""
+    """region_begin/region_end lines paired by label (innermost first); one still open is closed
+    at ``t_close`` (the end record; None: no length) with ``closed=False``."""
     open_: dict[str, list[int]] = {}
     out: list[tuple] = []
     events = sorted((m for m in marks if m.get("kind") in ("region_begin", "region_end")
-                     and _int(m.get("t_mono_ns")) is not None), key=lambda m: m["t_mono_ns"])
+                     and int_or_none(m.get("t_mono_ns")) is not None), key=lambda m: m["t_mono_ns"])
     for m in events:
         label = _label(m.get("label"))
         if m["kind"] == "region_begin":
@@ -151,7 +138,7 @@ def regions_of(marks: list[dict], rank: int, file: str, offset: Callable, t_clos
 
 
 def empty_marks() -> pd.DataFrame:
-    """The typed marks table of a run without marks (a new one each time: callers may change it)."""
+    """The typed marks table of a run without marks (a copy: callers may change it)."""
     return _EMPTY_MARKS.copy()
 
 
@@ -161,9 +148,8 @@ def empty_regions() -> pd.DataFrame:
 
 
 def concat(parts: list[pd.DataFrame], empty: pd.DataFrame, sort: bool = True) -> pd.DataFrame:
-    """The per-process parts as one table (``empty``, typed, when there are none);
-    in time order when ``sort`` (otherwise process by process, each in time order).
-    Categorical columns stay categorical (their categories are united)."""
+    """The per-process parts as one table (``empty`` when none), in time order when ``sort``;
+    categorical columns stay categorical."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty

@@ -1,12 +1,6 @@
-"""Rank sets as text that stays short at thousands of ranks (pure: no trace or analysis types).
-
-``fmt_ranks`` writes a set of ranks as ranges ("0-699,701-1023"); ``fold_ranks``
-groups ranks whose printed text is equal, and ``folded_lines`` / ``folded_inline``
-print those groups, at most ``FOLD_SHOWN`` of them. Every line of ``commtrace
-check``, the report's banner and the reader's warnings that names ranks goes
-through these, so a line never lists 1024 ranks one by one (docs/faults.md,
-"Many ranks"). It lives in the trace layer so that the reader can use it, and
-analysis and render import it from here.
+"""Rank sets as text that stays short at thousands of ranks ("0-699,701-1023"), and ranks
+grouped by equal text. Every line of check, the report's banner and the reader's warnings
+that names ranks uses these (docs/faults.md, "Many ranks"); in trace/ so the reader can.
 """
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from . import coverage as bounded
 from . import schema
 from .clocks import fit as fit_clock
 from .group_ranks import ranks_text
+from .schema import int_or_none
 from .records import aligner, clock_offset, defined, defined_ids, last_record_per_op, member, sane
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
@@ -102,7 +103,7 @@ class ProcessTrace:
             "end": self.end, "exception": self.exception, "complete": self.complete,
             "records": self.n_records, "ppid": self.header.get("ppid"),
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
-            "spawn_index": _int_or_none(self.process.get("spawn_index")),
+            "spawn_index": int_or_none(self.process.get("spawn_index")),
             "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
             "damage_any": list(self.damage_any), "meta_damage": list(self.meta_damage), "cut": self.cut,
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
@@ -148,10 +149,6 @@ def runs_in(folder: str) -> list[str]:
     return sorted(runs, key=os.path.getmtime, reverse=True)
 
 
-def _int_or_none(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
 def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True) -> ProcessTrace | None:
     """One process's meta file, and its op records unless ``records`` is False (the
     partitioned analysis reads only the meta lines of other ranks' files)."""
@@ -186,12 +183,11 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     # file was cut (truncated, disk full), not that the process died mid-write.
     if torn:
         pt.complete, pt.cut = False, True
-        _note_damage(pt, name, "{} truncated mid-line")
-        issues.append(TraceIssue(name, f"truncated mid-line (the last {torn} bytes are not a whole line)", pt.rank,
-                                 DAMAGED))
+        _damaged(pt, issues, name, "{} truncated mid-line",
+                 f"truncated mid-line (the last {torn} bytes are not a whole line)")
     if bad:
-        _note_damage(pt, name, f"{{}} has {bad} corrupt line(s)")
-        issues.append(TraceIssue(name, f"{bad} corrupt metadata line(s) skipped", pt.rank, DAMAGED))
+        _damaged(pt, issues, name, f"{{}} has {bad} corrupt line(s)",
+                 f"{bad} corrupt metadata line(s) skipped")
     if pt.header.get("format") != schema.FORMAT_NAME:
         issues.append(TraceIssue(name, "not a commtrace trace (no header line)", kind=UNUSABLE))
         return None
@@ -218,13 +214,15 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
     return pt
 
 
-def _note_damage(pt: ProcessTrace, file: str, phrase: str) -> None:
-    """Note damage to ``file`` (one of ``pt``'s) in ``pt.damage``: ``phrase`` with "{}" where
-    the file name goes; ``pt.damage_any`` gets it with the file's stem written "*"."""
+def _damaged(pt: ProcessTrace, issues: list, file: str, phrase: str, problem: str,
+             kind: str = DAMAGED) -> None:
+    """Damage to ``file`` (one of ``pt``'s): ``phrase`` ("{}" where the file name goes) in ``pt.damage``,
+    in ``pt.damage_any`` with the file's stem written "*"; ``problem`` in ``issues``."""
     pt.damage.append(phrase.format(file))
     if file == os.path.basename(pt.meta_path):
         pt.meta_damage.append(pt.damage[-1])
     pt.damage_any.append(phrase.format("*" + file[len(pt.stem):] if file.startswith(pt.stem + ".") else file))
+    issues.append(TraceIssue(file, problem, pt.rank, kind))
 
 
 # Writers number sigs and groups densely from 0 and the frame is built with
@@ -235,12 +233,19 @@ _MAX_GROUP_ID = 1 << 16
 
 
 def _id_below(v, limit: int) -> bool:
-    return _int_or_none(v) is not None and 0 <= v < limit
+    return int_or_none(v) is not None and 0 <= v < limit
+
+
+# Meta line types appended whole to a ProcessTrace list (the others: _take_meta).
+_LISTED = {schema.META_WORLD: "worlds", schema.META_ERROR: "errors", schema.META_MARK: "marks",
+           schema.META_DUMP: "dumps", schema.META_DDP_MODULE: "ddp", schema.META_DDP_BUCKETS: "ddp"}
 
 
 def _take_meta(pt: ProcessTrace, obj: dict) -> None:
     t = obj.get("type")
-    if t == schema.META_HEADER:
+    if t in _LISTED:
+        getattr(pt, _LISTED[t]).append(obj)
+    elif t == schema.META_HEADER:
         # A process writes a second header once it has a rank: later values win.
         pt.header = {**pt.header, **{k: v for k, v in obj.items() if v is not None}} if pt.header else obj
     elif t == schema.META_PROCESS:
@@ -249,42 +254,26 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.sigs[obj["id"]] = obj
     elif t == schema.META_GROUP and _id_below(obj.get("id"), _MAX_GROUP_ID):
         pt.groups[obj["id"]] = obj
-    elif t == schema.META_WORLD:
-        pt.worlds.append(obj)
     elif t == schema.META_CLOCK:
         if isinstance(obj.get("offset_ns"), int) and isinstance(obj.get("t_mono_ns"), int):
             pt.clocks.append(obj)
-    elif t == schema.META_ERROR:
-        pt.errors.append(obj)
-    elif t == schema.META_MARK:
-        pt.marks.append(obj)
-    elif t == schema.META_LABEL and _int_or_none(obj.get("id")) is not None:
+    elif t == schema.META_LABEL and int_or_none(obj.get("id")) is not None:
         pt.labels[obj["id"]] = str(obj.get("text"))
     elif t == schema.META_EXCEPTION:
         pt.exception = obj
     elif t == schema.META_END:
         pt.end = obj
-    elif t == schema.META_DUMP:
-        pt.dumps.append(obj)
-    elif t in (schema.META_DDP_MODULE, schema.META_DDP_BUCKETS):
-        pt.ddp.append(obj)
     elif t == schema.META_MESH and isinstance(obj.get("dims"), list):
         pt.meshes.append(obj)
 
 
 def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     name = os.path.basename(pt.ops_path)
-    # Bounded mode: the ring's previous segment (<stem>.ops.bin.1) comes first.
-    rec, torn = bounded.read_segments(pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE)
+    rec = _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
     if rec is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
-            issues.append(TraceIssue(name, "ops file missing", pt.rank, DAMAGED))
-            _note_damage(pt, name, "{} missing")
+            _damaged(pt, issues, name, "{} missing", "ops file missing")
         return np.empty(0, dtype=schema.OP_RECORD)
-    for part, extra in torn:
-        pt.complete, pt.cut = False, True
-        _note_damage(pt, part, "{} truncated mid-record")
-        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
     ok = defined(rec, defined_ids(pt.sigs), defined_ids(pt.groups))
     undefined = int((~ok).sum())
     ok &= sane(rec)
@@ -294,41 +283,44 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
         # The meta lines of a flush are written before its records: records that name
         # undefined sigs/groups mean the meta file lost lines -- if it is damaged;
         # otherwise the records themselves are.
-        meta_damaged = any(d.startswith(os.path.basename(pt.meta_path)) for d in pt.damage)
         cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
-                 if undefined and meta_damaged else "corrupt")
-        _note_damage(pt, name, f"{bad} of {len(rec)} op records in {{}} unreadable")
-        issues.append(TraceIssue(name, f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped", pt.rank,
-                                 DAMAGED))
+                 if undefined and pt.meta_damage else "corrupt")
+        _damaged(pt, issues, name, f"{bad} of {len(rec)} op records in {{}} unreadable",
+                 f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped")
         rec = rec[ok]
     return bounded.keep_last_records(last_record_per_op(rec), (bounded.options(pt.header) or {}).get("keep_last"))
+
+
+def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceIssue]) -> np.ndarray | None:
+    """The records of ``path`` (bounded mode: the ring's previous segment ``<path>.1`` first;
+    None: no file), noting each segment cut mid-record."""
+    rec, torn = bounded.read_segments(path, dtype, size)
+    for part, extra in torn:
+        pt.complete, pt.cut = False, True
+        _damaged(pt, issues, part, "{} truncated mid-record",
+                 f"truncated mid-record ({extra} trailing bytes ignored)", TRUNCATED)
+    return rec
 
 
 def read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
     """The process's compute span records (none when it wrote no spans file)."""
     path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.SPANS_SUFFIX
     name = os.path.basename(path)
-    rec, torn = bounded.read_segments(path, schema.SPAN_RECORD, schema.SPAN_RECORD_SIZE)
+    rec = _segments(pt, path, schema.SPAN_RECORD, schema.SPAN_RECORD_SIZE, issues)
     if rec is None:
         return np.empty(0, dtype=schema.SPAN_RECORD)
-    for part, extra in torn:
-        pt.complete, pt.cut = False, True
-        _note_damage(pt, part, "{} truncated mid-record")
-        issues.append(TraceIssue(part, f"truncated mid-record ({extra} trailing bytes ignored)", pt.rank, TRUNCATED))
     ok = (rec["phase"] < len(schema.SPAN_PHASES)) & (rec["t_end"] >= rec["t_begin"]) & (rec["t_begin"] > 0)
     if not ok.all():
         bad = int((~ok).sum())
-        _note_damage(pt, name, f"{bad} of {len(rec)} span records in {{}} unreadable")
-        issues.append(TraceIssue(name, f"{bad} of {len(rec)} compute span record(s) unreadable; skipped", pt.rank,
-                                 DAMAGED))
+        _damaged(pt, issues, name, f"{bad} of {len(rec)} span records in {{}} unreadable",
+                 f"{bad} of {len(rec)} compute span record(s) unreadable; skipped")
         rec = rec[ok]
     return bounded.spans_covered(rec, pt.coverage)
 
 
 def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
-    """Where the unreadable records were: group name ("?" unless its definition
-    was read) -> [first seq, last seq, count], for diagnoses that must not
-    mistake a lost record for an op that never happened."""
+    """Where unreadable records were, group name ("?": undefined) -> [first seq, last seq, count]:
+    diagnoses must not take a lost record for an op that never happened."""
     pt.n_lost += len(bad)
     for gid in np.unique(bad["group"]):
         g = pt.groups.get(int(gid))
@@ -351,7 +343,7 @@ def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None
         twin = python_twin(pt, procs)  # the C++ layer shares its process's clock
         clock = fit_clock(twin, refs.get(twin.world_id), twin.world_id)
         pt.clock = clock.describe()
-        start = _int_or_none(pt.header.get("t_mono_ns"))
+        start = int_or_none(pt.header.get("t_mono_ns"))
         # The process's start on rank 0's clock (its wall time up to its last op, when
         # it wrote no end record, is measured against aligned op times).
         pt.clock["start_aligned_ns"] = None if start is None else start + int(clock.offset([start])[0])
@@ -378,10 +370,8 @@ def num_or_nan(v):
 
 
 def _categorical(values: list, codes: np.ndarray) -> pd.Categorical:
-    """Categorical of ``values[codes]`` built from codes (no per-row objects).
-
-    The per-value lookup uses the narrowest integer type pandas would pick, so
-    the take below yields the final codes array without another copy."""
+    """Categorical of ``values[codes]`` from codes (no per-row objects); the lookup has the codes
+    type pandas would pick, so the take is the final codes array, not copied again."""
     cats = pd.Index(values).unique().dropna()
     small = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32
     lookup = pd.Categorical(values, categories=cats).codes.astype(small)
@@ -399,16 +389,10 @@ def _lut(ids, base: int) -> np.ndarray:
 
 
 def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataFrame:
-    """One row per op per rank, times on rank 0's clock, sorted by start time.
-
-    Works on plain numpy arrays until the end: per-process record arrays are
-    concatenated and permuted into time order once, then each column is built
-    from per-sig / per-group / per-process lookup tables (categoricals by code),
-    so the frame is materialized exactly once.
-
-    ``refs``: world id -> the process whose clock is the reference (default: the
-    rank-0 process of each world among ``procs``).
-    """
+    """One row per op per rank, times on rank 0's clock, sorted by start time. Records are permuted
+    into time order once, then each column taken from per-sig / per-group / per-process tables
+    (categoricals by code): the frame is materialized once. ``refs``: world id -> its reference
+    process (default: the rank-0 process of each world among ``procs``)."""
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
     group_meshes: list[dict] = []   # per group row: its process's group name -> mesh dimension
@@ -471,8 +455,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     cols["group"] = _categorical([str_or_none(g.get("name")) for g in group_rows], grp_codes)
     cols["group_desc"] = _categorical([str_or_none(g.get("desc")) for g in group_rows], grp_codes)
     cols["mesh_dim"] = _categorical([mesh_dim_of(g, dims) for g, dims in zip(group_rows, group_meshes)], grp_codes)
-    cols["group_size"] = np.array([_int_or_none(g.get("size")) or 0 for g in group_rows], dtype=np.int32)[grp_codes]
-    cols["group_rank"] = np.array([_int_or_none(g.get("rank")) if _int_or_none(g.get("rank")) is not None else -1
+    cols["group_size"] = np.array([int_or_none(g.get("size")) or 0 for g in group_rows], np.int32)[grp_codes]
+    cols["group_rank"] = np.array([-1 if int_or_none(g.get("rank")) is None else g["rank"]
                                    for g in group_rows], dtype=np.int32)[grp_codes]
     cols["group_ranks"] = _categorical([ranks_text(g.get("ranks")) for g in group_rows], grp_codes)
     cols["backend"] = _categorical([str_or_none(g.get("backend")) for g in group_rows], grp_codes)
@@ -497,7 +481,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         status_code[status], categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
     flags = c.pop("fl")
     cols["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
-                                               categories=["python", "cpp"])
+                                               categories=list(schema.SOURCE_NAMES.values()))
     cols["end_observed"] = (flags & schema.FLAG_END_OBSERVED).astype(bool)
     cols["error"] = _errors_column(procs, proc, c.pop("traw"))
     buckets = c.pop("bucket")
@@ -538,14 +522,14 @@ def _offsets_to_int(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pid(pt: ProcessTrace) -> int:
-    pid = _int_or_none(pt.header.get("pid"))
+    pid = int_or_none(pt.header.get("pid"))
     return pid if pid is not None and 0 <= pid < 2**31 else -1
 
 
 def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
     """Error text of failed ops, joined on (process, raw call time)."""
     texts = {(pi, e["t_call"]): str(e.get("text", ""))[:2000]
-             for pi, pt in enumerate(procs) for e in pt.errors if _int_or_none(e.get("t_call")) is not None}
+             for pi, pt in enumerate(procs) for e in pt.errors if int_or_none(e.get("t_call")) is not None}
     if not texts:
         return pd.Categorical.from_codes(np.full(len(t_raw), -1, dtype=np.int8), categories=pd.Index([], dtype=object))
     wanted = {p for p, _ in texts}
@@ -628,7 +612,7 @@ def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None
         if not pt.marks:
             continue
         rank, offset = _rank_or_minus1(pt), offsets[id(pt)]
-        end = _int_or_none((pt.end or {}).get("t_mono_ns"))
+        end = int_or_none((pt.end or {}).get("t_mono_ns"))
         if user_marks:
             marks.append(mark_tables.user_marks_of(pt.marks, rank, pt.stem, offset))
         regions.append(mark_tables.regions_of(pt.marks, rank, pt.stem, offset, end))
@@ -690,7 +674,7 @@ def missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
         if pt.header.get("source") == "cpp":
             continue  # the C++ layer does not know world ids; its Python twin counts
         for w in pt.worlds:
-            wid, size = w.get("world_id"), _int_or_none(w.get("world_size"))
+            wid, size = w.get("world_id"), int_or_none(w.get("world_size"))
             if size is not None:
                 worlds.setdefault(wid, (size, set()))[1].add(w.get("rank"))
     for wid, (size, ranks) in worlds.items():

@@ -1,21 +1,14 @@
-"""The C++ side of the op record layout, generated from ``schema.py``.
+"""``commtrace_record.h``, the C++ op record layout, generated from ``schema.py``.
 
-Every C++ writer of op records (the native wrapper, ``capture/native/``, and the
-ProcessGroupMPI patch's writer, ``patches/commtrace_trace.h``) includes
-``commtrace_record.h``: the ``OpRecord`` struct in ``OP_RECORD_FIELDS`` order,
-the format name and version, the record size and the ``STATUS_*`` / ``FLAG_*``
-codes, all rendered from this package's ``schema``. Nothing in them is written
-by hand, so a change to the layout (or a version bump) in ``schema.py`` reaches
-every writer when the header is regenerated::
+Every C++ writer of op records (``capture/native/`` and the ProcessGroupMPI patch's
+``patches/commtrace_trace.h``) includes it: ``OpRecord`` in ``OP_RECORD_FIELDS`` order,
+format name and version, record size, ``STATUS_*`` / ``FLAG_*`` codes. Committed rather
+than built, because the patch is applied to a PyTorch tree by ``git apply`` where
+commtrace is not importable; tests/trace/test_record_header.py fails on a stale copy.
+C++17 standard library only (the patch's constraint)::
 
     python -m commtrace.trace.record_header          # rewrite the copies
     python -m commtrace.trace.record_header --check  # exit 1 if one is stale
-
-Why generated files in the repository rather than a header written at build
-time: the patch's copy is applied to a PyTorch tree by ``git apply``, where
-commtrace is not importable, and a test (tests/trace/test_record_header.py)
-fails as soon as a committed copy differs from what ``render()`` gives.
-The header uses only the C++17 standard library (the patch's constraint).
 """
 from __future__ import annotations
 

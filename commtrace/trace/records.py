@@ -1,10 +1,6 @@
-"""One process's op records as every reader of them takes them: a slice read from
-the ops file, checked, de-duplicated, and timed on rank 0's clock.
-
-The one-frame builder (``reader.build_frame``) and each map task of the partitioned
-analysis read records through these functions, so the record-validity rule, the
-de-duplication and "call time plus clock offset" are written once. ``pt`` is a
-``reader.ProcessTrace`` (its ``sigs``, ``groups``, ``world_id``, clock lines).
+"""One process's op records as every reader takes them (the frame builder and each map
+task of the partitioned analysis): read, checked, de-duplicated, timed on rank 0's
+clock, each rule written once. ``pt`` is a ``reader.ProcessTrace``.
 """
 from __future__ import annotations
 
@@ -30,11 +26,9 @@ def defined_ids(table: dict) -> np.ndarray:
 
 
 def member(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``np.isin(ids, keys)`` for the unsigned id fields of records (``keys``: non-negative
-    int64). Keys come from untrusted meta lines and may be huge, so a table indexed by id
-    is built only when the largest key is small, as it is in files commtrace writes; there
-    it is one gather instead of isin's work per call (the partitioned report checks every
-    record slice this way: 1-2 % less CPU, measured side by side)."""
+    """``np.isin(ids, keys)`` for records' unsigned id fields. Untrusted keys may be huge: a
+    table indexed by id only when the largest is small, as commtrace writes them (one gather
+    instead of isin's work: 1-2 % less CPU for the partitioned report, measured)."""
     top = int(keys.max()) if len(keys) else -1
     if top >= _TABLE_IDS or ids.dtype.kind != "u":
         return np.isin(ids.astype(np.int64), keys)
@@ -49,8 +43,7 @@ def defined(rec: np.ndarray, sig_ids: np.ndarray, group_ids: np.ndarray) -> np.n
 
 
 def sane(rec: np.ndarray) -> np.ndarray:
-    """Which records hold nothing a writer never produces: an unknown status, seq 0, a
-    call time <= 0."""
+    """Which records hold nothing no writer produces: an unknown status, seq 0, t_call <= 0."""
     return member(rec["status"], STATUS_CODES) & (rec["seq"] > 0) & (rec["t_call"] > 0)
 
 
@@ -60,8 +53,7 @@ def valid(rec: np.ndarray, sig_ids: np.ndarray, group_ids: np.ndarray) -> np.nda
 
 
 def last_record_per_op(rec: np.ndarray) -> np.ndarray:
-    """An op written IN_FLIGHT and again when it finished keeps its final record (valid
-    records, in file order)."""
+    """An op written IN_FLIGHT and again when it finished keeps its final record (file order)."""
     if len(rec) == 0 or not (rec["status"] == schema.STATUS_IN_FLIGHT).any():
         return rec
     keys = pd.DataFrame({"t": rec["t_call"], "g": rec["group"], "s": rec["seq"], "i": rec["sig"]})
@@ -70,8 +62,8 @@ def last_record_per_op(rec: np.ndarray) -> np.ndarray:
 
 
 def clock_offset(pt, ref):
-    """A function monotonic-ns -> offset-ns to rank 0's clock, for this process (see
-    trace.clocks); ``ref``: its world's rank-0 process, None when unknown."""
+    """This process's monotonic ns -> offset ns to rank 0's clock (``ref``: its world's rank-0
+    process, None when unknown)."""
     return fit_clock(pt, ref, pt.world_id).offset
 
 

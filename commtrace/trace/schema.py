@@ -1,57 +1,24 @@
-"""The commtrace trace format: the one place that defines what is on disk.
+"""The commtrace trace format: the one place that defines what is on disk
+(docs/trace-format.md describes it for other readers).
 
-A run directory holds, for every process that traced, two files sharing a stem
-``rank<R>.pid<P>`` (``R`` is the global rank the process had when it first
-created a process group). A process writes its meta file from the moment
-tracing is on in it, as ``proc.<host>.pid<P>``, and renames both files to
-``rank<R>.pid<P>`` when it creates its first process group; a process that
-never creates one (the parent of an mp.spawn script, a rank that dies before
-``init_process_group``, a helper subprocess) keeps that name and has no ops
-file. Its ``header`` then has ``rank`` null; the process that later creates a
-group writes a second ``header`` line with the fields known then (``rank``,
-``torch_version``); readers merge header lines, later values winning.
+Per process, files sharing a stem: ``proc.<host>.pid<P>`` until the process creates its
+first process group, then renamed ``rank<R>.pid<P>`` (a process that never does keeps
+the first name, has ``rank`` null and no ops file; the one that does writes a second
+``header`` line, and readers merge header lines, later values winning).
+``<stem>.meta.jsonl`` is append-only JSON Lines, each with a ``"type"`` (readers ignore
+unknown types): the header, the interned ``sig``/``group`` definitions records refer
+to, and per-process facts. ``<stem>.ops.bin`` holds fixed-size little-endian
+``OP_RECORD``s (``numpy.fromfile``); a torn trailing record is ignored. Times are ns of
+the process's CLOCK_MONOTONIC; ``clock`` lines give the offset to rank 0's clock.
+An op still running at a flush may be written ``IN_FLIGHT`` and again when it ends:
+readers keep the last record of each (t_call, group, seq, sig).
 
-``<stem>.meta.jsonl``
-    UTF-8 JSON Lines, append-only. Every line is an object with a ``"type"``.
-    The first line is the ``header`` (format name and ``version``). Later lines
-    intern the strings the binary records refer to (``group``, ``sig``,
-    ``thread``) and carry per-process facts (``world``, ``clock``, ``error``,
-    ``mark``, ``exception``, ``end``). Readers ignore types they do not know.
-
-``<stem>.ops.bin``
-    Fixed-size little-endian records (``OP_RECORD``, 32 bytes each), appended
-    in batches. A record refers to a ``sig`` (what was called, interned once)
-    and a ``group`` (where) by the integer ids the meta file defines. Readable
-    with ``numpy.fromfile(path, dtype=OP_RECORD)`` or any language's struct
-    reader; a torn trailing record (crash mid-write) is ignored.
-
-Times are nanoseconds of the process's CLOCK_MONOTONIC (``time.monotonic_ns``;
-``std::chrono::steady_clock`` in C++). ``clock`` lines give the offset to rank
-0's monotonic clock; the reader applies it so every frame time is on rank 0's
-clock.
-
-An op that is still running when the writer flushes may be written with status
-``IN_FLIGHT``; when it finishes it is written again with its final status. The
-reader keeps the last record of each (t_call, group, seq, sig).
-
-Bounded mode (``commtrace run --keep-last N`` / ``--steps A:B``, ``commtrace.start(keep_last=...,
-steps=...)``) keeps the same files and record layouts. With ``keep_last`` the
-ops and spans files are rotated: when ``<stem>.ops.bin`` holds N records it is
-renamed to ``<stem>.ops.bin.1`` (replacing the previous one) and a new one is
-started, so at most 2N records are on disk and at least the last N are kept
-(the same for spans). ``<stem>.coverage.json`` says what the files cover (ops
-seen, written, dropped; the steps window; per (group, op) counts of the ops
-outside the window that were not written); it is rewritten whole (a new file
-renamed over the old one) at every flush. The header's ``bounded`` field
-holds the options.
-
-Version history: 1 -- initial format. Bounded mode added the optional header
-field ``bounded``, the previous ring segments ``*.ops.bin.1`` / ``*.spans.bin.1``
-and ``*.coverage.json`` without changing the version: every file keeps its
-version-1 layout. A reader that does not know them reads the newest segment
-only (a valid subset of the ops) and sees no counts. The C++ layer's
-``<stem>.mpi.bin`` (MPI_CALLS_SUFFIX) was added the same way; a reader that does
-not know it has no MPI call times.
+Bounded mode (``--keep-last N`` / ``--steps A:B``) keeps these layouts: ``keep_last``
+rotates ops and spans files into ``<file>.1`` at N records (at most 2N on disk, at least
+the last N), and ``<stem>.coverage.json`` (rewritten whole at every flush) says what the
+files cover. Version history: 1 -- initial; the header's ``bounded`` field, the ring
+segments, ``*.coverage.json`` and the C++ layer's ``<stem>.mpi.bin`` were added without
+a version change: a reader that does not know them reads a valid subset.
 """
 from __future__ import annotations
 
@@ -70,6 +37,11 @@ COVERAGE_TYPE = "commtrace-coverage"
 # calls, d_return / d_end = first MPI call began / last one returned (from t_call).
 MPI_CALLS_SUFFIX = ".mpi.bin"
 _FILE_SUFFIXES = (META_SUFFIX, OPS_SUFFIX, SPANS_SUFFIX, COVERAGE_SUFFIX, MPI_CALLS_SUFFIX)
+
+
+def int_or_none(v) -> int | None:
+    """A JSON field of an untrusted file as an int (a bool is none), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def stem_of(name: str) -> str:
@@ -235,9 +207,6 @@ def detail_waits_in_place(detail) -> bool:
     (``ROLE_DETAILS``) says where an FSDP/TP op comes from, not that anyone waits for it:
     its wait ends at its return, as for any async op."""
     return detail is not None and detail not in ROLE_DETAILS
-
-# Values of the ``phase`` annotation.
-PHASES = ("ddp_init", "forward", "backward", "optimizer", "join", "other")
 
 # Fields of a ``sig`` meta line (besides ``type`` and ``id``); all optional but op.
 SIG_FIELDS = (

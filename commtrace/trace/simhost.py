@@ -1,19 +1,10 @@
-"""Test-only: make this process look as if it ran on another host.
+"""Test-only: make this process look as if it ran on another host (CI has one machine).
 
-Real multi-host runs cannot be had in CI, so tests simulate them on one machine:
-
-``COMMTRACE_TEST_CLOCK_SHIFT_NS``
-    an integer added to every CLOCK_MONOTONIC time this process writes (op
-    records of both wrappers, compute span records, every ``*_ns`` monotonic
-    field of its meta lines)
-    and to the timestamps it sends during clock ping-pong, as if its monotonic
-    clock started at another moment -- which is what a clock on another host does.
-``COMMTRACE_TEST_HOST``
-    the host name written in its ``header`` lines.
-
-Both are read once per process (and inherited by its children). Nothing else
-changes: the process still runs here. The shift is applied when the trace is
-written, so the recording hot path pays nothing for it. Not for production use.
+``COMMTRACE_TEST_CLOCK_SHIFT_NS`` is added to every CLOCK_MONOTONIC time the process
+writes (op and span records, the ``MONO_FIELDS`` of its meta lines) and sends in clock
+ping-pong, as a clock on another host would differ; ``COMMTRACE_TEST_HOST`` is the host
+name its headers give. Read once per process (children inherit them) and applied when
+the trace is written, so the recording hot path pays nothing. Not for production use.
 """
 from __future__ import annotations
 
@@ -40,7 +31,7 @@ class SimulatedHost:
         return [self._line(m) for m in lines]
 
     def _line(self, m: dict) -> dict:
-        fields = [k for k in MONO_FIELDS if _is_int(m.get(k))]
+        fields = [k for k in MONO_FIELDS if schema.int_or_none(m.get(k)) is not None]
         rename = self.host is not None and m.get("type") == schema.META_HEADER
         if not fields and not rename:
             return m
@@ -66,10 +57,6 @@ class SimulatedHost:
         for f in fields:
             records[f] += self.shift_ns
         return records
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 _UNSET = object()

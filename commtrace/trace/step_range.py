@@ -1,13 +1,7 @@
-"""The one syntax of a window of optimizer steps: ``--steps`` of ``commtrace run``
-(bounded mode, also ``COMMTRACE_STEPS`` and ``commtrace.start(steps=...)``) and of
-``commtrace report`` / ``compare``. It lives in trace/, the lowest layer both capture
-and analysis import; docs/report.md ("Windows") documents it.
-
-* ``A:B``: steps A to B, inclusive; ``A``: step A alone;
-* ``A:``: step A to the last; ``:B``: the first step to B;
-* ``every:K``: steps K, 2K, 3K, ... (not one range: ``commtrace run`` only).
-
-Steps count from 1 (the first ``optimizer.step()``).
+"""The one syntax of a window of optimizer steps, for ``--steps`` of ``run`` (also
+``COMMTRACE_STEPS``, ``commtrace.start(steps=)``), ``report`` and ``compare`` (in trace/,
+which capture and analysis both import; docs/report.md, "Windows"): ``A:B`` inclusive,
+``A``, ``A:``, ``:B``, and ``every:K`` (steps K, 2K, ...; ``run`` only). Steps count from 1.
 """
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Append-only writer for one process's trace files (format in ``schema``).
-
-The writer knows nothing about torch: it takes JSON-able dicts for the meta
-file and packed record rows for the ops file. Meta lines are always written
-before the records of the same flush, so a record never refers to a sig or
-group the file does not define yet.
+"""Append-only writer for one process's trace files (format in ``schema``; no torch here).
+Meta lines go before the records of the same flush: a record never names an undefined sig.
 """
 from __future__ import annotations
 
@@ -15,11 +11,9 @@ from . import schema, simhost
 
 
 class RecordFile:
-    """An append-only file of fixed-size records; with ``keep_last`` N, a ring of
-    two segments: when the file holds N records it becomes ``<path>.1``
-    (replacing the previous one) and a new file is started, so at least the
-    last N records and at most 2N are on disk. Every write is one unbuffered
-    ``write()`` per segment: what was written survives a SIGKILL."""
+    """An append-only file of fixed-size records; with ``keep_last`` N a ring of two segments
+    (at N records it becomes ``<path>.1``). One unbuffered write() per segment: what was
+    written survives a SIGKILL."""
 
     def __init__(self, path: str, keep_last: int | None = None):
         self.path = path
@@ -27,7 +21,6 @@ class RecordFile:
         self.f = None
         self.n = 0            # records in the current segment
         self.written = 0      # records ever written
-        self.rotations = 0
 
     def open(self) -> None:
         if self.f is None:
@@ -54,7 +47,6 @@ class RecordFile:
         os.replace(self.path, self.path + schema.PREVIOUS_SEGMENT)
         self.open()
         self.n = 0
-        self.rotations += 1
 
     def paths(self, path: str | None = None) -> tuple[str, str]:
         path = self.path if path is None else path
@@ -73,13 +65,8 @@ class RecordFile:
 
 
 class TraceWriter:
-    """Writes ``<stem>.meta.jsonl``, ``<stem>.ops.bin`` and ``<stem>.spans.bin`` in
-    ``run_dir`` (bounded mode: ``keep_last`` rotates the record files, see
-    ``RecordFile``; ``write_coverage`` says what they cover).
-
-    The ops file is created with ``open_ops`` (or the first records): a
-    process that never creates a process group has only a meta file.
-    """
+    """Writes ``<stem>.meta.jsonl``, ``.ops.bin`` and ``.spans.bin`` in ``run_dir``. The ops file
+    is created by ``open_ops`` or the first records: a process with no group has none."""
 
     def __init__(self, run_dir: str, stem: str, keep_last: int | None = None):
         self.run_dir = run_dir
@@ -171,27 +158,18 @@ class TraceWriter:
 
 
 def pack_rows(rows: list[list]):
-    """Pack recorder rows into a numpy array of ``OP_RECORD``.
-
-    A row is ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]``
-    with absolute monotonic ns; ``t_return``/``t_end`` are 0 when unknown.
-    """
+    """Recorder rows ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]``
+    (absolute monotonic ns; t_return / t_end 0 when unknown) as ``OP_RECORD``s."""
     import numpy as np
     a = np.array(rows, dtype=np.int64).reshape(len(rows), 9)
     out = np.empty(len(rows), dtype=schema.OP_RECORD)
-    t_call = a[:, 0]
-    out["t_call"] = t_call
-    d_return = (a[:, 1] - t_call).astype(np.float32)
-    d_return[a[:, 1] == 0] = np.nan
-    out["d_return"] = d_return
-    d_end = (a[:, 2] - t_call).astype(np.float32)
-    d_end[a[:, 2] == 0] = np.nan
-    out["d_end"] = d_end
-    out["seq"] = a[:, 3]
-    out["sig"] = a[:, 4]
-    out["iteration"] = a[:, 5]
-    out["group"] = a[:, 6]
-    out["status"] = a[:, 7]
+    out["t_call"] = a[:, 0]
+    for f, col in (("d_return", 1), ("d_end", 2)):
+        d = (a[:, col] - a[:, 0]).astype(np.float32)
+        d[a[:, col] == 0] = np.nan
+        out[f] = d
+    for f, col in (("seq", 3), ("sig", 4), ("iteration", 5), ("group", 6), ("status", 7)):
+        out[f] = a[:, col]
     out["flags"] = a[:, 8] & 0xFF  # higher bits are the recorder's private marks
     return out
 

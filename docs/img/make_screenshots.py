@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 from cdp import Browser  # noqa: E402
-from commtrace.trace.synthetic import write_synthetic_run  # noqa: E402
+from synthetic import write_synthetic_run  # noqa: E402
 
 
 def page_of(run_dir: str, out: str) -> str:

@@ -75,7 +75,7 @@ def test_arrival_offsets(four_ranks):
 
 
 def test_bandwidth_flags_one_rank_and_observed_ends(tmp_path):
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     one = analyse(write_synthetic_run(str(tmp_path / "one"), ranks=1, ops_per_rank=30, end_observed=True),
                   op_view=True)
     bw = bandwidth_by_size(one.op_view.matched, one.op_view.frame["end_observed"].to_numpy(bool))

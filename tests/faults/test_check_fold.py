@@ -183,7 +183,7 @@ def test_1024_ranks_every_line_short_and_few():
 def run_1024(tmp_path_factory):
     """A synthetic run of 1024 ranks x 12 ops: rank 700's ops file cut to its first 6
     records and its end line dropped (killed), ranks 900-1023 end line dropped."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     d = tmp_path_factory.mktemp("r1024") / "run"
     write_synthetic_run(str(d), ranks=1024, ops_per_rank=12, seed=0)
     for name in os.listdir(d):
@@ -279,7 +279,7 @@ def test_damaged_ranks_fold_alike_on_both_check_paths(tmp_path):
     """A synthetic run of 6 ranks: ranks 0-3 get a corrupt meta line, ranks 4-5 three
     stray bytes after their op records. Both check paths: one damaged finding per kind
     of damage, naming the ranks; equal findings."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     d = write_synthetic_run(str(tmp_path / "r"), ranks=6, ops_per_rank=6)
     for name in os.listdir(d):
         r, p = int(name[4:name.index(".")]), os.path.join(d, name)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

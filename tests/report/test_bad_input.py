@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from commtrace.trace import schema
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 from commtrace.trace.writer import TraceWriter
 
 from .conftest import cli

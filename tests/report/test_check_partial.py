@@ -17,7 +17,7 @@ from commtrace.cli import main as cli_main
 from commtrace.errors import CommtraceError
 from commtrace.trace import schema
 from commtrace.trace.reader import load_run
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from helpers import assert_same_findings  # noqa: E402

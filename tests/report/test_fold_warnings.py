@@ -44,7 +44,7 @@ def test_banner_names_incomplete_ranks_as_ranges(tmp_path):
     import subprocess
     import sys
 
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     d = write_synthetic_run(str(tmp_path / "r"), ranks=8, ops_per_rank=8)
     for name in os.listdir(d):
         if name.endswith(".meta.jsonl") and int(name[4:name.index(".")]) >= 4:
@@ -65,7 +65,7 @@ def test_both_report_paths_warn_alike(tmp_path):
     import subprocess
     import sys
 
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     d = write_synthetic_run(str(tmp_path / "r"), ranks=8, ops_per_rank=8)
     for name in os.listdir(d):
         r, p = int(name[4:name.index(".")]), os.path.join(d, name)

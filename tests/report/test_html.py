@@ -317,7 +317,7 @@ def test_op_fields_are_formatted(markup_html):
 @pytest.fixture(scope="module")
 def gpu_like_run(tmp_path_factory):
     """1 rank, a 280 ms set-up op (NCCL's first collective), observed end times (gloo on CUDA)."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     return write_synthetic_run(str(tmp_path_factory.mktemp("gpu") / "run"), ranks=1, ops_per_rank=50, seed=3,
                                setup_ns=280e6, end_observed=True)
 
@@ -341,7 +341,7 @@ def test_gpu_like_page_leaves_set_up_out_and_flags_bandwidth(gpu_like_run, tmp_p
 
 
 def test_observed_end_times_are_flagged(tmp_path):
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     run = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=40, seed=1, end_observed=True)
     out = str(tmp_path / "obs.html")
     assert cli("report", run, "--html", out, "-q") == 0
@@ -353,7 +353,7 @@ def test_observed_end_times_are_flagged(tmp_path):
 
 
 def test_many_ranks_per_step_is_a_mean_with_min_max(tmp_path):
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     run = write_synthetic_run(str(tmp_path / "run"), ranks=8, ops_per_rank=40, seed=1, slow_rank=1)
     out = str(tmp_path / "r8.html")
     assert cli("report", run, "--html", out, "-q") == 0
@@ -448,7 +448,7 @@ def test_many_exposure_intervals_are_binned(syn_run, tmp_path, monkeypatch):
 
 def test_mean_form_keeps_the_slowest_steps(tmp_path, monkeypatch):
     from commtrace.render import html_figures
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     monkeypatch.setattr(html_figures, "STEP_MAX_MEAN_STEPS", 3)
     run = write_synthetic_run(str(tmp_path / "run"), ranks=6, ops_per_rank=60, seed=2)
     rep = analyse(run, op_view=True)

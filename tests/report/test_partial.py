@@ -14,7 +14,7 @@ from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.run_info import load_report_run
 from commtrace.errors import CommtraceError
 from commtrace.trace.reader import load_run
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 TOP_COLS = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
 

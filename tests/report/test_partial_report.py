@@ -7,7 +7,7 @@ import pytest
 from commtrace.analysis.partitioned import analyse
 from commtrace.analysis.run_info import load_report_run
 from commtrace.cli import main
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 
 def _report(run, *extra) -> str:

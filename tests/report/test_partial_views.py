@@ -16,7 +16,7 @@ from commtrace.analysis.window import Window
 from commtrace.cli import main
 from commtrace.render.events import window_range
 from commtrace.trace import schema
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 from .test_partial_report import WINDOWS, _report
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import commtrace
 from commtrace.render.perfetto import assign_lanes
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 from .conftest import cli
 

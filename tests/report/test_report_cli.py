@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import commtrace
-from commtrace.trace.synthetic import write_synthetic_run
+from synthetic import write_synthetic_run
 
 from .conftest import cli
 

@@ -121,7 +121,7 @@ def test_missing_rank_reported(tmp_path):
 def test_many_missing_ranks_fold_like_check(tmp_path):
     """20 of 40 ranks (the odd ones) wrote nothing: the first 8 of them, then the count
     (trace.rank_ranges.fmt_ranks, as check writes rank sets)."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     d = write_synthetic_run(str(tmp_path / "r"), ranks=40, ops_per_rank=2, missing_ranks=tuple(range(1, 40, 2)))
     (missing,) = [i for i in reader.load_run(d).issues if i.kind == reader.RANKS_MISSING]
     assert missing.ranks == tuple(range(1, 40, 2))

@@ -12,6 +12,16 @@ def _frame(rows):
     return df
 
 
+def _assign(df, meta):
+    """assign_buckets with the buckets the reader computes (process_buckets; one sig per row,
+    rows in call order)."""
+    cols = [c for c in ("op", "phase", "detail", "module", "dtype", "bucket") if c in df]
+    sigs = {i: {c: None if pd.isna(v) else int(v) if isinstance(v, np.integer) else v
+                for c, v in zip(cols, row)} for i, row in enumerate(df[cols].itertuples(index=False))}
+    n = np.arange(len(df))
+    return assign_buckets(df, meta, process_buckets(n, n, df["iteration"].to_numpy(), sigs))
+
+
 META = {"f0": [
     {"type": "ddp_module", "module": "Net", "params": ["a.w", "a.b", "b.w"], "buffers": ["bn.mean"]},
     {"type": "ddp_buckets", "module": "Net", "from_iteration": 1, "buckets": [["b.w", "a.b", "a.w"]]},
@@ -28,7 +38,7 @@ def test_buckets_count_per_iteration_and_follow_rebuild():
         ["f0", "all_reduce", "backward", None, "Net", 2],
         ["f0", "all_reduce", None, None, None, 2],
     ])
-    out = assign_buckets(df, META)
+    out = _assign(df, META)
     assert [None if pd.isna(b) else int(b) for b in out["bucket"]] == [None, 0, None, 0, 1, None]
     params = [None if pd.isna(p) else p for p in out["params"]]
     assert params == ["bn.mean", "b.w,a.b,a.w", None, "b.w", "a.b,a.w", None]
@@ -36,7 +46,7 @@ def test_buckets_count_per_iteration_and_follow_rebuild():
 
 def test_no_phase_information_leaves_frame_alone():
     df = _frame([["f0", "all_reduce", None, None, None, 0]])
-    out = assign_buckets(df, {})
+    out = _assign(df, {})
     assert "bucket" not in out.columns or out["bucket"].isna().all()
 
 
@@ -52,7 +62,7 @@ def test_integer_all_reduce_in_backward_is_no_bucket():
         ["f0", "all_reduce", "backward", None, "Net", 2],
     ])
     df["dtype"] = pd.Series(["int32", "float32", "float32", "float32", "int32"], dtype="category")
-    out = assign_buckets(df, META)
+    out = _assign(df, META)
     assert [None if pd.isna(b) else int(b) for b in out["bucket"]] == [None, 0, 0, 1, None]
     sigs = {0: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "int32"},
             1: {"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32"}}
@@ -71,7 +81,7 @@ def test_comm_hook_ops_keep_the_bucket_their_sig_names():
     assert got.tolist() == [0, 0, 0, 1, 1, 1, 0]   # a malformed bucket field: counted as before
     df = _frame([["f0", "all_reduce", "backward", None, "Net", 1]] * 4)
     df["bucket"] = pd.array([0, 0, 1, None], dtype="Int32")
-    out = assign_buckets(df, META)
+    out = _assign(df, META)
     assert [int(b) for b in out["bucket"]] == [0, 0, 1, 0]
 
 
@@ -83,8 +93,8 @@ def test_rebuild_without_a_known_layout_leaves_params_unknown():
             ["f0", "all_reduce", "backward", None, "Net", 2]]
     first = [{"type": "ddp_buckets", "module": "Net", "from_iteration": 1, "buckets": [["b.w", "a.b", "a.w"]]},
              {"type": "ddp_buckets", "module": "Net", "from_iteration": 2, "buckets": []}]
-    out = assign_buckets(_frame(rows), {"f0": first})
+    out = _assign(_frame(rows), {"f0": first})
     assert [None if pd.isna(p) else p for p in out["params"]] == ["b.w,a.b,a.w", None, None]
     later = first + [{"type": "ddp_buckets", "module": "Net", "from_iteration": 2, "buckets": [["b.w"], ["a.b", "a.w"]]}]
-    out = assign_buckets(_frame(rows), {"f0": later})
+    out = _assign(_frame(rows), {"f0": later})
     assert list(out["params"]) == ["b.w,a.b,a.w", "b.w", "a.b,a.w"]

@@ -1,4 +1,4 @@
-"""Write realistic, DDP-like synthetic runs as real trace files (tests, benchmarks).
+"""Write realistic, DDP-like synthetic runs as real trace files (tests, benchmarks, docs/img).
 
 Every rank runs the same op sequence: a few parameter broadcasts at start-up,
 then per training step ``buckets`` async gradient all_reduces (overlapping each
@@ -14,8 +14,8 @@ import os
 
 import numpy as np
 
-from . import schema
-from .writer import TraceWriter
+from commtrace.trace import schema
+from commtrace.trace.writer import TraceWriter
 
 # (op, variant, bytes per rank, out_bytes, async, phase)
 _STARTUP = [
