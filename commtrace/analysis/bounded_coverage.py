@@ -3,7 +3,7 @@
 Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``; see
 ``capture.bounded``) carry a ``coverage`` summary (``trace.coverage.describe``).
 ``report`` says what that is in one banner row (``coverage_rows``); ``check``
-says it in one info finding (``check.coverage_finding.coverage_finding``) and judges only what the
+says it in one info finding (``check.diagnoses.diagnose_coverage``) and judges only what the
 files can show: a collective some member has no record of is evidence that it
 never arrived only if that member did not pass it, and a bounded member that
 dropped the record (ring) or counted the op (outside the steps window) did

@@ -23,7 +23,7 @@ class StepTables:
 
 def json_safe(v):
     """``v`` with JSON-safe scalars, recursively: NaN/inf/NA -> None, numpy -> python
-    (arrays -> lists), dict keys -> str, tuples -> lists; other values unchanged."""
+    (arrays -> lists), dict keys -> str, tuples and sets -> lists; other values unchanged."""
     if isinstance(v, np.ndarray):
         return [json_safe(x) for x in v.tolist()]
     if isinstance(v, (np.integer,)):
@@ -37,7 +37,7 @@ def json_safe(v):
         return None
     if isinstance(v, dict):
         return {str(k): json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
+    if isinstance(v, (list, tuple, set)):
         return [json_safe(x) for x in v]
     return v
 

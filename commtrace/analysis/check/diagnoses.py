@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import stem_of
@@ -69,10 +70,37 @@ def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
                       "how": fate.how})
     if fate.exception:
         f.data.update(exc_type=fate.exception.get("exc_type"), message=fate.exception.get("message"))
-        text = _s(fate.exception.get("text"))
-        if text:
-            f.details.extend(text.rstrip().splitlines()[-12:])
+        f.details.extend(_traceback_tail(fate.exception))
     return f
+
+
+def _traceback_tail(exc: dict) -> list[str]:
+    """The last lines of the exception's traceback text (none recorded: none)."""
+    text = _s(exc.get("text"))
+    return text.rstrip().splitlines()[-12:] if text else []
+
+
+def diagnose_coverage(run) -> list[Finding]:
+    """An info finding about a bounded run: what its files cover (none when no process is bounded)."""
+    procs = bounded_processes(run.processes)
+    text = coverage_text(run.processes)
+    if text is None:
+        return []
+    details = []
+    for p in procs:
+        c = p["coverage"]
+        bits = []
+        if c.get("keep_last"):
+            bits.append(f"{c.get('ops_kept', 0):,} ops kept of {c.get('ops_seen') or 0:,} (last {c['keep_last']:,})")
+        if c.get("steps"):
+            bits.append(f"steps {c['steps']} in full, {c.get('ops_counted', 0):,} ops counted, "
+                        f"{c.get('steps_done') or 0:,} steps taken")
+        details.append(f"rank {p.get('rank')} ({p.get('file')}): " + "; ".join(bits))
+    details.append("collectives a member dropped or only counted are not judged")
+    return [Finding("coverage", INFO, f"bounded trace: {text}", details=details,
+                    ranks=sorted({int(p["rank"]) for p in procs if isinstance(p.get("rank"), int)}),
+                    data={"processes": [{"rank": p.get("rank"), "file": p.get("file"), **p["coverage"]}
+                                        for p in procs]})]
 
 
 def diagnose_damage(run) -> list[Finding]:
@@ -398,13 +426,9 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Fin
     last_lines = list(texts) if len(texts) == 1 else folded_lines(lasts)   # one rank: as it always read
     if story[0] == EXCEPTION:
         exc = fate.exception
-        f = Finding(EXCEPTION, ERROR, f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}",
-                    details=last_lines, ranks=ranks,
-                    data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
-        text = _s(exc.get("text"))
-        if text:
-            f.details.extend(text.rstrip().splitlines()[-12:])
-        return f
+        return Finding(EXCEPTION, ERROR, f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}",
+                       details=[*last_lines, *_traceback_tail(exc)], ranks=ranks,
+                       data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
     if story[0] == EXITED:
         return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks,
                        data={"exit_code": fate.exit_code, "how": fate.how})

@@ -119,11 +119,6 @@ def dump_summary(path: str | None, run_dir: str | None = None, max_frames: int =
         if isinstance(op, dict):
             lines.append(f"in flight: {op.get('op')} group {op.get('group')} seq {op.get('seq')} "
                          f"{op.get('shapes')} for {op.get('age_s')} s at {op.get('callsite')}")
-    for th in obj.get("threads") or []:
-        if not isinstance(th, dict) or th.get("name") != "MainThread":
-            continue
-        frames = [fr for fr in th.get("frames") or [] if isinstance(fr, dict)
-                  and not str(fr.get("file", "")).endswith(_OWN_FRAMES)]
-        for fr in frames[-max_frames:]:
-            lines.append(f"  {fr.get('file')}:{fr.get('line')} in {fr.get('function')}")
+    for fr in _main_frames(obj)[-max_frames:]:
+        lines.append(f"  {fr.get('file')}:{fr.get('line')} in {fr.get('function')}")
     return lines

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ...trace.group_ranks import parse_ranks
 from .findings import _int, _s
-from .matching import collective_rows, _compare_at_seq, _group_members
+from .matching import COMPARED_FIELDS, collective_rows, _compare_at_seq, _group_members
 
 # Findings show the first few of these; counts stay exact.
 MISMATCH_SHOWN = 5
@@ -189,28 +189,25 @@ class GroupVerdict:
     n_failed: int = 0
 
     def merge(self, other: "GroupVerdict") -> None:
-        self.mismatch = sorted(self.mismatch + other.mismatch)
-        self.missing = sorted(self.missing + other.missing)
-        self.lost = sorted(self.lost + other.lost)
-        self.lost_seqs = sorted(self.lost_seqs + other.lost_seqs)
-        self.in_flight = sorted(self.in_flight + other.in_flight)
-        self.failed = sorted(self.failed + other.failed)
+        for name, keep in _KEPT.items():
+            setattr(self, name, sorted(getattr(self, name) + getattr(other, name))[:keep])
         self.n_mismatch += other.n_mismatch
         self.n_missing += other.n_missing
         self.n_failed += other.n_failed
-        self.cap()
 
     def cap(self) -> None:
-        self.mismatch = self.mismatch[:MISMATCH_SHOWN]
-        self.missing = self.missing[:1]
-        self.lost = self.lost[:1]
-        self.in_flight = self.in_flight[:IN_FLIGHT_KEPT]
-        self.failed = self.failed[:1]
+        for name, keep in _KEPT.items():
+            setattr(self, name, getattr(self, name)[:keep])
 
     def seqs(self) -> set:
         """The seqs whose rows the findings show."""
         return (set(self.mismatch) | {s for s, _ in self.missing} | {s for s, _ in self.lost} | set(self.in_flight)
                 | set(self.failed))
+
+
+# How many of each list a GroupVerdict keeps (None: all).
+_KEPT = {"mismatch": MISMATCH_SHOWN, "missing": 1, "lost": 1, "lost_seqs": None, "in_flight": IN_FLIGHT_KEPT,
+         "failed": 1}
 
 
 def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict, group) -> tuple[GroupVerdict, dict]:
@@ -245,7 +242,7 @@ def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict
 
 
 # The fields _compare_at_seq compares: a seq where all of them agree has no mismatch.
-_COMPARED = ("op", "variant", "shapes", "out_shapes", "dtype", "reduce_op", "root")
+_COMPARED = ("op", *(col for _, col, _, _ in COMPARED_FIELDS))
 
 
 def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..report import json_safe
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 _SEV_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
@@ -44,21 +46,7 @@ class Finding:
     data: dict = field(default_factory=dict)        # machine-readable extras (JSON-safe)
 
     def to_dict(self) -> dict:
-        return _jsonable(asdict(self))
-
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return None if np.isnan(v) else float(v)
-    if v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-        return None
-    return v
+        return json_safe(asdict(self))
 
 
 # Where an error stands in a chain of causes (check_order): how the culprit ended, a desync, a rank
