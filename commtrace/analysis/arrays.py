@@ -19,11 +19,6 @@ def int_or(col: pd.Series, fill) -> np.ndarray:
     return col.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def float_col(col: pd.Series) -> np.ndarray:
-    """Any numeric column as float64 with NaN for NA."""
-    return col.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
 @dataclass
 class OpArrays:
     rank: np.ndarray       # int32
@@ -67,7 +62,7 @@ class OpArrays:
         ret = int_or(frame["t_return_ns"], start)
         end = int_or(frame["t_end_ns"], ret)
         return cls(rank=frame["rank"].to_numpy(dtype=np.int32), start=start, end=np.maximum(end, start),
-                   dur=float_col(frame["duration_ns"]), nbytes=frame["bytes"].to_numpy(dtype=np.int64))
+                   dur=frame["duration_ns"].to_numpy(dtype=np.float64, na_value=np.nan), nbytes=frame["bytes"].to_numpy(dtype=np.int64))
 
 
 def cat_codes(col: pd.Series) -> tuple[np.ndarray, list]:

@@ -23,14 +23,6 @@ from .summary import bus_factors
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
 
 
-def collective_instances(matched: Matched) -> pd.DataFrame:
-    """Instances with at least two callers that are not point-to-point."""
-    inst = matched.instances
-    if len(inst) == 0:
-        return inst
-    return inst[(~inst["p2p"].to_numpy(dtype=bool)) & (inst["ranks"].to_numpy() >= 2)]
-
-
 def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:
     """One row per (rank, step) of the step table's per-rank rows: rank, step, step_ns and the parts
 
@@ -132,7 +124,8 @@ def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
 
     Returns {"ranks": [...], "first_start_ns": [...], "op": [...], "seq": [...],
     "offset_ns": 2-D array (ranks x collectives), "collectives": all such collectives}."""
-    inst = collective_instances(matched)
+    inst = matched.instances
+    inst = inst[~inst["p2p"].to_numpy(dtype=bool) & (inst["ranks"].to_numpy() >= 2)] if len(inst) else inst
     total = int(len(inst))
     inst = inst.sort_values("first_start_ns", kind="stable").head(max(int(limit), 0))
     ranks = sorted(int(r) for r in np.unique(frame["rank"].to_numpy())) if len(frame) else []

@@ -50,7 +50,7 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     issues.extend(more)
     frame, procs = run.frame, run.processes
     if drop:
-        stems = {f[: -len(schema.META_SUFFIX)] for f in drop}
+        stems = {schema.stem_of(f) for f in drop}
         frame = frame[~frame["file"].isin(stems)].reset_index(drop=True)
         procs = [p for p in procs if p["file"] not in drop]
     if not procs:
@@ -81,11 +81,6 @@ def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
     return None
 
 
-def _stem(p: dict) -> str:
-    f = str(p.get("file") or "")
-    return f[: -len(schema.META_SUFFIX)] if f.endswith(schema.META_SUFFIX) else f
-
-
 def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
             comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
             window_ns_per_rank: dict | None = None) -> dict:
@@ -113,7 +108,7 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         if w:
             walls[r] = walls.get(r, 0) + w
         if spans_of_file:
-            w = spans_of_file.get(_stem(p), 0) if isinstance(p.get("coverage"), dict) else w
+            w = spans_of_file.get(schema.stem_of(str(p.get("file") or "")), 0) if isinstance(p.get("coverage"), dict) else w
             covered[r] = covered.get(r, 0) + (w or 0)
     denominators = window_ns_per_rank if window_ns_per_rank is not None else (covered or walls)
     shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}

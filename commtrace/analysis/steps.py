@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays, dense_codes, rows_by_rank
+from .arrays import OpArrays, cat_codes, dense_codes, rows_by_rank
 from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
@@ -44,10 +44,10 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     if spans is None or len(spans) == 0 or "step" not in spans:
         return _empty()
     step = spans["step"].to_numpy()
-    pcodes, phases = _codes(spans["phase"])
+    pcodes, phases = cat_codes(spans["phase"])
     phase_is = {name: pcodes == (phases.index(name) if name in phases else -2)
                 for name in ("forward", "backward", "optimizer")}
-    fcodes, files = _codes(spans["file"])
+    fcodes, files = cat_codes(spans["file"])
     per_file = int(step.max()) + 1
     key = fcodes.astype(np.int64) * per_file + step                 # (process, step)
     b = spans["t_begin_ns"].to_numpy(np.int64)
@@ -62,7 +62,9 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     keys, begin, end, micro = step_bounds(key, kind, b, e)
     fcode = keys // per_file
     span_rank = spans["rank"].to_numpy(np.int32)
-    rank = _file_ranks(span_rank, fcodes, len(files))[fcode]
+    file_rank = np.zeros(len(files), dtype=np.int32)     # a file is one process: one rank
+    file_rank[fcodes] = span_rank
+    rank = file_rank[fcode]
     number = (keys % per_file).astype(np.int32)
     if not _in_order(rank, begin):                            # (rank, begin) order; often already so
         order = np.lexsort((begin, rank))                     # stable
@@ -144,20 +146,6 @@ def _step_of(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
     k = iv.searchsorted(keys, key)
     ok = (k < len(keys)) & (keys[np.minimum(k, len(keys) - 1)] == key)
     return np.where(ok, k, -1)
-
-
-def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), list(col.cat.categories)
-    codes, uniq = pd.factorize(col)
-    return codes, list(uniq)
-
-
-def _file_ranks(span_rank: np.ndarray, fcodes: np.ndarray, n: int) -> np.ndarray:
-    """The rank of each file code (a file is one process: one rank)."""
-    out = np.zeros(n, dtype=np.int32)
-    out[fcodes] = span_rank
-    return out
 
 
 def _begin_at_first_op(ranks: np.ndarray, begin: np.ndarray, end: np.ndarray, a: OpArrays,

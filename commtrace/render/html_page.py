@@ -41,19 +41,14 @@ dt{color:#555}dd{margin:0;white-space:pre-wrap;word-break:break-all}.detail-titl
 PLOTLY_BUNDLE = "plotly-basic.min.js"   # plotly.js-basic-dist-min 4.1.1 (MIT): bar, pie and scatter traces
 
 
-def plotly_js() -> str:
-    """The partial plotly.js bundle shipped in commtrace.render: 1.2 MB where the full
-    plotly.min.js is 4.8 MB (the page draws only bars and scatter markers)."""
+def _script(name: str) -> str:
+    """A script shipped in commtrace.render (the partial plotly.js bundle: 1.2 MB where the full
+    plotly.min.js is 4.8 MB; the page's own), made safe to inline."""
     try:
-        src = resources.files("commtrace.render").joinpath(PLOTLY_BUNDLE).read_text(encoding="utf-8")
+        src = resources.files("commtrace.render").joinpath(name).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError) as e:
-        raise CommtraceError(f"--html: {PLOTLY_BUNDLE} is missing from this commtrace install") from e
+        raise CommtraceError(f"--html: {name} is missing from this commtrace install") from e
     return _CLOSE_SCRIPT.sub(r"<\\/\1", src)
-
-
-def _app_js() -> str:
-    return _CLOSE_SCRIPT.sub(r"<\\/\1", resources.files("commtrace.render").joinpath("html_app.js")
-                             .read_text(encoding="utf-8"))
 
 
 def _figure_section(fid: str, title: str, fig: dict | None, registry: list, intro: str = "") -> str:
@@ -72,7 +67,7 @@ def _page(title: str, body: str, data: dict) -> str:
             f"<title>{text(title)}</title><style>{STYLE}</style></head><body>\n{body}\n"
             '<div id="op-tip"></div>\n'
             f'<script id="commtrace-data" type="application/json">{script_json(data)}</script>\n'
-            f"<script>{plotly_js()}</script>\n<script>{_app_js()}</script>\n</body></html>\n")
+            f"<script>{_script(PLOTLY_BUNDLE)}</script>\n<script>{_script('html_app.js')}</script>\n</body></html>\n")
 
 
 def _report_blocks(rep) -> list[tuple]:
@@ -146,7 +141,8 @@ def report_html(rep, top: int = 10, steady=None) -> str:
                     '<div id="timeline" class="figure"></div><div id="op-detail">click an op to keep its fields '
                     "here</div>")
     body += [s[1] for s in sections]
-    data = {"timeline": _timeline_data(tl), "figures": registry}
+    data = {"timeline": None if tl is None else {k: tl[k] for k in ("data", "layout", "ops", "spans", "lanes",
+                                                                    "aggregated")}, "figures": registry}
     return _page(f"commtrace report {rep.info.get('run_dir', '')}", "\n".join(body), data)
 
 
@@ -172,13 +168,6 @@ def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool
     bid = "banner" + sfx
     return (f'<div{cls}><pre class="text" id="{bid}">{text(banner)}</pre></div>',
             f"<div{cls}>" + "\n".join(body) + "</div>")
-
-
-def _timeline_data(tl: dict | None) -> dict | None:
-    if tl is None:
-        return None
-    return {"data": tl["data"], "layout": tl["layout"], "ops": tl["ops"], "spans": tl["spans"],
-            "lanes": tl["lanes"], "aggregated": tl["aggregated"]}
 
 
 def compare_html(cmp: dict, named: list | None = None) -> str:

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from ..analysis.arrays import column_codes
 from ..errors import CommtraceError
 from ..trace.schema import P2P_OPS
 
@@ -89,13 +90,10 @@ def _jsonable(v):
     return v if isinstance(v, (int, float, bool)) else str(v)
 
 
-def _codes(col: pd.Series):
-    """Categorical codes with NA -> len(categories) (index of an appended fallback)."""
-    if not isinstance(col.dtype, pd.CategoricalDtype):
-        col = col.astype("category")
-    codes = col.cat.codes.to_numpy().astype(np.int64)
-    cats = list(col.cat.categories)
-    return np.where(codes < 0, len(cats), codes), cats
+def _json_per_row(col: pd.Series, missing: str, fmt=json.dumps) -> np.ndarray:
+    """Per row, ``fmt`` of its value as text (``missing`` where NA): one call per distinct value."""
+    codes, keys = column_codes(col)
+    return np.array([fmt(k) for k in keys[:-1]] + [missing], dtype=object)[codes]
 
 
 def _num_strs(col: pd.Series, order: np.ndarray) -> np.ndarray:
@@ -169,25 +167,24 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
             ranks.update(int(r) for r in table["rank"].unique())
     ranks = sorted(ranks)
     hosts = {p.get("rank"): p.get("host") for p in (processes or [])}
+
+    def add_meta(name: str, p: int, tid: int, args: dict) -> None:
+        meta.append(json.dumps({"ph": "M", "name": name, "pid": p, "tid": tid, "args": args}))
+
     for r in ranks:
-        p = r if r >= 0 else 1_000_000
-        name = f"rank {r}" if r >= 0 else "rank ?"
-        meta.append(json.dumps({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": name}}))
-        meta.append(json.dumps({"ph": "M", "name": "process_sort_index", "pid": p, "tid": 0, "args": {"sort_index": p}}))
+        add_meta("process_name", _pid(r), 0, {"name": f"rank {r}" if r >= 0 else "rank ?"})
+        add_meta("process_sort_index", _pid(r), 0, {"sort_index": _pid(r)})
         if hosts.get(r):
-            meta.append(json.dumps({"ph": "M", "name": "process_labels", "pid": p, "tid": 0, "args": {"labels": str(hosts[r])}}))
+            add_meta("process_labels", _pid(r), 0, {"labels": str(hosts[r])})
     tracks = sorted(set(zip(pid.tolist(), lane.tolist()))) if n else []
     for p, t in tracks:
-        meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": t,
-                                "args": {"name": "ops" if t == 0 else f"overlapping ops {t}"}}))
+        add_meta("thread_name", p, t, {"name": "ops" if t == 0 else f"overlapping ops {t}"})
     for table, tid, label in ((spans, COMPUTE_TID, "compute (forward, backward, optimizer)"),
                               (regions, REGION_TID, "regions")):
         if table is not None:
             for r in sorted(int(x) for x in table["rank"].unique()):
-                p = r if r >= 0 else 1_000_000
-                meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": tid, "args": {"name": label}}))
-                meta.append(json.dumps({"ph": "M", "name": "thread_sort_index", "pid": p, "tid": tid,
-                                        "args": {"sort_index": -2 if tid == COMPUTE_TID else -1}}))
+                add_meta("thread_name", _pid(r), tid, {"name": label})
+                add_meta("thread_sort_index", _pid(r), tid, {"sort_index": -2 if tid == COMPUTE_TID else -1})
     f.write(",\n".join(meta))
     wrote = bool(meta)
     counts = _write_annotations(f, wrote, t0, spans, marks, regions)
@@ -203,12 +200,9 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     for row in first.tolist():
         d = {c: v for c in static_cols if (v := _jsonable(frame[c].iat[row])) is not None}  # nulls: not recorded
         frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"))[1:-1])
-    opc, opcats = _codes(frame["op"])
-    op_json = np.array([json.dumps(str(c)) for c in opcats] + ['"?"'], dtype=object)
-    names = op_json[opc]
+    names = _json_per_row(frame["op"], '"?"')
     p2p = frame["op"].isin(P2P_OPS).to_numpy()
-    stc, stcats = _codes(frame["status"])
-    status = np.array([json.dumps(str(c)) for c in stcats] + ["null"], dtype=object)[stc]
+    status = _json_per_row(frame["status"], "null")
     err = frame["error"] if "error" in frame else None
     order = np.lexsort((start, lane, pid))   # per track, in time order
     rel = start - t0
@@ -267,11 +261,8 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
         nspans = len(spans)
         rel = spans["t_begin_ns"].to_numpy(np.int64) - t0
         dur = spans["t_end_ns"].to_numpy(np.int64) - spans["t_begin_ns"].to_numpy(np.int64)
-        pc, pcats = _codes(spans["phase"])
-        phase = np.array([json.dumps(str(c)) for c in pcats] + ['"?"'], dtype=object)[pc]
-        mc, mcats = _codes(spans["module"])
-        module = np.array([',"module":' + json.dumps(str(c), ensure_ascii=False) for c in mcats] + [""],
-                          dtype=object)[mc]
+        phase = _json_per_row(spans["phase"], '"?"')
+        module = _json_per_row(spans["module"], "", lambda m: ',"module":' + json.dumps(m, ensure_ascii=False))
         rank = spans["rank"].to_numpy(np.int64)
         cols = [np.where(rank >= 0, rank, 1_000_000), rel // 1000, rel % 1000, dur // 1000, dur % 1000, phase,
                 phase, spans["step"].to_numpy(), spans["iteration"].to_numpy(), module]
