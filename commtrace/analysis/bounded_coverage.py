@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..trace.group_ranks import parse_ranks
 from ..trace.schema import P2P_OPS
 
 
@@ -95,7 +96,7 @@ def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
     gone = set()
     for key, row in short.iterrows():
         world, group, seq = key
-        missing = set(_ranks(row["members"])) - present.get(key, set())
+        missing = set(parse_ranks(row["members"])) - present.get(key, set())
         if any(int(seq) <= passed.get((m, _str(world), _str(group)), 0) for m in missing):
             gone.add((_str(world), _str(group), int(seq)))
     if not gone:
@@ -108,12 +109,6 @@ def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
         if op not in P2P_OPS and (_str(w), _str(g), int(s)) in gone:
             keep[i] = False
     return df[keep]
-
-
-def _ranks(text) -> list[int]:
-    if text is None or (isinstance(text, float) and np.isnan(text)):
-        return []
-    return [int(x) for x in str(text).split(",") if x.strip().lstrip("-").isdigit()]
 
 
 def _str(v):

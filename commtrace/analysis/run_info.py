@@ -124,9 +124,8 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         "wall_ns": max(walls.values()) if walls else None,
         "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
         "span_ns": (t1 - first_start) if first_start is not None else 0, "t0_ns": t0,
-        "comm_share": {"min": float(share_vals.min()) if len(share_vals) else None,
-                       "mean": float(share_vals.mean()) if len(share_vals) else None,
-                       "max": float(share_vals.max()) if len(share_vals) else None},
+        "comm_share": {k: float(getattr(share_vals, k)()) if len(share_vals) else None
+                       for k in ("min", "mean", "max")},
         "comm_share_per_rank": {int(k): float(v) for k, v in shares.items()},
         "comm_ns_per_rank": comm,
         "ops": ops, "bytes": nbytes, "failed": failed, "in_flight": in_flight,

@@ -221,11 +221,7 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     fmt = ('{{"ph":"X","pid":{},"tid":{},"ts":{}.{:03d},"dur":{}.{:03d},"name":{},"cat":{},"args":{{{},'
            '"seq":{},"t_start_ns":{},"t_return_ns":{},"t_end_ns":{},"duration_ns":{},"status":{},"iteration":{}'
            + ("{}" if has_err else "") + "}}}}").format
-    for lo in range(0, n, CHUNK):
-        part = [c[lo:lo + CHUNK].tolist() for c in cols]
-        f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
-        wrote = True
-    pid_l, lane_l, rel_l = pid, lane, rel
+    wrote = _write_rows(f, wrote, fmt, cols)
     # -- flows: consecutive arrivals of one instance ----------------------------
     nflows = 0
     if inst is None:
@@ -238,17 +234,10 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
         a, b = a[pair], b[pair]
         nflows = len(a)
         fid = np.arange(1, nflows + 1)
-        fmt_s = '{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}'.format
-        fmt_f = '{{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}'.format
-        for lo in range(0, nflows, CHUNK):
-            sl = slice(lo, lo + CHUNK)
-            aa, bb, kk = a[sl], b[sl], fid[sl].tolist()
-            ss = map(fmt_s, kk, pid_l[aa].tolist(), lane_l[aa].tolist(), (rel_l[aa] // 1000).tolist(),
-                     (rel_l[aa] % 1000).tolist(), names[aa].tolist())
-            ff = map(fmt_f, kk, pid_l[bb].tolist(), lane_l[bb].tolist(), (rel_l[bb] // 1000).tolist(),
-                     (rel_l[bb] % 1000).tolist(), names[bb].tolist())
-            f.write((",\n" if wrote else "") + ",\n".join(map(",\n".join, zip(ss, ff))))
-            wrote = True
+        fmt = ('{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}},\n'
+               '{{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}').format
+        ends = [(fid, pid[x], lane[x], rel[x] // 1000, rel[x] % 1000, names[x]) for x in (a, b)]
+        wrote = _write_rows(f, wrote, fmt, [*ends[0], *ends[1]])
     f.write("\n]}\n")
     return {"slices": n, "flows": nflows, "tracks": len(tracks), **counts}
 
@@ -268,10 +257,7 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
                 phase, spans["step"].to_numpy(), spans["iteration"].to_numpy(), module]
         fmt = ('{{"ph":"X","pid":{},"tid":' + str(COMPUTE_TID) + ',"ts":{}.{:03d},"dur":{}.{:03d},"name":{},'
                '"cat":"compute","args":{{"phase":{},"step":{},"iteration":{}{}}}}}').format
-        for lo in range(0, nspans, CHUNK):
-            part = [c[lo:lo + CHUNK].tolist() for c in cols]
-            f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
-            wrote = True
+        wrote = _write_rows(f, wrote, fmt, cols)
     if regions is not None:
         for r in regions.itertuples(index=False):
             events.append({"ph": "X", "pid": _pid(r.rank), "tid": REGION_TID, "ts": (r.t_begin_ns - t0) / 1e3,
@@ -286,6 +272,16 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
                                                      for e in events))
     return {"spans": nspans, "marks": 0 if marks is None else len(marks),
             "regions": 0 if regions is None else len(regions)}
+
+
+def _write_rows(f, wrote: bool, fmt, cols: list) -> bool:
+    """One event per row of the arrays ``cols`` (``fmt`` of the row's values), written CHUNK rows
+    at a time after a separator when something came before; whether anything was written."""
+    for lo in range(0, len(cols[0]), CHUNK):
+        part = [c[lo:lo + CHUNK].tolist() for c in cols]
+        f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
+        wrote = True
+    return wrote
 
 
 def _pid(rank) -> int:
