@@ -78,8 +78,8 @@ NA_KEY = "-"
 
 @dataclass
 class Groups:
-    """Rows grouped by some frame columns: ``code`` per row, ``keys`` per group (sorted),
-    and ``order``/``bounds`` to slice each group's rows contiguously."""
+    """Rows grouped by frame columns: ``code`` per row, ``keys`` per group (sorted), ``order`` and
+    ``bounds`` slicing each group's rows."""
     code: np.ndarray
     keys: pd.DataFrame
     order: np.ndarray
@@ -125,8 +125,7 @@ def keys_index(keys: pd.DataFrame) -> pd.Index:
 
 
 def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """(int64 code per row, key strings): categories (or distinct values) as text plus
-    a last key ``"-"`` that NA rows get."""
+    """(code per row, key strings): categories (or distinct values) as text, then ``"-"`` for NA."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes, keys = col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
     elif isinstance(col.array, pd.arrays.IntegerArray):   # nullable integers (bucket, root, tag)
@@ -149,10 +148,8 @@ def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 @dataclass
 class Cells:
-    """The finest partition of the rows by several columns at once.
-
-    Summaries over any subset of those columns aggregate per cell (a few hundred)
-    instead of per row (millions): one pass over the rows serves every grouping."""
+    """The finest partition of the rows by several columns: summaries over any subset of them add
+    up cells (hundreds), not rows (millions), so one pass over the rows serves every grouping."""
     columns: list[str]
     code: np.ndarray                  # per row: cell index
     key_codes: dict[str, np.ndarray]  # per cell and column: index into keys[column]
@@ -190,8 +187,7 @@ class Cells:
         return np.bincount(self.code, weights=values, minlength=self.n)
 
     def coarsen(self, by) -> tuple[np.ndarray, pd.DataFrame]:
-        """(group index per cell, one row of key strings per group) for grouping by
-        ``by`` (a subset of the columns); groups sorted by their key strings."""
+        """(group per cell, key strings per group) grouping by ``by``; groups sorted by key strings."""
         by = list(by)
         combined = np.zeros(self.n, dtype=np.int64)
         for c in by:
@@ -219,9 +215,8 @@ def group_rows(frame: pd.DataFrame, by: list[str]) -> Groups:
 
 
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique values, code per element) for small-range integers, without sorting.
-
-    Codes come in the narrowest integer type (see narrow): widen before arithmetic."""
+    """(sorted unique values, code per element) for small-range integers, without sorting; codes
+    in the narrowest integer type (narrow): widen before arithmetic."""
     v = np.asarray(values)
     if len(v) == 0:
         return v[:0], np.empty(0, dtype=np.int64)
@@ -239,8 +234,7 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def narrow(codes: np.ndarray, n: int) -> np.ndarray:
-    """Codes in [0, n) in the smallest signed integer type that holds them: less
-    memory for per-row codes kept around, and radix sorts for 16-bit ones."""
+    """Codes in [0, n) in the smallest signed type (less memory; radix sorts for 16-bit ones)."""
     dt = np.int16 if n < 32_000 else np.int32 if n < 2**31 else np.int64
     return codes.astype(dt, copy=False)
 
