@@ -105,11 +105,9 @@ def timeline_layout(console_width: int, rank_list: list) -> tuple[int, int]:
     return label_w, max(int(console_width) - label_w - 2, 10)
 
 
-def timeline_range(bounds: dict | None, t0: int, window, t_from: int | None = None,
-                   t_to: int | None = None) -> tuple[int | None, int | None]:
+def timeline_range(bounds: dict | None, t0: int, window) -> tuple[int | None, int | None]:
     """The timeline's range after t0: --from/--to, else the window's extent (``bounds`` per rank)."""
-    lo = window.t_from if t_from is None else t_from
-    hi = window.t_to if t_to is None else t_to
+    lo, hi = window.t_from, window.t_to
     if bounds:
         los = [v[0] for v in bounds.values() if v[1] > v[0]]
         his = [v[1] for v in bounds.values() if v[1] > v[0]]

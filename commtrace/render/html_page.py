@@ -87,9 +87,8 @@ def _report_blocks(rep) -> list[tuple]:
 
 
 def steady_report(rep, top: int = 10, **analyse_kw):
-    """The report of ``rep``'s steady steps (as ``--steps N:`` with N the second step:
-    analysis.figures.steady_start), analysed as ``rep`` was; None unless ``rep`` is the whole
-    run and has two steps or more. ``analyse_kw``: analyse's executor options (dask, memory_limit)."""
+    """``rep``'s steady steps (``--steps N:``, N: analysis.figures.steady_start) analysed as ``rep``
+    was (``analyse_kw``: dask, memory_limit); None unless ``rep`` is a whole run of two steps or more."""
     from ..analysis.figures import steady_start
     from ..analysis.partitioned import analyse
     from ..analysis.window import Window
@@ -103,12 +102,9 @@ def steady_report(rep, top: int = 10, **analyse_kw):
 
 
 def report_html(rep, top: int = 10, steady=None) -> str:
-    """The page of report ``rep``; the figures drawn from the ops themselves -- timeline,
-    arrival heatmap, bandwidth by size -- when it holds every op (``rep.op_view``), else left out.
-
-    Steady state first: with ``steady`` (``steady_report``), every table and figure is shown
-    twice -- for the steady steps and for the whole run -- and the page shows the steady ones
-    until its toggle is ticked; the one timeline opens on the steady steps."""
+    """The page of report ``rep``; timeline, arrival heatmap and bandwidth only when it holds every op
+    (``rep.op_view``). With ``steady`` (``steady_report``) every table and figure is there for the
+    steady steps (shown first) and the whole run (behind a toggle); the timeline opens on the steady steps."""
     every_op = rep.op_view is not None
     steady_step = steady.window.steps[0] if steady is not None else None
     views = [("all", rep)] if steady is None else [("steady", steady), ("all", rep)]
@@ -147,8 +143,7 @@ def report_html(rep, top: int = 10, steady=None) -> str:
 
 
 def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool) -> tuple[str, str]:
-    """One view's banner, and its per-step chart, tables and figures (ids suffixed by
-    the view's name when the page has several)."""
+    """One view's banner, and its chart, tables and figures (ids suffixed by its name on a page of several)."""
     blocks = _report_blocks(rep)
     banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
     sfx = "-" + name if several else ""

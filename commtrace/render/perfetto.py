@@ -24,12 +24,8 @@ CHUNK = 20_000
 
 
 def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray, small: int = 8) -> np.ndarray:
-    """Per row a track index (0..) such that slices on one (rank, track) never overlap.
-
-    Rows must be sorted by start time. Per rank, ops split into clusters of
-    transitively overlapping ops; a cluster of up to ``small`` ops puts its k-th op on
-    track k (vectorized), a bigger one is packed greedily (interval partitioning).
-    """
+    """Per row (sorted by start) a track (0..) so that slices on one (rank, track) never overlap: per
+    cluster of transitively overlapping ops, the k-th of up to ``small`` on track k, more packed greedily."""
     lane = np.zeros(len(rank), dtype=np.int64)
     if len(rank) == 0:
         return lane
@@ -117,10 +113,8 @@ REGION_TID = 1_000_001    # each rank's commtrace.region intervals
 def write_perfetto(frame: pd.DataFrame, path: str, t0: int | None = None, inst: np.ndarray | None = None,
                    processes: list[dict] | None = None, spans: pd.DataFrame | None = None,
                    marks: pd.DataFrame | None = None, regions: pd.DataFrame | None = None) -> dict:
-    """Write the trace; returns counts {"slices", "flows", "tracks", "spans", "marks"}.
-
-    ``spans`` (compute spans) become slices on a "compute" track of each rank, beside
-    its communication; ``marks`` instant events; ``regions`` slices on a "regions" track."""
+    """Write the trace; returns counts {"slices", "flows", "tracks", "spans", "marks", "regions"}.
+    Compute ``spans`` and ``regions`` are slices on a track of their own per rank, ``marks`` instants."""
     n = len(frame)
     try:
         f = open(path, "w", encoding="utf-8")

@@ -67,11 +67,9 @@ def shorten(text: str, width: int) -> str:
 
 def print_table(con: Console, columns: list[Column], rows: list[list[str]], *, title: str | None = None,
                 styles: list[list[str | None]] | None = None, note: str | None = None) -> list[str]:
-    """Print a fitted table; returns the names of the columns shown. ``styles``:
-    per row and column a rich style (or None) applied in colour mode only.
-    ``note`` (dim) goes under the table, naming any dropped columns.
-    A console with a ``table_sink`` (the HTML report's) gets every column and row
-    as they are, unfitted: the HTML page shows the terminal's own tables."""
+    """Print a fitted table; returns the names of the columns shown. ``styles``: per cell a rich
+    style (colour mode only); ``note`` (dim, naming dropped columns) under it. A console with a
+    ``table_sink`` (the HTML page's) gets every column and row unfitted."""
     sink = getattr(con, "table_sink", None)
     if sink is not None:
         sink(columns, rows, title, note, styles)

@@ -15,7 +15,7 @@ from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
     _int, _s)
-from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
+from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group
 from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
@@ -135,20 +135,16 @@ def diagnose_damage(run) -> list[Finding]:
     return out
 
 
-def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None, facts: RunFacts | None = None,
+def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, facts: RunFacts,
                          verdicts: dict | None = None) -> list[Finding]:
-    """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops.
-
-    ``facts`` (default: ``frame_facts(df)``) are the figures over every op; ``verdicts``
-    ((world, group) -> GroupVerdict, default: classified from ``df``) say which seqs
-    are worth a finding -- then ``df`` need only hold those seqs' rows (the
-    partitioned path's reduced frame)."""
+    """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops. ``facts``:
+    the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict; default: classified
+    from ``df``) name the seqs worth a finding -- then ``df`` need only hold their rows."""
     findings: list[Finding] = []
-    facts = frame_facts(df) if facts is None else facts
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
-    now = _now_ns(run, facts.t_max) if run is not None else None
+    now = _now_ns(run, facts.t_max)
     worlds = _worlds(facts)
     for (world_s, group_s), g in facts.groups.items():
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
@@ -466,25 +462,13 @@ def _worlds(facts: RunFacts) -> int:
 
 
 def progress_findings(facts: RunFacts) -> list[Finding]:
+    """Per (world, group): per member its last seq completed / entered and the seqs in flight."""
     out, worlds = [], _worlds(facts)
-    for g in group_progress(facts):
-        last = {r: str(info["last_completed"]) if info["last_completed"] is not None else "-"
-                for r, info in g["ranks"].items()}
-        label = _group_label(g["world"], g["group"], g["desc"], worlds)
-        out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
-                           world=g["world"], group=g["group"], ranks=g["members"],
-                           data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))
-    return out
-
-
-def group_progress(facts) -> list[dict]:
-    """Per (world, group): members and, per rank, last seq completed / entered and the
-    seqs in flight (``facts``: RunFacts, or a frame to compute them from)."""
-    if isinstance(facts, pd.DataFrame):
-        facts = frame_facts(facts)
-    out = []
     for (world, group), g in facts.groups.items():
-        per_rank = {r: {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
-                        "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
-        out.append({"world": world, "group": group, "desc": g.desc, "members": g.members, "ranks": per_rank})
+        last = {r: str(g.last_completed[r]) if g.last_completed.get(r) is not None else "-" for r in g.members}
+        per_rank = {str(r): {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
+                             "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
+        out.append(Finding(PROGRESS, INFO, f"{_group_label(world, group, g.desc, worlds)}: last seq completed: "
+                           + folded_inline(last), world=world, group=group, ranks=g.members,
+                           data={"ranks": per_rank}))
     return out
