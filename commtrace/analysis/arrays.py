@@ -62,7 +62,8 @@ class OpArrays:
         ret = int_or(frame["t_return_ns"], start)
         end = int_or(frame["t_end_ns"], ret)
         return cls(rank=frame["rank"].to_numpy(dtype=np.int32), start=start, end=np.maximum(end, start),
-                   dur=frame["duration_ns"].to_numpy(dtype=np.float64, na_value=np.nan), nbytes=frame["bytes"].to_numpy(dtype=np.int64))
+                   dur=frame["duration_ns"].to_numpy(dtype=np.float64, na_value=np.nan),
+                   nbytes=frame["bytes"].to_numpy(dtype=np.int64))
 
 
 def cat_codes(col: pd.Series) -> tuple[np.ndarray, list]:

@@ -108,7 +108,8 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         if w:
             walls[r] = walls.get(r, 0) + w
         if spans_of_file:
-            w = spans_of_file.get(schema.stem_of(str(p.get("file") or "")), 0) if isinstance(p.get("coverage"), dict) else w
+            if isinstance(p.get("coverage"), dict):
+                w = spans_of_file.get(schema.stem_of(str(p.get("file") or "")), 0)
             covered[r] = covered.get(r, 0) + (w or 0)
     denominators = window_ns_per_rank if window_ns_per_rank is not None else (covered or walls)
     shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}

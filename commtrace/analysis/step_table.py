@@ -72,10 +72,8 @@ class WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = _take(self.a.start, rows), _take(self.a.end, rows)
-        if self.ret is not None:
-            ret = np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64)
-        else:
-            ret = start
+        ret = (start if self.ret is None
+               else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64))
         ret = np.clip(ret, start, end)
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
         if self.has_detail is not None:
@@ -136,10 +134,8 @@ class RankTimes:
                  selected: np.ndarray | None = None, windows: dict | None = None):
         self.a, self.selected, self.windows = a, selected, windows
         self.by_rank = a.rank_rows()
-        if isinstance(frame, WaitColumns):
-            self.cols = frame if len(a.start) else None
-        else:
-            self.cols = WaitColumns(frame, a) if len(frame) else None
+        self.cols = ((frame if isinstance(frame, WaitColumns) else WaitColumns(frame, a)) if len(a.start)
+                     else None)
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
         if have_spans:

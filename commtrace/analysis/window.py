@@ -126,10 +126,8 @@ def apply(window: Window, frame: pd.DataFrame, a: OpArrays, steps: pd.DataFrame,
             if window.steps is not None:
                 a_, b_ = window.steps
                 mine = (srank == r) & (snum >= (a_ or 1)) & (snum <= (b_ if b_ is not None else np.iinfo(np.int64).max))
-                if mine.any():
-                    lo, hi = int(sb[mine].min()), int(se[mine].max())
-                else:
-                    lo, hi = 0, 0   # the rank took none of these steps
+                # (0, 0): the rank took none of these steps
+                lo, hi = (int(sb[mine].min()), int(se[mine].max())) if mine.any() else (0, 0)
             if window.t_from is not None:
                 lo = max(lo, base + window.t_from)
             if window.t_to is not None:

@@ -67,7 +67,8 @@ def _page(title: str, body: str, data: dict) -> str:
             f"<title>{text(title)}</title><style>{STYLE}</style></head><body>\n{body}\n"
             '<div id="op-tip"></div>\n'
             f'<script id="commtrace-data" type="application/json">{script_json(data)}</script>\n'
-            f"<script>{_script(PLOTLY_BUNDLE)}</script>\n<script>{_script('html_app.js')}</script>\n</body></html>\n")
+            f"<script>{_script(PLOTLY_BUNDLE)}</script>\n<script>{_script('html_app.js')}</script>\n"
+            "</body></html>\n")
 
 
 def _report_blocks(rep) -> list[tuple]:
@@ -143,7 +144,7 @@ def report_html(rep, top: int = 10, steady=None) -> str:
 
 
 def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool) -> tuple[str, str]:
-    """One view's banner, and its chart, tables and figures (ids suffixed by its name on a page of several)."""
+    """One view's banner, and its chart, tables and figures (ids suffixed by its name if several)."""
     blocks = _report_blocks(rep)
     banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
     sfx = "-" + name if several else ""

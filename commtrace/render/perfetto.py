@@ -228,8 +228,8 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
         a, b = a[pair], b[pair]
         nflows = len(a)
         fid = np.arange(1, nflows + 1)
-        fmt = ('{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}},\n'
-               '{{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}').format
+        fmt = ('{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}},\n{{"ph":"f",'
+               '"bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}').format
         ends = [(fid, pid[x], lane[x], rel[x] // 1000, rel[x] % 1000, names[x]) for x in (a, b)]
         wrote = _write_rows(f, wrote, fmt, [*ends[0], *ends[1]])
     f.write("\n]}\n")
@@ -245,7 +245,8 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
         rel = spans["t_begin_ns"].to_numpy(np.int64) - t0
         dur = spans["t_end_ns"].to_numpy(np.int64) - spans["t_begin_ns"].to_numpy(np.int64)
         phase = _json_per_row(spans["phase"], '"?"')
-        module = _json_per_row(spans["module"], "", lambda m: ',"module":' + json.dumps(m, ensure_ascii=False))
+        module = _json_per_row(spans["module"], "", lambda m: ',"module":' + json.dumps(m,
+                                                                                      ensure_ascii=False))
         rank = spans["rank"].to_numpy(np.int64)
         cols = [np.where(rank >= 0, rank, 1_000_000), rel // 1000, rel % 1000, dur // 1000, dur % 1000, phase,
                 phase, spans["step"].to_numpy(), spans["iteration"].to_numpy(), module]

@@ -27,16 +27,12 @@ class Column:
     text: bool = False           # free text (group names, details): may be shortened with "~"
 
 
-def _width(col: Column, header: str, cells: list[str]) -> int:
-    return max([len(header)] + [len(c) for c in cells])
-
-
 def fit(columns: list[Column], rows: list[list[str]], width: int) -> tuple[list[int], list[str], list[int]]:
     """(kept column indices, their headers, their widths) such that the table fits ``width``."""
     keep = list(range(len(columns)))
     headers = [c.name for c in columns]
     cols_cells = [[r[i] for r in rows] for i in range(len(columns))]
-    widths = [_width(c, headers[i], cols_cells[i]) for i, c in enumerate(columns)]
+    widths = [max([len(headers[i])] + [len(c) for c in cols_cells[i]]) for i in range(len(columns))]
     for i, c in enumerate(columns):   # free text never takes more than MAX_TEXT while numbers need room
         if c.text and widths[i] > MAX_TEXT:
             widths[i] = max(MAX_TEXT, len(headers[i]))

@@ -113,7 +113,8 @@ STEP_COLUMNS = [Column("step", drop=0), Column("micro", drop=4), Column("step ti
 
 def _step_row(label, r) -> list[str]:
     return [str(label), fmt_count(r["micro_steps"]), fmt_ns(r["step_ns"]), fmt_ns(r["compute_ns"]),
-            fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]), fmt_pct((r["comm_ns"] - r["exposed_ns"]) / r["comm_ns"], 0) if r["comm_ns"] else "-",
+            fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]),
+            fmt_pct((r["comm_ns"] - r["exposed_ns"]) / r["comm_ns"], 0) if r["comm_ns"] else "-",
             fmt_count(r["ops"]), fmt_bytes(r["bytes"]), f"rank {int(r['slowest_rank'])}"]
 
 
@@ -122,8 +123,8 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
     if st is None:
         if rep.compute_spans:
             con.print()
-            con.print(Text("Steps: no optimizer step was recorded (steps are counted at torch.optim optimizer "
-                           "steps).", style="dim"), overflow="fold")
+            con.print(Text("Steps: no optimizer step was recorded (steps are counted at torch.optim "
+                           "optimizer steps).", style="dim"), overflow="fold")
         return
     con.print()
     a = st.across

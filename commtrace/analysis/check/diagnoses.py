@@ -91,7 +91,8 @@ def diagnose_coverage(run) -> list[Finding]:
         c = p["coverage"]
         bits = []
         if c.get("keep_last"):
-            bits.append(f"{c.get('ops_kept', 0):,} ops kept of {c.get('ops_seen') or 0:,} (last {c['keep_last']:,})")
+            bits.append(f"{c.get('ops_kept', 0):,} ops kept of {c.get('ops_seen') or 0:,} "
+                        f"(last {c['keep_last']:,})")
         if c.get("steps"):
             bits.append(f"steps {c['steps']} in full, {c.get('ops_counted', 0):,} ops counted, "
                         f"{c.get('steps_done') or 0:,} steps taken")
@@ -422,8 +423,8 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Fin
     last_lines = list(texts) if len(texts) == 1 else folded_lines(lasts)   # one rank: as it always read
     if story[0] == EXCEPTION:
         exc = fate.exception
-        return Finding(EXCEPTION, ERROR, f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}",
-                       details=[*last_lines, *_traceback_tail(exc)], ranks=ranks,
+        title = f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}"
+        return Finding(EXCEPTION, ERROR, title, details=[*last_lines, *_traceback_tail(exc)], ranks=ranks,
                        data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
     if story[0] == EXITED:
         return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks,
@@ -465,10 +466,12 @@ def progress_findings(facts: RunFacts) -> list[Finding]:
     """Per (world, group): per member its last seq completed / entered and the seqs in flight."""
     out, worlds = [], _worlds(facts)
     for (world, group), g in facts.groups.items():
-        last = {r: str(g.last_completed[r]) if g.last_completed.get(r) is not None else "-" for r in g.members}
-        per_rank = {str(r): {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
-                             "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
-        out.append(Finding(PROGRESS, INFO, f"{_group_label(world, group, g.desc, worlds)}: last seq completed: "
-                           + folded_inline(last), world=world, group=group, ranks=g.members,
-                           data={"ranks": per_rank}))
+        per_rank = {r: {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
+                        "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
+        last = {r: "-" if p["last_completed"] is None else str(p["last_completed"])
+                for r, p in per_rank.items()}
+        label = _group_label(world, group, g.desc, worlds)
+        out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
+                           world=world, group=group, ranks=g.members,
+                           data={"ranks": {str(r): p for r, p in per_rank.items()}}))
     return out

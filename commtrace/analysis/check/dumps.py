@@ -28,10 +28,8 @@ def diagnose_dumps(run) -> list[Finding]:
         path = paths[first][0]
         n = sum(len(v) for v in paths.values())
         who = f"rank {fmt_ranks(ranks)}" if ranks else "rank None"   # as a rankless process's dump always read
-        if n == 1:
-            title = f"{who}: state dump ({reason}) {path}"
-        else:
-            title = f"{who}: {n} state dumps ({reason}), the first {path}"
+        title = (f"{who}: state dump ({reason}) {path}" if n == 1
+                 else f"{who}: {n} state dumps ({reason}), the first {path}")
         f = Finding(DUMP, INFO, title, ranks=ranks,
                     data={"path": path, "reason": reason, "paths": {str(r): v for r, v in paths.items()}})
         f.details.extend(dump_summary(path, run.path))

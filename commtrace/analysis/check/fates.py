@@ -149,11 +149,9 @@ def early_processes(run) -> list[EarlyProcess]:
     return out
 
 
-def _world_sizes(run) -> dict:
-    """world_size per process -> expected ranks (one world assumed when ids are absent)."""
-    sizes = [_int(p.get("world_size")) for p in run.processes]
-    sizes = [s for s in sizes if s]
-    return max(sizes) if sizes else 0
+def _world_sizes(run) -> int:
+    """The largest world size a process gave (0: none): the ranks expected."""
+    return max((s for p in run.processes if (s := _int(p.get("world_size")))), default=0)
 
 
 def rank_in_file(issue) -> int | None:

@@ -85,18 +85,13 @@ def exit_code(findings: list[Finding], strict: bool = False) -> int:
 # -- helpers ---------------------------------------------------------------------
 
 def _s(v) -> str | None:
-    if v is None or v is pd.NA:
-        return None
-    if isinstance(v, float) and np.isnan(v):
-        return None
-    return str(v)
+    """A frame cell as text; None where missing (None, NA, NaN)."""
+    return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
 def _int(v) -> int | None:
     try:
-        if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-            return None
-        return int(v)
+        return None if _s(v) is None else int(v)
     except (TypeError, ValueError):
         return None
 

@@ -92,13 +92,6 @@ def _fmt_split(split: dict) -> str:
     return folded_inline(value_of, line=lambda rs, v: f"{v} on rank {rs}")
 
 
-def _offset_at_start(p: dict) -> int:
-    """The process's clock offset to rank 0's at its start (0 when unknown or on one host)."""
-    clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
-    aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
-    return aligned - start if aligned is not None and start is not None else 0
-
-
 def _now_ns(run, t_max: int | None) -> int | None:
     """The latest moment the trace knows of (for in-flight ages): the processes' ends
     and ``t_max``, the latest start or end of any op (RunFacts.t_max)."""
@@ -106,7 +99,11 @@ def _now_ns(run, t_max: int | None) -> int | None:
     for p in run.processes:
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
-            cands.append(_int(end["t_mono_ns"]) + _offset_at_start(p))   # on rank 0's clock, as the frame
+            # on rank 0's clock, as the frame: plus the process's offset at its start (0: unknown, one host)
+            clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+            aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
+            offset = aligned - start if aligned is not None and start is not None else 0
+            cands.append(_int(end["t_mono_ns"]) + offset)
     if t_max is not None:
         cands.append(t_max)
     return max(cands) if cands else None
