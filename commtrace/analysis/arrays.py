@@ -77,47 +77,18 @@ def cat_codes(col: pd.Series) -> tuple[np.ndarray, list]:
 NA_KEY = "-"
 
 
-@dataclass
-class Groups:
-    """Rows grouped by frame columns: ``code`` per row, ``keys`` per group (sorted), ``order`` and
-    ``bounds`` slicing each group's rows."""
-    code: np.ndarray
-    keys: pd.DataFrame
-    order: np.ndarray
-    bounds: np.ndarray
-
-    @classmethod
-    def of_codes(cls, code: np.ndarray, keys: pd.DataFrame) -> "Groups":
-        order = stable_order(code, len(keys))
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=len(keys)))))
-        return cls(code, keys, order, bounds)
-
-    @property
-    def n(self) -> int:
-        return len(self.keys)
-
-    def segments(self, values: np.ndarray):
-        """(group, its values) per group; gathered one group at a time (small temporaries)."""
-        for i in range(self.n):
-            yield i, values[self.order[self.bounds[i]:self.bounds[i + 1]]]
-
-    def count(self) -> np.ndarray:
-        return np.diff(self.bounds)
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        return np.bincount(self.code, weights=values, minlength=self.n)
-
-    def quantiles(self, values: np.ndarray, qs) -> np.ndarray:
-        """n x len(qs) quantiles (linear, like pandas) ignoring NaN."""
-        out = np.full((self.n, len(qs)), np.nan)
-        for i, seg in self.segments(values):
-            seg = seg[~np.isnan(seg)]
-            if len(seg):
-                out[i] = np.quantile(seg, qs)
-        return out
-
-    def index(self) -> pd.Index:
-        return keys_index(self.keys)
+def group_quantiles(code: np.ndarray, n: int, values: np.ndarray, qs) -> np.ndarray:
+    """n x len(qs) quantiles (linear, like pandas) of ``values`` per group (``code`` per row, of
+    ``n``), ignoring NaN; each group's values gathered in turn (small temporaries)."""
+    order = stable_order(code, n)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=n))))
+    out = np.full((n, len(qs)), np.nan)
+    for i in range(n):
+        seg = values[order[bounds[i]:bounds[i + 1]]]
+        seg = seg[~np.isnan(seg)]
+        if len(seg):
+            out[i] = np.quantile(seg, qs)
+    return out
 
 
 def keys_index(keys: pd.DataFrame) -> pd.Index:
@@ -203,16 +174,6 @@ class Cells:
         rank_of = np.empty(len(perm), dtype=np.int64)
         rank_of[perm] = np.arange(len(perm))
         return rank_of[gcell.reshape(-1)], keys.iloc[perm].reset_index(drop=True)
-
-    def groups(self, by) -> Groups:
-        """Per-row grouping by ``by`` (see Groups)."""
-        gcell, keys = self.coarsen(by)
-        return Groups.of_codes(narrow(gcell, len(keys))[self.code], keys)
-
-
-def group_rows(frame: pd.DataFrame, by: list[str]) -> Groups:
-    """Group by columns (categorical or not); NA becomes the key ``"-"``. Keys sorted."""
-    return Cells.of(frame, by).groups(by)
 
 
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

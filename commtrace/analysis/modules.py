@@ -40,7 +40,7 @@ def module_keys(frame: pd.DataFrame) -> tuple[np.ndarray, list]:
 
 class ModuleFigures:
     """The per-module table. ``key``: per op of ``a``, an index into ``keys`` ((module,
-    phase)); ``add`` each rank's times (step_table.RankTime), then ``table()``."""
+    phase)); ``add`` each rank's times (step_table.RankTime), then ``module_table(acc)``."""
 
     def __init__(self, a: OpArrays, key: np.ndarray, keys: list, selected: np.ndarray | None = None,
                  bounds: dict | None = None):
@@ -65,9 +65,6 @@ class ModuleFigures:
             acc["exposed"].append(iv.length(iv.subtract(s, compute)))
             acc["ops"] += len(sel)
             acc["bytes"] += int(self.a.nbytes[sel].sum())
-
-    def table(self) -> pd.DataFrame | None:
-        return module_table(self.acc)
 
 
 def merge_module_acc(into: dict, acc: dict) -> None:

@@ -24,7 +24,7 @@ def _inside(t: np.ndarray, s: iv.IntervalSet) -> np.ndarray:
 
 class RegionFigures:
     """The per-region table. ``add`` each rank's communication set (one rank at a
-    time), then ``table()``: one row per region label; time_ns and comm_ns the mean
+    time), then ``region_table(acc)``: one row per region label; time_ns and comm_ns the mean
     over the ranks that entered it; comm_share = comm_ns / time_ns; ops and bytes
     over all ranks. ``bounds``: the window (rank -> (lo, hi))."""
 
@@ -57,9 +57,6 @@ class RegionFigures:
             acc["ops"] += len(inside)
             acc["bytes"] += int(self.a.nbytes[inside].sum())
             acc["entries"] += entries
-
-    def table(self) -> pd.DataFrame:
-        return region_table(self.acc)
 
 
 def merge_region_acc(into: dict, acc: dict) -> None:

@@ -17,7 +17,7 @@ from ..trace import schema
 from . import intervals as iv
 from .arrays import OpArrays, rows_by_rank
 from .native_ext import kernels
-from .steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
+from .steps import AFTER, BEFORE, BETWEEN
 
 PER_RANK_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "step_ns", "compute_ns",
                     "comm_ns", "exposed_ns", "ops", "bytes"]
@@ -84,11 +84,6 @@ class WaitColumns:
 def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``column[rows]`` for reading; no copy when ``rows`` (one rank's, ascending) is every row."""
     return column if len(rows) == len(column) else column[rows]
-
-
-def waits(frame: pd.DataFrame, a: OpArrays) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: (start, end) of its caller's wait (read-only: start may be ``a.start`` itself)."""
-    return WaitColumns(frame, a).of(np.arange(len(a.start)))
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
@@ -168,7 +163,7 @@ class RankTimes:
 
 
 class StepFigures:
-    """The per (rank, step) table: ``add`` each rank's RankTime, then ``table()``."""
+    """The per (rank, step) table: ``add`` each rank's RankTime, then ``columns()``."""
 
     def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None):
         self.steps = steps
@@ -197,12 +192,6 @@ class StepFigures:
                 "t_end_ns": self.hi, "micro_steps": st["micro_steps"].to_numpy(), "step_ns": self.hi - self.lo,
                 "compute_ns": self.compute, "comm_ns": self.comm, "exposed_ns": self.exposed,
                 "ops": self.ops, "bytes": self.nbytes}
-
-    def table(self) -> pd.DataFrame:
-        cols = self.columns()
-        if not cols:
-            return pd.DataFrame(columns=PER_RANK_COLUMNS)
-        return pd.DataFrame(cols, columns=PER_RANK_COLUMNS, copy=False)
 
 
 def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None):
@@ -242,8 +231,8 @@ def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts:
 
 
 class OutsideSteps:
-    """Ops of stepping ranks outside every step (before, between, after): ops and bytes summed over
-    ranks, comm_ns the mean of their communication there. ``add`` each RankTime, then ``table``."""
+    """Each stepping rank's communication outside its steps (before, between, after): ``add`` each
+    RankTime; the partitioned merge makes the table (ops and bytes summed, comm_ns the mean)."""
 
     def __init__(self, steps: pd.DataFrame):
         self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if len(steps) else {}
@@ -263,20 +252,3 @@ class OutsideSteps:
         self.comm[BEFORE].append(before)
         self.comm[AFTER].append(after)
         self.comm[BETWEEN].append(total - before - after - in_steps)
-
-    def table(self, a: OpArrays, where: np.ndarray, selected: np.ndarray | None = None) -> pd.DataFrame:
-        if not self.rows:
-            return pd.DataFrame(columns=OUTSIDE_COLUMNS)
-        sel = np.ones(len(where), dtype=bool) if selected is None else selected
-        stepping = np.isin(a.rank, list(self.rows))
-        out = []
-        for code in (BEFORE, BETWEEN, AFTER):
-            m = sel & stepping & (where == code)
-            comm = self.comm[code]
-            out.append({"where": OUTSIDE_NAMES[code], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
-                        "comm_ns": float(np.mean(comm)) if comm else 0.0, "ranks": len(comm)})
-        m = sel & (where == NO_STEPS)
-        if m.any():
-            out.append({"where": OUTSIDE_NAMES[NO_STEPS], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
-                        "comm_ns": float("nan"), "ranks": int(len(np.unique(a.rank[m])))})
-        return pd.DataFrame(out).set_index("where")[OUTSIDE_COLUMNS]

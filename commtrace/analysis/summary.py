@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.schema import op_kind
-from .arrays import Cells, Groups, OpArrays, keys_index, narrow
+from .arrays import Cells, OpArrays, group_quantiles, keys_index, narrow
 from .match import Matched
 
 SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
@@ -59,7 +59,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     c = cells.cells
     gcell, keys = c.coarsen(by)
     n = len(keys)
-    qv = Groups.of_codes(narrow(gcell, n)[c.code], keys).quantiles(a.dur, list(qs))
+    qv = group_quantiles(narrow(gcell, n)[c.code], n, a.dur, list(qs))
     out = summed_columns(gcell, n, keys_index(keys), cells.count, cells.dur, cells.known, cells.nbytes, qs, qv,
                          c.key_codes["rank"], len(c.keys["rank"]))
     # Collectives and bandwidth: every (row group, instance) pair counts once.
