@@ -1,13 +1,10 @@
 """Which part of a run a bounded trace covers (pure functions over a loaded Run).
 
-Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``; see
-``capture.bounded``) carry a ``coverage`` summary (``trace.coverage.describe``).
-``report`` says what that is in one banner row (``coverage_rows``); ``check``
-says it in one info finding (``check.diagnoses.diagnose_coverage``) and judges only what the
-files can show: a collective some member has no record of is evidence that it
-never arrived only if that member did not pass it, and a bounded member that
-dropped the record (ring) or counted the op (outside the steps window) did
-(``judged_frame``).
+Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``: ``capture.bounded``) carry a
+``coverage`` summary (``trace.coverage.describe``): ``report`` shows it in a banner row, ``check`` in
+an info finding (``check.diagnoses.diagnose_coverage``), and check judges only what the files show:
+a member's missing record means it never arrived only if it did not pass that collective, and a
+bounded member that dropped (ring) or counted (outside the steps) the op did (``judged_frame``).
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Per module and phase: ops, bytes, communication and exposed communication (pure).
 
-An op belongs to the (module, phase) it was called in (capture.module_tracker: the
-innermost nn.Module running, by its name from the root; DDP's ops: the DDP
-module's label). On each rank, a key's communication time is the length of the
-union of its ops' intervals (inside the rank's window); its exposed
-communication is the part of that union no compute span covers (the step
-table's compute set). The table gives, per key, ops and bytes summed over the
-ranks, and comm_ns / exposed_ns as the mean over the ranks that have ops of it.
+An op belongs to the (module, phase) it was called in (capture.module_tracker: the innermost running
+nn.Module by its name from the root; DDP's ops: the DDP module's label). Per rank, a key's comm is
+the union of its ops (in the window), exposed the part no compute (the step table's set) covers; the
+table sums ops and bytes over ranks and averages comm_ns / exposed_ns over the ranks with ops of it.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Per user region (``commtrace.region(label)``): time, communication, ops (pure).
 
-A region's time on a rank is the union of that rank's intervals of the region
-(entered several times, or on several threads); nested regions are labelled
-"outer/inner" and lie inside their outer region. Ops count when they start
-inside the region; communication time is the rank's communication set
-intersected with the region's.
+A region's time on a rank is the union of its intervals (re-entered, or on several threads; nested
+regions are "outer/inner", inside their outer one). Ops count when they start inside; communication
+is the rank's communication set intersected with the region's.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Rendering of ``commtrace check`` findings (rich; plain when not a TTY).
-
-Every string taken from a trace is escaped (``rich.markup.escape`` via
-``fmt.safe``) so trace contents can never inject markup or control sequences.
+"""Rendering of ``commtrace check`` findings (rich; plain when not a TTY). Trace strings are escaped
+(``fmt.safe``): trace contents never inject markup or control sequences.
 """
 from __future__ import annotations
 

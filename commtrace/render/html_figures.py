@@ -1,10 +1,8 @@
 """Plotly figures (plain figure dicts, drawn by the inlined plotly.js) of one report.
 
-Nothing is computed here that the analysis does not give: the figures plot the
-report's frame, spans, marks, step table, matched collectives, skew, and
-``analysis.figures``. Every trace string goes through ``html_escape.text`` before
-it reaches a plotly label (plotly parses labels as a subset of HTML); strings the
-page shows itself (op fields on hover) travel as JSON and are set as DOM text.
+The figures plot what the analysis gives (frame, spans, marks, step table, matched collectives, skew,
+``analysis.figures``), computing nothing. Trace strings go through ``html_escape.text`` before a
+plotly label (plotly parses labels as HTML); hover fields travel as JSON and are set as DOM text.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Tables that fit the console: columns are dropped (least important first) or
-their headers abbreviated before any cell would be cut; numbers are never cut.
-
-Plain and colour output use the same layout (ASCII rules, same widths), so a
-report reads the same with and without colour; colour only adds styles.
+"""Tables that fit the console: columns are dropped (least important first) or their headers
+abbreviated before any cell would be cut; numbers are never cut. Plain and colour output share the
+layout (ASCII rules, same widths): colour only adds styles.
 """
 from __future__ import annotations
 
