@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.arrays import column_codes
+from ..analysis.report import json_safe
 from ..errors import CommtraceError
 from ..trace.schema import P2P_OPS
 
@@ -72,18 +73,6 @@ def _static_codes(frame: pd.DataFrame, cols: list[str]) -> np.ndarray:
         code, _ = pd.factorize(code * n + cc)
         code = code.astype(np.int64)
     return code
-
-
-def _jsonable(v):
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
-    return v if isinstance(v, (int, float, bool)) else str(v)
 
 
 def _json_per_row(col: pd.Series, missing: str, fmt=json.dumps) -> np.ndarray:
@@ -192,8 +181,8 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     first = pd.Series(np.arange(n)).groupby(scode, sort=True).first().to_numpy()
     frags = []
     for row in first.tolist():
-        d = {c: v for c in static_cols if (v := _jsonable(frame[c].iat[row])) is not None}  # nulls: not recorded
-        frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"))[1:-1])
+        d = {c: v for c in static_cols if (v := json_safe(frame[c].iat[row])) is not None}  # nulls: not recorded
+        frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str)[1:-1])
     names = _json_per_row(frame["op"], '"?"')
     p2p = frame["op"].isin(P2P_OPS).to_numpy()
     status = _json_per_row(frame["status"], "null")
