@@ -172,16 +172,13 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         severity = ERROR if any(c != "variant" for c, _ in cats) else WARNING
         op = str(sdf["op"].iloc[0])
         names = ", ".join(c for c, _ in cats)
-        f = Finding(MISMATCH, severity,
-                    f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
-                    world=world_s, group=group_s, seq=seq, op=op,
-                    ranks=sorted(int(r) for r in sdf["rank"]),
-                    data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}})
-        for c, s in cats:
-            f.details.append(f"{c}: {_fmt_split(s)}")
-        f.details += folded_lines({int(r["rank"]): f"{_op_desc(r)} [{r['status']}] at {_s(r.get('callsite')) or '?'}"
-                                   for _, r in sdf.iterrows()})
-        findings.append(f)
+        details = [f"{c}: {_fmt_split(s)}" for c, s in cats] + folded_lines(
+            {int(r["rank"]): f"{_op_desc(r)} [{r['status']}] at {_s(r.get('callsite')) or '?'}"
+             for _, r in sdf.iterrows()})
+        findings.append(Finding(MISMATCH, severity, f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
+                                details=details, world=world_s, group=group_s, seq=seq, op=op,
+                                ranks=sorted(int(r) for r in sdf["rank"]),
+                                data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}}))
     if v.n_mismatch > MISMATCH_SHOWN:
         findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {v.n_mismatch - MISMATCH_SHOWN} more mismatched sequence numbers",
                                 world=world_s, group=group_s))
@@ -205,13 +202,12 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         st = sdf["status"].astype(str)
         waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
         row = sdf.iloc[0]
-        f = Finding(STUCK, ERROR,
-                    f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never "
-                    f"finished on rank {fmt_ranks(waiting)}",
-                    world=world_s, group=group_s, seq=seq, op=str(row["op"]), ranks=waiting)
-        f.details.append(f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}")
-        f.details += folded_lines({r: fates[r].describe() for r in waiting if r in fates})
-        findings.append(f)
+        title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never finished on "
+                 f"rank {fmt_ranks(waiting)}")
+        details = [f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}",
+                   *folded_lines({r: fates[r].describe() for r in waiting if r in fates})]
+        findings.append(Finding(STUCK, ERROR, title, details=details, world=world_s, group=group_s, seq=seq,
+                                op=str(row["op"]), ranks=waiting))
         break
     # Failed ops: first failing seq in this group.
     if v.failed:
