@@ -51,9 +51,8 @@ def table_records(df: pd.DataFrame | None) -> list[dict]:
 
 
 def report_json(rep) -> dict:
-    """The summary numbers of report ``rep`` (analysis.partitioned.analyse), for scripts
-    (``commtrace report --json``); docs/report.md lists the fields. A run analysed in
-    partitions adds ``"partitioned": true`` and how (executor, workers, percentiles)."""
+    """``commtrace report --json`` of ``rep`` (fields: docs/report.md); a partitioned analysis adds
+    ``"partitioned": true`` and how (executor, workers, percentiles)."""
     info = dict(rep.info)
     if not rep.whole:
         info.update(run_dir=rep.path, ranks=rep.ranks, ops=rep.ops, percentiles_exact=rep.exact,

@@ -1,7 +1,5 @@
-"""The terminal report (rich). Plain text (no colour) when the output is not a TTY
-or NO_COLOR is set; the layout and width are the same either way (colour only
-adds styles). Every string from a trace goes through ``plain_safe``/``safe``.
-Tables fit the width by dropping their least important columns (render.tables).
+"""The terminal report (rich): plain (no colour) when not a TTY or NO_COLOR is set, the same layout
+either way. Trace strings go through ``plain_safe``/``safe``; tables fit the width (render.tables).
 """
 from __future__ import annotations
 
@@ -362,9 +360,9 @@ def render_nothing_shown(con: Console, rep) -> bool:
 
 
 def render_report(con: Console, rep, *, events=False, limit=None, top=10, memory_limit=None, by=None) -> None:
-    """The banner (plus how the run was analysed, when not whole), steps, summary (and ``by``'s:
-    render_by), region, module and skew tables, the timeline (when analysed with one: ``analyse(timeline_width=...)``) and
-    ``events`` (at most ``limit``; without, streamed within ``memory_limit``: render.events)."""
+    """Banner (and how a partitioned run was analysed), steps, summary (and ``by``), region, module
+    and skew tables, the timeline (if analysed with one) and ``events`` (at most ``limit``; without,
+    streamed within ``memory_limit``)."""
     render_banner(con, rep)
     if not rep.whole:
         how = f"{rep.executor}, {rep.workers} worker{'s' if rep.workers != 1 else ''}"

@@ -27,11 +27,9 @@ _SIGTERM_EXIT = 128 + 15
 
 
 def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
-    """Processes that raised, exited non-zero, were killed or whose trace ends
-    abruptly before they created a process group. A helper process (no rank,
-    not an mp.spawn process) whose trace just ends, or that SIGTERM ended, is only informational.
-    Processes numbered alike (ranks, mp.spawn processes) that ended the same way
-    are one finding ("rank 0-1023 raised KeyError: 'lr' ...")."""
+    """Processes that ended badly (raised, exited non-zero, killed, trace cut) before any process
+    group: info for a helper (no rank, not mp.spawn's) whose trace just ends or that SIGTERM ended.
+    Processes numbered alike that ended alike are one finding ("rank 0-1023 raised KeyError ...")."""
     alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
     # Root causes first: ranks that raised, then ranks torn down, then other processes.
     early = sorted(early, key=lambda e: (not e.identified, not e.fate.exception, e.label))
@@ -105,9 +103,8 @@ def diagnose_coverage(run) -> list[Finding]:
 
 
 def diagnose_damage(run) -> list[Finding]:
-    """Trace data that could not be read: an error (the diagnosis may lack it). Ranks whose
-    files are damaged alike (equal ``damage_any``: the reader's phrases with each file's
-    stem written "*") are one finding; ``data.per_rank`` keeps each rank's files and damage."""
+    """Unreadable trace data: an error (the diagnosis may lack it); ranks damaged alike (equal
+    ``damage_any``: file stems written "*") are one finding, ``data.per_rank`` each one's files."""
     alike: dict[tuple, list[dict]] = {}     # damage of any rank -> its ranks' processes (in order)
     helpers = []                            # processes without a rank: one finding each
     for p in list(run.processes) + list(getattr(run, "unranked", None) or []):

@@ -10,9 +10,8 @@ from ...trace.rank_ranges import fmt_ranks, folded_lines
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
-    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): the ranks that wrote
-    such dumps, the first dump's path and (details) its summary; ``data["paths"]``
-    lists every dump of that reason by rank."""
+    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): its ranks, the first dump's path
+    and summary; ``data["paths"]``: every dump of that reason by rank."""
     by_reason: dict[str, dict] = {}   # reason -> rank (None: a rankless process) -> its dump paths
     for p in run.processes:
         for d in p.get("dumps") or []:

@@ -123,9 +123,8 @@ def _launch_rank(p: dict) -> int | None:
 
 
 def early_processes(run) -> list[EarlyProcess]:
-    """Every rank-less process, with who it was. A process whose parent is a
-    traced process of the same launcher rank is that rank's helper (a
-    subprocess or forked worker inheriting its variables), not the rank."""
+    """Every rank-less process, with who it was; one whose parent is a traced process of the same
+    launcher rank is that rank's helper (a subprocess inheriting its variables), not the rank."""
     unranked = [p for p in getattr(run, "unranked", None) or [] if isinstance(p, dict)]
     every = [p for p in list(run.processes) + unranked if isinstance(p, dict)]
     by_pid = {(p.get("host"), p.get("pid")): p for p in every}

@@ -56,9 +56,8 @@ _CAUSE, _DESYNC, _HANG, _CONSEQUENCE, _LAUNCHER = range(5)
 
 
 def root_cause_first(findings: list[Finding]) -> list[Finding]:
-    """The findings ordered by severity and, among errors, root cause first: the exception
-    of a rank that never arrived comes before the collective it left the others waiting in,
-    and that before their failed ops, their exceptions and the launcher's. Stable otherwise."""
+    """By severity and, among errors, root cause first (stable): a missing rank's exception, then the
+    collective it left the others in, then their failed ops and exceptions, then the launcher's."""
     culprits = {r for f in findings if f.kind == NOT_ARRIVED for r in f.data.get("missing") or []}
     failed = {r for f in findings if f.kind == FAILED for r in f.ranks}
 
@@ -104,9 +103,8 @@ def _fmt_age(ns) -> str:
 
 
 def _group_label(world, group, desc=None, worlds: int = 1) -> str:
-    """"group 0 (default_pg)"; in a run of several worlds (a program that destroyed its
-    default group and made another, e.g. a test suite; ``worlds``: how many) it says
-    which: "group 0 (default_pg) of world w3"."""
+    """"group 0 (default_pg)"; with several ``worlds`` (a default group destroyed and made again, as
+    in a test suite): "group 0 (default_pg) of world w3"."""
     g = f"group {group}"
     if desc and desc != group:
         g += f" ({desc})"
