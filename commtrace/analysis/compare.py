@@ -50,14 +50,14 @@ def noise_band_pct(base: dict, exp: dict) -> float:
 def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd.DataFrame:
     """One row per (run, stat): median, p25, p75, spread, n, delta_pct, band_pct, within_noise."""
     rows = []
-    base = {s: spread_stats(acrosses[0][s]) if acrosses[0] is not None else spread_stats([]) for s in STEP_STATS}
-    for i, (name, across) in enumerate(zip(names, acrosses)):
-        for s in STEP_STATS:
-            st = spread_stats(across[s]) if across is not None and len(across) else spread_stats([])
+    stats = [{s: spread_stats(a[s] if a is not None and len(a) else []) for s in STEP_STATS}
+             for a in acrosses]
+    for i, (name, run_stats) in enumerate(zip(names, stats)):
+        for s, st in run_stats.items():
             row = {"run": name, "stat": s, **st}
             if i:
-                d = float(delta_pct(base[s]["median"], st["median"]))
-                band = noise_band_pct(base[s], st)
+                d = float(delta_pct(stats[0][s]["median"], st["median"]))
+                band = noise_band_pct(stats[0][s], st)
                 row.update(delta_pct=d, band_pct=band,
                            within_noise=bool(np.isfinite(d) and np.isfinite(band) and abs(d) <= band))
             rows.append(row)

@@ -133,8 +133,7 @@ def apply(window: Window, frame: pd.DataFrame, a: OpArrays, steps: pd.DataFrame,
             if window.t_to is not None:
                 hi = min(hi, base + window.t_to)
             bounds[int(r)] = (lo, max(lo, hi))
-        lo_row = np.array([bounds[int(r)][0] for r in ranks], dtype=np.int64)
-        hi_row = np.array([bounds[int(r)][1] for r in ranks], dtype=np.int64)
+        lo_row, hi_row = np.array([bounds[int(r)] for r in ranks], dtype=np.int64).reshape(-1, 2).T
         ri = np.searchsorted(ranks, a.rank)
         selected &= (a.start >= lo_row[ri]) & (a.start <= hi_row[ri]) & (hi_row[ri] > lo_row[ri])
         if len(steps):
@@ -150,6 +149,5 @@ def in_bounds(rank: np.ndarray, t_begin: np.ndarray, t_end: np.ndarray, bounds: 
     """Rows of a span/mark/region table that overlap their rank's interval."""
     if bounds is None:
         return np.ones(len(rank), dtype=bool)
-    lo = np.array([bounds.get(int(r), (0, 0))[0] for r in rank], dtype=np.int64)
-    hi = np.array([bounds.get(int(r), (0, 0))[1] for r in rank], dtype=np.int64)
+    lo, hi = np.array([bounds.get(int(r), (0, 0)) for r in rank], dtype=np.int64).reshape(-1, 2).T
     return (t_end >= lo) & (t_begin <= hi) & (hi > lo)

@@ -127,9 +127,7 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     for table, col in ((spans, "t_begin_ns"), (marks, "t_ns"), (regions, "t_begin_ns")):
         if table is not None:
             firsts.append(int(table[col].min()))
-    t0 = min(firsts) if (t0 is None and firsts) else int(t0 or 0)
-    if firsts:
-        t0 = min(t0, *firsts)   # timestamps are never negative
+    t0 = min(firsts + ([] if t0 is None else [int(t0)]), default=0)   # timestamps are never negative
     rank = frame["rank"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
     pid = np.where(rank >= 0, rank, 1_000_000)
     if n:
