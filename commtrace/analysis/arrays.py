@@ -19,11 +19,6 @@ def int_or(col: pd.Series, fill) -> np.ndarray:
     return col.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def float_col(col: pd.Series) -> np.ndarray:
-    """Any numeric column as float64 with NaN for NA."""
-    return col.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
 @dataclass
 class OpArrays:
     rank: np.ndarray       # int32
@@ -67,7 +62,8 @@ class OpArrays:
         ret = int_or(frame["t_return_ns"], start)
         end = int_or(frame["t_end_ns"], ret)
         return cls(rank=frame["rank"].to_numpy(dtype=np.int32), start=start, end=np.maximum(end, start),
-                   dur=float_col(frame["duration_ns"]), nbytes=frame["bytes"].to_numpy(dtype=np.int64))
+                   dur=frame["duration_ns"].to_numpy(dtype=np.float64, na_value=np.nan),
+                   nbytes=frame["bytes"].to_numpy(dtype=np.int64))
 
 
 def cat_codes(col: pd.Series) -> tuple[np.ndarray, list]:
@@ -81,47 +77,18 @@ def cat_codes(col: pd.Series) -> tuple[np.ndarray, list]:
 NA_KEY = "-"
 
 
-@dataclass
-class Groups:
-    """Rows grouped by some frame columns: ``code`` per row, ``keys`` per group (sorted),
-    and ``order``/``bounds`` to slice each group's rows contiguously."""
-    code: np.ndarray
-    keys: pd.DataFrame
-    order: np.ndarray
-    bounds: np.ndarray
-
-    @classmethod
-    def of_codes(cls, code: np.ndarray, keys: pd.DataFrame) -> "Groups":
-        order = stable_order(code, len(keys))
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=len(keys)))))
-        return cls(code, keys, order, bounds)
-
-    @property
-    def n(self) -> int:
-        return len(self.keys)
-
-    def segments(self, values: np.ndarray):
-        """(group, its values) per group; gathered one group at a time (small temporaries)."""
-        for i in range(self.n):
-            yield i, values[self.order[self.bounds[i]:self.bounds[i + 1]]]
-
-    def count(self) -> np.ndarray:
-        return np.diff(self.bounds)
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        return np.bincount(self.code, weights=values, minlength=self.n)
-
-    def quantiles(self, values: np.ndarray, qs) -> np.ndarray:
-        """n x len(qs) quantiles (linear, like pandas) ignoring NaN."""
-        out = np.full((self.n, len(qs)), np.nan)
-        for i, seg in self.segments(values):
-            seg = seg[~np.isnan(seg)]
-            if len(seg):
-                out[i] = np.quantile(seg, qs)
-        return out
-
-    def index(self) -> pd.Index:
-        return keys_index(self.keys)
+def group_quantiles(code: np.ndarray, n: int, values: np.ndarray, qs) -> np.ndarray:
+    """n x len(qs) quantiles (linear, like pandas) of ``values`` per group (``code`` per row, of
+    ``n``), ignoring NaN; each group's values gathered in turn (small temporaries)."""
+    order = stable_order(code, n)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=n))))
+    out = np.full((n, len(qs)), np.nan)
+    for i in range(n):
+        seg = values[order[bounds[i]:bounds[i + 1]]]
+        seg = seg[~np.isnan(seg)]
+        if len(seg):
+            out[i] = np.quantile(seg, qs)
+    return out
 
 
 def keys_index(keys: pd.DataFrame) -> pd.Index:
@@ -130,8 +97,7 @@ def keys_index(keys: pd.DataFrame) -> pd.Index:
 
 
 def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """(int64 code per row, key strings): categories (or distinct values) as text plus
-    a last key ``"-"`` that NA rows get."""
+    """(code per row, key strings): categories (or distinct values) as text, then ``"-"`` for NA."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes, keys = col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
     elif isinstance(col.array, pd.arrays.IntegerArray):   # nullable integers (bucket, root, tag)
@@ -154,10 +120,8 @@ def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 @dataclass
 class Cells:
-    """The finest partition of the rows by several columns at once.
-
-    Summaries over any subset of those columns aggregate per cell (a few hundred)
-    instead of per row (millions): one pass over the rows serves every grouping."""
+    """The finest partition of the rows by several columns: summaries over any subset of them add
+    up cells (hundreds), not rows (millions), so one pass over the rows serves every grouping."""
     columns: list[str]
     code: np.ndarray                  # per row: cell index
     key_codes: dict[str, np.ndarray]  # per cell and column: index into keys[column]
@@ -195,8 +159,7 @@ class Cells:
         return np.bincount(self.code, weights=values, minlength=self.n)
 
     def coarsen(self, by) -> tuple[np.ndarray, pd.DataFrame]:
-        """(group index per cell, one row of key strings per group) for grouping by
-        ``by`` (a subset of the columns); groups sorted by their key strings."""
+        """(group per cell, key strings per group) grouping by ``by``; groups sorted by key strings."""
         by = list(by)
         combined = np.zeros(self.n, dtype=np.int64)
         for c in by:
@@ -212,21 +175,10 @@ class Cells:
         rank_of[perm] = np.arange(len(perm))
         return rank_of[gcell.reshape(-1)], keys.iloc[perm].reset_index(drop=True)
 
-    def groups(self, by) -> Groups:
-        """Per-row grouping by ``by`` (see Groups)."""
-        gcell, keys = self.coarsen(by)
-        return Groups.of_codes(narrow(gcell, len(keys))[self.code], keys)
-
-
-def group_rows(frame: pd.DataFrame, by: list[str]) -> Groups:
-    """Group by columns (categorical or not); NA becomes the key ``"-"``. Keys sorted."""
-    return Cells.of(frame, by).groups(by)
-
 
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique values, code per element) for small-range integers, without sorting.
-
-    Codes come in the narrowest integer type (see narrow): widen before arithmetic."""
+    """(sorted unique values, code per element) for small-range integers, without sorting; codes
+    in the narrowest integer type (narrow): widen before arithmetic."""
     v = np.asarray(values)
     if len(v) == 0:
         return v[:0], np.empty(0, dtype=np.int64)
@@ -244,8 +196,7 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def narrow(codes: np.ndarray, n: int) -> np.ndarray:
-    """Codes in [0, n) in the smallest signed integer type that holds them: less
-    memory for per-row codes kept around, and radix sorts for 16-bit ones."""
+    """Codes in [0, n) in the smallest signed type (less memory; radix sorts for 16-bit ones)."""
     dt = np.int16 if n < 32_000 else np.int32 if n < 2**31 else np.int64
     return codes.astype(dt, copy=False)
 

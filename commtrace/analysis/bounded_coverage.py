@@ -1,19 +1,17 @@
 """Which part of a run a bounded trace covers (pure functions over a loaded Run).
 
-Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``; see
-``capture.bounded``) carry a ``coverage`` summary (``trace.coverage.describe``).
-``report`` says what that is in one banner row (``coverage_rows``); ``check``
-says it in one info finding (``check.coverage_finding.coverage_finding``) and judges only what the
-files can show: a collective some member has no record of is evidence that it
-never arrived only if that member did not pass it, and a bounded member that
-dropped the record (ring) or counted the op (outside the steps window) did
-(``judged_frame``).
+Bounded processes (``commtrace run --keep-last N`` / ``--steps A:B``: ``capture.bounded``) carry a
+``coverage`` summary (``trace.coverage.describe``): ``report`` shows it in a banner row, ``check`` in
+an info finding (``check.diagnoses.diagnose_coverage``), and check judges only what the files show:
+a member's missing record means it never arrived only if it did not pass that collective, and a
+bounded member that dropped (ring) or counted (outside the steps) the op did (``judged_frame``).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ..trace.group_ranks import parse_ranks
 from ..trace.schema import P2P_OPS
 
 
@@ -95,7 +93,7 @@ def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
     gone = set()
     for key, row in short.iterrows():
         world, group, seq = key
-        missing = set(_ranks(row["members"])) - present.get(key, set())
+        missing = set(parse_ranks(row["members"])) - present.get(key, set())
         if any(int(seq) <= passed.get((m, _str(world), _str(group)), 0) for m in missing):
             gone.add((_str(world), _str(group), int(seq)))
     if not gone:
@@ -108,12 +106,6 @@ def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
         if op not in P2P_OPS and (_str(w), _str(g), int(s)) in gone:
             keep[i] = False
     return df[keep]
-
-
-def _ranks(text) -> list[int]:
-    if text is None or (isinstance(text, float) and np.isnan(text)):
-        return []
-    return [int(x) for x in str(text).split(",") if x.strip().lstrip("-").isdigit()]
 
 
 def _str(v):

@@ -1,24 +1,17 @@
 """Per host: how its ranks' clocks were put on rank 0's clock, and how well.
 
-Input: the reader's process summaries, whose ``clock`` is
-``trace.clocks.ProcessClock.describe()``. Output: ``run_info.info_of(...)["clocks"]``, one
-entry per host (the reference host first):
+From the processes' ``clock`` (``trace.clocks.ProcessClock.describe()``), one entry per host, the
+reference host first (``run_info.info_of(...)["clocks"]``):
 
-``host``, ``ranks``
-``methods``          how its ranks were aligned: each distinct list of methods a rank's
-                     offset combines (``trace.clocks``: reference, same-host,
-                     gloo-pingpong, mpi-pingpong, wall-clock, unaligned)
-``uncertainty_ns``   the largest bound on a rank's offset error there (0 on rank
-                     0's host; None when a rank's error is unknown: wall clock)
-``rtt_ns``           the lowest ping-pong round trip measured to that host
-``residual_ns``      the largest distance of a measurement from its drift line
-``measurements``     clock measurements used, summed over its ranks
-``drift_ppm``        the largest drift of its ranks' clocks against rank 0's
-                     (meaningful when ``span_ns``, the time between a rank's
-                     first and last measurement, is long)
-``beyond_ns``        the longest a rank ran past its last measurement (its bound
-                     grows with it: see ``trace.clocks``)
-``per_rank``         ``[{rank, methods, uncertainty_ns, ...}]``
+``host``, ``ranks``, ``per_rank`` (``[{rank, methods, uncertainty_ns, ...}]``)
+``methods``          each distinct list of methods a rank's offset combines (``trace.clocks``:
+                     reference, same-host, gloo-pingpong, mpi-pingpong, wall-clock, unaligned)
+``uncertainty_ns``   the largest bound on a rank's offset error (0 on rank 0's host; None: unknown)
+``rtt_ns``           the lowest ping-pong round trip; ``residual_ns``: the largest distance of a
+                     measurement from its drift line; ``measurements``: summed over its ranks
+``drift_ppm``        the largest drift against rank 0's clock (meaningful when ``span_ns``, first
+                     to last measurement, is long)
+``beyond_ns``        the longest a rank ran past its last measurement (its bound grows with it)
 """
 from __future__ import annotations
 

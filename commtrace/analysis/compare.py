@@ -1,16 +1,8 @@
 """Compare runs step by step, then op by op (pure). Definitions: docs/report.md, "compare".
 
-Per run, over the steps in the window (each step's figure across ranks, as the
-report's step table gives it): the **median** and the **spread** = half the
-interquartile range, (p75 - p25) / 2. Against BASE:
-
-* delta % = (median_exp - median_base) / median_base * 100;
-* noise band % = 100 * sqrt(spread_base^2 + spread_exp^2) / median_base;
-* a delta is *within noise* when |delta| <= band.
-
-Then the breakdown: ``summary.op_summary`` per run (the report's per-op /
-per-phase numbers: collectives, ops, bytes, mean, p50, p99, busbw) with the
-delta % of each against BASE.
+Per run over the window's steps: median and spread = (p75 - p25) / 2. Against BASE: delta % =
+(exp - base) / base * 100, noise band % = 100 * hypot(spreads) / base median, within noise when
+|delta| <= band. Then ``summary.op_summary`` per run with each figure's delta % against BASE.
 """
 from __future__ import annotations
 
@@ -58,14 +50,14 @@ def noise_band_pct(base: dict, exp: dict) -> float:
 def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd.DataFrame:
     """One row per (run, stat): median, p25, p75, spread, n, delta_pct, band_pct, within_noise."""
     rows = []
-    base = {s: spread_stats(acrosses[0][s]) if acrosses[0] is not None else spread_stats([]) for s in STEP_STATS}
-    for i, (name, across) in enumerate(zip(names, acrosses)):
-        for s in STEP_STATS:
-            st = spread_stats(across[s]) if across is not None and len(across) else spread_stats([])
+    stats = [{s: spread_stats(a[s] if a is not None and len(a) else []) for s in STEP_STATS}
+             for a in acrosses]
+    for i, (name, run_stats) in enumerate(zip(names, stats)):
+        for s, st in run_stats.items():
             row = {"run": name, "stat": s, **st}
             if i:
-                d = float(delta_pct(base[s]["median"], st["median"]))
-                band = noise_band_pct(base[s], st)
+                d = float(delta_pct(stats[0][s]["median"], st["median"]))
+                band = noise_band_pct(stats[0][s], st)
                 row.update(delta_pct=d, band_pct=band,
                            within_noise=bool(np.isfinite(d) and np.isfinite(band) and abs(d) <= band))
             rows.append(row)
@@ -83,8 +75,8 @@ def check_by(by: list[str], reports: list) -> None:
 
 
 def breakdown(rep, by: list[str]) -> pd.DataFrame:
-    """Report ``rep``'s summary table over ``by``: one it analysed (``analyse(compare_by=...)``), else
-    from every op of its window (``analyse(op_view=True)``; a column the run lacks is all "-")."""
+    """``rep``'s summary over ``by``: analysed (``analyse(compare_by=...)``), else from its op view
+    (a column the run lacks is all "-")."""
     if tuple(by) in rep.tables or rep.op_view is None:
         return rep.summary(by)
     v = rep.op_view
@@ -115,10 +107,8 @@ def breakdown_table(names: list[str], stats: list[pd.DataFrame]) -> pd.DataFrame
 
 
 def compare_reports(named: list[tuple[str, object]], by: list[str] | None = None) -> dict:
-    """``named``: [(name, report), ...] (analysis.partitioned.analyse), the first is BASE.
-
-    Returns {"runs": names, "steps": step_comparison(...), "breakdown": table, "by": keys,
-    "windows": per run the window shown and its step counts, "busbw": per run over every collective}."""
+    """``named``: [(name, report)], the first BASE -> {"runs", "steps" (step_comparison), "breakdown",
+    "by", "windows" (per run its window and step counts), "busbw" (per run, every collective)}."""
     names = [n for n, _ in named]
     reports = [r for _, r in named]
     if by is None:

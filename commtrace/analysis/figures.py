@@ -1,14 +1,4 @@
-"""Figures the HTML report plots that no table holds (pure). Definitions: docs/report.md, "HTML report".
-
-* ``step_breakdown``: per (rank, step), the step time cut into disjoint parts:
-  compute without communication, hidden communication, exposed communication, other.
-* ``arrival_offsets``: per collective and rank, how long after the first caller the rank arrived.
-* ``bandwidth_by_size``: per op and message size, algbw and busbw (nccl-tests conventions).
-* ``steps_across_ranks``: per step, the mean of each part over the ranks, and the step time's min and max.
-* ``exposure_intervals``: per rank, its communication cut into exposed and hidden intervals.
-* ``steady_start``: the first step of the steady state (set-up and the first step left out).
-* ``binned_majority``: per bin of a time range, which of several interval sets covers most of it.
-"""
+"""Figures the HTML report plots that no table holds (pure). Definitions: docs/report.md, "HTML report"."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,21 +13,9 @@ from .summary import bus_factors
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
 
 
-def collective_instances(matched: Matched) -> pd.DataFrame:
-    """Instances with at least two callers that are not point-to-point."""
-    inst = matched.instances
-    if len(inst) == 0:
-        return inst
-    return inst[(~inst["p2p"].to_numpy(dtype=bool)) & (inst["ranks"].to_numpy() >= 2)]
-
-
 def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:
-    """One row per (rank, step) of the step table's per-rank rows: rank, step, step_ns and the parts
-
-    hidden = comm - exposed (communication overlapped by compute, so inside compute);
-    compute_only = compute - hidden; other = step - compute_only - hidden - exposed
-    (neither computing nor communicating: data loading, Python, ...). The four parts
-    are disjoint and sum to the step time (each is clipped at 0)."""
+    """Per (rank, step): step_ns cut into disjoint parts summing to it (each clipped at 0): hidden =
+    comm - exposed (inside compute), compute_only = compute - hidden, exposed, other = the rest."""
     cols = ["rank", "step", "step_ns", *STEP_PARTS]
     if per_rank is None or not len(per_rank):
         return pd.DataFrame(columns=cols)
@@ -54,8 +32,7 @@ def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:
 
 
 def steps_across_ranks(parts: pd.DataFrame) -> pd.DataFrame:
-    """One row per step (index ``step``) of ``step_breakdown``'s rows: ranks, each part's
-    mean over the ranks that took the step, and the step time's mean, min and max."""
+    """Per step of ``step_breakdown``'s rows: ranks, each part's mean over them, step time mean/min/max."""
     cols = ["ranks", *STEP_PARTS, "step_ns", "min_step_ns", "max_step_ns"]
     if not len(parts):
         return pd.DataFrame(columns=cols, index=pd.Index([], name="step"))
@@ -68,9 +45,7 @@ def steps_across_ranks(parts: pd.DataFrame) -> pd.DataFrame:
 
 
 def steady_start(per_rank: pd.DataFrame) -> int | None:
-    """The steady state's first step: the second step number present (the first step
-    carries one-off work: set-up collectives, lazy initialisation, warm-up); None
-    with fewer than two steps."""
+    """The second step number present (the first carries one-off set-up and warm-up); None: < 2 steps."""
     if per_rank is None or not len(per_rank):
         return None
     numbers = np.unique(per_rank["step"].to_numpy(np.int64))
@@ -79,10 +54,8 @@ def steady_start(per_rank: pd.DataFrame) -> int | None:
 
 def exposure_intervals(frame: pd.DataFrame, arrays: OpArrays, spans: pd.DataFrame | None,
                        bounds: dict | None = None) -> pd.DataFrame:
-    """rank, t_begin_ns, t_end_ns, exposed: each rank's communication (the union of
-    its ops, within its window) cut into exposed intervals (no compute overlaps them)
-    and hidden ones (compute does): the same sets the step table's ``exposed`` and
-    ``comm - exposed`` measure."""
+    """rank, t_begin_ns, t_end_ns, exposed: each rank's communication cut into exposed and hidden
+    intervals -- the sets the step table's ``exposed`` and ``comm - exposed`` measure."""
     times = RankTimes(frame, arrays, spans, None, bounds)
     parts = []
     for r in times.ranks():
@@ -100,9 +73,8 @@ def exposure_intervals(frame: pd.DataFrame, arrays: OpArrays, spans: pd.DataFram
 
 
 def binned_majority(sets: list, lo: int, hi: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut [lo, hi) into ``bins`` equal bins; per bin, the index of the set in ``sets``
-    (interval sets) that covers most of it (-1: none covers any of it; ties: the
-    first) and the fraction of the bin that set covers."""
+    """Per bin of [lo, hi) cut in ``bins``: which interval set covers most of it (-1: none; ties:
+    the first) and the fraction it covers."""
     bins = max(int(bins), 1)
     edges = np.linspace(int(lo), int(hi), bins + 1).round().astype(np.int64)
     width = np.maximum(np.diff(edges), 1)
@@ -116,8 +88,7 @@ def binned_majority(sets: list, lo: int, hi: int, bins: int) -> tuple[np.ndarray
 
 
 def slowest_steps(across: pd.DataFrame, limit: int) -> list[int]:
-    """The step numbers to draw when at most ``limit`` fit: all of them, else the
-    slowest ``limit`` (by the step time across ranks), in step order."""
+    """The step numbers to draw: all, else the ``limit`` slowest (step time across ranks), in order."""
     if across is None or not len(across):
         return []
     if len(across) <= limit:
@@ -126,13 +97,11 @@ def slowest_steps(across: pd.DataFrame, limit: int) -> list[int]:
 
 
 def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
-    """Ranks x collectives: each rank's start minus the first caller's start (ns; NaN
-    where the rank is not a caller), for the first ``limit`` collectives (time order) of
-    those called by two or more ranks (not point-to-point).
-
-    Returns {"ranks": [...], "first_start_ns": [...], "op": [...], "seq": [...],
-    "offset_ns": 2-D array (ranks x collectives), "collectives": all such collectives}."""
-    inst = collective_instances(matched)
+    """Ranks x collectives: start minus the first caller's (ns; NaN: not a caller), for the first
+    ``limit`` (time order) collectives of two or more callers: {"ranks", "first_start_ns", "op",
+    "seq", "offset_ns" (2-D), "collectives": how many there are in all}."""
+    inst = matched.instances
+    inst = inst[~inst["p2p"].to_numpy(dtype=bool) & (inst["ranks"].to_numpy() >= 2)] if len(inst) else inst
     total = int(len(inst))
     inst = inst.sort_values("first_start_ns", kind="stable").head(max(int(limit), 0))
     ranks = sorted(int(r) for r in np.unique(frame["rank"].to_numpy())) if len(frame) else []
@@ -151,14 +120,10 @@ def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
 
 
 def bandwidth_by_size(matched: Matched, end_observed: np.ndarray | None = None) -> pd.DataFrame:
-    """One row per (op, size, one_rank, observed): collectives, algbw and busbw in bytes/s.
-
-    ``one_rank``: collectives of a 1-rank group (nothing crosses a link: their
-    bandwidth is a copy's, if anything); ``observed``: collectives with an op whose end
-    is an observed upper bound (``end_observed``: the durations are too long, the
-    bandwidth too low). Per collective (not point-to-point; a duration and a size above 0) the size S and
-    the slowest rank's duration T, as in the per-op table; per (op, S):
-    algbw = sum S / sum T, busbw = sum(S x factor) / sum T."""
+    """Per (op, size, one_rank, observed): collectives, algbw and busbw (bytes/s; per collective, not
+    p2p, the size S and the slowest duration T: algbw = sum S / sum T, busbw = sum(S x factor) /
+    sum T). ``one_rank``: 1-rank groups (a copy, nothing crosses a link); ``observed``: an op's end
+    is an observed upper bound (``end_observed``), so the bandwidth is too low."""
     cols = ["op", "size_bytes", "one_rank", "observed", "collectives", "algbw", "busbw"]
     inst = matched.instances
     if not len(inst):

@@ -1,15 +1,9 @@
 """Interval arithmetic on sets of half-open time intervals [start, end) (pure functions).
 
-A *set* is a pair of int64 arrays (starts, ends), sorted by start, pairwise
-disjoint and non-touching (``union`` makes one from any intervals). Every
-figure the report shows as "time" is the length of such a set clipped to a
-window, so overlapping ops are never counted twice (docs/report.md).
-
-Each operation has a numpy implementation (``_*_numpy``: the reference, and the
-fallback) and, when the analysis kernels are built (``native_ext``, ``commtrace
-build-native``; ``COMMTRACE_NATIVE=0`` turns them off), a compiled one that is a
-single linear merge and gives the same arrays (tests/analysis/test_analysis_kernels.py).
-The function named after the operation picks one; callers never choose.
+A *set* is two int64 arrays (starts, ends), sorted, disjoint, non-touching (``union`` makes one).
+Every "time" the report shows is such a set's length within a window: overlaps count once. Each
+operation runs the analysis kernels when built (``native_ext``; COMMTRACE_NATIVE=0: off), else numpy
+(``_*_numpy``, the reference), with the same results (tests/analysis/test_analysis_kernels.py).
 """
 from __future__ import annotations
 
@@ -48,8 +42,7 @@ def union(starts, ends) -> IntervalSet:
 
 
 def union_of(a, b) -> IntervalSet:
-    """The union of two interval lists (starts, ends): ``union`` of both. Where each is
-    sorted by start (sets are, ops in start order too), the kernel merges them without a sort."""
+    """``union`` of two interval lists; the kernel merges them without a sort where each is sorted."""
     k = kernels()
     if k is None:
         return _union_numpy(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
@@ -78,8 +71,7 @@ def _union_numpy(starts, ends) -> IntervalSet:
 
 
 def searchsorted(a: np.ndarray, v, side: str = "left") -> np.ndarray:
-    """``np.searchsorted(a, v, side)`` for a sorted int64 ``a``. The kernel walks ``a``
-    once for values that mostly grow (op starts in order) instead of a binary search each."""
+    """``np.searchsorted(a, v, side)``; the kernel walks ``a`` once for values that mostly grow."""
     k = kernels()
     v = np.asarray(v)
     if k is None or v.ndim != 1 or a.dtype != np.int64 or v.dtype != np.int64:
@@ -141,8 +133,7 @@ def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 
 
 def _intersect_numpy(a: IntervalSet, b: IntervalSet) -> IntervalSet:
-    """Without sorting: for each interval of a, the intervals of b it overlaps
-    (found by binary search) give one piece each; the pieces come out in order."""
+    """Each interval of a with each of b it overlaps (binary search): the pieces come out in order."""
     first = np.searchsorted(b[1], a[0], side="right")   # first b ending after a's start
     stop = np.searchsorted(b[0], a[1], side="left")     # b's starting before a's end
     count = np.maximum(stop - first, 0)

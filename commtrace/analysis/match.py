@@ -1,8 +1,5 @@
-"""Match each op to its instance across ranks.
-
-Collectives: (world, process group, sequence number). Point-to-point: a send
-(``root`` = global dst) pairs with a recv (``root`` = global src) by
-(world, group, src, dst, seq).
+"""Match each op to its instance across ranks: collectives by (world, group, seq); a send (``root``:
+global dst) pairs with a recv (``root``: global src) by (world, group, src, dst, seq).
 """
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """How much of the machine an analysis may hold, and whether a run fits in memory whole.
 
-The one place that decides how much the analysis (analysis.partitioned.analyse) holds at
-once: a run for which ``needs_partitions`` is False is held whole (one partition; the views
-that draw each op get them in one frame), else it is read file by file. The CLI passes the
-user's ``--memory-limit`` (or None); the analyses size their tasks from ``memory_limit``.
+The one place that decides: a run for which ``needs_partitions`` is False is held whole (one
+partition; the views that draw each op get one frame), else it is read file by file. The CLI passes
+``--memory-limit`` (or None); the analyses size their tasks from ``memory_limit``.
 """
 from __future__ import annotations
 

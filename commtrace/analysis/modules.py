@@ -1,12 +1,9 @@
 """Per module and phase: ops, bytes, communication and exposed communication (pure).
 
-An op belongs to the (module, phase) it was called in (capture.module_tracker: the
-innermost nn.Module running, by its name from the root; DDP's ops: the DDP
-module's label). On each rank, a key's communication time is the length of the
-union of its ops' intervals (inside the rank's window); its exposed
-communication is the part of that union no compute span covers (the step
-table's compute set). The table gives, per key, ops and bytes summed over the
-ranks, and comm_ns / exposed_ns as the mean over the ranks that have ops of it.
+An op belongs to the (module, phase) it was called in (capture.module_tracker: the innermost running
+nn.Module by its name from the root; DDP's ops: the DDP module's label). Per rank, a key's comm is
+the union of its ops (in the window), exposed the part no compute (the step table's set) covers; the
+table sums ops and bytes over ranks and averages comm_ns / exposed_ns over the ranks with ops of it.
 """
 from __future__ import annotations
 
@@ -40,7 +37,7 @@ def module_keys(frame: pd.DataFrame) -> tuple[np.ndarray, list]:
 
 class ModuleFigures:
     """The per-module table. ``key``: per op of ``a``, an index into ``keys`` ((module,
-    phase)); ``add`` each rank's times (step_table.RankTime), then ``table()``."""
+    phase)); ``add`` each rank's times (step_table.RankTime), then ``module_table(acc)``."""
 
     def __init__(self, a: OpArrays, key: np.ndarray, keys: list, selected: np.ndarray | None = None,
                  bounds: dict | None = None):
@@ -65,9 +62,6 @@ class ModuleFigures:
             acc["exposed"].append(iv.length(iv.subtract(s, compute)))
             acc["ops"] += len(sel)
             acc["bytes"] += int(self.a.nbytes[sel].sum())
-
-    def table(self) -> pd.DataFrame | None:
-        return module_table(self.acc)
 
 
 def merge_module_acc(into: dict, acc: dict) -> None:

@@ -1,10 +1,8 @@
 """Per user region (``commtrace.region(label)``): time, communication, ops (pure).
 
-A region's time on a rank is the union of that rank's intervals of the region
-(entered several times, or on several threads); nested regions are labelled
-"outer/inner" and lie inside their outer region. Ops count when they start
-inside the region; communication time is the rank's communication set
-intersected with the region's.
+A region's time on a rank is the union of its intervals (re-entered, or on several threads; nested
+regions are "outer/inner", inside their outer one). Ops count when they start inside; communication
+is the rank's communication set intersected with the region's.
 """
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ def _inside(t: np.ndarray, s: iv.IntervalSet) -> np.ndarray:
 
 class RegionFigures:
     """The per-region table. ``add`` each rank's communication set (one rank at a
-    time), then ``table()``: one row per region label; time_ns and comm_ns the mean
+    time), then ``region_table(acc)``: one row per region label; time_ns and comm_ns the mean
     over the ranks that entered it; comm_share = comm_ns / time_ns; ops and bytes
     over all ranks. ``bounds``: the window (rank -> (lo, hi))."""
 
@@ -57,9 +55,6 @@ class RegionFigures:
             acc["ops"] += len(inside)
             acc["bytes"] += int(self.a.nbytes[inside].sum())
             acc["entries"] += entries
-
-    def table(self) -> pd.DataFrame:
-        return region_table(self.acc)
 
 
 def merge_region_acc(into: dict, acc: dict) -> None:

@@ -23,7 +23,7 @@ class StepTables:
 
 def json_safe(v):
     """``v`` with JSON-safe scalars, recursively: NaN/inf/NA -> None, numpy -> python
-    (arrays -> lists), dict keys -> str, tuples -> lists; other values unchanged."""
+    (arrays -> lists), dict keys -> str, tuples and sets -> lists; other values unchanged."""
     if isinstance(v, np.ndarray):
         return [json_safe(x) for x in v.tolist()]
     if isinstance(v, (np.integer,)):
@@ -37,7 +37,7 @@ def json_safe(v):
         return None
     if isinstance(v, dict):
         return {str(k): json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
+    if isinstance(v, (list, tuple, set)):
         return [json_safe(x) for x in v]
     return v
 
@@ -51,9 +51,8 @@ def table_records(df: pd.DataFrame | None) -> list[dict]:
 
 
 def report_json(rep) -> dict:
-    """The summary numbers of report ``rep`` (analysis.partitioned.analyse), for scripts
-    (``commtrace report --json``); docs/report.md lists the fields. A run analysed in
-    partitions adds ``"partitioned": true`` and how (executor, workers, percentiles)."""
+    """``commtrace report --json`` of ``rep`` (fields: docs/report.md); a partitioned analysis adds
+    ``"partitioned": true`` and how (executor, workers, percentiles)."""
     info = dict(rep.info)
     if not rep.whole:
         info.update(run_dir=rep.path, ranks=rep.ranks, ops=rep.ops, percentiles_exact=rep.exact,

@@ -50,7 +50,7 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     issues.extend(more)
     frame, procs = run.frame, run.processes
     if drop:
-        stems = {f[: -len(schema.META_SUFFIX)] for f in drop}
+        stems = {schema.stem_of(f) for f in drop}
         frame = frame[~frame["file"].isin(stems)].reset_index(drop=True)
         procs = [p for p in procs if p["file"] not in drop]
     if not procs:
@@ -81,18 +81,12 @@ def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
     return None
 
 
-def _stem(p: dict) -> str:
-    f = str(p.get("file") or "")
-    return f[: -len(schema.META_SUFFIX)] if f.endswith(schema.META_SUFFIX) else f
-
-
 def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
             comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
             window_ns_per_rank: dict | None = None) -> dict:
-    """Numbers for the banner: who ran, how long, how much time went to communication, from
-    per-rank parts (the analysis folds them rank by rank, partitioned.rank_banner):
-    ``first_start``: the first op shown; ``last_end``: rank -> its last op end; ``spans_of_file``:
-    per trace file (stem), first op start to last op end (only needed when a process is bounded)."""
+    """The banner's numbers from per-rank parts (partitioned.rank_banner): ``first_start``: the first
+    op shown; ``last_end``: rank -> its last op end; ``spans_of_file``: per file stem, first op start
+    to last op end (for bounded processes)."""
     ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
     world_size = max([p["world_size"] for p in procs if isinstance(p.get("world_size"), int)] or [len(ranks)])
     cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \
@@ -113,7 +107,8 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         if w:
             walls[r] = walls.get(r, 0) + w
         if spans_of_file:
-            w = spans_of_file.get(_stem(p), 0) if isinstance(p.get("coverage"), dict) else w
+            if isinstance(p.get("coverage"), dict):
+                w = spans_of_file.get(schema.stem_of(str(p.get("file") or "")), 0)
             covered[r] = covered.get(r, 0) + (w or 0)
     denominators = window_ns_per_rank if window_ns_per_rank is not None else (covered or walls)
     shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}
@@ -129,9 +124,8 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         "wall_ns": max(walls.values()) if walls else None,
         "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
         "span_ns": (t1 - first_start) if first_start is not None else 0, "t0_ns": t0,
-        "comm_share": {"min": float(share_vals.min()) if len(share_vals) else None,
-                       "mean": float(share_vals.mean()) if len(share_vals) else None,
-                       "max": float(share_vals.max()) if len(share_vals) else None},
+        "comm_share": {k: float(getattr(share_vals, k)()) if len(share_vals) else None
+                       for k in ("min", "mean", "max")},
         "comm_share_per_rank": {int(k): float(v) for k, v in shares.items()},
         "comm_ns_per_rank": comm,
         "ops": ops, "bytes": nbytes, "failed": failed, "in_flight": in_flight,

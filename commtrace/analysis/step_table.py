@@ -1,21 +1,10 @@
 """Per step and rank: step time, compute, communication, exposed communication (pure).
 
-Definitions (docs/report.md, "Time"):
-
-* **communication time** of a rank in a window: the length of the union of its
-  ops' [start, end] intervals inside the window (overlapping ops count once);
-* **compute** of a rank: the union of its compute spans (DDP forward, backward
-  pass, optimizer step) minus the intervals in which it waited for
-  communication: every op from its call to its return to the caller; ops the
-  caller waits for where it issues them (``async_op=False``, and DDP's and
-  Join's own collectives, i.e. ops with a ``detail``) until their end; and, in a
-  backward pass with DDP gradient buckets, from the last bucket's launch to the
-  end of the pass (DDP's reducer waits there for every bucket);
-* **exposed communication**: the part of the communication time not covered by
-  compute; **hidden** = communication - exposed.
-
-So exposed <= communication <= window length and compute + exposed <= window
-length, for any window.
+Definitions: docs/report.md, "Time". Communication: the union of a rank's ops inside the window;
+compute: its compute spans minus its waits (each op from call to return; to its end where the caller
+waits in place: blocking ops, DDP's and Join's own; in a backward pass with DDP gradient buckets,
+from the last bucket's launch to the pass's end, where DDP's reducer waits); exposed: communication
+not covered by compute. So exposed <= comm <= window and compute + exposed <= window.
 """
 from __future__ import annotations
 
@@ -28,7 +17,7 @@ from ..trace import schema
 from . import intervals as iv
 from .arrays import OpArrays, rows_by_rank
 from .native_ext import kernels
-from .steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
+from .steps import AFTER, BEFORE, BETWEEN
 
 PER_RANK_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "step_ns", "compute_ns",
                     "comm_ns", "exposed_ns", "ops", "bytes"]
@@ -53,8 +42,7 @@ def _is_value(col: pd.Series, value: str) -> np.ndarray:
 
 
 class WaitColumns:
-    """Views of the frame columns that say how long a caller waited for each op;
-    ``of(rows)`` gives one rank's wait intervals without full-length temporaries."""
+    """The frame columns that say how long a caller waited for each op; ``of(rows)``: one rank's waits."""
 
     def __init__(self, frame: pd.DataFrame, a: OpArrays):
         ret = frame["t_return_ns"].array if "t_return_ns" in frame else None
@@ -71,8 +59,8 @@ class WaitColumns:
     @classmethod
     def of_arrays(cls, a: OpArrays, ret: np.ndarray, ret_unknown: np.ndarray, sync: np.ndarray,
                   has_detail: np.ndarray, grad: np.ndarray) -> "WaitColumns":
-        """The same from per-op arrays (partitioned.rank_ops gathers them from the records):
-        return time (``ret_unknown``: none), blocking, DDP's/Join's own op, DDP gradient bucket."""
+        """The same from per-op arrays (partitioned.rank_ops): return time (``ret_unknown``: none),
+        blocking, DDP's/Join's own op, DDP gradient bucket."""
         self = cls.__new__(cls)
         self._set(a, ret, ret_unknown, sync, has_detail, grad)
         return self
@@ -82,13 +70,10 @@ class WaitColumns:
             a, ret, ret_unknown, sync, has_detail, grad
 
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, end) of each op's wait: to its return, or to its end when its
-        caller waits for it in place (blocking, or one of DDP's/Join's own ops)."""
+        """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = _take(self.a.start, rows), _take(self.a.end, rows)
-        if self.ret is not None:
-            ret = np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64)
-        else:
-            ret = start
+        ret = (start if self.ret is None
+               else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64))
         ret = np.clip(ret, start, end)
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
         if self.has_detail is not None:
@@ -97,15 +82,8 @@ class WaitColumns:
 
 
 def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``column[rows]`` for reading; the column itself when ``rows`` (ascending, distinct:
-    one rank's rows) is every row, as for a frame of one rank: no copy."""
+    """``column[rows]`` for reading; no copy when ``rows`` (one rank's, ascending) is every row."""
     return column if len(rows) == len(column) else column[rows]
-
-
-def waits(frame: pd.DataFrame, a: OpArrays) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: the interval its caller spent waiting for it (start, end; read-only:
-    start may be ``a.start`` itself)."""
-    return WaitColumns(frame, a).of(np.arange(len(a.start)))
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
@@ -116,8 +94,8 @@ def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
 
 
 def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: np.ndarray) -> iv.IntervalSet:
-    """[last gradient bucket launch, end of the backward pass] per backward pass
-    of one rank that launched DDP gradient buckets (``grad_starts``: their launches)."""
+    """[last gradient bucket launch, end of the pass] per backward pass of one rank that launched
+    DDP gradient buckets (``grad_starts``)."""
     if not len(bw_begin) or not len(grad_starts):
         return iv.empty()
     order = np.argsort(bw_begin, kind="stable")
@@ -128,8 +106,8 @@ def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: n
 
 
 def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per window [b[i], e[i]] (``b`` sorted): the latest time of ``t`` that lies in it,
-    counting each time for the last window beginning at or before it (int64 min: none)."""
+    """Per window [b[i], e[i]] (``b`` sorted): the latest ``t`` in it, each time counting for the last
+    window beginning at or before it (int64 min: none)."""
     last = np.full(len(b), np.iinfo(np.int64).min)
     kern = kernels()
     if kern is not None:
@@ -142,21 +120,17 @@ def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 class RankTimes:
-    """Each rank's RankTime, built on demand: one rank at a time, so the interval
-    sets of all ranks never coexist in memory.
-
-    ``selected``: the ops in the window (default all); ``windows``: rank -> (lo, hi),
-    the communication set is clipped to it. Compute always accounts for every op."""
+    """Each rank's RankTime, built one rank at a time (all ranks' sets never coexist in memory).
+    ``frame``: the ops (rows as ``a``) or their WaitColumns; ``selected``: the ops in the window
+    (default all); ``windows``: rank -> (lo, hi) clipping the communication set. Compute always
+    accounts for every op."""
 
     def __init__(self, frame: "pd.DataFrame | WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
                  selected: np.ndarray | None = None, windows: dict | None = None):
-        """``frame``: the ops (rows as ``a``), or their WaitColumns already gathered."""
         self.a, self.selected, self.windows = a, selected, windows
         self.by_rank = a.rank_rows()
-        if isinstance(frame, WaitColumns):
-            self.cols = frame if len(a.start) else None
-        else:
-            self.cols = WaitColumns(frame, a) if len(frame) else None
+        self.cols = ((frame if isinstance(frame, WaitColumns) else WaitColumns(frame, a)) if len(a.start)
+                     else None)
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
         if have_spans:
@@ -189,7 +163,7 @@ class RankTimes:
 
 
 class StepFigures:
-    """The per (rank, step) table: ``add`` each rank's RankTime, then ``table()``."""
+    """The per (rank, step) table: ``add`` each rank's RankTime, then ``columns()``."""
 
     def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None):
         self.steps = steps
@@ -219,16 +193,10 @@ class StepFigures:
                 "compute_ns": self.compute, "comm_ns": self.comm, "exposed_ns": self.exposed,
                 "ops": self.ops, "bytes": self.nbytes}
 
-    def table(self) -> pd.DataFrame:
-        cols = self.columns()
-        if not cols:
-            return pd.DataFrame(columns=PER_RANK_COLUMNS)
-        return pd.DataFrame(cols, columns=PER_RANK_COLUMNS, copy=False)
-
 
 def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None):
-    """(ops, bytes) per row of ``steps``: the rank's selected ops that start inside the
-    step. Per rank, a table step number -> row (-1: not shown) turns each op into its row."""
+    """(ops, bytes) per row of ``steps``: the rank's selected ops starting in the step (per rank a
+    table step number -> row, -1: not shown)."""
     n = len(steps)
     ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
@@ -250,8 +218,8 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
 
 def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts: np.ndarray,
                 sums: np.ndarray) -> None:
-    """For each op i whose step ``st[i]`` has a row r = ``row_of[st[i]]`` >= 0: counts[r] += 1,
-    sums[r] += weights[i] (float64, in row order: as np.bincount adds them)."""
+    """counts[r] += 1, sums[r] += weights[i] for each op i with a row r = row_of[st[i]] >= 0
+    (float64, in row order: as np.bincount adds them)."""
     kern = kernels()
     if kern is not None and st.dtype == np.int32:
         kern.sums_by_row(row_of, np.ascontiguousarray(st), np.ascontiguousarray(weights, dtype=np.int64), counts, sums)
@@ -263,10 +231,8 @@ def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts:
 
 
 class OutsideSteps:
-    """Ops of ranks that took steps but outside every step: before the first,
-    between steps, after the last. ops and bytes summed over ranks; comm_ns the
-    mean over those ranks of their communication time there. ``add`` each rank's
-    RankTime, then ``table(a, where, selected)``."""
+    """Each stepping rank's communication outside its steps (before, between, after): ``add`` each
+    RankTime; the partitioned merge makes the table (ops and bytes summed, comm_ns the mean)."""
 
     def __init__(self, steps: pd.DataFrame):
         self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if len(steps) else {}
@@ -286,20 +252,3 @@ class OutsideSteps:
         self.comm[BEFORE].append(before)
         self.comm[AFTER].append(after)
         self.comm[BETWEEN].append(total - before - after - in_steps)
-
-    def table(self, a: OpArrays, where: np.ndarray, selected: np.ndarray | None = None) -> pd.DataFrame:
-        if not self.rows:
-            return pd.DataFrame(columns=OUTSIDE_COLUMNS)
-        sel = np.ones(len(where), dtype=bool) if selected is None else selected
-        stepping = np.isin(a.rank, list(self.rows))
-        out = []
-        for code in (BEFORE, BETWEEN, AFTER):
-            m = sel & stepping & (where == code)
-            comm = self.comm[code]
-            out.append({"where": OUTSIDE_NAMES[code], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
-                        "comm_ns": float(np.mean(comm)) if comm else 0.0, "ranks": len(comm)})
-        m = sel & (where == NO_STEPS)
-        if m.any():
-            out.append({"where": OUTSIDE_NAMES[NO_STEPS], "ops": int(m.sum()), "bytes": int(a.nbytes[m].sum()),
-                        "comm_ns": float("nan"), "ranks": int(len(np.unique(a.rank[m])))})
-        return pd.DataFrame(out).set_index("where")[OUTSIDE_COLUMNS]

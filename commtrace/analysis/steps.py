@@ -1,24 +1,11 @@
 """Training steps from the compute spans, and which step each op belongs to (pure).
 
-Definitions (docs/report.md, "Steps"):
-
-* A **step** is one optimizer step: from the first forward (autograd enabled)
-  or backward pass after the previous step through the end of its optimizer
-  step. Optimizer steps of other optimizers that follow before the next
-  forward/backward belong to the same step (capture numbers them, see
-  ``capture.phases.StepCounter``). A step's **micro-steps** are its backward
-  passes (gradient accumulation with ``no_sync()``: one step, k micro-steps).
-* A rank without DDP forwards (no forward spans at all) cannot show where its
-  forward began: its step begins at the first op or backward pass after the
-  previous step.
-* An op belongs to the step of its rank whose [begin, end] contains its start.
-  Other ops are *before the first step*, *between steps* or *after the last
-  step* -- never in a step.
-
-Steps carry the number capture gave them (1 = the first optimizer step of the
-process; a bounded trace keeps only some steps, and they keep their numbers); a
-rank whose run held several processes continues each later process's numbers
-after the earlier ones'.
+Definitions: docs/report.md, "Steps". A step runs from the first training forward or backward pass
+after the previous step through its optimizer step (capture numbers steps: capture.phases.StepCounter);
+its micro-steps are its backward passes. A rank without forward spans begins a step at its first op
+or backward pass after the previous step. An op belongs to the step of its rank containing its start,
+else it is before, between or after the steps. Steps keep capture's numbers (a bounded trace keeps
+some); a rank's later processes continue after its earlier ones' numbers.
 """
 from __future__ import annotations
 
@@ -28,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays, dense_codes, rows_by_rank
+from .arrays import OpArrays, cat_codes, dense_codes, rows_by_rank
 from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
@@ -44,10 +31,10 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     if spans is None or len(spans) == 0 or "step" not in spans:
         return _empty()
     step = spans["step"].to_numpy()
-    pcodes, phases = _codes(spans["phase"])
+    pcodes, phases = cat_codes(spans["phase"])
     phase_is = {name: pcodes == (phases.index(name) if name in phases else -2)
                 for name in ("forward", "backward", "optimizer")}
-    fcodes, files = _codes(spans["file"])
+    fcodes, files = cat_codes(spans["file"])
     per_file = int(step.max()) + 1
     key = fcodes.astype(np.int64) * per_file + step                 # (process, step)
     b = spans["t_begin_ns"].to_numpy(np.int64)
@@ -62,7 +49,9 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     keys, begin, end, micro = step_bounds(key, kind, b, e)
     fcode = keys // per_file
     span_rank = spans["rank"].to_numpy(np.int32)
-    rank = _file_ranks(span_rank, fcodes, len(files))[fcode]
+    file_rank = np.zeros(len(files), dtype=np.int32)     # a file is one process: one rank
+    file_rank[fcodes] = span_rank
+    rank = file_rank[fcode]
     number = (keys % per_file).astype(np.int32)
     if not _in_order(rank, begin):                            # (rank, begin) order; often already so
         order = np.lexsort((begin, rank))                     # stable
@@ -81,12 +70,9 @@ OPTIMIZER, BACKWARD, TRAINING_FORWARD = 1, 2, 3     # step_bounds' kinds of span
 
 
 def step_bounds(key: np.ndarray, kind: np.ndarray, b: np.ndarray, e: np.ndarray) -> tuple:
-    """(keys, begin, end, micro-steps) of the steps: the distinct ``key`` ((process, step))
-    of OPTIMIZER spans, sorted; per step the first begin of its optimizer, backward and
-    training-forward spans (a step begins at its first span), the last end of its optimizer
-    spans, and its BACKWARD spans (micro-steps: backward passes). Spans of a key without an
-    optimizer span belong to no step. One kernel pass when built and the keys' range is
-    small, else numpy's."""
+    """(keys, begin, end, micro-steps) per distinct ``key`` ((process, step)) of OPTIMIZER spans,
+    sorted: the first begin of its optimizer, backward and training-forward spans, the last end of
+    its optimizer spans, its BACKWARD span count. Keys without an optimizer span are no step."""
     opt = kind == OPTIMIZER
     kern = kernels()
     if kern is not None and opt.any():
@@ -121,10 +107,8 @@ def _in_order(rank: np.ndarray, begin: np.ndarray) -> bool:
 
 
 def _numbered_per_rank(rank: np.ndarray, step: np.ndarray, fcode: np.ndarray) -> np.ndarray:
-    """Step numbers as capture gave them (so a bounded trace's steps keep theirs);
-    a rank whose run held several processes (worlds one after another) continues
-    each later process's numbers after the earlier ones'. Rows in (rank, begin) order;
-    ``fcode``: each row's process (file)."""
+    """Capture's step numbers, a rank's later processes (``fcode``: each row's file) continuing
+    after its earlier ones'. Rows in (rank, begin) order."""
     step = step.astype(np.int32, copy=True)
     if len(fcode) == 0 or (fcode == fcode[0]).all():
         return step                     # one process in all
@@ -146,25 +130,10 @@ def _step_of(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
     return np.where(ok, k, -1)
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), list(col.cat.categories)
-    codes, uniq = pd.factorize(col)
-    return codes, list(uniq)
-
-
-def _file_ranks(span_rank: np.ndarray, fcodes: np.ndarray, n: int) -> np.ndarray:
-    """The rank of each file code (a file is one process: one rank)."""
-    out = np.zeros(n, dtype=np.int32)
-    out[fcodes] = span_rank
-    return out
-
-
 def _begin_at_first_op(ranks: np.ndarray, begin: np.ndarray, end: np.ndarray, a: OpArrays,
                        with_forwards: set) -> np.ndarray:
-    """Ranks without forward spans: a step begins at its first op, if that comes
-    after the previous step's end and before the step's first span. Steps in (rank,
-    begin) order."""
+    """Ranks without forward spans: a step begins at its first op after the previous step's end,
+    if that is before its first span. Steps in (rank, begin) order."""
     todo = [r for r in np.unique(ranks).tolist() if r not in with_forwards]
     if not todo:
         return begin
@@ -189,8 +158,7 @@ def _empty() -> pd.DataFrame:
 
 
 def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per op: (step number, 0 when outside every step; where: IN_STEP, BEFORE,
-    BETWEEN, AFTER or NO_STEPS)."""
+    """Per op: (step number, 0 outside every step; IN_STEP, BEFORE, BETWEEN, AFTER or NO_STEPS)."""
     n = len(arrays.rank)
     step = np.zeros(n, dtype=np.int32)
     where = np.full(n, NO_STEPS, dtype=np.int8)

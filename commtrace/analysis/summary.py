@@ -1,12 +1,8 @@
 """Per-op tables: ops, collectives, bytes, duration percentiles, bandwidth, share, variation.
 
-Rows are grouped by frame columns *per rank*: an op is filed under its own
-rank's phase (or group, detail, ...). A collective whose ranks disagree (a
-joined rank shadows in phase ``join`` what the others run in ``backward``) is
-counted once under every key any of its ranks filed it under.
-
-Bandwidth follows nccl-tests: per collective the size S (all_gather,
-reduce_scatter, gather, scatter: the total size; others: the buffer) and the
+An op is filed under its own rank's key (phase, group, ...): a collective whose ranks disagree (a
+joined rank's ``join`` against the others' ``backward``) counts once under each. Bandwidth follows
+nccl-tests: per collective the size S (total for gathers / scatters, else the buffer) and the
 slowest rank's time T; algbw = sum S / sum T, busbw = sum(S * factor(op, n)) / sum T.
 """
 from __future__ import annotations
@@ -17,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.schema import op_kind
-from .arrays import Cells, Groups, OpArrays, keys_index, narrow
+from .arrays import Cells, OpArrays, group_quantiles, keys_index, narrow
 from .match import Matched
 
 SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
@@ -35,9 +31,8 @@ def qname(q: float) -> str:
 
 
 def rank_spread(rows, ranks, n_rows: int, n_ranks: int, dur, ops) -> tuple[np.ndarray, np.ndarray]:
-    """Per table row: (CV of the per-rank total durations across the ranks that
-    called it, how many ranks called it). ``rows``/``ranks``: each cell's row code
-    and rank code; ``dur``/``ops``: each cell's total duration and op count."""
+    """Per table row: (CV of the per-rank total durations over its ranks, how many ranks). Per cell:
+    ``rows``/``ranks`` its codes, ``dur``/``ops`` its total duration and op count."""
     cell = np.asarray(rows) * n_ranks + np.asarray(ranks).reshape(-1)
     per = np.bincount(cell, weights=dur, minlength=n_rows * n_ranks).reshape(n_rows, n_ranks)
     present = np.bincount(cell, weights=ops, minlength=n_rows * n_ranks).reshape(n_rows, n_ranks) > 0
@@ -51,17 +46,10 @@ def rank_spread(rows, ranks, n_rows: int, n_ranks: int, dur, ops) -> tuple[np.nd
 
 def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArrays | None = None,
                qs=(0.5, 0.99), cells: Cells | None = None) -> pd.DataFrame:
-    """One row per group of ``by`` (frame columns: ("op",), ("op", "group"), ("phase", "op"), ...).
-
-    Columns: ops (records over all ranks), collectives (matched instances with at
-    least one op in the row), bytes (sum over ranks), total_ns (sum of the ops'
-    durations), mean_ns, p50_ns, p99_ns (per-op durations), algbw, busbw (bytes/s),
-    share (of the summed durations of all rows), cv (coefficient of variation of
-    the per-rank total time, population std / mean, as mpiP), ranks. Sorted by total_ns.
-
-    ``cells`` (from :func:`summary_cells`) lets several summaries share one pass over
-    the rows; it must cover ``by``.
-    """
+    """One row per group of ``by`` (frame columns), sorted by total_ns: ops (all ranks), collectives
+    (instances with an op in the row), bytes, total_ns, mean_ns, p50_ns, p99_ns (per-op durations),
+    algbw, busbw (bytes/s), share (of all rows' time), cv (of the per-rank total time, population
+    std / mean, as mpiP), ranks. ``cells`` (summary_cells, covering ``by``) shares one pass over rows."""
     by = list(by)
     if len(frame) == 0:
         return pd.DataFrame(columns=by + summary_columns(qs)).set_index(by)
@@ -71,7 +59,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     c = cells.cells
     gcell, keys = c.coarsen(by)
     n = len(keys)
-    qv = Groups.of_codes(narrow(gcell, n)[c.code], keys).quantiles(a.dur, list(qs))
+    qv = group_quantiles(narrow(gcell, n)[c.code], n, a.dur, list(qs))
     out = summed_columns(gcell, n, keys_index(keys), cells.count, cells.dur, cells.known, cells.nbytes, qs, qv,
                          c.key_codes["rank"], len(c.keys["rank"]))
     # Collectives and bandwidth: every (row group, instance) pair counts once.
@@ -93,10 +81,9 @@ def summary_columns(qs) -> list:
 
 
 def summed_columns(codes, n: int, index, count, dur, known, nbytes, qs, qv, rank_codes, n_ranks: int) -> pd.DataFrame:
-    """The columns that add up over cells (each cell: its row ``codes`` of ``n``, its op count,
-    summed known durations, known durations, bytes, rank code): ops, bytes, total_ns, mean_ns,
-    share, cv, ranks; plus the percentiles ``qs`` (``qv``: n x len(qs)). Both summaries use it:
-    ``op_summary`` over a frame's cells, the analysis' ``merge.cell_summary`` over every rank's."""
+    """The columns that add up over cells (per cell: row code of ``n``, op count, summed and count of
+    known durations, bytes, rank code), plus percentiles ``qv`` (n x len(qs)); for ``op_summary`` and
+    the partitioned ``merge.cell_summary``."""
     total = np.bincount(codes, weights=dur, minlength=n)
     nknown = np.bincount(codes, weights=known, minlength=n)
     out = pd.DataFrame(index=index)
@@ -114,8 +101,8 @@ def summed_columns(codes, n: int, index, count, dur, known, nbytes, qs, qv, rank
 
 
 def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, qs) -> pd.DataFrame:
-    """``out`` (summed_columns) plus collectives, algbw and busbw from per row the summed slowest
-    time ``sT``, size ``sS`` and size x bus factor ``sB`` (nccl-tests), sorted by total time."""
+    """``out`` plus collectives, algbw, busbw from per row the summed slowest time ``sT``, size ``sS``
+    and size x bus factor ``sB``, sorted by total time."""
     out["collectives"] = collectives
     with np.errstate(divide="ignore", invalid="ignore"):
         out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
@@ -124,11 +111,8 @@ def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, qs) -> pd.DataF
 
 
 def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (group, instance) pairs of the rows: (group per pair, instance per pair).
-
-    Usually every op of a collective falls in one group (its first op's): that is
-    checked in one pass, and only the ops filed elsewhere add pairs (a sort over
-    those few instead of all rows)."""
+    """The distinct (group, instance) pairs of the rows. Usually a collective's ops share its first
+    op's group: only ops filed elsewhere add pairs (a sort over those few, not all rows)."""
     inst = matched.inst.astype(np.int64, copy=False)
     if len(inst) == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -146,8 +130,7 @@ def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray
 
 @dataclass
 class SummaryCells:
-    """Rows binned by the summary columns plus rank, with the additive per-cell
-    numbers every op_summary needs (row count, summed duration, known durations, bytes)."""
+    """Rows binned by the summary columns plus rank, with the per-cell sums op_summary adds up."""
     cells: Cells
     count: np.ndarray
     dur: np.ndarray

@@ -56,8 +56,7 @@ def bin_timeline(frame: pd.DataFrame, t0: int, width: int, t_from: int | None = 
 
 
 def cell_range(t_from: int | None, t_to: int | None, last_end: int | None) -> tuple[int, int]:
-    """The binned range relative to t0: ``t_from`` (default 0) .. ``t_to`` (default the last op
-    end ``last_end``, relative to t0), at least 1 ns."""
+    """The binned range after t0: ``t_from`` (default 0) .. ``t_to`` (default ``last_end``), >= 1 ns."""
     lo = 0 if t_from is None else int(t_from)
     hi = (1 if last_end is None else int(last_end)) if t_to is None else int(t_to)
     return lo, (hi if hi > lo else lo + 1)
@@ -65,10 +64,9 @@ def cell_range(t_from: int | None, t_to: int | None, last_end: int | None) -> tu
 
 def occupancy(lane: np.ndarray, lanes: int, opc: np.ndarray, nops: int, rel_s: np.ndarray, rel_e: np.ndarray,
               lo: int, hi: int, width: int) -> np.ndarray:
-    """lanes x nops x width: per lane (``lane`` per op), op code (``opc``, -1: none) and cell, the
-    time the ops cover in it (in cells). A lane's figures depend only on its own ops (in their
-    order), so one lane binned alone equals that lane binned with the others (the partitioned
-    report bins each rank in its own task: analysis.partitioned.timeline_map)."""
+    """lanes x nops x width: per lane, op code (``opc``, -1: none) and cell, the time the ops cover
+    in it (in cells). A lane depends only on its own ops, so lanes binned apart (the partitioned
+    report's timeline_map) equal lanes binned together."""
     sel = (rel_e >= lo) & (rel_s <= hi) & (opc >= 0)
     dt = (hi - lo) / width
     s = (np.clip(rel_s[sel], lo, hi) - lo) / dt        # in cell units
@@ -107,12 +105,9 @@ def timeline_layout(console_width: int, rank_list: list) -> tuple[int, int]:
     return label_w, max(int(console_width) - label_w - 2, 10)
 
 
-def timeline_range(bounds: dict | None, t0: int, window, t_from: int | None = None,
-                   t_to: int | None = None) -> tuple[int | None, int | None]:
-    """The timeline's range relative to t0: --from/--to, else the window's extent (``bounds``:
-    its interval per rank; None: no time range)."""
-    lo = window.t_from if t_from is None else t_from
-    hi = window.t_to if t_to is None else t_to
+def timeline_range(bounds: dict | None, t0: int, window) -> tuple[int | None, int | None]:
+    """The timeline's range after t0: --from/--to, else the window's extent (``bounds`` per rank)."""
+    lo, hi = window.t_from, window.t_to
     if bounds:
         los = [v[0] for v in bounds.values() if v[1] > v[0]]
         his = [v[1] for v in bounds.values() if v[1] > v[0]]
@@ -128,8 +123,7 @@ EVENT_COLUMNS = ["t_rel_ns", "rank", "op", "shapes", "dtype", "bytes", "group", 
 
 
 def event_positions(start: np.ndarray, t_from: int | None, t_to: int | None, limit: int | None) -> np.ndarray:
-    """Positions of the events among ops starting at ``start`` (relative to t0), in time order
-    (stable), at most ``limit``."""
+    """Positions of the ops starting (after t0) at ``start`` in the range, time order, at most ``limit``."""
     sel = np.ones(len(start), dtype=bool)
     if t_from is not None:
         sel &= start >= t_from

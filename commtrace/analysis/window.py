@@ -1,14 +1,9 @@
 """The part of a run a report looks at: steps, a time range, phases (pure).
 
-A window is, per rank, one time interval [lo, hi] (``--steps A:B``: from the
-begin of the rank's step A to the end of its step B; ``--from/--to``: times
-after the run's first op; both: their intersection) plus an optional set of
-phases. Everything the report shows is computed from the window:
-
-* an op is in the window when it starts inside its rank's interval and its
-  phase is one of the phases asked for;
-* a step is in the window when it lies entirely inside its rank's interval;
-* times (communication, exposed, compute) are clipped to the interval.
+Per rank one interval [lo, hi] (``--steps A:B``: the begin of its step A to the end of its step B;
+``--from/--to``: after the run's first op; both: the intersection) and optionally phases. An op is
+in when it starts inside and its phase is asked for; a step when it lies wholly inside; times are
+clipped to the interval.
 """
 from __future__ import annotations
 
@@ -24,8 +19,8 @@ from .arrays import OpArrays
 from .timeline import parse_time
 
 def parse_steps(text: str) -> tuple[int | None, int | None]:
-    """``--steps`` (``trace.step_range``'s syntax) as one range: '3:8' -> (3, 8); '3:' -> (3, None);
-    ':8' -> (None, 8); '5' -> (5, 5). ``every:K`` is not one range: an error here."""
+    """``--steps`` as one range: '3:8' -> (3, 8); '3:' -> (3, None); ':8' -> (None, 8); '5' -> (5, 5);
+    ``every:K`` (trace.step_range's bounded mode) is an error here."""
     try:
         rng = step_range.parse_steps(text)
     except ValueError as e:
@@ -91,9 +86,8 @@ class Window:
 
 
 def check_steps(window: Window, first: int | None, last: int | None) -> None:
-    """A step window must meet the run's steps ``first``..``last`` (``last`` None: the run has none;
-    ``first`` None alone: not known), else CommtraceError saying what the run has -- not a report
-    of an empty window that reads as "no communication"."""
+    """A step window must meet the run's steps ``first``..``last`` (``last`` None: none; ``first``
+    None: unknown), else CommtraceError saying what the run has (not an empty "no communication")."""
     if window.steps is None:
         return
     asked = window.asked or "--steps"
@@ -108,8 +102,7 @@ def check_steps(window: Window, first: int | None, last: int | None) -> None:
 
 @dataclass
 class Applied:
-    """A window applied to a run: which ops are in (``selected``) and, per rank,
-    its interval (``bounds``: rank -> (lo, hi), absent = the whole run)."""
+    """A window applied: which ops are in, and ``bounds``: rank -> (lo, hi) (None: the whole run)."""
     selected: np.ndarray
     bounds: dict[int, tuple[int, int]] | None
     steps_in: np.ndarray          # per row of the steps table: lies inside the window
@@ -133,17 +126,14 @@ def apply(window: Window, frame: pd.DataFrame, a: OpArrays, steps: pd.DataFrame,
             if window.steps is not None:
                 a_, b_ = window.steps
                 mine = (srank == r) & (snum >= (a_ or 1)) & (snum <= (b_ if b_ is not None else np.iinfo(np.int64).max))
-                if mine.any():
-                    lo, hi = int(sb[mine].min()), int(se[mine].max())
-                else:
-                    lo, hi = 0, 0   # the rank took none of these steps
+                # (0, 0): the rank took none of these steps
+                lo, hi = (int(sb[mine].min()), int(se[mine].max())) if mine.any() else (0, 0)
             if window.t_from is not None:
                 lo = max(lo, base + window.t_from)
             if window.t_to is not None:
                 hi = min(hi, base + window.t_to)
             bounds[int(r)] = (lo, max(lo, hi))
-        lo_row = np.array([bounds[int(r)][0] for r in ranks], dtype=np.int64)
-        hi_row = np.array([bounds[int(r)][1] for r in ranks], dtype=np.int64)
+        lo_row, hi_row = np.array([bounds[int(r)] for r in ranks], dtype=np.int64).reshape(-1, 2).T
         ri = np.searchsorted(ranks, a.rank)
         selected &= (a.start >= lo_row[ri]) & (a.start <= hi_row[ri]) & (hi_row[ri] > lo_row[ri])
         if len(steps):
@@ -159,6 +149,5 @@ def in_bounds(rank: np.ndarray, t_begin: np.ndarray, t_end: np.ndarray, bounds: 
     """Rows of a span/mark/region table that overlap their rank's interval."""
     if bounds is None:
         return np.ones(len(rank), dtype=bool)
-    lo = np.array([bounds.get(int(r), (0, 0))[0] for r in rank], dtype=np.int64)
-    hi = np.array([bounds.get(int(r), (0, 0))[1] for r in rank], dtype=np.int64)
+    lo, hi = np.array([bounds.get(int(r), (0, 0)) for r in rank], dtype=np.int64).reshape(-1, 2).T
     return (t_end >= lo) & (t_begin <= hi) & (hi > lo)

@@ -1,7 +1,5 @@
-"""Rendering of ``commtrace check`` findings (rich; plain when not a TTY).
-
-Every string taken from a trace is escaped (``rich.markup.escape`` via
-``fmt.safe``) so trace contents can never inject markup or control sequences.
+"""Rendering of ``commtrace check`` findings (rich; plain when not a TTY). Trace strings are escaped
+(``fmt.safe``): trace contents never inject markup or control sequences.
 """
 from __future__ import annotations
 
@@ -16,11 +14,8 @@ _STYLE = {ERROR: ("bold red", "ERROR"), WARNING: ("yellow", "WARN "), INFO: ("di
 
 def render_findings(findings: list[Finding], console: Console, title: str | None = "commtrace check",
                     verbose: bool = False) -> None:
-    """Print findings: a summary line, problems (most severe first), then group progress.
-
-    At most ``FOLD_SHOWN`` findings of one kind are printed, then how many more: the
-    output stays bounded at any rank count. ``verbose`` also prints the details of info
-    findings."""
+    """A summary line, the problems (most severe first), then group progress; at most ``FOLD_SHOWN``
+    findings of a kind, then how many more (bounded at any rank count). ``verbose``: info details too."""
     errors = sum(f.severity == ERROR for f in findings)
     warnings = sum(f.severity == WARNING for f in findings)
     if title:

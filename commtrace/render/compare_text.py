@@ -58,11 +58,10 @@ def _render_steps(con: Console, cmp: dict, labels: list[str]) -> None:
                                                    for i, lbl in enumerate(labels)]
     rows, styles = [], []
     for name, stat, fmt in STEP_ROWS:
-        vals, spread, style_v, style_s = [name], [""], [None], [None]
+        vals, spread, style_s = [name], [""], [None]
         for i, run in enumerate(runs):
             r = st.loc[(run, stat)]
             vals.append(fmt(r["median"]))
-            style_v.append(None)
             if i == 0:
                 spread.append("±" + fmt(r["spread"]) if r["n"] else "-")
                 style_s.append("dim")
@@ -71,7 +70,7 @@ def _render_steps(con: Console, cmp: dict, labels: list[str]) -> None:
                 spread.append(_delta_text(r["delta_pct"], r["band_pct"], within))
                 style_s.append(_delta_style(stat, r["delta_pct"], within))
         rows += [vals, spread]
-        styles += [style_v, style_s]
+        styles += [[None] * len(vals), style_s]
     bus = [fmt_bw(b) for b in cmp["busbw"]]
     rows.append(["busbw"] + bus)
     styles.append([None] * len(rows[-1]))
@@ -90,22 +89,13 @@ def _render_breakdown(con: Console, cmp: dict, labels: list[str]) -> None:
     for key, row in table.iterrows():
         kt = key if isinstance(key, tuple) else (key,)
         for i, (run, label) in enumerate(zip(runs, labels)):
-            cells = [plain_safe(k) if i == 0 else "" for k in kt] + [label]
-            st = [None] * len(cells)
-            for _, stat, fmt, _ in BREAKDOWN:
-                cells.append(fmt(row[(run, stat)]))
-                st.append(None)
-            rows.append(cells)
-            styles.append(st)
-            if i:
-                dcells = [""] * (len(kt) + 1)
-                dst = [None] * len(dcells)
-                for _, stat, _, _ in BREAKDOWN:
-                    d = row[(run, stat + "_delta")]
-                    dcells.append(_delta_text(d))
-                    dst.append(_delta_style(stat, d, False))
-                rows.append(dcells)
-                styles.append(dst)
+            rows.append([plain_safe(k) if i == 0 else "" for k in kt] + [label]
+                        + [fmt(row[(run, stat)]) for _, stat, fmt, _ in BREAKDOWN])
+            styles.append([None] * len(rows[-1]))
+            if i:   # its changes against BASE, under it
+                deltas = [(stat, row[(run, stat + "_delta")]) for _, stat, _, _ in BREAKDOWN]
+                rows.append([""] * (len(kt) + 1) + [_delta_text(d) for _, d in deltas])
+                styles.append([None] * (len(kt) + 1) + [_delta_style(stat, d, False) for stat, d in deltas])
     if not rows:
         con.print(Text("No communication in the windows compared.", style="bold"))
         return

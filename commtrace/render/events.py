@@ -38,8 +38,8 @@ def stream_events(con, rep, lo, hi, memory_limit: int | None = None) -> int:
 
 
 def first_events(rep, limit: int, lo, hi) -> pd.DataFrame:
-    """The first ``limit`` ops in time order over every rank, in the window (``lo``, ``hi``:
-    its time range relative to t0), as one frame: a merge of each rank's first ``limit``."""
+    """The first ``limit`` ops in the window (``lo``..``hi`` after t0) over every rank, as one frame:
+    a merge of each rank's first ``limit``."""
     from .export_ranks import rank_frames
     t0 = rep.info.get("t0_ns") or 0
     kept = None
@@ -53,12 +53,12 @@ def first_events(rep, limit: int, lo, hi) -> pd.DataFrame:
 
 def window_range(rep) -> tuple[int | None, int | None]:
     """The events' time range relative to t0: the window's extent."""
-    return timeline_range(rep.bounds, rep.info["t0_ns"] or 0, rep.window, None, None)
+    return timeline_range(rep.bounds, rep.info["t0_ns"] or 0, rep.window)
 
 
 def write_events(con: Console, count: int, chunks) -> int:
-    """The event list of ``count`` events given as consecutive event_rows frames (``chunks``: any
-    iterable, consumed as it is printed); returns the events printed."""
+    """The list of ``count`` events in ``chunks`` (event_rows frames, consumed as printed); returns
+    how many were printed."""
     con.print()
     con.print(Text(f"Events ({fmt_int(count)} ops, time after the first op)", style="bold"))
     shapes, group = con.width >= 108, con.width >= 80

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 
 import pandas as pd
 
@@ -15,22 +16,27 @@ def _check_writable(path: str) -> None:
         raise CommtraceError(f"{path}: directory {d} does not exist")
 
 
-def write_csv(frame: pd.DataFrame, path: str) -> None:
+@contextmanager
+def _writing(path: str):
+    """Writing ``path``: a missing directory or a failed write is a one-line CommtraceError."""
     _check_writable(path)
     try:
-        frame.to_csv(path, index=False)
+        yield
     except OSError as e:
         raise CommtraceError(f"{path}: cannot write ({e.strerror})") from None
+
+
+def write_csv(frame: pd.DataFrame, path: str) -> None:
+    with _writing(path):
+        frame.to_csv(path, index=False)
 
 
 def write_parquet(frame: pd.DataFrame, path: str) -> None:
-    _check_writable(path)
-    try:
-        frame.to_parquet(path, index=False)
-    except ImportError:
-        raise CommtraceError(f"{path}: Parquet export needs pyarrow (pip install pyarrow)") from None
-    except OSError as e:
-        raise CommtraceError(f"{path}: cannot write ({e.strerror})") from None
+    with _writing(path):
+        try:
+            frame.to_parquet(path, index=False)
+        except ImportError:
+            raise CommtraceError(f"{path}: Parquet export needs pyarrow (pip install pyarrow)") from None
 
 
 def write_json(obj: dict, path: str) -> None:
@@ -40,9 +46,5 @@ def write_json(obj: dict, path: str) -> None:
         import sys
         sys.stdout.write(text + "\n")
         return
-    _check_writable(path)
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    except OSError as e:
-        raise CommtraceError(f"{path}: cannot write ({e.strerror})") from None
+    with _writing(path), open(path, "w", encoding="utf-8") as f:
+        f.write(text + "\n")

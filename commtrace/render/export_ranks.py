@@ -1,13 +1,10 @@
-"""``report --csv / --parquet`` of a run analysed by map/reduce: one row per op per rank,
-written rank by rank, so that one rank's frame is the most ever in memory.
+"""``report --csv / --parquet`` of a run analysed by map/reduce, written rank by rank (one rank's
+frame is the most ever in memory).
 
-Each rank's rows are the rows of the one-frame export for that rank (the frame
-``commtrace.load`` builds, the same columns and values; in a window, the ops in
-it), in time order; the file holds rank 0's rows, then rank 1's, ... (the
-one-frame export interleaves the ranks by start time). In the Parquet file
-text columns are plain strings (the one-frame file stores them dictionary-coded:
-pandas reads those back as categoricals): a rank's categories differ from the
-next rank's, and one file has one schema."""
+A rank's rows are the one-frame export's rows of that rank (``commtrace.load``'s columns and values;
+in a window, its ops), in time order, rank after rank (the one-frame export interleaves ranks by
+start). Parquet text columns are plain strings, not dictionary-coded as in the one-frame file: the
+ranks' categories differ, and one file has one schema."""
 from __future__ import annotations
 
 import numpy as np

@@ -9,17 +9,15 @@ from rich.markup import escape
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def safe(text) -> str:
-    """A trace string made safe for the terminal: control characters shown as \\xNN,
-    rich markup escaped."""
-    s = "" if text is None else str(text)
-    s = _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
-    return escape(s)
-
-
 def plain_safe(text) -> str:
+    """A trace string made safe for the terminal: control characters shown as \\xNN."""
     s = "" if text is None else str(text)
     return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def safe(text) -> str:
+    """``plain_safe``, rich markup escaped too (for strings printed as markup)."""
+    return escape(plain_safe(text))
 
 
 def _bad(v) -> bool:

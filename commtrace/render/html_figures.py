@@ -1,10 +1,8 @@
 """Plotly figures (plain figure dicts, drawn by the inlined plotly.js) of one report.
 
-Nothing is computed here that the analysis does not give: the figures plot the
-report's frame, spans, marks, step table, matched collectives, skew, and
-``analysis.figures``. Every trace string goes through ``html_escape.text`` before
-it reaches a plotly label (plotly parses labels as a subset of HTML); strings the
-page shows itself (op fields on hover) travel as JSON and are set as DOM text.
+The figures plot what the analysis gives (frame, spans, marks, step table, matched collectives, skew,
+``analysis.figures``), computing nothing. Trace strings go through ``html_escape.text`` before a
+plotly label (plotly parses labels as HTML); hover fields travel as JSON and are set as DOM text.
 """
 from __future__ import annotations
 
@@ -65,10 +63,8 @@ def _ms(ns, digits: int = 6) -> np.ndarray:
 
 
 def _column(col: pd.Series, fmt=None) -> dict | None:
-    """A field for the page's hover panel, compactly: None when no op has a value, one
-    value for all as {"k": value}, integers as {"n": [...]}, anything else
-    dictionary-encoded as {"v": distinct display strings, "c": codes (-1: missing)}.
-    The strings reach the page as JSON and are set as DOM text (never parsed as HTML)."""
+    """A hover panel field, compactly: None (no value anywhere), {"k": one value for all}, {"n":
+    integers}, else {"v": distinct display strings, "c": codes (-1: missing)}; set as DOM text."""
     if not len(col) or col.isna().all():
         return None
     if not col.isna().any() and col.nunique(dropna=False) == 1:
@@ -83,30 +79,24 @@ def _column(col: pd.Series, fmt=None) -> dict | None:
 
 def _fields(frame: pd.DataFrame, names, fmts: dict | None = None) -> dict:
     """The hover panel's fields of ``frame`` that have a value somewhere."""
-    fmts = fmts or {}
-    out = {c: _column(frame[c], fmts.get(c)) for c in names if c in frame}
+    out = {c: _column(frame[c], (fmts or {}).get(c)) for c in names if c in frame}
     return {c: f for c, f in out.items() if f is not None}
 
 
 def _layout(title: str, **kw) -> dict:
-    base = {"title": {"text": text(title)}, "margin": {"l": 90, "r": 20, "t": 40, "b": 40},
-            "hovermode": "closest", "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff"}
-    base.update(kw)
-    return base
+    return {"title": {"text": text(title)}, "margin": {"l": 90, "r": 20, "t": 40, "b": 40},
+            "hovermode": "closest", "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff", **kw}
 
 
 # -- timeline ----------------------------------------------------------------------
 
 def timeline_figure(rep, steady_step: int | None = None) -> dict:
-    """{"data", "layout", "ops": op fields per drawn op, "spans": span fields, "aggregated", "notes"}.
+    """{"data", "layout", "ops" (fields per drawn op), "spans", "aggregated", "notes", "lanes"}.
 
-    Lanes: per rank "rank N" (ops, coloured by kind) with "rank N compute" beneath
-    (forward/backward/optimizer spans), then a "marks" lane. Up to TIMELINE_MAX_OPS
-    ops every op is one bar; beyond, per rank TIMELINE_BINS bins, each drawn in the
-    colour of the op that fills most of it (analysis.timeline.bin_timeline). On each
-    op lane a thin strip shows its communication exposed (red) or hidden under compute
-    (green); dotted lines mark where each step begins. ``steady_step``: the x axis
-    opens on that step and the ones after it ("steady" in the layout's meta)."""
+    Per rank a lane of ops (by kind) over a strip of its exposed (red) / hidden (green) comm, and
+    a compute lane; then marks; dotted lines where steps begin. Beyond TIMELINE_MAX_OPS ops, per rank
+    TIMELINE_BINS bins in the colour of the op filling most of each. ``steady_step``: the x axis
+    opens there ("steady" in the layout's meta)."""
     ops = rep.op_view
     frame, t0 = ops.frame, int(rep.info["t0_ns"] or 0)
     ranks = sorted(int(r) for r in rep.info.get("rank_list") or np.unique(frame["rank"].to_numpy()).tolist())

@@ -41,19 +41,14 @@ dt{color:#555}dd{margin:0;white-space:pre-wrap;word-break:break-all}.detail-titl
 PLOTLY_BUNDLE = "plotly-basic.min.js"   # plotly.js-basic-dist-min 4.1.1 (MIT): bar, pie and scatter traces
 
 
-def plotly_js() -> str:
-    """The partial plotly.js bundle shipped in commtrace.render: 1.2 MB where the full
-    plotly.min.js is 4.8 MB (the page draws only bars and scatter markers)."""
+def _script(name: str) -> str:
+    """A script shipped in commtrace.render (the partial plotly.js bundle: 1.2 MB where the full
+    plotly.min.js is 4.8 MB; the page's own), made safe to inline."""
     try:
-        src = resources.files("commtrace.render").joinpath(PLOTLY_BUNDLE).read_text(encoding="utf-8")
+        src = resources.files("commtrace.render").joinpath(name).read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError) as e:
-        raise CommtraceError(f"--html: {PLOTLY_BUNDLE} is missing from this commtrace install") from e
+        raise CommtraceError(f"--html: {name} is missing from this commtrace install") from e
     return _CLOSE_SCRIPT.sub(r"<\\/\1", src)
-
-
-def _app_js() -> str:
-    return _CLOSE_SCRIPT.sub(r"<\\/\1", resources.files("commtrace.render").joinpath("html_app.js")
-                             .read_text(encoding="utf-8"))
 
 
 def _figure_section(fid: str, title: str, fig: dict | None, registry: list, intro: str = "") -> str:
@@ -72,7 +67,8 @@ def _page(title: str, body: str, data: dict) -> str:
             f"<title>{text(title)}</title><style>{STYLE}</style></head><body>\n{body}\n"
             '<div id="op-tip"></div>\n'
             f'<script id="commtrace-data" type="application/json">{script_json(data)}</script>\n'
-            f"<script>{plotly_js()}</script>\n<script>{_app_js()}</script>\n</body></html>\n")
+            f"<script>{_script(PLOTLY_BUNDLE)}</script>\n<script>{_script('html_app.js')}</script>\n"
+            "</body></html>\n")
 
 
 def _report_blocks(rep) -> list[tuple]:
@@ -92,9 +88,8 @@ def _report_blocks(rep) -> list[tuple]:
 
 
 def steady_report(rep, top: int = 10, **analyse_kw):
-    """The report of ``rep``'s steady steps (as ``--steps N:`` with N the second step:
-    analysis.figures.steady_start), analysed as ``rep`` was; None unless ``rep`` is the whole
-    run and has two steps or more. ``analyse_kw``: analyse's executor options (dask, memory_limit)."""
+    """``rep``'s steady steps (``--steps N:``, N: analysis.figures.steady_start) analysed as ``rep``
+    was (``analyse_kw``: dask, memory_limit); None unless ``rep`` is a whole run of two steps or more."""
     from ..analysis.figures import steady_start
     from ..analysis.partitioned import analyse
     from ..analysis.window import Window
@@ -108,12 +103,9 @@ def steady_report(rep, top: int = 10, **analyse_kw):
 
 
 def report_html(rep, top: int = 10, steady=None) -> str:
-    """The page of report ``rep``; the figures drawn from the ops themselves -- timeline,
-    arrival heatmap, bandwidth by size -- when it holds every op (``rep.op_view``), else left out.
-
-    Steady state first: with ``steady`` (``steady_report``), every table and figure is shown
-    twice -- for the steady steps and for the whole run -- and the page shows the steady ones
-    until its toggle is ticked; the one timeline opens on the steady steps."""
+    """The page of report ``rep``; timeline, arrival heatmap and bandwidth only when it holds every op
+    (``rep.op_view``). With ``steady`` (``steady_report``) every table and figure is there for the
+    steady steps (shown first) and the whole run (behind a toggle); the timeline opens on the steady steps."""
     every_op = rep.op_view is not None
     steady_step = steady.window.steps[0] if steady is not None else None
     views = [("all", rep)] if steady is None else [("steady", steady), ("all", rep)]
@@ -146,13 +138,13 @@ def report_html(rep, top: int = 10, steady=None) -> str:
                     '<div id="timeline" class="figure"></div><div id="op-detail">click an op to keep its fields '
                     "here</div>")
     body += [s[1] for s in sections]
-    data = {"timeline": _timeline_data(tl), "figures": registry}
+    data = {"timeline": None if tl is None else {k: tl[k] for k in ("data", "layout", "ops", "spans", "lanes",
+                                                                    "aggregated")}, "figures": registry}
     return _page(f"commtrace report {rep.info.get('run_dir', '')}", "\n".join(body), data)
 
 
 def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool) -> tuple[str, str]:
-    """One view's banner, and its per-step chart, tables and figures (ids suffixed by
-    the view's name when the page has several)."""
+    """One view's banner, and its chart, tables and figures (ids suffixed by its name if several)."""
     blocks = _report_blocks(rep)
     banner, tables = (blocks[0][1], blocks[1:]) if blocks and blocks[0][0] == "text" else ("", blocks)
     sfx = "-" + name if several else ""
@@ -172,13 +164,6 @@ def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool
     bid = "banner" + sfx
     return (f'<div{cls}><pre class="text" id="{bid}">{text(banner)}</pre></div>',
             f"<div{cls}>" + "\n".join(body) + "</div>")
-
-
-def _timeline_data(tl: dict | None) -> dict | None:
-    if tl is None:
-        return None
-    return {"data": tl["data"], "layout": tl["layout"], "ops": tl["ops"], "spans": tl["spans"],
-            "lanes": tl["lanes"], "aggregated": tl["aggregated"]}
 
 
 def compare_html(cmp: dict, named: list | None = None) -> str:

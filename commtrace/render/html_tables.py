@@ -44,9 +44,8 @@ _STYLE_CLASS = {"green": " better", "red": " worse"}
 
 
 def table_html(columns, rows, title, note, sortable: bool = True, styles=None) -> str:
-    """A table; sortable: click a header (the page's script sorts numbers by value);
-    ``styles``: the terminal's per-cell styles where green / red mean better / worse
-    (compare's changes; those cells get a class), else None."""
+    """A table (``sortable``: by a click on a header); ``styles``: the terminal's per-cell styles where
+    green / red mean better / worse (compare's changes get a class), else None."""
     hint = ' title="click to sort"' if sortable else ""
     head = "".join(f'<th class="{"num" if c.right else "txt"}"{hint}>{text(c.name)}</th>' for c in columns)
     styles = styles or [[]] * len(rows)

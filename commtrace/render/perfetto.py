@@ -13,6 +13,8 @@ import json
 import numpy as np
 import pandas as pd
 
+from ..analysis.arrays import column_codes
+from ..analysis.report import json_safe
 from ..errors import CommtraceError
 from ..trace.schema import P2P_OPS
 
@@ -23,12 +25,8 @@ CHUNK = 20_000
 
 
 def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray, small: int = 8) -> np.ndarray:
-    """Per row a track index (0..) such that slices on one (rank, track) never overlap.
-
-    Rows must be sorted by start time. Per rank, ops split into clusters of
-    transitively overlapping ops; a cluster of up to ``small`` ops puts its k-th op on
-    track k (vectorized), a bigger one is packed greedily (interval partitioning).
-    """
+    """Per row (sorted by start) a track (0..) so that slices on one (rank, track) never overlap: per
+    cluster of transitively overlapping ops, the k-th of up to ``small`` on track k, more packed greedily."""
     lane = np.zeros(len(rank), dtype=np.int64)
     if len(rank) == 0:
         return lane
@@ -77,25 +75,10 @@ def _static_codes(frame: pd.DataFrame, cols: list[str]) -> np.ndarray:
     return code
 
 
-def _jsonable(v):
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
-    return v if isinstance(v, (int, float, bool)) else str(v)
-
-
-def _codes(col: pd.Series):
-    """Categorical codes with NA -> len(categories) (index of an appended fallback)."""
-    if not isinstance(col.dtype, pd.CategoricalDtype):
-        col = col.astype("category")
-    codes = col.cat.codes.to_numpy().astype(np.int64)
-    cats = list(col.cat.categories)
-    return np.where(codes < 0, len(cats), codes), cats
+def _json_per_row(col: pd.Series, missing: str, fmt=json.dumps) -> np.ndarray:
+    """Per row, ``fmt`` of its value as text (``missing`` where NA): one call per distinct value."""
+    codes, keys = column_codes(col)
+    return np.array([fmt(k) for k in keys[:-1]] + [missing], dtype=object)[codes]
 
 
 def _num_strs(col: pd.Series, order: np.ndarray) -> np.ndarray:
@@ -119,10 +102,8 @@ REGION_TID = 1_000_001    # each rank's commtrace.region intervals
 def write_perfetto(frame: pd.DataFrame, path: str, t0: int | None = None, inst: np.ndarray | None = None,
                    processes: list[dict] | None = None, spans: pd.DataFrame | None = None,
                    marks: pd.DataFrame | None = None, regions: pd.DataFrame | None = None) -> dict:
-    """Write the trace; returns counts {"slices", "flows", "tracks", "spans", "marks"}.
-
-    ``spans`` (compute spans) become slices on a "compute" track of each rank, beside
-    its communication; ``marks`` instant events; ``regions`` slices on a "regions" track."""
+    """Write the trace; returns counts {"slices", "flows", "tracks", "spans", "marks", "regions"}.
+    Compute ``spans`` and ``regions`` are slices on a track of their own per rank, ``marks`` instants."""
     n = len(frame)
     try:
         f = open(path, "w", encoding="utf-8")
@@ -146,9 +127,7 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     for table, col in ((spans, "t_begin_ns"), (marks, "t_ns"), (regions, "t_begin_ns")):
         if table is not None:
             firsts.append(int(table[col].min()))
-    t0 = min(firsts) if (t0 is None and firsts) else int(t0 or 0)
-    if firsts:
-        t0 = min(t0, *firsts)   # timestamps are never negative
+    t0 = min(firsts + ([] if t0 is None else [int(t0)]), default=0)   # timestamps are never negative
     rank = frame["rank"].to_numpy(dtype=np.int64) if n else np.empty(0, np.int64)
     pid = np.where(rank >= 0, rank, 1_000_000)
     if n:
@@ -169,25 +148,24 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
             ranks.update(int(r) for r in table["rank"].unique())
     ranks = sorted(ranks)
     hosts = {p.get("rank"): p.get("host") for p in (processes or [])}
+
+    def add_meta(name: str, p: int, tid: int, args: dict) -> None:
+        meta.append(json.dumps({"ph": "M", "name": name, "pid": p, "tid": tid, "args": args}))
+
     for r in ranks:
-        p = r if r >= 0 else 1_000_000
-        name = f"rank {r}" if r >= 0 else "rank ?"
-        meta.append(json.dumps({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": name}}))
-        meta.append(json.dumps({"ph": "M", "name": "process_sort_index", "pid": p, "tid": 0, "args": {"sort_index": p}}))
+        add_meta("process_name", _pid(r), 0, {"name": f"rank {r}" if r >= 0 else "rank ?"})
+        add_meta("process_sort_index", _pid(r), 0, {"sort_index": _pid(r)})
         if hosts.get(r):
-            meta.append(json.dumps({"ph": "M", "name": "process_labels", "pid": p, "tid": 0, "args": {"labels": str(hosts[r])}}))
+            add_meta("process_labels", _pid(r), 0, {"labels": str(hosts[r])})
     tracks = sorted(set(zip(pid.tolist(), lane.tolist()))) if n else []
     for p, t in tracks:
-        meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": t,
-                                "args": {"name": "ops" if t == 0 else f"overlapping ops {t}"}}))
+        add_meta("thread_name", p, t, {"name": "ops" if t == 0 else f"overlapping ops {t}"})
     for table, tid, label in ((spans, COMPUTE_TID, "compute (forward, backward, optimizer)"),
                               (regions, REGION_TID, "regions")):
         if table is not None:
             for r in sorted(int(x) for x in table["rank"].unique()):
-                p = r if r >= 0 else 1_000_000
-                meta.append(json.dumps({"ph": "M", "name": "thread_name", "pid": p, "tid": tid, "args": {"name": label}}))
-                meta.append(json.dumps({"ph": "M", "name": "thread_sort_index", "pid": p, "tid": tid,
-                                        "args": {"sort_index": -2 if tid == COMPUTE_TID else -1}}))
+                add_meta("thread_name", _pid(r), tid, {"name": label})
+                add_meta("thread_sort_index", _pid(r), tid, {"sort_index": -2 if tid == COMPUTE_TID else -1})
     f.write(",\n".join(meta))
     wrote = bool(meta)
     counts = _write_annotations(f, wrote, t0, spans, marks, regions)
@@ -201,14 +179,11 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     first = pd.Series(np.arange(n)).groupby(scode, sort=True).first().to_numpy()
     frags = []
     for row in first.tolist():
-        d = {c: v for c in static_cols if (v := _jsonable(frame[c].iat[row])) is not None}  # nulls: not recorded
-        frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"))[1:-1])
-    opc, opcats = _codes(frame["op"])
-    op_json = np.array([json.dumps(str(c)) for c in opcats] + ['"?"'], dtype=object)
-    names = op_json[opc]
+        d = {c: v for c in static_cols if (v := json_safe(frame[c].iat[row])) is not None}  # nulls: not recorded
+        frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str)[1:-1])
+    names = _json_per_row(frame["op"], '"?"')
     p2p = frame["op"].isin(P2P_OPS).to_numpy()
-    stc, stcats = _codes(frame["status"])
-    status = np.array([json.dumps(str(c)) for c in stcats] + ["null"], dtype=object)[stc]
+    status = _json_per_row(frame["status"], "null")
     err = frame["error"] if "error" in frame else None
     order = np.lexsort((start, lane, pid))   # per track, in time order
     rel = start - t0
@@ -227,11 +202,7 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     fmt = ('{{"ph":"X","pid":{},"tid":{},"ts":{}.{:03d},"dur":{}.{:03d},"name":{},"cat":{},"args":{{{},'
            '"seq":{},"t_start_ns":{},"t_return_ns":{},"t_end_ns":{},"duration_ns":{},"status":{},"iteration":{}'
            + ("{}" if has_err else "") + "}}}}").format
-    for lo in range(0, n, CHUNK):
-        part = [c[lo:lo + CHUNK].tolist() for c in cols]
-        f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
-        wrote = True
-    pid_l, lane_l, rel_l = pid, lane, rel
+    wrote = _write_rows(f, wrote, fmt, cols)
     # -- flows: consecutive arrivals of one instance ----------------------------
     nflows = 0
     if inst is None:
@@ -244,17 +215,10 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
         a, b = a[pair], b[pair]
         nflows = len(a)
         fid = np.arange(1, nflows + 1)
-        fmt_s = '{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}'.format
-        fmt_f = '{{"ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}'.format
-        for lo in range(0, nflows, CHUNK):
-            sl = slice(lo, lo + CHUNK)
-            aa, bb, kk = a[sl], b[sl], fid[sl].tolist()
-            ss = map(fmt_s, kk, pid_l[aa].tolist(), lane_l[aa].tolist(), (rel_l[aa] // 1000).tolist(),
-                     (rel_l[aa] % 1000).tolist(), names[aa].tolist())
-            ff = map(fmt_f, kk, pid_l[bb].tolist(), lane_l[bb].tolist(), (rel_l[bb] // 1000).tolist(),
-                     (rel_l[bb] % 1000).tolist(), names[bb].tolist())
-            f.write((",\n" if wrote else "") + ",\n".join(map(",\n".join, zip(ss, ff))))
-            wrote = True
+        fmt = ('{{"ph":"s","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}},\n{{"ph":"f",'
+               '"bp":"e","id":{},"pid":{},"tid":{},"ts":{}.{:03d},"name":{},"cat":"match"}}').format
+        ends = [(fid, pid[x], lane[x], rel[x] // 1000, rel[x] % 1000, names[x]) for x in (a, b)]
+        wrote = _write_rows(f, wrote, fmt, [*ends[0], *ends[1]])
     f.write("\n]}\n")
     return {"slices": n, "flows": nflows, "tracks": len(tracks), **counts}
 
@@ -267,20 +231,15 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
         nspans = len(spans)
         rel = spans["t_begin_ns"].to_numpy(np.int64) - t0
         dur = spans["t_end_ns"].to_numpy(np.int64) - spans["t_begin_ns"].to_numpy(np.int64)
-        pc, pcats = _codes(spans["phase"])
-        phase = np.array([json.dumps(str(c)) for c in pcats] + ['"?"'], dtype=object)[pc]
-        mc, mcats = _codes(spans["module"])
-        module = np.array([',"module":' + json.dumps(str(c), ensure_ascii=False) for c in mcats] + [""],
-                          dtype=object)[mc]
+        phase = _json_per_row(spans["phase"], '"?"')
+        module = _json_per_row(spans["module"], "", lambda m: ',"module":' + json.dumps(m,
+                                                                                      ensure_ascii=False))
         rank = spans["rank"].to_numpy(np.int64)
         cols = [np.where(rank >= 0, rank, 1_000_000), rel // 1000, rel % 1000, dur // 1000, dur % 1000, phase,
                 phase, spans["step"].to_numpy(), spans["iteration"].to_numpy(), module]
         fmt = ('{{"ph":"X","pid":{},"tid":' + str(COMPUTE_TID) + ',"ts":{}.{:03d},"dur":{}.{:03d},"name":{},'
                '"cat":"compute","args":{{"phase":{},"step":{},"iteration":{}{}}}}}').format
-        for lo in range(0, nspans, CHUNK):
-            part = [c[lo:lo + CHUNK].tolist() for c in cols]
-            f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
-            wrote = True
+        wrote = _write_rows(f, wrote, fmt, cols)
     if regions is not None:
         for r in regions.itertuples(index=False):
             events.append({"ph": "X", "pid": _pid(r.rank), "tid": REGION_TID, "ts": (r.t_begin_ns - t0) / 1e3,
@@ -295,6 +254,16 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
                                                      for e in events))
     return {"spans": nspans, "marks": 0 if marks is None else len(marks),
             "regions": 0 if regions is None else len(regions)}
+
+
+def _write_rows(f, wrote: bool, fmt, cols: list) -> bool:
+    """One event per row of the arrays ``cols`` (``fmt`` of the row's values), written CHUNK rows
+    at a time after a separator when something came before; whether anything was written."""
+    for lo in range(0, len(cols[0]), CHUNK):
+        part = [c[lo:lo + CHUNK].tolist() for c in cols]
+        f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
+        wrote = True
+    return wrote
 
 
 def _pid(rank) -> int:

@@ -10,13 +10,9 @@ PERFETTO_BYTES_PER_OP = 1000
 
 
 def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
-    """The Perfetto export of a run too big for one file: files of at most ``max_mb`` MB
-    (estimated at PERFETTO_BYTES_PER_OP), each a subset of the ranks, or a time window of
-    one rank with more ops than that (analysis.partitioned.perfetto_pieces); one time base. In a
-    window: the ops in it, and the spans, marks and regions overlapping it (as the one-frame
-    export). Every op, span, mark and region is in exactly one file: a time window of a rank
-    holds those that start in it (analysis.partitioned.piece_span), a span crossing its end
-    whole."""
+    """Files of at most ``max_mb`` MB (at PERFETTO_BYTES_PER_OP), each some ranks or a time window of
+    one rank (analysis.partitioned.perfetto_pieces), on one time base. Every op, span, mark and
+    region is in exactly one file: a window holds those starting in it (a span crossing its end whole)."""
     from ..analysis.match import match_ops
     from ..analysis.partitioned import load_ranks, perfetto_pieces, piece_span, scan
     from .perfetto import write_perfetto
@@ -50,10 +46,9 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
 
 
 def _time_base(s, parts) -> int | None:
-    """The time 0 of every piece: the run's first op, or the earliest span, mark or region
-    shown if one starts before it -- as in the one-file export. (A file left to choose
-    would start at its own earliest event, and the pieces would not line up.) Reads each
-    rank's meta and spans files once more, not its ops."""
+    """Every piece's time 0, as the one-file export's: the run's first op or an earlier span, mark or
+    region shown (left to itself, a file would start at its own first event and pieces would not
+    line up). Reads each rank's meta and spans files once more, not its ops."""
     from ..analysis.partitioned.op_view import tables_in_window
     firsts = [s.t0_ns] if s.t0_ns is not None else []
     for part in parts:
@@ -77,8 +72,8 @@ def _starting_in(table, begin: str, t_lo: int | None, t_hi: int | None):
 
 
 def _in_window(run, s):
-    """Some ranks' reader.Run cut to the window of Report ``s``: ops as windowing.frame_in_window,
-    spans / marks / regions overlapping their rank's interval (report._within's rule)."""
+    """Some ranks' reader.Run cut to the window of Report ``s`` (windowing.frame_in_window's ops;
+    spans, marks, regions overlapping their rank's interval)."""
     from ..analysis.partitioned.windowing import frame_in_window
     from ..analysis.partitioned.op_view import tables_in_window
     phases = s.window.phases if s.window is not None else None

@@ -1,8 +1,6 @@
-"""Tables that fit the console: columns are dropped (least important first) or
-their headers abbreviated before any cell would be cut; numbers are never cut.
-
-Plain and colour output use the same layout (ASCII rules, same widths), so a
-report reads the same with and without colour; colour only adds styles.
+"""Tables that fit the console: columns are dropped (least important first) or their headers
+abbreviated before any cell would be cut; numbers are never cut. Plain and colour output share the
+layout (ASCII rules, same widths): colour only adds styles.
 """
 from __future__ import annotations
 
@@ -27,16 +25,12 @@ class Column:
     text: bool = False           # free text (group names, details): may be shortened with "~"
 
 
-def _width(col: Column, header: str, cells: list[str]) -> int:
-    return max([len(header)] + [len(c) for c in cells])
-
-
 def fit(columns: list[Column], rows: list[list[str]], width: int) -> tuple[list[int], list[str], list[int]]:
     """(kept column indices, their headers, their widths) such that the table fits ``width``."""
     keep = list(range(len(columns)))
     headers = [c.name for c in columns]
     cols_cells = [[r[i] for r in rows] for i in range(len(columns))]
-    widths = [_width(c, headers[i], cols_cells[i]) for i, c in enumerate(columns)]
+    widths = [max([len(headers[i])] + [len(c) for c in cols_cells[i]]) for i in range(len(columns))]
     for i, c in enumerate(columns):   # free text never takes more than MAX_TEXT while numbers need room
         if c.text and widths[i] > MAX_TEXT:
             widths[i] = max(MAX_TEXT, len(headers[i]))
@@ -67,11 +61,9 @@ def shorten(text: str, width: int) -> str:
 
 def print_table(con: Console, columns: list[Column], rows: list[list[str]], *, title: str | None = None,
                 styles: list[list[str | None]] | None = None, note: str | None = None) -> list[str]:
-    """Print a fitted table; returns the names of the columns shown. ``styles``:
-    per row and column a rich style (or None) applied in colour mode only.
-    ``note`` (dim) goes under the table, naming any dropped columns.
-    A console with a ``table_sink`` (the HTML report's) gets every column and row
-    as they are, unfitted: the HTML page shows the terminal's own tables."""
+    """Print a fitted table; returns the names of the columns shown. ``styles``: per cell a rich
+    style (colour mode only); ``note`` (dim, naming dropped columns) under it. A console with a
+    ``table_sink`` (the HTML page's) gets every column and row unfitted."""
     sink = getattr(con, "table_sink", None)
     if sink is not None:
         sink(columns, rows, title, note, styles)

@@ -1,7 +1,5 @@
-"""The terminal report (rich). Plain text (no colour) when the output is not a TTY
-or NO_COLOR is set; the layout and width are the same either way (colour only
-adds styles). Every string from a trace goes through ``plain_safe``/``safe``.
-Tables fit the width by dropping their least important columns (render.tables).
+"""The terminal report (rich): plain (no colour) when not a TTY or NO_COLOR is set, the same layout
+either way. Trace strings go through ``plain_safe``/``safe``; tables fit the width (render.tables).
 """
 from __future__ import annotations
 
@@ -31,15 +29,6 @@ _EXTRA = ["white", "bright_red", "bright_white", "dark_orange", "purple"]
 MARK_SYMBOLS = "123456789abcdefghijklmnopqrstuvwxyz"
 
 
-def is_plain(file=None) -> bool:
-    file = file or sys.stdout
-    try:
-        tty = file.isatty()
-    except (AttributeError, ValueError):
-        tty = False
-    return not tty or bool(os.environ.get("NO_COLOR"))
-
-
 def console_width(file=None) -> int:
     """--width, else the terminal's width, else COLUMNS, else 120: never depends on colour."""
     file = file or sys.stdout
@@ -56,7 +45,11 @@ def console_width(file=None) -> int:
 
 def make_console(width: int | None = None, file=None) -> Console:
     file = file or sys.stdout
-    plain = is_plain(file)
+    try:
+        tty = file.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    plain = not tty or bool(os.environ.get("NO_COLOR"))
     con = Console(file=file, width=max(int(width or console_width(file)), 40), color_system=None if plain else "auto",
                   no_color=plain, highlight=False, emoji=False, soft_wrap=False,
                   force_terminal=None if not plain else False)
@@ -66,10 +59,6 @@ def make_console(width: int | None = None, file=None) -> Console:
 
 def op_style(op: str, i: int = 0) -> tuple[str, str]:
     return OP_STYLE.get(op, (_EXTRA[i % len(_EXTRA)], op_kind(op).letter))
-
-
-def _dim(con: Console, text: str) -> None:
-    con.print(Text(text, style="dim"), overflow="fold")
 
 
 # -- banner ----------------------------------------------------------------------
@@ -114,10 +103,6 @@ def render_banner(con: Console, rep) -> None:
 
 # -- steps -----------------------------------------------------------------------
 
-def _hidden_pct(comm, exposed) -> str:
-    return "-" if not comm else fmt_pct((comm - exposed) / comm, 0)
-
-
 STEP_COLUMNS = [Column("step", drop=0), Column("micro", drop=4), Column("step time", drop=0, short="step"),
                 Column("compute", drop=3, short="comp"), Column("comm", drop=0), Column("exposed", drop=0, short="expo"),
                 Column("hidden", drop=5), Column("ops", drop=2), Column("bytes", drop=1),
@@ -126,7 +111,8 @@ STEP_COLUMNS = [Column("step", drop=0), Column("micro", drop=4), Column("step ti
 
 def _step_row(label, r) -> list[str]:
     return [str(label), fmt_count(r["micro_steps"]), fmt_ns(r["step_ns"]), fmt_ns(r["compute_ns"]),
-            fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]), _hidden_pct(r["comm_ns"], r["exposed_ns"]),
+            fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]),
+            fmt_pct((r["comm_ns"] - r["exposed_ns"]) / r["comm_ns"], 0) if r["comm_ns"] else "-",
             fmt_count(r["ops"]), fmt_bytes(r["bytes"]), f"rank {int(r['slowest_rank'])}"]
 
 
@@ -135,7 +121,8 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
     if st is None:
         if rep.compute_spans:
             con.print()
-            _dim(con, "Steps: no optimizer step was recorded (steps are counted at torch.optim optimizer steps).")
+            con.print(Text("Steps: no optimizer step was recorded (steps are counted at torch.optim "
+                           "optimizer steps).", style="dim"), overflow="fold")
         return
     con.print()
     a = st.across
@@ -167,14 +154,9 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
         print_table(con, cols, rows, note="ops: all ranks; comm: mean per rank")
     per = st.per_rank
     if len(per) and per["rank"].nunique() > 1:
-        con.print()
         g = per.groupby("rank")
-        cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
-                Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
-        rows = [[str(r), fmt_int(len(x)), fmt_ns(x["step_ns"].median()), fmt_ns(x["compute_ns"].median()),
-                 fmt_ns(x["comm_ns"].median()), fmt_ns(x["exposed_ns"].median()), fmt_count(x["ops"].median())]
-                for r, x in g]
-        print_table(con, cols, rows, title="Per rank (median over its steps)")
+        _render_rank_medians(con, g[["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]].median()
+                             .assign(steps=g.size()))
 
 
 # -- op tables -------------------------------------------------------------------
@@ -378,9 +360,9 @@ def render_nothing_shown(con: Console, rep) -> bool:
 
 
 def render_report(con: Console, rep, *, events=False, limit=None, top=10, memory_limit=None, by=None) -> None:
-    """The banner (plus how the run was analysed, when not whole), steps, summary (and ``by``'s:
-    render_by), region, module and skew tables, the timeline (when analysed with one: ``analyse(timeline_width=...)``) and
-    ``events`` (at most ``limit``; without, streamed within ``memory_limit``: render.events)."""
+    """Banner (and how a partitioned run was analysed), steps, summary (and ``by``), region, module
+    and skew tables, the timeline (if analysed with one) and ``events`` (at most ``limit``; without,
+    streamed within ``memory_limit``)."""
     render_banner(con, rep)
     if not rep.whole:
         how = f"{rep.executor}, {rep.workers} worker{'s' if rep.workers != 1 else ''}"
@@ -407,7 +389,7 @@ def render_report(con: Console, rep, *, events=False, limit=None, top=10, memory
 
 
 def _render_rank_medians(con, med) -> None:
-    """The per-rank table when the (rank, step) rows were too many to keep (medians come per rank)."""
+    """The per-rank table: per rank the median of its steps (``med``: one row per rank)."""
     con.print()
     cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
             Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]

@@ -1,43 +1,29 @@
 """Diagnose hangs, desyncs, crashes and stragglers from a loaded run (``commtrace check``).
 
-Pure functions over ``Run`` (the op frame plus what each process said about
-itself); no rendering here. ``diagnose(run)`` returns a list of ``Finding``;
-``render.check_text.render_findings`` draws them.
+Pure functions over ``Run``; ``diagnose(run)`` returns ``Finding``s, ``render.check_text`` draws them.
+Matching follows PyTorch's Flight Recorder: the same collective has the same (world, group, seq) on
+every member; at one seq the op, sizes, dtype, reduce op and root must agree, and a member without a
+record of a seq others entered never arrived. Send/recv (seq per (op, peer)) are matched pairwise and
+reported as info unless still in flight. Severities: ``error`` (hang, desync, crash, lost data),
+``warning`` (straggler, variant mismatch), ``info`` (context); ``exit_code`` maps them to 0/1.
 
-Matching follows PyTorch's Flight Recorder: the same collective on every member
-of a process group has the same (world, group, seq). At one sequence number we
-compare the op type, input sizes, dtype, reduce op and root; a member with no
-record for a sequence number that other members entered never arrived there.
-Point-to-point ops (seq counted per (op, peer)) are matched send<->recv and
-only reported as informational unless they were still in flight.
-
-Severities: ``error`` (the job hung, desynced, crashed or lost data), ``warning``
-(likely a problem: a straggler, a variant mismatch), ``info`` (context: group
-progress, dumps, matched-but-unusual p2p). ``exit_code`` maps them to the CLI's
-0/1.
-
-Where the pieces are: ``findings`` (Finding, kinds, severities, exit_code),
-``matching`` (a collective across its group's members: what each ran at a seq,
-how far each got), ``facts`` (what the diagnoses need from every op, mergeable
-over seq chunks: ``RunFacts``, ``GroupVerdict``), ``fates`` (how each rank and
-process ended), ``diagnoses`` (every diagnosis over those), ``dumps`` (reading
-watchdog / SIGUSR1 state dumps); ``diagnose_reduced`` runs them all on facts and a
-frame of just the rows they name (``commtrace check``'s engine, which reads the run
-per rank and per seq chunk: ``analysis.partitioned.check_map.check_run``), ``diagnose``
-on the frame of a run already loaded (``reader.load_run``).
+Pieces: ``findings`` (Finding, kinds, exit_code), ``matching`` (a collective across its members),
+``facts`` (figures over every op, mergeable over seq chunks), ``fates`` (how each process ended),
+``diagnoses``, ``dumps`` (watchdog / SIGUSR1 state dumps). ``diagnose_reduced`` runs them on facts and
+the rows they name (the partitioned engine: ``analysis.partitioned.check_map``), ``diagnose`` on a
+run already loaded (``reader.load_run``).
 """
 from __future__ import annotations
 
 from .. import bounded_coverage
-from .coverage_finding import coverage_finding
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
-    diagnose_collectives, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p, diagnose_processes,
-    diagnose_stragglers, group_progress, progress_findings, unmatched_p2p)
-from .dumps import add_dumped_positions, diagnose_dumps, dump_summary  # noqa: F401
-from .fates import EarlyProcess, RankFate, early_processes, rank_fates  # noqa: F401
+    diagnose_collectives, diagnose_coverage, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p,
+    diagnose_processes, diagnose_stragglers, progress_findings, unmatched_p2p)
+from .dumps import add_dumped_positions, diagnose_dumps
+from .fates import early_processes, rank_fates
 from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
-    NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _SEV_ORDER, Finding, exit_code,
+    NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, Finding, exit_code,
     root_cause_first)
 from .facts import GroupVerdict, RunFacts, classify_group, frame_facts  # noqa: F401
 
@@ -69,7 +55,7 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> 
     findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
-    findings += [f for f in (coverage_finding(run),) if f is not None]
+    findings += diagnose_coverage(run)
     if facts.has_ops:
         findings += progress_findings(facts)
     add_dumped_positions(findings, run)

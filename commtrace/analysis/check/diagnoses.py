@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import stem_of
@@ -14,7 +15,7 @@ from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
     _int, _s)
-from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group, frame_facts
+from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group
 from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
@@ -26,11 +27,9 @@ _SIGTERM_EXIT = 128 + 15
 
 
 def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
-    """Processes that raised, exited non-zero, were killed or whose trace ends
-    abruptly before they created a process group. A helper process (no rank,
-    not an mp.spawn process) whose trace just ends, or that SIGTERM ended, is only informational.
-    Processes numbered alike (ranks, mp.spawn processes) that ended the same way
-    are one finding ("rank 0-1023 raised KeyError: 'lr' ...")."""
+    """Processes that ended badly (raised, exited non-zero, killed, trace cut) before any process
+    group: info for a helper (no rank, not mp.spawn's) whose trace just ends or that SIGTERM ended.
+    Processes numbered alike that ended alike are one finding ("rank 0-1023 raised KeyError ...")."""
     alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
     # Root causes first: ranks that raised, then ranks torn down, then other processes.
     early = sorted(early, key=lambda e: (not e.identified, not e.fate.exception, e.label))
@@ -69,16 +68,43 @@ def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
                       "how": fate.how})
     if fate.exception:
         f.data.update(exc_type=fate.exception.get("exc_type"), message=fate.exception.get("message"))
-        text = _s(fate.exception.get("text"))
-        if text:
-            f.details.extend(text.rstrip().splitlines()[-12:])
+        f.details.extend(_traceback_tail(fate.exception))
     return f
 
 
+def _traceback_tail(exc: dict) -> list[str]:
+    """The last lines of the exception's traceback text (none recorded: none)."""
+    text = _s(exc.get("text"))
+    return text.rstrip().splitlines()[-12:] if text else []
+
+
+def diagnose_coverage(run) -> list[Finding]:
+    """An info finding about a bounded run: what its files cover (none when no process is bounded)."""
+    procs = bounded_processes(run.processes)
+    text = coverage_text(run.processes)
+    if text is None:
+        return []
+    details = []
+    for p in procs:
+        c = p["coverage"]
+        bits = []
+        if c.get("keep_last"):
+            bits.append(f"{c.get('ops_kept', 0):,} ops kept of {c.get('ops_seen') or 0:,} "
+                        f"(last {c['keep_last']:,})")
+        if c.get("steps"):
+            bits.append(f"steps {c['steps']} in full, {c.get('ops_counted', 0):,} ops counted, "
+                        f"{c.get('steps_done') or 0:,} steps taken")
+        details.append(f"rank {p.get('rank')} ({p.get('file')}): " + "; ".join(bits))
+    details.append("collectives a member dropped or only counted are not judged")
+    return [Finding("coverage", INFO, f"bounded trace: {text}", details=details,
+                    ranks=sorted({int(p["rank"]) for p in procs if isinstance(p.get("rank"), int)}),
+                    data={"processes": [{"rank": p.get("rank"), "file": p.get("file"), **p["coverage"]}
+                                        for p in procs]})]
+
+
 def diagnose_damage(run) -> list[Finding]:
-    """Trace data that could not be read: an error (the diagnosis may lack it). Ranks whose
-    files are damaged alike (equal ``damage_any``: the reader's phrases with each file's
-    stem written "*") are one finding; ``data.per_rank`` keeps each rank's files and damage."""
+    """Unreadable trace data: an error (the diagnosis may lack it); ranks damaged alike (equal
+    ``damage_any``: file stems written "*") are one finding, ``data.per_rank`` each one's files."""
     alike: dict[tuple, list[dict]] = {}     # damage of any rank -> its ranks' processes (in order)
     helpers = []                            # processes without a rank: one finding each
     for p in list(run.processes) + list(getattr(run, "unranked", None) or []):
@@ -107,20 +133,16 @@ def diagnose_damage(run) -> list[Finding]:
     return out
 
 
-def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run=None, facts: RunFacts | None = None,
+def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, facts: RunFacts,
                          verdicts: dict | None = None) -> list[Finding]:
-    """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops.
-
-    ``facts`` (default: ``frame_facts(df)``) are the figures over every op; ``verdicts``
-    ((world, group) -> GroupVerdict, default: classified from ``df``) say which seqs
-    are worth a finding -- then ``df`` need only hold those seqs' rows (the
-    partitioned path's reduced frame)."""
+    """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops. ``facts``:
+    the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict; default: classified
+    from ``df``) name the seqs worth a finding -- then ``df`` need only hold their rows."""
     findings: list[Finding] = []
-    facts = frame_facts(df) if facts is None else facts
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
-    now = _now_ns(run, facts.t_max) if run is not None else None
+    now = _now_ns(run, facts.t_max)
     worlds = _worlds(facts)
     for (world_s, group_s), g in facts.groups.items():
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
@@ -147,16 +169,13 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         severity = ERROR if any(c != "variant" for c, _ in cats) else WARNING
         op = str(sdf["op"].iloc[0])
         names = ", ".join(c for c, _ in cats)
-        f = Finding(MISMATCH, severity,
-                    f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
-                    world=world_s, group=group_s, seq=seq, op=op,
-                    ranks=sorted(int(r) for r in sdf["rank"]),
-                    data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}})
-        for c, s in cats:
-            f.details.append(f"{c}: {_fmt_split(s)}")
-        f.details += folded_lines({int(r["rank"]): f"{_op_desc(r)} [{r['status']}] at {_s(r.get('callsite')) or '?'}"
-                                   for _, r in sdf.iterrows()})
-        findings.append(f)
+        details = [f"{c}: {_fmt_split(s)}" for c, s in cats] + folded_lines(
+            {int(r["rank"]): f"{_op_desc(r)} [{r['status']}] at {_s(r.get('callsite')) or '?'}"
+             for _, r in sdf.iterrows()})
+        findings.append(Finding(MISMATCH, severity, f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
+                                details=details, world=world_s, group=group_s, seq=seq, op=op,
+                                ranks=sorted(int(r) for r in sdf["rank"]),
+                                data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}}))
     if v.n_mismatch > MISMATCH_SHOWN:
         findings.append(Finding(MISMATCH, ERROR, f"{glabel}: {v.n_mismatch - MISMATCH_SHOWN} more mismatched sequence numbers",
                                 world=world_s, group=group_s))
@@ -180,13 +199,12 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         st = sdf["status"].astype(str)
         waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
         row = sdf.iloc[0]
-        f = Finding(STUCK, ERROR,
-                    f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never "
-                    f"finished on rank {fmt_ranks(waiting)}",
-                    world=world_s, group=group_s, seq=seq, op=str(row["op"]), ranks=waiting)
-        f.details.append(f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}")
-        f.details += folded_lines({r: fates[r].describe() for r in waiting if r in fates})
-        findings.append(f)
+        title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never finished on "
+                 f"rank {fmt_ranks(waiting)}")
+        details = [f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}",
+                   *folded_lines({r: fates[r].describe() for r in waiting if r in fates})]
+        findings.append(Finding(STUCK, ERROR, title, details=details, world=world_s, group=group_s, seq=seq,
+                                op=str(row["op"]), ranks=waiting))
         break
     # Failed ops: first failing seq in this group.
     if v.failed:
@@ -398,13 +416,9 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Fin
     last_lines = list(texts) if len(texts) == 1 else folded_lines(lasts)   # one rank: as it always read
     if story[0] == EXCEPTION:
         exc = fate.exception
-        f = Finding(EXCEPTION, ERROR, f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}",
-                    details=last_lines, ranks=ranks,
-                    data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
-        text = _s(exc.get("text"))
-        if text:
-            f.details.extend(text.rstrip().splitlines()[-12:])
-        return f
+        title = f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}"
+        return Finding(EXCEPTION, ERROR, title, details=[*last_lines, *_traceback_tail(exc)], ranks=ranks,
+                       data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
     if story[0] == EXITED:
         return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks,
                        data={"exit_code": fate.exit_code, "how": fate.how})
@@ -442,25 +456,15 @@ def _worlds(facts: RunFacts) -> int:
 
 
 def progress_findings(facts: RunFacts) -> list[Finding]:
+    """Per (world, group): per member its last seq completed / entered and the seqs in flight."""
     out, worlds = [], _worlds(facts)
-    for g in group_progress(facts):
-        last = {r: str(info["last_completed"]) if info["last_completed"] is not None else "-"
-                for r, info in g["ranks"].items()}
-        label = _group_label(g["world"], g["group"], g["desc"], worlds)
-        out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
-                           world=g["world"], group=g["group"], ranks=g["members"],
-                           data={"ranks": {str(k): v for k, v in g["ranks"].items()}}))
-    return out
-
-
-def group_progress(facts) -> list[dict]:
-    """Per (world, group): members and, per rank, last seq completed / entered and the
-    seqs in flight (``facts``: RunFacts, or a frame to compute them from)."""
-    if isinstance(facts, pd.DataFrame):
-        facts = frame_facts(facts)
-    out = []
     for (world, group), g in facts.groups.items():
         per_rank = {r: {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
                         "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
-        out.append({"world": world, "group": group, "desc": g.desc, "members": g.members, "ranks": per_rank})
+        last = {r: "-" if p["last_completed"] is None else str(p["last_completed"])
+                for r, p in per_rank.items()}
+        label = _group_label(world, group, g.desc, worlds)
+        out.append(Finding(PROGRESS, INFO, f"{label}: last seq completed: " + folded_inline(last),
+                           world=world, group=group, ranks=g.members,
+                           data={"ranks": {str(r): p for r, p in per_rank.items()}}))
     return out

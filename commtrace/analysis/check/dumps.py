@@ -10,9 +10,8 @@ from ...trace.rank_ranges import fmt_ranks, folded_lines
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
-    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): the ranks that wrote
-    such dumps, the first dump's path and (details) its summary; ``data["paths"]``
-    lists every dump of that reason by rank."""
+    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): its ranks, the first dump's path
+    and summary; ``data["paths"]``: every dump of that reason by rank."""
     by_reason: dict[str, dict] = {}   # reason -> rank (None: a rankless process) -> its dump paths
     for p in run.processes:
         for d in p.get("dumps") or []:
@@ -28,10 +27,8 @@ def diagnose_dumps(run) -> list[Finding]:
         path = paths[first][0]
         n = sum(len(v) for v in paths.values())
         who = f"rank {fmt_ranks(ranks)}" if ranks else "rank None"   # as a rankless process's dump always read
-        if n == 1:
-            title = f"{who}: state dump ({reason}) {path}"
-        else:
-            title = f"{who}: {n} state dumps ({reason}), the first {path}"
+        title = (f"{who}: state dump ({reason}) {path}" if n == 1
+                 else f"{who}: {n} state dumps ({reason}), the first {path}")
         f = Finding(DUMP, INFO, title, ranks=ranks,
                     data={"path": path, "reason": reason, "paths": {str(r): v for r, v in paths.items()}})
         f.details.extend(dump_summary(path, run.path))
@@ -119,11 +116,6 @@ def dump_summary(path: str | None, run_dir: str | None = None, max_frames: int =
         if isinstance(op, dict):
             lines.append(f"in flight: {op.get('op')} group {op.get('group')} seq {op.get('seq')} "
                          f"{op.get('shapes')} for {op.get('age_s')} s at {op.get('callsite')}")
-    for th in obj.get("threads") or []:
-        if not isinstance(th, dict) or th.get("name") != "MainThread":
-            continue
-        frames = [fr for fr in th.get("frames") or [] if isinstance(fr, dict)
-                  and not str(fr.get("file", "")).endswith(_OWN_FRAMES)]
-        for fr in frames[-max_frames:]:
-            lines.append(f"  {fr.get('file')}:{fr.get('line')} in {fr.get('function')}")
+    for fr in _main_frames(obj)[-max_frames:]:
+        lines.append(f"  {fr.get('file')}:{fr.get('line')} in {fr.get('function')}")
     return lines

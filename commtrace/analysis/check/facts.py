@@ -1,15 +1,10 @@
 """What the diagnoses need from every op, in mergeable form.
 
-The diagnoses read two kinds of input: the rows of the few collectives they name
-(a mismatch, a rank that never arrived, an op stuck in flight or failed) and
-figures over every op (how far each rank got in each group, each rank's last op,
-the straggler lags, the latest time the trace knows of). ``RunFacts`` holds the
-figures, ``GroupVerdict`` says which collectives of a group are worth a finding.
-Both are computed from a frame (``frame_facts``, ``classify_group``): the whole run
-on the one-frame path, one seq chunk of every rank on the partitioned path
-(``analysis.partitioned.check_map``), where the per-chunk results are merged
-(``RunFacts.merge``, ``GroupVerdict.merge``) -- instances of a collective are whole
-inside a chunk, so the merged result equals the one-frame one.
+``RunFacts``: figures over every op (how far each rank got per group, each rank's last op, straggler
+lags, the latest time known); ``GroupVerdict``: which collectives of a group are worth a finding (the
+diagnoses then read only their rows). Both come from a frame: the whole run, or one seq chunk of
+every rank (``analysis.partitioned.check_map``), merged per chunk -- a collective's instances are
+whole inside a chunk, so the merge equals the one-frame result.
 """
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ import pandas as pd
 
 from ...trace.group_ranks import parse_ranks
 from .findings import _int, _s
-from .matching import collective_rows, _compare_at_seq, _group_members
+from .matching import COMPARED_FIELDS, collective_rows, _compare_at_seq, _group_members
 
 # Findings show the first few of these; counts stay exact.
 MISMATCH_SHOWN = 5
@@ -30,9 +25,8 @@ IN_FLIGHT_KEPT = MISMATCH_SHOWN + 1
 
 @dataclass
 class Stragglers:
-    """A group's completed collectives that every member completed: how many, and per
-    member the lags of those it arrived last at (see diagnoses.diagnose_stragglers),
-    as pieces in seq order (``(first seq, array)``; concatenated by ``lags_of``)."""
+    """A group's collectives every member completed: how many, and per member the lags of those it
+    arrived last at, as ``(first seq, array)`` pieces (``lags_of`` joins them in seq order)."""
     members: list
     instances: int = 0
     lags: dict = field(default_factory=dict)   # rank -> [(first seq, lags)]
@@ -98,8 +92,7 @@ class RunFacts:
 
 def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     """The facts of the ops in ``df`` (a whole run, or whole instances of one seq chunk).
-    ``members``: (world, group) -> member ranks, when known from elsewhere (the
-    partitioned path: every rank's groups); by default from ``df``'s group_ranks."""
+    ``members``: (world, group) -> member ranks when known (partitioned); else from group_ranks."""
     facts = RunFacts()
     if not len(df):
         return facts
@@ -144,9 +137,8 @@ def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
-    """The completed collectives every member completed (``done``: one group's completed
-    rows): per collective the member arriving last (ties: the lowest rank) and its lag
-    (last arrival - median arrival; with two members, - the first)."""
+    """Per collective every member completed (``done``: one group's completed rows): the member
+    arriving last (ties: the lowest rank) and its lag (last - median arrival; two members: - first)."""
     if len(members) < 2 or not len(done):
         return None
     # seq x member start times (a member's last row of a seq), the seqs every member completed
@@ -174,10 +166,9 @@ def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
 
 @dataclass
 class GroupVerdict:
-    """Per group, ascending seqs: mismatches among present members, members absent at a
-    seq others entered (``missing``: never arrived; ``lost``: arrived, record unreadable),
-    seqs with an op in flight, seqs with a failed op. ``capped``: only the first few are
-    kept (what the findings show), the ``n_`` counts and ``lost_seqs`` stay exact."""
+    """Per group, ascending seqs: mismatches, members absent where others entered (``missing``:
+    never arrived; ``lost``: arrived, record unreadable), ops in flight, failed ops. Only the first
+    few are kept (what the findings show); the ``n_`` counts and ``lost_seqs`` stay exact."""
     mismatch: list = field(default_factory=list)
     n_mismatch: int = 0
     missing: list = field(default_factory=list)     # (seq, [ranks])
@@ -189,23 +180,15 @@ class GroupVerdict:
     n_failed: int = 0
 
     def merge(self, other: "GroupVerdict") -> None:
-        self.mismatch = sorted(self.mismatch + other.mismatch)
-        self.missing = sorted(self.missing + other.missing)
-        self.lost = sorted(self.lost + other.lost)
-        self.lost_seqs = sorted(self.lost_seqs + other.lost_seqs)
-        self.in_flight = sorted(self.in_flight + other.in_flight)
-        self.failed = sorted(self.failed + other.failed)
+        for name, keep in _KEPT.items():
+            setattr(self, name, sorted(getattr(self, name) + getattr(other, name))[:keep])
         self.n_mismatch += other.n_mismatch
         self.n_missing += other.n_missing
         self.n_failed += other.n_failed
-        self.cap()
 
     def cap(self) -> None:
-        self.mismatch = self.mismatch[:MISMATCH_SHOWN]
-        self.missing = self.missing[:1]
-        self.lost = self.lost[:1]
-        self.in_flight = self.in_flight[:IN_FLIGHT_KEPT]
-        self.failed = self.failed[:1]
+        for name, keep in _KEPT.items():
+            setattr(self, name, getattr(self, name)[:keep])
 
     def seqs(self) -> set:
         """The seqs whose rows the findings show."""
@@ -213,12 +196,15 @@ class GroupVerdict:
                 | set(self.failed))
 
 
+# How many of each list a GroupVerdict keeps (None: all).
+_KEPT = {"mismatch": MISMATCH_SHOWN, "missing": 1, "lost": 1, "lost_seqs": None, "in_flight": IN_FLIGHT_KEPT,
+         "failed": 1}
+
+
 def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict, group) -> tuple[GroupVerdict, dict]:
-    """The verdict over one group's collectives in ``gdf`` (whole instances) and the rows
-    of the seqs it names. ``last_seq``: rank -> highest seq of this group it has a
-    record of (over the whole run); ``fates``: rank -> RankFate (where its file lost
-    records). Vectorized over the seqs; only those with a differing field or an op not
-    completed are compared one by one (``_compare_at_seq``)."""
+    """The verdict over one group's collectives in ``gdf`` (whole instances) and the rows of the
+    seqs it names. ``last_seq``: rank -> its highest seq of this group (whole run); ``fates``: rank
+    -> RankFate. Only seqs with a differing field or an op not completed are compared one by one."""
     v = GroupVerdict()
     seq = gdf["seq"].to_numpy().astype(np.int64)
     if not len(seq):
@@ -245,7 +231,7 @@ def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict
 
 
 # The fields _compare_at_seq compares: a seq where all of them agree has no mismatch.
-_COMPARED = ("op", "variant", "shapes", "out_shapes", "dtype", "reduce_op", "root")
+_COMPARED = ("op", *(col for _, col, _, _ in COMPARED_FIELDS))
 
 
 def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
@@ -264,10 +250,8 @@ def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
 
 
 def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fates: dict, group) -> None:
-    """Members without a row at a seq others entered: ``missing`` (never arrived) -- unless
-    the rank's record was lost (a later seq of the group exists on that rank, or its file
-    says it could not read records there): then ``lost`` (it did arrive). Keeps the
-    first of each with its ranks, the number of missing seqs and every lost seq."""
+    """Members without a row at a seq others entered: ``missing`` (never arrived), or ``lost`` (it
+    did arrive: the rank has a later seq of the group, or its file lost records there)."""
     if not members:
         return
     m = np.asarray(members, dtype=np.int64)
@@ -299,9 +283,8 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
 
 
 def _member_columns(members: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the index in ``members`` (distinct ranks, any order; at least one) of its
-    rank, and whether it is a member. A table indexed by rank where ranks are small, as
-    they are."""
+    """Per row: the index in ``members`` (distinct, any order, not empty) of its rank, and whether
+    it is a member (a table indexed by rank where ranks are small, as they are)."""
     top = max(int(members.max()), int(rank.max(initial=-1)))
     if top < (1 << 20) and int(members.min()) >= 0 and int(rank.min(initial=0)) >= 0:
         lut = np.full(top + 1, -1, np.int64)
@@ -314,9 +297,8 @@ def _member_columns(members: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, 
 
 
 def _members_per_seq(seq_ix: np.ndarray, member_ix: np.ndarray, n_seqs: int, n_members: int) -> np.ndarray:
-    """Per seq: how many distinct members have a row (rows as (seq index, member index)).
-    A table of every (seq, member) pair where it is not much bigger than the rows (it is
-    one byte a pair; a chunk holds most members at most seqs), else a sort of the pairs."""
+    """Per seq: how many distinct members have a row: a table of every (seq, member) pair (a byte
+    each) where not much bigger than the rows, else a sort of the pairs."""
     if n_seqs * n_members <= 8 * len(seq_ix) + (1 << 20):
         table = np.zeros(n_seqs * n_members, bool)
         table[seq_ix * n_members + member_ix] = True
@@ -325,8 +307,8 @@ def _members_per_seq(seq_ix: np.ndarray, member_ix: np.ndarray, n_seqs: int, n_m
 
 
 def _lost_spans(fates: dict, group, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per member: its file lost records of a group it cannot name (any seq may be
-    lost), and the seq span of the records of ``group`` it lost (empty: lo > hi)."""
+    """Per member: whether it lost records of an unnamed group (any seq may be lost), and the seq
+    span it lost of ``group`` (empty: lo > hi)."""
     anywhere = np.zeros(len(members), bool)
     lo, hi = np.ones(len(members), np.int64), np.zeros(len(members), np.int64)
     for i, r in enumerate(members.tolist()):

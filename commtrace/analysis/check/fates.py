@@ -63,30 +63,31 @@ def rank_fates(run) -> dict[int, RankFate]:
         by_file.setdefault(stem_of(str(getattr(issue, "file", ""))), []).append(str(getattr(issue, "problem", issue)))
     for p in run.processes:
         r = _int(p.get("rank"))
-        if r is None:
-            continue
-        stem = stem_of(str(p.get("file", "")))
-        end = p.get("end") if isinstance(p.get("end"), dict) else None
-        exc = p.get("exception") if isinstance(p.get("exception"), dict) else None
-        fate = fates.get(r)
-        if fate is None:
-            fate = fates[r] = RankFate(r, [], True, None, None, None, [])
-        fate.files.append(str(p.get("file")))
-        fate.complete = fate.complete and bool(p.get("complete", True))
-        if end is not None:
-            ec = _int(end.get("exit_code"))
-            if ec is not None and ec != 0 or fate.exit_code is None:
-                fate.exit_code = ec
-            fate.how = _s(end.get("how")) or fate.how
-        fate.exception = exc or fate.exception
-        fate.issues.extend(by_file.get(stem, []))
-        fate.damage.extend(str(d) for d in p.get("damage") or [])
-        fate.meta_damage.extend(str(d) for d in p.get("meta_damage") or [])
-        fate.cut = fate.cut or bool(p.get("cut"))
-        for g, span in (p.get("lost") or {}).items():
-            if isinstance(span, list) and len(span) == 3:
-                fate.lost[str(g)] = span
+        if r is not None:
+            fate = fates.setdefault(r, RankFate(r, [], True, None, None, None, []))
+            _add_process(fate, p, by_file.get(stem_of(str(p.get("file", ""))), []))
     return fates
+
+
+def _add_process(fate: RankFate, p: dict, issues: list[str]) -> RankFate:
+    """``fate`` with what process ``p`` (a reader summary; a rank may have several) says of its end."""
+    end = p.get("end") if isinstance(p.get("end"), dict) else None
+    fate.files.append(str(p.get("file")))
+    fate.complete = fate.complete and bool(p.get("complete", True))
+    if end is not None:
+        ec = _int(end.get("exit_code"))
+        if ec is not None and ec != 0 or fate.exit_code is None:
+            fate.exit_code = ec
+        fate.how = _s(end.get("how")) or fate.how
+    fate.exception = (p.get("exception") if isinstance(p.get("exception"), dict) else None) or fate.exception
+    fate.issues.extend(issues)
+    fate.damage.extend(str(d) for d in p.get("damage") or [])
+    fate.meta_damage.extend(str(d) for d in p.get("meta_damage") or [])
+    fate.cut = fate.cut or bool(p.get("cut"))
+    for g, span in (p.get("lost") or {}).items():
+        if isinstance(span, list) and len(span) == 3:
+            fate.lost[str(g)] = span
+    return fate
 
 
 # -- processes that never had a rank ---------------------------------------------------
@@ -122,9 +123,8 @@ def _launch_rank(p: dict) -> int | None:
 
 
 def early_processes(run) -> list[EarlyProcess]:
-    """Every rank-less process, with who it was. A process whose parent is a
-    traced process of the same launcher rank is that rank's helper (a
-    subprocess or forked worker inheriting its variables), not the rank."""
+    """Every rank-less process, with who it was; one whose parent is a traced process of the same
+    launcher rank is that rank's helper (a subprocess inheriting its variables), not the rank."""
     unranked = [p for p in getattr(run, "unranked", None) or [] if isinstance(p, dict)]
     every = [p for p in list(run.processes) + unranked if isinstance(p, dict)]
     by_pid = {(p.get("host"), p.get("pid")): p for p in every}
@@ -143,21 +143,14 @@ def early_processes(run) -> list[EarlyProcess]:
             cmd = p.get("command") if isinstance(p.get("command"), list) else p.get("argv")
             what = " ".join(str(c) for c in cmd[:3]) if isinstance(cmd, list) and cmd else "?"
             label = f"pid {p.get('pid')} ({what[:80]})"
-        end = p.get("end") if isinstance(p.get("end"), dict) else None
-        fate = RankFate(-1 if rank is None else rank, [str(p.get("file"))], bool(p.get("complete", True)),
-                        _int(end.get("exit_code")) if end else None, _s(end.get("how")) if end else None,
-                        p.get("exception") if isinstance(p.get("exception"), dict) else None, [],
-                        [str(d) for d in p.get("damage") or []], [str(d) for d in p.get("meta_damage") or []],
-                        bool(p.get("cut")))
+        fate = _add_process(RankFate(-1 if rank is None else rank, [], True, None, None, None, []), p, [])
         out.append(EarlyProcess(label, rank, fate, spawn if rank is None else None))
     return out
 
 
-def _world_sizes(run) -> dict:
-    """world_size per process -> expected ranks (one world assumed when ids are absent)."""
-    sizes = [_int(p.get("world_size")) for p in run.processes]
-    sizes = [s for s in sizes if s]
-    return max(sizes) if sizes else 0
+def _world_sizes(run) -> int:
+    """The largest world size a process gave (0: none): the ranks expected."""
+    return max((s for p in run.processes if (s := _int(p.get("world_size")))), default=0)
 
 
 def rank_in_file(issue) -> int | None:

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..report import json_safe
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 _SEV_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
@@ -44,21 +46,7 @@ class Finding:
     data: dict = field(default_factory=dict)        # machine-readable extras (JSON-safe)
 
     def to_dict(self) -> dict:
-        return _jsonable(asdict(self))
-
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, set)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return None if np.isnan(v) else float(v)
-    if v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-        return None
-    return v
+        return json_safe(asdict(self))
 
 
 # Where an error stands in a chain of causes (check_order): how the culprit ended, a desync, a rank
@@ -68,9 +56,8 @@ _CAUSE, _DESYNC, _HANG, _CONSEQUENCE, _LAUNCHER = range(5)
 
 
 def root_cause_first(findings: list[Finding]) -> list[Finding]:
-    """The findings ordered by severity and, among errors, root cause first: the exception
-    of a rank that never arrived comes before the collective it left the others waiting in,
-    and that before their failed ops, their exceptions and the launcher's. Stable otherwise."""
+    """By severity and, among errors, root cause first (stable): a missing rank's exception, then the
+    collective it left the others in, then their failed ops and exceptions, then the launcher's."""
     culprits = {r for f in findings if f.kind == NOT_ARRIVED for r in f.data.get("missing") or []}
     failed = {r for f in findings if f.kind == FAILED for r in f.ranks}
 
@@ -97,18 +84,13 @@ def exit_code(findings: list[Finding], strict: bool = False) -> int:
 # -- helpers ---------------------------------------------------------------------
 
 def _s(v) -> str | None:
-    if v is None or v is pd.NA:
-        return None
-    if isinstance(v, float) and np.isnan(v):
-        return None
-    return str(v)
+    """A frame cell as text; None where missing (None, NA, NaN)."""
+    return None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
 def _int(v) -> int | None:
     try:
-        if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-            return None
-        return int(v)
+        return None if _s(v) is None else int(v)
     except (TypeError, ValueError):
         return None
 
@@ -121,9 +103,8 @@ def _fmt_age(ns) -> str:
 
 
 def _group_label(world, group, desc=None, worlds: int = 1) -> str:
-    """"group 0 (default_pg)"; in a run of several worlds (a program that destroyed its
-    default group and made another, e.g. a test suite; ``worlds``: how many) it says
-    which: "group 0 (default_pg) of world w3"."""
+    """"group 0 (default_pg)"; with several ``worlds`` (a default group destroyed and made again, as
+    in a test suite): "group 0 (default_pg) of world w3"."""
     g = f"group {group}"
     if desc and desc != group:
         g += f" ({desc})"

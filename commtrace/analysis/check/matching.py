@@ -21,20 +21,10 @@ _HAS_ROOT = {"broadcast", "reduce", "gather", "scatter"}
 
 def _op_desc(row) -> str:
     """all_reduce [[10]] float32 SUM"""
-    parts = [str(row.get("op"))]
-    shapes = _s(row.get("shapes"))
-    if shapes:
-        parts.append(shapes)
-    dt = _s(row.get("dtype"))
-    if dt:
-        parts.append(dt)
-    ro = _s(row.get("reduce_op"))
-    if ro:
-        parts.append(ro)
     root = _int(row.get("root"))
-    if root is not None and str(row.get("op")) in _HAS_ROOT:
-        parts.append(f"root={root}")
-    return " ".join(parts)
+    parts = [str(row.get("op")), _s(row.get("shapes")), _s(row.get("dtype")), _s(row.get("reduce_op")),
+             f"root={root}" if root is not None and str(row.get("op")) in _HAS_ROOT else None]
+    return " ".join(p for p in parts if p)
 
 
 # -- collectives -------------------------------------------------------------------
@@ -64,42 +54,35 @@ def _group_members(gdf: pd.DataFrame) -> list[int]:
     return sorted(members)
 
 
+# The fields compared after the op: (category, column, value of a cell, the ops it applies to; None: all).
+COMPARED_FIELDS = [("variant", "variant", _s, None), ("sizes", "shapes", _s, _SAME_INPUT_SHAPES),
+                   ("sizes", "out_shapes", _s, _SAME_OUTPUT_SHAPES), ("dtype", "dtype", _s, None),
+                   ("reduce_op", "reduce_op", _s, _HAS_REDUCE_OP), ("root", "root", _int, _HAS_ROOT)]
+
+
 def _compare_at_seq(sdf: pd.DataFrame) -> list[tuple[str, dict]]:
     """Flight-Recorder-style mismatch categories among the ranks' rows at one seq.
 
     Returns [(category, {value: [ranks]})] for each disagreeing field."""
-    out = []
-    ops = sdf["op"].astype(str)
+    ranks = [int(r) for r in sdf["rank"]]
 
-    def split(col_values) -> dict:
+    def split(values) -> dict:
         groups: dict = {}
-        for r, v in zip(sdf["rank"], col_values):
-            groups.setdefault(v, []).append(int(r))
+        for r, v in zip(ranks, values):
+            groups.setdefault(v, []).append(r)
         return groups
 
-    by_op = split(list(ops))
+    ops = sdf["op"].astype(str)
+    by_op = split(ops)
     if len(by_op) > 1:
         return [("op", by_op)]  # other fields are meaningless across op types
-    op = ops.iloc[0]
-    variants = split([_s(v) for v in sdf["variant"]])
-    if len(variants) > 1:
-        out.append(("variant", variants))
-    if op in _SAME_INPUT_SHAPES or op in _SAME_OUTPUT_SHAPES:
-        col = "shapes" if op in _SAME_INPUT_SHAPES else "out_shapes"
-        sh = split([_s(v) for v in sdf[col]])
-        if len(sh) > 1:
-            out.append(("sizes", sh))
-    dts = split([_s(v) for v in sdf["dtype"]])
-    if len([k for k in dts if k not in (None, "mixed")]) > 1:
-        out.append(("dtype", dts))
-    if op in _HAS_REDUCE_OP:
-        ro = split([_s(v) for v in sdf["reduce_op"]])
-        if len(ro) > 1:
-            out.append(("reduce_op", ro))
-    if op in _HAS_ROOT:
-        rt = split([_int(v) for v in sdf["root"]])
-        if len(rt) > 1:
-            out.append(("root", rt))
+    out = []
+    for category, col, value, applies in COMPARED_FIELDS:
+        if applies is None or ops.iloc[0] in applies:
+            values = split([value(v) for v in sdf[col]])
+            # a "mixed" or missing dtype (several tensors, none) agrees with any
+            if len([k for k in values if category != "dtype" or k not in (None, "mixed")]) > 1:
+                out.append((category, values))
     return out
 
 
@@ -109,13 +92,6 @@ def _fmt_split(split: dict) -> str:
     return folded_inline(value_of, line=lambda rs, v: f"{v} on rank {rs}")
 
 
-def _offset_at_start(p: dict) -> int:
-    """The process's clock offset to rank 0's at its start (0 when unknown or on one host)."""
-    clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
-    aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
-    return aligned - start if aligned is not None and start is not None else 0
-
-
 def _now_ns(run, t_max: int | None) -> int | None:
     """The latest moment the trace knows of (for in-flight ages): the processes' ends
     and ``t_max``, the latest start or end of any op (RunFacts.t_max)."""
@@ -123,7 +99,11 @@ def _now_ns(run, t_max: int | None) -> int | None:
     for p in run.processes:
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
-            cands.append(_int(end["t_mono_ns"]) + _offset_at_start(p))   # on rank 0's clock, as the frame
+            # on rank 0's clock, as the frame: plus the process's offset at its start (0: unknown, one host)
+            clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+            aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
+            offset = aligned - start if aligned is not None and start is not None else 0
+            cands.append(_int(end["t_mono_ns"]) + offset)
     if t_max is not None:
         cands.append(t_max)
     return max(cands) if cands else None
