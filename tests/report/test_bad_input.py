@@ -67,6 +67,14 @@ def test_compare_missing(tmp_path, syn_run):
     assert_one_line_error(run_cli_subprocess("compare", syn_run, tmp_path / "nope"), "nope")
 
 
+def test_fifo_among_the_files(tmp_path):
+    """A FIFO named like a trace file would block the first read forever: one-line error instead."""
+    d = write_synthetic_run(str(tmp_path / "r"), ranks=2, ops_per_rank=20)
+    os.mkfifo(os.path.join(d, "rank0.pid1.cpp.ops.bin"))
+    for command in ("report", "check"):
+        assert_one_line_error(run_cli_subprocess(command, d), "rank0.pid1.cpp.ops.bin: not a regular file")
+
+
 def test_all_corrupt(tmp_path):
     (tmp_path / "rank0.pid1.meta.jsonl").write_bytes(b"\x00\xffgarbage\n{not json\n")
     (tmp_path / "rank0.pid1.ops.bin").write_bytes(b"\x01" * 100)
