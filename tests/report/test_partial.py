@@ -160,6 +160,18 @@ def test_bad_run_dir(tmp_path):
         analyse(str(tmp_path), workers=1)
 
 
+def test_no_module_named_no_module_figures(tmp_path):
+    """The plan tells whether any sig names a module: if none does, no rank task computes
+    per-module figures, and the report has no per-module table either way."""
+    from commtrace.analysis.partitioned.plan import plan_run
+    plain = write_synthetic_run(str(tmp_path / "plain"), ranks=2, ops_per_rank=200, annotate=False)
+    ddp = write_synthetic_run(str(tmp_path / "ddp"), ranks=2, ops_per_rank=200)   # DDP's backward buckets
+    assert plan_run(plain).modules is False and plan_run(ddp).modules is True
+    assert analyse(plain, workers=1, progress=False).by_module is None
+    table = analyse(ddp, workers=1, progress=False).by_module
+    assert table.loc[("DistributedDataParallel", "backward"), "ranks"] == 2
+
+
 def _tables_part(text: str) -> str:
     """The report from its step table through the skew tables (what both analyses print)."""
     start = text.index("\nSteps (")
