@@ -77,6 +77,8 @@ def test_partial_equals_report_synthetic(two_groups_run, workers):
     s = analyse(two_groups_run, workers=workers, memory_limit=1 << 20)   # tiny limit: many partitions
     assert s.exact and s.executor == ("serial" if workers == 1 else "processes")
     assert_same(rep, s)
+    # rank-keyed results in rank order, whichever order the pool's tasks finished in
+    assert list(s.comm_ns) == list(range(8)) and list(s.info["comm_ns_per_rank"]) == list(range(8))
 
 
 def test_partial_equals_report_real_runs(real_run, accum_run):
