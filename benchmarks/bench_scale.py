@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--kernel-rounds 3] [--json FILE]
     python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
+    python benchmarks/bench_scale.py --against BASE_CHECKOUT [--rounds 5] [--dir DIR]   (before / after)
     python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
                                     [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
 
@@ -164,6 +165,41 @@ def markdown(res: dict) -> str:
     if res.get("kernels"):
         lines.append(kernels_markdown(res["kernels"]))
     return "\n".join(lines) + "\n"
+
+
+def against(ranks: int, ops: int, base: str, rounds: int, workdir: str | None = None) -> dict:
+    """analyse as `commtrace report` runs it (case "whole") from ``base`` (a checkout of another
+    commit, first on PYTHONPATH) and from this tree, alternating, ``rounds`` times, on one
+    synthetic run: per tree and round the wall, the CPU (user + sys of the process and its
+    workers) and the peak memory per op (the module doc's)."""
+    from commtrace.trace.synthetic import write_synthetic_run
+    root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
+    run_dir = os.path.join(root, f"r{ranks}x{ops}")
+    if not os.path.isdir(run_dir):
+        write_synthetic_run(run_dir, ranks=ranks, ops_per_rank=ops, seed=0)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res: dict = {"ranks": ranks, "ops_per_rank": ops, "base": os.path.abspath(base), "before": [], "after": []}
+    for _ in range(rounds):
+        for side, tree in (("before", res["base"]), ("after", here)):
+            r = child("whole", run_dir, 1, {"PYTHONPATH": tree})
+            res[side].append({"wall_s": r["wall_s"], "cpu_s": r["cpu_s"],
+                              "bytes_per_op": (r["self_rss"] + r["child_rss"]) / r["ops"]})
+    if not workdir:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def against_markdown(res: dict) -> str:
+    import numpy as np
+    med = {s: {k: float(np.median([r[k] for r in res[s]])) for k in ("wall_s", "cpu_s", "bytes_per_op")}
+           for s in ("before", "after")}
+    b, a = med["before"], med["after"]
+    return (f"{res['ranks']} ranks x {res['ops_per_rank']:,} ops, analyse as `commtrace report` runs it, "
+            f"{len(res['before'])} rounds alternating, medians (before: {res['base']}):\n\n"
+            "| tree | wall | CPU | peak memory |\n|---|---|---|---|\n"
+            + "".join(f"| {s} | {m['wall_s']:.2f} s | {m['cpu_s']:.2f} s | {m['bytes_per_op']:.1f} B/op |\n"
+                      for s, m in med.items())
+            + f"\nafter / before: wall {a['wall_s'] / b['wall_s']:.3f}, CPU {a['cpu_s'] / b['cpu_s']:.3f}\n")
 
 
 def side_by_side(a) -> dict:
@@ -439,8 +475,14 @@ def main() -> None:
     ap.add_argument("--dir", help="work here (default: a temp dir)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--check", action="store_true", help="commtrace check side by side (one frame vs partitioned)")
+    ap.add_argument("--against", metavar="BASE", help="the report's analysis from the checkout BASE and from "
+                    "this tree, alternating (--rounds times): wall, CPU and memory before / after")
+    ap.add_argument("--rounds", type=int, default=5, help="--against: rounds per tree")
     a = ap.parse_args()
-    if a.check:
+    if a.against:
+        res = against(a.ranks, a.ops, a.against, a.rounds, a.dir)
+        print(against_markdown(res))
+    elif a.check:
         res = check_side_by_side(a.ranks, a.ops, a.dir)
         print(check_markdown(res))
     else:

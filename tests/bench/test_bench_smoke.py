@@ -206,6 +206,17 @@ def test_scale(tmp_path):
     assert any("issue 18" in r[0] for r in rows) and any("issue 31" in r[0] for r in rows)
 
 
+def test_scale_against_a_base_checkout(tmp_path):
+    """--against: the same analysis from two trees, alternating (here this tree on both sides)."""
+    sc = _mod("bench_scale")
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = sc.against(ranks=2, ops=300, base=here, rounds=1, workdir=str(tmp_path))
+    assert len(res["before"]) == len(res["after"]) == 1
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 for r in res["before"] + res["after"])
+    md = sc.against_markdown(res)
+    assert "| before |" in md and "| after |" in md and "after / before: wall" in md
+
+
 def test_scale_big_commands(tmp_path):
     """--big at a small size: report and compare in fresh processes, compare against a
     second run whose ops/spans files are hard links; --keep keeps both, --reuse re-reads."""

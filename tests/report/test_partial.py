@@ -77,6 +77,8 @@ def test_partial_equals_report_synthetic(two_groups_run, workers):
     s = analyse(two_groups_run, workers=workers, memory_limit=1 << 20)   # tiny limit: many partitions
     assert s.exact and s.executor == ("serial" if workers == 1 else "processes")
     assert_same(rep, s)
+    # rank-keyed results in rank order, whichever order the pool's tasks finished in
+    assert list(s.comm_ns) == list(range(8)) and list(s.info["comm_ns_per_rank"]) == list(range(8))
 
 
 def test_partial_equals_report_real_runs(real_run, accum_run):
@@ -158,6 +160,18 @@ def test_scan_parts_are_the_loaded_frame(two_groups_run):
 def test_bad_run_dir(tmp_path):
     with pytest.raises(CommtraceError, match="no trace files"):
         analyse(str(tmp_path), workers=1)
+
+
+def test_no_module_named_no_module_figures(tmp_path):
+    """The plan tells whether any sig names a module: if none does, no rank task computes
+    per-module figures, and the report has no per-module table either way."""
+    from commtrace.analysis.partitioned.plan import plan_run
+    plain = write_synthetic_run(str(tmp_path / "plain"), ranks=2, ops_per_rank=200, annotate=False)
+    ddp = write_synthetic_run(str(tmp_path / "ddp"), ranks=2, ops_per_rank=200)   # DDP's backward buckets
+    assert plan_run(plain).modules is False and plan_run(ddp).modules is True
+    assert analyse(plain, workers=1, progress=False).by_module is None
+    table = analyse(ddp, workers=1, progress=False).by_module
+    assert table.loc[("DistributedDataParallel", "backward"), "ranks"] == 2
 
 
 def _tables_part(text: str) -> str:

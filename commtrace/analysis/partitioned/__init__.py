@@ -143,11 +143,13 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                 stage.advance()
         ranks = RankFold()
         stage = bar.stage("ranks", len(plan.ranks), plan.records)
-        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first) for r, metas in plan.ranks.items()]
+        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules)
+                 for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
             ranks.add(p)
             stage.advance(p.ops)
         seconds["ranks"] = time.perf_counter() - t0
+        ranks.comm = dict(sorted(ranks.comm.items()))     # rank order, whichever task of a pool ended first
         check_phases(window, ranks.windows)
         if window is not None:
             check_steps(window, ranks.first_step, ranks.total_steps or None)
@@ -190,7 +192,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     return Report(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
                       ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
-                      _once(plan.issues + ranks.issues), by_keys,
+                      _once(plan.issues + [i for r in sorted(ranks.issues) for i in ranks.issues[r]]),
+                      by_keys,
                       info, processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),

@@ -104,7 +104,7 @@ class RankFold:
         self.t0 = None
         self.ops_per_rank: dict = {}
         self.op_orders: list = []
-        self.issues: list = []
+        self.issues: dict = {}              # rank -> its task's reader.TraceIssue
         self.index: dict = {}
         self.facts: list = []               # rank_banner.RankFacts per rank
         self.regions: dict = {}             # rank -> its regions.RegionFigures.acc
@@ -143,7 +143,7 @@ class RankFold:
         self.op_orders.append(p.op_order)
         if p.t0 is not None:
             self.t0 = p.t0 if self.t0 is None else min(self.t0, p.t0)
-        self.issues.extend(i for i in p.issues if i not in self.issues)
+        self.issues[p.rank] = p.issues
         self.index.update(p.index)
         self.facts.append(p.facts)
         if p.regions:

@@ -272,6 +272,8 @@ def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
     keys: collectives by (world, group, seq), send/recv by (world, group, src, dst, seq);
     the seqs of a partition lie in [seq0, seq0 + size))."""
     p2p = c["src"] >= 0
+    if not p2p.any():       # collectives only (the common case): no masked copies
+        return _first_seen_codes(c["wg"] * size + (c["seq"] - seq0))
     inst = np.empty(len(p2p), np.int64)
     coll = ~p2p
     n = 0

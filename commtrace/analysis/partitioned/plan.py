@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ...errors import CommtraceError
 from ...trace import reader, schema
+from ..arrays import NA_KEY
 from ..run_info import check_run_ids
 
 
@@ -23,6 +24,7 @@ class RunPlan:
     records_per_file: int       # the most in one file
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
+    modules: bool = True        # a sig names a module: else the run has no per-module table to compute
 
 
 def _ops_records(meta_path: str) -> int:
@@ -51,5 +53,6 @@ def plan_run(run_dir: str | None) -> RunPlan:
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
     sizes = [_ops_records(p.meta_path) for p in ranked]
     found = issues + more + reader.missing_ranks(procs)
+    modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
-                   run_id)
+                   run_id, modules)

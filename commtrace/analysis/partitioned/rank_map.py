@@ -23,7 +23,7 @@ from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
 from .cpp_layer import has_cpp, merged_rank_ops
-from .region_figures import rank_modules, rank_regions
+from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
@@ -39,6 +39,7 @@ class RankTask:
     chunk: int                  # seq chunk size of the partitions (see plan)
     window: object = None       # analysis.window.Window shown (None: the whole run)
     t0: int | None = None       # the run's first op start (--from/--to count from it)
+    modules: bool = True        # the run names a module (plan): else no per-module figures
 
 
 @dataclass
@@ -65,15 +66,11 @@ class RankPartial:
     first_step: int = 0          # the lowest step the rank took (0: none)
 
 
-def _reference(meta: str, own: dict, issues: list):
-    return own.get(meta) or reader.read_process(meta, issues, records=False)
-
-
 def map_rank(task: RankTask) -> RankPartial:
     issues: list = []
     procs = [p for p in (reader.read_process(m, issues) for m in task.metas) if p is not None]
     own = {p.meta_path: p for p in procs}
-    refs = {wid: _reference(m, own, []) for wid, m in task.refs.items()}
+    refs = {wid: own.get(m) or reader.read_process(m, [], records=False) for wid, m in task.refs.items()}
     refs = {w: p for w, p in refs.items() if p is not None}
     index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
              for p in procs}
@@ -89,8 +86,8 @@ def map_rank(task: RankTask) -> RankPartial:
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)
-    regions = rank_regions(region_spans, a, applied)
-    modules = rank_modules(ops, applied)
+    regions = RankRegions(region_spans, a, applied)
+    modules = rank_modules(ops, applied) if task.modules else None
     per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions, applied,
                                           modules)
     shown = ops if applied is None else selected_ops(ops, applied.selected)
@@ -125,15 +122,13 @@ def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None):
         regions.add(r, t.comm)
         if modules is not None:
             modules.add(r, t.compute)
-    stepping = np.isin(a.rank, list(outside.rows))
-    if sel is not None:
-        stepping &= sel
-    parts: dict = {}
-    for code in (BEFORE, BETWEEN, AFTER):
-        m = stepping & (where == code)
-        parts[code] = [int(m.sum()), int(a.nbytes[m].sum()), list(outside.comm[code])]
+    # ops and bytes per where code in one pass (only ranks with steps get codes other than NO_STEPS;
+    # the byte sums are float64, exact below 2**53)
+    w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
+    ops, nbytes = np.bincount(w, minlength=NO_STEPS + 1), np.bincount(w, weights=nb, minlength=NO_STEPS + 1)
+    parts = {c: [int(ops[c]), int(nbytes[c]), list(outside.comm[c])] for c in (BEFORE, BETWEEN, AFTER)}
     m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
-    parts[NO_STEPS] = [int(m.sum()), int(a.nbytes[m].sum()), sorted(set(np.unique(a.rank[m]).tolist()))]
+    parts[NO_STEPS] = [int(ops[NO_STEPS]), int(nbytes[NO_STEPS]), sorted(set(np.unique(a.rank[m]).tolist()))]
     return figures.columns(), comm, parts
 
 

@@ -48,6 +48,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "grad",
                                    "cell", "proc", "status", "mkey")}
     stems: list = []
+    narrow = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         rec = pt.records
         if rec is None or not len(rec):
@@ -89,7 +90,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
         parts["status"].append(rec["status"].copy())     # not a view: the records can go (map_rank)
         mk = np.array([mkeys.setdefault((_key(s.get("module")), _key(s.get("phase"))), len(mkeys)) for s in sigs],
-                      np.int64)
+                      narrow)
         parts["mkey"].append(mk[si])
         stems.append(pt.stem)
     if not parts["t"]:

@@ -17,8 +17,8 @@ from ..regions import RegionFigures, merge_region_acc, region_table
 
 
 class RankRegions(RegionFigures):
-    """One rank's RegionFigures; ``add_without_ops``: the rank has compute spans but no op
-    (the one-frame report counts its regions with no communication then)."""
+    """One rank's RegionFigures (``applied``: its window, analysis.window.Applied; None: the whole
+    run); ``add_without_ops``: the rank has compute spans but no op (its regions count no communication)."""
 
     def __init__(self, regions: pd.DataFrame | None, a: OpArrays | None, applied=None):
         super().__init__(regions, a if a is not None else no_ops(), applied.selected if applied is not None else None,
@@ -33,11 +33,6 @@ class RankRegions(RegionFigures):
 def no_ops() -> OpArrays:
     i64 = np.empty(0, np.int64)
     return OpArrays(rank=np.empty(0, np.int32), start=i64, end=i64, dur=np.empty(0, np.float64), nbytes=i64)
-
-
-def rank_regions(regions: pd.DataFrame | None, a: OpArrays | None, applied=None) -> RankRegions:
-    """``applied``: the rank's window (analysis.window.Applied), None for the whole run."""
-    return RankRegions(regions, a, applied)
 
 
 def regions_table(per_rank: dict) -> pd.DataFrame:
