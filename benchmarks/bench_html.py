@@ -7,7 +7,7 @@ First the page of a run the size of `make demo`'s (2 ranks x 13 ops, synthetic),
 against its budgets (issue 33: <= 1.5 MB, loaded in <= 1 s in headless Chromium),
 side by side with the same page carrying the full plotly.min.js (what the page
 inlined before the partial bundle), alternating rounds: the load-time ratio.
-Then three synthetic DDP-like runs (trace.synthetic): a demo-sized one (2 ranks; larger
+Then three synthetic DDP-like runs (tests/synthetic.py): a demo-sized one (2 ranks; larger
 than `make demo`'s), the largest whose timeline draws every op (html_figures.
 TIMELINE_MAX_OPS, 8 ranks) and one of about 1 M ops (8 ranks x 125,000, aggregated). Per run: `commtrace report
 RUN --html FILE -q` as a fresh subprocess (wall time: read, analyse, write), the

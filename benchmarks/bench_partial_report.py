@@ -2,7 +2,7 @@
 
     python benchmarks/bench_partial_report.py [--ranks 16] [--ops 100000] [--json FILE]
 
-One synthetic run (commtrace.trace.synthetic); each case is ``commtrace report`` in a fresh
+One synthetic run (tests/synthetic.py); each case is ``commtrace report`` in a fresh
 subprocess, one frame and ``--partitioned`` (process pool of 2) alternately, ``reps`` times:
 ``-q --csv`` (one row per op per rank: the partitioned report writes it rank by rank) and a
 window (``--skip-steps 2 --phase backward``). Wall time (median) and the peak RSS of the

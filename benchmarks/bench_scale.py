@@ -6,7 +6,7 @@
     python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
                                     [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
 
-Default: one synthetic run (commtrace.trace.synthetic), analysed in fresh subprocesses by
+Default: one synthetic run (tests/synthetic.py), analysed in fresh subprocesses by
 (a) analyse as `commtrace report` calls it (the run held whole when it fits), (b) analyse in a process
 pool of 1 and 2 workers, (c) with --dask, on a distributed.LocalCluster of 1 and 2 worker
 processes, (d) the pool x1 and x2 again with the compiled analysis kernels and with numpy's
@@ -172,7 +172,7 @@ def against(ranks: int, ops: int, base: str, rounds: int, workdir: str | None = 
     commit, first on PYTHONPATH) and from this tree, alternating, ``rounds`` times, on one
     synthetic run: per tree and round the wall, the CPU (user + sys of the process and its
     workers) and the peak memory per op (the module doc's)."""
-    from commtrace.trace.synthetic import write_synthetic_run
+    from synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
     run_dir = os.path.join(root, f"r{ranks}x{ops}")
     if not os.path.isdir(run_dir):

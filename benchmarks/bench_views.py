@@ -2,7 +2,7 @@
 
     python benchmarks/bench_views.py [--ranks 64] [--ops 100000] [--rounds 3] [--json FILE]
 
-One synthetic run (commtrace.trace.synthetic); every measurement in a fresh subprocess:
+One synthetic run (tests/synthetic.py); every measurement in a fresh subprocess:
 
 * **timeline**: ``analysis.partitioned.analyse`` in a process pool of 2 without and with the
   terminal timeline (``timeline_width``: one more map, one task per rank), alternately,
