@@ -132,8 +132,8 @@ def find_traces(run_dir: str) -> list[str]:
             raise CommtraceError(f"{run_dir}: a folder of {len(runs)} run{'s' if len(runs) > 1 else ''}, "
                                  f"not a run; give one of them (newest first): {shown}")
         raise CommtraceError(f"{run_dir}: no trace files (*{schema.META_SUFFIX})")
-    # A FIFO or device among the files would block the first read forever.
-    odd = [e.name for e in os.scandir(run_dir) if not e.is_dir() and not e.is_file()]
+    # A FIFO or device among the files would block the first read forever (a dangling link would not).
+    odd = [e.name for e in os.scandir(run_dir) if not e.is_dir() and not e.is_file() and os.path.exists(e.path)]
     if odd:
         raise CommtraceError(f"{os.path.join(run_dir, odd[0])}: not a regular file (a FIFO, socket or "
                              f"device); a run directory holds only files commtrace wrote")

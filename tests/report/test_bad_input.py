@@ -70,6 +70,8 @@ def test_compare_missing(tmp_path, syn_run):
 def test_fifo_among_the_files(tmp_path):
     """A FIFO named like a trace file would block the first read forever: one-line error instead."""
     d = write_synthetic_run(str(tmp_path / "r"), ranks=2, ops_per_rank=20)
+    os.symlink(os.path.join(d, "gone"), os.path.join(d, "dangling"))  # not a blocking file: no error
+    assert run_cli_subprocess("report", d).returncode == 0
     os.mkfifo(os.path.join(d, "rank0.pid1.cpp.ops.bin"))
     for command in ("report", "check"):
         assert_one_line_error(run_cli_subprocess(command, d), "rank0.pid1.cpp.ops.bin: not a regular file")
