@@ -8,6 +8,8 @@ launcher (mpirun, or mp.spawn with --spawn) tears it down.
 import datetime
 import os
 import sys
+import tempfile
+import time
 
 CONFIG = {"batch_size": 8}
 
@@ -21,6 +23,17 @@ def worker(rank: int) -> None:
 
 
 def spawned(index: int, port: int) -> None:
+    # Process 1 fails only once process 0 runs: mp.spawn then tears down a process that has
+    # started (and knows its index), not one still importing, whatever the machine's load.
+    started = os.path.join(tempfile.gettempdir(), f"early_faults.{port}.started")
+    if index == 0:
+        open(started, "w").close()
+    else:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(started) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if os.path.exists(started):
+            os.unlink(started)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     worker(index)
 
