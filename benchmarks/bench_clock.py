@@ -1,4 +1,4 @@
-"""Start-up cost of measuring clock offsets (capture/clock_group.py) for 2..64 ranks.
+"""Start-up cost of measuring clock offsets (capture/clock.py) for 2..64 ranks.
 
     python benchmarks/bench_clock.py [--ranks 2,4,8,16,32,64] [--reps 3] [--json FILE]
 
@@ -45,7 +45,7 @@ def _rank(rank: int, size: int, port: int, out) -> None:
     import torch.distributed as dist
     from torch.distributed import PrefixStore, TCPStore
 
-    from commtrace.capture.clock_group import ClockGroup
+    from commtrace.capture.clock import ClockGroup
     from commtrace.trace import simhost
 
     os.environ[simhost.HOST_ENV] = f"bench-host-{rank}"  # every rank on a machine of its own: all measured
@@ -101,7 +101,7 @@ def run(ranks=(2, 4, 8, 16, 32, 64), reps: int = 3) -> list[dict]:
     os.environ.pop("COMMTRACE_DIR", None)  # measure the protocol itself, untraced
     import torch.distributed  # noqa: F401  (once, before the ranks are forked)
 
-    import commtrace.capture.clock_group  # noqa: F401
+    import commtrace.capture.clock  # noqa: F401
     return [measure(n, reps) for n in ranks]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from .capture.tbhide import drop_own_frame
+from .capture.scopes import drop_own_frame
 
 
 def skip_frames(fn):

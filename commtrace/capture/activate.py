@@ -6,14 +6,13 @@ At once only the start record (``Recorder.start``); the hooks are installed when
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import json
 import os
-import signal
 import sys
 import threading
 
 from ..trace import schema
+from .scopes import AfterImport
 
 # Hook the end of `import torch` itself: torch imports torch.distributed, DDP and
 # the optimizers while it initializes, and patching them half-way through that
@@ -64,7 +63,7 @@ def activate_from_env(command: list[str] | None = None) -> bool:
     if _TORCH in sys.modules and hasattr(sys.modules[_TORCH], "distributed"):
         _install()
     else:
-        sys.meta_path.insert(0, _TorchImportFinder())
+        sys.meta_path.insert(0, AfterImport({_TORCH: lambda torch: _install()}, "tracing"))
     return True
 
 
@@ -73,20 +72,20 @@ def _install() -> None:
         rec = _state.get("recorder")
         if rec is None or _state.get("installer") is not None:
             return
-        from . import objects
         from .hook import Installer
-        from .phases import PhaseHooks
+        from .phases import PhaseHooks, label_object_collectives
 
         inst = Installer(rec)
         inst.install()
         _state["installer"] = inst
-        _optional("object collective labels", lambda: objects.install(rec))
-        _optional("phase annotations", lambda: _state.update(phases=_installed(PhaseHooks(rec))))
+        _optional("object collective labels", lambda: label_object_collectives(rec))
+        hooks = _state["phases"] = PhaseHooks(rec)
+        _optional("phase annotations", hooks.install)
     _flush_in_multiprocessing_children(_state["recorder"])
     _close_before_os_exit()
     _optional("mpi backend", _install_mpi_backend, "not available")
-    _install_signal_handlers()
-    _optional("watchdog", lambda: _watchdog().install(active_recorder()))
+    from . import watchdog  # imported once torch is: a child that never imports torch skips it
+    _optional("watchdog", lambda: watchdog.install(active_recorder()))
 
 
 def _optional(what: str, install, failed: str = "disabled") -> None:
@@ -95,16 +94,6 @@ def _optional(what: str, install, failed: str = "disabled") -> None:
         install()
     except Exception as exc:
         sys.stderr.write(f"commtrace: {what} {failed}: {exc}\n")
-
-
-def _installed(hooks):
-    hooks.install()
-    return hooks
-
-
-def _watchdog():
-    from . import watchdog  # imported once torch is: a child that never imports torch skips it
-    return watchdog
 
 
 def _flush_in_multiprocessing_children(rec) -> None:
@@ -147,53 +136,3 @@ def _install_mpi_backend() -> None:
         return
     from .. import mpi as ct_mpi
     ct_mpi.serve_requests()
-
-
-def add_clock(line: dict) -> None:
-    """Record a clock measurement made by the launcher (``commtrace run``)."""
-    rec = active_recorder()
-    if rec is not None:
-        rec.mark_clock(line)
-
-
-def _install_signal_handlers() -> None:
-    """SIGTERM flushes the trace, then behaves as it would have."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    from . import sigview
-    if sigview.real_getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
-        return  # the program handles it; our flush thread and atexit still run
-
-    def handler(signum, frame):
-        rec = active_recorder()
-        if rec is not None:
-            _watchdog().dump_once(rec, "SIGTERM")  # never raises
-            rec.close(exit_code=128 + signum, how="signal")
-        sigview.uninstall(signal.SIGTERM)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    sigview.install(signal.SIGTERM, handler)  # invisible to the program (see sigview)
-
-
-class _TorchImportFinder:  # a meta path finder (importlib.abc would cost every child ~5 ms)
-    """Runs ``_install`` right after the torch package has finished loading."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _TORCH:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        orig_exec = loader.exec_module
-
-        def exec_module(module):
-            orig_exec(module)
-            try:
-                _install()
-            except Exception as exc:
-                sys.stderr.write(f"commtrace: tracing disabled: {exc}\n")
-
-        loader.exec_module = exec_module
-        return spec

@@ -35,9 +35,8 @@ def _say_where(session) -> None:
     rec = activate.active_recorder()
     if rec is None or rec.rank not in (0, None):
         return
-    from .launch import display_path
-    where = display_path(session.run_dir)
-    sys.stderr.write(f"commtrace: trace written to {where} (commtrace report {where})\n")
+    from .launch import say_where
+    say_where(session.run_dir)
 
 
 def main() -> None:

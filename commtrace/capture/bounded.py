@@ -47,26 +47,23 @@ def parse_keep_last(value) -> int:
     return n
 
 
-def make_options(keep_last=None, steps=None) -> Options | None:
-    """Options from user values (None: full mode). ValueError names the bad one."""
+def make_options(keep_last=None, steps=None, names=("keep_last", "steps")) -> Options | None:
+    """Options from user values (None: full mode). ValueError names the bad one (``names``)."""
     try:
         n = None if keep_last in (None, "") else parse_keep_last(keep_last)
     except ValueError as e:
-        raise ValueError(f"keep_last {e}") from None
+        raise ValueError(f"{names[0]} {e}") from None
     try:
         window = None if steps in (None, "") else (steps if isinstance(steps, StepRange) else parse_steps(steps))
     except ValueError as e:
-        raise ValueError(f"steps {e}") from None
+        raise ValueError(f"{names[1]} {e}") from None
     return None if n is None and window is None else Options(n, window)
 
 
 def options_from_env(env) -> Options | None:
     """The options ``commtrace run`` / ``commtrace.start()`` passed down (None: full mode)."""
-    try:
-        return make_options(env.get(schema.ENV_KEEP_LAST), env.get(schema.ENV_STEPS))
-    except ValueError as e:
-        name = schema.ENV_KEEP_LAST if str(e).startswith("keep_last") else schema.ENV_STEPS
-        raise ValueError(f"{name}: {str(e).split(' ', 1)[1]}") from None
+    return make_options(env.get(schema.ENV_KEEP_LAST), env.get(schema.ENV_STEPS),
+                        (f"{schema.ENV_KEEP_LAST}:", f"{schema.ENV_STEPS}:"))
 
 
 class Coverage:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 
 from .recorder import Recorder
-from .scopes import in_context
-from .tbhide import drop_own_frame
+from .scopes import drop_own_frame, in_context
 
 
 def install(hooks) -> None:

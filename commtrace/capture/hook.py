@@ -17,9 +17,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from .. import torch_compat
-from . import clock_group, native_wrapper
+from . import clock, native_wrapper
 from .recorder import Recorder
-from .tbhide import drop_own_frame
+from .scopes import drop_own_frame
 
 _WORLD_KEY = "commtrace/world_id"
 _tls = threading.local()
@@ -73,7 +73,7 @@ class Installer:
         self.world_id = _world_id(pg, store, self.rec.run_id, self.world_index)
         self.rec.add_world({"world_id": self.world_id, "rank": pg.rank(),
                             "world_size": pg.size(), "backend": str(backend_name)})
-        clock_group.track_world(self.rec, store, pg.rank(), pg.size(), self.world_id, str(backend_name))
+        clock.track_world(self.rec, store, pg.rank(), pg.size(), self.world_id, str(backend_name))
 
     def install(self) -> None:
         if self.originals:

@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from typing import Mapping, MutableMapping
@@ -163,13 +164,31 @@ def resolve_run_dir(output: str | None, run_id: str, base: str = DEFAULT_BASE, k
     return os.path.abspath(os.path.join(base, claim_name(base, key) if key else run_id))
 
 
-def display_path(path: str) -> str:
-    """``path`` relative to the working directory when it lies inside it."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+def say_where(run_dir: str, what: str = "trace written to", command: str = "report") -> None:
+    """The one line naming the trace (relative to the working directory when inside it)
+    and the command to run on it."""
+    rel = os.path.relpath(run_dir)
+    where = run_dir if rel.startswith("..") else rel
+    sys.stderr.write(f"commtrace: {what} {where} (commtrace {command} {where})\n")
+    sys.stderr.flush()
+
+
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 
 
 def export_run_env(run_dir: str, run_id: str, launcher: str, env: MutableMapping[str, str]) -> None:
     env[schema.ENV_DIR] = run_dir
     env[schema.ENV_RUN_ID] = run_id
     env[schema.ENV_LAUNCHER] = launcher
+
+
+def export_options(env: MutableMapping[str, str], bounded=None, hang_timeout=None, abort_on_hang=False) -> None:
+    """The options Python children of the run trace with (``bounded``: bounded.Options), and
+    the PYTHONPATH on which they start tracing (``_boot/sitecustomize``)."""
+    env.update(bounded.env() if bounded is not None else {})
+    if hang_timeout:
+        env["COMMTRACE_HANG_TIMEOUT"] = str(float(hang_timeout))
+        env["COMMTRACE_ABORT_ON_HANG"] = "1" if abort_on_hang else "0"
+    path = env.get("PYTHONPATH")
+    if BOOT_DIR not in (path or "").split(os.pathsep):
+        env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")

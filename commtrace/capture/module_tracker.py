@@ -26,8 +26,7 @@ import threading
 import weakref
 
 from ..trace import schema
-from .scopes import in_context
-from .tbhide import drop_own_frame
+from .scopes import AfterImport, drop_own_frame, in_context
 
 
 class ModuleTracker:
@@ -62,7 +61,7 @@ class ModuleTracker:
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._optimizer_phase),)),
         }
-        finder = _AfterImport(after)
+        finder = AfterImport(after, "module annotations of {name}")
         for name in list(after):
             mod = sys.modules.get(name)
             if mod is not None:
@@ -304,39 +303,6 @@ class ModuleTracker:
             return
         self._meshes.add(key)
         self.rec.add_meta({"type": schema.META_MESH, "dims": dims})
-
-
-class _AfterImport:  # a meta path finder (importlib.abc would cost every import)
-    """Calls ``after[name](module)`` right after module ``name`` has loaded."""
-
-    def __init__(self, after: dict):
-        self.after = after
-
-    def find_spec(self, fullname, path, target=None):
-        patch = self.after.get(fullname)
-        if patch is None:
-            return None
-        del self.after[fullname]
-        if not self.after:
-            self.remove()
-        import importlib.machinery
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        orig_exec = spec.loader.exec_module
-
-        def exec_module(module):
-            orig_exec(module)
-            try:
-                patch(module)
-            except Exception as exc:  # annotations are optional; the program's import is not
-                sys.stderr.write(f"commtrace: module annotations of {fullname} disabled: {exc}\n")
-        spec.loader.exec_module = exec_module
-        return spec
-
-    def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
 
 
 _TRACKER: list = []  # the enabled ModuleTracker (one per process)

@@ -219,12 +219,6 @@ class PhaseHooks:
                 if p.requires_grad:
                     self.originals.append(("hook", p.register_post_accumulate_grad_hook(owner)))
 
-    def _label(self, module) -> str:
-        cls = type(module).__name__
-        n = self._labels.get(cls, 0) + 1
-        self._labels[cls] = n
-        return cls if n == 1 else f"{cls}#{n}"
-
     def _wrap_init_step(self, detail: str):
         hooks, rec = self, self.rec
 
@@ -240,8 +234,10 @@ class PhaseHooks:
     def _label_of(self, ddp, module) -> str:
         """The module label of a DDP instance, chosen the first time it is seen."""
         label = self._pending_labels.get(ddp) if ddp is not None else None
-        if label is None:
-            label = self._label(module if module is not None else getattr(ddp, "module", ddp))
+        if label is None:  # the class name, numbered from the second module of a class on
+            cls = type(module if module is not None else getattr(ddp, "module", ddp)).__name__
+            n = self._labels[cls] = self._labels.get(cls, 0) + 1
+            label = cls if n == 1 else f"{cls}#{n}"
             if ddp is not None:
                 self._pending_labels[ddp] = label
         return label
@@ -340,3 +336,29 @@ def _logging_field(ddp, name):
 
 def _split_list(value) -> list:
     return [x for x in str(value).split(",") if x.strip()]
+
+
+# Object collectives move sizes (int64) then a pickled payload (uint8) with ordinary
+# collectives. While one runs, the context carries ``api`` (its name), and the sig of each
+# op gets ``detail`` "object_sizes" or "object_payload" by dtype (wrapper): nothing per op.
+OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+                      "send_object_list", "recv_object_list")
+
+
+def label_object_collectives(rec) -> list[str]:
+    """Wrap the object collectives torch has (in c10d and torch.distributed); the names wrapped."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    done = []
+    for name in OBJECT_COLLECTIVES:
+        fn = getattr(c10d, name, None)
+        if fn is None or getattr(fn, "_commtrace_api", None):
+            continue
+        wrapped = in_context(rec, fn, lambda args, name=name: rec.push_context(api=name))
+        wrapped._commtrace_api = name
+        setattr(c10d, name, wrapped)  # torch's own callers look it up here
+        if getattr(dist, name, None) is fn:
+            setattr(dist, name, wrapped)
+        done.append(name)
+    return done

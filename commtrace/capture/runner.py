@@ -18,9 +18,6 @@ from ..errors import CommtraceError, report
 from ..trace import schema
 from . import activate, envreads, launch
 
-BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
-
-
 @dataclass
 class RunOptions:
     target: str                 # script path, or module name when is_module
@@ -71,22 +68,8 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
         launch.resolve_run_dir(opts.output, run_id, key=key)
     os.makedirs(run_dir, exist_ok=True)
     launch.export_run_env(run_dir, run_id, info.launcher, env)
-    # Python children (spawned ranks, subprocesses) start tracing via sitecustomize.
-    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if opts.hang_timeout:
-        env["COMMTRACE_HANG_TIMEOUT"] = str(opts.hang_timeout)
-        env["COMMTRACE_ABORT_ON_HANG"] = "1" if opts.abort_on_hang else "0"
-    if opts.bounded is not None:
-        env.update(opts.bounded.env())  # read by every traced process of the run (recorder)
+    launch.export_options(env, opts.bounded, opts.hang_timeout, opts.abort_on_hang)
     return run_dir, run_id, info, comm, set_names
-
-
-def _sync_clock(comm, when: str, deadline_s: float) -> None:
-    from . import clock
-    res = clock.measure(comm, deadline_s=deadline_s)
-    if res.get("ok"):
-        activate.add_clock({"ref_rank": 0, "offset_ns": res["offset_ns"], "rtt_ns": res["rtt_ns"],
-                            "t_mono_ns": res["t_mono_ns"], "when": when, "method": "mpi-pingpong"})
 
 
 def missing_target(opts: RunOptions) -> str | None:
@@ -120,15 +103,19 @@ def _missing_module(name: str) -> str | None:
 
 def run(opts: RunOptions) -> int:
     run_dir, run_id, info, comm, set_names = prepare_environment(opts)
-    _say_if_torch_untested(info)
+    why = torch_compat.unsupported_reason()
+    if why and info.rank in (0, None):  # a torch outside the tested range: tracing goes on
+        sys.stderr.write(f"commtrace: warning: {why}\n")
+        sys.stderr.flush()
     command = [("-m " + opts.target) if opts.is_module else opts.target, *opts.args]
     os.environ[schema.ENV_COMMAND] = json.dumps(command)  # ranks the script spawns report it too
     activate.activate_from_env(command=command)
     if comm is not None:
-        _sync_clock(comm, "start", deadline_s=30.0)
+        from . import clock
+        clock.measure_mpi(activate.active_recorder(), comm, "start", deadline_s=30.0)
         mpienv.hide_from_program()  # the program sees sys.modules as it would without commtrace
-        if comm.Get_rank() == 0:
-            _say_where_first(run_dir)
+        if comm.Get_rank() == 0:  # also before the script: an interrupted mpirun drops what ranks print later
+            launch.say_where(run_dir, "tracing to")
     ran = True
     reads = envreads.EnvReads(set_names).start()
     try:
@@ -140,40 +127,16 @@ def run(opts: RunOptions) -> int:
         sys.stderr.write(envreads.notice(read) + "\n")
         sys.stderr.flush()
     if comm is not None and code == 0:
-        _sync_clock(comm, "end", deadline_s=5.0)
+        clock.measure_mpi(activate.active_recorder(), comm, "end", deadline_s=5.0)
     rec = activate.active_recorder()
     if rec is not None:
         rec.exit_info = (code, "exception" if how == _INTERRUPTED else how)  # written by the atexit close
-    if ran:
-        _say_where(run_dir, rec, code)
+    rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
+    if ran and str(rank) in ("0", "None"):  # rank 0, or the process spawning the ranks
+        launch.say_where(run_dir, command="check" if code else "report")
     if how == _INTERRUPTED or code != 0 and mpienv.is_initialized():
         _exit_skipping_mpi_finalize(code, by_sigint=how == _INTERRUPTED)
     return code
-
-
-def _say_if_torch_untested(info: launch.LaunchInfo) -> None:
-    """A warning on rank 0 for a torch outside the tested range; tracing goes on."""
-    why = torch_compat.unsupported_reason()
-    if why and info.rank in (0, None):
-        sys.stderr.write(f"commtrace: warning: {why}\n")
-        sys.stderr.flush()
-
-
-def _say_where(run_dir: str, rec, code: int) -> None:
-    """Rank 0 (or the process spawning the ranks) names the trace and the command to run on it."""
-    rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
-    if str(rank) not in ("0", "None"):
-        return
-    where = launch.display_path(run_dir)
-    sys.stderr.write(f"commtrace: trace written to {where} (commtrace {'check' if code else 'report'} {where})\n")
-    sys.stderr.flush()
-
-
-def _say_where_first(run_dir: str) -> None:
-    """Under mpirun, also before the script: an interrupted mpirun drops what ranks print later."""
-    where = launch.display_path(run_dir)
-    sys.stderr.write(f"commtrace: tracing to {where} (commtrace report {where})\n")
-    sys.stderr.flush()
 
 
 _INTERRUPTED = "interrupted"  # how a script that ended by an uncaught KeyboardInterrupt ended

@@ -1,11 +1,19 @@
-"""Functions wrapped to run inside an annotation context: the ops they issue carry
-its fields (phase, detail, module). Phase hooks (DDP, Join, ...) and the FSDP/TP
-module tracker wrap torch's functions this way."""
+"""How commtrace wraps torch's functions: inside an annotation context (the ops they
+issue carry its fields: phase, detail, module), out of the program's tracebacks (an
+exception raised through a wrapper shows no ``commtrace/...`` line), and right after
+their module loads (``AfterImport``)."""
 from __future__ import annotations
 
 import functools
+import sys
 
-from .tbhide import drop_own_frame
+
+def drop_own_frame(exc: BaseException) -> None:
+    """In a wrapper's ``except`` clause, right before a bare ``raise`` (which adds no frame
+    back): removes the wrapper's own frame from the head of ``exc``'s traceback."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        exc.__traceback__ = tb.tb_next
 
 
 def in_context(rec, orig, enter, leave=None):
@@ -25,3 +33,37 @@ def in_context(rec, orig, enter, leave=None):
         finally:
             leave(token)
     return scoped
+
+
+class AfterImport:  # a meta path finder (importlib.abc would cost every traced process ~5 ms)
+    """Calls ``after[name](module)`` right after module ``name`` has loaded; a failure costs
+    that call only (one line naming ``what``, formatted with the module's ``name``)."""
+
+    def __init__(self, after: dict, what: str):
+        self.after, self.what = after, what
+
+    def find_spec(self, fullname, path, target=None):
+        patch = self.after.get(fullname)
+        if patch is None:
+            return None
+        del self.after[fullname]
+        if not self.after:
+            self.remove()
+        import importlib.machinery
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        orig_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            orig_exec(module)
+            try:
+                patch(module)
+            except Exception as exc:  # commtrace's part is optional; the program's import is not
+                sys.stderr.write(f"commtrace: {self.what.format(name=fullname)} disabled: {exc}\n")
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)

@@ -101,8 +101,8 @@ def stop() -> str | None:
         if rec is None or rec.closed:
             return None
         try:
-            from . import clock_group
-            clock_group.measure_tracked("stop")
+            from . import clock
+            clock.measure_tracked("stop")
         except Exception as exc:  # clocks are optional; the end of the trace is not
             sys.stderr.write(f"commtrace: clock offsets not measured at stop: {exc}\n")
         rec.close(how="stop")
@@ -176,21 +176,14 @@ def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_han
     """Set the variables that make Python children join the run; ``stop()`` restores them."""
     import json
 
-    from .runner import BOOT_DIR
     env = os.environ
     if not _saved_env:
         _saved_env.update({k: env.get(k) for k in _RUN_VARS})
     for k in (schema.ENV_KEEP_LAST, schema.ENV_STEPS, "COMMTRACE_HANG_TIMEOUT", "COMMTRACE_ABORT_ON_HANG"):
         env.pop(k, None)
-    launch.export_run_env(run_dir, run_id, launcher, env)
     env[schema.ENV_COMMAND] = json.dumps(command)
-    env.update(opts.env() if opts is not None else {})
-    if hang_timeout is not None:
-        env["COMMTRACE_HANG_TIMEOUT"] = str(float(hang_timeout))
-        env["COMMTRACE_ABORT_ON_HANG"] = "1" if abort_on_hang else "0"
-    path = _saved_env.get("PYTHONPATH")
-    if BOOT_DIR not in (path or "").split(os.pathsep):
-        env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
+    launch.export_run_env(run_dir, run_id, launcher, env)
+    launch.export_options(env, opts, hang_timeout, abort_on_hang)
 
 
 def _restore_env() -> None:

@@ -17,6 +17,15 @@ from ..trace import schema
 from ..trace.writer import TraceWriter
 
 FLUSH_INTERVAL_S = 0.5
+# The variables launchers set to tell a process who it is and how to meet the others,
+# recorded in the header. A fixed list, never the whole environment: it may hold secrets.
+LAUNCH_VARS = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID",
+)
 
 
 class TraceSink:
@@ -45,14 +54,14 @@ class TraceSink:
         return out
 
     def header(self, rank) -> dict:
-        from .launchvars import launcher_env
+        env = os.environ
         torch = sys.modules.get("torch")  # never imported here: a process that does not use torch stays so
         return {
             "type": schema.META_HEADER, "format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION,
             "source": "python", "record_size": schema.RECORD_SIZE,
             "commtrace_version": __version__, "torch_version": getattr(torch, "__version__", None),
             "host": hostname(), "pid": self.pid, "ppid": os.getppid(), "rank": rank,
-            "launcher": self.launcher, "launch_env": launcher_env(os.environ),
+            "launcher": self.launcher, "launch_env": {k: env[k] for k in LAUNCH_VARS if k in env},
             "run_id": self.run_id, "command": self.command, "argv": list(sys.argv),
             "python": sys.version.split()[0], "cwd": os.getcwd(),
             "t_wall_ns": self.t_wall0, "t_mono_ns": self.t_mono0,

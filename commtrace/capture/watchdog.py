@@ -21,7 +21,7 @@ import traceback
 from ..trace import schema
 from . import sigview, threads
 from .completion import GROUP, SEQ, T_CALL
-from .tbhide import drop_own_frame
+from .scopes import drop_own_frame
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
 ENV_ABORT_ON_HANG = "COMMTRACE_ABORT_ON_HANG"
@@ -178,8 +178,14 @@ class HangWatchdog:
                 traceback.print_exc()
 
 
-def _is_commtrace_term_handler(h) -> bool:
-    return callable(h) and getattr(h, "__module__", "") == "commtrace.capture.activate"
+def _on_sigterm(signum, frame):
+    """SIGTERM flushes the trace, then behaves as it would have."""
+    rec = _state.get("rec")
+    if rec is not None:
+        dump_once(rec, "SIGTERM")  # never raises
+        rec.close(exit_code=128 + signum, how="signal")
+    sigview.uninstall(signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _on_sigusr1(signum, frame):
@@ -214,8 +220,7 @@ def _handle_signal_in_thread(signum: int) -> None:
     if signum == signal.SIGUSR1 and sigview.real_getsignal(signal.SIGUSR1) is _on_sigusr1:
         dump(rec, "SIGUSR1")
     elif signum == signal.SIGTERM:
-        h = sigview.real_getsignal(signal.SIGTERM)
-        if not _is_commtrace_term_handler(h):
+        if sigview.real_getsignal(signal.SIGTERM) is not _on_sigterm:
             return  # the program's own handler decides; the main thread will run it
         # The main thread may be stuck in C++ and never run the Python handler:
         # do what it would do, from here, after giving it a moment to do so itself.
@@ -257,11 +262,14 @@ def dump_once(rec, reason: str) -> str | None:
 def _install_signals() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
-    try:
-        if sigview.real_getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
-            sigview.install(signal.SIGUSR1, _on_sigusr1)
-    except (ValueError, OSError):
-        pass
+    # Only in place of the default action: a program's own handler keeps the signal (for
+    # SIGTERM our flush thread and atexit still run). Invisible to the program (sigview).
+    for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR1, _on_sigusr1)):
+        try:
+            if sigview.real_getsignal(signum) in (signal.SIG_DFL, None):
+                sigview.install(signum, handler)
+        except (ValueError, OSError):
+            pass
     if _state.get("signal_thread"):
         return
     try:

@@ -29,10 +29,10 @@ import torch.distributed as dist
 from .. import torch_compat
 from ..dynamo import skip_class_frames
 from ..trace import schema
-from . import objects, ops
+from . import ops
 from .completion import SIG
 from .recorder import Recorder
-from .tbhide import drop_own_frame
+from .scopes import drop_own_frame
 
 _now = time.monotonic_ns
 _ident = threading.get_ident
@@ -257,8 +257,8 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
         desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
-        if "api" in desc:  # inside an object collective: its size exchange or its payload
-            desc["detail"] = objects.part(desc)
+        if "api" in desc:  # inside an object collective (phases.label_object_collectives)
+            desc["detail"] = "object_sizes" if desc.get("dtype") == "int64" else "object_payload"
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
         desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and cpu_only)
         sig = rec.add_sig(full, desc)

@@ -17,7 +17,7 @@ import threading
 
 import torch.distributed as dist
 
-from ..capture.tbhide import drop_own_frame
+from ..capture.scopes import drop_own_frame
 
 __all__ = ["install", "serve_requests", "native_mpi", "native_extension", "fastpath_status"]
 

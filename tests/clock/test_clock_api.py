@@ -65,7 +65,7 @@ def test_worlds_without_a_shared_store_are_skipped():
     clock, and the mpi backend has no store: nothing to measure, no rendezvous."""
     from torch.distributed import HashStore, PrefixStore
 
-    from commtrace.capture import clock_group
+    from commtrace.capture import clock as clock_group
 
     sys.path.insert(0, HERE)
     from worker_api import Lines

@@ -37,7 +37,7 @@ def state(pg) -> dict:
 def main(rank: int, port: str, out: str) -> None:
     if rank == 1:
         os.environ["COMMTRACE_TEST_CLOCK_SHIFT_NS"] = str(SHIFT_NS)
-    from commtrace.capture import clock_group
+    from commtrace.capture import clock as clock_group
     from commtrace.trace import simhost
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     pg = c10d._get_default_group()
