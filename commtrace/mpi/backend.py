@@ -18,14 +18,13 @@ from .. import mpienv, torch_compat
 from ..dynamo import skip_class_frames
 from . import dtypes, runtime
 from .collectives import Collectives
-from .p2p import PointToPoint
 from .tensors import check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
 from .work import MPIWork, _DoneWork, _MultiWork
 
 
 # ---- the process group ---------------------------------------------------------------
 
-class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
+class MPIProcessGroup(Collectives, dist.ProcessGroup):
     """torch ProcessGroup whose collectives are mpi4py calls on ``comm``."""
 
     def __init__(self, comm):
@@ -117,16 +116,18 @@ class MPIProcessGroup(Collectives, PointToPoint, dist.ProcessGroup):
             self._coalescing.append(w)
         return w
 
-    def _go(self, opts, blocking, nonblocking, args, result, post=None, status=None, src=-1):
-        """Run one MPI op blocking (asyncOp False) or non-blocking."""
+    def _go(self, opts, name, args, result, post=None, status=None, src=-1):
+        """Run MPI op ``name`` ("Allgather") blocking (asyncOp False), else its non-blocking
+        form ("Iallgather"); "Isend" and "Irecv" always run non-blocking."""
+        nonblocking = name if name[0] == "I" else "I" + name.lower()
         try:
             # positional forms, and some Options types before torch 2.8, carry no asyncOp
-            if blocking is not None and (runtime.progress is None or not torch_compat.async_op(opts)):
-                blocking(*args)
+            if name != nonblocking and (runtime.progress is None or not torch_compat.async_op(opts)):
+                getattr(self._comm, name)(*args)
                 return self._done(result, post)
-            req = nonblocking(*args)
+            req = getattr(self._comm, nonblocking)(*args)
         except Exception as e:  # MPI errors -> Python exception on this rank
-            raise RuntimeError(f"mpi backend: {nonblocking.__name__} failed: {e}") from e
+            raise RuntimeError(f"mpi backend: {nonblocking} failed: {e}") from e
         w = MPIWork(result, req, post, status, src, args)
         if self._coalescing is not None:
             self._coalescing.append(w)
@@ -189,4 +190,4 @@ class ProcessGroupMPIFactory:
 
 
 # C++ (DDP's reducer, functional collectives) calls these back inside torch.compile'd code.
-skip_class_frames(MPIWork, _DoneWork, _MultiWork, MPIProcessGroup, Collectives, PointToPoint)
+skip_class_frames(MPIWork, _DoneWork, _MultiWork, MPIProcessGroup, Collectives)

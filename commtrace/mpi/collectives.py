@@ -1,7 +1,8 @@
-"""The mpi backend's collectives (all_reduce, broadcast, reduce, all_gather,
-gather, scatter, reduce_scatter, all_to_all, barrier and their variants), as
-methods of MPIProcessGroup (backend.py). Each runs its MPI call blocking when the
-caller waits right away (``asyncOp`` False), else non-blocking (``_go``)."""
+"""The mpi backend's ops (all_reduce, broadcast, reduce, all_gather, gather, scatter,
+reduce_scatter, all_to_all, barrier and their variants; send, recv), as methods of
+MPIProcessGroup (backend.py). A collective runs its MPI call blocking when the caller
+waits right away (``asyncOp`` False), else non-blocking (``_go``); point-to-point ops
+always run non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,7 @@ def _flat(tensors):
 
 
 class Collectives:
-    """The collective ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
+    """The ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
 
     def _avg_post(self, tensors, avg):
         if not avg:
@@ -133,7 +134,7 @@ class Collectives:
 
         def post():
             _scatter_back(flat, tensors, self._size if avg else None)
-        return self._go(opts, self._comm.Allreduce, self._comm.Iallreduce,
+        return self._go(opts, "Allreduce",
                         (runtime.MPI.IN_PLACE, dtypes.buffer(flat), mop), list(tensors), post)
 
     # -- broadcast / reduce ------------------------------------------------------------
@@ -144,8 +145,7 @@ class Collectives:
         _check(t)
         root = opts if isinstance(opts, int) else _opt(opts, "rootRank", 0)
         self._check_rank(root, "root")
-        return self._go(opts if not isinstance(opts, int) else None,
-                        self._comm.Bcast, self._comm.Ibcast, (self._buf(t), root), [t])
+        return self._go(opts if not isinstance(opts, int) else None, "Bcast", (self._buf(t), root), [t])
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
@@ -159,7 +159,7 @@ class Collectives:
         else:
             args = (buf, None, mop, root)
             post = None
-        return self._go(opts, self._comm.Reduce, self._comm.Ireduce, args, [t], post)
+        return self._go(opts, "Reduce", args, [t], post)
 
     # -- all_gather -----------------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -168,8 +168,7 @@ class Collectives:
         _check(t)
         self._check_list(outs, t, "allgather output")
         tmp, post = self._gathered(outs, t)
-        return self._go(opts, self._comm.Allgather, self._comm.Iallgather,
-                        (dtypes.buffer(t), dtypes.buffer(tmp)), list(outs), post)
+        return self._go(opts, "Allgather", (dtypes.buffer(t), dtypes.buffer(tmp)), list(outs), post)
 
     def _allgather_base(self, output, input, opts=None):
         self._pair(output, input, "all_gather_into_tensor")
@@ -177,8 +176,7 @@ class Collectives:
             raise ValueError(f"mpi backend: all_gather_into_tensor output has {output.numel()} "
                              f"elements, expected {self._size} x {input.numel()}")
         send = self._send_buffer(input, output, self._rank * input.numel())
-        return self._go(opts, self._comm.Allgather, self._comm.Iallgather,
-                        (send, dtypes.buffer(output)), [output])
+        return self._go(opts, "Allgather", (send, dtypes.buffer(output)), [output])
 
     all_gather_single = _allgather_base
     all_gather_into_tensor = _allgather_base
@@ -214,7 +212,7 @@ class Collectives:
                     n = o.numel() * o.element_size()
                     _copy_bytes(o, recv[r, off:off + n])
                     off += n
-        return self._go(opts, self._comm.Allgather, self._comm.Iallgather,
+        return self._go(opts, "Allgather",
                         (dtypes.buffer(send), dtypes.buffer(recv)),
                         [o for outs in output_lists for o in outs], post)
 
@@ -236,8 +234,7 @@ class Collectives:
                 n = t.numel() * t.element_size()
                 _copy_bytes(o, recv[:, off:off + n].reshape(-1))
                 off += n
-        return self._go(opts, self._comm.Allgather, self._comm.Iallgather,
-                        (dtypes.buffer(send), dtypes.buffer(recv)), list(outputs), post)
+        return self._go(opts, "Allgather", (dtypes.buffer(send), dtypes.buffer(recv)), list(outputs), post)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -256,7 +253,7 @@ class Collectives:
             if output_tensors and any(len(x) for x in output_tensors):
                 raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
             post, args, result = None, (dtypes.buffer(t), None, root), []
-        return self._go(opts, self._comm.Gather, self._comm.Igather, args, result, post)
+        return self._go(opts, "Gather", args, result, post)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
@@ -270,7 +267,7 @@ class Collectives:
             if input_tensors and any(len(x) for x in input_tensors):
                 raise ValueError("mpi backend: scatter input list must be empty on non-root ranks")
             send = None
-        return self._go(opts, self._comm.Scatter, self._comm.Iscatter, (send, dtypes.buffer(t), root), [t])
+        return self._go(opts, "Scatter", (send, dtypes.buffer(t), root), [t])
 
     # -- reduce_scatter ---------------------------------------------------------------------
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -280,7 +277,7 @@ class Collectives:
         self._check_list(ins, out, "reduce_scatter input")
         mop, avg = dtypes.reduce_op(_redop(opts), out.dtype)
         send = torch.stack([x.reshape(out.shape) for x in ins])
-        return self._go(opts, self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
+        return self._go(opts, "Reduce_scatter_block",
                         (dtypes.buffer(send), dtypes.buffer(out), mop), [out],
                         self._avg_post([out], avg))
 
@@ -292,7 +289,7 @@ class Collectives:
         mop, avg = dtypes.reduce_op(_redop(opts), output.dtype)
         send = dtypes.buffer(input if input.untyped_storage().data_ptr()
                              != output.untyped_storage().data_ptr() else input.clone())
-        return self._go(opts, self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
+        return self._go(opts, "Reduce_scatter_block",
                         (send, dtypes.buffer(output), mop), [output], self._avg_post([output], avg))
 
     reduce_scatter_single = _reduce_scatter_base
@@ -316,7 +313,7 @@ class Collectives:
 
         def post():
             _scatter_back(recv, outputs, self._size if avg else None)
-        return self._go(opts, self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
+        return self._go(opts, "Reduce_scatter_block",
                         (dtypes.buffer(send), dtypes.buffer(recv), mop), list(outputs), post)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
@@ -332,14 +329,12 @@ class Collectives:
                 raise ValueError(f"mpi backend: all_to_all_single with equal splits needs numel "
                                  f"divisible by {n} and equal input/output sizes, got "
                                  f"{input.numel()} -> {output.numel()}")
-            return self._go(opts, self._comm.Alltoall, self._comm.Ialltoall,
-                            (dtypes.buffer(input), dtypes.buffer(output)), [output])
+            return self._go(opts, "Alltoall", (dtypes.buffer(input), dtypes.buffer(output)), [output])
         scount, sdispl = self._splits(input, input_split_sizes, "input")
         rcount, rdispl = self._splits(output, output_split_sizes, "output")
         sb, st = dtypes.buffer(input)
         rb, rt = dtypes.buffer(output)
-        return self._go(opts, self._comm.Alltoallv, self._comm.Ialltoallv,
-                        ([sb, (scount, sdispl), st], [rb, (rcount, rdispl), rt]), [output])
+        return self._go(opts, "Alltoallv", ([sb, (scount, sdispl), st], [rb, (rcount, rdispl), rt]), [output])
 
     all_to_all_single = alltoall_base
 
@@ -384,10 +379,34 @@ class Collectives:
         def post():
             for o, c, d in zip(output_tensors, rcount, rdispl):
                 _copy_bytes(o, recv[d:d + c])
-        return self._go(opts, self._comm.Alltoallv, self._comm.Ialltoallv,
+        return self._go(opts, "Alltoallv",
                         ([send.numpy(), (scount, sdispl), B], [recv.numpy(), (rcount, rdispl), B]),
                         list(output_tensors), post)
 
     # -- barrier -----------------------------------------------------------------------------
     def barrier(self, opts=None):
-        return self._go(opts, self._comm.Barrier, self._comm.Ibarrier, (), [])
+        return self._go(opts, "Barrier", (), [])
+
+    # -- point to point ----------------------------------------------------------------------
+    def _p2p_buffer(self, tensors, what, tag, peer=None, peer_is="source"):
+        """The checked tensor's MPI buffer (and the peer rank and tag checked)."""
+        t = _one(tensors, what)
+        _check(t)
+        if peer is not None:
+            self._check_rank(peer, peer_is)
+        ub = runtime.MPI.COMM_WORLD.Get_attr(runtime.MPI.TAG_UB)
+        if tag < 0 or tag > ub:
+            raise ValueError(f"mpi backend: tag {tag} outside MPI's range [0, {ub}]")
+        return t, dtypes.buffer(t)
+
+    def send(self, tensors, dst, tag=0):
+        t, buf = self._p2p_buffer(tensors, "send", tag, dst, "destination")
+        return self._go(None, "Isend", (buf, dst, tag), [t])
+
+    def recv(self, tensors, src, tag=0):
+        t, buf = self._p2p_buffer(tensors, "recv", tag, src)
+        return self._go(None, "Irecv", (buf, src, tag), [t], src=src)
+
+    def recv_anysource(self, tensors, tag=0):
+        t, buf = self._p2p_buffer(tensors, "recv_anysource", tag)
+        return self._go(None, "Irecv", (buf, runtime.MPI.ANY_SOURCE, tag), [t], status=runtime.MPI.Status())

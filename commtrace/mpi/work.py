@@ -1,6 +1,6 @@
 """The mpi backend's Works: one per MPI request (``MPIWork``), finished inside the
 call (``_DoneWork``), or over a coalesced block (``_MultiWork``). The progress
-thread (progress.py, started by runtime.init) completes requests nobody waits on."""
+thread (runtime.py, started by runtime.init) completes requests nobody waits on."""
 from __future__ import annotations
 
 import threading
