@@ -182,7 +182,8 @@ def export_run_env(run_dir: str, run_id: str, launcher: str, env: MutableMapping
     env[schema.ENV_LAUNCHER] = launcher
 
 
-def export_options(env: MutableMapping[str, str], bounded=None, hang_timeout=None, abort_on_hang=False) -> None:
+def export_options(env: MutableMapping[str, str], bounded=None, hang_timeout=None,
+                   abort_on_hang: bool = False) -> None:
     """The options Python children of the run trace with (``bounded``: bounded.Options), and
     the PYTHONPATH on which they start tracing (``_boot/sitecustomize``)."""
     env.update(bounded.env() if bounded is not None else {})
