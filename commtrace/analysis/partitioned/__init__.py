@@ -165,20 +165,24 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                                   ranks.layers)
         stage = bar.stage("collectives", len(ptasks), 0)
         results = ex.map(map_partition, ptasks, ahead=PARTITIONS_AHEAD * ex.workers)
+        info = _info(plan, ranks, window)
+        # The timeline's tasks queue behind the partitions' (they need only the rank stage): the
+        # pool runs both without a barrier between, while this process folds what needs no partition.
+        tasks = timeline_tasks(plan, ranks, window, timeline_width, info["rank_list"]) \
+            if timeline_width and ranks.ops else []
+        tl = TimelineFold(tasks)
+        lanes = ex.map(map_timeline, tasks) if tasks else ()
         qcache: dict = {}       # the cells' figures while the first partition tasks run
         early = {name: cell_summary(cells, ranks.values, by, qcache) for name, by in keys.items()}
+        steps, medians = ranks.step_tables(), ranks.medians()
         for p in results:
             parts.add(p)
             stage.advance()
         seconds["partitions"] = time.perf_counter() - t1
-        info = _info(plan, ranks, window)
-        tl = TimelineFold([])
-        if timeline_width and ranks.ops:
+        if tasks:
             t2 = time.perf_counter()
-            tasks = timeline_tasks(plan, ranks, window, timeline_width, info["rank_list"])
-            tl = TimelineFold(tasks)
             stage = bar.stage("timeline", len(tasks), plan.records)
-            for p in ex.map(map_timeline, tasks):
+            for p in lanes:
                 tl.add(p)
                 stage.advance(ranks.ops_per_rank.get(p.rank, 0))
             seconds["timeline"] = time.perf_counter() - t2
@@ -190,8 +194,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return Report(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
-                      ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
-                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
+                      steps, parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
+                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, medians, ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       _once(plan.issues + [i for r in sorted(ranks.issues) for i in ranks.issues[r]]),
                       by_keys,
                       info, processes_of(ranks.facts), regions_table(ranks.regions),
@@ -239,10 +243,12 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
     for ops, (k, first, last) in index.items():
         if ops not in metas:
             continue
-        ch = k & 0xFFFFFFFF
-        for c in set(ch.tolist()):
-            sel = ch == c
-            by_chunk.setdefault(c, []).append((metas[ops], ops, int(first[sel].min()), int(last[sel].max())))
+        span: dict = {}                 # chunk -> its records' range over every group (a few keys: no numpy)
+        for c, lo, hi in zip((k & 0xFFFFFFFF).tolist(), first.tolist(), last.tolist()):
+            was = span.setdefault(c, [lo, hi])
+            was[0], was[1] = min(was[0], lo), max(was[1], hi)
+        for c, (lo, hi) in span.items():
+            by_chunk.setdefault(c, []).append((metas[ops], ops, lo, hi))
     layers = layers or {}
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers})
