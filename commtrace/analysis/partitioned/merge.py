@@ -315,8 +315,6 @@ def _bandwidth_rows(bandwidth: pd.DataFrame | None, keys: pd.DataFrame, by: list
 class PartitionFold:
     """Partition partials folded as they arrive."""
 
-    TOPS_KEPT = 64                         # partitions' top rows folded into one table beyond this many
-
     def __init__(self, top: int):
         self.top_n = top
         self.instances = 0
@@ -330,9 +328,7 @@ class PartitionFold:
     def add(self, p: PartitionPartial) -> None:
         self.instances += p.instances
         if len(p.top):
-            self.tops.append(p.top)
-            if len(self.tops) > self.TOPS_KEPT:
-                self.tops = [self._top(self.tops)]
+            self.tops.append(p.top)            # a few rows each: sorted once, at the end
         if len(p.stragglers[0]):
             self.strag.append(p.stragglers)
         for op, v in p.spreads.items():
@@ -346,7 +342,7 @@ class PartitionFold:
 
     def _top(self, parts: list) -> pd.DataFrame:
         # ties broken down to the instance ((world, group, seq): unique), so the order does not
-        # depend on which partition's result came first (nor does folding them in batches)
+        # depend on which partition's result came first
         t = pd.concat(parts, ignore_index=True)
         t = t.assign(_neg=-t["spread_ns"].to_numpy(np.float64), _w=t["world"].astype(str), _g=t["group"].astype(str))
         t = t.sort_values(["_neg", "first_start_ns", "first_rank", "_w", "_g", "seq"], kind="stable")
@@ -374,8 +370,8 @@ class PartitionFold:
         sums = [np.zeros(len(ranks), np.int64) for _ in range(2)]
         for i, col in enumerate(sums, 1):
             np.add.at(col, at, np.concatenate([s[i] for s in self.strag]).astype(np.int64))
-        strag = pd.DataFrame({"last": sums[0], "wait_ns": sums[1]},
-                             index=pd.Index(ranks.astype(np.int32), name="rank"))   # ranks are int32 in the frame
+        strag = pd.DataFrame({"last": sums[0], "wait_ns": sums[1]},     # ranks are int32 in the frame
+                             index=pd.Index(ranks.astype(np.int32), name="rank"))
         strag["mean_spread_ns"] = strag["wait_ns"] / strag["last"]
         strag["share_last"] = strag["last"] / self.instances
         strag = strag.sort_values("wait_ns", ascending=False, kind="stable")

@@ -206,23 +206,24 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     expected = np.where(p2p, 2, c["n"][first])
     # per instance (TOP_COLUMNS) as plain arrays: only the few top rows become a frame
     table = {"op": op_first, "world": c["wg"][first], "group": c["wg"][first], "seq": c["seq"][first],
-             "ranks": ranks, "expected": expected, "first_start_ns": c["t"][first], "last_start_ns": c["t"][last],
-             "first_rank": c["rank"][first], "last_rank": c["rank"][last],
-             "spread_ns": c["t"][last] - c["t"][first], "slowest_ns": slowest, "size_bytes": size, "end_ns": end,
-             "p2p": p2p}
+             "ranks": ranks, "expected": expected, "first_start_ns": c["t"][first],
+             "last_start_ns": c["t"][last], "first_rank": c["rank"][first], "last_rank": c["rank"][last],
+             "spread_ns": c["t"][last] - c["t"][first], "slowest_ns": slowest, "size_bytes": size,
+             "end_ns": end, "p2p": p2p}
     combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
     T, S = slowest, size.astype(np.float64)
     bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, T, S, fac)
     coll = np.flatnonzero((~p2p) & (ranks >= 2))
     spread = table["spread_ns"][coll]
-    pick = coll[np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
-                [:task.top]]
+    order = np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
+    pick = coll[order[:task.top]]
     top = pd.DataFrame({name: v[pick] for name, v in table.items()})[TOP_COLUMNS]
     top = top.assign(op=np.asarray(ops, dtype=object)[top["op"].to_numpy()], world=world_of[top["world"].to_numpy()],
                      group=group_of[top["group"].to_numpy()])   # codes -> names (the few rows kept)
     by_last = np.argsort(table["last_rank"][coll], kind="stable")
-    last_rank, starts, times = np.unique(table["last_rank"][coll][by_last], return_index=True, return_counts=True)
+    last_rank, starts, times = np.unique(table["last_rank"][coll][by_last], return_index=True,
+                                         return_counts=True)
     strag = (last_rank, times, np.add.reduceat(spread[by_last], starts) if len(starts) else starts)
     op_coll = op_first[coll]
     by_op = np.argsort(op_coll, kind="stable")          # each op's spreads in instance order
@@ -400,4 +401,4 @@ def _int(v, default: int) -> int:
 
 def _empty(task) -> PartitionPartial:
     empty = np.zeros(0, np.int64)
-    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty, empty, empty), {}, {}, (0.0, 0.0, 0))
+    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty,) * 3, {}, {}, (0.0, 0.0, 0))
