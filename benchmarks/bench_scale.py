@@ -89,14 +89,20 @@ CASES = {"whole": "as `commtrace report` (analyse, default executor)", "pool": "
          "dask": "partitioned, Dask LocalCluster, {w} worker process(es)"}
 
 
+def synthetic_run(root: str, ranks: int, ops: int) -> str:
+    """The synthetic run of ``ranks`` x ``ops`` ops under ``root``, written unless it is there."""
+    from synthetic import write_synthetic_run
+    run_dir = os.path.join(root, f"r{ranks}x{ops}")
+    if not os.path.isdir(run_dir):
+        write_synthetic_run(run_dir, ranks=ranks, ops_per_rank=ops, seed=0)
+    return run_dir
+
+
 def run(ranks: int, ops: int, dask: bool, workdir: str | None = None, kernel_rounds: int = 3) -> dict:
     """The side-by-side measurement (see the module doc); results by case "mode-workers";
     "kernels": the pool with the compiled analysis kernels and with numpy (kernels_side_by_side)."""
-    from synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
-    run = os.path.join(root, f"r{ranks}x{ops}")
-    if not os.path.isdir(run):
-        write_synthetic_run(run, ranks=ranks, ops_per_rank=ops, seed=0)
+    run = synthetic_run(root, ranks, ops)
     res = {"ranks": ranks, "ops_per_rank": ops, "cpus": os.cpu_count(), "cases": []}
     cases = [("whole", 1), ("pool", 1), ("pool", 2)] + ([("dask", 1), ("dask", 2)] if dask else [])
     for mode, w in cases:
@@ -172,11 +178,8 @@ def against(ranks: int, ops: int, base: str, rounds: int, workdir: str | None = 
     commit, first on PYTHONPATH) and from this tree, alternating, ``rounds`` times, on one
     synthetic run: per tree and round the wall, the CPU (user + sys of the process and its
     workers) and the peak memory per op (the module doc's)."""
-    from synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
-    run_dir = os.path.join(root, f"r{ranks}x{ops}")
-    if not os.path.isdir(run_dir):
-        write_synthetic_run(run_dir, ranks=ranks, ops_per_rank=ops, seed=0)
+    run_dir = synthetic_run(root, ranks, ops)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     res: dict = {"ranks": ranks, "ops_per_rank": ops, "base": os.path.abspath(base), "before": [], "after": []}
     for _ in range(rounds):
@@ -245,11 +248,9 @@ def check_side_by_side(ranks: int, ops: int, workdir: str | None = None, cut_ran
     """``commtrace check`` on one frame vs partitioned (process pool x1, x2), on the synthetic
     run and on a copy whose rank ``cut_rank`` ops file is cut at a tenth (mid-record):
     throughput, peak memory per op, and whether both give the same findings naming that rank."""
-    from synthetic import write_synthetic_run
     root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-check-")
-    clean, cut = os.path.join(root, f"r{ranks}x{ops}"), os.path.join(root, f"r{ranks}x{ops}-cut")
-    if not os.path.isdir(clean):
-        write_synthetic_run(clean, ranks=ranks, ops_per_rank=ops, seed=0)
+    clean = synthetic_run(root, ranks, ops)
+    cut = clean + "-cut"
     shutil.rmtree(cut, ignore_errors=True)
     shutil.copytree(clean, cut)
     ops_file = next(os.path.join(cut, f) for f in os.listdir(cut) if f.startswith(f"rank{cut_rank}.")

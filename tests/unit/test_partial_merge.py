@@ -40,7 +40,5 @@ def test_largest_spreads_do_not_depend_on_arrival_order():
     tops = []
     for order in ((7, 3), (3, 7)):
         f = PartitionFold(top=10)
-        f.tops = [f._top([part(order[0])])]
-        f.tops = [f._top(f.tops + [part(order[1])])]
-        tops.append(f.tops[0]["seq"].tolist())
+        tops.append(f._top([part(order[0]), part(order[1])])["seq"].tolist())
     assert tops == [[3, 7], [3, 7]]

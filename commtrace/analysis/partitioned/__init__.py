@@ -25,15 +25,15 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
-from ..memory_policy import default_memory_limit, needs_partitions, total_memory  # noqa: F401
+from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
-from .executors import ENV_DASK, cpu_count, make_executor  # noqa: F401
+from .executors import ENV_DASK, cpu_count, make_executor
 from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
 from .op_view import load_op_view
-from .plan import RunPlan, plan_run
+from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_ranges, chunk_size, plan_run
 from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .region_figures import modules_table, regions_table
@@ -46,11 +46,10 @@ from .windowing import FirstStartTask, all_bounds, check_phases, first_start, wi
 # its interval sets; a partition's records and instance arrays), with headroom.
 RANK_TASK_BYTES_PER_OP = 600
 PARTITION_BYTES_PER_OP = 400
-PARTITIONS_PER_WORKER = 8
 # Partition tasks submitted per worker before the analysing process computes the summary
 # cells' figures (exact percentiles: ~0.1 s for 6.4 M ops), so that work overlaps them.
 # Their results are small (aggregates); queued tasks hold no memory until they run.
-PARTITIONS_AHEAD = PARTITIONS_PER_WORKER
+PARTITIONS_AHEAD = CHUNKS_PER_WORKER
 # Below this many op records a run held whole is analysed in this process: starting a pool of
 # workers (~0.5-1 s, each importing pandas) costs more than the tasks it would share.
 POOL_MIN_RECORDS = 1_000_000
@@ -122,7 +121,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     plan = plan_run(run_dir)
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
-    spread = bool(dask or _env_dask())
+    spread = bool(dask or os.environ.get(ENV_DASK))
     whole = not (partitioned or spread or needs_partitions(plan.path, limit))
     if workers is None and not spread:
         small = whole and plan.records < POOL_MIN_RECORDS
@@ -130,7 +129,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     ex = make_executor(dask, workers)
     if exact is None:
         exact = plan.records * 8 <= limit // 4
-    chunk = _chunk_size(plan, limit, ex.workers)
+    chunk = chunk_size(sum(len(m) for m in plan.ranks.values()), plan.records_per_file, limit, ex.workers,
+                       PARTITION_BYTES_PER_OP)
     bar = Progress(progress)
     seconds = {}
     try:
@@ -165,34 +165,40 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                                   ranks.layers)
         stage = bar.stage("collectives", len(ptasks), 0)
         results = ex.map(map_partition, ptasks, ahead=PARTITIONS_AHEAD * ex.workers)
+        info = _info(plan, ranks, window)
+        # The timeline's tasks queue behind the partitions' (they need only the rank stage): the
+        # pool runs both without a barrier between, while this process folds what needs no partition.
+        tasks = timeline_tasks(plan, ranks, window, timeline_width, info["rank_list"]) \
+            if timeline_width and ranks.ops else []
+        tl = TimelineFold(tasks)
+        lanes = ex.map(map_timeline, tasks) if tasks else ()
         qcache: dict = {}       # the cells' figures while the first partition tasks run
         early = {name: cell_summary(cells, ranks.values, by, qcache) for name, by in keys.items()}
+        steps, medians = ranks.step_tables(), ranks.medians()
         for p in results:
             parts.add(p)
             stage.advance()
         seconds["partitions"] = time.perf_counter() - t1
-        info = _info(plan, ranks, window)
-        tl = TimelineFold([])
-        if timeline_width and ranks.ops:
+        if tasks:
             t2 = time.perf_counter()
-            tasks = timeline_tasks(plan, ranks, window, timeline_width, info["rank_list"])
-            tl = TimelineFold(tasks)
             stage = bar.stage("timeline", len(tasks), plan.records)
-            for p in ex.map(map_timeline, tasks):
+            for p in lanes:
                 tl.add(p)
                 stage.advance(ranks.ops_per_rank.get(p.rank, 0))
             seconds["timeline"] = time.perf_counter() - t2
     finally:
         ex.close()
         bar.close()
-    tables = {name: with_bandwidth(early[name], parts.bandwidth_table(name)) for name in keys}
+    tables = {name: with_bandwidth(early[name], parts.bandwidth_table(name, by)) for name, by in keys.items()}
     if not len(cells):     # no op (in the window): the empty per-group table has the per-op table's columns
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
     return Report(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
-                      ranks.step_tables(), parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
-                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, ranks.medians(), ranks.per_rank_cut, ranks.ops_per_rank, seconds,
-                      _once(plan.issues + [i for r in sorted(ranks.issues) for i in ranks.issues[r]]),
+                      steps, parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
+                      None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, medians,
+                      ranks.per_rank_cut, ranks.ops_per_rank, seconds,
+                      list(dict.fromkeys(plan.issues + [i for r in sorted(ranks.issues)    # without repeats:
+                                                        for i in ranks.issues[r]])),       # both read meta files
                       by_keys,
                       info, processes_of(ranks.facts), regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
@@ -209,26 +215,6 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
     return info
 
 
-def _once(issues: list) -> list:
-    """The issues without repeats, in order (the plan and the rank tasks both read each meta file)."""
-    seen: set = set()
-    return [i for i in issues if not (i in seen or seen.add(i))]
-
-
-def _env_dask():
-    return os.environ.get(ENV_DASK)
-
-
-def _chunk_size(plan: RunPlan, limit: int, workers: int) -> int:
-    """Seq values per partition: its ops (about one per file per seq value) fit the
-    memory a worker has, and there are at least PARTITIONS_PER_WORKER partitions per
-    worker (smaller partitions: a lower peak when the run fits, and even load)."""
-    files = max(1, sum(len(m) for m in plan.ranks.values()))
-    by_memory = max(1, (limit // max(1, workers)) // (PARTITION_BYTES_PER_OP * files))
-    by_spread = max(1, -(-plan.records_per_file // (PARTITIONS_PER_WORKER * workers)))
-    return int(min(by_memory, by_spread, 1 << 30))
-
-
 def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
                      window: tuple | None = None, layers: dict | None = None) -> list[PartitionTask]:
     """One task per seq chunk that any file has records in; each names, per file,
@@ -236,13 +222,9 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
              for ms in plan.ranks.values() for m in ms}
     by_chunk: dict = {}
-    for ops, (k, first, last) in index.items():
-        if ops not in metas:
-            continue
-        ch = k & 0xFFFFFFFF
-        for c in set(ch.tolist()):
-            sel = ch == c
-            by_chunk.setdefault(c, []).append((metas[ops], ops, int(first[sel].min()), int(last[sel].max())))
+    for ops, chunks in index.items():
+        for c, (lo, hi) in chunk_ranges(chunks).items() if ops in metas else ():
+            by_chunk.setdefault(c, []).append((metas[ops], ops, lo, hi))
     layers = layers or {}
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers})
@@ -257,28 +239,28 @@ class RankPart:
     refs: dict
 
     def load(self) -> pd.DataFrame:
-        procs = [p for p in (reader.read_process(m, []) for m in self.files) if p is not None]
-        own = {p.meta_path: p for p in procs}
-        refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
-        return rank_frame(procs, {w: p for w, p in refs.items() if p is not None})
+        return rank_frame(*_read(self.files, self.refs, []))
 
     def mark_tables(self):
         """This rank's (spans, marks, regions), on the run's clock, read without its ops (a
         bounded process's spans all, as its ops are not read to tell which they cover)."""
-        procs = [p for p in (reader.read_process(m, [], records=False) for m in self.files) if p is not None]
-        own = {p.meta_path: p for p in procs}
-        refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in self.refs.items()}
-        return reader.build_mark_tables(procs, [], {w: p for w, p in refs.items() if p is not None})
+        procs, refs = _read(self.files, self.refs, [], records=False)
+        return reader.build_mark_tables(procs, [], refs)
+
+
+def _read(files: list, refs: dict, issues: list, records: bool = True) -> tuple[list, dict]:
+    """The processes of ``files`` and, per world of ``refs``, its reference process (each read once)."""
+    procs = [p for p in (reader.read_process(m, issues, records=records) for m in files) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    got = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in refs.items()}
+    return procs, {w: p for w, p in got.items() if p is not None}
 
 
 def load_ranks(parts: list[RankPart]):
     """The ops, compute spans, marks and regions of some ranks, and their process
     summaries: a reader.Run of just those ranks (times on the run's reference clocks)."""
     issues: list = []
-    procs = [p for part in parts for p in (reader.read_process(m, issues) for m in part.files) if p is not None]
-    own = {p.meta_path: p for p in procs}
-    refs = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in parts[0].refs.items()} if parts else {}
-    refs = {w: p for w, p in refs.items() if p is not None}
+    procs, refs = _read([m for part in parts for m in part.files], parts[0].refs if parts else {}, issues)
     spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
     summaries = [p.summary() for p in procs]
     frame = rank_frame(procs, refs)

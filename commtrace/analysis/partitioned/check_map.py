@@ -50,6 +50,7 @@ from ..check.matching import collective_rows
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
+from .plan import chunk_ranges, chunk_size
 from .progress_bar import Progress
 from .cpp_layer import has_cpp, rank_frame
 from .rank_map import _chunk_index
@@ -59,7 +60,6 @@ from .rank_map import _chunk_index
 CHUNK_BYTES_PER_OP = 800
 # A rank task: its records (32 B/op), their validity masks and the chunk index, with headroom.
 RANK_BYTES_PER_OP = 200
-CHUNKS_PER_WORKER = 8
 
 
 @dataclass
@@ -297,7 +297,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
         per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
         workers = 1 if one_chunk else max(1, min(cpu_count(), len(ranks) or 1, limit // per_task))
     ex = make_executor(dask, workers)
-    chunk = 1 << 30 if one_chunk else _chunk_size(len(records), per_file, limit, ex.workers)
+    chunk = 1 << 30 if one_chunk else chunk_size(len(records), per_file, limit, ex.workers,
+                                                 CHUNK_BYTES_PER_OP)
     bar = Progress(progress)
     seconds: dict = {}
     try:
@@ -346,14 +347,6 @@ def _ops_records(meta: str) -> int:
         return os.path.getsize(meta[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX) // schema.RECORD_SIZE
     except OSError:
         return 0
-
-
-def _chunk_size(files: int, per_file: int, limit: int, workers: int) -> int:
-    """Seq values per chunk: its ops (about one per file per seq value) fit the memory a
-    worker has, and there are at least CHUNKS_PER_WORKER chunks per worker."""
-    by_memory = max(1, (limit // max(1, workers)) // (CHUNK_BYTES_PER_OP * max(1, files)))
-    by_spread = max(1, -(-per_file // (CHUNKS_PER_WORKER * workers)))
-    return int(min(by_memory, by_spread, 1 << 30))
 
 
 def _run_of(run_dir: str, read: list, facts_of: dict):
@@ -425,10 +418,7 @@ def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq
         f = facts_of.get(i)
         if f is None:
             continue
-        keys, first, last = f.chunks
-        ch = keys & 0xFFFFFFFF
-        for c in np.unique(ch).tolist():
-            sel = ch == c
-            by_chunk.setdefault(c, []).append((i, m, pt.ops_path, int(first[sel].min()), int(last[sel].max())))
+        for c, (lo, hi) in chunk_ranges(f.chunks).items():
+            by_chunk.setdefault(c, []).append((i, m, pt.ops_path, lo, hi))
     return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded)
             for c, files in sorted(by_chunk.items())]

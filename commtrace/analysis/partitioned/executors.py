@@ -39,9 +39,7 @@ def _died_as_error():
 
 class SerialExecutor:
     name = "serial"
-
-    def __init__(self):
-        self.workers = 1
+    workers = 1
 
     def map(self, fn, tasks, ahead: int | None = None):
         """``fn`` of each task, in order, run when its result is asked for (``ahead``: unused)."""

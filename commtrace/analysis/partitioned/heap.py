@@ -1,19 +1,16 @@
 """Keep freed memory in the process's heap for the next array (glibc's malloc).
 
-Why: glibc serves every allocation above its mmap threshold (128 KiB at first, raised
-only as big blocks are freed) with a fresh ``mmap`` and gives it back with ``munmap``,
-and trims the heap top above its trim threshold. An analysis task allocates and frees
-hundreds of numpy arrays of 0.1-6 MB (one rank's 100,000 ops: 800 KB per int64 column),
-so each new array's pages fault in again: ~2,000 page faults per rank for the interval
-sets alone. Measured on the 2-core VM (64 ranks x 100,000 ops, docs/report-performance.md):
--17 % CPU serial, -30 % with a pool of 2 (both processes fault into one kernel's memory
-management), same peak memory (38 B/op either way). The analysing process keeps its pages
-too (it receives and folds the results: 0.38-0.41 s of CPU instead of 0.41-0.52 with a pool
-of 2); called from a library user's process, ``analyse`` changes that process's thresholds. Raising both thresholds keeps the
-freed blocks in the heap: the peak is what it was, only freed memory is not handed back
-until the process ends (a pool worker, or the analysing process of a command).
-
-Only where glibc's ``mallopt`` exists; elsewhere nothing changes."""
+glibc serves each allocation above its mmap threshold (128 KiB, raised only as big blocks are
+freed) with a fresh ``mmap``, hands it back with ``munmap`` and trims the heap top above its trim
+threshold; an analysis task allocates and frees hundreds of 0.1-6 MB numpy arrays (one rank's
+100,000 ops: 800 KB per int64 column), so each new array's pages fault in again (~2,000 faults per
+rank for the interval sets alone). Raising both thresholds keeps freed blocks in the heap: the same
+peak (38 B/op), freed memory kept until the process ends (a pool worker, or a command's analysing
+process; ``analyse`` called from a library user's process changes that process's thresholds).
+Measured on the 2-core VM (64 ranks x 100,000 ops, docs/report-performance.md): -17 % CPU serial,
+-30 % with a pool of 2 (both processes fault into one kernel's memory management); the analysing
+process, which folds the results: 0.38-0.41 s of CPU instead of 0.41-0.52. Nothing changes where
+glibc's ``mallopt`` does not exist."""
 from __future__ import annotations
 
 import ctypes

@@ -328,8 +328,8 @@ class PartitionFold:
     def add(self, p: PartitionPartial) -> None:
         self.instances += p.instances
         if len(p.top):
-            self.tops = [self._top(self.tops + [p.top])]
-        if len(p.stragglers):
+            self.tops.append(p.top)            # a few rows each: sorted once, at the end
+        if len(p.stragglers[0]):
             self.strag.append(p.stragglers)
         for op, v in p.spreads.items():
             self.spreads.setdefault(op, []).append(v)
@@ -348,9 +348,15 @@ class PartitionFold:
         t = t.sort_values(["_neg", "first_start_ns", "first_rank", "_w", "_g", "seq"], kind="stable")
         return t.drop(columns=["_neg", "_w", "_g"]).head(self.top_n).reset_index(drop=True)
 
-    def bandwidth_table(self, name: str) -> pd.DataFrame | None:
+    def bandwidth_table(self, name: str, by: list) -> pd.DataFrame | None:
+        """``by`` columns + collectives, T, S, B: one row per key of each partition, in arrival order."""
         parts = self.bandwidth.get(name)
-        return pd.concat(parts, ignore_index=True) if parts else None
+        if not parts:
+            return None
+        out = pd.DataFrame([key for p in parts for key in p[0]], columns=list(by))
+        for i, col in enumerate(("collectives", "T", "S", "B"), 1):
+            out[col] = np.concatenate([p[i] for p in parts])
+        return out
 
     def skew(self, op_order: list | None = None) -> dict:
         """Arrival skew (docs/report.md): ``top``, the instances with the largest spread (last
@@ -360,12 +366,14 @@ class PartitionFold:
             empty = pd.DataFrame(columns=["last", "wait_ns", "mean_spread_ns", "share_last"])
             return {"top": pd.DataFrame(columns=TOP_COLUMNS), "stragglers": empty, "by_op": pd.DataFrame(),
                     "instances": 0}
-        s = pd.concat(self.strag).groupby(level=0, sort=True).sum()
-        strag = pd.DataFrame({"last": s["last"].astype(np.int64), "wait_ns": s["wait_ns"].astype(np.int64)})
+        ranks, at = np.unique(np.concatenate([s[0] for s in self.strag]), return_inverse=True)
+        sums = [np.zeros(len(ranks), np.int64) for _ in range(2)]
+        for i, col in enumerate(sums, 1):
+            np.add.at(col, at, np.concatenate([s[i] for s in self.strag]).astype(np.int64))
+        strag = pd.DataFrame({"last": sums[0], "wait_ns": sums[1]},     # ranks are int32 in the frame
+                             index=pd.Index(ranks.astype(np.int32), name="rank"))
         strag["mean_spread_ns"] = strag["wait_ns"] / strag["last"]
         strag["share_last"] = strag["last"] / self.instances
-        strag.index = strag.index.astype(np.int32)   # ranks are int32 in the frame
-        strag.index.name = "rank"
         strag = strag.sort_values("wait_ns", ascending=False, kind="stable")
         rows = {}
         for op in sorted(self.spreads):
@@ -377,7 +385,7 @@ class PartitionFold:
         if op_order:
             by_op = by_op.loc[[o for o in op_order if o in rows] + [o for o in sorted(rows) if o not in op_order]]
         by_op.index.name = "op"
-        return {"top": self.tops[0] if self.tops else pd.DataFrame(columns=TOP_COLUMNS),
+        return {"top": self._top(self.tops) if self.tops else pd.DataFrame(columns=TOP_COLUMNS),
                 "stragglers": strag.head(self.top_n), "by_op": by_op, "instances": self.instances}
 
     def run_busbw(self) -> float:

@@ -50,9 +50,9 @@ class PartitionTask:
 class PartitionPartial:
     instances: int              # collectives (not p2p) with >= 2 callers
     top: pd.DataFrame           # the ``top`` largest spreads (TOP_COLUMNS)
-    stragglers: pd.DataFrame    # per last rank: last (count), wait_ns (sum of spreads)
+    stragglers: tuple           # (last ranks, how often each was last, its summed spreads): int64 arrays
     spreads: dict               # op -> spreads of its instances
-    bandwidth: dict             # table -> DataFrame(key columns + collectives, T, S, B)
+    bandwidth: dict             # table -> (key tuples, then per key: collectives, T, S, B)
     busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
     split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
 
@@ -187,9 +187,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
         si, gi = ft.slut[rec["sig"]], ft.glut[rec["group"]]
-        combo = dense_codes(si * n_groups + gi)[0]
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
-        for cmb in combo.tolist():
+        for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():
             c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
         at += len(rec)
@@ -203,27 +202,33 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     op_first = c["op"][first]
     is_p2p = np.isin(np.arange(len(ops)), [i for i, o in enumerate(ops) if o in P2P_OPS])
     p2p = is_p2p[op_first]
+    ranks = np.bincount(inst, minlength=k)
     expected = np.where(p2p, 2, c["n"][first])
-    table = pd.DataFrame({
-        "op": op_first, "world": c["wg"][first], "group": c["wg"][first], "seq": c["seq"][first],
-        "ranks": np.bincount(inst, minlength=k), "expected": expected,
-        "first_start_ns": c["t"][first], "last_start_ns": c["t"][last], "first_rank": c["rank"][first],
-        "last_rank": c["rank"][last], "slowest_ns": slowest, "size_bytes": size, "end_ns": end, "p2p": p2p})
-    table["spread_ns"] = table["last_start_ns"] - table["first_start_ns"]
-    table = table[TOP_COLUMNS]
+    # per instance (TOP_COLUMNS) as plain arrays: only the few top rows become a frame
+    table = {"op": op_first, "world": c["wg"][first], "group": c["wg"][first], "seq": c["seq"][first],
+             "ranks": ranks, "expected": expected, "first_start_ns": c["t"][first],
+             "last_start_ns": c["t"][last], "first_rank": c["rank"][first], "last_rank": c["rank"][last],
+             "spread_ns": c["t"][last] - c["t"][first], "slowest_ns": slowest, "size_bytes": size,
+             "end_ns": end, "p2p": p2p}
     combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
-    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, table, fac)
-    coll = table[(~p2p) & (table["ranks"].to_numpy() >= 2)]
-    spread = coll["spread_ns"].to_numpy(np.float64)
-    top = coll.iloc[np.lexsort((coll["first_rank"].to_numpy(), coll["first_start_ns"].to_numpy(), -spread))[:task.top]]
+    T, S = slowest, size.astype(np.float64)
+    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, T, S, fac)
+    coll = np.flatnonzero((~p2p) & (ranks >= 2))
+    spread = table["spread_ns"][coll]
+    order = np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
+    pick = coll[order[:task.top]]
+    top = pd.DataFrame({name: v[pick] for name, v in table.items()})[TOP_COLUMNS]
     top = top.assign(op=np.asarray(ops, dtype=object)[top["op"].to_numpy()], world=world_of[top["world"].to_numpy()],
                      group=group_of[top["group"].to_numpy()])   # codes -> names (the few rows kept)
-    g = coll.groupby("last_rank", sort=True)["spread_ns"]
-    strag = pd.DataFrame({"last": g.size(), "wait_ns": g.sum()})
-    spreads = {ops[int(o)]: grp.to_numpy(np.float64) for o, grp in coll.groupby("op", sort=True)["spread_ns"]}
-    T = table["slowest_ns"].to_numpy(np.float64)
-    S = table["size_bytes"].to_numpy(np.float64)
+    by_last = np.argsort(table["last_rank"][coll], kind="stable")
+    last_rank, starts, times = np.unique(table["last_rank"][coll][by_last], return_index=True,
+                                         return_counts=True)
+    strag = (last_rank, times, np.add.reduceat(spread[by_last], starts) if len(starts) else starts)
+    op_coll = op_first[coll]
+    by_op = np.argsort(op_coll, kind="stable")          # each op's spreads in instance order
+    cut = np.flatnonzero(np.diff(op_coll[by_op])) + 1
+    spreads = {ops[int(op_coll[g[0]])]: spread[g].astype(np.float64) for g in np.split(by_op, cut) if len(g)}
     okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0)
     busbw = (float((S[okb] * fac[okb]).sum()), float(T[okb].sum()), int(((~p2p)).sum()))
     split = split_instances(c["cell"], cell_ids, inst, first, c["rank"], c["t"],
@@ -344,14 +349,12 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
     return out[0], out[1]
 
 
-def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
-    """Per summary table: key columns + collectives, T, S, B summed over the distinct
+def _bandwidth(task, cell, inst, cell_ids, T, S, fac) -> dict:
+    """Per summary table: (key tuples, collectives, T, S, B) summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
-    T = table["slowest_ns"].to_numpy(np.float64)
-    S = table["size_bytes"].to_numpy(np.float64)
     ok = np.isfinite(T) & (T > 0) & (S > 0)
     T, S, B = np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
-    k = len(table)
+    k = len(T)
     head = np.zeros(k, np.int64)
     head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
     other = np.flatnonzero(cell != head[inst])   # ops filed under another cell than that (few): the
@@ -365,12 +368,9 @@ def _bandwidth(task, cell, inst, cell_ids, table, fac) -> dict:
         rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
         rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
         pg, pi = _row_instance_pairs(rowkey, head, o_cell, o_inst, k)
-        res = pd.DataFrame(list(rows), columns=list(by))
-        res["collectives"] = np.bincount(pg, minlength=len(rows))
-        res["T"] = np.bincount(pg, weights=T[pi], minlength=len(rows))
-        res["S"] = np.bincount(pg, weights=S[pi], minlength=len(rows))
-        res["B"] = np.bincount(pg, weights=B[pi], minlength=len(rows))
-        out[name] = done[tuple(by)] = res
+        n = len(rows)
+        out[name] = done[tuple(by)] = (list(rows), np.bincount(pg, minlength=n),
+                                       *(np.bincount(pg, weights=v[pi], minlength=n) for v in (T, S, B)))
     return out
 
 
@@ -400,5 +400,5 @@ def _int(v, default: int) -> int:
 
 
 def _empty(task) -> PartitionPartial:
-    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), pd.DataFrame(columns=["last", "wait_ns"]), {},
-                            {}, (0.0, 0.0, 0))
+    empty = np.zeros(0, np.int64)
+    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty,) * 3, {}, {}, (0.0, 0.0, 0))

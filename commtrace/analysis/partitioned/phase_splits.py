@@ -13,11 +13,14 @@ ORDER = ["first_start_ns", "first_rank"]
 
 def split_instances(cell: np.ndarray, cell_ids: dict, inst: np.ndarray, first: np.ndarray, rank: np.ndarray,
                     t: np.ndarray, op_of_inst: np.ndarray, group_of_inst: np.ndarray,
-                    seq_of_inst: np.ndarray) -> pd.DataFrame:
+                    seq_of_inst: np.ndarray) -> pd.DataFrame | None:
     """One partition's split instances (``first``: each instance's first op; ``cell_ids``: the
-    partition's cell keys (rank_ops.CELL_COLUMNS) -> id, giving each op's phase)."""
+    partition's cell keys (rank_ops.CELL_COLUMNS) -> id, giving each op's phase); None when
+    its ops name one phase (or none)."""
     keys = sorted(cell_ids, key=cell_ids.get)
     phases = sorted({k[2] for k in keys})
+    if len(phases) < 2:
+        return None
     phase_of_cell = np.array([phases.index(k[2]) for k in keys], np.int64)
     code = phase_of_cell[cell]
     differs = code != code[first[inst]]

@@ -56,3 +56,24 @@ def plan_run(run_dir: str | None) -> RunPlan:
     modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    run_id, modules)
+
+
+CHUNKS_PER_WORKER = 8   # at least this many seq chunks per worker: smaller tasks, a lower peak, even load
+
+
+def chunk_size(files: int, per_file: int, limit: int, workers: int, bytes_per_op: int) -> int:
+    """Seq values per chunk: its ops (about one per file per seq value, ``bytes_per_op`` each)
+    fit the memory a worker has, and there are at least CHUNKS_PER_WORKER chunks per worker."""
+    by_memory = max(1, (limit // max(1, workers)) // (bytes_per_op * max(1, files)))
+    by_spread = max(1, -(-per_file // (CHUNKS_PER_WORKER * workers)))
+    return int(min(by_memory, by_spread, 1 << 30))
+
+
+def chunk_ranges(index: tuple) -> dict:
+    """One file's seq-chunk index (rank_map: group << 32 | chunk, first and last record per key)
+    as chunk -> [first, last] record over every group (a few keys: no numpy)."""
+    span: dict = {}
+    for c, lo, hi in zip((index[0] & 0xFFFFFFFF).tolist(), index[1].tolist(), index[2].tolist()):
+        was = span.setdefault(c, [lo, hi])
+        was[0], was[1] = min(was[0], lo), max(was[1], hi)
+    return span
