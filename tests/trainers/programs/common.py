@@ -29,10 +29,10 @@ def finish() -> None:
 
     With gloo, torch's own teardown at exit sometimes aborts a rank ("terminate
     called without an active exception"), untraced as well as traced: seen in the
-    HF Trainer's and accelerate's runs here, after their last step. These programs
-    are references for losses and step counts, not tests of torch's exit, so they
-    end as many training scripts do, with ``os._exit`` (which ``commtrace run``
-    follows: it closes the trace first)."""
+    HF Trainer's, accelerate's, Lightning's and the plain loop's runs here (CI
+    too), after their last step. These programs are references for losses and step
+    counts, not tests of torch's exit, so they end as many training scripts do,
+    with ``os._exit`` (which ``commtrace run`` follows: it closes the trace first)."""
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

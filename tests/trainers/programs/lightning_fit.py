@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import lightning.pytorch as pl
 
-from common import data, write_losses
+from common import data, finish, write_losses
 
 BATCHES = 4
 
@@ -55,6 +55,7 @@ def main(out: str, mode: str, strategy: str) -> None:
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0)
     trainer.fit(Model(out, mode == "manual"), DataLoader(TensorDataset(x, y), batch_size=4))
+    finish()
 
 
 if __name__ == "__main__":

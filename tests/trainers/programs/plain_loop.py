@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import data, write_losses
+from common import data, finish, write_losses
 
 STEPS, ACCUMULATE, BATCH = 2, 2, 4
 
@@ -42,7 +42,7 @@ def main(out: str) -> None:
                 micro_batch()
         opt.step(micro_batch)
     write_losses(out, rank, losses)
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":
