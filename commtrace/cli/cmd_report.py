@@ -87,7 +87,7 @@ def _write_exports(ns, s, limit, by) -> None:
         write_perfetto(v.frame, ns.perfetto, s.info["t0_ns"], v.matched.inst, s.processes,
                        spans=v.spans, marks=v.marks, regions=v.region_spans)
     elif ns.perfetto:
-        from ..render.perfetto_pieces import write_perfetto_pieces
+        from ..render.perfetto import write_perfetto_pieces
         files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
         sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
                          + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
@@ -97,7 +97,7 @@ def _write_exports(ns, s, limit, by) -> None:
         if ns.parquet:
             export.write_parquet(v.frame, ns.parquet)
     elif ns.csv or ns.parquet:
-        from ..render.export_ranks import write_by_rank
+        from ..render.export import write_by_rank
         write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
         export.write_json(_with_by(report_json(s), by), ns.json)

@@ -40,7 +40,7 @@ def stream_events(con, rep, lo, hi, memory_limit: int | None = None) -> int:
 def first_events(rep, limit: int, lo, hi) -> pd.DataFrame:
     """The first ``limit`` ops in the window (``lo``..``hi`` after t0) over every rank, as one frame:
     a merge of each rank's first ``limit``."""
-    from .export_ranks import rank_frames
+    from .export import rank_frames
     t0 = rep.info.get("t0_ns") or 0
     kept = None
     for frame in rank_frames(rep):

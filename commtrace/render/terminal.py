@@ -14,7 +14,6 @@ from rich.text import Text
 from ..trace.rank_ranges import fmt_ranks
 from ..analysis.timeline import Timeline, timeline_layout
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
-from .clock_text import clock_rows
 from ..analysis.bounded_coverage import coverage_rows
 from ..trace.schema import op_kind
 from .tables import Column, print_table
@@ -99,6 +98,49 @@ def render_banner(con: Console, rep) -> None:
         t.append(f"  {k:<11}", style="bold")
         t.append(v + "\n")
     con.print(t, end="", overflow="fold")
+
+
+# -- clocks: per host, how its ranks' clocks were put on rank 0's and how well --------
+
+_CLOCK_NAMES = {"reference": "reference (rank 0)", "same-host": "rank 0's clock (same host)",
+                "gloo-pingpong": "gloo ping-pong", "mpi-pingpong": "MPI ping-pong",
+                "wall-clock": "wall clock (NTP; error unknown)", "unaligned": "not aligned (no rank 0 trace)"}
+_CLOCK_HOSTS = 4                  # more hosts: one row, per method the hosts and the worst bound
+_BEYOND_SHOWN_NS = 1_000_000_000  # a rank that ran on after its last measurement (no exit measurement)
+
+
+def _methods_text(methods: list[list[str]]) -> str:
+    """Readable method names (``+`` joins the methods one rank's offset combines)."""
+    return ", ".join(" + ".join(_CLOCK_NAMES.get(m, m) for m in combo) for combo in methods)
+
+
+def clock_rows(clocks: list[dict] | None) -> list[tuple[str, str]]:
+    """The banner's rows for ``Report.info["clocks"]``; none for one host (it is rank 0's clock)."""
+    if not clocks or len(clocks) < 2:
+        return []
+    if len(clocks) > _CLOCK_HOSTS:
+        by_method: dict[str, list[dict]] = {}
+        for h in clocks:
+            by_method.setdefault(_methods_text(h["methods"]), []).append(h)
+        parts = []
+        for text, hosts in by_method.items():
+            known = [h for h in hosts if h.get("uncertainty_ns") is not None and h.get("measurements")]
+            parts.append(f"{len(hosts)} host{'s' if len(hosts) > 1 else ''} {text}")
+            if known:
+                worst = max(known, key=lambda h: h["uncertainty_ns"])
+                parts[-1] += f" (worst ±{fmt_ns(worst['uncertainty_ns'])}, {plain_safe(worst['host'])})"
+        return [("clocks", "; ".join(parts))]
+    rows = []
+    for h in clocks:
+        text = _methods_text(h["methods"])
+        if h.get("measurements") and h.get("uncertainty_ns") is not None:
+            text += (f", within ±{fmt_ns(h['uncertainty_ns'])} ({h['measurements']} measurements, best round "
+                     f"trip {fmt_ns(h.get('rtt_ns'))}")
+            if (h.get("beyond_ns") or 0) >= _BEYOND_SHOWN_NS:
+                text += f"; runs {fmt_ns(h['beyond_ns'])} past the last one"
+            text += ")"
+        rows.append(("" if rows else "clocks", f"{plain_safe(h['host'])}: {text}"))
+    return rows
 
 
 # -- steps -----------------------------------------------------------------------
