@@ -153,27 +153,27 @@ def clock_summary(processes: list[dict]) -> list[dict]:
         clock = p.get("clock")
         if isinstance(clock, dict) and isinstance(p.get("rank"), int):
             hosts.setdefault(str(p.get("host")), []).append({"rank": p["rank"], **clock})
-    out = [_host_entry(h, sorted(rows, key=lambda r: r["rank"])) for h, rows in hosts.items()]
+    out = []
+    for host, rows in hosts.items():
+        rows.sort(key=lambda r: r["rank"])
+        combos = {tuple(str(m) for m in r.get("methods") or ()) for r in rows}
+        first = [(o,) for o in _CLOCK_ORDER]
+        bounds = [r.get("uncertainty_ns") for r in rows]
+        rtts = [r["rtt_ns"] for r in rows if isinstance(r.get("rtt_ns"), int)]
+        residuals = [r["residual_ns"] for r in rows if isinstance(r.get("residual_ns"), int)]
+        drifts = [r["drift_ppm"] for r in rows if isinstance(r.get("drift_ppm"), (int, float))]
+        spans = [r["span_ns"] for r in rows if isinstance(r.get("span_ns"), int) and r.get("measurements")]
+        beyond = [r["beyond_ns"] for r in rows if isinstance(r.get("beyond_ns"), int)]
+        out.append({
+            "host": host, "ranks": [r["rank"] for r in rows],
+            "methods": [list(c) for c in sorted(combos, key=lambda c: (c[:1] not in first, c))],
+            "uncertainty_ns": None if any(not isinstance(b, int) for b in bounds) else max(bounds),
+            "rtt_ns": min(rtts) if rtts else None,
+            "residual_ns": max(residuals) if residuals else None,
+            "measurements": sum(int(r.get("measurements") or 0) for r in rows),
+            "drift_ppm": max(drifts, key=abs) if drifts else None,
+            "span_ns": min(spans) if spans else None,
+            "beyond_ns": max(beyond) if beyond else 0,
+            "per_rank": rows,
+        })
     return sorted(out, key=lambda e: (["reference"] not in e["methods"], e["host"]))
-
-
-def _host_entry(host: str, rows: list[dict]) -> dict:
-    combos = {tuple(str(m) for m in r.get("methods") or ()) for r in rows}
-    methods = [list(c) for c in sorted(combos, key=lambda c: (c[:1] not in [(o,) for o in _CLOCK_ORDER], c))]
-    bounds = [r.get("uncertainty_ns") for r in rows]
-    rtts = [r["rtt_ns"] for r in rows if isinstance(r.get("rtt_ns"), int)]
-    residuals = [r["residual_ns"] for r in rows if isinstance(r.get("residual_ns"), int)]
-    drifts = [r["drift_ppm"] for r in rows if isinstance(r.get("drift_ppm"), (int, float))]
-    spans = [r["span_ns"] for r in rows if isinstance(r.get("span_ns"), int) and r.get("measurements")]
-    beyond = [r["beyond_ns"] for r in rows if isinstance(r.get("beyond_ns"), int)]
-    return {
-        "host": host, "ranks": [r["rank"] for r in rows], "methods": methods,
-        "uncertainty_ns": None if any(not isinstance(b, int) for b in bounds) else max(bounds),
-        "rtt_ns": min(rtts) if rtts else None,
-        "residual_ns": max(residuals) if residuals else None,
-        "measurements": sum(int(r.get("measurements") or 0) for r in rows),
-        "drift_ppm": max(drifts, key=abs) if drifts else None,
-        "span_ns": min(spans) if spans else None,
-        "beyond_ns": max(beyond) if beyond else 0,
-        "per_rank": rows,
-    }

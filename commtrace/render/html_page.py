@@ -221,8 +221,7 @@ def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool
             f"<div{cls}>" + "\n".join(body) + "</div>")
 
 
-def compare_html(cmp: dict, named: list | None = None) -> str:
-    """``named`` is not needed (the charts read ``cmp``); kept for callers."""
+def compare_html(cmp: dict) -> str:
     from .compare_text import render_compare
     rec = TableRecorder()
     render_compare(rec.console, cmp)

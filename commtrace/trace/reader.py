@@ -493,7 +493,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     del c
     df = pd.DataFrame(cols, copy=False)
     df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets)
-    return df[_column_order(df)]
+    return df[_FIRST + [c for c in df.columns if c not in _FIRST]]
 
 
 def mesh_dims(meshes: list[dict]) -> dict:
@@ -546,10 +546,6 @@ def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
 
 _FIRST = ["rank", "world", "group", "seq", "op", "variant", "shapes", "dtype", "bytes", "t_start_ns",
           "t_return_ns", "t_end_ns", "duration_ns", "status"]
-
-
-def _column_order(df) -> list[str]:
-    return _FIRST + [c for c in df.columns if c not in _FIRST]
 
 
 def empty_frame() -> pd.DataFrame:
@@ -640,8 +636,7 @@ def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
         rec = np.frombuffer(data[: len(data) - len(data) % schema.RECORD_SIZE], dtype=schema.OP_RECORD)
         rec = rec[member(rec["group"], defined_ids(pt.groups)) & (rec["seq"] > 0)]
         if len(rec):
-            names = [str_or_none(pt.groups[int(g)].get("name")) if isinstance(pt.groups[int(g)], dict) else None
-                     for g in rec["group"]]
+            names = [str_or_none(pt.groups[int(g)].get("name")) for g in rec["group"]]
             rows.append(pd.DataFrame({"file": pt.stem, "group": names, "seq": rec["seq"].astype(np.int64),
                                       "d_mpi_begin": rec["d_return"].astype(float),
                                       "d_mpi_end": rec["d_end"].astype(float)}))
@@ -661,11 +656,8 @@ def load_run(run_dir: str | None = None) -> Run:
     describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
     frame = build_frame(procs)
     if cpp:
-        try:
-            from .layers import merge_cpp_layer
-            frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
-        except ImportError:
-            pass
+        from .layers import merge_cpp_layer
+        frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
     issues.extend(missing_ranks(procs))
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
