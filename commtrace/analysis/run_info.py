@@ -83,9 +83,8 @@ def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
 def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
             comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
             window_ns_per_rank: dict | None = None) -> dict:
-    """The banner's numbers from per-rank parts (partitioned.rank_banner): ``first_start``: the first
-    op shown; ``last_end``: rank -> its last op end; ``spans_of_file``: per file stem, first op start
-    to last op end (for bounded processes)."""
+    """The banner's numbers from per-rank parts (partitioned.rank_banner); ``spans_of_file``: per file
+    stem, first op start to last op end (bounded processes)."""
     ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
     world_size = max([p["world_size"] for p in procs if isinstance(p.get("world_size"), int)] or [len(ranks)])
     cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \

@@ -81,8 +81,7 @@ def run_report(ns) -> int:
 
 
 def _write_exports(ns, s, limit, by) -> None:
-    """--perfetto, --csv, --parquet, --json, --html of report ``s``: from its op view when it holds
-    every op, else file by file."""
+    """The exports of report ``s``: from its op view when it holds every op, else file by file."""
     from ..analysis.report import json_safe, report_json, table_records
     from ..render import export
     v = s.op_view

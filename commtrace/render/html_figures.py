@@ -52,8 +52,7 @@ def _lane(rank) -> str:
 
 
 def _ms(ns, digits: int = 6) -> np.ndarray:
-    """ns -> ms, rounded to the ns (``digits`` 4: to 100 ns, for shorter JSON where a
-    drawn position is all that counts)."""
+    """ns -> ms, rounded to the ns (``digits`` 4: to 100 ns, shorter JSON for drawn positions)."""
     return np.round(np.asarray(ns, dtype=np.float64) / 1e6, digits)
 
 
@@ -270,8 +269,7 @@ def timeline_bins(ranks: int) -> int:
 
 
 def _binned_span_traces(spans: pd.DataFrame, binned) -> list[dict]:
-    """Compute spans of an aggregated timeline: per bin of ``binned``'s range, the phase
-    that fills most of it."""
+    """Compute spans of an aggregated timeline: per bin, the phase that fills most of it."""
     t0 = binned.t0_ns
     phases = sorted(set(spans["phase"].astype(str).tolist()))
     sets = {}
@@ -483,10 +481,8 @@ COMPARE_CHARTS = [("step_ns", "step time (ms)", 1e-6), ("exposed_ns", "exposed c
 
 
 def compare_figures(cmp: dict) -> list[tuple[str, str, dict]]:
-    """(id, title, figure) per chart: per run, the median of each per-step figure over the
-    steps shown (the compare table's value) with the interquartile range as a whisker,
-    and busbw over every collective; y axes from 0; bars coloured by their change vs
-    BASE (green better, red worse, grey within the noise band)."""
+    """(id, title, figure) per chart: per run the compare table's per-step medians (whisker: the
+    interquartile range) and busbw, bars coloured by their change against BASE."""
     st, runs = cmp["steps"], cmp["runs"]
     labels = ["BASE"] + [f"EXP{i}" for i in range(1, len(runs))]
     names = [f"{lbl}: {text(r)}" for lbl, r in zip(labels, runs)]

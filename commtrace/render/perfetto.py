@@ -257,8 +257,8 @@ def _write_annotations(f, wrote: bool, t0: int, spans, marks, regions) -> dict:
 
 
 def _write_rows(f, wrote: bool, fmt, cols: list) -> bool:
-    """One event per row of the arrays ``cols`` (``fmt`` of the row's values), written CHUNK rows
-    at a time after a separator when something came before; whether anything was written."""
+    """One event per row of the arrays ``cols`` (``fmt`` of its values), CHUNK rows per write, after a
+    separator if ``wrote``; returns whether anything was written."""
     for lo in range(0, len(cols[0]), CHUNK):
         part = [c[lo:lo + CHUNK].tolist() for c in cols]
         f.write((",\n" if wrote else "") + ",\n".join(map(fmt, *part)))
@@ -339,8 +339,7 @@ def _starting_in(table, begin: str, t_lo: int | None, t_hi: int | None):
 
 
 def _in_window(run, s):
-    """Some ranks' reader.Run cut to the window of Report ``s`` (windowing.frame_in_window's ops;
-    spans, marks, regions overlapping their rank's interval)."""
+    """Some ranks' reader.Run cut to the window of Report ``s`` (as windowing and op_view cut them)."""
     from ..analysis.partitioned.windowing import frame_in_window
     from ..analysis.partitioned.op_view import tables_in_window
     phases = s.window.phases if s.window is not None else None

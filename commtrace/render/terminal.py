@@ -311,8 +311,7 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
 # -- timeline --------------------------------------------------------------------
 
 def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
-    """The lanes of ``tl`` (analysis.timeline.bin_timeline, or the partitioned report's merge), the
-    marks lane (``marks``: the window's marks), the axis and the legend."""
+    """The lanes of ``tl``, the lane of the window's ``marks``, the axis and the legend."""
     con.print()
     con.print(Text(f"Timeline  {fmt_ns(tl.t_from_ns)} .. {fmt_ns(tl.t_to_ns)} after the first op "
                    f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"), overflow="fold")
@@ -391,8 +390,7 @@ def render_nothing_shown(con: Console, rep) -> bool:
 
 
 def render_report(con: Console, rep, *, events=False, limit=None, top=10, memory_limit=None, by=None) -> None:
-    """Banner (and how a partitioned run was analysed), steps, summary (and ``by``), region, module
-    and skew tables, the timeline (if analysed with one) and ``events`` (at most ``limit``; without,
+    """Banner, tables, the timeline (if analysed with one) and ``events`` (at most ``limit``; without,
     streamed within ``memory_limit``)."""
     render_banner(con, rep)
     if not rep.whole:

@@ -285,8 +285,7 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
 # -- point to point ------------------------------------------------------------------
 
 def unmatched_p2p(df: pd.DataFrame) -> list:
-    """The send/recv rows without their counterpart (same world, group, seq; peers
-    swapped), in frame order."""
+    """The send/recv rows without their counterpart (same world, group, seq; peers swapped)."""
     if len(df) == 0:
         return []
     p = df[is_p2p(df["op"])]
