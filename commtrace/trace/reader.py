@@ -624,12 +624,9 @@ def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
     rows = []
     for pt in procs:
         path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.MPI_CALLS_SUFFIX
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
+        rec, _ = bounded.read_segments(path, schema.OP_RECORD, schema.RECORD_SIZE)
+        if rec is None:
             continue
-        rec = np.frombuffer(data[: len(data) - len(data) % schema.RECORD_SIZE], dtype=schema.OP_RECORD)
         rec = rec[member(rec["group"], defined_ids(pt.groups)) & (rec["seq"] > 0)]
         if len(rec):
             names = [str_or_none(pt.groups[int(g)].get("name")) for g in rec["group"]]
