@@ -27,7 +27,7 @@ import contextlib, io, json, sys, time
 sys.path.insert(0, sys.argv[1])
 from peak_rss import peak_rss_kib
 from commtrace.cli import main
-import commtrace.analysis.partitioned, commtrace.render.perfetto_pieces, commtrace.render.export_ranks  # noqa: F401
+import commtrace.analysis.partitioned, commtrace.render.perfetto, commtrace.render.export  # noqa: F401
 import commtrace.analysis.report, commtrace.render.terminal  # noqa: F401
 base = peak_rss_kib()
 t = time.perf_counter()

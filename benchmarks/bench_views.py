@@ -54,7 +54,7 @@ import contextlib, json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from peak_rss import peak_rss_kib
 from commtrace.cli import main
-import commtrace.analysis.partitioned, commtrace.analysis.partitioned.events_merge, commtrace.render.perfetto_pieces  # noqa
+import commtrace.analysis.partitioned, commtrace.analysis.partitioned.events_merge, commtrace.render.perfetto  # noqa
 import commtrace.analysis.report, commtrace.render.terminal  # noqa: F401
 base = peak_rss_kib()
 t = time.perf_counter()

@@ -47,12 +47,6 @@ def coverage_text(processes: list) -> str | None:
     return text
 
 
-def coverage_rows(processes: list) -> list[tuple[str, str]]:
-    """The report banner's ``coverage`` row, or none."""
-    text = coverage_text(processes)
-    return [] if text is None else [("coverage", text)]
-
-
 def passed_seqs(processes: list) -> dict:
     """(rank, world, group) -> the highest collective seq a bounded rank is known
     to have called (written, dropped from its ring, or counted)."""

@@ -39,14 +39,6 @@ def delta_pct(base, exp):
         return np.where((base != 0) & np.isfinite(base), (exp - base) / base * 100.0, np.nan)
 
 
-def noise_band_pct(base: dict, exp: dict) -> float:
-    """100 * sqrt(spread_base^2 + spread_exp^2) / median_base (NaN without a base median)."""
-    m = base["median"]
-    if not np.isfinite(m) or m == 0:
-        return float("nan")
-    return float(100.0 * np.hypot(base["spread"], exp["spread"]) / abs(m))
-
-
 def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd.DataFrame:
     """One row per (run, stat): median, p25, p75, spread, n, delta_pct, band_pct, within_noise."""
     rows = []
@@ -56,8 +48,10 @@ def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd
         for s, st in run_stats.items():
             row = {"run": name, "stat": s, **st}
             if i:
-                d = float(delta_pct(stats[0][s]["median"], st["median"]))
-                band = noise_band_pct(stats[0][s], st)
+                m = stats[0][s]["median"]
+                d = float(delta_pct(m, st["median"]))
+                band = (float(100.0 * np.hypot(stats[0][s]["spread"], st["spread"]) / abs(m))   # the noise band
+                        if np.isfinite(m) and m != 0 else float("nan"))
                 row.update(delta_pct=d, band_pct=band,
                            within_noise=bool(np.isfinite(d) and np.isfinite(band) and abs(d) <= band))
             rows.append(row)

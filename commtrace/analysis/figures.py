@@ -120,10 +120,9 @@ def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
 
 
 def bandwidth_by_size(matched: Matched, end_observed: np.ndarray | None = None) -> pd.DataFrame:
-    """Per (op, size, one_rank, observed): collectives, algbw and busbw (bytes/s; per collective, not
-    p2p, the size S and the slowest duration T: algbw = sum S / sum T, busbw = sum(S x factor) /
-    sum T). ``one_rank``: 1-rank groups (a copy, nothing crosses a link); ``observed``: an op's end
-    is an observed upper bound (``end_observed``), so the bandwidth is too low."""
+    """Per (op, size, one_rank, observed): collectives, algbw and busbw of the collectives (bytes/s, as
+    in ``summary``). ``one_rank``: 1-rank groups (a copy, nothing crosses a link); ``observed``: an op's
+    end is an observed upper bound (``end_observed``), so the bandwidth is too low."""
     cols = ["op", "size_bytes", "one_rank", "observed", "collectives", "algbw", "busbw"]
     inst = matched.instances
     if not len(inst):

@@ -44,14 +44,6 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
     return narrow(codes, max(len(uniq), 2**15))  # int32 for any real run: 4 B per row kept
 
 
-def first_rows(inst: np.ndarray) -> np.ndarray:
-    """Index of the first row of each instance (codes numbered in order of first appearance)."""
-    if len(inst) == 0:
-        return np.empty(0, dtype=np.int64)
-    cm = np.maximum.accumulate(inst)
-    return np.flatnonzero(np.concatenate(([True], np.diff(cm) > 0)))
-
-
 def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     """Instances with: op, world, group, seq, ranks (callers), expected (group size),
     first/last arrival and rank, spread_ns, slowest_ns (longest per-rank duration),
@@ -71,7 +63,9 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
         tot = tot_cat[opcodes]  # code -1 (NA) -> the appended False
         size = np.where(tot, np.maximum(size, frame["out_bytes"].to_numpy(dtype=np.int64)), size)
     k = int(inst.max()) + 1
-    first_row = first_rows(inst)       # rows are start-sorted: the first row is the first caller
+    # Instances are numbered in order of first appearance, and rows are start-sorted: an instance's
+    # first row (where the running maximum grows) is its first caller.
+    first_row = np.flatnonzero(np.concatenate(([True], np.diff(np.maximum.accumulate(inst)) > 0)))
     last_row = np.full(k, -1, dtype=np.int64)
     np.maximum.at(last_row, inst, np.arange(len(inst), dtype=np.int64))
     slowest = np.full(k, np.nan)

@@ -9,7 +9,6 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
-from .clock_summary import clock_summary
 from .bounded_coverage import coverage_text
 
 
@@ -84,9 +83,8 @@ def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
 def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
             comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
             window_ns_per_rank: dict | None = None) -> dict:
-    """The banner's numbers from per-rank parts (partitioned.rank_banner): ``first_start``: the first
-    op shown; ``last_end``: rank -> its last op end; ``spans_of_file``: per file stem, first op start
-    to last op end (for bounded processes)."""
+    """The banner's numbers from per-rank parts (partitioned.rank_banner); ``spans_of_file``: per file
+    stem, first op start to last op end (bounded processes)."""
     ranks = sorted({p["rank"] for p in procs if isinstance(p.get("rank"), int)})
     world_size = max([p["world_size"] for p in procs if isinstance(p.get("world_size"), int)] or [len(ranks)])
     cmd = next((p.get("command") for p in procs if p.get("rank") == 0 and p.get("command")), None) \
@@ -131,3 +129,50 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         "ops": ops, "bytes": nbytes, "failed": failed, "in_flight": in_flight,
         "incomplete_ranks": sorted(p.get("rank") for p in procs if not p.get("complete") and p.get("rank") is not None),
     }
+
+
+_CLOCK_ORDER = ("reference", "same-host")
+
+
+def clock_summary(processes: list[dict]) -> list[dict]:
+    """``info["clocks"]``: per host (the reference host first), from its processes' ``clock``
+    (``trace.clocks.ProcessClock.describe()``), how its ranks' clocks were put on rank 0's and how well:
+    ``host``, ``ranks``, ``per_rank`` (``[{rank, methods, uncertainty_ns, ...}]``)
+    ``methods``          each distinct list of methods a rank's offset combines (``trace.clocks``:
+                         reference, same-host, gloo-pingpong, mpi-pingpong, wall-clock, unaligned)
+    ``uncertainty_ns``   the largest bound on a rank's offset error (0 on rank 0's host; None: unknown)
+    ``rtt_ns``           the lowest ping-pong round trip; ``residual_ns``: the largest distance of a
+                         measurement from its drift line; ``measurements``: summed over its ranks
+    ``drift_ppm``        the largest drift against rank 0's clock (meaningful when ``span_ns``, first
+                         to last measurement, is long)
+    ``beyond_ns``        the longest a rank ran past its last measurement (its bound grows with it)
+    """
+    hosts: dict[str, list[dict]] = {}
+    for p in processes:
+        clock = p.get("clock")
+        if isinstance(clock, dict) and isinstance(p.get("rank"), int):
+            hosts.setdefault(str(p.get("host")), []).append({"rank": p["rank"], **clock})
+    out = []
+    for host, rows in hosts.items():
+        rows.sort(key=lambda r: r["rank"])
+        combos = {tuple(str(m) for m in r.get("methods") or ()) for r in rows}
+        first = [(o,) for o in _CLOCK_ORDER]
+        bounds = [r.get("uncertainty_ns") for r in rows]
+        rtts = [r["rtt_ns"] for r in rows if isinstance(r.get("rtt_ns"), int)]
+        residuals = [r["residual_ns"] for r in rows if isinstance(r.get("residual_ns"), int)]
+        drifts = [r["drift_ppm"] for r in rows if isinstance(r.get("drift_ppm"), (int, float))]
+        spans = [r["span_ns"] for r in rows if isinstance(r.get("span_ns"), int) and r.get("measurements")]
+        beyond = [r["beyond_ns"] for r in rows if isinstance(r.get("beyond_ns"), int)]
+        out.append({
+            "host": host, "ranks": [r["rank"] for r in rows],
+            "methods": [list(c) for c in sorted(combos, key=lambda c: (c[:1] not in first, c))],
+            "uncertainty_ns": None if any(not isinstance(b, int) for b in bounds) else max(bounds),
+            "rtt_ns": min(rtts) if rtts else None,
+            "residual_ns": max(residuals) if residuals else None,
+            "measurements": sum(int(r.get("measurements") or 0) for r in rows),
+            "drift_ppm": max(drifts, key=abs) if drifts else None,
+            "span_ns": min(spans) if spans else None,
+            "beyond_ns": max(beyond) if beyond else 0,
+            "per_rank": rows,
+        })
+    return sorted(out, key=lambda e: (["reference"] not in e["methods"], e["host"]))

@@ -82,8 +82,7 @@ def summary_columns(qs) -> list:
 
 def summed_columns(codes, n: int, index, count, dur, known, nbytes, qs, qv, rank_codes, n_ranks: int) -> pd.DataFrame:
     """The columns that add up over cells (per cell: row code of ``n``, op count, summed and count of
-    known durations, bytes, rank code), plus percentiles ``qv`` (n x len(qs)); for ``op_summary`` and
-    the partitioned ``merge.cell_summary``."""
+    known durations, bytes, rank code), plus percentiles ``qv`` (n x len(qs)); also merge.cell_summary's."""
     total = np.bincount(codes, weights=dur, minlength=n)
     nknown = np.bincount(codes, weights=known, minlength=n)
     out = pd.DataFrame(index=index)

@@ -58,9 +58,9 @@ def run_compare(ns) -> int:
                 raise
             raise CommtraceError(f"{d}: {e}", e.code) from None
     cmp = compare_reports(named, by)
-    if ns.html:     # the step figure reads each run's steps across ranks
+    if ns.html:
         from ..render.html_page import compare_html, write_html
-        write_html(compare_html(cmp, named), ns.html)
+        write_html(compare_html(cmp), ns.html)
     if ns.json:
         export.write_json(compare_json(cmp), ns.json)
         if ns.json == "-":

@@ -68,7 +68,11 @@ def run_report(ns) -> int:
     keys = by_of(ns)
     s = analyse_run(ns, run_dir, window, keys, op_view=bool(ns.perfetto or ns.csv or ns.parquet or ns.html),
                     top=ns.top, timeline_width=con.width if shown else None)
-    by = _by_table(keys, s)
+    by = None
+    if keys is not None:   # --by: compare's breakdown of this one run
+        from ..analysis.compare import breakdown, check_by
+        check_by(keys, [s])
+        by = keys, breakdown(s, keys)
     _write_exports(ns, s, limit, by)
     if shown:
         from ..render.terminal import render_report
@@ -77,9 +81,8 @@ def run_report(ns) -> int:
 
 
 def _write_exports(ns, s, limit, by) -> None:
-    """--perfetto, --csv, --parquet, --json, --html of report ``s``: from its op view when it holds
-    every op, else file by file."""
-    from ..analysis.report import report_json
+    """The exports of report ``s``: from its op view when it holds every op, else file by file."""
+    from ..analysis.report import json_safe, report_json, table_records
     from ..render import export
     v = s.op_view
     if ns.perfetto and v is not None:
@@ -87,7 +90,7 @@ def _write_exports(ns, s, limit, by) -> None:
         write_perfetto(v.frame, ns.perfetto, s.info["t0_ns"], v.matched.inst, s.processes,
                        spans=v.spans, marks=v.marks, regions=v.region_spans)
     elif ns.perfetto:
-        from ..render.perfetto_pieces import write_perfetto_pieces
+        from ..render.perfetto import write_perfetto_pieces
         files = write_perfetto_pieces(ns.perfetto, s, ns.perfetto_max_mb)
         sys.stderr.write(f"commtrace: Perfetto trace in {len(files)} file(s) of at most {ns.perfetto_max_mb:g} MB: "
                          + ", ".join(files[:4]) + (" ..." if len(files) > 4 else "") + "\n")
@@ -97,31 +100,17 @@ def _write_exports(ns, s, limit, by) -> None:
         if ns.parquet:
             export.write_parquet(v.frame, ns.parquet)
     elif ns.csv or ns.parquet:
-        from ..render.export_ranks import write_by_rank
+        from ..render.export import write_by_rank
         write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
-        export.write_json(_with_by(report_json(s), by), ns.json)
+        data = report_json(s)
+        if by is not None:   # key ``by``: its ``keys`` and ``rows``
+            data["by"] = json_safe({"keys": by[0], "rows": table_records(by[1])})
+        export.write_json(data, ns.json)
     if ns.html:
         from ..render.html_page import report_html, steady_report, write_html
         write_html(report_html(s, top=ns.top, steady=steady_report(s, ns.top, dask=ns.dask, memory_limit=limit)),
                    ns.html)
-
-
-def _by_table(keys, rep) -> tuple | None:
-    """(keys, table) of --by (compare's breakdown of one run), or None."""
-    if keys is None:
-        return None
-    from ..analysis.compare import breakdown, check_by
-    check_by(keys, [rep])
-    return keys, breakdown(rep, keys)
-
-
-def _with_by(data: dict, by: tuple | None) -> dict:
-    """The report's JSON with --by's table (key ``by``: its ``keys`` and ``rows``)."""
-    if by is not None:
-        from ..analysis.report import json_safe, table_records
-        data["by"] = json_safe({"keys": by[0], "rows": table_records(by[1])})
-    return data
 
 
 # -q alone still reads the run (its warnings, and the exit code says whether the data is damaged) but

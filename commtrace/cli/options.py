@@ -3,7 +3,13 @@ analysis (report, compare, check), parsed here (analysis.memory_policy decides);
 the one analysis call of report and compare."""
 from __future__ import annotations
 
+import sys
+
 from ..errors import CommtraceError
+
+# Warning lines about the trace files printed at most (problems that differ per file, e.g. each names
+# its file): then one line with how many more.
+WARNINGS_SHOWN = 16
 
 
 def unknown_option(command: str, name: str, options) -> CommtraceError:
@@ -60,7 +66,6 @@ def analyse_run(ns, run_dir: str, window, keys: list | None, op_view: bool = Fal
     """The one analysis of a run for report and compare (its issues warned): --by keys it groups
     by (``CELL_COLUMNS``) are one more of its tables; other keys need every op (its op view)."""
     from ..analysis.partitioned import CELL_COLUMNS, analyse
-    from .messages import warn_issues
     cells = keys is not None and set(keys) <= set(CELL_COLUMNS)
     s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), window=window,
                 partitioned=ns.partitioned, compare_by=keys if cells else None,
@@ -86,3 +91,16 @@ def memory_limit_of(text: str | None) -> int | None:
     if not value > 0:
         raise CommtraceError(f"--memory-limit {text}: not a size (e.g. 8G, 512M, 25%)")
     return int(value)
+
+
+def warn_issues(issues) -> None:
+    """The reader's issues on stderr, one line per problem folded over ranks (``trace.issues.fold_issues``:
+    "rank 512-1023 (512 files): ..."), at most ``WARNINGS_SHOWN``: they do not grow with the ranks."""
+    from ..render.fmt import plain_safe
+    from ..trace.issues import fold_issues, issue_line
+    lines = [issue_line(alike) for alike in fold_issues(issues)]
+    if len(lines) > WARNINGS_SHOWN:
+        lines[WARNINGS_SHOWN:] = [f"... and {len(lines) - WARNINGS_SHOWN} more problems with the trace files "
+                                  "(commtrace check names each)"]
+    for line in lines:
+        print(f"commtrace: warning: {plain_safe(line)}", file=sys.stderr)

@@ -16,10 +16,6 @@ BREAKDOWN = [("colls", "collectives", fmt_int, 0), ("ops", "ops", fmt_int, 6), (
 _TIME_STATS = {"step_ns", "compute_ns", "comm_ns", "exposed_ns", "mean_ns", "p50_ns", "p99_ns"}
 
 
-def _labels(runs: list[str]) -> list[str]:
-    return ["BASE"] + [f"EXP{i}" for i in range(1, len(runs))]
-
-
 def _delta_text(d: float, band: float | None = None, within: bool = False) -> str:
     if d != d:
         return "-"
@@ -35,7 +31,7 @@ def _delta_style(stat: str, d: float, within: bool) -> str | None:
 
 def render_compare(con: Console, cmp: dict) -> None:
     runs = cmp["runs"]
-    labels = _labels(runs)
+    labels = ["BASE"] + [f"EXP{i}" for i in range(1, len(runs))]
     con.print(Text("commtrace compare", style="bold"))
     for label, name, w in zip(labels, runs, cmp["windows"]):
         steps = f"{w['steps_shown']} of {w['steps_total']} steps" if w["steps_total"] else "no optimizer steps"

@@ -18,37 +18,24 @@ from .fmt import fmt_bytes, fmt_int, fmt_ns, plain_safe
 def render_window_events(con, rep, limit: int | None = None, memory_limit: int | None = None) -> int:
     """The events of report ``rep``'s window (at most ``limit``); returns the events printed."""
     lo, hi = window_range(rep)
-    if limit is None:
-        return stream_events(con, rep, lo, hi, memory_limit)
-    frame = first_events(rep, limit, lo, hi)
-    ev = event_rows(frame, rep.info["t0_ns"] or 0, lo, hi, limit)
-    return write_events(con, len(ev), [ev])
-
-
-def stream_events(con, rep, lo, hi, memory_limit: int | None = None) -> int:
-    """Every event of the window, merged from the ranks' files as it is printed."""
-    from ..analysis.memory_policy import default_memory_limit
-    from ..analysis.partitioned import plan_run
-    from ..analysis.partitioned.events_merge import EventWindow, chunk_for, merged_events
-    plan = plan_run(rep.path)
-    win = EventWindow(rep.info.get("t0_ns") or 0, rep.bounds, rep.window.phases if rep.window is not None else None,
-                      lo, hi)
-    chunk = chunk_for(memory_limit or default_memory_limit(), sum(len(m) for m in plan.ranks.values()))
-    return write_events(con, rep.ops, merged_events(plan.ranks, plan.refs, win, chunk))
-
-
-def first_events(rep, limit: int, lo, hi) -> pd.DataFrame:
-    """The first ``limit`` ops in the window (``lo``..``hi`` after t0) over every rank, as one frame:
-    a merge of each rank's first ``limit``."""
-    from .export_ranks import rank_frames
     t0 = rep.info.get("t0_ns") or 0
-    kept = None
+    if limit is None:   # every event, merged from the ranks' files as it is printed
+        from ..analysis.memory_policy import default_memory_limit
+        from ..analysis.partitioned import plan_run
+        from ..analysis.partitioned.events_merge import EventWindow, chunk_for, merged_events
+        plan = plan_run(rep.path)
+        win = EventWindow(t0, rep.bounds, rep.window.phases if rep.window is not None else None, lo, hi)
+        chunk = chunk_for(memory_limit or default_memory_limit(), sum(len(m) for m in plan.ranks.values()))
+        return write_events(con, rep.ops, merged_events(plan.ranks, plan.refs, win, chunk))
+    from .export import rank_frames
+    kept = None    # the first ``limit`` over every rank: a merge of each rank's first ``limit``
     for frame in rank_frames(rep):
         mine = frame.iloc[event_positions(frame["t_start_ns"].to_numpy(np.int64) - t0, lo, hi, limit)]
         kept = mine if kept is None else pd.concat([kept, mine], ignore_index=True)
         order = np.argsort(kept["t_start_ns"].to_numpy(np.int64), kind="stable")[:limit]   # ties: rank order
         kept = kept.iloc[order].reset_index(drop=True)
-    return kept if kept is not None else pd.DataFrame()
+    ev = event_rows(kept if kept is not None else pd.DataFrame(), t0, lo, hi, limit)
+    return write_events(con, len(ev), [ev])
 
 
 def window_range(rep) -> tuple[int | None, int | None]:

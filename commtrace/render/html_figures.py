@@ -13,6 +13,7 @@ from ..analysis import intervals as iv
 from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, binned_majority, exposure_intervals,
                                 slowest_steps, step_breakdown, steps_across_ranks)
 from ..analysis.timeline import bin_timeline
+from ..trace.schema import op_kind
 from .fmt import fmt_bw, fmt_bytes, fmt_int, fmt_ns
 from .html_escape import text
 
@@ -30,13 +31,7 @@ STEP_MAX_LABELS = 40          # step numbers written on the timeline; beyond, ev
 STEP_MAX_LINES = 200          # step lines drawn on the timeline; beyond, every k-th (each is an SVG shape)
 SKEW_MAX_COLLECTIVES = 2_000  # columns of the arrival heatmap
 
-# No op kind is red or green (the exposed / hidden colours) or a compute phase's hue.
-OP_COLORS = {
-    "all_reduce": "#3949ab", "broadcast": "#00838f", "all_gather": "#26c6da", "reduce_scatter": "#8e24aa",
-    "all_to_all": "#9e9d24", "barrier": "#424242", "reduce": "#7986cb", "gather": "#80deea",
-    "scatter": "#ba68c8", "send": "#6d4c41", "recv": "#a1887f",
-}
-_EXTRA_COLORS = ["#7f7f7f", "#e377c2", "#393b79", "#ad494a", "#637939"]
+_EXTRA_COLORS = ["#7f7f7f", "#e377c2", "#393b79", "#ad494a", "#637939"]   # ops without one in schema.OP_KINDS
 # Compute phases: hues no op kind uses, so a lane's ops and its compute never look alike.
 PHASE_COLORS = {"forward": "#90caf9", "backward": "#ffcc80", "optimizer": "#ce93d8"}
 EXPOSED_COLOR, HIDDEN_COLOR = "#e53935", "#66bb6a"   # as the per-step chart's exposed / hidden comm
@@ -49,7 +44,7 @@ OP_FIELDS = ["rank", "op", "variant", "shapes", "out_shapes", "dtype", "bytes", 
 
 
 def op_color(op: str, i: int = 0) -> str:
-    return OP_COLORS.get(op, _EXTRA_COLORS[i % len(_EXTRA_COLORS)])
+    return op_kind(op).html or _EXTRA_COLORS[i % len(_EXTRA_COLORS)]
 
 
 def _lane(rank) -> str:
@@ -57,8 +52,7 @@ def _lane(rank) -> str:
 
 
 def _ms(ns, digits: int = 6) -> np.ndarray:
-    """ns -> ms, rounded to the ns (``digits`` 4: to 100 ns, for shorter JSON where a
-    drawn position is all that counts)."""
+    """ns -> ms, rounded to the ns (``digits`` 4: to 100 ns, shorter JSON for drawn positions)."""
     return np.round(np.asarray(ns, dtype=np.float64) / 1e6, digits)
 
 
@@ -262,12 +256,11 @@ def _span_traces(spans: pd.DataFrame, t0: int, out: dict) -> list[dict]:
     traces = []
     for ph in sorted(set(phases.tolist())):
         idx = np.flatnonzero(phases == ph)
-        traces.append({"type": "bar", "orientation": "h", "name": text(ph), "meta": "spans",
+        traces.append({"type": "bar", "orientation": "h", "name": text(ph) + " (compute)", "meta": "spans",
                        "base": _ms(b[idx], 4).tolist(), "x": _ms(np.maximum(e[idx] - b[idx], 1), 4).tolist(),
                        "y": lanes[idx].tolist(), "customdata": idx.tolist(), "width": 0.5,
                        "marker": {"color": PHASE_COLORS.get(ph, "#bdbdbd"), "line": {"width": 0}},
                        "hoverinfo": "none", "legendgroup": "compute"})
-        traces[-1]["name"] = text(ph) + " (compute)"
     return traces
 
 
@@ -276,8 +269,7 @@ def timeline_bins(ranks: int) -> int:
 
 
 def _binned_span_traces(spans: pd.DataFrame, binned) -> list[dict]:
-    """Compute spans of an aggregated timeline: per bin of ``binned``'s range, the phase
-    that fills most of it."""
+    """Compute spans of an aggregated timeline: per bin, the phase that fills most of it."""
     t0 = binned.t0_ns
     phases = sorted(set(spans["phase"].astype(str).tolist()))
     sets = {}
@@ -489,10 +481,8 @@ COMPARE_CHARTS = [("step_ns", "step time (ms)", 1e-6), ("exposed_ns", "exposed c
 
 
 def compare_figures(cmp: dict) -> list[tuple[str, str, dict]]:
-    """(id, title, figure) per chart: per run, the median of each per-step figure over the
-    steps shown (the compare table's value) with the interquartile range as a whisker,
-    and busbw over every collective; y axes from 0; bars coloured by their change vs
-    BASE (green better, red worse, grey within the noise band)."""
+    """(id, title, figure) per chart: per run the compare table's per-step medians (whisker: the
+    interquartile range) and busbw, bars coloured by their change against BASE."""
     st, runs = cmp["steps"], cmp["runs"]
     labels = ["BASE"] + [f"EXP{i}" for i in range(1, len(runs))]
     names = [f"{lbl}: {text(r)}" for lbl, r in zip(labels, runs)]
@@ -520,10 +510,9 @@ def _delta_color(stat: str, row, i: int) -> str:
     d = float(row.get("delta_pct", np.nan))
     if d != d or bool(row.get("within_noise", False)):
         return "#9e9e9e"
-    lower_better = stat.endswith("_ns")
     if stat in ("ops", "bytes"):
         return "#7e57c2"          # neither better nor worse: a different schedule
-    return "#43a047" if (d < 0) == lower_better else "#e53935"
+    return "#43a047" if d < 0 else "#e53935"   # a time: lower is better
 
 
 def _compare_bars(names, values, colors, title, plus=None, minus=None) -> dict:

@@ -1,16 +1,21 @@
 """One self-contained HTML file for ``report --html`` and ``compare --html``: the
 terminal report's text and tables (sortable), plotly figures, a partial plotly.js
 bundle (bar and scatter traces only: plotly-basic.min.js, shipped in this package)
-and the page's script inline -- nothing is fetched when the file is opened."""
+and the page's script inline -- nothing is fetched when the file is opened.
+
+The tables are the terminal renderers' own: they draw into a console whose ``table_sink``
+(render.tables) receives every table unfitted, so the page shows the terminal's rows and notes."""
 from __future__ import annotations
 
+import io
 import re
 from importlib import resources
+
+from rich.console import Console
 
 from ..errors import CommtraceError
 from . import html_figures as figs
 from .html_escape import script_json, text
-from .html_tables import TableRecorder, blocks_html
 
 _CLOSE_SCRIPT = re.compile(r"</(script)", re.IGNORECASE)
 
@@ -36,6 +41,56 @@ body[data-view=steady] .view-all,body[data-view=all] .view-steady{display:none}
 dl{display:grid;grid-template-columns:max-content auto;gap:1px 10px;margin:4px 0}
 dt{color:#555}dd{margin:0;white-space:pre-wrap;word-break:break-all}.detail-title{font-weight:bold}
 """
+
+
+class TableRecorder:
+    """A console for the terminal renderers; ``take()`` gives, in order, ("text", str) for printed
+    text and ("table", title, columns, rows, note, styles) for each table."""
+
+    def __init__(self) -> None:
+        self._buf = io.StringIO()
+        self.console = Console(file=self._buf, width=200, color_system=None, no_color=True, highlight=False,
+                               emoji=False, soft_wrap=False, force_terminal=False)
+        self.console.plain = True  # type: ignore[attr-defined]
+        self.console.table_sink = self._table  # type: ignore[attr-defined]
+        self.blocks: list[tuple] = []
+
+    def _table(self, columns, rows, title, note, styles=None) -> None:
+        self.take()
+        self.blocks.append(("table", title, columns, rows, note, styles))
+
+    def take(self) -> list[tuple]:
+        s = self._buf.getvalue()
+        if s.strip():
+            self.blocks.append(("text", s.strip("\n")))
+        self._buf.seek(0)
+        self._buf.truncate()
+        return self.blocks
+
+
+# The terminal's cell colours that carry meaning (compare: a change better / worse than BASE).
+_STYLE_CLASS = {"green": " better", "red": " worse"}
+
+
+def blocks_html(blocks: list[tuple], compare: bool = False) -> str:
+    """Tables sortable by a click on a header, except ``compare``'s (a run's row, then its changes,
+    belong together), whose green / red cells are changes better / worse than BASE."""
+    hint, cls = ("", "plain") if compare else (' title="click to sort"', "sortable")
+    parts = []
+    for b in blocks:
+        if b[0] == "text":
+            parts.append(f'<pre class="text">{text(b[1])}</pre>')
+            continue
+        _, title, columns, rows, note, styles = b
+        head = "".join(f'<th class="{"num" if c.right else "txt"}"{hint}>{text(c.name)}</th>' for c in columns)
+        styles = styles if compare and styles else [[]] * len(rows)
+        body = "".join("<tr>" + "".join(
+            f'<td class="{"num" if c.right else "txt"}{_STYLE_CLASS.get(st[j] if j < len(st) else None, "")}">'
+            f'{text(v)}</td>' for j, (c, v) in enumerate(zip(columns, r))) + "</tr>" for r, st in zip(rows, styles))
+        cap = f"<caption>{text(title)}</caption>" if title else ""
+        parts.append(f'<table class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+                     + (f'<p class="note">{text(note)}</p>' if note else ""))
+    return "\n".join(parts)
 
 
 PLOTLY_BUNDLE = "plotly-basic.min.js"   # plotly.js-basic-dist-min 4.1.1 (MIT): bar, pie and scatter traces
@@ -166,8 +221,7 @@ def _view_sections(name: str, rep, registry: list, every_op: bool, several: bool
             f"<div{cls}>" + "\n".join(body) + "</div>")
 
 
-def compare_html(cmp: dict, named: list | None = None) -> str:
-    """``named`` is not needed (the charts read ``cmp``); kept for callers."""
+def compare_html(cmp: dict) -> str:
     from .compare_text import render_compare
     rec = TableRecorder()
     render_compare(rec.console, cmp)
@@ -180,7 +234,7 @@ def compare_html(cmp: dict, named: list | None = None) -> str:
             "p25 to p75; busbw over every collective. Colour: the change against BASE -- green better, red worse, "
             "grey within the noise band, purple a different amount of communication. Axes start at 0.</p>",
             f'<div class="compare-grid">{charts}</div>',
-            "<h2>Tables</h2>" + blocks_html(blocks, sortable=False, deltas=True)]
+            "<h2>Tables</h2>" + blocks_html(blocks, compare=True)]
     return _page("commtrace compare", "\n".join(body), {"timeline": None, "figures": registry})
 
 

@@ -14,29 +14,24 @@ from rich.text import Text
 from ..trace.rank_ranges import fmt_ranks
 from ..analysis.timeline import Timeline, timeline_layout
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
-from .clock_text import clock_rows
-from ..analysis.bounded_coverage import coverage_rows
 from ..trace.schema import op_kind
 from .tables import Column, print_table
 
-_OP_COLOR = {
-    "all_reduce": "green", "broadcast": "blue", "all_gather": "cyan", "reduce_scatter": "magenta",
-    "all_to_all": "yellow", "barrier": "red", "reduce": "bright_green", "gather": "bright_cyan",
-    "scatter": "bright_magenta", "send": "bright_yellow", "recv": "bright_blue",
-}
-OP_STYLE = {op: (color, op_kind(op).letter) for op, color in _OP_COLOR.items()}   # letters: schema.OP_KINDS
-_EXTRA = ["white", "bright_red", "bright_white", "dark_orange", "purple"]
+_EXTRA = ["white", "bright_red", "bright_white", "dark_orange", "purple"]   # ops schema.OP_KINDS gives none
 MARK_SYMBOLS = "123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _isatty(file) -> bool:
+    try:
+        return file.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def console_width(file=None) -> int:
     """--width, else the terminal's width, else COLUMNS, else 120: never depends on colour."""
-    file = file or sys.stdout
-    try:
-        if file.isatty():
-            return shutil.get_terminal_size((120, 24)).columns
-    except (AttributeError, ValueError):
-        pass
+    if _isatty(file or sys.stdout):
+        return shutil.get_terminal_size((120, 24)).columns
     try:
         return int(os.environ.get("COLUMNS", "")) or 120
     except ValueError:
@@ -45,11 +40,7 @@ def console_width(file=None) -> int:
 
 def make_console(width: int | None = None, file=None) -> Console:
     file = file or sys.stdout
-    try:
-        tty = file.isatty()
-    except (AttributeError, ValueError):
-        tty = False
-    plain = not tty or bool(os.environ.get("NO_COLOR"))
+    plain = not _isatty(file) or bool(os.environ.get("NO_COLOR"))
     con = Console(file=file, width=max(int(width or console_width(file)), 40), color_system=None if plain else "auto",
                   no_color=plain, highlight=False, emoji=False, soft_wrap=False,
                   force_terminal=None if not plain else False)
@@ -58,7 +49,8 @@ def make_console(width: int | None = None, file=None) -> Console:
 
 
 def op_style(op: str, i: int = 0) -> tuple[str, str]:
-    return OP_STYLE.get(op, (_EXTRA[i % len(_EXTRA)], op_kind(op).letter))
+    kind = op_kind(op)
+    return kind.color or _EXTRA[i % len(_EXTRA)], kind.letter
 
 
 # -- banner ----------------------------------------------------------------------
@@ -79,7 +71,7 @@ def render_banner(con: Console, rep) -> None:
         *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
         ("window", rep.window.describe(fmt_ns) + (f"  ({fmt_ns(info['window_ns'])})" if info.get("window_ns") else "")),
-        *coverage_rows(rep.processes),  # bounded traces: which part of the run the files hold
+        *([("coverage", info["coverage"])] if info.get("coverage") else []),  # bounded: what the files hold
         ("wall time", fmt_ns(info["wall_ns"]) + f"   (ops shown span {fmt_ns(info['span_ns'])})"),
         ("comm share", f"min {fmt_pct(cs['min'])} / mean {fmt_pct(cs['mean'])} / max {fmt_pct(cs['max'])} {of}"),
     ]
@@ -95,10 +87,59 @@ def render_banner(con: Console, rep) -> None:
     rows.append(("totals", f"{fmt_int(info['ops'])} ops, {fmt_bytes(info['bytes'])}"
                  + (f", {info['failed']} failed" if info["failed"] else "")
                  + (f", {info['in_flight']} never completed" if info["in_flight"] else "")))
+    _print_rows(con, rows, t)
+
+
+def _print_rows(con: Console, rows: list[tuple[str, str]], t: Text | None = None) -> None:
+    """Banner rows ("  label      text") after ``t``."""
+    t = t or Text()
     for k, v in rows:
         t.append(f"  {k:<11}", style="bold")
         t.append(v + "\n")
     con.print(t, end="", overflow="fold")
+
+
+# -- clocks: per host, how its ranks' clocks were put on rank 0's and how well --------
+
+_CLOCK_NAMES = {"reference": "reference (rank 0)", "same-host": "rank 0's clock (same host)",
+                "gloo-pingpong": "gloo ping-pong", "mpi-pingpong": "MPI ping-pong",
+                "wall-clock": "wall clock (NTP; error unknown)", "unaligned": "not aligned (no rank 0 trace)"}
+_CLOCK_HOSTS = 4                  # more hosts: one row, per method the hosts and the worst bound
+_BEYOND_SHOWN_NS = 1_000_000_000  # a rank that ran on after its last measurement (no exit measurement)
+
+
+def _methods_text(methods: list[list[str]]) -> str:
+    """Readable method names (``+`` joins the methods one rank's offset combines)."""
+    return ", ".join(" + ".join(_CLOCK_NAMES.get(m, m) for m in combo) for combo in methods)
+
+
+def clock_rows(clocks: list[dict] | None) -> list[tuple[str, str]]:
+    """The banner's rows for ``Report.info["clocks"]``; none for one host (it is rank 0's clock)."""
+    if not clocks or len(clocks) < 2:
+        return []
+    if len(clocks) > _CLOCK_HOSTS:
+        by_method: dict[str, list[dict]] = {}
+        for h in clocks:
+            by_method.setdefault(_methods_text(h["methods"]), []).append(h)
+        parts = []
+        for text, hosts in by_method.items():
+            known = [h for h in hosts if h.get("uncertainty_ns") is not None and h.get("measurements")]
+            parts.append(f"{len(hosts)} host{'s' if len(hosts) > 1 else ''} {text}")
+            if known:
+                worst = max(known, key=lambda h: h["uncertainty_ns"])
+                parts[-1] += f" (worst ±{fmt_ns(worst['uncertainty_ns'])}, {plain_safe(worst['host'])})"
+        return [("clocks", "; ".join(parts))]
+    rows = []
+    for h in clocks:
+        text = _methods_text(h["methods"])
+        if h.get("measurements") and h.get("uncertainty_ns") is not None:
+            text += (f", within ±{fmt_ns(h['uncertainty_ns'])} ({h['measurements']} measurements, best round "
+                     f"trip {fmt_ns(h.get('rtt_ns'))}")
+            if (h.get("beyond_ns") or 0) >= _BEYOND_SHOWN_NS:
+                text += f"; runs {fmt_ns(h['beyond_ns'])} past the last one"
+            text += ")"
+        rows.append(("" if rows else "clocks", f"{plain_safe(h['host'])}: {text}"))
+    return rows
 
 
 # -- steps -----------------------------------------------------------------------
@@ -161,14 +202,11 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
 
 # -- op tables -------------------------------------------------------------------
 
-def _summary_columns(keys: list[str]) -> list[Column]:
-    # Dropped first when space runs out: cv, algbw, p99, p50, share, then the
-    # key columns that only refine a row (detail, group_desc), then busbw, bytes, mean.
-    text = {"group", "group_desc", "detail", "phase"}
-    return [Column(k, right=False, text=k in text, drop=0 if k in ("op", "phase", "group") else 4) for k in keys] + [
-        Column("colls", drop=0), Column("bytes", drop=2), Column("mean", drop=1), Column("p50", drop=6),
-        Column("p99", drop=7), Column("busbw", drop=3), Column("algbw", drop=8), Column("share", drop=5),
-        Column("cv", drop=9)]
+# Dropped first when space runs out: cv, algbw, p99, p50, share, then the key columns that only
+# refine a row (detail, group_desc), then busbw, bytes, mean.
+_SUMMARY_COLUMNS = [Column("colls", drop=0), Column("bytes", drop=2), Column("mean", drop=1),
+                    Column("p50", drop=6), Column("p99", drop=7), Column("busbw", drop=3),
+                    Column("algbw", drop=8), Column("share", drop=5), Column("cv", drop=9)]
 
 
 def _summary_table(con, df, title, key_names, note=None):
@@ -184,7 +222,9 @@ def _summary_table(con, df, title, key_names, note=None):
         if "op" in key_names:
             st[key_names.index("op")] = op_style(str(d.get("op", "")))[0]
         styles.append(st)
-    print_table(con, _summary_columns(key_names), rows, title=title, styles=styles, note=note)
+    keys = [Column(k, right=False, text=k in ("group", "group_desc", "detail", "phase"),
+                   drop=0 if k in ("op", "phase", "group") else 4) for k in key_names]
+    print_table(con, keys + _SUMMARY_COLUMNS, rows, title=title, styles=styles, note=note)
 
 
 SUMMARY_NOTE = ("colls: collectives (one per call across the ranks); bytes: all ranks; mean/p50/p99: per-op "
@@ -208,15 +248,6 @@ def render_summary(con: Console, rep) -> None:
                      f"(e.g. {plain_safe(ex['op'])} seq {ex['seq']}: {plain_safe(ex['by_rank'])}) and count "
                      "under each")
         _summary_table(con, rep.by_phase, "Per phase", keys, note=note)
-
-
-def render_by(con: Console, by: tuple | None) -> None:
-    """``report --by``'s table: (keys, summary table over them)."""
-    if by is None:
-        return
-    keys, table = by
-    con.print()
-    _summary_table(con, table, "By " + ", ".join(keys), list(keys), note=SUMMARY_NOTE)
 
 
 def render_regions(con: Console, rep) -> None:
@@ -280,8 +311,7 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
 # -- timeline --------------------------------------------------------------------
 
 def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
-    """The lanes of ``tl`` (analysis.timeline.bin_timeline, or the partitioned report's merge), the
-    marks lane (``marks``: the window's marks), the axis and the legend."""
+    """The lanes of ``tl``, the lane of the window's ``marks``, the axis and the legend."""
     con.print()
     con.print(Text(f"Timeline  {fmt_ns(tl.t_from_ns)} .. {fmt_ns(tl.t_to_ns)} after the first op "
                    f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"), overflow="fold")
@@ -360,24 +390,22 @@ def render_nothing_shown(con: Console, rep) -> bool:
 
 
 def render_report(con: Console, rep, *, events=False, limit=None, top=10, memory_limit=None, by=None) -> None:
-    """Banner (and how a partitioned run was analysed), steps, summary (and ``by``), region, module
-    and skew tables, the timeline (if analysed with one) and ``events`` (at most ``limit``; without,
+    """Banner, tables, the timeline (if analysed with one) and ``events`` (at most ``limit``; without,
     streamed within ``memory_limit``)."""
     render_banner(con, rep)
     if not rep.whole:
         how = f"{rep.executor}, {rep.workers} worker{'s' if rep.workers != 1 else ''}"
         q = "exact" if rep.exact else f"p50/p99 within {rep.quantile_error:.1%} (sketched)"
-        t = Text()
-        t.append(f"  {'analysis':<11}", style="bold")
-        t.append(f"partitioned ({how}); percentiles {q}\n")
-        con.print(t, end="", overflow="fold")
+        _print_rows(con, [("analysis", f"partitioned ({how}); percentiles {q}")])
     if render_nothing_shown(con, rep):
         return
     render_steps(con, rep)
     if rep.per_rank_cut and len(rep.rank_medians) > 1:
         _render_rank_medians(con, rep.rank_medians)
     render_summary(con, rep)
-    render_by(con, by)
+    if by is not None:   # report --by: (keys, summary table over them)
+        con.print()
+        _summary_table(con, by[1], "By " + ", ".join(by[0]), list(by[0]), note=SUMMARY_NOTE)
     render_regions(con, rep)
     render_modules(con, rep)
     render_skew(con, rep, top)

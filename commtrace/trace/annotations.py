@@ -52,12 +52,6 @@ def is_gradient_allreduce(op, phase, detail, module, dtype=None) -> bool:
     return (phase == "backward" and detail is None) or detail == "join_shadow_grad"
 
 
-def hook_bucket(sig: dict) -> int | None:
-    """The bucket index a comm hook's ops record in their sig (capture.comm_hooks); None if malformed."""
-    b = sig.get("bucket")
-    return b if type(b) is int and 0 <= b < 2**31 else None
-
-
 def nth_in_step(key: np.ndarray) -> np.ndarray:
     """Per gradient all_reduce (call order) how many earlier ones share its (module, iteration)
     key: its bucket (int32). Keys normally only grow (one pass); else a stable sort."""
@@ -78,10 +72,6 @@ def nth_in_step(key: np.ndarray) -> np.ndarray:
     return out
 
 
-def _step_key(module_code: np.ndarray, iteration: np.ndarray) -> np.ndarray:
-    return (module_code.astype(np.int64) << 32) + iteration.astype(np.int64)
-
-
 def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, sigs: dict) -> np.ndarray:
     """Bucket number per record of one process (-1: not a gradient all_reduce); ``sigs``: its sigs by id."""
     out = np.full(len(sig), -1, dtype=np.int32)
@@ -93,8 +83,8 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     names: dict = {}
     for k, s in sigs.items():
         if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype")):
-            b = hook_bucket(s)
-            if b is not None:
+            b = s.get("bucket")   # the bucket a comm hook (capture.comm_hooks) issued the op for
+            if type(b) is int and 0 <= b < 2**31:
                 named[k] = b
             else:
                 grad[k] = True
@@ -107,7 +97,7 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     t = t_call[idx]
     if not (t[1:] >= t[:-1]).all():
         idx = idx[np.argsort(t, kind="stable")]
-    out[idx] = nth_in_step(_step_key(module[sig[idx]], iteration[idx]))
+    out[idx] = nth_in_step((module[sig[idx]] << 32) + iteration[idx].astype(np.int64))  # (module, iteration)
     return out
 
 

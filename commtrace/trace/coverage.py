@@ -25,8 +25,7 @@ def segment_paths(path: str) -> list[str]:
 
 
 def read_segments(path: str, dtype, record_size: int) -> tuple[np.ndarray | None, list[tuple[str, int]]]:
-    """(records of every segment in order, or None when none exists; [(file name,
-    trailing bytes)] of segments cut mid-record)."""
+    """(records of every segment in order, None without any; [(file name, trailing bytes)] of those cut)."""
     parts, torn = [], []
     for p in segment_paths(path):
         try:
@@ -78,8 +77,7 @@ def coverage_path(meta_path: str) -> str:
 
 
 def read_coverage(meta_path: str) -> tuple[dict | None, str | None]:
-    """(the coverage document, or None; a problem with it (one phrase; the file is
-    ``coverage_path(meta_path)``), or None)."""
+    """(the coverage document or None, a phrase saying what is wrong with it or None)."""
     path = coverage_path(meta_path)
     try:
         size = os.path.getsize(path)
@@ -138,8 +136,7 @@ def describe(opts: dict, doc: dict | None, groups: dict, records: np.ndarray) ->
 
 
 def counts_table(processes: list[dict]) -> pd.DataFrame:
-    """One row per (process, group, op) of the ops bounded processes counted
-    instead of writing (``commtrace.load(run, table="counts")``)."""
+    """``commtrace.load(run, table="counts")``: per (process, group, op) the ops counted, not written."""
     rows = []
     for p in processes:
         cov = p.get("coverage")

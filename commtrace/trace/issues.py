@@ -36,12 +36,6 @@ class TraceIssue:
         return f"{where}{who}: {self.problem}"
 
 
-def about_a_rank_file(issue: TraceIssue) -> bool:
-    """An issue with one rank's file (a world's missing ranks name no file; a line of
-    text from elsewhere is not folded)."""
-    return getattr(issue, "rank", None) is not None and issue.kind != RANKS_MISSING
-
-
 def fold_issues(issues) -> list[list[TraceIssue]]:
     """The issues as lines to print, in order: each issue about a rank's file together
     with every later rank file's issue of the same kind and problem (one line naming
@@ -49,7 +43,7 @@ def fold_issues(issues) -> list[list[TraceIssue]]:
     alike: dict[tuple, list] = {}   # (kind, problem) -> the issues with rank files that have it
     out = []
     for i in issues:
-        if not about_a_rank_file(i):
+        if getattr(i, "rank", None) is None or i.kind == RANKS_MISSING:   # not about one rank's file
             out.append([i])
         elif (i.kind, i.problem) in alike:
             alike[(i.kind, i.problem)].append(i)     # told on the line of the first file that has it

@@ -1,15 +1,13 @@
 """Merge the C++ layer (the ProcessGroupMPI patch) into the Python wrapper's ops.
 
 The patch sees an op at five points (patches/README.md, "What is measured"): queued
-(``t_enqueue_ns``), taken off the queue by the worker (``t_dequeue_ns``), first MPI call
-begun and last one returned (``t_mpi_begin_ns`` / ``t_mpi_end_ns``, from ``.mpi.bin``;
-NaN without it) and run function returned (``t_run_end_ns``). A C++ record's ``t_call``
-is the enqueue time, ``d_return`` the dequeue and ``d_end`` the run end; tests may give
-them in the C++-specific columns instead. Each C++ row is folded into the Python row of
-the same op and dropped, so an op appears once with its time split into
-``queue_wait_ns`` (dequeue - enqueue: behind earlier ops), ``pre_mpi_ns`` (MPI begin -
-dequeue: ProcessGroupMPI's global MPI lock plus input copies), ``mpi_ns`` (inside MPI),
-``post_mpi_ns`` (output copies) and ``run_ns`` (run end - dequeue, their sum).
+(``t_enqueue_ns``: a C++ record's ``t_call``), taken off the queue (``t_dequeue_ns``:
+``d_return``), first MPI call begun and last one returned (``t_mpi_begin_ns`` /
+``t_mpi_end_ns``, from ``.mpi.bin``; NaN without it), run function returned
+(``t_run_end_ns``: ``d_end``); tests may give them in these columns instead. Each C++ row is
+folded into the Python row of the same op and dropped: the op's time is split into
+``queue_wait_ns`` (behind earlier ops), ``pre_mpi_ns`` (ProcessGroupMPI's global MPI lock plus
+input copies), ``mpi_ns`` (inside MPI), ``post_mpi_ns`` (output copies) and ``run_ns`` (their sum).
 
 Matching: only rows of one ``pid`` whose groups have the same global ranks; several
 such groups pair in order of their first op. Within a pair, collectives are aligned
@@ -105,10 +103,8 @@ def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:
 
 
 def merge_cpp_layer(frame: "pandas.DataFrame", mpi_calls: "pandas.DataFrame | None" = None) -> "pandas.DataFrame":
-    """Fold C++-layer rows into the Python rows of the same ops (see module doc).
-
-    ``mpi_calls``: columns file, group, seq, d_mpi_begin, d_mpi_end (ns from the
-    enqueue time), one row per C++ op that made MPI calls."""
+    """Fold C++-layer rows into the Python rows of the same ops (module doc). ``mpi_calls``: file,
+    group, seq, d_mpi_begin, d_mpi_end (ns from the enqueue time) of each C++ op that made MPI calls."""
     out = frame.copy()
     if not out.index.is_unique:
         out = out.reset_index(drop=True)

@@ -138,18 +138,15 @@ def regions_of(marks: list[dict], rank: int, file: str, offset: Callable, t_clos
 
 
 def empty_marks() -> pd.DataFrame:
-    """The typed marks table of a run without marks (a copy: callers may change it)."""
-    return _EMPTY_MARKS.copy()
+    return _EMPTY_MARKS.copy()   # callers may change it
 
 
 def empty_regions() -> pd.DataFrame:
-    """The typed regions table of a run without regions (a new one each time)."""
     return _EMPTY_REGIONS.copy()
 
 
 def concat(parts: list[pd.DataFrame], empty: pd.DataFrame, sort: bool = True) -> pd.DataFrame:
-    """The per-process parts as one table (``empty`` when none), in time order when ``sort``;
-    categorical columns stay categorical."""
+    """The per-process parts as one table (``empty`` when none; categoricals kept), by time if ``sort``."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty

@@ -155,8 +155,7 @@ def runs_in(folder: str) -> list[str]:
 
 
 def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True) -> ProcessTrace | None:
-    """One process's meta file, and its op records unless ``records`` is False (the
-    partitioned analysis reads only the meta lines of other ranks' files)."""
+    """One process's meta file, and its op records unless ``records`` is False (meta lines only)."""
     stem = os.path.basename(meta_path)[: -len(schema.META_SUFFIX)]
     pt = ProcessTrace(stem, meta_path, meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
     name = os.path.basename(meta_path)
@@ -493,7 +492,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
     del c
     df = pd.DataFrame(cols, copy=False)
     df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets)
-    return df[_column_order(df)]
+    return df[_FIRST + [c for c in df.columns if c not in _FIRST]]
 
 
 def mesh_dims(meshes: list[dict]) -> dict:
@@ -548,10 +547,6 @@ _FIRST = ["rank", "world", "group", "seq", "op", "variant", "shapes", "dtype", "
           "t_return_ns", "t_end_ns", "duration_ns", "status"]
 
 
-def _column_order(df) -> list[str]:
-    return _FIRST + [c for c in df.columns if c not in _FIRST]
-
-
 def empty_frame() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in _FIRST})
 
@@ -585,9 +580,8 @@ def reference_processes(procs: list[ProcessTrace]) -> dict:
 
 @dataclass
 class Run:
-    """A loaded run: the op frame, what each process said about itself, damage
-    found, and the timed annotations on rank 0's clock (see ``trace.marks``):
-    compute spans (DDP forward, backward, optimizer step), user marks and regions."""
+    """A loaded run: the op frame, the processes' summaries, damage found, and on rank 0's clock
+    compute spans (DDP forward, backward, optimizer step), user marks and regions (``trace.marks``)."""
     path: str
     frame: pd.DataFrame
     processes: list[dict]
@@ -603,9 +597,8 @@ class Run:
 
 def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None = None, refs: dict | None = None,
                       user_marks: bool = True) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame]:
-    """(spans, marks, regions) of every process, on rank 0's clock. Span records are
-    read here, one process at a time (damage goes to ``issues``); ``refs`` as build_frame;
-    ``user_marks=False``: no marks table (None), for callers that show none."""
+    """(spans, marks, regions) of every process, on rank 0's clock; span records read one process at
+    a time (damage goes to ``issues``). ``user_marks=False``: no marks table (None)."""
     refs = reference_processes(procs) if refs is None else refs
     issues = [] if issues is None else issues
     offsets = {id(pt): clock_offset(pt, refs.get(pt.world_id)) for pt in procs}
@@ -626,22 +619,17 @@ def build_mark_tables(procs: list[ProcessTrace], issues: list[TraceIssue] | None
 
 
 def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
-    """The C++ layer's MPI call times (``<stem>.mpi.bin``, see trace.layers):
-    file, group (name), seq, d_mpi_begin, d_mpi_end. A torn trailing record and
-    records naming an undefined group are ignored (the ops file reports damage)."""
+    """The C++ layer's MPI call times (``<stem>.mpi.bin``, trace.layers): file, group (name), seq,
+    d_mpi_begin, d_mpi_end; a torn or invalid record is ignored (the ops file reports damage)."""
     rows = []
     for pt in procs:
         path = pt.meta_path[: -len(schema.META_SUFFIX)] + schema.MPI_CALLS_SUFFIX
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
+        rec, _ = bounded.read_segments(path, schema.OP_RECORD, schema.RECORD_SIZE)
+        if rec is None:
             continue
-        rec = np.frombuffer(data[: len(data) - len(data) % schema.RECORD_SIZE], dtype=schema.OP_RECORD)
         rec = rec[member(rec["group"], defined_ids(pt.groups)) & (rec["seq"] > 0)]
         if len(rec):
-            names = [str_or_none(pt.groups[int(g)].get("name")) if isinstance(pt.groups[int(g)], dict) else None
-                     for g in rec["group"]]
+            names = [str_or_none(pt.groups[int(g)].get("name")) for g in rec["group"]]
             rows.append(pd.DataFrame({"file": pt.stem, "group": names, "seq": rec["seq"].astype(np.int64),
                                       "d_mpi_begin": rec["d_return"].astype(float),
                                       "d_mpi_end": rec["d_end"].astype(float)}))
@@ -661,11 +649,8 @@ def load_run(run_dir: str | None = None) -> Run:
     describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
     frame = build_frame(procs)
     if cpp:
-        try:
-            from .layers import merge_cpp_layer
-            frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
-        except ImportError:
-            pass
+        from .layers import merge_cpp_layer
+        frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
     issues.extend(missing_ranks(procs))
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
@@ -713,7 +698,6 @@ def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
         df = {"ops": run.frame, "spans": run.spans, "marks": run.marks, "regions": run.regions}[table]
     df.attrs["run_dir"] = run.path
     df.attrs["incomplete"] = [str(i) for i in run.issues]
-    if table == "ops":
-        df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
-        df.attrs["unranked"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.unranked]
+    for key in ("processes", "unranked") if table == "ops" else ():
+        df.attrs[key] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in getattr(run, key)]
     return df

@@ -1,11 +1,9 @@
 """``commtrace_record.h``, the C++ op record layout, generated from ``schema.py``.
 
-Every C++ writer of op records (``capture/native/`` and the ProcessGroupMPI patch's
-``patches/commtrace_trace.h``) includes it: ``OpRecord`` in ``OP_RECORD_FIELDS`` order,
-format name and version, record size, ``STATUS_*`` / ``FLAG_*`` codes. Committed rather
-than built, because the patch is applied to a PyTorch tree by ``git apply`` where
-commtrace is not importable; tests/trace/test_record_header.py fails on a stale copy.
-C++17 standard library only (the patch's constraint)::
+Every C++ writer of op records (``capture/native/``, the ProcessGroupMPI patch's
+``patches/commtrace_trace.h``) includes it. Committed rather than built: the patch is applied
+to a PyTorch tree by ``git apply`` where commtrace is not importable
+(tests/trace/test_record_header.py fails on a stale copy). C++17 standard library only::
 
     python -m commtrace.trace.record_header          # rewrite the copies
     python -m commtrace.trace.record_header --check  # exit 1 if one is stale
@@ -29,16 +27,6 @@ _CTYPES = {"<i8": "int64_t", "<u8": "uint64_t", "<i4": "int32_t", "<u4": "uint32
 _CODE_PREFIXES = ("STATUS_", "FLAG_")
 
 
-def _constant_name(name: str) -> str:
-    """STATUS_IN_FLIGHT -> kStatusInFlight (the patch's naming)."""
-    return "k" + "".join(part.capitalize() for part in name.lower().split("_"))
-
-
-def _codes() -> list[tuple[str, int]]:
-    return [(n, v) for n, v in vars(schema).items()
-            if n.startswith(_CODE_PREFIXES) and isinstance(v, int) and not isinstance(v, bool)]
-
-
 def render() -> str:
     """The text of commtrace_record.h for the current schema."""
     out = [
@@ -59,8 +47,10 @@ def render() -> str:
         f"constexpr std::size_t kRecordSize = {int(schema.RECORD_SIZE)};",
         "",
     ]
-    for name, value in _codes():
-        out.append(f"constexpr uint8_t {_constant_name(name)} = 0x{value:02x};  // schema.{name}")
+    for name, value in vars(schema).items():
+        if name.startswith(_CODE_PREFIXES) and isinstance(value, int) and not isinstance(value, bool):
+            cname = "k" + "".join(part.capitalize() for part in name.lower().split("_"))   # kStatusInFlight
+            out.append(f"constexpr uint8_t {cname} = 0x{value:02x};  // schema.{name}")
     out += ["", "struct OpRecord {"]
     offset = 0
     offsets = []

@@ -144,26 +144,30 @@ class OpKind:
     nccl-tests size is the larger of its input and output bytes (the whole gathered
     or scattered buffer), not its input. ``bus``: the bus-bandwidth factor is
     ``bus * (n - 1) / n`` over n ranks (nccl-tests), 1 when ``bus`` is 0.
-    ``letter``: its symbol in the terminal timeline."""
+    ``letter``, ``color``, ``html``: its symbol and colour in the terminal timeline and tables, its
+    colour in the HTML report (no op is red or green, its exposed / hidden colours, or a compute
+    phase's hue); None: a spare colour of the renderer's."""
     p2p: bool = False
     total_size: bool = False
     bus: int = 0
     letter: str = "*"
+    color: str | None = None
+    html: str | None = None
 
 
 # c10d's op names, without a backend prefix. ``variant`` keeps the concrete method.
 OP_KINDS = {
-    "all_reduce": OpKind(bus=2, letter="R"),
-    "broadcast": OpKind(letter="B"),
-    "reduce": OpKind(letter="r"),
-    "all_gather": OpKind(total_size=True, bus=1, letter="G"),
-    "gather": OpKind(total_size=True, letter="g"),
-    "scatter": OpKind(total_size=True, letter="s"),
-    "reduce_scatter": OpKind(total_size=True, bus=1, letter="S"),
-    "all_to_all": OpKind(bus=1, letter="A"),
-    "barrier": OpKind(letter="|"),
-    "send": OpKind(p2p=True, letter=">"),
-    "recv": OpKind(p2p=True, letter="<"),
+    "all_reduce": OpKind(bus=2, letter="R", color="green", html="#3949ab"),
+    "broadcast": OpKind(letter="B", color="blue", html="#00838f"),
+    "reduce": OpKind(letter="r", color="bright_green", html="#7986cb"),
+    "all_gather": OpKind(total_size=True, bus=1, letter="G", color="cyan", html="#26c6da"),
+    "gather": OpKind(total_size=True, letter="g", color="bright_cyan", html="#80deea"),
+    "scatter": OpKind(total_size=True, letter="s", color="bright_magenta", html="#ba68c8"),
+    "reduce_scatter": OpKind(total_size=True, bus=1, letter="S", color="magenta", html="#8e24aa"),
+    "all_to_all": OpKind(bus=1, letter="A", color="yellow", html="#9e9d24"),
+    "barrier": OpKind(letter="|", color="red", html="#424242"),
+    "send": OpKind(p2p=True, letter=">", color="bright_yellow", html="#6d4c41"),
+    "recv": OpKind(p2p=True, letter="<", color="bright_blue", html="#a1887f"),
 }
 OTHER_OP = OpKind()   # an op name this table does not know (a newer writer's)
 OPS = tuple(OP_KINDS)

@@ -121,8 +121,7 @@ class TraceWriter:
             return True
 
     def write(self, meta_lines: list[dict], rows=None, spans=None) -> None:
-        """Append meta lines, then op records (a numpy array of ``schema.OP_RECORD``)
-        and compute span records (``schema.SPAN_RECORD``)."""
+        """Append meta lines, then op records (``schema.OP_RECORD``) and span records (``SPAN_RECORD``)."""
         meta_lines, rows, spans = simhost.apply(meta_lines, rows, spans)  # test-only; identity otherwise
         with self._lock:
             if self._meta is None:
@@ -175,8 +174,7 @@ def pack_rows(rows: list[list]):
 
 
 def pack_spans(spans: list[tuple]):
-    """Pack recorder spans (phase index, t_begin, t_end, step, iteration, label id, flags)
-    into a numpy array of ``SPAN_RECORD``."""
+    """Recorder spans (phase index, t_begin, t_end, step, iteration, label id, flags) as ``SPAN_RECORD``s."""
     import numpy as np
     a = np.array(spans, dtype=np.int64).reshape(len(spans), 7)
     out = np.zeros(len(spans), dtype=schema.SPAN_RECORD)

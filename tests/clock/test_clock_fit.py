@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from commtrace.analysis.clock_summary import clock_summary
-from commtrace.render.clock_text import clock_rows
+from commtrace.analysis.run_info import clock_summary
+from commtrace.render.terminal import clock_rows
 from commtrace.trace import clocks, schema, simhost
 from commtrace.trace.reader import ProcessTrace
 

@@ -2,7 +2,7 @@
 ranks: one problem on many ranks' files is one line naming them as rank ranges."""
 from __future__ import annotations
 
-from commtrace.cli.messages import warn_issues
+from commtrace.cli.options import warn_issues
 from commtrace.trace.reader import ABRUPT as ABRUPT_KIND
 from commtrace.trace.reader import DAMAGED, RANKS_MISSING, TRUNCATED, TraceIssue
 

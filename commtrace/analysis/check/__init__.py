@@ -7,11 +7,8 @@ record of a seq others entered never arrived. Send/recv (seq per (op, peer)) are
 reported as info unless still in flight. Severities: ``error`` (hang, desync, crash, lost data),
 ``warning`` (straggler, variant mismatch), ``info`` (context); ``exit_code`` maps them to 0/1.
 
-Pieces: ``findings`` (Finding, kinds, exit_code), ``matching`` (a collective across its members),
-``facts`` (figures over every op, mergeable over seq chunks), ``fates`` (how each process ended),
-``diagnoses``, ``dumps`` (watchdog / SIGUSR1 state dumps). ``diagnose_reduced`` runs them on facts and
-the rows they name (the partitioned engine: ``analysis.partitioned.check_map``), ``diagnose`` on a
-run already loaded (``reader.load_run``).
+``diagnose`` runs the diagnoses on a run already loaded (``reader.load_run``), ``diagnose_reduced`` on
+the facts and the rows they name (the partitioned engine: ``analysis.partitioned.check_map``).
 """
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ from .findings import (  # noqa: F401
     root_cause_first)
 from .facts import GroupVerdict, RunFacts, classify_group, frame_facts  # noqa: F401
 
-# -- entry point ---------------------------------------------------------------------
 
 def diagnose(run) -> list[Finding]:
     """All findings for a loaded ``Run``, most severe first, root cause first among the

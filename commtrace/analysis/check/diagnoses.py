@@ -10,7 +10,7 @@ from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import stem_of
-from .fates import EarlyProcess, RankFate, _first_line, _world_sizes, rank_in_file, rank_is_missing
+from .fates import EarlyProcess, RankFate, _first_line, rank_in_file, rank_is_missing
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
@@ -285,8 +285,7 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
 # -- point to point ------------------------------------------------------------------
 
 def unmatched_p2p(df: pd.DataFrame) -> list:
-    """The send/recv rows without their counterpart (same world, group, seq; peers
-    swapped), in frame order."""
+    """The send/recv rows without their counterpart (same world, group, seq; peers swapped)."""
     if len(df) == 0:
         return []
     p = df[is_p2p(df["op"])]
@@ -368,9 +367,8 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
             last_of.setdefault(story, {})[r] = last_s
     for story, lasts in last_of.items():
         findings.append(_process_finding(story, fates[min(lasts)], lasts))
-    # Member ranks that wrote nothing.
-    size = _world_sizes(run)
-    expected = set(range(size))
+    # Member ranks that wrote nothing: those of the largest world a process gave, and of any group.
+    expected = set(range(max((s for p in run.processes if (s := _int(p.get("world_size")))), default=0)))
     for ranks in facts.group_ranks:
         expected.update(ranks)
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})

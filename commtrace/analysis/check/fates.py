@@ -148,11 +148,6 @@ def early_processes(run) -> list[EarlyProcess]:
     return out
 
 
-def _world_sizes(run) -> int:
-    """The largest world size a process gave (0: none): the ranks expected."""
-    return max((s for p in run.processes if (s := _int(p.get("world_size")))), default=0)
-
-
 def rank_in_file(issue) -> int | None:
     """The rank whose file ``issue`` (reader.TraceIssue) is about, by the file's name
     (``trace.schema.rank_in_name``: a file whose header cannot be read has no other)."""

@@ -61,9 +61,7 @@ COMPARED_FIELDS = [("variant", "variant", _s, None), ("sizes", "shapes", _s, _SA
 
 
 def _compare_at_seq(sdf: pd.DataFrame) -> list[tuple[str, dict]]:
-    """Flight-Recorder-style mismatch categories among the ranks' rows at one seq.
-
-    Returns [(category, {value: [ranks]})] for each disagreeing field."""
+    """Flight-Recorder-style mismatches among the ranks' rows at one seq: [(category, {value: [ranks]})]."""
     ranks = [int(r) for r in sdf["rank"]]
 
     def split(values) -> dict:
