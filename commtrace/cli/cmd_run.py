@@ -56,9 +56,9 @@ def run_run(ns) -> int:
     from ..capture.bounded import make_options
     from ..capture.runner import RunOptions, missing_target, run
     try:
-        bounded = make_options(ns.keep_last, ns.steps)
+        bounded = make_options(ns.keep_last, ns.steps, names=("--keep-last", "--steps"))
     except ValueError as e:
-        raise CommtraceError(f"run: --{str(e).replace('_', '-', 1)}") from None
+        raise CommtraceError(f"run: {e}") from None
     args = list(ns.target)
     common = dict(output=ns.output, hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang, bounded=bounded,
                   launcher_env=ns.launcher_env)

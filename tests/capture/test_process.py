@@ -5,6 +5,8 @@ import json
 import os
 import signal
 
+import pytest
+
 import helpers as h
 from helpers import WORKERS, worker
 
@@ -205,3 +207,13 @@ def test_unknown_run_option_is_an_option_not_the_script(tmp_path):
     script.write_text("import json, sys\njson.dump(sys.argv[1:], open(sys.argv[-1], 'w'))\n")
     h.run([h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", script, "--keep-lst", "5", out]).check(0)
     assert json.loads(out.read_text()) == ["--keep-lst", "5", str(out)]
+
+
+@pytest.mark.parametrize("option, value", [("--keep-last", "0"), ("--steps", "zz")])
+def test_bad_bounded_option_is_one_line_naming_it(tmp_path, option, value):
+    """A bad bounded-mode value is exit 2 with one line naming the option as typed."""
+    proc = h.run([h.PY, "-m", "commtrace", "run", option, value, "x.py"], cwd=str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"run: {option} '{value}': expected" in lines[0], proc.stderr
+    assert not (tmp_path / "commtrace-out").exists()
