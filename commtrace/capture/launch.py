@@ -176,16 +176,14 @@ def say_where(run_dir: str, what: str = "trace written to", command: str = "repo
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 
 
-def export_run_env(run_dir: str, run_id: str, launcher: str, env: MutableMapping[str, str]) -> None:
+def export_run(env: MutableMapping[str, str], run_dir: str, run_id: str, launcher: str, bounded=None,
+               hang_timeout=None, abort_on_hang: bool = False) -> None:
+    """What Python children of the run need to join it: its directory, id and launcher, the
+    options they trace with (``bounded``: bounded.Options), and the PYTHONPATH on which they
+    start tracing (``_boot/sitecustomize``)."""
     env[schema.ENV_DIR] = run_dir
     env[schema.ENV_RUN_ID] = run_id
     env[schema.ENV_LAUNCHER] = launcher
-
-
-def export_options(env: MutableMapping[str, str], bounded=None, hang_timeout=None,
-                   abort_on_hang: bool = False) -> None:
-    """The options Python children of the run trace with (``bounded``: bounded.Options), and
-    the PYTHONPATH on which they start tracing (``_boot/sitecustomize``)."""
     env.update(bounded.env() if bounded is not None else {})
     if hang_timeout:
         env["COMMTRACE_HANG_TIMEOUT"] = str(float(hang_timeout))

@@ -67,8 +67,7 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
     run_dir = env.get(schema.ENV_DIR) if not opts.output and env.get(schema.ENV_DIR) else \
         launch.resolve_run_dir(opts.output, run_id, key=key)
     os.makedirs(run_dir, exist_ok=True)
-    launch.export_run_env(run_dir, run_id, info.launcher, env)
-    launch.export_options(env, opts.bounded, opts.hang_timeout, opts.abort_on_hang)
+    launch.export_run(env, run_dir, run_id, info.launcher, opts.bounded, opts.hang_timeout, opts.abort_on_hang)
     return run_dir, run_id, info, comm, set_names
 
 

@@ -182,8 +182,7 @@ def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_han
     for k in (schema.ENV_KEEP_LAST, schema.ENV_STEPS, "COMMTRACE_HANG_TIMEOUT", "COMMTRACE_ABORT_ON_HANG"):
         env.pop(k, None)
     env[schema.ENV_COMMAND] = json.dumps(command)
-    launch.export_run_env(run_dir, run_id, launcher, env)
-    launch.export_options(env, opts, hang_timeout, abort_on_hang)
+    launch.export_run(env, run_dir, run_id, launcher, opts, hang_timeout, abort_on_hang)
 
 
 def _restore_env() -> None:

@@ -82,8 +82,13 @@ def test_run_dir_and_export(tmp_path):
     assert launch.resolve_run_dir(str(tmp_path / "x"), "rid") == str(tmp_path / "x")
     assert launch.resolve_run_dir(None, "rid", base=str(tmp_path)) == str(tmp_path / "rid")
     env = {}
-    launch.export_run_env("/d", "rid", "openmpi", env)
+    launch.export_run(env, "/d", "rid", "openmpi")
+    assert env.pop("PYTHONPATH") == launch.BOOT_DIR
     assert env == {schema.ENV_DIR: "/d", schema.ENV_RUN_ID: "rid", schema.ENV_LAUNCHER: "openmpi"}
+    env = {"PYTHONPATH": "/mine"}
+    launch.export_run(env, "/d", "rid", "srun", hang_timeout=5, abort_on_hang=True)
+    assert env["PYTHONPATH"] == launch.BOOT_DIR + os.pathsep + "/mine"
+    assert (env["COMMTRACE_HANG_TIMEOUT"], env["COMMTRACE_ABORT_ON_HANG"]) == ("5.0", "1")
     assert 0 < launch.free_port() < 65536
 
 
