@@ -39,8 +39,14 @@ def _say_where(session) -> None:
     say_where(session.run_dir)
 
 
+def enabled(env) -> bool:
+    """``COMMTRACE`` is true: the rule the .pth line applies, asked again here because a
+    tool may import this module by name (pydoc, an import sweep) without it."""
+    return env.get("COMMTRACE", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def main() -> None:
-    if _is_commtrace_cli():
+    if not enabled(os.environ) or _is_commtrace_cli():
         return
     try:
         from . import bounded, session

@@ -187,4 +187,7 @@ def test_commtrace_unset_or_bad_never_touches_the_program(tmp_path):
     assert r.stderr.count("\n") == 1 and "COMMTRACE_STEPS" in r.stderr and "tracing did not start" in r.stderr
     # The commtrace command itself is never traced.
     h.run([h.PY, "-m", "commtrace", "--version"], env=h.clean_env(COMMTRACE="1"), cwd=str(tmp_path)).check()
+    # A tool importing the module by name, COMMTRACE unset, starts nothing.
+    r = h.run([h.PY, "-c", "import commtrace.capture.autostart"], cwd=str(tmp_path)).check()
+    assert r.stderr == ""
     assert not os.path.exists(os.path.join(str(tmp_path), "commtrace-out"))
