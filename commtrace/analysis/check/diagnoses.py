@@ -9,8 +9,8 @@ import pandas as pd
 from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
-from ...trace.schema import stem_of
-from .fates import EarlyProcess, RankFate, _first_line, rank_in_file, rank_is_missing
+from ...trace.schema import rank_in_name, stem_of
+from .fates import EarlyProcess, RankFate, _first_line
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
@@ -335,18 +335,14 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
             continue
         for r in s.members:
             lag = s.lags_of(r)
-            share = len(lag) / s.instances
-            if share < STRAGGLER_MIN_SHARE:
-                continue
-            med = float(np.median(lag))
-            if med < STRAGGLER_MIN_LAG_NS:
+            share = len(lag) / s.instances     # first: the median of no lags is undefined
+            if share < STRAGGLER_MIN_SHARE or (med := float(np.median(lag))) < STRAGGLER_MIN_LAG_NS:
                 continue
             total = float(lag.sum())
-            label = _group_label(world, group, worlds=worlds)
             findings.append(Finding(
                 STRAGGLER, WARNING,
-                f"{label}: rank {int(r)} arrived last at {len(lag)} of {s.instances} "
-                f"collectives (median wait it caused {_fmt_age(med)}, total {_fmt_age(total)})",
+                f"{_group_label(world, group, worlds=worlds)}: rank {int(r)} arrived last at {len(lag)} of "
+                f"{s.instances} collectives (median wait it caused {_fmt_age(med)}, total {_fmt_age(total)})",
                 world=world, group=group, ranks=[int(r)],
                 data={"share_last": float(share), "median_lag_ns": med, "total_lag_ns": total}))
     return findings
@@ -374,7 +370,7 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
-        r = rank_in_file(issue)
+        r = rank_in_name(str(issue.file))     # a file whose header cannot be read has no other
         if r is not None and r in missing:
             unreadable.setdefault(r, []).append(f"{issue.file}: {issue.problem}")
     for r in missing:
@@ -432,11 +428,12 @@ _TOLD_ELSEWHERE = (ISSUE_DAMAGED, ISSUE_ABRUPT, RANKS_MISSING)
 def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
     """Reader issues not already explained by another finding; one problem (kind and text)
     in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
-    # Issues with a ranked process's files are told in its rank's findings (rank_fates).
+    # Told in a rank's findings: issues with a ranked process's files (rank_fates), or with the
+    # file of a rank that has no readable trace (missing_rank).
     told = {stem_of(f) for fate in fates.values() for f in fate.files}
     left = [i for i in run.issues
             if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
-            and not rank_is_missing(i, fates)]
+            and ((r := rank_in_name(str(getattr(i, "file", "")))) is None or r in fates)]
     out = []
     for alike in fold_issues(left):
         f = Finding(TRACE_ISSUE, WARNING, issue_line(alike))
