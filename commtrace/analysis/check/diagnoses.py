@@ -15,7 +15,7 @@ from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
     _int, _s)
-from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group
+from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts
 from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
@@ -134,10 +134,10 @@ def diagnose_damage(run) -> list[Finding]:
 
 
 def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, facts: RunFacts,
-                         verdicts: dict | None = None) -> list[Finding]:
+                         verdicts: dict) -> list[Finding]:
     """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops. ``facts``:
-    the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict; default: classified
-    from ``df``) name the seqs worth a finding -- then ``df`` need only hold their rows."""
+    the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict, ``facts.classify_frame``)
+    name the seqs worth a finding, whose rows ``df`` holds."""
     findings: list[Finding] = []
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
@@ -145,14 +145,11 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, fact
     now = _now_ns(run, facts.t_max)
     worlds = _worlds(facts)
     for (world_s, group_s), g in facts.groups.items():
+        v = verdicts.get((world_s, group_s))
+        if v is None:
+            continue
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
-        if verdicts is None:
-            v, by_seq = classify_group(gdf, g.members, g.last_entered, fates, group_s)
-        else:
-            v = verdicts.get((world_s, group_s))
-            if v is None:
-                continue
-            by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
+        by_seq = {int(s): sdf for s, sdf in gdf[gdf["seq"].isin(v.seqs()).to_numpy()].groupby("seq", sort=True)}
         label = _group_label(world_s, group_s, g.desc, worlds)
         findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings

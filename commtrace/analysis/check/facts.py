@@ -226,6 +226,20 @@ def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict
     return v, by_seq
 
 
+def classify_frame(df: pd.DataFrame, members: dict, last_seq: dict, fates: dict) -> tuple[dict, list]:
+    """``classify_group`` over every group of ``df`` (keys (world, group), as ``members`` and ``last_seq``):
+    the verdicts, capped to what the findings show, and the rows of the seqs they name."""
+    verdicts, kept = {}, []
+    coll = collective_rows(df)
+    for (w, g), gdf in (coll.groupby(["world", "group"], observed=True, sort=False) if len(coll) else ()):
+        key = (_s(w), _s(g))
+        v, by_seq = classify_group(gdf, members.get(key, []), last_seq.get(key, {}), fates, key[1])
+        v.cap()
+        verdicts[key] = v
+        kept += [by_seq[s] for s in sorted(v.seqs())]
+    return verdicts, kept
+
+
 # The fields _compare_at_seq compares: a seq where all of them agree has no mismatch.
 _COMPARED = ("op", *(col for _, col, _, _ in COMPARED_FIELDS))
 

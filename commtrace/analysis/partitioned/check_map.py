@@ -33,9 +33,8 @@ from ...trace.schema import P2P_OPS
 from .. import bounded_coverage
 from ..check import diagnose_reduced, unmatched_p2p
 from ..check.diagnoses import P2P_SHOWN
-from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
+from ..check.facts import GroupVerdict, RunFacts, classify_frame, frame_facts
 from ..check.fates import rank_fates
-from ..check.matching import collective_rows
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
@@ -160,16 +159,7 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
     facts = frame_facts(df, task.members)
     if task.facts_only:
         return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
-    verdicts, kept = {}, []
-    coll = collective_rows(df)
-    if len(coll):
-        for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False):
-            key = (reader.str_or_none(w), reader.str_or_none(g))
-            v, by_seq = classify_group(gdf, task.members.get(key, []), task.last_seq.get(key, {}), task.fates,
-                                       key[1])
-            v.cap()
-            verdicts[key] = v
-            kept += [by_seq[s] for s in sorted(v.seqs())]
+    verdicts, kept = classify_frame(df, task.members, task.last_seq, task.fates)
     p2p = unmatched_p2p(df)[:P2P_SHOWN]
     return CheckChunkPartial(task.chunk, len(df), facts, verdicts, _plain(kept),
                              _plain([pd.DataFrame(p2p)]) if p2p else _plain([]))
@@ -211,10 +201,7 @@ class CheckFold:
         self.ops += part.ops
         self.facts.merge(part.facts)
         for key, v in part.verdicts.items():
-            mine = self.verdicts.get(key)
-            if mine is None:
-                self.verdicts[key] = mine = GroupVerdict()
-            mine.merge(v)
+            self.verdicts.setdefault(key, GroupVerdict()).merge(v)
         if len(part.rows):
             for (w, g), gdf in part.rows.groupby(["world", "group"], sort=False, dropna=False):
                 key = (reader.str_or_none(w), reader.str_or_none(g))
