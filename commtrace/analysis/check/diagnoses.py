@@ -149,7 +149,8 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, fact
         if v is None:
             continue
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
-        by_seq = {int(s): sdf for s, sdf in gdf[gdf["seq"].isin(v.seqs()).to_numpy()].groupby("seq", sort=True)}
+        shown = gdf[gdf["seq"].isin(v.seqs()).to_numpy()]
+        by_seq = {int(s): sdf for s, sdf in shown.groupby("seq", sort=True)}
         label = _group_label(world_s, group_s, g.desc, worlds)
         findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings

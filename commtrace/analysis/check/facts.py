@@ -70,8 +70,8 @@ class RunFacts:
             mine = self.groups.setdefault(key, GroupFacts(g.members))
             if g.desc_at < mine.desc_at:
                 mine.desc, mine.desc_at = g.desc, g.desc_at
-            for last, theirs in ((mine.last_entered, g.last_entered), (mine.last_completed, g.last_completed)):
-                for r, s in theirs.items():
+            for last, new in ((mine.last_entered, g.last_entered), (mine.last_completed, g.last_completed)):
+                for r, s in new.items():
                     last[r] = max(s, last.get(r, s))
             for r, seqs in g.in_flight.items():
                 mine.in_flight[r] = sorted(mine.in_flight.get(r, []) + seqs)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import CommtraceError
-from ...trace import reader, records, schema
+from ...trace import reader, records
 from ...trace.group_ranks import ranks_of
 from ...trace.schema import P2P_OPS
 from .. import bounded_coverage
@@ -40,6 +40,7 @@ from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
 from .plan import chunk_ranges, chunk_size
 from .progress_bar import Progress
+from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
 from .rank_map import _chunk_index
 
@@ -51,7 +52,8 @@ RANK_BYTES_PER_OP = 200
 
 
 # What step 2 carries back of each ProcessTrace: what load_run's Run summary shows of it.
-_CARRIED = ("n_records", "complete", "lost", "n_lost", "damage", "damage_any", "meta_damage", "cut", "coverage")
+_CARRIED = ("n_records", "complete", "lost", "n_lost", "damage", "damage_any", "meta_damage", "cut",
+            "coverage")
 
 
 @dataclass
@@ -114,8 +116,8 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             rec = pt.records
             keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
             chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
-        out.append(FileFacts(index, {k: getattr(pt, k) for k in _CARRIED}, issues, span_issues, chunks, last_seq,
-                             group_ranks))
+        carried = {k: getattr(pt, k) for k in _CARRIED}
+        out.append(FileFacts(index, carried, issues, span_issues, chunks, last_seq, group_ranks))
     return out
 
 
@@ -261,7 +263,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     for i, m, pt, _ in read:
         if pt is not None and pt.rank is not None:
             ranks.setdefault(pt.rank, []).append((i, m))
-    records = {i: _ops_records(m) for i, m, pt, _ in read if pt is not None and pt.rank is not None}
+    records = {i: ops_records_on_disk(pt.ops_path) for i, _, pt, _ in read
+               if pt is not None and pt.rank is not None}
     per_file = max(records.values(), default=0)
     one_chunk = whole and (has_cpp(procs) or sum(records.values()) < POOL_MIN_RECORDS)
     if workers is None and not spread:
@@ -311,13 +314,6 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     run.frame = fold.frame()
     findings = diagnose_reduced(run, run.frame, facts, fold.verdicts)
     return RunCheck(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
-
-
-def _ops_records(meta: str) -> int:
-    try:
-        return os.path.getsize(meta[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX) // schema.RECORD_SIZE
-    except OSError:
-        return 0
 
 
 def _run_of(run_dir: str, read: list, facts_of: dict):
