@@ -22,7 +22,7 @@ from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
     NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, Finding, exit_code,
     root_cause_first)
-from .facts import GroupVerdict, RunFacts, classify_group, frame_facts  # noqa: F401
+from .facts import GroupVerdict, RunFacts, classify_frame, classify_group, frame_facts  # noqa: F401
 
 
 def diagnose(run) -> list[Finding]:
@@ -32,13 +32,16 @@ def diagnose(run) -> list[Finding]:
     if len(df) == 0 or "op" not in df.columns or "group_ranks" not in df.columns:
         df = df.iloc[0:0]
     df = bounded_coverage.judged_frame(df, run.processes)  # bounded traces: what their files can show
-    return diagnose_reduced(run, df, frame_facts(df))
+    facts = frame_facts(df)
+    verdicts, _ = classify_frame(df, {k: g.members for k, g in facts.groups.items()},
+                                 {k: g.last_entered for k, g in facts.groups.items()}, rank_fates(run))
+    return diagnose_reduced(run, df, facts, verdicts)
 
 
-def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict | None = None) -> list[Finding]:
-    """The findings from ``facts`` (figures over every op) and ``df``: every op (``diagnose``),
-    or -- with ``verdicts`` -- only the rows of the collectives the verdicts name and the
-    unmatched send/recv shown (analysis.partitioned.check_map)."""
+def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict) -> list[Finding]:
+    """The findings from ``facts`` (figures over every op), ``verdicts`` and ``df``: every op
+    (``diagnose``), or only the rows of the collectives the verdicts name and the unmatched
+    send/recv shown (analysis.partitioned.check_map)."""
     fates = rank_fates(run)
     early = early_processes(run)
     findings: list[Finding] = []

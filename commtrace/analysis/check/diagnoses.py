@@ -9,13 +9,13 @@ import pandas as pd
 from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
-from ...trace.schema import stem_of
-from .fates import EarlyProcess, RankFate, _first_line, rank_in_file, rank_is_missing
+from ...trace.schema import rank_in_name, stem_of
+from .fates import EarlyProcess, RankFate, _first_line
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
     _int, _s)
-from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts, classify_group
+from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts
 from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
 
 STRAGGLER_MIN_OPS = 4             # collectives every member completed
@@ -134,10 +134,10 @@ def diagnose_damage(run) -> list[Finding]:
 
 
 def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, facts: RunFacts,
-                         verdicts: dict | None = None) -> list[Finding]:
+                         verdicts: dict) -> list[Finding]:
     """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops. ``facts``:
-    the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict; default: classified
-    from ``df``) name the seqs worth a finding -- then ``df`` need only hold their rows."""
+    the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict, ``facts.classify_frame``)
+    name the seqs worth a finding, whose rows ``df`` holds."""
     findings: list[Finding] = []
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
@@ -145,14 +145,12 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, fact
     now = _now_ns(run, facts.t_max)
     worlds = _worlds(facts)
     for (world_s, group_s), g in facts.groups.items():
+        v = verdicts.get((world_s, group_s))
+        if v is None:
+            continue
         gdf = by_group.get((world_s, group_s), coll.iloc[0:0])
-        if verdicts is None:
-            v, by_seq = classify_group(gdf, g.members, g.last_entered, fates, group_s)
-        else:
-            v = verdicts.get((world_s, group_s))
-            if v is None:
-                continue
-            by_seq = {int(s): sdf for s, sdf in gdf.groupby("seq", sort=True)}
+        shown = gdf[gdf["seq"].isin(v.seqs()).to_numpy()]
+        by_seq = {int(s): sdf for s, sdf in shown.groupby("seq", sort=True)}
         label = _group_label(world_s, group_s, g.desc, worlds)
         findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings
@@ -335,18 +333,14 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
             continue
         for r in s.members:
             lag = s.lags_of(r)
-            share = len(lag) / s.instances
-            if share < STRAGGLER_MIN_SHARE:
-                continue
-            med = float(np.median(lag))
-            if med < STRAGGLER_MIN_LAG_NS:
+            share = len(lag) / s.instances     # first: the median of no lags is undefined
+            if share < STRAGGLER_MIN_SHARE or (med := float(np.median(lag))) < STRAGGLER_MIN_LAG_NS:
                 continue
             total = float(lag.sum())
-            label = _group_label(world, group, worlds=worlds)
             findings.append(Finding(
                 STRAGGLER, WARNING,
-                f"{label}: rank {int(r)} arrived last at {len(lag)} of {s.instances} "
-                f"collectives (median wait it caused {_fmt_age(med)}, total {_fmt_age(total)})",
+                f"{_group_label(world, group, worlds=worlds)}: rank {int(r)} arrived last at {len(lag)} of "
+                f"{s.instances} collectives (median wait it caused {_fmt_age(med)}, total {_fmt_age(total)})",
                 world=world, group=group, ranks=[int(r)],
                 data={"share_last": float(share), "median_lag_ns": med, "total_lag_ns": total}))
     return findings
@@ -374,7 +368,7 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
     missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
-        r = rank_in_file(issue)
+        r = rank_in_name(str(issue.file))     # a file whose header cannot be read has no other
         if r is not None and r in missing:
             unreadable.setdefault(r, []).append(f"{issue.file}: {issue.problem}")
     for r in missing:
@@ -432,11 +426,12 @@ _TOLD_ELSEWHERE = (ISSUE_DAMAGED, ISSUE_ABRUPT, RANKS_MISSING)
 def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
     """Reader issues not already explained by another finding; one problem (kind and text)
     in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
-    # Issues with a ranked process's files are told in its rank's findings (rank_fates).
+    # Told in a rank's findings: issues with a ranked process's files (rank_fates), or with the
+    # file of a rank that has no readable trace (missing_rank).
     told = {stem_of(f) for fate in fates.values() for f in fate.files}
     left = [i for i in run.issues
             if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
-            and not rank_is_missing(i, fates)]
+            and ((r := rank_in_name(str(getattr(i, "file", "")))) is None or r in fates)]
     out = []
     for alike in fold_issues(left):
         f = Finding(TRACE_ISSUE, WARNING, issue_line(alike))

@@ -42,9 +42,9 @@ _LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + 
 
 
 def _read_dump(path: str | None, run_dir: str | None):
-    """The dump's JSON object, or a string saying why there is none."""
+    """The dump's JSON object, None without one, or a string saying why a named one is unusable."""
     if not path:
-        return "no dump"
+        return None
     cand = path if os.path.isabs(path) else os.path.join(run_dir or "", path)
     if not os.path.isfile(cand) and run_dir:
         cand = os.path.join(run_dir, os.path.basename(path))
@@ -55,7 +55,7 @@ def _read_dump(path: str | None, run_dir: str | None):
             obj = json.loads(fh.read())
     except (OSError, ValueError):
         return "(dump file unreadable)"
-    return obj if isinstance(obj, dict) else "no dump"
+    return obj if isinstance(obj, dict) else None
 
 
 def _main_frames(obj: dict) -> list[dict]:
@@ -109,8 +109,8 @@ def add_dumped_positions(findings: list[Finding], run) -> None:
 def dump_summary(path: str | None, run_dir: str | None = None, max_frames: int = 4) -> list[str]:
     """A few lines from a watchdog dump: in-flight ops and the innermost user frames."""
     obj = _read_dump(path, run_dir)
-    if isinstance(obj, str):   # why there is none: said only when a dump was named but unusable
-        return [] if obj == "no dump" else [obj]
+    if not isinstance(obj, dict):
+        return [] if obj is None else [obj]
     lines = []
     for op in (obj.get("in_flight") or [])[:5]:
         if isinstance(op, dict):

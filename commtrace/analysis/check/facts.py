@@ -60,8 +60,7 @@ class RunFacts:
         if not other.has_ops:
             return
         self.has_ops = True
-        if other.t_max is not None:
-            self.t_max = other.t_max if self.t_max is None else max(self.t_max, other.t_max)
+        self.t_max = max((t for t in (self.t_max, other.t_max) if t is not None), default=None)
         self.group_ranks |= other.group_ranks
         if len(other.last_ops):
             both = pd.concat([self.last_ops, other.last_ops]) if len(self.last_ops) else other.last_ops
@@ -71,10 +70,9 @@ class RunFacts:
             mine = self.groups.setdefault(key, GroupFacts(g.members))
             if g.desc_at < mine.desc_at:
                 mine.desc, mine.desc_at = g.desc, g.desc_at
-            for r, s in g.last_entered.items():
-                mine.last_entered[r] = max(s, mine.last_entered.get(r, s))
-            for r, s in g.last_completed.items():
-                mine.last_completed[r] = max(s, mine.last_completed.get(r, s))
+            for last, new in ((mine.last_entered, g.last_entered), (mine.last_completed, g.last_completed)):
+                for r, s in new.items():
+                    last[r] = max(s, last.get(r, s))
             for r, seqs in g.in_flight.items():
                 mine.in_flight[r] = sorted(mine.in_flight.get(r, []) + seqs)
         for key, s in other.stragglers.items():
@@ -97,10 +95,8 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     if not len(df):
         return facts
     facts.has_ops = True
-    ts = pd.to_numeric(df["t_start_ns"], errors="coerce").max()
-    te = pd.to_numeric(df["t_end_ns"], errors="coerce").max()
-    cands = [v for v in (_int(ts), _int(te)) if v is not None]
-    facts.t_max = max(cands) if cands else None
+    ends = [_int(pd.to_numeric(df[c], errors="coerce").max()) for c in ("t_start_ns", "t_end_ns")]
+    facts.t_max = max((t for t in ends if t is not None), default=None)
     facts.group_ranks = {parse_ranks(x) for x in df["group_ranks"].dropna().unique()}
     facts.last_ops = _last_ops(df)
     coll = collective_rows(df)
@@ -228,6 +224,20 @@ def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict
             v.failed.append(s)
     v.n_mismatch, v.n_failed = len(v.mismatch), len(v.failed)
     return v, by_seq
+
+
+def classify_frame(df: pd.DataFrame, members: dict, last_seq: dict, fates: dict) -> tuple[dict, list]:
+    """``classify_group`` over every group of ``df`` (keys (world, group), as ``members`` and ``last_seq``):
+    the verdicts, capped to what the findings show, and the rows of the seqs they name."""
+    verdicts, kept = {}, []
+    coll = collective_rows(df)
+    for (w, g), gdf in (coll.groupby(["world", "group"], observed=True, sort=False) if len(coll) else ()):
+        key = (_s(w), _s(g))
+        v, by_seq = classify_group(gdf, members.get(key, []), last_seq.get(key, {}), fates, key[1])
+        v.cap()
+        verdicts[key] = v
+        kept += [by_seq[s] for s in sorted(v.seqs())]
+    return verdicts, kept
 
 
 # The fields _compare_at_seq compares: a seq where all of them agree has no mismatch.

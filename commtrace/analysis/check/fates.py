@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...trace.schema import rank_in_name, stem_of
+from ...trace.schema import stem_of
 from .findings import _int, _s
 
 # -- process facts -----------------------------------------------------------------
@@ -147,14 +147,3 @@ def early_processes(run) -> list[EarlyProcess]:
         out.append(EarlyProcess(label, rank, fate, spawn if rank is None else None))
     return out
 
-
-def rank_in_file(issue) -> int | None:
-    """The rank whose file ``issue`` (reader.TraceIssue) is about, by the file's name
-    (``trace.schema.rank_in_name``: a file whose header cannot be read has no other)."""
-    return rank_in_name(str(getattr(issue, "file", "")))
-
-
-def rank_is_missing(issue, fates) -> bool:
-    """``issue`` is about a rank's file, and that rank has no readable trace."""
-    r = rank_in_file(issue)
-    return r is not None and r not in fates

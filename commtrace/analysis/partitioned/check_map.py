@@ -1,31 +1,20 @@
 """``commtrace check``: the findings of a run by map/reduce -- the one check engine.
 
-The diagnoses (analysis.check) read what each process said about itself (meta
-lines: small), figures over every op (``RunFacts``) and the rows of the few
-collectives they name (``GroupVerdict``). Here:
-
 1. meta lines of every file, in this process (as ``reader.load_run`` reads them);
-2. per rank (``map_check_rank``): its records, read as ``load_run`` reads them (the
-   damage, lost records and issues the fates need), the seq-chunk index of its ops
-   files (``rank_map._chunk_index``), per group the highest seq it has a record of
-   and the member lists its ops name;
-3. per seq chunk (``map_check_chunk``): the frame of that chunk's records of every
-   file (``cpp_layer.rank_frame`` on just them: every value as ``load_run``'s), whose
-   collective instances are whole, classified as ``check.diagnose`` classifies them
-   (``classify_group``, with the run-wide highest seqs of step 2) and reduced to the
-   verdicts (capped to what the findings show, counts exact), the rows of the seqs
-   they name, the first unmatched send/recv, and the chunk's RunFacts;
-4. the fold (``CheckFold``) merges those, keeps only the rows still shown, and
-   ``check.diagnose_reduced`` runs the diagnoses on the small result.
+2. per rank (``map_check_rank``): its records, read as ``load_run`` reads them (damage, lost
+   records, issues: what the fates need), the seq-chunk index of its ops files, per group the
+   highest seq it has a record of and the member lists its ops name;
+3. per seq chunk (``map_check_chunk``): the frame of that chunk's records of every file, whose
+   collective instances are whole, classified as ``check.diagnose`` does (with step 2's run-wide
+   highest seqs) and reduced to verdicts (capped to what the findings show, counts exact), the
+   rows of the seqs they name, the first unmatched send/recv and the chunk's RunFacts;
+4. the fold (``CheckFold``) merges those; ``check.diagnose_reduced`` runs on the small result.
 
-A run that fits in memory (``memory_policy.needs_partitions`` at ``CHUNK_BYTES_PER_OP``)
-and has fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked in this process;
-else no task holds more than one rank's records (step 2) or one chunk's frame (step 3);
-the fold holds the facts (per group and rank a few numbers, the straggler lags:
-one float per collective instance every member completed, where some rank arrived
-last) and at most a few dozen instances' rows per group. C++-layer files (trace.layers)
-are merged into their process's Python rows over the whole process, so a run that has
-them is checked in one chunk.
+A run that fits in memory and has fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked
+in this process; else no task holds more than one rank's records or one chunk's frame, and the
+fold holds per group and rank a few numbers, one straggler lag per complete instance and a few
+dozen instances' rows per group. C++-layer files merge into their process's Python rows over the
+whole process, so a run that has them is checked in one chunk.
 """
 from __future__ import annotations
 
@@ -38,20 +27,20 @@ import numpy as np
 import pandas as pd
 
 from ...errors import CommtraceError
-from ...trace import reader, records, schema
+from ...trace import reader, records
 from ...trace.group_ranks import ranks_of
 from ...trace.schema import P2P_OPS
 from .. import bounded_coverage
 from ..check import diagnose_reduced, unmatched_p2p
 from ..check.diagnoses import P2P_SHOWN
-from ..check.facts import GroupVerdict, RunFacts, classify_group, frame_facts
+from ..check.facts import GroupVerdict, RunFacts, classify_frame, frame_facts
 from ..check.fates import rank_fates
-from ..check.matching import collective_rows
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
 from .plan import chunk_ranges, chunk_size
 from .progress_bar import Progress
+from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
 from .rank_map import _chunk_index
 
@@ -62,24 +51,21 @@ CHUNK_BYTES_PER_OP = 800
 RANK_BYTES_PER_OP = 200
 
 
+# What step 2 carries back of each ProcessTrace: what load_run's Run summary shows of it.
+_CARRIED = ("n_records", "complete", "lost", "n_lost", "damage", "damage_any", "meta_damage", "cut",
+            "coverage")
+
+
 @dataclass
 class FileFacts:
     """What step 2 learnt about one process's files."""
     index: int                  # the file's place in reader.find_traces order
-    n_records: int
-    complete: bool
-    lost: dict
-    n_lost: int
-    damage: list
-    damage_any: list            # ProcessTrace.damage_any (its damage, file names as "*.ops.bin")
-    meta_damage: list           # ProcessTrace.meta_damage
-    cut: bool                   # ProcessTrace.cut
+    carried: dict               # ProcessTrace attribute -> value (_CARRIED)
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
     chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
-    group_ranks: dict           # (world, group) -> its global ranks (tuples; trace.group_ranks.ranks_of)
-    coverage: dict | None       # bounded mode: what its files cover (reader.read_process)
+    group_ranks: dict           # (world, group) -> its global ranks (trace.group_ranks.ranks_of; () unknown)
 
 
 @dataclass
@@ -130,8 +116,8 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             rec = pt.records
             keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
             chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
-        out.append(FileFacts(index, pt.n_records, pt.complete, pt.lost, pt.n_lost, list(pt.damage), list(pt.damage_any),
-                             list(pt.meta_damage), pt.cut, issues, span_issues, chunks, last_seq, group_ranks, pt.coverage))
+        carried = {k: getattr(pt, k) for k in _CARRIED}
+        out.append(FileFacts(index, carried, issues, span_issues, chunks, last_seq, group_ranks))
     return out
 
 
@@ -150,8 +136,7 @@ def _collective_groups(pt) -> tuple[dict, dict]:
         if key[0] is None or key[1] is None:
             continue                                 # the frame's groupby drops missing keys
         last[key] = int(coll["seq"][coll["group"] == gid].max())
-        valid = ranks_of(g.get("ranks"))
-        ranks[key] = [] if valid is None else [valid]
+        ranks[key] = ranks_of(g.get("ranks")) or ()
     return last, ranks
 
 
@@ -176,16 +161,7 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
     facts = frame_facts(df, task.members)
     if task.facts_only:
         return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
-    verdicts, kept = {}, []
-    coll = collective_rows(df)
-    if len(coll):
-        for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False):
-            key = (reader.str_or_none(w), reader.str_or_none(g))
-            v, by_seq = classify_group(gdf, task.members.get(key, []), task.last_seq.get(key, {}), task.fates,
-                                       key[1])
-            v.cap()
-            verdicts[key] = v
-            kept += [by_seq[s] for s in sorted(v.seqs())]
+    verdicts, kept = classify_frame(df, task.members, task.last_seq, task.fates)
     p2p = unmatched_p2p(df)[:P2P_SHOWN]
     return CheckChunkPartial(task.chunk, len(df), facts, verdicts, _plain(kept),
                              _plain([pd.DataFrame(p2p)]) if p2p else _plain([]))
@@ -227,10 +203,7 @@ class CheckFold:
         self.ops += part.ops
         self.facts.merge(part.facts)
         for key, v in part.verdicts.items():
-            mine = self.verdicts.get(key)
-            if mine is None:
-                self.verdicts[key] = mine = GroupVerdict()
-            mine.merge(v)
+            self.verdicts.setdefault(key, GroupVerdict()).merge(v)
         if len(part.rows):
             for (w, g), gdf in part.rows.groupby(["world", "group"], sort=False, dropna=False):
                 key = (reader.str_or_none(w), reader.str_or_none(g))
@@ -290,7 +263,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     for i, m, pt, _ in read:
         if pt is not None and pt.rank is not None:
             ranks.setdefault(pt.rank, []).append((i, m))
-    records = {i: _ops_records(m) for i, m, pt, _ in read if pt is not None and pt.rank is not None}
+    records = {i: ops_records_on_disk(pt.ops_path) for i, _, pt, _ in read
+               if pt is not None and pt.rank is not None}
     per_file = max(records.values(), default=0)
     one_chunk = whole and (has_cpp(procs) or sum(records.values()) < POOL_MIN_RECORDS)
     if workers is None and not spread:
@@ -308,7 +282,7 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
         for part in ex.map(map_check_rank, [CheckRankTask(r, fs, chunk) for r, fs in sorted(ranks.items())]):
             for f in part:
                 facts_of[f.index] = f
-            stage.advance(sum(f.n_records for f in part))
+            stage.advance(sum(f.carried["n_records"] for f in part))
         seconds["ranks"] = time.perf_counter() - t0
         run = _run_of(run_dir, read, facts_of)
         members, last_seq, order = _groups(read, facts_of)
@@ -342,13 +316,6 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     return RunCheck(run, findings, fold.ops, ex.name, ex.workers, len(tasks), seconds)
 
 
-def _ops_records(meta: str) -> int:
-    try:
-        return os.path.getsize(meta[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX) // schema.RECORD_SIZE
-    except OSError:
-        return 0
-
-
 def _run_of(run_dir: str, read: list, facts_of: dict):
     """The reader.Run ``load_run`` would give, without its frame: each process's
     summary and every issue, in load_run's order."""
@@ -361,9 +328,8 @@ def _run_of(run_dir: str, read: list, facts_of: dict):
             if pt is not None:
                 reader.read_spans(pt, span_issues)
         elif f is not None:
-            (pt.n_records, pt.complete, pt.lost, pt.n_lost, pt.damage, pt.damage_any, pt.meta_damage, pt.cut,
-             pt.coverage) = (f.n_records, f.complete, f.lost, f.n_lost, list(f.damage), list(f.damage_any),
-                             list(f.meta_damage), f.cut, f.coverage)
+            for k, v in f.carried.items():
+                setattr(pt, k, list(v) if isinstance(v, list) else v)
             meta_issues = f.issues
             span_issues += f.span_issues
         issues += meta_issues
@@ -381,7 +347,6 @@ def _groups(read: list, facts_of: dict):
     the frame), each rank's highest seq, and the sort key of the frame's group order
     (categories in the order the files define them)."""
     ranks: dict = {}
-    present: dict = {}
     last_seq: dict = {}
     worlds: dict = {}
     names: dict = {}
@@ -389,21 +354,15 @@ def _groups(read: list, facts_of: dict):
         f = facts_of.get(i)
         if f is None:
             continue
-        if f.n_records:                              # build_frame's categories: files with records, in order
+        if f.carried["n_records"]:                 # build_frame's categories: files with records, in order
             for g in pt.groups.values():
                 worlds.setdefault(reader.str_or_none(g.get("world_id")), len(worlds))
                 names.setdefault(reader.str_or_none(g.get("name")), len(names))
         for key, s in f.last_seq.items():
             seqs = last_seq.setdefault(key, {})
             seqs[pt.rank] = max(s, seqs.get(pt.rank, s))
-            ranks.setdefault(key, set()).update(f.group_ranks.get(key, []))
-            present.setdefault(key, set()).add(pt.rank)
-    members = {}
-    for key in last_seq:
-        ms: set = set()
-        for r in ranks.get(key, ()):
-            ms.update(r)
-        members[key] = sorted(ms or present[key])
+            ranks.setdefault(key, set()).update(f.group_ranks.get(key, ()))
+    members = {key: sorted(ranks[key] or seqs) for key, seqs in last_seq.items()}   # none named: who has ops
     return members, last_seq, lambda key: (worlds.get(key[0], len(worlds)), names.get(key[1], len(names)))
 
 
