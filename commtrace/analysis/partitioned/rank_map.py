@@ -219,7 +219,7 @@ def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
     form a few runs: found in one pass, only their boundaries are reduced per key."""
     if not len(seq):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    c = seq // np.asarray(chunk, seq.dtype)      # the records' unsigned seq: 3x cheaper than int64 division
+    c = np.ascontiguousarray(seq) // np.uint32(chunk)   # the records' u4 seq: 2x cheaper than int64 division
     starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
     ends = np.append(starts[1:], len(c)) - 1
     run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
