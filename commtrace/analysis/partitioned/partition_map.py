@@ -140,12 +140,12 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
         return None
     if is_bounded(pt):    # ring segments, ops kept by call time: the reader's records of the process
         rec = bounded_records(meta)
-        rec = rec[(rec["seq"].astype(np.int64) // size) == chunk]
+        rec = rec[(np.ascontiguousarray(rec["seq"]) // np.uint32(size)) == chunk]
     else:
         ft = _tables_of(pt)
         rec = records.read_slice(ops, lo, hi - lo + 1)
         ok = records.valid(rec, ft.sig_ids, ft.group_ids)
-        ok &= (rec["seq"].astype(np.int64) // size) == chunk
+        ok &= (np.ascontiguousarray(rec["seq"]) // np.uint32(size)) == chunk   # as rank_map.chunk_runs
         rec = records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
     if not len(rec):
         return None

@@ -72,8 +72,7 @@ def map_rank(task: RankTask) -> RankPartial:
     own = {p.meta_path: p for p in procs}
     refs = {wid: own.get(m) or reader.read_process(m, [], records=False) for wid, m in task.refs.items()}
     refs = {w: p for w, p in refs.items() if p is not None}
-    index = {p.ops_path: _bounded_chunk_index(p, task.chunk) if is_bounded(p) else _chunk_index(p.ops_path, task.chunk)
-             for p in procs}
+    index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     layers: dict = {}
@@ -136,10 +135,8 @@ CELL_TABLE_COLUMNS = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes
 
 
 def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[dict, list]:
-    """The summary cells of one rank (as summary.summary_cells bins them; only cells with
-    ops) as columns (CELL_TABLE_COLUMNS; no frame: the analysing process makes one table of
-    all ranks' cells) and per cell its durations (float32 when that is lossless) or their
-    LogSketch."""
+    """One rank's summary cells with ops (as summary.summary_cells bins them) as CELL_TABLE_COLUMNS
+    columns, and per cell its durations (float32 when lossless) or their LogSketch."""
     if ops is None:
         return {}, []
     a, n = ops.arrays, len(ops.cells)
@@ -197,10 +194,7 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
 
 
 def _chunk_index(ops_path: str, chunk: int) -> tuple:
-    """(group << 32 | seq // chunk, first record, last record) per key present in the file.
-
-    Records are in call order, so a key's records form a few runs: the runs are found
-    in one pass, and only their (few) boundaries are reduced per key."""
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
     none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
     try:
         count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
@@ -212,22 +206,25 @@ def _chunk_index(ops_path: str, chunk: int) -> tuple:
     return chunk_runs(mm["group"], mm["seq"], chunk)
 
 
-def _bounded_chunk_index(pt, chunk: int) -> tuple:
-    """The chunk index of a bounded process (bounded_files): over the records the reader kept."""
+def _kept_chunk_index(pt, chunk: int) -> tuple:
+    """The chunk index of a bounded process's kept records, or of a file's that kept all (no second read)."""
     rec = pt.records if pt.records is not None else np.empty(0, schema.OP_RECORD)
-    return chunk_runs(rec["group"], rec["seq"], chunk)
+    if is_bounded(pt) or (len(rec) and len(rec) == os.path.getsize(pt.ops_path) // schema.RECORD_SIZE):
+        return chunk_runs(rec["group"], rec["seq"], chunk)
+    return _chunk_index(pt.ops_path, chunk)
 
 
 def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
-    """_chunk_index of records given as their group and seq columns."""
+    """_chunk_index of records given as their group and seq columns. In call order a key's records
+    form a few runs: found in one pass, only their boundaries are reduced per key."""
     if not len(seq):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    key = (group.astype(np.int64) << 32) | (seq.astype(np.int64) // chunk)
-    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
-    ends = np.append(starts[1:], len(key)) - 1
-    run_key = key[starts]
+    c = np.ascontiguousarray(seq) // np.uint32(chunk)   # the records' u4 seq: 2x cheaper than int64 division
+    starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
+    ends = np.append(starts[1:], len(c)) - 1
+    run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
     keys, inv = np.unique(run_key, return_inverse=True)
-    first = np.full(len(keys), len(key), np.int64)
+    first = np.full(len(keys), len(c), np.int64)
     np.minimum.at(first, inv, starts)
     last = np.full(len(keys), -1, np.int64)
     np.maximum.at(last, inv, ends)
