@@ -584,7 +584,10 @@ def make_dry_run(target, *extra):
     top = ROOT / "Makefile"
     uses_top = top.exists() and "patches/patch.mk" in top.read_text()
     cmd = ["make", "-n", target, *extra] if uses_top else ["make", "-n", "-f", "patches/patch.mk", target, *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # The Makefile's defaults, whatever make ran pytest: `make test TORCH=2.x.y` passes
+    # TORCH=... down to every child make through MAKEFLAGS, which would pin that torch here.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TORCH")}
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
 
 
 def test_make_n_patch_build():
