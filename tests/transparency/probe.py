@@ -99,11 +99,20 @@ def torch_view() -> dict:
     return out
 
 
+# The all_reduce's tensor outlives the group: gloo's worker thread may still be dropping
+# the finished op (and its tensor) when the group is destroyed. Were that the tensor's
+# last reference, freeing it would need the GIL, which the destroying thread holds:
+# torch 2.4 deadlocks there (~ProcessGroupGloo waits for the worker), later releases
+# can abort at interpreter exit ("terminate called without an active exception").
+KEEP_ALIVE = []
+
+
 def world_view() -> dict:
     import torch
     import torch.distributed as dist
     t = torch.ones(4)
     dist.all_reduce(t)
+    KEEP_ALIVE.append(t)
     return {
         "get_backend": dist.get_backend(),
         "world": [dist.get_rank(), dist.get_world_size()],
