@@ -71,18 +71,30 @@ def run(args, *, timeout: float = DEFAULT_TIMEOUT, env: dict | None = None, cwd:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _killpg(proc)
+        kill_session(proc)
         out, err = proc.communicate()
     finally:
-        _killpg(proc)  # leftovers (orphaned ranks) of a finished launcher
+        kill_session(proc)  # leftovers (orphaned ranks) of a finished launcher
     return Result([str(a) for a in args], proc.returncode, out, err, timed_out)
 
 
-def _killpg(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def kill_session(proc) -> None:
+    """SIGKILL every process of ``proc``'s session: its process group, and the groups of
+    its descendants (mpirun's ranks each lead their own group, in mpirun's session)."""
+    pids = {proc.pid}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()   # after "pid (comm)": state ppid pgrp session
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and len(fields) > 3 and int(fields[3]) == proc.pid:
+            pids.add(int(fields[2]))
+    for pgrp in pids:
+        try:
+            os.killpg(pgrp, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def commtrace_cmd(run_dir, *target) -> list:

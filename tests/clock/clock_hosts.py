@@ -37,11 +37,11 @@ def run_hosts(commands: list[tuple[list, dict]], timeout: float = 120) -> list[h
             results.append(h.Result(args, p.returncode, out, err))
         except subprocess.TimeoutExpired:
             for q in procs:
-                h._killpg(q)
+                h.kill_session(q)
             out, err = p.communicate()
             results.append(h.Result(args, p.returncode, out, err, timed_out=True))
     for p in procs:
-        h._killpg(p)
+        h.kill_session(p)
     return results
 
 
