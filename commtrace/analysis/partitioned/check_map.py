@@ -38,7 +38,7 @@ from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
-from .plan import chunk_ranges, chunk_size
+from .plan import chunk_ranges, chunk_size, seq_chunk
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
@@ -114,7 +114,8 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
             chunks = _chunk_index(pt.ops_path, task.chunk)
         else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
             rec = pt.records
-            keys = np.unique((rec["group"].astype(np.int64) << 32) | (rec["seq"].astype(np.int64) // task.chunk))
+            keys = np.unique((rec["group"].astype(np.int64) << 32)
+                             | seq_chunk(rec["seq"], task.chunk).astype(np.int64))
             chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
         carried = {k: getattr(pt, k) for k in _CARRIED}
         out.append(FileFacts(index, carried, issues, span_issues, chunks, last_seq, group_ranks))
@@ -172,10 +173,10 @@ def _chunk_records(pt, ops: str, lo: int, hi: int, chunk: int, size: int) -> np.
     (``hi < lo``: every record, read as it reads them: a bounded process's ring)."""
     if hi < lo:
         rec = reader.read_records(dataclasses.replace(pt, damage=[], lost={}), [])
-        return rec[(rec["seq"].astype(np.int64) // size) == chunk]
+        return rec[seq_chunk(rec["seq"], size) == chunk]
     rec = records.read_slice(ops, lo, hi - lo + 1)
     ok = records.valid(rec, records.defined_ids(pt.sigs), records.defined_ids(pt.groups))
-    ok &= (rec["seq"].astype(np.int64) // size) == chunk
+    ok &= seq_chunk(rec["seq"], size) == chunk
     return records.last_record_per_op(rec[ok])
 
 

@@ -28,6 +28,7 @@ from .bounded_files import bounded_records, is_bounded
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
 from .phase_splits import split_instances
+from .plan import seq_chunk
 from .windowing import in_window
 
 TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
@@ -140,12 +141,12 @@ def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
         return None
     if is_bounded(pt):    # ring segments, ops kept by call time: the reader's records of the process
         rec = bounded_records(meta)
-        rec = rec[(np.ascontiguousarray(rec["seq"]) // np.uint32(size)) == chunk]
+        rec = rec[seq_chunk(rec["seq"], size) == chunk]
     else:
         ft = _tables_of(pt)
         rec = records.read_slice(ops, lo, hi - lo + 1)
         ok = records.valid(rec, ft.sig_ids, ft.group_ids)
-        ok &= (np.ascontiguousarray(rec["seq"]) // np.uint32(size)) == chunk   # as rank_map.chunk_runs
+        ok &= seq_chunk(rec["seq"], size) == chunk
         rec = records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
     if not len(rec):
         return None

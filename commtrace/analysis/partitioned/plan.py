@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...errors import CommtraceError
 from ...trace import reader, schema
 from ..arrays import NA_KEY
@@ -67,6 +69,12 @@ def chunk_size(files: int, per_file: int, limit: int, workers: int, bytes_per_op
     by_memory = max(1, (limit // max(1, workers)) // (bytes_per_op * max(1, files)))
     by_spread = max(1, -(-per_file // (CHUNKS_PER_WORKER * workers)))
     return int(min(by_memory, by_spread, 1 << 30))
+
+
+def seq_chunk(seq: np.ndarray, size: int) -> np.ndarray:
+    """The seq chunk (seq // ``size``) of records' u4 ``seq`` column: divided as uint32, exact
+    for these values and half the cost of an int64 division."""
+    return np.ascontiguousarray(seq) // np.uint32(size)
 
 
 def chunk_ranges(index: tuple) -> dict:

@@ -26,6 +26,7 @@ from .cpp_layer import has_cpp, merged_rank_ops
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
+from .plan import seq_chunk
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
 from .sketch import LogSketch
 
@@ -219,7 +220,7 @@ def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
     form a few runs: found in one pass, only their boundaries are reduced per key."""
     if not len(seq):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    c = np.ascontiguousarray(seq) // np.uint32(chunk)   # the records' u4 seq: 2x cheaper than int64 division
+    c = seq_chunk(seq, chunk)
     starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
     ends = np.append(starts[1:], len(c)) - 1
     run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
