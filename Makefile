@@ -62,9 +62,13 @@ test: setup
 test-smoke: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/compat
 
+# COMPAT_CLEAN=1 (CI) removes each release's venv after its run: each holds a CUDA
+# build of about 6 GB, and a CI machine's disk may not hold two at once.
+COMPAT_CLEAN ?= 0
 test-compat:
 	@set -e; for v in $(COMPAT_TORCH); do \
-	  echo "== torch $$v"; $(MAKE) --no-print-directory test-smoke TORCH=$$v; done
+	  echo "== torch $$v"; $(MAKE) --no-print-directory test-smoke TORCH=$$v; \
+	  if [ "$(COMPAT_CLEAN)" = 1 ]; then rm -rf .venv-torch$$v; fi; done
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py --output BENCHMARKS.md
