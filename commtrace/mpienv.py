@@ -7,6 +7,7 @@ the backend's progress thread tests requests while the main thread starts new on
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -119,10 +120,8 @@ class _HiddenFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
         if fullname not in _hidden:
             return None
-        try:
+        with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
-        except ValueError:
-            pass
         mod = _hidden.pop(fullname)
         for name, other in list(_hidden.items()):  # the package and its other submodules too
             sys.modules.setdefault(name, other)

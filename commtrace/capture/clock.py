@@ -19,6 +19,7 @@ counters ``elsewhere`` and ``arrived``, ``all``, and gloo's rendezvous under ``g
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import socket
 import sys
@@ -108,10 +109,8 @@ class MPILink:
     def _wait(self, req) -> bool:
         while not req.Test():
             if time.monotonic() > self.deadline:
-                try:
+                with contextlib.suppress(Exception):
                     req.Cancel()
-                except Exception:
-                    pass
                 return False
         return True
 

@@ -7,6 +7,7 @@ lookups work unchanged.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 import threading
@@ -38,11 +39,17 @@ class Installer:
         self.originals: dict[str, object] = {}
 
     def as_traced(self, obj):
-        if isinstance(obj, dist.ProcessGroup) and not isinstance(obj, self.traced_types):
-            return self.traced.get(id(obj), obj)
+        """``obj`` (a group, or a tuple holding one) with the wrapper in place of a group. Without
+        the _register_pg_in_world hook (torch < 2.13) the helper registers the real group
+        itself: a registered group is wrapped here and the wrapper swapped into the registries."""
         if isinstance(obj, tuple):
             return tuple(self.as_traced(x) for x in obj)
-        return obj
+        if not isinstance(obj, dist.ProcessGroup) or isinstance(obj, self.traced_types):
+            return obj
+        traced = self.traced.get(id(obj))
+        if traced is None and "_register_pg_in_world" not in self.originals and obj in c10d._world.pg_map:
+            return self._adopt(obj)
+        return obj if traced is None else traced
 
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping):
         if isinstance(pg, self.traced_types):
@@ -80,15 +87,12 @@ class Installer:
             return
         reg = getattr(c10d, "_register_pg_in_world", None)
         helper = c10d._new_process_group_helper
-        # torch < 2.13 has no _register_pg_in_world: the helper registers the real
-        # group itself, so the wrapper is swapped into torch's registries after it.
-        adopt = self._adopt_registered if reg is None else (lambda x: x)
 
         def set_ranks(args):
             group_size, _, ranks = args[:3]
             _tls.ranks = list(ranks) or list(range(group_size))
 
-        patches = {"_new_process_group_helper": self._returning_traced(helper, adopt, set_ranks)}
+        patches = {"_new_process_group_helper": self._returning_traced(helper, set_ranks)}
         if reg is not None:
             @functools.wraps(reg)
             def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
@@ -103,7 +107,7 @@ class Installer:
         for name in ("split_group", "_new_group_with_tag", "_finalize_shrunk_group"):
             fn = getattr(c10d, name, None)
             if fn is not None:
-                patches[name] = self._returning_traced(fn, adopt)
+                patches[name] = self._returning_traced(fn)
         upd = c10d._update_default_pg
 
         @functools.wraps(upd)
@@ -120,15 +124,6 @@ class Installer:
         # torch.distributed re-exports it.
         if "split_group" in patches and getattr(dist, "split_group", None) is self.originals["split_group"]:
             dist.split_group = patches["split_group"]
-
-    def _adopt_registered(self, obj):
-        """(torch < 2.13) Wrap a group torch has just registered, in its place in every
-        registry (``obj`` may be a (pg, store) tuple)."""
-        if isinstance(obj, tuple):
-            return tuple(self._adopt_registered(x) for x in obj)
-        if not isinstance(obj, dist.ProcessGroup) or obj not in c10d._world.pg_map:
-            return obj
-        return self._adopt(obj)
 
     def _adopt(self, pg):
         """Wrap registered group ``pg`` and swap the wrapper into torch's registries."""
@@ -159,13 +154,13 @@ class Installer:
                 n += 1
         return n
 
-    def _returning_traced(self, fn, adopt, before=None):
+    def _returning_traced(self, fn, before=None):
         @functools.wraps(fn)
         def wrapper(*a, **kw):
             if before is not None:
                 before(a)
             try:
-                return self.as_traced(adopt(fn(*a, **kw)))
+                return self.as_traced(fn(*a, **kw))
             except BaseException as e:
                 drop_own_frame(e)
                 raise
@@ -181,7 +176,7 @@ class Installer:
         self.originals.clear()
 
 
-# torch's per-group registries (torch < 2.13 fills them inline; see _adopt_registered).
+# torch's per-group registries (torch < 2.13 fills them inline; see as_traced).
 _KEYED_BY_GROUP = ("pg_map", "pg_names", "pg_group_ranks", "pg_backend_config", "pg_to_tag", "pg_coalesce_state")
 
 
@@ -196,10 +191,8 @@ def _swap_in_registries(inner, traced, group_name) -> None:
     for pgs in getattr(w, "tags_to_pg", {}).values():
         pgs[:] = [traced if p is inner else p for p in pgs]
     if group_name is not None:  # the name -> group registry of functional collectives
-        try:
+        with contextlib.suppress(Exception):
             c10d._unregister_process_group(group_name)
-        except Exception:
-            pass
         c10d._register_process_group(group_name, traced)
 
 

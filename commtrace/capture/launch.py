@@ -4,6 +4,7 @@ Pure functions over an environment mapping (unit-testable without launching anyt
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -32,10 +33,8 @@ class LaunchInfo:
 def _int(env: Mapping[str, str], *names: str) -> int | None:
     """The first of ``names`` set to an integer."""
     for name in names:
-        try:
+        with contextlib.suppress((KeyError, ValueError)):
             return int(env[name])
-        except (KeyError, ValueError):
-            pass
     return None
 
 

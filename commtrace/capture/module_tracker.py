@@ -69,7 +69,7 @@ class ModuleTracker:
         if after:
             sys.meta_path.insert(0, finder)
             self.hooks.originals.append(("hook", finder))
-        self.hooks.after_backward.append(self._backward_done)
+        self.hooks.after_backward.append(self._bw.clear)  # _bw is cleared in place, never rebound
 
     def enable(self) -> None:
         """Install the global module hooks (once)."""
@@ -200,9 +200,6 @@ class ModuleTracker:
                 if not self._ddp_scope():
                     self.rec.set_context_field("module", bw[-1] if bw else None)
                 return
-
-    def _backward_done(self) -> None:
-        self._bw.clear()
 
     def _scope(self, detail: str, unit=None):
         """Wrap a function: its ops get ``detail``; ``unit(args)`` gives the module an op

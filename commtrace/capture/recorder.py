@@ -16,7 +16,7 @@ import time
 from ..trace import schema
 from ..trace.writer import pack_rows, pack_spans
 from .annotation_context import AnnotationContext
-from .completion import CALLBACK_DRAIN_S, GROUP, IN_FLIGHT_AFTER_NS, SEQ, SIG, T_CALL, CompletionTracker, sig_of
+from .completion import CALLBACK_DRAIN_S, GROUP, IN_FLIGHT_AFTER_NS, SEQ, SIG, T_CALL, CompletionTracker
 from .trace_sink import TraceSink
 
 # At exit, a GIL-free pause after the final flush: gloo's worker thread destroys a
@@ -175,8 +175,6 @@ class Recorder(AnnotationContext):
         """A ``process`` line (e.g. spawn_index), written at once."""
         self.add_meta({"type": schema.META_PROCESS, **fields})
         self.flush()
-
-    sig_of = staticmethod(sig_of)
 
     def unfinished(self) -> list[tuple[list, str]]:
         """``CompletionTracker.unfinished``, with the native wrapper's."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib.machinery
 import importlib.util
 import io
@@ -154,17 +155,13 @@ def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
         atexit._run_exitfuncs()
     finally:
         for f in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 f.flush()
-            except Exception:
-                pass
         if by_sigint:
             import signal
-            try:
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGINT)
-            except Exception:
-                pass
+
+            from .watchdog import die_by
+            die_by(signal.SIGINT)
         os._exit(code)
 
 
@@ -248,10 +245,8 @@ def _report_exception(exc: BaseException) -> None:
         traceback.print_exception(type(hook_exc), hook_exc, hook_tb and hook_tb.tb_next, chain=False)  # from the hook on
         sys.stderr.write("\nOriginal exception was:\n")
         traceback.print_exception(type(exc), exc, tb)
-    try:
+    with contextlib.suppress(Exception):
         sys.stderr.flush()
-    except Exception:
-        pass
     rec = activate.active_recorder()
     if rec is not None:
         rec.record_exception(exc, tb)

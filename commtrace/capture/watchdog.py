@@ -9,6 +9,7 @@ ends with ``os._exit(3)``: an exception could never reach a thread stuck in C++.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ import traceback
 
 from ..trace import schema
 from . import sigview, threads
-from .completion import GROUP, SEQ, T_CALL
+from .completion import GROUP, SEQ, T_CALL, sig_of
 from .scopes import drop_own_frame
 
 ENV_HANG_TIMEOUT = "COMMTRACE_HANG_TIMEOUT"
@@ -37,7 +38,7 @@ def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
     now = time.monotonic_ns() if now_ns is None else now_ns
     out = []
     for row, where in sorted(rec.unfinished(), key=lambda x: x[0][T_CALL]):
-        sig_id = rec.sig_of(row)
+        sig_id = sig_of(row)
         sig = _line(rec.sig_lines, sig_id) if sig_id >= 0 else {}
         grp = _line(rec.group_lines, row[GROUP])
         out.append({
@@ -80,10 +81,8 @@ def dump(rec, reason: str, timeout_s: float | None = None, quiet: bool = False) 
         with _lock:
             return _dump(rec, reason, timeout_s, quiet)
     except Exception as exc:  # pragma: no cover - defensive
-        try:
+        with contextlib.suppress(Exception):
             sys.stderr.write(f"commtrace: dump failed: {exc}\n")
-        except Exception:
-            pass
         return None
 
 
@@ -112,10 +111,8 @@ def _dump(rec, reason: str, timeout_s, quiet: bool) -> str | None:
     if not rec.closed:
         rec.add_meta({"type": schema.META_DUMP, "path": name, "reason": reason, "t_mono_ns": now,
                       "in_flight": len(ops)})
-        try:
+        with contextlib.suppress(Exception):
             rec.flush()
-        except Exception:
-            pass
     if not quiet:
         what = "no op in flight"
         if ops:
@@ -316,10 +313,8 @@ def _spawn_wrap(fn, i, args, error_file):
     def traced(*a):
         rec = _state.get("rec")
         if rec is not None:
-            try:
+            with contextlib.suppress(Exception):
                 rec.add_process_info(spawn_index=i)  # names the process if it dies before it has a rank
-            except Exception:
-                pass
         try:
             return fn(*a)
         except Exception as exc:
@@ -351,10 +346,8 @@ def install(rec) -> None:
         _install_signals()
     except Exception as exc:
         sys.stderr.write(f"commtrace: signal dumps disabled: {exc}\n")
-    try:
+    with contextlib.suppress(Exception):
         _hook_spawn_exceptions()
-    except Exception:
-        pass
     if _start_watchdog(rec) and not _state.get("fork_hook"):
         _state["fork_hook"] = True
         os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -17,6 +17,7 @@ Hot path (budget: a few microseconds per op):
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -185,10 +186,8 @@ def mirror_backends(wrapper, inner) -> bool:
             wrapper._set_default_backend(default_type)
     except Exception:
         pass
-    try:
+    with contextlib.suppress(Exception):
         wrapper.bound_device_id = inner.bound_device_id
-    except Exception:
-        pass
     return cpu_only
 
 

@@ -2,7 +2,7 @@
 
 ``legacy_adopt.py PORT OUT RUN_DIR``: a one-rank gloo world made without
 commtrace, a subgroup registered by torch itself, then
-``Installer._adopt_registered`` (what the hook runs after torch < 2.13's helper
+``Installer.as_traced`` (what the hook runs after torch < 2.13's helper
 has registered a group): the wrapper must take the group's place in every torch
 registry, and ops on it must be traced. Writes what it found to OUT (JSON).
 """
@@ -27,11 +27,11 @@ def main():
     rec = Recorder(run_dir, "legacy", "none", ["legacy_adopt.py"])
     # The world was made untraced here, so state it as the hook would have.
     rec.add_world({"world_id": "legacy", "rank": 0, "world_size": 1, "backend": "gloo"})
-    traced = Installer(rec)._adopt_registered(inner)
+    traced = Installer(rec).as_traced(inner)
     w = c10d._world
     res = {
         "wrapped": isinstance(traced, traced_types()) and traced.inner is inner,
-        "again_same": Installer(rec)._adopt_registered(traced) is traced,
+        "again_same": Installer(rec).as_traced(traced) is traced,
         "in_pg_map": traced in w.pg_map and inner not in w.pg_map,
         "name": w.pg_names.get(traced) == name,
         "tags": any(traced in v for v in w.tags_to_pg.values()) and not any(inner in v for v in w.tags_to_pg.values()),
