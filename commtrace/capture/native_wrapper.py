@@ -70,14 +70,10 @@ def _written_in_python(inner) -> bool:
 
 
 def make_traced(inner: dist.ProcessGroup, rec: Recorder, gid: int, ranks: list[int], kind: str | None = None):
-    """A traced wrapper of ``inner`` recording as group ``gid``; ``kind``: ``kind_for(inner)``."""
-    if (kind or kind_for(inner)) == "native":
-        return make_native(inner, rec, gid)
-    return TracedProcessGroup(inner, rec, gid, ranks)
-
-
-def make_native(inner: dist.ProcessGroup, rec: Recorder, gid: int):
-    """The native wrapper of ``inner`` (the extension must be loaded; see ``kind_for``)."""
+    """A traced wrapper of ``inner`` recording as group ``gid``; ``kind``: ``kind_for(inner)``
+    ("native" needs the extension loaded)."""
+    if (kind or kind_for(inner)) != "native":
+        return TracedProcessGroup(inner, rec, gid, ranks)
     mod = module()
     traced = mod.TracedPG(inner, _log(rec, mod), gid)
     _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner)

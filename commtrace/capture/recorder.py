@@ -243,20 +243,16 @@ class Recorder(AnnotationContext):
 
     def _close_at_exit(self) -> None:
         traced = self.rank is not None and self.sink.writer is not None
-        if self.exit_info is None and not self.closed:
-            self._note_uncaught_exception()
+        # Not run by ``commtrace run``: Python keeps the uncaught exception it printed in
+        # ``sys.last_value`` (exit code 1).
+        exc = getattr(sys, "last_value", None)
+        if self.exit_info is None and not self.closed and isinstance(exc, BaseException) \
+                and not isinstance(exc, SystemExit):
+            self.record_exception(exc)
+            self.exit_info = (1, "exception")
         self.close()
         if traced:
             time.sleep(EXIT_SETTLE_S)
-
-    def _note_uncaught_exception(self) -> None:
-        """At exit of a process not run by ``commtrace run``: Python keeps the uncaught
-        exception it printed in ``sys.last_value`` (exit code 1)."""
-        exc = getattr(sys, "last_value", None)
-        if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
-            return
-        self.record_exception(exc)
-        self.exit_info = (1, "exception")
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
         """Flush everything (ops still running as IN_FLIGHT); from here on the wrappers forward

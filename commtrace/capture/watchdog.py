@@ -53,11 +53,8 @@ def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
 
 
 def _line(lines, idx) -> dict:
-    try:
-        v = lines[idx]
-        return v if isinstance(v, dict) else {}
-    except (IndexError, TypeError):
-        return {}
+    v = lines[idx] if 0 <= idx < len(lines) else None
+    return v if isinstance(v, dict) else {}
 
 
 def thread_stacks() -> list[dict]:

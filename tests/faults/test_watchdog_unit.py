@@ -123,7 +123,7 @@ def _wrap(kind, inner, rec):
     if kind == "python":
         return TracedProcessGroup(inner, rec, 0, [0])
     h.ensure_native_wrapper()
-    traced = native_wrapper.make_native(inner, rec, 0)  # allreduce: bridged by torch's trampoline
+    traced = native_wrapper.make_traced(inner, rec, 0, [0], "native")  # allreduce: bridged by torch's trampoline
     assert type(traced).__name__ == "TracedPG"
     return traced
 

@@ -39,7 +39,7 @@ def _traced(run_dir):
     rec = Recorder(str(run_dir), "run", "none", ["test"])
     rec.add_world({"world_id": "w", "rank": 0, "world_size": 1, "backend": "done"})
     gid = rec.add_group({"name": "0", "world_id": "w", "size": 1, "ranks": [0], "rank": 0, "backend": "done"})
-    traced = native_wrapper.make_native(_DoneBackend(), rec, gid)  # allreduce: bridged by torch's trampoline
+    traced = native_wrapper.make_traced(_DoneBackend(), rec, gid, [0], "native")  # allreduce: bridged by torch's trampoline
     assert type(traced).__name__ == "TracedPG"
     return rec, traced
 
