@@ -5,16 +5,12 @@ import contextlib
 import time
 
 from ..trace import schema
-
-
-def _recorder():
-    from .activate import active_recorder
-    return active_recorder()
+from .activate import active_recorder
 
 
 @contextlib.contextmanager
 def region(label: str):
-    rec = _recorder()
+    rec = active_recorder()
     if rec is None:
         yield
         return
@@ -30,7 +26,7 @@ def region(label: str):
 
 
 def mark(label: str) -> None:
-    rec = _recorder()
+    rec = active_recorder()
     if rec is not None:
         _mark(rec, "mark", str(label))
 
