@@ -47,8 +47,8 @@ def test_largest_spreads_do_not_depend_on_arrival_order():
 
 
 def test_chunk_runs_by_hand():
-    """rank_map.chunk_runs: per (group, seq chunk) key, its first and last record (records in call order)."""
-    from commtrace.analysis.partitioned.rank_map import chunk_runs
+    """plan.chunk_runs: per (group, seq chunk) key, its first and last record (records in call order)."""
+    from commtrace.analysis.partitioned.plan import chunk_runs
     group = np.array([0, 0, 1, 0, 1, 0], np.uint16)
     seq = np.array([1, 2, 1, 3, 2, 4], np.uint32)
     keys, first, last = chunk_runs(group, seq, 3)    # chunks: seq // 3 -> 0 0 0 1 0 1

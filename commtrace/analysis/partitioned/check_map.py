@@ -38,11 +38,10 @@ from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
-from .plan import chunk_ranges, chunk_size, seq_chunk
+from .plan import chunk_index, chunk_ranges, chunk_size, seq_chunk
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
-from .rank_map import _chunk_index
 
 # Peak memory of a chunk task per op it holds: the chunk's frame (reader.build_frame,
 # ~200 B/op) and the groupby temporaries of classify_group, with headroom.
@@ -63,7 +62,7 @@ class FileFacts:
     carried: dict               # ProcessTrace attribute -> value (_CARRIED)
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
-    chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
+    chunks: tuple               # plan.chunk_index of its ops file (bounded: keys only, read whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
     group_ranks: dict           # (world, group) -> its global ranks (trace.group_ranks.ranks_of; () unknown)
 
@@ -111,7 +110,7 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
         reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, group_ranks = _collective_groups(pt)
         if pt.coverage is None:
-            chunks = _chunk_index(pt.ops_path, task.chunk)
+            chunks = chunk_index(pt.ops_path, task.chunk)
         else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
             rec = pt.records
             keys = np.unique((rec["group"].astype(np.int64) << 32)

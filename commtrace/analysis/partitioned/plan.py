@@ -15,6 +15,7 @@ from ...errors import CommtraceError
 from ...trace import reader, schema
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids
+from .bounded_files import ops_records_on_disk
 
 
 @dataclass
@@ -27,11 +28,6 @@ class RunPlan:
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
     modules: bool = True        # a sig names a module: else the run has no per-module table to compute
-
-
-def _ops_records(meta_path: str) -> int:
-    from .bounded_files import ops_records_on_disk
-    return ops_records_on_disk(meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
 
 
 def plan_run(run_dir: str | None) -> RunPlan:
@@ -53,7 +49,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     for p in ranked:
         ranks.setdefault(p.rank, []).append(p.meta_path)
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
-    sizes = [_ops_records(p.meta_path) for p in ranked]
+    sizes = [ops_records_on_disk(p.ops_path) for p in ranked]
     found = issues + more + reader.missing_ranks(procs)
     modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
@@ -85,3 +81,33 @@ def chunk_ranges(index: tuple) -> dict:
         was = span.setdefault(c, [lo, hi])
         was[0], was[1] = min(was[0], lo), max(was[1], hi)
     return span
+
+
+def chunk_index(ops_path: str, chunk: int) -> tuple:
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
+    none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    try:
+        count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
+        if not count:
+            return none
+        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
+    except (OSError, ValueError):
+        return none
+    return chunk_runs(mm["group"], mm["seq"], chunk)
+
+
+def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
+    """chunk_index of records given as their group and seq columns. In call order a key's records
+    form a few runs: found in one pass, only their boundaries are reduced per key."""
+    if not len(seq):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    c = seq_chunk(seq, chunk)
+    starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
+    ends = np.append(starts[1:], len(c)) - 1
+    run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
+    keys, inv = np.unique(run_key, return_inverse=True)
+    first = np.full(len(keys), len(c), np.int64)
+    np.minimum.at(first, inv, starts)
+    last = np.full(len(keys), -1, np.int64)
+    np.maximum.at(last, inv, ends)
+    return keys, first, last
