@@ -13,7 +13,6 @@ collectives and their T/S sums (see analysis.summary)."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,11 +23,10 @@ from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import NA_KEY, dense_codes
 from ..native_ext import kernels
 from ..summary import bus_factor
-from .bounded_files import bounded_records, is_bounded
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
 from .phase_splits import split_instances
-from .plan import seq_chunk
+from .plan import cached_process, chunk_records
 from .windowing import in_window
 
 TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
@@ -102,21 +100,6 @@ def _file_tables(pt) -> _FileTables:
                        np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
 
 
-@functools.lru_cache(maxsize=4096)
-def _meta(path: str, size: int, mtime_ns: int):
-    """A process's meta lines, read once per worker for all the partitions it runs
-    (keyed by size and mtime: a file that changed is read again)."""
-    return reader.read_process(path, [], records=False)
-
-
-def _process(path: str):
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _meta(path, st.st_size, st.st_mtime_ns)
-
-
 _TABLES: dict = {}
 _TABLES_KEPT = 4096
 
@@ -136,24 +119,17 @@ def _tables_of(pt) -> _FileTables:
 
 
 def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
-    pt = _process(meta)
+    pt = cached_process(meta)
     if pt is None:
         return None
-    if is_bounded(pt):    # ring segments, ops kept by call time: the reader's records of the process
-        rec = bounded_records(meta)
-        rec = rec[seq_chunk(rec["seq"], size) == chunk]
-    else:
-        ft = _tables_of(pt)
-        rec = records.read_slice(ops, lo, hi - lo + 1)
-        ok = records.valid(rec, ft.sig_ids, ft.group_ids)
-        ok &= seq_chunk(rec["seq"], size) == chunk
-        rec = records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
+    ft = _tables_of(pt)
+    rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids))
     if not len(rec):
         return None
     wid = pt.world_id
     ref = own_refs.get(wid)
     if ref is None and wid in refs:
-        ref = own_refs[wid] = _process(refs[wid])
+        ref = own_refs[wid] = cached_process(refs[wid])
     return pt, rec, records.aligner(pt, ref)(rec["t_call"])
 
 
@@ -170,7 +146,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     for meta, ops, lo, hi in task.files:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
         if got is not None and ops in task.layers:
-            got = cpp_unmatched(got, task.layers[ops], task.refs, _process)
+            got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
         if got is not None and task.window is not None:
             keep = in_window(*got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None

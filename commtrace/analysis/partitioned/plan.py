@@ -6,16 +6,18 @@ a partition task reads, from every file, only the records of its seq chunk (see
 ``RankPartial.index``)."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...errors import CommtraceError
-from ...trace import reader, schema
+from ...trace import reader, records, schema
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids
-from .bounded_files import ops_records_on_disk
+from .bounded_files import is_bounded, ops_records_on_disk
 
 
 @dataclass
@@ -111,3 +113,42 @@ def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
     last = np.full(len(keys), -1, np.int64)
     np.maximum.at(last, inv, ends)
     return keys, first, last
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta(path: str, size: int, mtime_ns: int):
+    return reader.read_process(path, [], records=False)
+
+
+def cached_process(path: str):
+    """A process's meta lines, read once per worker for all the tasks it runs (keyed by size
+    and mtime: a file that changed is read again); None: unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _meta(path, st.st_size, st.st_mtime_ns)
+
+
+def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None) -> tuple[list, dict]:
+    """The processes of ``metas`` and, per world of ``refs`` (world id -> meta path), its reference
+    process: one of ``metas`` if it is one (each file read once), else ``ref_of(path)`` (default: its
+    meta lines)."""
+    procs = [p for p in (reader.read_process(m, issues, records=records) for m in metas) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    ref_of = ref_of or (lambda m: reader.read_process(m, [], records=False))
+    got = {w: own.get(m) or ref_of(m) for w, m in refs.items()}
+    return procs, {w: p for w, p in got.items() if p is not None}
+
+
+def chunk_records(pt, lo: int, hi: int, chunk: int, size: int, ids: tuple | None = None) -> np.ndarray:
+    """The process's records of one seq chunk (records ``lo``..``hi`` of its ops file), checked as
+    reader.read_records checks them (``ids``: its defined sig and group ids, if known); a bounded
+    process's as the reader keeps them (ring segments, last N by call time), read whole."""
+    if is_bounded(pt):
+        rec = reader.read_records(dataclasses.replace(pt, damage=[], lost={}), [])
+        return rec[seq_chunk(rec["seq"], size) == chunk]
+    rec = records.read_slice(pt.ops_path, lo, hi - lo + 1)
+    ok = records.valid(rec, *(ids or (records.defined_ids(pt.sigs), records.defined_ids(pt.groups))))
+    ok &= seq_chunk(rec["seq"], size) == chunk
+    return records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours

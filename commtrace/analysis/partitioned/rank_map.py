@@ -26,7 +26,7 @@ from .cpp_layer import has_cpp, merged_rank_ops
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
-from .plan import chunk_index, chunk_runs
+from .plan import chunk_index, chunk_runs, read_rank
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
 from .sketch import LogSketch
 
@@ -69,10 +69,7 @@ class RankPartial:
 
 def map_rank(task: RankTask) -> RankPartial:
     issues: list = []
-    procs = [p for p in (reader.read_process(m, issues) for m in task.metas) if p is not None]
-    own = {p.meta_path: p for p in procs}
-    refs = {wid: own.get(m) or reader.read_process(m, [], records=False) for wid, m in task.refs.items()}
-    refs = {w: p for w, p in refs.items() if p is not None}
+    procs, refs = read_rank(task.metas, task.refs, issues)
     index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)

@@ -20,6 +20,7 @@ from ...errors import CommtraceError
 from ...trace import reader, records
 from ..arrays import NA_KEY
 from ..window import Applied, Window, apply
+from .plan import read_rank
 
 
 @dataclass
@@ -138,17 +139,14 @@ class FirstStartTask:
 def first_start(task: FirstStartTask) -> int | None:
     """The first op start (rank 0's clock) of one rank's processes: the run's first op is the
     least of them (--from/--to count from it)."""
-    procs = [p for p in (reader.read_process(m, []) for m in task.metas) if p is not None]
-    own = {p.meta_path: p for p in procs}
+    procs, refs = read_rank(task.metas, task.refs, [])
     out = None
     for pt in procs:
         rec = pt.records
         if rec is None or not len(rec):
             continue
         clock_pt = reader.python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
-        ref_meta = task.refs.get(clock_pt.world_id)
-        ref = own.get(ref_meta) or (reader.read_process(ref_meta, [], records=False) if ref_meta else None)
-        t = records.aligner(clock_pt, ref)(rec["t_call"])
+        t = records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
         m = int(t.min())
         out = m if out is None else min(out, m)
     return out
