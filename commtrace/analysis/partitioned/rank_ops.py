@@ -104,7 +104,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
     a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t, end=end, dur=dur, nbytes=c["sig_bytes"])
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    waits = WaitColumns.of_arrays(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
+    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys))
 
 
