@@ -125,8 +125,9 @@ class RankTimes:
                  selected: np.ndarray | None = None, windows: dict | None = None):
         self.a, self.selected, self.windows = a, selected, windows
         self.by_rank = a.rank_rows()
-        self.cols = ((frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)) if len(a.start)
-                     else None)
+        self.cols = None
+        if len(a.start):
+            self.cols = frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
         if have_spans:

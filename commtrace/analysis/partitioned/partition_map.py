@@ -20,11 +20,12 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
-from ..arrays import NA_KEY, dense_codes
+from ..arrays import dense_codes
 from ..native_ext import kernels
 from ..summary import bus_factor
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
+from .rank_ops import cell_key, key_str
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
 from .windowing import in_window
@@ -56,11 +57,6 @@ class PartitionPartial:
     split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
 
 
-def _s(v) -> str:
-    v = reader.str_or_none(v)
-    return NA_KEY if v is None else v
-
-
 @dataclass
 class _FileTables:
     """What one process's meta lines say, as a partition task uses it: tabulated once per
@@ -87,16 +83,15 @@ def _file_tables(pt) -> _FileTables:
     glut[glist] = np.arange(len(glist))
     sigs = [pt.sigs[i] for i in sig_ids]
     groups = [pt.groups[i] for i in glist]
-    op = [_s(s.get("op")) for s in sigs]
+    op = [key_str(s.get("op")) for s in sigs]
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     dims = reader.mesh_dims(pt.meshes)
-    cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")),
-             _s(s.get("module")), _s(reader.mesh_dim_of(g, dims))) for s in sigs for g in groups]   # CELL_COLUMNS
+    cell = [cell_key(s, g, dims) for s in sigs for g in groups]
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
-                       [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
+                       [(key_str(g.get("world_id")), key_str(g.get("name"))) for g in groups],
                        np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
 
 

@@ -35,9 +35,17 @@ class RankOps:
     mkeys: list = field(default_factory=list)   # (module, phase) strings ("-" for none)
 
 
-def _key(v) -> str:
+def key_str(v) -> str:
+    """A meta value as a table key: its text, NA_KEY when none."""
     v = reader.str_or_none(v)
     return NA_KEY if v is None else v
+
+
+def cell_key(sig: dict, group: dict, dims: dict) -> tuple:
+    """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims)."""
+    return (key_str(group.get("name")), key_str(group.get("desc")), key_str(sig.get("phase")),
+            key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
+            key_str(reader.mesh_dim_of(group, dims)))
 
 
 def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
@@ -74,11 +82,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         si, gi = slut[rec["sig"]], glut[rec["group"]]
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         dims = reader.mesh_dims(pt.meshes)
-        c_of = np.array([cells.setdefault(
-            (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
-             _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
-             _key(sigs[x // len(groups)].get("detail")), _key(sigs[x // len(groups)].get("module")),
-             _key(reader.mesh_dim_of(groups[x % len(groups)], dims))), len(cells)) for x in combo.tolist()], np.int64)
+        c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims),
+                                          len(cells)) for x in combo.tolist()], np.int64)
         parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
         parts["dret"].append(rec["d_return"])
         parts["dend"].append(rec["d_end"])
@@ -89,8 +94,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["cell"].append(c_of[inv])
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
         parts["status"].append(rec["status"].copy())     # not a view: the records can go (map_rank)
-        mk = np.array([mkeys.setdefault((_key(s.get("module")), _key(s.get("phase"))), len(mkeys)) for s in sigs],
-                      narrow)
+        mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
+                       for s in sigs], narrow)
         parts["mkey"].append(mk[si])
         stems.append(pt.stem)
     if not parts["t"]:

@@ -21,6 +21,7 @@ from ...trace import reader, records
 from ..arrays import NA_KEY
 from ..window import Applied, Window, apply
 from .plan import read_rank
+from .rank_ops import key_str
 
 
 @dataclass
@@ -97,7 +98,7 @@ def in_window(pt, rec: np.ndarray, t: np.ndarray, bounds: dict | None, phases: t
     if phases is not None:
         ids = sorted(pt.sigs)
         lut = np.zeros(max(ids) + 1, bool)
-        lut[ids] = [_phase_key(pt.sigs[i]) in phases for i in ids]
+        lut[ids] = [key_str(pt.sigs[i].get("phase")) in phases for i in ids]
         keep &= lut[rec["sig"]]
     return keep
 
@@ -115,11 +116,6 @@ def frame_in_window(frame: pd.DataFrame, bounds: dict | None, phases: tuple | No
     if phases is not None:
         keep &= np.isin(frame["phase"].astype(object).fillna(NA_KEY).to_numpy(), list(phases))
     return frame[keep].reset_index(drop=True)
-
-
-def _phase_key(sig: dict) -> str:
-    v = reader.str_or_none(sig.get("phase"))
-    return NA_KEY if v is None else v
 
 
 def _phase_of_ops(ops) -> pd.Categorical:
