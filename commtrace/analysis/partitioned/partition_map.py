@@ -25,7 +25,7 @@ from ..native_ext import kernels
 from ..summary import bus_factor
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .rank_ops import cell_key, key_str
+from .rank_ops import cell_key, index_lut, key_str
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
 from .windowing import in_window
@@ -76,13 +76,9 @@ class _FileTables:
 
 
 def _file_tables(pt) -> _FileTables:
-    sig_ids, glist = sorted(pt.sigs), sorted(pt.groups)
-    slut = np.zeros(max(sig_ids, default=0) + 1, np.int64)   # no sigs or groups: no record is read
-    slut[sig_ids] = np.arange(len(sig_ids))
-    glut = np.zeros(max(glist, default=0) + 1, np.int64)
-    glut[glist] = np.arange(len(glist))
-    sigs = [pt.sigs[i] for i in sig_ids]
-    groups = [pt.groups[i] for i in glist]
+    slut, glut = index_lut(pt.sigs), index_lut(pt.groups)   # no sigs or groups: no record is read
+    sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+    groups = [pt.groups[i] for i in sorted(pt.groups)]
     op = [key_str(s.get("op")) for s in sigs]
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)

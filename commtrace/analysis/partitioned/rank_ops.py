@@ -41,6 +41,14 @@ def key_str(v) -> str:
     return NA_KEY if v is None else v
 
 
+def index_lut(table: dict) -> np.ndarray:
+    """id -> position among ``table``'s sorted ids (a meta file's sigs or groups: ids small and dense)."""
+    ids = sorted(table)
+    lut = np.zeros(max(ids, default=0) + 1, np.int64)
+    lut[ids] = np.arange(len(ids))
+    return lut
+
+
 def cell_key(sig: dict, group: dict, dims: dict) -> tuple:
     """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims)."""
     return (key_str(group.get("name")), key_str(group.get("desc")), key_str(sig.get("phase")),
@@ -61,14 +69,9 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         rec = pt.records
         if rec is None or not len(rec):
             continue
-        sig_ids = sorted(pt.sigs)
-        slut = np.zeros(max(sig_ids) + 1, np.int64)
-        slut[sig_ids] = np.arange(len(sig_ids))
-        gids = sorted(pt.groups)
-        glut = np.zeros(max(gids) + 1, np.int64)
-        glut[gids] = np.arange(len(gids))
-        sigs = [pt.sigs[i] for i in sig_ids]
-        groups = [pt.groups[i] for i in gids]
+        slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
+        sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+        groups = [pt.groups[i] for i in sorted(pt.groups)]
         for s in sigs:
             name = reader.str_or_none(s.get("op"))
             if name is not None and name not in op_names:
