@@ -50,12 +50,8 @@ def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
 
 def rank_frame(procs: list, refs: dict) -> pd.DataFrame:
     """Some ranks' frame as ``reader.load_run`` has their ops: C++ rows merged into Python rows."""
-    frame = reader.build_frame(procs, refs)
-    cpp = [p for p in procs if p.header.get("source") == "cpp"]
-    if not cpp:
-        return frame
-    from ...trace.layers import merge_cpp_layer
-    return merge_cpp_layer(frame, reader.read_mpi_calls(cpp)).reset_index(drop=True)
+    frame = reader.merged_frame(procs, refs)
+    return frame.reset_index(drop=True) if has_cpp(procs) else frame
 
 
 def frame_ops(frame: pd.DataFrame) -> RankOps | None:
