@@ -22,12 +22,12 @@ from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
-from .cpp_layer import has_cpp, merged_rank_ops
+from .cpp_layer import rank_ops_of
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .plan import chunk_index, chunk_runs, read_rank
-from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
+from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
 
@@ -73,13 +73,9 @@ def map_rank(task: RankTask) -> RankPartial:
     index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
-    layers: dict = {}
-    if has_cpp(procs):
-        ops, layers = merged_rank_ops(procs, refs)
-    else:
-        ops = rank_ops(procs, refs, task.rank)
-        for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
-            p.records = None
+    ops, layers = rank_ops_of(procs, refs, task.rank)
+    for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
+        p.records = None
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)

@@ -22,9 +22,8 @@ import pandas as pd
 from ...trace import reader
 from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_range
 from ..window import in_bounds
-from .cpp_layer import has_cpp, merged_rank_ops
+from .cpp_layer import rank_ops_of
 from .plan import cached_process, read_rank
-from .rank_ops import rank_ops
 
 
 @dataclass
@@ -55,11 +54,7 @@ def map_timeline(task: TimelineTask) -> TimelinePartial:
     marks = _marks(procs, refs, task.bounds)
     if not task.lane:
         return TimelinePartial(task.rank, None, None, marks)
-    if has_cpp(procs):
-        reader.describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
-        ops = merged_rank_ops(procs, refs)[0]
-    else:
-        ops = rank_ops(procs, refs, task.rank)
+    ops = rank_ops_of(procs, refs, task.rank)[0]
     nops = max(len(task.op_names), 1)
     if ops is None:
         return TimelinePartial(task.rank, np.full(task.width, -1), np.zeros(task.width), marks)
