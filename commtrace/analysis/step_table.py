@@ -41,10 +41,19 @@ def _is_value(col: pd.Series, value: str) -> np.ndarray:
     return (col == value).to_numpy(dtype=bool, na_value=False)
 
 
+@dataclass
 class WaitColumns:
-    """The frame columns that say how long a caller waited for each op; ``of(rows)``: one rank's waits."""
+    """Per op, what says how long its caller waited: return time (``ret_unknown``: none), blocking
+    (``sync``), DDP's/Join's own op (``has_detail``), DDP gradient bucket; ``of(rows)``: one rank's waits."""
+    a: OpArrays
+    ret: np.ndarray | None
+    ret_unknown: np.ndarray | None
+    sync: np.ndarray | None
+    has_detail: np.ndarray | None
+    grad: np.ndarray
 
-    def __init__(self, frame: pd.DataFrame, a: OpArrays):
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame, a: OpArrays) -> "WaitColumns":
         ret = frame["t_return_ns"].array if "t_return_ns" in frame else None
         ret = ret if isinstance(ret, pd.arrays.IntegerArray) else None
         sync = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
@@ -53,21 +62,8 @@ class WaitColumns:
             codes = frame["detail"].cat.codes.to_numpy()
             waits = np.array([schema.detail_waits_in_place(c) for c in frame["detail"].cat.categories] + [False])
             detail = waits[codes]   # code -1 (no detail) reads the last entry: False
-        self._set(a, None if ret is None else ret._data, None if ret is None else ret._mask, sync, detail,
-                  gradient_buckets(frame))
-
-    @classmethod
-    def of_arrays(cls, a: OpArrays, ret: np.ndarray, ret_unknown: np.ndarray, sync: np.ndarray,
-                  has_detail: np.ndarray, grad: np.ndarray) -> "WaitColumns":
-        """The same from per-op arrays (partitioned.rank_ops): return time (``ret_unknown``: none),
-        blocking, DDP's/Join's own op, DDP gradient bucket."""
-        self = cls.__new__(cls)
-        self._set(a, ret, ret_unknown, sync, has_detail, grad)
-        return self
-
-    def _set(self, a, ret, ret_unknown, sync, has_detail, grad) -> None:
-        self.a, self.ret, self.ret_unknown, self.sync, self.has_detail, self.grad = \
-            a, ret, ret_unknown, sync, has_detail, grad
+        return cls(a, None if ret is None else ret._data, None if ret is None else ret._mask, sync, detail,
+                   gradient_buckets(frame))
 
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
@@ -129,8 +125,9 @@ class RankTimes:
                  selected: np.ndarray | None = None, windows: dict | None = None):
         self.a, self.selected, self.windows = a, selected, windows
         self.by_rank = a.rank_rows()
-        self.cols = ((frame if isinstance(frame, WaitColumns) else WaitColumns(frame, a)) if len(a.start)
-                     else None)
+        self.cols = None
+        if len(a.start):
+            self.cols = frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
         if have_spans:

@@ -638,6 +638,16 @@ def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def merged_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataFrame:
+    """build_frame of ``procs``, C++-layer rows folded into the Python rows of the same ops (trace.layers)."""
+    frame = build_frame(procs, refs)
+    cpp = [p for p in procs if p.header.get("source") == "cpp"]
+    if not cpp:
+        return frame
+    from .layers import merge_cpp_layer
+    return merge_cpp_layer(frame, read_mpi_calls(cpp))
+
+
 def load_run(run_dir: str | None = None) -> Run:
     run_dir = newest_run() if run_dir is None else str(run_dir)
     issues: list[TraceIssue] = []
@@ -645,12 +655,8 @@ def load_run(run_dir: str | None = None) -> Run:
     if not procs:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    cpp = [p for p in procs if p.header.get("source") == "cpp"]
     describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
-    frame = build_frame(procs)
-    if cpp:
-        from .layers import merge_cpp_layer
-        frame = merge_cpp_layer(frame, read_mpi_calls(cpp))
+    frame = merged_frame(procs)
     issues.extend(missing_ranks(procs))
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,

@@ -33,7 +33,7 @@ from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
 from .op_view import load_op_view
-from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_ranges, chunk_size, plan_run
+from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_ranges, chunk_size, plan_run, read_rank
 from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .region_figures import modules_table, regions_table
@@ -239,28 +239,20 @@ class RankPart:
     refs: dict
 
     def load(self) -> pd.DataFrame:
-        return rank_frame(*_read(self.files, self.refs, []))
+        return rank_frame(*read_rank(self.files, self.refs, []))
 
     def mark_tables(self):
         """This rank's (spans, marks, regions), on the run's clock, read without its ops (a
         bounded process's spans all, as its ops are not read to tell which they cover)."""
-        procs, refs = _read(self.files, self.refs, [], records=False)
+        procs, refs = read_rank(self.files, self.refs, [], records=False)
         return reader.build_mark_tables(procs, [], refs)
-
-
-def _read(files: list, refs: dict, issues: list, records: bool = True) -> tuple[list, dict]:
-    """The processes of ``files`` and, per world of ``refs``, its reference process (each read once)."""
-    procs = [p for p in (reader.read_process(m, issues, records=records) for m in files) if p is not None]
-    own = {p.meta_path: p for p in procs}
-    got = {w: own.get(m) or reader.read_process(m, [], records=False) for w, m in refs.items()}
-    return procs, {w: p for w, p in got.items() if p is not None}
 
 
 def load_ranks(parts: list[RankPart]):
     """The ops, compute spans, marks and regions of some ranks, and their process
     summaries: a reader.Run of just those ranks (times on the run's reference clocks)."""
     issues: list = []
-    procs, refs = _read([m for part in parts for m in part.files], parts[0].refs if parts else {}, issues)
+    procs, refs = read_rank([m for part in parts for m in part.files], parts[0].refs if parts else {}, issues)
     spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
     summaries = [p.summary() for p in procs]
     frame = rank_frame(procs, refs)

@@ -9,19 +9,12 @@ those records fall in. A bounded file holds at most 2N records by design, and a
 ring's seqs cover few chunks, so reading it whole per partition stays cheap."""
 from __future__ import annotations
 
-import numpy as np
 
 from ...trace import reader, schema
 
 
 def is_bounded(pt) -> bool:
     return reader.bounded.options(pt.header) is not None
-
-
-def bounded_records(meta_path: str) -> np.ndarray:
-    """The records the reader keeps of a bounded process (checked, deduplicated, last N by call time)."""
-    pt = reader.read_process(meta_path, [])
-    return pt.records if pt is not None and pt.records is not None else np.empty(0, schema.OP_RECORD)
 
 
 def ops_records_on_disk(ops_path: str) -> int:

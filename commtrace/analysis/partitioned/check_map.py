@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import CommtraceError
-from ...trace import reader, records
+from ...trace import reader
 from ...trace.group_ranks import ranks_of
 from ...trace.schema import P2P_OPS
 from .. import bounded_coverage
@@ -38,11 +38,10 @@ from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import ENV_DASK, cpu_count, make_executor
-from .plan import chunk_ranges, chunk_size, seq_chunk
+from .plan import cached_process, chunk_index, chunk_ranges, chunk_records, chunk_size, seq_chunk
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
-from .rank_map import _chunk_index
 
 # Peak memory of a chunk task per op it holds: the chunk's frame (reader.build_frame,
 # ~200 B/op) and the groupby temporaries of classify_group, with headroom.
@@ -63,7 +62,7 @@ class FileFacts:
     carried: dict               # ProcessTrace attribute -> value (_CARRIED)
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
-    chunks: tuple               # rank_map._chunk_index of its ops file (bounded: keys only, read whole)
+    chunks: tuple               # plan.chunk_index of its ops file (bounded: keys only, read whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
     group_ranks: dict           # (world, group) -> its global ranks (trace.group_ranks.ranks_of; () unknown)
 
@@ -111,7 +110,7 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
         reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, group_ranks = _collective_groups(pt)
         if pt.coverage is None:
-            chunks = _chunk_index(pt.ops_path, task.chunk)
+            chunks = chunk_index(pt.ops_path, task.chunk)
         else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
             rec = pt.records
             keys = np.unique((rec["group"].astype(np.int64) << 32)
@@ -144,17 +143,16 @@ def _collective_groups(pt) -> tuple[dict, dict]:
 # -- step 3: one seq chunk ----------------------------------------------------------
 
 def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
-    from .partition_map import _process
     procs, refs = [], {}
     for _, meta, ops, lo, hi in task.files:
-        pt = _process(meta)
+        pt = cached_process(meta)
         if pt is None:
             continue
-        rec = _chunk_records(pt, ops, lo, hi, task.chunk, task.chunk_size)
+        rec = chunk_records(pt, lo, hi, task.chunk, task.chunk_size)
         if len(rec):
             procs.append(dataclasses.replace(pt, records=rec))
     for wid, meta in task.refs.items():
-        ref = _process(meta)
+        ref = cached_process(meta)
         if ref is not None:
             refs[wid] = ref
     df = rank_frame(procs, refs) if procs else reader.empty_frame()
@@ -166,18 +164,6 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
     p2p = unmatched_p2p(df)[:P2P_SHOWN]
     return CheckChunkPartial(task.chunk, len(df), facts, verdicts, _plain(kept),
                              _plain([pd.DataFrame(p2p)]) if p2p else _plain([]))
-
-
-def _chunk_records(pt, ops: str, lo: int, hi: int, chunk: int, size: int) -> np.ndarray:
-    """The process's records of one seq chunk, checked as reader.read_records checks them
-    (``hi < lo``: every record, read as it reads them: a bounded process's ring)."""
-    if hi < lo:
-        rec = reader.read_records(dataclasses.replace(pt, damage=[], lost={}), [])
-        return rec[seq_chunk(rec["seq"], size) == chunk]
-    rec = records.read_slice(ops, lo, hi - lo + 1)
-    ok = records.valid(rec, records.defined_ids(pt.sigs), records.defined_ids(pt.groups))
-    ok &= seq_chunk(rec["seq"], size) == chunk
-    return records.last_record_per_op(rec[ok])
 
 
 def _plain(frames: list) -> pd.DataFrame:

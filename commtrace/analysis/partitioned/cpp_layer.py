@@ -18,7 +18,7 @@ import pandas as pd
 from ...trace import reader, records, schema
 from ..arrays import NA_KEY, OpArrays
 from ..modules import module_keys
-from .rank_ops import CELL_COLUMNS, RankOps
+from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 
 
 @dataclass
@@ -31,10 +31,14 @@ def has_cpp(procs: list) -> bool:
     return any(p.header.get("source") == "cpp" for p in procs)
 
 
-def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
-    """(the rank's ops after the C++ merge, {C++ ops path: CppFile}); ``procs`` with their records
-    (build_frame consumes them)."""
+def rank_ops_of(procs: list, refs: dict, rank: int) -> tuple[RankOps | None, dict]:
+    """(a rank's ops, {C++ ops path: CppFile}) of ``procs`` with their records: gathered from the
+    records (rank_ops), or from the rank's frame after the C++ merge (build_frame consumes them;
+    the merge reads the clock descriptions)."""
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
+    if not cpp:
+        return rank_ops(procs, refs, rank), {}
+    reader.describe_clocks(procs, refs)
     twins = {p.stem: reader.python_twin(p, procs) for p in cpp}
     groups = {p.stem: {reader.str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
     frame = rank_frame(procs, refs)
@@ -50,12 +54,8 @@ def merged_rank_ops(procs: list, refs: dict) -> tuple[RankOps | None, dict]:
 
 def rank_frame(procs: list, refs: dict) -> pd.DataFrame:
     """Some ranks' frame as ``reader.load_run`` has their ops: C++ rows merged into Python rows."""
-    frame = reader.build_frame(procs, refs)
-    cpp = [p for p in procs if p.header.get("source") == "cpp"]
-    if not cpp:
-        return frame
-    from ...trace.layers import merge_cpp_layer
-    return merge_cpp_layer(frame, reader.read_mpi_calls(cpp)).reset_index(drop=True)
+    frame = reader.merged_frame(procs, refs)
+    return frame.reset_index(drop=True) if has_cpp(procs) else frame
 
 
 def frame_ops(frame: pd.DataFrame) -> RankOps | None:

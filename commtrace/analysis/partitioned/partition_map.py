@@ -13,7 +13,6 @@ collectives and their T/S sums (see analysis.summary)."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,14 +20,14 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
-from ..arrays import NA_KEY, dense_codes
+from ..arrays import dense_codes
 from ..native_ext import kernels
 from ..summary import bus_factor
-from .bounded_files import bounded_records, is_bounded
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
+from .rank_ops import cell_key, index_lut, key_str
 from .phase_splits import split_instances
-from .plan import seq_chunk
+from .plan import cached_process, chunk_records
 from .windowing import in_window
 
 TOP_COLUMNS = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns", "first_rank",
@@ -58,11 +57,6 @@ class PartitionPartial:
     split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
 
 
-def _s(v) -> str:
-    v = reader.str_or_none(v)
-    return NA_KEY if v is None else v
-
-
 @dataclass
 class _FileTables:
     """What one process's meta lines say, as a partition task uses it: tabulated once per
@@ -82,39 +76,19 @@ class _FileTables:
 
 
 def _file_tables(pt) -> _FileTables:
-    sig_ids, glist = sorted(pt.sigs), sorted(pt.groups)
-    slut = np.zeros(max(sig_ids, default=0) + 1, np.int64)   # no sigs or groups: no record is read
-    slut[sig_ids] = np.arange(len(sig_ids))
-    glut = np.zeros(max(glist, default=0) + 1, np.int64)
-    glut[glist] = np.arange(len(glist))
-    sigs = [pt.sigs[i] for i in sig_ids]
-    groups = [pt.groups[i] for i in glist]
-    op = [_s(s.get("op")) for s in sigs]
+    slut, glut = index_lut(pt.sigs), index_lut(pt.groups)   # no sigs or groups: no record is read
+    sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+    groups = [pt.groups[i] for i in sorted(pt.groups)]
+    op = [key_str(s.get("op")) for s in sigs]
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     dims = reader.mesh_dims(pt.meshes)
-    cell = [(_s(g.get("name")), _s(g.get("desc")), _s(s.get("phase")), _s(s.get("op")), _s(s.get("detail")),
-             _s(s.get("module")), _s(reader.mesh_dim_of(g, dims))) for s in sigs for g in groups]   # CELL_COLUMNS
+    cell = [cell_key(s, g, dims) for s in sigs for g in groups]
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
-                       [(_s(g.get("world_id")), _s(g.get("name"))) for g in groups],
+                       [(key_str(g.get("world_id")), key_str(g.get("name"))) for g in groups],
                        np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
-
-
-@functools.lru_cache(maxsize=4096)
-def _meta(path: str, size: int, mtime_ns: int):
-    """A process's meta lines, read once per worker for all the partitions it runs
-    (keyed by size and mtime: a file that changed is read again)."""
-    return reader.read_process(path, [], records=False)
-
-
-def _process(path: str):
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _meta(path, st.st_size, st.st_mtime_ns)
 
 
 _TABLES: dict = {}
@@ -136,24 +110,17 @@ def _tables_of(pt) -> _FileTables:
 
 
 def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
-    pt = _process(meta)
+    pt = cached_process(meta)
     if pt is None:
         return None
-    if is_bounded(pt):    # ring segments, ops kept by call time: the reader's records of the process
-        rec = bounded_records(meta)
-        rec = rec[seq_chunk(rec["seq"], size) == chunk]
-    else:
-        ft = _tables_of(pt)
-        rec = records.read_slice(ops, lo, hi - lo + 1)
-        ok = records.valid(rec, ft.sig_ids, ft.group_ids)
-        ok &= seq_chunk(rec["seq"], size) == chunk
-        rec = records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
+    ft = _tables_of(pt)
+    rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids))
     if not len(rec):
         return None
     wid = pt.world_id
     ref = own_refs.get(wid)
     if ref is None and wid in refs:
-        ref = own_refs[wid] = _process(refs[wid])
+        ref = own_refs[wid] = cached_process(refs[wid])
     return pt, rec, records.aligner(pt, ref)(rec["t_call"])
 
 
@@ -170,7 +137,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     for meta, ops, lo, hi in task.files:
         got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
         if got is not None and ops in task.layers:
-            got = cpp_unmatched(got, task.layers[ops], task.refs, _process)
+            got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
         if got is not None and task.window is not None:
             keep = in_window(*got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None

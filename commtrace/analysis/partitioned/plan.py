@@ -6,15 +6,18 @@ a partition task reads, from every file, only the records of its seq chunk (see
 ``RankPartial.index``)."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...errors import CommtraceError
-from ...trace import reader, schema
+from ...trace import reader, records, schema
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids
+from .bounded_files import is_bounded, ops_records_on_disk
 
 
 @dataclass
@@ -27,11 +30,6 @@ class RunPlan:
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
     modules: bool = True        # a sig names a module: else the run has no per-module table to compute
-
-
-def _ops_records(meta_path: str) -> int:
-    from .bounded_files import ops_records_on_disk
-    return ops_records_on_disk(meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
 
 
 def plan_run(run_dir: str | None) -> RunPlan:
@@ -53,7 +51,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     for p in ranked:
         ranks.setdefault(p.rank, []).append(p.meta_path)
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
-    sizes = [_ops_records(p.meta_path) for p in ranked]
+    sizes = [ops_records_on_disk(p.ops_path) for p in ranked]
     found = issues + more + reader.missing_ranks(procs)
     modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
@@ -85,3 +83,72 @@ def chunk_ranges(index: tuple) -> dict:
         was = span.setdefault(c, [lo, hi])
         was[0], was[1] = min(was[0], lo), max(was[1], hi)
     return span
+
+
+def chunk_index(ops_path: str, chunk: int) -> tuple:
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
+    none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    try:
+        count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
+        if not count:
+            return none
+        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
+    except (OSError, ValueError):
+        return none
+    return chunk_runs(mm["group"], mm["seq"], chunk)
+
+
+def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
+    """chunk_index of records given as their group and seq columns. In call order a key's records
+    form a few runs: found in one pass, only their boundaries are reduced per key."""
+    if not len(seq):
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    c = seq_chunk(seq, chunk)
+    starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
+    ends = np.append(starts[1:], len(c)) - 1
+    run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
+    keys, inv = np.unique(run_key, return_inverse=True)
+    first = np.full(len(keys), len(c), np.int64)
+    np.minimum.at(first, inv, starts)
+    last = np.full(len(keys), -1, np.int64)
+    np.maximum.at(last, inv, ends)
+    return keys, first, last
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta(path: str, size: int, mtime_ns: int):
+    return reader.read_process(path, [], records=False)
+
+
+def cached_process(path: str):
+    """A process's meta lines, read once per worker for all the tasks it runs (keyed by size
+    and mtime: a file that changed is read again); None: unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _meta(path, st.st_size, st.st_mtime_ns)
+
+
+def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None) -> tuple[list, dict]:
+    """The processes of ``metas`` and, per world of ``refs`` (world id -> meta path), its reference
+    process: one of ``metas`` if it is one (each file read once), else ``ref_of(path)`` (default: its
+    meta lines)."""
+    procs = [p for p in (reader.read_process(m, issues, records=records) for m in metas) if p is not None]
+    own = {p.meta_path: p for p in procs}
+    ref_of = ref_of or (lambda m: reader.read_process(m, [], records=False))
+    got = {w: own.get(m) or ref_of(m) for w, m in refs.items()}
+    return procs, {w: p for w, p in got.items() if p is not None}
+
+
+def chunk_records(pt, lo: int, hi: int, chunk: int, size: int, ids: tuple | None = None) -> np.ndarray:
+    """The process's records of one seq chunk (records ``lo``..``hi`` of its ops file), checked as
+    reader.read_records checks them (``ids``: its defined sig and group ids, if known); a bounded
+    process's as the reader keeps them (ring segments, last N by call time), read whole."""
+    if is_bounded(pt):
+        rec = reader.read_records(dataclasses.replace(pt, damage=[], lost={}), [])
+        return rec[seq_chunk(rec["seq"], size) == chunk]
+    rec = records.read_slice(pt.ops_path, lo, hi - lo + 1)
+    ok = records.valid(rec, *(ids or (records.defined_ids(pt.sigs), records.defined_ids(pt.groups))))
+    ok &= seq_chunk(rec["seq"], size) == chunk
+    return records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours

@@ -22,12 +22,12 @@ from ..step_table import OutsideSteps, RankTimes, StepFigures
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
-from .cpp_layer import has_cpp, merged_rank_ops
+from .cpp_layer import rank_ops_of
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
-from .plan import seq_chunk
-from .rank_ops import CELL_COLUMNS, RankOps, rank_ops, selected_ops
+from .plan import chunk_index, chunk_runs, read_rank
+from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
 
@@ -69,20 +69,13 @@ class RankPartial:
 
 def map_rank(task: RankTask) -> RankPartial:
     issues: list = []
-    procs = [p for p in (reader.read_process(m, issues) for m in task.metas) if p is not None]
-    own = {p.meta_path: p for p in procs}
-    refs = {wid: own.get(m) or reader.read_process(m, [], records=False) for wid, m in task.refs.items()}
-    refs = {w: p for w, p in refs.items() if p is not None}
+    procs, refs = read_rank(task.metas, task.refs, issues)
     index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
-    layers: dict = {}
-    if has_cpp(procs):
-        ops, layers = merged_rank_ops(procs, refs)
-    else:
-        ops = rank_ops(procs, refs, task.rank)
-        for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
-            p.records = None
+    ops, layers = rank_ops_of(procs, refs, task.rank)
+    for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
+        p.records = None
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)
@@ -194,39 +187,14 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
                        np.bincount(cell, weights=nbytes.astype(np.float64), minlength=n), values, bounds, ~lossy)
 
 
-def _chunk_index(ops_path: str, chunk: int) -> tuple:
-    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
-    none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    try:
-        count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
-        if not count:
-            return none
-        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
-    except (OSError, ValueError):
-        return none
-    return chunk_runs(mm["group"], mm["seq"], chunk)
-
-
 def _kept_chunk_index(pt, chunk: int) -> tuple:
-    """The chunk index of a bounded process's kept records, or of a file's that kept all (no second read)."""
+    """The chunk index of a bounded process's kept records, or of a file's that kept all (no second
+    read). An ops file gone since it was read (deleted mid-report) is indexed from the records read."""
     rec = pt.records if pt.records is not None else np.empty(0, schema.OP_RECORD)
-    if is_bounded(pt) or (len(rec) and len(rec) == os.path.getsize(pt.ops_path) // schema.RECORD_SIZE):
+    try:
+        whole = len(rec) and len(rec) == os.path.getsize(pt.ops_path) // schema.RECORD_SIZE
+    except OSError:
+        whole = True
+    if is_bounded(pt) or whole:
         return chunk_runs(rec["group"], rec["seq"], chunk)
-    return _chunk_index(pt.ops_path, chunk)
-
-
-def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
-    """_chunk_index of records given as their group and seq columns. In call order a key's records
-    form a few runs: found in one pass, only their boundaries are reduced per key."""
-    if not len(seq):
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    c = seq_chunk(seq, chunk)
-    starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
-    ends = np.append(starts[1:], len(c)) - 1
-    run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
-    keys, inv = np.unique(run_key, return_inverse=True)
-    first = np.full(len(keys), len(c), np.int64)
-    np.minimum.at(first, inv, starts)
-    last = np.full(len(keys), -1, np.int64)
-    np.maximum.at(last, inv, ends)
-    return keys, first, last
+    return chunk_index(pt.ops_path, chunk)

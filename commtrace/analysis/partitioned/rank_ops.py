@@ -35,9 +35,25 @@ class RankOps:
     mkeys: list = field(default_factory=list)   # (module, phase) strings ("-" for none)
 
 
-def _key(v) -> str:
+def key_str(v) -> str:
+    """A meta value as a table key: its text, NA_KEY when none."""
     v = reader.str_or_none(v)
     return NA_KEY if v is None else v
+
+
+def index_lut(table: dict) -> np.ndarray:
+    """id -> position among ``table``'s sorted ids (a meta file's sigs or groups: ids small and dense)."""
+    ids = sorted(table)
+    lut = np.zeros(max(ids, default=0) + 1, np.int64)
+    lut[ids] = np.arange(len(ids))
+    return lut
+
+
+def cell_key(sig: dict, group: dict, dims: dict) -> tuple:
+    """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims)."""
+    return (key_str(group.get("name")), key_str(group.get("desc")), key_str(sig.get("phase")),
+            key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
+            key_str(reader.mesh_dim_of(group, dims)))
 
 
 def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
@@ -53,14 +69,9 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         rec = pt.records
         if rec is None or not len(rec):
             continue
-        sig_ids = sorted(pt.sigs)
-        slut = np.zeros(max(sig_ids) + 1, np.int64)
-        slut[sig_ids] = np.arange(len(sig_ids))
-        gids = sorted(pt.groups)
-        glut = np.zeros(max(gids) + 1, np.int64)
-        glut[gids] = np.arange(len(gids))
-        sigs = [pt.sigs[i] for i in sig_ids]
-        groups = [pt.groups[i] for i in gids]
+        slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
+        sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+        groups = [pt.groups[i] for i in sorted(pt.groups)]
         for s in sigs:
             name = reader.str_or_none(s.get("op"))
             if name is not None and name not in op_names:
@@ -74,11 +85,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         si, gi = slut[rec["sig"]], glut[rec["group"]]
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         dims = reader.mesh_dims(pt.meshes)
-        c_of = np.array([cells.setdefault(
-            (_key(groups[x % len(groups)].get("name")), _key(groups[x % len(groups)].get("desc")),
-             _key(sigs[x // len(groups)].get("phase")), _key(sigs[x // len(groups)].get("op")),
-             _key(sigs[x // len(groups)].get("detail")), _key(sigs[x // len(groups)].get("module")),
-             _key(reader.mesh_dim_of(groups[x % len(groups)], dims))), len(cells)) for x in combo.tolist()], np.int64)
+        c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims),
+                                          len(cells)) for x in combo.tolist()], np.int64)
         parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
         parts["dret"].append(rec["d_return"])
         parts["dend"].append(rec["d_end"])
@@ -89,8 +97,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["cell"].append(c_of[inv])
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
         parts["status"].append(rec["status"].copy())     # not a view: the records can go (map_rank)
-        mk = np.array([mkeys.setdefault((_key(s.get("module")), _key(s.get("phase"))), len(mkeys)) for s in sigs],
-                      narrow)
+        mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
+                       for s in sigs], narrow)
         parts["mkey"].append(mk[si])
         stems.append(pt.stem)
     if not parts["t"]:
@@ -104,7 +112,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
     a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t, end=end, dur=dur, nbytes=c["sig_bytes"])
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    waits = WaitColumns.of_arrays(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
+    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys))
 
 

@@ -22,9 +22,8 @@ import pandas as pd
 from ...trace import reader
 from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_range
 from ..window import in_bounds
-from .cpp_layer import has_cpp, merged_rank_ops
-from .partition_map import _process
-from .rank_ops import rank_ops
+from .cpp_layer import rank_ops_of
+from .plan import cached_process, read_rank
 
 
 @dataclass
@@ -51,18 +50,11 @@ class TimelinePartial:
 
 
 def map_timeline(task: TimelineTask) -> TimelinePartial:
-    procs = [p for p in (reader.read_process(m, [], records=task.lane) for m in task.metas) if p is not None]
-    own = {p.meta_path: p for p in procs}
-    refs = {w: own.get(m) or _process(m) for w, m in task.refs.items()}     # meta lines read once per worker
-    refs = {w: p for w, p in refs.items() if p is not None}
+    procs, refs = read_rank(task.metas, task.refs, [], records=task.lane, ref_of=cached_process)
     marks = _marks(procs, refs, task.bounds)
     if not task.lane:
         return TimelinePartial(task.rank, None, None, marks)
-    if has_cpp(procs):
-        reader.describe_clocks(procs, refs)     # as map 1: the C++ merge's frame reads the clock bounds
-        ops = merged_rank_ops(procs, refs)[0]
-    else:
-        ops = rank_ops(procs, refs, task.rank)
+    ops = rank_ops_of(procs, refs, task.rank)[0]
     nops = max(len(task.op_names), 1)
     if ops is None:
         return TimelinePartial(task.rank, np.full(task.width, -1), np.zeros(task.width), marks)

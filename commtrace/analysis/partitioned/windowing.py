@@ -20,6 +20,8 @@ from ...errors import CommtraceError
 from ...trace import reader, records
 from ..arrays import NA_KEY
 from ..window import Applied, Window, apply
+from .plan import read_rank
+from .rank_ops import key_str
 
 
 @dataclass
@@ -96,7 +98,7 @@ def in_window(pt, rec: np.ndarray, t: np.ndarray, bounds: dict | None, phases: t
     if phases is not None:
         ids = sorted(pt.sigs)
         lut = np.zeros(max(ids) + 1, bool)
-        lut[ids] = [_phase_key(pt.sigs[i]) in phases for i in ids]
+        lut[ids] = [key_str(pt.sigs[i].get("phase")) in phases for i in ids]
         keep &= lut[rec["sig"]]
     return keep
 
@@ -116,11 +118,6 @@ def frame_in_window(frame: pd.DataFrame, bounds: dict | None, phases: tuple | No
     return frame[keep].reset_index(drop=True)
 
 
-def _phase_key(sig: dict) -> str:
-    v = reader.str_or_none(sig.get("phase"))
-    return NA_KEY if v is None else v
-
-
 def _phase_of_ops(ops) -> pd.Categorical:
     if ops is None:
         return pd.Categorical([])
@@ -138,17 +135,14 @@ class FirstStartTask:
 def first_start(task: FirstStartTask) -> int | None:
     """The first op start (rank 0's clock) of one rank's processes: the run's first op is the
     least of them (--from/--to count from it)."""
-    procs = [p for p in (reader.read_process(m, []) for m in task.metas) if p is not None]
-    own = {p.meta_path: p for p in procs}
+    procs, refs = read_rank(task.metas, task.refs, [])
     out = None
     for pt in procs:
         rec = pt.records
         if rec is None or not len(rec):
             continue
         clock_pt = reader.python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
-        ref_meta = task.refs.get(clock_pt.world_id)
-        ref = own.get(ref_meta) or (reader.read_process(ref_meta, [], records=False) if ref_meta else None)
-        t = records.aligner(clock_pt, ref)(rec["t_call"])
+        t = records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
         m = int(t.min())
         out = m if out is None else min(out, m)
     return out
