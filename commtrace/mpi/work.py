@@ -73,13 +73,13 @@ class MPIWork(dist.Work):
         if exc is not None and not isinstance(exc, RuntimeError):
             exc = RuntimeError(f"mpi backend: {type(exc).__name__}: {exc}")
         self._exc = exc
+        if not self._claimed:
+            keep(self)          # before _done: a wait() that sees it done then finds it kept
         with _state_lock:
             self._done = True
             fut = self._fut
-        if not self._claimed:
-            keep(self)
-            if self._claimed:   # claimed meanwhile: _claim() set the flag before its pop
-                _unclaimed.pop(id(self), None)
+        if self._claimed:       # get_future() came meanwhile (it sets the flag, then pops)
+            _unclaimed.pop(id(self), None)
         self._gate.release()
         if fut is not None:
             self._complete_future(fut)
@@ -90,13 +90,9 @@ class MPIWork(dist.Work):
         else:
             fut.set_result(self._result)
 
-    def _claim(self):
-        self._claimed = True
-        _unclaimed.pop(id(self), None)
-
     def wait(self, timeout=None):
-        self._claim()
         if not self._done:
+            self._claimed = True
             secs = _seconds(timeout)
             if runtime.progress is None or runtime.progress.steal(self):
                 self._wait_owned(secs)
@@ -104,6 +100,8 @@ class MPIWork(dist.Work):
                 raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
             else:
                 self._gate.release()
+        if _unclaimed:          # done now: _finish() kept it unless the flag was seen first
+            _unclaimed.pop(id(self), None)
         if self._exc is not None:
             raise self._exc
         return True
@@ -153,7 +151,8 @@ class MPIWork(dist.Work):
     def get_future(self):
         """The work's one future (every caller -- DDP, the tracer, the user --
         gets the same object, as with c10d's own Work)."""
-        self._claim()
+        self._claimed = True
+        _unclaimed.pop(id(self), None)
         if runtime.progress is None and not self._done:
             self.wait()       # nobody else could complete it
         with _state_lock:
