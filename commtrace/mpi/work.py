@@ -38,7 +38,7 @@ class MPIWork(dist.Work):
     thread while it is in its active list, or the one that stole it in wait()."""
 
     # Defaults for finished works (see _DoneWork, which sets only _result).
-    _claimed = False   # wait() or get_future() was called: nobody needs keep() for it
+    _claimed = False   # get_future(), or wait() before it finished: _finish() need not keep() it
     _done = True
     _exc = None
     _fut = None
