@@ -14,7 +14,7 @@ import sys
 import mpi4py
 
 LEVEL = sys.argv[1] if len(sys.argv) > 1 else "multiple"
-FORWARDS = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+FORWARDS = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 mpi4py.rc.thread_level = LEVEL   # before MPI_Init: commtrace keeps a level set by the program
 from mpi4py import MPI  # noqa: E402
 
