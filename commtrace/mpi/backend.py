@@ -19,7 +19,7 @@ from ..dynamo import skip_class_frames
 from . import dtypes, runtime
 from .collectives import Collectives
 from .tensors import check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
-from .work import MPIWork, _DoneWork, _MultiWork
+from .work import MPIWork, _DoneWork, _MultiWork, keep
 
 
 # ---- the process group ---------------------------------------------------------------
@@ -112,6 +112,7 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
             post()
         w = _DoneWork()
         w._result = result
+        keep(w)
         if self._coalescing is not None:
             self._coalescing.append(w)
         return w

@@ -12,7 +12,7 @@ from .. import torch_compat
 from . import dtypes, runtime
 from .tensors import (_U8, _bytes, _check, _copy_bytes, _one, _opt, _redop, _same_dtype, _scatter_back,
                       check_device)
-from .work import MPIWork, _DoneWork
+from .work import MPIWork, _DoneWork, keep
 
 _SUM = dist.ReduceOp.SUM
 _AllreduceOptions = dist.AllreduceOptions
@@ -107,6 +107,7 @@ class Collectives:
                 t.div_(self._size)
             w = _DoneWork()
             w._result = [t]
+            keep(w)
             if self._coalescing is not None:
                 self._coalescing.append(w)
             elif rop == _SUM and self._small[0] is t:

@@ -13,12 +13,32 @@ from . import runtime
 
 _state_lock = threading.Lock()    # guards Work._done/_fut hand-over between threads
 
+# C++ callers hold a Python Work by its C++ half. Where torch does not keep the Python half
+# alive with it (no PyWorkHolder in PyProcessGroup.hpp: torch 2.4), the Python half dies with
+# its last Python reference, and C++'s wait() then runs the base c10d::Work::wait, which never
+# returns (getFuture() raises). A finished work's last reference may be the progress thread's:
+# c10d's broadcast_coalesced holds two works (DDP's buffer broadcast: float and int64), and
+# when the thread finished both before the first wait(), that wait hung. So a finished work is
+# kept here until its result is taken: wait() or get_future(), the calls C++ makes on it.
+_unclaimed: dict = {}         # id(work) -> work, oldest first
+_UNCLAIMED_MAX = 4096         # works a program drops unwaited are kept until this many pile up
+
+
+def keep(work) -> None:
+    """Hold the finished ``work`` until wait() or get_future() claims it."""
+    kept = _unclaimed
+    kept[id(work)] = work
+    if len(kept) > _UNCLAIMED_MAX:   # drop the oldest half (list(): one step under the GIL)
+        for k in list(kept)[:_UNCLAIMED_MAX // 2]:
+            kept.pop(k, None)
+
 
 class MPIWork(dist.Work):
     """Work for one MPI request (or none: finished). One thread tests/waits it: the progress
     thread while it is in its active list, or the one that stole it in wait()."""
 
     # Defaults for finished works (see _DoneWork, which sets only _result).
+    _claimed = False   # get_future(), or wait() before it finished: _finish() need not keep() it
     _done = True
     _exc = None
     _fut = None
@@ -53,9 +73,13 @@ class MPIWork(dist.Work):
         if exc is not None and not isinstance(exc, RuntimeError):
             exc = RuntimeError(f"mpi backend: {type(exc).__name__}: {exc}")
         self._exc = exc
+        if not self._claimed:
+            keep(self)          # before _done: a wait() that sees it done then finds it kept
         with _state_lock:
             self._done = True
             fut = self._fut
+        if self._claimed:       # get_future() came meanwhile (it sets the flag, then pops)
+            _unclaimed.pop(id(self), None)
         self._gate.release()
         if fut is not None:
             self._complete_future(fut)
@@ -68,6 +92,7 @@ class MPIWork(dist.Work):
 
     def wait(self, timeout=None):
         if not self._done:
+            self._claimed = True
             secs = _seconds(timeout)
             if runtime.progress is None or runtime.progress.steal(self):
                 self._wait_owned(secs)
@@ -75,6 +100,8 @@ class MPIWork(dist.Work):
                 raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
             else:
                 self._gate.release()
+        if _unclaimed:          # done now: _finish() kept it unless the flag was seen first
+            _unclaimed.pop(id(self), None)
         if self._exc is not None:
             raise self._exc
         return True
@@ -124,6 +151,8 @@ class MPIWork(dist.Work):
     def get_future(self):
         """The work's one future (every caller -- DDP, the tracer, the user --
         gets the same object, as with c10d's own Work)."""
+        self._claimed = True
+        _unclaimed.pop(id(self), None)
         if runtime.progress is None and not self._done:
             self.wait()       # nobody else could complete it
         with _state_lock:

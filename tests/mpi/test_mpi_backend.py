@@ -31,6 +31,41 @@ def test_ddp_losses_match_gloo(run_mpi, n):
     assert "0 mismatches" in out
 
 
+@pytest.mark.parametrize("level, n, forwards", [("serialized", 2, 5), ("multiple", 3, 100)])
+def test_ddp_buffer_broadcasts_never_hang(run_mpi, level, n, forwards):
+    # torch 2.4 (its C++ keeps no Python Work alive) freed a finished Work before DDP's
+    # broadcast_coalesced waited on it: below MPI_THREAD_MULTIPLE at once, else now and then
+    # (the progress thread finished both of its broadcasts first: 3 hangs in 36 worker_ddp.py runs).
+    out = run_mpi("worker_lifetime.py", n, level, forwards, timeout=120)
+    assert f"lifetime {level}: {forwards} forwards, buffers agree on {n} ranks" in out
+
+
+def test_finished_works_kept_until_claimed():
+    # Hand-counted: keep() holds works until wait()/get_future(); past 4096 it drops the oldest 2048.
+    from commtrace.mpi import work
+
+    others = dict(work._unclaimed)   # works of earlier tests in this process, put back at the end
+    work._unclaimed.clear()
+    try:
+        a, b = work._DoneWork(), work._DoneWork()
+        b._result = []
+        work.keep(a)
+        work.keep(b)
+        assert list(work._unclaimed.values()) == [a, b]
+        assert a.wait() is True and list(work._unclaimed.values()) == [b]
+        assert b.get_future().value() == [] and not work._unclaimed
+        many = [work._DoneWork() for _ in range(4097)]
+        for w in many:
+            work.keep(w)
+        assert len(work._unclaimed) == 4097 - 2048
+        assert next(iter(work._unclaimed.values())) is many[2048]
+        for w in many:
+            w.wait()
+        assert not work._unclaimed
+    finally:
+        work._unclaimed.update(others)
+
+
 def test_example_ddp_mpi_runs(run_mpi):
     out = run_mpi("run_with_install.py", 2, ROOT / "examples" / "ddp_mpi.py",
                   "--hidden", "200", "--epochs", "1", "--samples", "128", timeout=120)

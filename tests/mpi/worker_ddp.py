@@ -29,6 +29,12 @@ port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
 commtrace.mpi.install()
 HIDDEN = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+# Each run's DDP (its reducer holds the group; its module, the buffers the last broadcast
+# read) lives to the end: gloo's worker thread may still be dropping that broadcast when
+# the group is freed, and were its tensor's last reference dropped there, freeing it would
+# need the GIL the freeing thread holds: torch 2.4.1 deadlocked so in ~ProcessGroupGloo
+# (1 of 36 runs of this worker; tests/transparency/probe.py keeps its tensor for the same reason).
+KEEP_ALIVE = []
 
 
 def train(backend):
@@ -45,6 +51,7 @@ def train(backend):
     model = nn.Sequential(nn.Linear(10, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
                           nn.Linear(HIDDEN, 5), nn.BatchNorm1d(5))
     ddp = DDP(model, bucket_cap_mb=1)     # several buckets -> overlapping async all_reduces
+    KEEP_ALIVE.append(ddp)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     losses = []
     for epoch in range(2):
