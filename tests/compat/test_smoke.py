@@ -140,3 +140,14 @@ def test_mp_spawn(tmp_path, built):
         assert (r["phase"].astype(str) == "backward").sum() == 3
         assert (r["phase"].astype(str) == "ddp_init").sum() == 3
     h.run([h.PY, "-m", "commtrace", "check", str(run_dir)]).check(0)
+
+
+def test_python_mpi_group_keeps_ddp_works_alive(tmp_path):
+    # tests/mpi runs on the pinned torch, whose C++ keeps a Python Work alive; torch 2.4's does
+    # not, and DDP's buffer broadcasts below MPI_THREAD_MULTIPLE hung there on every run until
+    # commtrace.mpi kept finished works until claimed (tests/mpi/worker_lifetime.py says how).
+    worker = os.path.join(HERE, "..", "mpi", "worker_lifetime.py")
+    r = h.run(h.mpirun_cmd(2, h.PY, worker, "serialized", "5"), timeout=120,
+              env=h.mpi_env(COMMTRACE_NATIVE="0", OMP_NUM_THREADS="1"))
+    r.check()
+    assert "lifetime serialized: 5 forwards, buffers agree on 2 ranks" in r.stdout
