@@ -23,7 +23,7 @@ import signal
 
 real_getsignal = signal.getsignal
 real_signal = signal.signal
-real_set_wakeup_fd = _real_set_wakeup_fd = signal.set_wakeup_fd
+real_set_wakeup_fd = signal.set_wakeup_fd
 
 _ours: dict[int, tuple] = {}  # signum -> (our handler, the handler it replaced)
 _wakeup: dict = {}            # "fd": our wakeup fd while it is installed
@@ -67,7 +67,7 @@ def uninstall(signum: int) -> None:
 
 def set_our_wakeup_fd(fd: int) -> int:
     """``signal.set_wakeup_fd(fd)`` for commtrace; returns the previous fd."""
-    prev = _real_set_wakeup_fd(fd, warn_on_full_buffer=False)
+    prev = real_set_wakeup_fd(fd, warn_on_full_buffer=False)
     if prev == -1:
         _wakeup["fd"] = fd
         _wrap()
@@ -94,11 +94,11 @@ def _signal(signalnum, handler):
 def _set_wakeup_fd(fd, /, *, warn_on_full_buffer=True):
     ours = _wakeup.get("fd")
     if ours is None:
-        return _real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+        return real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
     if fd == -1:
-        prev = _real_set_wakeup_fd(ours, warn_on_full_buffer=False)
+        prev = real_set_wakeup_fd(ours, warn_on_full_buffer=False)
     else:
-        prev = _real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+        prev = real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
     return -1 if prev == ours else prev
 
 
@@ -107,4 +107,4 @@ def _wrap() -> None:
         return
     signal.getsignal = functools.wraps(real_getsignal)(_getsignal)
     signal.signal = functools.wraps(real_signal)(_signal)
-    signal.set_wakeup_fd = functools.wraps(_real_set_wakeup_fd)(_set_wakeup_fd)
+    signal.set_wakeup_fd = functools.wraps(real_set_wakeup_fd)(_set_wakeup_fd)
