@@ -214,6 +214,14 @@ class TracedProcessGroup(dist.ProcessGroup):
     def __repr__(self):
         return f"<commtrace.TracedProcessGroup of {self._inner!r}>"
 
+    def __getattr__(self, name):
+        # Only names the wrapper lacks get here (never an op: no cost on the hot path). A backend
+        # written in Python keeps its own attributes (counters, flags, helpers), and programs read
+        # them through the group c10d hands out (``_get_default_group()``): they must answer.
+        if name == "_inner":  # not set yet (inside __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
     def getGroupName(self):  # the C++ virtuals the trampoline looks up in Python
         return self._inner.group_name
 
