@@ -34,7 +34,8 @@ class ModuleTracker:
         self.hooks = hooks            # capture.phases.PhaseHooks: context, spans, _patch
         self.rec = hooks.rec
         self.names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> name
-        self._tls = threading.local()  # .stack: [(name, token or None)] of the running forwards
+        # .stack: [(name, token or None)] of the running forwards; .entering: see _enter_at
+        self._tls = threading.local()
         self._bw: list[str] = []       # modules whose backward began and has not ended
         self._on = False
         self._meshes: set = set()
@@ -127,6 +128,7 @@ class ModuleTracker:
         if _compiling():  # Dynamo traces module hooks: inside torch.compile the tracker is a no-op
             return None
         stack = self._stack()
+        self._tls.entering = None
         if module._forward_hooks and module not in self._ended:
             self._add_end_hook(module)
         if self._ddp_scope():
@@ -182,15 +184,35 @@ class ModuleTracker:
             rec.set_context_field("module", self._bw[-1] if self._bw else None)
         if self._grad_enabled():
             node = _first_node(output, self._Tensor)
-            if node is not None:
-                node.register_prehook(functools.partial(self._bw_enter, name))
+            # A module that returns its input as is (nn.Identity, Dropout(p=0) or in eval
+            # mode) made no node: its "output node" is its input's, whose pre-hooks would
+            # run its end before its begin and leave it in _bw for the rest of the pass.
+            if node is not None and node is not _first_node(args, self._Tensor):
+                self._enter_at(node, name)
+        if token is not None:  # the forward is over: hold no node past it
+            self._tls.entering = None
         return None
 
-    def _bw_enter(self, name, *_):
+    def _enter_at(self, node, name) -> None:
+        """Begin ``name``'s backward when ``node`` gets its gradient. A module that returns
+        its last submodule's output (a Sequential, a wrapper) shares that node; forwards end
+        inner first and pre-hooks run in the order they were added, so the outer one would
+        land above the inner one. One hook per node enters them all, outermost first. The
+        node is held only until the next forward begins or ends (a freed node's id may
+        be reused)."""
+        entering = getattr(self._tls, "entering", None)
+        if entering is not None and entering[0] is node:
+            entering[1].insert(0, name)
+            return
+        names = [name]
+        node.register_prehook(functools.partial(self._bw_enter, names))
+        self._tls.entering = (node, names)
+
+    def _bw_enter(self, names, *_):
         if self._ddp_scope():
             return
-        self._bw.append(name)
-        self.rec.set_context_field("module", name)
+        self._bw.extend(names)
+        self.rec.set_context_field("module", names[-1])
 
     def _bw_leave(self, name, *_):
         bw = self._bw
