@@ -25,6 +25,7 @@ import sys
 import threading
 import weakref
 
+from .. import torch_compat
 from ..trace import schema
 from .scopes import AfterImport, drop_own_frame, in_context
 
@@ -52,6 +53,8 @@ class ModuleTracker:
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
             "torch.distributed._composable.fsdp._fsdp_param_group": self._patch_fsdp2,   # older releases
+            "torch.distributed.fsdp._fully_shard._fsdp_state": self._patch_fsdp2_state,
+            "torch.distributed._composable.fsdp._fsdp_state": self._patch_fsdp2_state,   # older releases
             "torch.distributed.fsdp._runtime_utils": self._patch_fsdp1_runtime,
             # called by FSDP.__init__
             "torch.distributed.fsdp._init_utils": lambda m: self._patch_each(
@@ -237,6 +240,15 @@ class ModuleTracker:
             return token
         return lambda orig: in_context(rec, orig, enter)
 
+    def _as_unit(self, unit):
+        """Wrap a function: its ops are the module ``unit(args)``'s, whatever module runs."""
+        rec, tracker = self.rec, self
+
+        def enter(args):
+            mod = unit(args)
+            return rec.push_context() if mod is None else rec.push_context_field("module", tracker.name_of(mod))
+        return lambda orig: in_context(rec, orig, enter)
+
     def _enabling(self, orig):
         tracker = self
 
@@ -260,6 +272,13 @@ class ModuleTracker:
         self._patch_each(getattr(pg_mod, "FSDPParamGroup", None), (
             ("unshard", self._scope("fsdp_unshard", unit)),
             ("post_backward", self._scope("fsdp_reduce_grad", unit)), ("lazy_init", self._enabling)))
+
+    def _patch_fsdp2_state(self, state_mod) -> None:
+        """A unit's pre-backward (its unshard, its prefetches) runs in a hook on its output's
+        gradient, before the node pre-hook that begins its backward: its ops are the unit's."""
+        def unit(args):
+            return torch_compat.fsdp2_state_module(args[0]) if args else None
+        self._patch_each(getattr(state_mod, "FSDPState", None), (("_pre_backward", self._as_unit(unit)),))
 
     def _patch_fsdp1_runtime(self, rt) -> None:
         def unit(args):  # (state, handle, ...): the handle's module (a prefetch: not the state's)
