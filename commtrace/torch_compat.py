@@ -105,6 +105,15 @@ def fully_shard():
     return fully_shard
 
 
+def fsdp2_state_module(state):
+    """The module an FSDP2 ``FSDPState`` manages (its first, when ``fully_shard`` got a
+    list): ``_modules`` in torch >= 2.6, ``_module`` before; None if neither."""
+    modules = getattr(state, "_modules", None)
+    if modules:
+        return modules[0]
+    return getattr(state, "_module", None)
+
+
 # -- stores ---------------------------------------------------------------------------------------
 def real_store(store):
     """``store``, or None where it stores nothing: torch < 2.5 registers an mpi

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
+from . import intervals
 from .bounded_coverage import coverage_text
 
 
@@ -67,13 +68,19 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     return ReportRun(run.path, frame, procs, issues, run_id, *tables)
 
 
+def _wall_span(p: dict):
+    """(start, end) of a process on its host's monotonic clock: its start to its end record."""
+    start = p.get("t_mono_ns")
+    end = (p.get("end") or {}).get("t_mono_ns") if isinstance(p.get("end"), dict) else None
+    return (start, end) if isinstance(start, int) and isinstance(end, int) and end > start else None
+
+
 def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
     """Process start to its end record (both on its own clock); without an end
     record, its start on rank 0's clock to its last op (``frame_end``, aligned)."""
-    start = p.get("t_mono_ns")
-    end = (p.get("end") or {}).get("t_mono_ns") if isinstance(p.get("end"), dict) else None
-    if isinstance(start, int) and isinstance(end, int) and end > start:
-        return end - start
+    span = _wall_span(p)
+    if span is not None:
+        return span[1] - span[0]
     aligned = (p.get("clock") or {}).get("start_aligned_ns") if isinstance(p.get("clock"), dict) else None
     if isinstance(aligned, int) and frame_end is not None:   # no end record: up to its last op
         return max(frame_end - aligned, 0) or None
@@ -92,22 +99,29 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
     command = " ".join(map(str, cmd)) if isinstance(cmd, list) else (str(cmd) if cmd else "")
     t1 = max(last_end.values()) if last_end else None
     comm = comm_ns_per_rank
-    # A rank's wall time is summed over its processes: a run can hold several
-    # worlds one after another (a test suite spawning fresh ranks per test),
-    # and comm time is summed over all of that rank's ops, so share stays <= 1.
+    # A rank's wall time is the union of its processes' lives: a run can hold several
+    # worlds one after another (a test suite spawning fresh ranks per test), and
+    # processes a rank forks (DataLoader workers) live inside its own life; they
+    # start with its start time (the tracer's), so a sum would count it again per worker.
     walls: dict = {}
+    lives: dict = {}     # (rank, host) -> process (start, end) on that host's monotonic clock
     covered: dict = {}   # a bounded process shares over the time its records cover, not its wall time
     for p in procs:
         r = p.get("rank")
         if not isinstance(r, int):
             continue  # a process that never had a rank (the parent of spawned ranks)
         w = _wall_ns(p, last_end.get(r), t0)
-        if w:
+        span = _wall_span(p)
+        if span is not None:
+            lives.setdefault((r, p.get("host")), []).append(span)
+        elif w:
             walls[r] = walls.get(r, 0) + w
         if spans_of_file:
             if isinstance(p.get("coverage"), dict):
                 w = spans_of_file.get(schema.stem_of(str(p.get("file") or "")), 0)
             covered[r] = covered.get(r, 0) + (w or 0)
+    for (r, _), spans in lives.items():
+        walls[r] = walls.get(r, 0) + intervals.length(intervals.union(*zip(*spans)))
     denominators = window_ns_per_rank if window_ns_per_rank is not None else (covered or walls)
     shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}
     share_vals = np.array(list(shares.values()), dtype=float)

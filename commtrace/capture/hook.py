@@ -51,10 +51,11 @@ class Installer:
             return self._adopt(obj)
         return obj if traced is None else traced
 
-    def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping):
+    def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping, backend_config=None):
         if isinstance(pg, self.traced_types):
             return pg
         store = torch_compat.real_store(store)
+        backend_name = _backend_label(backend_name, backend_config)
         if c10d._world.default_pg is None:
             self._new_world(pg, backend_name, store)
         if rank_mapping:
@@ -96,7 +97,7 @@ class Installer:
         if reg is not None:
             @functools.wraps(reg)
             def register(pg, backend_name, store, group_name, backend_config, rank_mapping=None, *a, **kw):
-                traced = self.wrap(pg, backend_name, store, group_name, rank_mapping)
+                traced = self.wrap(pg, backend_name, store, group_name, rank_mapping, backend_config)
                 try:
                     return reg(traced, backend_name, store, group_name, backend_config, rank_mapping, *a, **kw)
                 except BaseException as e:
@@ -132,7 +133,8 @@ class Installer:
         w = c10d._world
         backend_name, store = w.pg_map[pg]
         name = w.pg_names.get(pg)
-        traced = self.wrap(pg, backend_name, store, name, w.pg_group_ranks.get(pg))
+        traced = self.wrap(pg, backend_name, store, name, w.pg_group_ranks.get(pg),
+                           getattr(w, "pg_backend_config", {}).get(pg))
         _swap_in_registries(pg, traced, name)
         return traced
 
@@ -144,7 +146,9 @@ class Installer:
         if default is None:
             return 0
         if self.world_id is None and not isinstance(default, self.traced_types):
-            self._new_world(default, *w.pg_map[default])
+            backend_name, store = w.pg_map[default]
+            self._new_world(default, _backend_label(backend_name, getattr(w, "pg_backend_config", {}).get(default)),
+                            store)
         n = 0
         for pg in sorted(w.pg_map, key=lambda pg: pg is not default):  # the default group first (stable)
             traced = self._adopt(pg)
@@ -194,6 +198,19 @@ def _swap_in_registries(inner, traced, group_name) -> None:
         with contextlib.suppress(Exception):
             c10d._unregister_process_group(group_name)
         c10d._register_process_group(group_name, traced)
+
+
+def _backend_label(backend_name, backend_config) -> str:
+    """The backend a group's trace lines name. A group made without one
+    (``init_process_group()``, ``init_device_mesh``) is "undefined" to torch, which runs it
+    on its devices' defaults (``backend_config``, e.g. "cpu:gloo" or "cpu:gloo,cuda:nccl"):
+    their one backend ("gloo"), or that config when the devices' backends differ."""
+    name = str(backend_name)
+    if name != dist.Backend.UNDEFINED or not backend_config:
+        return name
+    config = str(backend_config)
+    per_device = {b for part in config.split(",") for _, sep, b in [part.partition(":")] if sep and b}
+    return per_device.pop() if len(per_device) == 1 else config
 
 
 def _world_id(pg, store, run_id: str, index: int) -> str:

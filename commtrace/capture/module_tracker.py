@@ -25,6 +25,7 @@ import sys
 import threading
 import weakref
 
+from .. import torch_compat
 from ..trace import schema
 from .scopes import AfterImport, drop_own_frame, in_context
 
@@ -34,7 +35,8 @@ class ModuleTracker:
         self.hooks = hooks            # capture.phases.PhaseHooks: context, spans, _patch
         self.rec = hooks.rec
         self.names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> name
-        self._tls = threading.local()  # .stack: [(name, token or None)] of the running forwards
+        # .stack: [(name, token or None)] of the running forwards; .entering: see _enter_at
+        self._tls = threading.local()
         self._bw: list[str] = []       # modules whose backward began and has not ended
         self._on = False
         self._meshes: set = set()
@@ -51,6 +53,8 @@ class ModuleTracker:
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
             "torch.distributed._composable.fsdp._fsdp_param_group": self._patch_fsdp2,   # older releases
+            "torch.distributed.fsdp._fully_shard._fsdp_state": self._patch_fsdp2_state,
+            "torch.distributed._composable.fsdp._fsdp_state": self._patch_fsdp2_state,   # older releases
             "torch.distributed.fsdp._runtime_utils": self._patch_fsdp1_runtime,
             # called by FSDP.__init__
             "torch.distributed.fsdp._init_utils": lambda m: self._patch_each(
@@ -127,6 +131,7 @@ class ModuleTracker:
         if _compiling():  # Dynamo traces module hooks: inside torch.compile the tracker is a no-op
             return None
         stack = self._stack()
+        self._tls.entering = None
         if module._forward_hooks and module not in self._ended:
             self._add_end_hook(module)
         if self._ddp_scope():
@@ -182,15 +187,35 @@ class ModuleTracker:
             rec.set_context_field("module", self._bw[-1] if self._bw else None)
         if self._grad_enabled():
             node = _first_node(output, self._Tensor)
-            if node is not None:
-                node.register_prehook(functools.partial(self._bw_enter, name))
+            # A module that returns its input as is (nn.Identity, Dropout(p=0) or in eval
+            # mode) made no node: its "output node" is its input's, whose pre-hooks would
+            # run its end before its begin and leave it in _bw for the rest of the pass.
+            if node is not None and node is not _first_node(args, self._Tensor):
+                self._enter_at(node, name)
+        if token is not None:  # the forward is over: hold no node past it
+            self._tls.entering = None
         return None
 
-    def _bw_enter(self, name, *_):
+    def _enter_at(self, node, name) -> None:
+        """Begin ``name``'s backward when ``node`` gets its gradient. A module that returns
+        its last submodule's output (a Sequential, a wrapper) shares that node; forwards end
+        inner first and pre-hooks run in the order they were added, so the outer one would
+        land above the inner one. One hook per node enters them all, outermost first. The
+        node is held only until the next forward begins or ends (a freed node's id may
+        be reused)."""
+        entering = getattr(self._tls, "entering", None)
+        if entering is not None and entering[0] is node:
+            entering[1].insert(0, name)
+            return
+        names = [name]
+        node.register_prehook(functools.partial(self._bw_enter, names))
+        self._tls.entering = (node, names)
+
+    def _bw_enter(self, names, *_):
         if self._ddp_scope():
             return
-        self._bw.append(name)
-        self.rec.set_context_field("module", name)
+        self._bw.extend(names)
+        self.rec.set_context_field("module", names[-1])
 
     def _bw_leave(self, name, *_):
         bw = self._bw
@@ -213,6 +238,15 @@ class ModuleTracker:
                 if mod is not None:
                     rec.set_context_field("module", tracker.name_of(mod))
             return token
+        return lambda orig: in_context(rec, orig, enter)
+
+    def _as_unit(self, unit):
+        """Wrap a function: its ops are the module ``unit(args)``'s, whatever module runs."""
+        rec, tracker = self.rec, self
+
+        def enter(args):
+            mod = unit(args)
+            return rec.push_context() if mod is None else rec.push_context_field("module", tracker.name_of(mod))
         return lambda orig: in_context(rec, orig, enter)
 
     def _enabling(self, orig):
@@ -238,6 +272,13 @@ class ModuleTracker:
         self._patch_each(getattr(pg_mod, "FSDPParamGroup", None), (
             ("unshard", self._scope("fsdp_unshard", unit)),
             ("post_backward", self._scope("fsdp_reduce_grad", unit)), ("lazy_init", self._enabling)))
+
+    def _patch_fsdp2_state(self, state_mod) -> None:
+        """A unit's pre-backward (its unshard, its prefetches) runs in a hook on its output's
+        gradient, before the node pre-hook that begins its backward: its ops are the unit's."""
+        def unit(args):
+            return torch_compat.fsdp2_state_module(args[0]) if args else None
+        self._patch_each(getattr(state_mod, "FSDPState", None), (("_pre_backward", self._as_unit(unit)),))
 
     def _patch_fsdp1_runtime(self, rt) -> None:
         def unit(args):  # (state, handle, ...): the handle's module (a prefetch: not the state's)

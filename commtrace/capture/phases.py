@@ -86,6 +86,11 @@ class PhaseHooks:
             if hasattr(owner, name):
                 self._patch(owner, name, self._wrap_scope(detail=detail))
         self._patch(autograd, "_engine_run_backward", self._wrap_backward)
+        # RPC's distributed autograd runs its own engine (DDP inside RPC trainers: its buckets
+        # are launched there). torch.distributed imports the module; without RPC it has no backward.
+        import torch.distributed.autograd as dist_autograd
+        if hasattr(dist_autograd, "backward"):
+            self._patch(dist_autograd, "backward", self._wrap_backward)
         try:
             from torch.distributed.algorithms.join import Join
             self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))

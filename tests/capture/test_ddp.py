@@ -111,3 +111,23 @@ def test_ddp_parameters_bitwise_identical(traced, untraced):
     assert a.keys() == b.keys() and len(a) == 6
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_ddp_inside_rpc_distributed_autograd_is_backward(tmp_path):
+    """pytorch/examples distributed/rpc/ddp_rpc: DDP's gradient all_reduces are launched by
+    torch.distributed.autograd.backward's engine; they are phase backward inside a backward
+    span (they were phase "-", with no span). 3 steps: one all_reduce per step (one bucket)."""
+    if not torch.distributed.rpc.is_available():
+        pytest.skip("torch built without RPC")
+    h.run(h.commtrace_cmd(tmp_path / "run", worker("rpc_ddp.py"), h.free_port(), h.free_port(), 3),
+          timeout=180).check(0)
+    df = h.load(tmp_path / "run")
+    import commtrace
+    spans = commtrace.load(tmp_path / "run", table="spans")
+    for r in range(2):
+        d = df[(df["rank"] == r) & (df["op"] == "all_reduce")]
+        assert list(d["phase"].astype(str)) == ["backward"] * 3
+        bw = spans[(spans["rank"] == r) & (spans["phase"] == "backward")]
+        assert len(bw) == 3
+        t = d["t_start_ns"].to_numpy()
+        assert all(((bw["t_begin_ns"] <= x) & (x <= bw["t_end_ns"])).any() for x in t)

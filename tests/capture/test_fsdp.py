@@ -8,7 +8,7 @@ import helpers as h
 from helpers import worker
 
 STEPS = 3
-UNITS = 2  # sharded Linear layers (the root holds no parameters of its own)
+UNITS = 2  # sharded: a Linear layer and a block (the root holds no parameters of its own)
 
 
 def _run(tmp, traced: bool):
@@ -30,6 +30,14 @@ def test_fsdp2_traced_bitwise_identical_and_recorded(tmp_path):
         rs = d[d["op"] == "reduce_scatter"]
         assert len(rs) == UNITS * STEPS  # one gradient reduce-scatter per unit per step
         assert set(rs["phase"].astype(str)) == {"backward"}
+        # Each unit's reduce_scatter is its own (docs/report.md: issued once the gradient reached
+        # the unit's input). The block's Dropout(0.0) made no autograd node: it used to stay
+        # "running" for the rest of the pass, and the block's reduce_scatters were "2.drop"'s.
+        assert list(rs["module"].astype(str)) == ["2", "0"] * STEPS
+        # Unit 2's pre-backward gathers it and prefetches unit 0 (a prefetch is its issuer's),
+        # from a hook that runs before unit 2's backward begins.
+        ag = d[(d["op"] == "all_gather") & (d["phase"] == "backward")]
+        assert list(ag["module"].astype(str)) == ["2", "2"] * STEPS
         assert (d["op"] == "all_gather").sum() >= 2 * UNITS * STEPS  # forward, and again in backward
     # Every collective seen by both ranks, with the same size.
     for _, d in df.groupby(["group", "seq"], observed=True):

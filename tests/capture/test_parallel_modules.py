@@ -118,6 +118,10 @@ def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched)
     assert set(fb["mesh_dim"].dropna().astype(str)) == expected_dims
     # Module names are the parameters' names: no wrapper attribute (FSDP1's _fsdp_wrapped_module).
     assert not fb["module"].astype(str).str.contains("_wrapped_module").any()
+    # tp: init_device_mesh made the world with no backend named ("undefined" to torch): the
+    # groups name the one the CPU runs on (torch < 2.5 with CUDA built in: "cpu:gloo,cuda:nccl").
+    backends = set(df["backend"].astype(str))
+    assert all("gloo" in b for b in backends) and "undefined" not in backends, backends
 
 
 def test_every_op_inside_a_step_has_module_and_phase_or_is_optimizer(launched):

@@ -1,8 +1,10 @@
 """FSDP2 (fully_shard over a 1-D DeviceMesh) on gloo/CPU, 2 spawned ranks.
 
-``fsdp2.py PORT OUT STEPS``: two Linear layers sharded separately, then the root;
-SGD for STEPS steps; rank 0 writes a hash of the full parameters to OUT. FSDP2
-issues its all_gather / reduce_scatter from C++ (the *_single trampoline names).
+``fsdp2.py PORT OUT STEPS``: a Linear layer and a residual block sharded separately,
+then the root; SGD for STEPS steps; rank 0 writes a hash of the full parameters to OUT.
+FSDP2 issues its all_gather / reduce_scatter from C++ (the *_single trampoline names).
+The block ends in a Dropout(0.0), which returns its input as is (LLM configs with
+dropout 0, pytorch/examples' FSDP2 transformer).
 """
 import hashlib
 import os
@@ -14,6 +16,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
+class Residual(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = torch.nn.Linear(d, d)
+        self.drop = torch.nn.Dropout(0.0)
+
+    def forward(self, x):
+        return x + self.drop(self.lin(x))
+
+
 def main(rank, port, out, steps):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -22,7 +34,7 @@ def main(rank, port, out, steps):
     fully_shard = torch_compat.fully_shard()
     mesh = init_device_mesh("cpu", (2,))
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), Residual(32))
     fully_shard(model[0], mesh=mesh)
     fully_shard(model[2], mesh=mesh)
     fully_shard(model, mesh=mesh)

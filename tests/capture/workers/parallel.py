@@ -7,6 +7,8 @@ and the root, ``device_id`` CPU; its default backward prefetch), tp
 (Colwise/Rowwise pairs and a SequenceParallel norm), 2d (FSDP2 over "dp" x TP
 over "tp"). Every step clips the gradients' norm between backward and the
 optimizer step (FSDP1's own clip_grad_norm_; else torch.nn.utils', per DeviceMesh).
+The tp scenario lets ``init_device_mesh`` make the world (no backend named: torch's
+default for the device), as pytorch/examples' tensor-parallel scripts do.
 
 Each step runs under its own ``CommDebugMode`` (its module tracker does not
 survive a second forward): rank r writes ``OUT.r.json`` with, per step, its
@@ -121,7 +123,10 @@ def _plain(counts):
 
 def main(rank, scenario, world, port, out, steps):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if scenario == "tp":
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     from torch.distributed.tensor.debug import CommDebugMode
     model = build(scenario, rank, world)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
