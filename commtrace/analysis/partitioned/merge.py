@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..arrays import NA_KEY, keys_index
+from ..native_ext import kernels
 from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
 from ..summary import summary_columns, summed_columns, with_collectives
@@ -47,17 +48,20 @@ class AcrossFold:
         col = lambda k: per_rank[k].astype(np.int64, copy=False)  # noqa: E731
         st = col("step")
         self._grow(int(st.max()) + 1)
+        # a rank's step numbers are distinct; most often 1, 2, 3, ...: a slice, not a gather and a scatter
+        ramp = len(st) == int(st[-1]) - int(st[0]) + 1 and bool((np.diff(st) == 1).all())
+        at = slice(int(st[0]), int(st[-1]) + 1) if ramp else st
         a = self.a
-        a["ranks"][st] += 1
-        a["micro_steps"][st] = np.maximum(a["micro_steps"][st], col("micro_steps"))
+        a["ranks"][at] += 1
+        a["micro_steps"][at] = np.maximum(a["micro_steps"][at], col("micro_steps"))
         for k in self.SUMS:
-            a[k][st] += col(k)
+            a[k][at] += col(k)
         t, r = col("step_ns"), col("rank")
-        cur, cur_r = a["step_ns"][st], a["slowest_rank"][st]
+        cur, cur_r = a["step_ns"][at], a["slowest_rank"][at]
         # the slowest rank; on a tie the lowest rank (docs/report.md: "slowest")
         take = (t > cur) | ((t == cur) & (r < cur_r))
-        a["step_ns"][st] = np.where(take, t, cur)
-        a["slowest_rank"][st] = np.where(take, r, cur_r)
+        a["step_ns"][at] = np.where(take, t, cur)
+        a["slowest_rank"][at] = np.where(take, r, cur_r)
 
     def table(self) -> pd.DataFrame:
         from ..step_table import ACROSS_COLUMNS
@@ -73,6 +77,8 @@ class AcrossFold:
 
 
 MEDIAN_COLUMNS = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
+# what AcrossFold and rank_medians read of a rank's rows (not its steps' begin and end times)
+FOLDED_COLUMNS = ["rank", "step", "micro_steps", "step_ns", *AcrossFold.SUMS]
 
 
 def rank_medians(per_rank: dict) -> tuple:
@@ -82,8 +88,7 @@ def rank_medians(per_rank: dict) -> tuple:
     ranks = per_rank["rank"]
     if not (ranks == ranks[0]).all():
         raise ValueError("rank_medians: the steps of one rank")
-    med = np.median(np.stack([per_rank[c] for c in MEDIAN_COLUMNS]), axis=1)
-    return int(ranks[0]), len(ranks), med.tolist()
+    return int(ranks[0]), len(ranks), [_median(per_rank[c]) for c in MEDIAN_COLUMNS]
 
 
 class RankFold:
@@ -117,7 +122,7 @@ class RankFold:
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
         self.values.extend(p.values)
-        columns = p.per_rank.unpack() if len(p.per_rank) else {}
+        columns = {c: p.per_rank.column(c) for c in FOLDED_COLUMNS} if len(p.per_rank) else {}
         self.across.add(columns)
         self.per_rank_rows += len(p.per_rank)
         if self.per_rank_rows > PER_RANK_ROWS_KEPT:
@@ -249,14 +254,12 @@ def with_bandwidth(cs: CellSummary, bandwidth: pd.DataFrame | None) -> pd.DataFr
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
-    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen)."""
-    g = cells.groupby(by, sort=True)
-    codes = g.ngroup().to_numpy(np.int64)
-    heads = cells.iloc[g.head(1).index].copy()
-    heads["_code"] = codes[g.head(1).index]
-    heads = heads.sort_values("_code")
-    keys = pd.DataFrame({c: np.asarray(heads[c].tolist(), dtype=object) for c in by})
-    return codes, keys
+    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen;
+    a few hundred cells: plain tuples, not a pandas groupby)."""
+    tuples = list(zip(*(cells[c].tolist() for c in by)))
+    rows = {t: i for i, t in enumerate(sorted(set(tuples)))}
+    keys = pd.DataFrame({c: np.asarray([t[i] for t in rows], dtype=object) for i, c in enumerate(by)})
+    return np.array([rows[t] for t in tuples], np.int64), keys
 
 
 def _quantiles(codes: np.ndarray, n: int, values: list, cache: dict) -> np.ndarray:
@@ -291,18 +294,39 @@ def exact_quantiles(pieces: list, qs) -> np.ndarray:
     float32 values, then numpy's interpolation (virtual index (n - 1) q, ``_lerp``) runs
     in float64. Half the bytes to copy and partition (0.2 s less for 6.4 M durations)."""
     dt = np.float32 if all(np.asarray(p).dtype == np.float32 for p in pieces) else np.float64
-    x = np.concatenate([np.asarray(p, dtype=dt) for p in pieces])   # a new array: partitioned in place
-    n = len(x)
+    pieces = [np.asarray(p, dtype=dt) for p in pieces]
+    n = sum(len(p) for p in pieces)
     virt = (n - 1) * np.asarray(qs, dtype=np.float64)
     lo = np.floor(virt).astype(np.intp)
     hi = np.minimum(lo + 1, n - 1)
-    # floats without a sign bit order as their bits: an integer partition picks the same, 1/3 faster
-    bits = x.view(np.int32 if dt == np.float32 else np.int64)
-    (bits if bits.min() >= 0 else x).partition(np.unique(np.concatenate((lo, hi))))
-    a, b = x[lo].astype(np.float64), x[hi].astype(np.float64)
+    ks = np.unique(np.concatenate((lo, hi)))
+    x = order_statistics(pieces, ks)
+    a, b = x[np.searchsorted(ks, lo)].astype(np.float64), x[np.searchsorted(ks, hi)].astype(np.float64)
     t = virt - lo
     diff = b - a
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+
+
+def order_statistics(pieces: list, ks: np.ndarray) -> np.ndarray:
+    """``np.partition(np.concatenate(pieces), ks)[ks]`` (pieces of one integer or float dtype;
+    ``ks`` distinct, ascending): the analysis kernel's radix selection when built (no copy,
+    2-3 streaming passes), else numpy's, where floats without a sign bit partition as their bits
+    (non-negative floats order as their bits: an integer partition picks the same, 1/3 faster)."""
+    floats, kern = pieces[0].dtype.kind == "f", kernels()
+    out = np.empty(len(ks), pieces[0].dtype)
+    if kern is not None and kern.order_stats(pieces, np.asarray(ks, np.int64), out, floats):
+        return out
+    x = np.concatenate(pieces)      # a new array: partitioned in place
+    bits = x.view(np.int32 if x.itemsize == 4 else np.int64) if floats else x
+    (x if floats and bits.min() < 0 else bits).partition(ks)
+    return x[ks]
+
+
+def _median(v: np.ndarray) -> float:
+    """``np.median`` of an integer column, bit for bit (the middle value, or the float64 mean of the two)."""
+    h = len(v) // 2
+    ks = np.array([h] if len(v) % 2 else [h - 1, h])
+    return float(order_statistics([np.ascontiguousarray(v, np.int64)], ks).astype(np.float64).sum() / len(ks))
 
 
 def _bandwidth_rows(bandwidth: pd.DataFrame | None, keys: pd.DataFrame, by: list) -> pd.DataFrame:
