@@ -5,6 +5,7 @@ exact percentiles concatenate the kept durations, sketched ones merge their
 histograms (error bound: ``sketch.ALPHA``)."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -244,11 +245,20 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
     return CellSummary(out, keys, by)
 
 
-def with_bandwidth(cs: CellSummary, bandwidth: pd.DataFrame | None) -> pd.DataFrame:
-    """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths."""
+def with_bandwidth(cs: CellSummary, bandwidth: list | None) -> pd.DataFrame:
+    """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths (``bandwidth``:
+    per partition, in arrival order, its (keys, collectives, T, S, B) of this table)."""
     if cs.table is None:
         return pd.DataFrame(columns=cs.by + summary_columns(QS)).set_index(cs.by)
-    bw = _bandwidth_rows(bandwidth, cs.keys, cs.by)
+    rows = {key: i for i, key in enumerate(zip(*(cs.keys[c].tolist() for c in cs.by)))}
+    n = len(rows)
+    cols = ["collectives", "T", "S", "B"]
+    if bandwidth:        # pandas' groupby sum, its float sums, in arrival order; rows by code (n: a key not shown)
+        code = np.array([rows.get(tuple(key), n) for p in bandwidth for key in p[0]], np.int64)
+        bw = pd.DataFrame({c: np.concatenate([p[i] for p in bandwidth]) for i, c in enumerate(cols, 1)})
+        bw = bw.groupby(code, sort=False).sum().reindex(range(n)).fillna(0.0)
+    else:
+        bw = pd.DataFrame(0.0, index=range(n), columns=cols)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
     return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB, QS)
 
@@ -322,20 +332,19 @@ def order_statistics(pieces: list, ks: np.ndarray) -> np.ndarray:
     return x[ks]
 
 
+def _group_quantile(v: np.ndarray, q: float) -> float:
+    """pandas' groupby quantile (linear) of one group of float64, to the bit (the figures as printed):
+    the value at int(q (n - 1)) plus the fraction q (n - 1) % 1 of the way to the next."""
+    x = q * (len(v) - 1)
+    s = order_statistics([v], np.array([int(x)] if x % 1 == 0.0 else [int(x), int(x) + 1]))
+    return float(s[0]) if x % 1 == 0.0 else float(s[0] + (s[1] - s[0]) * (x % 1))
+
+
 def _median(v: np.ndarray) -> float:
     """``np.median`` of an integer column, bit for bit (the middle value, or the float64 mean of the two)."""
     h = len(v) // 2
     ks = np.array([h] if len(v) % 2 else [h - 1, h])
     return float(order_statistics([np.ascontiguousarray(v, np.int64)], ks).astype(np.float64).sum() / len(ks))
-
-
-def _bandwidth_rows(bandwidth: pd.DataFrame | None, keys: pd.DataFrame, by: list) -> pd.DataFrame:
-    cols = ["collectives", "T", "S", "B"]
-    if bandwidth is None or not len(bandwidth):
-        return pd.DataFrame(0.0, index=range(len(keys)), columns=cols)
-    summed = bandwidth.groupby(by, sort=False)[cols].sum()
-    idx = pd.MultiIndex.from_frame(keys) if len(by) > 1 else pd.Index(keys[by[0]])
-    return summed.reindex(idx).fillna(0.0).reset_index(drop=True)
 
 
 class PartitionFold:
@@ -370,19 +379,10 @@ class PartitionFold:
         # ties broken down to the instance ((world, group, seq): unique), so the order does not
         # depend on which partition's result came first
         t = pd.concat(parts, ignore_index=True)
-        t = t.assign(_neg=-t["spread_ns"].to_numpy(np.float64), _w=t["world"].astype(str), _g=t["group"].astype(str))
-        t = t.sort_values(["_neg", "first_start_ns", "first_rank", "_w", "_g", "seq"], kind="stable")
-        return t.drop(columns=["_neg", "_w", "_g"]).head(self.top_n).reset_index(drop=True)
-
-    def bandwidth_table(self, name: str, by: list) -> pd.DataFrame | None:
-        """``by`` columns + collectives, T, S, B: one row per key of each partition, in arrival order."""
-        parts = self.bandwidth.get(name)
-        if not parts:
-            return None
-        out = pd.DataFrame([key for p in parts for key in p[0]], columns=list(by))
-        for i, col in enumerate(("collectives", "T", "S", "B"), 1):
-            out[col] = np.concatenate([p[i] for p in parts])
-        return out
+        keys = list(zip((-t["spread_ns"].to_numpy(np.float64)).tolist(), t["first_start_ns"].tolist(),
+                        t["first_rank"].tolist(), t["world"].astype(str).tolist(), t["group"].astype(str).tolist(),
+                        t["seq"].tolist()))
+        return t.iloc[heapq.nsmallest(self.top_n, range(len(t)), key=keys.__getitem__)].reset_index(drop=True)
 
     def skew(self, op_order: list | None = None) -> dict:
         """Arrival skew (docs/report.md): ``top``, the instances with the largest spread (last
@@ -403,10 +403,9 @@ class PartitionFold:
         strag = strag.sort_values("wait_ns", ascending=False, kind="stable")
         rows = {}
         for op in sorted(self.spreads):
-            v = np.concatenate(self.spreads[op])
-            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # groupby's quantile: the figures as printed, to the bit
-            rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(g.quantile(0.5).iloc[0]),
-                        "p99_ns": float(g.quantile(0.99).iloc[0]), "max_ns": int(v.max())}
+            v = np.concatenate(self.spreads[op]).astype(np.float64, copy=False)
+            rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": _group_quantile(v, 0.5),
+                        "p99_ns": _group_quantile(v, 0.99), "max_ns": int(v.max())}
         by_op = pd.DataFrame.from_dict(rows, orient="index")
         if op_order:
             by_op = by_op.loc[[o for o in op_order if o in rows] + [o for o in sorted(rows) if o not in op_order]]
