@@ -64,7 +64,7 @@ def spans_table(parts) -> pd.DataFrame:
     cols["phase"] = pd.Categorical.from_codes(cols["phase"], dtype=_PHASE_DTYPE, validate=False)
     cols["module"] = pd.Categorical.from_codes(cols["module"], categories=pd.Index(list(modules), dtype=object),
                                                validate=False)
-    return pd.DataFrame(cols, columns=SPAN_COLUMNS)
+    return pd.DataFrame(cols, columns=SPAN_COLUMNS, copy=False)   # its own new columns: not copied into blocks
 
 
 def _with_legacy(rec, marks: list[dict]):
