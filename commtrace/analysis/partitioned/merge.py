@@ -5,7 +5,6 @@ exact percentiles concatenate the kept durations, sketched ones merge their
 histograms (error bound: ``sketch.ALPHA``)."""
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,9 +48,7 @@ class AcrossFold:
         col = lambda k: per_rank[k].astype(np.int64, copy=False)  # noqa: E731
         st = col("step")
         self._grow(int(st.max()) + 1)
-        # a rank's step numbers are distinct; most often 1, 2, 3, ...: a slice, not a gather and a scatter
-        ramp = len(st) == int(st[-1]) - int(st[0]) + 1 and bool((np.diff(st) == 1).all())
-        at = slice(int(st[0]), int(st[-1]) + 1) if ramp else st
+        at = slice(int(st[0]), int(st[-1]) + 1) if bool((np.diff(st) == 1).all()) else st    # 1, 2, 3...: no gather
         a = self.a
         a["ranks"][at] += 1
         a["micro_steps"][at] = np.maximum(a["micro_steps"][at], col("micro_steps"))
@@ -78,8 +75,6 @@ class AcrossFold:
 
 
 MEDIAN_COLUMNS = ["step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops"]
-# what AcrossFold and rank_medians read of a rank's rows (not its steps' begin and end times)
-FOLDED_COLUMNS = ["rank", "step", "micro_steps", "step_ns", *AcrossFold.SUMS]
 
 
 def rank_medians(per_rank: dict) -> tuple:
@@ -123,7 +118,8 @@ class RankFold:
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
         self.values.extend(p.values)
-        columns = {c: p.per_rank.column(c) for c in FOLDED_COLUMNS} if len(p.per_rank) else {}
+        # what AcrossFold and rank_medians read: not the steps' begin and end times (delta-packed)
+        columns = {c: p.per_rank.column(c) for c in PER_RANK_COLUMNS if c[:2] != "t_"} if len(p.per_rank) else {}
         self.across.add(columns)
         self.per_rank_rows += len(p.per_rank)
         if self.per_rank_rows > PER_RANK_ROWS_KEPT:
@@ -246,26 +242,21 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
 
 
 def with_bandwidth(cs: CellSummary, bandwidth: list | None) -> pd.DataFrame:
-    """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths (``bandwidth``:
-    per partition, in arrival order, its (keys, collectives, T, S, B) of this table)."""
+    """The summary table: ``cs`` plus the partitions' collectives and bandwidths (each's keys, collectives, T, S, B)."""
     if cs.table is None:
         return pd.DataFrame(columns=cs.by + summary_columns(QS)).set_index(cs.by)
     rows = {key: i for i, key in enumerate(zip(*(cs.keys[c].tolist() for c in cs.by)))}
-    n = len(rows)
-    cols = ["collectives", "T", "S", "B"]
-    if bandwidth:        # pandas' groupby sum, its float sums, in arrival order; rows by code (n: a key not shown)
-        code = np.array([rows.get(tuple(key), n) for p in bandwidth for key in p[0]], np.int64)
-        bw = pd.DataFrame({c: np.concatenate([p[i] for p in bandwidth]) for i, c in enumerate(cols, 1)})
-        bw = bw.groupby(code, sort=False).sum().reindex(range(n)).fillna(0.0)
-    else:
-        bw = pd.DataFrame(0.0, index=range(n), columns=cols)
+    bw = pd.DataFrame(0.0, index=range(len(rows)), columns=["collectives", "T", "S", "B"])
+    if bandwidth:        # pandas' groupby sum (its float sums) in arrival order, of rows by code (a key not shown: last)
+        code = np.array([rows.get(tuple(key), len(rows)) for p in bandwidth for key in p[0]], np.int64)
+        bw = pd.DataFrame({c: np.concatenate([p[i] for p in bandwidth]) for i, c in enumerate(bw.columns, 1)})
+        bw = bw.groupby(code, sort=False).sum().reindex(range(len(rows))).fillna(0.0)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
     return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB, QS)
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
-    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen;
-    a few hundred cells: plain tuples, not a pandas groupby)."""
+    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen; tuples: no groupby)."""
     tuples = list(zip(*(cells[c].tolist() for c in by)))
     rows = {t: i for i, t in enumerate(sorted(set(tuples)))}
     keys = pd.DataFrame({c: np.asarray([t[i] for t in rows], dtype=object) for i, c in enumerate(by)})
@@ -298,11 +289,9 @@ def _quantiles(codes: np.ndarray, n: int, values: list, cache: dict) -> np.ndarr
 
 
 def exact_quantiles(pieces: list, qs) -> np.ndarray:
-    """``np.quantile(np.concatenate(pieces).astype(np.float64), qs)`` (method "linear"),
-    bit for bit, without the float64 copy when every piece is float32 (rank_map keeps
-    durations float32 where that is exact): the order statistics are selected among the
-    float32 values, then numpy's interpolation (virtual index (n - 1) q, ``_lerp``) runs
-    in float64. Half the bytes to copy and partition (0.2 s less for 6.4 M durations)."""
+    """``np.quantile(np.concatenate(pieces).astype(np.float64), qs)`` (method "linear"), bit for bit:
+    the order statistics selected among the pieces' own values (rank_map keeps durations float32
+    where that is exact), then numpy's interpolation (virtual index (n - 1) q, ``_lerp``) in float64."""
     dt = np.float32 if all(np.asarray(p).dtype == np.float32 for p in pieces) else np.float64
     pieces = [np.asarray(p, dtype=dt) for p in pieces]
     n = sum(len(p) for p in pieces)
@@ -312,39 +301,26 @@ def exact_quantiles(pieces: list, qs) -> np.ndarray:
     ks = np.unique(np.concatenate((lo, hi)))
     x = order_statistics(pieces, ks)
     a, b = x[np.searchsorted(ks, lo)].astype(np.float64), x[np.searchsorted(ks, hi)].astype(np.float64)
-    t = virt - lo
-    diff = b - a
+    t, diff = virt - lo, b - a
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
 
 
 def order_statistics(pieces: list, ks: np.ndarray) -> np.ndarray:
-    """``np.partition(np.concatenate(pieces), ks)[ks]`` (pieces of one integer or float dtype;
-    ``ks`` distinct, ascending): the analysis kernel's radix selection when built (no copy,
-    2-3 streaming passes), else numpy's, where floats without a sign bit partition as their bits
-    (non-negative floats order as their bits: an integer partition picks the same, 1/3 faster)."""
+    """``np.partition(np.concatenate(pieces), ks)[ks]`` (pieces of one dtype, ``ks`` ascending): the kernel's
+    radix selection (no copy, 3 streaming passes), else numpy's; non-negative floats order as their bits."""
     floats, kern = pieces[0].dtype.kind == "f", kernels()
     out = np.empty(len(ks), pieces[0].dtype)
     if kern is not None and kern.order_stats(pieces, np.asarray(ks, np.int64), out, floats):
         return out
-    x = np.concatenate(pieces)      # a new array: partitioned in place
-    bits = x.view(np.int32 if x.itemsize == 4 else np.int64) if floats else x
-    (x if floats and bits.min() < 0 else bits).partition(ks)
+    x = np.concatenate(pieces)      # a new array: partitioned in place (as integers: 1/3 faster than floats)
+    (x if floats and x.view(f"i{x.itemsize}").min() < 0 else x.view(f"i{x.itemsize}")).partition(ks)
     return x[ks]
 
 
-def _group_quantile(v: np.ndarray, q: float) -> float:
-    """pandas' groupby quantile (linear) of one group of float64, to the bit (the figures as printed):
-    the value at int(q (n - 1)) plus the fraction q (n - 1) % 1 of the way to the next."""
-    x = q * (len(v) - 1)
-    s = order_statistics([v], np.array([int(x)] if x % 1 == 0.0 else [int(x), int(x) + 1]))
-    return float(s[0]) if x % 1 == 0.0 else float(s[0] + (s[1] - s[0]) * (x % 1))
-
-
 def _median(v: np.ndarray) -> float:
-    """``np.median`` of an integer column, bit for bit (the middle value, or the float64 mean of the two)."""
-    h = len(v) // 2
-    ks = np.array([h] if len(v) % 2 else [h - 1, h])
-    return float(order_statistics([np.ascontiguousarray(v, np.int64)], ks).astype(np.float64).sum() / len(ks))
+    """``np.median`` of an integer column, bit for bit: the float64 mean of its middle two values (odd: one, twice)."""
+    ks = np.array([len(v) // 2 - 1 + len(v) % 2, len(v) // 2])
+    return float(order_statistics([np.ascontiguousarray(v, np.int64)], ks).astype(np.float64).sum() / 2)
 
 
 class PartitionFold:
@@ -382,7 +358,7 @@ class PartitionFold:
         keys = list(zip((-t["spread_ns"].to_numpy(np.float64)).tolist(), t["first_start_ns"].tolist(),
                         t["first_rank"].tolist(), t["world"].astype(str).tolist(), t["group"].astype(str).tolist(),
                         t["seq"].tolist()))
-        return t.iloc[heapq.nsmallest(self.top_n, range(len(t)), key=keys.__getitem__)].reset_index(drop=True)
+        return t.iloc[sorted(range(len(t)), key=keys.__getitem__)[:self.top_n]].reset_index(drop=True)
 
     def skew(self, op_order: list | None = None) -> dict:
         """Arrival skew (docs/report.md): ``top``, the instances with the largest spread (last
@@ -403,9 +379,10 @@ class PartitionFold:
         strag = strag.sort_values("wait_ns", ascending=False, kind="stable")
         rows = {}
         for op in sorted(self.spreads):
-            v = np.concatenate(self.spreads[op]).astype(np.float64, copy=False)
-            rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": _group_quantile(v, 0.5),
-                        "p99_ns": _group_quantile(v, 0.99), "max_ns": int(v.max())}
+            v = np.concatenate(self.spreads[op])
+            g = pd.Series(v).groupby(np.zeros(len(v), np.int8))    # groupby's quantile: the figures as printed, to the bit
+            rows[op] = {"collectives": len(v), "mean_ns": float(v.mean()), "p50_ns": float(g.quantile(0.5).iloc[0]),
+                        "p99_ns": float(g.quantile(0.99).iloc[0]), "max_ns": int(v.max())}
         by_op = pd.DataFrame.from_dict(rows, orient="index")
         if op_order:
             by_op = by_op.loc[[o for o in op_order if o in rows] + [o for o in sorted(rows) if o not in op_order]]
