@@ -95,8 +95,7 @@ def _module_codes(rec, labels: dict, names: list, modules: dict) -> np.ndarray:
     lut = np.full(max(labels, default=-1) + 2, -1, dtype=np.int32)   # the last slot: unknown ids
     for i, text in labels.items():
         lut[i] = code(text)
-    lab = rec["label"].astype(np.int64)
-    codes = lut[np.where(lab < len(lut) - 1, lab, len(lut) - 1)]
+    codes = lut.take(rec["label"], mode="clip")     # ids beyond the table: its last slot
     if names:
         codes[len(rec) - len(names):] = [code(n) if n is not None else -1 for n in names]
     return codes
