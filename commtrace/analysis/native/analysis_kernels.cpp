@@ -1,6 +1,7 @@
 // commtrace's analysis kernels: compiled twins of the numpy code of analysis/intervals.py
 // (interval sets), steps.py / step_table.py (ops located in steps, sums per step, DDP
-// gradient tails) and partial/partition_map.py (per-instance extremes, first-seen codes).
+// gradient tails), partitioned/partition_map.py (per-instance extremes, first-seen codes) and
+// partitioned/merge.py (order statistics: exact percentiles and per-rank medians).
 //
 // Why: the per-rank step figures and the per-partition instance tables were a dozen numpy
 // passes per operation (sorts, searchsorted, repeat, ufunc.at, gathers over 100,000-op
