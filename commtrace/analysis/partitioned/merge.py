@@ -310,7 +310,8 @@ def order_statistics(pieces: list, ks: np.ndarray) -> np.ndarray:
     radix selection (no copy, 3 streaming passes), else numpy's; non-negative floats order as their bits."""
     floats, kern = pieces[0].dtype.kind == "f", kernels()
     out = np.empty(len(ks), pieces[0].dtype)
-    if kern is not None and kern.order_stats(pieces, np.asarray(ks, np.int64), out, floats):
+    if kern is not None and kern.order_stats([np.ascontiguousarray(p) for p in pieces], np.asarray(ks, np.int64),
+                                             out, floats):
         return out
     x = np.concatenate(pieces)      # a new array: partitioned in place (as integers: 1/3 faster than floats)
     (x if floats and x.view(f"i{x.itemsize}").min() < 0 else x.view(f"i{x.itemsize}")).partition(ks)
