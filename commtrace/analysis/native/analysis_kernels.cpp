@@ -725,8 +725,8 @@ PyObject* op_times(PyObject*, PyObject* args) {
 // 1-d arrays of one item size (4 or 8 bytes) -- signed integers, or (floats) floats none of
 // which has its sign bit set (then they order as their bits; False, nothing written, where one
 // has it: the caller partitions with numpy). out: that item size. A radix selection: a pass
-// for the range, a pass counting the values in 65,536 buckets of it, a pass gathering the
-// buckets that hold a k, and nth_element in those only.
+// for the range, a pass counting the values in buckets of it, a pass gathering the
+// buckets that hold a k, and nth_element in those only (at most 65,536 buckets, fewer for fewer values).
 template <typename U>
 bool order_stats_in(const std::vector<std::pair<const U*, Py_ssize_t>>& pieces, const i64* ks, Py_ssize_t nk,
                     U* out, bool floats) {
@@ -740,8 +740,11 @@ bool order_stats_in(const std::vector<std::pair<const U*, Py_ssize_t>>& pieces, 
       lo = std::min(lo, k);
       hi = std::max(hi, k);
     }
+  Py_ssize_t total = 0;
+  for (const auto& piece : pieces) total += piece.second;
+  const U buckets = U(1) << std::min(16, std::max(6, int(std::log2(double(total + 1))) - 4));   // ~16 values a bucket
   int shift = 0;
-  while (((hi - lo) >> shift) >= 65536) ++shift;
+  while (((hi - lo) >> shift) >= buckets) ++shift;
   std::vector<Py_ssize_t> cum(((hi - lo) >> shift) + 2, 0);
   for (const auto& [p, n] : pieces)
     for (Py_ssize_t i = 0; i < n; ++i) ++cum[(((p[i] ^ flip) - lo) >> shift) + 1];
