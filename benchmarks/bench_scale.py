@@ -78,8 +78,12 @@ print(json.dumps({"ops": ops, "wall_s": wall, "cpu_s": cpu, "self_rss": (peak_rs
 
 
 def child(mode: str, run_dir: str, workers: int = 1, env: dict | None = None) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, run_dir, str(workers), os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True,
-                       env=None if env is None else {**os.environ, **env})
+    # `python -c` puts its working directory first on sys.path: run it in the tree on PYTHONPATH
+    # (else a benchmark started inside a checkout imports that checkout's commtrace, whatever PYTHONPATH says)
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, os.path.abspath(run_dir), str(workers),
+                        os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True,
+                       env=None if env is None else {**os.environ, **env},
+                       cwd=(env or {}).get("PYTHONPATH") or tempfile.gettempdir())
     if p.returncode:
         raise SystemExit(p.stderr[-3000:])
     return json.loads(p.stdout.strip().splitlines()[-1])

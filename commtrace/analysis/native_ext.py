@@ -1,6 +1,6 @@
 """The analysis's C++ kernels (``native/analysis_kernels.cpp``), as ``commtrace.native``
 discovers them (``commtrace build-native``); ``intervals``, ``steps``, ``step_table`` and
-``partitioned.partition_map`` use them when built and fall back to their numpy code otherwise. Plain CPython API over int64 buffers: no torch
+``partitioned`` (partition_map, merge) use them when built and fall back to their numpy code otherwise. Plain CPython API over int64 buffers: no torch
 headers or symbols, so loading it imports no torch (an analysis never does)."""
 from __future__ import annotations
 

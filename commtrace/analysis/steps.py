@@ -63,7 +63,7 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
                          "t_end_ns": end, "micro_steps": micro.astype(np.int32),
                          "file": pd.Categorical.from_codes(fcode.astype(np.int32), categories=pd.Index(files),
                                                            validate=False)},
-                        columns=STEP_COLUMNS)
+                        columns=STEP_COLUMNS, copy=False)
 
 
 OPTIMIZER, BACKWARD, TRAINING_FORWARD = 1, 2, 3     # step_bounds' kinds of span (0: any other)

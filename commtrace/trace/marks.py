@@ -64,7 +64,7 @@ def spans_table(parts) -> pd.DataFrame:
     cols["phase"] = pd.Categorical.from_codes(cols["phase"], dtype=_PHASE_DTYPE, validate=False)
     cols["module"] = pd.Categorical.from_codes(cols["module"], categories=pd.Index(list(modules), dtype=object),
                                                validate=False)
-    return pd.DataFrame(cols, columns=SPAN_COLUMNS)
+    return pd.DataFrame(cols, columns=SPAN_COLUMNS, copy=False)   # its own new columns: not copied into blocks
 
 
 def _with_legacy(rec, marks: list[dict]):
@@ -95,8 +95,7 @@ def _module_codes(rec, labels: dict, names: list, modules: dict) -> np.ndarray:
     lut = np.full(max(labels, default=-1) + 2, -1, dtype=np.int32)   # the last slot: unknown ids
     for i, text in labels.items():
         lut[i] = code(text)
-    lab = rec["label"].astype(np.int64)
-    codes = lut[np.where(lab < len(lut) - 1, lab, len(lut) - 1)]
+    codes = lut.take(rec["label"], mode="clip")     # ids beyond the table: its last slot
     if names:
         codes[len(rec) - len(names):] = [code(n) if n is not None else -1 for n in names]
     return codes

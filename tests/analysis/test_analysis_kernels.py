@@ -419,3 +419,36 @@ def test_step_bounds_random(monkeypatch):
         b = rng.integers(-10**12, 10**12, n).astype(np.int64)
         e = b + rng.integers(0, 10**6, n)
         same(monkeypatch, step_bounds, key, kind, b, e)
+
+
+def test_order_statistics(monkeypatch):
+    """merge.order_statistics: np.partition(np.concatenate(pieces), ks)[ks] without the
+    concatenation (radix selection); merge._median: np.median of an integer column."""
+    from commtrace.analysis.partitioned import merge
+    from commtrace.analysis.partitioned.merge import order_statistics
+
+    def median(v):
+        return np.array(merge._median(v))
+
+    pieces = [np.array([5, -3, 9], np.int64), np.array([], np.int64), np.array([0, 9, -7, 2], np.int64)]
+    # sorted: -7 -3 0 2 5 9 9 -> ranks 0, 3, 6
+    assert same(monkeypatch, order_statistics, pieces, np.array([0, 3, 6])) == [-7, 2, 9]
+    assert both(monkeypatch, median, np.array([4, 1, 3, 10], np.int64)) == [3.5, 3.5]     # (3 + 4) / 2
+    rng = np.random.default_rng(9)
+    cases = [[rng.integers(-2**62, 2**62, n) for n in (1000, 0, 4000)],                        # the whole range
+             [rng.integers(0, 3, n).astype(np.int32) for n in (50000, 7)],                      # ties: one bucket
+             [np.round(rng.exponential(1e6, n)).astype(np.float32) for n in (30000, 20000)],    # durations
+             [rng.exponential(1e6, 40000)],                                                     # float64 bits
+             [rng.normal(0, 1e3, 5000).astype(np.float32)]]                                     # sign bits: numpy
+    for ps in cases:
+        n = sum(len(p) for p in ps)
+        ks = np.unique(np.concatenate(([0, n - 1, n // 2], rng.integers(0, n, 3))))
+        want = np.partition(np.concatenate(ps), ks)[ks]
+        assert same(monkeypatch, order_statistics, ps, ks) == want.tolist()
+    for v in (np.array([7]), rng.integers(-10**15, 10**15, 20001), rng.integers(0, 5, 19608)):
+        assert both(monkeypatch, median, v) == [float(np.median(v))] * 2
+    k = native_ext.kernels()
+    with pytest.raises(TypeError, match="all alike"):
+        k.order_stats([np.zeros(2, np.int64), np.zeros(2, np.int32)], np.array([0]), np.empty(1, np.int64), False)
+    with pytest.raises(ValueError, match="beyond the values"):
+        k.order_stats([np.zeros(2, np.int64)], np.array([2]), np.empty(1, np.int64), False)

@@ -1,6 +1,7 @@
 // commtrace's analysis kernels: compiled twins of the numpy code of analysis/intervals.py
 // (interval sets), steps.py / step_table.py (ops located in steps, sums per step, DDP
-// gradient tails) and partial/partition_map.py (per-instance extremes, first-seen codes).
+// gradient tails), partitioned/partition_map.py (per-instance extremes, first-seen codes) and
+// partitioned/merge.py (order statistics: exact percentiles and per-rank medians).
 //
 // Why: the per-rank step figures and the per-partition instance tables were a dozen numpy
 // passes per operation (sorts, searchsorted, repeat, ufunc.at, gathers over 100,000-op
@@ -719,7 +720,126 @@ PyObject* op_times(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// order_stats(pieces, ks, out, floats) -> bool: out[j] = the ks[j]-th smallest (from 0) value
+// of the pieces' concatenation, as np.partition would place it, without concatenating. pieces:
+// 1-d arrays of one item size (4 or 8 bytes) -- signed integers, or (floats) floats none of
+// which has its sign bit set (then they order as their bits; False, nothing written, where one
+// has it: the caller partitions with numpy). out: that item size. A radix selection: a pass
+// for the range, a pass counting the values in buckets of it, a pass gathering the
+// buckets that hold a k, and nth_element in those only (at most 65,536 buckets, fewer for fewer values).
+template <typename U>
+bool order_stats_in(const std::vector<std::pair<const U*, Py_ssize_t>>& pieces, const i64* ks, Py_ssize_t nk,
+                    U* out, bool floats) {
+  const U top = U(1) << (8 * sizeof(U) - 1);
+  const U flip = floats ? U(0) : top;             // signed integers order as their bits with the sign flipped
+  U lo = std::numeric_limits<U>::max(), hi = 0;
+  for (const auto& [p, n] : pieces)
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (floats && (p[i] & top)) return false;
+      const U k = p[i] ^ flip;
+      lo = std::min(lo, k);
+      hi = std::max(hi, k);
+    }
+  Py_ssize_t total = 0;
+  for (const auto& piece : pieces) total += piece.second;
+  const U buckets = U(1) << std::min(16, std::max(6, int(std::log2(double(total + 1))) - 4));   // ~16 values a bucket
+  int shift = 0;
+  while (((hi - lo) >> shift) >= buckets) ++shift;
+  std::vector<Py_ssize_t> cum(((hi - lo) >> shift) + 2, 0);
+  for (const auto& [p, n] : pieces)
+    for (Py_ssize_t i = 0; i < n; ++i) ++cum[(((p[i] ^ flip) - lo) >> shift) + 1];
+  for (size_t b = 1; b < cum.size(); ++b) cum[b] += cum[b - 1];   // cum[b]: values in the buckets before b
+  std::vector<int16_t> slot(cum.size() - 1, -1);
+  std::vector<std::vector<U>> held;
+  std::vector<std::pair<size_t, Py_ssize_t>> at(nk);            // per k: (its bucket's slot, rank in it)
+  for (Py_ssize_t j = 0; j < nk; ++j) {
+    const size_t b = std::upper_bound(cum.begin(), cum.end(), ks[j]) - cum.begin() - 1;
+    if (slot[b] < 0) {
+      slot[b] = int16_t(held.size());
+      held.emplace_back();
+      held.back().reserve(cum[b + 1] - cum[b]);
+    }
+    at[j] = {size_t(slot[b]), ks[j] - cum[b]};
+  }
+  for (const auto& [p, n] : pieces)
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const U k = p[i] ^ flip;
+      const int16_t s = slot[(k - lo) >> shift];
+      if (s >= 0) held[s].push_back(k);
+    }
+  for (Py_ssize_t j = 0; j < nk; ++j) {
+    auto& v = held[at[j].first];
+    std::nth_element(v.begin(), v.begin() + at[j].second, v.end());
+    out[j] = v[at[j].second] ^ flip;
+  }
+  return true;
+}
+
+PyObject* order_stats(PyObject*, PyObject* args) {
+  PyObject *pieces_, *ks_, *out_;
+  int floats;
+  if (!PyArg_ParseTuple(args, "OOOp", &pieces_, &ks_, &out_, &floats)) return nullptr;
+  const char* w = "order_stats";
+  PyObject* seq = PySequence_Fast(pieces_, "order_stats: pieces must be a sequence");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t np_ = PySequence_Fast_GET_SIZE(seq);
+  std::vector<Py_buffer> views(np_);
+  Py_ssize_t held = 0, item = 0, total = 0;
+  auto release = [&]() {
+    for (Py_ssize_t i = 0; i < held; ++i) PyBuffer_Release(&views[i]);
+    Py_DECREF(seq);
+  };
+  for (; held < np_; ++held) {
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, held), &views[held], PyBUF_C_CONTIGUOUS) != 0) {
+      release();
+      return nullptr;
+    }
+    const Py_ssize_t size = views[held].itemsize;
+    if ((size != 4 && size != 8) || (item && size != item)) {
+      ++held;
+      release();
+      return PyErr_Format(PyExc_TypeError, "%s: pieces of 4-byte or of 8-byte items, all alike", w);
+    }
+    item = size;
+    total += views[held].len / size;
+  }
+  Buf ks;
+  Py_buffer out{};
+  if (!ks.get(ks_, false, w)) {
+    release();
+    return nullptr;
+  }
+  if (PyObject_GetBuffer(out_, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) {
+    release();
+    return nullptr;
+  }
+  bool bad = (item && out.itemsize != item) || out.len / std::max<Py_ssize_t>(out.itemsize, 1) < ks.n ||
+             ks.n > 32767;   // slots of int16
+  for (Py_ssize_t j = 0; j < ks.n; ++j) bad = bad || ks.p[j] < 0 || ks.p[j] >= total;
+  if (bad) {
+    PyBuffer_Release(&out);
+    release();
+    return PyErr_Format(PyExc_ValueError, "%s: ranks beyond the values, or an output of another item size", w);
+  }
+  bool ok = true;
+  Py_BEGIN_ALLOW_THREADS
+  if (item == 4) {
+    std::vector<std::pair<const uint32_t*, Py_ssize_t>> p;
+    for (const auto& v : views) p.emplace_back(static_cast<const uint32_t*>(v.buf), v.len / 4);
+    ok = order_stats_in(p, ks.p, ks.n, static_cast<uint32_t*>(out.buf), floats);
+  } else if (item == 8) {
+    std::vector<std::pair<const uint64_t*, Py_ssize_t>> p;
+    for (const auto& v : views) p.emplace_back(static_cast<const uint64_t*>(v.buf), v.len / 8);
+    ok = order_stats_in(p, ks.p, ks.n, static_cast<uint64_t*>(out.buf), floats);
+  }
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&out);
+  release();
+  return PyBool_FromLong(ok);
+}
+
 PyMethodDef methods[] = {
+    {"order_stats", order_stats, METH_VARARGS, "order_stats(pieces, ks, out, floats) -> bool"},
     {"op_times", op_times, METH_VARARGS, "op_times(d_return, d_end, t, ret, ret_unknown, end, dur)"},
     {"file_columns", file_columns, METH_VARARGS, "file_columns(records, itemsize, ...): partition_map's columns of one file"},
     {"cell_figures", cell_figures, METH_VARARGS,

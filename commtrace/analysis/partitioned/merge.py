@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..arrays import NA_KEY, keys_index
+from ..native_ext import kernels
 from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, OUTSIDE_NAMES
 from ..summary import summary_columns, summed_columns, with_collectives
@@ -47,17 +48,18 @@ class AcrossFold:
         col = lambda k: per_rank[k].astype(np.int64, copy=False)  # noqa: E731
         st = col("step")
         self._grow(int(st.max()) + 1)
+        at = slice(int(st[0]), int(st[-1]) + 1) if bool((np.diff(st) == 1).all()) else st    # 1, 2, 3...: no gather
         a = self.a
-        a["ranks"][st] += 1
-        a["micro_steps"][st] = np.maximum(a["micro_steps"][st], col("micro_steps"))
+        a["ranks"][at] += 1
+        a["micro_steps"][at] = np.maximum(a["micro_steps"][at], col("micro_steps"))
         for k in self.SUMS:
-            a[k][st] += col(k)
+            a[k][at] += col(k)
         t, r = col("step_ns"), col("rank")
-        cur, cur_r = a["step_ns"][st], a["slowest_rank"][st]
+        cur, cur_r = a["step_ns"][at], a["slowest_rank"][at]
         # the slowest rank; on a tie the lowest rank (docs/report.md: "slowest")
         take = (t > cur) | ((t == cur) & (r < cur_r))
-        a["step_ns"][st] = np.where(take, t, cur)
-        a["slowest_rank"][st] = np.where(take, r, cur_r)
+        a["step_ns"][at] = np.where(take, t, cur)
+        a["slowest_rank"][at] = np.where(take, r, cur_r)
 
     def table(self) -> pd.DataFrame:
         from ..step_table import ACROSS_COLUMNS
@@ -82,8 +84,7 @@ def rank_medians(per_rank: dict) -> tuple:
     ranks = per_rank["rank"]
     if not (ranks == ranks[0]).all():
         raise ValueError("rank_medians: the steps of one rank")
-    med = np.median(np.stack([per_rank[c] for c in MEDIAN_COLUMNS]), axis=1)
-    return int(ranks[0]), len(ranks), med.tolist()
+    return int(ranks[0]), len(ranks), [_median(per_rank[c]) for c in MEDIAN_COLUMNS]
 
 
 class RankFold:
@@ -117,7 +118,8 @@ class RankFold:
     def add(self, p: RankPartial) -> None:
         self.cells.append(p.cells)
         self.values.extend(p.values)
-        columns = p.per_rank.unpack() if len(p.per_rank) else {}
+        # what AcrossFold and rank_medians read: not the steps' begin and end times (delta-packed)
+        columns = {c: p.per_rank.column(c) for c in PER_RANK_COLUMNS if c[:2] != "t_"} if len(p.per_rank) else {}
         self.across.add(columns)
         self.per_rank_rows += len(p.per_rank)
         if self.per_rank_rows > PER_RANK_ROWS_KEPT:
@@ -239,24 +241,26 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
     return CellSummary(out, keys, by)
 
 
-def with_bandwidth(cs: CellSummary, bandwidth: pd.DataFrame | None) -> pd.DataFrame:
-    """The summary table: ``cs`` plus the partition tasks' collectives and bandwidths."""
+def with_bandwidth(cs: CellSummary, bandwidth: list | None) -> pd.DataFrame:
+    """The summary table: ``cs`` plus the partitions' collectives and bandwidths (each's keys, collectives, T, S, B)."""
     if cs.table is None:
         return pd.DataFrame(columns=cs.by + summary_columns(QS)).set_index(cs.by)
-    bw = _bandwidth_rows(bandwidth, cs.keys, cs.by)
+    rows = {key: i for i, key in enumerate(zip(*(cs.keys[c].tolist() for c in cs.by)))}
+    bw = pd.DataFrame(0.0, index=range(len(rows)), columns=["collectives", "T", "S", "B"])
+    if bandwidth:        # pandas' groupby sum (its float sums) in arrival order, of rows by code (a key not shown: last)
+        code = np.array([rows.get(tuple(key), len(rows)) for p in bandwidth for key in p[0]], np.int64)
+        bw = pd.DataFrame({c: np.concatenate([p[i] for p in bandwidth]) for i, c in enumerate(bw.columns, 1)})
+        bw = bw.groupby(code, sort=False).sum().reindex(range(len(rows))).fillna(0.0)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
     return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB, QS)
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
-    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen)."""
-    g = cells.groupby(by, sort=True)
-    codes = g.ngroup().to_numpy(np.int64)
-    heads = cells.iloc[g.head(1).index].copy()
-    heads["_code"] = codes[g.head(1).index]
-    heads = heads.sort_values("_code")
-    keys = pd.DataFrame({c: np.asarray(heads[c].tolist(), dtype=object) for c in by})
-    return codes, keys
+    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen; tuples: no groupby)."""
+    tuples = list(zip(*(cells[c].tolist() for c in by)))
+    rows = {t: i for i, t in enumerate(sorted(set(tuples)))}
+    keys = pd.DataFrame({c: np.asarray([t[i] for t in rows], dtype=object) for i, c in enumerate(by)})
+    return np.array([rows[t] for t in tuples], np.int64), keys
 
 
 def _quantiles(codes: np.ndarray, n: int, values: list, cache: dict) -> np.ndarray:
@@ -285,33 +289,39 @@ def _quantiles(codes: np.ndarray, n: int, values: list, cache: dict) -> np.ndarr
 
 
 def exact_quantiles(pieces: list, qs) -> np.ndarray:
-    """``np.quantile(np.concatenate(pieces).astype(np.float64), qs)`` (method "linear"),
-    bit for bit, without the float64 copy when every piece is float32 (rank_map keeps
-    durations float32 where that is exact): the order statistics are selected among the
-    float32 values, then numpy's interpolation (virtual index (n - 1) q, ``_lerp``) runs
-    in float64. Half the bytes to copy and partition (0.2 s less for 6.4 M durations)."""
+    """``np.quantile(np.concatenate(pieces).astype(np.float64), qs)`` (method "linear"), bit for bit:
+    the order statistics selected among the pieces' own values (rank_map keeps durations float32
+    where that is exact), then numpy's interpolation (virtual index (n - 1) q, ``_lerp``) in float64."""
     dt = np.float32 if all(np.asarray(p).dtype == np.float32 for p in pieces) else np.float64
-    x = np.concatenate([np.asarray(p, dtype=dt) for p in pieces])   # a new array: partitioned in place
-    n = len(x)
+    pieces = [np.asarray(p, dtype=dt) for p in pieces]
+    n = sum(len(p) for p in pieces)
     virt = (n - 1) * np.asarray(qs, dtype=np.float64)
     lo = np.floor(virt).astype(np.intp)
     hi = np.minimum(lo + 1, n - 1)
-    # floats without a sign bit order as their bits: an integer partition picks the same, 1/3 faster
-    bits = x.view(np.int32 if dt == np.float32 else np.int64)
-    (bits if bits.min() >= 0 else x).partition(np.unique(np.concatenate((lo, hi))))
-    a, b = x[lo].astype(np.float64), x[hi].astype(np.float64)
-    t = virt - lo
-    diff = b - a
+    ks = np.unique(np.concatenate((lo, hi)))
+    x = order_statistics(pieces, ks)
+    a, b = x[np.searchsorted(ks, lo)].astype(np.float64), x[np.searchsorted(ks, hi)].astype(np.float64)
+    t, diff = virt - lo, b - a
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
 
 
-def _bandwidth_rows(bandwidth: pd.DataFrame | None, keys: pd.DataFrame, by: list) -> pd.DataFrame:
-    cols = ["collectives", "T", "S", "B"]
-    if bandwidth is None or not len(bandwidth):
-        return pd.DataFrame(0.0, index=range(len(keys)), columns=cols)
-    summed = bandwidth.groupby(by, sort=False)[cols].sum()
-    idx = pd.MultiIndex.from_frame(keys) if len(by) > 1 else pd.Index(keys[by[0]])
-    return summed.reindex(idx).fillna(0.0).reset_index(drop=True)
+def order_statistics(pieces: list, ks: np.ndarray) -> np.ndarray:
+    """``np.partition(np.concatenate(pieces), ks)[ks]`` (pieces of one dtype, ``ks`` ascending): the kernel's
+    radix selection (no copy, 3 streaming passes), else numpy's; non-negative floats order as their bits."""
+    floats, kern = pieces[0].dtype.kind == "f", kernels()
+    out = np.empty(len(ks), pieces[0].dtype)
+    if kern is not None and kern.order_stats([np.ascontiguousarray(p) for p in pieces], np.asarray(ks, np.int64),
+                                             out, floats):
+        return out
+    x = np.concatenate(pieces)      # a new array: partitioned in place (as integers: 1/3 faster than floats)
+    (x if floats and x.view(f"i{x.itemsize}").min() < 0 else x.view(f"i{x.itemsize}")).partition(ks)
+    return x[ks]
+
+
+def _median(v: np.ndarray) -> float:
+    """``np.median`` of an integer column, bit for bit: the float64 mean of its middle two values (odd: one, twice)."""
+    ks = np.array([len(v) // 2 - 1 + len(v) % 2, len(v) // 2])
+    return float(order_statistics([np.ascontiguousarray(v, np.int64)], ks).astype(np.float64).sum() / 2)
 
 
 class PartitionFold:
@@ -346,19 +356,10 @@ class PartitionFold:
         # ties broken down to the instance ((world, group, seq): unique), so the order does not
         # depend on which partition's result came first
         t = pd.concat(parts, ignore_index=True)
-        t = t.assign(_neg=-t["spread_ns"].to_numpy(np.float64), _w=t["world"].astype(str), _g=t["group"].astype(str))
-        t = t.sort_values(["_neg", "first_start_ns", "first_rank", "_w", "_g", "seq"], kind="stable")
-        return t.drop(columns=["_neg", "_w", "_g"]).head(self.top_n).reset_index(drop=True)
-
-    def bandwidth_table(self, name: str, by: list) -> pd.DataFrame | None:
-        """``by`` columns + collectives, T, S, B: one row per key of each partition, in arrival order."""
-        parts = self.bandwidth.get(name)
-        if not parts:
-            return None
-        out = pd.DataFrame([key for p in parts for key in p[0]], columns=list(by))
-        for i, col in enumerate(("collectives", "T", "S", "B"), 1):
-            out[col] = np.concatenate([p[i] for p in parts])
-        return out
+        keys = list(zip((-t["spread_ns"].to_numpy(np.float64)).tolist(), t["first_start_ns"].tolist(),
+                        t["first_rank"].tolist(), t["world"].astype(str).tolist(), t["group"].astype(str).tolist(),
+                        t["seq"].tolist()))
+        return t.iloc[sorted(range(len(t)), key=keys.__getitem__)[:self.top_n]].reset_index(drop=True)
 
     def skew(self, op_order: list | None = None) -> dict:
         """Arrival skew (docs/report.md): ``top``, the instances with the largest spread (last

@@ -82,7 +82,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
         grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
                          and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
-        si, gi = slut[rec["sig"]], glut[rec["group"]]
+        si, gi = slut.take(rec["sig"]), glut.take(rec["group"])     # take: up to 3x faster than indexing
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         dims = reader.mesh_dims(pt.meshes)
         c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims),
@@ -90,16 +90,16 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
         parts["dret"].append(rec["d_return"])
         parts["dend"].append(rec["d_end"])
-        parts["sig_bytes"].append(nbytes[si])
-        parts["async"].append(is_async[si])
-        parts["detail"].append(det[si])
-        parts["grad"].append(grad[si])
-        parts["cell"].append(c_of[inv])
+        parts["sig_bytes"].append(nbytes.take(si))
+        parts["async"].append(is_async.take(si))
+        parts["detail"].append(det.take(si))
+        parts["grad"].append(grad.take(si))
+        parts["cell"].append(c_of.take(inv))
         parts["proc"].append(np.full(len(rec), len(stems), np.int32))
         parts["status"].append(rec["status"].copy())     # not a view: the records can go (map_rank)
         mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
                        for s in sigs], narrow)
-        parts["mkey"].append(mk[si])
+        parts["mkey"].append(mk.take(si))
         stems.append(pt.stem)
     if not parts["t"]:
         return None
