@@ -131,10 +131,8 @@ class Installer:
         if isinstance(pg, self.traced_types) or id(pg) in self.traced:
             return pg
         w = c10d._world
-        backend_name, store = w.pg_map[pg]
         name = w.pg_names.get(pg)
-        traced = self.wrap(pg, backend_name, store, name, w.pg_group_ranks.get(pg),
-                           getattr(w, "pg_backend_config", {}).get(pg))
+        traced = self.wrap(pg, *_registered_backend(pg), name, w.pg_group_ranks.get(pg))
         _swap_in_registries(pg, traced, name)
         return traced
 
@@ -146,9 +144,7 @@ class Installer:
         if default is None:
             return 0
         if self.world_id is None and not isinstance(default, self.traced_types):
-            backend_name, store = w.pg_map[default]
-            self._new_world(default, _backend_label(backend_name, getattr(w, "pg_backend_config", {}).get(default)),
-                            store)
+            self._new_world(default, *_registered_backend(default))
         n = 0
         for pg in sorted(w.pg_map, key=lambda pg: pg is not default):  # the default group first (stable)
             traced = self._adopt(pg)
@@ -198,6 +194,13 @@ def _swap_in_registries(inner, traced, group_name) -> None:
         with contextlib.suppress(Exception):
             c10d._unregister_process_group(group_name)
         c10d._register_process_group(group_name, traced)
+
+
+def _registered_backend(pg) -> tuple:
+    """(backend label, store) of a group in torch's registries."""
+    w = c10d._world
+    backend_name, store = w.pg_map[pg]
+    return _backend_label(backend_name, getattr(w, "pg_backend_config", {}).get(pg)), store
 
 
 def _backend_label(backend_name, backend_config) -> str:
