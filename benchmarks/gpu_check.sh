@@ -7,6 +7,12 @@
 # With little device time left, the DDP-step ratio alone: builds only the native
 # wrapper, then bench_cuda.py's DDP cases with many blocks (about 2 minutes):
 #     ONLY=ddp DDP_REPS=161 OUT=dir bash benchmarks/gpu_check.sh
+# The whole test suite on that machine's torch, CUDA present, with pytest-xdist over its
+# cores (5-7 minutes; -v names each test as it ends, so a cut-off run still says which
+# failed): Open MPI and mpi4py wheels for its Python carried in .whl/
+# (pip download, see the device tool's notes) give it an mpirun; the checkout is made
+# importable and autostarted as an editable install would (no build backend is needed):
+#     ONLY=suite OUT=dir bash benchmarks/gpu_check.sh      (carry .whl)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check-out}
@@ -21,6 +27,16 @@ if [ "${ONLY:-}" = ddp ]; then
   exit
 fi
 { time $PY -m commtrace build-native; } 2>&1 | tee "$OUT/build.txt"
+if [ "${ONLY:-}" = suite ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile .whl/*.whl 2>&1 | tail -3
+  site=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$PWD" > "$site/__editable__.commtrace.pth"   # sorts before the autostart .pth
+  cp commtrace/capture/commtrace-autostart.pth "$site/"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  timeout "${SUITE_S:-420}" $PY -m pytest -v --tb=short -rfEs -p no:cacheprovider -n "${JOBS:-14}" --dist loadfile \
+    --durations=15 tests --ignore=tests/compat 2>&1 | tee "$OUT/suite.txt"
+  exit
+fi
 timeout 300 $PY -m pytest -q -rs -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests-gpu.txt"
 for w in auto python; do
   timeout 150 $PY benchmarks/bench_cuda.py --reps 9 --wrapper $w --json "$OUT/bench-$w.json" 2>&1 | tee "$OUT/bench-$w.txt"

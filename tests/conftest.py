@@ -1,7 +1,16 @@
 """The helpers at the top of tests/ (synthetic.py, tracebuilder.py) importable from every
-test directory; appended, so that nothing of tests/ shadows an installed module."""
+test directory; appended, so that nothing of tests/ shadows an installed module.
+
+The tests' programs, and this process, see no GPU; tests/gpu give theirs back
+(helpers.with_gpus). With one visible, torch itself treats CPU work differently and
+fails some of it, untraced too (seen on an H100 with torch 2.11: init_process_group()
+with no backend makes an NCCL-only group, so a CPU DeviceMesh's scatter finds no
+backend; powerSGD_hook calls torch.cuda.synchronize on the CPU tensors' device)."""
 import os
 import sys
+
+os.environ.setdefault("COMMTRACE_TEST_GPUS", os.environ.get("CUDA_VISIBLE_DEVICES", "*"))
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:

@@ -250,6 +250,36 @@ def fsdp2_lacks_cpu() -> str | None:
     return _probe(code, 120)
 
 
+def with_gpus(env: dict) -> dict:
+    """``env`` with the GPUs this test run was given visible again (tests/conftest.py
+    hides them from every other test's programs)."""
+    env = dict(env)
+    given = os.environ.get("COMMTRACE_TEST_GPUS", "*")
+    if given == "*":
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = given
+    return env
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_count() -> int:
+    """How many CUDA GPUs the run was given; asked in a child process (this one sees none)."""
+    import torch
+    if torch.version.cuda is None:   # a CPU build: nothing to ask
+        return 0
+    r = subprocess.run([PY, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True,
+                       text=True, timeout=120, env=with_gpus(os.environ))
+    return int(r.stdout.strip() or 0) if r.returncode == 0 else 0
+
+
+@functools.lru_cache(maxsize=None)
+def torch_test_harness_lacks() -> str | None:
+    """Why torch.testing._internal's DistributedTest does not import (it needs torch's test
+    requirements, expecttest among them), or None; asked in a child process."""
+    return _probe("import torch.testing._internal.distributed.distributed_test\n", 120)
+
+
 @functools.lru_cache(maxsize=None)
 def comm_debug_mode_lacks_modules() -> str | None:
     """Why torch's public CommDebugMode (torch.distributed.tensor.debug) cannot count

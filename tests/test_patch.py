@@ -750,7 +750,9 @@ def test_patch_build_offline_tarball_tree(tmp_path):
     assert "patch applied" in out
     assert (tree / TREE_HPP).read_text() == HEADER.read_text()
     assert "commtrace::MpiCallScope" in (tree / TREE_CPP).read_text()
-    assert re.search(r"ok\s+cmake\s+3\.31\.6", out)
+    # the wheelhouse's cmake (3.31.6), or a newer one already beside PYTHON
+    m = re.search(r"ok\s+cmake\s+(\d+)\.(\d+)", out)
+    assert m and (int(m[1]), int(m[2])) >= (3, 27), out
     calls = log.read_text().splitlines()
     assert calls[0].startswith(f"pip install -r {tree}/requirements.txt")
     assert "PIP_NO_INDEX=1" in calls[0] and f"PIP_FIND_LINKS={tmp_path / 'wheelhouse'}" in calls[0]

@@ -138,7 +138,7 @@ def test_cli_check_partitioned_json_equals_one_frame(faulty_run, capsys):
 
 
 def test_cli_check_bad_input_is_one_line_exit_2(faulty_run, capsys):
-    import dask
+    dask = pytest.importorskip("dask")
     with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):   # Dask's setting, which --dask honours
         assert cli_main(["check", faulty_run, "--dask", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip()
