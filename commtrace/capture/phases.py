@@ -351,8 +351,8 @@ OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_obje
 # The fields the ops of these c10d functions carry: an object collective names itself
 # (api); send and recv wait for their op before returning, unlike isend, irecv and
 # batch_isend_irecv, which hand its Work to the caller (the ProcessGroup sees the same call).
-LABELLED_CALLS = {**{name: {"api": name} for name in OBJECT_COLLECTIVES},
-                  "send": {"async": False}, "recv": {"async": False}}
+LABELLED_CALLS = {**{name: ("api", name) for name in OBJECT_COLLECTIVES},
+                  "send": ("async", False), "recv": ("async", False)}
 
 
 def label_c10d_calls(rec) -> list[str]:
@@ -361,11 +361,12 @@ def label_c10d_calls(rec) -> list[str]:
     import torch.distributed.distributed_c10d as c10d
 
     done = []
-    for name, fields in LABELLED_CALLS.items():
+    for name, (field, value) in LABELLED_CALLS.items():
         fn = getattr(c10d, name, None)
         if fn is None or getattr(fn, "_commtrace_labelled", None):
             continue
-        wrapped = in_context(rec, fn, lambda args, fields=fields: rec.push_context(**fields))
+        # push_context_field: its cache makes the (per-call) push ~0.5 us, against ~1.5 us for push_context
+        wrapped = in_context(rec, fn, lambda args, field=field, value=value: rec.push_context_field(field, value))
         wrapped._commtrace_labelled = name
         setattr(c10d, name, wrapped)  # torch's own callers look it up here
         if getattr(dist, name, None) is fn:
