@@ -73,12 +73,12 @@ def _install() -> None:
         if rec is None or _state.get("installer") is not None:
             return
         from .hook import Installer
-        from .phases import PhaseHooks, label_object_collectives
+        from .phases import PhaseHooks, label_c10d_calls
 
         inst = Installer(rec)
         inst.install()
         _state["installer"] = inst
-        _optional("object collective labels", lambda: label_object_collectives(rec))
+        _optional("object collective and blocking p2p labels", lambda: label_c10d_calls(rec))
         hooks = _state["phases"] = PhaseHooks(rec)
         _optional("phase annotations", hooks.install)
     _flush_in_multiprocessing_children(_state["recorder"])

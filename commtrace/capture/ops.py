@@ -204,8 +204,9 @@ def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> d
         d["in_splits"] = [int(x) for x in extra.get("input_split_sizes") or []]
     if opts is not None:
         d["async"] = bool(getattr(opts, "asyncOp", True))
-    else:  # a call without Options gets the binding's default Options: asyncOp=True
-        d["async"] = None if spec.p2p or method == "monitored_barrier" else True
+    else:  # a call without Options gets the binding's default Options: asyncOp=True; a p2p
+        # op hands its Work to the caller (dist.send/recv's wait: phases.LABELLED_CALLS)
+        d["async"] = None if method == "monitored_barrier" else True
     return d
 
 

@@ -264,7 +264,7 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
         desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
-        if "api" in desc:  # inside an object collective (phases.label_object_collectives)
+        if "api" in desc:  # inside an object collective (phases.label_c10d_calls)
             desc["detail"] = "object_sizes" if desc.get("dtype") == "int64" else "object_payload"
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
         desc["cpu"] = desc.get("device") == "cpu" or (desc.get("device") is None and cpu_only)

@@ -26,8 +26,8 @@ def test_p2p_program_exits(p2p):
 
 def _p2p_rows(df, r):
     d = df[(df["rank"] == r) & df["op"].isin(["send", "recv"])].sort_values("t_start_ns")
-    return [(str(o), int(b), None if pd.isna(root) else int(root), None if pd.isna(t) else int(t))
-            for o, b, root, t in zip(d["op"], d["bytes"], d["root"], d["tag"])]
+    return [(str(o), int(b), None if pd.isna(root) else int(root), None if pd.isna(t) else int(t), bool(a))
+            for o, b, root, t, a in zip(d["op"], d["bytes"], d["root"], d["tag"], d["async"])]
 
 
 def test_p2p_exact(p2p):
@@ -35,15 +35,17 @@ def test_p2p_exact(p2p):
     df = p2p.frame
     for r in range(W):
         nxt, prv = (r + 1) % W, (r - 1) % W
-        ring = [("send", 4 * F, nxt, 0), ("recv", 4 * F, prv, 0)] if r == 0 else \
-               [("recv", 4 * F, prv, 0), ("send", 4 * F, nxt, 0)]
-        exp = ring + [("send", 5 * F, nxt, 3), ("recv", 5 * F, prv, 3),
+        # Regression: isend, irecv and batch_isend_irecv are async (the caller waits, maybe
+        # after computing: a pipeline schedule's sends); only send and recv wait where called.
+        ring = [("send", 4 * F, nxt, 0, False), ("recv", 4 * F, prv, 0, False)] if r == 0 else \
+               [("recv", 4 * F, prv, 0, False), ("send", 4 * F, nxt, 0, False)]
+        exp = ring + [("send", 5 * F, nxt, 3, True), ("recv", 5 * F, prv, 3, True),
                       # batch_isend_irecv on a ProcessGroup subclass: separate send and recv
-                      ("send", 6 * F, nxt, 0), ("recv", 6 * F, prv, 0)]
+                      ("send", 6 * F, nxt, 0, True), ("recv", 6 * F, prv, 0, True)]
         if r == 0:
-            exp += [("recv", 2 * F, None, 7)] * (W - 1)  # recv_anysource: no peer known at call time
+            exp += [("recv", 2 * F, None, 7, False)] * (W - 1)  # recv_anysource: no peer known at call time
         else:
-            exp += [("send", 2 * F, 0, 7)]
+            exp += [("send", 2 * F, 0, 7, False)]
         assert _p2p_rows(df, r) == exp, r
         assert p2p.rank_json(r)["ok"] == {"ring": True, "isend": True, "batch": True}
     assert p2p.rank_json(0)["anysource"] == [1, 2]
