@@ -268,6 +268,33 @@ def test_groups_of_later_worlds_say_which_world():
         "group 0 (default_pg) of world w1: last seq completed: rank 0: 2; rank 1: 1"]
 
 
+def test_a_rank_of_each_world_is_its_own_process():
+    """Two worlds one after another (fresh processes, as a test suite spawns them): in w0 rank 1
+    exits with code 7 after seq 1 and rank 0 waits in seq 2 until the hang watchdog aborts it at
+    5 s; w1's ranks then run clean until 20 s. Each rank of w0 is told with w0's last op, its own
+    end and its world; the wait is aged to w0's end, not to w1's."""
+    def wproc(rank, world, pid, end, t_end):
+        return dict(proc(rank, end=end), file=f"rank{rank}.pid{pid}.meta.jsonl", pid=pid, worlds=[world],
+                    end={"how": end[0], "exit_code": end[1], "t_mono_ns": t_end})
+    rows = ([dict(row(r, 1), world="w0") for r in (0, 1)] + [dict(row(0, 2, status="in_flight"), world="w0")]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r, callsite="train.py:20 (later)"), world="w1")
+               for s in (1, 2, 3) for r in (0, 1)])
+    procs = [wproc(0, "w0", 10, ("hang", 3), 5 * 10**9), wproc(1, "w0", 11, ("exit", 7), 3 * 10**9),
+             wproc(0, "w1", 20, ("exit", 0), 2 * 10**10), wproc(1, "w1", 21, ("exit", 0), 2 * 10**10)]
+    fs = C.diagnose(mkrun(rows, procs))
+    k = by_kind(fs)
+    (na,) = k[C.NOT_ARRIVED]
+    assert na.world == "w0" and na.details[1:] == [
+        "rank 0 entered: in_flight, waiting at least 5.0 s",
+        "rank 1 never arrived: last call seq 1 all_reduce [completed] at train.py:10 (step); exited with code 7"]
+    assert [(f.title, f.details, f.world) for f in k[C.EXITED]] == [
+        ("rank 0 of world w0 aborted by the hang watchdog (--abort-on-hang, exit code 3)",
+         ["last op: all_reduce seq 2 [in_flight] at train.py:10 (step)"], "w0"),
+        ("rank 1 of world w0 exited with code 7", ["last op: all_reduce seq 1 [completed] at train.py:10 (step)"],
+         "w0")]
+    assert "later" not in findings_text(fs) and C.MISSING_RANK not in k
+
+
 def test_a_run_of_one_world_names_no_world():
     fs = by_kind(C.diagnose(mkrun([row(r, 1) for r in (0, 1)])))
     assert [f.title for f in fs[C.PROGRESS]] == ["group 0 (default_pg): last seq completed: rank 0-1: 1"]

@@ -142,8 +142,8 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
-    now = _now_ns(run, facts.t_max)
     worlds = _worlds(facts)
+    nows: dict = {}     # world -> the latest moment known of it (in-flight ages)
     for (world_s, group_s), g in facts.groups.items():
         v = verdicts.get((world_s, group_s))
         if v is None:
@@ -152,6 +152,9 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
         shown = gdf[gdf["seq"].isin(v.seqs()).to_numpy()]
         by_seq = {int(s): sdf for s, sdf in shown.groupby("seq", sort=True)}
         label = _group_label(world_s, group_s, g.desc, worlds)
+        if world_s not in nows:
+            nows[world_s] = _now_ns(run, facts.t_max, world_s)
+        now = nows[world_s]
         findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings
 

@@ -90,11 +90,16 @@ def _fmt_split(split: dict) -> str:
     return folded_inline(value_of, line=lambda rs, v: f"{v} on rank {rs}")
 
 
-def _now_ns(run, t_max: int | None) -> int | None:
+def _now_ns(run, t_max: int | None, world=None) -> int | None:
     """The latest moment the trace knows of (for in-flight ages): the processes' ends
-    and ``t_max``, the latest start or end of any op (RunFacts.t_max)."""
+    and ``t_max``, the latest start or end of any op (RunFacts.t_max). With ``world`` in a run of
+    several worlds: that world's processes' ends (a later world's times say nothing of its waits),
+    else ``t_max``."""
     cands = []
+    several = len({str(ws[0]) for p in run.processes if isinstance(ws := p.get("worlds"), list) and ws}) > 1
     for p in run.processes:
+        if world is not None and several and world not in (p.get("worlds") or ()):
+            continue
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
             # on rank 0's clock, as the frame: plus the process's offset at its start (0: unknown, one host)
@@ -102,6 +107,6 @@ def _now_ns(run, t_max: int | None) -> int | None:
             aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
             offset = aligned - start if aligned is not None and start is not None else 0
             cands.append(_int(end["t_mono_ns"]) + offset)
-    if t_max is not None:
+    if t_max is not None and not (world is not None and several and cands):
         cands.append(t_max)
     return max(cands) if cands else None
