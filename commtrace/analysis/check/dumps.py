@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from ...trace.rank_ranges import fmt_ranks, folded_lines
+from ...trace.rank_ranges import folded_lines
 from .fates import rank_label
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
@@ -29,7 +29,8 @@ def diagnose_dumps(run) -> list[Finding]:
         first = min(paths, key=lambda r: (r is None, r or 0))
         path = paths[first][0]
         n = sum(len(v) for v in paths.values())
-        who = rank_label(ranks, world, len(worlds)) if ranks else "rank None"   # as a rankless process's dump always read
+        # "rank None": as a rankless process's dump always read
+        who = rank_label(ranks, world, len(worlds)) if ranks else "rank None"
         title = (f"{who}: state dump ({reason}) {path}" if n == 1
                  else f"{who}: {n} state dumps ({reason}), the first {path}")
         f = Finding(DUMP, INFO, title, ranks=ranks, world=world,

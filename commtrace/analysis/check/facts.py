@@ -137,13 +137,18 @@ def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
     """Per (world, rank) its op with the latest start (the last such in frame order), indexed by
     (world, rank)."""
     t = df["t_start_ns"].to_numpy()
-    world, worlds = pd.factorize(df["world"].astype(object), use_na_sentinel=False)
+    w = df["world"]
+    if isinstance(w.dtype, pd.CategoricalDtype):     # the reader's frame: no per-row objects
+        world, names = w.cat.codes.to_numpy().astype(np.int64), list(w.cat.categories)
+    else:
+        world, names = pd.factorize(w)
     rank = df["rank"].to_numpy().astype(np.int64)
-    key = pd.factorize(pd.MultiIndex.from_arrays([world, rank]))[0]
+    key = ((world + 1) << 32) | (rank & 0xFFFFFFFF)     # world code -1: none
     tmax = pd.Series(t).groupby(key).transform("max").to_numpy()
     at = np.flatnonzero(t == tmax)
     pos = pd.Series(at).groupby(key[at]).max().to_numpy()
-    index = pd.MultiIndex.from_arrays([[_s(w) for w in worlds[world[pos]]], rank[pos]], names=["world", "rank"])
+    names = [None] + [_s(n) for n in names]
+    index = pd.MultiIndex.from_arrays([[names[c + 1] for c in world[pos]], rank[pos]], names=["world", "rank"])
     return df.iloc[pos].set_axis(index, axis=0)
 
 

@@ -29,7 +29,6 @@ class RankFate:
     cut: bool = False                                # a file of it ends mid-line or mid-record
     lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
     worlds: list = field(default_factory=list)       # the ids of the worlds it was a rank of (none known: any)
-    pids: list = field(default_factory=list)         # of its processes (one; restarted sessions keep theirs)
 
     @property
     def world(self):
@@ -79,13 +78,13 @@ def rank_fates(run) -> dict[tuple, RankFate]:
         by_file.setdefault(stem_of(str(getattr(issue, "file", ""))), []).append(str(getattr(issue, "problem", issue)))
     worlds_of: dict = {}     # (host, pid) -> the worlds its files name
     for p in run.processes:
-        for w in _worlds(p):
-            worlds_of.setdefault((p.get("host"), p.get("pid")), []).append(w)
+        if p.get("pid") is not None:
+            worlds_of.setdefault((p.get("host"), p.get("pid")), []).extend(_worlds(p))
     for p in run.processes:
         r = _int(p.get("rank"))
         if r is None:
             continue
-        worlds = list(dict.fromkeys(worlds_of.get((p.get("host"), p.get("pid")), [])))
+        worlds = list(dict.fromkeys(_worlds(p) if p.get("pid") is None else worlds_of[(p.get("host"), p.get("pid"))]))
         fate = fates.get((worlds[0] if worlds else None, r))
         if fate is None:
             fate = RankFate(r, [], True, None, None, None, [], worlds=worlds)
@@ -131,9 +130,6 @@ def _add_process(fate: RankFate, p: dict, issues: list[str]) -> RankFate:
     """``fate`` with what process ``p`` (a reader summary; a rank may have several) says of its end."""
     end = p.get("end") if isinstance(p.get("end"), dict) else None
     fate.files.append(str(p.get("file")))
-    pid = _int(p.get("pid"))
-    if pid is not None and pid not in fate.pids:
-        fate.pids.append(pid)
     fate.complete = fate.complete and bool(p.get("complete", True))
     if end is not None:
         ec = _int(end.get("exit_code"))
