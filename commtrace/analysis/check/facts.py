@@ -87,15 +87,13 @@ class RunFacts:
     def last_op(self, rank, worlds=()):
         """The op with the latest start (a frame row) of ``rank`` in any of ``worlds`` (none: in
         any world), or None."""
-        if self._last_at is None:     # rank -> [(world, position in last_ops)], built once
+        if self._last_at is None:     # rank -> [(world, start, position in last_ops)], built once
             self._last_at = {}
-            for i, (w, r) in enumerate(self.last_ops.index if len(self.last_ops) else ()):
-                self._last_at.setdefault(int(r), []).append((w, i))
-        at = [i for w, i in self._last_at.get(int(rank), ()) if not worlds or w in worlds]
-        if not at:
-            return None
-        rows = self.last_ops.iloc[at]
-        return rows.iloc[int(np.argmax(rows["t_start_ns"].to_numpy(np.int64)))]
+            starts = self.last_ops["t_start_ns"].to_numpy(np.int64) if len(self.last_ops) else ()
+            for i, ((w, r), t) in enumerate(zip(self.last_ops.index if len(self.last_ops) else (), starts)):
+                self._last_at.setdefault(int(r), []).append((w, int(t), i))
+        at = [(t, i) for w, t, i in self._last_at.get(int(rank), ()) if not worlds or w in worlds]
+        return self.last_ops.iloc[max(at)[1]] if at else None
 
 
 def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
@@ -107,8 +105,10 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     facts.has_ops = True
     ends = [_int(pd.to_numeric(df[c], errors="coerce").max()) for c in ("t_start_ns", "t_end_ns")]
     facts.t_max = max((t for t in ends if t is not None), default=None)
-    pairs = df[["world", "group_ranks"]].dropna(subset=["group_ranks"]).drop_duplicates()
-    facts.group_ranks = {(_s(w), parse_ranks(x)) for w, x in zip(pairs["world"], pairs["group_ranks"])}
+    world, worlds = _codes(df["world"])
+    ranks, rank_lists = _codes(df["group_ranks"])
+    facts.group_ranks = {(worlds[k >> 32], parse_ranks(rank_lists[k & 0xFFFFFFFF]))
+                         for k in pd.unique(((world + 1) << 32) | (ranks + 1)).tolist() if k & 0xFFFFFFFF}
     facts.last_ops = _last_ops(df)
     coll = collective_rows(df)
     if not len(coll):
@@ -137,19 +137,24 @@ def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
     """Per (world, rank) its op with the latest start (the last such in frame order), indexed by
     (world, rank)."""
     t = df["t_start_ns"].to_numpy()
-    w = df["world"]
-    if isinstance(w.dtype, pd.CategoricalDtype):     # the reader's frame: no per-row objects
-        world, names = w.cat.codes.to_numpy().astype(np.int64), list(w.cat.categories)
-    else:
-        world, names = pd.factorize(w)
+    world, names = _codes(df["world"])
     rank = df["rank"].to_numpy().astype(np.int64)
     key = ((world + 1) << 32) | (rank & 0xFFFFFFFF)     # world code -1: none
     tmax = pd.Series(t).groupby(key).transform("max").to_numpy()
     at = np.flatnonzero(t == tmax)
     pos = pd.Series(at).groupby(key[at]).max().to_numpy()
-    names = [None] + [_s(n) for n in names]
     index = pd.MultiIndex.from_arrays([[names[c + 1] for c in world[pos]], rank[pos]], names=["world", "rank"])
     return df.iloc[pos].set_axis(index, axis=0)
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    """A frame column as int64 codes (-1: none; the reader's categoricals: no per-row objects) and
+    the texts they stand for, from code -1 on: [None, value of 0, value of 1, ...]."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, values = col.cat.codes.to_numpy().astype(np.int64), col.cat.categories
+    else:
+        codes, values = pd.factorize(col)
+    return codes.astype(np.int64), [None] + [_s(v) for v in values]
 
 
 def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
