@@ -7,21 +7,21 @@ import json
 import os
 
 from ...trace.rank_ranges import folded_lines
-from .fates import rank_label
+from .fates import _worlds, rank_label
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
     """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1") and world (when the run has several):
     its ranks, the first dump's path and summary; ``data["paths"]``: every dump of that reason by rank."""
     by_reason: dict[tuple, dict] = {}   # (reason, world) -> rank (None: a rankless process) -> its dump paths
-    worlds = {_first_world(p) for p in run.processes} - {None}
+    worlds = {(_worlds(p) or [None])[0] for p in run.processes} - {None}
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):
                 continue
             r = _int(p.get("rank"))
             reason = _s(d.get("reason")) or "?"
-            world = _first_world(p) if len(worlds) > 1 else None
+            world = (_worlds(p) or [None])[0] if len(worlds) > 1 else None
             by_reason.setdefault((reason, world), {}).setdefault(r, []).append(_s(d.get("path")))
     out = []
     for (reason, world), paths in by_reason.items():
@@ -38,11 +38,6 @@ def diagnose_dumps(run) -> list[Finding]:
         f.details.extend(dump_summary(path, run.path))
         out.append(f)
     return out
-
-
-def _first_world(p: dict):
-    ws = p.get("worlds")
-    return str(ws[0]) if isinstance(ws, list) and ws and ws[0] is not None else None
 
 
 _OWN_FRAMES = (os.path.join("capture", "watchdog.py"), os.path.join("capture", "activate.py"))
