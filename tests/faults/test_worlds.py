@@ -15,10 +15,10 @@ def _line(marker: str) -> int:
     return next(i for i, t in enumerate(open(SCRIPTS / SCRIPT), 1) if marker in t)
 
 
-def _first_world(run) -> str:
-    """The id of the world whose ranks ran first_world (its group's ops say so)."""
+def _world_of(run, function: str) -> str:
+    """The id of the world whose ranks ran ``function`` (its group's ops say so)."""
     f = run.frame
-    return str(f.loc[f["callsite"].astype(str).str.contains("first_world"), "world"].iloc[0])
+    return str(f.loc[f["callsite"].astype(str).str.contains(function), "world"].iloc[0])
 
 
 def _process_findings(findings, rank):
@@ -33,7 +33,7 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
     p = traced_spawn(tmp_path / "run", mode, hang_timeout=2 if mode == "hang" else None, script=SCRIPT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
-    w1 = _first_world(run)
+    w1 = _world_of(run, "first_world")
     assert len({str(w) for w in run.frame["world"].unique()}) == 2
     first_calls = f"{SCRIPT}:{_line('# WORLD1')} (first_world)"
     na = kinds(findings)[C.NOT_ARRIVED]
@@ -56,3 +56,23 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
     assert "broadcast" not in text and "second_world" not in text
     # no process of world 2 ended badly: every process finding is about world 1
     assert {f.world for f in findings if f.kind in (C.EXITED, C.ABRUPT, C.EXCEPTION) and f.ranks} == {w1}
+
+
+def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
+    """World 1 runs clean; world 2's rank 1 is SIGKILLed after its 2nd all_reduce: its trace ends
+    abruptly, told as rank 1 of world 2 with world 2's last op; world 1's rank 1 ended well."""
+    p = traced_spawn(tmp_path / "run", "kill-second", script=SCRIPT)
+    assert p.returncode == 1, p.stderr[-3000:]
+    run, findings = diagnose_dir(tmp_path / "run")
+    w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
+    assert w1 != w2
+    na = kinds(findings)[C.NOT_ARRIVED]
+    assert [(f.world, f.seq, f.data["missing"]) for f in na] == [(w2, 3, [1])]
+    site = f"tests/faults/scripts/{SCRIPT}:{_line('# WORLD2')} (second_world)"
+    assert any(d.startswith(f"rank 1 never arrived: last call seq 2 all_reduce [completed] at {site}")
+               for d in na[0].details), na[0].details
+    abrupt = [f for f in kinds(findings)[C.ABRUPT] if f.ranks == [1]]
+    assert [f.title for f in abrupt] == [f"rank 1 of world {w2}: trace ends abruptly (killed, e.g. SIGKILL, or "
+                                         "still running)"]
+    assert abrupt[0].details[0] == f"last op: all_reduce seq 2 [completed] at {site}"
+    assert w1 not in findings_text(findings).split("progress per group")[0]
