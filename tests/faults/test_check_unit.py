@@ -295,6 +295,27 @@ def test_a_rank_of_each_world_is_its_own_process():
     assert "later" not in findings_text(fs) and C.MISSING_RANK not in k
 
 
+def test_a_process_of_two_worlds_is_one_fate():
+    """Processes that destroyed their default group and made another (worlds w0 then w1): each is
+    under both worlds, told once under its first with its last op of either; rank 1's C++-layer
+    file (no world lines, same pid) is the same process."""
+    rows = ([dict(row(r, s), world="w0") for s in (1, 2) for r in (0, 1)]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r), world="w1") for s in (1, 2) for r in (0, 1)
+               if (r, s) != (1, 2)])
+    procs = [dict(proc(0), pid=10, worlds=["w0", "w1"]), dict(proc(1, end=("exit", 5)), pid=11, worlds=["w0", "w1"]),
+             dict(proc(1, end=None, complete=True), file="rank1.pid11.cpp.meta.jsonl", pid=11)]
+    fates = C.rank_fates(mkrun(rows, procs))
+    assert sorted(fates) == [("w0", 0), ("w0", 1), ("w1", 0), ("w1", 1)] and fates[("w0", 1)] is fates[("w1", 1)]
+    assert fates[("w1", 1)].files == ["rank1.pid101.meta.jsonl", "rank1.pid11.cpp.meta.jsonl"]
+    k = by_kind(C.diagnose(mkrun(rows, procs)))
+    (na,) = k[C.NOT_ARRIVED]
+    assert na.world == "w1" and na.details[-1] == (
+        "rank 1 never arrived: last call seq 1 all_reduce [completed] at train.py:10 (step); exited with code 5")
+    assert [(f.title, f.details) for f in k[C.EXITED]] == [
+        ("rank 1 of world w0 exited with code 5", ["last op: all_reduce seq 1 [completed] at train.py:10 (step)"])]
+    assert C.MISSING_RANK not in k
+
+
 def test_a_run_of_one_world_names_no_world():
     fs = by_kind(C.diagnose(mkrun([row(r, 1) for r in (0, 1)])))
     assert [f.title for f in fs[C.PROGRESS]] == ["group 0 (default_pg): last seq completed: rank 0-1: 1"]
