@@ -11,6 +11,8 @@ docs/report.md defines the fields. How they are found:
 * ``detail``: FSDP/FSDP2 unshard and gradient reduction, and DTensor's
   ``redistribute_local_tensor``, are wrapped; an FSDP op issued where no module runs
   takes the module of the unit whose parameters it moves.
+* set-up ``phase``: ``parallelize_module`` (``tp_init``) and ``distribute_tensor``
+  (``detail`` ``dtensor_distribute``; ``dtensor_init`` outside any phase) are wrapped.
 * Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module hooks).
 
 The module hooks cost every module call a few microseconds, so they are installed
@@ -49,6 +51,11 @@ class ModuleTracker:
         # redistribute_local_tensor does every DTensor placement change; later ``from ... import``s
         # of it (DTensor's dispatcher, _api) get the patched one.
         dtensor = (("redistribute_local_tensor", self._scope("dtensor_redistribute")),)
+        # Set-up, as DDP's construction is phase ddp_init: parallelize_module's ops (the scatter /
+        # broadcast of each parameter from its mesh's first rank) are phase tp_init; distribute_tensor's
+        # have the role dtensor_distribute, and outside any phase the phase dtensor_init.
+        distribute = (("distribute_tensor", self._set_up("dtensor_init", "dtensor_distribute")),)
+        parallelize = (("parallelize_module", self._set_up("tp_init")),)
         after = {
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
@@ -61,6 +68,10 @@ class ModuleTracker:
                 m, (("_init_process_group_state", self._enabling),)),
             "torch.distributed.tensor._redistribute": lambda m: self._patch_each(m, dtensor),
             "torch.distributed._tensor.redistribute": lambda m: self._patch_each(m, dtensor),  # older torch
+            # patched as soon as loaded: torch's own modules bind these names when they import them
+            "torch.distributed.tensor._api": lambda m: self._patch_each(m, distribute),
+            "torch.distributed._tensor.api": lambda m: self._patch_each(m, distribute),  # older torch
+            "torch.distributed.tensor.parallel.api": lambda m: self._patch_each(m, parallelize),
             "torch.nn.utils": self._patch_clipping,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._optimizer_phase),)),
@@ -239,6 +250,25 @@ class ModuleTracker:
                     rec.set_context_field("module", tracker.name_of(mod))
             return token
         return lambda orig: in_context(rec, orig, enter)
+
+    def _set_up(self, phase: str, detail: str | None = None):
+        """Wrap a set-up function: its ops get ``phase`` where none is set (a forward's stays) and
+        ``detail``. Once per call: nothing per op."""
+        rec = self.rec
+
+        def enter(args):
+            fields = {} if rec.context_field("phase") is not None else {"phase": phase}
+            if detail is not None:
+                fields["detail"] = detail
+            return rec.push_context(**fields)
+
+        def wrap(orig):
+            if getattr(orig, "_commtrace_set_up", False):    # a module re-exporting one wrapped already
+                return orig
+            scoped = in_context(rec, orig, enter)
+            scoped._commtrace_set_up = True
+            return scoped
+        return wrap
 
     def _as_unit(self, unit):
         """Wrap a function: its ops are the module ``unit(args)``'s, whatever module runs."""

@@ -28,7 +28,7 @@ def add_window_arguments(p) -> None:
     p.add_argument("--from", dest="t_from", metavar="TIME", help="only ops starting after TIME (e.g. 1.5s, 200ms)")
     p.add_argument("--to", dest="t_to", metavar="TIME", help="only ops starting before TIME")
     p.add_argument("--phase", metavar="P[,P]", help="only ops of these phases (forward, backward, optimizer, "
-                   "ddp_init, join, '-' for none)")
+                   "ddp_init, tp_init, dtensor_init, join, '-' for none)")
 
 
 def add_by_argument(p, default: str) -> None:

@@ -99,6 +99,8 @@ class ProcessTrace:
             "argv": self.header.get("argv"),
             "torch_version": self.header.get("torch_version"), "backends": sorted({str(g.get("backend")) for g in self.groups.values()}),
             "world_size": next((w.get("world_size") for w in self.worlds), None),
+            # the ids of the worlds it was a rank of, in order (a world: one init_process_group's ranks)
+            "worlds": [str(w["world_id"]) for w in self.worlds if w.get("world_id") is not None],
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
             "end": self.end, "exception": self.exception, "complete": self.complete,
             "records": self.n_records, "ppid": self.header.get("ppid"),

@@ -202,7 +202,7 @@ META_MESH = "mesh"                # dims: [{dim, name, group}]: a DeviceMesh's d
                                   # (name of a "group" line) in each
 
 # Values of the ``detail`` annotation that name an FSDP / DTensor op's role (capture.module_tracker).
-ROLE_DETAILS = ("fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute")
+ROLE_DETAILS = ("fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute", "dtensor_distribute")
 
 
 def detail_waits_in_place(detail) -> bool:

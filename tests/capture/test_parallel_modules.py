@@ -101,7 +101,8 @@ def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched)
     fb = df[df["phase"].isin(["forward", "backward"])]
     assert len(fb) and fb["module"].notna().all()
     roles = set(fb["detail"].astype(str))
-    assert roles <= set(schema.ROLE_DETAILS) == {"fsdp_unshard", "fsdp_reduce_grad", "dtensor_redistribute"}
+    assert roles <= set(schema.ROLE_DETAILS) - {"dtensor_distribute"} == {"fsdp_unshard", "fsdp_reduce_grad",
+                                                                          "dtensor_redistribute"}
     if scenario.startswith("fsdp") or scenario == "2d":
         fsdp = fb[fb["op"].isin(["all_gather", "reduce_scatter"]) & (fb["mesh_dim"].isna() | (fb["mesh_dim"] == "dp"))]
         assert set(fsdp["detail"].astype(str)) == {"fsdp_unshard", "fsdp_reduce_grad"}
@@ -122,6 +123,33 @@ def test_every_op_in_forward_and_backward_has_module_role_and_mesh_dim(launched)
     # groups name the one the CPU runs on (torch < 2.5 with CUDA built in: "cpu:gloo,cuda:nccl").
     backends = set(df["backend"].astype(str))
     assert all("gloo" in b for b in backends) and "undefined" not in backends, backends
+
+
+def test_tp_set_up_ops_are_phase_tp_init(launched):
+    """parallelize_module's ops (the scatter / broadcast of each parameter from the mesh's first
+    rank) are phase tp_init, role dtensor_distribute, as DDP's construction is phase ddp_init; the
+    program's own distribute_tensor outside any phase is phase dtensor_init; no other op is either."""
+    scenario, world, _, df, _ = launched
+    setup = df[df["detail"] == "dtensor_distribute"]
+    if scenario not in ("tp", "2d"):
+        assert not len(setup) and not df["phase"].isin(["tp_init", "dtensor_init"]).any()
+        return
+    direct = f"parallel.py:{_worker_line('# DIRECT')} (build)"
+    for r in range(world):
+        built = df[(df["rank"] == r) & df["callsite"].astype(str).str.endswith("(build)") & (df["mesh_dim"] == "tp")]
+        got = {(str(p), str(o), str(det), str(c).endswith(direct)): int(n) for (p, o, det, c), n in
+               built.groupby(["phase", "op", "detail", "callsite"], observed=True, dropna=False).size().items() if n}
+        # per Block: up's weight and bias and down's weight are sharded (scatter), down's bias replicated
+        want = {("tp_init", "scatter", "dtensor_distribute", False): 6,
+                ("tp_init", "broadcast", "dtensor_distribute", False): 2}
+        if scenario == "tp":
+            want[("dtensor_init", "scatter", "dtensor_distribute", True)] = 1
+        assert got == want, got
+    assert len(setup) == world * (9 if scenario == "tp" else 8)
+
+
+def _worker_line(marker: str) -> int:
+    return next(i for i, t in enumerate(open(worker("parallel.py")), 1) if marker in t)
 
 
 def test_every_op_inside_a_step_has_module_and_phase_or_is_optimizer(launched):

@@ -36,12 +36,13 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
         pytest.fail(f"{' '.join(cmd)} still running after {timeout}s\n--- stderr\n{err[-4000:]}")
 
 
-def traced_spawn(out: Path, mode: str, *, hang_timeout: float | None = None, timeout: float = 60):
-    """``commtrace run [--hang-timeout T --abort-on-hang] -o OUT spawn_faults.py MODE``."""
+def traced_spawn(out: Path, mode: str, *, hang_timeout: float | None = None, timeout: float = 60,
+                 script: str = "spawn_faults.py"):
+    """``commtrace run [--hang-timeout T --abort-on-hang] -o OUT SCRIPT MODE`` (a script of scripts/)."""
     cmd = [sys.executable, "-m", "commtrace", "run", "-o", str(out)]
     if hang_timeout:
         cmd += ["--hang-timeout", str(hang_timeout), "--abort-on-hang"]
-    cmd += [str(SCRIPTS / "spawn_faults.py"), mode]
+    cmd += [str(SCRIPTS / script), mode]
     return _run(cmd, timeout)
 
 

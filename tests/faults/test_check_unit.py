@@ -268,6 +268,54 @@ def test_groups_of_later_worlds_say_which_world():
         "group 0 (default_pg) of world w1: last seq completed: rank 0: 2; rank 1: 1"]
 
 
+def test_a_rank_of_each_world_is_its_own_process():
+    """Two worlds one after another (fresh processes, as a test suite spawns them): in w0 rank 1
+    exits with code 7 after seq 1 and rank 0 waits in seq 2 until the hang watchdog aborts it at
+    5 s; w1's ranks then run clean until 20 s. Each rank of w0 is told with w0's last op, its own
+    end and its world; the wait is aged to w0's end, not to w1's."""
+    def wproc(rank, world, pid, end, t_end):
+        return dict(proc(rank, end=end), file=f"rank{rank}.pid{pid}.meta.jsonl", pid=pid, worlds=[world],
+                    end={"how": end[0], "exit_code": end[1], "t_mono_ns": t_end})
+    rows = ([dict(row(r, 1), world="w0") for r in (0, 1)] + [dict(row(0, 2, status="in_flight"), world="w0")]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r, callsite="train.py:20 (later)"), world="w1")
+               for s in (1, 2, 3) for r in (0, 1)])
+    procs = [wproc(0, "w0", 10, ("hang", 3), 5 * 10**9), wproc(1, "w0", 11, ("exit", 7), 3 * 10**9),
+             wproc(0, "w1", 20, ("exit", 0), 2 * 10**10), wproc(1, "w1", 21, ("exit", 0), 2 * 10**10)]
+    fs = C.diagnose(mkrun(rows, procs))
+    k = by_kind(fs)
+    (na,) = k[C.NOT_ARRIVED]
+    assert na.world == "w0" and na.details[1:] == [
+        "rank 0 entered: in_flight, waiting at least 5.0 s",
+        "rank 1 never arrived: last call seq 1 all_reduce [completed] at train.py:10 (step); exited with code 7"]
+    assert [(f.title, f.details, f.world) for f in k[C.EXITED]] == [
+        ("rank 0 of world w0 aborted by the hang watchdog (--abort-on-hang, exit code 3)",
+         ["last op: all_reduce seq 2 [in_flight] at train.py:10 (step)"], "w0"),
+        ("rank 1 of world w0 exited with code 7", ["last op: all_reduce seq 1 [completed] at train.py:10 (step)"],
+         "w0")]
+    assert "later" not in findings_text(fs) and C.MISSING_RANK not in k
+
+
+def test_a_process_of_two_worlds_is_one_fate():
+    """Processes that destroyed their default group and made another (worlds w0 then w1): each is
+    under both worlds, told once under its first with its last op of either; rank 1's C++-layer
+    file (no world lines, same pid) is the same process."""
+    rows = ([dict(row(r, s), world="w0") for s in (1, 2) for r in (0, 1)]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r), world="w1") for s in (1, 2) for r in (0, 1)
+               if (r, s) != (1, 2)])
+    procs = [dict(proc(0), pid=10, worlds=["w0", "w1"]), dict(proc(1, end=("exit", 5)), pid=11, worlds=["w0", "w1"]),
+             dict(proc(1, end=None, complete=True), file="rank1.pid11.cpp.meta.jsonl", pid=11)]
+    fates = C.rank_fates(mkrun(rows, procs))
+    assert sorted(fates) == [("w0", 0), ("w0", 1), ("w1", 0), ("w1", 1)] and fates[("w0", 1)] is fates[("w1", 1)]
+    assert fates[("w1", 1)].files == ["rank1.pid101.meta.jsonl", "rank1.pid11.cpp.meta.jsonl"]
+    k = by_kind(C.diagnose(mkrun(rows, procs)))
+    (na,) = k[C.NOT_ARRIVED]
+    assert na.world == "w1" and na.details[-1] == (
+        "rank 1 never arrived: last call seq 1 all_reduce [completed] at train.py:10 (step); exited with code 5")
+    assert [(f.title, f.details) for f in k[C.EXITED]] == [
+        ("rank 1 of world w0 exited with code 5", ["last op: all_reduce seq 1 [completed] at train.py:10 (step)"])]
+    assert C.MISSING_RANK not in k
+
+
 def test_a_run_of_one_world_names_no_world():
     fs = by_kind(C.diagnose(mkrun([row(r, 1) for r in (0, 1)])))
     assert [f.title for f in fs[C.PROGRESS]] == ["group 0 (default_pg): last seq completed: rank 0-1: 1"]

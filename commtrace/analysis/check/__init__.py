@@ -49,7 +49,7 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict) -> list[Finding]:
         findings += diagnose_collectives(df, fates, run, facts, verdicts)
         findings += diagnose_p2p(df)
         findings += diagnose_stragglers(facts)
-    findings += diagnose_early(early, set(fates))
+    findings += diagnose_early(early, {r for _, r in fates})
     findings += diagnose_processes(run, fates, facts, early)
     findings += diagnose_damage(run)
     findings += diagnose_issues(run, fates)

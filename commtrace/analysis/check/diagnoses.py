@@ -10,7 +10,7 @@ from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import rank_in_name, stem_of
-from .fates import EarlyProcess, RankFate, _first_line
+from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, world_count
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
@@ -133,7 +133,7 @@ def diagnose_damage(run) -> list[Finding]:
     return out
 
 
-def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, facts: RunFacts,
+def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, facts: RunFacts,
                          verdicts: dict) -> list[Finding]:
     """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops. ``facts``:
     the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict, ``facts.classify_frame``)
@@ -142,8 +142,8 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, fact
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
-    now = _now_ns(run, facts.t_max)
     worlds = _worlds(facts)
+    nows: dict = {}     # world -> the latest moment known of it (in-flight ages)
     for (world_s, group_s), g in facts.groups.items():
         v = verdicts.get((world_s, group_s))
         if v is None:
@@ -152,6 +152,9 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[int, RankFate], run, fact
         shown = gdf[gdf["seq"].isin(v.seqs()).to_numpy()]
         by_seq = {int(s): sdf for s, sdf in shown.groupby("seq", sort=True)}
         label = _group_label(world_s, group_s, g.desc, worlds)
+        if world_s not in nows:
+            nows[world_s] = _now_ns(run, facts.t_max, world_s)
+        now = nows[world_s]
         findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
     return findings
 
@@ -200,7 +203,7 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never finished on "
                  f"rank {fmt_ranks(waiting)}")
         details = [f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}",
-                   *folded_lines({r: fates[r].describe() for r in waiting if r in fates})]
+                   *folded_lines({r: fate.describe() for r in waiting if (fate := fate_of(fates, world_s, r))})]
         findings.append(Finding(STUCK, ERROR, title, details=details, world=world_s, group=group_s, seq=seq,
                                 op=str(row["op"]), ranks=waiting))
         break
@@ -227,7 +230,7 @@ def _lost_record(glabel, world_s, group_s, seq, sdf, lost, seqs, fates, last_seq
     span = f"seq {seqs[0]}" if len(seqs) == 1 else f"seq {seqs[0]}..{seqs[-1]} ({len(seqs)} sequence numbers)"
     causes = {}
     for r in lost:
-        fate = fates.get(r)
+        fate = fate_of(fates, world_s, r)
         causes[r] = "; ".join(fate.damage) if fate is not None and fate.damage else "records missing from its trace"
     # One rank: its damage in the title; several: a detail line per equal damage (each names its file).
     cause = f" ({causes[lost[0]]})" if len(lost) == 1 else ""
@@ -263,12 +266,14 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
     f.details += folded_lines(state, line=lambda rs, t: f"rank {rs} entered: {t}")
     story = {}   # missing rank -> where it was last and how it ended
     for m in missing:
-        last = facts.last_op(m)  # its last op anywhere (it may be stuck in another group)
-        fate = fates.get(m)
+        fate = fate_of(fates, world_s, m)
+        # its process's last op anywhere (it may be stuck in another group)
+        last = facts.last_op(m, fate.worlds if fate is not None else [world_s])
         if last is None:
             where = "no op traced"
         else:
-            ing = "" if _s(last["group"]) == group_s and _s(last["world"]) == world_s else f" in group {last['group']}"
+            ing = ("" if _s(last["group"]) == group_s and _s(last["world"]) == world_s else f" in group {last['group']}"
+                   if _s(last["world"]) == world_s else f" in group {last['group']} of world {last['world']}")
             where = (f"last call{ing} seq {int(last['seq'])} {last['op']} [{last['status']}] at "
                      f"{_s(last.get('callsite')) or '?'}")
         fate_s = fate.describe() if fate is not None else "no usable trace file"
@@ -348,24 +353,41 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
 
 # -- processes ---------------------------------------------------------------------
 
-def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=()) -> list[Finding]:
+def diagnose_processes(run, fates: dict[tuple, RankFate], facts: RunFacts, early=()) -> list[Finding]:
     findings = []
-    # Ranks that ended the same way (same exception, exit, damage) are one finding naming
-    # them all, their last ops folded into its details.
-    last_of: dict[tuple, dict[int, str]] = {}   # story -> rank -> its last op (insertion: by first rank)
-    for r in sorted(fates):
-        last = facts.last_op(r)
+    worlds = world_count(fates, facts)
+    # Ranks (of one world) that ended the same way (same exception, exit, damage) are one finding
+    # naming them all, their last ops folded into its details.
+    last_of: dict[tuple, dict[int, str]] = {}   # (world, story) -> rank -> its last op (by first rank)
+    fate_at: dict[tuple, RankFate] = {}         # (world, rank) -> its fate
+    for fate in distinct_fates(fates):
+        r, world = fate.rank, fate.world if worlds > 1 else None
+        last = facts.last_op(r, fate.worlds)
         last_s = (f"last op: {last['op']} seq {int(last['seq'])} [{last['status']}] at {_s(last.get('callsite')) or '?'}"
                   if last is not None else "no ops traced")
-        for story in _stories(fates[r]):
-            last_of.setdefault(story, {})[r] = last_s
-    for story, lasts in last_of.items():
-        findings.append(_process_finding(story, fates[min(lasts)], lasts))
+        fate_at[(world, r)] = fate
+        for story in _stories(fate):
+            last_of.setdefault((world, story), {})[r] = last_s
+    for (world, story), lasts in last_of.items():
+        findings.append(_process_finding(story, fate_at[(world, min(lasts))], lasts, world, worlds))
     # Member ranks that wrote nothing: those of the largest world a process gave, and of any group.
-    expected = set(range(max((s for p in run.processes if (s := _int(p.get("world_size")))), default=0)))
-    for ranks in facts.group_ranks:
-        expected.update(ranks)
-    missing = sorted(expected - set(fates) - {e.rank for e in early if e.rank is not None})
+    size_of = {str(p.get("file")): s for p in run.processes if (s := _int(p.get("world_size")))}
+    expected: dict = {}     # world (None: the one world) -> its ranks
+    for fate in distinct_fates(fates):
+        size = max((size_of.get(f, 0) for f in fate.files), default=0)
+        expected.setdefault(fate.world if worlds > 1 else None, set()).update(range(size))
+    for w, ranks in facts.group_ranks:
+        expected.setdefault(w if worlds > 1 else None, set()).update(ranks)
+    gone = {e.rank for e in early if e.rank is not None} | ({r for _, r in fates} if worlds <= 1 else set())
+    for world, want in expected.items():
+        missing = sorted(r for r in want - gone if fate_of(fates, world, r) is None)
+        findings += _missing_ranks(run, missing, world, worlds, early)
+    return findings
+
+
+def _missing_ranks(run, missing: list[int], world, worlds: int, early) -> list[Finding]:
+    """The findings for ranks of ``world`` that wrote no usable trace."""
+    findings = []
     unreadable: dict[int, list[str]] = {}
     for issue in run.issues:
         r = rank_in_name(str(issue.file))     # a file whose header cannot be read has no other
@@ -373,13 +395,13 @@ def diagnose_processes(run, fates: dict[int, RankFate], facts: RunFacts, early=(
             unreadable.setdefault(r, []).append(f"{issue.file}: {issue.problem}")
     for r in missing:
         if r in unreadable:
-            findings.append(Finding(MISSING_RANK, ERROR, f"rank {r}: trace file unusable (the process died "
-                                    f"before its first flush, < 0.5 s after it started tracing?)",
-                                    details=unreadable[r], ranks=[r]))
+            findings.append(Finding(MISSING_RANK, ERROR, f"{rank_label([r], world, worlds)}: trace file unusable (the "
+                                    f"process died before its first flush, < 0.5 s after it started tracing?)",
+                                    details=unreadable[r], ranks=[r], world=world))
     rest = [r for r in missing if r not in unreadable]
     if rest:
-        f = Finding(MISSING_RANK, ERROR, f"rank {fmt_ranks(rest)}: no trace file "
-                    f"(never started, or died before its first collective)", ranks=rest)
+        f = Finding(MISSING_RANK, ERROR, f"{rank_label(rest, world, worlds)}: no trace file "
+                    f"(never started, or died before its first collective)", ranks=rest, world=world)
         f.details.extend(f"maybe {e.label}, which never created a process group" for e in early
                          if e.rank is None and e.identified)
         findings.append(f)
@@ -399,23 +421,23 @@ def _stories(fate: RankFate) -> list[tuple]:
     return out
 
 
-def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Finding:
-    """The finding of ``story`` for the ranks in ``lasts`` (rank -> its last op), ``fate``
-    the first one's (equal in what the finding shows)."""
+def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str], world=None, worlds: int = 1) -> Finding:
+    """The finding of ``story`` for the ranks in ``lasts`` (rank -> its last op) of ``world`` (None:
+    the one world), ``fate`` the first one's (equal in what the finding shows)."""
     ranks = sorted(lasts)
-    who = f"rank {fmt_ranks(ranks)}"
+    who = rank_label(ranks, world, worlds)
     texts = set(lasts.values())
     last_lines = list(texts) if len(texts) == 1 else folded_lines(lasts)   # one rank: as it always read
     if story[0] == EXCEPTION:
         exc = fate.exception
         title = f"{who} raised {exc.get('exc_type')}: {_first_line(exc.get('message'))}"
-        return Finding(EXCEPTION, ERROR, title, details=[*last_lines, *_traceback_tail(exc)], ranks=ranks,
+        return Finding(EXCEPTION, ERROR, title, details=[*last_lines, *_traceback_tail(exc)], ranks=ranks, world=world,
                        data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
     if story[0] == EXITED:
-        return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks,
+        return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks, world=world,
                        data={"exit_code": fate.exit_code, "how": fate.how})
     return Finding(ABRUPT, ERROR, f"{who}: {fate.describe()}", details=[*last_lines, *fate.issues], ranks=ranks,
-                   data={"issues": fate.issues})
+                   world=world, data={"issues": fate.issues})
 
 
 # Reader issue kinds another finding tells: damage (diagnose_damage), a trace that ends
@@ -423,15 +445,16 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str]) -> Fin
 _TOLD_ELSEWHERE = (ISSUE_DAMAGED, ISSUE_ABRUPT, RANKS_MISSING)
 
 
-def diagnose_issues(run, fates: dict[int, RankFate]) -> list[Finding]:
+def diagnose_issues(run, fates: dict[tuple, RankFate]) -> list[Finding]:
     """Reader issues not already explained by another finding; one problem (kind and text)
     in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
     # Told in a rank's findings: issues with a ranked process's files (rank_fates), or with the
     # file of a rank that has no readable trace (missing_rank).
     told = {stem_of(f) for fate in fates.values() for f in fate.files}
+    ranked = {r for _, r in fates}
     left = [i for i in run.issues
             if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
-            and ((r := rank_in_name(str(getattr(i, "file", "")))) is None or r in fates)]
+            and ((r := rank_in_name(str(getattr(i, "file", "")))) is None or r in ranked)]
     out = []
     for alike in fold_issues(left):
         f = Finding(TRACE_ISSUE, WARNING, issue_line(alike))

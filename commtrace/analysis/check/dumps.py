@@ -6,30 +6,34 @@ from __future__ import annotations
 import json
 import os
 
-from ...trace.rank_ranges import fmt_ranks, folded_lines
+from ...trace.rank_ranges import folded_lines
+from .fates import _worlds, rank_label
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
-    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1"): its ranks, the first dump's path
-    and summary; ``data["paths"]``: every dump of that reason by rank."""
-    by_reason: dict[str, dict] = {}   # reason -> rank (None: a rankless process) -> its dump paths
+    """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1") and world (when the run has several):
+    its ranks, the first dump's path and summary; ``data["paths"]``: every dump of that reason by rank."""
+    by_reason: dict[tuple, dict] = {}   # (reason, world) -> rank (None: a rankless process) -> its dump paths
+    worlds = {(_worlds(p) or [None])[0] for p in run.processes} - {None}
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):
                 continue
             r = _int(p.get("rank"))
             reason = _s(d.get("reason")) or "?"
-            by_reason.setdefault(reason, {}).setdefault(r, []).append(_s(d.get("path")))
+            world = (_worlds(p) or [None])[0] if len(worlds) > 1 else None
+            by_reason.setdefault((reason, world), {}).setdefault(r, []).append(_s(d.get("path")))
     out = []
-    for reason, paths in by_reason.items():
+    for (reason, world), paths in by_reason.items():
         ranks = sorted(r for r in paths if r is not None)
         first = min(paths, key=lambda r: (r is None, r or 0))
         path = paths[first][0]
         n = sum(len(v) for v in paths.values())
-        who = f"rank {fmt_ranks(ranks)}" if ranks else "rank None"   # as a rankless process's dump always read
+        # "rank None": as a rankless process's dump always read
+        who = rank_label(ranks, world, len(worlds)) if ranks else "rank None"
         title = (f"{who}: state dump ({reason}) {path}" if n == 1
                  else f"{who}: {n} state dumps ({reason}), the first {path}")
-        f = Finding(DUMP, INFO, title, ranks=ranks,
+        f = Finding(DUMP, INFO, title, ranks=ranks, world=world,
                     data={"path": path, "reason": reason, "paths": {str(r): v for r, v in paths.items()}})
         f.details.extend(dump_summary(path, run.path))
         out.append(f)
@@ -73,11 +77,13 @@ def _is_program(frame: dict) -> bool:
                 or os.path.basename(os.path.dirname(f)).startswith("python3"))
 
 
-def dumped_position(run, rank: int) -> str | None:
-    """Where ``rank``'s program was in its last state dump, as "train.py:10 time.sleep(40) (SIGTERM dump)":
-    the innermost frame of its main thread outside libraries (else the innermost); None: no dump."""
-    dumps = [d for p in run.processes if _int(p.get("rank")) == rank for d in (p.get("dumps") or [])
-             if isinstance(d, dict)]
+def dumped_position(run, rank: int, world=None) -> str | None:
+    """Where ``rank`` (of ``world``, when given)'s program was in its last state dump, as "train.py:10
+    time.sleep(40) (SIGTERM dump)": the innermost frame of its main thread outside libraries (else the
+    innermost); None: no dump."""
+    dumps = [d for p in run.processes if _int(p.get("rank")) == rank
+             and (world is None or not p.get("worlds") or world in p["worlds"])
+             for d in (p.get("dumps") or []) if isinstance(d, dict)]
     if not dumps:
         return None
     last = dumps[-1]
@@ -100,7 +106,7 @@ def add_dumped_positions(findings: list[Finding], run) -> None:
     for f in findings:
         if f.kind != NOT_ARRIVED:
             continue
-        at = {r: pos for r in f.data.get("missing") or [] if (pos := dumped_position(run, r)) is not None}
+        at = {r: pos for r in f.data.get("missing") or [] if (pos := dumped_position(run, r, f.world)) is not None}
         if at:
             f.data["dumped_at"] = {str(r): pos for r, pos in at.items()}
             f.details += folded_lines(at, line=lambda rs, t: f"rank {rs} was at {t}")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.group_ranks import parse_ranks
+from .fates import fate_of
 from .findings import _int, _s
 from .matching import COMPARED_FIELDS, collective_rows, _compare_at_seq, _group_members
 
@@ -50,10 +51,11 @@ class GroupFacts:
 class RunFacts:
     has_ops: bool = False
     t_max: int | None = None          # latest start or end of any op
-    group_ranks: set = field(default_factory=set)       # every group's global ranks (tuples) of any op
-    last_ops: pd.DataFrame = field(default_factory=pd.DataFrame)   # per rank its last op (frame rows, by rank)
+    group_ranks: set = field(default_factory=set)       # (world, global ranks (a tuple)) of every group of any op
+    last_ops: pd.DataFrame = field(default_factory=pd.DataFrame)   # per (world, rank) its last op (frame rows)
     groups: dict = field(default_factory=dict)          # (world, group) -> GroupFacts, in the frame's group order
     stragglers: dict = field(default_factory=dict)      # (world, group) -> Stragglers
+    _last_at: dict | None = field(default=None, repr=False, compare=False)   # last_op's lookup
 
     def merge(self, other: "RunFacts") -> None:
         """Fold in the facts of ops disjoint from these (another seq chunk)."""
@@ -66,6 +68,7 @@ class RunFacts:
             both = pd.concat([self.last_ops, other.last_ops]) if len(self.last_ops) else other.last_ops
             both = both.sort_values("t_start_ns", kind="stable")
             self.last_ops = both[~both.index.duplicated(keep="last")]
+            self._last_at = None
         for key, g in other.groups.items():
             mine = self.groups.setdefault(key, GroupFacts(g.members))
             if g.desc_at < mine.desc_at:
@@ -81,11 +84,16 @@ class RunFacts:
             for r, parts in s.lags.items():
                 mine.lags.setdefault(r, []).extend(parts)
 
-    def last_op(self, rank):
-        """The rank's op with the latest start (a frame row), or None."""
-        if rank not in self.last_ops.index:
-            return None
-        return self.last_ops.loc[rank]
+    def last_op(self, rank, worlds=()):
+        """The op with the latest start (a frame row) of ``rank`` in any of ``worlds`` (none: in
+        any world), or None."""
+        if self._last_at is None:     # rank -> [(world, start, position in last_ops)], built once
+            self._last_at = {}
+            starts = self.last_ops["t_start_ns"].to_numpy(np.int64) if len(self.last_ops) else ()
+            for i, ((w, r), t) in enumerate(zip(self.last_ops.index if len(self.last_ops) else (), starts)):
+                self._last_at.setdefault(int(r), []).append((w, int(t), i))
+        at = [(t, i) for w, t, i in self._last_at.get(int(rank), ()) if not worlds or w in worlds]
+        return self.last_ops.iloc[max(at)[1]] if at else None
 
 
 def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
@@ -97,7 +105,10 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
     facts.has_ops = True
     ends = [_int(pd.to_numeric(df[c], errors="coerce").max()) for c in ("t_start_ns", "t_end_ns")]
     facts.t_max = max((t for t in ends if t is not None), default=None)
-    facts.group_ranks = {parse_ranks(x) for x in df["group_ranks"].dropna().unique()}
+    world, worlds = _codes(df["world"])
+    ranks, rank_lists = _codes(df["group_ranks"])
+    facts.group_ranks = {(worlds[k >> 32], parse_ranks(rank_lists[k & 0xFFFFFFFF]))
+                         for k in pd.unique(((world + 1) << 32) | (ranks + 1)).tolist() if k & 0xFFFFFFFF}
     facts.last_ops = _last_ops(df)
     coll = collective_rows(df)
     if not len(coll):
@@ -123,13 +134,27 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
 
 
 def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
-    """Per rank its op with the latest start (the last such in frame order), indexed by rank."""
+    """Per (world, rank) its op with the latest start (the last such in frame order), indexed by
+    (world, rank)."""
     t = df["t_start_ns"].to_numpy()
-    ranks = df["rank"].to_numpy()
-    tmax = pd.Series(t).groupby(ranks).transform("max").to_numpy()
+    world, names = _codes(df["world"])
+    rank = df["rank"].to_numpy().astype(np.int64)
+    key = ((world + 1) << 32) | (rank & 0xFFFFFFFF)     # world code -1: none
+    tmax = pd.Series(t).groupby(key).transform("max").to_numpy()
     at = np.flatnonzero(t == tmax)
-    pos = pd.Series(at).groupby(ranks[at]).max()
-    return df.iloc[pos.to_numpy()].set_axis(pos.index.astype(np.int64), axis=0)
+    pos = pd.Series(at).groupby(key[at]).max().to_numpy()
+    index = pd.MultiIndex.from_arrays([[names[c + 1] for c in world[pos]], rank[pos]], names=["world", "rank"])
+    return df.iloc[pos].set_axis(index, axis=0)
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    """A frame column as int64 codes (-1: none; the reader's categoricals: no per-row objects) and
+    the texts they stand for, from code -1 on: [None, value of 0, value of 1, ...]."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, values = col.cat.codes.to_numpy().astype(np.int64), col.cat.categories
+    else:
+        codes, values = pd.factorize(col)
+    return codes.astype(np.int64), [None] + [_s(v) for v in values]
 
 
 def straggler_lags(done: pd.DataFrame, members: list) -> Stragglers | None:
@@ -197,10 +222,12 @@ _KEPT = {"mismatch": MISMATCH_SHOWN, "missing": 1, "lost": 1, "lost_seqs": None,
          "failed": 1}
 
 
-def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict, group) -> tuple[GroupVerdict, dict]:
-    """The verdict over one group's collectives in ``gdf`` (whole instances) and the rows of the
-    seqs it names. ``last_seq``: rank -> its highest seq of this group (whole run); ``fates``: rank
-    -> RankFate. Only seqs with a differing field or an op not completed are compared one by one."""
+def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict, group,
+                   world=None) -> tuple[GroupVerdict, dict]:
+    """The verdict over one group (of ``world``)'s collectives in ``gdf`` (whole instances) and the rows
+    of the seqs it names. ``last_seq``: rank -> its highest seq of this group (whole run); ``fates``:
+    (world, rank) -> RankFate (fates.rank_fates). Only seqs with a differing field or an op not
+    completed are compared one by one."""
     v = GroupVerdict()
     seq = gdf["seq"].to_numpy().astype(np.int64)
     if not len(seq):
@@ -209,7 +236,7 @@ def classify_group(gdf: pd.DataFrame, members: list, last_seq: dict, fates: dict
     inv = inv.reshape(-1)
     look = _differs(gdf, inv, len(useq))
     look[np.unique(inv[(gdf["status"] != "completed").to_numpy()])] = True
-    _absent(v, gdf, useq, inv, members, last_seq, fates, group)
+    _absent(v, gdf, useq, inv, members, last_seq, fates, group, world)
     shown = set(useq[look].tolist()) | {s for s, _ in v.missing} | {s for s, _ in v.lost}
     sub = gdf[np.isin(seq, list(shown))] if len(shown) < len(useq) else gdf
     by_seq = {int(s): sdf for s, sdf in sub.groupby("seq", sort=True)}
@@ -233,7 +260,7 @@ def classify_frame(df: pd.DataFrame, members: dict, last_seq: dict, fates: dict)
     coll = collective_rows(df)
     for (w, g), gdf in (coll.groupby(["world", "group"], observed=True, sort=False) if len(coll) else ()):
         key = (_s(w), _s(g))
-        v, by_seq = classify_group(gdf, members.get(key, []), last_seq.get(key, {}), fates, key[1])
+        v, by_seq = classify_group(gdf, members.get(key, []), last_seq.get(key, {}), fates, key[1], key[0])
         v.cap()
         verdicts[key] = v
         kept += [by_seq[s] for s in sorted(v.seqs())]
@@ -259,7 +286,7 @@ def _differs(gdf: pd.DataFrame, inv: np.ndarray, k: int) -> np.ndarray:
     return flag
 
 
-def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fates: dict, group) -> None:
+def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fates: dict, group, world) -> None:
     """Members without a row at a seq others entered: ``missing`` (never arrived), or ``lost`` (it
     did arrive: the rank has a later seq of the group, or its file lost records there)."""
     if not members:
@@ -277,7 +304,7 @@ def _absent(v: GroupVerdict, gdf, useq, inv, members: list, last_seq: dict, fate
     present[row[inv[sel]], col[sel]] = True
     seqs = useq[short][:, None]
     later = np.array([last_seq.get(int(r), 0) for r in m])[None, :] > seqs
-    anywhere, lo, hi = _lost_spans(fates, group, m)
+    anywhere, lo, hi = _lost_spans(fates, world, group, m)
     lost = ~present & (later | anywhere[None, :] | ((lo[None, :] <= seqs) & (seqs <= hi[None, :])))
     missing = ~present & ~lost
     has_missing = missing.any(axis=1)
@@ -316,13 +343,13 @@ def _members_per_seq(seq_ix: np.ndarray, member_ix: np.ndarray, n_seqs: int, n_m
     return np.bincount(np.unique(seq_ix * n_members + member_ix) // n_members, minlength=n_seqs)
 
 
-def _lost_spans(fates: dict, group, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per member: whether it lost records of an unnamed group (any seq may be lost), and the seq
-    span it lost of ``group`` (empty: lo > hi)."""
+def _lost_spans(fates: dict, world, group, members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per member (a rank of ``world``): whether it lost records of an unnamed group (any seq may be
+    lost), and the seq span it lost of ``group`` (empty: lo > hi)."""
     anywhere = np.zeros(len(members), bool)
     lo, hi = np.ones(len(members), np.int64), np.zeros(len(members), np.int64)
     for i, r in enumerate(members.tolist()):
-        fate = fates.get(r)
+        fate = fate_of(fates, world, r)
         if fate is None:
             continue
         anywhere[i] = "?" in fate.lost

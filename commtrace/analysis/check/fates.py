@@ -1,10 +1,15 @@
 """How each rank and process ended (exit code, signal, exception, abrupt end), and the processes that
 ended before they created a process group.
+
+A rank is a rank *of a world* (one ``init_process_group``'s processes): a run that makes several worlds
+one after another (a test suite spawning fresh ranks per test) has a rank 1 in each, a process of its
+own. ``rank_fates`` keys them by (world id, rank); ``fate_of`` finds a world's rank.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...trace.rank_ranges import fmt_ranks
 from ...trace.schema import stem_of
 from .findings import _int, _s
 
@@ -23,6 +28,12 @@ class RankFate:
     meta_damage: list[str] = field(default_factory=list)  # those of them about a meta file
     cut: bool = False                                # a file of it ends mid-line or mid-record
     lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
+    worlds: list = field(default_factory=list)       # the ids of the worlds it was a rank of (none known: any)
+
+    @property
+    def world(self):
+        """Its first world's id (None: unknown)."""
+        return self.worlds[0] if self.worlds else None
 
     def describe(self) -> str:
         if self.exception:
@@ -56,17 +67,63 @@ def _first_line(s) -> str:
     return line.lstrip("- ")[:300]  # mp.spawn's "-- Process 1 terminated with ..."
 
 
-def rank_fates(run) -> dict[int, RankFate]:
-    fates: dict[int, RankFate] = {}
+def rank_fates(run) -> dict[tuple, RankFate]:
+    """(world id, rank) -> how that rank's process ended. A process is under every world it was a
+    rank of (one fate, several keys); one whose files name no world (a C++-layer file, a restarted
+    session's) takes its process's (same host and pid), else world None: ``fate_of`` answers it
+    for its rank in any world."""
+    fates: dict[tuple, RankFate] = {}
     by_file: dict[str, list[str]] = {}
     for issue in run.issues:
         by_file.setdefault(stem_of(str(getattr(issue, "file", ""))), []).append(str(getattr(issue, "problem", issue)))
+    worlds_of: dict = {}     # (host, pid) -> the worlds its files name
+    for p in run.processes:
+        if p.get("pid") is not None:
+            worlds_of.setdefault((p.get("host"), p.get("pid")), []).extend(_worlds(p))
     for p in run.processes:
         r = _int(p.get("rank"))
-        if r is not None:
-            fate = fates.setdefault(r, RankFate(r, [], True, None, None, None, []))
-            _add_process(fate, p, by_file.get(stem_of(str(p.get("file", ""))), []))
+        if r is None:
+            continue
+        worlds = list(dict.fromkeys(_worlds(p) if p.get("pid") is None else worlds_of[(p.get("host"), p.get("pid"))]))
+        fate = fates.get((worlds[0] if worlds else None, r))
+        if fate is None:
+            fate = RankFate(r, [], True, None, None, None, [], worlds=worlds)
+        for w in worlds or [None]:
+            fates.setdefault((w, r), fate)
+        _add_process(fate, p, by_file.get(stem_of(str(p.get("file", ""))), []))
     return fates
+
+
+def _worlds(p: dict) -> list[str]:
+    ws = p.get("worlds")
+    return [str(w) for w in ws if w is not None] if isinstance(ws, list) else []
+
+
+def fate_of(fates: dict, world, rank: int) -> RankFate | None:
+    """Rank ``rank`` of world ``world``'s fate (``rank_fates``), else that of a process of that rank
+    whose world is unknown, else None."""
+    return fates.get((world, rank)) or fates.get((None, rank))
+
+
+def distinct_fates(fates: dict) -> list[RankFate]:
+    """Each fate once (a process under several worlds has several keys), by world then rank."""
+    order: dict = {}
+    for w, _ in fates:
+        order.setdefault(w, len(order))
+    unique = {id(f): f for f in fates.values()}
+    return sorted(unique.values(), key=lambda f: (order[f.world], f.rank))
+
+
+def world_count(fates: dict, facts) -> int:
+    """How many worlds the run's ranks and groups belong to: rank and group labels name their world
+    when there are several."""
+    return len({w for w, _ in fates if w is not None} | {w for w, _ in facts.groups})
+
+
+def rank_label(ranks, world=None, worlds: int = 1) -> str:
+    """"rank 0-3", or with several ``worlds`` "rank 0-3 of world 9f2c..." (as group labels name it)."""
+    label = f"rank {fmt_ranks(ranks)}"
+    return f"{label} of world {world}" if worlds > 1 and world is not None else label
 
 
 def _add_process(fate: RankFate, p: dict, issues: list[str]) -> RankFate:

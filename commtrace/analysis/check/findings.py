@@ -58,15 +58,23 @@ _CAUSE, _DESYNC, _HANG, _CONSEQUENCE, _LAUNCHER = range(5)
 def root_cause_first(findings: list[Finding]) -> list[Finding]:
     """By severity and, among errors, root cause first (stable): a missing rank's exception, then the
     collective it left the others in, then their failed ops and exceptions, then the launcher's."""
-    culprits = {r for f in findings if f.kind == NOT_ARRIVED for r in f.data.get("missing") or []}
-    failed = {r for f in findings if f.kind == FAILED for r in f.ranks}
+    # (world, rank): a process finding names its world only when the run has several
+    culprits = {(f.world, r) for f in findings if f.kind == NOT_ARRIVED for r in f.data.get("missing") or []}
+    failed = {(f.world, r) for f in findings if f.kind == FAILED for r in f.ranks}
+
+    ranks_of = {id(culprits): {r for _, r in culprits}, id(failed): {r for _, r in failed}}
+
+    def among(f: Finding, pairs: set) -> bool:
+        if f.world is None:      # one world: its ranks
+            return not ranks_of[id(pairs)].isdisjoint(f.ranks)
+        return any((f.world, r) in pairs for r in f.ranks)
 
     def place(f: Finding) -> int:
         if f.kind in (EXCEPTION, EXITED, ABRUPT, NO_GROUP) and not f.ranks:
             return _LAUNCHER
-        if f.kind in (EXCEPTION, ABRUPT, MISSING_RANK) and set(f.ranks) & culprits:
+        if f.kind in (EXCEPTION, ABRUPT, MISSING_RANK) and among(f, culprits):
             return _CAUSE
-        if f.kind == MISMATCH or (f.kind == EXCEPTION and not set(f.ranks) & failed):
+        if f.kind == MISMATCH or (f.kind == EXCEPTION and not among(f, failed)):
             return _DESYNC
         if f.kind in (NOT_ARRIVED, STUCK, LOST_RECORD):
             return _HANG

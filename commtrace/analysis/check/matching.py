@@ -10,6 +10,7 @@ import pandas as pd
 from ...trace.schema import P2P_OPS
 from ...trace.rank_ranges import folded_inline
 from ...trace.group_ranks import parse_ranks
+from .fates import _worlds
 from .findings import _int, _s
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
@@ -90,11 +91,16 @@ def _fmt_split(split: dict) -> str:
     return folded_inline(value_of, line=lambda rs, v: f"{v} on rank {rs}")
 
 
-def _now_ns(run, t_max: int | None) -> int | None:
+def _now_ns(run, t_max: int | None, world=None) -> int | None:
     """The latest moment the trace knows of (for in-flight ages): the processes' ends
-    and ``t_max``, the latest start or end of any op (RunFacts.t_max)."""
+    and ``t_max``, the latest start or end of any op (RunFacts.t_max). With ``world`` in a run of
+    several worlds: that world's processes' ends (a later world's times say nothing of its waits),
+    else ``t_max``."""
     cands = []
+    several = len({ws[0] for p in run.processes if (ws := _worlds(p))}) > 1
     for p in run.processes:
+        if world is not None and several and world not in _worlds(p):
+            continue
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
             # on rank 0's clock, as the frame: plus the process's offset at its start (0: unknown, one host)
@@ -102,6 +108,6 @@ def _now_ns(run, t_max: int | None) -> int | None:
             aligned, start = _int(clock.get("start_aligned_ns")), _int(p.get("t_mono_ns"))
             offset = aligned - start if aligned is not None and start is not None else 0
             cands.append(_int(end["t_mono_ns"]) + offset)
-    if t_max is not None:
+    if t_max is not None and not (world is not None and several and cands):
         cands.append(t_max)
     return max(cands) if cands else None

@@ -4,7 +4,7 @@
 fsdp2, fsdp2-keep (reshard_after_forward=False), fsdp2-prefetch (explicit
 forward/backward prefetch), fsdp1 (FullyShardedDataParallel, one unit per block
 and the root, ``device_id`` CPU; its default backward prefetch), tp
-(Colwise/Rowwise pairs and a SequenceParallel norm), 2d (FSDP2 over "dp" x TP
+(Colwise/Rowwise pairs and a SequenceParallel norm; then one distribute_tensor of its own), 2d (FSDP2 over "dp" x TP
 over "tp"). Every step clips the gradients' norm between backward and the
 optimizer step (FSDP1's own clip_grad_norm_; else torch.nn.utils', per DeviceMesh).
 The tp scenario lets ``init_device_mesh`` make the world (no backend named: torch's
@@ -90,6 +90,8 @@ def build(scenario, rank, world):
         from torch.distributed.tensor.parallel import parallelize_module
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         parallelize_module(model, mesh, _tp_plan(sequence_parallel=True))
+        from torch.distributed.tensor import Shard, distribute_tensor
+        distribute_tensor(torch.arange(2.0 * world), mesh, [Shard(0)])  # DIRECT: the program's own DTensor
     elif scenario == "2d":
         from commtrace import torch_compat
         fully_shard = torch_compat.fully_shard()

@@ -1,0 +1,78 @@
+"""Several worlds in one traced run (a test suite spawning fresh ranks per test): `commtrace check`
+tells each world's rank 1 apart -- its own last op, its own end -- and names the world."""
+from __future__ import annotations
+
+import pytest
+
+from commtrace.analysis import check as C
+
+from .conftest import SCRIPTS, diagnose_dir, findings_text, kinds, traced_spawn
+
+SCRIPT = "worlds_faults.py"
+
+
+def _line(marker: str) -> int:
+    return next(i for i, t in enumerate(open(SCRIPTS / SCRIPT), 1) if marker in t)
+
+
+def _world_of(run, function: str) -> str:
+    """The id of the world whose ranks ran ``function`` (its group's ops say so)."""
+    f = run.frame
+    return str(f.loc[f["callsite"].astype(str).str.contains(function), "world"].iloc[0])
+
+
+def _process_findings(findings, rank):
+    return [f for f in findings if f.kind in (C.EXITED, C.ABRUPT, C.EXCEPTION) and f.ranks == [rank]]
+
+
+@pytest.mark.parametrize("mode", ["exit", "hang"])
+def test_each_world_rank_is_its_own_process(tmp_path, mode):
+    """World 1's rank 1 exits with code 7 (or sleeps while rank 0 waits until the hang watchdog
+    aborts it); world 2 runs clean afterwards, its last op a broadcast. Each rank of world 1 is told
+    with world 1's last op and its own end; world 2's ranks ended well: no finding about them."""
+    p = traced_spawn(tmp_path / "run", mode, hang_timeout=2 if mode == "hang" else None, script=SCRIPT)
+    assert p.returncode == 1, p.stderr[-3000:]
+    run, findings = diagnose_dir(tmp_path / "run")
+    w1 = _world_of(run, "first_world")
+    assert len({str(w) for w in run.frame["world"].unique()}) == 2
+    first_calls = f"{SCRIPT}:{_line('# WORLD1')} (first_world)"
+    na = kinds(findings)[C.NOT_ARRIVED]
+    assert len(na) == 1 and na[0].world == w1 and na[0].data["missing"] == [1]
+    story = next(d for d in na[0].details if d.startswith("rank 1 never arrived"))
+    assert f"last call seq 2 all_reduce [completed] at tests/faults/scripts/{first_calls}" in story, story
+    end1 = "exited with code 7" if mode == "exit" else "terminated by SIGTERM (exit code 143)"
+    assert story.endswith(end1), story
+    # rank 1: world 1's process, by its world; its last op is world 1's, not world 2's broadcast
+    (f1,) = _process_findings(findings, 1)
+    assert f1.world == w1 and f1.title == f"rank 1 of world {w1} {end1}", f1.title
+    assert f1.details == [f"last op: all_reduce seq 2 [completed] at tests/faults/scripts/{first_calls}"]
+    # rank 0 of world 1 was left waiting in seq 3
+    f0 = _process_findings(findings, 0)
+    assert [f.world for f in f0] == [w1], [f.title for f in f0]
+    if mode == "hang":
+        assert f0[0].title == f"rank 0 of world {w1} aborted by the hang watchdog (--abort-on-hang, exit code 3)"
+        assert f0[0].details[0].startswith("last op: all_reduce seq 3 [in_flight]")
+    text = findings_text(findings)
+    assert "broadcast" not in text and "second_world" not in text
+    # no process of world 2 ended badly: every process finding is about world 1
+    assert {f.world for f in findings if f.kind in (C.EXITED, C.ABRUPT, C.EXCEPTION) and f.ranks} == {w1}
+
+
+def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
+    """World 1 runs clean; world 2's rank 1 is SIGKILLed after its 2nd all_reduce: its trace ends
+    abruptly, told as rank 1 of world 2 with world 2's last op; world 1's rank 1 ended well."""
+    p = traced_spawn(tmp_path / "run", "kill-second", script=SCRIPT)
+    assert p.returncode == 1, p.stderr[-3000:]
+    run, findings = diagnose_dir(tmp_path / "run")
+    w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
+    assert w1 != w2
+    na = kinds(findings)[C.NOT_ARRIVED]
+    assert [(f.world, f.seq, f.data["missing"]) for f in na] == [(w2, 3, [1])]
+    site = f"tests/faults/scripts/{SCRIPT}:{_line('# WORLD2')} (second_world)"
+    assert any(d.startswith(f"rank 1 never arrived: last call seq 2 all_reduce [completed] at {site}")
+               for d in na[0].details), na[0].details
+    abrupt = [f for f in kinds(findings)[C.ABRUPT] if f.ranks == [1]]
+    assert [f.title for f in abrupt] == [f"rank 1 of world {w2}: trace ends abruptly (killed, e.g. SIGKILL, or "
+                                         "still running)"]
+    assert abrupt[0].details[0] == f"last op: all_reduce seq 2 [completed] at {site}"
+    assert w1 not in findings_text(findings).split("progress per group")[0]
