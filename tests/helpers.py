@@ -222,8 +222,8 @@ GLOO_OPTIONAL_OPS = {
 @functools.lru_cache(maxsize=None)
 def gloo_missing_ops() -> dict:
     """{op: gloo's error} for each op of GLOO_OPTIONAL_OPS that gloo cannot run on the
-    installed torch (2.4: the list forms of reduce_scatter and all_to_all; 2.11: every
-    all_to_all), asked of a real one-rank gloo group in a child process so that this one
+    installed torch (2.4: the list forms of reduce_scatter and all_to_all; 2.11: the
+    list form of all_to_all), asked of a real one-rank gloo group in a child process so that this one
     keeps no group. A probe that fails as a whole counts every op missing, with its error."""
     code = ("import torch, torch.distributed as d\n"
             "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
