@@ -223,17 +223,15 @@ GLOO_OPTIONAL_OPS = {
 def gloo_missing_ops() -> dict:
     """{op: gloo's error} for each op of GLOO_OPTIONAL_OPS that gloo cannot run on the
     installed torch (2.4: the list forms of reduce_scatter and all_to_all; 2.11: the
-    list form of all_to_all), asked of a real one-rank gloo group in a child process so that this one
-    keeps no group. A probe that fails as a whole counts every op missing, with its error."""
+    list form of all_to_all), asked of a real one-rank gloo group in a child process so
+    that this one keeps no group. A probe that fails as a whole counts every op missing,
+    with its error."""
     code = ("import torch, torch.distributed as d\n"
             "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
-            "t = lambda: torch.zeros(2)\n"
-            f"ops = {{{', '.join(f'{k!r}: lambda: {v}' for k, v in GLOO_OPTIONAL_OPS.items())}}}\n"
-            "for name, op in ops.items():\n"
-            "    try:\n"
-            "        op()\n"
-            "    except RuntimeError as e:\n"
-            "        print('missing', name, str(e).splitlines()[0])\n")
+            "t = lambda: torch.zeros(2)\n")
+    for name, call in GLOO_OPTIONAL_OPS.items():
+        code += (f"try:\n    {call}\nexcept RuntimeError as e:\n"
+                 f"    print('missing', {name!r}, str(e).splitlines()[0])\n")
     out = _probe(code, 60) or ""
     lines = [ln.split(" ", 2) for ln in out.splitlines()]
     if not all(len(p) == 3 and p[0] == "missing" and p[1] in GLOO_OPTIONAL_OPS for p in lines):
@@ -242,7 +240,8 @@ def gloo_missing_ops() -> dict:
 
 
 def gloo_lacks_an_op() -> str | None:
-    """Why gloo cannot run every op of GLOO_OPTIONAL_OPS on the installed torch ("all_to_all: ..."), or None."""
+    """Why gloo cannot run every op of GLOO_OPTIONAL_OPS on the installed torch
+    ("all_to_all: ..."), or None."""
     missing = gloo_missing_ops()
     return "; ".join(f"{k}: {v}" for k, v in missing.items()) or None
 

@@ -75,5 +75,6 @@ def test_an_fsdp2_state_names_its_module_and_has_the_pre_backward_the_tracker_pa
     res = h.run([h.PY, "-c", _FSDP2_STATE], env=h.clean_env(), timeout=120).check(0)
     module, has_pre_backward, root, unit = h.without_gloo_log(res.stdout).split()
     # the FSDPState modules capture/module_tracker.py patches (torch >= 2.6; before)
-    assert module in ("torch.distributed.fsdp._fully_shard._fsdp_state", "torch.distributed._composable.fsdp._fsdp_state")
+    assert module in ("torch.distributed.fsdp._fully_shard._fsdp_state",
+                      "torch.distributed._composable.fsdp._fsdp_state")
     assert (has_pre_backward, root, unit) == ("True", "True", "True")

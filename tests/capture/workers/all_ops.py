@@ -52,7 +52,8 @@ def main(rank, world, out):
     dist.scatter(o, [f(4, i) for i in range(W)] if r == 0 else None, src=0); check("scatter", torch.equal(o, f(4, r)))
     # 12-13 reduce_scatter
     if "reduce_scatter" not in left_out:
-        o = torch.empty(2); dist.reduce_scatter(o, [f(2) for _ in range(W)]); check("reduce_scatter", torch.equal(o, f(2, W)))
+        o = torch.empty(2); dist.reduce_scatter(o, [f(2) for _ in range(W)])
+        check("reduce_scatter", torch.equal(o, f(2, W)))
     o = torch.empty(2); dist.reduce_scatter_tensor(o, f(2 * W)); check("reduce_scatter_tensor", torch.equal(o, f(2, W)))
     # 14-15 all_to_all: list, then single with uneven splits (rank r sends j+1 elements to rank j)
     if "all_to_all" not in left_out:
