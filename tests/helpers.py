@@ -210,26 +210,40 @@ def without_gloo_log(stdout: str) -> str:
     return "\n".join(ln for ln in stdout.splitlines() if not ln.startswith("[Gloo]")).strip()
 
 
+# The ops tests/capture/workers/all_ops.py leaves out where gloo lacks them, each with the
+# call that asks gloo (one rank, the same torch.distributed function the worker calls).
+GLOO_OPTIONAL_OPS = {
+    "reduce_scatter": "d.reduce_scatter(t(), [t()])",          # the list form
+    "all_to_all": "d.all_to_all([t()], [t()])",                # the list form
+    "all_to_all_single": "d.all_to_all_single(t(), t())",      # the tensor form (alltoall_base)
+}
+
+
 @functools.lru_cache(maxsize=None)
-def gloo_lacks_an_op() -> str | None:
-    """Why gloo cannot run every op tests/capture/workers/all_ops.py runs on the
-    installed torch ("all_to_all: ..."), or None: asked of a real one-rank gloo group
-    (some releases raise "... does not support ...": 2.4 for the list forms of
-    reduce_scatter and all_to_all, 2.11 for every all_to_all), in a child process so
-    that this one keeps no group."""
+def gloo_missing_ops() -> dict:
+    """{op: gloo's error} for each op of GLOO_OPTIONAL_OPS that gloo cannot run on the
+    installed torch (2.4: the list forms of reduce_scatter and all_to_all; 2.11: the
+    list form of all_to_all), asked of a real one-rank gloo group in a child process so
+    that this one keeps no group. A probe that fails as a whole counts every op missing,
+    with its error."""
     code = ("import torch, torch.distributed as d\n"
-            "pg = d.ProcessGroupGloo(d.HashStore(), 0, 1)\n"
-            "t = torch.zeros(1)\n"
-            "ops = {'reduce_scatter': lambda: pg.reduce_scatter([t], [[t.clone()]]),\n"
-            "       'all_to_all': lambda: pg.alltoall([t], [t.clone()]),\n"
-            "       'all_to_all_single': lambda: pg.alltoall_base(t, t.clone(), [], [])}\n"
-            "for name, op in ops.items():\n"
-            "    try:\n"
-            "        op().wait()\n"
-            "    except RuntimeError as e:\n"
-            "        print(name + ': ' + str(e).splitlines()[0])\n"
-            "        break\n")
-    return _probe(code, 60)
+            "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
+            "t = lambda: torch.zeros(2)\n")
+    for name, call in GLOO_OPTIONAL_OPS.items():
+        code += (f"try:\n    {call}\nexcept RuntimeError as e:\n"
+                 f"    print('missing', {name!r}, str(e).splitlines()[0])\n")
+    out = _probe(code, 60) or ""
+    lines = [ln.split(" ", 2) for ln in out.splitlines()]
+    if not all(len(p) == 3 and p[0] == "missing" and p[1] in GLOO_OPTIONAL_OPS for p in lines):
+        return dict.fromkeys(GLOO_OPTIONAL_OPS, out)
+    return {name: why for _, name, why in lines}
+
+
+def gloo_lacks_an_op() -> str | None:
+    """Why gloo cannot run every op of GLOO_OPTIONAL_OPS on the installed torch
+    ("all_to_all: ..."), or None."""
+    missing = gloo_missing_ops()
+    return "; ".join(f"{k}: {v}" for k, v in missing.items()) or None
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,6 +32,7 @@ def launch_all_ops(kind: str, world: int, tmp, wrapper: str = "native") -> Launc
     script = worker("all_ops.py")
     # "python": the Python wrapper, as where the native one cannot be built or is disabled.
     extra = {"COMMTRACE_NATIVE": "0"} if wrapper == "python" else {}
+    extra["ALL_OPS_LEAVE_OUT"] = ",".join(h.gloo_missing_ops())  # the ops this torch's gloo lacks
     if kind == "spawn":
         res = h.run(h.commtrace_cmd(run_dir, script, world, h.free_port(), out), env=h.clean_env(**extra),
                     timeout=120)
@@ -46,13 +47,11 @@ def launch_all_ops(kind: str, world: int, tmp, wrapper: str = "native") -> Launc
                 ids=["spawn-2", "mpirun-2", "mpirun-3", "spawn-2-python-wrapper"])
 def all_ops(request, launches) -> Launch:
     kind, world, wrapper = request.param
-    why = h.gloo_lacks_an_op()
-    if why:  # the worker runs every op
-        pytest.skip(f"gloo cannot run every collective on this torch: {why}")
     if wrapper == "native":
         h.ensure_native_wrapper()
     launch = launches(f"allops-{kind}-{world}-{wrapper}", lambda tmp: launch_all_ops(kind, world, tmp, wrapper))
     launch.result.check(0)
     launch.world = world
     launch.wrapper = wrapper
+    launch.left_out = h.gloo_missing_ops()  # {op: gloo's error}: the worker did not call these
     return launch
