@@ -123,12 +123,13 @@ def test_tracebacks_show_no_commtrace_frames(tmp_path):
     """Errors raised through the torch functions commtrace wraps (backward, object
     collectives, group creation, a spawned rank's function, a blocking collective
     whose work fails) print the same traceback traced, by either wrapper, and untraced."""
-    out = {}
-    for how in ("plain", "native", "python"):  # untraced; traced by either wrapper
+    def launch(how):
         args = [worker("tracebacks.py"), h.free_port()]
         env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if how == "python" else {}))
         res = h.run(h.commtrace_cmd(tmp_path / how, *args) if how != "plain" else [h.PY, *args], env=env, timeout=90)
-        out[how] = res.check(0).stdout
+        return res.check(0).stdout
+    hows = ("plain", "native", "python")  # untraced; traced by either wrapper (independent: at once)
+    out = dict(zip(hows, h.concurrently(*(lambda how=how: launch(how) for how in hows))))
     assert out["plain"].count("Traceback (most recent call last)") == 7, out["plain"]
     assert "work.wait()" in out["plain"]
     for how in ("native", "python"):

@@ -16,26 +16,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _traced(out: str, script: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out, os.path.join(HERE, script),
+                           str(_free_port()), *args], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
 @pytest.fixture(scope="session")
-def real_run(tmp_path_factory):
+def real_runs(tmp_path_factory):
+    """The two real traced 2-rank gloo DDP runs below, launched at once (independent jobs)."""
+    import helpers
+    real, accum = (str(tmp_path_factory.mktemp(name) / "run") for name in ("real", "accum"))
+    return helpers.concurrently(lambda: _traced(real, "spawn_ddp.py", "p2p"), lambda: _traced(accum, "accum_ddp.py"))
+
+
+@pytest.fixture(scope="session")
+def real_run(real_runs):
     """A real traced 2-rank gloo DDP run (torch.multiprocessing.spawn)."""
-    out = str(tmp_path_factory.mktemp("real") / "run")
-    proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out,
-                           os.path.join(HERE, "spawn_ddp.py"), str(_free_port()), "p2p"],
-                          capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return real_runs[0]
 
 
 @pytest.fixture(scope="session")
-def accum_run(tmp_path_factory):
+def accum_run(real_runs):
     """A real traced 2-rank gloo DDP run with gradient accumulation (accum_ddp.py)."""
-    out = str(tmp_path_factory.mktemp("accum") / "run")
-    proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out,
-                           os.path.join(HERE, "accum_ddp.py"), str(_free_port())],
-                          capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return real_runs[1]
 
 
 @pytest.fixture(scope="session")

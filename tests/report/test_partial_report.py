@@ -62,17 +62,16 @@ BOUNDED_TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 def bounded_runs(tmp_path_factory):
     """Real mp.spawn DDP runs (tests/bounded/train.py, 30 steps, 2 ranks): a ring of the last
     40 ops per process (it went round: two segments per file) and a steps window 10:12."""
-    import subprocess
-    import sys
-    from .conftest import _free_port
-    out = {}
-    for name, opt in (("ring", ["--keep-last", "40"]), ("window", ["--steps", "10:12"])):
+    import helpers as h
+
+    def launch(name, opt):
         d = str(tmp_path_factory.mktemp(name) / "run")
-        proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", d, *opt, BOUNDED_TRAIN, "30",
-                               "spawn", "2", str(_free_port())], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out[name] = d
-    return out
+        h.run([h.PY, "-m", "commtrace", "run", "-o", d, *opt, BOUNDED_TRAIN, "30", "spawn", "2", h.free_port()],
+              env=dict(os.environ), timeout=120).check(0)
+        return d
+    ring, window = h.concurrently(lambda: launch("ring", ["--keep-last", "40"]),
+                                  lambda: launch("window", ["--steps", "10:12"]))
+    return {"ring": ring, "window": window}
 
 
 def test_bounded_runs_partitioned_equal_one_frame(bounded_runs):

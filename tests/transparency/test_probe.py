@@ -36,9 +36,7 @@ def _launch(kind: str, traced: bool, tmp) -> dict:
     target = [PROBE, out, port] + (["--spawn"] if kind == "spawn" else [])
     ct = [h.PY, "-m", "commtrace", "run", "-o", str(tmp / "run")] if traced else [h.PY]
     # The program has its own sitecustomize: it must run, and be `sitecustomize`, traced too.
-    site = tmp / "usersite"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text("import os\nos.environ['PROBE_USER_SITECUSTOMIZE'] = 'ran'\n")
+    site = tmp / "usersite"   # written by probes() before both launches
     if kind == "mpirun":
         res = h.run(h.mpirun_cmd(2, *ct, *target), env=h.mpi_env(PYTHONPATH=site), timeout=120)
     elif kind == "torchrun":
@@ -99,7 +97,10 @@ def probes(request, tmp_path_factory):
     if kind == "mpirun" and not os.path.exists(h.MPIRUN):
         pytest.skip("no mpirun in the venv")
     tmp = tmp_path_factory.mktemp(f"probe-{kind}")
-    return kind, _launch(kind, False, tmp), _launch(kind, True, tmp), tmp / "run"
+    (tmp / "usersite").mkdir()
+    (tmp / "usersite" / "sitecustomize.py").write_text("import os\nos.environ['PROBE_USER_SITECUSTOMIZE'] = 'ran'\n")
+    plain, traced = h.concurrently(lambda: _launch(kind, False, tmp), lambda: _launch(kind, True, tmp))
+    return kind, plain, traced, tmp / "run"
 
 
 def test_traced_program_sees_what_untraced_sees(probes):
