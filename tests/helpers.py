@@ -300,9 +300,10 @@ def gpu_count() -> int:
 
 @functools.lru_cache(maxsize=None)
 def torch_test_harness_lacks() -> str | None:
-    """Why torch.testing._internal's DistributedTest does not import (it needs torch's test
-    requirements, expecttest among them), or None; asked in a child process."""
-    return _probe("import torch.testing._internal.distributed.distributed_test\n", 120)
+    """Why torch.testing._internal's distributed harness does not import (it needs torch's
+    test requirements, expecttest among them), or None; asked in a child process. Its
+    common_distributed, not distributed_test, which reads the launcher's BACKEND at import."""
+    return _probe("import torch.testing._internal.common_distributed\n", 120)
 
 
 @functools.lru_cache(maxsize=None)
