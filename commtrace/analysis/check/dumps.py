@@ -7,21 +7,21 @@ import json
 import os
 
 from ...trace.rank_ranges import folded_lines
-from .fates import _worlds, rank_label
+from .fates import process_worlds, rank_label, run_worlds
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
     """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1") and world (when the run has several):
     its ranks, the first dump's path and summary; ``data["paths"]``: every dump of that reason by rank."""
     by_reason: dict[tuple, dict] = {}   # (reason, world) -> rank (None: a rankless process) -> its dump paths
-    worlds = {(_worlds(p) or [None])[0] for p in run.processes} - {None}
+    worlds = run_worlds(run)
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):
                 continue
             r = _int(p.get("rank"))
             reason = _s(d.get("reason")) or "?"
-            world = (_worlds(p) or [None])[0] if len(worlds) > 1 else None
+            world = (process_worlds(p) or [None])[0] if len(worlds) > 1 else None
             by_reason.setdefault((reason, world), {}).setdefault(r, []).append(_s(d.get("path")))
     out = []
     for (reason, world), paths in by_reason.items():
@@ -82,7 +82,7 @@ def dumped_position(run, rank: int, world=None) -> str | None:
     time.sleep(40) (SIGTERM dump)": the innermost frame of its main thread outside libraries (else the
     innermost); None: no dump."""
     dumps = [d for p in run.processes if _int(p.get("rank")) == rank
-             and (world is None or not p.get("worlds") or world in p["worlds"])
+             and (world is None or not (ws := process_worlds(p)) or world in ws)
              for d in (p.get("dumps") or []) if isinstance(d, dict)]
     if not dumps:
         return None

@@ -79,12 +79,12 @@ def rank_fates(run) -> dict[tuple, RankFate]:
     worlds_of: dict = {}     # (host, pid) -> the worlds its files name
     for p in run.processes:
         if p.get("pid") is not None:
-            worlds_of.setdefault((p.get("host"), p.get("pid")), []).extend(_worlds(p))
+            worlds_of.setdefault((p.get("host"), p.get("pid")), []).extend(process_worlds(p))
     for p in run.processes:
         r = _int(p.get("rank"))
         if r is None:
             continue
-        worlds = list(dict.fromkeys(_worlds(p) if p.get("pid") is None else worlds_of[(p.get("host"), p.get("pid"))]))
+        worlds = list(dict.fromkeys(process_worlds(p) if p.get("pid") is None else worlds_of[(p.get("host"), p.get("pid"))]))
         fate = fates.get((worlds[0] if worlds else None, r))
         if fate is None:
             fate = RankFate(r, [], True, None, None, None, [], worlds=worlds)
@@ -94,9 +94,16 @@ def rank_fates(run) -> dict[tuple, RankFate]:
     return fates
 
 
-def _worlds(p: dict) -> list[str]:
+def process_worlds(p: dict) -> list[str]:
+    """The ids of the worlds a process (a reader summary) was a rank of, in order."""
     ws = p.get("worlds")
     return [str(w) for w in ws if w is not None] if isinstance(ws, list) else []
+
+
+def run_worlds(run) -> set[str]:
+    """The worlds the run's processes were ranks of (each process's first): several when a run
+    made worlds one after another, and labels then name the world."""
+    return {ws[0] for p in run.processes if (ws := process_worlds(p))}
 
 
 def fate_of(fates: dict, world, rank: int) -> RankFate | None:

@@ -10,7 +10,7 @@ import pandas as pd
 from ...trace.schema import P2P_OPS
 from ...trace.rank_ranges import folded_inline
 from ...trace.group_ranks import parse_ranks
-from .fates import _worlds
+from .fates import process_worlds, run_worlds
 from .findings import _int, _s
 
 # Ops whose input sizes must agree across the group (Flight Recorder's SIZE check).
@@ -97,9 +97,9 @@ def _now_ns(run, t_max: int | None, world=None) -> int | None:
     several worlds: that world's processes' ends (a later world's times say nothing of its waits),
     else ``t_max``."""
     cands = []
-    several = len({ws[0] for p in run.processes if (ws := _worlds(p))}) > 1
+    several = len(run_worlds(run)) > 1
     for p in run.processes:
-        if world is not None and several and world not in _worlds(p):
+        if world is not None and several and world not in process_worlds(p):
             continue
         end = p.get("end")
         if isinstance(end, dict) and _int(end.get("t_mono_ns")) is not None:
