@@ -129,12 +129,12 @@ def mpi_env(**extra) -> dict:
     return clean_env(**MPI_ENV, **extra)
 
 
-def load(run_dir):
+def load(run_dir, table: str = "ops"):
     """commtrace.load without its warnings (tests assert on attrs["incomplete"] instead)."""
     import commtrace
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return commtrace.load(str(run_dir))
+        return commtrace.load(str(run_dir), table=table)
 
 
 # -- tests/capture launches ---------------------------------------------------------

@@ -72,6 +72,9 @@ class ModuleTracker:
             "torch.distributed.tensor._api": lambda m: self._patch_each(m, distribute),
             "torch.distributed._tensor.api": lambda m: self._patch_each(m, distribute),  # older torch
             "torch.distributed.tensor.parallel.api": lambda m: self._patch_each(m, parallelize),
+            # a pipeline stage runs plain modules: their forwards are its compute
+            "torch.distributed.pipelining.stage": lambda m: self._patch_each(
+                getattr(m, "_PipelineStageBase", None), (("__init__", self._enabling),)),
             "torch.nn.utils": self._patch_clipping,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._scope(phase="optimizer")),)),
