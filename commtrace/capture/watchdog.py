@@ -236,7 +236,10 @@ def die_by(signum: int) -> None:
         libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
         libc.signal(int(signum), None)   # SIG_DFL
         os.kill(os.getpid(), signum)
-        time.sleep(5)                    # the default action ends every thread before this returns
+        # Unblocked here, the default action ends every thread before kill returns; blocked,
+        # exit as CPython does after a KeyboardInterrupt then (at once, 128 + signum).
+        if signum not in signal.pthread_sigmask(signal.SIG_BLOCK, ()):
+            time.sleep(5)
     finally:
         os._exit(128 + int(signum))
 
