@@ -242,7 +242,7 @@ class ModuleTracker:
         takes when no module is running."""
         rec, tracker = self.rec, self
 
-        def enter(args):
+        def enter(args, kwargs):
             token = rec.push_context_field("detail", detail)
             if unit is not None and rec.context_field("module") is None:
                 mod = unit(args)
@@ -256,7 +256,7 @@ class ModuleTracker:
         ``detail``. Once per call: nothing per op."""
         rec = self.rec
 
-        def enter(args):
+        def enter(args, kwargs):
             fields = {} if rec.context_field("phase") is not None else {"phase": phase}
             if detail is not None:
                 fields["detail"] = detail
@@ -274,7 +274,7 @@ class ModuleTracker:
         """Wrap a function: its ops are the module ``unit(args)``'s, whatever module runs."""
         rec, tracker = self.rec, self
 
-        def enter(args):
+        def enter(args, kwargs):
             mod = unit(args)
             return rec.push_context() if mod is None else rec.push_context_field("module", tracker.name_of(mod))
         return lambda orig: in_context(rec, orig, enter)
@@ -324,7 +324,7 @@ class ModuleTracker:
         """Gradient clipping: phase ``optimizer`` unless a phase is set already."""
         rec = self.rec
 
-        def enter(args):
+        def enter(args, kwargs):
             if rec.context_field("phase") is not None:
                 return rec.push_context()
             return rec.push_context_field("phase", "optimizer")
