@@ -15,9 +15,11 @@ VENV := .venv-torch$(TORCH)
 TORCH_PIN := torch==$(TORCH)
 PIP_ENV := PIP_CONSTRAINT=/dev/null
 endif
-# make test-compat: the smoke suite (tests/compat) on the oldest, a middle and the
-# newest supported release (commtrace/torch_compat.py: SUPPORTED).
+# make test-compat: the smoke suite on the oldest, a middle and the newest supported
+# release (commtrace/torch_compat.py: SUPPORTED): tests/compat, and the tests elsewhere
+# whose subject is a release difference (they run in make test too).
 COMPAT_TORCH ?= 2.4.1 2.11.0 2.15.0
+SMOKE = tests/compat tests/capture/test_blocking_calls.py
 NP ?= 2
 # Open MPI refuses to run as root without these; set for this project's commands only.
 MPI_ENV = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -29,7 +31,7 @@ DEMO_DIR ?= commtrace-out/demo
 help:
 	@echo "make demo   - set up if needed, trace examples/ddp_mpi.py under mpirun ($(NP) ranks), print the report, write it as HTML"
 	@echo "make test   - set up if needed, run the whole test suite (TORCH=2.x.y: against that torch, in .venv-torch2.x.y)"
-	@echo "make test-compat - the smoke suite (tests/compat) on torch $(COMPAT_TORCH), each in its own venv"
+	@echo "make test-compat - the smoke suite ($(SMOKE)) on torch $(COMPAT_TORCH), each in its own venv"
 	@echo "make bench  - run the benchmarks and rewrite BENCHMARKS.md"
 	@echo "make setup  - create $(VENV) and install commtrace (editable) with its extras"
 	@echo "make native - compile the optional C++ fast paths (setup, demo, test and bench run it)"
@@ -60,7 +62,7 @@ test: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=25 tests --ignore=tests/compat
 
 test-smoke: setup
-	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/compat
+	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider $(SMOKE)
 
 # COMPAT_CLEAN=1 (CI) removes each release's venv after its run: each holds a CUDA
 # build of about 6 GB, and a CI machine's disk may not hold two at once.

@@ -78,7 +78,7 @@ def _install() -> None:
         inst = Installer(rec)
         inst.install()
         _state["installer"] = inst
-        _optional("object collective and blocking p2p labels", lambda: label_c10d_calls(rec))
+        _optional("c10d call labels", lambda: label_c10d_calls(rec))
         hooks = _state["phases"] = PhaseHooks(rec)
         _optional("phase annotations", hooks.install)
     _flush_in_multiprocessing_children(_state["recorder"])

@@ -21,7 +21,7 @@ class AnnotationContext:
         self.context_id = 0           # small int naming context_key (the native wrapper's key)
         self._context_ids: dict = {None: 0}
         self._context: dict = {}
-        self._field_cache: dict = {}  # set_context_field: (key, field, value) -> (context, key)
+        self._field_cache: dict = {}  # set_context_field: (key, field, value) -> (context, key, id)
         # Per-thread contexts overriding the process-wide one (thread ident ->
         # context key / id). Empty outside comm hooks, so the hot path pays one
         # truthiness test. Mutated in place, never rebound: the native wrapper's
@@ -60,14 +60,13 @@ class AnnotationContext:
         if hit is None:
             self.set_context(**{name: value})
             if len(self._field_cache) < _FIELD_CACHE_MAX:
-                self._field_cache[k] = (self._context, self.context_key)
+                self._field_cache[k] = (self._context, self.context_key, self.context_id)
             return
-        self._context, key = hit
-        self._set_context_key(key)
+        self._context, self.context_key, self.context_id = hit  # the id too: hashing the key costs
 
     def push_context_field(self, name: str, value) -> tuple:
         """``push_context(**{name: value})`` through set_context_field's cache."""
-        token = (self._context, self.context_key, self.iteration)
+        token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context_field(name, value)
         return token
 
@@ -78,13 +77,12 @@ class AnnotationContext:
 
     def push_context(self, **fields) -> tuple:
         """Set fields for a scope; returns the token ``pop_context`` restores."""
-        token = (self._context, self.context_key, self.iteration)
+        token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context(**fields)
         return token
 
     def pop_context(self, token: tuple) -> None:
-        self._context, key, _ = token
-        self._set_context_key(key)
+        self._context, self.context_key, _, self.context_id = token
 
     def context_fields(self) -> dict:
         return dict(self._context)

@@ -55,7 +55,8 @@ class ModuleTracker:
         # broadcast of each parameter from its mesh's first rank) are phase tp_init; distribute_tensor's
         # have the role dtensor_distribute, and outside any phase the phase dtensor_init.
         distribute = (("distribute_tensor", self._scope("dtensor_distribute", phase="dtensor_init")),)
-        parallelize = (("parallelize_module", self._scope(phase="tp_init")),)
+        # Each module of the plan is parallelized by a call of its own (the innermost names it).
+        parallelize = (("parallelize_module", self._scope(phase="tp_init", unit=_module_arg, unit_wins=True)),)
         after = {
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
@@ -242,16 +243,16 @@ class ModuleTracker:
 
     def _scope(self, detail: str | None = None, phase: str | None = None, unit=None, unit_wins: bool = False):
         """A wrapper for a torch function: its ops get ``detail``; ``phase`` where none is set
-        (a forward's stays); the module ``unit(args)`` where no module runs (with ``unit_wins``:
+        (a forward's stays); the module ``unit(args, kwargs)`` where no module runs (with ``unit_wins``:
         whatever module runs). Once per call: nothing per op."""
         rec, tracker = self.rec, self
 
-        def enter(args):
+        def enter(args, kwargs):
             fields = {} if detail is None else {"detail": detail}
             if phase is not None and rec.context_field("phase") is None:
                 fields["phase"] = phase
             if unit is not None and (unit_wins or rec.context_field("module") is None):
-                mod = unit(args)
+                mod = unit(args, kwargs)
                 if mod is not None:
                     fields["module"] = tracker.name_of(mod)
             if len(fields) == 1:  # push_context_field's cache: ~0.5 us against push_context's ~1.5
@@ -283,7 +284,7 @@ class ModuleTracker:
                 self.hooks._patch(owner, name, make)
 
     def _patch_fsdp2(self, pg_mod) -> None:
-        def unit(args):
+        def unit(args, _kwargs):
             mods = getattr(args[0], "modules", None) if args else None
             return mods[0] if mods else None
         # lazy_init: FSDP2 without a mesh given still builds one; this is the backstop
@@ -294,12 +295,12 @@ class ModuleTracker:
     def _patch_fsdp2_state(self, state_mod) -> None:
         """A unit's pre-backward (its unshard, its prefetches) runs in a hook on its output's
         gradient, before the node pre-hook that begins its backward: its ops are the unit's."""
-        def unit(args):
+        def unit(args, _kwargs):
             return torch_compat.fsdp2_state_module(args[0]) if args else None
         self._patch_each(getattr(state_mod, "FSDPState", None), (("_pre_backward", self._scope(unit=unit, unit_wins=True)),))
 
     def _patch_fsdp1_runtime(self, rt) -> None:
-        def unit(args):  # (state, handle, ...): the handle's module (a prefetch: not the state's)
+        def unit(args, _kwargs):  # (state, handle, ...): the handle's module (a prefetch: not the state's)
             if not args:
                 return None
             mod = getattr(args[1], "_fully_sharded_module", None) if len(args) > 1 else None
@@ -365,6 +366,11 @@ _compiling = _never   # torch.compiler.is_compiling once the tracker is on
 # Attributes under which wrappers hold the module they wrap (FSDP1, activation checkpointing,
 # torch.compile): left out of module names, as torch leaves them out of parameter names.
 _WRAPPER_ATTRS = frozenset(("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"))
+
+
+def _module_arg(args, kwargs):
+    """parallelize_module's module argument."""
+    return args[0] if args else kwargs.get("module")
 
 
 def _user_name(name: str) -> str:

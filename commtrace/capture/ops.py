@@ -205,7 +205,8 @@ def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> d
     if opts is not None:
         d["async"] = bool(getattr(opts, "asyncOp", True))
     else:  # a call without Options gets the binding's default Options: asyncOp=True; a p2p
-        # op hands its Work to the caller (dist.send/recv's wait: phases.LABELLED_CALLS)
+        # op hands its Work to the caller (dist.send/recv's wait: phases.LABELLED_CALLS).
+        # The context's ``async`` (phases: torch.distributed's own calls) overrides both.
         d["async"] = None if method == "monitored_barrier" else True
     return d
 

@@ -8,11 +8,14 @@ thread; the report takes the union of a rank's spans, so nesting counts no time 
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import threading
 import time
 import weakref
 
+from .. import torch_compat
 from ..trace import schema
 from .recorder import Recorder
 from .scopes import in_context
@@ -126,7 +129,7 @@ class PhaseHooks:
     def _wrap_scope(self, phase: str | None = None, detail: str | None = None):
         rec = self.rec
         fields = {k: v for k, v in (("phase", phase), ("detail", detail)) if v is not None}
-        return lambda orig: in_context(rec, orig, lambda args: rec.push_context(**fields))
+        return lambda orig: in_context(rec, orig, lambda args, kwargs: rec.push_context(**fields))
 
     def begin_compute(self, phase: str, step=None, **fields) -> tuple:
         """Enter ``phase`` (context ``fields``) and its compute span; the token is for end_compute.
@@ -156,14 +159,14 @@ class PhaseHooks:
             rec.set_context(module=None)
             for done in hooks.after_backward:
                 done()
-        return in_context(rec, orig, lambda args: hooks.begin_compute("backward"), leave)
+        return in_context(rec, orig, lambda args, kwargs: hooks.begin_compute("backward"), leave)
 
     def _wrap_join_round(self, orig):
         """Each round of Join's loop answers one step of the ranks still training: a joined
         module's iteration advances with it, so its shadow collectives pair with theirs."""
         hooks, rec = self, self.rec
 
-        def enter(args):
+        def enter(args, kwargs):
             for joinable in getattr(args[0], "_joinables", ()):
                 state = hooks.modules.get(joinable)
                 if state is not None:
@@ -200,7 +203,7 @@ class PhaseHooks:
                 self._patch(cls, "average_parameters", self._wrap_as_optimizer_step)
 
     def _wrap_as_optimizer_step(self, orig):
-        def enter(args):
+        def enter(args, kwargs):
             self._opt_pre(args[0], args[1:], {})
             return args[0]
         return in_context(self.rec, orig, enter, lambda owner: self._opt_post(owner, (), {}))
@@ -227,7 +230,7 @@ class PhaseHooks:
     def _wrap_init_step(self, detail: str):
         hooks, rec = self, self.rec
 
-        def enter(args):
+        def enter(args, kwargs):
             fields = {"detail": detail}
             caller = sys._getframe(2)   # the wrapped function's caller (1 is in_context's wrapper)
             if caller.f_code is hooks._ddp_init_code:  # inside DistributedDataParallel.__init__
@@ -274,7 +277,7 @@ class PhaseHooks:
         import torch
         hooks, rec = self, self.rec
 
-        def enter(args):
+        def enter(args, kwargs):
             ddp = args[0]
             state = hooks.modules.get(ddp)
             if state is None:  # first forward of this DDP module: describe it now
@@ -353,20 +356,57 @@ OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_obje
 # batch_isend_irecv, which hand its Work to the caller (the ProcessGroup sees the same call).
 LABELLED_CALLS = {**{name: ("api", name) for name in OBJECT_COLLECTIVES},
                   "send": ("async", False), "recv": ("async", False)}
+# The c10d functions with an ``async_op`` argument (torch 2.4's; default False: the caller
+# waits) and their Options type. Where torch does not hand async_op to the group
+# (torch_compat.c10d_passes_async_op: before 2.8) their ops' ``async`` is the call's
+# own async_op; the innermost call's wins (all_gather_object's all_gather, an
+# async_op=True call inside a blocking one). The underscored ones delegate to another.
+ASYNC_OP_CALLS = {
+    "broadcast": "BroadcastOptions", "all_reduce": "AllreduceOptions",
+    "all_reduce_coalesced": "AllreduceCoalescedOptions", "reduce": "ReduceOptions",
+    "all_gather": "AllgatherOptions", "all_gather_into_tensor": "AllgatherOptions",
+    "_all_gather_base": "AllgatherOptions", "all_gather_coalesced": "AllgatherOptions",
+    "gather": "GatherOptions", "scatter": "ScatterOptions", "reduce_scatter": "ReduceScatterOptions",
+    "reduce_scatter_tensor": "ReduceScatterOptions", "_reduce_scatter_base": "ReduceScatterOptions",
+    "all_to_all": "AllToAllOptions", "all_to_all_single": "AllToAllOptions", "barrier": "BarrierOptions",
+}
+
+
+def _fixed_label(rec, fn, field, value):
+    # push_context_field: its cache makes the (per-call) push ~0.5 us, against ~1.5 us for push_context
+    return lambda args, kwargs: rec.push_context_field(field, value)
+
+
+def _async_op_label(rec, fn):
+    """The call's own async_op (positional or keyword) as its ops' ``async``; None where
+    ``fn`` takes no async_op."""
+    params = list(inspect.signature(fn).parameters)
+    if "async_op" not in params:
+        return None
+    at = params.index("async_op")
+    return lambda args, kwargs: rec.push_context_field(
+        "async", bool(args[at] if len(args) > at else kwargs.get("async_op", False)))
 
 
 def label_c10d_calls(rec) -> list[str]:
-    """Wrap the c10d functions of LABELLED_CALLS that torch has (in c10d and torch.distributed); the names wrapped."""
+    """Wrap the c10d functions of LABELLED_CALLS that torch has, and those of ASYNC_OP_CALLS
+    where torch does not pass async_op on (in c10d and torch.distributed); the names wrapped."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    labels = {name: functools.partial(_fixed_label, field=field, value=value)
+              for name, (field, value) in LABELLED_CALLS.items()}
+    if not torch_compat.c10d_passes_async_op(set(ASYNC_OP_CALLS.values())):
+        labels.update(dict.fromkeys(ASYNC_OP_CALLS, _async_op_label))
     done = []
-    for name, (field, value) in LABELLED_CALLS.items():
+    for name, label in labels.items():
         fn = getattr(c10d, name, None)
         if fn is None or getattr(fn, "_commtrace_labelled", None):
             continue
-        # push_context_field: its cache makes the (per-call) push ~0.5 us, against ~1.5 us for push_context
-        wrapped = in_context(rec, fn, lambda args, field=field, value=value: rec.push_context_field(field, value))
+        enter = label(rec, fn)
+        if enter is None:
+            continue
+        wrapped = in_context(rec, fn, enter)
         wrapped._commtrace_labelled = name
         setattr(c10d, name, wrapped)  # torch's own callers look it up here
         if getattr(dist, name, None) is fn:

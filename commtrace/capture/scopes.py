@@ -17,14 +17,14 @@ def drop_own_frame(exc: BaseException) -> None:
 
 
 def in_context(rec, orig, enter, leave=None):
-    """``orig`` wrapped: ``enter(args)`` pushes an annotation context on ``rec`` (and
-    returns its token), popped by ``leave`` (default ``rec.pop_context``) when ``orig``
+    """``orig`` wrapped: ``enter(args, kwargs)`` pushes an annotation context on ``rec``
+    (and returns its token), popped by ``leave`` (default ``rec.pop_context``) when ``orig``
     returns or raises; a raised exception's traceback reads as without commtrace."""
     leave = leave or rec.pop_context
 
     @functools.wraps(orig)
     def scoped(*args, **kwargs):
-        token = enter(args)
+        token = enter(args, kwargs)
         try:
             return orig(*args, **kwargs)
         except BaseException as e:

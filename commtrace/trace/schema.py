@@ -224,7 +224,8 @@ SIG_FIELDS = (
     "reduce_op",   # "SUM", ... or null
     "root",        # root / src / dst rank (global), or null
     "tag",         # p2p tag or null
-    "async",       # op called with async_op=True (or from C++ with an async contract)
+    "async",       # op called with async_op=True (or from C++ with an async contract); before
+                   # torch 2.8 read from the torch.distributed call (capture.phases.ASYNC_OP_CALLS)
     "thread",      # thread name
     "device",      # "cpu", "cuda", ...
     "phase", "detail", "bucket", "params", "module", "callsite", "region",  # annotations

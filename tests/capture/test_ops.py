@@ -61,22 +61,23 @@ def needs(all_ops, op: str) -> None:
 
 
 # Each op's Options type (c10d's). Before torch 2.8 only some carry asyncOp; an op whose
-# Options cannot say that the caller blocks is recorded async (torch_compat.async_op).
+# Options cannot say that the caller blocks is recorded async (torch_compat.async_op)
+# unless a torch.distributed function with async_op issued it (phases.ASYNC_OP_CALLS).
 _OPTIONS = {"all_reduce": "AllreduceOptions", "allreduce_coalesced": "AllreduceCoalescedOptions",
             "broadcast": "BroadcastOptions", "reduce": "ReduceOptions", "all_gather": "AllgatherOptions",
             "gather": "GatherOptions", "scatter": "ScatterOptions", "reduce_scatter": "ReduceScatterOptions",
             "all_to_all": "AllToAllOptions", "barrier": "BarrierOptions"}
 
 
-def recorded_async(op: str, variant: str, asy: bool, by=None) -> bool:
-    """The async flag of a call with ``async_op=asy`` (monitored_barrier's: never) through
-    torch.distributed's function ``by``: one that hands the group no Options (torch 2.4's
-    all_gather) gets the group's default, asyncOp=True."""
+def recorded_async(op: str, variant: str, asy: bool, options_only: bool = False) -> bool:
+    """The async flag of a call with ``async_op=asy`` (monitored_barrier's: never): its own
+    through a torch.distributed function, whatever the torch; ``options_only``: said by the
+    Options alone (``_coalescing_manager``'s coalesced op)."""
     from torch._C import _distributed_c10d as c10d
     if variant == "monitored_barrier":
         return False
-    if by is not None and not any(n.endswith("Options") for n in _names_called(by)):
-        return True
+    if not options_only:
+        return asy
     return asy or not torch_compat.has_async_op(getattr(c10d, _OPTIONS.get(variant, _OPTIONS[op])))
 
 
@@ -85,17 +86,17 @@ def expected_world_ops(W: int, r: int, left_out=()) -> list[tuple]:
     order, less the ops the worker ``left_out``."""
     E = []
 
-    def add(op, variant, nbytes, root=None, red=None, asy=False, by=None):
-        E.append((op, variant, nbytes, root, red, recorded_async(op, variant, asy, by)))
+    def add(op, variant, nbytes, root=None, red=None, asy=False, options_only=False):
+        E.append((op, variant, nbytes, root, red, recorded_async(op, variant, asy, options_only)))
     add("all_reduce", "allreduce", 10 * F, red="SUM")
     add("all_reduce", "allreduce", 10 * F, red="MAX")
     add("all_reduce", "allreduce_coalesced", (2 + 3) * F, red="SUM")
     add("broadcast", "broadcast", 5 * F, root=1)
     add("reduce", "reduce", 6 * F, root=0, red="SUM")
-    add("all_gather", "allgather", 3 * F, by=dist.all_gather)
+    add("all_gather", "allgather", 3 * F)
     add("all_gather", variant("all_gather_single"), 3 * F)  # all_gather_into_tensor
     add("all_gather", variant("all_gather_single"), 3 * F)  # _all_gather_base
-    add("all_gather", "allgather_coalesced", 2 * F, by=dist.all_gather_coalesced)
+    add("all_gather", "allgather_coalesced", 2 * F)
     add("gather", "gather", 4 * F, root=0)
     add("scatter", "scatter", 4 * F * W if r == 0 else 0, root=0)  # only the root passes tensors in
     add("reduce_scatter", "reduce_scatter", 2 * F * W, red="SUM")
@@ -116,15 +117,14 @@ def expected_world_ops(W: int, r: int, left_out=()) -> list[tuple]:
     # all_gather_object: sizes (int64[1]), then the pickles padded to the largest (torch 2.15 sends
     # both through all_gather_single: the variant is the one torch's own code calls)
     obj = "all_gather_single" if "all_gather_single" in _names_called(dist.all_gather_object) else "allgather"
-    by = dist.all_gather if obj == "allgather" else None
-    add("all_gather", obj, 8, by=by)
-    add("all_gather", obj, max(_pickled({"rank": i, "pad": "x" * i}) for i in range(W)), by=by)
+    add("all_gather", obj, 8)
+    add("all_gather", obj, max(_pickled({"rank": i, "pad": "x" * i}) for i in range(W)))
     # broadcast_object_list of 2 objects: sizes (int64[2]), then all pickles concatenated
     objs = [{"from": 0, "v": [1, 2, 3]}, "second"]
     add("broadcast", "broadcast", 16, root=0)
     add("broadcast", "broadcast", sum(_pickled(o) for o in objs), root=0)
     # gather_object: all_gather of sizes, gather of padded pickles
-    add("all_gather", "allgather", 8, by=dist.all_gather)
+    add("all_gather", "allgather", 8)
     add("gather", "gather", max(_pickled({"g": i}) for i in range(W)), root=0)
     # scatter_object_list: broadcast of the max size, scatter of padded pickles, scatter of sizes
     mx = max(_pickled({"s": i, "p": "y" * i}) for i in range(W))
@@ -138,7 +138,7 @@ def expected_world_ops(W: int, r: int, left_out=()) -> list[tuple]:
     add("all_to_all", variant("all_to_all_single"), 3 * W * F, asy=True)
     add("broadcast", "broadcast", 6 * F, root=0, asy=True)
     # _coalescing_manager around two all_reduces -> one coalesced all_reduce
-    add("all_reduce", "allreduce_coalesced", (12 + 13) * F, red="SUM")
+    add("all_reduce", "allreduce_coalesced", (12 + 13) * F, red="SUM", options_only=True)
     add("barrier", "barrier", 0)
     lacking = left_out_variants(left_out)
     return [e for e in E if e[1] not in lacking]

@@ -145,6 +145,13 @@ def test_tp_set_up_ops_are_phase_tp_init(launched):
         if scenario == "tp":
             want[("dtensor_init", "scatter", "dtensor_distribute", True)] = 1
         assert got == want, got
+        # each parameter's ops are its module's (the plan's entry that parallelized it)
+        tp_init = built[built["phase"] == "tp_init"]
+        mods = {(str(o), str(m)) for o, m in zip(tp_init["op"], tp_init["module"])}
+        assert mods == {("scatter", "layers.0.up"), ("scatter", "layers.1.up"), ("scatter", "layers.0.down"),
+                        ("scatter", "layers.1.down"), ("broadcast", "layers.0.down"),
+                        ("broadcast", "layers.1.down")}, mods
+        assert built[built["phase"] == "dtensor_init"]["module"].isna().all()
     assert len(setup) == world * (9 if scenario == "tp" else 8)
 
 
