@@ -79,4 +79,5 @@ def _carrying_context(rec: Recorder, orig):
 
 
 def _in_context(rec: Recorder, fields: dict, callback):
-    return in_context(rec, callback, lambda args, kwargs: rec.push_thread_context(fields), rec.pop_thread_context)
+    return in_context(rec, callback, lambda args, kwargs: rec.push_thread_context(fields),
+                      rec.pop_thread_context)

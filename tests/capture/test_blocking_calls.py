@@ -19,7 +19,8 @@ from helpers import Launch, worker
 
 W = 2
 STEPS = 2  # workers/blocking_calls.py
-OP = {"broadcast": "broadcast", "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "reduce": "reduce",
+OP = {"broadcast": "broadcast", "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+      "reduce": "reduce",
       "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
       "all_gather_coalesced": "all_gather", "gather": "gather", "scatter": "scatter",
       "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
@@ -59,7 +60,7 @@ def test_each_call_records_its_async_op(run):
         got = [(str(o), bool(a)) for o, a in zip(d["op"], d["async"])]
         exp = expected(ran)
         first = next((i for i, (a, b) in enumerate(zip(got, exp)) if a != b), min(len(got), len(exp)))
-        assert got == exp, f"rank {r}: first difference at #{first}: {got[first:first + 3]} != {exp[first:first + 3]}"
+        assert got == exp, f"rank {r}, from #{first}: {got[first:first + 3]} vs {exp[first:first + 3]}"
     assert set(df["status"]) == {"completed"}
 
 
