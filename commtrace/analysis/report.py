@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..trace.rank_ranges import rank_name
+
 
 @dataclass
 class StepTables:
@@ -42,18 +44,39 @@ def json_safe(v):
     return v
 
 
-def table_records(df: pd.DataFrame | None) -> list[dict]:
-    """A summary table as a list of flat dicts (index levels become fields)."""
+def table_records(df: pd.DataFrame | None, named=None) -> list[dict]:
+    """A summary table as a list of flat dicts (index levels become fields; ``named(column, value)``:
+    the value shown, e.g. a rank key's name)."""
     if df is None or len(df) == 0:
         return []
     flat = df.reset_index()
-    return [{str(k): json_safe(v) for k, v in row.items()} for row in flat.to_dict(orient="records")]
+    named = named or (lambda c, v: v)
+    return [{str(k): named(str(k), json_safe(v)) for k, v in row.items()} for row in flat.to_dict(orient="records")]
+
+
+def _rank_names(info: dict):
+    """A run of several worlds names its ranks by world, "w1:r0" (rank_ranges.rank_name)."""
+    return lambda key: rank_name(key, True) if isinstance(key, int) else key
+
+
+def _named_info(info: dict, name) -> dict:
+    """``info`` with its rank keys named (several worlds)."""
+    out = dict(info, rank_list=[name(r) for r in info["rank_list"]],
+               incomplete_ranks=[name(r) for r in info["incomplete_ranks"]])
+    for k in ("comm_share_per_rank", "comm_ns_per_rank"):
+        out[k] = {name(int(r)): v for r, v in info[k].items()}
+    out["clocks"] = [dict(h, ranks=[name(r) for r in h["ranks"]],
+                          per_rank=[dict(p, rank=name(p["rank"])) for p in h["per_rank"]]) for h in info["clocks"] or []]
+    return out
 
 
 def report_json(rep) -> dict:
     """``commtrace report --json`` of ``rep`` (fields: docs/report.md); a partitioned analysis adds
     ``"partitioned": true`` and how (executor, workers, percentiles)."""
     info = dict(rep.info)
+    name = _rank_names(info) if info.get("worlds") else None
+    if name is not None:
+        info = _named_info(info, name)
     if not rep.whole:
         info.update(run_dir=rep.path, ranks=rep.ranks, ops=rep.ops, percentiles_exact=rep.exact,
                     quantile_error=rep.quantile_error, executor=rep.executor, workers=rep.workers)
@@ -61,6 +84,8 @@ def report_json(rep) -> dict:
     top = sk["top"]
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     st = rep.steps
+    named = (lambda c, v: name(v) if c in ("rank", "last_rank", "first_rank", "slowest_rank") else v) \
+        if name is not None else (lambda c, v: v)
     return json_safe({
         "format": "commtrace-report", "version": 3,
         **({} if rep.whole else {"partitioned": True}),
@@ -70,16 +95,16 @@ def report_json(rep) -> dict:
         "by_group": table_records(rep.by_group),
         "by_phase": table_records(rep.by_phase),
         "split_phases": table_records(rep.split),
-        "steps": table_records(st.across.head(100_000)) if st is not None else [],
-        "steps_per_rank": table_records(st.per_rank.head(1_000_000)) if st is not None else [],
+        "steps": table_records(st.across.head(100_000), named) if st is not None else [],
+        "steps_per_rank": table_records(st.per_rank.head(1_000_000), named) if st is not None else [],
         "outside_steps": table_records(st.outside) if st is not None else [],
         "regions": table_records(rep.regions),
         "by_module": table_records(rep.by_module),
         "skew": {
             "instances": sk["instances"],
             "by_op": table_records(sk["by_op"]),
-            "stragglers": table_records(sk["stragglers"]),
-            "top": [{c: json_safe(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
+            "stragglers": table_records(sk["stragglers"], named),
+            "top": [{c: named(c, json_safe(r[c])) if c not in ("op", "group") else str(r[c]) for c in top_cols}
                     for _, r in top.iterrows()] if len(top) else [],
         },
     })
