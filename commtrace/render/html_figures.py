@@ -13,7 +13,7 @@ from ..analysis import intervals as iv
 from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, binned_majority, exposure_intervals,
                                 slowest_steps, step_breakdown, steps_across_ranks)
 from ..analysis.timeline import bin_timeline
-from ..trace.rank_ranges import rank_name, several_worlds
+from ..trace.rank_ranges import WORLD_STRIDE, rank_key, rank_name, several_worlds
 from ..trace.schema import op_kind
 from .fmt import fmt_bw, fmt_bytes, fmt_int, fmt_ns
 from .html_escape import text
@@ -77,6 +77,21 @@ def _fields(frame: pd.DataFrame, names, fmts: dict | None = None) -> dict:
     """The hover panel's fields of ``frame`` that have a value somewhere."""
     out = {c: _column(frame[c], (fmts or {}).get(c)) for c in names if c in frame}
     return {c: f for c, f in out.items() if f is not None}
+
+
+def _world_steps(per_rank: pd.DataFrame, several: bool) -> pd.DataFrame:
+    """The per-rank step rows, each step keyed by its world (rank_ranges.rank_key of world and step) when
+    the run has ``several``: a step is a step of a world, each world has a step 1."""
+    if not several:
+        return per_rank
+    world = per_rank["rank"].to_numpy(np.int64) // WORLD_STRIDE
+    return per_rank.assign(step=world * WORLD_STRIDE + per_rank["step"].to_numpy(np.int64))
+
+
+def _step_text(step, several: bool) -> str:
+    """A step (``_world_steps``) as shown: "3", or "w1:3" (step 3 of world 1)."""
+    step = int(step)
+    return f"w{step // WORLD_STRIDE}:{step % WORLD_STRIDE}" if several else str(step)
 
 
 def _rank_field(table: pd.DataFrame) -> dict:
@@ -172,7 +187,8 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     st = rep.steps
     if st is None or not len(st.per_rank):
         return [], [], None
-    pr = st.per_rank
+    sev = several_worlds(rep.info["rank_list"])
+    pr = _world_steps(st.per_rank, sev)
     g = pr.groupby("step", sort=True)
     begin = _ms(g["t_begin_ns"].min().to_numpy(np.int64) - t0)
     end = _ms(g["t_end_ns"].max().to_numpy(np.int64) - t0)
@@ -186,10 +202,12 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
                            "line": {"color": "#757575", "width": 1, "dash": "dot"}, "layer": "below"})
         if i % every == 0:
             labels.append({"x": b, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "xanchor": "left",
-                           "text": f"step {s}", "showarrow": False, "font": {"size": 11, "color": "#424242"}})
+                           "text": f"step {_step_text(s, sev)}", "showarrow": False,
+                           "font": {"size": 11, "color": "#424242"}})
     steady = None
-    if steady_step is not None and (steps >= steady_step).any():
-        lo, hi = float(begin[steps >= steady_step].min()), float(end.max())
+    number = steps % WORLD_STRIDE if sev else steps
+    if steady_step is not None and (number >= steady_step).any():
+        lo, hi = float(begin[number >= steady_step].min()), float(end.max())
         pad = (hi - lo) * 0.01
         steady = [lo - pad, hi + pad]
     return shapes, labels, steady
@@ -368,13 +386,17 @@ def steps_figure(rep) -> dict | None:
     st = rep.steps
     if st is None or not len(st.per_rank):
         return None
-    parts = step_breakdown(st.per_rank)
+    sev = several_worlds(rep.info["rank_list"])
+    across = st.across
+    if sev:
+        across = across.set_axis([rank_key(int(w[1:]), int(s)) for w, s in zip(across["world"], across.index)])
+    parts = step_breakdown(_world_steps(st.per_rank, sev))
     nranks = max(int(parts["rank"].nunique()), 1)
     yaxis = {"title": {"text": "ms"}, "rangemode": "tozero"}
-    if nranks > STEP_MAX_RANK_BARS or nranks * len(st.across) > STEP_MAX_RANK_STEP_BARS:
-        keep = slowest_steps(st.across, STEP_MAX_MEAN_STEPS)
+    if nranks > STEP_MAX_RANK_BARS or nranks * len(across) > STEP_MAX_RANK_STEP_BARS:
+        keep = slowest_steps(across, STEP_MAX_MEAN_STEPS)
         mean = steps_across_ranks(parts[parts["step"].isin(keep)])
-        x = [int(s) for s in mean.index]
+        x = [_step_text(s, sev) if sev else int(s) for s in mean.index]
         data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(mean[p]).tolist(),
                  "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in mean[p].tolist()],
                  "hovertemplate": "step %{x}: %{customdata} (mean of the ranks)<extra>" + PART_STYLE[p][0]
@@ -389,20 +411,21 @@ def steps_figure(rep) -> dict | None:
                      "customdata": [[fmt_ns(a), fmt_ns(b)] for a, b in zip(mean["min_step_ns"], mean["max_step_ns"])],
                      "hovertemplate": "step %{x}: step time %{customdata[0]} .. %{customdata[1]} over "
                                       + f"{nranks} ranks<extra></extra>"})
-        shown = "" if len(keep) == len(st.across) else f" (the {len(keep)} slowest of {len(st.across)} steps)"
+        shown = "" if len(keep) == len(across) else f" (the {len(keep)} slowest of {len(across)} steps)"
         return {"data": data, "note": f"{nranks} rank{'s' if nranks > 1 else ''} x {len(mean)} steps{shown}: each "
                                       "bar is the mean over the ranks of each part; the whisker spans the fastest "
                                       "and the slowest rank's step time",
                 "layout": _layout("Per step, mean over the ranks: where the step time went (ms)", barmode="stack",
                                   height=380, yaxis=yaxis, xaxis={"title": {"text": "step"}})}
-    keep = slowest_steps(st.across, max(STEP_MAX_BARS // nranks, 1))
+    keep = slowest_steps(across, max(STEP_MAX_BARS // nranks, 1))
     parts = parts[parts["step"].isin(keep)].sort_values(["step", "rank"], kind="stable")
-    x = [[f"step {int(s)}" for s in parts["step"]], [f"r{int(r)}" for r in parts["rank"]]]
+    x = [[f"step {_step_text(s, sev)}" for s in parts["step"]],
+         [rank_name(r, sev) if sev else f"r{int(r)}" for r in parts["rank"]]]
     data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(parts[p]).tolist(),
              "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in parts[p].tolist()],
              "hovertemplate": "%{x}: %{customdata}<extra>" + PART_STYLE[p][0] + "</extra>"} for p in STEP_PARTS]
-    note = "" if len(keep) == len(st.across) else (
-        f"the {len(keep)} slowest of {len(st.across)} steps (at most {STEP_MAX_BARS} bars)")
+    note = "" if len(keep) == len(across) else (
+        f"the {len(keep)} slowest of {len(across)} steps (at most {STEP_MAX_BARS} bars)")
     return {"data": data, "note": note,
             "layout": _layout("Per step and rank: where the step time went (ms)", barmode="stack", height=380,
                               yaxis=yaxis, xaxis={"type": "multicategory"})}

@@ -179,10 +179,12 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
     if not len(a):
         con.print(Text("Steps: none inside this window.", style="bold"))
     else:
-        shown = a if len(a) <= max_rows else a.loc[sorted(a["step_ns"].nlargest(max_rows - 4).index)]
+        shown = a if len(a) <= max_rows else \
+            a.iloc[sorted(np.argsort(-a["step_ns"].to_numpy(np.int64), kind="stable")[:max_rows - 4])]   # by position:
+        # a run of several worlds has a step 1 in each
         title = f"Steps ({len(a)}" + (f"; the {len(shown)} slowest" if len(shown) < len(a) else "") + ")"
         several = several_worlds(rep.info["rank_list"])
-        rows = [_step_row(i, r, several) for i, r in shown.iterrows()]
+        rows = [_step_row(f"{r['world']}:{i}" if several else i, r, several) for i, r in shown.iterrows()]
         if len(a) > 1:   # the median of each column
             med = {c: float(np.median(a[c])) for c in ("micro_steps", "step_ns", "compute_ns", "comm_ns",
                                                        "exposed_ns", "ops", "bytes")}
