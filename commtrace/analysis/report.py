@@ -16,7 +16,7 @@ class StepTables:
     per_rank: pd.DataFrame      # one row per (rank, step) in the window
     across: pd.DataFrame        # one row per step: over the ranks that took it
     outside: pd.DataFrame       # ops of stepping ranks outside every step
-    total_steps: int            # the highest step number of the run (most any rank took)
+    total_steps: int            # the run's steps: the most any rank took (of each world, summed over the worlds)
 
     @property
     def shown(self) -> int:
@@ -54,19 +54,15 @@ def table_records(df: pd.DataFrame | None, named=None) -> list[dict]:
     return [{str(k): named(str(k), json_safe(v)) for k, v in row.items()} for row in flat.to_dict(orient="records")]
 
 
-def _rank_names(info: dict):
-    """A run of several worlds names its ranks by world, "w1:r0" (rank_ranges.rank_name)."""
-    return lambda key: rank_name(key, True) if isinstance(key, int) else key
-
-
 def _named_info(info: dict, name) -> dict:
-    """``info`` with its rank keys named (several worlds)."""
+    """``info`` with its rank keys named by ``name`` (a run of several worlds: "w1:r0")."""
     out = dict(info, rank_list=[name(r) for r in info["rank_list"]],
                incomplete_ranks=[name(r) for r in info["incomplete_ranks"]])
     for k in ("comm_share_per_rank", "comm_ns_per_rank"):
         out[k] = {name(int(r)): v for r, v in info[k].items()}
     out["clocks"] = [dict(h, ranks=[name(r) for r in h["ranks"]],
-                          per_rank=[dict(p, rank=name(p["rank"])) for p in h["per_rank"]]) for h in info["clocks"] or []]
+                          per_rank=[dict(p, rank=name(p["rank"])) for p in h["per_rank"]])
+                     for h in info["clocks"] or []]
     return out
 
 
@@ -74,7 +70,7 @@ def report_json(rep) -> dict:
     """``commtrace report --json`` of ``rep`` (fields: docs/report.md); a partitioned analysis adds
     ``"partitioned": true`` and how (executor, workers, percentiles)."""
     info = dict(rep.info)
-    name = _rank_names(info) if info.get("worlds") else None
+    name = (lambda k: rank_name(k, True) if isinstance(k, int) else k) if info.get("worlds") else None
     if name is not None:
         info = _named_info(info, name)
     if not rep.whole:

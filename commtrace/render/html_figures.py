@@ -466,7 +466,8 @@ def stragglers_figure(rep) -> dict | None:
     if not len(st):
         return None
     sev = several_worlds(rep.info["rank_list"])
-    data = [{"type": "bar", "orientation": "h", "x": _ms(st["wait_ns"]).tolist(), "y": [_lane(r, sev) for r in st.index],
+    data = [{"type": "bar", "orientation": "h", "x": _ms(st["wait_ns"]).tolist(),
+             "y": [_lane(r, sev) for r in st.index],
              "customdata": [[fmt_int(n), f"{s * 100:.1f}%"] for n, s in zip(st["last"], st["share_last"])],
              "hovertemplate": "%{y}: the others waited %{x:.3f} ms; last in %{customdata[0]} collectives "
                               "(%{customdata[1]})<extra></extra>", "marker": {"color": "#e53935"}}]

@@ -179,9 +179,8 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
     if not len(a):
         con.print(Text("Steps: none inside this window.", style="bold"))
     else:
-        shown = a if len(a) <= max_rows else \
-            a.iloc[sorted(np.argsort(-a["step_ns"].to_numpy(np.int64), kind="stable")[:max_rows - 4])]   # by position:
-        # a run of several worlds has a step 1 in each
+        slowest = np.argsort(-a["step_ns"].to_numpy(np.int64), kind="stable")[:max_rows - 4]
+        shown = a if len(a) <= max_rows else a.iloc[sorted(slowest)]   # by position: each world has a step 1
         title = f"Steps ({len(a)}" + (f"; the {len(shown)} slowest" if len(shown) < len(a) else "") + ")"
         several = several_worlds(rep.info["rank_list"])
         rows = [_step_row(f"{r['world']}:{i}" if several else i, r, several) for i, r in shown.iterrows()]
@@ -438,6 +437,6 @@ def _render_rank_medians(con, med) -> None:
     cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
             Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
     several = several_worlds(med.index)
-    rows = [[rank_name(r, several), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]), fmt_ns(x["comm_ns"]),
-             fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
+    rows = [[rank_name(r, several), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]),
+             fmt_ns(x["comm_ns"]), fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
     print_table(con, cols, rows, title="Per rank (median over its steps)")

@@ -75,8 +75,7 @@ class ProcessTrace:
     cut: bool = False      # a file of it ends mid-line or mid-record (killed mid-write, or a full disk)
     coverage: dict | None = None  # bounded mode: what the files cover (trace.coverage.describe)
     # Its world's number among the run's several (number_worlds), set by the report: its tables and
-    # summary then give its rank as a rank key (rank_ranges.rank_key), its groups' names with the world
-    # ("w1:0"); None (one world): as they are.
+    # summary then give its rank as a rank key (rank_ranges.rank_key); None (one world): the rank.
     world_number: int | None = None
 
     @property
@@ -96,7 +95,7 @@ class ProcessTrace:
 
     def summary(self) -> dict:
         return {
-            "file": os.path.basename(self.meta_path), "rank": self.rank if self.rank is None else _rank_or_minus1(self),
+            "file": os.path.basename(self.meta_path), "rank": None if self.rank is None else _rank_or_minus1(self),
             "pid": self.header.get("pid"),
             "run_id": self.header.get("run_id") if isinstance(self.header.get("run_id"), str) else None,
             "host": self.header.get("host"), "source": self.header.get("source", "python"),

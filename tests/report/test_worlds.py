@@ -132,3 +132,21 @@ def test_one_world_json_names_no_world(real_run):
     assert "worlds" not in d["run"] and d["run"]["rank_list"] == [0, 1]
     assert {g["group"] for g in d["by_group"]} == {"0"}
     assert "world" not in (d["steps"][0] if d["steps"] else {})
+
+
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_events_name_the_world(two_worlds, capsys, limit):
+    """--events (streamed from the files, and --limit's merge of each rank's first N): every op once,
+    its rank and group named by world."""
+    _, per_rank = _expected(two_worlds)
+    assert cli("report", two_worlds, "--events", "--width", "120",
+               *(["--limit", str(limit)] if limit else [])) == 0
+    events = capsys.readouterr().out.split("\nEvents (")[1].splitlines()[2:]
+    lines = [ln.split() for ln in events if ln.strip()]
+    seen: dict = {}
+    for ln in lines:
+        rank = next(t for t in ln if t[:2] in ("w0", "w1") and ":r" in t)
+        group = next(t for t in ln if t in ("w0:0", "w1:0"))
+        assert rank[:2] == group[:2], ln                      # an op's rank and group: one world
+        seen[rank] = seen.get(rank, 0) + 1
+    assert seen == {f"w{k >> 20}:r{k & 0xFFFFF}": n for k, n in per_rank.items()}

@@ -153,7 +153,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ranks.comm = dict(sorted(ranks.comm.items()))     # rank order, whichever task of a pool ended first
         check_phases(window, ranks.windows)
         if window is not None:
-            check_steps(window, ranks.first_step, ranks.total_steps or None)
+            check_steps(window, ranks.first_step, max(ranks.world_steps.values(), default=0) or None)   # step numbers
         cells = ranks.cell_table()
         keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
         keys["phase_op"] = ["phase", "op"]

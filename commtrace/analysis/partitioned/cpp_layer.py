@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader, records, schema
+from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays
 from ..modules import module_keys
-from .rank_ops import CELL_COLUMNS, RankOps, group_name, rank_ops
+from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 
 
 @dataclass
@@ -66,7 +67,7 @@ def frame_ops(frame: pd.DataFrame, world: int | None = None) -> RankOps | None:
     keys = pd.DataFrame({c: frame[c].astype(object).where(frame[c].notna(), NA_KEY).astype(str)
                          for c in CELL_COLUMNS})
     if world is not None:
-        keys["group"] = [group_name(g, world) for g in keys["group"]]
+        keys["group"] = [world_group_name(g, world) for g in keys["group"]]
     cell, uniq = pd.MultiIndex.from_frame(keys).factorize()
     ops = frame["op"]
     op_names = [str(o) for o in (ops.cat.categories if isinstance(ops.dtype, pd.CategoricalDtype)

@@ -19,14 +19,14 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader, records
-from ...trace.rank_ranges import rank_key
+from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
 from ..summary import bus_factor
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .rank_ops import cell_key, group_name, index_lut, key_str
+from .rank_ops import cell_key, index_lut, key_str
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
 from .windowing import in_window
@@ -161,7 +161,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
         for k in ft.wg if world is not None else ():
-            wg_names.setdefault(k, group_name(k[1], world))
+            wg_names.setdefault(k, world_group_name(k[1], world))
         si, gi = ft.slut.take(rec["sig"]), ft.glut.take(rec["group"])      # take: ~40 % less than indexing
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
         for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():

@@ -52,15 +52,10 @@ def index_lut(table: dict) -> np.ndarray:
 
 def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tuple:
     """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims;
-    ``world``: the group's world number when the run has several: group_name)."""
-    return (group_name(group.get("name"), world), key_str(group.get("desc")), key_str(sig.get("phase")),
-            key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
+    ``world``: the group's world number when the run has several: "w1:0")."""
+    return (world_group_name(key_str(group.get("name")), world), key_str(group.get("desc")),
+            key_str(sig.get("phase")), key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
             key_str(reader.mesh_dim_of(group, dims)))
-
-
-def group_name(name, world: int | None) -> str:
-    """A group as the summary tables key it: its name, "w1:0" (group 0 of world 1) when the run has several."""
-    return world_group_name(key_str(name), world)
 
 
 def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
