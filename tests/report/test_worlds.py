@@ -150,3 +150,13 @@ def test_events_name_the_world(two_worlds, capsys, limit):
         assert rank[:2] == group[:2], ln                      # an op's rank and group: one world
         seen[rank] = seen.get(rank, 0) + 1
     assert seen == {f"w{k >> 20}:r{k & 0xFFFFF}": n for k, n in per_rank.items()}
+
+
+def test_load_steps_gives_rank_and_world(two_worlds):
+    """commtrace.load(run, table="steps") of two worlds: each row's rank in its world and the world's
+    id, as the ops table has them; each world numbers its own steps."""
+    import commtrace
+    worlds, _ = _expected(two_worlds)
+    steps = commtrace.load(two_worlds, table="steps")
+    last = steps.groupby(["world", "rank"])["step"].max().to_dict()
+    assert last == {(worlds[0], 0): 2, (worlds[0], 1): 2, (worlds[1], 0): 3, (worlds[1], 1): 3}
