@@ -44,14 +44,24 @@ def json_safe(v):
     return v
 
 
-def table_records(df: pd.DataFrame | None, named=None) -> list[dict]:
-    """A summary table as a list of flat dicts (index levels become fields; ``named(column, value)``:
-    the value shown, e.g. a rank key's name)."""
+def table_records(df: pd.DataFrame | None) -> list[dict]:
+    """A summary table as a list of flat dicts (index levels become fields)."""
     if df is None or len(df) == 0:
         return []
     flat = df.reset_index()
-    named = named or (lambda c, v: v)
-    return [{str(k): named(str(k), json_safe(v)) for k, v in row.items()} for row in flat.to_dict(orient="records")]
+    return [{str(k): json_safe(v) for k, v in row.items()} for row in flat.to_dict(orient="records")]
+
+
+_RANK_COLUMNS = ("rank", "last_rank", "first_rank", "slowest_rank")
+
+
+def _named_ranks(df: pd.DataFrame | None, name) -> pd.DataFrame | None:
+    """``df`` with the rank keys of its rank columns (and index) named by ``name`` (several worlds)."""
+    if name is None or df is None or not len(df):
+        return df
+    if df.index.name in _RANK_COLUMNS:
+        df = df.set_axis(pd.Index([name(int(k)) for k in df.index], name=df.index.name))
+    return df.assign(**{c: [name(int(k)) for k in df[c]] for c in _RANK_COLUMNS if c in df})
 
 
 def _named_info(info: dict, name) -> dict:
@@ -70,18 +80,16 @@ def report_json(rep) -> dict:
     """``commtrace report --json`` of ``rep`` (fields: docs/report.md); a partitioned analysis adds
     ``"partitioned": true`` and how (executor, workers, percentiles)."""
     info = dict(rep.info)
-    name = (lambda k: rank_name(k, True) if isinstance(k, int) else k) if info.get("worlds") else None
+    name = (lambda k: rank_name(k, True)) if info.get("worlds") else None
     if name is not None:
         info = _named_info(info, name)
     if not rep.whole:
         info.update(run_dir=rep.path, ranks=rep.ranks, ops=rep.ops, percentiles_exact=rep.exact,
                     quantile_error=rep.quantile_error, executor=rep.executor, workers=rep.workers)
     sk = rep.skew
-    top = sk["top"]
+    top = _named_ranks(sk["top"], name)
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     st = rep.steps
-    named = (lambda c, v: name(v) if c in ("rank", "last_rank", "first_rank", "slowest_rank") else v) \
-        if name is not None else (lambda c, v: v)
     return json_safe({
         "format": "commtrace-report", "version": 3,
         **({} if rep.whole else {"partitioned": True}),
@@ -91,16 +99,16 @@ def report_json(rep) -> dict:
         "by_group": table_records(rep.by_group),
         "by_phase": table_records(rep.by_phase),
         "split_phases": table_records(rep.split),
-        "steps": table_records(st.across.head(100_000), named) if st is not None else [],
-        "steps_per_rank": table_records(st.per_rank.head(1_000_000), named) if st is not None else [],
+        "steps": table_records(_named_ranks(st.across.head(100_000), name)) if st is not None else [],
+        "steps_per_rank": table_records(_named_ranks(st.per_rank.head(1_000_000), name)) if st is not None else [],
         "outside_steps": table_records(st.outside) if st is not None else [],
         "regions": table_records(rep.regions),
         "by_module": table_records(rep.by_module),
         "skew": {
             "instances": sk["instances"],
             "by_op": table_records(sk["by_op"]),
-            "stragglers": table_records(sk["stragglers"], named),
-            "top": [{c: named(c, json_safe(r[c])) if c not in ("op", "group") else str(r[c]) for c in top_cols}
+            "stragglers": table_records(_named_ranks(sk["stragglers"], name)),
+            "top": [{c: json_safe(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
                     for _, r in top.iterrows()] if len(top) else [],
         },
     })
