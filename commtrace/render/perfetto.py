@@ -16,7 +16,7 @@ import pandas as pd
 from ..analysis.arrays import column_codes
 from ..analysis.report import json_safe
 from ..errors import CommtraceError
-from ..trace.rank_ranges import rank_name, several_worlds
+from ..trace.rank_ranges import WORLD_STRIDE, rank_name, several_worlds
 from ..trace.schema import P2P_OPS
 
 # Per-row fields; everything else in the frame is "static" (the same for many rows)
@@ -180,8 +180,9 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     scode = _static_codes(frame, static_cols)
     first = pd.Series(np.arange(n)).groupby(scode, sort=True).first().to_numpy()
     frags = []
+    shown = frame.assign(rank=np.where(rank >= 0, rank % WORLD_STRIDE, rank)) if several else frame   # args: as load()
     for row in first.tolist():
-        d = {c: v for c in static_cols if (v := json_safe(frame[c].iat[row])) is not None}  # nulls: not recorded
+        d = {c: v for c in static_cols if (v := json_safe(shown[c].iat[row])) is not None}  # nulls: not recorded
         frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str)[1:-1])
     names = _json_per_row(frame["op"], '"?"')
     p2p = frame["op"].isin(P2P_OPS).to_numpy()

@@ -110,6 +110,11 @@ def test_views_name_the_world(two_worlds, tmp_path, capsys):
         if e.get("ph") in ("s", "t", "f"):
             flows.setdefault(e["id"], set()).add(names[e["pid"]][5:7])    # its world: "w0" / "w1"
     assert flows and all(len(w) == 1 for w in flows.values())       # a flow joins one collective's ops
+    args = {(names[e["pid"]], e["args"]["rank"], e["args"]["world"]) for e in pf
+            if e.get("ph") == "X" and "world" in e.get("args", {})}     # an op's args: rank and world as load()
+    assert sorted((n, r) for n, r, _ in args) == [("rank w0:r0", 0), ("rank w0:r1", 1), ("rank w1:r0", 0),
+                                                  ("rank w1:r1", 1)]
+    assert {n[5:7]: w for n, _, w in args} == {"w0": worlds[0], "w1": worlds[1]}
     html = open(out["html"]).read()
     assert '"lanes":["rank w0:r0","rank w0:r1","rank w1:r0","rank w1:r1"]' in html
     csv = pd.read_csv(out["csv"])
