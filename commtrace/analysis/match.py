@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..trace.rank_ranges import WORLD_STRIDE
 from ..trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from .arrays import OpArrays, cat_codes, int_or, narrow
 
@@ -31,7 +32,7 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
     op = frame["op"]
     p2p = op.isin(P2P_OPS).to_numpy()
     if p2p.any():
-        rank = frame["rank"].to_numpy(dtype=np.int64)
+        rank = frame["rank"].to_numpy(dtype=np.int64) % WORLD_STRIDE   # a rank key's rank (its world: ``w``)
         root = int_or(frame["root"], -1).astype(np.int64)
         send = (op == "send").to_numpy()
         src = np.where(send, rank, root)

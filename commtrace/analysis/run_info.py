@@ -43,8 +43,9 @@ def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
 
 
 def load_report_run(run_dir: str | None = None) -> ReportRun:
-    """reader.load_run plus the checks the report needs. Raises CommtraceError if nothing is usable."""
-    run = reader.load_run(run_dir)
+    """reader.load_run (ranks as the report keys them: rank keys) plus the checks the report needs.
+    Raises CommtraceError if nothing is usable."""
+    run = reader.load_run(run_dir, rank_keys=True)
     issues = list(run.issues)
     run_id, drop, more = check_run_ids(run.processes)
     issues.extend(more)

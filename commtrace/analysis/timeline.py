@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..errors import CommtraceError
 from .arrays import OpArrays, cat_codes
+from ..trace.rank_ranges import rank_name, several_worlds
 
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000,
           "min": 60_000_000_000, "": 1_000_000_000}
@@ -101,7 +102,8 @@ def lane_cells(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def timeline_layout(console_width: int, rank_list: list) -> tuple[int, int]:
     """(label width, cells) of the terminal timeline in a console ``console_width`` wide."""
-    label_w = max(len(f"rank {r}") for r in (rank_list or [0])) + 1
+    several = several_worlds(rank_list or [])
+    label_w = max(len(f"rank {rank_name(r, several)}") for r in (rank_list or [0])) + 1
     return label_w, max(int(console_width) - label_w - 2, 10)
 
 

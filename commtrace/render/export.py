@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CommtraceError
+from ..trace.rank_ranges import WORLD_STRIDE
 
 
 def _check_writable(path: str) -> None:
@@ -32,15 +33,24 @@ def _writing(path: str):
         raise CommtraceError(f"{path}: cannot write ({e.strerror})") from None
 
 
+def _as_written(frame: pd.DataFrame) -> pd.DataFrame:
+    """The report's frame as ``commtrace.load`` has it: a rank of a later world (a rank key) as its rank
+    (its ``world`` column says which world)."""
+    if not len(frame) or int(frame["rank"].max()) < WORLD_STRIDE:
+        return frame
+    rank = frame["rank"].to_numpy()
+    return frame.assign(rank=np.where(rank >= 0, rank % WORLD_STRIDE, rank).astype(rank.dtype))
+
+
 def write_csv(frame: pd.DataFrame, path: str) -> None:
     with _writing(path):
-        frame.to_csv(path, index=False)
+        _as_written(frame).to_csv(path, index=False)
 
 
 def write_parquet(frame: pd.DataFrame, path: str) -> None:
     with _writing(path):
         try:
-            frame.to_parquet(path, index=False)
+            _as_written(frame).to_parquet(path, index=False)
         except ImportError:
             raise CommtraceError(f"{path}: Parquet export needs pyarrow (pip install pyarrow)") from None
 
@@ -61,7 +71,7 @@ def rank_frames(s):
     from ..analysis.partitioned import scan
     from ..analysis.partitioned.windowing import frame_in_window
     for part in scan(s.path):
-        frame = part.load()
+        frame = part.load(rank_keys=True)
         yield frame_in_window(frame, s.bounds, s.window.phases if s.window is not None else None)
 
 
@@ -75,6 +85,7 @@ def write_by_rank(s, csv: str | None = None, parquet: str | None = None) -> None
         for frame in rank_frames(s):
             if not len(frame) and not first:
                 continue
+            frame = _as_written(frame)
             if csv:
                 frame.to_csv(csv, index=False, mode="w" if first else "a", header=first)
             if parquet:

@@ -13,6 +13,7 @@ from ..analysis import intervals as iv
 from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, binned_majority, exposure_intervals,
                                 slowest_steps, step_breakdown, steps_across_ranks)
 from ..analysis.timeline import bin_timeline
+from ..trace.rank_ranges import WORLD_STRIDE, rank_key, rank_name, several_worlds
 from ..trace.schema import op_kind
 from .fmt import fmt_bw, fmt_bytes, fmt_int, fmt_ns
 from .html_escape import text
@@ -47,8 +48,9 @@ def op_color(op: str, i: int = 0) -> str:
     return op_kind(op).html or _EXTRA_COLORS[i % len(_EXTRA_COLORS)]
 
 
-def _lane(rank) -> str:
-    return f"rank {int(rank)}"
+def _lane(rank, several: bool) -> str:
+    """A rank's lane ("rank w1:r0" when the run has ``several`` worlds: rank_ranges.rank_name)."""
+    return f"rank {rank_name(rank, several)}"
 
 
 def _ms(ns, digits: int = 6) -> np.ndarray:
@@ -77,6 +79,26 @@ def _fields(frame: pd.DataFrame, names, fmts: dict | None = None) -> dict:
     return {c: f for c, f in out.items() if f is not None}
 
 
+def _world_steps(per_rank: pd.DataFrame, several: bool) -> pd.DataFrame:
+    """The per-rank step rows, each step keyed by its world (rank_ranges.rank_key of world and step) when
+    the run has ``several``: a step is a step of a world, each world has a step 1."""
+    if not several:
+        return per_rank
+    world = per_rank["rank"].to_numpy(np.int64) // WORLD_STRIDE
+    return per_rank.assign(step=world * WORLD_STRIDE + per_rank["step"].to_numpy(np.int64))
+
+
+def _step_text(step, several: bool) -> str:
+    """A step (``_world_steps``) as shown: "3", or "w1:3" (step 3 of world 1)."""
+    step = int(step)
+    return f"w{step // WORLD_STRIDE}:{step % WORLD_STRIDE}" if several else str(step)
+
+
+def _rank_field(table: pd.DataFrame) -> dict:
+    """The hover panel's rank of a run of several worlds: "w1:r0"."""
+    return _column(pd.Series([rank_name(r, True) for r in table["rank"].tolist()], dtype=object))
+
+
 def _layout(title: str, **kw) -> dict:
     return {"title": {"text": text(title)}, "margin": {"l": 90, "r": 20, "t": 40, "b": 40},
             "hovermode": "closest", "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff", **kw}
@@ -94,33 +116,34 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
     ops = rep.op_view
     frame, t0 = ops.frame, int(rep.info["t0_ns"] or 0)
     ranks = sorted(int(r) for r in rep.info.get("rank_list") or np.unique(frame["rank"].to_numpy()).tolist())
+    sev = several_worlds(ranks)
     spans = ops.spans if ops.spans is not None else pd.DataFrame()
     draw_spans = 0 < len(spans) <= TIMELINE_MAX_SPANS
     lanes = []
     for r in ranks:
-        lanes.append(_lane(r))
+        lanes.append(_lane(r, sev))
         if len(spans):
-            lanes.append(_lane(r) + " compute")
+            lanes.append(_lane(r, sev) + " compute")
     notes = []
     data: list[dict] = []
     out: dict = {"ops": None, "spans": None, "aggregated": False}
     binned = None
     if len(frame) <= TIMELINE_MAX_OPS:
-        data += _op_traces(frame, t0, ops.matched.inst, out)
+        data += _op_traces(frame, t0, ops.matched.inst, out, sev)
     else:
         binned = bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None, ops.arrays)
-        data += _binned_traces(binned)
+        data += _binned_traces(binned, sev)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
                      f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
                      "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
                      "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
-    data += _exposure_traces(ops, t0, binned, notes)
+    data += _exposure_traces(ops, t0, sev, binned, notes)
     if draw_spans and binned is None:
-        data += _span_traces(spans, t0, out)
+        data += _span_traces(spans, t0, out, sev)
     elif len(spans):
         data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None,
-                                                                  ops.arrays))
+                                                                  ops.arrays), sev)
         many = "" if draw_spans else " are more than " + fmt_int(TIMELINE_MAX_SPANS)
         notes.append(f"{fmt_int(len(spans))} compute spans{many}: "
                      "binned like the ops, each bin in the colour of the phase that fills most of it (hover: "
@@ -132,7 +155,7 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
         data.append({"type": "scatter", "mode": "markers", "name": "marks", "meta": "marks",
                      "x": _ms(m["t_ns"].to_numpy(np.int64) - t0).tolist(), "y": ["marks"] * len(m),
                      "marker": {"symbol": "triangle-down", "size": 10, "color": "#000000"},
-                     "hovertext": [f"rank {int(r)}: {text(lbl)}" for r, lbl in zip(m["rank"], m["label"])],
+                     "hovertext": [f"{_lane(r, sev)}: {text(lbl)}" for r, lbl in zip(m["rank"], m["label"])],
                      "hoverinfo": "text+x"})
         if len(marks) > TIMELINE_MAX_MARKS:
             notes.append(f"the first {fmt_int(TIMELINE_MAX_MARKS)} of {fmt_int(len(marks))} marks are drawn")
@@ -154,7 +177,7 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
                             legend={"orientation": "h", "y": -0.15 if height < 400 else -0.06})
     out["data"] = data
     out["notes"] = notes
-    out["lanes"] = [_lane(r) for r in ranks]
+    out["lanes"] = [_lane(r, sev) for r in ranks]
     return out
 
 
@@ -164,7 +187,8 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     st = rep.steps
     if st is None or not len(st.per_rank):
         return [], [], None
-    pr = st.per_rank
+    sev = several_worlds(rep.info["rank_list"])
+    pr = _world_steps(st.per_rank, sev)
     g = pr.groupby("step", sort=True)
     begin = _ms(g["t_begin_ns"].min().to_numpy(np.int64) - t0)
     end = _ms(g["t_end_ns"].max().to_numpy(np.int64) - t0)
@@ -178,16 +202,18 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
                            "line": {"color": "#757575", "width": 1, "dash": "dot"}, "layer": "below"})
         if i % every == 0:
             labels.append({"x": b, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom", "xanchor": "left",
-                           "text": f"step {s}", "showarrow": False, "font": {"size": 11, "color": "#424242"}})
+                           "text": f"step {_step_text(s, sev)}", "showarrow": False,
+                           "font": {"size": 11, "color": "#424242"}})
     steady = None
-    if steady_step is not None and (steps >= steady_step).any():
-        lo, hi = float(begin[steps >= steady_step].min()), float(end.max())
+    number = steps % WORLD_STRIDE if sev else steps
+    if steady_step is not None and (number >= steady_step).any():
+        lo, hi = float(begin[number >= steady_step].min()), float(end.max())
         pad = (hi - lo) * 0.01
         steady = [lo - pad, hi + pad]
     return shapes, labels, steady
 
 
-def _exposure_traces(ops, t0: int, binned=None, notes: list | None = None) -> list[dict]:
+def _exposure_traces(ops, t0: int, several: bool, binned=None, notes: list | None = None) -> list[dict]:
     """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
     ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
     ex = exposure_intervals(ops.frame, ops.arrays, ops.spans, ops.bounds)
@@ -204,7 +230,7 @@ def _exposure_traces(ops, t0: int, binned=None, notes: list | None = None) -> li
                                      g.loc[g["exposed"] == k, "t_end_ns"].to_numpy(np.int64) - t0)
                             for k in (True, False)]
         styles = [("exposed comm", EXPOSED_COLOR), ("hidden comm", HIDDEN_COLOR)]
-        return _majority_traces(binned, sets, styles, "exposure", 0.22, 0.16)
+        return _majority_traces(binned, sets, styles, "exposure", 0.22, 0.16, several)
     traces = []
     for exposed, name, color in ((True, "exposed comm", EXPOSED_COLOR), (False, "hidden comm", HIDDEN_COLOR)):
         part = ex[ex["exposed"].to_numpy(bool) == exposed]
@@ -214,22 +240,24 @@ def _exposure_traces(ops, t0: int, binned=None, notes: list | None = None) -> li
         e = part["t_end_ns"].to_numpy(np.int64) - t0
         traces.append({"type": "bar", "orientation": "h", "name": name, "meta": "exposure",
                        "base": _ms(b, 4).tolist(), "x": _ms(np.maximum(e - b, 1), 4).tolist(),
-                       "y": [_lane(r) for r in part["rank"].tolist()], "width": 0.22, "offset": 0.16,
+                       "y": [_lane(r, several) for r in part["rank"].tolist()], "width": 0.22, "offset": 0.16,
                        "marker": {"color": color, "line": {"width": 0}},
                        "customdata": [fmt_ns(v) for v in (e - b).tolist()],
                        "hovertemplate": "%{y}: " + name + " %{customdata}<extra></extra>"})
     return traces
 
 
-def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict) -> list[dict]:
+def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict, several: bool) -> list[dict]:
     n = len(frame)
     start = frame["t_start_ns"].to_numpy(np.int64) - t0 if n else np.empty(0, np.int64)
     end = frame["t_end_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan) - t0 if n else np.empty(0)
     dur = np.where(np.isfinite(end), end - start, 0.0)
     fields = _fields(frame, OP_FIELDS, {"bytes": fmt_bytes, "out_bytes": fmt_bytes})
+    if several and n:
+        fields["rank"] = _rank_field(frame)
     fields["start (ms)"] = {"n": _ms(start, 4).tolist()}
     fields["duration (ms)"] = {"n": [None if e != e else v for v, e in zip(_ms(dur, 4).tolist(), end.tolist())]}
-    lanes = np.array([_lane(r) for r in frame["rank"].tolist()], dtype=object) if n else np.empty(0, object)
+    lanes = np.array([_lane(r, several) for r in frame["rank"].tolist()], dtype=object) if n else np.empty(0, object)
     out["ops"] = {"fields": fields, "inst": np.asarray(inst, dtype=np.int64).tolist(),
                   "mid_ms": _ms(start + dur / 2, 4).tolist(), "lane": _column(pd.Series(lanes, dtype=object))}
     traces = []
@@ -244,15 +272,17 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict) -> lis
     return traces
 
 
-def _span_traces(spans: pd.DataFrame, t0: int, out: dict) -> list[dict]:
+def _span_traces(spans: pd.DataFrame, t0: int, out: dict, several: bool) -> list[dict]:
     b = spans["t_begin_ns"].to_numpy(np.int64) - t0
     e = spans["t_end_ns"].to_numpy(np.int64) - t0
     fields = _fields(spans, ("rank", "phase", "step", "iteration", "module"))
+    if several:
+        fields["rank"] = _rank_field(spans)
     fields["start (ms)"] = {"n": _ms(b, 4).tolist()}
     fields["duration (ms)"] = {"n": _ms(e - b, 4).tolist()}
     out["spans"] = {"fields": fields}
     phases = spans["phase"].astype(str).to_numpy()
-    lanes = np.array([_lane(r) + " compute" for r in spans["rank"].tolist()], dtype=object)
+    lanes = np.array([_lane(r, several) + " compute" for r in spans["rank"].tolist()], dtype=object)
     traces = []
     for ph in sorted(set(phases.tolist())):
         idx = np.flatnonzero(phases == ph)
@@ -268,7 +298,7 @@ def timeline_bins(ranks: int) -> int:
     return max(100, min(TIMELINE_BINS, TIMELINE_MAX_CELLS // max(ranks, 1)))
 
 
-def _binned_span_traces(spans: pd.DataFrame, binned) -> list[dict]:
+def _binned_span_traces(spans: pd.DataFrame, binned, several: bool) -> list[dict]:
     """Compute spans of an aggregated timeline: per bin, the phase that fills most of it."""
     t0 = binned.t0_ns
     phases = sorted(set(spans["phase"].astype(str).tolist()))
@@ -278,13 +308,14 @@ def _binned_span_traces(spans: pd.DataFrame, binned) -> list[dict]:
         b, e = g["t_begin_ns"].to_numpy(np.int64) - t0, g["t_end_ns"].to_numpy(np.int64) - t0
         sets[int(r)] = [iv.union(b[ph == p], e[ph == p]) for p in phases]
     styles = [(text(p) + " (compute)", PHASE_COLORS.get(p, "#bdbdbd")) for p in phases]
-    traces = _majority_traces(binned, sets, styles, "spanbins", 0.5, None, " compute")
+    traces = _majority_traces(binned, sets, styles, "spanbins", 0.5, None, several, " compute")
     for t in traces:
         t["legendgroup"] = "compute"
     return traces
 
 
-def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, offset, lane_suffix: str = "") \
+def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, offset, several: bool,
+                     lane_suffix: str = "") \
         -> list[dict]:
     """Bars over ``binned``'s bins: per rank, runs of bins where the same set (of
     ``sets[rank]``, drawn as ``styles[i]`` = (name, colour)) covers most."""
@@ -301,7 +332,7 @@ def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, 
             t = runs.setdefault(k, {"base": [], "x": [], "y": [], "custom": []})
             t["base"].append((lo + a * dt) / 1e6)
             t["x"].append((b - a) * dt / 1e6)
-            t["y"].append(_lane(rank) + lane_suffix)
+            t["y"].append(_lane(rank, several) + lane_suffix)
             t["custom"].append(int(round(float(np.mean(fill[a:b])) * 100)))
     traces = []
     for k, t in sorted(runs.items()):
@@ -316,7 +347,7 @@ def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, 
     return traces
 
 
-def _binned_traces(tl) -> list[dict]:
+def _binned_traces(tl, several: bool) -> list[dict]:
     dt = (tl.t_to_ns - tl.t_from_ns) / tl.width
     per_op: dict[int, dict] = {}
     for li, rank in enumerate(tl.ranks):
@@ -331,7 +362,7 @@ def _binned_traces(tl) -> list[dict]:
             t = per_op.setdefault(c, {"base": [], "x": [], "y": [], "opacity": [], "custom": []})
             t["base"].append((tl.t_from_ns + a * dt) / 1e6)
             t["x"].append((b - a) * dt / 1e6)
-            t["y"].append(_lane(rank))
+            t["y"].append(_lane(rank, several))
             t["opacity"].append(1.0 if strong[a] else 0.35)
             t["custom"].append([b - a, int(round(float(np.mean(np.minimum(fill[a:b], 1))) * 100))])
     traces = []
@@ -355,13 +386,17 @@ def steps_figure(rep) -> dict | None:
     st = rep.steps
     if st is None or not len(st.per_rank):
         return None
-    parts = step_breakdown(st.per_rank)
+    sev = several_worlds(rep.info["rank_list"])
+    across = st.across
+    if sev:
+        across = across.set_axis([rank_key(int(w[1:]), int(s)) for w, s in zip(across["world"], across.index)])
+    parts = step_breakdown(_world_steps(st.per_rank, sev))
     nranks = max(int(parts["rank"].nunique()), 1)
     yaxis = {"title": {"text": "ms"}, "rangemode": "tozero"}
-    if nranks > STEP_MAX_RANK_BARS or nranks * len(st.across) > STEP_MAX_RANK_STEP_BARS:
-        keep = slowest_steps(st.across, STEP_MAX_MEAN_STEPS)
+    if nranks > STEP_MAX_RANK_BARS or nranks * len(across) > STEP_MAX_RANK_STEP_BARS:
+        keep = slowest_steps(across, STEP_MAX_MEAN_STEPS)
         mean = steps_across_ranks(parts[parts["step"].isin(keep)])
-        x = [int(s) for s in mean.index]
+        x = [_step_text(s, sev) if sev else int(s) for s in mean.index]
         data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(mean[p]).tolist(),
                  "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in mean[p].tolist()],
                  "hovertemplate": "step %{x}: %{customdata} (mean of the ranks)<extra>" + PART_STYLE[p][0]
@@ -376,20 +411,21 @@ def steps_figure(rep) -> dict | None:
                      "customdata": [[fmt_ns(a), fmt_ns(b)] for a, b in zip(mean["min_step_ns"], mean["max_step_ns"])],
                      "hovertemplate": "step %{x}: step time %{customdata[0]} .. %{customdata[1]} over "
                                       + f"{nranks} ranks<extra></extra>"})
-        shown = "" if len(keep) == len(st.across) else f" (the {len(keep)} slowest of {len(st.across)} steps)"
+        shown = "" if len(keep) == len(across) else f" (the {len(keep)} slowest of {len(across)} steps)"
         return {"data": data, "note": f"{nranks} rank{'s' if nranks > 1 else ''} x {len(mean)} steps{shown}: each "
                                       "bar is the mean over the ranks of each part; the whisker spans the fastest "
                                       "and the slowest rank's step time",
                 "layout": _layout("Per step, mean over the ranks: where the step time went (ms)", barmode="stack",
                                   height=380, yaxis=yaxis, xaxis={"title": {"text": "step"}})}
-    keep = slowest_steps(st.across, max(STEP_MAX_BARS // nranks, 1))
+    keep = slowest_steps(across, max(STEP_MAX_BARS // nranks, 1))
     parts = parts[parts["step"].isin(keep)].sort_values(["step", "rank"], kind="stable")
-    x = [[f"step {int(s)}" for s in parts["step"]], [f"r{int(r)}" for r in parts["rank"]]]
+    x = [[f"step {_step_text(s, sev)}" for s in parts["step"]],
+         [rank_name(r, sev) if sev else f"r{int(r)}" for r in parts["rank"]]]
     data = [{"type": "bar", "name": PART_STYLE[p][0], "x": x, "y": _ms(parts[p]).tolist(),
              "marker": {"color": PART_STYLE[p][1]}, "customdata": [fmt_ns(v) for v in parts[p].tolist()],
              "hovertemplate": "%{x}: %{customdata}<extra>" + PART_STYLE[p][0] + "</extra>"} for p in STEP_PARTS]
-    note = "" if len(keep) == len(st.across) else (
-        f"the {len(keep)} slowest of {len(st.across)} steps (at most {STEP_MAX_BARS} bars)")
+    note = "" if len(keep) == len(across) else (
+        f"the {len(keep)} slowest of {len(across)} steps (at most {STEP_MAX_BARS} bars)")
     return {"data": data, "note": note,
             "layout": _layout("Per step and rank: where the step time went (ms)", barmode="stack", height=380,
                               yaxis=yaxis, xaxis={"type": "multicategory"})}
@@ -405,7 +441,7 @@ def skew_heatmap(rep) -> dict | None:
     x = _ms(off["first_start_ns"] - t0).tolist()
     z = np.asarray(off["offset_ns"], dtype=np.float64)
     li, ci = np.nonzero(np.isfinite(z))        # empty where the rank is not a caller
-    lanes = [_lane(r) for r in off["ranks"]]
+    lanes = [_lane(r, several_worlds(rep.info["rank_list"])) for r in off["ranks"]]
     # One square marker per cell (the page's partial plotly bundle has no heatmap trace).
     size = int(max(4, min(14, 900 // max(len(x), 1))))
     data = [{"type": "scatter", "mode": "markers", "x": ci.tolist(), "y": li.tolist(),
@@ -429,7 +465,9 @@ def stragglers_figure(rep) -> dict | None:
     st = rep.skew["stragglers"]
     if not len(st):
         return None
-    data = [{"type": "bar", "orientation": "h", "x": _ms(st["wait_ns"]).tolist(), "y": [_lane(r) for r in st.index],
+    sev = several_worlds(rep.info["rank_list"])
+    data = [{"type": "bar", "orientation": "h", "x": _ms(st["wait_ns"]).tolist(),
+             "y": [_lane(r, sev) for r in st.index],
              "customdata": [[fmt_int(n), f"{s * 100:.1f}%"] for n, s in zip(st["last"], st["share_last"])],
              "hovertemplate": "%{y}: the others waited %{x:.3f} ms; last in %{customdata[0]} collectives "
                               "(%{customdata[1]})<extra></extra>", "marker": {"color": "#e53935"}}]

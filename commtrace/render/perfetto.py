@@ -16,6 +16,7 @@ import pandas as pd
 from ..analysis.arrays import column_codes
 from ..analysis.report import json_safe
 from ..errors import CommtraceError
+from ..trace.rank_ranges import WORLD_STRIDE, rank_name, several_worlds
 from ..trace.schema import P2P_OPS
 
 # Per-row fields; everything else in the frame is "static" (the same for many rows)
@@ -152,8 +153,9 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     def add_meta(name: str, p: int, tid: int, args: dict) -> None:
         meta.append(json.dumps({"ph": "M", "name": name, "pid": p, "tid": tid, "args": args}))
 
+    several = several_worlds(ranks)
     for r in ranks:
-        add_meta("process_name", _pid(r), 0, {"name": f"rank {r}" if r >= 0 else "rank ?"})
+        add_meta("process_name", _pid(r), 0, {"name": f"rank {rank_name(r, several)}" if r >= 0 else "rank ?"})
         add_meta("process_sort_index", _pid(r), 0, {"sort_index": _pid(r)})
         if hosts.get(r):
             add_meta("process_labels", _pid(r), 0, {"labels": str(hosts[r])})
@@ -178,8 +180,9 @@ def _write(f, frame, n, t0, inst, processes, spans, marks, regions) -> dict:
     scode = _static_codes(frame, static_cols)
     first = pd.Series(np.arange(n)).groupby(scode, sort=True).first().to_numpy()
     frags = []
+    shown = frame.assign(rank=np.where(rank >= 0, rank % WORLD_STRIDE, rank)) if several else frame   # args: as load()
     for row in first.tolist():
-        d = {c: v for c in static_cols if (v := json_safe(frame[c].iat[row])) is not None}  # nulls: not recorded
+        d = {c: v for c in static_cols if (v := json_safe(shown[c].iat[row])) is not None}  # nulls: not recorded
         frags.append(json.dumps(d, ensure_ascii=False, separators=(",", ":"), default=str)[1:-1])
     names = _json_per_row(frame["op"], '"?"')
     p2p = frame["op"].isin(P2P_OPS).to_numpy()
@@ -287,6 +290,7 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     t0 = _time_base(s, parts.values())
     ops = {r: int(c) for r, c in s.ops_per_rank.items()}
     max_ops = max(1, int(max_mb * 1e6 / PERFETTO_BYTES_PER_OP))
+    several = several_worlds(ops)
     base, ext = (path[:-5], ".json") if path.endswith(".json") else (path, ".json")
     written = []
     for ranks, piece, pieces in perfetto_pieces(ops, max_ops):
@@ -299,7 +303,8 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
             spans = _starting_in(spans, "t_begin_ns", t_lo, t_hi)
             marks = _starting_in(marks, "t_ns", t_lo, t_hi)
             regions = _starting_in(regions, "t_begin_ns", t_lo, t_hi)
-        name = f"ranks-{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank-{ranks[0]}"
+        first, last = (rank_name(r, several).replace(":", "") for r in (ranks[0], ranks[-1]))   # w1r0
+        name = f"ranks-{first}-{last}" if len(ranks) > 1 else f"rank-{first}"
         if piece is not None:
             name += f".part-{piece + 1}-of-{pieces}"
         out = f"{base}.{name}{ext}"
@@ -319,7 +324,8 @@ def _time_base(s, parts) -> int | None:
     from ..analysis.partitioned.op_view import tables_in_window
     firsts = [s.t0_ns] if s.t0_ns is not None else []
     for part in parts:
-        for table, col in zip(tables_in_window(*part.mark_tables(), s.bounds), ("t_begin_ns", "t_ns", "t_begin_ns")):
+        for table, col in zip(tables_in_window(*part.mark_tables(rank_keys=True), s.bounds),
+                              ("t_begin_ns", "t_ns", "t_begin_ns")):
             if table is not None and len(table):
                 firsts.append(int(table[col].min()))
     return min(firsts) if firsts else None

@@ -11,7 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
-from ..trace.rank_ranges import fmt_ranks
+from ..trace.rank_ranges import fmt_rank_keys, rank_name, several_worlds
 from ..analysis.timeline import Timeline, timeline_layout
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from ..trace.schema import op_kind
@@ -66,7 +66,7 @@ def render_banner(con: Console, rep) -> None:
         "of the time its records cover per rank (bounded trace)" if info.get("coverage") else "of wall time per rank")
     rows = [
         ("command", plain_safe(info["command"]) or "-"),
-        ("ranks", f"{info['ranks']} of {info['world_size']}" + (f"  (incomplete: {fmt_ranks(info['incomplete_ranks'])})" if info["incomplete_ranks"] else "")),
+        ("ranks", _ranks_text(info)),
         ("hosts", f"{len(info['hosts'])}: " + plain_safe(", ".join(info["hosts"][:8]) + (" ..." if len(info["hosts"]) > 8 else ""))),
         *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
@@ -150,11 +150,20 @@ STEP_COLUMNS = [Column("step", drop=0), Column("micro", drop=4), Column("step ti
                 Column("slowest", drop=6, short="slow")]
 
 
-def _step_row(label, r) -> list[str]:
+def _ranks_text(info: dict) -> str:
+    """The banner's ranks: "8 of 8", or with several worlds "4 in 2 worlds of 2 (w0 ... w1 ...)"."""
+    worlds = info.get("worlds")
+    text = f"{info['ranks']} of {info['world_size']}" if not worlds else \
+        f"{info['ranks']} in {len(worlds)} worlds ({fmt_rank_keys(info['rank_list'])})"
+    return text + (f"  (incomplete: {fmt_rank_keys(info['incomplete_ranks'])})" if info["incomplete_ranks"] else "")
+
+
+def _step_row(label, r, several: bool = False) -> list[str]:
     return [str(label), fmt_count(r["micro_steps"]), fmt_ns(r["step_ns"]), fmt_ns(r["compute_ns"]),
             fmt_ns(r["comm_ns"]), fmt_ns(r["exposed_ns"]),
             fmt_pct((r["comm_ns"] - r["exposed_ns"]) / r["comm_ns"], 0) if r["comm_ns"] else "-",
-            fmt_count(r["ops"]), fmt_bytes(r["bytes"]), f"rank {int(r['slowest_rank'])}"]
+            fmt_count(r["ops"]), fmt_bytes(r["bytes"]),
+            f"rank {rank_name(r['slowest_rank'], several)}"]
 
 
 def render_steps(con: Console, rep, max_rows: int = 12) -> None:
@@ -170,9 +179,11 @@ def render_steps(con: Console, rep, max_rows: int = 12) -> None:
     if not len(a):
         con.print(Text("Steps: none inside this window.", style="bold"))
     else:
-        shown = a if len(a) <= max_rows else a.loc[sorted(a["step_ns"].nlargest(max_rows - 4).index)]
+        slowest = np.argsort(-a["step_ns"].to_numpy(np.int64), kind="stable")[:max_rows - 4]
+        shown = a if len(a) <= max_rows else a.iloc[sorted(slowest)]   # by position: each world has a step 1
         title = f"Steps ({len(a)}" + (f"; the {len(shown)} slowest" if len(shown) < len(a) else "") + ")"
-        rows = [_step_row(i, r) for i, r in shown.iterrows()]
+        several = several_worlds(rep.info["rank_list"])
+        rows = [_step_row(f"{r['world']}:{i}" if several else i, r, several) for i, r in shown.iterrows()]
         if len(a) > 1:   # the median of each column
             med = {c: float(np.median(a[c])) for c in ("micro_steps", "step_ns", "compute_ns", "comm_ns",
                                                        "exposed_ns", "ops", "bytes")}
@@ -295,14 +306,17 @@ def render_skew(con: Console, rep, top: int = 10) -> None:
                 title=f"Arrival skew (last minus first caller, {fmt_int(sk['instances'])} collectives)")
     st = sk["stragglers"]
     if len(st):
-        rows = [[str(rank), fmt_int(r["last"]), fmt_pct(r["share_last"]), fmt_ns(r["wait_ns"]),
+        several = several_worlds(st.index)
+        rows = [[rank_name(rank, several), fmt_int(r["last"]), fmt_pct(r["share_last"]), fmt_ns(r["wait_ns"]),
                  fmt_ns(r["mean_spread_ns"])] for rank, r in st.head(top).iterrows()]
         print_table(con, [Column("rank"), Column("last in"), Column("share", drop=1), Column("others waited"),
                           Column("mean spread", drop=2)], rows,
                     title="Top stragglers (arrived last; by time the others waited)")
     t0 = rep.info["t0_ns"] or 0
+    several = several_worlds(rep.info["rank_list"])
     rows = [[fmt_ns(r["first_start_ns"] - t0), plain_safe(r["op"]), plain_safe(r["group"]), str(r["seq"]),
-             fmt_ns(r["spread_ns"]), str(r["last_rank"]), str(r["first_rank"])] for _, r in sk["top"].head(top).iterrows()]
+             fmt_ns(r["spread_ns"]), rank_name(r["last_rank"], several), rank_name(r["first_rank"], several)]
+            for _, r in sk["top"].head(top).iterrows()]
     print_table(con, [Column("time"), Column("op", right=False), Column("group", right=False, text=True, drop=3),
                       Column("seq", drop=2), Column("spread"), Column("last rank", short="last"),
                       Column("first rank", short="first", drop=1)], rows, title="Largest spreads")
@@ -316,8 +330,9 @@ def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
     con.print(Text(f"Timeline  {fmt_ns(tl.t_from_ns)} .. {fmt_ns(tl.t_to_ns)} after the first op "
                    f"({fmt_ns((tl.t_to_ns - tl.t_from_ns) / tl.width)} per column)", style="bold"), overflow="fold")
     styles = [op_style(op, i) for i, op in enumerate(tl.ops)]
+    several = several_worlds(tl.ranks)
     for li, rank in enumerate(tl.ranks):
-        line = Text(f"rank {rank}".ljust(label_w) + "|")
+        line = Text(f"rank {rank_name(rank, several)}".ljust(label_w) + "|")
         cells, fill = tl.cells[li], tl.fill[li]
         # Equal cells in runs: one append per run keeps this fast.
         keyv = np.where(cells < 0, -1, cells * 2 + (fill >= 0.5))
@@ -345,7 +360,7 @@ def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
     legend.append("(. = op covers less than half the column)")
     con.print(legend, overflow="fold")
     if marks:
-        con.print(Text(f"marks (rank {marks[0]}): " + "   ".join(marks[1:])), overflow="fold")
+        con.print(Text(f"marks (rank {rank_name(marks[0], several)}): " + "   ".join(marks[1:])), overflow="fold")
 
 
 def _render_mark_lane(con: Console, marks, tl: Timeline, label_w: int) -> list:
@@ -421,6 +436,7 @@ def _render_rank_medians(con, med) -> None:
     con.print()
     cols = [Column("rank"), Column("steps", drop=3), Column("step time", short="step"), Column("compute", drop=2),
             Column("comm"), Column("exposed", short="expo"), Column("ops/step", drop=1, short="ops")]
-    rows = [[str(r), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]), fmt_ns(x["comm_ns"]),
-             fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
+    several = several_worlds(med.index)
+    rows = [[rank_name(r, several), fmt_int(x["steps"]), fmt_ns(x["step_ns"]), fmt_ns(x["compute_ns"]),
+             fmt_ns(x["comm_ns"]), fmt_ns(x["exposed_ns"]), fmt_count(x["ops"])] for r, x in med.iterrows()]
     print_table(con, cols, rows, title="Per rank (median over its steps)")

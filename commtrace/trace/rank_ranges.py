@@ -76,3 +76,44 @@ def folded_inline(text_of: Mapping[int, str], line: Callable[[str, str], str] = 
         parts.append(part)
     more = sum(len(rs) for rs, _ in groups[len(parts):])
     return sep.join(parts + ([_more(more)] if more else []))
+
+
+# -- a rank of a world as one number ----------------------------------------------------
+# The report keys every per-rank figure by a rank *of a world* (a run can make several worlds
+# one after another: each has its rank 0). Its key is world number * WORLD_STRIDE + rank, the
+# worlds numbered in the order they started (reader.number_worlds): the first world's ranks are
+# their own keys, so a run of one world is keyed, and shown, by rank alone. Keys fit int32.
+WORLD_STRIDE = 1 << 20
+
+
+def rank_key(world: int, rank: int) -> int:
+    """Rank ``rank`` of world number ``world`` (-1, no rank: -1)."""
+    return rank if rank < 0 else world * WORLD_STRIDE + rank
+
+
+def several_worlds(keys: Iterable) -> bool:
+    """Rank keys of more than the first world: labels then name the world."""
+    return any(int(k) >= WORLD_STRIDE for k in keys)
+
+
+def rank_name(key: int, several: bool) -> str:
+    """A rank key as shown: "3", or "w1:r3" (rank 3 of world 1) when the run has ``several`` worlds."""
+    key = int(key)
+    return f"w{key // WORLD_STRIDE}:r{key % WORLD_STRIDE}" if several and key >= 0 else str(key)
+
+
+def world_group_name(name: str, world: int | None) -> str:
+    """A group as the report names it: its name, or "w1:0" (group 0 of world 1) when the run has several
+    worlds (``world``: its world's number; None: one world)."""
+    return name if world is None else f"w{world}:{name}"
+
+
+def fmt_rank_keys(keys: Iterable, max_parts: int | None = RANGES_SHOWN) -> str:
+    """fmt_ranks of rank keys: "0-3,5" for one world, "w0:r0-3 w1:r0-1" for several."""
+    keys = sorted(set(int(k) for k in keys))
+    if not several_worlds(keys):
+        return fmt_ranks(keys, max_parts)
+    worlds: dict = {}
+    for k in keys:
+        worlds.setdefault(k // WORLD_STRIDE, []).append(k % WORLD_STRIDE)
+    return " ".join(f"w{w}:r{fmt_ranks(rs, max_parts)}" for w, rs in worlds.items())

@@ -27,7 +27,7 @@ from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
     ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue)
-from .rank_ranges import fmt_ranks
+from .rank_ranges import fmt_ranks, rank_key
 
 DEFAULT_BASE = "commtrace-out"
 
@@ -74,6 +74,9 @@ class ProcessTrace:
     meta_damage: list = field(default_factory=list)  # the phrases of ``damage`` about its meta file
     cut: bool = False      # a file of it ends mid-line or mid-record (killed mid-write, or a full disk)
     coverage: dict | None = None  # bounded mode: what the files cover (trace.coverage.describe)
+    # Its world's number among the run's several (number_worlds), set by the report: its tables and
+    # summary then give its rank as a rank key (rank_ranges.rank_key); None (one world): the rank.
+    world_number: int | None = None
 
     @property
     def world_id(self):
@@ -92,7 +95,8 @@ class ProcessTrace:
 
     def summary(self) -> dict:
         return {
-            "file": os.path.basename(self.meta_path), "rank": self.rank, "pid": self.header.get("pid"),
+            "file": os.path.basename(self.meta_path), "rank": None if self.rank is None else _rank_or_minus1(self),
+            "pid": self.header.get("pid"),
             "run_id": self.header.get("run_id") if isinstance(self.header.get("run_id"), str) else None,
             "host": self.header.get("host"), "source": self.header.get("source", "python"),
             "launcher": self.header.get("launcher"), "command": self.header.get("command"),
@@ -565,7 +569,23 @@ def python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
 
 
 def _rank_or_minus1(pt: ProcessTrace) -> int:
-    return -1 if pt.rank is None else pt.rank
+    return -1 if pt.rank is None else rank_key(pt.world_number or 0, pt.rank)
+
+
+def number_worlds(procs: list[ProcessTrace]) -> dict:
+    """Each process's world number (meta path -> number; rank_ranges.rank_key) when the run has
+    several worlds, else {}: the worlds that are some process's first (a C++-layer file: its Python
+    twin's), numbered in the order they started (their processes' earliest start, then id). A process
+    that made several worlds stays a rank of its first."""
+    first = {pt.meta_path: python_twin(pt, procs).world_id for pt in procs}
+    start: dict = {}
+    for pt in procs:
+        w, t = first[pt.meta_path], pt.header.get("t_wall_ns")
+        if w is not None:
+            t = t if isinstance(t, int) else 0
+            start[w] = min(t, start.get(w, t))
+    number = {w: i for i, w in enumerate(sorted(start, key=lambda w: (start[w], str(w))))}
+    return {m: number.get(w, 0) for m, w in first.items()} if len(number) > 1 else {}
 
 
 def reference_processes(procs: list[ProcessTrace]) -> dict:
@@ -650,13 +670,18 @@ def merged_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.Data
     return merge_cpp_layer(frame, read_mpi_calls(cpp))
 
 
-def load_run(run_dir: str | None = None) -> Run:
+def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
+    """The run's ops and tables; ``rank_keys``: ranks given as rank keys (number_worlds), as the report
+    keys them."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
     issues: list[TraceIssue] = []
     procs = [p for p in (read_process(m, issues) for m in find_traces(run_dir)) if p is not None]
     if not procs:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    numbers = number_worlds(procs) if rank_keys else {}
+    for p in procs:
+        p.world_number = numbers.get(p.meta_path)
     describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
     frame = merged_frame(procs)
     issues.extend(missing_ranks(procs))

@@ -76,3 +76,31 @@ def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
                                          "still running)"]
     assert abrupt[0].details[0] == f"last op: all_reduce seq 2 [completed] at {site}"
     assert w1 not in findings_text(findings).split("progress per group")[0]
+
+
+def test_unmatched_send_and_damaged_files_name_their_world(tmp_path):
+    """World 2's rank 0 sends to its rank 1, which never receives: the unmatched send is told as
+    rank 0 of world 2's. Then both worlds' rank 1 ops files get stray bytes (damaged alike): one
+    damage finding per world, each naming its world and its own file -- not one "rank 1" for both."""
+    import shutil
+    p = traced_spawn(tmp_path / "run", "p2p-second", hang_timeout=2, script=SCRIPT)
+    assert p.returncode == 1, p.stderr[-3000:]
+    run, findings = diagnose_dir(tmp_path / "run")
+    w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
+    (f,) = kinds(findings)[C.P2P_UNMATCHED]
+    site = f"tests/faults/scripts/{SCRIPT}:{_line('# WORLD2 SEND')} (second_world)"
+    assert f.title == f"rank 0 of world {w2} send to rank 1 #1 ([[8]]) has no matching recv [in_flight]", f.title
+    assert (f.world, f.ranks, f.details) == (w2, [0], [f"called at {site}"])
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path / "run", damaged)
+    stems = {}
+    for pr in run.processes:
+        if pr["rank"] == 1 and pr["worlds"]:
+            stems[pr["worlds"][0]] = pr["file"][: -len(".meta.jsonl")]
+            with open(damaged / (stems[pr["worlds"][0]] + ".ops.bin"), "ab") as fh:
+                fh.write(b"xyz")
+    assert sorted(stems) == sorted([w1, w2])
+    _, findings = diagnose_dir(damaged)
+    got = sorted((f.world, f.ranks, f.title) for f in kinds(findings)[C.DAMAGED])
+    assert got == sorted((w, [1], f"rank 1 of world {w}: trace damaged: {stems[w]}.ops.bin truncated mid-record")
+                         for w in (w1, w2)), got

@@ -102,19 +102,22 @@ def diagnose_coverage(run) -> list[Finding]:
                                         for p in procs]})]
 
 
-def diagnose_damage(run) -> list[Finding]:
-    """Unreadable trace data: an error (the diagnosis may lack it); ranks damaged alike (equal
-    ``damage_any``: file stems written "*") are one finding, ``data.per_rank`` each one's files."""
-    alike: dict[tuple, list[dict]] = {}     # damage of any rank -> its ranks' processes (in order)
+def diagnose_damage(run, fates: dict[tuple, RankFate] | None = None, worlds: int = 1) -> list[Finding]:
+    """Unreadable trace data: an error (the diagnosis may lack it); ranks (of one world) damaged alike
+    (equal ``damage_any``: file stems written "*") are one finding, ``data.per_rank`` each one's files;
+    with several ``worlds`` it names the world (that of the rank's fate, ``rank_fates``)."""
+    world_of = {f: fate.world for fate in (fates or {}).values() for f in fate.files} if worlds > 1 else {}
+    alike: dict[tuple, list[dict]] = {}     # (world, damage of any rank) -> its ranks' processes (in order)
     helpers = []                            # processes without a rank: one finding each
     for p in list(run.processes) + list(getattr(run, "unranked", None) or []):
         if isinstance(p, dict) and p.get("damage"):
             if _int(p.get("rank")) is None:
                 helpers.append(p)
             else:
-                alike.setdefault(tuple(str(d) for d in p.get("damage_any") or p["damage"]), []).append(p)
+                key = tuple(str(d) for d in p.get("damage_any") or p["damage"])
+                alike.setdefault((world_of.get(str(p.get("file"))), key), []).append(p)
     out = []
-    for key, ps in alike.items():
+    for (world, key), ps in alike.items():
         ranks = sorted({_int(p["rank"]) for p in ps})
         first = [str(d) for d in ps[0]["damage"]]
         per_rank: dict = {}
@@ -124,8 +127,8 @@ def diagnose_damage(run) -> list[Finding]:
             mine["damage"].extend(str(d) for d in p["damage"])
         # One file: its own name; several: "*.ops.bin" (each rank's files: data.per_rank).
         what = "; ".join(first if len(ps) == 1 else key)
-        out.append(Finding(DAMAGED, ERROR, f"rank {fmt_ranks(ranks)}: trace damaged: {what}", ranks=ranks,
-                           data={"file": ps[0].get("file"), "damage": first, "per_rank": per_rank}))
+        out.append(Finding(DAMAGED, ERROR, f"{rank_label(ranks, world, worlds)}: trace damaged: {what}", ranks=ranks,
+                           world=world, data={"file": ps[0].get("file"), "damage": first, "per_rank": per_rank}))
     for p in helpers:
         damage = [str(d) for d in p["damage"]]
         out.append(Finding(DAMAGED, ERROR, f"pid {p.get('pid')}: trace damaged: {'; '.join(damage)}",
@@ -311,7 +314,9 @@ def unmatched_p2p(df: pd.DataFrame) -> list:
 P2P_SHOWN = 10
 
 
-def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
+def diagnose_p2p(df: pd.DataFrame, worlds: int = 1) -> list[Finding]:
+    """A send / recv without its counterpart (``unmatched_p2p``; with several ``worlds``, the rank
+    named by its world)."""
     findings = []
     for r in unmatched_p2p(df)[:P2P_SHOWN]:
         st = str(r["status"])
@@ -319,7 +324,8 @@ def diagnose_p2p(df: pd.DataFrame) -> list[Finding]:
         peer = _int(r.get("root"))
         what = "recv from" if str(r["op"]) == "recv" else "send to"
         findings.append(Finding(P2P_UNMATCHED, sev,
-                                f"rank {int(r['rank'])} {what} rank {peer} #{int(r['seq'])} ({_s(r.get('shapes'))}) "
+                                f"{rank_label([int(r['rank'])], _s(r['world']), worlds)} {what} rank {peer} "
+                                f"#{int(r['seq'])} ({_s(r.get('shapes'))}) "
                                 f"has no matching {'send' if str(r['op']) == 'recv' else 'recv'} [{st}]",
                                 details=[f"called at {_s(r.get('callsite')) or '?'}"],
                                 world=_s(r["world"]), group=_s(r["group"]), seq=int(r["seq"]), op=str(r["op"]),

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
+from ...trace.rank_ranges import WORLD_STRIDE
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
@@ -143,7 +144,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                 stage.advance()
         ranks = RankFold()
         stage = bar.stage("ranks", len(plan.ranks), plan.records)
-        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules)
+        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]))
                  for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
             ranks.add(p)
@@ -152,7 +153,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ranks.comm = dict(sorted(ranks.comm.items()))     # rank order, whichever task of a pool ended first
         check_phases(window, ranks.windows)
         if window is not None:
-            check_steps(window, ranks.first_step, ranks.total_steps or None)
+            check_steps(window, ranks.first_step, max(ranks.world_steps.values(), default=0) or None)   # step numbers
         cells = ranks.cell_table()
         keys = table_keys(cells) if len(cells) else {"by_op": ["op"], "by_group": ["group", "group_desc", "op"]}
         keys["phase_op"] = ["phase", "op"]
@@ -212,6 +213,10 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
     info = run_info_of(plan.path, plan.run_id, ranks.facts, ranks.comm, ranks.ops, ranks.t0,
                        window_lengths(ranks.windows))
     info["window"] = (window or Window()).describe()
+    if plan.worlds:     # several worlds: their ids by number (rank keys and group labels say "w1")
+        ids = {n: pt["worlds"][0] for f in ranks.facts for pt in f.processes if pt.get("worlds")
+               for n in [f.rank // WORLD_STRIDE]}
+        info["worlds"] = [ids.get(n) for n in range(max(ids, default=-1) + 1)]
     return info
 
 
@@ -227,32 +232,39 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
             by_chunk.setdefault(c, []).append((metas[ops], ops, lo, hi))
     layers = layers or {}
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
-                          {f[1]: layers[f[1]] for f in files if f[1] in layers})
+                          {f[1]: layers[f[1]] for f in files if f[1] in layers},
+                          {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds})
             for c, files in sorted(by_chunk.items())]
 
 
 @dataclass
 class RankPart:
     """One rank's ops, loaded on demand (``load()``: the frame ``commtrace.load`` has for them)."""
-    rank: int
+    rank: int                   # its rank key (rank_ranges.rank_key: its rank, when the run has one world)
     files: list
     refs: dict
+    world: int | None = None    # its world's number when the run has several (plan.RunPlan.worlds)
 
-    def load(self) -> pd.DataFrame:
-        return rank_frame(*read_rank(self.files, self.refs, []))
+    def load(self, rank_keys: bool = False) -> pd.DataFrame:
+        """``rank_keys``: ranks as the report keys them (rank keys; groups named with their world)."""
+        return rank_frame(*read_rank(self.files, self.refs, [], world=self.world if rank_keys else None))
 
-    def mark_tables(self):
+    def mark_tables(self, rank_keys: bool = False):
         """This rank's (spans, marks, regions), on the run's clock, read without its ops (a
         bounded process's spans all, as its ops are not read to tell which they cover)."""
-        procs, refs = read_rank(self.files, self.refs, [], records=False)
+        procs, refs = read_rank(self.files, self.refs, [], records=False, world=self.world if rank_keys else None)
         return reader.build_mark_tables(procs, [], refs)
 
 
 def load_ranks(parts: list[RankPart]):
     """The ops, compute spans, marks and regions of some ranks, and their process
-    summaries: a reader.Run of just those ranks (times on the run's reference clocks)."""
+    summaries: a reader.Run of just those ranks (times on the run's reference clocks), their ranks
+    as the report keys them (RankPart.load's ``rank_keys``)."""
     issues: list = []
     procs, refs = read_rank([m for part in parts for m in part.files], parts[0].refs if parts else {}, issues)
+    world_of = {m: part.world for part in parts for m in part.files}
+    for p in procs:
+        p.world_number = world_of.get(p.meta_path)
     spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
     summaries = [p.summary() for p in procs]
     frame = rank_frame(procs, refs)
@@ -301,4 +313,4 @@ def scan(run_dir=None) -> list[RankPart]:
     """The run as one lazy part per rank (for analysing big runs yourself, e.g.
     ``dask.delayed(part.load)()`` per part, or one part at a time)."""
     plan = plan_run(run_dir)
-    return [RankPart(r, metas, plan.refs) for r, metas in plan.ranks.items()]
+    return [RankPart(r, metas, plan.refs, plan.worlds.get(metas[0])) for r, metas in plan.ranks.items()]

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader, records, schema
+from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays
 from ..modules import module_keys
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
@@ -49,7 +50,7 @@ def rank_ops_of(procs: list, refs: dict, rank: int) -> tuple[RankOps | None, dic
         gid = np.array([groups[p.stem].get(g, -1) for g in mine["group"].astype(object)], np.int64)
         keys = np.sort((gid << 32) | mine["seq"].to_numpy(np.int64)) if len(mine) else np.empty(0, np.int64)
         files[p.ops_path] = CppFile(twins[p.stem].meta_path, keys)
-    return frame_ops(frame), files
+    return frame_ops(frame, procs[0].world_number), files
 
 
 def rank_frame(procs: list, refs: dict) -> pd.DataFrame:
@@ -58,12 +59,15 @@ def rank_frame(procs: list, refs: dict) -> pd.DataFrame:
     return frame.reset_index(drop=True) if has_cpp(procs) else frame
 
 
-def frame_ops(frame: pd.DataFrame) -> RankOps | None:
-    """RankOps of one rank's (merged) frame: the same arrays rank_ops gathers from records."""
+def frame_ops(frame: pd.DataFrame, world: int | None = None) -> RankOps | None:
+    """RankOps of one rank's (merged) frame: the same arrays rank_ops gathers from records (``world``:
+    its world's number when the run has several)."""
     if not len(frame):
         return None
     keys = pd.DataFrame({c: frame[c].astype(object).where(frame[c].notna(), NA_KEY).astype(str)
                          for c in CELL_COLUMNS})
+    if world is not None:
+        keys["group"] = [world_group_name(g, world) for g in keys["group"]]
     cell, uniq = pd.MultiIndex.from_frame(keys).factorize()
     ops = frame["op"]
     op_names = [str(o) for o in (ops.cat.categories if isinstance(ops.dtype, pd.CategoricalDtype)

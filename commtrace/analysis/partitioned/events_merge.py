@@ -60,16 +60,21 @@ def chunk_for(memory_limit: int, files: int) -> int:
     return int(max(MIN_CHUNK, min(BLOCK, memory_limit // 8 // max(files, 1) // CHUNK_BYTES_PER_OP)))
 
 
-def merged_events(ranks: dict, refs: dict, win: EventWindow, chunk: int) -> Iterator[pd.DataFrame]:
-    """The window's events of every rank (``ranks``: rank -> its meta paths, in name order;
-    ``refs``: world id -> meta path of its reference process) as consecutive event_rows frames."""
+def merged_events(ranks: dict, refs: dict, win: EventWindow, chunk: int, worlds: dict | None = None) \
+        -> Iterator[pd.DataFrame]:
+    """The window's events of every rank (``ranks``: rank key -> its meta paths, in name order;
+    ``refs``: world id -> meta path of its reference process; ``worlds``: meta path -> world number,
+    plan.RunPlan.worlds) as consecutive event_rows frames, ranks given as rank keys."""
+    worlds = worlds or {}
     ref_procs = {w: p for w, p in ((w, reader.read_process(m, [], records=False)) for w, m in refs.items())
                  if p is not None}
     streams = []
     for rank, metas in sorted(ranks.items()):
         procs = [p for p in (reader.read_process(m, [], records=False) for m in metas) if p is not None]
+        for p in procs:
+            p.world_number = worlds.get(p.meta_path)
         if any(is_bounded(p) or p.header.get("source") == "cpp" for p in procs):
-            streams.append(_whole_rank(metas, refs, win.t0))
+            streams.append(_whole_rank(metas, refs, win.t0, worlds.get(metas[0])))
         else:
             streams.extend(_file_chunks(p, ref_procs.get(p.world_id), win.t0, chunk) for p in procs)
     try:
@@ -149,10 +154,10 @@ def _read_on(streams: list, bufs: list, last: list, i: int) -> None:
     bufs[i] = part if b is None or not len(b.t) else b.join(part)
 
 
-def _whole_rank(metas: list, refs: dict, t0: int):
-    """One stream of a rank read whole (its frame as load() has it)."""
+def _whole_rank(metas: list, refs: dict, t0: int, world: int | None):
+    """One stream of a rank read whole (its frame as load() has it, ranks as rank keys)."""
     from . import RankPart
-    frame = RankPart(-1, metas, refs).load()
+    frame = RankPart(-1, metas, refs, world).load(rank_keys=True)
     t = frame["t_start_ns"].to_numpy(np.int64) - t0 if len(frame) else np.empty(0, np.int64)
     yield _Part(t, frame=frame), (int(t.max()) if len(t) else _NEVER)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...trace.rank_ranges import WORLD_STRIDE, several_worlds
 from ..arrays import NA_KEY, keys_index
 from ..native_ext import kernels
 from ..step_table import OUTSIDE_COLUMNS, PER_RANK_COLUMNS
@@ -97,10 +98,10 @@ class RankFold:
         self.per_rank_rows = 0
         self.per_rank_cut = False          # more rows than PER_RANK_ROWS_KEPT: medians per rank instead
         self.rank_medians: list = []
-        self.across = AcrossFold()
+        self.across: dict = {}              # world number -> AcrossFold of its ranks (a step is a step of a world)
         self.comm: dict = {}
         self.outside = {BEFORE: [0, 0, []], BETWEEN: [0, 0, []], AFTER: [0, 0, []], NO_STEPS: [0, 0, set()]}
-        self.total_steps = 0
+        self.world_steps: dict = {}         # world number -> the most steps a rank of it took
         self.ops = 0
         self.t0 = None
         self.ops_per_rank: dict = {}
@@ -120,7 +121,7 @@ class RankFold:
         self.values.extend(p.values)
         # what AcrossFold and rank_medians read: not the steps' begin and end times (delta-packed)
         columns = {c: p.per_rank.column(c) for c in PER_RANK_COLUMNS if c[:2] != "t_"} if len(p.per_rank) else {}
-        self.across.add(columns)
+        self.across.setdefault(p.rank // WORLD_STRIDE, AcrossFold()).add(columns)
         self.per_rank_rows += len(p.per_rank)
         if self.per_rank_rows > PER_RANK_ROWS_KEPT:
             if not self.per_rank_cut:     # the per-rank table becomes medians: those of the ranks kept so far
@@ -139,7 +140,8 @@ class RankFold:
             acc[0] += ops
             acc[1] += nbytes
             acc[2].update(extra) if isinstance(acc[2], set) else acc[2].extend(extra)
-        self.total_steps = max(self.total_steps, p.total_steps)
+        w = p.rank // WORLD_STRIDE
+        self.world_steps[w] = max(self.world_steps.get(w, 0), p.total_steps)
         self.ops += p.ops
         self.ops_per_rank[p.rank] = p.ops
         self.op_orders.append(p.op_order)
@@ -195,7 +197,22 @@ class RankFold:
             rows.append({"where": OUTSIDE_NAMES[NO_STEPS], "ops": ops, "bytes": nbytes, "comm_ns": float("nan"),
                          "ranks": len(ranks)})
         outside = pd.DataFrame(rows).set_index("where")[OUTSIDE_COLUMNS]
-        return StepTables(pr, self.across.table(), outside, self.total_steps)
+        return StepTables(pr, self.across_table(), outside, self.total_steps)
+
+    @property
+    def total_steps(self) -> int:
+        """The steps of the run: the most a rank took, summed over the worlds."""
+        return sum(self.world_steps.values())
+
+    def across_table(self) -> pd.DataFrame:
+        """The per-step table; a run of several worlds has a row per step of each world, ``world``
+        ("w1") saying which."""
+        if not several_worlds(self.ops_per_rank):
+            return (self.across.get(0) or AcrossFold()).table()
+        tables = {w: f.table() for w, f in sorted(self.across.items())}
+        out = pd.concat(tables.values()) if tables else AcrossFold().table()
+        out.insert(0, "world", np.asarray([f"w{w}" for w, t in tables.items() for _ in range(len(t))], dtype=object))
+        return out
 
     def medians(self) -> pd.DataFrame:
         """Per rank: its steps and the median of each figure over them (the report's per-rank table),

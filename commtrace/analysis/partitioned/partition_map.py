@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader, records
+from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
@@ -44,6 +45,7 @@ class PartitionTask:
     top: int
     window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): windowing.in_window
     layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile (its unmatched records)
+    worlds: dict = field(default_factory=dict)   # meta path -> world number ({}: one world; plan.RunPlan.worlds)
 
 
 @dataclass
@@ -75,7 +77,7 @@ class _FileTables:
     cell: list                  # per sig index * groups + group index: the summary cell's key
 
 
-def _file_tables(pt) -> _FileTables:
+def _file_tables(pt, world: int | None) -> _FileTables:
     slut, glut = index_lut(pt.sigs), index_lut(pt.groups)   # no sigs or groups: no record is read
     sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
     groups = [pt.groups[i] for i in sorted(pt.groups)]
@@ -83,7 +85,7 @@ def _file_tables(pt) -> _FileTables:
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     dims = reader.mesh_dims(pt.meshes)
-    cell = [cell_key(s, g, dims) for s in sigs for g in groups]
+    cell = [cell_key(s, g, dims, world) for s in sigs for g in groups]
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
                        np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
                        np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
@@ -95,25 +97,26 @@ _TABLES: dict = {}
 _TABLES_KEPT = 4096
 
 
-def _tables_of(pt) -> _FileTables:
-    """``pt``'s _FileTables, kept per process object (``_meta`` keeps those per worker); an
-    entry holds its object, so the id it is found by is not reused while it is kept."""
-    hit = _TABLES.get(id(pt))
+def _tables_of(pt, world: int | None = None) -> _FileTables:
+    """``pt``'s _FileTables (``world``: its world's number, when the run has several), kept per process
+    object and world (``_meta`` keeps those per worker); an entry holds its object, so the id it is
+    found by is not reused while it is kept."""
+    hit = _TABLES.get((id(pt), world))
     if hit is not None and hit[0] is pt:
         return hit[1]
     if len(_TABLES) >= _TABLES_KEPT:
         _TABLES.clear()
-    ft = _file_tables(pt)
+    ft = _file_tables(pt, world)
     if ft.slut.nbytes + ft.glut.nbytes <= 1 << 20:   # ids as written: small; odd huge ones are not kept
-        _TABLES[id(pt)] = (pt, ft)
+        _TABLES[(id(pt), world)] = (pt, ft)
     return ft
 
 
-def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs):
+def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs, world):
     pt = cached_process(meta)
     if pt is None:
         return None
-    ft = _tables_of(pt)
+    ft = _tables_of(pt, world)
     rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids))
     if not len(rec):
         return None
@@ -132,41 +135,48 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     cell_ids: dict = {}
     op_ids: dict = {}
     wg_ids: dict = {}
+    wg_names: dict = {}     # (world id, group) -> the group as the tables name it, when the run has several worlds
     own_refs: dict = {}
     slices = []
     for meta, ops, lo, hi in task.files:
-        got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs)
+        world = task.worlds.get(meta)
+        got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, world)
         if got is not None and ops in task.layers:
             got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
+        key = -1 if got is None or got[0].rank is None else rank_key(world or 0, got[0].rank)
         if got is not None and task.window is not None:
-            keep = in_window(*got, *task.window)
+            keep = in_window(key, *got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None
         if got is not None:
-            slices.append(got)
+            slices.append((key, world, *got))
     if not slices:
         return _empty(task)
-    total = sum(len(rec) for _, rec, _ in slices)
+    total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
     at = 0
-    for i, (pt, rec, t) in enumerate(slices):
+    for i, (key, world, pt, rec, t) in enumerate(slices):
         slices[i] = None                             # the records go as their rows are written
-        ft = _tables_of(pt)
+        ft = _tables_of(pt, world)
         n_groups = len(ft.wg)
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
+        for k in ft.wg if world is not None else ():
+            wg_names.setdefault(k, world_group_name(k[1], world))
         si, gi = ft.slut.take(rec["sig"]), ft.glut.take(rec["group"])      # take: ~40 % less than indexing
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
         for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():
             c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks
+            c["rank"][at:at + len(rec)] = key
         at += len(rec)
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
     inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
     first, last, slowest, size, end = _per_instance(inst, k, c)
-    wg_names = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
-    world_of = np.asarray([w for w, _ in wg_names], dtype=object)
-    group_of = np.asarray([g for _, g in wg_names], dtype=object)
+    wgs = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
+    world_of = np.asarray([w for w, _ in wgs], dtype=object)
+    group_of = np.asarray([wg_names.get((w, g), g) for w, g in wgs], dtype=object)
     op_first = c["op"][first]
     is_p2p = np.isin(np.arange(len(ops)), [i for i, o in enumerate(ops) if o in P2P_OPS])
     p2p = is_p2p[op_first]

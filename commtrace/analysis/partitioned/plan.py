@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import CommtraceError
 from ...trace import reader, records, schema
+from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids
 from .bounded_files import is_bounded, ops_records_on_disk
@@ -23,13 +24,14 @@ from .bounded_files import is_bounded, ops_records_on_disk
 @dataclass
 class RunPlan:
     path: str
-    ranks: dict                 # rank -> [meta paths of its processes]
+    ranks: dict                 # rank key (world and rank: rank_ranges.rank_key) -> [meta paths of its processes]
     refs: dict                  # world id -> meta path of its rank-0 process (the reference clock)
     records: int                # op records on disk (from the file sizes)
     records_per_file: int       # the most in one file
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
     modules: bool = True        # a sig names a module: else the run has no per-module table to compute
+    worlds: dict = field(default_factory=dict)   # meta path -> world number (reader.number_worlds; {}: one world)
 
 
 def plan_run(run_dir: str | None) -> RunPlan:
@@ -40,6 +42,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     if not procs:
         detail = "; ".join(str(i) for i in issues[:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    numbers = reader.number_worlds(procs)
     run_id, drop, more = check_run_ids([p.summary() for p in procs])
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
@@ -49,13 +52,13 @@ def plan_run(run_dir: str | None) -> RunPlan:
                              f"ended before; `commtrace check {path}` says how)")
     ranks: dict = {}
     for p in ranked:
-        ranks.setdefault(p.rank, []).append(p.meta_path)
+        ranks.setdefault(rank_key(numbers.get(p.meta_path, 0), p.rank), []).append(p.meta_path)
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
     sizes = [ops_records_on_disk(p.ops_path) for p in ranked]
     found = issues + more + reader.missing_ranks(procs)
     modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
-                   run_id, modules)
+                   run_id, modules, {p.meta_path: numbers[p.meta_path] for p in ranked if p.meta_path in numbers})
 
 
 CHUNKS_PER_WORKER = 8   # at least this many seq chunks per worker: smaller tasks, a lower peak, even load
@@ -130,11 +133,15 @@ def cached_process(path: str):
     return _meta(path, st.st_size, st.st_mtime_ns)
 
 
-def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None) -> tuple[list, dict]:
+def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None,
+              world: int | None = None) -> tuple[list, dict]:
     """The processes of ``metas`` and, per world of ``refs`` (world id -> meta path), its reference
     process: one of ``metas`` if it is one (each file read once), else ``ref_of(path)`` (default: its
-    meta lines)."""
+    meta lines). ``world``: their world's number, when the run has several (their tables then give
+    rank keys and world-named groups: reader.ProcessTrace.world_number)."""
     procs = [p for p in (reader.read_process(m, issues, records=records) for m in metas) if p is not None]
+    for p in procs:
+        p.world_number = world
     own = {p.meta_path: p for p in procs}
     ref_of = ref_of or (lambda m: reader.read_process(m, [], records=False))
     got = {w: own.get(m) or ref_of(m) for w, m in refs.items()}

@@ -41,6 +41,7 @@ class RankTask:
     window: object = None       # analysis.window.Window shown (None: the whole run)
     t0: int | None = None       # the run's first op start (--from/--to count from it)
     modules: bool = True        # the run names a module (plan): else no per-module figures
+    world: int | None = None    # the rank's world number when the run has several (plan.RunPlan.worlds)
 
 
 @dataclass
@@ -69,7 +70,7 @@ class RankPartial:
 
 def map_rank(task: RankTask) -> RankPartial:
     issues: list = []
-    procs, refs = read_rank(task.metas, task.refs, issues)
+    procs, refs = read_rank(task.metas, task.refs, issues, world=task.world)
     index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...trace import reader, records, schema
 from ...trace.annotations import is_gradient_allreduce
+from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays, dense_codes
 from ..native_ext import kernels
 from ..step_table import WaitColumns
@@ -49,10 +50,11 @@ def index_lut(table: dict) -> np.ndarray:
     return lut
 
 
-def cell_key(sig: dict, group: dict, dims: dict) -> tuple:
-    """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims)."""
-    return (key_str(group.get("name")), key_str(group.get("desc")), key_str(sig.get("phase")),
-            key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
+def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tuple:
+    """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims;
+    ``world``: the group's world number when the run has several: "w1:0")."""
+    return (world_group_name(key_str(group.get("name")), world), key_str(group.get("desc")),
+            key_str(sig.get("phase")), key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
             key_str(reader.mesh_dim_of(group, dims)))
 
 
@@ -85,7 +87,8 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         si, gi = slut.take(rec["sig"]), glut.take(rec["group"])     # take: up to 3x faster than indexing
         combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
         dims = reader.mesh_dims(pt.meshes)
-        c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims),
+        c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
+                                                   pt.world_number),
                                           len(cells)) for x in combo.tolist()], np.int64)
         parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
         parts["dret"].append(rec["d_return"])

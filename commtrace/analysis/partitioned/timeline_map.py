@@ -39,6 +39,7 @@ class TimelineTask:
     hi: int
     width: int                  # cells
     op_names: list              # the legend: op names in the one frame's category order
+    world: int | None = None    # the rank's world number when the run has several (plan.RunPlan.worlds)
 
 
 @dataclass
@@ -50,7 +51,8 @@ class TimelinePartial:
 
 
 def map_timeline(task: TimelineTask) -> TimelinePartial:
-    procs, refs = read_rank(task.metas, task.refs, [], records=task.lane, ref_of=cached_process)
+    procs, refs = read_rank(task.metas, task.refs, [], records=task.lane, ref_of=cached_process,
+                            world=task.world)
     marks = _marks(procs, refs, task.bounds)
     if not task.lane:
         return TimelinePartial(task.rank, None, None, marks)
@@ -106,7 +108,7 @@ def timeline_tasks(plan, ranks, window, console_width: int, rank_list: list) -> 
     phases = window.phases if window is not None else None
     names = ranks.op_order()
     return [TimelineTask(r, metas, plan.refs, ranks.ops_per_rank.get(r, 0) > 0, bounds, phases, t0, lo, hi, width,
-                         names) for r, metas in plan.ranks.items()]
+                         names, plan.worlds.get(metas[0])) for r, metas in plan.ranks.items()]
 
 
 class TimelineFold:

@@ -89,11 +89,12 @@ def all_bounds(parts: list) -> dict | None:
     return {r: b for w in parts for r, b in w.bounds.items()}
 
 
-def in_window(pt, rec: np.ndarray, t: np.ndarray, bounds: dict | None, phases: tuple | None) -> np.ndarray:
-    """Which of a process's records (``t``: their aligned starts) are in the window (window.apply's rule)."""
+def in_window(key: int, pt, rec: np.ndarray, t: np.ndarray, bounds: dict | None, phases: tuple | None) -> np.ndarray:
+    """Which of a process's records (``t``: their aligned starts; ``key``: its rank key) are in the
+    window (window.apply's rule)."""
     keep = np.ones(len(rec), dtype=bool)
     if bounds is not None:
-        lo, hi = bounds.get(-1 if pt.rank is None else pt.rank, (0, 0))
+        lo, hi = bounds.get(key, (0, 0))
         keep &= (t >= lo) & (t <= hi) & (hi > lo)
     if phases is not None:
         ids = sorted(pt.sigs)

@@ -7,7 +7,9 @@ MODE (what rank 1 of the first world does after its 2nd all_reduce): clean | exi
 aborts it). The second world, started after the first ended however it ended, is clean
 and ends with a broadcast, an op the first world's ranks never called; except in MODE
 kill-second, where the first world is clean and the second world's rank 1 SIGKILLs itself
-after its 2nd all_reduce.
+after its 2nd all_reduce; and except in MODE p2p-second, where the first world is clean and,
+after the second world's collectives, its rank 0 sends to rank 1, which never receives (it
+sleeps): the send stays in flight until the hang watchdog aborts rank 0.
 """
 import datetime
 import os
@@ -51,6 +53,11 @@ def second_world(rank, port, mode):
             os.kill(os.getpid(), signal.SIGKILL)
         dist.all_reduce(t)  # WORLD2
     dist.broadcast(t, src=0)  # WORLD2 LAST
+    if mode == "p2p-second":
+        if rank == 0:
+            dist.send(t, dst=1)  # WORLD2 SEND
+        else:
+            time.sleep(120)
     dist.destroy_process_group()
 
 
