@@ -78,6 +78,21 @@ def run(args, *, timeout: float = DEFAULT_TIMEOUT, env: dict | None = None, cwd:
     return Result([str(a) for a in args], proc.returncode, out, err, timed_out)
 
 
+def commtrace_main(*argv) -> Result:
+    """``commtrace ARGV`` run by the command line's main in this process, its stdout and
+    stderr captured: for tests that only read a command's output (a subprocess costs an
+    interpreter importing pandas, ~0.7 s of CPU). The real command line, exit codes and
+    stderr included, is tested by tests/report/test_report_cli.py and test_bad_input.py."""
+    import contextlib
+    import io
+
+    from commtrace.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return Result(["commtrace", *(str(a) for a in argv)], code, out.getvalue(), err.getvalue())
+
+
 def concurrently(*launches):
     """Call each of ``launches`` (independent jobs, e.g. a program run untraced and
     traced) at once, in threads; their results in order (the first failure raises).

@@ -98,7 +98,7 @@ def test_stop_closes_and_restart_writes_a_new_file(after):
         # The 2 untraced all_reduces after stop() are not there; seq numbering goes on.
         assert list(mine["op"].astype(str)) == ["all_reduce", "all_reduce", "barrier"]
         assert list(mine["seq"]) == [9, 10, 11]
-    chk = h.run([h.PY, "-m", "commtrace", "check", str(run_dir)]).check(0)
+    chk = h.commtrace_main("check", run_dir).check(0)
     assert "no problems found" in chk.stdout
 
 

@@ -60,7 +60,7 @@ def _records_on_disk(run_dir, suffix: str) -> dict:
 
 
 def _cli(*args) -> h.Result:
-    return h.run([h.PY, "-m", "commtrace", *args], timeout=60)
+    return h.commtrace_main(*args)
 
 
 def _same_check_partitioned(run_dir, rc: int) -> None:

@@ -77,6 +77,6 @@ def test_pool_workers_terminated_by_their_pool_are_no_problem(tmp_path):
     assert [line for line in res.stderr.splitlines() if not line.startswith("commtrace: trace written")] == []
     workers = [f for f in os.listdir(run_dir) if f.startswith("proc.") and f.endswith(".meta.jsonl")]
     assert len(workers) >= 2  # the pool's workers were traced
-    chk = h.run([h.PY, "-m", "commtrace", "check", run_dir], timeout=60)
+    chk = h.commtrace_main("check", run_dir)
     chk.check(0)
     assert "ERROR" not in chk.stdout

@@ -218,7 +218,7 @@ def test_reshard_after_forward_off_gathers_once_per_unit(launched):
 
 def test_report_shows_per_module_table(launched):
     scenario, world, _, df, tmp = launched
-    res = h.run([h.PY, "-m", "commtrace", "report", tmp / "run", "--json", "-"], timeout=200).check(0)
+    res = h.commtrace_main("report", tmp / "run", "--json", "-").check(0)
     rows = json.loads(res.stdout)["by_module"]
     fb = df[df["phase"].isin(["forward", "backward"])]
     got = {(r["module"], r["phase"]): r["ops"] for r in rows if r["phase"] in ("forward", "backward")}
@@ -226,9 +226,9 @@ def test_report_shows_per_module_table(launched):
             if n}
     assert got == want
     assert all(0 <= r["exposed_ns"] <= r["comm_ns"] for r in rows)
-    if scenario != "2d":  # the terminal table once (a report is seconds on a loaded CI machine)
+    if scenario != "2d":  # the terminal table once
         return
-    text = h.run([h.PY, "-m", "commtrace", "report", tmp / "run", "--width", "160"], timeout=200).check(0).stdout
+    text = h.commtrace_main("report", tmp / "run", "--width", "160").check(0).stdout
     assert "Per module" in text and "layers.0" in text
 
 

@@ -32,6 +32,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 pytest.importorskip("torch")
 import commtrace  # noqa: E402
+import helpers as h  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -222,20 +223,13 @@ def test_bucket_sweep_trend(runs_root):
 def test_bucket_sweep_compare(runs_root):
     for cap in CAPS:
         _sweep(runs_root, cap)
-    probe = subprocess.run([sys.executable, "-m", "commtrace", "compare", "--help"], cwd=ROOT, env=_env(),
-                           capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip("`commtrace compare` is not available in this tree yet "
-                    f"(`commtrace compare --help` exited {probe.returncode}); sweep traces are checked above")
     dirs = [run_dir("bucket_sweep.py", "--bucket-cap-mb", c, "--steps", "3") for c in ("25", "1", "0.25")]
-    p = subprocess.run([sys.executable, "-m", "commtrace", "compare", *dirs], cwd=ROOT, env=_env(),
-                       capture_output=True, text=True, timeout=60)
+    p = h.commtrace_main("compare", *dirs)      # in-process: the test reads its output only
     assert p.returncode == 0, p.stdout + p.stderr
     assert "step time" in p.stdout and "exposed" in p.stdout and "busbw" in p.stdout
     # Step-centric, past the bucket rebuild (step 3 only): per rank and step the
     # same gradient bytes, cut into 1, 2 and 6 all_reduces.
-    p = subprocess.run([sys.executable, "-m", "commtrace", "compare", *dirs, "--skip-steps", "2", "--json", "-",
-                        "--by", "op,bucket"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    p = h.commtrace_main("compare", *dirs, "--skip-steps", "2", "--json", "-", "--by", "op,bucket")
     assert p.returncode == 0, p.stdout + p.stderr
     data = json.loads(p.stdout)
     ops = [data["steps"][d]["ops"]["median"] for d in data["runs"]]
