@@ -1,8 +1,9 @@
 """The mpi backend's ops (all_reduce, broadcast, reduce, all_gather, gather, scatter,
 reduce_scatter, all_to_all, barrier and their variants; send, recv), as methods of
-MPIProcessGroup (backend.py). A collective runs its MPI call blocking when the caller
-waits right away (``asyncOp`` False), else non-blocking (``_go``); point-to-point ops
-always run non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
+MPIProcessGroup (backend.py). A collective always runs as its blocking MPI call, in the
+group's call order: inline when the caller waits right away (``asyncOp`` False), else on
+the group's queue worker (``_go``, ``_collective``); point-to-point ops always run
+non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
 from __future__ import annotations
 
 import torch
@@ -12,7 +13,7 @@ from .. import torch_compat
 from . import dtypes, runtime
 from .tensors import (_U8, _bytes, _check, _copy_bytes, _one, _opt, _redop, _same_dtype, _scatter_back,
                       check_device)
-from .work import MPIWork, _DoneWork, keep
+from .work import _DoneWork, keep
 
 _SUM = dist.ReduceOp.SUM
 _AllreduceOptions = dist.AllreduceOptions
@@ -67,16 +68,20 @@ class Collectives:
         # here was measured; see docs/mpi-backend.md before adding to it.
         # Fastest: a blocking SUM on the same small tensor as the previous one
         # (a loss, a counter, a flag), guarded like _buf. Its Work is finished
-        # and holds [t], so the same object serves every such call.
+        # and holds [t], so the same object serves every such call. Inline only in
+        # this communicator's turn (nothing queued or running: runtime.CollectiveQueue).
         f = self._sum_fast
+        q = self._queue
         if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]
                 and type(opts) is _AllreduceOptions and f[1] == f[0].data_ptr() and f[2] == f[0].numel()
                 and hash(opts.reduceOp) == _SUM_HASH and ((_AR_ASYNC_OP and not opts.asyncOp) or runtime.progress is None)
-                and self._coalescing is None):
+                and self._coalescing is None and q.claim()):
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, f[3], f[4])
             except Exception as e:
                 raise RuntimeError(f"mpi backend: Allreduce failed: {e}") from e
+            finally:
+                q.turn.release()
             return f[5]
         t = tensors[0] if type(tensors) is list and len(tensors) == 1 else \
             (tensors if isinstance(tensors, torch.Tensor) else _one(tensors, "allreduce"))
@@ -98,11 +103,13 @@ class Collectives:
         else:
             ent = dtypes.reduce_op(rop, t.dtype)
         mop, avg = ent
-        if sync:
+        if sync and q.claim():
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, buf, mop)
             except Exception as e:
                 raise RuntimeError(f"mpi backend: Allreduce failed: {e}") from e
+            finally:
+                q.turn.release()
             if avg:
                 t.div_(self._size)
             w = _DoneWork()
@@ -113,14 +120,8 @@ class Collectives:
             elif rop == _SUM and self._small[0] is t:
                 self._sum_fast = (t, t.data_ptr(), t.numel(), buf, mop, w)
             return w
-        try:
-            req = self._comm.Iallreduce(runtime.IN_PLACE, buf, mop)
-        except Exception as e:
-            raise RuntimeError(f"mpi backend: Iallreduce failed: {e}") from e
-        w = MPIWork([t], req, self._avg_post([t], avg) if avg else None)
-        if self._coalescing is not None:
-            self._coalescing.append(w)
-        return w
+        return self._collective(self._comm.Allreduce, (runtime.IN_PLACE, buf, mop), [t],
+                                self._avg_post([t], avg) if avg else None, sync)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
