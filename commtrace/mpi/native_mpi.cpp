@@ -8,7 +8,7 @@
 // call MPI directly, on the communicator the Python group owns, without the GIL.
 //
 // Everything else is forwarded, unchanged, to the Python group ("inner"), which
-// stays the reference implementation: async ops and their progress thread, AVG,
+// stays the reference implementation: async ops and its worker thread, AVG,
 // float16/bfloat16 (user-defined MPI ops in Python), non-contiguous tensors, every
 // other collective, every error message. The fast path accepts exactly the
 // (dtype, op) pairs for which commtrace/mpi/dtypes.py uses a predefined MPI type
@@ -523,8 +523,8 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   };
 
   // Whether a call takes the fast path (sets `call` either way). Blocking only:
-  // an async op must overlap with the caller, which the Python group's
-  // non-blocking MPI calls and progress thread do.
+  // an async op must overlap with the caller, which the Python group's queue
+  // worker does (runtime.CollectiveQueue).
   bool plan(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts, FastCall& call) const {
     call.name = "allreduce";
     call.type = c10d::OpType::ALLREDUCE;
