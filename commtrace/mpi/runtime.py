@@ -6,7 +6,8 @@ first group (``init()``); read by the groups' ops (collectives.py) and their Wor
 The progress thread completes the non-blocking requests of point-to-point ops
 (collectives are blocking calls: CollectiveQueue). MPI moves data only while some
 thread is inside it, and a program may wait on ``work.get_future()`` without calling
-``Work.wait()``: this thread notices finished requests and completes their futures. It polls (MPI_Testsome, then a short sleep) rather than blocking in
+``Work.wait()``: this thread notices finished requests and completes their futures.
+It polls (MPI_Testsome, then a short sleep) rather than blocking in
 MPI_Waitsome: Open MPI's wait spins a core, mpirun binds a rank to one core, and a
 blocked Waitsome cannot take new requests. ``Work.wait()`` steals its request and
 MPI_Waits on it itself (done on arrival, not at the next poll); ``Progress.lock``
@@ -53,7 +54,8 @@ def init():
 # Seconds between polls while requests are outstanding (env override for tuning).
 # Linux's timer slack makes any such sleep last >= ~50 us, so this mostly sets
 # how much longer: DDP (bucket_cap_mb=1, 2 ranks) ran 1.32x gloo's step time
-# with 50 us on a 16-core machine and 1.00x with 5 us; 0.74x -> 0.62x on 2 cores.
+# with 50 us on a 16-core machine and 1.00x with 5 us; 0.74x -> 0.62x on 2 cores
+# (measured when DDP's all_reduces were non-blocking requests polled here).
 POLL_INTERVAL = float(os.environ.get("COMMTRACE_MPI_POLL_US", "5")) * 1e-6
 
 

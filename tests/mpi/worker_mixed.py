@@ -99,7 +99,8 @@ def collectives():
 
 def check(name, got, want):
     if len(got) != len(want) or not all(torch.equal(g, w) for g, w in zip(got, want)):
-        failures.append(f"[rank{rank}] {name}: got {[g.tolist() for g in got]}, want {[w.tolist() for w in want]}")
+        failures.append(f"[rank{rank}] {name}: got {[g.tolist() for g in got]}, "
+                        f"want {[w.tolist() for w in want]}")
 
 
 def mixed_ops():
@@ -155,7 +156,8 @@ def join():
     m_state = join_training("mpi")
     for i, (a, b) in enumerate(zip(g_state, m_state)):
         if not torch.equal(a, b):
-            failures.append(f"[rank{rank}] param {i} differs from gloo's (max abs diff {(a - b).abs().max().item()})")
+            failures.append(f"[rank{rank}] param {i} differs from gloo's "
+                            f"(max abs diff {(a - b).abs().max().item()})")
     return f"{len(m_state)} parameters compared with gloo"
 
 
