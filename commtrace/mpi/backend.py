@@ -141,21 +141,29 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
     def _collective(self, call, args, result, post, blocking):
         """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once
         on this thread when ``blocking`` and its turn is free (a finished Work), else queued
-        for the worker (waited for here when ``blocking``). Without a progress thread (MPI
-        below THREAD_MULTIPLE) no other thread may call MPI: always inline."""
+        for the worker (waited for here when ``blocking``). A non-blocking ``call``
+        ("Iallreduce": large all_reduces, see collectives.py) starts in its turn the same
+        way, blocking or not, and its request goes to the progress thread. Without a
+        progress thread (MPI below THREAD_MULTIPLE) no other thread may call MPI: always
+        inline."""
         q = self._queue
-        claimed = blocking and runtime.progress is not None and q.claim()
-        if claimed or runtime.progress is None or (blocking and q.on_worker()):
+        starts = call.__name__[0] == "I"    # a non-blocking call (large all_reduce): returns at once
+        threaded = runtime.progress is not None
+        claimed = threaded and (blocking or starts) and q.claim()
+        if claimed or not threaded or (blocking and q.on_worker()):
             try:
-                call(*args)
+                req = call(*args)
             except Exception as e:  # MPI errors -> Python exception on this rank
                 raise RuntimeError(f"mpi backend: {call.__name__} failed: {e}") from e
             finally:
                 if claimed:
                     q.turn.release()
-            return self._done(result, post)
-        w = MPIWork(result, post=post, keep=args, call=(call, args))
-        q.put(w)
+            if not starts:
+                return self._done(result, post)
+            w = MPIWork(result, req, post, keep=args)
+        else:
+            w = MPIWork(result, post=post, keep=args, call=(call, args))
+            q.put(w)
         if self._coalescing is not None:
             self._coalescing.append(w)
         if blocking:

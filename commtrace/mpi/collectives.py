@@ -31,6 +31,13 @@ def _flat(tensors):
 class Collectives:
     """The ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
 
+    # An all_reduce of more bytes than this is MPI_Iallreduce on every rank (its size is
+    # the same on every rank, so they agree), blocking caller or not: DDP's buckets then
+    # overlap backward, completed by the polling progress thread, where a blocking call on
+    # the worker would spin in Open MPI beside the backward pass. Smaller ones, and every
+    # other collective, are blocking calls. The C++ fast path reads it (native_mpi.cpp).
+    LARGE_ALLREDUCE_BYTES = 65536
+
     def _avg_post(self, tensors, avg):
         if not avg:
             return None
@@ -103,6 +110,9 @@ class Collectives:
         else:
             ent = dtypes.reduce_op(rop, t.dtype)
         mop, avg = ent
+        if t.nbytes > self.LARGE_ALLREDUCE_BYTES:
+            return self._collective(self._comm.Iallreduce, (runtime.IN_PLACE, buf, mop), [t],
+                                    self._avg_post([t], avg) if avg else None, sync)
         if sync and q.claim():
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, buf, mop)

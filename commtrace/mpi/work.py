@@ -66,16 +66,22 @@ class MPIWork(dist.Work):
                 runtime.progress.submit(self)
 
     def _issue(self, dequeue):
-        """Make the queued blocking MPI call, ``dequeue()`` this work (the next op may
-        go), then finish it. Runs on the queue's worker thread, which must survive."""
+        """Make the queued MPI call, ``dequeue()`` this work (the next op may go), then
+        finish it (a blocking call), or hand its request to the progress thread. Runs
+        on the queue's worker thread, which must survive."""
         fn, args = self._call
         self._call = None
+        req = None
         try:
-            fn(*args)
+            req = fn(*args)
             exc = None
         except Exception as e:  # noqa: BLE001 -- surfaced through wait()
             exc = RuntimeError(f"mpi backend: {fn.__name__} failed: {e}")
         dequeue()
+        if req is not None:     # a non-blocking call started: the progress thread completes it
+            self._req = req
+            runtime.progress.submit(self)
+            return
         try:
             self._finish(exc)
         except Exception:  # noqa: BLE001 -- a future's callback raised: torch logs it there

@@ -59,7 +59,7 @@ def test_ddp_trains_identically(built, run_mpi):
     assert "native ddp: native," in out and "on 2 ranks, 0 failures" in out, out
 
 
-@pytest.mark.parametrize("mode, summary", [("ops", "60 checks"), ("join", "4 parameters compared with gloo")])
+@pytest.mark.parametrize("mode, summary", [("ops", "66 checks"), ("join", "4 parameters compared with gloo")])
 def test_ranks_mixing_blocking_and_async_collectives(built, run_mpi, mode, summary):
     # The fast path's blocking MPI_Allreduce/MPI_Bcast must match the other rank's
     # async op (worker_mixed.py; the Python group's run in test_mpi_backend.py).
