@@ -34,9 +34,11 @@ class Collectives:
     # An all_reduce of more bytes than this is MPI_Iallreduce on every rank (its size is
     # the same on every rank, so they agree), blocking caller or not: DDP's buckets then
     # overlap backward, completed by the polling progress thread, where a blocking call on
-    # the worker would spin in Open MPI beside the backward pass. Smaller ones, and every
-    # other collective, are blocking calls. The C++ fast path reads it (native_mpi.cpp).
-    LARGE_ALLREDUCE_BYTES = 65536
+    # the worker spins in Open MPI beside the backward pass until the other rank comes
+    # (DDP's first bucket, small, waited so through most of backward). The smallest ones
+    # (losses, counters, Join's flags: the 1-element budget), and every other collective,
+    # are blocking calls. The C++ fast path reads it (native_mpi.cpp).
+    IALLREDUCE_ABOVE_BYTES = 256
 
     def _avg_post(self, tensors, avg):
         if not avg:
@@ -110,7 +112,7 @@ class Collectives:
         else:
             ent = dtypes.reduce_op(rop, t.dtype)
         mop, avg = ent
-        if t.nbytes > self.LARGE_ALLREDUCE_BYTES:
+        if t.nbytes > self.IALLREDUCE_ABOVE_BYTES:
             return self._collective(self._comm.Iallreduce, (runtime.IN_PLACE, buf, mop), [t],
                                     self._avg_post([t], avg) if avg else None, sync)
         if sync and q.claim():

@@ -261,7 +261,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     py::object queue = py_.attr("_queue");
     queued_ = queue.attr("queued");
     acquire_ = queue.attr("turn").attr("acquire");
-    large_allreduce_ = py_.attr("LARGE_ALLREDUCE_BYTES").cast<int64_t>();
+    iallreduce_above_ = py_.attr("IALLREDUCE_ABOVE_BYTES").cast<int64_t>();
     release_ = queue.attr("turn").attr("release");
   }
 
@@ -531,7 +531,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     call.type = c10d::OpType::ALLREDUCE;
     if (ct::compat::async_op(opts) || tensors.size() != 1 || opts.sparseIndices.has_value() || !plain_cpu(tensors[0])) return false;
     // Large ones are MPI_Iallreduce on every rank (the Python group's rule): not here.
-    if (static_cast<int64_t>(tensors[0].nbytes()) > large_allreduce_) return false;
+    if (static_cast<int64_t>(tensors[0].nbytes()) > iallreduce_above_) return false;
     call.op = reduction(opts.reduceOp.op_, tensors[0].scalar_type());
     call.datatype = transport(tensors[0].scalar_type());
     call.comm = fast_comm();
@@ -624,7 +624,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   py::object queued_;   // the Python group's runtime.CollectiveQueue: its deque, turn.acquire/release
   py::object acquire_;
   py::object release_;
-  int64_t large_allreduce_ = 0;   // MPIProcessGroup.LARGE_ALLREDUCE_BYTES
+  int64_t iallreduce_above_ = 0;   // MPIProcessGroup.IALLREDUCE_ABOVE_BYTES
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
   std::atomic<MPI_Comm> comm_;
   std::atomic<bool> coalescing_{false};

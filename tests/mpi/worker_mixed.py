@@ -49,10 +49,10 @@ def collectives():
         return dist.all_reduce(t, async_op=a), [t]
     case("all_reduce", all_reduce, [torch.full((3,), float(n * (n + 1) // 2))])
 
-    def all_reduce_large(a):   # over LARGE_ALLREDUCE_BYTES: MPI_Iallreduce on both ranks
-        t = torch.full((40000,), float(r + 1))
+    def all_reduce_large(a):   # over IALLREDUCE_ABOVE_BYTES: MPI_Iallreduce on both ranks
+        t = torch.full((1000,), float(r + 1))
         return dist.all_reduce(t, async_op=a), [t]
-    case("all_reduce large", all_reduce_large, [torch.full((40000,), float(n * (n + 1) // 2))])
+    case("all_reduce large", all_reduce_large, [torch.full((1000,), float(n * (n + 1) // 2))])
 
     def broadcast(a):
         t = torch.full((4,), float(r + 7))
