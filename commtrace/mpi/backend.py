@@ -2,10 +2,11 @@
 
 One instance per communicator: the world group gets a duplicate of COMM_WORLD, every
 new_group its own from MPI_Comm_create_group (collective over the members only, as
-c10d never calls ``create`` on non-members). Every collective is a blocking MPI call,
-issued in call order through the group's CollectiveQueue (runtime.py): inline when the
-caller waits right away (``opts.asyncOp`` False) and nothing is queued, returning a
-finished Work, else by the queue's worker thread (async_op=True, DDP's reducer).
+c10d never calls ``create`` on non-members). Every collective is one kind of MPI call on
+every rank whatever ``async_op`` says: blocking, except all_reduces over
+IALLREDUCE_ABOVE_BYTES (MPI_Iallreduce, collectives.py), issued in call order through the
+group's CollectiveQueue (runtime.py): inline when the caller waits right away
+(``opts.asyncOp`` False) and nothing is queued, else by the queue's worker thread.
 Point-to-point ops start their non-blocking call (Isend/Irecv) inline; the request goes
 to the progress thread, and ``Work.wait()`` takes it back to MPI_Wait itself.
 With the C++ fast path built (fastpath.py), c10d gets a NativeMPIProcessGroup over

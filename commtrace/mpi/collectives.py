@@ -1,8 +1,9 @@
 """The mpi backend's ops (all_reduce, broadcast, reduce, all_gather, gather, scatter,
 reduce_scatter, all_to_all, barrier and their variants; send, recv), as methods of
-MPIProcessGroup (backend.py). A collective always runs as its blocking MPI call, in the
-group's call order: inline when the caller waits right away (``asyncOp`` False), else on
-the group's queue worker (``_go``, ``_collective``); point-to-point ops always run
+MPIProcessGroup (backend.py). A collective always runs as its blocking MPI call (but
+all_reduces over IALLREDUCE_ABOVE_BYTES: MPI_Iallreduce), in the group's call order:
+inline when the caller waits right away (``asyncOp`` False), else on the group's queue
+worker (``_go``, ``_collective``); point-to-point ops always run
 non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
 from __future__ import annotations
 
