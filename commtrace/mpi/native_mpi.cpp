@@ -15,8 +15,10 @@
 // and op, and issues the very same MPI call (same datatype, same op, in place),
 // so its results are bit-identical to the Python backend's. It runs only in the
 // communicator's turn, as the Python group's own inline calls do: every collective
-// reaches MPI as a blocking call, in call order (runtime.CollectiveQueue); while the
-// Python group has collectives queued or running, the call goes to it and waits there.
+// reaches MPI as the same kind of call on every rank, in call order
+// (runtime.CollectiveQueue; all_reduces over IALLREDUCE_ABOVE_BYTES are MPI_Iallreduce,
+// left to the Python group); while the Python group has collectives queued or running,
+// the call goes to it and waits there.
 //
 // Every op virtual of c10d::ProcessGroup is overridden with `override`: if a
 // torch release changes a signature, this file fails to compile and commtrace
