@@ -2,7 +2,7 @@
 
 The first ``MPI_Init_thread`` fixes the thread level, so the launcher (clock sync,
 rendezvous) and the mpi backend both go through :func:`world`. ``MPI_THREAD_MULTIPLE``:
-the backend's progress thread tests requests while the main thread starts new ones
+the backend's worker and progress threads call MPI while the main thread does too
 (~0.1 us on a 1-element Allreduce, docs/mpi-backend.md).
 """
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
 One instance per communicator: the world group gets a duplicate of COMM_WORLD, every
 new_group its own from MPI_Comm_create_group (collective over the members only, as
-c10d never calls ``create`` on non-members). An op the caller waits for right away
-(``opts.asyncOp`` False) runs its blocking MPI call inline and returns a finished
-Work; otherwise (async_op=True, DDP's reducer, p2p) its non-blocking call's request
-goes to the progress thread, and ``Work.wait()`` takes it back to MPI_Wait itself.
+c10d never calls ``create`` on non-members). Every collective is one kind of MPI call on
+every rank whatever ``async_op`` says: blocking, except all_reduces over
+IALLREDUCE_ABOVE_BYTES (MPI_Iallreduce, collectives.py), issued in call order through the
+group's CollectiveQueue (runtime.py): inline when the caller waits right away
+(``opts.asyncOp`` False) and nothing is queued, else by the queue's worker thread.
+Point-to-point ops start their non-blocking call (Isend/Irecv) inline; the request goes
+to the progress thread, and ``Work.wait()`` takes it back to MPI_Wait itself.
 With the C++ fast path built (fastpath.py), c10d gets a NativeMPIProcessGroup over
 this group instead. Both call forms torch uses are accepted: tensor lists plus an
 Options object, and the older positional (tensor, op) / (tensors, root).
@@ -36,6 +39,7 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         self._name = ""
         self._desc = ""
         self._coalescing = None
+        self._queue = runtime.CollectiveQueue()   # the order collectives reach MPI (all ranks alike)
         self._small = (None, 0, 0, None)   # (tensor, data_ptr, numel, buffer) cache
         # The blocking SUM of the last small tensor: (tensor, data_ptr, numel,
         # buffer, MPI.Op, its finished Work). See allreduce.
@@ -75,6 +79,7 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         return self._comm
 
     def shutdown(self):
+        self._queue.close()
         c, self._comm = self._comm, None
         if c is not None:
             try:
@@ -118,20 +123,52 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         return w
 
     def _go(self, opts, name, args, result, post=None, status=None, src=-1):
-        """Run MPI op ``name`` ("Allgather") blocking (asyncOp False), else its non-blocking
-        form ("Iallgather"); "Isend" and "Irecv" always run non-blocking."""
-        nonblocking = name if name[0] == "I" else "I" + name.lower()
-        try:
+        """Run collective ``name`` ("Allgather"), always as that blocking MPI call, inline
+        (asyncOp False) or queued (``_collective``); "Isend" and "Irecv" start inline,
+        completed by the progress thread or by whoever waits."""
+        if name[0] != "I":
             # positional forms, and some Options types before torch 2.8, carry no asyncOp
-            if name != nonblocking and (runtime.progress is None or not torch_compat.async_op(opts)):
-                getattr(self._comm, name)(*args)
-                return self._done(result, post)
-            req = getattr(self._comm, nonblocking)(*args)
+            return self._collective(getattr(self._comm, name), args, result, post,
+                                    runtime.progress is None or not torch_compat.async_op(opts))
+        try:
+            req = getattr(self._comm, name)(*args)
         except Exception as e:  # MPI errors -> Python exception on this rank
-            raise RuntimeError(f"mpi backend: {nonblocking} failed: {e}") from e
+            raise RuntimeError(f"mpi backend: {name} failed: {e}") from e
         w = MPIWork(result, req, post, status, src, args)
         if self._coalescing is not None:
             self._coalescing.append(w)
+        return w
+
+    def _collective(self, call, args, result, post, blocking):
+        """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once
+        on this thread when ``blocking`` and its turn is free (a finished Work), else queued
+        for the worker (waited for here when ``blocking``). A non-blocking ``call``
+        ("Iallreduce": large all_reduces, see collectives.py) starts in its turn the same
+        way, blocking or not, and its request goes to the progress thread. Without a
+        progress thread (MPI below THREAD_MULTIPLE) no other thread may call MPI: always
+        inline."""
+        q = self._queue
+        starts = call.__name__[0] == "I"    # a non-blocking call (large all_reduce): returns at once
+        threaded = runtime.progress is not None
+        claimed = threaded and (blocking or starts) and q.claim()
+        if claimed or not threaded or (blocking and q.on_worker()):
+            try:
+                req = call(*args)
+            except Exception as e:  # MPI errors -> Python exception on this rank
+                raise RuntimeError(f"mpi backend: {call.__name__} failed: {e}") from e
+            finally:
+                if claimed:
+                    q.turn.release()
+            if not starts:
+                return self._done(result, post)
+            w = MPIWork(result, req, post, keep=args)
+        else:
+            w = MPIWork(result, post=post, keep=args, call=(call, args))
+            q.put(w)
+        if self._coalescing is not None:
+            self._coalescing.append(w)
+        if blocking:
+            w.wait()
         return w
 
     # -- coalescing --------------------------------------------------------------------------------

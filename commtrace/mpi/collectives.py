@@ -1,8 +1,10 @@
 """The mpi backend's ops (all_reduce, broadcast, reduce, all_gather, gather, scatter,
 reduce_scatter, all_to_all, barrier and their variants; send, recv), as methods of
-MPIProcessGroup (backend.py). A collective runs its MPI call blocking when the caller
-waits right away (``asyncOp`` False), else non-blocking (``_go``); point-to-point ops
-always run non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
+MPIProcessGroup (backend.py). A collective always runs as its blocking MPI call (but
+all_reduces over IALLREDUCE_ABOVE_BYTES: MPI_Iallreduce), in the group's call order:
+inline when the caller waits right away (``asyncOp`` False), else on the group's queue
+worker (``_go``, ``_collective``); point-to-point ops always run
+non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
 from __future__ import annotations
 
 import torch
@@ -12,7 +14,7 @@ from .. import torch_compat
 from . import dtypes, runtime
 from .tensors import (_U8, _bytes, _check, _copy_bytes, _one, _opt, _redop, _same_dtype, _scatter_back,
                       check_device)
-from .work import MPIWork, _DoneWork, keep
+from .work import _DoneWork, keep
 
 _SUM = dist.ReduceOp.SUM
 _AllreduceOptions = dist.AllreduceOptions
@@ -29,6 +31,15 @@ def _flat(tensors):
 
 class Collectives:
     """The ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
+
+    # An all_reduce of more bytes than this is MPI_Iallreduce on every rank (its size is
+    # the same on every rank, so they agree), blocking caller or not: DDP's buckets then
+    # overlap backward, completed by the polling progress thread, where a blocking call on
+    # the worker spins in Open MPI beside the backward pass until the other rank comes
+    # (DDP's first bucket, small, waited so through most of backward). The smallest ones
+    # (losses, counters, Join's flags: the 1-element budget), and every other collective,
+    # are blocking calls. The C++ fast path reads it (native_mpi.cpp).
+    IALLREDUCE_ABOVE_BYTES = 256
 
     def _avg_post(self, tensors, avg):
         if not avg:
@@ -67,16 +78,20 @@ class Collectives:
         # here was measured; see docs/mpi-backend.md before adding to it.
         # Fastest: a blocking SUM on the same small tensor as the previous one
         # (a loss, a counter, a flag), guarded like _buf. Its Work is finished
-        # and holds [t], so the same object serves every such call.
+        # and holds [t], so the same object serves every such call. Inline only in
+        # this communicator's turn (nothing queued or running: runtime.CollectiveQueue).
         f = self._sum_fast
+        q = self._queue
         if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]
                 and type(opts) is _AllreduceOptions and f[1] == f[0].data_ptr() and f[2] == f[0].numel()
                 and hash(opts.reduceOp) == _SUM_HASH and ((_AR_ASYNC_OP and not opts.asyncOp) or runtime.progress is None)
-                and self._coalescing is None):
+                and self._coalescing is None and q.claim()):
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, f[3], f[4])
             except Exception as e:
                 raise RuntimeError(f"mpi backend: Allreduce failed: {e}") from e
+            finally:
+                q.turn.release()
             return f[5]
         t = tensors[0] if type(tensors) is list and len(tensors) == 1 else \
             (tensors if isinstance(tensors, torch.Tensor) else _one(tensors, "allreduce"))
@@ -98,11 +113,16 @@ class Collectives:
         else:
             ent = dtypes.reduce_op(rop, t.dtype)
         mop, avg = ent
-        if sync:
+        if t.nbytes > self.IALLREDUCE_ABOVE_BYTES:
+            return self._collective(self._comm.Iallreduce, (runtime.IN_PLACE, buf, mop), [t],
+                                    self._avg_post([t], avg) if avg else None, sync)
+        if sync and q.claim():
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, buf, mop)
             except Exception as e:
                 raise RuntimeError(f"mpi backend: Allreduce failed: {e}") from e
+            finally:
+                q.turn.release()
             if avg:
                 t.div_(self._size)
             w = _DoneWork()
@@ -113,14 +133,8 @@ class Collectives:
             elif rop == _SUM and self._small[0] is t:
                 self._sum_fast = (t, t.data_ptr(), t.numel(), buf, mop, w)
             return w
-        try:
-            req = self._comm.Iallreduce(runtime.IN_PLACE, buf, mop)
-        except Exception as e:
-            raise RuntimeError(f"mpi backend: Iallreduce failed: {e}") from e
-        w = MPIWork([t], req, self._avg_post([t], avg) if avg else None)
-        if self._coalescing is not None:
-            self._coalescing.append(w)
-        return w
+        return self._collective(self._comm.Allreduce, (runtime.IN_PLACE, buf, mop), [t],
+                                self._avg_post([t], avg) if avg else None, sync)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):

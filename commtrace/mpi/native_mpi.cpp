@@ -8,12 +8,17 @@
 // call MPI directly, on the communicator the Python group owns, without the GIL.
 //
 // Everything else is forwarded, unchanged, to the Python group ("inner"), which
-// stays the reference implementation: async ops and their progress thread, AVG,
+// stays the reference implementation: async ops and its worker thread, AVG,
 // float16/bfloat16 (user-defined MPI ops in Python), non-contiguous tensors, every
 // other collective, every error message. The fast path accepts exactly the
 // (dtype, op) pairs for which commtrace/mpi/dtypes.py uses a predefined MPI type
 // and op, and issues the very same MPI call (same datatype, same op, in place),
-// so its results are bit-identical to the Python backend's.
+// so its results are bit-identical to the Python backend's. It runs only in the
+// communicator's turn, as the Python group's own inline calls do: every collective
+// reaches MPI as the same kind of call on every rank, in call order
+// (runtime.CollectiveQueue; all_reduces over IALLREDUCE_ABOVE_BYTES are MPI_Iallreduce,
+// left to the Python group); while the Python group has collectives queued or running,
+// the call goes to it and waits there.
 //
 // Every op virtual of c10d::ProcessGroup is overridden with `override`: if a
 // torch release changes a signature, this file fails to compile and commtrace
@@ -254,10 +259,19 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
       : ProcessGroup(inner.attr("rank")().cast<int>(), inner.attr("size")().cast<int>()),
         py_(std::move(inner)),
         inner_(py_.cast<c10::intrusive_ptr<c10d::ProcessGroup>>()),
-        comm_(reinterpret_cast<MPI_Comm>(comm)) {}
+        comm_(reinterpret_cast<MPI_Comm>(comm)) {
+    py::object queue = py_.attr("_queue");
+    queued_ = queue.attr("queued");
+    acquire_ = queue.attr("turn").attr("acquire");
+    iallreduce_above_ = py_.attr("IALLREDUCE_ABOVE_BYTES").cast<int64_t>();
+    release_ = queue.attr("turn").attr("release");
+  }
 
   ~NativeMPIProcessGroup() override {
     for (auto& r : recent_) release_py(r.py);
+    release_py(queued_);
+    release_py(acquire_);
+    release_py(release_);
     release_py(py_);
   }
 
@@ -344,8 +358,13 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     std::vector<at::Tensor> tensors;
     const Opts* opts = fast_form<Opts>(tensors_obj, opts_obj, tensors);
     FastCall call;
-    if (opts == nullptr || !plan(tensors, *opts, call)) return py_.attr(kName<Opts>)(tensors_obj, opts_obj);
-    execute(tensors[0], call);  // releases the GIL around MPI
+    if (opts == nullptr || !plan(tensors, *opts, call) || !claim_turn()) {
+      return py_.attr(kName<Opts>)(tensors_obj, opts_obj);
+    }
+    {
+      Turn turn(*this);
+      execute(tensors[0], call);  // releases the GIL around MPI
+    }
     Recent& recent = recent_[call.type == c10d::OpType::BROADCAST ? 1 : 0];
     if (recent.work && recent.work->holds(tensors, call.type)) return recent.py;
     auto work = c10::make_intrusive<DoneWork>(rank_, call.type, tensors);
@@ -507,12 +526,14 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   };
 
   // Whether a call takes the fast path (sets `call` either way). Blocking only:
-  // an async op must overlap with the caller, which the Python group's
-  // non-blocking MPI calls and progress thread do.
+  // an async op must overlap with the caller, which the Python group's queue
+  // worker does (runtime.CollectiveQueue).
   bool plan(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts, FastCall& call) const {
     call.name = "allreduce";
     call.type = c10d::OpType::ALLREDUCE;
     if (ct::compat::async_op(opts) || tensors.size() != 1 || opts.sparseIndices.has_value() || !plain_cpu(tensors[0])) return false;
+    // Large ones are MPI_Iallreduce on every rank (the Python group's rule): not here.
+    if (static_cast<int64_t>(tensors[0].nbytes()) > iallreduce_above_) return false;
     call.op = reduction(opts.reduceOp.op_, tensors[0].scalar_type());
     call.datatype = transport(tensors[0].scalar_type());
     call.comm = fast_comm();
@@ -548,7 +569,12 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   WorkPtr from_cpp(std::vector<at::Tensor>& tensors, const Opts& opts) {
     FastCall call;
     if (!plan(tensors, opts, call)) return forward(call.name, tensors, opts);
-    execute(tensors[0], call);
+    py::gil_scoped_acquire gil;
+    if (!claim_turn()) return forward(call.name, tensors, opts);
+    {
+      Turn turn(*this);
+      execute(tensors[0], call);  // releases the GIL around MPI
+    }
     return c10::make_intrusive<DoneWork>(rank_, call.type, tensors);
   }
 
@@ -571,7 +597,36 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   };
   Recent recent_[2];
 
+  // The communicator's turn (GIL held), as CollectiveQueue.claim() takes it: when
+  // nothing is queued or being issued, take its lock without waiting.
+  bool claim_turn() const {
+    if (PyObject_Length(queued_.ptr()) != 0) return false;
+    PyObject* r = PyObject_CallOneArg(acquire_.ptr(), Py_False);
+    if (r == nullptr) throw py::error_already_set();
+    const bool ok = r == Py_True;
+    Py_DECREF(r);
+    return ok;
+  }
+  // Gives the turn back when the fast-path call is over (or failed); GIL held.
+  class Turn {
+   public:
+    explicit Turn(const NativeMPIProcessGroup& g) : g_(g) {}
+    ~Turn() {
+      PyObject* r = PyObject_CallNoArgs(g_.release_.ptr());
+      if (r == nullptr) PyErr_Clear(); else Py_DECREF(r);
+    }
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+
+   private:
+    const NativeMPIProcessGroup& g_;
+  };
+
   py::object py_;
+  py::object queued_;   // the Python group's runtime.CollectiveQueue: its deque, turn.acquire/release
+  py::object acquire_;
+  py::object release_;
+  int64_t iallreduce_above_ = 0;   // MPIProcessGroup.IALLREDUCE_ABOVE_BYTES
   c10::intrusive_ptr<c10d::ProcessGroup> inner_;
   std::atomic<MPI_Comm> comm_;
   std::atomic<bool> coalescing_{false};

@@ -1,12 +1,13 @@
 """The process's MPI, shared by every mpi group: mpi4py's module, the progress
 thread and the SUM reduction of each common dtype. Initialized once, by the
 first group (``init()``); read by the groups' ops (collectives.py) and their Works
-(work.py).
+(work.py). Also each group's ``CollectiveQueue``: the order its collectives reach MPI.
 
-The progress thread completes non-blocking requests. MPI moves data only while some
-thread is inside it, and DDP's reducer waits on ``work.get_future()`` from C++ without
-calling ``Work.wait()``: this thread notices finished requests and completes their
-futures. It polls (MPI_Testsome, then a short sleep) rather than blocking in
+The progress thread completes the non-blocking requests of point-to-point ops and of
+large all_reduces (other collectives are blocking calls: CollectiveQueue). MPI moves data only while some
+thread is inside it, and a program may wait on ``work.get_future()`` without calling
+``Work.wait()``: this thread notices finished requests and completes their futures.
+It polls (MPI_Testsome, then a short sleep) rather than blocking in
 MPI_Waitsome: Open MPI's wait spins a core, mpirun binds a rank to one core, and a
 blocked Waitsome cannot take new requests. ``Work.wait()`` steals its request and
 MPI_Waits on it itself (done on arrival, not at the next poll); ``Progress.lock``
@@ -15,6 +16,7 @@ decides ownership: this thread (while in ``active``) or one stealer.
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import threading
 import time
@@ -52,7 +54,8 @@ def init():
 # Seconds between polls while requests are outstanding (env override for tuning).
 # Linux's timer slack makes any such sleep last >= ~50 us, so this mostly sets
 # how much longer: DDP (bucket_cap_mb=1, 2 ranks) ran 1.32x gloo's step time
-# with 50 us on a 16-core machine and 1.00x with 5 us; 0.74x -> 0.62x on 2 cores.
+# with 50 us on a 16-core machine and 1.00x with 5 us; 0.74x -> 0.62x on 2 cores
+# (measured when DDP's all_reduces were non-blocking requests polled here).
 POLL_INTERVAL = float(os.environ.get("COMMTRACE_MPI_POLL_US", "5")) * 1e-6
 
 
@@ -141,3 +144,67 @@ class Progress:
                 active.remove(w)
                 out.append((w, None))
         return out
+
+
+class CollectiveQueue:
+    """One communicator's collectives, issued one at a time in call order, each as the
+    same kind of MPI call on every rank, whether its caller waits at once or not: MPI
+    does not match a blocking collective with a non-blocking one (torch's Join: the
+    joined rank's all_reduce is blocking, the others' async). Blocking calls
+    (MPI_Allreduce) but for large all_reduces (MPI_Iallreduce, started in their turn;
+    collectives.py). As torch's ProcessGroupMPI: an async op is queued and run by this
+    queue's worker thread; a blocking op runs inline on the caller's thread when nothing
+    is queued or running (``claim``), else is queued and waited for.
+
+    ``turn`` is held by whoever is issuing a collective on the communicator: an inline
+    caller, or the worker while ``queued`` is not empty. A queued work leaves ``queued``
+    only once its MPI call returned, so a caller that finds ``queued`` empty and takes
+    ``turn`` overtakes nothing it (or any thread it synchronized with) queued before.
+    """
+
+    def __init__(self):
+        self.turn = threading.Lock()
+        self.queued = collections.deque()   # works not yet issued or being issued, oldest first
+        self._wake = threading.Condition(threading.Lock())
+        self._thread = None
+        self._closed = False
+
+    def claim(self) -> bool:
+        """Take the turn for a blocking call on the caller's thread (release ``turn``
+        after it); False: ops are queued or being issued, ``put`` this one behind them."""
+        return not self.queued and self.turn.acquire(False)
+
+    def put(self, work) -> None:
+        """Queue ``work`` (its ``_issue()`` makes the blocking call and finishes it)."""
+        with self._wake:
+            self.queued.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="commtrace-mpi-collectives",
+                                                daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        """The group is shut down: the worker ends once nothing is queued (a later ``put``
+        starts another)."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    def on_worker(self) -> bool:
+        """Whether the caller is this queue's worker (a Work's future callback runs there:
+        a blocking op it makes is issued inline, in its turn; queueing it would wait on itself)."""
+        return self._thread is threading.current_thread()
+
+    def _run(self) -> None:
+        queued = self.queued
+        while True:
+            with self._wake:
+                while not queued:
+                    if self._closed:
+                        self._thread = None
+                        return
+                    self._wake.wait()
+            with self.turn:
+                while queued:
+                    queued[0]._issue(queued.popleft)

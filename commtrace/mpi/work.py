@@ -1,6 +1,8 @@
-"""The mpi backend's Works: one per MPI request (``MPIWork``), finished inside the
-call (``_DoneWork``), or over a coalesced block (``_MultiWork``). The progress
-thread (runtime.py, started by runtime.init) completes requests nobody waits on."""
+"""The mpi backend's Works: one per queued collective or MPI request (``MPIWork``),
+finished inside the call (``_DoneWork``), or over a coalesced block (``_MultiWork``).
+A group's CollectiveQueue (runtime.py) issues and finishes its queued collectives; the
+progress thread (runtime.py, started by runtime.init) completes p2p requests nobody
+waits on."""
 from __future__ import annotations
 
 import threading
@@ -34,8 +36,10 @@ def keep(work) -> None:
 
 
 class MPIWork(dist.Work):
-    """Work for one MPI request (or none: finished). One thread tests/waits it: the progress
-    thread while it is in its active list, or the one that stole it in wait()."""
+    """Work for one queued collective (``call``: the blocking MPI call and its arguments,
+    made and finished by the group's CollectiveQueue worker), one MPI request (``req``:
+    one thread tests/waits it, the progress thread while it is in its active list, or
+    the one that stole it in wait()), or neither: finished."""
 
     # Defaults for finished works (see _DoneWork, which sets only _result).
     _claimed = False   # get_future(), or wait() before it finished: _finish() need not keep() it
@@ -45,20 +49,43 @@ class MPIWork(dist.Work):
     _src = -1
     _req = None
 
-    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None):
+    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None, call=None):
         super().__init__()
         self._result = result
         self._keep = keep      # buffers MPI may still read/write: alive until done
         self._req = req
+        self._call = call
         self._post = post
         self._status = status
         self._src = src
-        if req is not None:   # else finished: the class defaults
+        if req is not None or call is not None:   # else finished: the class defaults
             self._done = False
             self._gate = threading.Lock()
             self._gate.acquire()
-            if runtime.progress is not None:
+            if req is not None and runtime.progress is not None:
                 runtime.progress.submit(self)
+
+    def _issue(self, dequeue):
+        """Make the queued MPI call, ``dequeue()`` this work (the next op may go), then
+        finish it (a blocking call), or hand its request to the progress thread. Runs
+        on the queue's worker thread, which must survive."""
+        fn, args = self._call
+        self._call = None
+        req = None
+        try:
+            req = fn(*args)
+            exc = None
+        except Exception as e:  # noqa: BLE001 -- surfaced through wait()
+            exc = RuntimeError(f"mpi backend: {fn.__name__} failed: {e}")
+        dequeue()
+        if req is not None:     # a non-blocking call started: the progress thread completes it
+            self._req = req
+            runtime.progress.submit(self)
+            return
+        try:
+            self._finish(exc)
+        except Exception:  # noqa: BLE001 -- a future's callback raised: torch logs it there
+            pass
 
     # called once, by the owner of the request
     def _finish(self, exc):
@@ -94,7 +121,7 @@ class MPIWork(dist.Work):
         if not self._done:
             self._claimed = True
             secs = _seconds(timeout)
-            if runtime.progress is None or runtime.progress.steal(self):
+            if self._req is not None and (runtime.progress is None or runtime.progress.steal(self)):
                 self._wait_owned(secs)
             elif not self._gate.acquire(timeout=secs if secs else -1):
                 raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
@@ -127,8 +154,8 @@ class MPIWork(dist.Work):
         self._finish(None)
 
     def is_completed(self):
-        if self._done:
-            return True
+        if self._done or self._req is None:   # a queued collective: done when its worker says so
+            return self._done
         if runtime.progress is None or runtime.progress.steal(self):   # test now, not at the next poll
             try:
                 flag = self._req.Test(self._status)

@@ -31,6 +31,19 @@ def test_ddp_losses_match_gloo(run_mpi, n):
     assert "0 mismatches" in out
 
 
+def test_ranks_mixing_blocking_and_async_collectives(run_mpi):
+    # MPI matches no blocking collective with a non-blocking one: one rank's
+    # dist.all_reduce(t) and the other's all_reduce(t, async_op=True) hung.
+    out = run_mpi("worker_mixed.py", 2, "ops", timeout=90)
+    assert "mixed ops: 66 checks on 2 ranks, 0 failures" in out, out
+
+
+def test_ddp_join_uneven_inputs_matches_gloo(run_mpi):
+    # torch's Join: the joined rank's all_reduce is blocking, the others' async (hung).
+    out = run_mpi("worker_mixed.py", 2, "join", timeout=90)
+    assert "mixed join: 4 parameters compared with gloo on 2 ranks, 0 failures" in out, out
+
+
 @pytest.mark.parametrize("level, n, forwards", [("serialized", 2, 5), ("multiple", 3, 100)])
 def test_ddp_buffer_broadcasts_never_hang(run_mpi, level, n, forwards):
     # torch 2.4 (its C++ keeps no Python Work alive) freed a finished Work before DDP's

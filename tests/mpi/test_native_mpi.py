@@ -59,6 +59,14 @@ def test_ddp_trains_identically(built, run_mpi):
     assert "native ddp: native," in out and "on 2 ranks, 0 failures" in out, out
 
 
+@pytest.mark.parametrize("mode, summary", [("ops", "66 checks"), ("join", "4 parameters compared with gloo")])
+def test_ranks_mixing_blocking_and_async_collectives(built, run_mpi, mode, summary):
+    # The fast path's blocking MPI_Allreduce/MPI_Bcast must match the other rank's
+    # async op (worker_mixed.py; the Python group's run in test_mpi_backend.py).
+    out = run_mpi("worker_mixed.py", 2, mode, env=NATIVE, timeout=90)
+    assert f"mixed {mode}: {summary} on 2 ranks, 0 failures; mpi group: native" in out, out
+
+
 def test_native_disabled_falls_back_to_python(built, run_mpi):
     out = run_mpi("worker_native.py", 2, "fallback", env={"COMMTRACE_NATIVE": "0"}, timeout=120)
     assert "0 failures" in out, out

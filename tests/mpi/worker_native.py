@@ -256,6 +256,11 @@ if MODE == "ops":
         return [x, fut.value()[0], torch.tensor(w.is_completed())]
     compare("all_reduce async", async_ar)
     check_path("all_reduce async", N.allreduce([torch.ones(2)], dist.AllreduceOptions()), False, dist.AllreduceOptions)
+    # Over IALLREDUCE_ABOVE_BYTES an all_reduce is MPI_Iallreduce on every rank: the Python group's.
+    check_path("all_reduce of 65 float32", N.allreduce([torch.ones(65)], sync_opts(dist.AllreduceOptions)),
+               False, dist.AllreduceOptions)
+    check_path("all_reduce of 64 float32", N.allreduce([torch.ones(64)], sync_opts(dist.AllreduceOptions)),
+               True, dist.AllreduceOptions)
 
     def sync_future(g):
         x = data(torch.int64, (4,), rank)
