@@ -317,8 +317,11 @@ def gpu_count() -> int:
 def torch_test_harness_lacks() -> str | None:
     """Why torch.testing._internal's distributed harness does not import (it needs torch's
     test requirements, expecttest among them), or None; asked in a child process. Its
-    common_distributed, not distributed_test, which reads the launcher's BACKEND at import."""
-    return _probe("import torch.testing._internal.common_distributed\n", 120)
+    common_distributed, not distributed_test, which reads the launcher's BACKEND at import.
+    What the import prints is no reason: torch 2.5's common_utils prints "Fail to import
+    hypothesis ..." on stdout where hypothesis is not installed, and imports."""
+    return _probe("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+                  "    import torch.testing._internal.common_distributed\n", 120)
 
 
 @functools.lru_cache(maxsize=None)

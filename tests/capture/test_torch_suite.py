@@ -66,6 +66,13 @@ TESTS = (
 )
 
 
+def test_harness_probe_skips_only_where_the_import_fails():
+    """The skip below says the harness does not import only where importing it fails
+    (torch 2.5 prints on stdout while it imports without hypothesis: once a spurious skip)."""
+    res = h.run([h.PY, "-c", "import torch.testing._internal.common_distributed"], timeout=120)
+    assert (h.torch_test_harness_lacks() is None) == (res.returncode == 0), res.stderr[-2000:]
+
+
 def test_torch_distributed_tests_pass_traced(tmp_path):
     why = h.torch_test_harness_lacks()
     if why:  # e.g. a torch install without its test requirements (expecttest)

@@ -123,6 +123,15 @@ def _plain(counts):
             for mod, v in counts.items()}
 
 
+def _root_reshards_after_forward(model):
+    """Whether FSDP2 frees the root's parameters after forward (None: no FSDP2 root).
+    torch 2.7 never does, whatever reshard_after_forward says (backward would gather
+    them again at once); later releases only where the caller left it unset."""
+    state = getattr(model, "_get_fsdp_state", None)
+    group = state()._fsdp_param_group if state else None
+    return None if group is None else group.post_forward_mesh_info is not None
+
+
 def main(rank, scenario, world, port, out, steps):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if scenario == "tp":
@@ -150,7 +159,8 @@ def main(rank, scenario, world, port, out, steps):
         t = p.full_tensor() if hasattr(p, "full_tensor") else p
         h.update(t.detach().numpy().tobytes())
     with open(f"{out}.{rank}.json", "w") as f:
-        json.dump({"steps": per_step, "hash": h.hexdigest(), "root": type(model).__name__}, f)
+        json.dump({"steps": per_step, "hash": h.hexdigest(), "root": type(model).__name__,
+                   "root_reshards": _root_reshards_after_forward(model)}, f)
     dist.barrier()
     dist.destroy_process_group()
     time.sleep(0.05)  # see Recorder.EXIT_SETTLE_S
