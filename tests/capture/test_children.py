@@ -39,15 +39,22 @@ def test_children_and_successive_worlds(tmp_path):
     procs = df.attrs["processes"]
     assert {tuple(p["command"]) for p in procs} == {(worker("children.py"), *map(str, ports))}
     assert sum(os.path.basename(p["argv"][0]) == "child_sub.py" for p in procs) == 2
-    # Rank 0 lives in three processes: its wall time is the union of their lives (its children
-    # run inside the parent's), so its share stays <= 1.
+    # Rank 0 lives in three processes of three worlds: a rank is a rank of its world (the
+    # parent's second world stays its first one's), its wall time the union of its processes'
+    # lives, so every share stays <= 1.
     from commtrace.analysis.partitioned import analyse
+    from commtrace.trace.rank_ranges import WORLD_STRIDE
     info = analyse(str(run_dir), workers=1, progress=False).info
     assert 0 < info["comm_share"]["max"] <= 1.0, info["comm_share"]
     from commtrace.analysis import intervals
-    lives = [(p["t_mono_ns"], p["end"]["t_mono_ns"]) for p in procs if p["rank"] == 0]
-    rank0_wall = intervals.length(intervals.union(*zip(*lives)))
-    assert abs(info["comm_ns_per_rank"][0] / info["comm_share_per_rank"][0] - rank0_wall) < 1e3
+    assert len(info["worlds"]) == 3 and len(info["comm_ns_per_rank"]) == 5   # 2 + 2 ranks + the parent
+    for key, comm in info["comm_ns_per_rank"].items():
+        world_id, rank = info["worlds"][key // WORLD_STRIDE], key % WORLD_STRIDE
+        lives = [(p["t_mono_ns"], p["end"]["t_mono_ns"]) for p in procs
+                 if p["rank"] == rank and (p.get("worlds") or [None])[0] == world_id]
+        assert len(lives) == 1, (key, lives)
+        wall = intervals.length(intervals.union(*zip(*lives)))
+        assert abs(comm / info["comm_share_per_rank"][key] - wall) < 1e3, key
 
 
 def test_torchrun(tmp_path):
