@@ -145,7 +145,7 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
-    worlds = _worlds(facts)
+    worlds = _group_world_count(facts)
     nows: dict = {}     # world -> the latest moment known of it (in-flight ages)
     for (world_s, group_s), g in facts.groups.items():
         v = verdicts.get((world_s, group_s))
@@ -338,7 +338,7 @@ def diagnose_p2p(df: pd.DataFrame, worlds: int = 1) -> list[Finding]:
 def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
     """Ranks that arrived last at most of the collectives every member completed, and
     made the others wait long (``facts.stragglers``: facts.straggler_lags per group)."""
-    findings, worlds = [], _worlds(facts)
+    findings, worlds = [], _group_world_count(facts)
     for (world, group), s in facts.stragglers.items():
         if s.instances < STRAGGLER_MIN_OPS:
             continue
@@ -472,14 +472,15 @@ def diagnose_issues(run, fates: dict[tuple, RankFate]) -> list[Finding]:
     return out
 
 
-def _worlds(facts: RunFacts) -> int:
-    """How many worlds the run's groups belong to (group labels name the world when > 1)."""
+def _group_world_count(facts: RunFacts) -> int:
+    """How many worlds the run's groups belong to (group labels name the world when > 1); the
+    processes' worlds may be more (fates.world_count: a rank that wrote no op is in no group)."""
     return len({w for w, _ in facts.groups})
 
 
 def progress_findings(facts: RunFacts) -> list[Finding]:
     """Per (world, group): per member its last seq completed / entered and the seqs in flight."""
-    out, worlds = [], _worlds(facts)
+    out, worlds = [], _group_world_count(facts)
     for (world, group), g in facts.groups.items():
         per_rank = {r: {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
                         "in_flight": list(g.in_flight.get(r, []))} for r in g.members}
