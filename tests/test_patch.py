@@ -658,7 +658,10 @@ def fake_pytorch_tree(root: Path, version="2.13.0", submodule=True) -> Path:
     cpp.write_text("\n".join(pre) + "\n")
     (root / "version.txt").write_text(version + "\n")
     (root / "setup.py").write_text("raise SystemExit('a fake tree: not buildable')\n")
-    (root / "requirements.txt").write_text("# build requirements\ncmake>=3.27\nninja\nnumpy\n")
+    # A requirement no machine has, so pip runs wherever the test does (a GPU machine's
+    # Python may already hold cmake, ninja and numpy, and the script then skips pip).
+    (root / "requirements.txt").write_text(
+        "# build requirements\ncmake>=3.27\nninja\nnumpy\ncommtrace-test-build-requirement\n")
     (root / "CMakeLists.txt").write_text(
         'if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 9.3)\n'
         '  message(FATAL_ERROR "GCC 9.3 or newer is required")\nendif()\n')
