@@ -18,7 +18,7 @@ import weakref
 from .. import torch_compat
 from ..trace import schema
 from .recorder import Recorder
-from .scopes import in_context
+from .scopes import drop_own_frame, in_context
 
 # DDP rebuilds its buckets once, in the forward after the first backward pass that
 # synced gradients (later with no_sync() accumulation, static_graph). Its logging
@@ -361,6 +361,8 @@ LABELLED_CALLS = {**{name: ("api", name) for name in OBJECT_COLLECTIVES},
 # (torch_compat.c10d_passes_async_op: before 2.8) their ops' ``async`` is the call's
 # own async_op; the innermost call's wins (all_gather_object's all_gather, an
 # async_op=True call inside a blocking one). The underscored ones delegate to another.
+# There, too, ``_coalescing_manager``'s fused op (issued as its block ends) is labelled
+# with its async_ops.
 ASYNC_OP_CALLS = {
     "broadcast": "BroadcastOptions", "all_reduce": "AllreduceOptions",
     "all_reduce_coalesced": "AllreduceCoalescedOptions", "reduce": "ReduceOptions",
@@ -370,6 +372,38 @@ ASYNC_OP_CALLS = {
     "reduce_scatter_tensor": "ReduceScatterOptions", "_reduce_scatter_base": "ReduceScatterOptions",
     "all_to_all": "AllToAllOptions", "all_to_all_single": "AllToAllOptions", "barrier": "BarrierOptions",
 }
+
+
+class _ExitLabelled:
+    """A context manager whose exit runs with ``async`` labelled: ``_coalescing_manager``
+    issues its fused op when its block ends, after the calls inside have returned."""
+
+    def __init__(self, rec, manager, value: bool):
+        self.rec, self.manager, self.value = rec, manager, value
+
+    def __enter__(self):
+        return self.manager.__enter__()
+
+    def __exit__(self, *exc):
+        token = self.rec.push_context_field("async", self.value)
+        try:
+            return self.manager.__exit__(*exc)
+        except BaseException as e:
+            drop_own_frame(e)
+            raise
+        finally:
+            self.rec.pop_context(token)
+
+
+def _coalescing_label(rec, fn):
+    """``_coalescing_manager(group, device, async_ops)``: its fused op's ``async`` is async_ops."""
+    at = list(inspect.signature(fn).parameters).index("async_ops")
+
+    @functools.wraps(fn)
+    def labelled(*args, **kwargs):
+        value = bool(args[at] if len(args) > at else kwargs.get("async_ops", False))
+        return _ExitLabelled(rec, fn(*args, **kwargs), value)
+    return labelled
 
 
 def _fixed_label(rec, fn, field, value):
@@ -396,17 +430,22 @@ def label_c10d_calls(rec) -> list[str]:
 
     labels = {name: functools.partial(_fixed_label, field=field, value=value)
               for name, (field, value) in LABELLED_CALLS.items()}
+    wrappers = {}
     if not torch_compat.c10d_passes_async_op(set(ASYNC_OP_CALLS.values())):
         labels.update(dict.fromkeys(ASYNC_OP_CALLS, _async_op_label))
+        wrappers["_coalescing_manager"] = _coalescing_label
     done = []
-    for name, label in labels.items():
+    for name in [*labels, *wrappers]:
         fn = getattr(c10d, name, None)
         if fn is None or getattr(fn, "_commtrace_labelled", None):
             continue
-        enter = label(rec, fn)
-        if enter is None:
-            continue
-        wrapped = in_context(rec, fn, enter)
+        if name in wrappers:
+            wrapped = wrappers[name](rec, fn)
+        else:
+            enter = labels[name](rec, fn)
+            if enter is None:
+                continue
+            wrapped = in_context(rec, fn, enter)
         wrapped._commtrace_labelled = name
         setattr(c10d, name, wrapped)  # torch's own callers look it up here
         if getattr(dist, name, None) is fn:

@@ -45,6 +45,7 @@ def expected(ran: list[str]) -> list[tuple]:
         E += [(OP[name], False), (OP[name], True)]
     E += [("all_reduce", True), ("all_reduce", False), ("barrier", True)]   # async_op positional
     E += [("all_reduce", True), ("all_reduce", False)]  # an async call inside a blocking one
+    E += [("all_reduce", False), ("all_reduce", True)]  # _coalescing_manager: async_ops False, True
     E += [("all_gather", False)] * 2                    # all_gather_object: sizes, payload
     E += [("all_reduce", False)] * STEPS                # the gradient averaged in each backward
     E += [("barrier", False)]

@@ -8,8 +8,10 @@
 3. a nested pair: a blocking all_reduce of a tensor whose ``__torch_function__``
    (torch runs it inside all_reduce, before the op is issued) makes an async
    all_reduce first: the inner op is async, the outer blocking;
-4. all_gather_object (its two all_gathers are blocking);
-5. STEPS training steps, no DDP: each gradient averaged by a blocking all_reduce in a
+4. ``_coalescing_manager`` blocking, then with async_ops=True: two async all_reduces
+   inside each, which torch fuses into one op issued as the block ends;
+5. all_gather_object (its two all_gathers are blocking);
+6. STEPS training steps, no DDP: each gradient averaged by a blocking all_reduce in a
    post-accumulate-grad hook (inside the backward pass); rank 1 sleeps there first, so
    rank 0 waits in its all_reduce.
 Each rank writes OUT.rank<R>: the names of part 1 it ran, and those commtrace labels.
@@ -79,6 +81,12 @@ def main(rank, world, out):
     dist.all_reduce(t, dist.ReduceOp.SUM, None, False)
     dist.barrier(dist.group.WORLD, True).wait()
     dist.all_reduce(torch.ones(6).as_subclass(IssuesFirst))
+    for async_ops in (False, True):  # one fused all_reduce each, issued as the block ends
+        with dist.distributed_c10d._coalescing_manager(async_ops=async_ops) as cm:
+            dist.all_reduce(torch.ones(2), async_op=True)
+            dist.all_reduce(torch.ones(3), async_op=True)
+        if async_ops:
+            cm.wait()
     got = [None] * world
     dist.all_gather_object(got, {"rank": rank})
     model = torch.nn.Linear(3, 1)
