@@ -1,11 +1,5 @@
-"""Hang watchdog and state dumps (JSON, never pickle); docs/faults.md describes them.
-
-Python runs signal handlers only in the main thread, between bytecodes: a rank
-blocked in a collective never would. So a wakeup fd (``signal.set_wakeup_fd``)
-also feeds the ``commtrace-signals`` thread, which dumps (and for SIGTERM closes
-and re-raises) while the main thread is stuck; a program that owns the wakeup fd
-(asyncio) keeps it, and only the main-thread handlers run. ``--abort-on-hang``
-ends with ``os._exit(3)``: an exception could never reach a thread stuck in C++.
+"""Hang watchdog, signal dumps (JSON, never pickle), mp.spawn exceptions: docs/faults.md says
+why the wakeup-fd thread dumps for a blocked main thread and why a hang ends in ``os._exit(3)``.
 """
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""A torch.distributed ProcessGroup built on mpi4py (docs/mpi-backend.md).
-
-One instance per communicator: the world group gets a duplicate of COMM_WORLD, every
-new_group its own from MPI_Comm_create_group (collective over the members only, as
-c10d never calls ``create`` on non-members). Every collective is one kind of MPI call on
-every rank whatever ``async_op`` says: blocking, except all_reduces over
-IALLREDUCE_ABOVE_BYTES (MPI_Iallreduce, collectives.py), issued in call order through the
-group's CollectiveQueue (runtime.py): inline when the caller waits right away
-(``opts.asyncOp`` False) and nothing is queued, else by the queue's worker thread.
-Point-to-point ops start their non-blocking call (Isend/Irecv) inline; the request goes
-to the progress thread, and ``Work.wait()`` takes it back to MPI_Wait itself.
-With the C++ fast path built (fastpath.py), c10d gets a NativeMPIProcessGroup over
-this group instead. Both call forms torch uses are accepted: tensor lists plus an
-Options object, and the older positional (tensor, op) / (tensors, root).
+"""A torch.distributed ProcessGroup built on mpi4py, one per communicator. docs/mpi-backend.md
+says how c10d gets it and why each collective is one kind of MPI call on every rank whatever
+``async_op`` says, issued in call order (``_collective``). With the C++ fast path built
+(fastpath.py), c10d gets a NativeMPIProcessGroup over this group instead. Both call forms
+torch uses are accepted: tensor lists plus an Options object, and the older positional
+(tensor, op) / (tensors, root).
 """
 from __future__ import annotations
 
