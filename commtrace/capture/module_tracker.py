@@ -1,24 +1,15 @@
-"""Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension.
+"""Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension
+(docs/report.md defines the fields).
 
-docs/report.md defines the fields. How they are found:
-
-* ``module`` in forward: torch's global module forward pre/post hooks keep a
-  per-thread stack. In backward: when a module's forward ends, a pre-hook on the
-  autograd node that made its first output (one C++ call; a tensor or multi-grad
-  hook costs ~10x more) marks its backward's start, one on the node that made its
-  first input its end. The context changes at module boundaries only: the op
-  wrappers' hot path is unchanged.
-* ``detail``: FSDP/FSDP2 unshard and gradient reduction, and DTensor's
-  ``redistribute_local_tensor``, are wrapped; an FSDP op issued where no module runs
-  takes the module of the unit whose parameters it moves.
-* set-up ``phase``: ``parallelize_module`` (``tp_init``) and ``distribute_tensor``
-  (``detail`` ``dtensor_distribute``; ``dtensor_init`` outside any phase) are wrapped.
-* Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module hooks).
-
-The module hooks cost every module call a few microseconds, so they are installed
-only once the process builds a DeviceMesh or an FSDP module: a DDP-only or plain
-program keeps its speed (and DDP's ops keep the DDP module label: its buckets are
-numbered per label).
+``module``: in forward, torch's global module forward pre/post hooks keep a per-thread
+stack; in backward, when a module's forward ends, a pre-hook on the autograd node that made
+its first output (one C++ call; a tensor or multi-grad hook costs ~10x more) marks its
+backward's start, one on the node that made its first input its end. ``detail`` and set-up
+``phase``: the torch functions that move FSDP units' and DTensors' data are wrapped
+(``install``). The context changes at module boundaries only: the op wrappers' hot path is
+unchanged. The module hooks cost every module call a few microseconds, so they are installed
+only once the process builds a DeviceMesh or an FSDP module: a DDP-only or plain program
+keeps its speed (and DDP's ops keep the DDP module label: its buckets are numbered per label).
 """
 from __future__ import annotations
 
