@@ -1,11 +1,10 @@
 """torch dtype -> MPI buffer, torch ReduceOp -> MPI.Op.
 
-Buffers are zero-copy numpy views of the tensor's storage handed to mpi4py as
-``[array, MPI datatype]``. Types MPI lacks travel as same-sized integers:
-float16/bfloat16 as uint16, float8 as bytes, complex32 as uint32. Reductions on
-float16/bfloat16 use user-defined MPI.Ops that compute in float32 and round
-back to the 16-bit type after each pairwise step, which is exactly what gloo
-(c10::Half / c10::BFloat16 operators) does, so results are bit-identical.
+Buffers are zero-copy numpy views of the tensor's storage handed to mpi4py as ``[array, MPI
+datatype]``. Types MPI lacks travel as same-sized integers: float16/bfloat16 as uint16,
+float8 as bytes, complex32 as uint32. Reductions on float16/bfloat16 use user-defined
+MPI.Ops that compute in float32 and round back to the 16-bit type after each pairwise step,
+as gloo (c10::Half / c10::BFloat16 operators) does: results are bit-identical.
 """
 from __future__ import annotations
 
