@@ -1,20 +1,18 @@
-"""Build and load commtrace's optional C++ extensions.
+"""Build and load commtrace's optional C++ extensions, each with a pure-Python fallback.
 
-Why C++: a Python ``ProcessGroup``'s per-op cost (pybind trampoline, GIL, bytecode)
-is most of commtrace's added latency. Each extension has a pure-Python fallback.
-Extensions are built ahead of time (``commtrace build-native``, run by ``make setup``)
-and only *loaded* at run time, keyed by sources (and headers next to them), flags,
-Python and torch versions: a job never waits for a compiler nor loads a stale binary.
+Why C++: a Python ``ProcessGroup``'s per-op cost (pybind trampoline, GIL, bytecode) is most
+of commtrace's added latency. Extensions are built ahead of time (``commtrace build-native``,
+run by ``make setup``) and only *loaded* at run time, keyed by sources (and headers next to
+them), flags, Python and torch versions: a job never waits for a compiler nor loads a stale
+binary. Each package declares its own in a ``native_ext.py`` whose ``extensions()`` returns
+``[(label, Extension or None)]`` (None: cannot be built here); this module knows none.
+Torch-using ones are built by ``torch.utils.cpp_extension`` (it owns the flags that must
+match torch) in a fresh folder moved into place atomically; it is never imported to *load*
+(setuptools: ~0.3-0.9 s). Others: the C++ compiler alone.
 
-Each package declares its extensions in a ``native_ext.py`` whose ``extensions()``
-returns ``[(label, Extension or None)]`` (None: cannot be built here); this module
-knows none. Torch-using ones are built by ``torch.utils.cpp_extension`` (it owns the
-flags that must match torch), in a fresh folder moved into place atomically; it is
-never imported to *load* (setuptools: ~0.3-0.9 s). Others: the C++ compiler alone.
-
-``COMMTRACE_NATIVE``: ``0`` never use them; unset or ``1`` use them when built;
-``build`` also compile missing ones on first use. ``COMMTRACE_NATIVE_DIR``: where
-builds live (default ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
+``COMMTRACE_NATIVE``: ``0`` never use them; unset or ``1`` use them when built; ``build``
+also compile missing ones on first use. ``COMMTRACE_NATIVE_DIR``: where builds live
+(default ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""The mpi backend's optional C++ fast path (``native_mpi.cpp``): build spec and use.
-
-``NativeMPIProcessGroup`` wraps the Python MPIProcessGroup and does blocking
-all_reduce/broadcast of plain CPU tensors itself (no Python, no GIL) on that group's
-communicator, forwarding everything else (docs/mpi-backend.md). :func:`wrap` uses it
-only when ``COMMTRACE_NATIVE`` is not ``0``, the extension is built (``commtrace
-build-native``), compiled with the flags of the MPI mpi4py uses (its ``mpi.h`` version
-matches ``MPI_Get_library_version``) and, at run time, calls the library mpi4py
-initialized (same version string and COMM_WORLD handle) at ``MPI_THREAD_MULTIPLE``:
-it calls MPI without the GIL while other threads may be inside MPI.
+"""The mpi backend's optional C++ fast path (``native_mpi.cpp``): build spec and use
+(docs/mpi-backend.md, "C++ fast path"). :func:`wrap` hands c10d a NativeMPIProcessGroup
+over the Python group only when the extension is on, built with the flags of the MPI
+mpi4py uses (its ``mpi.h`` matches ``MPI_Get_library_version``) and, at run time, calls the
+library mpi4py initialized (same version string and COMM_WORLD handle) at
+``MPI_THREAD_MULTIPLE``: it calls MPI without the GIL while other threads may be inside MPI.
 :func:`status` says which path new groups get and why.
 """
 from __future__ import annotations
