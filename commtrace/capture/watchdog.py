@@ -300,9 +300,7 @@ def _spawn_wrap(fn, i, args, error_file):
         import torch.multiprocessing.spawn  # noqa: F401
         mod = sys.modules["torch.multiprocessing.spawn"]  # the attribute of that name is the spawn function
         _hook_spawn_exceptions()
-        orig = _orig_wrap or getattr(mod, "_wrap")
-        if orig is _spawn_wrap:  # pragma: no cover - cannot happen: install sets _orig_wrap first
-            raise RuntimeError("commtrace: original torch.multiprocessing.spawn._wrap not found")
+        orig = _orig_wrap or getattr(mod, "_wrap")   # never _spawn_wrap: the hook sets _orig_wrap first
 
     def traced(*a):
         rec = _state.get("rec")

@@ -41,8 +41,7 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
     def getBackendName(self):
         return "mpi"
 
-    def name(self):
-        return "mpi"
+    name = getBackendName
 
     def setGroupName(self, name):
         self._name = name
