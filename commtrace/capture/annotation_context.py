@@ -103,23 +103,25 @@ class AnnotationContext:
         returns the token for ``pop_thread_context``."""
         ident = threading.get_ident()
         prev = self._thread_fields.get(ident)
-        self._set_thread_context(ident, {k: v for k, v in fields.items() if v is not None})
-        return (ident, prev)
-
-    def pop_thread_context(self, token: tuple) -> None:
-        ident, prev = token
-        if prev is not None:
-            self._set_thread_context(ident, prev)
-            return
-        for d in (self.thread_context_keys, self.thread_context_ids, self._thread_fields):
-            d.pop(ident, None)
-
-    def _set_thread_context(self, ident: int, ctx: dict) -> None:
+        ctx = {k: v for k, v in fields.items() if v is not None}
         key = tuple(sorted(ctx.items())) or None
         cid = self._id_of(key)  # ids stay unique across threads
         self._thread_fields[ident] = ctx
         self.thread_context_keys[ident] = key
         self.thread_context_ids[ident] = cid
+        return (ident, prev)
+
+    def pop_thread_context(self, token: tuple) -> None:
+        ident, prev = token
+        if prev is None:
+            self.thread_context_keys.pop(ident, None)
+            self.thread_context_ids.pop(ident, None)
+            self._thread_fields.pop(ident, None)
+            return
+        key = tuple(sorted(prev.items())) or None
+        self._thread_fields[ident] = prev
+        self.thread_context_keys[ident] = key
+        self.thread_context_ids[ident] = self._context_ids[key]
 
     def thread_context_fields(self) -> dict | None:
         """The calling thread's own annotation fields (push_thread_context), or None."""
