@@ -16,6 +16,7 @@ also compile missing ones on first use. ``COMMTRACE_NATIVE_DIR``: where builds l
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -68,12 +69,10 @@ def build_dir() -> str:
     if d:
         return os.path.abspath(d)
     d = os.path.join(sys.prefix, "var", "commtrace-native")
-    try:
+    with contextlib.suppress(OSError):
         os.makedirs(d, exist_ok=True)
         if os.access(d, os.W_OK):
             return d
-    except OSError:
-        pass
     return os.path.join(os.path.expanduser("~"), ".cache", "commtrace", "native")
 
 
@@ -93,13 +92,11 @@ def _paths(ext: Extension) -> tuple[str, str]:
 @functools.lru_cache(maxsize=None)
 def _torch_install() -> tuple[str, str]:
     """(torch's version, its folder), from its metadata where there is one (no torch import)."""
-    try:
+    with contextlib.suppress(ImportError, ValueError):   # PackageNotFoundError is an ImportError
         import importlib.metadata
         spec = importlib.util.find_spec("torch")
         if spec is not None and spec.origin:
             return importlib.metadata.version("torch"), os.path.dirname(spec.origin)
-    except (ImportError, ValueError):   # PackageNotFoundError is an ImportError
-        pass
     import torch
     return torch.__version__, os.path.dirname(torch.__file__)
 
@@ -196,11 +193,9 @@ def _diagnostics(text: str) -> str:
 def _path_with_ninja() -> str:
     """PATH with this environment's ninja first, also when the venv is not activated."""
     dirs = [os.path.dirname(sys.executable)]
-    try:
+    with contextlib.suppress(ImportError, AttributeError):
         import ninja
         dirs.insert(0, ninja.BIN_DIR)
-    except (ImportError, AttributeError):
-        pass
     return os.pathsep.join([*dirs, os.environ.get("PATH", "")])
 
 

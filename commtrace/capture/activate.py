@@ -5,6 +5,7 @@ At once only the start record (``Recorder.start``); the hooks are installed when
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -118,10 +119,8 @@ def _close_before_os_exit() -> None:
     def _exit(status):
         rec = _state.get("recorder")
         if rec is not None and not rec.closed:
-            try:
+            with contextlib.suppress(BaseException):  # the process exits whatever happens here
                 rec.close(exit_code=status if isinstance(status, int) else None, how="exit")
-            except BaseException:  # noqa: BLE001 - the process exits whatever happens here
-                pass
         real(status)
 
     _exit._commtrace_closes = True

@@ -11,6 +11,7 @@ can be neither polled nor called back). Never a host sync.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import time
@@ -210,19 +211,15 @@ class CompletionTracker:
         if work is None or (row[FLAGS] & _HANDED and not final):
             return
         if not row[FLAGS] & _HANDED:
-            try:
+            with contextlib.suppress(Exception):
                 work.get_future()
                 return  # has a future: polling will see it finish
-            except Exception:
-                pass
         row[FLAGS] |= _HANDED
         if final:  # exiting: a short bounded wait here instead of a thread
             from datetime import timedelta
-            try:
+            with contextlib.suppress(Exception):
                 work.wait(timedelta(milliseconds=200))
                 row[T_END] = time.monotonic_ns()
-            except Exception:
-                pass
             return
         if self._waiter is None:
             import queue

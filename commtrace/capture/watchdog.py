@@ -256,11 +256,9 @@ def _install_signals() -> None:
     # Only in place of the default action: a program's own handler keeps the signal (for
     # SIGTERM our flush thread and atexit still run). Invisible to the program (sigview).
     for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR1, _on_sigusr1)):
-        try:
+        with contextlib.suppress(ValueError, OSError):
             if sigview.real_getsignal(signum) in (signal.SIG_DFL, None):
                 sigview.install(signum, handler)
-        except (ValueError, OSError):
-            pass
     if _state.get("signal_thread"):
         return
     try:

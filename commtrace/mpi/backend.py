@@ -7,6 +7,8 @@ torch uses are accepted: tensor lists plus an Options object, and the older posi
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch.distributed as dist
 
 from .. import mpienv, torch_compat
@@ -73,10 +75,8 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         self._queue.close()
         c, self._comm = self._comm, None
         if c is not None:
-            try:
+            with contextlib.suppress(Exception):
                 c.Free()
-            except Exception:
-                pass
 
     abort = shutdown
 

@@ -8,6 +8,7 @@ library mpi4py initialized (same version string and COMM_WORLD handle) at
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -29,11 +30,9 @@ def _mpicc() -> str | None:
     """The C compiler wrapper of mpi4py's MPI: recorded by a source build, next to the interpreter
     from the Open MPI / MPICH wheels, else on PATH (maybe another MPI: extension() checks)."""
     cands = [os.environ.get("MPICC")]
-    try:
+    with contextlib.suppress(Exception):
         import mpi4py
         cands.append(mpi4py.get_config().get("mpicc"))
-    except Exception:
-        pass
     cands += [os.path.join(os.path.dirname(sys.executable), "mpicc"), shutil.which("mpicc")]
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
