@@ -99,7 +99,6 @@ def stop() -> str | None:
 
 
 def tracing() -> bool:
-    """Whether this process is tracing now."""
     rec = activate.active_recorder()
     return rec is not None and not rec.closed
 
