@@ -15,10 +15,9 @@ import threading
 from ..trace import schema
 from .scopes import AfterImport
 
-# Hook the end of `import torch` itself: torch imports torch.distributed, DDP and
-# the optimizers while it initializes, and patching them half-way through that
-# would break torch's own circular imports. No process group can exist before
-# `import torch` returns, so nothing is missed.
+# Hook the end of `import torch` itself: torch imports torch.distributed, DDP and the optimizers
+# while it initializes, and patching them half-way through that would break torch's own circular
+# imports. No process group can exist before `import torch` returns, so nothing is missed.
 _TORCH = "torch"
 _state: dict = {}
 _lock = threading.Lock()

@@ -68,8 +68,7 @@ class CudaEndTimer:
         return ev
 
     def end_ns(self, ev, index: int) -> int | None:
-        """Host monotonic ns at which ``ev`` completed; None while it (or the
-        first anchor) has not."""
+        """Host monotonic ns at which ``ev`` completed; None while it (or the first anchor) has not."""
         if not ev.query():
             return None
         d = self._devices[index]

@@ -1,9 +1,8 @@
 """Swap a traced wrapper (native_wrapper.make_traced) in wherever torch.distributed registers a group.
 
-The torch private APIs of group creation are used here only: ``_register_pg_in_world``
-(where every group is registered), and the functions that hand a new group back to their
-caller. Torch then keeps the wrapper in all its bookkeeping, so ``get_backend()`` and group
-lookups work unchanged.
+The torch private APIs of group creation are used here only: ``_register_pg_in_world`` (where every
+group is registered), and the functions that hand a new group back to their caller. Torch then keeps
+the wrapper in all its bookkeeping, so ``get_backend()`` and group lookups work unchanged.
 """
 from __future__ import annotations
 

@@ -203,12 +203,11 @@ class ModuleTracker:
         return None
 
     def _enter_at(self, node, name) -> None:
-        """Begin ``name``'s backward when ``node`` gets its gradient. A module that returns
-        its last submodule's output (a Sequential, a wrapper) shares that node; forwards end
-        inner first and pre-hooks run in the order they were added, so the outer one would
-        land above the inner one. One hook per node enters them all, outermost first. The
-        node is held only until the next forward begins or ends (a freed node's id may
-        be reused)."""
+        """Begin ``name``'s backward when ``node`` gets its gradient. A module that returns its last
+        submodule's output (a Sequential, a wrapper) shares that node; forwards end inner first and
+        pre-hooks run in the order they were added, so the outer one would land above the inner one.
+        One hook per node enters them all, outermost first. The node is held only until the next
+        forward begins or ends (a freed node's id may be reused)."""
         entering = getattr(self._tls, "entering", None)
         if entering is not None and entering[0] is node:
             entering[1].insert(0, name)

@@ -1,10 +1,9 @@
-"""Signal handlers commtrace installs (SIGTERM, SIGUSR1 and the wakeup fd: see watchdog), as
-the program sees them: not at all. Once one of ours is installed, ``getsignal(s)`` answers the
-handler ours replaced (``SIG_DFL``) while ours is in place; ``signal(s, h)`` installs ``h``
-(the program's handler gets its signals, ours is gone) and answers the handler the program
-would have replaced, and setting back the one ours replaced puts ours back;
-``set_wakeup_fd(fd)`` likewise: the program's fd replaces ours, -1 puts ours back, and the
-answer is what the program's previous call set (-1).
+"""Signal handlers commtrace installs (SIGTERM, SIGUSR1 and the wakeup fd: see watchdog), as the
+program sees them: not at all. Once one of ours is installed, ``getsignal(s)`` answers the handler
+ours replaced (``SIG_DFL``) while ours is in place; ``signal(s, h)`` installs ``h`` (the program's
+handler gets its signals, ours is gone) and answers the handler the program would have replaced, and
+setting back the one ours replaced puts ours back; ``set_wakeup_fd(fd)`` likewise: the program's fd
+replaces ours, -1 puts ours back, and the answer is what the program's previous call set (-1).
 
 A program's handler for one of these signals runs counted (``runs``): the signal thread reads
 each delivery from the wakeup fd, possibly late, when the program may already have handled it
@@ -52,8 +51,7 @@ def install(signum: int, handler) -> None:
 
 
 def uninstall(signum: int) -> None:
-    """Back to the default action (ours only ever replaces it), e.g. before
-    re-raising the signal."""
+    """Back to the default action (ours only ever replaces it), e.g. before re-raising the signal."""
     entry = _ours.pop(int(signum), None)
     if entry is not None and real_getsignal(signum) is entry[0]:
         real_signal(signum, signal.SIG_DFL)

@@ -1,9 +1,8 @@
-"""A torch.distributed ProcessGroup built on mpi4py, one per communicator. docs/mpi-backend.md
-says how c10d gets it and why each collective is one kind of MPI call on every rank whatever
-``async_op`` says, issued in call order (``_collective``). With the C++ fast path built
-(fastpath.py), c10d gets a NativeMPIProcessGroup over this group instead. Both call forms
-torch uses are accepted: tensor lists plus an Options object, and the older positional
-(tensor, op) / (tensors, root).
+"""A torch.distributed ProcessGroup built on mpi4py, one per communicator. docs/mpi-backend.md says
+how c10d gets it and why each collective is one kind of MPI call on every rank whatever ``async_op``
+says, issued in call order (``_collective``). With the C++ fast path built (fastpath.py), c10d gets
+a NativeMPIProcessGroup over this group instead. Both call forms torch uses are accepted: tensor
+lists plus an Options object, and the older positional (tensor, op) / (tensors, root).
 """
 from __future__ import annotations
 
@@ -131,13 +130,12 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         return w
 
     def _collective(self, call, args, result, post, blocking):
-        """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once
-        on this thread when ``blocking`` and its turn is free (a finished Work), else queued
-        for the worker (waited for here when ``blocking``). A non-blocking ``call``
-        ("Iallreduce": large all_reduces, see collectives.py) starts in its turn the same
-        way, blocking or not, and its request goes to the progress thread. Without a
-        progress thread (MPI below THREAD_MULTIPLE) no other thread may call MPI: always
-        inline."""
+        """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once on this
+        thread when ``blocking`` and its turn is free (a finished Work), else queued for the worker
+        (waited for here when ``blocking``). A non-blocking ``call`` ("Iallreduce": large
+        all_reduces, see collectives.py) starts in its turn the same way, blocking or not, and its
+        request goes to the progress thread. Without a progress thread (MPI below THREAD_MULTIPLE)
+        no other thread may call MPI: always inline."""
         q = self._queue
         starts = call.__name__[0] == "I"    # a non-blocking call (large all_reduce): returns at once
         threaded = runtime.progress is not None

@@ -66,12 +66,11 @@ class Collectives:
 
     # -- all_reduce -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        # The hot path (1-element budget is a few microseconds): every line
-        # here was measured; see docs/mpi-backend.md before adding to it.
-        # Fastest: a blocking SUM on the same small tensor as the previous one
-        # (a loss, a counter, a flag), guarded like _buf. Its Work is finished
-        # and holds [t], so the same object serves every such call. Inline only in
-        # this communicator's turn (nothing queued or running: runtime.CollectiveQueue).
+        # The hot path (1-element budget is a few microseconds): every line here was measured; see
+        # docs/mpi-backend.md before adding to it. Fastest: a blocking SUM on the same small tensor
+        # as the previous one (a loss, a counter, a flag), guarded like _buf. Its Work is finished
+        # and holds [t], so the same object serves every such call. Inline only in this
+        # communicator's turn (nothing queued or running: runtime.CollectiveQueue).
         f = self._sum_fast
         q = self._queue
         if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]

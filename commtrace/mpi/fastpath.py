@@ -186,6 +186,5 @@ def wrap(pg):
 
 
 def status() -> str:
-    """"native" when the last mpi group created got the C++ fast path, else
-    "python: <why>"."""
+    """"native" when the last mpi group created got the C++ fast path, else "python: <why>"."""
     return _last_status

@@ -3,13 +3,12 @@ thread and the SUM reduction of each common dtype. Initialized once, by the
 first group (``init()``); read by the groups' ops (collectives.py) and their Works
 (work.py). Also each group's ``CollectiveQueue``: the order its collectives reach MPI.
 
-The progress thread completes the requests of point-to-point ops and large all_reduces
-(MPI moves data only while some thread is inside it, and a program may wait on
-``work.get_future()`` alone). It polls (MPI_Testsome, then a short sleep) rather than
-blocking in MPI_Waitsome: Open MPI's wait spins a core, mpirun binds a rank to one core,
-and a blocked Waitsome cannot take new requests. ``Work.wait()`` steals its request and
-MPI_Waits on it itself (done on arrival, not at the next poll); ``Progress.lock`` decides
-ownership: this thread (while in ``active``) or one stealer.
+The progress thread completes the requests of point-to-point ops and large all_reduces (MPI moves
+data only while some thread is inside it, and a program may wait on ``work.get_future()`` alone). It
+polls (MPI_Testsome, then a short sleep) rather than blocking in MPI_Waitsome: Open MPI's wait spins
+a core, mpirun binds a rank to one core, and a blocked Waitsome cannot take new requests.
+``Work.wait()`` steals its request and MPI_Waits on it itself (done on arrival, not at the next
+poll); ``Progress.lock`` decides ownership: this thread (while in ``active``) or one stealer.
 """
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ def init():
         IN_PLACE = MPI.IN_PLACE
         progress = Progress(MPI)
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            # MPI was initialized elsewhere at a lower level: no second thread may
-            # call MPI. Collectives then run blocking; p2p requests are completed by
-            # whoever waits on them.
+            # MPI was initialized elsewhere at a lower level: no second thread may call MPI.
+            # Collectives then run blocking; p2p requests are completed by whoever waits on them.
             progress = None
         for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
                    torch.int64):
