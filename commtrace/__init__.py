@@ -58,14 +58,16 @@ def mark(label: str) -> None:
 
 
 def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang=False):
-    """Trace this process from now on, as ``commtrace run`` would (for jobs it does not launch).
+    """Trace this process (and the Python processes it starts) from now on, as ``commtrace run``
+    would, for jobs it does not launch.
 
-    Groups made later are traced when created; groups that exist already are
-    traced from now on (after ``init_process_group`` every rank must call it, at
-    the same point). ``keep_last=N`` keeps the last N ops per process;
-    ``steps="A:B"`` / ``"every:K"`` writes only those optimizer steps in full.
-    Returns a session: ``.run_dir``, and ``with commtrace.start(): ...`` stops at
-    the end of the block. Already tracing: returns that session, unchanged.
+    Groups made later are traced when created; groups that exist already are traced from now on
+    (after ``init_process_group`` every rank must call it, at the same point). ``keep_last=N`` keeps
+    the last N ops per process; ``steps``: "A:B", "A", "A:", ":B" or "every:K", the optimizer steps
+    written in full (others are counted); ``hang_timeout``: dump in-flight ops and stacks when an op
+    runs longer (s; ``abort_on_hang``: then exit with 3). Returns a session: ``.run_dir``, and
+    ``with commtrace.start(): ...`` stops at the end of the block. Already tracing: returns that
+    session, unchanged. Raises ValueError for a bad option.
     """
     from .capture.session import start as _start
     return _start(out_dir=out_dir, keep_last=keep_last, steps=steps, hang_timeout=hang_timeout,

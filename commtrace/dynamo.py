@@ -1,13 +1,12 @@
 """Keep torch.compile (Dynamo) out of commtrace's own frames.
 
 While compiled code runs, Dynamo tries to compile every frame entered, including the
-ProcessGroup methods C++ calls back (DDP's reducer into the wrapper or the mpi4py
-backend); they read opaque process-group objects and compiling them fails ("unregistered
-member on an OpaqueObject"). They must run as plain Python. Where torch has per-code
-strategies (``set_code_exec_strategy``), each code object is marked SKIP (free per call);
-else (2.4) each method is wrapped to turn the frame hook off for the call, as
-``torch.compiler.disable`` does (not used itself: it imports ``torch._dynamo``, which an
-untraced program would not).
+ProcessGroup methods C++ calls back (DDP's reducer into the wrapper or the mpi4py backend);
+they read opaque process-group objects and compiling them fails ("unregistered member on an
+OpaqueObject"). Where torch has per-code strategies (``set_code_exec_strategy``), each code
+object is marked SKIP (free per call); else (2.4) each method is wrapped to turn the frame
+hook off for the call, as ``torch.compiler.disable`` does (not used itself: it imports
+``torch._dynamo``, which an untraced program would not).
 """
 from __future__ import annotations
 

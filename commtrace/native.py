@@ -1,23 +1,22 @@
-"""Build and load commtrace's optional C++ extensions.
+"""Build and load commtrace's optional C++ extensions, each with a pure-Python fallback.
 
-Why C++: a Python ``ProcessGroup``'s per-op cost (pybind trampoline, GIL, bytecode)
-is most of commtrace's added latency. Each extension has a pure-Python fallback.
-Extensions are built ahead of time (``commtrace build-native``, run by ``make setup``)
-and only *loaded* at run time, keyed by sources (and headers next to them), flags,
-Python and torch versions: a job never waits for a compiler nor loads a stale binary.
+Why C++: a Python ``ProcessGroup``'s per-op cost (pybind trampoline, GIL, bytecode) is most
+of commtrace's added latency. Extensions are built ahead of time (``commtrace build-native``,
+run by ``make setup``) and only *loaded* at run time, keyed by sources (and headers next to
+them), flags, Python and torch versions: a job never waits for a compiler nor loads a stale
+binary. Each package declares its own in a ``native_ext.py`` whose ``extensions()`` returns
+``[(label, Extension or None)]`` (None: cannot be built here); this module knows none.
+Torch-using ones are built by ``torch.utils.cpp_extension`` (it owns the flags that must
+match torch) in a fresh folder moved into place atomically; it is never imported to *load*
+(setuptools: ~0.3-0.9 s). Others: the C++ compiler alone.
 
-Each package declares its extensions in a ``native_ext.py`` whose ``extensions()``
-returns ``[(label, Extension or None)]`` (None: cannot be built here); this module
-knows none. Torch-using ones are built by ``torch.utils.cpp_extension`` (it owns the
-flags that must match torch), in a fresh folder moved into place atomically; it is
-never imported to *load* (setuptools: ~0.3-0.9 s). Others: the C++ compiler alone.
-
-``COMMTRACE_NATIVE``: ``0`` never use them; unset or ``1`` use them when built;
-``build`` also compile missing ones on first use. ``COMMTRACE_NATIVE_DIR``: where
-builds live (default ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
+``COMMTRACE_NATIVE``: ``0`` never use them; unset or ``1`` use them when built; ``build``
+also compile missing ones on first use. ``COMMTRACE_NATIVE_DIR``: where builds live
+(default ``<sys.prefix>/var/commtrace-native``, else ``~/.cache``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -70,12 +69,10 @@ def build_dir() -> str:
     if d:
         return os.path.abspath(d)
     d = os.path.join(sys.prefix, "var", "commtrace-native")
-    try:
+    with contextlib.suppress(OSError):
         os.makedirs(d, exist_ok=True)
         if os.access(d, os.W_OK):
             return d
-    except OSError:
-        pass
     return os.path.join(os.path.expanduser("~"), ".cache", "commtrace", "native")
 
 
@@ -95,13 +92,11 @@ def _paths(ext: Extension) -> tuple[str, str]:
 @functools.lru_cache(maxsize=None)
 def _torch_install() -> tuple[str, str]:
     """(torch's version, its folder), from its metadata where there is one (no torch import)."""
-    try:
+    with contextlib.suppress(ImportError, ValueError):   # PackageNotFoundError is an ImportError
         import importlib.metadata
         spec = importlib.util.find_spec("torch")
         if spec is not None and spec.origin:
             return importlib.metadata.version("torch"), os.path.dirname(spec.origin)
-    except (ImportError, ValueError):   # PackageNotFoundError is an ImportError
-        pass
     import torch
     return torch.__version__, os.path.dirname(torch.__file__)
 
@@ -198,11 +193,9 @@ def _diagnostics(text: str) -> str:
 def _path_with_ninja() -> str:
     """PATH with this environment's ninja first, also when the venv is not activated."""
     dirs = [os.path.dirname(sys.executable)]
-    try:
+    with contextlib.suppress(ImportError, AttributeError):
         import ninja
         dirs.insert(0, ninja.BIN_DIR)
-    except (ImportError, AttributeError):
-        pass
     return os.pathsep.join([*dirs, os.environ.get("PATH", "")])
 
 

@@ -57,11 +57,10 @@ def has_async_op(options_type) -> bool:
 
 
 def c10d_passes_async_op(options_names) -> bool:
-    """torch.distributed's collectives hand the group their ``async_op`` (``opts.asyncOp``):
-    from 2.8, when each of their Options types (``options_names``) got the field. Before,
-    some types lack it, and not every function whose type has it passes it on (2.4:
-    all_gather passes no Options; reduce_scatter and all_gather_coalesced leave asyncOp
-    at its default, True)."""
+    """torch.distributed's collectives hand the group their ``async_op`` (``opts.asyncOp``): from
+    2.8, when each of their Options types (``options_names``) got the field. Before, some types lack
+    it, and not every function whose type has it passes it on (2.4: all_gather passes no Options;
+    reduce_scatter and all_gather_coalesced leave asyncOp at its default, True)."""
     from torch._C import _distributed_c10d as c10d
     return all(has_async_op(getattr(c10d, n)) for n in options_names if hasattr(c10d, n))
 

@@ -5,6 +5,7 @@ At once only the start record (``Recorder.start``); the hooks are installed when
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -14,10 +15,9 @@ import threading
 from ..trace import schema
 from .scopes import AfterImport
 
-# Hook the end of `import torch` itself: torch imports torch.distributed, DDP and
-# the optimizers while it initializes, and patching them half-way through that
-# would break torch's own circular imports. No process group can exist before
-# `import torch` returns, so nothing is missed.
+# Hook the end of `import torch` itself: torch imports torch.distributed, DDP and the optimizers
+# while it initializes, and patching them half-way through that would break torch's own circular
+# imports. No process group can exist before `import torch` returns, so nothing is missed.
 _TORCH = "torch"
 _state: dict = {}
 _lock = threading.Lock()
@@ -118,10 +118,8 @@ def _close_before_os_exit() -> None:
     def _exit(status):
         rec = _state.get("recorder")
         if rec is not None and not rec.closed:
-            try:
+            with contextlib.suppress(BaseException):  # the process exits whatever happens here
                 rec.close(exit_code=status if isinstance(status, int) else None, how="exit")
-            except BaseException:  # noqa: BLE001 - the process exits whatever happens here
-                pass
         real(status)
 
     _exit._commtrace_closes = True

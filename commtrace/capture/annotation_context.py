@@ -22,10 +22,9 @@ class AnnotationContext:
         self._context_ids: dict = {None: 0}
         self._context: dict = {}
         self._field_cache: dict = {}  # set_context_field: (key, field, value) -> (context, key, id)
-        # Per-thread contexts overriding the process-wide one (thread ident ->
-        # context key / id). Empty outside comm hooks, so the hot path pays one
-        # truthiness test. Mutated in place, never rebound: the native wrapper's
-        # log holds thread_context_ids.
+        # Per-thread contexts overriding the process-wide one (thread ident -> context key / id).
+        # Empty outside comm hooks, so the hot path pays one truthiness test. Mutated in place,
+        # never rebound: the native wrapper's log holds thread_context_ids.
         self.thread_context_keys: dict = {}
         self.thread_context_ids: dict = {}
         self._thread_fields: dict = {}

@@ -1,8 +1,7 @@
-"""``COMMTRACE=1``: trace a program without changing it or its command line.
-
-Imported at interpreter start by ``commtrace-autostart.pth`` (commtrace/_install_pth.py)
-only when ``COMMTRACE`` is true; does what ``commtrace.start()`` does with the options from
-the environment. Any error is one line on stderr, and the program runs untraced.
+"""``COMMTRACE=1`` (README, "Python API"): imported at interpreter start by the
+``commtrace-autostart.pth`` that commtrace/_install_pth.py installs, only when ``COMMTRACE`` is
+true; starts tracing as ``commtrace.start()`` does, with the options from the environment. Any
+error is one line on stderr, and the program runs untraced.
 """
 from __future__ import annotations
 

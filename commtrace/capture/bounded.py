@@ -1,10 +1,6 @@
-"""Bounded, always-on tracing (``--keep-last N``, ``--steps A:B``; docs/trace-format.md).
-
-``keep_last``: the op and span files are rings of two segments (the last N records at
-least, 2N at most). ``steps``: ops are written in full inside a window of optimizer steps
-only; outside it, completed ops are counted per (group, op). An op belongs to the step in
-progress at its call (the optimizer spans' step numbers, ``phases.StepCounter``). Failed
-ops and ops running at a flush are written wherever they are (``check`` needs them).
+"""Bounded, always-on tracing (``--keep-last N``, ``--steps A:B``): which records each flush
+writes and what the rest counts (docs/trace-format.md, "Bounded mode"). An op belongs to the
+step in progress at its call (the optimizer spans' step numbers, ``phases.StepCounter``).
 All of it runs on the flush thread: the hot path is the same in every mode.
 """
 from __future__ import annotations

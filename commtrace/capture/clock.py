@@ -1,20 +1,13 @@
-"""Clock offsets to rank 0 by ping-pong, the lowest round trip kept.
+"""Clock offsets to rank 0 by ping-pong, the lowest round trip kept (README, "Clocks").
 
 For a ping sent at ``t1`` and answered at ``t2`` (rank 0's clock) with the peer's
-reading ``t_p``, ``offset = (t1 + t2) / 2 - t_p`` is off by at most half the round trip;
-of ``PINGS`` pings the lowest round trip is kept, and rank 0 tells the peer
-(``t_rank0 = t_local + offset_ns``). Over a *link* with a deadline (a missing rank costs
-the deadline, not a hang): MPI (``measure_mpi``, by ``commtrace run``: worlds without a store)
-or, on every launcher, a gloo group of commtrace's own (``track_world``). Times include a
-test-only shift (``trace.simhost``).
-
-The gloo group: through a new world's store, its ranks learn which share rank 0's kernel
-boot id (and so its CLOCK_MONOTONIC). Rank 0 and the ranks elsewhere build a private gloo
-group straight from torch's C++ bindings (torch never registers it: the user's groups,
-names and sequence numbers are untouched) and ping-pong on it at start and again at exit,
-so the reader can fit the drift. Store keys, under ``commtrace/clock/``: ``joins/<rank>``
-(so worlds reusing a store get fresh keys), then under ``<size>/<n>/``: ``ref``, the
-counters ``elsewhere`` and ``arrived``, ``all``, and gloo's rendezvous under ``gloo/``.
+reading ``t_p``, ``offset = (t1 + t2) / 2 - t_p`` is off by at most half the round trip
+(``t_rank0 = t_local + offset_ns``). Over a *link* with a deadline (a missing rank costs the
+deadline, not a hang): MPI (``measure_mpi``, by ``commtrace run``: worlds without a store) or
+a gloo group of commtrace's own, never registered with torch (``track_world``). Times include
+a test-only shift (``trace.simhost``). The gloo group's store keys, under ``commtrace/clock/``:
+``joins/<rank>`` (so worlds reusing a store get fresh keys), then under ``<size>/<n>/``:
+``ref``, the counters ``elsewhere`` and ``arrived``, ``all``, and gloo's rendezvous under ``gloo/``.
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """DDP comm hooks: which gradient bucket each of their collectives serves.
 
-A hook may issue several collectives per bucket, some in ``Future.then``
-callbacks that gloo runs on its worker thread (PowerSGD's P and Q) while the main
-thread goes on: counting all_reduces cannot number those. So a hook registered
-through ``register_comm_hook`` runs with ``bucket`` = ``GradBucket.index()`` and
-the module's label in its thread's context, and ``Future.then`` /
-``add_done_callback`` called inside carry that context to their callback.
-The hook's signature (DDP checks it) is its own. Built-in C++ hooks and DDP
+A hook may issue several collectives per bucket, some in ``Future.then`` callbacks that
+gloo runs on its worker thread (PowerSGD's P and Q) while the main thread goes on: counting
+all_reduces cannot number those. So a hook registered through ``register_comm_hook`` runs
+with ``bucket`` = ``GradBucket.index()`` and the module's label in its thread's context,
+and ``Future.then`` / ``add_done_callback`` called inside carry that context to their
+callback. The hook's signature (DDP checks it) is its own. Built-in C++ hooks and DDP
 without a hook issue one all_reduce per bucket, in order: the reader counts those.
 """
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """Which ops are running, and when each finished: the op rows of one process.
 
-A row is ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]``
-(monotonic ns, 0 = not known yet). The hot path appends finished rows to ``rows``,
-keeps a row in ``active`` while inside the backend call and hands async ops to
-``track``; the flush thread ``collect``s. An async end is timed by a future callback
-(big CPU ops), polling (small ones: FLAG_END_OBSERVED), an end event on a private
-stream (CUDA, ``cuda_end``) or a waiter thread (gloo's tensor reduce-scatter, which
-can be neither polled nor called back). Never a host sync.
+A row is ``[t_call, t_return, t_end, seq, sig, iteration, group, status, flags]`` (monotonic ns, 0 =
+not known yet). The hot path appends finished rows to ``rows``, keeps a row in ``active`` while
+inside the backend call and hands async ops to ``track``; the flush thread ``collect``s. An async
+end is timed by a future callback (big CPU ops), polling (small ones: FLAG_END_OBSERVED), an end
+event on a private stream (CUDA, ``cuda_end``) or a waiter thread (gloo's tensor reduce-scatter,
+which can be neither polled nor called back). Never a host sync.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import time
@@ -210,19 +210,15 @@ class CompletionTracker:
         if work is None or (row[FLAGS] & _HANDED and not final):
             return
         if not row[FLAGS] & _HANDED:
-            try:
+            with contextlib.suppress(Exception):
                 work.get_future()
                 return  # has a future: polling will see it finish
-            except Exception:
-                pass
         row[FLAGS] |= _HANDED
         if final:  # exiting: a short bounded wait here instead of a thread
             from datetime import timedelta
-            try:
+            with contextlib.suppress(Exception):
                 work.wait(timedelta(milliseconds=200))
                 row[T_END] = time.monotonic_ns()
-            except Exception:
-                pass
             return
         if self._waiter is None:
             import queue

@@ -1,11 +1,11 @@
 """End times of CUDA collectives from CUDA events, read lazily.
 
-NCCL's future completes when the kernel is *enqueued*, and polling ``is_completed()``
-only bounds the end from above. So a private stream waits on the op (``future.wait()``
-on a completed CUDA future adds only a stream wait) and a timing event recorded there
-completes with the op; its elapsed time from an anchor event of known host time puts it
-on the monotonic clock. Never a host sync; no user stream waits. Ops whose future is not
-complete at return, ops in CUDA graph capture, and failures here fall back to polling.
+NCCL's future completes when the kernel is *enqueued*, and polling ``is_completed()`` only
+bounds the end from above. So a private stream waits on the op (``future.wait()`` on a
+completed CUDA future adds only a stream wait) and a timing event recorded there completes
+with the op; its elapsed time from an anchor event of known host time puts it on the
+monotonic clock. Never a host sync; no user stream waits. Ops whose future is not complete
+at return, ops in CUDA graph capture, and failures here fall back to polling.
 """
 from __future__ import annotations
 
@@ -68,8 +68,7 @@ class CudaEndTimer:
         return ev
 
     def end_ns(self, ev, index: int) -> int | None:
-        """Host monotonic ns at which ``ev`` completed; None while it (or the
-        first anchor) has not."""
+        """Host monotonic ns at which ``ev`` completed; None while it (or the first anchor) has not."""
         if not ev.query():
             return None
         d = self._devices[index]

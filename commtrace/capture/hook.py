@@ -1,9 +1,8 @@
 """Swap a traced wrapper (native_wrapper.make_traced) in wherever torch.distributed registers a group.
 
-The torch private APIs of group creation are used here only: ``_register_pg_in_world``
-(where every group is registered), and the functions that hand a new group back to their
-caller. Torch then keeps the wrapper in all its bookkeeping, so ``get_backend()`` and group
-lookups work unchanged.
+The torch private APIs of group creation are used here only: ``_register_pg_in_world`` (where every
+group is registered), and the functions that hand a new group back to their caller. Torch then keeps
+the wrapper in all its bookkeeping, so ``get_backend()`` and group lookups work unchanged.
 """
 from __future__ import annotations
 
@@ -220,13 +219,11 @@ def _world_id(pg, store, run_id: str, index: int) -> str:
     """An id every rank of a new world agrees on: rank 0 publishes a random one in the store.
     Without a store (mpi4py), every rank of the MPI job makes its worlds in the same order."""
     if store is not None:
-        try:
+        with contextlib.suppress(Exception):
             if pg.rank() == 0:
                 wid = secrets.token_hex(8)
                 store.set(_WORLD_KEY, wid)
                 return wid
             store.wait([_WORLD_KEY], timedelta(seconds=60))
             return store.get(_WORLD_KEY).decode()
-        except Exception:
-            pass
     return f"{run_id}/world{index}/size{pg.size()}"

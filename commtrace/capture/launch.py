@@ -128,11 +128,9 @@ def claim_name(base: str, key: str, wait_s: float = CLAIM_WAIT_S) -> str:
     claims = os.path.join(base, CLAIMS)
     os.makedirs(claims, exist_ok=True)
     path = os.path.join(claims, hashlib.sha1(key.encode()).hexdigest()[:16])
-    try:
+    with contextlib.suppress(OSError):
         if time.time() - os.path.getmtime(path) > CLAIM_STALE_S:
             os.replace(path, path + ".stale")   # atomic: one rank moves it; later ones see no file
-    except OSError:
-        pass
     name = new_run_id()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

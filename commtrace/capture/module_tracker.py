@@ -1,24 +1,15 @@
-"""Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension.
+"""Where FSDP, FSDP2 and tensor parallelism communicate: module, phase, role, mesh dimension
+(docs/report.md defines the fields).
 
-docs/report.md defines the fields. How they are found:
-
-* ``module`` in forward: torch's global module forward pre/post hooks keep a
-  per-thread stack. In backward: when a module's forward ends, a pre-hook on the
-  autograd node that made its first output (one C++ call; a tensor or multi-grad
-  hook costs ~10x more) marks its backward's start, one on the node that made its
-  first input its end. The context changes at module boundaries only: the op
-  wrappers' hot path is unchanged.
-* ``detail``: FSDP/FSDP2 unshard and gradient reduction, and DTensor's
-  ``redistribute_local_tensor``, are wrapped; an FSDP op issued where no module runs
-  takes the module of the unit whose parameters it moves.
-* set-up ``phase``: ``parallelize_module`` (``tp_init``) and ``distribute_tensor``
-  (``detail`` ``dtensor_distribute``; ``dtensor_init`` outside any phase) are wrapped.
-* Inside ``torch.compile``d code the hooks do nothing (Dynamo traces module hooks).
-
-The module hooks cost every module call a few microseconds, so they are installed
-only once the process builds a DeviceMesh or an FSDP module: a DDP-only or plain
-program keeps its speed (and DDP's ops keep the DDP module label: its buckets are
-numbered per label).
+``module``: in forward, torch's global module forward pre/post hooks keep a per-thread
+stack; in backward, when a module's forward ends, a pre-hook on the autograd node that made
+its first output (one C++ call; a tensor or multi-grad hook costs ~10x more) marks its
+backward's start, one on the node that made its first input its end. ``detail`` and set-up
+``phase``: the torch functions that move FSDP units' and DTensors' data are wrapped
+(``install``). The context changes at module boundaries only: the op wrappers' hot path is
+unchanged. The module hooks cost every module call a few microseconds, so they are installed
+only once the process builds a DeviceMesh or an FSDP module: a DDP-only or plain program
+keeps its speed (and DDP's ops keep the DDP module label: its buckets are numbered per label).
 """
 from __future__ import annotations
 
@@ -212,12 +203,11 @@ class ModuleTracker:
         return None
 
     def _enter_at(self, node, name) -> None:
-        """Begin ``name``'s backward when ``node`` gets its gradient. A module that returns
-        its last submodule's output (a Sequential, a wrapper) shares that node; forwards end
-        inner first and pre-hooks run in the order they were added, so the outer one would
-        land above the inner one. One hook per node enters them all, outermost first. The
-        node is held only until the next forward begins or ends (a freed node's id may
-        be reused)."""
+        """Begin ``name``'s backward when ``node`` gets its gradient. A module that returns its last
+        submodule's output (a Sequential, a wrapper) shares that node; forwards end inner first and
+        pre-hooks run in the order they were added, so the outer one would land above the inner one.
+        One hook per node enters them all, outermost first. The node is held only until the next
+        forward begins or ends (a freed node's id may be reused)."""
         entering = getattr(self._tls, "entering", None)
         if entering is not None and entering[0] is node:
             entering[1].insert(0, name)

@@ -31,16 +31,6 @@ class RunOptions:
     launcher_env: bool = True   # fill in the launcher variables (False: --no-launcher-env)
 
 
-def _mpi_world(info: launch.LaunchInfo):
-    """COMM_WORLD when launched by MPI and mpi4py is importable, else None."""
-    if not info.is_mpi:
-        return None
-    try:
-        return mpienv.world()
-    except ImportError:
-        return None
-
-
 def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, object, list[str]]:
     """Derive rank env, rendezvous, run id and run dir; export them for children.
     The last item: the launcher variables commtrace set."""
@@ -48,7 +38,10 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
     info = launch.detect(env)
     glue = opts.launcher_env and launch.launcher_env_wanted(env)
     set_names = launch.apply_rank_env(info, env) if glue else []
-    comm = _mpi_world(info)
+    comm = None
+    if info.is_mpi:   # COMM_WORLD where mpi4py is importable
+        with contextlib.suppress(ImportError):
+            comm = mpienv.world()
     run_id = env.get(schema.ENV_RUN_ID) or launch.launcher_run_id(info, env)
     if comm is not None:
         # One broadcast from rank 0 settles everything the ranks must agree on.

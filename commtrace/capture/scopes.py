@@ -1,7 +1,6 @@
-"""How commtrace wraps torch's functions: inside an annotation context (the ops they
-issue carry its fields: phase, detail, module), out of the program's tracebacks (an
-exception raised through a wrapper shows no ``commtrace/...`` line), and right after
-their module loads (``AfterImport``)."""
+"""How commtrace wraps torch's functions: inside an annotation context (the ops they issue carry its
+fields: phase, detail, module), out of the program's tracebacks (an exception raised through a
+wrapper shows no ``commtrace/...`` line), and right after their module loads (``AfterImport``)."""
 from __future__ import annotations
 
 import functools

@@ -1,13 +1,7 @@
-"""``commtrace.start()`` / ``commtrace.stop()``: tracing for programs not launched
-through ``commtrace run`` (cluster launchers, notebooks), and ``COMMTRACE=1``.
-
-``start()`` traces as ``commtrace run`` does (``activate``); groups that exist already
-are wrapped in place, so after ``init_process_group`` it is collective (world id, clock
-offsets). It exports the run's variables so Python children join the run. ``stop()``
-closes the files as at exit; the wrappers stay and forward ops unrecorded, and a later
-``start()`` writes files of its own (``...pid<P>.s<N>``). Without ``out_dir`` or
-``COMMTRACE_DIR`` the ranks of one job agree on a directory name without talking: the
-first claims it for the job's key (``job_key``, ``launch.claim_name``).
+"""``commtrace.start()`` / ``commtrace.stop()`` and ``COMMTRACE=1``: tracing for programs not
+launched through ``commtrace run`` (README, "Python API"). Without ``out_dir`` or
+``COMMTRACE_DIR`` the ranks of one job agree on a directory name without talking: the first
+claims it for the job's key (``job_key``, ``launch.claim_name``).
 """
 from __future__ import annotations
 
@@ -53,13 +47,7 @@ class Session:
 
 
 def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_hang: bool = False) -> Session:
-    """Trace this process (and the Python processes it starts) from now on.
-
-    ``keep_last``: keep only the last N ops per process; ``steps``: "A:B", "A", "A:", ":B" or
-    "every:K", the optimizer steps written in full (others are counted); ``hang_timeout``: dump
-    in-flight ops and stacks when an op runs longer (s; ``abort_on_hang``: then exit with 3).
-    Tracing on already: returns that session. Raises ValueError for a bad option.
-    """
+    """``commtrace.start`` (whose docstring says what the options do)."""
     opts = bounded.make_options(keep_last, steps)
     if hang_timeout is not None and not float(hang_timeout) > 0:
         raise ValueError(f"hang_timeout {hang_timeout!r}: expected seconds (> 0)")
@@ -111,7 +99,6 @@ def stop() -> str | None:
 
 
 def tracing() -> bool:
-    """Whether this process is tracing now."""
     rec = activate.active_recorder()
     return rec is not None and not rec.closed
 

@@ -1,20 +1,13 @@
-"""Signal handlers commtrace installs, as the program sees them: not at all.
-
-commtrace handles SIGTERM and SIGUSR1 and owns the wakeup fd (see watchdog); so that the
-program sees what it would without commtrace, once one of ours is installed:
-
-* ``getsignal(s)`` answers the handler ours replaced (``SIG_DFL``) while ours
-  is in place;
-* ``signal(s, h)`` installs ``h`` -- the program's handler gets its signals,
-  ours is gone -- and answers the handler the program would have replaced;
-  setting the handler back to the one ours replaced puts ours back;
-* ``set_wakeup_fd(fd)`` likewise: the program's fd replaces ours, -1 puts
-  ours back, and the answer is what the program's previous call set (-1).
+"""Signal handlers commtrace installs (SIGTERM, SIGUSR1 and the wakeup fd: see watchdog), as the
+program sees them: not at all. Once one of ours is installed, ``getsignal(s)`` answers the handler
+ours replaced (``SIG_DFL``) while ours is in place; ``signal(s, h)`` installs ``h`` (the program's
+handler gets its signals, ours is gone) and answers the handler the program would have replaced, and
+setting back the one ours replaced puts ours back; ``set_wakeup_fd(fd)`` likewise: the program's fd
+replaces ours, -1 puts ours back, and the answer is what the program's previous call set (-1).
 
 A program's handler for one of these signals runs counted (``runs``): the signal thread reads
 each delivery from the wakeup fd, possibly late, when the program may already have handled it
 and put ours back; it must not then act as if the main thread were stuck.
-
 """
 from __future__ import annotations
 
@@ -58,8 +51,7 @@ def install(signum: int, handler) -> None:
 
 
 def uninstall(signum: int) -> None:
-    """Back to the default action (ours only ever replaces it), e.g. before
-    re-raising the signal."""
+    """Back to the default action (ours only ever replaces it), e.g. before re-raising the signal."""
     entry = _ours.pop(int(signum), None)
     if entry is not None and real_getsignal(signum) is entry[0]:
         real_signal(signum, signal.SIG_DFL)

@@ -25,5 +25,4 @@ def start(target, name: str, *args) -> None:
 
 
 def name_of(ident: int) -> str | None:
-    """The name of a running hidden thread, else None."""
     return _names.get(ident)

@@ -1,11 +1,5 @@
-"""Hang watchdog and state dumps (JSON, never pickle); docs/faults.md describes them.
-
-Python runs signal handlers only in the main thread, between bytecodes: a rank
-blocked in a collective never would. So a wakeup fd (``signal.set_wakeup_fd``)
-also feeds the ``commtrace-signals`` thread, which dumps (and for SIGTERM closes
-and re-raises) while the main thread is stuck; a program that owns the wakeup fd
-(asyncio) keeps it, and only the main-thread handlers run. ``--abort-on-hang``
-ends with ``os._exit(3)``: an exception could never reach a thread stuck in C++.
+"""Hang watchdog, signal dumps (JSON, never pickle), mp.spawn exceptions: docs/faults.md says
+why the wakeup-fd thread dumps for a blocked main thread and why a hang ends in ``os._exit(3)``.
 """
 from __future__ import annotations
 
@@ -262,11 +256,9 @@ def _install_signals() -> None:
     # Only in place of the default action: a program's own handler keeps the signal (for
     # SIGTERM our flush thread and atexit still run). Invisible to the program (sigview).
     for signum, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR1, _on_sigusr1)):
-        try:
+        with contextlib.suppress(ValueError, OSError):
             if sigview.real_getsignal(signum) in (signal.SIG_DFL, None):
                 sigview.install(signum, handler)
-        except (ValueError, OSError):
-            pass
     if _state.get("signal_thread"):
         return
     try:
@@ -306,9 +298,7 @@ def _spawn_wrap(fn, i, args, error_file):
         import torch.multiprocessing.spawn  # noqa: F401
         mod = sys.modules["torch.multiprocessing.spawn"]  # the attribute of that name is the spawn function
         _hook_spawn_exceptions()
-        orig = _orig_wrap or getattr(mod, "_wrap")
-        if orig is _spawn_wrap:  # pragma: no cover - cannot happen: install sets _orig_wrap first
-            raise RuntimeError("commtrace: original torch.multiprocessing.spawn._wrap not found")
+        orig = _orig_wrap or getattr(mod, "_wrap")   # never _spawn_wrap: the hook sets _orig_wrap first
 
     def traced(*a):
         rec = _state.get("rec")

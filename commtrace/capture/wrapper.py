@@ -1,9 +1,8 @@
 """TracedProcessGroup: a ProcessGroup that records every op and forwards it unchanged.
 
-A Python subclass, because pybind's trampoline routes C++ callers (DDP's reducer,
-functional collectives) into its methods. The real backend is registered on it
-too (DDP's logger and ``_get_backend`` need it), so every op is overridden here:
-nothing may reach that backend untraced.
+A Python subclass, because pybind's trampoline routes C++ callers (DDP's reducer, functional
+collectives) into its methods. The real backend is registered on it too (DDP's logger and
+``_get_backend`` need it), so every op is overridden here: nothing may reach that backend untraced.
 
 Hot path (budget: a few microseconds per op):
 * the backend call is issued first and the op described while it works; until
@@ -85,11 +84,9 @@ def callsite_text(frame) -> str | None:
     if frame is None:
         return None
     fn = frame.f_code.co_filename
-    try:
+    with contextlib.suppress(ValueError):
         rel = os.path.relpath(fn)
         fn = rel if not rel.startswith("..") else fn
-    except ValueError:
-        pass
     return f"{fn}:{frame.f_lineno} ({frame.f_code.co_name})"
 
 
@@ -177,15 +174,12 @@ def mirror_backends(wrapper, inner) -> bool:
         registered.add(btype)
         if dev.type != "cpu" and torch.cuda.is_available():
             cpu_only = False
-    try:
+    with contextlib.suppress(Exception):
         default_type = getattr(dist.ProcessGroup.BackendType, str(inner._get_backend_name()).upper())
-        # Only a type with a backend behind it: from torch 2.15 the rank and size of a
-        # group with a default type come from that backend (a group written in Python,
-        # the mpi4py one, has none).
+        # Only a type with a backend behind it: from torch 2.15 the rank and size of a group with a
+        # default type come from that backend (a group written in Python, the mpi4py one, has none).
         if default_type in registered:
             wrapper._set_default_backend(default_type)
-    except Exception:
-        pass
     with contextlib.suppress(Exception):
         wrapper.bound_device_id = inner.bound_device_id
     return cpu_only

@@ -1,14 +1,13 @@
-"""``init_process_group("mpi")`` on torch wheels built without MPI.
+"""``init_process_group("mpi")`` on torch wheels built without MPI (docs/mpi-backend.md).
 
     import commtrace.mpi
     commtrace.mpi.install()            # once, before init_process_group
     dist.init_process_group("mpi")     # rank/size from MPI, no env vars
 
-``install()`` (nothing when torch has its own ProcessGroupMPI) makes c10d's MPI check
-say True and its ``ProcessGroupMPI`` build the mpi4py-backed MPIProcessGroup;
-``register_backend("mpi")`` cannot, as c10d tests for "mpi" before plugins.
-``commtrace run`` uses ``serve_requests()`` instead, which changes nothing a program
-can probe: only a group creation naming "mpi" sees them, during that call.
+``install()`` (nothing when torch has its own ProcessGroupMPI) sets the two c10d globals
+that make it build the mpi4py-backed MPIProcessGroup (``register_backend("mpi")`` cannot:
+c10d tests for "mpi" before plugins). ``commtrace run`` uses ``serve_requests()`` instead,
+which changes nothing a program can probe.
 """
 from __future__ import annotations
 

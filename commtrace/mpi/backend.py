@@ -1,19 +1,12 @@
-"""A torch.distributed ProcessGroup built on mpi4py (docs/mpi-backend.md).
-
-One instance per communicator: the world group gets a duplicate of COMM_WORLD, every
-new_group its own from MPI_Comm_create_group (collective over the members only, as
-c10d never calls ``create`` on non-members). Every collective is one kind of MPI call on
-every rank whatever ``async_op`` says: blocking, except all_reduces over
-IALLREDUCE_ABOVE_BYTES (MPI_Iallreduce, collectives.py), issued in call order through the
-group's CollectiveQueue (runtime.py): inline when the caller waits right away
-(``opts.asyncOp`` False) and nothing is queued, else by the queue's worker thread.
-Point-to-point ops start their non-blocking call (Isend/Irecv) inline; the request goes
-to the progress thread, and ``Work.wait()`` takes it back to MPI_Wait itself.
-With the C++ fast path built (fastpath.py), c10d gets a NativeMPIProcessGroup over
-this group instead. Both call forms torch uses are accepted: tensor lists plus an
-Options object, and the older positional (tensor, op) / (tensors, root).
+"""A torch.distributed ProcessGroup built on mpi4py, one per communicator. docs/mpi-backend.md says
+how c10d gets it and why each collective is one kind of MPI call on every rank whatever ``async_op``
+says, issued in call order (``_collective``). With the C++ fast path built (fastpath.py), c10d gets
+a NativeMPIProcessGroup over this group instead. Both call forms torch uses are accepted: tensor
+lists plus an Options object, and the older positional (tensor, op) / (tensors, root).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch.distributed as dist
 
@@ -49,8 +42,7 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
     def getBackendName(self):
         return "mpi"
 
-    def name(self):
-        return "mpi"
+    name = getBackendName
 
     def setGroupName(self, name):
         self._name = name
@@ -82,10 +74,8 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         self._queue.close()
         c, self._comm = self._comm, None
         if c is not None:
-            try:
+            with contextlib.suppress(Exception):
                 c.Free()
-            except Exception:
-                pass
 
     abort = shutdown
 
@@ -140,13 +130,12 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         return w
 
     def _collective(self, call, args, result, post, blocking):
-        """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once
-        on this thread when ``blocking`` and its turn is free (a finished Work), else queued
-        for the worker (waited for here when ``blocking``). A non-blocking ``call``
-        ("Iallreduce": large all_reduces, see collectives.py) starts in its turn the same
-        way, blocking or not, and its request goes to the progress thread. Without a
-        progress thread (MPI below THREAD_MULTIPLE) no other thread may call MPI: always
-        inline."""
+        """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once on this
+        thread when ``blocking`` and its turn is free (a finished Work), else queued for the worker
+        (waited for here when ``blocking``). A non-blocking ``call`` ("Iallreduce": large
+        all_reduces, see collectives.py) starts in its turn the same way, blocking or not, and its
+        request goes to the progress thread. Without a progress thread (MPI below THREAD_MULTIPLE)
+        no other thread may call MPI: always inline."""
         q = self._queue
         starts = call.__name__[0] == "I"    # a non-blocking call (large all_reduce): returns at once
         threaded = runtime.progress is not None

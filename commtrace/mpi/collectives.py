@@ -1,10 +1,5 @@
-"""The mpi backend's ops (all_reduce, broadcast, reduce, all_gather, gather, scatter,
-reduce_scatter, all_to_all, barrier and their variants; send, recv), as methods of
-MPIProcessGroup (backend.py). A collective always runs as its blocking MPI call (but
-all_reduces over IALLREDUCE_ABOVE_BYTES: MPI_Iallreduce), in the group's call order:
-inline when the caller waits right away (``asyncOp`` False), else on the group's queue
-worker (``_go``, ``_collective``); point-to-point ops always run
-non-blocking (Isend/Irecv), completed by the progress thread or by whoever waits."""
+"""The mpi backend's ops, as methods of MPIProcessGroup (backend.py: ``_go`` and ``_collective``
+issue them; docs/mpi-backend.md, "Order of collectives")."""
 from __future__ import annotations
 
 import torch
@@ -32,13 +27,10 @@ def _flat(tensors):
 class Collectives:
     """The ops of MPIProcessGroup (a mixin: backend.py holds the state they use)."""
 
-    # An all_reduce of more bytes than this is MPI_Iallreduce on every rank (its size is
-    # the same on every rank, so they agree), blocking caller or not: DDP's buckets then
-    # overlap backward, completed by the polling progress thread, where a blocking call on
-    # the worker spins in Open MPI beside the backward pass until the other rank comes
-    # (DDP's first bucket, small, waited so through most of backward). The smallest ones
-    # (losses, counters, Join's flags: the 1-element budget), and every other collective,
-    # are blocking calls. The C++ fast path reads it (native_mpi.cpp).
+    # An all_reduce of more bytes than this is MPI_Iallreduce on every rank (its size is the
+    # same on every rank, so they agree), blocking caller or not: DDP's buckets overlap
+    # backward instead of spinning on the worker (docs/mpi-backend.md says why 256). The C++
+    # fast path reads it (native_mpi.cpp).
     IALLREDUCE_ABOVE_BYTES = 256
 
     def _avg_post(self, tensors, avg):
@@ -74,12 +66,11 @@ class Collectives:
 
     # -- all_reduce -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        # The hot path (1-element budget is a few microseconds): every line
-        # here was measured; see docs/mpi-backend.md before adding to it.
-        # Fastest: a blocking SUM on the same small tensor as the previous one
-        # (a loss, a counter, a flag), guarded like _buf. Its Work is finished
-        # and holds [t], so the same object serves every such call. Inline only in
-        # this communicator's turn (nothing queued or running: runtime.CollectiveQueue).
+        # The hot path (1-element budget is a few microseconds): every line here was measured; see
+        # docs/mpi-backend.md before adding to it. Fastest: a blocking SUM on the same small tensor
+        # as the previous one (a loss, a counter, a flag), guarded like _buf. Its Work is finished
+        # and holds [t], so the same object serves every such call. Inline only in this
+        # communicator's turn (nothing queued or running: runtime.CollectiveQueue).
         f = self._sum_fast
         q = self._queue
         if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]

@@ -1,11 +1,10 @@
 """torch dtype -> MPI buffer, torch ReduceOp -> MPI.Op.
 
-Buffers are zero-copy numpy views of the tensor's storage handed to mpi4py as
-``[array, MPI datatype]``. Types MPI lacks travel as same-sized integers:
-float16/bfloat16 as uint16, float8 as bytes, complex32 as uint32. Reductions on
-float16/bfloat16 use user-defined MPI.Ops that compute in float32 and round
-back to the 16-bit type after each pairwise step, which is exactly what gloo
-(c10::Half / c10::BFloat16 operators) does, so results are bit-identical.
+Buffers are zero-copy numpy views of the tensor's storage handed to mpi4py as ``[array, MPI
+datatype]``. Types MPI lacks travel as same-sized integers: float16/bfloat16 as uint16,
+float8 as bytes, complex32 as uint32. Reductions on float16/bfloat16 use user-defined
+MPI.Ops that compute in float32 and round back to the 16-bit type after each pairwise step,
+as gloo (c10::Half / c10::BFloat16 operators) does: results are bit-identical.
 """
 from __future__ import annotations
 
@@ -103,6 +102,20 @@ def _make_user_op(kind, ufunc):
 
 _UFUNC = {RedOpType.SUM: np.add, RedOpType.AVG: np.add, RedOpType.PRODUCT: np.multiply,
           RedOpType.MIN: np.minimum, RedOpType.MAX: np.maximum}
+_BITWISE = (RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR)
+_NOT_BITWISE = "bitwise op on a non-integral dtype"
+# kind -> (the ops refused on it, as gloo refuses them, and why)
+_REFUSED = {
+    _INT: ((RedOpType.AVG,), "AVG of integers is not an integer; gloo refuses it too"),
+    _FLOAT: (_BITWISE, _NOT_BITWISE),
+    # gloo refuses PRODUCT too; refusing keeps results "equal to gloo's".
+    _COMPLEX: ((RedOpType.PRODUCT, RedOpType.MIN, RedOpType.MAX, *_BITWISE),
+               "only SUM and AVG are defined for complex tensors"),
+    _BOOL: ((RedOpType.AVG,), ""),
+    _HALF: (_BITWISE, _NOT_BITWISE),
+    _BF16: (_BITWISE, _NOT_BITWISE),
+    _OPAQUE: ((*_UFUNC, *_BITWISE), "MPI has no arithmetic for this type"),
+}
 
 
 def _native(optype):
@@ -127,39 +140,23 @@ def reduce_op(op, dtype):
     if r is not None:
         return r
     kind = resolve(dtype)[2]
-    MPI = mpienv.mpi_module()
-    avg = optype == RedOpType.AVG
     if optype == RedOpType.PREMUL_SUM:
         raise _unsupported(optype, dtype, "a pre-multiplied sum needs a per-call scalar; "
                            "scale the tensor and use SUM")
-    if optype not in _UFUNC and optype not in (RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR):
+    if optype not in _UFUNC and optype not in _BITWISE:
         raise _unsupported(optype, dtype)
-    if kind == _INT:
-        if avg:
-            raise _unsupported(optype, dtype, "AVG of integers is not an integer; gloo refuses it too")
-        mop = _native(optype)
-    elif kind == _FLOAT:
-        if optype in (RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR):
-            raise _unsupported(optype, dtype, "bitwise op on a non-integral dtype")
-        mop = _native(optype)
-    elif kind == _COMPLEX:
-        # gloo refuses PRODUCT too; refusing keeps results "equal to gloo's".
-        if optype not in (RedOpType.SUM, RedOpType.AVG):
-            raise _unsupported(optype, dtype, "only SUM and AVG are defined for complex tensors")
-        mop = _native(optype)
-    elif kind == _BOOL:
-        if avg:
-            raise _unsupported(optype, dtype)
+    refused, why = _REFUSED[kind]
+    if optype in refused:
+        raise _unsupported(optype, dtype, why)
+    if kind == _BOOL:
         # gloo reduces bool as bytes holding 0/1: SUM/MAX/BOR = or, PRODUCT/MIN/BAND = and.
+        MPI = mpienv.mpi_module()
         mop = {RedOpType.SUM: MPI.LOR, RedOpType.MAX: MPI.LOR, RedOpType.BOR: MPI.LOR,
                RedOpType.PRODUCT: MPI.LAND, RedOpType.MIN: MPI.LAND, RedOpType.BAND: MPI.LAND,
                RedOpType.BXOR: MPI.LXOR}[optype]
     elif kind in (_HALF, _BF16):
-        if optype not in _UFUNC:
-            raise _unsupported(optype, dtype, "bitwise op on a non-integral dtype")
         mop = _make_user_op(kind, _UFUNC[optype])
     else:
-        raise _unsupported(optype, dtype, "MPI has no arithmetic for this type")
-    r = (mop, avg)
-    _OPS[key] = r
+        mop = _native(optype)
+    r = _OPS[key] = (mop, optype == RedOpType.AVG)
     return r

@@ -1,17 +1,14 @@
-"""The mpi backend's optional C++ fast path (``native_mpi.cpp``): build spec and use.
-
-``NativeMPIProcessGroup`` wraps the Python MPIProcessGroup and does blocking
-all_reduce/broadcast of plain CPU tensors itself (no Python, no GIL) on that group's
-communicator, forwarding everything else (docs/mpi-backend.md). :func:`wrap` uses it
-only when ``COMMTRACE_NATIVE`` is not ``0``, the extension is built (``commtrace
-build-native``), compiled with the flags of the MPI mpi4py uses (its ``mpi.h`` version
-matches ``MPI_Get_library_version``) and, at run time, calls the library mpi4py
-initialized (same version string and COMM_WORLD handle) at ``MPI_THREAD_MULTIPLE``:
-it calls MPI without the GIL while other threads may be inside MPI.
+"""The mpi backend's optional C++ fast path (``native_mpi.cpp``): build spec and use
+(docs/mpi-backend.md, "C++ fast path"). :func:`wrap` hands c10d a NativeMPIProcessGroup
+over the Python group only when the extension is on, built with the flags of the MPI
+mpi4py uses (its ``mpi.h`` matches ``MPI_Get_library_version``) and, at run time, calls the
+library mpi4py initialized (same version string and COMM_WORLD handle) at
+``MPI_THREAD_MULTIPLE``: it calls MPI without the GIL while other threads may be inside MPI.
 :func:`status` says which path new groups get and why.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -33,11 +30,9 @@ def _mpicc() -> str | None:
     """The C compiler wrapper of mpi4py's MPI: recorded by a source build, next to the interpreter
     from the Open MPI / MPICH wheels, else on PATH (maybe another MPI: extension() checks)."""
     cands = [os.environ.get("MPICC")]
-    try:
+    with contextlib.suppress(Exception):
         import mpi4py
         cands.append(mpi4py.get_config().get("mpicc"))
-    except Exception:
-        pass
     cands += [os.path.join(os.path.dirname(sys.executable), "mpicc"), shutil.which("mpicc")]
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
@@ -191,6 +186,5 @@ def wrap(pg):
 
 
 def status() -> str:
-    """"native" when the last mpi group created got the C++ fast path, else
-    "python: <why>"."""
+    """"native" when the last mpi group created got the C++ fast path, else "python: <why>"."""
     return _last_status

@@ -3,15 +3,12 @@ thread and the SUM reduction of each common dtype. Initialized once, by the
 first group (``init()``); read by the groups' ops (collectives.py) and their Works
 (work.py). Also each group's ``CollectiveQueue``: the order its collectives reach MPI.
 
-The progress thread completes the non-blocking requests of point-to-point ops and of
-large all_reduces (other collectives are blocking calls: CollectiveQueue). MPI moves data only while some
-thread is inside it, and a program may wait on ``work.get_future()`` without calling
-``Work.wait()``: this thread notices finished requests and completes their futures.
-It polls (MPI_Testsome, then a short sleep) rather than blocking in
-MPI_Waitsome: Open MPI's wait spins a core, mpirun binds a rank to one core, and a
-blocked Waitsome cannot take new requests. ``Work.wait()`` steals its request and
-MPI_Waits on it itself (done on arrival, not at the next poll); ``Progress.lock``
-decides ownership: this thread (while in ``active``) or one stealer.
+The progress thread completes the requests of point-to-point ops and large all_reduces (MPI moves
+data only while some thread is inside it, and a program may wait on ``work.get_future()`` alone). It
+polls (MPI_Testsome, then a short sleep) rather than blocking in MPI_Waitsome: Open MPI's wait spins
+a core, mpirun binds a rank to one core, and a blocked Waitsome cannot take new requests.
+``Work.wait()`` steals its request and MPI_Waits on it itself (done on arrival, not at the next
+poll); ``Progress.lock`` decides ownership: this thread (while in ``active``) or one stealer.
 """
 from __future__ import annotations
 
@@ -41,9 +38,8 @@ def init():
         IN_PLACE = MPI.IN_PLACE
         progress = Progress(MPI)
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            # MPI was initialized elsewhere at a lower level: no second thread may
-            # call MPI. Collectives then run blocking; p2p requests are completed by
-            # whoever waits on them.
+            # MPI was initialized elsewhere at a lower level: no second thread may call MPI.
+            # Collectives then run blocking; p2p requests are completed by whoever waits on them.
             progress = None
         for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
                    torch.int64):
@@ -147,14 +143,10 @@ class Progress:
 
 
 class CollectiveQueue:
-    """One communicator's collectives, issued one at a time in call order, each as the
-    same kind of MPI call on every rank, whether its caller waits at once or not: MPI
-    does not match a blocking collective with a non-blocking one (torch's Join: the
-    joined rank's all_reduce is blocking, the others' async). Blocking calls
-    (MPI_Allreduce) but for large all_reduces (MPI_Iallreduce, started in their turn;
-    collectives.py). As torch's ProcessGroupMPI: an async op is queued and run by this
-    queue's worker thread; a blocking op runs inline on the caller's thread when nothing
-    is queued or running (``claim``), else is queued and waited for.
+    """One communicator's collectives, issued one at a time in call order, each as the same
+    kind of MPI call on every rank (docs/mpi-backend.md, "Order of collectives"): an async op
+    is queued and run by this queue's worker thread; a blocking op runs inline on the
+    caller's thread when nothing is queued or running (``claim``), else is queued and waited for.
 
     ``turn`` is held by whoever is issuing a collective on the communicator: an inline
     caller, or the worker while ``queued`` is not empty. A queued work leaves ``queued``

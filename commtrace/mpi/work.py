@@ -1,8 +1,7 @@
-"""The mpi backend's Works: one per queued collective or MPI request (``MPIWork``),
-finished inside the call (``_DoneWork``), or over a coalesced block (``_MultiWork``).
-A group's CollectiveQueue (runtime.py) issues and finishes its queued collectives; the
-progress thread (runtime.py, started by runtime.init) completes p2p requests nobody
-waits on."""
+"""The mpi backend's Works: one per queued collective or MPI request (``MPIWork``), finished inside
+the call (``_DoneWork``), or over a coalesced block (``_MultiWork``). A group's CollectiveQueue
+(runtime.py) issues and finishes its queued collectives; the progress thread (runtime.py, started by
+runtime.init) completes p2p requests nobody waits on."""
 from __future__ import annotations
 
 import threading

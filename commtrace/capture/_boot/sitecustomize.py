@@ -1,12 +1,9 @@
-"""Started in every Python child of a traced run (via PYTHONPATH), e.g. ranks
-created by torch.multiprocessing.spawn or subprocess: turns tracing on when the
-run directory is set, then steps aside for the program's own sitecustomize.
-
-Stepping aside: this directory leaves ``sys.path`` and this module leaves
-``sys.modules``; then ``import sitecustomize`` runs the next one on the path
-under its own name, exactly as Python would have without commtrace. If there
-is none, the ImportError it raises is the one ``site`` expects and ignores, so
-``sitecustomize`` is then absent from ``sys.modules``, as without commtrace.
+"""Started in every Python child of a traced run (via PYTHONPATH), e.g. ranks created by
+torch.multiprocessing.spawn or subprocess: turns tracing on when the run directory is set, then
+steps aside for the program's own sitecustomize: this directory leaves ``sys.path`` and this module
+``sys.modules``, and ``import sitecustomize`` runs the next one on the path under its own name, as
+Python would have without commtrace. If there is none, the ImportError it raises is the one ``site``
+expects and ignores (``sitecustomize`` then is absent from ``sys.modules``, as without commtrace).
 """
 import os
 import sys
