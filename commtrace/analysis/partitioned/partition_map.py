@@ -23,7 +23,7 @@ from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
-from ..summary import bus_factor
+from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
 from .rank_ops import cell_key, index_lut, key_str
@@ -330,8 +330,7 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
 def _bandwidth(task, cell, inst, cell_ids, T, S, fac) -> dict:
     """Per summary table: (key tuples, collectives, T, S, B) summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
-    ok = np.isfinite(T) & (T > 0) & (S > 0)
-    T, S, B = np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
+    terms = bandwidth_terms(T, S, fac)
     k = len(T)
     head = np.zeros(k, np.int64)
     head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
@@ -345,10 +344,8 @@ def _bandwidth(task, cell, inst, cell_ids, T, S, fac) -> dict:
         pos = [CELL_COLUMNS.index(c) for c in by]
         rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
         rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
-        pg, pi = _row_instance_pairs(rowkey, head, o_cell, o_inst, k)
-        n = len(rows)
-        out[name] = done[tuple(by)] = (list(rows), np.bincount(pg, minlength=n),
-                                       *(np.bincount(pg, weights=v[pi], minlength=n) for v in (T, S, B)))
+        pg, pi = distinct_pairs(rowkey[head], rowkey[o_cell], o_inst)
+        out[name] = done[tuple(by)] = (list(rows), *pair_sums(pg, pi, len(rows), terms))
     return out
 
 
@@ -356,21 +353,6 @@ def _per_sig_int(sigs: list, name: str) -> np.ndarray:
     """A numeric sig field as the frame has it (``reader.build_frame``: missing -> 0)."""
     v = np.array([reader.num_or_nan(s.get(name)) for s in sigs], dtype=np.float64)
     return np.where(np.isnan(v), 0, v).astype(np.int64)
-
-
-def _row_instance_pairs(rowkey: np.ndarray, head: np.ndarray, o_cell: np.ndarray, o_inst: np.ndarray,
-                        k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (row, instance) pairs (as summary.instance_groups): each instance's
-    first op's row (``head``: its cell), plus the few other rows its other ops were filed
-    under (``o_cell``, ``o_inst``: the ops in another cell than their instance's first;
-    a sort of those only). Rows are ``rowkey`` per cell."""
-    pg, pi = rowkey[head], np.arange(k, dtype=np.int64)
-    row = rowkey[o_cell]
-    elsewhere = row != pg[o_inst]
-    if elsewhere.any():
-        extra = np.unique(row[elsewhere] * k + o_inst[elsewhere])
-        pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
-    return pg, pi
 
 
 def _int(v, default: int) -> int:
