@@ -17,7 +17,6 @@ in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -29,12 +28,12 @@ from ...trace.rank_ranges import WORLD_STRIDE
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
-from .executors import ENV_DASK, cpu_count, make_executor
+from .executors import sized_executor, uses_dask
 from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
 from .op_view import load_op_view
-from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_ranges, chunk_size, plan_run, read_rank
+from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_size, files_by_chunk, plan_run, read_rank
 from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .region_figures import modules_table, regions_table
@@ -122,12 +121,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     plan = plan_run(run_dir)
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
-    spread = bool(dask or os.environ.get(ENV_DASK))
-    whole = not (partitioned or spread or needs_partitions(plan.path, limit))
-    if workers is None and not spread:
-        small = whole and plan.records < POOL_MIN_RECORDS
-        workers = 1 if small else max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
-    ex = make_executor(dask, workers)
+    whole = not (partitioned or uses_dask(dask) or needs_partitions(plan.path, limit))
+    ex = sized_executor(dask, workers, whole and plan.records < POOL_MIN_RECORDS, len(plan.ranks), limit // per_task)
     if exact is None:
         exact = plan.records * 8 <= limit // 4
     chunk = chunk_size(sum(len(m) for m in plan.ranks.values()), plan.records_per_file, limit, ex.workers,
@@ -226,15 +221,11 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
     the record range holding that chunk's records (of any group)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
              for ms in plan.ranks.values() for m in ms}
-    by_chunk: dict = {}
-    for ops, chunks in index.items():
-        for c, (lo, hi) in chunk_ranges(chunks).items() if ops in metas else ():
-            by_chunk.setdefault(c, []).append((metas[ops], ops, lo, hi))
     layers = layers or {}
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
                           {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds})
-            for c, files in sorted(by_chunk.items())]
+            for c, files in files_by_chunk(((metas[ops], ops), chunks) for ops, chunks in index.items() if ops in metas)]
 
 
 @dataclass

@@ -37,8 +37,8 @@ from ..check.facts import GroupVerdict, RunFacts, classify_frame, frame_facts
 from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
-from .executors import ENV_DASK, cpu_count, make_executor
-from .plan import cached_process, chunk_index, chunk_ranges, chunk_records, chunk_size, seq_chunk
+from .executors import sized_executor, uses_dask
+from .plan import cached_process, chunk_index, chunk_records, chunk_size, files_by_chunk, seq_chunk
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
@@ -240,8 +240,7 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     if not procs:
         detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    spread = bool(dask or os.environ.get(ENV_DASK))
-    whole = not (partitioned or spread or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
+    whole = not (partitioned or uses_dask(dask) or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
     if has_cpp(procs) and not whole:
         raise CommtraceError(f"{run_dir}: a run with C++-layer trace files is checked in one piece (their ops "
                              "merge into the Python layer's over the whole process), and this one does not fit "
@@ -254,10 +253,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
                if pt is not None and pt.rank is not None}
     per_file = max(records.values(), default=0)
     one_chunk = whole and (has_cpp(procs) or sum(records.values()) < POOL_MIN_RECORDS)
-    if workers is None and not spread:
-        per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
-        workers = 1 if one_chunk else max(1, min(cpu_count(), len(ranks) or 1, limit // per_task))
-    ex = make_executor(dask, workers)
+    per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
+    ex = sized_executor(dask, workers, one_chunk, len(ranks), limit // per_task)
     chunk = 1 << 30 if one_chunk else chunk_size(len(records), per_file, limit, ex.workers,
                                                  CHUNK_BYTES_PER_OP)
     bar = Progress(progress)
@@ -357,14 +354,8 @@ def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq
                  bounded: list) -> list:
     """One task per seq chunk any file has records in; per file, the record range holding
     that chunk's records (of any group)."""
-    by_chunk: dict = {}
     refs = {wid: pt.meta_path for wid, pt in
             reader.reference_processes([pt for _, _, pt, _ in read if pt is not None]).items()}
-    for i, m, pt, _ in read:
-        f = facts_of.get(i)
-        if f is None:
-            continue
-        for c, (lo, hi) in chunk_ranges(f.chunks).items():
-            by_chunk.setdefault(c, []).append((i, m, pt.ops_path, lo, hi))
+    indexed = (((i, m, pt.ops_path), facts_of[i].chunks) for i, m, pt, _ in read if i in facts_of)
     return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded)
-            for c, files in sorted(by_chunk.items())]
+            for c, files in files_by_chunk(indexed)]

@@ -131,6 +131,19 @@ class DaskExecutor:
             self.client.close()
 
 
+def uses_dask(dask) -> bool:
+    """Whether the tasks go to a Dask cluster (``dask`` or $COMMTRACE_DASK)."""
+    return bool(dask or os.environ.get(ENV_DASK))
+
+
+def sized_executor(dask, workers: int | None, serial: bool, tasks: int, fit: int):
+    """make_executor; unless ``workers`` is given or Dask runs the tasks: this process for a
+    ``serial`` run, else a worker per task up to the cores and the ``fit`` tasks the memory holds."""
+    if workers is None and not uses_dask(dask):
+        workers = 1 if serial else max(1, min(cpu_count(), tasks or 1, fit))
+    return make_executor(dask, workers)
+
+
 def make_executor(dask=None, workers: int | None = None):
     """Dask when ``dask`` (an address or a Client) or $COMMTRACE_DASK is given, else a
     process pool of ``workers`` (1: serial, in this process)."""

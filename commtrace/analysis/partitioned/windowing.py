@@ -70,19 +70,19 @@ def check_phases(window: Window | None, parts: list) -> None:
 
 
 def window_lengths(parts: list) -> dict | None:
-    """report._window_lengths from every rank's RankWindow: per rank, its interval cut to the
-    run's first op (or span) .. last op end (or span end)."""
-    parts = [w for w in parts if w is not None]
-    if not parts or parts[0].bounds is None:
+    """Per rank (every rank's RankWindow), its interval cut to the run's first op (or span) ..
+    last op end (or span end)."""
+    bounds = all_bounds(parts)
+    if bounds is None:
         return None
-    los = [w.lo for w in parts if w.lo is not None]
-    his = [w.hi for w in parts if w.hi is not None]
+    los = [w.lo for w in parts if w is not None and w.lo is not None]
+    his = [w.hi for w in parts if w is not None and w.hi is not None]
     lo_run, hi_run = (min(los), max(his)) if los else (0, 0)
-    bounds = {r: b for w in parts for r, b in w.bounds.items()}
     return {r: max(0, min(hi, hi_run) - max(lo, lo_run)) for r, (lo, hi) in sorted(bounds.items())}
 
 
 def all_bounds(parts: list) -> dict | None:
+    """Every rank's interval (None: no time range)."""
     parts = [w for w in parts if w is not None]
     if not parts or parts[0].bounds is None:
         return None
