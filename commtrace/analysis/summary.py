@@ -111,7 +111,7 @@ def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray
                           matched.inst.astype(np.int64, copy=False))
 
 
-def distinct_pairs(first_row: np.ndarray, op_row: np.ndarray, op_inst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_pairs(first_row: np.ndarray, op_row: np.ndarray, op_inst: np.ndarray) -> tuple:
     """The distinct (row, instance) pairs: per instance its first op's row (``first_row``), then,
     sorted, the other rows its ops (``op_row``, ``op_inst``: all, or some) are filed under. Usually
     an instance's ops share its first op's row: a sort over the few others, not all ops."""
@@ -131,7 +131,7 @@ def bandwidth_terms(T: np.ndarray, S: np.ndarray, fac: np.ndarray) -> tuple:
 
 
 def pair_sums(pg: np.ndarray, pi: np.ndarray, n: int, terms: tuple) -> list:
-    """Per row of ``n``: its (row ``pg``, instance ``pi``) pairs (collectives) and each of ``terms`` summed over them."""
+    """Per row (of ``n``): its (row ``pg``, instance ``pi``) pairs, and each of ``terms`` summed over them."""
     return [np.bincount(pg, minlength=n), *(np.bincount(pg, weights=v[pi], minlength=n) for v in terms)]
 
 

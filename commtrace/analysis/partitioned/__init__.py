@@ -1,19 +1,15 @@
 """The report: map over the run's files, reduce small -- the one analysis engine.
 
-``analyse(run)`` computes what ``commtrace report`` and ``compare`` print -- the
-per-op / per-group / per-phase tables, the step tables (per rank, across ranks,
-outside steps), skew and stragglers, each rank's communication time -- without
-ever holding more than one rank's ops (step 1, ``rank_map``) or one seq chunk of
-every rank's collectives (step 2, ``partition_map``) in a task, and folds the
-small partial results (``merge``). The tasks run in this process, in a process
-pool (default: every core, within ``memory_limit``) or on a Dask cluster
-(``dask=`` / $COMMTRACE_DASK). A run that fits in memory is one partition and, on
-request, also holds every op of its window (``op_view``) for the views that draw each op;
-the figures are the same in one partition as in many (tests/report/test_partial.py); percentiles are exact while the durations fit
-in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
+``analyse(run)`` computes what ``commtrace report`` and ``compare`` print (summary, step and skew
+tables, each rank's communication time) without holding more than one rank's ops (step 1,
+``rank_map``) or one seq chunk of every rank's collectives (step 2, ``partition_map``) in a task,
+and folds the small partial results (``merge``). Tasks run in this process, a process pool (every
+core, within ``memory_limit``) or on Dask (``dask=`` / $COMMTRACE_DASK). A run that fits in memory
+is one partition and, on request, also holds every op of its window (``op_view``); the figures are
+the same in one partition as in many (tests/report/test_partial.py). Percentiles are exact while
+the durations fit a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
 
-``scan(run)`` is the partitioned form for users: one lazy part per rank, each
-``load()``-ing that rank's ops as the same frame ``commtrace.load`` would give.
+``scan(run)``: one lazy part per rank for users, each ``load()``-ing its ops as ``commtrace.load`` would.
 """
 from __future__ import annotations
 
@@ -92,7 +88,7 @@ class Report:
     op_view: object = None                        # op_view.OpView: every op of the window (whole runs, on request)
 
     def summary(self, by) -> pd.DataFrame:
-        """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
+        """The table over ``by``, one of the key sets analysed (the report's, phase+op, ``compare_by``)."""
         t = self.tables.get(tuple(by))
         if t is None:
             raise CommtraceError(f"--by {','.join(by)}: the partitioned analysis groups by "
@@ -104,15 +100,11 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
             compare_by: list | None = None, window=None, timeline_width: int | None = None,
             partitioned: bool = False, op_view: bool = False) -> Report:
-    """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
-    one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
-    ``window``: the analysis.window.Window shown (default: the whole run; windowing);
-    ``timeline_width``: the width of the console the terminal timeline is drawn in (one more
-    map, timeline_map; None: no timeline). The run is ``whole`` when every op fits in
-    ``memory_limit`` at once (memory_policy) and neither ``partitioned`` nor Dask asks for
-    files one by one; ``op_view``: then also hold every op of the window (op_view.OpView)
-    for the views that draw each op. A small run held whole is analysed in this process (a pool costs
-    more to start than its tasks take)."""
+    """``compare_by``: one more summary key set (of CELL_COLUMNS) for compare; ``window``: the Window
+    shown (None: the whole run); ``timeline_width``: the console width of the terminal timeline (one
+    more map, timeline_map; None: none). The run is ``whole`` when every op fits ``memory_limit``
+    (memory_policy) and neither ``partitioned`` nor Dask asks for pieces; then ``op_view`` also holds
+    every op of the window (op_view.OpView) for the views that draw each op."""
     if window is not None and window.whole_run:
         window = None
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
@@ -122,7 +114,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
     whole = not (partitioned or uses_dask(dask) or needs_partitions(plan.path, limit))
-    ex = sized_executor(dask, workers, whole and plan.records < POOL_MIN_RECORDS, len(plan.ranks), limit // per_task)
+    small = whole and plan.records < POOL_MIN_RECORDS
+    ex = sized_executor(dask, workers, small, len(plan.ranks), limit // per_task)
     if exact is None:
         exact = plan.records * 8 <= limit // 4
     chunk = chunk_size(sum(len(m) for m in plan.ranks.values()), plan.records_per_file, limit, ex.workers,
@@ -217,15 +210,15 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
 
 def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
                      window: tuple | None = None, layers: dict | None = None) -> list[PartitionTask]:
-    """One task per seq chunk that any file has records in; each names, per file,
-    the record range holding that chunk's records (of any group)."""
+    """One task per seq chunk (plan.files_by_chunk)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
              for ms in plan.ranks.values() for m in ms}
     layers = layers or {}
+    indexed = (((metas[ops], ops), chunks) for ops, chunks in index.items() if ops in metas)
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
                           {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds})
-            for c, files in files_by_chunk(((metas[ops], ops), chunks) for ops, chunks in index.items() if ops in metas)]
+            for c, files in files_by_chunk(indexed)]
 
 
 @dataclass
@@ -248,9 +241,8 @@ class RankPart:
 
 
 def load_ranks(parts: list[RankPart]):
-    """The ops, compute spans, marks and regions of some ranks, and their process
-    summaries: a reader.Run of just those ranks (times on the run's reference clocks), their ranks
-    as the report keys them (RankPart.load's ``rank_keys``)."""
+    """A reader.Run of just these ranks (ops, spans, marks, regions, process summaries; the run's
+    reference clocks), their ranks as the report keys them (RankPart.load's ``rank_keys``)."""
     issues: list = []
     procs, refs = read_rank([m for part in parts for m in part.files], parts[0].refs if parts else {}, issues)
     world_of = {m: part.world for part in parts for m in part.files}
@@ -263,10 +255,9 @@ def load_ranks(parts: list[RankPart]):
 
 
 def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | None, int]]:
-    """How a Perfetto export of a big run is cut so that no file holds more than
-    ``max_ops`` ops: consecutive ranks together while they fit, and a rank with more
-    ops alone, in pieces of consecutive ops (time windows). Each piece: (ranks,
-    piece number of a split rank or None, pieces of that rank)."""
+    """A big run's Perfetto export cut into files of at most ``max_ops`` ops: consecutive ranks
+    together while they fit, a rank with more alone in pieces of consecutive ops (time windows).
+    Each piece: (ranks, piece number of a split rank or None, pieces of that rank)."""
     out, cur, n = [], [], 0
     for r, k in sorted(ops_per_rank.items()):
         if k > max_ops:
@@ -287,12 +278,10 @@ def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | 
 
 
 def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, int | None]:
-    """Piece ``piece`` of ``pieces`` of one rank's ops (``starts``: their start times,
-    ascending): (first op, end op) -- consecutive ops, as even as they go -- and the time
-    range [t_lo, t_hi) it owns: from its first op's start to the next piece's (None: open,
-    for the first and the last piece). The ranges cut the time line without gap or
-    overlap, so a compute span, mark or region belongs to exactly one piece: the one its
-    start falls in (docs/report.md, "Big runs")."""
+    """Piece ``piece`` of ``pieces`` of one rank's ops (``starts``: ascending): (first op, end op),
+    as even as they go, and the time range [t_lo, t_hi) it owns, its first op's start to the next
+    piece's (None: open, first and last piece). The ranges cut the time line without gap or overlap,
+    so a span, mark or region belongs to the one piece its start falls in (docs/report.md, "Big runs")."""
     n = len(starts)
     lo, hi = piece * n // pieces, (piece + 1) * n // pieces
     t_lo = int(starts[lo]) if piece > 0 and lo < n else None
@@ -301,7 +290,6 @@ def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, i
 
 
 def scan(run_dir=None) -> list[RankPart]:
-    """The run as one lazy part per rank (for analysing big runs yourself, e.g.
-    ``dask.delayed(part.load)()`` per part, or one part at a time)."""
+    """One lazy part per rank, to analyse big runs yourself (e.g. ``dask.delayed(part.load)()``)."""
     plan = plan_run(run_dir)
     return [RankPart(r, metas, plan.refs, plan.worlds.get(metas[0])) for r, metas in plan.ranks.items()]

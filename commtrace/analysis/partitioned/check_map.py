@@ -240,7 +240,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     if not procs:
         detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    whole = not (partitioned or uses_dask(dask) or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
+    fits = not memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP)
+    whole = fits and not (partitioned or uses_dask(dask))
     if has_cpp(procs) and not whole:
         raise CommtraceError(f"{run_dir}: a run with C++-layer trace files is checked in one piece (their ops "
                              "merge into the Python layer's over the whole process), and this one does not fit "
@@ -253,7 +254,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
                if pt is not None and pt.rank is not None}
     per_file = max(records.values(), default=0)
     one_chunk = whole and (has_cpp(procs) or sum(records.values()) < POOL_MIN_RECORDS)
-    per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
+    rank_records = max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0)
+    per_task = max(1, rank_records * RANK_BYTES_PER_OP)
     ex = sized_executor(dask, workers, one_chunk, len(ranks), limit // per_task)
     chunk = 1 << 30 if one_chunk else chunk_size(len(records), per_file, limit, ex.workers,
                                                  CHUNK_BYTES_PER_OP)
