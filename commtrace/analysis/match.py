@@ -13,7 +13,6 @@ from ..trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from .arrays import OpArrays, cat_codes, int_or, narrow
 
 
-
 @dataclass
 class Matched:
     inst: np.ndarray            # per frame row: instance index (0..n-1)

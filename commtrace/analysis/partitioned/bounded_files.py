@@ -9,6 +9,7 @@ those records fall in. A bounded file holds at most 2N records by design, and a
 ring's seqs cover few chunks, so reading it whole per partition stays cheap."""
 from __future__ import annotations
 
+import os
 
 from ...trace import reader, schema
 
@@ -19,7 +20,6 @@ def is_bounded(pt) -> bool:
 
 def ops_records_on_disk(ops_path: str) -> int:
     """Op records in an ops file and its previous ring segment, if any (from their sizes)."""
-    import os
     n = 0
     for p in reader.bounded.segment_paths(ops_path):
         try:

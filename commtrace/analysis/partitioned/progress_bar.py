@@ -13,11 +13,12 @@ class Progress:
     def stage(self, what: str, total: int, ops_total: int):
         if not self.enabled:
             return _Stage(None, None, 0)
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
         if self.bar is None:
             self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                     TextColumn("{task.fields[ops]}"), TextColumn("{task.fields[rate]}"),
-                                    TimeElapsedColumn(), transient=True, console=_console())
+                                    TimeElapsedColumn(), transient=True, console=Console(stderr=True))
             self.bar.start()
         task = self.bar.add_task(what, total=total, ops="", rate="")
         return _Stage(self.bar, task, ops_total)
@@ -39,8 +40,3 @@ class _Stage:
         rate = self.ops / max(time.perf_counter() - self.t0, 1e-9)
         self.bar.update(self.task, advance=1, ops=f"{self.ops:,} ops" if self.ops else "",
                         rate=f"{rate / 1e6:.2f} M ops/s" if self.ops else "")
-
-
-def _console():
-    from rich.console import Console
-    return Console(stderr=True)
