@@ -1,20 +1,20 @@
 """``commtrace check``: the findings of a run by map/reduce -- the one check engine.
 
 1. meta lines of every file, in this process (as ``reader.load_run`` reads them);
-2. per rank (``map_check_rank``): its records, read as ``load_run`` reads them (damage, lost
-   records, issues: what the fates need), the seq-chunk index of its ops files, per group the
-   highest seq it has a record of and the member lists its ops name;
-3. per seq chunk (``map_check_chunk``): the frame of that chunk's records of every file, whose
-   collective instances are whole, classified as ``check.diagnose`` does (with step 2's run-wide
-   highest seqs) and reduced to verdicts (capped to what the findings show, counts exact), the
-   rows of the seqs they name, the first unmatched send/recv and the chunk's RunFacts;
+2. per rank (``map_check_rank``): its records as ``load_run`` reads them (damage, lost records,
+   issues: what the fates need), the seq-chunk index of its ops files, per group its highest seq
+   and the member lists its ops name;
+3. per seq chunk (``map_check_chunk``): the frame of the chunk's records of every file (whole
+   instances), classified as ``check.diagnose`` does (with step 2's run-wide highest seqs) into
+   verdicts (capped to what the findings show, counts exact), the rows of the seqs they name, the
+   first unmatched send/recv and the chunk's RunFacts;
 4. the fold (``CheckFold``) merges those; ``check.diagnose_reduced`` runs on the small result.
 
-A run that fits in memory and has fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked
-in this process; else no task holds more than one rank's records or one chunk's frame, and the
-fold holds per group and rank a few numbers, one straggler lag per complete instance and a few
-dozen instances' rows per group. C++-layer files merge into their process's Python rows over the
-whole process, so a run that has them is checked in one chunk.
+A run that fits in memory with fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked in
+this process; else no task holds more than one rank's records or one chunk's frame, and the fold
+holds per group and rank a few numbers, a straggler lag per complete instance and a few dozen
+instances' rows per group. C++-layer files merge into their process's Python rows over the whole
+process, so a run that has them is checked in one chunk.
 """
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
-"""Map step 2: one partition of the collectives (a seq chunk of every group) ->
-its instances' contribution to skew, stragglers and bandwidth.
+"""Map step 2: one partition of the collectives (a seq chunk of every group) -> its instances'
+contribution to skew, stragglers and bandwidth.
 
-A collective instance is (world, group, seq) -- for send/recv (world, group, src,
-dst, seq) -- as in ``analysis.match``; a chunk holds every instance whose seq lies
-in it, from every rank, so instances are whole inside one task. The task reads
-from each ops file only the records between the first and last record of its
-chunk (``RankPartial.index``), applies the reader's checks and clock alignment,
-and keeps per instance what match_ops keeps; it returns only aggregates: the top
-instances by spread, per-rank straggler sums, per-op spreads (one value per
-instance: a rank's-worth of values, not an op's) and per summary row the
-collectives and their T/S sums (see analysis.summary)."""
+An instance is (world, group, seq), for send/recv (world, group, src, dst, seq), as in
+``analysis.match``; a chunk holds every instance whose seq lies in it, from every rank, so
+instances are whole inside one task. The task reads from each ops file only the records between
+the first and last of its chunk (``RankPartial.index``), applies the reader's checks and clock
+alignment, keeps per instance what match_ops keeps and returns only aggregates: the top instances
+by spread, per-rank straggler sums, per-op spreads (a value per instance) and per summary row the
+collectives and their T/S sums (analysis.summary)."""
 from __future__ import annotations
 
 import functools

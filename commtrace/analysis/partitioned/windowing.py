@@ -1,14 +1,11 @@
-"""Windows (``--steps``, ``--skip-steps``, ``--from/--to``, ``--phase``; analysis.window)
-in the partitioned analysis.
+"""Windows (``--steps``, ``--skip-steps``, ``--from/--to``, ``--phase``; analysis.window) in the
+partitioned analysis.
 
-A window is per rank (its interval [lo, hi] and the phases asked for), so each
-rank task applies it to its own ops and steps with ``window.apply`` and returns the rank's interval; the
-partition tasks then keep, of every file's records, those whose op starts inside
-its rank's interval and has one of the phases (``in_window``). Two things are
-run-wide: ``--from/--to`` count from the run's first op (a first pass over the
-ranks finds it: ``first_start``), and the length of a rank's window is cut to the
-run's extent, first op (or span) to last op end (folded from every rank's
-``RankWindow``)."""
+A window is per rank (an interval [lo, hi] and the phases asked for): a rank task applies it to
+its ops and steps (``window.apply``) and returns the rank's interval; partition tasks keep the
+records whose op starts inside its rank's interval and has one of the phases (``in_window``).
+Run-wide: ``--from/--to`` count from the run's first op (a first pass: ``first_start``), and a
+rank's window length is cut to the run's extent, first op (or span) to last op end (``RankWindow``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,7 +55,7 @@ def rank_window(applied: Applied | None, ops, spans: pd.DataFrame | None) -> Ran
 
 
 def check_phases(window: Window | None, parts: list) -> None:
-    """As report.check_phases: --phase names must exist among the run's ops."""
+    """--phase names must exist among the run's ops."""
     if window is None or window.phases is None:
         return
     known = {p for w in parts if w is not None for p in w.phases} | {NA_KEY}
