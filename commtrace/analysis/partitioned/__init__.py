@@ -126,12 +126,12 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         t0 = time.perf_counter()
         first = None
         if window is not None and (window.t_from is not None or window.t_to is not None):
-            stage = bar.stage("first op", len(plan.ranks), plan.records)
+            stage = bar.stage("first op", len(plan.ranks))
             for f in ex.map(first_start, [FirstStartTask(m, plan.refs) for m in plan.ranks.values()]):
                 first = f if first is None or (f is not None and f < first) else first
                 stage.advance()
         ranks = RankFold()
-        stage = bar.stage("ranks", len(plan.ranks), plan.records)
+        stage = bar.stage("ranks", len(plan.ranks))
         tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]))
                  for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
@@ -152,7 +152,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top,
                                   None if window is None else (all_bounds(ranks.windows), window.phases),
                                   ranks.layers)
-        stage = bar.stage("collectives", len(ptasks), 0)
+        stage = bar.stage("collectives", len(ptasks))
         results = ex.map(map_partition, ptasks, ahead=PARTITIONS_AHEAD * ex.workers)
         info = _info(plan, ranks, window)
         # The timeline's tasks queue behind the partitions' (they need only the rank stage): the
@@ -170,7 +170,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         seconds["partitions"] = time.perf_counter() - t1
         if tasks:
             t2 = time.perf_counter()
-            stage = bar.stage("timeline", len(tasks), plan.records)
+            stage = bar.stage("timeline", len(tasks))
             for p in lanes:
                 tl.add(p)
                 stage.advance(ranks.ops_per_rank.get(p.rank, 0))

@@ -263,7 +263,7 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     seconds: dict = {}
     try:
         t0 = time.perf_counter()
-        stage = bar.stage("ranks", len(ranks), sum(records.values()))
+        stage = bar.stage("ranks", len(ranks))
         facts_of: dict = {}
         for part in ex.map(map_check_rank, [CheckRankTask(r, fs, chunk) for r, fs in sorted(ranks.items())]):
             for f in part:
@@ -284,7 +284,7 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
             last_seq = {k: g.last_entered for k, g in judged.groups.items()}
             tasks = [dataclasses.replace(t, last_seq=last_seq) for t in tasks]
         fold = CheckFold(members)
-        stage = bar.stage("collectives", len(tasks), 0)
+        stage = bar.stage("collectives", len(tasks))
         for part in ex.map(map_check_chunk, tasks):
             fold.add(part)
             stage.advance(part.ops)

@@ -1,9 +1,8 @@
 """Which files a run has and how the work over them is cut (meta lines only: cheap).
 
-Per-rank figures come from a rank's own files (one task per rank); cross-rank ones
-(matching, skew, bandwidth) from partitions of the collectives by sequence number:
-a partition task reads, from every file, only the records of its seq chunk (see
-``RankPartial.index``)."""
+Per-rank figures come from a rank's own files (a task per rank); cross-rank ones (matching, skew,
+bandwidth) from partitions of the collectives by seq: a partition task reads, from every file,
+only the records of its seq chunk (``RankPartial.index``)."""
 from __future__ import annotations
 
 import dataclasses

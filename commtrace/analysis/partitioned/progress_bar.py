@@ -10,9 +10,9 @@ class Progress:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.bar = None
 
-    def stage(self, what: str, total: int, ops_total: int):
+    def stage(self, what: str, total: int):
         if not self.enabled:
-            return _Stage(None, None, 0)
+            return _Stage(None, None)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
         if self.bar is None:
@@ -20,8 +20,7 @@ class Progress:
                                     TextColumn("{task.fields[ops]}"), TextColumn("{task.fields[rate]}"),
                                     TimeElapsedColumn(), transient=True, console=Console(stderr=True))
             self.bar.start()
-        task = self.bar.add_task(what, total=total, ops="", rate="")
-        return _Stage(self.bar, task, ops_total)
+        return _Stage(self.bar, self.bar.add_task(what, total=total, ops="", rate=""))
 
     def close(self):
         if self.bar is not None:
@@ -29,8 +28,8 @@ class Progress:
 
 
 class _Stage:
-    def __init__(self, bar, task, ops_total):
-        self.bar, self.task, self.ops_total = bar, task, ops_total
+    def __init__(self, bar, task):
+        self.bar, self.task = bar, task
         self.ops, self.t0 = 0, time.perf_counter()
 
     def advance(self, ops: int = 0):
