@@ -45,9 +45,8 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
 
 
 def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
-    """Instances with: op, world, group, seq, ranks (callers), expected (group size),
-    first/last arrival and rank, spread_ns, slowest_ns (longest per-rank duration),
-    size_bytes (nccl-tests size), end_ns, p2p."""
+    """Instances with: op, world, group, seq, ranks (callers), expected (group size), first/last arrival
+    and rank, spread_ns, slowest_ns (longest per-rank duration), size_bytes (nccl-tests), end_ns, p2p."""
     a = arrays or OpArrays.of(frame)
     inst = instance_keys(frame)
     if len(inst) == 0:
