@@ -122,8 +122,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
         st = gdf["status"]
         g.last_entered = {int(r): int(s) for r, s in gdf.groupby("rank", observed=True)["seq"].max().items()}
         done = gdf[(st == "completed").to_numpy()]
-        if len(done):
-            g.last_completed = {int(r): int(s) for r, s in done.groupby("rank", observed=True)["seq"].max().items()}
+        g.last_completed = {int(r): int(s) for r, s in done.groupby("rank", observed=True)["seq"].max().items()}
         fl = gdf[(st == "in_flight").to_numpy()]
         for r, seqs in fl.groupby("rank", observed=True)["seq"]:
             g.in_flight[int(r)] = sorted(int(s) for s in seqs)
