@@ -160,7 +160,6 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
 def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by_seq: dict, fates, facts: RunFacts,
                     now) -> list[Finding]:
     findings: list[Finding] = []
-    members = g.members
     # Mismatches: every seq where the present ranks disagree (the first few shown).
     for seq in v.mismatch[:MISMATCH_SHOWN]:
         sdf = by_seq[seq].drop_duplicates("rank", keep="last")
@@ -198,7 +197,7 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         st = sdf["status"].astype(str)
         waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
         row = sdf.iloc[0]
-        title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never finished on "
+        title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(g.members)} ranks but never finished on "
                  f"rank {fmt_ranks(waiting)}")
         details = [f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}",
                    *folded_lines({r: fate.describe() for r in waiting if (fate := fate_of(fates, world_s, r))})]

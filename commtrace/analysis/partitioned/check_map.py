@@ -240,8 +240,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     if not procs:
         detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    fits = not memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP)
-    whole = fits and not (partitioned or uses_dask(dask))
+    whole = not (partitioned or uses_dask(dask)
+                 or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
     if has_cpp(procs) and not whole:
         raise CommtraceError(f"{run_dir}: a run with C++-layer trace files is checked in one piece (their ops "
                              "merge into the Python layer's over the whole process), and this one does not fit "

@@ -134,13 +134,11 @@ def first_start(task: FirstStartTask) -> int | None:
     """The first op start (rank 0's clock) of one rank's processes: the run's first op is the
     least of them (--from/--to count from it)."""
     procs, refs = read_rank(task.metas, task.refs, [])
-    out = None
+    starts = []
     for pt in procs:
         rec = pt.records
         if rec is None or not len(rec):
             continue
         clock_pt = reader.python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
-        t = records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
-        m = int(t.min())
-        out = m if out is None else min(out, m)
-    return out
+        starts.append(int(records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"]).min()))
+    return min(starts, default=None)
