@@ -88,5 +88,4 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     agg["p2p"] = agg["op"].isin(P2P_OPS).to_numpy()
     agg["row"] = first_row
     agg.loc[agg["p2p"].to_numpy(), "expected"] = 2
-    agg = agg.reset_index(drop=True)
-    return Matched(inst, agg)
+    return Matched(inst, agg.reset_index(drop=True))

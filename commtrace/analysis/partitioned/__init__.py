@@ -250,8 +250,7 @@ def load_ranks(parts: list[RankPart]):
         p.world_number = world_of.get(p.meta_path)
     spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
     summaries = [p.summary() for p in procs]
-    frame = rank_frame(procs, refs)
-    return reader.Run("", frame, summaries, issues, spans, marks, regions)
+    return reader.Run("", rank_frame(procs, refs), summaries, issues, spans, marks, regions)
 
 
 def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | None, int]]:
