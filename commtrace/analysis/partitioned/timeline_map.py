@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader
-from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_range
-from ..window import in_bounds
+from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_layout, timeline_range
+from ..window import Window, in_bounds
 from .cpp_layer import rank_ops_of
 from .plan import cached_process, read_rank
+from .windowing import all_bounds
 
 
 @dataclass
@@ -91,9 +92,6 @@ def _marks(procs: list, refs: dict, bounds: dict | None) -> pd.DataFrame | None:
 def timeline_tasks(plan, ranks, window, console_width: int, rank_list: list) -> list[TimelineTask]:
     """One task per rank of the run (``plan``: plan.RunPlan; ``ranks``: merge.RankFold of map 1) for a
     timeline in a console ``console_width`` wide (timeline.timeline_layout)."""
-    from ..timeline import timeline_layout
-    from ..window import Window
-    from .windowing import all_bounds
     t0 = ranks.t0 or 0
     bounds = all_bounds(ranks.windows)
     t_from, t_to = timeline_range(bounds, t0, window or Window())
