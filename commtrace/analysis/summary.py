@@ -63,8 +63,8 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     out = summed_columns(gcell, n, keys_index(keys), cells.count, cells.dur, cells.known, cells.nbytes, qs, qv,
                          c.key_codes["rank"], len(c.keys["rank"]))
     # Collectives and bandwidth: every (row group, instance) pair counts once.
-    pg, pi = instance_groups(gcell[c.code], matched)
-    inst = matched.instances
+    rg, inst = gcell[c.code].astype(np.int64, copy=False), matched.instances
+    pg, pi = distinct_pairs(rg[inst["row"].to_numpy(np.int64)], rg, matched.inst.astype(np.int64, copy=False))
     terms = bandwidth_terms(inst["slowest_ns"].to_numpy(dtype=np.float64),
                             inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst))
     return with_collectives(out, *pair_sums(pg, pi, n, terms), qs)
@@ -102,13 +102,6 @@ def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, qs) -> pd.DataF
         out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
         out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
     return out[summary_columns(qs)].sort_values("total_ns", ascending=False, kind="stable")
-
-
-def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (group, instance) pairs of the rows (``distinct_pairs``)."""
-    rg = row_group.astype(np.int64, copy=False)
-    return distinct_pairs(rg[matched.instances["row"].to_numpy(dtype=np.int64)], rg,
-                          matched.inst.astype(np.int64, copy=False))
 
 
 def distinct_pairs(first_row: np.ndarray, op_row: np.ndarray, op_inst: np.ndarray) -> tuple:
