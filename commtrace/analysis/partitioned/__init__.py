@@ -100,11 +100,11 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
             compare_by: list | None = None, window=None, timeline_width: int | None = None,
             partitioned: bool = False, op_view: bool = False) -> Report:
-    """``compare_by``: one more summary key set (of CELL_COLUMNS) for compare; ``window``: the Window
-    shown (None: the whole run); ``timeline_width``: the console width of the terminal timeline (one
-    more map, timeline_map; None: none). The run is ``whole`` when every op fits ``memory_limit``
-    (memory_policy) and neither ``partitioned`` nor Dask asks for pieces; then ``op_view`` also holds
-    every op of the window (op_view.OpView) for the views that draw each op."""
+    """The report of ``run_dir`` (module doc). ``compare_by``: one more summary key set (of
+    CELL_COLUMNS) for compare; ``window``: the Window shown (None: the whole run); ``timeline_width``:
+    the console width of the terminal timeline (one more map, timeline_map; None: none). The run is
+    ``whole`` when every op fits ``memory_limit`` (memory_policy) and neither ``partitioned`` nor Dask
+    asks for pieces; then ``op_view`` also holds every op of the window (op_view.OpView)."""
     if window is not None and window.whole_run:
         window = None
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
