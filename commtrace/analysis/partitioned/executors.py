@@ -68,9 +68,9 @@ class PoolExecutor:
         it = iter(tasks)
         with _died_as_error():
             pending = {self.pool.submit(fn, t) for t in islice(it, ahead)}
-        return self._results(fn, it, pending, ahead)
+        return self._results(fn, it, pending)
 
-    def _results(self, fn, it, pending: set, ahead: int):
+    def _results(self, fn, it, pending: set):
         with _died_as_error():
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

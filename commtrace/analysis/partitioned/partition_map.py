@@ -110,7 +110,7 @@ def _tables_of(pt, world: int | None = None) -> _FileTables:
     return ft
 
 
-def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs, world):
+def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, world):
     pt = cached_process(meta)
     if pt is None:
         return None
@@ -138,7 +138,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     slices = []
     for meta, ops, lo, hi in task.files:
         world = task.worlds.get(meta)
-        got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, world)
+        got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, world)
         if got is not None and ops in task.layers:
             got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
         key = -1 if got is None or got[0].rank is None else rank_key(world or 0, got[0].rank)
@@ -148,7 +148,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if got is not None:
             slices.append((key, world, *got))
     if not slices:
-        return _empty(task)
+        return _empty()
     total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
     at = 0
@@ -357,6 +357,6 @@ def _int(v, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
-def _empty(task) -> PartitionPartial:
+def _empty() -> PartitionPartial:
     empty = np.zeros(0, np.int64)
     return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty,) * 3, {}, {}, (0.0, 0.0, 0))
