@@ -48,8 +48,7 @@ def coverage_text(processes: list) -> str | None:
 
 
 def passed_seqs(processes: list) -> dict:
-    """(rank, world, group) -> the highest collective seq a bounded rank is known
-    to have called (written, dropped from its ring, or counted)."""
+    """(rank, world, group) -> the highest collective seq a bounded rank called (written, dropped, counted)."""
     out: dict = {}
     for p in bounded_processes(processes):
         r = p.get("rank")
@@ -62,9 +61,8 @@ def passed_seqs(processes: list) -> dict:
 
 
 def judged_frame(df: pd.DataFrame, processes: list) -> pd.DataFrame:
-    """``df`` without the collectives (world, group, seq) that some member has no
-    record of although it called them (bounded: dropped or counted). Unchanged
-    when no process is bounded."""
+    """``df`` without the collectives (world, group, seq) some member has no record of although it
+    called them (bounded: dropped or counted)."""
     passed = passed_seqs(processes)
     need = {"world", "group", "seq", "rank", "op", "group_ranks", "group_size"}
     if not passed or not len(df) or not need <= set(df.columns):

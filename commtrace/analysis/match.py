@@ -13,7 +13,6 @@ from ..trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from .arrays import OpArrays, cat_codes, int_or, narrow
 
 
-
 @dataclass
 class Matched:
     inst: np.ndarray            # per frame row: instance index (0..n-1)
@@ -46,9 +45,8 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
 
 
 def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
-    """Instances with: op, world, group, seq, ranks (callers), expected (group size),
-    first/last arrival and rank, spread_ns, slowest_ns (longest per-rank duration),
-    size_bytes (nccl-tests size), end_ns, p2p."""
+    """Instances with: op, world, group, seq, ranks (callers), expected (group size), first/last arrival
+    and rank, spread_ns, slowest_ns (longest per-rank duration), size_bytes (nccl-tests), end_ns, p2p."""
     a = arrays or OpArrays.of(frame)
     inst = instance_keys(frame)
     if len(inst) == 0:
@@ -90,5 +88,4 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     agg["p2p"] = agg["op"].isin(P2P_OPS).to_numpy()
     agg["row"] = first_row
     agg.loc[agg["p2p"].to_numpy(), "expected"] = 2
-    agg = agg.reset_index(drop=True)
-    return Matched(inst, agg)
+    return Matched(inst, agg.reset_index(drop=True))

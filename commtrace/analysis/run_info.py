@@ -76,7 +76,7 @@ def _wall_span(p: dict):
     return (start, end) if isinstance(start, int) and isinstance(end, int) and end > start else None
 
 
-def _wall_ns(p: dict, frame_end: int | None, t0: int | None):
+def _wall_ns(p: dict, frame_end: int | None):
     """Process start to its end record (both on its own clock); without an end
     record, its start on rank 0's clock to its last op (``frame_end``, aligned)."""
     span = _wall_span(p)
@@ -99,7 +99,6 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         or next((p.get("command") for p in procs if p.get("command")), None)
     command = " ".join(map(str, cmd)) if isinstance(cmd, list) else (str(cmd) if cmd else "")
     t1 = max(last_end.values()) if last_end else None
-    comm = comm_ns_per_rank
     # A rank's wall time is the union of its processes' lives: a run can hold several
     # worlds one after another (a test suite spawning fresh ranks per test), and
     # processes a rank forks (DataLoader workers) live inside its own life; they
@@ -111,7 +110,7 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         r = p.get("rank")
         if not isinstance(r, int):
             continue  # a process that never had a rank (the parent of spawned ranks)
-        w = _wall_ns(p, last_end.get(r), t0)
+        w = _wall_ns(p, last_end.get(r))
         span = _wall_span(p)
         if span is not None:
             lives.setdefault((r, p.get("host")), []).append(span)
@@ -124,7 +123,7 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
     for (r, _), spans in lives.items():
         walls[r] = walls.get(r, 0) + intervals.length(intervals.union(*zip(*spans)))
     denominators = window_ns_per_rank if window_ns_per_rank is not None else (covered or walls)
-    shares = {r: comm.get(r, 0) / w for r, w in denominators.items() if w}
+    shares = {r: comm_ns_per_rank.get(r, 0) / w for r, w in denominators.items() if w}
     share_vals = np.array(list(shares.values()), dtype=float)
     return {
         "run_dir": path, "run_id": run_id, "command": command,
@@ -140,7 +139,7 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         "comm_share": {k: float(getattr(share_vals, k)()) if len(share_vals) else None
                        for k in ("min", "mean", "max")},
         "comm_share_per_rank": {int(k): float(v) for k, v in shares.items()},
-        "comm_ns_per_rank": comm,
+        "comm_ns_per_rank": comm_ns_per_rank,
         "ops": ops, "bytes": nbytes, "failed": failed, "in_flight": in_flight,
         "incomplete_ranks": sorted(p.get("rank") for p in procs if not p.get("complete") and p.get("rank") is not None),
     }

@@ -63,16 +63,11 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     out = summed_columns(gcell, n, keys_index(keys), cells.count, cells.dur, cells.known, cells.nbytes, qs, qv,
                          c.key_codes["rank"], len(c.keys["rank"]))
     # Collectives and bandwidth: every (row group, instance) pair counts once.
-    pg, pi = instance_groups(gcell[c.code], matched)
-    inst = matched.instances
-    T = inst["slowest_ns"].to_numpy(dtype=np.float64)[pi]
-    S = inst["size_bytes"].to_numpy(dtype=np.float64)[pi]
-    fac = bus_factors(inst)[pi]
-    ok = np.isfinite(T) & (T > 0) & (S > 0)
-    sT = np.bincount(pg, weights=np.where(ok, T, 0.0), minlength=n)
-    sS = np.bincount(pg, weights=np.where(ok, S, 0.0), minlength=n)
-    sB = np.bincount(pg, weights=np.where(ok, S * fac, 0.0), minlength=n)
-    return with_collectives(out, np.bincount(pg, minlength=n), sT, sS, sB, qs)
+    rg, inst = gcell[c.code].astype(np.int64, copy=False), matched.instances
+    pg, pi = distinct_pairs(rg[inst["row"].to_numpy(np.int64)], rg, matched.inst.astype(np.int64, copy=False))
+    terms = bandwidth_terms(inst["slowest_ns"].to_numpy(dtype=np.float64),
+                            inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst))
+    return with_collectives(out, *pair_sums(pg, pi, n, terms), qs)
 
 
 def summary_columns(qs) -> list:
@@ -109,22 +104,28 @@ def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, qs) -> pd.DataF
     return out[summary_columns(qs)].sort_values("total_ns", ascending=False, kind="stable")
 
 
-def instance_groups(row_group: np.ndarray, matched: Matched) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (group, instance) pairs of the rows. Usually a collective's ops share its first
-    op's group: only ops filed elsewhere add pairs (a sort over those few, not all rows)."""
-    inst = matched.inst.astype(np.int64, copy=False)
-    if len(inst) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    first = matched.instances["row"].to_numpy(dtype=np.int64)
-    rg = row_group.astype(np.int64, copy=False)
-    pg, pi = rg[first], np.arange(len(first), dtype=np.int64)
-    elsewhere = rg != pg[inst]
+def distinct_pairs(first_row: np.ndarray, op_row: np.ndarray, op_inst: np.ndarray) -> tuple:
+    """The distinct (row, instance) pairs: per instance its first op's row (``first_row``), then,
+    sorted, the other rows its ops (``op_row``, ``op_inst``: all, or some) are filed under. Usually
+    an instance's ops share its first op's row: a sort over the few others, not all ops."""
+    k = len(first_row)
+    pg, pi = first_row, np.arange(k, dtype=np.int64)
+    elsewhere = op_row != pg[op_inst]
     if elsewhere.any():
-        k = len(first)
-        extra = np.unique(rg[elsewhere] * k + inst[elsewhere])
-        pg = np.concatenate((pg, extra // k))
-        pi = np.concatenate((pi, extra % k))
+        extra = np.unique(op_row[elsewhere] * k + op_inst[elsewhere])
+        pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
     return pg, pi
+
+
+def bandwidth_terms(T: np.ndarray, S: np.ndarray, fac: np.ndarray) -> tuple:
+    """Per instance (T, S, S x bus factor), 0 where T or S is unknown or not positive (not counted)."""
+    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    return np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
+
+
+def pair_sums(pg: np.ndarray, pi: np.ndarray, n: int, terms: tuple) -> list:
+    """Per row (of ``n``): its (row ``pg``, instance ``pi``) pairs, and each of ``terms`` summed over them."""
+    return [np.bincount(pg, minlength=n), *(np.bincount(pg, weights=v[pi], minlength=n) for v in terms)]
 
 
 @dataclass

@@ -95,8 +95,7 @@ def occupancy(lane: np.ndarray, lanes: int, opc: np.ndarray, nops: int, rel_s: n
 
 
 def lane_cells(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(cells, fill) of ``occupancy``'s lanes: the op filling most of each cell (-1: empty), and
-    how much of the cell ops fill."""
+    """Per cell of ``occupancy``'s lanes: the op filling most of it (-1: empty), and how much ops fill it."""
     return np.where(occ.max(axis=1) > 0, occ.argmax(axis=1), -1), occ.sum(axis=1)
 
 

@@ -288,10 +288,10 @@ def test_first_seen_codes_are_factorize_codes():
         assert _first_seen_codes(keys).tolist() == pd.factorize(keys)[0].tolist()
 
 
-def test_row_instance_pairs_are_the_distinct_pairs():
+def test_distinct_pairs_of_a_partition_are_the_distinct_pairs():
     """Per table, each (row, instance) pair once: the instance's first op's row first (in
     instance order), then the other rows its ops were filed under, sorted."""
-    from commtrace.analysis.partitioned.partition_map import _row_instance_pairs
+    from commtrace.analysis.summary import distinct_pairs
     rng = np.random.default_rng(3)
     for _ in range(50):
         n, k, cells = int(rng.integers(1, 60)), int(rng.integers(1, 8)), int(rng.integers(1, 6))
@@ -303,7 +303,7 @@ def test_row_instance_pairs_are_the_distinct_pairs():
             first.setdefault(i, c)
         head = np.array([first[i] for i in range(k)])
         other = np.flatnonzero(cell != head[inst])
-        pg, pi = _row_instance_pairs(rowkey, head, cell[other], inst[other], k)
+        pg, pi = distinct_pairs(rowkey[head], rowkey[cell[other]], inst[other])
         pairs = list(zip(pg.tolist(), pi.tolist()))
         assert sorted(pairs) == sorted(set(zip(rowkey[cell].tolist(), inst.tolist())))
         assert pairs[:k] == [(int(rowkey[first[i]]), i) for i in range(k)]

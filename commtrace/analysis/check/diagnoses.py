@@ -30,21 +30,19 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
     """Processes that ended badly (raised, exited non-zero, killed, trace cut) before any process
     group: info for a helper (no rank, not mp.spawn's) whose trace just ends or that SIGTERM ended.
     Processes numbered alike that ended alike are one finding ("rank 0-1023 raised KeyError ...")."""
-    alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes); root causes first
+    alike: dict[tuple, tuple[str, list[EarlyProcess]]] = {}   # -> (severity, processes)
     # Root causes first: ranks that raised, then ranks torn down, then other processes.
-    early = sorted(early, key=lambda e: (not e.identified, not e.fate.exception, e.label))
-    for e in early:
+    for e in sorted(early, key=lambda e: (not e.identified, not e.fate.exception, e.label)):
         if e.rank is not None and e.rank in ranked:
             continue  # the rank's own process group trace says more (a restarted rank, ...)
         fate = e.fate
-        identified = e.identified
-        if not identified and fate.complete and fate.how == "signal" and fate.exit_code == _SIGTERM_EXIT:
+        if not e.identified and fate.complete and fate.how == "signal" and fate.exit_code == _SIGTERM_EXIT:
             sev = INFO  # a helper torn down by its parent (multiprocessing Pool.terminate, DataLoader): routine
         elif fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
                                                   or fate.exit_code not in (None, 0)):
             sev = ERROR
         elif not fate.complete:
-            sev = ERROR if identified else INFO  # a helper's trace that just ends: context only
+            sev = ERROR if e.identified else INFO  # a helper's trace that just ends: context only
         else:
             continue
         kind = e.numbered()
@@ -58,10 +56,9 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
 def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
     """The finding for processes that ended alike (``es``: one, or several numbered alike)."""
     e, fate = es[0], es[0].fate
-    identified = e.identified
     label = e.label if len(es) == 1 else f"{e.numbered()[0]} {fmt_ranks(x.numbered()[1] for x in es)}"
     # A helper (the parent of mp.spawn, a subprocess) never meant to create a group.
-    when = " before any process group existed" if identified else ""
+    when = " before any process group existed" if e.identified else ""
     f = Finding(NO_GROUP, sev, f"{label} {fate.describe()}{when}",
                 ranks=sorted(x.rank for x in es if x.rank is not None),
                 data={"process": label, "files": [p for x in es for p in x.fate.files], "exit_code": fate.exit_code,
@@ -73,7 +70,6 @@ def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
 
 
 def _traceback_tail(exc: dict) -> list[str]:
-    """The last lines of the exception's traceback text (none recorded: none)."""
     text = _s(exc.get("text"))
     return text.rstrip().splitlines()[-12:] if text else []
 
@@ -157,15 +153,13 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
         label = _group_label(world_s, group_s, g.desc, worlds)
         if world_s not in nows:
             nows[world_s] = _now_ns(run, facts.t_max, world_s)
-        now = nows[world_s]
-        findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, now)
+        findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, nows[world_s])
     return findings
 
 
 def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by_seq: dict, fates, facts: RunFacts,
                     now) -> list[Finding]:
     findings: list[Finding] = []
-    members = g.members
     # Mismatches: every seq where the present ranks disagree (the first few shown).
     for seq in v.mismatch[:MISMATCH_SHOWN]:
         sdf = by_seq[seq].drop_duplicates("rank", keep="last")
@@ -203,7 +197,7 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         st = sdf["status"].astype(str)
         waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
         row = sdf.iloc[0]
-        title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(members)} ranks but never finished on "
+        title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(g.members)} ranks but never finished on "
                  f"rank {fmt_ranks(waiting)}")
         details = [f"op: {_op_desc(row)} at {_s(row.get('callsite')) or '?'}",
                    *folded_lines({r: fate.describe() for r in waiting if (fate := fate_of(fates, world_s, r))})]
@@ -294,11 +288,8 @@ def unmatched_p2p(df: pd.DataFrame) -> list:
     """The send/recv rows without their counterpart (same world, group, seq; peers swapped)."""
     if len(df) == 0:
         return []
-    p = df[is_p2p(df["op"])]
-    if len(p) == 0:
-        return []
     keys = {}
-    for _, r in p.iterrows():
+    for _, r in df[is_p2p(df["op"])].iterrows():
         peer = _int(r.get("root"))
         if peer is None or peer < 0:
             continue

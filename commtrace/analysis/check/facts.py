@@ -85,8 +85,7 @@ class RunFacts:
                 mine.lags.setdefault(r, []).extend(parts)
 
     def last_op(self, rank, worlds=()):
-        """The op with the latest start (a frame row) of ``rank`` in any of ``worlds`` (none: in
-        any world), or None."""
+        """The op with the latest start (a frame row) of ``rank`` in any of ``worlds`` (none: any), or None."""
         if self._last_at is None:     # rank -> [(world, start, position in last_ops)], built once
             self._last_at = {}
             starts = self.last_ops["t_start_ns"].to_numpy(np.int64) if len(self.last_ops) else ()
@@ -122,8 +121,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
         st = gdf["status"]
         g.last_entered = {int(r): int(s) for r, s in gdf.groupby("rank", observed=True)["seq"].max().items()}
         done = gdf[(st == "completed").to_numpy()]
-        if len(done):
-            g.last_completed = {int(r): int(s) for r, s in done.groupby("rank", observed=True)["seq"].max().items()}
+        g.last_completed = {int(r): int(s) for r, s in done.groupby("rank", observed=True)["seq"].max().items()}
         fl = gdf[(st == "in_flight").to_numpy()]
         for r, seqs in fl.groupby("rank", observed=True)["seq"]:
             g.in_flight[int(r)] = sorted(int(s) for s in seqs)
@@ -134,8 +132,7 @@ def frame_facts(df: pd.DataFrame, members: dict | None = None) -> RunFacts:
 
 
 def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (world, rank) its op with the latest start (the last such in frame order), indexed by
-    (world, rank)."""
+    """Per (world, rank), its index, its op with the latest start (the last such in frame order)."""
     t = df["t_start_ns"].to_numpy()
     world, names = _codes(df["world"])
     rank = df["rank"].to_numpy().astype(np.int64)

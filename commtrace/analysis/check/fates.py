@@ -101,14 +101,12 @@ def process_worlds(p: dict) -> list[str]:
 
 
 def run_worlds(run) -> set[str]:
-    """The worlds the run's processes were ranks of (each process's first): several when a run
-    made worlds one after another, and labels then name the world."""
+    """The worlds the run's processes were ranks of (each one's first); labels name it when several."""
     return {ws[0] for p in run.processes if (ws := process_worlds(p))}
 
 
 def fate_of(fates: dict, world, rank: int) -> RankFate | None:
-    """Rank ``rank`` of world ``world``'s fate (``rank_fates``), else that of a process of that rank
-    whose world is unknown, else None."""
+    """The fate of ``rank`` of ``world`` (``rank_fates``), else of that rank's process of unknown world."""
     return fates.get((world, rank)) or fates.get((None, rank))
 
 
@@ -122,8 +120,7 @@ def distinct_fates(fates: dict) -> list[RankFate]:
 
 
 def world_count(fates: dict, facts) -> int:
-    """How many worlds the run's ranks and groups belong to: rank and group labels name their world
-    when there are several."""
+    """How many worlds the run's ranks and groups belong to (labels name the world when several)."""
     return len({w for w, _ in fates if w is not None} | {w for w, _ in facts.groups})
 
 

@@ -62,11 +62,9 @@ def root_cause_first(findings: list[Finding]) -> list[Finding]:
     culprits = {(f.world, r) for f in findings if f.kind == NOT_ARRIVED for r in f.data.get("missing") or []}
     failed = {(f.world, r) for f in findings if f.kind == FAILED for r in f.ranks}
 
-    ranks_of = {id(culprits): {r for _, r in culprits}, id(failed): {r for _, r in failed}}
-
     def among(f: Finding, pairs: set) -> bool:
         if f.world is None:      # one world: its ranks
-            return not ranks_of[id(pairs)].isdisjoint(f.ranks)
+            return not {r for _, r in pairs}.isdisjoint(f.ranks)
         return any((f.world, r) in pairs for r in f.ranks)
 
     def place(f: Finding) -> int:

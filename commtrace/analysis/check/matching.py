@@ -47,12 +47,8 @@ def collective_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _group_members(gdf: pd.DataFrame) -> list[int]:
-    members: set[int] = set()
-    for text in gdf["group_ranks"].dropna().unique():
-        members.update(parse_ranks(text))
-    if not members:
-        members = set(int(r) for r in gdf["rank"].unique())
-    return sorted(members)
+    members = {r for text in gdf["group_ranks"].dropna().unique() for r in parse_ranks(text)}
+    return sorted(members or {int(r) for r in gdf["rank"].unique()})
 
 
 # The fields compared after the op: (category, column, value of a cell, the ops it applies to; None: all).

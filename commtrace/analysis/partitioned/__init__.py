@@ -1,23 +1,18 @@
 """The report: map over the run's files, reduce small -- the one analysis engine.
 
-``analyse(run)`` computes what ``commtrace report`` and ``compare`` print -- the
-per-op / per-group / per-phase tables, the step tables (per rank, across ranks,
-outside steps), skew and stragglers, each rank's communication time -- without
-ever holding more than one rank's ops (step 1, ``rank_map``) or one seq chunk of
-every rank's collectives (step 2, ``partition_map``) in a task, and folds the
-small partial results (``merge``). The tasks run in this process, in a process
-pool (default: every core, within ``memory_limit``) or on a Dask cluster
-(``dask=`` / $COMMTRACE_DASK). A run that fits in memory is one partition and, on
-request, also holds every op of its window (``op_view``) for the views that draw each op;
-the figures are the same in one partition as in many (tests/report/test_partial.py); percentiles are exact while the durations fit
-in a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
+``analyse(run)`` computes what ``commtrace report`` and ``compare`` print (summary, step and skew
+tables, each rank's communication time) without holding more than one rank's ops (step 1,
+``rank_map``) or one seq chunk of every rank's collectives (step 2, ``partition_map``) in a task,
+and folds the small partial results (``merge``). Tasks run in this process, a process pool (every
+core, within ``memory_limit``) or on Dask (``dask=`` / $COMMTRACE_DASK). A run that fits in memory
+is one partition and, on request, also holds every op of its window (``op_view``); the figures are
+the same in one partition as in many (tests/report/test_partial.py). Percentiles are exact while
+the durations fit a quarter of the memory limit, else sketched (``sketch.ALPHA`` relative error).
 
-``scan(run)`` is the partitioned form for users: one lazy part per rank, each
-``load()``-ing that rank's ops as the same frame ``commtrace.load`` would give.
+``scan(run)``: one lazy part per rank for users, each ``load()``-ing its ops as ``commtrace.load`` would.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -29,12 +24,12 @@ from ...trace.rank_ranges import WORLD_STRIDE
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
-from .executors import ENV_DASK, cpu_count, make_executor
+from .executors import sized_executor, uses_dask
 from .cpp_layer import rank_frame
 from .merge import PartitionFold, RankFold, cell_summary, table_keys, with_bandwidth
 from .partition_map import PartitionTask, map_partition
 from .op_view import load_op_view
-from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_ranges, chunk_size, plan_run, read_rank
+from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_size, files_by_chunk, plan_run, read_rank
 from .progress_bar import Progress
 from .rank_map import CELL_COLUMNS, RankTask, map_rank
 from .region_figures import modules_table, regions_table
@@ -93,7 +88,7 @@ class Report:
     op_view: object = None                        # op_view.OpView: every op of the window (whole runs, on request)
 
     def summary(self, by) -> pd.DataFrame:
-        """The summary table over ``by`` (one of the key sets analysed: the report's, phase+op, ``compare_by``)."""
+        """The table over ``by``, one of the key sets analysed (the report's, phase+op, ``compare_by``)."""
         t = self.tables.get(tuple(by))
         if t is None:
             raise CommtraceError(f"--by {','.join(by)}: the partitioned analysis groups by "
@@ -105,15 +100,11 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
             compare_by: list | None = None, window=None, timeline_width: int | None = None,
             partitioned: bool = False, op_view: bool = False) -> Report:
-    """The report's figures of ``run_dir`` by map/reduce (see the module doc). ``compare_by``:
-    one more summary key set (columns of rank_map.CELL_COLUMNS) for compare's breakdown;
-    ``window``: the analysis.window.Window shown (default: the whole run; windowing);
-    ``timeline_width``: the width of the console the terminal timeline is drawn in (one more
-    map, timeline_map; None: no timeline). The run is ``whole`` when every op fits in
-    ``memory_limit`` at once (memory_policy) and neither ``partitioned`` nor Dask asks for
-    files one by one; ``op_view``: then also hold every op of the window (op_view.OpView)
-    for the views that draw each op. A small run held whole is analysed in this process (a pool costs
-    more to start than its tasks take)."""
+    """The report of ``run_dir`` (module doc). ``compare_by``: one more summary key set (of
+    CELL_COLUMNS) for compare; ``window``: the Window shown (None: the whole run); ``timeline_width``:
+    the console width of the terminal timeline (one more map, timeline_map; None: none). The run is
+    ``whole`` when every op fits ``memory_limit`` (memory_policy) and neither ``partitioned`` nor Dask
+    asks for pieces; then ``op_view`` also holds every op of the window (op_view.OpView)."""
     if window is not None and window.whole_run:
         window = None
     if compare_by is not None and not set(compare_by) <= set(CELL_COLUMNS):
@@ -122,12 +113,9 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     plan = plan_run(run_dir)
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)
-    spread = bool(dask or os.environ.get(ENV_DASK))
-    whole = not (partitioned or spread or needs_partitions(plan.path, limit))
-    if workers is None and not spread:
-        small = whole and plan.records < POOL_MIN_RECORDS
-        workers = 1 if small else max(1, min(cpu_count(), len(plan.ranks), limit // per_task))
-    ex = make_executor(dask, workers)
+    whole = not (partitioned or uses_dask(dask) or needs_partitions(plan.path, limit))
+    small = whole and plan.records < POOL_MIN_RECORDS
+    ex = sized_executor(dask, workers, small, len(plan.ranks), limit // per_task)
     if exact is None:
         exact = plan.records * 8 <= limit // 4
     chunk = chunk_size(sum(len(m) for m in plan.ranks.values()), plan.records_per_file, limit, ex.workers,
@@ -138,12 +126,12 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         t0 = time.perf_counter()
         first = None
         if window is not None and (window.t_from is not None or window.t_to is not None):
-            stage = bar.stage("first op", len(plan.ranks), plan.records)
+            stage = bar.stage("first op", len(plan.ranks))
             for f in ex.map(first_start, [FirstStartTask(m, plan.refs) for m in plan.ranks.values()]):
                 first = f if first is None or (f is not None and f < first) else first
                 stage.advance()
         ranks = RankFold()
-        stage = bar.stage("ranks", len(plan.ranks), plan.records)
+        stage = bar.stage("ranks", len(plan.ranks))
         tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]))
                  for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
@@ -164,7 +152,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top,
                                   None if window is None else (all_bounds(ranks.windows), window.phases),
                                   ranks.layers)
-        stage = bar.stage("collectives", len(ptasks), 0)
+        stage = bar.stage("collectives", len(ptasks))
         results = ex.map(map_partition, ptasks, ahead=PARTITIONS_AHEAD * ex.workers)
         info = _info(plan, ranks, window)
         # The timeline's tasks queue behind the partitions' (they need only the rank stage): the
@@ -182,7 +170,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         seconds["partitions"] = time.perf_counter() - t1
         if tasks:
             t2 = time.perf_counter()
-            stage = bar.stage("timeline", len(tasks), plan.records)
+            stage = bar.stage("timeline", len(tasks))
             for p in lanes:
                 tl.add(p)
                 stage.advance(ranks.ops_per_rank.get(p.rank, 0))
@@ -222,19 +210,15 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
 
 def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
                      window: tuple | None = None, layers: dict | None = None) -> list[PartitionTask]:
-    """One task per seq chunk that any file has records in; each names, per file,
-    the record range holding that chunk's records (of any group)."""
+    """One task per seq chunk (plan.files_by_chunk)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
              for ms in plan.ranks.values() for m in ms}
-    by_chunk: dict = {}
-    for ops, chunks in index.items():
-        for c, (lo, hi) in chunk_ranges(chunks).items() if ops in metas else ():
-            by_chunk.setdefault(c, []).append((metas[ops], ops, lo, hi))
     layers = layers or {}
+    indexed = (((metas[ops], ops), chunks) for ops, chunks in index.items() if ops in metas)
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
                           {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds})
-            for c, files in sorted(by_chunk.items())]
+            for c, files in files_by_chunk(indexed)]
 
 
 @dataclass
@@ -257,9 +241,8 @@ class RankPart:
 
 
 def load_ranks(parts: list[RankPart]):
-    """The ops, compute spans, marks and regions of some ranks, and their process
-    summaries: a reader.Run of just those ranks (times on the run's reference clocks), their ranks
-    as the report keys them (RankPart.load's ``rank_keys``)."""
+    """A reader.Run of just these ranks (ops, spans, marks, regions, process summaries; the run's
+    reference clocks), their ranks as the report keys them (RankPart.load's ``rank_keys``)."""
     issues: list = []
     procs, refs = read_rank([m for part in parts for m in part.files], parts[0].refs if parts else {}, issues)
     world_of = {m: part.world for part in parts for m in part.files}
@@ -267,15 +250,13 @@ def load_ranks(parts: list[RankPart]):
         p.world_number = world_of.get(p.meta_path)
     spans, marks, regions = reader.build_mark_tables(procs, issues, refs)
     summaries = [p.summary() for p in procs]
-    frame = rank_frame(procs, refs)
-    return reader.Run("", frame, summaries, issues, spans, marks, regions)
+    return reader.Run("", rank_frame(procs, refs), summaries, issues, spans, marks, regions)
 
 
 def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | None, int]]:
-    """How a Perfetto export of a big run is cut so that no file holds more than
-    ``max_ops`` ops: consecutive ranks together while they fit, and a rank with more
-    ops alone, in pieces of consecutive ops (time windows). Each piece: (ranks,
-    piece number of a split rank or None, pieces of that rank)."""
+    """A big run's Perfetto export cut into files of at most ``max_ops`` ops: consecutive ranks
+    together while they fit, a rank with more alone in pieces of consecutive ops (time windows).
+    Each piece: (ranks, piece number of a split rank or None, pieces of that rank)."""
     out, cur, n = [], [], 0
     for r, k in sorted(ops_per_rank.items()):
         if k > max_ops:
@@ -296,12 +277,10 @@ def perfetto_pieces(ops_per_rank: dict, max_ops: int) -> list[tuple[list, int | 
 
 
 def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, int | None]:
-    """Piece ``piece`` of ``pieces`` of one rank's ops (``starts``: their start times,
-    ascending): (first op, end op) -- consecutive ops, as even as they go -- and the time
-    range [t_lo, t_hi) it owns: from its first op's start to the next piece's (None: open,
-    for the first and the last piece). The ranges cut the time line without gap or
-    overlap, so a compute span, mark or region belongs to exactly one piece: the one its
-    start falls in (docs/report.md, "Big runs")."""
+    """Piece ``piece`` of ``pieces`` of one rank's ops (``starts``: ascending): (first op, end op),
+    as even as they go, and the time range [t_lo, t_hi) it owns, its first op's start to the next
+    piece's (None: open, first and last piece). The ranges cut the time line without gap or overlap,
+    so a span, mark or region belongs to the one piece its start falls in (docs/report.md, "Big runs")."""
     n = len(starts)
     lo, hi = piece * n // pieces, (piece + 1) * n // pieces
     t_lo = int(starts[lo]) if piece > 0 and lo < n else None
@@ -310,7 +289,6 @@ def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, i
 
 
 def scan(run_dir=None) -> list[RankPart]:
-    """The run as one lazy part per rank (for analysing big runs yourself, e.g.
-    ``dask.delayed(part.load)()`` per part, or one part at a time)."""
+    """One lazy part per rank, to analyse big runs yourself (e.g. ``dask.delayed(part.load)()``)."""
     plan = plan_run(run_dir)
     return [RankPart(r, metas, plan.refs, plan.worlds.get(metas[0])) for r, metas in plan.ranks.items()]

@@ -1,20 +1,20 @@
 """``commtrace check``: the findings of a run by map/reduce -- the one check engine.
 
 1. meta lines of every file, in this process (as ``reader.load_run`` reads them);
-2. per rank (``map_check_rank``): its records, read as ``load_run`` reads them (damage, lost
-   records, issues: what the fates need), the seq-chunk index of its ops files, per group the
-   highest seq it has a record of and the member lists its ops name;
-3. per seq chunk (``map_check_chunk``): the frame of that chunk's records of every file, whose
-   collective instances are whole, classified as ``check.diagnose`` does (with step 2's run-wide
-   highest seqs) and reduced to verdicts (capped to what the findings show, counts exact), the
-   rows of the seqs they name, the first unmatched send/recv and the chunk's RunFacts;
+2. per rank (``map_check_rank``): its records as ``load_run`` reads them (damage, lost records,
+   issues: what the fates need), the seq-chunk index of its ops files, per group its highest seq
+   and the member lists its ops name;
+3. per seq chunk (``map_check_chunk``): the frame of the chunk's records of every file (whole
+   instances), classified as ``check.diagnose`` does (with step 2's run-wide highest seqs) into
+   verdicts (capped to what the findings show, counts exact), the rows of the seqs they name, the
+   first unmatched send/recv and the chunk's RunFacts;
 4. the fold (``CheckFold``) merges those; ``check.diagnose_reduced`` runs on the small result.
 
-A run that fits in memory and has fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked
-in this process; else no task holds more than one rank's records or one chunk's frame, and the
-fold holds per group and rank a few numbers, one straggler lag per complete instance and a few
-dozen instances' rows per group. C++-layer files merge into their process's Python rows over the
-whole process, so a run that has them is checked in one chunk.
+A run that fits in memory with fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked in
+this process; else no task holds more than one rank's records or one chunk's frame, and the fold
+holds per group and rank a few numbers, a straggler lag per complete instance and a few dozen
+instances' rows per group. C++-layer files merge into their process's Python rows over the whole
+process, so a run that has them is checked in one chunk.
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ from ..check.facts import GroupVerdict, RunFacts, classify_frame, frame_facts
 from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
-from .executors import ENV_DASK, cpu_count, make_executor
-from .plan import cached_process, chunk_index, chunk_ranges, chunk_records, chunk_size, seq_chunk
+from .executors import sized_executor, uses_dask
+from .plan import cached_process, chunk_index, chunk_records, chunk_size, files_by_chunk, seq_chunk
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
@@ -240,8 +240,8 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     if not procs:
         detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    spread = bool(dask or os.environ.get(ENV_DASK))
-    whole = not (partitioned or spread or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
+    whole = not (partitioned or uses_dask(dask)
+                 or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
     if has_cpp(procs) and not whole:
         raise CommtraceError(f"{run_dir}: a run with C++-layer trace files is checked in one piece (their ops "
                              "merge into the Python layer's over the whole process), and this one does not fit "
@@ -254,17 +254,16 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
                if pt is not None and pt.rank is not None}
     per_file = max(records.values(), default=0)
     one_chunk = whole and (has_cpp(procs) or sum(records.values()) < POOL_MIN_RECORDS)
-    if workers is None and not spread:
-        per_task = max(1, max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0) * RANK_BYTES_PER_OP)
-        workers = 1 if one_chunk else max(1, min(cpu_count(), len(ranks) or 1, limit // per_task))
-    ex = make_executor(dask, workers)
+    rank_records = max((sum(records[i] for i, _ in fs) for fs in ranks.values()), default=0)
+    per_task = max(1, rank_records * RANK_BYTES_PER_OP)
+    ex = sized_executor(dask, workers, one_chunk, len(ranks), limit // per_task)
     chunk = 1 << 30 if one_chunk else chunk_size(len(records), per_file, limit, ex.workers,
                                                  CHUNK_BYTES_PER_OP)
     bar = Progress(progress)
     seconds: dict = {}
     try:
         t0 = time.perf_counter()
-        stage = bar.stage("ranks", len(ranks), sum(records.values()))
+        stage = bar.stage("ranks", len(ranks))
         facts_of: dict = {}
         for part in ex.map(map_check_rank, [CheckRankTask(r, fs, chunk) for r, fs in sorted(ranks.items())]):
             for f in part:
@@ -285,7 +284,7 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
             last_seq = {k: g.last_entered for k, g in judged.groups.items()}
             tasks = [dataclasses.replace(t, last_seq=last_seq) for t in tasks]
         fold = CheckFold(members)
-        stage = bar.stage("collectives", len(tasks), 0)
+        stage = bar.stage("collectives", len(tasks))
         for part in ex.map(map_check_chunk, tasks):
             fold.add(part)
             stage.advance(part.ops)
@@ -357,14 +356,8 @@ def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq
                  bounded: list) -> list:
     """One task per seq chunk any file has records in; per file, the record range holding
     that chunk's records (of any group)."""
-    by_chunk: dict = {}
     refs = {wid: pt.meta_path for wid, pt in
             reader.reference_processes([pt for _, _, pt, _ in read if pt is not None]).items()}
-    for i, m, pt, _ in read:
-        f = facts_of.get(i)
-        if f is None:
-            continue
-        for c, (lo, hi) in chunk_ranges(f.chunks).items():
-            by_chunk.setdefault(c, []).append((i, m, pt.ops_path, lo, hi))
+    indexed = (((i, m, pt.ops_path), facts_of[i].chunks) for i, m, pt, _ in read if i in facts_of)
     return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded)
-            for c, files in sorted(by_chunk.items())]
+            for c, files in files_by_chunk(indexed)]

@@ -1,13 +1,10 @@
 """C++-layer trace files (the ProcessGroupMPI patch; trace.layers) in the partitioned analysis.
 
-The one-frame reader folds each C++ row into the Python row of the same op and
-drops it (``layers.merge_cpp_layer``); C++ rows no Python row matched (e.g.
-subgroup ops only the patched backend saw) stay, timed on their Python twin's
-clock. The merge is per process, so a rank task with C++ files builds its
-rank's frame, merges it the same way and takes its per-rank figures from the
-merged frame (``frame_ops``). Partition tasks read the C++ files' records like
-any other, but keep only the unmatched ones (``RankLayers``: per C++ ops file,
-their (group id, seq) keys and the Python twin whose clock they use)."""
+The reader folds each C++ row into the Python row of the same op (``layers.merge_cpp_layer``);
+C++ rows no Python row matched (e.g. subgroup ops only the patched backend saw) stay, timed on
+their Python twin's clock. The merge is per process, so a rank task with C++ files takes its
+figures from its merged frame (``frame_ops``); partition tasks read the C++ files' records but keep
+only the unmatched ones (``CppFile``: their (group id, seq) keys and the twin whose clock they use)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,23 +1,19 @@
-"""``report --events`` of a run analysed by map/reduce: every op of the window, in the
-one frame's order (start time, then rank, then the rank's files in name order, then
-file order), streamed: a k-way merge of one ordered stream per trace file.
+"""``report --events`` of a run analysed by map/reduce: every op of the window in the one frame's
+order (start, rank, the rank's files in name order, file order), streamed: a k-way merge of one
+ordered stream per trace file.
 
-A file's records are not quite in call order: a record is written when its op
-finishes, so an async op that finishes late sits after ops called later, and an op
-still running at a flush is written twice (docs/trace-format.md). A first pass over
-the file (in blocks) sets aside those "late" records (call time before one earlier
-in the file: few) and keeps them sorted; the others are in order and are read in
-chunks. Each chunk of a file is its in-order records up to a time (a run of equal
-times is never cut) with the late ones up to that time, deduplicated as the reader
-does (``records.last_record_per_op``: an op's two records share their call time,
-so they fall in one chunk), sorted by (time, file position) and made into frame rows
-by ``reader.build_frame`` (every value as ``commtrace.load`` has it). Chunks of a
-stream never share a time, so the merge may emit every buffered row up to the
-least "last time" of the streams still open (the horizon): nothing later in any
-stream can come before it. Memory: one chunk per file, and the late records.
+A record is written when its op finishes, so an async op that finishes late sits after ops called
+later, and an op still running at a flush is written twice (docs/trace-format.md). A first pass
+over the file (in blocks) sets aside those few "late" records (called before one earlier in the
+file), sorted; the others are in order and read in chunks. A chunk is the in-order records up to
+a time (a run of equal times is never cut) and the late ones up to it, deduplicated as the reader
+does (``records.last_record_per_op``: an op's two records share their call time, so one chunk has
+both), sorted by (time, file position) and made frame rows by ``reader.build_frame``. Chunks of a
+stream never share a time, so the merge may emit every buffered row up to the least "last time"
+of the open streams (the horizon). Memory: one chunk per file, and the late records.
 
-Ranks with a C++-layer file (their rows are merged into the Python rows) or a
-bounded (ring) trace are read whole as one stream: the frame of that rank."""
+Ranks with a C++-layer file (merged into the Python rows) or a bounded (ring) trace are one
+stream each, read whole: the frame of that rank."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,10 +1,9 @@
 """Where map tasks run: in this process, in a local process pool, or on a Dask cluster.
 
-All three take a function and a list of tasks and yield results as they finish
-(the folds do not depend on order). The pool and Dask keep at most ``ahead``
-(default ``2 x workers``) tasks in flight, so the results waiting to be folded stay
-bounded too; they submit the first ones when ``map`` is called, so the caller can
-work while they run (the serial executor runs each task when its result is asked for). Dask is an
+All three map a function over tasks and yield results as they finish (the folds do not depend on
+order). The pool and Dask keep at most ``ahead`` (default ``2 x workers``) tasks in flight, so the
+results waiting to be folded stay bounded, and submit the first ones when ``map`` is called, so the
+caller can work while they run (serial: each task runs when its result is asked for). Dask is an
 existing distributed engine (``distributed.Client``): no scheduler or RPC of our own."""
 from __future__ import annotations
 
@@ -63,16 +62,15 @@ class PoolExecutor:
         self.pool = ProcessPoolExecutor(max_workers=self.workers, initializer=keep_freed_memory)
 
     def map(self, fn, tasks, ahead: int | None = None):
-        """``fn`` of each task, results as they complete. The first ``ahead`` tasks (default:
-        2 per worker; as many are kept running or queued) are submitted now, so the caller
-        can work while they run; the others as results are taken."""
+        """``fn`` of each task, results as they complete: ``ahead`` tasks submitted now (the module
+        doc), the others as results are taken."""
         ahead = max(1, ahead or 2 * self.workers)
         it = iter(tasks)
         with _died_as_error():
             pending = {self.pool.submit(fn, t) for t in islice(it, ahead)}
-        return self._results(fn, it, pending, ahead)
+        return self._results(fn, it, pending)
 
-    def _results(self, fn, it, pending: set, ahead: int):
+    def _results(self, fn, it, pending: set):
         with _died_as_error():
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -129,6 +127,19 @@ class DaskExecutor:
     def close(self):
         if self.own:
             self.client.close()
+
+
+def uses_dask(dask) -> bool:
+    """Whether the tasks go to a Dask cluster (``dask`` or $COMMTRACE_DASK)."""
+    return bool(dask or os.environ.get(ENV_DASK))
+
+
+def sized_executor(dask, workers: int | None, serial: bool, tasks: int, fit: int):
+    """make_executor; unless ``workers`` is given or Dask runs the tasks: this process for a
+    ``serial`` run, else a worker per task up to the cores and the ``fit`` tasks the memory holds."""
+    if workers is None and not uses_dask(dask):
+        workers = 1 if serial else max(1, min(cpu_count(), tasks or 1, fit))
+    return make_executor(dask, workers)
 
 
 def make_executor(dask=None, workers: int | None = None):

@@ -1,15 +1,13 @@
-"""Map step 2: one partition of the collectives (a seq chunk of every group) ->
-its instances' contribution to skew, stragglers and bandwidth.
+"""Map step 2: one partition of the collectives (a seq chunk of every group) -> its instances'
+contribution to skew, stragglers and bandwidth.
 
-A collective instance is (world, group, seq) -- for send/recv (world, group, src,
-dst, seq) -- as in ``analysis.match``; a chunk holds every instance whose seq lies
-in it, from every rank, so instances are whole inside one task. The task reads
-from each ops file only the records between the first and last record of its
-chunk (``RankPartial.index``), applies the reader's checks and clock alignment,
-and keeps per instance what match_ops keeps; it returns only aggregates: the top
-instances by spread, per-rank straggler sums, per-op spreads (one value per
-instance: a rank's-worth of values, not an op's) and per summary row the
-collectives and their T/S sums (see analysis.summary)."""
+An instance is (world, group, seq), for send/recv (world, group, src, dst, seq), as in
+``analysis.match``; a chunk holds every instance whose seq lies in it, from every rank, so
+instances are whole inside one task. The task reads from each ops file only the records between
+the first and last of its chunk (``RankPartial.index``), applies the reader's checks and clock
+alignment, keeps per instance what match_ops keeps and returns only aggregates: the top instances
+by spread, per-rank straggler sums, per-op spreads (a value per instance) and per summary row the
+collectives and their T/S sums (analysis.summary)."""
 from __future__ import annotations
 
 import functools
@@ -23,7 +21,7 @@ from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
-from ..summary import bus_factor
+from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
 from .rank_ops import cell_key, index_lut, key_str
@@ -112,7 +110,7 @@ def _tables_of(pt, world: int | None = None) -> _FileTables:
     return ft
 
 
-def _read_slice(meta, ops, lo, hi, chunk, size, refs, own_refs, world):
+def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, world):
     pt = cached_process(meta)
     if pt is None:
         return None
@@ -140,7 +138,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     slices = []
     for meta, ops, lo, hi in task.files:
         world = task.worlds.get(meta)
-        got = _read_slice(meta, ops, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, world)
+        got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, world)
         if got is not None and ops in task.layers:
             got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
         key = -1 if got is None or got[0].rank is None else rank_key(world or 0, got[0].rank)
@@ -150,7 +148,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if got is not None:
             slices.append((key, world, *got))
     if not slices:
-        return _empty(task)
+        return _empty()
     total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
     at = 0
@@ -330,8 +328,7 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
 def _bandwidth(task, cell, inst, cell_ids, T, S, fac) -> dict:
     """Per summary table: (key tuples, collectives, T, S, B) summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
-    ok = np.isfinite(T) & (T > 0) & (S > 0)
-    T, S, B = np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
+    terms = bandwidth_terms(T, S, fac)
     k = len(T)
     head = np.zeros(k, np.int64)
     head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
@@ -345,10 +342,8 @@ def _bandwidth(task, cell, inst, cell_ids, T, S, fac) -> dict:
         pos = [CELL_COLUMNS.index(c) for c in by]
         rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
         rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
-        pg, pi = _row_instance_pairs(rowkey, head, o_cell, o_inst, k)
-        n = len(rows)
-        out[name] = done[tuple(by)] = (list(rows), np.bincount(pg, minlength=n),
-                                       *(np.bincount(pg, weights=v[pi], minlength=n) for v in (T, S, B)))
+        pg, pi = distinct_pairs(rowkey[head], rowkey[o_cell], o_inst)
+        out[name] = done[tuple(by)] = (list(rows), *pair_sums(pg, pi, len(rows), terms))
     return out
 
 
@@ -358,25 +353,10 @@ def _per_sig_int(sigs: list, name: str) -> np.ndarray:
     return np.where(np.isnan(v), 0, v).astype(np.int64)
 
 
-def _row_instance_pairs(rowkey: np.ndarray, head: np.ndarray, o_cell: np.ndarray, o_inst: np.ndarray,
-                        k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (row, instance) pairs (as summary.instance_groups): each instance's
-    first op's row (``head``: its cell), plus the few other rows its other ops were filed
-    under (``o_cell``, ``o_inst``: the ops in another cell than their instance's first;
-    a sort of those only). Rows are ``rowkey`` per cell."""
-    pg, pi = rowkey[head], np.arange(k, dtype=np.int64)
-    row = rowkey[o_cell]
-    elsewhere = row != pg[o_inst]
-    if elsewhere.any():
-        extra = np.unique(row[elsewhere] * k + o_inst[elsewhere])
-        pg, pi = np.concatenate((pg, extra // k)), np.concatenate((pi, extra % k))
-    return pg, pi
-
-
 def _int(v, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
-def _empty(task) -> PartitionPartial:
+def _empty() -> PartitionPartial:
     empty = np.zeros(0, np.int64)
     return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty,) * 3, {}, {}, (0.0, 0.0, 0))

@@ -1,9 +1,8 @@
 """Which files a run has and how the work over them is cut (meta lines only: cheap).
 
-Per-rank figures come from a rank's own files (one task per rank); cross-rank ones
-(matching, skew, bandwidth) from partitions of the collectives by sequence number:
-a partition task reads, from every file, only the records of its seq chunk (see
-``RankPartial.index``)."""
+Per-rank figures come from a rank's own files (a task per rank); cross-rank ones (matching, skew,
+bandwidth) from partitions of the collectives by seq: a partition task reads, from every file,
+only the records of its seq chunk (``RankPartial.index``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -78,14 +77,19 @@ def seq_chunk(seq: np.ndarray, size: int) -> np.ndarray:
     return np.ascontiguousarray(seq) // np.uint32(size)
 
 
-def chunk_ranges(index: tuple) -> dict:
-    """One file's seq-chunk index (rank_map: group << 32 | chunk, first and last record per key)
-    as chunk -> [first, last] record over every group (a few keys: no numpy)."""
-    span: dict = {}
-    for c, lo, hi in zip((index[0] & 0xFFFFFFFF).tolist(), index[1].tolist(), index[2].tolist()):
-        was = span.setdefault(c, [lo, hi])
-        was[0], was[1] = min(was[0], lo), max(was[1], hi)
-    return span
+def files_by_chunk(indexed) -> list:
+    """[(chunk, [(*file, first record, last record)])], by chunk, for every seq chunk the files have
+    records in; ``indexed``: (file, its chunk_index) pairs. A file's range holds the chunk's records
+    of every group (a few keys: no numpy)."""
+    by_chunk: dict = {}
+    for file, index in indexed:
+        span: dict = {}
+        for c, lo, hi in zip((index[0] & 0xFFFFFFFF).tolist(), index[1].tolist(), index[2].tolist()):
+            was = span.setdefault(c, [lo, hi])
+            was[0], was[1] = min(was[0], lo), max(was[1], hi)
+        for c, (lo, hi) in span.items():
+            by_chunk.setdefault(c, []).append((*file, lo, hi))
+    return sorted(by_chunk.items())
 
 
 def chunk_index(ops_path: str, chunk: int) -> tuple:

@@ -10,17 +10,17 @@ class Progress:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.bar = None
 
-    def stage(self, what: str, total: int, ops_total: int):
+    def stage(self, what: str, total: int):
         if not self.enabled:
-            return _Stage(None, None, 0)
+            return _Stage(None, None)
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
         if self.bar is None:
             self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                     TextColumn("{task.fields[ops]}"), TextColumn("{task.fields[rate]}"),
-                                    TimeElapsedColumn(), transient=True, console=_console())
+                                    TimeElapsedColumn(), transient=True, console=Console(stderr=True))
             self.bar.start()
-        task = self.bar.add_task(what, total=total, ops="", rate="")
-        return _Stage(self.bar, task, ops_total)
+        return _Stage(self.bar, self.bar.add_task(what, total=total, ops="", rate=""))
 
     def close(self):
         if self.bar is not None:
@@ -28,8 +28,8 @@ class Progress:
 
 
 class _Stage:
-    def __init__(self, bar, task, ops_total):
-        self.bar, self.task, self.ops_total = bar, task, ops_total
+    def __init__(self, bar, task):
+        self.bar, self.task = bar, task
         self.ops, self.t0 = 0, time.perf_counter()
 
     def advance(self, ops: int = 0):
@@ -39,8 +39,3 @@ class _Stage:
         rate = self.ops / max(time.perf_counter() - self.t0, 1e-9)
         self.bar.update(self.task, advance=1, ops=f"{self.ops:,} ops" if self.ops else "",
                         rate=f"{rate / 1e6:.2f} M ops/s" if self.ops else "")
-
-
-def _console():
-    from rich.console import Console
-    return Console(stderr=True)

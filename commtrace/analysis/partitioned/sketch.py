@@ -1,14 +1,12 @@
 """A mergeable quantile sketch with a relative error bound (log-spaced buckets).
 
-Durations of every op of a big run do not fit in memory; their p50/p99 are read
-from per-file histograms over log-spaced buckets instead. A value x > 0 falls in
-bucket i = ceil(log_gamma(x)) with gamma = (1 + ALPHA) / (1 - ALPHA); the bucket's
-representative 2 * gamma**i / (gamma + 1) is within ALPHA (relative) of every value
-in it. So the sketch's q-quantile is within ALPHA of the value of rank
-floor(q * (n - 1)) (the lower of the two values the exact, interpolating quantile
-lies between) -- the bound docs/report.md states. Values <= 0 (and NaN) are kept
-apart: exact zeros, NaN ignored as the exact path ignores it. Merging is adding
-bucket counts, so the result does not depend on how the run was split.
+Durations of every op of a big run do not fit in memory: p50/p99 come from per-file histograms
+over log-spaced buckets. A value x > 0 falls in bucket i = ceil(log_gamma(x)), gamma = (1 + ALPHA)
+/ (1 - ALPHA); the bucket's representative 2 * gamma**i / (gamma + 1) is within ALPHA (relative) of
+every value in it, so the q-quantile is within ALPHA of the value of rank floor(q * (n - 1)) (the
+lower of the two the exact, interpolating quantile lies between): docs/report.md's bound. Values
+<= 0 count as zeros, NaN is ignored (as the exact path does). Merging adds bucket counts, so the
+result does not depend on how the run was split.
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """The terminal timeline (``analysis.timeline``) of a run analysed by map/reduce.
 
-A timeline lane depends only on its rank's ops, the run's first op (t0), the
-binned range, the number of cells and the op legend (``timeline.occupancy``).
-The range is the window's extent or the last op end, and the legend is every
-file's op names: both are known only once every rank task of map 1 has
-returned, so the timeline is one more map, one task per rank, run only when the
-timeline is printed. Each task gathers its rank's ops as map 1 does
-(``rank_ops``, or the C++-merged frame), keeps those in the window (its rank's
-interval and phases: ``window.apply``'s rule) and bins them alone: it returns its
-lane (cells x (op index, fill)) and its marks in the window; the fold stacks the
-lanes in rank order. Each lane is computed by the same code, on the same ops in
-the same order, as the one-frame ``bin_timeline`` computes it, so the timeline
-is the one-frame report's to the last character."""
+A lane depends only on its rank's ops, the run's first op (t0), the binned range, the number of
+cells and the op legend (``timeline.occupancy``). The range (the window's extent or the last op
+end) and the legend (every file's op names) are known only once map 1 has returned, so the
+timeline is one more map, a task per rank, run only when it is printed. A task gathers its rank's
+ops as map 1 does, keeps those in the window (``window.apply``'s rule) and bins them alone into
+its lane, with its marks in the window; the fold stacks the lanes in rank order. The same code
+bins the same ops in the same order as ``bin_timeline``: the one-frame timeline to the character."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader
-from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_range
-from ..window import in_bounds
+from ..timeline import Timeline, cell_range, lane_cells, occupancy, timeline_layout, timeline_range
+from ..window import Window, in_bounds
 from .cpp_layer import rank_ops_of
 from .plan import cached_process, read_rank
+from .windowing import all_bounds
 
 
 @dataclass
@@ -83,7 +79,7 @@ def _in_window(task: TimelineTask, start: np.ndarray, ops) -> np.ndarray:
 
 
 def _marks(procs: list, refs: dict, bounds: dict | None) -> pd.DataFrame | None:
-    """The processes' marks in the window (report._within's rule), None: none."""
+    """The processes' marks in the window (window.in_bounds), None: none."""
     if not any(p.marks for p in procs):
         return None
     marks = reader.build_mark_tables(procs, [], refs)[1]
@@ -96,9 +92,6 @@ def _marks(procs: list, refs: dict, bounds: dict | None) -> pd.DataFrame | None:
 def timeline_tasks(plan, ranks, window, console_width: int, rank_list: list) -> list[TimelineTask]:
     """One task per rank of the run (``plan``: plan.RunPlan; ``ranks``: merge.RankFold of map 1) for a
     timeline in a console ``console_width`` wide (timeline.timeline_layout)."""
-    from ..timeline import timeline_layout
-    from ..window import Window
-    from .windowing import all_bounds
     t0 = ranks.t0 or 0
     bounds = all_bounds(ranks.windows)
     t_from, t_to = timeline_range(bounds, t0, window or Window())

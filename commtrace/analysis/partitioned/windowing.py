@@ -1,14 +1,11 @@
-"""Windows (``--steps``, ``--skip-steps``, ``--from/--to``, ``--phase``; analysis.window)
-in the partitioned analysis.
+"""Windows (``--steps``, ``--skip-steps``, ``--from/--to``, ``--phase``; analysis.window) in the
+partitioned analysis.
 
-A window is per rank (its interval [lo, hi] and the phases asked for), so each
-rank task applies it to its own ops and steps with ``window.apply`` and returns the rank's interval; the
-partition tasks then keep, of every file's records, those whose op starts inside
-its rank's interval and has one of the phases (``in_window``). Two things are
-run-wide: ``--from/--to`` count from the run's first op (a first pass over the
-ranks finds it: ``first_start``), and the length of a rank's window is cut to the
-run's extent, first op (or span) to last op end (folded from every rank's
-``RankWindow``)."""
+A window is per rank (an interval [lo, hi] and the phases asked for): a rank task applies it to
+its ops and steps (``window.apply``) and returns the rank's interval; partition tasks keep the
+records whose op starts inside its rank's interval and has one of the phases (``in_window``).
+Run-wide: ``--from/--to`` count from the run's first op (a first pass: ``first_start``), and a
+rank's window length is cut to the run's extent, first op (or span) to last op end (``RankWindow``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,7 +55,7 @@ def rank_window(applied: Applied | None, ops, spans: pd.DataFrame | None) -> Ran
 
 
 def check_phases(window: Window | None, parts: list) -> None:
-    """As report.check_phases: --phase names must exist among the run's ops."""
+    """--phase names must exist among the run's ops."""
     if window is None or window.phases is None:
         return
     known = {p for w in parts if w is not None for p in w.phases} | {NA_KEY}
@@ -70,19 +67,19 @@ def check_phases(window: Window | None, parts: list) -> None:
 
 
 def window_lengths(parts: list) -> dict | None:
-    """report._window_lengths from every rank's RankWindow: per rank, its interval cut to the
-    run's first op (or span) .. last op end (or span end)."""
-    parts = [w for w in parts if w is not None]
-    if not parts or parts[0].bounds is None:
+    """Per rank (every rank's RankWindow), its interval cut to the run's first op (or span) ..
+    last op end (or span end)."""
+    bounds = all_bounds(parts)
+    if bounds is None:
         return None
-    los = [w.lo for w in parts if w.lo is not None]
-    his = [w.hi for w in parts if w.hi is not None]
+    los = [w.lo for w in parts if w is not None and w.lo is not None]
+    his = [w.hi for w in parts if w is not None and w.hi is not None]
     lo_run, hi_run = (min(los), max(his)) if los else (0, 0)
-    bounds = {r: b for w in parts for r, b in w.bounds.items()}
     return {r: max(0, min(hi, hi_run) - max(lo, lo_run)) for r, (lo, hi) in sorted(bounds.items())}
 
 
 def all_bounds(parts: list) -> dict | None:
+    """Every rank's interval (None: no time range)."""
     parts = [w for w in parts if w is not None]
     if not parts or parts[0].bounds is None:
         return None
@@ -137,13 +134,11 @@ def first_start(task: FirstStartTask) -> int | None:
     """The first op start (rank 0's clock) of one rank's processes: the run's first op is the
     least of them (--from/--to count from it)."""
     procs, refs = read_rank(task.metas, task.refs, [])
-    out = None
+    starts = []
     for pt in procs:
         rec = pt.records
         if rec is None or not len(rec):
             continue
         clock_pt = reader.python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
-        t = records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
-        m = int(t.min())
-        out = m if out is None else min(out, m)
-    return out
+        starts.append(int(records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"]).min()))
+    return min(starts, default=None)
