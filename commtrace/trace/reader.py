@@ -336,11 +336,8 @@ def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
         g = pt.groups.get(int(gid))
         key = str_or_none(g.get("name")) if isinstance(g, dict) and g.get("name") is not None else "?"
         seqs = bad["seq"][bad["group"] == gid]
-        lo, hi, cnt = int(seqs.min()), int(seqs.max()), len(seqs)
-        if key in pt.lost:
-            plo, phi, pcnt = pt.lost[key]
-            lo, hi, cnt = min(lo, plo), max(hi, phi), cnt + pcnt
-        pt.lost[key] = [lo, hi, cnt]
+        lo, hi, cnt = pt.lost.get(key, (int(seqs.min()), int(seqs.max()), 0))
+        pt.lost[key] = [min(lo, int(seqs.min())), max(hi, int(seqs.max())), cnt + len(seqs)]
 
 
 # -- clocks -----------------------------------------------------------------------
@@ -362,9 +359,7 @@ def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None
 # -- frame ------------------------------------------------------------------------
 
 def _fmt_shapes(v) -> str:
-    if not isinstance(v, list):
-        return ""
-    return json.dumps(v, separators=(",", ":"))
+    return json.dumps(v, separators=(",", ":")) if isinstance(v, list) else ""
 
 
 def str_or_none(v):
