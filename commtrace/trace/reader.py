@@ -172,7 +172,6 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         issues.append(TraceIssue(name, f"unreadable: {e.strerror}", kind=UNUSABLE))
         return None
     lines = raw.split(b"\n")
-    torn_tail = bool(lines and lines[-1].strip())
     bad = torn = 0
     for i, line in enumerate(lines):
         if not line.strip():
@@ -180,15 +179,14 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         try:
             obj = json.loads(line)
         except (ValueError, UnicodeDecodeError):
-            if i == len(lines) - 1 and torn_tail:
+            if i == len(lines) - 1:   # no newline after it (blank lines were skipped)
                 torn = len(line)
-            else:
-                bad += 1
-            continue
-        if not isinstance(obj, dict):
+                continue
+            obj = None
+        if isinstance(obj, dict):
+            _take_meta(pt, obj)
+        else:
             bad += 1
-            continue
-        _take_meta(pt, obj)
     # Every line is written whole in one write(): a torn last line means the
     # file was cut (truncated, disk full), not that the process died mid-write.
     if torn:
