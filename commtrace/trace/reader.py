@@ -554,11 +554,9 @@ def python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
     """For a C++-layer file, the Python-layer file of the same process (else itself)."""
     if pt.header.get("source") != "cpp":
         return pt
-    for other in procs:
-        if (other is not pt and other.header.get("source", "python") == "python"
-                and other.header.get("pid") == pt.header.get("pid") and other.header.get("host") == pt.header.get("host")):
-            return other
-    return pt
+    pid, host = pt.header.get("pid"), pt.header.get("host")
+    return next((o for o in procs if o is not pt and o.header.get("source", "python") == "python"
+                 and o.header.get("pid") == pid and o.header.get("host") == host), pt)
 
 
 def _rank_or_minus1(pt: ProcessTrace) -> int:
