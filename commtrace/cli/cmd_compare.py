@@ -44,13 +44,11 @@ def run_compare(ns) -> int:
 
     window = window_of(ns)
     by = by_of(ns)
-    dirs = [ns.base] + list(ns.exps)
-    named, names = [], []
-    for d in dirs:
+    named: list = []
+    for d in [ns.base] + list(ns.exps):
         name = d.rstrip("/\\") or d
-        if name in names:
-            name = f"{name} ({len(names) + 1})"
-        names.append(name)
+        if name in (n for n, _ in named):
+            name = f"{name} ({len(named) + 1})"
         try:
             named.append((name, analyse_run(ns, d, window, by)))
         except CommtraceError as e:     # which run (e.g. --steps 9:12 beyond one run's steps)

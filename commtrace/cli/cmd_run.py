@@ -113,19 +113,11 @@ def split_run_argv(args: list[str], parser: argparse.ArgumentParser | None = Non
         a = args[i]
         if a == "--" or not a.startswith("-") or a == "-":
             break
+        name = _known_option(a if a.startswith("--") else a[:2], with_value | flags)
         if a.startswith("--"):
-            name = _known_option(a, with_value | flags)
             a = name + a[len(a.split("=", 1)[0]):]    # an abbreviation spelt out, as argparse reads it
-        else:
-            name = a[:2]
-            if name not in with_value | flags:
-                _known_option(name, with_value | flags)
-        if name in flags:
-            head.append(a)
-            i += 1
-            continue
-        # "-o DIR" / "--output=DIR" / "-oDIR"
-        inline = "=" in a if a.startswith("--") else len(a) > 2
+        # a flag, or an option with its value: "-o DIR" / "--output=DIR" / "-oDIR"
+        inline = name in flags or ("=" in a if a.startswith("--") else len(a) > 2)
         head.extend([a] if inline else [a, *args[i + 1:i + 2]])
         i += 1 if inline else 2
         if name == "-m":

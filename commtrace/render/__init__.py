@@ -1,4 +1,1 @@
-"""Rendering: the terminal report (rich), Perfetto JSON, and CSV/Parquet/JSON exports.
-
-Renderers take analysis results; they compute nothing beyond layout.
-"""
+"""Rendering of analysis results (terminal, HTML, Perfetto JSON, CSV/Parquet/JSON); layout only."""

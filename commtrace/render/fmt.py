@@ -51,7 +51,6 @@ def fmt_bytes(b) -> str:
         if abs(b) < 1024 or unit == "PiB":
             return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
         b /= 1024
-    return f"{b:.1f} PiB"
 
 
 def fmt_bw(bps) -> str:

@@ -128,22 +128,22 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
     data: list[dict] = []
     out: dict = {"ops": None, "spans": None, "aggregated": False}
     binned = None
+    bins = timeline_bins(len(ranks))
     if len(frame) <= TIMELINE_MAX_OPS:
         data += _op_traces(frame, t0, ops.matched.inst, out, sev)
     else:
-        binned = bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None, ops.arrays)
+        binned = bin_timeline(frame, t0, bins, arrays=ops.arrays)
         data += _binned_traces(binned, sev)
         out["aggregated"] = True
         notes.append(f"{fmt_int(len(frame))} ops are more than {fmt_int(TIMELINE_MAX_OPS)}: each rank's lane is "
-                     f"cut into {fmt_int(timeline_bins(len(ranks)))} bins, each drawn in the colour of the op that "
+                     f"cut into {fmt_int(bins)} bins, each drawn in the colour of the op that "
                      "fills most of it (faint: ops fill less than half the bin). Every op: commtrace report "
                      "--perfetto FILE, then ui.perfetto.dev, or a narrower window (--steps, --from/--to).")
     data += _exposure_traces(ops, t0, sev, binned, notes)
     if draw_spans and binned is None:
         data += _span_traces(spans, t0, out, sev)
     elif len(spans):
-        data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, timeline_bins(len(ranks)), None, None,
-                                                                  ops.arrays), sev)
+        data += _binned_span_traces(spans, binned or bin_timeline(frame, t0, bins, arrays=ops.arrays), sev)
         many = "" if draw_spans else " are more than " + fmt_int(TIMELINE_MAX_SPANS)
         notes.append(f"{fmt_int(len(spans))} compute spans{many}: "
                      "binned like the ops, each bin in the colour of the phase that fills most of it (hover: "
@@ -218,7 +218,7 @@ def _exposure_traces(ops, t0: int, several: bool, binned=None, notes: list | Non
     ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
     ex = exposure_intervals(ops.frame, ops.arrays, ops.spans, ops.bounds)
     if binned is None and len(ex) > TIMELINE_MAX_STRIPS:     # bars are what a browser pays for: bin them
-        binned = bin_timeline(ops.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), None, None, ops.arrays)
+        binned = bin_timeline(ops.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), arrays=ops.arrays)
         if notes is not None:
             notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
                          "the strip along the ops is binned, each bin in the colour of the part that covers most "

@@ -11,11 +11,10 @@ import io
 import re
 from importlib import resources
 
-from rich.console import Console
-
 from ..errors import CommtraceError
 from . import html_figures as figs
 from .html_escape import script_json, text
+from .terminal import make_console
 
 _CLOSE_SCRIPT = re.compile(r"</(script)", re.IGNORECASE)
 
@@ -49,9 +48,7 @@ class TableRecorder:
 
     def __init__(self) -> None:
         self._buf = io.StringIO()
-        self.console = Console(file=self._buf, width=200, color_system=None, no_color=True, highlight=False,
-                               emoji=False, soft_wrap=False, force_terminal=False)
-        self.console.plain = True  # type: ignore[attr-defined]
+        self.console = make_console(200, self._buf)   # plain: a StringIO is no terminal
         self.console.table_sink = self._table  # type: ignore[attr-defined]
         self.blocks: list[tuple] = []
 

@@ -49,7 +49,7 @@ def _cpp_times(frame: "pandas.DataFrame", idx) -> tuple[np.ndarray, np.ndarray, 
             o = frame.loc[idx, own].to_numpy(dtype=float, na_value=np.nan)
             vals = np.where(np.isnan(o), vals, o)
         out.append(vals)
-    return out[0], out[1], out[2]
+    return tuple(out)
 
 
 def _mpi_call_offsets(frame, idx, mpi_calls) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +78,6 @@ def _first_time(frame, idx) -> float:
 
 
 def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:
-    """Match the rows of one (python group, cpp group) pair."""
     py = frame.loc[py_idx]
     cp = frame.loc[cpp_idx]
     py_coll = py[~py["op"].isin(P2P_OPS)].sort_values(["seq", "t_start_ns"], kind="stable")

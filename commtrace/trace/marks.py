@@ -11,6 +11,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from . import schema
+from .records import aligned
 from .schema import int_or_none
 
 MAX_LABEL = 200
@@ -24,12 +25,6 @@ _PHASE_DTYPE = pd.CategoricalDtype(list(schema.SPAN_PHASES))
 
 def _label(v) -> str:
     return str(v)[:MAX_LABEL] if v is not None else ""
-
-
-def _aligned(times: list[int], offset: Callable) -> np.ndarray:
-    """Monotonic ns of one process -> rank 0's clock."""
-    t = np.asarray(times, dtype=np.int64)
-    return t + offset(t).astype(np.int64) if len(t) else t
 
 
 def spans_table(parts) -> pd.DataFrame:
@@ -56,8 +51,8 @@ def spans_table(parts) -> pd.DataFrame:
         cols["iteration"][sl] = np.minimum(rec["iteration"], 2**31 - 1)
         cols["step"][sl] = np.minimum(rec["step"], 2**31 - 1)
         cols["grad"][sl] = (rec["flags"] & schema.SPAN_FLAG_GRAD).astype(bool)
-        cols["t_begin_ns"][sl] = _aligned(rec["t_begin"], offset)
-        cols["t_end_ns"][sl] = _aligned(rec["t_end"], offset)
+        cols["t_begin_ns"][sl] = aligned(rec["t_begin"], offset)
+        cols["t_end_ns"][sl] = aligned(rec["t_end"], offset)
     # codes built here lie in range: no validation of them (it is a pass over every span)
     cols["file"] = pd.Categorical.from_codes(cols["file"], categories=pd.Index(files, dtype=object),  # stems are unique
                                              validate=False)
@@ -106,7 +101,7 @@ def user_marks_of(marks: list[dict], rank: int, file: str, offset: Callable) -> 
     return pd.DataFrame({
         "rank": np.full(len(rows), rank, dtype=np.int32), "file": pd.Categorical([file] * len(rows)),
         "label": pd.Categorical([_label(m.get("label")) for m in rows]),
-        "t_ns": _aligned([m["t_mono_ns"] for m in rows], offset),
+        "t_ns": aligned([m["t_mono_ns"] for m in rows], offset),
     }, columns=MARK_COLUMNS)
 
 
@@ -130,8 +125,8 @@ def regions_of(marks: list[dict], rank: int, file: str, offset: Callable, t_clos
     return pd.DataFrame({
         "rank": np.full(len(out), rank, dtype=np.int32), "file": pd.Categorical([file] * len(out)),
         "label": pd.Categorical([r[0] for r in out]),
-        "t_begin_ns": _aligned([r[1] for r in out], offset),
-        "t_end_ns": _aligned([r[2] for r in out], offset),
+        "t_begin_ns": aligned([r[1] for r in out], offset),
+        "t_end_ns": aligned([r[2] for r in out], offset),
         "closed": np.array([r[3] for r in out], dtype=bool),
     }, columns=REGION_COLUMNS)
 

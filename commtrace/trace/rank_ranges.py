@@ -44,38 +44,33 @@ def fold_ranks(text_of: Mapping[int, str]) -> list[tuple[list[int], str]]:
     return sorted(((rs, t) for t, rs in groups.items()), key=lambda g: g[0][0])
 
 
-def _shown(text_of: Mapping[int, str], line: Callable[[str, str], str], shown: int) -> tuple[list[str], int]:
-    groups = fold_ranks(text_of)
-    lines = [line(fmt_ranks(rs), t) for rs, t in groups[:shown]]
-    return lines, sum(len(rs) for rs, _ in groups[shown:])
-
-
-def _more(k: int) -> str:
-    return f"... and {k} more rank{'s' if k != 1 else ''}"
+def _and_more(groups: list, parts: list[str]) -> list[str]:
+    """``parts`` (lines of the first groups), then "... and K more ranks" for the ranks of the rest."""
+    more = sum(len(rs) for rs, _ in groups[len(parts):])
+    return parts + ([f"... and {more} more rank{'s' if more != 1 else ''}"] if more else [])
 
 
 def folded_lines(text_of: Mapping[int, str], line: Callable[[str, str], str] = lambda rs, t: f"rank {rs}: {t}",
                  shown: int = FOLD_SHOWN) -> list[str]:
     """One line per group of ranks with equal text (``line(ranks text, text)``), at most
     ``shown`` of them, then "... and K more ranks" for the ranks of the rest."""
-    lines, more = _shown(text_of, line, shown)
-    return lines + ([_more(more)] if more else [])
+    groups = fold_ranks(text_of)
+    return _and_more(groups, [line(fmt_ranks(rs), t) for rs, t in groups[:shown]])
 
 
-def folded_inline(text_of: Mapping[int, str], line: Callable[[str, str], str] = lambda rs, t: f"rank {rs}: {t}",
-                  sep: str = "; ", shown: int = FOLD_SHOWN, max_chars: int = INLINE_CHARS) -> str:
-    """The groups on one line: "rank 0-699,701-1023: 50; rank 700: 25" -- at most
-    ``shown`` groups, and no further group once the line is ``max_chars`` long (the
-    first is always shown), then "... and K more ranks"."""
+def folded_inline(text_of: Mapping[int, str],
+                  line: Callable[[str, str], str] = lambda rs, t: f"rank {rs}: {t}") -> str:
+    """The groups on one line: "rank 0-699,701-1023: 50; rank 700: 25" -- at most ``FOLD_SHOWN``
+    groups, and no further group once the line is ``INLINE_CHARS`` long (the first is always
+    shown), then "... and K more ranks"."""
     groups = fold_ranks(text_of)
     parts: list[str] = []
-    for i, (rs, t) in enumerate(groups[:shown]):
+    for rs, t in groups[:FOLD_SHOWN]:
         part = line(fmt_ranks(rs), t)
-        if parts and len(sep.join(parts + [part])) > max_chars:
+        if parts and len("; ".join(parts + [part])) > INLINE_CHARS:
             break
         parts.append(part)
-    more = sum(len(rs) for rs, _ in groups[len(parts):])
-    return sep.join(parts + ([_more(more)] if more else []))
+    return "; ".join(_and_more(groups, parts))
 
 
 # -- a rank of a world as one number ----------------------------------------------------
@@ -108,12 +103,12 @@ def world_group_name(name: str, world: int | None) -> str:
     return name if world is None else f"w{world}:{name}"
 
 
-def fmt_rank_keys(keys: Iterable, max_parts: int | None = RANGES_SHOWN) -> str:
+def fmt_rank_keys(keys: Iterable) -> str:
     """fmt_ranks of rank keys: "0-3,5" for one world, "w0:r0-3 w1:r0-1" for several."""
     keys = sorted(set(int(k) for k in keys))
     if not several_worlds(keys):
-        return fmt_ranks(keys, max_parts)
+        return fmt_ranks(keys)
     worlds: dict = {}
     for k in keys:
         worlds.setdefault(k // WORLD_STRIDE, []).append(k % WORLD_STRIDE)
-    return " ".join(f"w{w}:r{fmt_ranks(rs, max_parts)}" for w, rs in worlds.items())
+    return " ".join(f"w{w}:r{fmt_ranks(rs)}" for w, rs in worlds.items())

@@ -172,7 +172,6 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         issues.append(TraceIssue(name, f"unreadable: {e.strerror}", kind=UNUSABLE))
         return None
     lines = raw.split(b"\n")
-    torn_tail = bool(lines and lines[-1].strip())
     bad = torn = 0
     for i, line in enumerate(lines):
         if not line.strip():
@@ -180,15 +179,14 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         try:
             obj = json.loads(line)
         except (ValueError, UnicodeDecodeError):
-            if i == len(lines) - 1 and torn_tail:
+            if i == len(lines) - 1:   # no newline after it (blank lines were skipped)
                 torn = len(line)
-            else:
-                bad += 1
-            continue
-        if not isinstance(obj, dict):
+                continue
+            obj = None
+        if isinstance(obj, dict):
+            _take_meta(pt, obj)
+        else:
             bad += 1
-            continue
-        _take_meta(pt, obj)
     # Every line is written whole in one write(): a torn last line means the
     # file was cut (truncated, disk full), not that the process died mid-write.
     if torn:
@@ -336,11 +334,8 @@ def _note_lost(pt: ProcessTrace, bad: np.ndarray) -> None:
         g = pt.groups.get(int(gid))
         key = str_or_none(g.get("name")) if isinstance(g, dict) and g.get("name") is not None else "?"
         seqs = bad["seq"][bad["group"] == gid]
-        lo, hi, cnt = int(seqs.min()), int(seqs.max()), len(seqs)
-        if key in pt.lost:
-            plo, phi, pcnt = pt.lost[key]
-            lo, hi, cnt = min(lo, plo), max(hi, phi), cnt + pcnt
-        pt.lost[key] = [lo, hi, cnt]
+        lo, hi, cnt = pt.lost.get(key, (int(seqs.min()), int(seqs.max()), 0))
+        pt.lost[key] = [min(lo, int(seqs.min())), max(hi, int(seqs.max())), cnt + len(seqs)]
 
 
 # -- clocks -----------------------------------------------------------------------
@@ -362,9 +357,7 @@ def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None
 # -- frame ------------------------------------------------------------------------
 
 def _fmt_shapes(v) -> str:
-    if not isinstance(v, list):
-        return ""
-    return json.dumps(v, separators=(",", ":"))
+    return json.dumps(v, separators=(",", ":")) if isinstance(v, list) else ""
 
 
 def str_or_none(v):
@@ -561,11 +554,9 @@ def python_twin(pt: ProcessTrace, procs: list[ProcessTrace]) -> ProcessTrace:
     """For a C++-layer file, the Python-layer file of the same process (else itself)."""
     if pt.header.get("source") != "cpp":
         return pt
-    for other in procs:
-        if (other is not pt and other.header.get("source", "python") == "python"
-                and other.header.get("pid") == pt.header.get("pid") and other.header.get("host") == pt.header.get("host")):
-            return other
-    return pt
+    pid, host = pt.header.get("pid"), pt.header.get("host")
+    return next((o for o in procs if o is not pt and o.header.get("source", "python") == "python"
+                 and o.header.get("pid") == pid and o.header.get("host") == host), pt)
 
 
 def _rank_or_minus1(pt: ProcessTrace) -> int:

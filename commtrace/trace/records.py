@@ -4,6 +4,8 @@ clock, each rule written once. ``pt`` is a ``reader.ProcessTrace``.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -67,10 +69,12 @@ def clock_offset(pt, ref):
     return fit_clock(pt, ref, pt.world_id).offset
 
 
+def aligned(times, offset) -> np.ndarray:
+    """Monotonic ns of one process -> int64 ns on rank 0's clock (``offset``: ``clock_offset``)."""
+    t = np.asarray(times, dtype=np.int64)
+    return t + offset(t).astype(np.int64) if len(t) else t
+
+
 def aligner(pt, ref):
     """A function: call times (monotonic ns, this process) -> int64 times on rank 0's clock."""
-    offset = clock_offset(pt, ref)
-
-    def aligned(t_call: np.ndarray) -> np.ndarray:
-        return t_call + offset(t_call).astype(np.int64)
-    return aligned
+    return functools.partial(aligned, offset=clock_offset(pt, ref))

@@ -42,15 +42,9 @@ class SimulatedHost:
             out["host"] = self.host
         return out
 
-    def spans(self, spans):
-        """Span records (numpy ``SPAN_RECORD``) with both times shifted (a copy)."""
-        return self._shifted(spans, ("t_begin", "t_end"))
-
-    def records(self, rows):
-        """Op records (numpy ``OP_RECORD``) with ``t_call`` shifted (a copy)."""
-        return self._shifted(rows, ("t_call",))
-
-    def _shifted(self, records, fields):
+    def records(self, records, fields=("t_call",)):
+        """Op records (numpy ``OP_RECORD``; span records: ``fields`` t_begin, t_end) with ``fields``
+        shifted (a copy)."""
         if records is None or not len(records) or not self.shift_ns:
             return records
         records = records.copy()
@@ -101,4 +95,4 @@ def apply(meta_lines: list[dict], rows, spans=None):
     sim = current()
     if sim is None:
         return meta_lines, rows, spans
-    return sim.meta(meta_lines), sim.records(rows), sim.spans(spans)
+    return sim.meta(meta_lines), sim.records(rows), sim.records(spans, ("t_begin", "t_end"))
