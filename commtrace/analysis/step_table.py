@@ -31,6 +31,9 @@ class RankTime:
     comm: iv.IntervalSet      # union of the rank's selected ops, inside its window
     compute: iv.IntervalSet   # compute spans minus waits (all the rank's ops)
     exposed: iv.IntervalSet   # comm minus compute
+    rows: np.ndarray | None = None   # a time piece's (RankTimes.pieces): the ops overlapping it (None: the rank's)
+    cut: tuple | None = None         # its [lo, hi): every set above lies inside it (None: the whole time line)
+    first: bool = True               # the rank's first piece (counts what is per op or per rank, not per time)
 
 
 def _is_value(col: pd.Series, value: str) -> np.ndarray:
@@ -68,9 +71,8 @@ class WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = _take(self.a.start, rows), _take(self.a.end, rows)
-        ret = (start if self.ret is None
-               else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64))
-        ret = np.clip(ret, start, end)
+        ret = start if self.ret is None else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows))
+        ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
         if self.has_detail is not None:
             in_place = in_place | _take(self.has_detail, rows)     # never in place: may be the column itself
@@ -139,24 +141,40 @@ class RankTimes:
         return sorted(set(self.by_rank) | set(self.span_rows))
 
     def of(self, r: int) -> RankTime:
-        a, none = self.a, np.empty(0, dtype=np.int64)
-        rows = self.by_rank.get(r, none)
-        mine = rows if self.selected is None else rows[self.selected[rows]]
-        comm = iv.union(_take(a.start, mine), _take(a.end, mine))
-        if self.windows is not None:
-            lo, hi = self.windows.get(r, (0, 0))
-            comm = iv.clip(comm, lo, hi)
-        compute = iv.empty()
-        sp = self.span_rows.get(r)
+        return next(self.pieces(r, 0))
+
+    def pieces(self, r: int, size: int):
+        """Rank ``r``'s RankTime cut at op starts into time pieces of about ``size`` ops each, every set
+        intersected with its piece: each length is the sum of its pieces', and no piece holds the rank's
+        whole sets and their temporaries (the rank task's peak). ``size`` 0 or at least the rank's ops: one piece."""
+        rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
         if sp is not None:
-            busy = iv.union(_take(self.sb, sp), _take(self.se, sp))
+            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else np.empty(0, dtype=np.int64)
             bw = sp[_take(self.is_bw, sp)]
-            ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
-            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else none
-            tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
-            waited = iv.union_of((ws, we), tails)
-            compute = iv.subtract(busy, waited)
-        return RankTime(comm, compute, iv.subtract(comm, compute))
+            tails = _ddp_gradient_tails(self.a.start[grad], self.sb[bw], self.se[bw])
+        if size <= 0 or len(rows) <= size:
+            yield self._time(r, rows, sp, tails)
+            return
+        start, end = _take(self.a.start, rows), _take(self.a.end, rows)
+        edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
+        for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+            part = rows[(start < hi) & (end > lo)]       # an op's wait lies within [start, end]
+            mine = None if sp is None else sp[(_take(self.sb, sp) < hi) & (_take(self.se, sp) > lo)]
+            yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
+
+    def _time(self, r: int, rows: np.ndarray, sp, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
+        mine = rows if self.selected is None else rows[self.selected[rows]]
+        comm = iv.union(_take(self.a.start, mine), _take(self.a.end, mine))
+        for lo, hi in ([cut] if cut else []) + ([self.windows.get(r, (0, 0))] if self.windows is not None else []):
+            comm = iv.clip(comm, lo, hi)
+        compute = iv.empty() if sp is None else self._compute(rows, sp, tails)    # its temporaries gone: the peak
+        compute = iv.clip(compute, *cut) if cut else compute
+        return RankTime(comm, compute, iv.subtract(comm, compute), None if cut is None else rows, cut, first)
+
+    def _compute(self, rows: np.ndarray, sp: np.ndarray, tails: iv.IntervalSet) -> iv.IntervalSet:
+        none = np.empty(0, dtype=np.int64)
+        waited = iv.union_of(self.cols.of(rows) if self.cols is not None else (none, none), tails)
+        return iv.subtract(iv.union(_take(self.sb, sp), _take(self.se, sp)), waited)
 
 
 class StepFigures:
@@ -176,9 +194,9 @@ class StepFigures:
         if rows is None:
             return
         lo, hi = self.lo[rows], self.hi[rows]
-        self.compute[rows] = iv.length_within(t.compute, lo, hi)
-        self.comm[rows] = iv.length_within(t.comm, lo, hi)
-        self.exposed[rows] = iv.length_within(t.exposed, lo, hi)
+        self.compute[rows] += iv.length_within(t.compute, lo, hi)
+        self.comm[rows] += iv.length_within(t.comm, lo, hi)
+        self.exposed[rows] += iv.length_within(t.exposed, lo, hi)
 
     def columns(self) -> dict:
         """The table's columns (PER_RANK_COLUMNS) as arrays; none when there is no step."""
@@ -246,6 +264,6 @@ class OutsideSteps:
         before = int(iv.covered_before(t.comm, b[:1])[0])
         after = total - int(iv.covered_before(t.comm, e[-1:])[0])
         in_steps = int(iv.length_within(t.comm, b, e).sum())
-        self.comm[BEFORE].append(before)
-        self.comm[AFTER].append(after)
-        self.comm[BETWEEN].append(total - before - after - in_steps)
+        for code, v in ((BEFORE, before), (AFTER, after), (BETWEEN, total - before - after - in_steps)):
+            self.comm[code] += [0] * t.first       # a rank's first piece opens its entry; its pieces add up
+            self.comm[code][-1] += v
