@@ -80,8 +80,8 @@ class WaitColumns:
 
 
 def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``column[rows]`` for reading; no copy when ``rows`` (one rank's, ascending) is every row."""
-    return column if len(rows) == len(column) else column[rows]
+    """``column[rows]`` for reading (``rows`` ascending, distinct); no copy when they are consecutive."""
+    return column[rows[0]:rows[-1] + 1] if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else column[rows]
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
@@ -144,21 +144,23 @@ class RankTimes:
         return next(self.pieces(r, 0))
 
     def pieces(self, r: int, size: int):
-        """Rank ``r``'s RankTime cut at op starts into time pieces of about ``size`` ops each, every set
-        intersected with its piece: each length is the sum of its pieces', and no piece holds the rank's
-        whole sets and their temporaries (the rank task's peak). ``size`` 0 or at least the rank's ops: one piece."""
+        """Rank ``r``'s RankTime in time pieces of about ``size`` ops, each set cut to its piece: a length is the
+        sum of its pieces', and no piece holds the rank's whole sets and their temporaries (the rank task's peak).
+        One piece when ``size`` is 0 or over half the rank's ops (two pieces save no memory, measured)."""
         rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
         if sp is not None:
             grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else np.empty(0, dtype=np.int64)
             bw = sp[_take(self.is_bw, sp)]
             tails = _ddp_gradient_tails(self.a.start[grad], self.sb[bw], self.se[bw])
-        if size <= 0 or len(rows) <= size:
+        if size <= 0 or len(rows) <= 2 * size:
             yield self._time(r, rows, sp, tails)
             return
         start, end = _take(self.a.start, rows), _take(self.a.end, rows)
         edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
         for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-            part = rows[(start < hi) & (end > lo)]       # an op's wait lies within [start, end]
+            part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
+            dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
+            part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
             mine = None if sp is None else sp[(_take(self.sb, sp) < hi) & (_take(self.se, sp) > lo)]
             yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
 
@@ -172,8 +174,7 @@ class RankTimes:
         return RankTime(comm, compute, iv.subtract(comm, compute), None if cut is None else rows, cut, first)
 
     def _compute(self, rows: np.ndarray, sp: np.ndarray, tails: iv.IntervalSet) -> iv.IntervalSet:
-        none = np.empty(0, dtype=np.int64)
-        waited = iv.union_of(self.cols.of(rows) if self.cols is not None else (none, none), tails)
+        waited = iv.union_of(self.cols.of(rows) if self.cols is not None else iv.empty(), tails)
         return iv.subtract(iv.union(_take(self.sb, sp), _take(self.se, sp)), waited)
 
 
