@@ -194,6 +194,8 @@ class StepFigures:
         rows = self.rows.get(r)
         if rows is None:
             return
+        if t.cut is not None:       # a time piece: the steps it overlaps (the others get none of it)
+            rows = rows[(self.hi[rows] > t.cut[0]) & (self.lo[rows] < t.cut[1])]
         lo, hi = self.lo[rows], self.hi[rows]
         self.compute[rows] += iv.length_within(t.compute, lo, hi)
         self.comm[rows] += iv.length_within(t.comm, lo, hi)
