@@ -483,10 +483,13 @@ def main() -> None:
     ap.add_argument("--against", metavar="BASE", help="the report's analysis from the checkout BASE and from "
                     "this tree, alternating (--rounds times): wall, CPU and memory before / after")
     ap.add_argument("--rounds", type=int, default=5, help="--against: rounds per tree")
+    ap.add_argument("--sizes", help="--against: these rank counts one after the other (e.g. 1,2,4,8,64), "
+                    "instead of --ranks")
     a = ap.parse_args()
     if a.against:
-        res = against(a.ranks, a.ops, a.against, a.rounds, a.dir)
-        print(against_markdown(res))
+        res = [against(r, a.ops, a.against, a.rounds, a.dir) for r in map(int, (a.sizes or str(a.ranks)).split(","))]
+        print("\n".join(against_markdown(r) for r in res))
+        res = res[0] if len(res) == 1 else res
     elif a.check:
         res = check_side_by_side(a.ranks, a.ops, a.dir)
         print(check_markdown(res))

@@ -19,10 +19,8 @@ def step_breakdown(per_rank: pd.DataFrame) -> pd.DataFrame:
     cols = ["rank", "step", "step_ns", *STEP_PARTS]
     if per_rank is None or not len(per_rank):
         return pd.DataFrame(columns=cols)
-    step = per_rank["step_ns"].to_numpy(np.float64)
-    comm = per_rank["comm_ns"].to_numpy(np.float64)
-    exposed = per_rank["exposed_ns"].to_numpy(np.float64)
-    compute = per_rank["compute_ns"].to_numpy(np.float64)
+    step, comm, exposed, compute = (per_rank[c].to_numpy(np.float64)
+                                    for c in ("step_ns", "comm_ns", "exposed_ns", "compute_ns"))
     hidden = np.clip(comm - exposed, 0, None)
     compute_only = np.clip(compute - hidden, 0, None)
     other = np.clip(step - compute_only - hidden - exposed, 0, None)

@@ -26,10 +26,13 @@ def _i64(x) -> np.ndarray:
 
 
 def _native_set(fn, n: int, *arrays) -> IntervalSet:
-    """Run a set kernel writing at most ``n`` intervals; the set it wrote."""
+    """Run a set kernel writing at most ``n`` intervals; the set it wrote (its buffers shrunk in place:
+    a slice would hold all ``n``, e.g. a subtraction's len(a) + len(b), while the set lives)."""
     os, oe = np.empty(n, np.int64), np.empty(n, np.int64)
     m = fn(*arrays, os, oe)
-    return os[:m], oe[:m]
+    for buf in (os, oe):
+        buf.resize(m, refcheck=False)       # in place (realloc), m <= n
+    return os, oe
 
 
 def union(starts, ends) -> IntervalSet:

@@ -44,24 +44,32 @@ class ModuleFigures:
         self.a, self.key, self.keys, self.selected, self.bounds = a, key, keys, selected, bounds
         self.acc: dict = {}   # (module, phase) -> {"comms": [per rank], "exposed": [...], "ops": n, "bytes": n}
 
-    def add(self, r: int, compute: iv.IntervalSet) -> None:
+    def add(self, r: int, t) -> None:
+        """Rank ``r``'s figures from its step_table.RankTime, or from each time piece of it in turn
+        (RankTimes.pieces: the first opens the rank's entries and counts its ops; each adds its lengths)."""
         rows = self.a.rank_rows().get(r)
         if rows is None or not len(self.keys):
             return
-        if self.selected is not None:
-            rows = rows[self.selected[rows]]
-        k = self.key[rows]
-        lo, hi = self.bounds.get(r, (None, None)) if self.bounds is not None else (None, None)
-        for ki in np.unique(k).tolist():
-            sel = rows[k == ki]
-            s = iv.union(self.a.start[sel], self.a.end[sel])
-            if lo is not None:
-                s = iv.clip(s, lo, hi)
-            acc = self.acc.setdefault(self.keys[ki], {"comms": [], "exposed": [], "ops": 0, "bytes": 0})
-            acc["comms"].append(iv.length(s))
-            acc["exposed"].append(iv.length(iv.subtract(s, compute)))
-            acc["ops"] += len(sel)
-            acc["bytes"] += int(self.a.nbytes[sel].sum())
+        cuts = ([t.cut] if t.cut else []) + ([self.bounds.get(r, (None, None))] if self.bounds is not None else [])
+        for part, opening in [(rows, True)] * t.first + [(t.rows, False)] * (t.rows is not None):
+            part = part if self.selected is None else part[self.selected[part]]
+            k = self.key[part]
+            for ki in np.unique(k).tolist():
+                sel = part[k == ki]
+                acc = self.acc.setdefault(self.keys[ki], {"comms": [], "exposed": [], "ops": 0, "bytes": 0})
+                if opening:
+                    acc["comms"].append(0)
+                    acc["exposed"].append(0)
+                    acc["ops"] += len(sel)
+                    acc["bytes"] += int(self.a.nbytes[sel].sum())
+                    if t.rows is not None:
+                        continue            # the pieces add the lengths
+                s = iv.union(self.a.start[sel], self.a.end[sel])
+                for lo, hi in cuts:
+                    s = s if lo is None else iv.clip(s, lo, hi)
+                acc["comms"][-1] += iv.length(s)
+                # s minus compute, without a set as long as compute (s's intervals are disjoint)
+                acc["exposed"][-1] += iv.length(s) - int(iv.length_within(t.compute, s[0], s[1]).sum())
 
 
 def merge_module_acc(into: dict, acc: dict) -> None:

@@ -41,20 +41,22 @@ class RegionFigures:
             if len(s[0]):
                 self.per_rank.setdefault(int(r), []).append((str(label), s, len(g)))
 
-    def add(self, r: int, comm: iv.IntervalSet) -> None:
-        rows = None
-        for label, s, entries in self.per_rank.get(r, ()):
-            if rows is None:
-                rows = self.a.rank_rows().get(r, np.empty(0, np.int64))
-                if self.selected is not None:
-                    rows = rows[self.selected[rows]]
-            inside = rows[_inside(self.a.start[rows], s)]
+    def add(self, r: int, comm: iv.IntervalSet, first: bool = True) -> None:
+        """Rank ``r``'s figures from its communication set, or each time piece of it (``first``: counts time, ops)."""
+        regions = self.per_rank.get(r, ())
+        rows = self.a.rank_rows().get(r, np.empty(0, np.int64)) if first and regions else None
+        if rows is not None and self.selected is not None:
+            rows = rows[self.selected[rows]]
+        for label, s, entries in regions:
             acc = self.acc.setdefault(label, {"times": [], "comms": [], "ops": 0, "bytes": 0, "entries": 0})
-            acc["times"].append(iv.length(s))
-            acc["comms"].append(iv.length(iv.intersect(comm, s)))
-            acc["ops"] += len(inside)
-            acc["bytes"] += int(self.a.nbytes[inside].sum())
-            acc["entries"] += entries
+            if first:
+                inside = rows[_inside(self.a.start[rows], s)]
+                acc["times"].append(iv.length(s))
+                acc["comms"].append(0)
+                acc["ops"] += len(inside)
+                acc["bytes"] += int(self.a.nbytes[inside].sum())
+                acc["entries"] += entries
+            acc["comms"][-1] += iv.length(iv.intersect(comm, s))
 
 
 def merge_region_acc(into: dict, acc: dict) -> None:

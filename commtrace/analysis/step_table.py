@@ -31,6 +31,9 @@ class RankTime:
     comm: iv.IntervalSet      # union of the rank's selected ops, inside its window
     compute: iv.IntervalSet   # compute spans minus waits (all the rank's ops)
     exposed: iv.IntervalSet   # comm minus compute
+    rows: np.ndarray | None = None   # a time piece's (RankTimes.pieces): the ops overlapping it (None: the rank's)
+    cut: tuple | None = None         # its [lo, hi): every set above lies inside it (None: the whole time line)
+    first: bool = True               # the rank's first piece (counts what is per op or per rank, not per time)
 
 
 def _is_value(col: pd.Series, value: str) -> np.ndarray:
@@ -68,9 +71,8 @@ class WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = _take(self.a.start, rows), _take(self.a.end, rows)
-        ret = (start if self.ret is None
-               else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows)).astype(np.int64))
-        ret = np.clip(ret, start, end)
+        ret = start if self.ret is None else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows))
+        ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
         if self.has_detail is not None:
             in_place = in_place | _take(self.has_detail, rows)     # never in place: may be the column itself
@@ -78,8 +80,8 @@ class WaitColumns:
 
 
 def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``column[rows]`` for reading; no copy when ``rows`` (one rank's, ascending) is every row."""
-    return column if len(rows) == len(column) else column[rows]
+    """``column[rows]`` for reading (``rows`` ascending, distinct); no copy when they are consecutive."""
+    return column[rows[0]:rows[-1] + 1] if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else column[rows]
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
@@ -139,24 +141,41 @@ class RankTimes:
         return sorted(set(self.by_rank) | set(self.span_rows))
 
     def of(self, r: int) -> RankTime:
-        a, none = self.a, np.empty(0, dtype=np.int64)
-        rows = self.by_rank.get(r, none)
-        mine = rows if self.selected is None else rows[self.selected[rows]]
-        comm = iv.union(_take(a.start, mine), _take(a.end, mine))
-        if self.windows is not None:
-            lo, hi = self.windows.get(r, (0, 0))
-            comm = iv.clip(comm, lo, hi)
-        compute = iv.empty()
-        sp = self.span_rows.get(r)
+        return next(self.pieces(r, 0))
+
+    def pieces(self, r: int, size: int):
+        """Rank ``r``'s RankTime in time pieces of about ``size`` ops, each set cut to its piece: a length is the
+        sum of its pieces', and no piece holds the rank's whole sets and their temporaries (the rank task's peak).
+        One piece when ``size`` is 0 or over half the rank's ops (two pieces save no memory, measured)."""
+        rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
         if sp is not None:
-            busy = iv.union(_take(self.sb, sp), _take(self.se, sp))
+            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else np.empty(0, dtype=np.int64)
             bw = sp[_take(self.is_bw, sp)]
-            ws, we = self.cols.of(rows) if self.cols is not None else (none, none)
-            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else none
-            tails = _ddp_gradient_tails(a.start[grad], self.sb[bw], self.se[bw])
-            waited = iv.union_of((ws, we), tails)
-            compute = iv.subtract(busy, waited)
-        return RankTime(comm, compute, iv.subtract(comm, compute))
+            tails = _ddp_gradient_tails(self.a.start[grad], self.sb[bw], self.se[bw])
+        if size <= 0 or len(rows) <= 2 * size:
+            yield self._time(r, rows, sp, tails)
+            return
+        start, end = _take(self.a.start, rows), _take(self.a.end, rows)
+        edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
+        for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+            part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
+            dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
+            part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
+            mine = None if sp is None else sp[(_take(self.sb, sp) < hi) & (_take(self.se, sp) > lo)]
+            yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
+
+    def _time(self, r: int, rows: np.ndarray, sp, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
+        mine = rows if self.selected is None else rows[self.selected[rows]]
+        comm = iv.union(_take(self.a.start, mine), _take(self.a.end, mine))
+        for lo, hi in ([cut] if cut else []) + ([self.windows.get(r, (0, 0))] if self.windows is not None else []):
+            comm = iv.clip(comm, lo, hi)
+        compute = iv.empty() if sp is None else self._compute(rows, sp, tails)    # its temporaries gone: the peak
+        compute = iv.clip(compute, *cut) if cut else compute
+        return RankTime(comm, compute, iv.subtract(comm, compute), None if cut is None else rows, cut, first)
+
+    def _compute(self, rows: np.ndarray, sp: np.ndarray, tails: iv.IntervalSet) -> iv.IntervalSet:
+        waited = iv.union_of(self.cols.of(rows) if self.cols is not None else iv.empty(), tails)
+        return iv.subtract(iv.union(_take(self.sb, sp), _take(self.se, sp)), waited)
 
 
 class StepFigures:
@@ -175,10 +194,12 @@ class StepFigures:
         rows = self.rows.get(r)
         if rows is None:
             return
+        if t.cut is not None:       # a time piece: the steps it overlaps (the others get none of it)
+            rows = rows[(self.hi[rows] > t.cut[0]) & (self.lo[rows] < t.cut[1])]
         lo, hi = self.lo[rows], self.hi[rows]
-        self.compute[rows] = iv.length_within(t.compute, lo, hi)
-        self.comm[rows] = iv.length_within(t.comm, lo, hi)
-        self.exposed[rows] = iv.length_within(t.exposed, lo, hi)
+        self.compute[rows] += iv.length_within(t.compute, lo, hi)
+        self.comm[rows] += iv.length_within(t.comm, lo, hi)
+        self.exposed[rows] += iv.length_within(t.exposed, lo, hi)
 
     def columns(self) -> dict:
         """The table's columns (PER_RANK_COLUMNS) as arrays; none when there is no step."""
@@ -246,6 +267,6 @@ class OutsideSteps:
         before = int(iv.covered_before(t.comm, b[:1])[0])
         after = total - int(iv.covered_before(t.comm, e[-1:])[0])
         in_steps = int(iv.length_within(t.comm, b, e).sum())
-        self.comm[BEFORE].append(before)
-        self.comm[AFTER].append(after)
-        self.comm[BETWEEN].append(total - before - after - in_steps)
+        for code, v in ((BEFORE, before), (AFTER, after), (BETWEEN, total - before - after - in_steps)):
+            self.comm[code] += [0] * t.first       # a rank's first piece opens its entry; its pieces add up
+            self.comm[code][-1] += v

@@ -152,9 +152,7 @@ def _begin_at_first_op(ranks: np.ndarray, begin: np.ndarray, end: np.ndarray, a:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "step": pd.Series(dtype=np.int64),
-                         "t_begin_ns": pd.Series(dtype=np.int64), "t_end_ns": pd.Series(dtype=np.int64),
-                         "micro_steps": pd.Series(dtype=np.int64), "file": pd.Series(dtype=object)})
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "file" else np.int64) for c in STEP_COLUMNS})
 
 
 def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

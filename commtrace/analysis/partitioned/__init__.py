@@ -31,7 +31,7 @@ from .partition_map import PartitionTask, map_partition
 from .op_view import load_op_view
 from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_size, files_by_chunk, plan_run, read_rank
 from .progress_bar import Progress
-from .rank_map import CELL_COLUMNS, RankTask, map_rank
+from .rank_map import CELL_COLUMNS, RankTask, map_rank, piece_size
 from .region_figures import modules_table, regions_table
 from .sketch import ALPHA
 from .phase_splits import split_table
@@ -132,8 +132,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                 stage.advance()
         ranks = RankFold()
         stage = bar.stage("ranks", len(plan.ranks))
-        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]))
-                 for r, metas in plan.ranks.items()]
+        tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]),
+                          piece_size(plan.records)) for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
             ranks.add(p)
             stage.advance(p.ops)

@@ -42,6 +42,16 @@ class RankTask:
     t0: int | None = None       # the run's first op start (--from/--to count from it)
     modules: bool = True        # the run names a module (plan): else no per-module figures
     world: int | None = None    # the rank's world number when the run has several (plan.RunPlan.worlds)
+    piece: int = 0              # ops per time piece of the interval figures (RankTimes.pieces; 0: the rank whole)
+
+
+# Interval figures walk a rank in time pieces of ~1/PIECES_PER_RUN of the run's ops (at least MIN_PIECE_OPS):
+# a rank holding much of a run (few ranks) builds its sets (~70 B per op) piece by piece; one of many ranks, whole.
+PIECES_PER_RUN, MIN_PIECE_OPS = 16, 4096
+
+
+def piece_size(run_ops: int) -> int:
+    return max(MIN_PIECE_OPS, run_ops // PIECES_PER_RUN)
 
 
 @dataclass
@@ -83,7 +93,7 @@ def map_rank(task: RankTask) -> RankPartial:
     regions = RankRegions(region_spans, a, applied)
     modules = rank_modules(ops, applied) if task.modules else None
     per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions, applied,
-                                          modules)
+                                          modules, task.piece)
     shown = ops if applied is None else selected_ops(ops, applied.selected)
     cells, values = _cells(shown, task.rank, task.exact)
     n = len(shown.arrays.start) if shown is not None else 0
@@ -97,7 +107,7 @@ def map_rank(task: RankTask) -> RankPartial:
                        int(steps["step"].min()) if len(steps) else 0)
 
 
-def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None):
+def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None, piece: int = 0):
     if a is None:
         regions.add_without_ops(spans)
         return {}, {}, {}
@@ -109,13 +119,13 @@ def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None):
     times = RankTimes(waits, a, spans, sel, applied.bounds if applied is not None else None)
     comm = {}
     for r in times.ranks():
-        t = times.of(r)
-        comm[r] = iv.length(t.comm)
-        figures.add(r, t)
-        outside.add(r, t)
-        regions.add(r, t.comm)
-        if modules is not None:
-            modules.add(r, t.compute)
+        for t in times.pieces(r, piece):
+            comm[r] = comm.get(r, 0) + iv.length(t.comm)
+            figures.add(r, t)
+            outside.add(r, t)
+            regions.add(r, t.comm, t.first)
+            if modules is not None:
+                modules.add(r, t)
     # ops and bytes per where code in one pass (only ranks with steps get codes other than NO_STEPS;
     # the byte sums are float64, exact below 2**53)
     w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
