@@ -138,22 +138,31 @@ def once_per_run(tmp_path_factory, name: str, make):
     folder: a session fixture several test files share, which pytest-xdist's workers (each
     a session of its own) would otherwise each make. The first worker to ask makes it,
     under a lock in the folder the workers' temporary folders share; the others wait for
-    it and read it. Run without xdist, it is ``make(tmp_path_factory.mktemp(name))``."""
+    it and read it, or its error (as pytest gives every test of one session a fixture's
+    error). Run without xdist, it is ``make(tmp_path_factory.mktemp(name))``."""
     import fcntl
-    import json
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return make(tmp_path_factory.mktemp(name))
     shared = tmp_path_factory.getbasetemp().parent
     made = shared / f"{name}.json"
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
-        if not made.exists():   # (a worker whose make() failed left no result: this one tries afresh)
-            import pathlib
-            import tempfile
-            folder = pathlib.Path(tempfile.mkdtemp(prefix=f"{name}-", dir=shared))
-            made.with_suffix(".part").write_text(json.dumps(make(folder)))
-            made.with_suffix(".part").rename(made)
-        return json.loads(made.read_text())
+        if not made.exists():
+            folder = shared / name
+            folder.mkdir()
+            try:
+                outcome = {"result": make(folder)}
+            except BaseException as e:
+                outcome = {"error": f"{type(e).__name__}: {e}"}
+                raise
+            finally:
+                made.with_suffix(".part").write_text(json.dumps(outcome))
+                made.with_suffix(".part").rename(made)
+            return outcome["result"]
+        outcome = json.loads(made.read_text())
+    if "error" in outcome:
+        raise RuntimeError(f"{name}, made by another pytest-xdist worker, failed there: {outcome['error']}")
+    return outcome["result"]
 
 
 def kill_session(proc) -> None:

@@ -12,7 +12,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _traced(out: str, script: str, *args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out, os.path.join(HERE, script),
-                           str(helpers.free_port()), *args], capture_output=True, text=True, timeout=90)
+                           str(helpers.free_port()), *args], capture_output=True, text=True,
+                           timeout=180)   # two at once (real_runs), beside another worker's tests
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
