@@ -58,8 +58,13 @@ demo: setup
 
 # tests/compat (the smoke suite) runs in test-compat, on other torch releases; on the
 # pin the rest of the suite covers the same paths in more detail.
+# TEST_JOBS pytest-xdist workers, each running whole test files (--dist loadfile: a file's
+# fixtures are made once): on 2 cores one test's launcher importing torch alone, or its
+# ranks' rendezvous, leaves a core to the other's. TEST_JOBS=0: one process, in file order.
+TEST_JOBS ?= 2
 test: setup
-	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=25 tests --ignore=tests/compat
+	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=25 -n $(TEST_JOBS) --dist loadfile \
+	  tests --ignore=tests/compat
 
 test-smoke: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider $(SMOKE)

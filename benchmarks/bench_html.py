@@ -18,6 +18,7 @@ file:// URL (network disabled) until the page's script has drawn every figure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -48,11 +49,23 @@ def write_page(run_dir: str, out: str) -> float:
     return dt
 
 
-def load_in_chromium(path: str) -> dict:
-    from cdp import Browser, find_chromium
+@contextlib.contextmanager
+def _browser(given):
+    """``given`` (a started tests/cdp.py Browser: the bench smoke test opens every page in
+    one, a Chromium start costing ~2 s of CPU), else a Browser of its own."""
+    if given is not None:
+        yield given
+        return
+    from cdp import Browser
+    with Browser(timeout=120) as b:
+        yield b
+
+
+def load_in_chromium(path: str, browser=None) -> dict:
+    from cdp import find_chromium
     if find_chromium() is None:
         return {"available": False, "reason": "no Chromium installed"}
-    with Browser(timeout=120) as b:
+    with _browser(browser) as b:
         t = time.perf_counter()
         page = b.open("file://" + os.path.abspath(path), offline=True)
         page.wait_for("document.body.getAttribute('data-ready') === '1'", timeout=120)
@@ -74,10 +87,10 @@ def _with_full_plotly(html: str) -> str | None:
         html[m.end():] if m else None
 
 
-def bench_page(d: str, rounds: int = 5) -> dict:
+def bench_page(d: str, rounds: int = 5, browser=None) -> dict:
     """`make demo`-sized page: size, and load time (median of ``rounds``) against the
     same page with the full plotly.js, alternating."""
-    from cdp import Browser, find_chromium
+    from cdp import find_chromium
     from synthetic import write_synthetic_run
     run_dir = write_synthetic_run(os.path.join(d, "page"), ranks=2, ops_per_rank=DEMO_RUN_OPS, seed=3, slow_rank=1)
     out = os.path.join(d, "page.html")
@@ -96,7 +109,7 @@ def bench_page(d: str, rounds: int = 5) -> dict:
         return res
     times: dict = {k: [] for k in pages}
     problems: list = []
-    with Browser(timeout=120) as b:
+    with _browser(browser) as b:
         b.open("about:blank")                     # the browser's own start-up is not the page's
         for _ in range(rounds):
             for k, path in pages.items():
@@ -113,23 +126,25 @@ def bench_page(d: str, rounds: int = 5) -> dict:
     return res
 
 
-def bench_run(label: str, ranks: int, ops_per_rank: int, d: str) -> dict:
+def bench_run(label: str, ranks: int, ops_per_rank: int, d: str, browser=None) -> dict:
     from synthetic import write_synthetic_run
     run_dir = write_synthetic_run(os.path.join(d, label), ranks=ranks, ops_per_rank=ops_per_rank, seed=3,
                                   slow_rank=1)
     out = os.path.join(d, label + ".html")
     res = {"ranks": ranks, "ops": ranks * ops_per_rank, "write_s": write_page(run_dir, out),
            "bytes": os.path.getsize(out)}
-    res["chromium"] = load_in_chromium(out)
+    res["chromium"] = load_in_chromium(out, browser)
     return res
 
 
-def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000, page_rounds: int = 5) -> dict:
+def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000, page_rounds: int = 5,
+        browser=None) -> dict:
+    """``browser``: a started Browser to open every page in (default: one per page)."""
     with tempfile.TemporaryDirectory() as d:
         from commtrace.render.html_figures import TIMELINE_MAX_OPS
-        return {"page": bench_page(d, page_rounds), "demo": bench_run("demo", 2, demo_ops, d),
-                "limit": bench_run("limit", big_ranks, TIMELINE_MAX_OPS // big_ranks, d),
-                "big": bench_run("big", big_ranks, big_ops, d),
+        return {"page": bench_page(d, page_rounds, browser), "demo": bench_run("demo", 2, demo_ops, d, browser),
+                "limit": bench_run("limit", big_ranks, TIMELINE_MAX_OPS // big_ranks, d, browser),
+                "big": bench_run("big", big_ranks, big_ops, d, browser),
                 "budgets": {"demo_write_s": DEMO_BUDGET_S, "big_load_s": LOAD_BUDGET_S,
                             "big_bytes": SIZE_BUDGET_BYTES, "page_bytes": PAGE_BUDGET_BYTES,
                             "page_load_s": PAGE_LOAD_BUDGET_S}}

@@ -6,6 +6,7 @@ group is killed (spawned ranks included), so a hang fails the test instead of CI
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import socket
@@ -24,16 +25,44 @@ DEFAULT_TIMEOUT = 90
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
+# free_port()'s ports: below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by
+# default), where a connection's local port, or another program's port 0, never lands in the
+# time between a test choosing a port and the launch's rendezvous binding it (EADDRINUSE).
+PORTS = range(10000, 32768)
+
+
+def _next_port():
+    """This process's ports: its own slice of PORTS (one per pytest-xdist worker), from a
+    random place in it, one after the other (launches at once never get the same one)."""
+    import itertools
+    import random
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    size = len(PORTS) // workers
+    first = PORTS.start + worker * size
+    start = random.randrange(size)
+    return (first + (start + i) % size for i in itertools.count())
+
+
+_ports = _next_port()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a launch's rendezvous (MASTER_PORT) that nothing is bound to now."""
+    for port in _ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
 
 
 def clean_env(**extra) -> dict:
     """The test process's environment without any launcher/commtrace/torch-rank variables."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("COMMTRACE_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "PRTE_"))
+           if not k.startswith(("COMMTRACE_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "PRTE_",
+                                "PYTEST_XDIST_"))   # a program run by a test sees what it sees in a serial run
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                          "GROUP_RANK", "ROLE_RANK", "COMMTRACE")}
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -102,6 +131,38 @@ def concurrently(*launches):
     with ThreadPoolExecutor(len(launches)) as pool:
         futures = [pool.submit(launch) for launch in launches]
         return [f.result() for f in futures]
+
+
+def once_per_run(tmp_path_factory, name: str, make):
+    """``make(folder)``'s result (JSON: paths, numbers), made once per test run in a new
+    folder: a session fixture several test files share, which pytest-xdist's workers (each
+    a session of its own) would otherwise each make. The first worker to ask makes it,
+    under a lock in the folder the workers' temporary folders share; the others wait for
+    it and read it, or its error (as pytest gives every test of one session a fixture's
+    error). Run without xdist, it is ``make(tmp_path_factory.mktemp(name))``."""
+    import fcntl
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent
+    made = shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if not made.exists():
+            folder = shared / name
+            folder.mkdir()
+            try:
+                outcome = {"result": make(folder)}
+            except BaseException as e:
+                outcome = {"error": f"{type(e).__name__}: {e}"}
+                raise
+            finally:
+                made.with_suffix(".part").write_text(json.dumps(outcome))
+                made.with_suffix(".part").rename(made)
+            return outcome["result"]
+        outcome = json.loads(made.read_text())
+    if "error" in outcome:
+        raise RuntimeError(f"{name}, made by another pytest-xdist worker, failed there: {outcome['error']}")
+    return outcome["result"]
 
 
 def kill_session(proc) -> None:
@@ -245,24 +306,72 @@ GLOO_OPTIONAL_OPS = {
 }
 
 
+# What the installed torch can do, asked in one child process (_features()): a name, and the
+# code the child runs to ask it; the code sets ``why`` (a reason the feature is missing), and
+# an exception it raises is the reason too. In this order: each later one needs the group
+# made before it, and a probe that kills the child leaves those after it unanswered.
+_FEATURE_PROBES = {
+    # torch's public CommDebugMode counts collectives per module (2.4 has neither)
+    "comm_debug_mode": ("from torch.distributed.tensor.debug import CommDebugMode\n"
+                        "if not hasattr(CommDebugMode(), 'comm_module_counts'):\n"
+                        "    why = 'CommDebugMode has no comm_module_counts'\n"),
+    # {op: gloo's error} for each op of GLOO_OPTIONAL_OPS gloo cannot run (a real one-rank group)
+    "gloo_ops": ("d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
+                 "t = lambda: torch.zeros(2)\n"
+                 "why = {}\n"
+                 "for op, call in GLOO_OPTIONAL_OPS.items():\n"
+                 "    try:\n"
+                 "        eval(call)\n"
+                 "    except RuntimeError as e:\n"
+                 "        why[op] = str(e).splitlines()[0]\n"),
+    # FSDP2 (fully_shard) trains on CPU (some releases, 2.4 among them, make CUDA streams
+    # whatever the mesh's device)
+    "fsdp2_cpu": ("from torch.distributed.device_mesh import init_device_mesh\n"
+                  "from commtrace import torch_compat\n"
+                  "m = torch.nn.Linear(2, 2)\n"
+                  "torch_compat.fully_shard()(m, mesh=init_device_mesh('cpu', (1,)))\n"
+                  "try:\n"
+                  "    m(torch.ones(1, 2)).sum().backward()\n"
+                  "except RuntimeError as e:\n"
+                  "    why = str(e).splitlines()[0]\n"),
+}
+
+
 @functools.lru_cache(maxsize=None)
+def _features() -> dict:
+    """{probe name: its answer} for every probe of _FEATURE_PROBES, asked in one child
+    process (each probe imports torch: one child instead of one per probe saves ~1.2 s of
+    CPU each), so that this one keeps no group. A probe the child did not answer (it died
+    first) is answered with the child's last line of stderr."""
+    code = ("import json, torch, torch.distributed as d\n"
+            f"GLOO_OPTIONAL_OPS = {GLOO_OPTIONAL_OPS!r}\n"
+            "def answer(name, code):\n"
+            "    space = dict(globals(), why=None)\n"
+            "    try:\n"
+            "        exec(code, space)\n"
+            "    except Exception as e:\n"
+            "        space['why'] = (f'{type(e).__name__}: {e}'.splitlines() or [type(e).__name__])[0]\n"
+            "    globals().update(space)\n"     # what a probe made (the group, t) is there for the next
+            "    print('probe', name, json.dumps(space['why']), flush=True)\n")
+    code += "".join(f"answer({name!r}, {probe!r})\n" for name, probe in _FEATURE_PROBES.items())
+    code += "import os\nos._exit(0)\n"   # see _probe: no interpreter finalization after a gloo group
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=180)
+    answers = {}
+    for line in without_gloo_log(r.stdout).splitlines():
+        word, name, why = (line.split(" ", 2) + ["", ""])[:3]
+        if word == "probe" and name in _FEATURE_PROBES:
+            answers[name] = json.loads(why)
+    died = (r.stderr.strip().splitlines() or [f"the probe ended with exit code {r.returncode}"])[-1]
+    return {name: answers.get(name, died) for name in _FEATURE_PROBES}
+
+
 def gloo_missing_ops() -> dict:
     """{op: gloo's error} for each op of GLOO_OPTIONAL_OPS that gloo cannot run on the
     installed torch (2.4: the list forms of reduce_scatter and all_to_all; 2.11: the
-    list form of all_to_all), asked of a real one-rank gloo group in a child process so
-    that this one keeps no group. A probe that fails as a whole counts every op missing,
-    with its error."""
-    code = ("import torch, torch.distributed as d\n"
-            "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
-            "t = lambda: torch.zeros(2)\n")
-    for name, call in GLOO_OPTIONAL_OPS.items():
-        code += (f"try:\n    {call}\nexcept RuntimeError as e:\n"
-                 f"    print('missing', {name!r}, str(e).splitlines()[0])\n")
-    out = _probe(code, 60) or ""
-    lines = [ln.split(" ", 2) for ln in out.splitlines()]
-    if not all(len(p) == 3 and p[0] == "missing" and p[1] in GLOO_OPTIONAL_OPS for p in lines):
-        return dict.fromkeys(GLOO_OPTIONAL_OPS, out)
-    return {name: why for _, name, why in lines}
+    list form of all_to_all), asked of a real one-rank gloo group. A probe that fails as
+    a whole counts every op missing, with its error."""
+    why = _features()["gloo_ops"]
+    return why if isinstance(why, dict) else dict.fromkeys(GLOO_OPTIONAL_OPS, why)
 
 
 def gloo_lacks_an_op() -> str | None:
@@ -272,22 +381,15 @@ def gloo_lacks_an_op() -> str | None:
     return "; ".join(f"{k}: {v}" for k, v in missing.items()) or None
 
 
-@functools.lru_cache(maxsize=None)
 def fsdp2_lacks_cpu() -> str | None:
-    """Why FSDP2 (fully_shard) cannot train on CPU with the installed torch, or None:
-    asked of a real one-rank gloo group in a child process (some releases, 2.4 among
-    them, make CUDA streams whatever the mesh's device)."""
-    code = ("import torch, torch.distributed as d\n"
-            "from torch.distributed.device_mesh import init_device_mesh\n"
-            "from commtrace import torch_compat\n"
-            "d.init_process_group('gloo', store=d.HashStore(), rank=0, world_size=1)\n"
-            "m = torch.nn.Linear(2, 2)\n"
-            "torch_compat.fully_shard()(m, mesh=init_device_mesh('cpu', (1,)))\n"
-            "try:\n"
-            "    m(torch.ones(1, 2)).sum().backward()\n"
-            "except RuntimeError as e:\n"
-            "    print(str(e).splitlines()[0])\n")
-    return _probe(code, 120)
+    """Why FSDP2 (fully_shard) cannot train on CPU with the installed torch, or None."""
+    return _features()["fsdp2_cpu"]
+
+
+def comm_debug_mode_lacks_modules() -> str | None:
+    """Why torch's public CommDebugMode (torch.distributed.tensor.debug) cannot count
+    collectives per module on the installed torch, or None."""
+    return _features()["comm_debug_mode"]
 
 
 def with_gpus(env: dict) -> dict:
@@ -322,17 +424,6 @@ def torch_test_harness_lacks() -> str | None:
     hypothesis ..." on stdout where hypothesis is not installed, and imports."""
     return _probe("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n"
                   "    import torch.testing._internal.common_distributed\n", 120)
-
-
-@functools.lru_cache(maxsize=None)
-def comm_debug_mode_lacks_modules() -> str | None:
-    """Why torch's public CommDebugMode (torch.distributed.tensor.debug) cannot count
-    collectives per module on the installed torch (2.4 has neither), or None; asked in
-    a child process, so that this one does not import DTensor."""
-    code = ("from torch.distributed.tensor.debug import CommDebugMode\n"
-            "if not hasattr(CommDebugMode(), 'comm_module_counts'):\n"
-            "    print('CommDebugMode has no comm_module_counts')\n")
-    return _probe(code, 120)
 
 
 def partitioned_findings(run_dir, **kw) -> list:

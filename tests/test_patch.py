@@ -190,7 +190,8 @@ def test_basic_trace(driver, tmp_path):
         assert r["d_return"] <= c["d_return"] <= c["d_end"] <= r["d_end"]
     ag = calls[0, 5]
     assert ag["d_return"] - w["d_return"][4] >= 18e6           # copy-in (+ lock)
-    assert 8e6 <= ag["d_end"] - ag["d_return"] < 20e6          # the MPI call
+    assert ag["d_end"] - ag["d_return"] >= 8e6                 # the MPI call (the lines around it keep
+    #   copy-in and copy-out outside it; an upper bound here failed at load 16-26: 120 ms)
     assert w["d_end"][4] - ag["d_end"] >= 28e6                 # copy-out
 
     # Times are steady_clock = CLOCK_MONOTONIC, the clock of time.monotonic_ns().

@@ -1,8 +1,8 @@
 import os
-import socket
 import subprocess
 import sys
 
+import helpers
 import pytest
 
 from synthetic import write_synthetic_run
@@ -10,25 +10,23 @@ from synthetic import write_synthetic_run
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _traced(out: str, script: str, *args: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out, os.path.join(HERE, script),
-                           str(_free_port()), *args], capture_output=True, text=True, timeout=90)
+                           str(helpers.free_port()), *args], capture_output=True, text=True,
+                           timeout=180)   # two at once (real_runs), beside another worker's tests
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
 @pytest.fixture(scope="session")
 def real_runs(tmp_path_factory):
-    """The two real traced 2-rank gloo DDP runs below, launched at once (independent jobs)."""
-    import helpers
-    real, accum = (str(tmp_path_factory.mktemp(name) / "run") for name in ("real", "accum"))
-    return helpers.concurrently(lambda: _traced(real, "spawn_ddp.py", "p2p"), lambda: _traced(accum, "accum_ddp.py"))
+    """The two real traced 2-rank gloo DDP runs below, launched at once (independent jobs);
+    once per test run (eight files read them)."""
+    def make(folder):
+        real, accum = str(folder / "real"), str(folder / "accum")
+        return helpers.concurrently(lambda: _traced(real, "spawn_ddp.py", "p2p"),
+                                    lambda: _traced(accum, "accum_ddp.py"))
+    return helpers.once_per_run(tmp_path_factory, "real_runs", make)
 
 
 @pytest.fixture(scope="session")

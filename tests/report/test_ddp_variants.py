@@ -49,8 +49,9 @@ import pandas as pd
 import pytest
 
 import commtrace
+import helpers as h
 
-from .conftest import HERE, _free_port, cli
+from .conftest import HERE, cli
 
 WORLD = 2
 
@@ -120,7 +121,7 @@ MICRO_STEPS = {15: 3, 16: 3}  # the accumulation steps
 def variants_run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("variants") / "run")
     proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out,
-                           os.path.join(HERE, "ddp_variants.py"), str(_free_port())],
+                           os.path.join(HERE, "ddp_variants.py"), str(h.free_port())],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -229,7 +230,7 @@ def test_python_wrapper_records_the_same_buckets_and_modules(tmp_path):
     out = str(tmp_path / "run")
     env = {**os.environ, "COMMTRACE_NATIVE": "0"}
     proc = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", out, os.path.join(HERE, "ddp_variants.py"),
-                           str(_free_port()), "powersgd,two_models"], capture_output=True, text=True, timeout=120,
+                           str(h.free_port()), "powersgd,two_models"], capture_output=True, text=True, timeout=120,
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     df = commtrace.load(out)
