@@ -222,6 +222,13 @@ def worker(name: str) -> str:
     return os.path.join(WORKERS, name)
 
 
+def spawn_traced(script: str, world: int, tmp, timeout: float, env: dict | None = None) -> Launch:
+    """``commtrace run`` of a capture worker that spawns its own ranks (``script WORLD PORT
+    OUT``): run directory ``tmp/run``, each rank's JSON at ``tmp/res.rank<R>``."""
+    res = run(commtrace_cmd(tmp / "run", worker(script), world, free_port(), tmp / "res"), env=env, timeout=timeout)
+    return Launch(res, tmp / "run", tmp / "res")
+
+
 class Launch:
     """A finished launch: its Result, run dir, and per-rank JSON outputs."""
 

@@ -15,7 +15,7 @@ import pytest
 import helpers as h
 from commtrace import torch_compat
 from commtrace.capture import phases
-from helpers import Launch, worker
+from helpers import Launch
 
 W = 2
 STEPS = 2  # workers/blocking_calls.py
@@ -32,10 +32,9 @@ OP = {"broadcast": "broadcast", "all_reduce": "all_reduce", "all_reduce_coalesce
 def run(tmp_path_factory) -> Launch:
     tmp = tmp_path_factory.mktemp("blocking")
     env = h.clean_env(BLOCKING_LEAVE_OUT=",".join(h.gloo_missing_ops()))
-    res = h.run(h.commtrace_cmd(tmp / "run", worker("blocking_calls.py"), W, h.free_port(), tmp / "res"),
-                env=env, timeout=120)
-    res.check(0)
-    return Launch(res, tmp / "run", tmp / "res")
+    launch = h.spawn_traced("blocking_calls.py", W, tmp, timeout=120, env=env)
+    launch.result.check(0)
+    return launch
 
 
 def expected(ran: list[str]) -> list[tuple]:

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import helpers as h
-from helpers import Launch, worker
+from helpers import Launch
 
 F = 4
 W = 3
@@ -13,8 +13,7 @@ W = 3
 @pytest.fixture(scope="module")
 def p2p(launches) -> Launch:
     def go(tmp):
-        res = h.run(h.commtrace_cmd(tmp / "run", worker("p2p.py"), W, h.free_port(), tmp / "res"), timeout=90)
-        return Launch(res, tmp / "run", tmp / "res")
+        return h.spawn_traced("p2p.py", W, tmp, timeout=90)
     return launches("p2p", go)
 
 

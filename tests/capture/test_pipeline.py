@@ -7,7 +7,7 @@ import math
 import pytest
 
 import helpers as h
-from helpers import Launch, worker
+from helpers import Launch
 
 W, STEPS, MICRO = 2, 3, 4  # as workers/pipeline.py
 
@@ -17,8 +17,7 @@ def pipeline(launches) -> Launch:
     pytest.importorskip("torch.distributed.pipelining")
 
     def go(tmp):
-        res = h.run(h.commtrace_cmd(tmp / "run", worker("pipeline.py"), W, h.free_port(), tmp / "res"), timeout=120)
-        return Launch(res, tmp / "run", tmp / "res")
+        return h.spawn_traced("pipeline.py", W, tmp, timeout=120)
     return launches("pipeline", go)
 
 

@@ -12,7 +12,6 @@ an op is left out, and the rest run as usual.
 """
 import json
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -146,16 +145,6 @@ def main(rank, world, out):
         json.dump(res, fh)
 
 
-def _spawned(rank, world, out):
-    main(rank, world, out)
-
-
 if __name__ == "__main__":
-    out = sys.argv[-1]
-    if "RANK" in os.environ:
-        main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), out)
-    else:
-        import torch.multiprocessing as mp
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", sys.argv[2])
-        mp.spawn(_spawned, args=(int(sys.argv[1]), out), nprocs=int(sys.argv[1]))
+    from ranks_entry import run_ranks
+    run_ranks(main)

@@ -4,8 +4,6 @@
 Each rank writes OUT.rank<R> with the sources recv(src=None) reported.
 """
 import json
-import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -52,11 +50,5 @@ def main(rank, world, out):
 
 
 if __name__ == "__main__":
-    out = sys.argv[-1]
-    if "RANK" in os.environ:
-        main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), out)
-    else:
-        import torch.multiprocessing as mp
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = sys.argv[2]
-        mp.spawn(main, args=(int(sys.argv[1]), out), nprocs=int(sys.argv[1]))
+    from ranks_entry import run_ranks
+    run_ranks(main)
