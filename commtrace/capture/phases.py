@@ -396,7 +396,7 @@ class _ExitLabelled:
 
 
 def _coalescing_label(rec, fn):
-    """``_coalescing_manager(group, device, async_ops)``: its fused op's ``async`` is async_ops."""
+    """``_coalescing_manager(group, device, async_ops)`` wrapped: its fused op's ``async`` is async_ops."""
     at = list(inspect.signature(fn).parameters).index("async_ops")
 
     @functools.wraps(fn)
@@ -408,18 +408,18 @@ def _coalescing_label(rec, fn):
 
 def _fixed_label(rec, fn, field, value):
     # push_context_field: its cache makes the (per-call) push ~0.5 us, against ~1.5 us for push_context
-    return lambda args, kwargs: rec.push_context_field(field, value)
+    return in_context(rec, fn, lambda args, kwargs: rec.push_context_field(field, value))
 
 
 def _async_op_label(rec, fn):
-    """The call's own async_op (positional or keyword) as its ops' ``async``; None where
-    ``fn`` takes no async_op."""
+    """``fn`` wrapped: the call's own async_op (positional or keyword) as its ops' ``async``;
+    None where ``fn`` takes no async_op."""
     params = list(inspect.signature(fn).parameters)
     if "async_op" not in params:
         return None
     at = params.index("async_op")
-    return lambda args, kwargs: rec.push_context_field(
-        "async", bool(args[at] if len(args) > at else kwargs.get("async_op", False)))
+    return in_context(rec, fn, lambda args, kwargs: rec.push_context_field(
+        "async", bool(args[at] if len(args) > at else kwargs.get("async_op", False))))
 
 
 def label_c10d_calls(rec) -> list[str]:
@@ -428,24 +428,19 @@ def label_c10d_calls(rec) -> list[str]:
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    # name -> label(rec, fn): fn wrapped so that its ops carry the label (None: not labelled)
     labels = {name: functools.partial(_fixed_label, field=field, value=value)
               for name, (field, value) in LABELLED_CALLS.items()}
-    wrappers = {}
     if not torch_compat.c10d_passes_async_op(set(ASYNC_OP_CALLS.values())):
-        labels.update(dict.fromkeys(ASYNC_OP_CALLS, _async_op_label))
-        wrappers["_coalescing_manager"] = _coalescing_label
+        labels.update(dict.fromkeys(ASYNC_OP_CALLS, _async_op_label), _coalescing_manager=_coalescing_label)
     done = []
-    for name in [*labels, *wrappers]:
+    for name, label in labels.items():
         fn = getattr(c10d, name, None)
         if fn is None or getattr(fn, "_commtrace_labelled", None):
             continue
-        if name in wrappers:
-            wrapped = wrappers[name](rec, fn)
-        else:
-            enter = labels[name](rec, fn)
-            if enter is None:
-                continue
-            wrapped = in_context(rec, fn, enter)
+        wrapped = label(rec, fn)
+        if wrapped is None:
+            continue
         wrapped._commtrace_labelled = name
         setattr(c10d, name, wrapped)  # torch's own callers look it up here
         if getattr(dist, name, None) is fn:
