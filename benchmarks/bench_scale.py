@@ -47,6 +47,9 @@ from peak_rss import peak_rss_kib
 base = peak_rss_kib()
 from commtrace.analysis import native_ext
 native_ext.kernels()     # loading the analysis kernels is part of the imports, as in the CLI
+if len(sys.argv) > 5:    # warmed: a small run analysed first, its growth (code pages, first allocations) in the base
+    analyse(sys.argv[5], progress=False)
+    base = max(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:"))
 
 
 def cpu_s() -> float:
@@ -77,11 +80,13 @@ print(json.dumps({"ops": ops, "wall_s": wall, "cpu_s": cpu, "self_rss": (peak_rs
 """
 
 
-def child(mode: str, run_dir: str, workers: int = 1, env: dict | None = None) -> dict:
+def child(mode: str, run_dir: str, workers: int = 1, env: dict | None = None, warm: str | None = None) -> dict:
+    """One analysis in a fresh process (``warm``: a run it analyses first, outside the measurement)."""
     # `python -c` puts its working directory first on sys.path: run it in the tree on PYTHONPATH
     # (else a benchmark started inside a checkout imports that checkout's commtrace, whatever PYTHONPATH says)
     p = subprocess.run([sys.executable, "-c", CHILD, mode, os.path.abspath(run_dir), str(workers),
-                        os.path.dirname(os.path.abspath(__file__))], capture_output=True, text=True,
+                        os.path.dirname(os.path.abspath(__file__))] + ([os.path.abspath(warm)] if warm else []),
+                       capture_output=True, text=True,
                        env=None if env is None else {**os.environ, **env},
                        cwd=(env or {}).get("PYTHONPATH") or tempfile.gettempdir())
     if p.returncode:
@@ -207,6 +212,51 @@ def against_markdown(res: dict) -> str:
             + "".join(f"| {s} | {m['wall_s']:.2f} s | {m['cpu_s']:.2f} s | {m['bytes_per_op']:.1f} B/op |\n"
                       for s, m in med.items())
             + f"\nafter / before: wall {a['wall_s'] / b['wall_s']:.3f}, CPU {a['cpu_s'] / b['cpu_s']:.3f}\n")
+
+
+def slope(runs: list, trees: dict, rounds: int, workdir: str | None = None) -> dict:
+    """Peak memory growth of analyse (as `commtrace report` runs it) per run of ``runs`` ((ranks, ops per
+    rank) pairs) and tree (name -> checkout), fresh processes alternating, ``rounds`` times: as measured
+    (over the post-import base) and warmed (over the process's memory after it analysed a 1 x 1,000 run)."""
+    root = workdir or tempfile.mkdtemp(prefix="commtrace-scale-")
+    warm = synthetic_run(root, 1, 1000)
+    res: dict = {"trees": {k: os.path.abspath(v) for k, v in trees.items()}, "runs": []}
+    for ranks, ops in runs:
+        run_dir, row = synthetic_run(root, ranks, ops), {"ranks": ranks, "ops_per_rank": ops}
+        for _ in range(rounds):
+            for name, tree in res["trees"].items():
+                for kind, w in (("cold", None), ("warm", warm)):
+                    r = child("whole", run_dir, 1, {"PYTHONPATH": tree}, w)
+                    row.setdefault(f"{name} {kind}", []).append(r["self_rss"] + r["child_rss"])
+                    row.setdefault(f"{name} cpu", []).append(r["cpu_s"]) if kind == "cold" else None
+        res["runs"].append(row)
+    if not workdir:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def slope_markdown(res: dict) -> str:
+    """Per run and tree the median growth per op (cold / warmed) and CPU; per rank count of several
+    runs, the least-squares line growth = fixed + slope x ops through the cold medians."""
+    import numpy as np
+    med = lambda xs: float(np.median(xs))           # noqa: E731
+    names = list(res["trees"])
+    out = ["| run | " + " | ".join(f"{n}: B/op (warmed) | {n}: CPU" for n in names) + " |",
+           "|---|" + "---|---|" * len(names)]
+    for r in res["runs"]:
+        n = r["ranks"] * r["ops_per_rank"]
+        out.append(f"| {r['ranks']} x {r['ops_per_rank']:,} | " + " | ".join(
+            f"{med(r[f'{t} cold']) / n:.1f} ({med(r[f'{t} warm']) / n:.1f}) | {med(r[f'{t} cpu']):.3f} s" for t in names)
+            + " |")
+    for ranks in sorted({r["ranks"] for r in res["runs"]}):
+        rows = [r for r in res["runs"] if r["ranks"] == ranks]
+        if len(rows) < 2:
+            continue
+        x = np.array([r["ranks"] * r["ops_per_rank"] for r in rows], float)
+        for t in names:
+            b, a = np.polyfit(x, [med(r[f"{t} cold"]) for r in rows], 1)
+            out.append(f"\n{ranks} rank(s), {t}: growth = {a / 2**20:.1f} MiB + {b:.1f} B x ops")
+    return "\n".join(out) + "\n"
 
 
 def side_by_side(a) -> dict:
@@ -485,8 +535,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="--against: rounds per tree")
     ap.add_argument("--sizes", help="--against: these rank counts one after the other (e.g. 1,2,4,8,64), "
                     "instead of --ranks")
+    ap.add_argument("--slope", metavar="RUNS", help="peak memory per op of these runs (RANKSxOPS, comma-separated), "
+                    "cold and warmed, fitted as fixed cost + slope per rank count; with --against, both trees")
     a = ap.parse_args()
-    if a.against:
+    if a.slope:
+        runs = [tuple(map(int, s.split("x"))) for s in a.slope.split(",")]
+        trees = {"base": a.against, "this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))} \
+            if a.against else {"this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+        res = slope(runs, trees, a.rounds, a.dir)
+        print(slope_markdown(res))
+    elif a.against:
         res = [against(r, a.ops, a.against, a.rounds, a.dir) for r in map(int, (a.sizes or str(a.ranks)).split(","))]
         print("\n".join(against_markdown(r) for r in res))
         res = res[0] if len(res) == 1 else res

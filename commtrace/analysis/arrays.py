@@ -206,6 +206,10 @@ def stable_order(codes: np.ndarray, n: int) -> np.ndarray:
     return np.argsort(narrow(codes, n), kind="stable")
 
 
+def take_rows(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]`` for reading (``rows`` ascending, distinct); no copy when they are consecutive."""
+    return column[rows[0]:rows[-1] + 1] if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else column[rows]
+
 def rows_by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
     """rank -> its row indices, ascending (one stable radix sort of small codes for all ranks)."""
     if not len(rank):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import NA_KEY, OpArrays
+from .arrays import NA_KEY, OpArrays, take_rows
 
 MODULE_TABLE_COLUMNS = ["ranks", "ops", "bytes", "comm_ns", "exposed_ns", "exposed_share"]
 
@@ -53,17 +53,18 @@ class ModuleFigures:
         cuts = ([t.cut] if t.cut else []) + ([self.bounds.get(r, (None, None))] if self.bounds is not None else [])
         for part, opening in [(rows, True)] * t.first + [(t.rows, False)] * (t.rows is not None):
             part = part if self.selected is None else part[self.selected[part]]
-            k = self.key[part]
+            k, nbytes = take_rows(self.key, part), take_rows(self.a.nbytes, part)     # views where rows are consecutive
             for ki in np.unique(k).tolist():
-                sel = part[k == ki]
+                mine = k == ki
                 acc = self.acc.setdefault(self.keys[ki], {"comms": [], "exposed": [], "ops": 0, "bytes": 0})
-                if opening:
+                if opening:     # counted without gathering the key's ops (the whole rank: the task's peak)
                     acc["comms"].append(0)
                     acc["exposed"].append(0)
-                    acc["ops"] += len(sel)
-                    acc["bytes"] += int(self.a.nbytes[sel].sum())
+                    acc["ops"] += int(np.count_nonzero(mine))
+                    acc["bytes"] += int(np.sum(nbytes, where=mine))
                     if t.rows is not None:
                         continue            # the pieces add the lengths
+                sel = part[mine]
                 s = iv.union(self.a.start[sel], self.a.end[sel])
                 for lo, hi in cuts:
                     s = s if lo is None else iv.clip(s, lo, hi)

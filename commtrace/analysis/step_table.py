@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..trace import schema
 from . import intervals as iv
-from .arrays import OpArrays, rows_by_rank
+from .arrays import OpArrays, rows_by_rank, take_rows
 from .native_ext import kernels
 from .steps import AFTER, BEFORE, BETWEEN
 
@@ -70,18 +70,13 @@ class WaitColumns:
 
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
-        start, end = _take(self.a.start, rows), _take(self.a.end, rows)
-        ret = start if self.ret is None else np.where(_take(self.ret_unknown, rows), start, _take(self.ret, rows))
+        start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
+        ret = start if self.ret is None else np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
         ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
-        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else _take(self.sync, rows)
+        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else take_rows(self.sync, rows)
         if self.has_detail is not None:
-            in_place = in_place | _take(self.has_detail, rows)     # never in place: may be the column itself
+            in_place = in_place | take_rows(self.has_detail, rows)     # never in place: may be the column itself
         return start, np.where(in_place, end, ret)
-
-
-def _take(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``column[rows]`` for reading (``rows`` ascending, distinct); no copy when they are consecutive."""
-    return column[rows[0]:rows[-1] + 1] if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else column[rows]
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
@@ -91,14 +86,19 @@ def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
     return frame["bucket"].notna().to_numpy() & _is_value(frame["phase"], "backward")
 
 
-def _ddp_gradient_tails(grad_starts: np.ndarray, bw_begin: np.ndarray, bw_end: np.ndarray) -> iv.IntervalSet:
+def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarray, bw_end: np.ndarray,
+                        chunk: int = 1 << 16) -> iv.IntervalSet:
     """[last gradient bucket launch, end of the pass] per backward pass of one rank that launched
-    DDP gradient buckets (``grad_starts``)."""
-    if not len(bw_begin) or not len(grad_starts):
+    DDP gradient buckets (the ops of ``starts`` where ``grad``)."""
+    if not len(bw_begin) or not grad.any():
         return iv.empty()
-    order = np.argsort(bw_begin, kind="stable")
-    b, e = bw_begin[order], bw_end[order]
-    last = _last_in_window(b, e, grad_starts)
+    b, e = bw_begin, bw_end
+    if not (b[1:] >= b[:-1]).all():       # spans are written in time order: no gathered copies (the task's peak)
+        order = np.argsort(b, kind="stable")
+        b, e = b[order], e[order]
+    last = np.full(len(b), np.iinfo(np.int64).min)
+    for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
+        np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
     has = last > np.iinfo(np.int64).min
     return iv.union(last[has], e[has])
 
@@ -149,24 +149,25 @@ class RankTimes:
         One piece when ``size`` is 0 or over half the rank's ops (two pieces save no memory, measured)."""
         rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
         if sp is not None:
-            grad = rows[_take(self.cols.grad, rows)] if self.cols is not None else np.empty(0, dtype=np.int64)
-            bw = sp[_take(self.is_bw, sp)]
-            tails = _ddp_gradient_tails(self.a.start[grad], self.sb[bw], self.se[bw])
+            grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
+            bw = sp[take_rows(self.is_bw, sp)]
+            tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw])
+            del grad, bw        # a generator's locals live while it does
         if size <= 0 or len(rows) <= 2 * size:
             yield self._time(r, rows, sp, tails)
             return
-        start, end = _take(self.a.start, rows), _take(self.a.end, rows)
+        start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
         edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
         for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
             part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
             dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
             part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
-            mine = None if sp is None else sp[(_take(self.sb, sp) < hi) & (_take(self.se, sp) > lo)]
+            mine = None if sp is None else sp[(take_rows(self.sb, sp) < hi) & (take_rows(self.se, sp) > lo)]
             yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
 
     def _time(self, r: int, rows: np.ndarray, sp, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
         mine = rows if self.selected is None else rows[self.selected[rows]]
-        comm = iv.union(_take(self.a.start, mine), _take(self.a.end, mine))
+        comm = iv.union(take_rows(self.a.start, mine), take_rows(self.a.end, mine))
         for lo, hi in ([cut] if cut else []) + ([self.windows.get(r, (0, 0))] if self.windows is not None else []):
             comm = iv.clip(comm, lo, hi)
         compute = iv.empty() if sp is None else self._compute(rows, sp, tails)    # its temporaries gone: the peak
@@ -175,7 +176,7 @@ class RankTimes:
 
     def _compute(self, rows: np.ndarray, sp: np.ndarray, tails: iv.IntervalSet) -> iv.IntervalSet:
         waited = iv.union_of(self.cols.of(rows) if self.cols is not None else iv.empty(), tails)
-        return iv.subtract(iv.union(_take(self.sb, sp), _take(self.se, sp)), waited)
+        return iv.subtract(iv.union(take_rows(self.sb, sp), take_rows(self.se, sp)), waited)
 
 
 class StepFigures:

@@ -75,3 +75,34 @@ def test_map_rank_in_pieces_equals_the_whole_rank(runs):
                 (got[0].comm_ns, got[0].outside, got[0].regions, got[0].modules, got[0].cells.keys())
             a, b = p.per_rank.unpack(), got[0].per_rank.unpack()
             assert a.keys() == b.keys() and all((a[k] == b[k]).all() and a[k].dtype == b[k].dtype for k in a)
+
+
+def test_rank_ops_lets_the_records_go(runs):
+    """rank_ops takes the records: nothing it returns views them (a view of d_return kept all 32 B/op
+    of them alive through the rest of the rank task)."""
+    import gc
+    import weakref
+    plan = run_plan.plan_run(runs["synthetic"])
+    procs, refs = run_plan.read_rank(plan.ranks[1], plan.refs, [])
+    held = [weakref.ref(p.records) for p in procs]
+    ops = rank_ops(procs, refs, 1)
+    gc.collect()
+    assert len(ops.arrays.start) == 1500 and all(p.records is None for p in procs)
+    assert all(r() is None for r in held)
+
+
+def test_gradient_tails_chunk_by_chunk_equal_the_whole():
+    """The DDP gradient tails with the launches read a few ops at a time (the latest per pass is a max)."""
+    from commtrace.analysis.step_table import _ddp_gradient_tails
+    rng = np.random.default_rng(7)
+    starts = np.sort(rng.integers(0, 10**6, 5000))
+    grad = rng.random(5000) < 0.7
+    b = np.sort(rng.integers(0, 10**6, 300))
+    e = b + rng.integers(0, 5000, 300)
+    whole = _ddp_gradient_tails(starts, grad, b, e, chunk=1 << 20)
+    assert len(whole[0]) > 100
+    order = rng.permutation(300)            # passes out of order: sorted first
+    for chunk in (1, 7, 999):
+        got = _ddp_gradient_tails(starts, grad, b[order], e[order], chunk=chunk)
+        assert all((x == y).all() for x, y in zip(got, whole))
+    assert not len(_ddp_gradient_tails(starts, np.zeros(5000, bool), b, e)[0])

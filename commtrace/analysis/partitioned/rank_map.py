@@ -126,10 +126,12 @@ def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None, pie
             regions.add(r, t.comm, t.first)
             if modules is not None:
                 modules.add(r, t)
-    # ops and bytes per where code in one pass (only ranks with steps get codes other than NO_STEPS;
-    # the byte sums are float64, exact below 2**53)
+    # ops and bytes per where code (only ranks with steps get codes other than NO_STEPS; the byte sums are
+    # float64, exact below 2**53 in any order: summed a chunk at a time, without a float copy of every op's)
     w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
-    ops, nbytes = np.bincount(w, minlength=NO_STEPS + 1), np.bincount(w, weights=nb, minlength=NO_STEPS + 1)
+    ops, nbytes = np.bincount(w, minlength=NO_STEPS + 1), np.zeros(NO_STEPS + 1)
+    for i in range(0, len(w), 1 << 16):
+        nbytes += np.bincount(w[i:i + (1 << 16)], weights=nb[i:i + (1 << 16)], minlength=NO_STEPS + 1)
     parts = {c: [int(ops[c]), int(nbytes[c]), list(outside.comm[c])] for c in (BEFORE, BETWEEN, AFTER)}
     m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
     parts[NO_STEPS] = [int(ops[NO_STEPS]), int(nbytes[NO_STEPS]), sorted(set(np.unique(a.rank[m]).tolist()))]

@@ -15,7 +15,7 @@ import numpy as np
 from ...trace import reader, records, schema
 from ...trace.annotations import is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
-from ..arrays import NA_KEY, OpArrays, dense_codes
+from ..arrays import NA_KEY, OpArrays, dense_codes, narrow
 from ..native_ext import kernels
 from ..step_table import WaitColumns
 
@@ -59,51 +59,20 @@ def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tu
 
 
 def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
-    """The ops of one rank's processes (``procs`` with their records read); None when none."""
+    """The ops of one rank's processes (``procs`` with their records read, which it takes: ``pt.records``
+    is None after); None when none."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
     parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "grad",
                                    "cell", "proc", "status", "mkey")}
     stems: list = []
-    narrow = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
+    mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
-        rec = pt.records
-        if rec is None or not len(rec):
-            continue
-        slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
-        sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
-        groups = [pt.groups[i] for i in sorted(pt.groups)]
-        for s in sigs:
-            name = reader.str_or_none(s.get("op"))
-            if name is not None and name not in op_names:
-                op_names.append(name)
-        nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
-        nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
-        is_async = np.array([bool(s.get("async")) for s in sigs])
-        det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
-        grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
-                         and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
-        si, gi = slut.take(rec["sig"]), glut.take(rec["group"])     # take: up to 3x faster than indexing
-        combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
-        dims = reader.mesh_dims(pt.meshes)
-        c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
-                                                   pt.world_number),
-                                          len(cells)) for x in combo.tolist()], np.int64)
-        parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
-        parts["dret"].append(rec["d_return"])
-        parts["dend"].append(rec["d_end"])
-        parts["sig_bytes"].append(nbytes.take(si))
-        parts["async"].append(is_async.take(si))
-        parts["detail"].append(det.take(si))
-        parts["grad"].append(grad.take(si))
-        parts["cell"].append(c_of.take(inv))
-        parts["proc"].append(np.full(len(rec), len(stems), np.int32))
-        parts["status"].append(rec["status"].copy())     # not a view: the records can go (map_rank)
-        mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
-                       for s in sigs], narrow)
-        parts["mkey"].append(mk.take(si))
-        stems.append(pt.stem)
+        if pt.records is not None and len(pt.records):
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type)
+            stems.append(pt.stem)
+        pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
         return None
     c = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items() if v}   # one process: no copy
@@ -113,10 +82,48 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         c = {k: v[order] for k, v in c.items()}
         t = c["t"]
     ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
-    a = OpArrays(rank=np.full(len(t), rank, np.int32), start=t, end=end, dur=dur, nbytes=c["sig_bytes"])
+    a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
+                 nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
     waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys))
+
+
+def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type) -> None:
+    """Append process ``proc``'s ops to rank_ops' ``parts`` (its temporaries go on return)."""
+    rec = pt.records
+    slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
+    sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+    groups = [pt.groups[i] for i in sorted(pt.groups)]
+    for s in sigs:
+        name = reader.str_or_none(s.get("op"))
+        if name is not None and name not in op_names:
+            op_names.append(name)
+    nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
+    nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
+    is_async = np.array([bool(s.get("async")) for s in sigs])
+    det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
+    grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
+                     and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
+    si, gi = slut.take(rec["sig"]), glut.take(rec["group"])     # take: up to 3x faster than indexing
+    combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
+    dims = reader.mesh_dims(pt.meshes)
+    c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
+                                                      pt.world_number),
+                                             len(cells)) for x in combo.tolist()], np.int64), len(cells))
+    parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
+    parts["dret"].append(rec["d_return"].copy())     # copies: a view would keep the records
+    parts["dend"].append(rec["d_end"].copy())
+    parts["sig_bytes"].append(nbytes.take(si))
+    parts["async"].append(is_async.take(si))
+    parts["detail"].append(det.take(si))
+    parts["grad"].append(grad.take(si))
+    parts["cell"].append(c_of.take(inv))
+    parts["proc"].append(np.full(len(rec), proc, np.int16 if proc < 2**15 else np.int32))
+    parts["status"].append(rec["status"].copy())
+    mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
+                   for s in sigs], mkey_type)
+    parts["mkey"].append(mk.take(si))
 
 
 def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
