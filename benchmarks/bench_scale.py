@@ -3,6 +3,8 @@
     python benchmarks/bench_scale.py [--ranks 64] [--ops 100000] [--dask] [--kernel-rounds 3] [--json FILE]
     python benchmarks/bench_scale.py --check [--ranks 64] [--ops 100000]   (commtrace check side by side)
     python benchmarks/bench_scale.py --against BASE_CHECKOUT [--rounds 5] [--dir DIR]   (before / after)
+    python benchmarks/bench_scale.py --slope 1x1000,1x100000,1x1000000 [--against BASE] [--rounds 3]
+                                    (peak memory as a fixed cost + a slope per op)
     python benchmarks/bench_scale.py --big [--big-ranks 1024] [--big-ops 1000000] [--memory-limit 4G] [--dir DIR]
                                     [--commands report,compare,check] [--keep] [--reuse RUN_DIR]
 
@@ -246,7 +248,8 @@ def slope_markdown(res: dict) -> str:
     for r in res["runs"]:
         n = r["ranks"] * r["ops_per_rank"]
         out.append(f"| {r['ranks']} x {r['ops_per_rank']:,} | " + " | ".join(
-            f"{med(r[f'{t} cold']) / n:.1f} ({med(r[f'{t} warm']) / n:.1f}) | {med(r[f'{t} cpu']):.3f} s" for t in names)
+            f"{med(r[f'{t} cold']) / n:.1f} ({med(r[f'{t} warm']) / n:.1f}) | {med(r[f'{t} cpu']):.3f} s"
+            for t in names)
             + " |")
     for ranks in sorted({r["ranks"] for r in res["runs"]}):
         rows = [r for r in res["runs"] if r["ranks"] == ranks]

@@ -71,7 +71,8 @@ class WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
-        ret = start if self.ret is None else np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
+        ret = start if self.ret is None else \
+            np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
         ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else take_rows(self.sync, rows)
         if self.has_detail is not None:
