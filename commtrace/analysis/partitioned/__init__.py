@@ -21,6 +21,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader
 from ...trace.rank_ranges import WORLD_STRIDE
+from ..step_table import PER_RANK_COLUMNS
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
@@ -286,6 +287,18 @@ def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, i
     t_lo = int(starts[lo]) if piece > 0 and lo < n else None
     t_hi = int(starts[hi]) if piece < pieces - 1 and hi < n else None
     return lo, hi, t_lo, t_hi
+
+
+def steps_table(run_dir=None) -> pd.DataFrame:
+    """``commtrace.load(run, "steps")``: one row per step and rank (several worlds: a row's rank in its world
+    and the world's id, as in ``ops``)."""
+    rep = analyse(run_dir, progress=False)
+    steps = rep.steps.per_rank if rep.steps is not None else pd.DataFrame(columns=PER_RANK_COLUMNS)
+    if (worlds := rep.info.get("worlds")) and len(steps):
+        key = steps["rank"].to_numpy()
+        steps = steps.assign(rank=key % WORLD_STRIDE)
+        steps.insert(1, "world", [worlds[k] for k in key // WORLD_STRIDE])
+    return steps
 
 
 def scan(run_dir=None) -> list[RankPart]:
