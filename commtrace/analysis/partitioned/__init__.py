@@ -78,7 +78,7 @@ class Report:
     info: dict = field(default_factory=dict)      # the banner's numbers (analysis.run_info.info_of)
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
-    window: object = None                         # the analysis.window.Window shown
+    window: object = None                         # the analysis.window.Window shown (Window(): the whole run)
     bounds: dict | None = None                    # its interval per rank (None: no time range)
     split: pd.DataFrame | None = None             # collectives filed under different phases (phase_splits)
     timeline: object = None                       # the terminal timeline (analysis.timeline.Timeline; timeline_map)
@@ -194,7 +194,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
                       tl.timeline(), tl.marks, modules_table(ranks.modules), ranks.spans, whole,
-                      load_op_view(plan.path, all_bounds(ranks.windows), window.phases if window is not None else None)
+                      load_op_view(plan.path, all_bounds(ranks.windows), (window or Window()).phases)
                       if whole and op_view else None)
 
 
