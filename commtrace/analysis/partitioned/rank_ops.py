@@ -90,7 +90,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         c_of = np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
                                                    pt.world_number),
                                           len(cells)) for x in combo.tolist()], np.int64)
-        parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
+        parts["t"].append(records.call_times(pt, refs.get(pt.world_id), rec))
         parts["dret"].append(rec["d_return"])
         parts["dend"].append(rec["d_end"])
         parts["sig_bytes"].append(nbytes.take(si))
