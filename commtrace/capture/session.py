@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 
+from .. import env_vars
 from ..trace import schema
 from . import activate, bounded, launch
 
@@ -173,13 +174,7 @@ def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_han
 
 
 def _restore_env() -> None:
-    env = os.environ
-    for k, v in _saved_env.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    _saved_env.clear()
+    env_vars.restore(_saved_env)
 
 
 def _adopt_existing_groups() -> None:
