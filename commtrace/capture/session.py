@@ -77,7 +77,7 @@ def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_
                 watchdog.resume(rec)
             _adopt_existing_groups()
         except BaseException:
-            _restore_env()
+            env_vars.restore(_saved_env)
             raise
         return Session(run_dir, started=True)
 
@@ -95,7 +95,7 @@ def stop() -> str | None:
         except Exception as exc:  # clocks are optional; the end of the trace is not
             sys.stderr.write(f"commtrace: clock offsets not measured at stop: {exc}\n")
         rec.close(how="stop")
-        _restore_env()
+        env_vars.restore(_saved_env)
         return rec.run_dir
 
 
@@ -171,10 +171,6 @@ def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_han
         env.pop(k, None)
     env[schema.ENV_COMMAND] = json.dumps(command)
     launch.export_run(env, run_dir, run_id, launcher, opts, hang_timeout, abort_on_hang)
-
-
-def _restore_env() -> None:
-    env_vars.restore(_saved_env)
 
 
 def _adopt_existing_groups() -> None:
