@@ -5,11 +5,9 @@ import os
 
 def restore(saved: dict) -> None:
     """Put back the variables of ``saved`` (name -> value before; None: unset) and empty it."""
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    os.environ.update({k: v for k, v in saved.items() if v is not None})
+    for k in [k for k, v in saved.items() if v is None]:
+        os.environ.pop(k, None)
     saved.clear()
 
 
