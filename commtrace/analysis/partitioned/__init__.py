@@ -290,8 +290,7 @@ def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, i
 
 
 def steps_table(run_dir=None) -> pd.DataFrame:
-    """``commtrace.load(run, "steps")``: one row per step and rank (several worlds: a row's rank in its world
-    and the world's id, as in ``ops``)."""
+    """``commtrace.load(run, "steps")``: a row per step and rank (several worlds: rank in world, world id)."""
     rep = analyse(run_dir, progress=False)
     steps = rep.steps.per_rank if rep.steps is not None else pd.DataFrame(columns=PER_RANK_COLUMNS)
     if (worlds := rep.info.get("worlds")) and len(steps):
