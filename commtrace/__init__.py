@@ -21,18 +21,8 @@ def load(run_dir=None, table: str = "ops", **kwargs):
         from .errors import CommtraceError
         raise CommtraceError(f"table {table!r}: unknown (one of {', '.join(TABLES)}, steps)")
     if table == "steps":
-        from .analysis.partitioned import analyse
-        from .analysis.step_table import PER_RANK_COLUMNS
-        import pandas as pd
-        from .trace.rank_ranges import WORLD_STRIDE
-        rep = analyse(run_dir, progress=False)
-        steps = rep.steps.per_rank if rep.steps is not None else pd.DataFrame(columns=PER_RANK_COLUMNS)
-        worlds = rep.info.get("worlds")
-        if worlds and len(steps):   # several worlds: a row's rank in its world and the world's id, as ``ops``
-            key = steps["rank"].to_numpy()
-            steps = steps.assign(rank=key % WORLD_STRIDE)
-            steps.insert(1, "world", [worlds[k] for k in key // WORLD_STRIDE])
-        return steps
+        from .analysis.partitioned import steps_table
+        return steps_table(run_dir)
     from .trace.reader import load as _load
     return _load(run_dir, table=table, **kwargs)
 

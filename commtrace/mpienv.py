@@ -13,6 +13,8 @@ import importlib.machinery
 import os
 import sys
 
+from . import env_vars
+
 THREAD_LEVEL = "multiple"
 
 # MCA defaults applied only when the user did not choose: the ring algorithm
@@ -58,20 +60,17 @@ def _import_mpi(initialize: bool):
     return MPI
 
 
-_mca_added: list = []
+_mca_added: dict = {}   # the defaults set -> None (they were unset)
 
 
 def _set_mca_defaults() -> None:
-    for k, v in _OMPI_DEFAULTS.items():
-        if k not in os.environ:
-            os.environ[k] = v
-            _mca_added.append(k)
+    _mca_added.update({k: None for k in _OMPI_DEFAULTS if k not in os.environ})
+    os.environ.update({k: _OMPI_DEFAULTS[k] for k in _mca_added})
 
 
 def _unset_mca_defaults() -> None:
     """Open MPI read them in MPI_Init: the program (and its children) see their own environment."""
-    while _mca_added:
-        os.environ.pop(_mca_added.pop(), None)
+    env_vars.restore(_mca_added)
 
 
 def library_version() -> str:

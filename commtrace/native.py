@@ -30,6 +30,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from . import env_vars
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DECLARATION_MODULE = "native_ext"  # a module of this name declares a package's extensions
 # The one header of torch-release differences (``#include "torch_compat.h"``), on the
@@ -137,29 +139,20 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
         from torch.utils import cpp_extension
     except ImportError as e:
         raise NativeBuildError(f"torch.utils.cpp_extension is not usable: {e}") from None
-    env = {"PATH": _path_with_ninja(), "CXX": shlex.join(ext.compiler)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # cpp_extension reads both from the environment
     # cpp_extension writes flags into a ninja file that a shell runs: quoted
     # here, a flag with spaces or quotes (the mpi fast path's -D...="...") stays one.
     quoted = functools.partial(map, shlex.quote)
-    try:
-        built = cpp_extension.load(
-            name=modname, sources=[os.path.join(HERE, s) for s in ext.sources],
-            extra_cflags=[*quoted(_CFLAGS), *quoted(ext.cflags)], extra_ldflags=[*quoted(ext.ldflags)],
-            extra_include_paths=[shlex.quote(HERE)],
-            build_directory=work,
-            with_cuda=False, is_python_module=False, is_standalone=False, verbose=verbose)
+    try:    # cpp_extension reads PATH and CXX from the environment
+        with env_vars.setting({"PATH": _path_with_ninja(), "CXX": shlex.join(ext.compiler)}):
+            built = cpp_extension.load(
+                name=modname, sources=[os.path.join(HERE, s) for s in ext.sources],
+                extra_cflags=[*quoted(_CFLAGS), *quoted(ext.cflags)], extra_ldflags=[*quoted(ext.ldflags)],
+                extra_include_paths=[shlex.quote(HERE)], build_directory=work,
+                with_cuda=False, is_python_module=False, is_standalone=False, verbose=verbose)
         # torch < 2.5 returns None (it loads the library instead); every release writes it there.
         return built or os.path.join(work, modname + ".so")
     except (RuntimeError, OSError, ValueError) as e:
         raise NativeBuildError(f"compiling {ext.name} failed: {_diagnostics(str(e))}") from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _compile_plain(ext: Extension, modname: str, work: str, verbose: bool) -> str:

@@ -7,7 +7,14 @@ fails some of it, untraced too (seen on an H100 with torch 2.11: init_process_gr
 with no backend makes an NCCL-only group, so a CPU DeviceMesh's scatter finds no
 backend; powerSGD_hook calls torch.cuda.synchronize on the CPU tensors' device)."""
 import os
+import signal
 import sys
+
+# A run started as a background job of a non-interactive shell (``make test &``, a script or a
+# tool that runs it) inherits SIGINT ignored; Python then never makes it a KeyboardInterrupt, so
+# Ctrl-C or ``kill -INT`` did nothing, for the run and for its children (they inherit it too).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 os.environ.setdefault("COMMTRACE_TEST_GPUS", os.environ.get("CUDA_VISIBLE_DEVICES", "*"))
 os.environ["CUDA_VISIBLE_DEVICES"] = ""

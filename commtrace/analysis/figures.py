@@ -8,7 +8,7 @@ from . import intervals as iv
 from .arrays import OpArrays
 from .match import Matched
 from .step_table import RankTimes
-from .summary import bus_factors
+from .summary import bandwidth_terms, bus_factors
 
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
 
@@ -130,14 +130,14 @@ def bandwidth_by_size(matched: Matched, end_observed: np.ndarray | None = None) 
         np.logical_or.at(observed, matched.inst, np.asarray(end_observed, dtype=bool))
     keep = ~inst["p2p"].to_numpy(dtype=bool)
     inst, observed = inst[keep], observed[keep]
-    T = inst["slowest_ns"].to_numpy(np.float64)
-    S = inst["size_bytes"].to_numpy(np.float64)
-    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    T, S, SB = bandwidth_terms(inst["slowest_ns"].to_numpy(np.float64), inst["size_bytes"].to_numpy(np.float64),
+                               bus_factors(inst))
+    ok = T > 0      # as summary counts them: T and S known and positive
     if not ok.any():
         return pd.DataFrame(columns=cols)
     part = pd.DataFrame({"op": inst["op"].astype(str).to_numpy()[ok], "size_bytes": S[ok].astype(np.int64),
                          "one_rank": inst["expected"].to_numpy(np.int64)[ok] <= 1, "observed": observed[ok],
-                         "T": T[ok], "S": S[ok], "SB": (S * bus_factors(inst))[ok]})
+                         "T": T[ok], "S": S[ok], "SB": SB[ok]})
     g = part.groupby(["op", "size_bytes", "one_rank", "observed"], sort=True)
     sums = g[["T", "S", "SB"]].sum()
     out = pd.DataFrame({"collectives": g.size(), "algbw": sums["S"] / (sums["T"] * 1e-9),

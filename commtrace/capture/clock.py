@@ -21,6 +21,7 @@ import time
 from datetime import timedelta
 from typing import Protocol
 
+from .. import env_vars
 from ..trace import simhost
 
 PINGS = 8
@@ -203,15 +204,8 @@ class ClockGroup:
             return None
         # Connections made on first use: ping-pong connects rank 0 with each other rank only
         # (N - 1, not N(N - 1)/2). torch reads the switch at construction only.
-        saved = os.environ.get(_LAZY)
-        os.environ[_LAZY] = "1"
-        try:
+        with env_vars.setting({_LAZY: "1"}):
             pg = ProcessGroupGloo(PrefixStore(base + "gloo/", store), index, members, timeout)
-        finally:
-            if saved is None:
-                os.environ.pop(_LAZY, None)
-            else:
-                os.environ[_LAZY] = saved
         return cls(pg, index, members, world_id)
 
     def measure(self, when: str, deadline_s: float) -> dict | None:

@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 
+from .. import env_vars
 from ..trace import schema
 from . import activate, bounded, launch
 
@@ -76,7 +77,7 @@ def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_
                 watchdog.resume(rec)
             _adopt_existing_groups()
         except BaseException:
-            _restore_env()
+            env_vars.restore(_saved_env)
             raise
         return Session(run_dir, started=True)
 
@@ -94,7 +95,7 @@ def stop() -> str | None:
         except Exception as exc:  # clocks are optional; the end of the trace is not
             sys.stderr.write(f"commtrace: clock offsets not measured at stop: {exc}\n")
         rec.close(how="stop")
-        _restore_env()
+        env_vars.restore(_saved_env)
         return rec.run_dir
 
 
@@ -170,16 +171,6 @@ def _export(run_dir, run_id, launcher, command, opts, hang_timeout, abort_on_han
         env.pop(k, None)
     env[schema.ENV_COMMAND] = json.dumps(command)
     launch.export_run(env, run_dir, run_id, launcher, opts, hang_timeout, abort_on_hang)
-
-
-def _restore_env() -> None:
-    env = os.environ
-    for k, v in _saved_env.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    _saved_env.clear()
 
 
 def _adopt_existing_groups() -> None:

@@ -25,7 +25,7 @@ def render_window_events(con, rep, limit: int | None = None, memory_limit: int |
         from ..analysis.partitioned import plan_run
         from ..analysis.partitioned.events_merge import EventWindow, chunk_for, merged_events
         plan = plan_run(rep.path)
-        win = EventWindow(t0, rep.bounds, rep.window.phases if rep.window is not None else None, lo, hi)
+        win = EventWindow(t0, rep.bounds, rep.window.phases, lo, hi)
         chunk = chunk_for(memory_limit or default_memory_limit(), sum(len(m) for m in plan.ranks.values()))
         return write_events(con, rep.ops, merged_events(plan.ranks, plan.refs, win, chunk, plan.worlds),
                             several_worlds(rep.info["rank_list"]))

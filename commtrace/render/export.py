@@ -72,7 +72,7 @@ def rank_frames(s):
     from ..analysis.partitioned.windowing import frame_in_window
     for part in scan(s.path):
         frame = part.load(rank_keys=True)
-        yield frame_in_window(frame, s.bounds, s.window.phases if s.window is not None else None)
+        yield frame_in_window(frame, s.bounds, s.window.phases)
 
 
 def write_by_rank(s, csv: str | None = None, parquet: str | None = None) -> None:

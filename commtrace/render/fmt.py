@@ -66,21 +66,15 @@ def fmt_bw(bps) -> str:
 
 
 def fmt_pct(frac, digits=1) -> str:
-    if _bad(frac):
-        return "-"
-    return f"{float(frac) * 100:.{digits}f}%"
+    return "-" if _bad(frac) else f"{float(frac) * 100:.{digits}f}%"
 
 
 def fmt_delta(pct) -> str:
-    if _bad(pct):
-        return "-"
-    return f"{float(pct):+.1f}%"
+    return "-" if _bad(pct) else f"{float(pct):+.1f}%"
 
 
 def fmt_int(n) -> str:
-    if _bad(n):
-        return "-"
-    return f"{int(n):,}"
+    return "-" if _bad(n) else f"{int(n):,}"
 
 
 def fmt_count(n) -> str:

@@ -348,7 +348,7 @@ def _in_window(run, s):
     """Some ranks' reader.Run cut to the window of Report ``s`` (as windowing and op_view cut them)."""
     from ..analysis.partitioned.windowing import frame_in_window
     from ..analysis.partitioned.op_view import tables_in_window
-    phases = s.window.phases if s.window is not None else None
+    phases = s.window.phases
     if s.bounds is None and phases is None:
         return run
     return type(run)(run.path, frame_in_window(run.frame, s.bounds, phases), run.processes, run.issues,

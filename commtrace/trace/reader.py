@@ -22,7 +22,7 @@ from . import schema
 from .clocks import fit as fit_clock
 from .group_ranks import ranks_text
 from .schema import int_or_none
-from .records import aligner, clock_offset, defined, defined_ids, last_record_per_op, member, sane
+from .records import call_times, clock_offset, defined, defined_ids, last_record_per_op, member, sane
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
@@ -413,7 +413,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         dims = mesh_dims(pt.meshes)
         group_meshes.extend(dims for _ in pt.groups)
         clock_pt = python_twin(pt, procs)  # the C++ layer shares its process's clock
-        aligned = aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"])
+        aligned = call_times(clock_pt, refs.get(clock_pt.world_id), rec)
         parts["proc"].append(np.full(len(rec), pi, dtype=np.int32))
         parts["sig"].append(slut[rec["sig"]])
         parts["grp"].append(glut[rec["group"]])

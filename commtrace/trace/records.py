@@ -78,3 +78,8 @@ def aligned(times, offset) -> np.ndarray:
 def aligner(pt, ref):
     """A function: call times (monotonic ns, this process) -> int64 times on rank 0's clock."""
     return functools.partial(aligned, offset=clock_offset(pt, ref))
+
+
+def call_times(pt, ref, rec: np.ndarray) -> np.ndarray:
+    """Records ``rec`` of process ``pt``: their call times on rank 0's clock (int64 ns)."""
+    return aligned(rec["t_call"], clock_offset(pt, ref))

@@ -80,14 +80,15 @@ def test_slow_rank_is_top_straggler(syn_run, tmp_path):
 
 def test_golden_synthetic_report_80_columns(tmp_path, capsys):
     """At 80 columns nothing is cut: tables drop columns instead (the golden file
-    shows which), and no line is wider than 80. The run's path (the banner's second
-    line, wrapped over several when the temporary directory is long) reads <RUN>."""
+    shows which), and no line is wider than 80. The banner's title and run path
+    (one line, or wrapped over several: it depends on the temporary directory's
+    length) read "commtrace report <RUN>"."""
     d = write_synthetic_run(str(tmp_path / "golden-run"), ranks=4, ops_per_rank=120, seed=7, slow_rank=1)
     assert cli("report", d, "--width", "80") == 0
     lines = capsys.readouterr().out.splitlines(keepends=True)
     command = next(i for i, line in enumerate(lines) if line.startswith("  command"))
-    assert "".join(lines[1:command]).replace("\n", "") == d
-    out = "".join([lines[0], "<RUN>\n", *lines[command:]])
+    assert "".join(lines[:command]).replace("\n", "") == "commtrace report " + d
+    out = "".join(["commtrace report <RUN>\n", *lines[command:]])
     if os.environ.get("UPDATE_GOLDEN"):
         with open(GOLDEN, "w") as f:
             f.write(out)

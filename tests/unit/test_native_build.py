@@ -43,8 +43,11 @@ def test_failed_build_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     src = tmp_path / "broken.cpp"
     src.write_text("int f( { return 1; }\n")
     ext = native.Extension("broken", (str(src),))  # an absolute source path stays as it is
+    monkeypatch.delenv("CXX", raising=False)
+    path = os.environ["PATH"]
     with pytest.raises(native.NativeBuildError) as e:
         native.build(ext)
+    assert (os.environ["PATH"], os.environ.get("CXX")) == (path, None)   # set for cpp_extension, then restored
     assert str(e.value).startswith("compiling broken failed: ") and "\n" not in str(e.value)
     assert "error" in str(e.value)
     assert os.listdir(builds) == []  # no .so, no work folder

@@ -21,6 +21,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader
 from ...trace.rank_ranges import WORLD_STRIDE
+from ..step_table import PER_RANK_COLUMNS
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
 from .rank_banner import processes_of, run_info_of
@@ -77,7 +78,7 @@ class Report:
     info: dict = field(default_factory=dict)      # the banner's numbers (analysis.run_info.info_of)
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region
-    window: object = None                         # the analysis.window.Window shown
+    window: object = None                         # the analysis.window.Window shown (Window(): the whole run)
     bounds: dict | None = None                    # its interval per rank (None: no time range)
     split: pd.DataFrame | None = None             # collectives filed under different phases (phase_splits)
     timeline: object = None                       # the terminal timeline (analysis.timeline.Timeline; timeline_map)
@@ -193,7 +194,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
                       tl.timeline(), tl.marks, modules_table(ranks.modules), ranks.spans, whole,
-                      load_op_view(plan.path, all_bounds(ranks.windows), window.phases if window is not None else None)
+                      load_op_view(plan.path, all_bounds(ranks.windows), (window or Window()).phases)
                       if whole and op_view else None)
 
 
@@ -286,6 +287,17 @@ def piece_span(starts, piece: int, pieces: int) -> tuple[int, int, int | None, i
     t_lo = int(starts[lo]) if piece > 0 and lo < n else None
     t_hi = int(starts[hi]) if piece < pieces - 1 and hi < n else None
     return lo, hi, t_lo, t_hi
+
+
+def steps_table(run_dir=None) -> pd.DataFrame:
+    """``commtrace.load(run, "steps")``: a row per step and rank (several worlds: rank in world, world id)."""
+    rep = analyse(run_dir, progress=False)
+    steps = rep.steps.per_rank if rep.steps is not None else pd.DataFrame(columns=PER_RANK_COLUMNS)
+    if (worlds := rep.info.get("worlds")) and len(steps):
+        key = steps["rank"].to_numpy()
+        steps = steps.assign(rank=key % WORLD_STRIDE)
+        steps.insert(1, "world", [worlds[k] for k in key // WORLD_STRIDE])
+    return steps
 
 
 def scan(run_dir=None) -> list[RankPart]:

@@ -88,4 +88,4 @@ def cpp_unmatched(got: tuple, f: CppFile, refs: dict, process) -> tuple | None:
     twin = process(f.twin_meta) or pt
     ref_meta = refs.get(twin.world_id)
     ref = process(ref_meta) if ref_meta else None
-    return pt, rec, records.aligner(twin, ref)(rec["t_call"])
+    return pt, rec, records.call_times(twin, ref, rec)

@@ -122,7 +122,7 @@ def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, world):
     ref = own_refs.get(wid)
     if ref is None and wid in refs:
         ref = own_refs[wid] = cached_process(refs[wid])
-    return pt, rec, records.aligner(pt, ref)(rec["t_call"])
+    return pt, rec, records.call_times(pt, ref, rec)
 
 
 _COLUMNS = {"t": np.int64, "end": np.int64, "dur": np.float64, "rank": np.int64, "seq": np.int64, "wg": np.int64,

@@ -5,7 +5,7 @@ start, end, duration and bytes (``OpArrays``), what the caller waited for (retur
 time, async, detail, DDP gradient bucket: ``step_table.WaitColumns``) and the
 summary cell of each op. Those are gathered here from the records and per-sig /
 per-group lookup tables, with the reader's own checks (``read_process``) and
-clock alignment (``records.aligner``), so every value equals the frame's."""
+clock alignment (``records.call_times``), so every value equals the frame's."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -111,7 +111,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
                                                       pt.world_number),
                                              len(cells)) for x in combo.tolist()], np.int64), len(cells))
-    parts["t"].append(records.aligner(pt, refs.get(pt.world_id))(rec["t_call"]))
+    parts["t"].append(records.call_times(pt, refs.get(pt.world_id), rec))
     parts["dret"].append(rec["d_return"].copy())     # copies: a view would keep the records
     parts["dend"].append(rec["d_end"].copy())
     parts["sig_bytes"].append(nbytes.take(si))

@@ -94,14 +94,14 @@ def timeline_tasks(plan, ranks, window, console_width: int, rank_list: list) -> 
     timeline in a console ``console_width`` wide (timeline.timeline_layout)."""
     t0 = ranks.t0 or 0
     bounds = all_bounds(ranks.windows)
-    t_from, t_to = timeline_range(bounds, t0, window or Window())
+    window = window or Window()
+    t_from, t_to = timeline_range(bounds, t0, window)
     ends = [f.last_end for f in ranks.facts if f.last_end is not None]
     lo, hi = cell_range(t_from, t_to, max(ends) - t0 if ends else None)
     width = max(timeline_layout(console_width, rank_list)[1], 1)
-    phases = window.phases if window is not None else None
     names = ranks.op_order()
-    return [TimelineTask(r, metas, plan.refs, ranks.ops_per_rank.get(r, 0) > 0, bounds, phases, t0, lo, hi, width,
-                         names, plan.worlds.get(metas[0])) for r, metas in plan.ranks.items()]
+    return [TimelineTask(r, metas, plan.refs, ranks.ops_per_rank.get(r, 0) > 0, bounds, window.phases, t0, lo, hi,
+                         width, names, plan.worlds.get(metas[0])) for r, metas in plan.ranks.items()]
 
 
 class TimelineFold:

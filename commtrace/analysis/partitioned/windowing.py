@@ -140,5 +140,5 @@ def first_start(task: FirstStartTask) -> int | None:
         if rec is None or not len(rec):
             continue
         clock_pt = reader.python_twin(pt, procs)   # a C++-layer file is timed on its process's clock
-        starts.append(int(records.aligner(clock_pt, refs.get(clock_pt.world_id))(rec["t_call"]).min()))
+        starts.append(int(records.call_times(clock_pt, refs.get(clock_pt.world_id), rec).min()))
     return min(starts, default=None)
