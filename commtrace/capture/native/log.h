@@ -195,9 +195,14 @@ class Log {
   void set_paused(bool paused) { paused_.store(paused, std::memory_order_relaxed); }
   bool paused() const { return paused_.load(std::memory_order_relaxed); }
 
-  void enter(const OpPtr& op) {
+  // An op about to be issued; false: tracing stopped since the caller checked
+  // paused() (the op is forwarded unrecorded, as any op issued while stopped).
+  bool enter(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
+    if (paused()) return false;
+    op->session = session_;
     active_.push_back(op);
+    return true;
   }
 
   // An op that will not be recorded (it could not be described).
@@ -206,12 +211,15 @@ class Log {
     drop_active_locked(op);
   }
 
-  // Blocking op finished (or failed) inside the wrapper.
-  void done(const OpPtr& op) {
+  // Blocking op finished (or failed) inside the wrapper; false: not recorded,
+  // its session ended while it ran (end_session_locked).
+  bool done(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
+    if (op->session != session_) return false;
     done_.push_back(op->record(op->status));
     retire_locked();
+    return true;
   }
 
   // Async op returned to the caller: its end comes later.
@@ -236,6 +244,7 @@ class Log {
     }
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
+    if (op->session != session_) return;  // its session ended while it was being issued
     pending_.push_back(Pending{op, std::move(work), std::move(fut), p2p});
     retire_locked();
   }
@@ -255,25 +264,38 @@ class Log {
     if (!p.event) op->flags |= FLAG_END_OBSERVED;
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
+    if (op->session != session_) return;
     pending_.push_back(std::move(p));
     retire_locked();
   }
 
   // Flush thread: finished rows plus IN_FLIGHT snapshots of ops older than 1 s
-  // (all of them when final), packed as OP_RECORDs.
+  // (all of them when final), packed as OP_RECORDs. The final drain ends the
+  // session (Recorder.close): nothing still running reaches a restart's files.
   py::bytes drain(bool final) {
     std::string out;
     std::vector<OpPtr> failed;  // async ops that failed with a message: error lines, under the GIL
     {
       py::gil_scoped_release nogil;
       int64_t now = now_ns();
+      std::deque<Pending> ended;  // the ended session's works: released after the mutex
       std::lock_guard<std::mutex> g(mu_);
       std::vector<Record> recs;
       recs.swap(done_);
       std::deque<Pending> still;
       for (auto& p : pending_) {
         Op& op = *p.op;
-        if (op.t_end.load() == 0 && !p.fut) poll(p, now, final);  // (device ops never have fut)
+        if (op.t_end.load() == 0) {
+          if (!p.fut) {
+            poll(p, now, final);  // (device ops never have fut)
+          } else if (final && p.fut->completed()) {
+            // Its waiters went on (a future completes before it runs its callbacks):
+            // ended by now, although the callback has not stamped it yet.
+            int64_t zero = 0;
+            op.t_end.compare_exchange_strong(zero, now);
+            op.flags |= FLAG_END_OBSERVED;
+          }
+        }
         if (op.t_end.load() != 0) {
           recs.push_back(op.record(op.status));
           note_failure_locked(p.op);
@@ -284,6 +306,7 @@ class Log {
       }
       pending_.swap(still);
       for (auto& op : active_) snapshot(*op, now, final, recs);
+      if (final) end_session_locked(ended);
       out.assign(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(Record));
       failed.swap(failed_);
     }
@@ -342,6 +365,15 @@ class Log {
         break;
       }
     }
+  }
+
+  // The session's files are closed: its ops still running were written IN_FLIGHT
+  // there; when they end, done() and track() drop them (the ops of the next session
+  // after commtrace.start() are those entered from now on). Caller holds mu_.
+  void end_session_locked(std::deque<Pending>& ended) {
+    ended.swap(pending_);
+    active_.clear();
+    ++session_;
   }
 
   // Small async ops finished since: move them out so their tensors are freed
@@ -425,6 +457,7 @@ class Log {
   std::unordered_map<PyCodeObject*, bool> internal_code_;             // GIL
   std::atomic<bool> paused_{false};
   std::mutex mu_;
+  int64_t session_ = 0;  // guarded by mu_: ended sessions (end_session_locked)
   std::vector<Record> done_;
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;

@@ -97,7 +97,7 @@ class TracedPG : public c10d::ProcessGroup {
       describe();
       if (op->sig < 0) return issue();  // could not describe it: forward untraced rather than fail
     }
-    log.enter(op);
+    if (!log.enter(op)) return issue();
     WorkPtr work;
     try {
       work = issue();
@@ -165,7 +165,7 @@ class TracedPG : public c10d::ProcessGroup {
       log_->forget(op);
       return;
     }
-    log_->done(op);
+    if (!log_->done(op)) return;  // began in a session that has ended
     if (python_usable()) {
       py::gil_scoped_acquire gil;
       log_->report_error(*op, text());
