@@ -113,7 +113,8 @@ def test_ops_running_at_stop_stay_in_their_session(tmp_path_factory, wrapper):
     assert h.group_wrappers(run_dir) == {wrapper}
     df = _load(run_dir)
     mine = df[df["rank"] == 0]
-    first, second = mine[~mine["file"].astype(str).str.contains(r"\.s2$")], mine[mine["file"].astype(str).str.contains(r"\.s2$")]
+    restarted = mine["file"].astype(str).str.contains(r"\.s2$")
+    first, second = mine[~restarted], mine[restarted]
     # Written running when session 1 closed; nothing of them in session 2, whose seqs go on.
     assert sorted(zip(first["group"].astype(str), first["seq"], first["status"].astype(str))) == \
         [("0", 1, "in_flight"), ("1", 1, "in_flight")]
