@@ -212,7 +212,7 @@ class Log {
   }
 
   // Blocking op finished (or failed) inside the wrapper; false: not recorded,
-  // its session ended while it ran (end_session_locked).
+  // its session ended while it ran (end_session).
   bool done(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
@@ -270,15 +270,13 @@ class Log {
   }
 
   // Flush thread: finished rows plus IN_FLIGHT snapshots of ops older than 1 s
-  // (all of them when final), packed as OP_RECORDs. The final drain ends the
-  // session (Recorder.close): nothing still running reaches a restart's files.
+  // (all of them when final), packed as OP_RECORDs.
   py::bytes drain(bool final) {
     std::string out;
     std::vector<OpPtr> failed;  // async ops that failed with a message: error lines, under the GIL
     {
       py::gil_scoped_release nogil;
       int64_t now = now_ns();
-      std::deque<Pending> ended;  // the ended session's works: released after the mutex
       std::lock_guard<std::mutex> g(mu_);
       std::vector<Record> recs;
       recs.swap(done_);
@@ -306,12 +304,25 @@ class Log {
       }
       pending_.swap(still);
       for (auto& op : active_) snapshot(*op, now, final, recs);
-      if (final) end_session_locked(ended);
       out.assign(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(Record));
       failed.swap(failed_);
     }
     for (auto& op : failed) report_error(*op, "RuntimeError: " + op->error);
     return py::bytes(out);
+  }
+
+  // Recorder.close, after the final drain: the session's ops still running were
+  // written IN_FLIGHT in its files, and none of its ops reaches a later session's
+  // (commtrace.start() again): done() and track() drop them when they end.
+  void end_session() {
+    py::gil_scoped_release nogil;
+    std::deque<Pending> ended;  // their works, released after the mutex
+    std::lock_guard<std::mutex> g(mu_);
+    ended.swap(pending_);
+    active_.clear();
+    done_.clear();  // ended after the final drain: written IN_FLIGHT there
+    failed_.clear();
+    ++session_;
   }
 
   // Watchdog: ops not finished yet, as (row list, where), rows in the
@@ -365,15 +376,6 @@ class Log {
         break;
       }
     }
-  }
-
-  // The session's files are closed: its ops still running were written IN_FLIGHT
-  // there; when they end, done() and track() drop them (the ops of the next session
-  // after commtrace.start() are those entered from now on). Caller holds mu_.
-  void end_session_locked(std::deque<Pending>& ended) {
-    ended.swap(pending_);
-    active_.clear();
-    ++session_;
   }
 
   // Small async ops finished since: move them out so their tensors are freed
@@ -457,7 +459,7 @@ class Log {
   std::unordered_map<PyCodeObject*, bool> internal_code_;             // GIL
   std::atomic<bool> paused_{false};
   std::mutex mu_;
-  int64_t session_ = 0;  // guarded by mu_: ended sessions (end_session_locked)
+  int64_t session_ = 0;  // guarded by mu_: sessions ended (end_session)
   std::vector<Record> done_;
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;

@@ -394,6 +394,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       }))
       .def("drain", &ct::Log::drain, py::arg("final") = false)
       .def("set_paused", &ct::Log::set_paused)
+      .def("end_session", &ct::Log::end_session)
       .def("unfinished", &ct::Log::unfinished)
       .def("after_fork_in_child", &ct::Log::after_fork_in_child);
   auto traced = py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr());
