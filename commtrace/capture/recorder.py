@@ -262,26 +262,20 @@ class Recorder(AnnotationContext):
                 return
             self.closed = True
             self.sink.stop.set()
-            native = self.native_log
-            if native is not None:
-                native.set_paused(True)
+            if self.native_log is not None:
+                self.native_log.set_paused(True)
             try:
-                if self.sink.writer is not None:
-                    self._write_end(exit_code, how)
+                if self.sink.writer is None:
+                    return
+                if exit_code is None and self.exit_info is not None:
+                    exit_code, how = self.exit_info
+                self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
+                self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
+                                        "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
+                self._final_flush = True  # errors of async ops it finds are still written
+                self.flush(final=True)
+                self.sink.writer.close()
             finally:
-                if native is not None:  # its ops still running were written IN_FLIGHT here, and stay here
-                    native.end_session()
-
-    def _write_end(self, exit_code: int | None, how: str) -> None:
-        if exit_code is None and self.exit_info is not None:
-            exit_code, how = self.exit_info
-        self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
-        self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
-                                "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
-        self._final_flush = True  # errors of async ops it finds are still written
-        try:
-            self.flush(final=True)
-        finally:
-            self._final_flush = False
-        self.sink.writer.close()
-
+                self._final_flush = False
+                if self.native_log is not None:  # its ops still running were written IN_FLIGHT here, and stay here
+                    self.native_log.end_session()
