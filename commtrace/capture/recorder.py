@@ -154,8 +154,11 @@ class Recorder(AnnotationContext):
             if not self.closed:  # stopped: marks, errors, ... are not kept for a restart
                 self.meta_queue.append(line)
 
-    def fail(self, row: list, exc: BaseException) -> None:
-        self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
+    def fail(self, row: list, exc: BaseException, tracker: CompletionTracker) -> None:
+        """An op issued into ``tracker`` raised: not written once its session has ended (a restart's files)."""
+        with self._lock:
+            if tracker is self.tracker:
+                self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
 
     def record_error(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
         """An op raised, or its async work failed (also found by the final flush; C++ calls it)."""
