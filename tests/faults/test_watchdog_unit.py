@@ -124,6 +124,20 @@ class _BlockingBackend(dist.ProcessGroup):
         return torch._C._distributed_c10d._create_work_from_future(fut)
 
 
+class _CallbackBehind(_BlockingBackend):
+    """Its all_reduce returns at once; the op's future completes when the test says, and a
+    callback of its own, ahead of the wrapper's, holds the later ones back: as a busy
+    backend thread does (a future wakes its waiters before it runs its callbacks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.future = torch.futures.Future()
+        self.future.add_done_callback(lambda _: self.release.wait(30))
+
+    def allreduce(self, tensors, opts=None):
+        return torch._C._distributed_c10d._create_work_from_future(self.future)
+
+
 def _wrap(kind, inner, rec):
     if kind == "python":
         return TracedProcessGroup(inner, rec, 0, [0])
@@ -195,3 +209,26 @@ def test_op_running_across_a_restart_stays_in_its_session(tmp_path, kind, fails)
     assert rows == {stem: [(1, "in_flight")], stem + ".s2": [(2, "completed")]}
     with open(tmp_path / f"{stem}.s2.meta.jsonl") as f:
         assert [m for m in map(json.loads, f) if m["type"] == "error"] == []
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_op_ended_before_its_callback_ran_is_written_completed_at_stop(tmp_path, kind):
+    """DDP waits on an all_reduce's future, goes on, and stop() comes before the backend thread
+    ran the wrapper's callback on it: the stopped session's files have the op completed."""
+    rec, _ = _recorder(tmp_path)
+    inner = _CallbackBehind()
+    traced = _wrap(kind, inner, rec)
+    traced.allreduce([torch.ones(2)], torch_compat.make_options(dist.AllreduceOptions, async_op=True))
+    backend_thread = threading.Thread(target=inner.future.set_result, args=([torch.ones(2)],))
+    backend_thread.start()
+    try:
+        inner.future.wait()
+        rec.close(how="stop")
+        rec.reopen(str(tmp_path), "run", "none", ["test"])
+    finally:
+        inner.release.set()
+        backend_thread.join(10)
+        rec.close()
+    df = load_run(str(tmp_path)).frame
+    rows = {f: list(zip(g["seq"], g["status"].astype(str))) for f, g in df.groupby(df["file"].astype(str))}
+    assert rows == {f"rank0.pid{os.getpid()}": [(1, "completed")]}
