@@ -154,8 +154,11 @@ class Recorder(AnnotationContext):
             if not self.closed:  # stopped: marks, errors, ... are not kept for a restart
                 self.meta_queue.append(line)
 
-    def fail(self, row: list, exc: BaseException) -> None:
-        self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
+    def fail(self, row: list, exc: BaseException, tracker: CompletionTracker) -> None:
+        """An op issued into ``tracker`` raised: not written once its session has ended (a restart's files)."""
+        with self._lock:
+            if tracker is self.tracker:
+                self.record_error(row[T_CALL], row[GROUP], row[SEQ], row[SIG], f"{type(exc).__name__}: {exc}")
 
     def record_error(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
         """An op raised, or its async work failed (also found by the final flush; C++ calls it)."""
@@ -264,17 +267,18 @@ class Recorder(AnnotationContext):
             self.sink.stop.set()
             if self.native_log is not None:
                 self.native_log.set_paused(True)
-            if self.sink.writer is None:
-                return
-            if exit_code is None and self.exit_info is not None:
-                exit_code, how = self.exit_info
-            self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
-            self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
-                                    "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
-            self._final_flush = True  # errors of async ops it finds are still written
             try:
+                if self.sink.writer is None:
+                    return
+                if exit_code is None and self.exit_info is not None:
+                    exit_code, how = self.exit_info
+                self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
+                self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
+                                        "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
+                self._final_flush = True  # errors of async ops it finds are still written
                 self.flush(final=True)
+                self.sink.writer.close()
             finally:
                 self._final_flush = False
-            self.sink.writer.close()
-
+                if self.native_log is not None:  # its ops still running were written IN_FLIGHT here, and stay here
+                    self.native_log.end_session()

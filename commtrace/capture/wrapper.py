@@ -324,7 +324,7 @@ def _make_traced(name: str, spec: ops.Spec):
                     row[1] = row[2] = _now()
                     row[7] = _FAILED
                     tr.rows.append(row)
-                    rec.fail(row, e)
+                    rec.fail(row, e, tr)
                     return work
                 row[1] = row[2] = _now()
                 row[7] = _COMPLETED
@@ -341,7 +341,7 @@ def _make_traced(name: str, spec: ops.Spec):
             row[2] = t
             row[7] = _FAILED
             tr.rows.append(row)
-            rec.fail(row, e)
+            rec.fail(row, e, tr)
             drop_own_frame(e)
             raise
         finally:

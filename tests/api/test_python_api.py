@@ -102,6 +102,26 @@ def test_stop_closes_and_restart_writes_a_new_file(after):
     assert "no problems found" in chk.stdout
 
 
+@pytest.mark.parametrize("wrapper", ["native", "python"])
+def test_ops_running_at_stop_stay_in_their_session(tmp_path_factory, wrapper):
+    # Rank 0 stops and restarts while an async all_reduce and a blocking one (on a thread)
+    # wait for rank 1, which joins them only after the restart: they end in session 2.
+    if wrapper == "native":
+        h.ensure_native_wrapper()
+    run_dir, seen = _launch(tmp_path_factory, "pending", **({} if wrapper == "native" else {"COMMTRACE_NATIVE": "0"}))
+    assert seen[0]["sums"] == [2.0, 2.0, 2.0]
+    assert h.group_wrappers(run_dir) == {wrapper}
+    df = _load(run_dir)
+    mine = df[df["rank"] == 0]
+    restarted = mine["file"].astype(str).str.contains(r"\.s2$")
+    first, second = mine[~restarted], mine[restarted]
+    # Written running when session 1 closed; nothing of them in session 2, whose seqs go on.
+    assert sorted(zip(first["group"].astype(str), first["seq"], first["status"].astype(str))) == \
+        [("0", 1, "in_flight"), ("1", 1, "in_flight")]
+    assert list(zip(second["group"].astype(str), second["seq"], second["op"].astype(str))) == \
+        [("0", 2, "all_reduce"), ("0", 3, "barrier")]
+
+
 def test_context_manager_with_keep_last_on_the_python_wrapper(tmp_path_factory):
     run_dir, seen = _launch(tmp_path_factory, "with", COMMTRACE_NATIVE="0")
     assert seen[0]["run_dir"] == str(run_dir) and seen[0]["in"] == 64.0 and seen[0]["out"] == 4.0

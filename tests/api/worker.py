@@ -10,12 +10,16 @@ it saw to OUT.rank<R> (JSON). MODE:
   all_reduces; start() again (restart); 2 all_reduces; exit without stop().
 * ``with``:   init; ``with commtrace.start(keep_last=4):`` 6 all_reduces; then
   2 untraced ones.
+* ``pending``: init; start(); a subgroup; rank 0 leaves an async all_reduce and,
+  on a thread, a blocking one on the subgroup running; stop(); start() again;
+  only then rank 1 joins both (rank 0 tells it through the store); 1 all_reduce.
 * ``hang``:   init; start(hang_timeout=1); stop(); start(hang_timeout=1) again;
   rank 1 joins an all_reduce 2.5 s late (rank 0's watchdog dumps, no abort).
 """
 import json
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -85,6 +89,31 @@ def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
             seen["in"] = all_reduces(6)
         seen["env_after"] = env_of_interest()
         seen["out"] = all_reduces(2)
+    elif mode == "pending":
+        dist.init_process_group(**init)
+        store = dist.distributed_c10d._get_default_store()
+        commtrace.start(out_dir=run_dir)
+        sub = dist.new_group([0, 1])
+        x, y = torch.ones(4), torch.ones(4)
+        if rank == 0:
+            work = dist.all_reduce(x, async_op=True)
+            t = threading.Thread(target=dist.all_reduce, args=(y,), kwargs={"group": sub})
+            t.start()
+            from commtrace.capture.activate import active_recorder
+            rec = active_recorder()
+            while len(rec.unfinished()) < 2:  # both issued (rank 1 has joined neither)
+                time.sleep(0.01)
+        commtrace.stop()
+        commtrace.start(out_dir=run_dir)
+        if rank == 0:
+            store.set("restarted", "1")
+            work.wait()
+            t.join()
+        else:
+            store.wait(["restarted"])
+            dist.all_reduce(x)
+            dist.all_reduce(y, group=sub)
+        seen["sums"] = [float(x[0]), float(y[0]), all_reduces(1)]
     elif mode == "hang":
         dist.init_process_group(**init)
         commtrace.start(out_dir=run_dir, hang_timeout=1)

@@ -1,6 +1,7 @@
 """The hang watchdog and dumps in-process, on a real Recorder with a fake in-flight op."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -97,10 +98,11 @@ class _BlockingBackend(dist.ProcessGroup):
     """A real one-rank backend written in Python whose all_reduce blocks inside
     the call until released (as a Python MPI backend does in a stuck Allreduce)."""
 
-    def __init__(self):
+    def __init__(self, error: str | None = None):
         super().__init__(0, 1)
         self.entered = threading.Event()
         self.release = threading.Event()
+        self.error = error  # raised once, when released
 
     def getBackendName(self):
         return "blocking"
@@ -114,9 +116,26 @@ class _BlockingBackend(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         self.entered.set()
         self.release.wait(30)
+        if self.error:
+            text, self.error = self.error, None
+            raise RuntimeError(text)
         fut = torch.futures.Future()
         fut.set_result(tensors)
         return torch._C._distributed_c10d._create_work_from_future(fut)
+
+
+class _CallbackBehind(_BlockingBackend):
+    """Its all_reduce returns at once; the op's future completes when the test says, and a
+    callback of its own, ahead of the wrapper's, holds the later ones back: as a busy
+    backend thread does (a future wakes its waiters before it runs its callbacks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.future = torch.futures.Future()
+        self.future.add_done_callback(lambda _: self.release.wait(30))
+
+    def allreduce(self, tensors, opts=None):
+        return torch._C._distributed_c10d._create_work_from_future(self.future)
 
 
 def _wrap(kind, inner, rec):
@@ -156,3 +175,60 @@ def test_op_blocked_inside_backend_call_is_described(tmp_path, kind):
     df = load_run(str(tmp_path)).frame  # the owner's record replaces the snapshot, under the same sig
     assert list(zip(df["op"], df["status"], df["callsite"], df["seq"])) == [
         ("all_reduce", "completed", op["callsite"], 1)]
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+@pytest.mark.parametrize("fails", [False, True], ids=["ends", "fails"])
+def test_op_running_across_a_restart_stays_in_its_session(tmp_path, kind, fails):
+    """stop() and start() again (Recorder.close, reopen) while an op is inside the backend call:
+    the first session's files have it IN_FLIGHT, and neither its end nor its error reaches the second's."""
+    rec, _ = _recorder(tmp_path)
+    inner = _BlockingBackend("peer gone" if fails else None)
+    traced = _wrap(kind, inner, rec)
+    opts = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
+
+    def step():
+        with contextlib.suppress(RuntimeError):
+            traced.allreduce([torch.ones(2)], opts)
+    th = threading.Thread(target=step)
+    th.start()
+    try:
+        assert inner.entered.wait(10)
+        rec.close(how="stop")
+        rec.reopen(str(tmp_path), "run", "none", ["test"])
+        inner.release.set()
+        th.join(10)
+        step()  # the second session's own op
+    finally:
+        inner.release.set()
+        th.join(10)
+        rec.close()
+    df = load_run(str(tmp_path)).frame
+    rows = {f: list(zip(g["seq"], g["status"].astype(str))) for f, g in df.groupby(df["file"].astype(str))}
+    stem = f"rank0.pid{os.getpid()}"
+    assert rows == {stem: [(1, "in_flight")], stem + ".s2": [(2, "completed")]}
+    with open(tmp_path / f"{stem}.s2.meta.jsonl") as f:
+        assert [m for m in map(json.loads, f) if m["type"] == "error"] == []
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_op_ended_before_its_callback_ran_is_written_completed_at_stop(tmp_path, kind):
+    """DDP waits on an all_reduce's future, goes on, and stop() comes before the backend thread
+    ran the wrapper's callback on it: the stopped session's files have the op completed."""
+    rec, _ = _recorder(tmp_path)
+    inner = _CallbackBehind()
+    traced = _wrap(kind, inner, rec)
+    traced.allreduce([torch.ones(2)], torch_compat.make_options(dist.AllreduceOptions, async_op=True))
+    backend_thread = threading.Thread(target=inner.future.set_result, args=([torch.ones(2)],))
+    backend_thread.start()
+    try:
+        inner.future.wait()
+        rec.close(how="stop")
+        rec.reopen(str(tmp_path), "run", "none", ["test"])
+    finally:
+        inner.release.set()
+        backend_thread.join(10)
+        rec.close()
+    df = load_run(str(tmp_path)).frame
+    rows = {f: list(zip(g["seq"], g["status"].astype(str))) for f, g in df.groupby(df["file"].astype(str))}
+    assert rows == {f"rank0.pid{os.getpid()}": [(1, "completed")]}

@@ -195,9 +195,14 @@ class Log {
   void set_paused(bool paused) { paused_.store(paused, std::memory_order_relaxed); }
   bool paused() const { return paused_.load(std::memory_order_relaxed); }
 
-  void enter(const OpPtr& op) {
+  // An op about to be issued; false: tracing stopped since the caller checked
+  // paused() (the op is forwarded unrecorded, as any op issued while stopped).
+  bool enter(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
+    if (paused()) return false;
+    op->session = session_;
     active_.push_back(op);
+    return true;
   }
 
   // An op that will not be recorded (it could not be described).
@@ -206,12 +211,15 @@ class Log {
     drop_active_locked(op);
   }
 
-  // Blocking op finished (or failed) inside the wrapper.
-  void done(const OpPtr& op) {
+  // Blocking op finished (or failed) inside the wrapper; false: not recorded,
+  // its session ended while it ran (end_session).
+  bool done(const OpPtr& op) {
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
+    if (op->session != session_) return false;
     done_.push_back(op->record(op->status));
     retire_locked();
+    return true;
   }
 
   // Async op returned to the caller: its end comes later.
@@ -236,6 +244,7 @@ class Log {
     }
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
+    if (op->session != session_) return;  // its session ended while it was being issued
     pending_.push_back(Pending{op, std::move(work), std::move(fut), p2p});
     retire_locked();
   }
@@ -255,6 +264,7 @@ class Log {
     if (!p.event) op->flags |= FLAG_END_OBSERVED;
     std::lock_guard<std::mutex> g(mu_);
     drop_active_locked(op);
+    if (op->session != session_) return;
     pending_.push_back(std::move(p));
     retire_locked();
   }
@@ -273,7 +283,17 @@ class Log {
       std::deque<Pending> still;
       for (auto& p : pending_) {
         Op& op = *p.op;
-        if (op.t_end.load() == 0 && !p.fut) poll(p, now, final);  // (device ops never have fut)
+        if (op.t_end.load() == 0) {
+          if (!p.fut) {
+            poll(p, now, final);  // (device ops never have fut)
+          } else if (final && p.fut->completed()) {
+            // Its waiters went on (a future completes before it runs its callbacks):
+            // ended by now, although the callback has not stamped it yet.
+            int64_t zero = 0;
+            op.t_end.compare_exchange_strong(zero, now);
+            op.flags |= FLAG_END_OBSERVED;
+          }
+        }
         if (op.t_end.load() != 0) {
           recs.push_back(op.record(op.status));
           note_failure_locked(p.op);
@@ -289,6 +309,20 @@ class Log {
     }
     for (auto& op : failed) report_error(*op, "RuntimeError: " + op->error);
     return py::bytes(out);
+  }
+
+  // Recorder.close, after the final drain: the session's ops still running were
+  // written IN_FLIGHT in its files, and none of its ops reaches a later session's
+  // (commtrace.start() again): done() and track() drop them when they end.
+  void end_session() {
+    py::gil_scoped_release nogil;
+    std::deque<Pending> ended;  // their works, released after the mutex
+    std::lock_guard<std::mutex> g(mu_);
+    ended.swap(pending_);
+    active_.clear();
+    done_.clear();  // ended after the final drain: written IN_FLIGHT there
+    failed_.clear();
+    ++session_;
   }
 
   // Watchdog: ops not finished yet, as (row list, where), rows in the
@@ -425,6 +459,7 @@ class Log {
   std::unordered_map<PyCodeObject*, bool> internal_code_;             // GIL
   std::atomic<bool> paused_{false};
   std::mutex mu_;
+  int64_t session_ = 0;  // guarded by mu_: sessions ended (end_session)
   std::vector<Record> done_;
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;

@@ -97,7 +97,7 @@ class TracedPG : public c10d::ProcessGroup {
       describe();
       if (op->sig < 0) return issue();  // could not describe it: forward untraced rather than fail
     }
-    log.enter(op);
+    if (!log.enter(op)) return issue();
     WorkPtr work;
     try {
       work = issue();
@@ -165,7 +165,7 @@ class TracedPG : public c10d::ProcessGroup {
       log_->forget(op);
       return;
     }
-    log_->done(op);
+    if (!log_->done(op)) return;  // began in a session that has ended
     if (python_usable()) {
       py::gil_scoped_acquire gil;
       log_->report_error(*op, text());
@@ -394,6 +394,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       }))
       .def("drain", &ct::Log::drain, py::arg("final") = false)
       .def("set_paused", &ct::Log::set_paused)
+      .def("end_session", &ct::Log::end_session)
       .def("unfinished", &ct::Log::unfinished)
       .def("after_fork_in_child", &ct::Log::after_fork_in_child);
   auto traced = py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr());
