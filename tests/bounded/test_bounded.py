@@ -85,7 +85,7 @@ def window(tmp_path_factory, request):
     """mpirun, --steps 10:12."""
     d = tmp_path_factory.mktemp("window") / "run"
     h.run(h.mpirun_cmd(2, *h.commtrace_cmd(d, "--steps", "10:12", TRAIN, STEPS)),
-          env=_env(request.param, **h.MPI_ENV)).check()
+          env=_env(request.param, **h.MPI_ENV, MASTER_PORT=h.free_port())).check()
     _check_wrapper(d, request.param)
     return d
 
