@@ -61,8 +61,9 @@ demo: setup
 # TEST_JOBS pytest-xdist workers, each running whole test files (--dist loadfile: a file's
 # fixtures are made once): on 2 cores one test's launcher importing torch alone, or its
 # ranks' rendezvous, leaves a core to the other's. TEST_JOBS=0 (the default): one process, in
-# file order. Two workers are not yet flake-free: ports that programs under test take from the
-# kernel's ephemeral range (bind to port 0) collide more often (BENCHMARKS.md, "Test time").
+# file order. Every port a test run uses comes from tests/helpers.free_port (outside the kernel's
+# ephemeral range, each worker its own); two workers become the default once three whole runs in
+# a row are clean (BENCHMARKS.md, "Test time": so far one of two, the other failed on a bug since fixed).
 TEST_JOBS ?= 0
 test: setup
 	$(MPI_ENV) $(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=25 -n $(TEST_JOBS) --dist loadfile \

@@ -20,19 +20,13 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import time
 from datetime import timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import bench_capture  # noqa: E402
 
 
 def _barrier(store, name: str, size: int) -> None:
@@ -76,7 +70,7 @@ def _job(size: int) -> dict:
     in a real run): per phase the slowest rank's seconds."""
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    port = _free_port()
+    port = bench_capture.free_port()
     procs = [ctx.Process(target=_rank, args=(r, size, port, q)) for r in range(size)]
     for p in procs:
         p.start()

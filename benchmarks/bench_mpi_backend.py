@@ -77,12 +77,13 @@ def main():
     ap.add_argument("--calls", type=int, default=20000,
                     help="1-element all_reduces per repetition and variant (4 MB ones: 1/500 of it, at least 2)")
     ap.add_argument("--json", help="rank 0 writes the figures here (run_all.py reads them)")
+    ap.add_argument("--port", type=int, help="the gloo group's rendezvous port (default: rank 0 picks a free one)")
     args = ap.parse_args()
 
     comm = mpienv.world()
     MPI = mpienv.mpi_module()
     rank, size = comm.Get_rank(), comm.Get_size()
-    port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
+    port = args.port or (free_port() if rank == 0 else None)  # rank 0 picks, MPI broadcasts
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
     commtrace.mpi.install()
     dist.init_process_group("gloo", rank=rank, world_size=size)

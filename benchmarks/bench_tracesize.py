@@ -36,8 +36,7 @@ def _child(mode: str, n: int) -> dict:
     import bench_capture
     from peak_rss import peak_rss_kib
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(bench_capture.free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group("gloo", rank=0, world_size=1)   # on the parent's MASTER_ADDR/MASTER_PORT
     pg = dist.distributed_c10d._get_default_group()
     t = torch.ones(1)
     o = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
@@ -68,7 +67,9 @@ def _child(mode: str, n: int) -> dict:
 
 
 def _spawn(mode: str, n: int, timeout: float) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    import bench_capture   # its free_port, asked here: the test suite gives it the suite's ports
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(bench_capture.free_port())}
     env.pop("COMMTRACE_DIR", None)
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", mode, "--ops", str(n)],
                        env=env, capture_output=True, text=True, timeout=timeout)

@@ -156,7 +156,7 @@ def run_mpi_backend(cfg) -> dict:
         why = bench_capture.run_under_mpirun(
             os.path.join(HERE, "bench_mpi_backend.py"),
             ["--reps", str(cfg["reps"]), "--ddp-steps", str(cfg["ddp_steps"]), "--json", path,
-             *(f"--{k}={cfg[k]}" for k in ("calls", "hidden") if k in cfg)], path, 900)
+             *(f"--{k}={cfg[k]}" for k in ("calls", "hidden", "port") if k in cfg)], path, 900)
         if why:
             return {"available": False, "reason": why}
         with open(path) as f:

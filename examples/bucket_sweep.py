@@ -30,7 +30,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 WIDTH, LAYERS = 300, 6
 
 
-def free_port() -> int:
+def master_port() -> int:
+    """MASTER_PORT where it is set (as torchrun takes it), else a port free now."""
+    if os.environ.get("MASTER_PORT"):
+        return int(os.environ["MASTER_PORT"])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -80,7 +83,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--world-size", type=int, default=2)
     args = ap.parse_args()
-    mp.spawn(worker, args=(args.world_size, args, free_port()), nprocs=args.world_size, join=True)
+    mp.spawn(worker, args=(args.world_size, args, master_port()), nprocs=args.world_size, join=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python -m commtrace run examples/ddp_gloo_spawn.py [--world-size 2] [--steps 4]
 
-The script starts its own ranks (mp.spawn) and picks a free MASTER_PORT, so it
+The script starts its own ranks (mp.spawn) on MASTER_PORT (a free port where it is unset), so it
 runs the same with or without commtrace. The one commtrace call in it,
 ``commtrace.region("eval")``, is a documented no-op when not tracing; without
 commtrace installed at all the region falls back to a null context.
@@ -30,7 +30,10 @@ except ImportError:  # commtrace not installed: the script still runs
         return contextlib.nullcontext()
 
 
-def free_port() -> int:
+def master_port() -> int:
+    """MASTER_PORT where it is set (as torchrun takes it), else a port free now."""
+    if os.environ.get("MASTER_PORT"):
+        return int(os.environ["MASTER_PORT"])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -72,7 +75,7 @@ def main() -> None:
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
     args = ap.parse_args()
-    mp.spawn(worker, args=(args.world_size, args.steps, free_port()), nprocs=args.world_size, join=True)
+    mp.spawn(worker, args=(args.world_size, args.steps, master_port()), nprocs=args.world_size, join=True)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,21 @@ DEFAULT_TIMEOUT = 90
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-# free_port()'s ports: below the kernel's ephemeral range (ip_local_port_range, 32768-60999 by
-# default), where a connection's local port, or another program's port 0, never lands in the
-# time between a test choosing a port and the launch's rendezvous binding it (EADDRINUSE).
-PORTS = range(10000, 32768)
+def _ports_outside_ephemeral_range() -> range:
+    """The ports free_port() hands out: from 10000 up to the kernel's ephemeral range
+    (/proc/sys/net/ipv4/ip_local_port_range; 32768-60999 by default), where no connection's
+    local port, and no other program's port 0 (gloo's listeners, a TCPStore's), lands in the
+    time between a test choosing a port and the launch's rendezvous binding it (EADDRINUSE).
+    A range that starts low leaves the ports above it instead."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999   # Linux's default; elsewhere nothing better is known
+    return range(10000, low) if low - 10000 >= 4096 else range(high + 1, 65536)
+
+
+PORTS = _ports_outside_ephemeral_range()
 
 
 def _next_port():
@@ -48,7 +59,10 @@ _ports = _next_port()
 
 
 def free_port() -> int:
-    """A port for a launch's rendezvous (MASTER_PORT) that nothing is bound to now."""
+    """The one place a test run chooses a port (a rendezvous' MASTER_PORT, a TCPStore's, an
+    RPC agent's): one nothing is bound to now, outside the ephemeral range, from this
+    pytest-xdist worker's slice. Programs under test that need a port take it from the test
+    (an argument, or MASTER_PORT), never by binding port 0."""
     for port in _ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
@@ -202,6 +216,12 @@ def mpirun_cmd(n: int, *args) -> list:
 
 
 def mpi_env(**extra) -> dict:
+    """An mpirun launch's environment, with a MASTER_PORT of free_port(): ``commtrace run``
+    keeps the MASTER_PORT it is given (and fills in MASTER_ADDR), where rank 0 would otherwise
+    pick one in the ephemeral range. MASTER_PORT=None leaves the choice to commtrace."""
+    extra.setdefault("MASTER_PORT", free_port())
+    if extra["MASTER_PORT"] is None:
+        del extra["MASTER_PORT"]
     return clean_env(**MPI_ENV, **extra)
 
 

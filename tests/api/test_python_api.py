@@ -177,7 +177,7 @@ def test_commtrace_1_under_mpirun_ranks_agree_on_the_run(tmp_path):
     _autostart_installed()
     port = h.free_port()
     h.run(h.mpirun_cmd(2, "-x", "COMMTRACE=1", "-x", "COMMTRACE_KEEP_LAST=5", "-x", "MASTER_ADDR=127.0.0.1",
-                       "-x", f"MASTER_PORT={port}", h.PY, TRAIN, 3), env=h.mpi_env(), cwd=str(tmp_path)).check()
+                       "-x", f"MASTER_PORT={port}", h.PY, TRAIN, 3), env=h.mpi_env(MASTER_PORT=port), cwd=str(tmp_path)).check()
     df = _load(_only_run(tmp_path))
     assert sorted(p["rank"] for p in df.attrs["processes"]) == [0, 1]
     assert {p["launcher"] for p in df.attrs["processes"]} == {"openmpi"}

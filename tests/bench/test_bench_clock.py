@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
-def test_bench_clock_smallest_case():
+def test_bench_clock_smallest_case(suite_ports):
     import bench_clock
     [res] = bench_clock.run(ranks=(2,), reps=1)
     assert res["ranks"] == 2 and res["ok"] is True

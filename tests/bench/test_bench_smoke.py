@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import helpers as h
 from commtrace import torch_compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,7 +29,7 @@ def _mod(name):
 
 
 @pytest.fixture(scope="module")
-def results():
+def results(suite_ports):
     """Smallest case of each benchmark, run once for the module."""
     os.environ.pop("COMMTRACE_DIR", None)
     cap, ddp, prof, size, runpath = (_mod(n) for n in ("bench_capture", "bench_ddp", "bench_profiler",
@@ -42,7 +43,8 @@ def results():
         "profiler": prof.run(calls=5, reps=6),
         "runpath": runpath.run(["tiny"], reps=2, steps=1),
         "tracesize": size.run(ops=300),
-        "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1, "calls": 200, "hidden": 64}),
+        "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1, "calls": 200, "hidden": 64,
+                                                      "port": h.free_port()}),
         "cuda": _mod("run_all").run_cuda({"reps": 1}),
         "html": _html(),
     }

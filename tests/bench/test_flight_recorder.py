@@ -50,7 +50,7 @@ def _probe(env_extra: dict) -> str:
             "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(%d))\n"
             "dist.init_process_group('gloo', rank=0, world_size=1)\n"
             "try:\n    fr.FlightRecorderSwitch()\n    print('ok')\nexcept fr.Unavailable as e:\n    print('unavailable:', e)\n"
-            % (os.path.join(ROOT, "benchmarks"), __import__("bench_capture").free_port()))
+            % (os.path.join(ROOT, "benchmarks"), h.free_port()))
     p = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env_extra},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -68,14 +68,13 @@ def switchable():
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory, switchable):
-    import bench_capture
     # On, whatever the environment or the release says (the default is 2000 entries in
     # torch 2.13, 0 -- off -- in 2.8); the spawned ranks inherit it.
     before = os.environ.get("TORCH_FR_BUFFER_SIZE")
     os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
     out = str(tmp_path_factory.mktemp("fr") / "seen.json")
     try:
-        mp.spawn(_rank, args=(bench_capture.free_port(), out), nprocs=2)
+        mp.spawn(_rank, args=(h.free_port(), out), nprocs=2)
     finally:
         if before is None:
             del os.environ["TORCH_FR_BUFFER_SIZE"]

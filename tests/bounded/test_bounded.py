@@ -85,7 +85,7 @@ def window(tmp_path_factory, request):
     """mpirun, --steps 10:12."""
     d = tmp_path_factory.mktemp("window") / "run"
     h.run(h.mpirun_cmd(2, *h.commtrace_cmd(d, "--steps", "10:12", TRAIN, STEPS)),
-          env=_env(request.param, **h.MPI_ENV)).check()
+          env=_env(request.param, **h.MPI_ENV, MASTER_PORT=h.free_port())).check()
     _check_wrapper(d, request.param)
     return d
 
@@ -220,7 +220,7 @@ def test_hang_in_ring_mode_is_diagnosed_as_without_it(tmp_path, wrapper):
     d = tmp_path / "run"
     r = h.run(h.commtrace_cmd(d, "--keep-last", "3", "--hang-timeout", "2", "--abort-on-hang",
                               os.path.join(h.REPO, "tests", "faults", "scripts", "spawn_faults.py"), "skip"),
-              env=_env(wrapper), timeout=90)
+              env=_env(wrapper, MASTER_PORT=h.free_port()), timeout=90)
     assert not r.timed_out and r.returncode != 0
     _check_wrapper(d, wrapper)
     assert glob.glob(os.path.join(str(d), "hang.rank0.pid*.json"))

@@ -133,7 +133,8 @@ def test_commtrace_env_var_under_torchrun(tmp_path, built):
 
 def test_mp_spawn(tmp_path, built):
     run_dir = tmp_path / "run"
-    h.run(h.commtrace_cmd(run_dir, SPAWN_EXAMPLE, "--steps", "3"), timeout=180).check()
+    h.run(h.commtrace_cmd(run_dir, SPAWN_EXAMPLE, "--steps", "3"), env=h.clean_env(MASTER_PORT=h.free_port()),
+          timeout=180).check()
     df = h.load(run_dir)
     for rank in (0, 1):
         r = df[df["rank"] == rank]

@@ -44,9 +44,9 @@ _RUNS: dict = {}
 
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMTRACE_")}
-    for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    for k in ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(k, None)  # the examples start their own ranks
-    env["OMP_NUM_THREADS"] = "1"
+    env.update(OMP_NUM_THREADS="1", MASTER_PORT=str(h.free_port()))   # the ranks' rendezvous
     return env
 
 

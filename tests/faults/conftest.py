@@ -14,7 +14,7 @@ ROOT = HERE.parent.parent
 MPIRUN = Path(sys.executable).parent / "mpirun"
 
 sys.path.insert(0, str(HERE.parent))
-from helpers import assert_same_findings, partitioned_findings  # noqa: E402,F401
+from helpers import assert_same_findings, free_port, partitioned_findings  # noqa: E402,F401
 
 
 def _env() -> dict:
@@ -24,7 +24,8 @@ def _env() -> dict:
         e.pop(k, None)
     e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", OMPI_ALLOW_RUN_AS_ROOT="1",
              OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-             PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""))
+             PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
+             MASTER_PORT=str(free_port()))   # a launch's rendezvous (commtrace run keeps it under mpirun)
     return e
 
 
@@ -36,13 +37,13 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
         pytest.fail(f"{' '.join(cmd)} still running after {timeout}s\n--- stderr\n{err[-4000:]}")
 
 
-def traced_spawn(out: Path, mode: str, *, hang_timeout: float | None = None, timeout: float = 60,
+def traced_spawn(out: Path, mode: str, *args, hang_timeout: float | None = None, timeout: float = 60,
                  script: str = "spawn_faults.py"):
-    """``commtrace run [--hang-timeout T --abort-on-hang] -o OUT SCRIPT MODE`` (a script of scripts/)."""
+    """``commtrace run [--hang-timeout T --abort-on-hang] -o OUT SCRIPT MODE ARGS`` (a script of scripts/)."""
     cmd = [sys.executable, "-m", "commtrace", "run", "-o", str(out)]
     if hang_timeout:
         cmd += ["--hang-timeout", str(hang_timeout), "--abort-on-hang"]
-    cmd += [str(SCRIPTS / script), mode]
+    cmd += [str(SCRIPTS / script), mode, *map(str, args)]
     return _run(cmd, timeout)
 
 

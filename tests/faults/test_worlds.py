@@ -6,7 +6,7 @@ import pytest
 
 from commtrace.analysis import check as C
 
-from .conftest import SCRIPTS, diagnose_dir, findings_text, kinds, traced_spawn
+from .conftest import SCRIPTS, diagnose_dir, findings_text, free_port, kinds, traced_spawn
 
 SCRIPT = "worlds_faults.py"
 
@@ -30,7 +30,7 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
     """World 1's rank 1 exits with code 7 (or sleeps while rank 0 waits until the hang watchdog
     aborts it); world 2 runs clean afterwards, its last op a broadcast. Each rank of world 1 is told
     with world 1's last op and its own end; world 2's ranks ended well: no finding about them."""
-    p = traced_spawn(tmp_path / "run", mode, hang_timeout=2 if mode == "hang" else None, script=SCRIPT)
+    p = traced_spawn(tmp_path / "run", mode, free_port(), free_port(), hang_timeout=2 if mode == "hang" else None, script=SCRIPT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     w1 = _world_of(run, "first_world")
@@ -61,7 +61,7 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
 def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
     """World 1 runs clean; world 2's rank 1 is SIGKILLed after its 2nd all_reduce: its trace ends
     abruptly, told as rank 1 of world 2 with world 2's last op; world 1's rank 1 ended well."""
-    p = traced_spawn(tmp_path / "run", "kill-second", script=SCRIPT)
+    p = traced_spawn(tmp_path / "run", "kill-second", free_port(), free_port(), script=SCRIPT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
@@ -83,7 +83,7 @@ def test_unmatched_send_and_damaged_files_name_their_world(tmp_path):
     rank 0 of world 2's. Then both worlds' rank 1 ops files get stray bytes (damaged alike): one
     damage finding per world, each naming its world and its own file -- not one "rank 1" for both."""
     import shutil
-    p = traced_spawn(tmp_path / "run", "p2p-second", hang_timeout=2, script=SCRIPT)
+    p = traced_spawn(tmp_path / "run", "p2p-second", free_port(), free_port(), hang_timeout=2, script=SCRIPT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")

@@ -20,7 +20,8 @@ def mpirun(script, n: int, *args, timeout: float = 120, env=None) -> h.Result:
     e = dict(os.environ)
     e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
              PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
-             OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+             OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(h.free_port()))   # the workers' rendezvous
     # Never trace from these tests unless a test asks for it.
     e.pop("COMMTRACE_DIR", None)
     # The Python MPIProcessGroup unless a test asks for the C++ fast path

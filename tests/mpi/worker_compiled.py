@@ -10,7 +10,6 @@ Inductor's C++ kernel builds would only add ~10 s per run (tests/capture/test_co
 keeps Inductor, the default, on gloo)."""
 from __future__ import annotations
 
-import os
 import time
 
 import torch
@@ -20,13 +19,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import commtrace.mpi
 from commtrace import mpienv
-from commtrace.capture.launch import free_port
 
 BACKEND = "aot_eager"
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-port = free_port() if rank == 0 else None
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
+# MASTER_ADDR, MASTER_PORT: the test's (conftest.mpirun)
 commtrace.mpi.install()
 
 

@@ -8,7 +8,6 @@ Exit 1 with details on mismatch.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -21,12 +20,10 @@ from torch.utils.data.distributed import DistributedSampler
 
 import commtrace.mpi
 from commtrace import mpienv
-from commtrace.capture.launch import free_port
 
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(port, root=0)))
+# MASTER_ADDR, MASTER_PORT: the test's (conftest.mpirun)
 commtrace.mpi.install()
 HIDDEN = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 # Each run's DDP (its reducer holds the group; its module, the buffers the last broadcast

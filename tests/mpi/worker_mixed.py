@@ -13,7 +13,6 @@ mpirun timeout turns that into a failure). Exit 1 with a report on a wrong resul
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -25,12 +24,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import commtrace.mpi
 from commtrace import mpienv
-from commtrace.capture.launch import free_port
 
 MODE = sys.argv[1]
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(free_port() if rank == 0 else None)))
+# MASTER_ADDR, MASTER_PORT: the test's (conftest.mpirun)
 commtrace.mpi.install()
 failures: list[str] = []
 KEEP_ALIVE = []   # each DDP lives to the end (see worker_ddp.py)

@@ -26,14 +26,13 @@ from commtrace import torch_compat
 
 import commtrace.mpi
 from commtrace import mpienv
-from commtrace.capture.launch import free_port
 from commtrace.mpi.backend import MPIProcessGroup
 
 MODE = sys.argv[1]
 R = dist.ReduceOp
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(comm.bcast(free_port() if rank == 0 else None)))
+# MASTER_ADDR, MASTER_PORT: the test's (conftest.mpirun)
 assert commtrace.mpi.install() == "mpi4py"
 dist.init_process_group("gloo", rank=rank, world_size=size)
 G = dist.group.WORLD

@@ -9,7 +9,6 @@ for integer reductions). Exit status 1 and a report on any mismatch.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -19,15 +18,12 @@ import torch.distributed as dist
 
 import commtrace.mpi
 from commtrace import mpienv
-from commtrace.capture.launch import free_port
 from commtrace.mpi import backend as mb
 
 R = dist.ReduceOp
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
-port = free_port() if rank == 0 else None  # rank 0 picks, MPI broadcasts
-port = comm.bcast(port, root=0)
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+# MASTER_ADDR, MASTER_PORT: the test's (conftest.mpirun)
 assert commtrace.mpi.install() == "mpi4py"
 dist.init_process_group("gloo", rank=rank, world_size=size)
 G = dist.group.WORLD

@@ -13,12 +13,14 @@ from commtrace.analysis.report import report_json
 from commtrace.trace.rank_ranges import rank_key
 from commtrace.trace.reader import load_run
 
+from helpers import free_port
+
 from .conftest import _traced, cli
 
 
 @pytest.fixture(scope="module")
 def two_worlds(tmp_path_factory):
-    return _traced(str(tmp_path_factory.mktemp("worlds") / "run"), "two_worlds.py")
+    return _traced(str(tmp_path_factory.mktemp("worlds") / "run"), "two_worlds.py", str(free_port()))
 
 
 def _expected(run_dir) -> tuple[list, dict]:

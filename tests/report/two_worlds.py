@@ -2,14 +2,13 @@
 fresh ranks (torch.multiprocessing.spawn: new processes, a new init_process_group), so each world
 has its own rank 0 and rank 1, and its own group 0 (test fixture of tests/report/test_worlds.py).
 
-usage: two_worlds.py PORT
+usage: two_worlds.py PORT SECOND_PORT (each world's rendezvous)
 
 World 0: 3 all_reduces, rank 0 sends to rank 1, then 2 DDP steps. World 1: 5 all_reduces, a
 broadcast, rank 1 sends to rank 0, then 3 DDP steps. Each op count differs, so a report that
 merges a rank across worlds shows visibly wrong numbers.
 """
 import os
-import socket
 import sys
 
 import torch
@@ -18,12 +17,6 @@ import torch.multiprocessing as mp
 
 # world -> (all_reduces, broadcasts, p2p sender, DDP steps)
 PLAN = {0: (3, 0, 0, 2), 1: (5, 1, 1, 3)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def world(rank, port, which):
@@ -51,4 +44,4 @@ def world(rank, port, which):
 
 if __name__ == "__main__":
     mp.spawn(world, args=(int(sys.argv[1]), 0), nprocs=2)
-    mp.spawn(world, args=(free_port(), 1), nprocs=2)
+    mp.spawn(world, args=(int(sys.argv[2]), 1), nprocs=2)

@@ -51,12 +51,13 @@ TIMEOUT = 240
 def _launch(launcher: str, program: list, out: str, traced_dir: str | None, cwd: str, module: str) -> h.Result:
     script = [os.path.join(PROGRAMS, program[0]), out, *program[1:]]
     trace = [] if traced_dir is None else ["-m", "commtrace", "run", "-o", traced_dir]
+    port = h.free_port()
     if launcher == "torchrun":
-        cmd = [h.TORCHRUN, "--nproc_per_node", "2", "--master-port", str(h.free_port()), *trace, *script]
-    else:                                   # the program starts its ranks itself
-        cmd = [h.PY, *trace, *script]
+        cmd, rendezvous = [h.TORCHRUN, "--nproc_per_node", "2", "--master-port", str(port), *trace, *script], {}
+    else:                                   # the program starts its ranks itself, on MASTER_PORT (Lightning's
+        cmd, rendezvous = [h.PY, *trace, *script], {"MASTER_PORT": port}   # own pick: a bind to port 0)
     env = h.clean_env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-                      TOKENIZERS_PARALLELISM="false")
+                      TOKENIZERS_PARALLELISM="false", **rendezvous)
     res = h.run(cmd, timeout=TIMEOUT, env=env, cwd=cwd)
     if traced_dir is None and res.returncode != 0 and ("ImportError" in res.stderr or "ModuleNotFoundError" in res.stderr):
         # untraced, nothing of commtrace runs: the trainer does not import here (e.g. an old torch)

@@ -1,6 +1,6 @@
 """Object collectives on two groups of 2 spawned gloo ranks: the default group
 (native wrapper where built) and one made with COMMTRACE_NATIVE=0 (Python
-wrapper). usage: objects_worker.py OUT_PREFIX"""
+wrapper). usage: objects_worker.py OUT_PREFIX PORT"""
 import os
 import sys
 
@@ -39,8 +39,4 @@ def worker(rank, port, out):
 
 
 if __name__ == "__main__":
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, sys.argv[1]), nprocs=2)
+    mp.spawn(worker, args=(int(sys.argv[2]), sys.argv[1]), nprocs=2)

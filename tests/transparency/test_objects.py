@@ -29,7 +29,7 @@ EXPECTED = [
 def objects_run(tmp_path_factory):
     h.ensure_native_wrapper()
     tmp = tmp_path_factory.mktemp("objects")
-    h.run(h.commtrace_cmd(tmp / "run", WORKER, tmp / "res"), timeout=120).check(0)
+    h.run(h.commtrace_cmd(tmp / "run", WORKER, tmp / "res", h.free_port()), timeout=120).check(0)
     return tmp
 
 

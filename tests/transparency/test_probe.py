@@ -38,7 +38,8 @@ def _launch(kind: str, traced: bool, tmp) -> dict:
     # The program has its own sitecustomize: it must run, and be `sitecustomize`, traced too.
     site = tmp / "usersite"   # written by probes() before both launches
     if kind == "mpirun":
-        res = h.run(h.mpirun_cmd(2, *ct, *target), env=h.mpi_env(PYTHONPATH=site), timeout=120)
+        # MASTER_PORT: the port of both (commtrace run keeps it; the untraced probe reads it)
+        res = h.run(h.mpirun_cmd(2, *ct, *target), env=h.mpi_env(PYTHONPATH=site, MASTER_PORT=port), timeout=120)
     elif kind == "torchrun":
         tr = [h.TORCHRUN, "--nproc_per_node", "2", "--master_port", str(h.free_port())]
         res = h.run(tr + (["-m", "commtrace", "run", "-o", str(tmp / "run")] if traced else []) + target,

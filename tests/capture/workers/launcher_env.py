@@ -1,9 +1,10 @@
 """Reads launcher variables the way trainers do, and says what it found.
 
-usage: launcher_env.py read|nothing
+usage: launcher_env.py read|nothing|master
 
 ``read``: looks up LOCAL_RANK with ``in`` (as PyTorch Lightning does) and RANK
-with ``os.getenv``, and prints them as JSON; ``nothing``: reads no launcher variable.
+with ``os.getenv``, and prints them as JSON; ``nothing``: reads no launcher variable;
+``master``: prints MASTER_ADDR and MASTER_PORT.
 """
 import json
 import os
@@ -12,5 +13,7 @@ import sys
 if sys.argv[1] == "read":
     local = os.environ["LOCAL_RANK"] if "LOCAL_RANK" in os.environ else None
     print(json.dumps({"LOCAL_RANK": local, "RANK": os.getenv("RANK")}), flush=True)
+elif sys.argv[1] == "master":
+    print(json.dumps({"MASTER_ADDR": os.environ["MASTER_ADDR"], "MASTER_PORT": os.environ["MASTER_PORT"]}), flush=True)
 else:
     print(json.dumps({}), flush=True)

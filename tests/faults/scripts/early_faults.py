@@ -1,6 +1,6 @@
 """A program that dies before any process group exists.
 
-usage: early_faults.py keyerror [--spawn]
+usage: early_faults.py keyerror [--spawn]   (--spawn: MASTER_PORT set, the ranks' rendezvous)
 Rank 1 looks up a missing setting (KeyError) while parsing its configuration;
 rank 0 goes on to init_process_group and waits there for rank 1 until the
 launcher (mpirun, or mp.spawn with --spawn) tears it down.
@@ -40,12 +40,7 @@ def spawned(index: int, port: int) -> None:
 
 if __name__ == "__main__":
     if "--spawn" in sys.argv:
-        import socket
-
         import torch.multiprocessing as mp
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(spawned, args=(port,), nprocs=2)
+        mp.spawn(spawned, args=(int(os.environ["MASTER_PORT"]),), nprocs=2)
     else:
         worker(int(os.environ["RANK"]))

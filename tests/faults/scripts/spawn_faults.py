@@ -1,6 +1,6 @@
 """Fault-injection workload: 2 gloo ranks via torch.multiprocessing.spawn.
 
-usage: spawn_faults.py MODE [STEPS]
+usage: MASTER_PORT=PORT spawn_faults.py MODE [STEPS]
 MODE: clean | usr1 | raise | sigkill | skip | sizes | sites (clean; odd steps call from a
 second line, so the trace holds two sigs)
 Every step is one all_reduce of 16 floats at the line marked STEP; the fault
@@ -10,7 +10,6 @@ collective that goes wrong).
 import datetime
 import os
 import signal
-import socket
 import sys
 import time
 
@@ -21,15 +20,8 @@ import torch.multiprocessing as mp
 FAULT_STEP = 3
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def worker(rank, world, port, mode, steps):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+def worker(rank, world, mode, steps):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"   # MASTER_PORT: the test's
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     t = torch.ones(16)
     for step in range(steps):
@@ -63,4 +55,4 @@ def worker(rank, world, port, mode, steps):
 if __name__ == "__main__":
     mode = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-    mp.spawn(worker, args=(2, free_port(), mode, steps), nprocs=2)
+    mp.spawn(worker, args=(2, mode, steps), nprocs=2)

@@ -1,7 +1,7 @@
 """Several worlds one after another in one traced run, as a test suite makes them: each
 world is 2 fresh ranks (torch.multiprocessing.spawn: new processes, new init_process_group).
 
-usage: worlds_faults.py MODE
+usage: worlds_faults.py MODE PORT SECOND_PORT (each world's rendezvous)
 MODE (what rank 1 of the first world does after its 2nd all_reduce): clean | exit
 (``os._exit(7)``) | hang (sleeps: rank 0 waits in its 3rd all_reduce until the hang watchdog
 aborts it). The second world, started after the first ended however it ended, is clean
@@ -14,19 +14,12 @@ sleeps): the send stays in flight until the hang watchdog aborts rank 0.
 import datetime
 import os
 import signal
-import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_world(rank, port, mode):
@@ -65,10 +58,10 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     failed = None
     try:
-        mp.spawn(first_world, args=(free_port(), mode), nprocs=2)
+        mp.spawn(first_world, args=(int(sys.argv[2]), mode), nprocs=2)
     except Exception as e:  # mp.spawn's ProcessExitedException: a test suite goes on to the next test
         failed = e
-    mp.spawn(second_world, args=(free_port(), mode), nprocs=2)
+    mp.spawn(second_world, args=(int(sys.argv[3]), mode), nprocs=2)
     if failed is not None:
         print(f"first world failed: {failed}", file=sys.stderr)
         sys.exit(1)
