@@ -46,9 +46,9 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
     if comm is not None:
         # One broadcast from rank 0 settles everything the ranks must agree on.
         proposal = None
-        if comm.Get_rank() == 0:
+        if comm.Get_rank() == 0:  # the port rank 0's store will listen on (its address as others reach it)
             proposal = {"run_id": run_id or launch.new_run_id(),
-                        "addr": launch.host_address(), "port": str(launch.free_port())}
+                        "addr": launch.host_address(), "port": env.get("MASTER_PORT") or str(launch.free_port())}
         agreed = comm.bcast(proposal, root=0)
         run_id = run_id or agreed["run_id"]
         if glue and launch.needs_rendezvous(info, env):

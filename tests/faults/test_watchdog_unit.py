@@ -177,6 +177,12 @@ def test_op_blocked_inside_backend_call_is_described(tmp_path, kind):
         ("all_reduce", "completed", op["callsite"], 1)]
 
 
+def _seq_status_by_file(run_dir) -> dict:
+    """{trace file: [(seq, status), ...]} of a run directory."""
+    df = load_run(str(run_dir)).frame
+    return {f: list(zip(g["seq"], g["status"].astype(str))) for f, g in df.groupby(df["file"].astype(str))}
+
+
 @pytest.mark.parametrize("kind", ["python", "native"])
 @pytest.mark.parametrize("fails", [False, True], ids=["ends", "fails"])
 def test_op_running_across_a_restart_stays_in_its_session(tmp_path, kind, fails):
@@ -203,8 +209,7 @@ def test_op_running_across_a_restart_stays_in_its_session(tmp_path, kind, fails)
         inner.release.set()
         th.join(10)
         rec.close()
-    df = load_run(str(tmp_path)).frame
-    rows = {f: list(zip(g["seq"], g["status"].astype(str))) for f, g in df.groupby(df["file"].astype(str))}
+    rows = _seq_status_by_file(tmp_path)
     stem = f"rank0.pid{os.getpid()}"
     assert rows == {stem: [(1, "in_flight")], stem + ".s2": [(2, "completed")]}
     with open(tmp_path / f"{stem}.s2.meta.jsonl") as f:
@@ -229,6 +234,5 @@ def test_op_ended_before_its_callback_ran_is_written_completed_at_stop(tmp_path,
         inner.release.set()
         backend_thread.join(10)
         rec.close()
-    df = load_run(str(tmp_path)).frame
-    rows = {f: list(zip(g["seq"], g["status"].astype(str))) for f, g in df.groupby(df["file"].astype(str))}
+    rows = _seq_status_by_file(tmp_path)
     assert rows == {f"rank0.pid{os.getpid()}": [(1, "completed")]}
