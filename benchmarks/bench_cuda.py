@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     from torch.nn.parallel import DistributedDataParallel as DDP
     dev = torch.device("cuda:0")
     torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    port = os.environ.get("MASTER_PORT") or free_port()
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     plain = dist.distributed_c10d._get_default_group()
     d = tempfile.mkdtemp(prefix="ct-bench-")
     res = {}

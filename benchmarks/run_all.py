@@ -169,8 +169,10 @@ def run_cuda(cfg) -> dict:
         return {"available": False, "reason": "no CUDA GPU on this machine"}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "c.json")
+        # the child's rendezvous port comes from here (a test run patches bench_capture.free_port)
+        env = {**os.environ, "MASTER_PORT": str(bench_capture.free_port())}
         r = subprocess.run([sys.executable, os.path.join(HERE, "bench_cuda.py"), "--reps", str(cfg["reps"]),
-                            "--json", path], capture_output=True, text=True, timeout=900)
+                            "--json", path], capture_output=True, text=True, timeout=900, env=env)
         if r.returncode or not os.path.exists(path):
             return {"available": False, "reason": (r.stderr.strip().splitlines() or ["failed"])[-1]}
         with open(path) as f:
