@@ -163,18 +163,22 @@ def run_mpi_backend(cfg) -> dict:
             return {"available": True, **json.load(f)}
 
 
-def run_cuda(cfg) -> dict:
-    import torch
-    if not torch.cuda.is_available():
-        return {"available": False, "reason": "no CUDA GPU on this machine"}
+def run_cuda(cfg, env: dict | None = None) -> dict:
+    """bench_cuda.py in a child; ``env``: the child's environment where it differs from this
+    process's (a test run hides the GPUs from itself and gives them to the child)."""
+    if env is None:
+        import torch
+        if not torch.cuda.is_available():
+            return {"available": False, "reason": "no CUDA GPU on this machine"}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "c.json")
         # the child's rendezvous port comes from here (a test run patches bench_capture.free_port)
-        env = {**os.environ, "MASTER_PORT": str(bench_capture.free_port())}
+        env = {**(os.environ if env is None else env), "MASTER_PORT": str(bench_capture.free_port())}
         r = subprocess.run([sys.executable, os.path.join(HERE, "bench_cuda.py"), "--reps", str(cfg["reps"]),
                             "--json", path], capture_output=True, text=True, timeout=900, env=env)
         if r.returncode or not os.path.exists(path):
-            return {"available": False, "reason": (r.stderr.strip().splitlines() or ["failed"])[-1]}
+            said = (r.stderr.strip() or r.stdout.strip()).splitlines()   # bench_cuda says "not available" on stdout
+            return {"available": False, "reason": said[-1] if said else "failed"}
         with open(path) as f:
             return {"available": True, **json.load(f)}
 

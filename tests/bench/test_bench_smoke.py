@@ -45,7 +45,8 @@ def results(suite_ports):
         "tracesize": size.run(ops=300),
         "mpibackend": _mod("run_all").run_mpi_backend({"reps": 1, "ddp_steps": 1, "calls": 200, "hidden": 64,
                                                       "port": h.free_port()}),
-        "cuda": _mod("run_all").run_cuda({"reps": 1}),
+        "cuda": (_mod("run_all").run_cuda({"reps": 1}, env=h.with_gpus(os.environ)) if h.gpu_count()
+                 else {"available": False, "reason": "no CUDA GPU given to this test run"}),
         "html": _html(),
     }
 
