@@ -184,6 +184,16 @@ def test_step_table(report):
         assert s["bytes"] == sum(op[4] for op in ops), s["step"]
 
 
+def test_construction_ops_are_in_no_iteration(variants_run):
+    """Each variant builds a new DDP module after the last one trained: its
+    construction's ops (the parameter checks, the module state broadcast) belong to
+    no training step, not to the previous module's last one."""
+    df = commtrace.load(variants_run)
+    init = df[df["phase"] == "ddp_init"]
+    assert len(init) == WORLD * 3 * 10  # 3 ops for each of the 10 DDP modules
+    assert set(init["iteration"]) == {0}
+
+
 def test_powersgd_ops_issued_in_callbacks_keep_their_bucket(variants_run):
     """PowerSGD's P and Q all_reduces run in Future callbacks (gloo's thread, or
     inline when the future is already done): they still carry bucket 0, the
