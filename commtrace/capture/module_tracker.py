@@ -277,10 +277,13 @@ class ModuleTracker:
         def unit(args, _kwargs):
             mods = getattr(args[0], "modules", None) if args else None
             return mods[0] if mods else None
-        # lazy_init: FSDP2 without a mesh given still builds one; this is the backstop
+        # lazy_init: FSDP2 without a mesh given still builds one; this is the backstop.
+        # post_backward names its unit whatever module looks running: the root's (and a unit's
+        # whose input gets no gradient) runs in FSDP2's end-of-backward callback, where the
+        # last submodule whose backward began (layers.0.up) never saw its backward end.
         self._patch_each(getattr(pg_mod, "FSDPParamGroup", None), (
             ("unshard", self._scope("fsdp_unshard", unit=unit)),
-            ("post_backward", self._scope("fsdp_reduce_grad", unit=unit)), ("lazy_init", self._enabling)))
+            ("post_backward", self._scope("fsdp_reduce_grad", unit=unit, unit_wins=True)), ("lazy_init", self._enabling)))
 
     def _patch_fsdp2_state(self, state_mod) -> None:
         """A unit's pre-backward (its unshard, its prefetches) runs in a hook on its output's

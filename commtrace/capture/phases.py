@@ -235,6 +235,7 @@ class PhaseHooks:
             caller = sys._getframe(2)   # the wrapped function's caller (1 is in_context's wrapper)
             if caller.f_code is hooks._ddp_init_code:  # inside DistributedDataParallel.__init__
                 local = caller.f_locals
+                rec.iteration = 0  # a new module: no training step yet (not the last module's)
                 fields.update(phase="ddp_init", module=hooks._label_of(local.get("self"), local.get("module")))
             return rec.push_context(**fields)
         return lambda orig: in_context(rec, orig, enter)

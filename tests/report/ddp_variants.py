@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as powersgd
 from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
-from torch.distributed.optim import PostLocalSGDOptimizer
+from torch.distributed.optim import PostLocalSGDOptimizer, ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import commtrace
@@ -122,10 +122,15 @@ def find_unused():
     train(model, sgd(model), 3, forward=lambda m, x, i: m(x, i % 2 == 0))
 
 
+def zero():
+    model = DDP(Net(), bucket_cap_mb=CAP_MB)
+    train(model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01), 3)
+
+
 # region name -> variant, in the order they run
 VARIANTS = {"allreduce_hook": allreduce_hook, "fp16": fp16, "powersgd": powersgd_hook,
             "post_localsgd": post_localsgd, "accumulation": accumulation, "two_models": two_models,
-            "static_graph": static_graph, "find_unused": find_unused}
+            "static_graph": static_graph, "find_unused": find_unused, "zero": zero}
 
 
 def worker(rank, world, port, names):

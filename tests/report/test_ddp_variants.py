@@ -40,6 +40,11 @@ How the hand counts come about (float32 = 4 bytes, int32 = 4 bytes):
   at the cap and [b.bias] = 16 B, then launched in reverse: bucket 0 = 16 B,
   bucket 1 = 272 B; every step also all_reduces the int32 used map (16 B). No
   rebuild with find_unused_parameters.
+* ZeroRedundancyOptimizer (SGD) over a DDP Net: it places parameters largest
+  first on the rank holding the fewest elements so far (fc1.weight on rank 0;
+  fc2.weight, fc1.bias, fc2.bias on rank 1) and, after each local step,
+  broadcasts every parameter from its owner, one broadcast per parameter (512,
+  256, 64 and 16 B) in the optimizer phase, outside every module.
 """
 import os
 import subprocess
@@ -70,6 +75,10 @@ def used_map(module, nbytes):
 
 def averaging(nbytes):
     return ("optimizer", None, None, WORLD, nbytes, None)
+
+
+def zero_broadcasts():
+    return [("optimizer", None, None, WORLD, nbytes, None) for nbytes in (512, 256, 64, 16)]
 
 
 def two_buckets(module, group=WORLD):
@@ -113,6 +122,8 @@ EXPECTED = [
     two_buckets("Net#7"), two_buckets("Net#7"),
     # find_unused_parameters, 3 steps
     *[[grad("Branches", 16, 0), grad("Branches", 272, 1), used_map("Branches", 16)]] * 3,
+    # ZeroRedundancyOptimizer, 3 steps
+    *[[*ops, *zero_broadcasts()] for ops in [*first_steps("Net#8"), two_buckets("Net#8")]],
 ]
 MICRO_STEPS = {15: 3, 16: 3}  # the accumulation steps
 
@@ -171,6 +182,16 @@ def test_step_table(report):
         assert s["micro_steps"] == MICRO_STEPS.get(s["step"], 1), s["step"]
         assert s["ops"] == len(ops), s["step"]
         assert s["bytes"] == sum(op[4] for op in ops), s["step"]
+
+
+def test_construction_ops_are_in_no_iteration(variants_run):
+    """Each variant builds a new DDP module after the last one trained: its
+    construction's ops (the parameter checks, the module state broadcast) belong to
+    no training step, not to the previous module's last one."""
+    df = commtrace.load(variants_run)
+    init = df[df["phase"] == "ddp_init"]
+    assert len(init) == WORLD * 3 * 10  # 3 ops for each of the 10 DDP modules
+    assert set(init["iteration"]) == {0}
 
 
 def test_powersgd_ops_issued_in_callbacks_keep_their_bucket(variants_run):
