@@ -283,7 +283,8 @@ class ModuleTracker:
         # last submodule whose backward began (layers.0.up) never saw its backward end.
         self._patch_each(getattr(pg_mod, "FSDPParamGroup", None), (
             ("unshard", self._scope("fsdp_unshard", unit=unit)),
-            ("post_backward", self._scope("fsdp_reduce_grad", unit=unit, unit_wins=True)), ("lazy_init", self._enabling)))
+            ("post_backward", self._scope("fsdp_reduce_grad", unit=unit, unit_wins=True)),
+            ("lazy_init", self._enabling)))
 
     def _patch_fsdp2_state(self, state_mod) -> None:
         """A unit's pre-backward (its unshard, its prefetches) runs in a hook on its output's
