@@ -88,16 +88,16 @@ def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
 
 
 def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarray, bw_end: np.ndarray,
-                        chunk: int = 1 << 16) -> iv.IntervalSet:
+                        chunk: int) -> iv.IntervalSet:
     """[last gradient bucket launch, end of the pass] per backward pass of one rank that launched
-    DDP gradient buckets (the ops of ``starts`` where ``grad``)."""
+    DDP gradient buckets (the ops of ``starts`` where ``grad``), read ``chunk`` ops at a time (0: at once)."""
     if not len(bw_begin) or not grad.any():
         return iv.empty()
     b, e = bw_begin, bw_end
     if not (b[1:] >= b[:-1]).all():       # spans are written in time order: no gathered copies (the task's peak)
         order = np.argsort(b, kind="stable")
         b, e = b[order], e[order]
-    last = np.full(len(b), np.iinfo(np.int64).min)
+    last, chunk = np.full(len(b), np.iinfo(np.int64).min), chunk or len(starts)
     for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
         np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
     has = last > np.iinfo(np.int64).min
@@ -121,12 +121,12 @@ def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
 class RankTimes:
     """Each rank's RankTime, built one rank at a time (all ranks' sets never coexist in memory).
     ``frame``: the ops (rows as ``a``) or their WaitColumns; ``selected``: the ops in the window
-    (default all); ``windows``: rank -> (lo, hi) clipping the communication set. Compute always
-    accounts for every op."""
+    (default all); ``windows``: rank -> (lo, hi) clipping the communication set; ``chunk``: ops a pass over
+    the whole rank reads at a time (0: all). Compute always accounts for every op."""
 
     def __init__(self, frame: "pd.DataFrame | WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
-                 selected: np.ndarray | None = None, windows: dict | None = None):
-        self.a, self.selected, self.windows = a, selected, windows
+                 selected: np.ndarray | None = None, windows: dict | None = None, chunk: int = 0):
+        self.a, self.selected, self.windows, self.chunk = a, selected, windows, chunk
         self.by_rank = a.rank_rows()
         self.cols = None
         if len(a.start):
@@ -152,7 +152,7 @@ class RankTimes:
         if sp is not None:
             grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
             bw = sp[take_rows(self.is_bw, sp)]
-            tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw])
+            tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw], self.chunk)
             del grad, bw        # a generator's locals live while it does
         if size <= 0 or len(rows) <= 2 * size:
             yield self._time(r, rows, sp, tails)

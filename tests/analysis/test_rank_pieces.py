@@ -105,4 +105,4 @@ def test_gradient_tails_chunk_by_chunk_equal_the_whole():
     for chunk in (1, 7, 999):
         got = _ddp_gradient_tails(starts, grad, b[order], e[order], chunk=chunk)
         assert all((x == y).all() for x, y in zip(got, whole))
-    assert not len(_ddp_gradient_tails(starts, np.zeros(5000, bool), b, e)[0])
+    assert not len(_ddp_gradient_tails(starts, np.zeros(5000, bool), b, e, 0)[0])
