@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..trace import schema
 from . import intervals as iv
-from .arrays import OpArrays, rows_by_rank, take_rows
+from .arrays import OpArrays, op_times, rows_by_rank, take_rows
 from .native_ext import kernels
 from .steps import AFTER, BEFORE, BETWEEN
 
@@ -47,13 +47,15 @@ def _is_value(col: pd.Series, value: str) -> np.ndarray:
 @dataclass
 class WaitColumns:
     """Per op, what says how long its caller waited: return time (``ret_unknown``: none), blocking
-    (``sync``), DDP's/Join's own op (``has_detail``), DDP gradient bucket; ``of(rows)``: one rank's waits."""
+    (``sync``), DDP's/Join's own op (``has_detail``), DDP gradient bucket; ``of(rows)``: one rank's waits.
+    ``offsets``: the records' (d_return, d_end), the return times op_times gives for the rows read (``ret`` None)."""
     a: OpArrays
     ret: np.ndarray | None
     ret_unknown: np.ndarray | None
     sync: np.ndarray | None
     has_detail: np.ndarray | None
     grad: np.ndarray
+    offsets: tuple | None = None
 
     @classmethod
     def of_frame(cls, frame: pd.DataFrame, a: OpArrays) -> "WaitColumns":
@@ -71,8 +73,11 @@ class WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
-        ret = start if self.ret is None else \
-            np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
+        if self.offsets is not None:        # start where unknown
+            ret = op_times(take_rows(self.offsets[0], rows), take_rows(self.offsets[1], rows), start)[0]
+        else:
+            ret = start if self.ret is None else \
+                np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
         ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else take_rows(self.sync, rows)
         if self.has_detail is not None:

@@ -160,7 +160,7 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[dict, list]:
     if ops is None:
         return {}, []
     a, n = ops.arrays, len(ops.cells)
-    f = cell_figures(ops.cell, a.dur, a.nbytes, n)
+    f = cell_figures(ops.cell, ops.durations(CHUNK_OPS), a.nbytes, n)
     keep = np.flatnonzero(f.ops > 0).tolist()
     columns = {c: [ops.cells[k][i] for k in keep] for i, c in enumerate(CELL_COLUMNS)}
     columns["rank"] = [str(rank)] * len(keep)

@@ -15,8 +15,7 @@ import numpy as np
 from ...trace import reader, records, schema
 from ...trace.annotations import is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
-from ..arrays import NA_KEY, OpArrays, dense_codes, narrow
-from ..native_ext import kernels
+from ..arrays import NA_KEY, OpArrays, dense_codes, narrow, op_times
 from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
@@ -24,7 +23,7 @@ CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_
 
 @dataclass
 class RankOps:
-    arrays: OpArrays          # sorted by start (the frame's order for one rank)
+    arrays: OpArrays          # sorted by start (the frame's order for one rank); dur None when ``offsets`` give it
     waits: WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
     cells: list               # per cell: CELL_COLUMNS' strings ("-" for none)
@@ -34,6 +33,17 @@ class RankOps:
     status: np.ndarray        # per op: its record's status (schema.STATUS_*)
     mkey: np.ndarray | None = None   # per op: index into ``mkeys`` (analysis.modules.ModuleFigures)
     mkeys: list = field(default_factory=list)   # (module, phase) strings ("-" for none)
+    offsets: tuple | None = None     # (d_return, d_end): the records' float32 offsets from start (op_times)
+
+    def durations(self, chunk: int) -> np.ndarray:
+        """Each op's duration (NaN: unknown): ``arrays.dur``, or op_times' from ``offsets``, ``chunk`` ops at a time."""
+        if self.arrays.dur is not None:
+            return self.arrays.dur
+        (d_return, d_end), t = self.offsets, self.arrays.start
+        dur, chunk = np.empty(len(t)), chunk or len(t) or 1
+        for i in range(0, len(t), chunk):
+            dur[i:i + chunk] = op_times(d_return[i:i + chunk], d_end[i:i + chunk], t[i:i + chunk])[3]
+        return dur
 
 
 def key_str(v) -> str:
@@ -81,12 +91,14 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         order = np.argsort(t, kind="stable")
         c = {k: v[order] for k, v in c.items()}
         t = c["t"]
-    ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
-    a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
-                 nbytes=c["sig_bytes"])                                                    # no memory per op
+    end = op_times(c["dret"], c["dend"], t)[2]      # return times and durations: from the offsets when read
+    a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=None,   # one rank: a view,
+                 nbytes=c["sig_bytes"])                                                     # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
-    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys))
+    offsets = (c["dret"], c["dend"])     # 8 B/op where return, its flag and the duration took 17
+    waits = WaitColumns(a, None, None, ~c["async"], c["detail"], c["grad"], offsets)
+    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys),
+                   offsets)
 
 
 def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type) -> None:
@@ -132,30 +144,8 @@ def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
     if ops is None or selected.all():
         return ops
     a = ops.arrays
-    sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected], dur=a.dur[selected],
-                   nbytes=a.nbytes[selected])
+    sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected],
+                   dur=None if a.dur is None else a.dur[selected], nbytes=a.nbytes[selected])
     return RankOps(sub, None, ops.cell[selected], ops.cells, ops.op_names, ops.proc[selected], ops.stems,
-                   ops.status[selected], None if ops.mkey is None else ops.mkey[selected], ops.mkeys)
-
-
-def op_times(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray) -> tuple:
-    """Per op from its start ``t`` and float32 offsets (NaN: unknown), as the reader times the
-    frame: (return, return unknown, end: the known end, else the return, else t, never before
-    t; duration, NaN when the end is unknown). One kernel pass when built."""
-    kern = kernels()
-    if kern is not None and d_return.dtype == np.float32 and d_end.dtype == np.float32:
-        t = np.ascontiguousarray(t, dtype=np.int64)
-        ret, unknown, end, dur = (np.empty(len(t), dt) for dt in (np.int64, bool, np.int64, np.float64))
-        kern.op_times(np.ascontiguousarray(d_return), np.ascontiguousarray(d_end), t, ret, unknown, end, dur)
-        return ret, unknown, end, dur
-    ret, ret_ok = _offset(d_return, t)
-    end, end_ok = _offset(d_end, t)
-    d_int = np.where(end_ok, np.nan_to_num(d_end).astype(np.int64), 0)
-    dur = np.where(end_ok, d_int.astype(np.float64), np.nan)
-    return ret, ~ret_ok, np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur
-
-
-def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(t + int64(d), known) for a float32 offset column with NaN for unknown (as the reader converts it)."""
-    ok = ~np.isnan(d)
-    return np.where(ok, np.nan_to_num(d).astype(np.int64), 0) + t, ok
+                   ops.status[selected], None if ops.mkey is None else ops.mkey[selected], ops.mkeys,
+                   None if ops.offsets is None else tuple(x[selected] for x in ops.offsets))
