@@ -113,6 +113,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
             op_names.append(name)
     nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
     nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
+    nbytes = nbytes.astype(np.int32) if len(nbytes) and abs(nbytes).max() < 2**31 else nbytes   # sums: int64 all the same
     is_async = np.array([bool(s.get("async")) for s in sigs])
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
     grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
@@ -133,7 +134,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     parts["t"].append(records.call_times(pt, refs.get(pt.world_id), rec))
     parts["dret"].append(rec["d_return"].copy())     # copies: a view would keep the records
     parts["dend"].append(rec["d_end"].copy())
-    parts["proc"].append(np.full(len(rec), proc, np.int16 if proc < 2**15 else np.int32))
+    parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), len(rec)))  # a view
     parts["status"].append(rec["status"].copy())
 
 
