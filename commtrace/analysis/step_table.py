@@ -188,14 +188,15 @@ class RankTimes:
 class StepFigures:
     """The per (rank, step) table: ``add`` each rank's RankTime, then ``columns()``."""
 
-    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None):
+    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None,
+                 chunk: int = 0):
         self.steps = steps
         n = len(steps)
         self.lo = steps["t_begin_ns"].to_numpy(np.int64)
         self.hi = steps["t_end_ns"].to_numpy(np.int64)
         self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if n else {}
         self.compute, self.comm, self.exposed = (np.zeros(n, np.int64) for _ in range(3))
-        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected)
+        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected, chunk)
 
     def add(self, r: int, t: RankTime) -> None:
         rows = self.rows.get(r)
@@ -219,9 +220,9 @@ class StepFigures:
                 "ops": self.ops, "bytes": self.nbytes}
 
 
-def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None):
+def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
     """(ops, bytes) per row of ``steps``: the rank's selected ops starting in the step (per rank a
-    table step number -> row, -1: not shown)."""
+    table step number -> row, -1: not shown), added ``chunk`` ops at a time (0: all; in row order either way)."""
     n = len(steps)
     ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
@@ -237,7 +238,9 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
         st = op_step if len(mine) == len(op_step) else op_step[mine]    # one rank's frame: no gather
         table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
         table[snum[rows]] = rows
-        _add_by_row(table, st, a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], ops, nbytes)
+        w, chunk = a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], chunk or len(st) or 1
+        for i in range(0, len(st), chunk):
+            _add_by_row(table, st[i:i + chunk], w[i:i + chunk], ops, nbytes)
     return ops, nbytes.astype(np.int64)
 
 

@@ -126,7 +126,7 @@ def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None, pie
     op_step, where = locate_ops(a, steps)
     sel = applied.selected if applied is not None else None
     shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
-    figures = StepFigures(shown_steps, a, op_step, sel)
+    figures = StepFigures(shown_steps, a, op_step, sel, CHUNK_OPS)
     del op_step                 # counted per step: 4 B/op less through the pieces
     outside = OutsideSteps(steps)
     times = RankTimes(waits, a, spans, sel, applied.bounds if applied is not None else None, CHUNK_OPS)
