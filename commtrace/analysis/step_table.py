@@ -123,6 +123,12 @@ def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
     return last
 
 
+def in_pieces(ops: int, size: int) -> bool:
+    """RankTimes.pieces walks a rank of ``ops`` ops in pieces of ``size``: not when ``size`` is 0 or over half
+    its ops (two pieces save no memory, measured)."""
+    return 0 < size and 2 * size < ops
+
+
 class RankTimes:
     """Each rank's RankTime, built one rank at a time (all ranks' sets never coexist in memory).
     ``frame``: the ops (rows as ``a``) or their WaitColumns; ``selected``: the ops in the window
@@ -152,14 +158,14 @@ class RankTimes:
     def pieces(self, r: int, size: int):
         """Rank ``r``'s RankTime in time pieces of about ``size`` ops, each set cut to its piece: a length is the
         sum of its pieces', and no piece holds the rank's whole sets and their temporaries (the rank task's peak).
-        One piece when ``size`` is 0 or over half the rank's ops (two pieces save no memory, measured)."""
+        One piece unless ``in_pieces``."""
         rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
         if sp is not None:
             grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
             bw = sp[take_rows(self.is_bw, sp)]
             tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw], self.chunk)
             del grad, bw        # a generator's locals live while it does
-        if size <= 0 or len(rows) <= 2 * size:
+        if not in_pieces(len(rows), size):
             yield self._time(r, rows, sp, tails)
             return
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)

@@ -117,7 +117,7 @@ def test_rank_ops_holds_offsets_whose_times_equal_the_whole(runs):
     from commtrace.analysis.arrays import op_times
     plan = run_plan.plan_run(runs["synthetic"])
     procs, refs = run_plan.read_rank(plan.ranks[1], plan.refs, [])
-    ops = rank_ops(procs, refs, 1)
+    ops = rank_ops(procs, refs, 1, lean=True)
     a, (d_return, d_end) = ops.arrays, ops.offsets
     assert a.dur is None and ops.waits.ret is None and d_return.dtype == d_end.dtype == np.float32
     assert (op_times(d_return, d_end, a.start)[2] == a.end).all()

@@ -19,7 +19,7 @@ import pandas as pd
 from ...trace import reader, schema
 from .. import intervals as iv
 from ..native_ext import kernels
-from ..step_table import OutsideSteps, RankTimes, StepFigures
+from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
@@ -86,12 +86,13 @@ def map_rank(task: RankTask) -> RankPartial:
     index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
-    ops, layers = rank_ops_of(procs, refs, task.rank)
+    lean = in_pieces(sum(len(p.records) for p in procs if p.records is not None), task.piece)   # few ranks:
+    ops, layers = rank_ops_of(procs, refs, task.rank, lean)                   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
-    spans = _times_of(spans)
+    spans = _times_of(spans) if lean else spans
     applied = applied_to_rank(task.window, ops, steps, task.t0)
     regions = RankRegions(region_spans, a, applied)
     modules = rank_modules(ops, applied) if task.modules else None

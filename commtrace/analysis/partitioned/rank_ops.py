@@ -68,9 +68,10 @@ def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tu
             key_str(reader.mesh_dim_of(group, dims)))
 
 
-def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
+def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read, which it takes: ``pt.records``
-    is None after); None when none."""
+    is None after); None when none. ``lean`` (a rank walked in pieces): its return times, their flags and
+    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
@@ -91,12 +92,14 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         order = np.argsort(t, kind="stable")
         c = {k: v[order] for k, v in c.items()}
         t = c["t"]
-    end = op_times(c["dret"], c["dend"], t)[2]      # return times and durations: from the offsets when read
-    a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=None,   # one rank: a view,
-                 nbytes=c["sig_bytes"])                                                     # no memory per op
+    ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
+    offsets = (c["dret"], c["dend"]) if lean else None
+    if lean:
+        ret = ret_unknown = dur = None
+    a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
+                 nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    offsets = (c["dret"], c["dend"])     # 8 B/op where return, its flag and the duration took 17
-    waits = WaitColumns(a, None, None, ~c["async"], c["detail"], c["grad"], offsets)
+    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"], offsets)
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys),
                    offsets)
 
