@@ -27,7 +27,7 @@ class OpArrays:
     start: np.ndarray      # int64 ns (rank 0's clock)
     end: np.ndarray        # int64 ns: t_end, else t_return, else start (never NA)
     dur: np.ndarray        # float64 ns, NaN when the op never completed (None: rank_ops.RankOps.durations, lean)
-    nbytes: np.ndarray     # int64 (a rank task's: int32 when every value fits; integer sums are int64 either way)
+    nbytes: np.ndarray     # int64 (a lean rank task's: int32 when every value fits; integer sums are int64 either way)
 
     _rank_codes: tuple | None = field(default=None, repr=False, compare=False)
     _sorted: bool | None = field(default=None, repr=False, compare=False)

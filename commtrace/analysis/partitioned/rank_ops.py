@@ -96,6 +96,8 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps 
     offsets = (c["dret"], c["dend"]) if lean else None
     if lean:
         ret = ret_unknown = dur = None
+        b = c["sig_bytes"]      # int32 when every value fits (4 B/op less; its sums are int64 either way, slower)
+        c["sig_bytes"] = b.astype(np.int32) if len(b) and -2**31 <= b.min() and b.max() < 2**31 else b
     a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
                  nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
@@ -116,7 +118,6 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
             op_names.append(name)
     nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
     nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
-    nbytes = nbytes.astype(np.int32) if len(nbytes) and abs(nbytes).max() < 2**31 else nbytes   # sums: int64 all the same
     is_async = np.array([bool(s.get("async")) for s in sigs])
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
     grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
