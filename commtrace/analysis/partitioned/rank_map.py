@@ -49,7 +49,7 @@ class RankTask:
 # Interval figures walk a rank in time pieces of ~1/PIECES_PER_RUN of the run's ops (at least MIN_PIECE_OPS):
 # a rank holding much of a run (few ranks) builds its sets (~70 B per op) piece by piece; one of many ranks, whole.
 PIECES_PER_RUN, MIN_PIECE_OPS = 16, 4096
-CHUNK_OPS = 1 << 16     # a pass over a whole rank's ops (sums, maxima) reads them this many at a time: small temporaries
+CHUNK_OPS = 1 << 16     # a pass over a whole rank's ops (sums, maxima) reads this many at a time: small temporaries
 
 
 def piece_size(run_ops: int) -> int:

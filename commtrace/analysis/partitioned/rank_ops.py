@@ -81,7 +81,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps 
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         if pt.records is not None and len(pt.records):
-            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type)
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
@@ -96,8 +96,6 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps 
     offsets = (c["dret"], c["dend"]) if lean else None
     if lean:
         ret = ret_unknown = dur = None
-        b = c["sig_bytes"]      # int32 when every value fits (4 B/op less; its sums are int64 either way, slower)
-        c["sig_bytes"] = b.astype(np.int32) if len(b) and -2**31 <= b.min() and b.max() < 2**31 else b
     a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
                  nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
@@ -106,8 +104,10 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps 
                    offsets)
 
 
-def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type) -> None:
-    """Append process ``proc``'s ops to rank_ops' ``parts`` (its temporaries go on return)."""
+def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
+            lean: bool) -> None:
+    """Append process ``proc``'s ops to rank_ops' ``parts`` (its temporaries go on return; ``lean``: bytes
+    int32 when every value fits, 4 B/op less: their sums are int64 either way, but numpy's are slower)."""
     rec = pt.records
     slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
     sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
@@ -118,6 +118,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
             op_names.append(name)
     nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
     nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
+    nbytes = nbytes.astype(np.int32) if lean and len(nbytes) and np.abs(nbytes).max() < 2**31 else nbytes
     is_async = np.array([bool(s.get("async")) for s in sigs])
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
     grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
