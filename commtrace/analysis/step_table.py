@@ -228,7 +228,8 @@ class StepFigures:
 
 def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
     """(ops, bytes) per row of ``steps``: the rank's selected ops starting in the step (per rank a
-    table step number -> row, -1: not shown), added ``chunk`` ops at a time (0: all; in row order either way)."""
+    table step number -> row, -1: not shown), added ``chunk`` ops at a time (0: all; in row order either way,
+    and integer sums below 2**53 are exact in any order)."""
     n = len(steps)
     ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
@@ -244,9 +245,9 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
         st = op_step if len(mine) == len(op_step) else op_step[mine]    # one rank's frame: no gather
         table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
         table[snum[rows]] = rows
-        w, chunk = a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], chunk or len(st) or 1
-        for i in range(0, len(st), chunk):
-            _add_by_row(table, st[i:i + chunk], w[i:i + chunk], ops, nbytes)
+        w, k = a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], chunk or len(st) or 1
+        for i in range(0, len(st), k):
+            _add_by_row(table, st[i:i + k], w[i:i + k], ops, nbytes)
     return ops, nbytes.astype(np.int64)
 
 
