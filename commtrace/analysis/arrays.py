@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .native_ext import kernels
+
 
 def int_or(col: pd.Series, fill) -> np.ndarray:
     """A nullable Int64 column as int64, NA -> ``fill`` (scalar or array)."""
@@ -24,8 +26,8 @@ class OpArrays:
     rank: np.ndarray       # int32
     start: np.ndarray      # int64 ns (rank 0's clock)
     end: np.ndarray        # int64 ns: t_end, else t_return, else start (never NA)
-    dur: np.ndarray        # float64 ns, NaN when the op never completed
-    nbytes: np.ndarray     # int64
+    dur: np.ndarray        # float64 ns, NaN when the op never completed (None: rank_ops.RankOps.durations, lean)
+    nbytes: np.ndarray     # int64 (a lean rank task's: int32 when every value fits; integer sums are int64 either way)
 
     _rank_codes: tuple | None = field(default=None, repr=False, compare=False)
     _sorted: bool | None = field(default=None, repr=False, compare=False)
@@ -227,3 +229,26 @@ def _split_rows(ranks: np.ndarray, codes: np.ndarray) -> dict[int, np.ndarray]:
     order = order.astype(np.int32) if len(order) < 2**31 else order
     bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(ranks)))))
     return {int(r): order[bounds[i]:bounds[i + 1]] for i, r in enumerate(ranks)}
+
+
+def op_times(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray) -> tuple:
+    """Per op from its start ``t`` and float32 offsets (NaN: unknown), as the reader times the
+    frame: (return, return unknown, end: the known end, else the return, else t, never before
+    t; duration, NaN when the end is unknown). One kernel pass when built."""
+    kern = kernels()
+    if kern is not None and d_return.dtype == np.float32 and d_end.dtype == np.float32:
+        t = np.ascontiguousarray(t, dtype=np.int64)
+        ret, unknown, end, dur = (np.empty(len(t), dt) for dt in (np.int64, bool, np.int64, np.float64))
+        kern.op_times(np.ascontiguousarray(d_return), np.ascontiguousarray(d_end), t, ret, unknown, end, dur)
+        return ret, unknown, end, dur
+    ret, ret_ok = _offset(d_return, t)
+    end, end_ok = _offset(d_end, t)
+    d_int = np.where(end_ok, np.nan_to_num(d_end).astype(np.int64), 0)
+    dur = np.where(end_ok, d_int.astype(np.float64), np.nan)
+    return ret, ~ret_ok, np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur
+
+
+def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(t + int64(d), known) for a float32 offset column with NaN for unknown (as the reader converts it)."""
+    ok = ~np.isnan(d)
+    return np.where(ok, np.nan_to_num(d).astype(np.int64), 0) + t, ok

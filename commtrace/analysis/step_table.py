@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..trace import schema
 from . import intervals as iv
-from .arrays import OpArrays, rows_by_rank, take_rows
+from .arrays import OpArrays, op_times, rows_by_rank, take_rows
 from .native_ext import kernels
 from .steps import AFTER, BEFORE, BETWEEN
 
@@ -47,13 +47,15 @@ def _is_value(col: pd.Series, value: str) -> np.ndarray:
 @dataclass
 class WaitColumns:
     """Per op, what says how long its caller waited: return time (``ret_unknown``: none), blocking
-    (``sync``), DDP's/Join's own op (``has_detail``), DDP gradient bucket; ``of(rows)``: one rank's waits."""
+    (``sync``), DDP's/Join's own op (``has_detail``), DDP gradient bucket; ``of(rows)``: one rank's waits.
+    ``offsets``: the records' (d_return, d_end), the return times op_times gives for the rows read (``ret`` None)."""
     a: OpArrays
     ret: np.ndarray | None
     ret_unknown: np.ndarray | None
     sync: np.ndarray | None
     has_detail: np.ndarray | None
     grad: np.ndarray
+    offsets: tuple | None = None
 
     @classmethod
     def of_frame(cls, frame: pd.DataFrame, a: OpArrays) -> "WaitColumns":
@@ -71,8 +73,11 @@ class WaitColumns:
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op's wait: to its return, or to its end where the caller waits in place."""
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
-        ret = start if self.ret is None else \
-            np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
+        if self.offsets is not None:        # start where unknown
+            ret = op_times(take_rows(self.offsets[0], rows), take_rows(self.offsets[1], rows), start)[0]
+        else:
+            ret = start if self.ret is None else \
+                np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
         ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
         in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else take_rows(self.sync, rows)
         if self.has_detail is not None:
@@ -88,16 +93,16 @@ def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:
 
 
 def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarray, bw_end: np.ndarray,
-                        chunk: int = 1 << 16) -> iv.IntervalSet:
+                        chunk: int) -> iv.IntervalSet:
     """[last gradient bucket launch, end of the pass] per backward pass of one rank that launched
-    DDP gradient buckets (the ops of ``starts`` where ``grad``)."""
+    DDP gradient buckets (the ops of ``starts`` where ``grad``), read ``chunk`` ops at a time (0: at once)."""
     if not len(bw_begin) or not grad.any():
         return iv.empty()
     b, e = bw_begin, bw_end
     if not (b[1:] >= b[:-1]).all():       # spans are written in time order: no gathered copies (the task's peak)
         order = np.argsort(b, kind="stable")
         b, e = b[order], e[order]
-    last = np.full(len(b), np.iinfo(np.int64).min)
+    last, chunk = np.full(len(b), np.iinfo(np.int64).min), chunk or len(starts)
     for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
         np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
     has = last > np.iinfo(np.int64).min
@@ -118,15 +123,21 @@ def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
     return last
 
 
+def in_pieces(ops: int, size: int) -> bool:
+    """RankTimes.pieces walks a rank of ``ops`` ops in pieces of ``size``: not when ``size`` is 0 or over half
+    its ops (two pieces save no memory, measured)."""
+    return 0 < size and 2 * size < ops
+
+
 class RankTimes:
     """Each rank's RankTime, built one rank at a time (all ranks' sets never coexist in memory).
     ``frame``: the ops (rows as ``a``) or their WaitColumns; ``selected``: the ops in the window
-    (default all); ``windows``: rank -> (lo, hi) clipping the communication set. Compute always
-    accounts for every op."""
+    (default all); ``windows``: rank -> (lo, hi) clipping the communication set; ``chunk``: ops a pass over
+    the whole rank reads at a time (0: all). Compute always accounts for every op."""
 
     def __init__(self, frame: "pd.DataFrame | WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
-                 selected: np.ndarray | None = None, windows: dict | None = None):
-        self.a, self.selected, self.windows = a, selected, windows
+                 selected: np.ndarray | None = None, windows: dict | None = None, chunk: int = 0):
+        self.a, self.selected, self.windows, self.chunk = a, selected, windows, chunk
         self.by_rank = a.rank_rows()
         self.cols = None
         if len(a.start):
@@ -147,14 +158,14 @@ class RankTimes:
     def pieces(self, r: int, size: int):
         """Rank ``r``'s RankTime in time pieces of about ``size`` ops, each set cut to its piece: a length is the
         sum of its pieces', and no piece holds the rank's whole sets and their temporaries (the rank task's peak).
-        One piece when ``size`` is 0 or over half the rank's ops (two pieces save no memory, measured)."""
+        One piece unless ``in_pieces``."""
         rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
         if sp is not None:
             grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
             bw = sp[take_rows(self.is_bw, sp)]
-            tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw])
+            tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw], self.chunk)
             del grad, bw        # a generator's locals live while it does
-        if size <= 0 or len(rows) <= 2 * size:
+        if not in_pieces(len(rows), size):
             yield self._time(r, rows, sp, tails)
             return
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
@@ -183,14 +194,15 @@ class RankTimes:
 class StepFigures:
     """The per (rank, step) table: ``add`` each rank's RankTime, then ``columns()``."""
 
-    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None):
+    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None,
+                 chunk: int = 0):
         self.steps = steps
         n = len(steps)
         self.lo = steps["t_begin_ns"].to_numpy(np.int64)
         self.hi = steps["t_end_ns"].to_numpy(np.int64)
         self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if n else {}
         self.compute, self.comm, self.exposed = (np.zeros(n, np.int64) for _ in range(3))
-        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected)
+        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected, chunk)
 
     def add(self, r: int, t: RankTime) -> None:
         rows = self.rows.get(r)
@@ -214,9 +226,10 @@ class StepFigures:
                 "ops": self.ops, "bytes": self.nbytes}
 
 
-def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None):
+def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
     """(ops, bytes) per row of ``steps``: the rank's selected ops starting in the step (per rank a
-    table step number -> row, -1: not shown)."""
+    table step number -> row, -1: not shown), added ``chunk`` ops at a time (0: all; in row order either way,
+    and integer sums below 2**53 are exact in any order)."""
     n = len(steps)
     ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
@@ -232,7 +245,9 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
         st = op_step if len(mine) == len(op_step) else op_step[mine]    # one rank's frame: no gather
         table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
         table[snum[rows]] = rows
-        _add_by_row(table, st, a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], ops, nbytes)
+        w, k = a.nbytes if len(mine) == len(a.nbytes) else a.nbytes[mine], chunk or len(st) or 1
+        for i in range(0, len(st), k):
+            _add_by_row(table, st[i:i + k], w[i:i + k], ops, nbytes)
     return ops, nbytes.astype(np.int64)
 
 

@@ -375,9 +375,9 @@ def test_file_columns(monkeypatch):
 
 
 def test_op_times(monkeypatch):
-    """rank_ops.op_times: return (start when unknown), end (known end, else return, else
+    """arrays.op_times: return (start when unknown), end (known end, else return, else
     start; never before the start), duration (NaN when the end is unknown)."""
-    from commtrace.analysis.partitioned.rank_ops import op_times
+    from commtrace.analysis.arrays import op_times
 
     t = np.array([100, 100, 100, 100, 100], np.int64)
     d_return = np.array([np.nan, 5.0, 7.0, np.nan, -50.0], np.float32)

@@ -1,6 +1,6 @@
 """A rank task's interval figures walked in time pieces (RankTimes.pieces) equal the whole rank's.
 
-The piece size is forced down to a few ops, so pieces cut steps, compute spans, DDP gradient tails,
+The piece size (and the chunk size of whole-rank passes) is forced down to a few ops, so pieces cut steps, compute spans, DDP gradient tails,
 regions, module sets and ops still in flight; every figure of the report (``--json``, terminal) and
 of the rank task's result must be the same as with the rank in one piece."""
 import json
@@ -30,6 +30,7 @@ def runs(tmp_path_factory):
 def _report(run, flags, tmp_path, monkeypatch, piece_ops):
     monkeypatch.setattr(rank_map, "MIN_PIECE_OPS", piece_ops)
     monkeypatch.setattr(rank_map, "PIECES_PER_RUN", 1 << 40)     # piece_size: MIN_PIECE_OPS whatever the run
+    monkeypatch.setattr(rank_map, "CHUNK_OPS", piece_ops)        # whole-rank passes (durations, bytes per step)
     out = tmp_path / f"{piece_ops}.json"
     res = commtrace_main("report", run, "--width", "120", "--json", out, *flags)
     return res.returncode, res.stdout, res.stderr, json.loads(out.read_text()) if out.exists() else None
@@ -105,4 +106,52 @@ def test_gradient_tails_chunk_by_chunk_equal_the_whole():
     for chunk in (1, 7, 999):
         got = _ddp_gradient_tails(starts, grad, b[order], e[order], chunk=chunk)
         assert all((x == y).all() for x, y in zip(got, whole))
-    assert not len(_ddp_gradient_tails(starts, np.zeros(5000, bool), b, e)[0])
+    assert not len(_ddp_gradient_tails(starts, np.zeros(5000, bool), b, e, 0)[0])
+
+
+def test_rank_ops_holds_offsets_whose_times_equal_the_whole(runs):
+    """rank_ops keeps the records' float32 offsets, not each op's return time, its flag and its duration
+    (17 B/op): the return times WaitColumns derives for any rows, and the durations read a few ops at a
+    time, equal op_times' over the whole rank (also with returns and ends unknown: NaN offsets)."""
+    import dataclasses
+    from commtrace.analysis.arrays import op_times
+    plan = run_plan.plan_run(runs["synthetic"])
+    procs, refs = run_plan.read_rank(plan.ranks[1], plan.refs, [])
+    ops = rank_ops(procs, refs, 1, lean=True)
+    a, (d_return, d_end) = ops.arrays, ops.offsets
+    assert a.dur is None and ops.waits.ret is None and d_return.dtype == d_end.dtype == np.float32
+    assert (op_times(d_return, d_end, a.start)[2] == a.end).all()
+    d_return, d_end = d_return.copy(), d_end.copy()
+    d_return[::7], d_end[::5] = np.nan, np.nan
+    ret, unknown, end, dur = op_times(d_return, d_end, a.start)
+    a = dataclasses.replace(a, end=end)
+    ops = dataclasses.replace(ops, arrays=a, offsets=(d_return, d_end),
+                              waits=dataclasses.replace(ops.waits, a=a, offsets=(d_return, d_end)))
+    for chunk in (0, 1, 7, 999):
+        assert np.array_equal(ops.durations(chunk), dur, equal_nan=True)
+    framed = WaitColumns(a, ret, unknown, ops.waits.sync, ops.waits.has_detail, ops.waits.grad)
+    rng = np.random.default_rng(3)
+    for rows in (np.arange(len(end)), np.arange(100, 900), np.sort(rng.choice(len(end), 300, replace=False))):
+        assert all((x == y).all() for x, y in zip(ops.waits.of(rows), framed.of(rows)))
+
+
+def test_bytes_per_step_chunk_by_chunk_equal_the_whole(runs):
+    """StepFigures adds each step's ops and bytes ``chunk`` ops at a time: the same sums (in row order)."""
+    from commtrace.analysis.steps import find_steps, locate_ops
+    from commtrace.analysis.step_table import StepFigures
+    from commtrace.trace import reader
+    plan = run_plan.plan_run(runs["ddp"])
+    for r, metas in plan.ranks.items():
+        procs, refs = run_plan.read_rank(metas, plan.refs, [])
+        spans, _, _ = reader.build_mark_tables(procs, [], refs, user_marks=False)
+        ops = rank_ops(procs, refs, r)
+        steps = find_steps(spans, ops.arrays)
+        op_step = locate_ops(ops.arrays, steps)[0]
+        whole = StepFigures(steps, ops.arrays, op_step, None, 0)
+        assert len(steps) and whole.nbytes.sum() > 0
+        selected = np.arange(len(op_step)) % 3 > 0
+        for chunk in (1, 2, 5):
+            got = StepFigures(steps, ops.arrays, op_step, None, chunk)
+            assert (got.ops == whole.ops).all() and (got.nbytes == whole.nbytes).all()
+            a, b = StepFigures(steps, ops.arrays, op_step, selected, chunk), StepFigures(steps, ops.arrays, op_step, selected)
+            assert (a.ops == b.ops).all() and (a.nbytes == b.nbytes).all()

@@ -29,13 +29,13 @@ def has_cpp(procs: list) -> bool:
     return any(p.header.get("source") == "cpp" for p in procs)
 
 
-def rank_ops_of(procs: list, refs: dict, rank: int) -> tuple[RankOps | None, dict]:
+def rank_ops_of(procs: list, refs: dict, rank: int, lean: bool = False) -> tuple[RankOps | None, dict]:
     """(a rank's ops, {C++ ops path: CppFile}) of ``procs`` with their records: gathered from the
     records (rank_ops), or from the rank's frame after the C++ merge (build_frame consumes them;
     the merge reads the clock descriptions)."""
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
     if not cpp:
-        return rank_ops(procs, refs, rank), {}
+        return rank_ops(procs, refs, rank, lean), {}
     reader.describe_clocks(procs, refs)
     twins = {p.stem: reader.python_twin(p, procs) for p in cpp}
     groups = {p.stem: {reader.str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}

@@ -15,8 +15,7 @@ import numpy as np
 from ...trace import reader, records, schema
 from ...trace.annotations import is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
-from ..arrays import NA_KEY, OpArrays, dense_codes, narrow
-from ..native_ext import kernels
+from ..arrays import NA_KEY, OpArrays, dense_codes, narrow, op_times
 from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
@@ -24,7 +23,7 @@ CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_
 
 @dataclass
 class RankOps:
-    arrays: OpArrays          # sorted by start (the frame's order for one rank)
+    arrays: OpArrays          # sorted by start (the frame's order for one rank); dur None when ``offsets`` give it
     waits: WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
     cells: list               # per cell: CELL_COLUMNS' strings ("-" for none)
@@ -34,6 +33,17 @@ class RankOps:
     status: np.ndarray        # per op: its record's status (schema.STATUS_*)
     mkey: np.ndarray | None = None   # per op: index into ``mkeys`` (analysis.modules.ModuleFigures)
     mkeys: list = field(default_factory=list)   # (module, phase) strings ("-" for none)
+    offsets: tuple | None = None     # (d_return, d_end): the records' float32 offsets from start (op_times)
+
+    def durations(self, chunk: int) -> np.ndarray:
+        """Each op's duration (NaN: unknown): ``arrays.dur``, or op_times' from ``offsets``, ``chunk`` ops at a time."""
+        if self.arrays.dur is not None:
+            return self.arrays.dur
+        (d_return, d_end), t = self.offsets, self.arrays.start
+        dur, chunk = np.empty(len(t)), chunk or len(t) or 1
+        for i in range(0, len(t), chunk):
+            dur[i:i + chunk] = op_times(d_return[i:i + chunk], d_end[i:i + chunk], t[i:i + chunk])[3]
+        return dur
 
 
 def key_str(v) -> str:
@@ -58,9 +68,10 @@ def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tu
             key_str(reader.mesh_dim_of(group, dims)))
 
 
-def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
+def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read, which it takes: ``pt.records``
-    is None after); None when none."""
+    is None after); None when none. ``lean`` (a rank walked in pieces): its return times, their flags and
+    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
@@ -70,7 +81,7 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         if pt.records is not None and len(pt.records):
-            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type)
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
@@ -82,15 +93,21 @@ def rank_ops(procs: list, refs: dict, rank: int) -> RankOps | None:
         c = {k: v[order] for k, v in c.items()}
         t = c["t"]
     ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
+    offsets = (c["dret"], c["dend"]) if lean else None
+    if lean:
+        ret = ret_unknown = dur = None
     a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
                  nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"])
-    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys))
+    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"], offsets)
+    return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys),
+                   offsets)
 
 
-def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type) -> None:
-    """Append process ``proc``'s ops to rank_ops' ``parts`` (its temporaries go on return)."""
+def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
+            lean: bool) -> None:
+    """Append process ``proc``'s ops to rank_ops' ``parts`` (its temporaries go on return; ``lean``: bytes
+    int32 when every value fits, 4 B/op less: their sums are int64 either way, but numpy's are slower)."""
     rec = pt.records
     slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
     sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
@@ -101,29 +118,29 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
             op_names.append(name)
     nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
     nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
+    nbytes = nbytes.astype(np.int32) if lean and len(nbytes) and np.abs(nbytes).max() < 2**31 else nbytes
     is_async = np.array([bool(s.get("async")) for s in sigs])
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
     grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
                      and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
-    si, gi = slut.take(rec["sig"]), glut.take(rec["group"])     # take: up to 3x faster than indexing
+    wide = np.int32 if len(sigs) * max(len(groups), 1) < 2**31 else np.int64    # 8 B/op less at the task's peak
+    si, gi = slut.astype(wide).take(rec["sig"]), glut.astype(wide).take(rec["group"])   # take: up to 3x faster
     combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
     dims = reader.mesh_dims(pt.meshes)
     c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
                                                       pt.world_number),
                                              len(cells)) for x in combo.tolist()], np.int64), len(cells))
+    mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
+                   for s in sigs], mkey_type)
+    for k, per_sig in (("sig_bytes", nbytes), ("async", is_async), ("detail", det), ("grad", grad), ("mkey", mk)):
+        parts[k].append(per_sig.take(si))
+    parts["cell"].append(c_of.take(inv))
+    del si, gi, inv         # before the op times are built beside the records (the task's peak)
     parts["t"].append(records.call_times(pt, refs.get(pt.world_id), rec))
     parts["dret"].append(rec["d_return"].copy())     # copies: a view would keep the records
     parts["dend"].append(rec["d_end"].copy())
-    parts["sig_bytes"].append(nbytes.take(si))
-    parts["async"].append(is_async.take(si))
-    parts["detail"].append(det.take(si))
-    parts["grad"].append(grad.take(si))
-    parts["cell"].append(c_of.take(inv))
-    parts["proc"].append(np.full(len(rec), proc, np.int16 if proc < 2**15 else np.int32))
+    parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), len(rec)))  # a view
     parts["status"].append(rec["status"].copy())
-    mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
-                   for s in sigs], mkey_type)
-    parts["mkey"].append(mk.take(si))
 
 
 def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
@@ -133,30 +150,8 @@ def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
     if ops is None or selected.all():
         return ops
     a = ops.arrays
-    sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected], dur=a.dur[selected],
-                   nbytes=a.nbytes[selected])
+    sub = OpArrays(rank=a.rank[selected], start=a.start[selected], end=a.end[selected],
+                   dur=None if a.dur is None else a.dur[selected], nbytes=a.nbytes[selected])
     return RankOps(sub, None, ops.cell[selected], ops.cells, ops.op_names, ops.proc[selected], ops.stems,
-                   ops.status[selected], None if ops.mkey is None else ops.mkey[selected], ops.mkeys)
-
-
-def op_times(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray) -> tuple:
-    """Per op from its start ``t`` and float32 offsets (NaN: unknown), as the reader times the
-    frame: (return, return unknown, end: the known end, else the return, else t, never before
-    t; duration, NaN when the end is unknown). One kernel pass when built."""
-    kern = kernels()
-    if kern is not None and d_return.dtype == np.float32 and d_end.dtype == np.float32:
-        t = np.ascontiguousarray(t, dtype=np.int64)
-        ret, unknown, end, dur = (np.empty(len(t), dt) for dt in (np.int64, bool, np.int64, np.float64))
-        kern.op_times(np.ascontiguousarray(d_return), np.ascontiguousarray(d_end), t, ret, unknown, end, dur)
-        return ret, unknown, end, dur
-    ret, ret_ok = _offset(d_return, t)
-    end, end_ok = _offset(d_end, t)
-    d_int = np.where(end_ok, np.nan_to_num(d_end).astype(np.int64), 0)
-    dur = np.where(end_ok, d_int.astype(np.float64), np.nan)
-    return ret, ~ret_ok, np.maximum(np.where(end_ok, end, np.where(ret_ok, ret, t)), t), dur
-
-
-def _offset(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(t + int64(d), known) for a float32 offset column with NaN for unknown (as the reader converts it)."""
-    ok = ~np.isnan(d)
-    return np.where(ok, np.nan_to_num(d).astype(np.int64), 0) + t, ok
+                   ops.status[selected], None if ops.mkey is None else ops.mkey[selected], ops.mkeys,
+                   None if ops.offsets is None else tuple(x[selected] for x in ops.offsets))
