@@ -342,32 +342,49 @@ def _median(v: np.ndarray) -> float:
 
 
 class PartitionFold:
-    """Partition partials folded as they arrive."""
+    """Partition partials, folded in chunk order whichever arrives first: their float sums
+    (bandwidth, the spreads' means, busbw) then keep their last bits from one run to the next."""
 
     def __init__(self, top: int):
         self.top_n = top
         self.instances = 0
         self.tops: list = []
         self.strag: list = []
-        self.spreads: dict = {}
-        self.bandwidth: dict = {}
-        self.busbw = [0.0, 0.0, 0]
-        self.splits: list = []             # phase_splits.split_instances per partition
+        self.arrived: list = []            # (chunk, spreads, bandwidth, busbw, split) as they come
 
     def add(self, p: PartitionPartial) -> None:
         self.instances += p.instances
         if len(p.top):
             self.tops.append(p.top)            # a few rows each: sorted once, at the end
         if len(p.stragglers[0]):
-            self.strag.append(p.stragglers)
-        for op, v in p.spreads.items():
-            self.spreads.setdefault(op, []).append(v)
-        for name, t in p.bandwidth.items():
-            self.bandwidth.setdefault(name, []).append(t)
-        for i in range(3):
-            self.busbw[i] += p.busbw[i]
-        if p.split is not None and len(p.split):
-            self.splits.append(p.split)
+            self.strag.append(p.stragglers)    # integer sums: any order
+        self.arrived.append((p.chunk, p.spreads, p.bandwidth, p.busbw, p.split))
+
+    def _column(self, i: int) -> list:
+        return [a[i] for a in sorted(self.arrived, key=lambda a: a[0])]
+
+    @property
+    def spreads(self) -> dict:
+        """op -> its instances' spreads, a piece per partition."""
+        out: dict = {}
+        for spreads in self._column(1):
+            for op, v in spreads.items():
+                out.setdefault(op, []).append(v)
+        return out
+
+    @property
+    def bandwidth(self) -> dict:
+        """table -> the partitions' (keys, collectives, T, S, B)."""
+        out: dict = {}
+        for bandwidth in self._column(2):
+            for name, t in bandwidth.items():
+                out.setdefault(name, []).append(t)
+        return out
+
+    @property
+    def splits(self) -> list:
+        """phase_splits.split_instances per partition."""
+        return [s for s in self._column(4) if s is not None and len(s)]
 
     def _top(self, parts: list) -> pd.DataFrame:
         # ties broken down to the instance ((world, group, seq): unique), so the order does not
@@ -409,5 +426,6 @@ class PartitionFold:
                 "stragglers": strag.head(self.top_n), "by_op": by_op, "instances": self.instances}
 
     def run_busbw(self) -> float:
-        b, t, _ = self.busbw
+        b = sum(x[0] for x in self._column(3))
+        t = sum(x[1] for x in self._column(3))
         return b / (t * 1e-9) if t > 0 else float("nan")

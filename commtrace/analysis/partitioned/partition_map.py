@@ -55,6 +55,7 @@ class PartitionPartial:
     bandwidth: dict             # table -> (key tuples, then per key: collectives, T, S, B)
     busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
     split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
+    chunk: int = 0              # its task's chunk: the fold sums partitions in this order, not arrival's
 
 
 @dataclass
@@ -148,7 +149,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if got is not None:
             slices.append((key, world, *got))
     if not slices:
-        return _empty()
+        return _empty(task.chunk)
     total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
     at = 0
@@ -209,7 +210,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     busbw = (float((S[okb] * fac[okb]).sum()), float(T[okb].sum()), int(((~p2p)).sum()))
     split = split_instances(c["cell"], cell_ids, inst, first, c["rank"], c["t"],
                             np.asarray(ops, dtype=object)[op_first], group_of[c["wg"][first]], c["seq"][first])
-    return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split)
+    return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split,
+                            task.chunk)
 
 
 def _file_columns(c: dict, at: int, rec: np.ndarray, t: np.ndarray, si: np.ndarray, gi: np.ndarray, ft: _FileTables,
@@ -357,6 +359,6 @@ def _int(v, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
-def _empty() -> PartitionPartial:
+def _empty(chunk: int) -> PartitionPartial:
     empty = np.zeros(0, np.int64)
-    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty,) * 3, {}, {}, (0.0, 0.0, 0))
+    return PartitionPartial(0, pd.DataFrame(columns=TOP_COLUMNS), (empty,) * 3, {}, {}, (0.0, 0.0, 0), chunk=chunk)
