@@ -109,15 +109,18 @@ class Progress:
                 if self._stop:
                     return
                 active = self.active
+                statuses = []   # one per finished request, in idx's order
                 try:
-                    idx = testsome([w._req for w in active])
+                    idx = testsome([w._req for w in active], statuses)
                 except Exception:
                     idx = None
                     failed = self._find_failed(active)
                 if idx:
                     done = [active[i] for i in idx]
-                    for w in done:
+                    for w, status in zip(done, statuses):
                         active.remove(w)
+                        if w._status is not None:   # recv_anysource: its sender is only in here
+                            w._status = status
             for w, exc in failed:
                 w._finish(exc)
             for w in done:
@@ -131,7 +134,7 @@ class Progress:
         out = []
         for w in list(active):
             try:
-                flag = w._req.Test()
+                flag = w._req.Test(w._status)
             except Exception as exc:  # noqa: BLE001 -- surfaced through the Work
                 active.remove(w)
                 out.append((w, exc))

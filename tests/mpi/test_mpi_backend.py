@@ -135,3 +135,10 @@ def test_reduce_op_errors_name_op_and_dtype():
         dtypes.reduce_op(R.BXOR, torch.float16)
     with pytest.raises(ValueError, match="MIN.*complex64"):
         dtypes.reduce_op(R.MIN, torch.complex64)
+
+
+def test_recv_from_any_source_knows_its_sender(run_mpi):
+    # A recv_anysource finished by the progress thread (MPI_Testsome without statuses)
+    # reported sender -1: torch's test_send_recv_any_source failed under commtrace run.
+    out = run_mpi("worker_anysource.py", 3, timeout=90)
+    assert "anysource: 10 receives on 3 ranks, wrong senders: []" in out, out
