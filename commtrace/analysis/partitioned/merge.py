@@ -363,23 +363,23 @@ class PartitionFold:
     def _column(self, i: int) -> list:
         return [a[i] for a in sorted(self.arrived, key=lambda a: a[0])]
 
+    def _pieces(self, i: int) -> dict:
+        """name -> the partitions' values of column ``i`` (a dict per partition), in chunk order."""
+        out: dict = {}
+        for by_name in self._column(i):
+            for name, v in by_name.items():
+                out.setdefault(name, []).append(v)
+        return out
+
     @property
     def spreads(self) -> dict:
         """op -> its instances' spreads, a piece per partition."""
-        out: dict = {}
-        for spreads in self._column(1):
-            for op, v in spreads.items():
-                out.setdefault(op, []).append(v)
-        return out
+        return self._pieces(1)
 
     @property
     def bandwidth(self) -> dict:
         """table -> the partitions' (keys, collectives, T, S, B)."""
-        out: dict = {}
-        for bandwidth in self._column(2):
-            for name, t in bandwidth.items():
-                out.setdefault(name, []).append(t)
-        return out
+        return self._pieces(2)
 
     @property
     def splits(self) -> list:
