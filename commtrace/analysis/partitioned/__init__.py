@@ -179,7 +179,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     finally:
         ex.close()
         bar.close()
-    tables = {name: with_bandwidth(early[name], parts.bandwidth.get(name)) for name in keys}
+    bandwidth = parts.bandwidth         # gathered once, for every table
+    tables = {name: with_bandwidth(early[name], bandwidth.get(name)) for name in keys}
     if not len(cells):     # no op (in the window): the empty per-group table has the per-op table's columns
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}

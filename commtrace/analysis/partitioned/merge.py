@@ -426,6 +426,6 @@ class PartitionFold:
                 "stragglers": strag.head(self.top_n), "by_op": by_op, "instances": self.instances}
 
     def run_busbw(self) -> float:
-        b = sum(x[0] for x in self._column(3))
-        t = sum(x[1] for x in self._column(3))
+        busbw = self._column(3)
+        b, t = sum(x[0] for x in busbw), sum(x[1] for x in busbw)
         return b / (t * 1e-9) if t > 0 else float("nan")
