@@ -82,3 +82,9 @@ def test_traced_ddp_on_native_group(built, run_mpi, tmp_path):
     df = commtrace.load(str(out_dir))
     mpi = df[df["backend"].astype(str) == "mpi"]
     assert len(mpi) and set(mpi["status"]) == {"completed"}
+
+
+def test_profiler_events_async_with_shapes(built, run_mpi):
+    # The fast path's own ops and the Python group's under it: every event async, as c10d's Work.
+    out = run_mpi("worker_profiler.py", 2, env=NATIVE, timeout=90)
+    assert out.count("on 2 ranks, path native, failures: []") == 2, out
