@@ -24,6 +24,8 @@ machine noise hits them alike. Rank 0 prints the table and the ratios.
   dist       dist.all_reduce(t, group=pg): adds torch's Python front end
   dist py    the same on a second group created with COMMTRACE_NATIVE=0
   dist async dist.all_reduce(t, group=pg, async_op=True).wait()
+  bcast      pg.broadcast([t], opts) (blocking, root 0) then .wait(): the fast path's other op
+  bcast py   the same on the Python group (its general path: _go, _collective)
   DDP step   forward+backward+SGD step, DDP(bucket_cap_mb=1), mpi (pg, and
              the Python path: dist py's group) vs gloo
 
@@ -106,6 +108,7 @@ def main():
         a = t.numpy().copy()
         tn = t.numpy()
         sync = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
+        bsync = torch_compat.make_options(dist.BroadcastOptions, async_op=False, rootRank=0)
         variants = {
             "raw": lambda: raw_comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
             "raw pg comm": lambda: pg.comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
@@ -116,6 +119,8 @@ def main():
             "dist": lambda: dist.all_reduce(t, group=pg),
             "dist py": lambda: dist.all_reduce(t, group=dist_py),
             "dist async": lambda: dist.all_reduce(t, group=pg, async_op=True).wait(),
+            "bcast": lambda: pg.broadcast([t], bsync).wait(),
+            "bcast py": lambda: pg_py.broadcast([t], bsync).wait(),
         }
         for fn in variants.values():     # warm up (first calls build caches/schedules)
             for _ in range(min(n, 200)):
@@ -155,7 +160,7 @@ def main():
     if rank == 0:
         print(f"ranks={size} threads={torch.get_num_threads()} "
               f"MPI thread level={MPI.Query_thread()} (3 = MULTIPLE); pg path: {path}")
-        cols = ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async")
+        cols = ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async", "bcast", "bcast py")
         print(f"{'all_reduce':12s}" + "".join(f"{c:>12s}" for c in cols) + "   "
               + "".join(f"{c + '/raw':>15s}" for c in cols[1:]))
         for label, m in rows:
