@@ -78,6 +78,7 @@ def main():
     ap.add_argument("--ddp-steps", type=int, default=10)
     ap.add_argument("--calls", type=int, default=20000,
                     help="1-element all_reduces per repetition and variant (4 MB ones: 1/500 of it, at least 2)")
+    ap.add_argument("--variants", help="comma-separated variants to time (default: all; raw always)")
     ap.add_argument("--json", help="rank 0 writes the figures here (run_all.py reads them)")
     ap.add_argument("--port", type=int, help="the gloo group's rendezvous port (default: rank 0 picks a free one)")
     args = ap.parse_args()
@@ -122,6 +123,9 @@ def main():
             "bcast": lambda: pg.broadcast([t], bsync).wait(),
             "bcast py": lambda: pg_py.broadcast([t], bsync).wait(),
         }
+        if args.variants:
+            keep = {"raw", *args.variants.split(",")}
+            variants = {k: fn for k, fn in variants.items() if k in keep}
         for fn in variants.values():     # warm up (first calls build caches/schedules)
             for _ in range(min(n, 200)):
                 fn()
@@ -160,7 +164,8 @@ def main():
     if rank == 0:
         print(f"ranks={size} threads={torch.get_num_threads()} "
               f"MPI thread level={MPI.Query_thread()} (3 = MULTIPLE); pg path: {path}")
-        cols = ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async", "bcast", "bcast py")
+        cols = tuple(c for c in ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async", "bcast",
+                                 "bcast py") if c in rows[0][1])
         print(f"{'all_reduce':12s}" + "".join(f"{c:>12s}" for c in cols) + "   "
               + "".join(f"{c + '/raw':>15s}" for c in cols[1:]))
         for label, m in rows:
