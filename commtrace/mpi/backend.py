@@ -12,9 +12,9 @@ import torch.distributed as dist
 
 from .. import mpienv, torch_compat
 from ..dynamo import skip_class_frames
-from . import dtypes, events, runtime
+from . import dtypes, profiling, runtime
 from .collectives import Collectives
-from .events import profiler
+from .profiling import profiler
 from .tensors import check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
 from .work import MPIWork, _DoneWork, _MultiWork, keep
 
@@ -122,8 +122,8 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         ``inputs`` (default: ``result``) as its inputs, as c10d's Work for it would."""
         event = None
         if profiler._is_profiler_enabled:
-            event = events.begin(events.RECV_ANY if status is not None else events.TITLES[name],
-                                 result if inputs is None else inputs)
+            event = profiling.begin(profiling.RECV_ANY if status is not None else profiling.TITLES[name],
+                                    result if inputs is None else inputs)
         if name[0] != "I":
             # positional forms, and some Options types before torch 2.8, carry no asyncOp
             return self._collective(getattr(self._comm, name), args, result, post,
@@ -143,7 +143,7 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         (waited for here when ``blocking``). A non-blocking ``call`` ("Iallreduce": large
         all_reduces, see collectives.py) starts in its turn the same way, blocking or not, and its
         request goes to the progress thread. Without a progress thread (MPI below THREAD_MULTIPLE)
-        no other thread may call MPI: always inline. ``event`` (events.py) ends when it finishes."""
+        no other thread may call MPI: always inline. ``event`` (profiling.py) ends when it finishes."""
         q = self._queue
         starts = call.__name__[0] == "I"    # a non-blocking call (large all_reduce): returns at once
         threaded = runtime.progress is not None

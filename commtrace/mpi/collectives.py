@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 
 from .. import torch_compat
-from . import dtypes, events, runtime
-from .events import profiler
+from . import dtypes, profiling, runtime
+from .profiling import profiler
 from .tensors import (_U8, _bytes, _check, _copy_bytes, _one, _opt, _redop, _same_dtype, _scatter_back,
                       check_device)
 from .work import _DoneWork, keep
@@ -105,7 +105,7 @@ class Collectives:
         else:
             ent = dtypes.reduce_op(rop, t.dtype)
         mop, avg = ent
-        event = events.begin("mpi:all_reduce", [t]) if profiler._is_profiler_enabled else None
+        event = profiling.begin("mpi:all_reduce", [t]) if profiler._is_profiler_enabled else None
         if t.nbytes > self.IALLREDUCE_ABOVE_BYTES:
             return self._collective(self._comm.Iallreduce, (runtime.IN_PLACE, buf, mop), [t],
                                     self._avg_post([t], avg) if avg else None, sync, event)

@@ -175,7 +175,7 @@ void release_py(py::object& o) {
 // ends it: titled like torch's ProcessGroupMPI ("mpi:all_reduce"), marked async (the op
 // may end on another thread), with its input tensors (shapes under record_shapes).
 // While no profiler (no RecordFunction callback) is on, it is one check and nothing else.
-// The Python group's ops get theirs from Python (events.py), through this class while
+// The Python group's ops get theirs from Python (profiling.py), through this class while
 // the fast path is in use.
 class OpEvent {
  public:
@@ -792,7 +792,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     });
   }
 
-  py::class_<OpEvent>(m, "OpEvent", "A profiler event of the Python group's op (events.py).")
+  py::class_<OpEvent>(m, "OpEvent", "A profiler event of the Python group's op (profiling.py).")
       .def(py::init([](const std::string& title, const std::vector<at::Tensor>& inputs) {
              return std::make_unique<OpEvent>(title.c_str(), inputs);
            }),

@@ -47,7 +47,7 @@ class MPIWork(dist.Work):
     _fut = None
     _src = -1
     _req = None
-    _event = None      # its profiler event (events.py), ended when it finishes
+    _event = None      # its profiler event (profiling.py), ended when it finishes
 
     def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None, call=None, event=None):
         super().__init__()
