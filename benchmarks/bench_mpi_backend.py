@@ -24,6 +24,8 @@ machine noise hits them alike. Rank 0 prints the table and the ratios.
   dist       dist.all_reduce(t, group=pg): adds torch's Python front end
   dist py    the same on a second group created with COMMTRACE_NATIVE=0
   dist async dist.all_reduce(t, group=pg, async_op=True).wait()
+  bcast      pg.broadcast([t], opts) (blocking, root 0) then .wait(): the fast path's other op
+  bcast py   the same on the Python group (its general path: _go, _collective)
   DDP step   forward+backward+SGD step, DDP(bucket_cap_mb=1), mpi (pg, and
              the Python path: dist py's group) vs gloo
 
@@ -76,6 +78,7 @@ def main():
     ap.add_argument("--ddp-steps", type=int, default=10)
     ap.add_argument("--calls", type=int, default=20000,
                     help="1-element all_reduces per repetition and variant (4 MB ones: 1/500 of it, at least 2)")
+    ap.add_argument("--variants", help="comma-separated variants to time (default: all; raw always)")
     ap.add_argument("--json", help="rank 0 writes the figures here (run_all.py reads them)")
     ap.add_argument("--port", type=int, help="the gloo group's rendezvous port (default: rank 0 picks a free one)")
     args = ap.parse_args()
@@ -106,6 +109,7 @@ def main():
         a = t.numpy().copy()
         tn = t.numpy()
         sync = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
+        bsync = torch_compat.make_options(dist.BroadcastOptions, async_op=False, rootRank=0)
         variants = {
             "raw": lambda: raw_comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
             "raw pg comm": lambda: pg.comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
@@ -116,7 +120,12 @@ def main():
             "dist": lambda: dist.all_reduce(t, group=pg),
             "dist py": lambda: dist.all_reduce(t, group=dist_py),
             "dist async": lambda: dist.all_reduce(t, group=pg, async_op=True).wait(),
+            "bcast": lambda: pg.broadcast([t], bsync).wait(),
+            "bcast py": lambda: pg_py.broadcast([t], bsync).wait(),
         }
+        if args.variants:
+            keep = {"raw", *args.variants.split(",")}
+            variants = {k: fn for k, fn in variants.items() if k in keep}
         for fn in variants.values():     # warm up (first calls build caches/schedules)
             for _ in range(min(n, 200)):
                 fn()
@@ -155,7 +164,8 @@ def main():
     if rank == 0:
         print(f"ranks={size} threads={torch.get_num_threads()} "
               f"MPI thread level={MPI.Query_thread()} (3 = MULTIPLE); pg path: {path}")
-        cols = ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async")
+        cols = tuple(c for c in ("raw", "pg", "pg alt", "pg py", "dist", "dist py", "dist async", "bcast",
+                                 "bcast py") if c in rows[0][1])
         print(f"{'all_reduce':12s}" + "".join(f"{c:>12s}" for c in cols) + "   "
               + "".join(f"{c + '/raw':>15s}" for c in cols[1:]))
         for label, m in rows:

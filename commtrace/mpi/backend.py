@@ -12,8 +12,9 @@ import torch.distributed as dist
 
 from .. import mpienv, torch_compat
 from ..dynamo import skip_class_frames
-from . import dtypes, runtime
+from . import dtypes, profiling, runtime
 from .collectives import Collectives
+from .profiling import profiler
 from .tensors import check_device, cuda_aware  # noqa: F401  (check_device, cuda_aware: public here)
 from .work import MPIWork, _DoneWork, _MultiWork, keep
 
@@ -102,9 +103,11 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
             self._small = (t, t.data_ptr(), t.numel(), b)
         return b
 
-    def _done(self, result, post=None):
+    def _done(self, result, post=None, event=None):
         if post is not None:
             post()
+        if event is not None:
+            event.end()
         w = _DoneWork()
         w._result = result
         keep(w)
@@ -112,30 +115,35 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
             self._coalescing.append(w)
         return w
 
-    def _go(self, opts, name, args, result, post=None, status=None, src=-1):
+    def _go(self, opts, name, args, result, post=None, status=None, src=-1, inputs=None):
         """Run collective ``name`` ("Allgather"), always as that blocking MPI call, inline
         (asyncOp False) or queued (``_collective``); "Isend" and "Irecv" start inline,
-        completed by the progress thread or by whoever waits."""
+        completed by the progress thread or by whoever waits. Its profiler event has
+        ``inputs`` (default: ``result``) as its inputs, as c10d's Work for it would."""
+        event = None
+        if profiler._is_profiler_enabled:
+            event = profiling.begin(profiling.RECV_ANY if status is not None else profiling.TITLES[name],
+                                    result if inputs is None else inputs)
         if name[0] != "I":
             # positional forms, and some Options types before torch 2.8, carry no asyncOp
             return self._collective(getattr(self._comm, name), args, result, post,
-                                    runtime.progress is None or not torch_compat.async_op(opts))
+                                    runtime.progress is None or not torch_compat.async_op(opts), event)
         try:
             req = getattr(self._comm, name)(*args)
         except Exception as e:  # MPI errors -> Python exception on this rank
             raise RuntimeError(f"mpi backend: {name} failed: {e}") from e
-        w = MPIWork(result, req, post, status, src, args)
+        w = MPIWork(result, req, post, status, src, args, event=event)
         if self._coalescing is not None:
             self._coalescing.append(w)
         return w
 
-    def _collective(self, call, args, result, post, blocking):
+    def _collective(self, call, args, result, post, blocking, event=None):
         """``call(*args)`` (a blocking MPI collective) in this communicator's order: at once on this
         thread when ``blocking`` and its turn is free (a finished Work), else queued for the worker
         (waited for here when ``blocking``). A non-blocking ``call`` ("Iallreduce": large
         all_reduces, see collectives.py) starts in its turn the same way, blocking or not, and its
         request goes to the progress thread. Without a progress thread (MPI below THREAD_MULTIPLE)
-        no other thread may call MPI: always inline."""
+        no other thread may call MPI: always inline. ``event`` (profiling.py) ends when it finishes."""
         q = self._queue
         starts = call.__name__[0] == "I"    # a non-blocking call (large all_reduce): returns at once
         threaded = runtime.progress is not None
@@ -149,10 +157,10 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
                 if claimed:
                     q.turn.release()
             if not starts:
-                return self._done(result, post)
-            w = MPIWork(result, req, post, keep=args)
+                return self._done(result, post, event)
+            w = MPIWork(result, req, post, keep=args, event=event)
         else:
-            w = MPIWork(result, post=post, keep=args, call=(call, args))
+            w = MPIWork(result, post=post, keep=args, call=(call, args), event=event)
             q.put(w)
         if self._coalescing is not None:
             self._coalescing.append(w)

@@ -6,7 +6,8 @@ import torch
 import torch.distributed as dist
 
 from .. import torch_compat
-from . import dtypes, runtime
+from . import dtypes, profiling, runtime
+from .profiling import profiler
 from .tensors import (_U8, _bytes, _check, _copy_bytes, _one, _opt, _redop, _same_dtype, _scatter_back,
                       check_device)
 from .work import _DoneWork, keep
@@ -76,7 +77,7 @@ class Collectives:
         if (type(tensors) is list and len(tensors) == 1 and tensors[0] is f[0]
                 and type(opts) is _AllreduceOptions and f[1] == f[0].data_ptr() and f[2] == f[0].numel()
                 and hash(opts.reduceOp) == _SUM_HASH and ((_AR_ASYNC_OP and not opts.asyncOp) or runtime.progress is None)
-                and self._coalescing is None and q.claim()):
+                and self._coalescing is None and not profiler._is_profiler_enabled and q.claim()):
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, f[3], f[4])
             except Exception as e:
@@ -104,9 +105,10 @@ class Collectives:
         else:
             ent = dtypes.reduce_op(rop, t.dtype)
         mop, avg = ent
+        event = profiling.begin("mpi:all_reduce", [t]) if profiler._is_profiler_enabled else None
         if t.nbytes > self.IALLREDUCE_ABOVE_BYTES:
             return self._collective(self._comm.Iallreduce, (runtime.IN_PLACE, buf, mop), [t],
-                                    self._avg_post([t], avg) if avg else None, sync)
+                                    self._avg_post([t], avg) if avg else None, sync, event)
         if sync and q.claim():
             try:
                 self._comm.Allreduce(runtime.IN_PLACE, buf, mop)
@@ -116,6 +118,8 @@ class Collectives:
                 q.turn.release()
             if avg:
                 t.div_(self._size)
+            if event is not None:
+                event.end()
             w = _DoneWork()
             w._result = [t]
             keep(w)
@@ -125,7 +129,7 @@ class Collectives:
                 self._sum_fast = (t, t.data_ptr(), t.numel(), buf, mop, w)
             return w
         return self._collective(self._comm.Allreduce, (runtime.IN_PLACE, buf, mop), [t],
-                                self._avg_post([t], avg) if avg else None, sync)
+                                self._avg_post([t], avg) if avg else None, sync, event)
 
     def allreduce_coalesced(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
@@ -174,7 +178,7 @@ class Collectives:
         _check(t)
         self._check_list(outs, t, "allgather output")
         tmp, post = self._gathered(outs, t)
-        return self._go(opts, "Allgather", (dtypes.buffer(t), dtypes.buffer(tmp)), list(outs), post)
+        return self._go(opts, "Allgather", (dtypes.buffer(t), dtypes.buffer(tmp)), list(outs), post, inputs=[t])
 
     def _allgather_base(self, output, input, opts=None):
         self._pair(output, input, "all_gather_into_tensor")
@@ -182,7 +186,7 @@ class Collectives:
             raise ValueError(f"mpi backend: all_gather_into_tensor output has {output.numel()} "
                              f"elements, expected {self._size} x {input.numel()}")
         send = self._send_buffer(input, output, self._rank * input.numel())
-        return self._go(opts, "Allgather", (send, dtypes.buffer(output)), [output])
+        return self._go(opts, "Allgather", (send, dtypes.buffer(output)), [output], inputs=[input])
 
     all_gather_single = _allgather_base
     all_gather_into_tensor = _allgather_base
@@ -220,7 +224,7 @@ class Collectives:
                     off += n
         return self._go(opts, "Allgather",
                         (dtypes.buffer(send), dtypes.buffer(recv)),
-                        [o for outs in output_lists for o in outs], post)
+                        [o for outs in output_lists for o in outs], post, inputs=input_list)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         if len(outputs) != len(inputs):
@@ -240,7 +244,8 @@ class Collectives:
                 n = t.numel() * t.element_size()
                 _copy_bytes(o, recv[:, off:off + n].reshape(-1))
                 off += n
-        return self._go(opts, "Allgather", (dtypes.buffer(send), dtypes.buffer(recv)), list(outputs), post)
+        return self._go(opts, "Allgather", (dtypes.buffer(send), dtypes.buffer(recv)), list(outputs), post,
+                        inputs=inputs)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -259,7 +264,7 @@ class Collectives:
             if output_tensors and any(len(x) for x in output_tensors):
                 raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
             post, args, result = None, (dtypes.buffer(t), None, root), []
-        return self._go(opts, "Gather", args, result, post)
+        return self._go(opts, "Gather", args, result, post, inputs=[t])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
@@ -270,10 +275,11 @@ class Collectives:
             self._check_list(ins, t, "scatter input")
             send = dtypes.buffer(torch.stack([x.reshape(t.shape) for x in ins])) if ins else None
         else:
+            ins = []     # the event's inputs: the root's list only (torch's)
             if input_tensors and any(len(x) for x in input_tensors):
                 raise ValueError("mpi backend: scatter input list must be empty on non-root ranks")
             send = None
-        return self._go(opts, "Scatter", (send, dtypes.buffer(t), root), [t])
+        return self._go(opts, "Scatter", (send, dtypes.buffer(t), root), [t], inputs=ins)
 
     # -- reduce_scatter ---------------------------------------------------------------------
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -285,7 +291,7 @@ class Collectives:
         send = torch.stack([x.reshape(out.shape) for x in ins])
         return self._go(opts, "Reduce_scatter_block",
                         (dtypes.buffer(send), dtypes.buffer(out), mop), [out],
-                        self._avg_post([out], avg))
+                        self._avg_post([out], avg), inputs=ins)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         self._pair(output, input, "reduce_scatter_tensor")
@@ -296,7 +302,8 @@ class Collectives:
         send = dtypes.buffer(input if input.untyped_storage().data_ptr()
                              != output.untyped_storage().data_ptr() else input.clone())
         return self._go(opts, "Reduce_scatter_block",
-                        (send, dtypes.buffer(output), mop), [output], self._avg_post([output], avg))
+                        (send, dtypes.buffer(output), mop), [output], self._avg_post([output], avg),
+                        inputs=[input])
 
     reduce_scatter_single = _reduce_scatter_base
     reduce_scatter_tensor = _reduce_scatter_base
@@ -320,7 +327,7 @@ class Collectives:
         def post():
             _scatter_back(recv, outputs, self._size if avg else None)
         return self._go(opts, "Reduce_scatter_block",
-                        (dtypes.buffer(send), dtypes.buffer(recv), mop), list(outputs), post)
+                        (dtypes.buffer(send), dtypes.buffer(recv), mop), list(outputs), post, inputs=inputs)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -335,12 +342,14 @@ class Collectives:
                 raise ValueError(f"mpi backend: all_to_all_single with equal splits needs numel "
                                  f"divisible by {n} and equal input/output sizes, got "
                                  f"{input.numel()} -> {output.numel()}")
-            return self._go(opts, "Alltoall", (dtypes.buffer(input), dtypes.buffer(output)), [output])
+            return self._go(opts, "Alltoall", (dtypes.buffer(input), dtypes.buffer(output)), [output],
+                            inputs=[input])
         scount, sdispl = self._splits(input, input_split_sizes, "input")
         rcount, rdispl = self._splits(output, output_split_sizes, "output")
         sb, st = dtypes.buffer(input)
         rb, rt = dtypes.buffer(output)
-        return self._go(opts, "Alltoallv", ([sb, (scount, sdispl), st], [rb, (rcount, rdispl), rt]), [output])
+        return self._go(opts, "Alltoallv", ([sb, (scount, sdispl), st], [rb, (rcount, rdispl), rt]), [output],
+                        inputs=[input])
 
     all_to_all_single = alltoall_base
 
@@ -387,7 +396,7 @@ class Collectives:
                 _copy_bytes(o, recv[d:d + c])
         return self._go(opts, "Alltoallv",
                         ([send.numpy(), (scount, sdispl), B], [recv.numpy(), (rcount, rdispl), B]),
-                        list(output_tensors), post)
+                        list(output_tensors), post, inputs=input_tensors)
 
     # -- barrier -----------------------------------------------------------------------------
     def barrier(self, opts=None):

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from .. import mpienv, native
+from . import profiling
 
 EXT_NAME = "mpi_fastpath"
 _SOURCE = "mpi/native_mpi.cpp"
@@ -171,6 +172,7 @@ def wrap(pg):
     if mod is None:
         return pg
     ng = mod.NativeMPIProcessGroup(pg, pg.comm.handle)
+    profiling.native = mod    # the Python group's profiler events too: async, as c10d's
     # Mirror the backends registered on the Python group (it registers none today:
     # c10d uses it as the group itself) so the wrapper answers torch's per-device
     # lookups (_get_backend, DDP's logger) exactly as the group it stands for.

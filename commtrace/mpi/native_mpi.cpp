@@ -30,11 +30,15 @@
 #include "torch_compat.h"
 #include CT_PY_PROCESS_GROUP_HEADER
 #include <torch/csrc/utils/pybind.h>
+#include <ATen/ThreadLocalState.h>
+#include <ATen/record_function.h>
 
 #include <pybind11/chrono.h>
 
 #include <atomic>
 #include <climits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -166,6 +170,48 @@ void release_py(py::object& o) {
     o.release();
   }
 }
+
+// One op's torch profiler event, as c10d::Work's constructor starts it and Work::finish
+// ends it: titled like torch's ProcessGroupMPI ("mpi:all_reduce"), marked async (the op
+// may end on another thread), with its input tensors (shapes under record_shapes).
+// While no profiler (no RecordFunction callback) is on, it is one check and nothing else.
+// The Python group's ops get theirs from Python (profiling.py), through this class while
+// the fast path is in use.
+class OpEvent {
+ public:
+  OpEvent(const char* title, const std::vector<at::Tensor>& inputs) {
+    auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE);
+    if (C10_LIKELY(!callbacks)) return;
+    title_ = title;
+    record_ = std::make_unique<at::RecordFunction>(std::move(*callbacks));
+    if (!record_->isActive()) return;
+    record_->_setAsync();
+    if (record_->needsInputs()) {
+      std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+      record_->before(title_.c_str(), c10::ArrayRef<const c10::IValue>(args.data(), args.size()));
+    } else {
+      record_->before(title_.c_str());
+    }
+    state_.emplace();  // the profiler's thread-local state, for an end on another thread
+  }
+  ~OpEvent() { end(); }
+  OpEvent(const OpEvent&) = delete;
+  OpEvent& operator=(const OpEvent&) = delete;
+
+  void end() {
+    if (!record_) return;
+    if (state_) {
+      at::ThreadLocalStateGuard guard(*state_);
+      record_->end();
+    }
+    record_.reset();
+  }
+
+ private:
+  std::string title_;  // the record function keeps a pointer to it
+  std::unique_ptr<at::RecordFunction> record_;
+  std::optional<at::ThreadLocalState> state_;
+};
 
 // The Work of a fast-path op: the MPI call returned, so it is complete and
 // successful. get_future() gives a completed future holding the tensors, which
@@ -363,6 +409,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     }
     {
       Turn turn(*this);
+      OpEvent event(call.title, tensors);
       execute(tensors[0], call);  // releases the GIL around MPI
     }
     Recent& recent = recent_[call.type == c10d::OpType::BROADCAST ? 1 : 0];
@@ -518,6 +565,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   // One fast-path MPI call, decided by plan() and run by execute().
   struct FastCall {
     const char* name = nullptr;  // the Python group's method, for the other path
+    const char* title = nullptr;  // its profiler event's (torch's ProcessGroupMPI's)
     c10d::OpType type = c10d::OpType::UNKNOWN;
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Datatype datatype = MPI_DATATYPE_NULL;
@@ -530,6 +578,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   // worker does (runtime.CollectiveQueue).
   bool plan(const std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts, FastCall& call) const {
     call.name = "allreduce";
+    call.title = "mpi:all_reduce";
     call.type = c10d::OpType::ALLREDUCE;
     if (ct::compat::async_op(opts) || tensors.size() != 1 || opts.sparseIndices.has_value() || !plain_cpu(tensors[0])) return false;
     // Large ones are MPI_Iallreduce on every rank (the Python group's rule): not here.
@@ -541,6 +590,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
   }
   bool plan(const std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts, FastCall& call) const {
     call.name = "broadcast";
+    call.title = "mpi:broadcast";
     call.type = c10d::OpType::BROADCAST;
     // An out-of-range root is the Python group's to refuse (with its message).
     if (ct::compat::async_op(opts) || tensors.size() != 1 || opts.rootTensor != 0 || opts.rootRank < 0 || opts.rootRank >= size_ ||
@@ -573,6 +623,7 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
     if (!claim_turn()) return forward(call.name, tensors, opts);
     {
       Turn turn(*this);
+      OpEvent event(call.title, tensors);
       execute(tensors[0], call);  // releases the GIL around MPI
     }
     return c10::make_intrusive<DoneWork>(rank_, call.type, tensors);
@@ -740,6 +791,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       return self.inner().attr(name)(*args, **kwargs);
     });
   }
+
+  py::class_<OpEvent>(m, "OpEvent", "A profiler event of the Python group's op (profiling.py).")
+      .def(py::init([](const std::string& title, const std::vector<at::Tensor>& inputs) {
+             return std::make_unique<OpEvent>(title.c_str(), inputs);
+           }),
+           py::arg("title"), py::arg("inputs"))
+      .def("end", &OpEvent::end);
 
   m.def("library_version", &library_version, "MPI_Get_library_version of the MPI this module calls.");
   m.def("thread_level", &thread_level, "MPI_Query_thread, or -1 when MPI is not (or no longer) initialized.");

@@ -47,10 +47,12 @@ class MPIWork(dist.Work):
     _fut = None
     _src = -1
     _req = None
+    _event = None      # its profiler event (profiling.py), ended when it finishes
 
-    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None, call=None):
+    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None, call=None, event=None):
         super().__init__()
         self._result = result
+        self._event = event
         self._keep = keep      # buffers MPI may still read/write: alive until done
         self._req = req
         self._call = call
@@ -99,6 +101,9 @@ class MPIWork(dist.Work):
         if exc is not None and not isinstance(exc, RuntimeError):
             exc = RuntimeError(f"mpi backend: {type(exc).__name__}: {exc}")
         self._exc = exc
+        if self._event is not None:
+            self._event.end()
+            self._event = None
         if not self._claimed:
             keep(self)          # before _done: a wait() that sees it done then finds it kept
         with _state_lock:

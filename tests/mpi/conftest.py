@@ -1,7 +1,9 @@
 """Launch helper for the mpi backend tests: run a worker under mpirun."""
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,3 +55,37 @@ def run_mpi():
     """run_mpi("worker.py", n, args...) or run_mpi(["-m", "pkg", ...], n, ...)."""
     return lambda script, n, *a, **kw: check(
         mpirun(script if isinstance(script, (list, tuple)) else HERE / script, n, *a, **kw))
+
+
+_BUILD = """
+from commtrace import native
+from commtrace.mpi import fastpath
+ext = fastpath.extension()
+if ext is None:
+    print("SKIP", fastpath._why_no_extension)
+else:
+    try:
+        print("BUILT", native.build(ext))
+    except native.NativeBuildError as e:
+        print("SKIP", e)
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def native_build() -> tuple[bool, str]:
+    """Builds the mpi fast path if it is not yet (in a subprocess: this pytest process never
+    imports mpi4py.MPI): (True, the built module's path) or (False, why it cannot be built here)."""
+    p = subprocess.run([sys.executable, "-c", _BUILD], cwd=str(ROOT), capture_output=True, text=True, timeout=600)
+    out = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not out:
+        pytest.fail(f"building the fast path crashed (rc={p.returncode}):\n{p.stdout}\n{p.stderr[-3000:]}")
+    return out[-1].startswith("BUILT"), out[-1].split(" ", 1)[1]
+
+
+@pytest.fixture
+def built():
+    """The mpi fast path's module path; skips (saying why) where it cannot be built."""
+    ok, what = native_build()
+    if not ok:
+        pytest.skip(f"mpi fast path cannot be built here: {what}")
+    return what

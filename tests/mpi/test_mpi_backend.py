@@ -142,3 +142,11 @@ def test_recv_from_any_source_knows_its_sender(run_mpi):
     # reported sender -1: torch's test_send_recv_any_source failed under commtrace run.
     out = run_mpi("worker_anysource.py", 3, timeout=90)
     assert "anysource: 10 receives on 3 ranks, wrong senders: []" in out, out
+
+
+def test_profiler_events_of_ops(run_mpi):
+    # One "mpi:<op>" event per op, titled as torch's ProcessGroupMPI titles it, with its input
+    # shapes (torch's DistributedTest counts them); none when no profiler is on. Python group:
+    # async only where the op ended on another thread (worker_profiler.py; native: test_native_mpi.py).
+    out = run_mpi("worker_profiler.py", 3, timeout=90)
+    assert out.count("on 3 ranks, path python, failures: []") == 3, out

@@ -1,15 +1,13 @@
 """The mpi backend's C++ fast path (commtrace/mpi/native_mpi.cpp) under mpirun.
 
 The extension is built here if it is not yet (``commtrace build-native`` does it
-in ``make setup``; ~25 s), in a subprocess, so that this pytest process never
-imports mpi4py.MPI. Every test skips, saying why, when it cannot be built for
+in ``make setup``; ~25 s; conftest's ``built`` fixture). Every test skips, saying why, when it cannot be built for
 the MPI that mpi4py uses (no compiler wrapper or headers for it, no C++
 compiler, another torch).
 """
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,30 +18,6 @@ NATIVE = {"COMMTRACE_NATIVE": "1"}
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("mpi4py") is None or not (Path(sys.executable).parent / "mpirun").exists(),
     reason="needs mpi4py and mpirun next to sys.executable")
-
-_BUILD = """
-from commtrace import native
-from commtrace.mpi import fastpath
-ext = fastpath.extension()
-if ext is None:
-    print("SKIP", fastpath._why_no_extension)
-else:
-    try:
-        print("BUILT", native.build(ext))
-    except native.NativeBuildError as e:
-        print("SKIP", e)
-"""
-
-
-@pytest.fixture(scope="module")
-def built():
-    p = subprocess.run([sys.executable, "-c", _BUILD], cwd=str(ROOT), capture_output=True, text=True, timeout=600)
-    out = p.stdout.strip().splitlines()
-    if p.returncode != 0 or not out:
-        pytest.fail(f"building the fast path crashed (rc={p.returncode}):\n{p.stdout}\n{p.stderr[-3000:]}")
-    if out[-1].startswith("SKIP"):
-        pytest.skip(f"mpi fast path cannot be built here: {out[-1][5:]}")
-    return out[-1].split(" ", 1)[1]
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -82,3 +56,9 @@ def test_traced_ddp_on_native_group(built, run_mpi, tmp_path):
     df = commtrace.load(str(out_dir))
     mpi = df[df["backend"].astype(str) == "mpi"]
     assert len(mpi) and set(mpi["status"]) == {"completed"}
+
+
+def test_profiler_events_async_with_shapes(built, run_mpi):
+    # The fast path's own ops and the Python group's under it: every event async, as c10d's Work.
+    out = run_mpi("worker_profiler.py", 2, env=NATIVE, timeout=90)
+    assert out.count("on 2 ranks, path native, failures: []") == 2, out
