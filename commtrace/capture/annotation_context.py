@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+_get_ident = threading.get_ident
 _FIELD_CACHE_MAX = 100_000  # set_context_field's cache: bounded for programs with endless distinct names
 
 
@@ -28,6 +29,9 @@ class AnnotationContext:
         self.thread_context_keys: dict = {}
         self.thread_context_ids: dict = {}
         self._thread_fields: dict = {}
+        # Python threads the program started (a metrics all_reduce, an async checkpoint): they read
+        # no process-wide field (the main thread's phase and module are not theirs) until they set one.
+        self._blank_threads: set = set()
 
     def forget_other_threads(self) -> None:
         """In a forked child: only the forking thread exists there."""
@@ -36,6 +40,7 @@ class AnnotationContext:
         for d in (self.thread_context_keys, self.thread_context_ids, self._thread_fields):
             for k in [k for k in d if k != ident]:
                 del d[k]  # in place: the native log holds thread_context_ids
+        self._blank_threads &= {ident}
 
     def _id_of(self, key) -> int:
         cid = self._context_ids.get(key)
@@ -47,6 +52,8 @@ class AnnotationContext:
     # -- the process-wide context ---------------------------------------------
     def set_context(self, **fields) -> None:
         """Merge ``fields`` into the annotation context (None removes a field)."""
+        if self._blank_threads:
+            self._claim()
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         self._context = ctx
         self._set_context_key(tuple(sorted(ctx.items())) or None)
@@ -54,6 +61,9 @@ class AnnotationContext:
     def set_context_field(self, name: str, value) -> None:
         """``set_context(**{name: value})`` for a field that changes often (capture.module_tracker sets
         ``module`` at every module boundary): each (context, field, value) is merged once."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            self._claim()
         k = (self.context_key, name, value)
         hit = self._field_cache.get(k)
         if hit is None:
@@ -91,6 +101,25 @@ class AnnotationContext:
         return self._context.get(name)
 
     # -- per-thread contexts ------------------------------------------------------
+    def begin_program_thread(self) -> tuple:
+        """A Python thread of the program begins: it reads an empty context (its ops have no
+        phase or module) until it sets a field itself (a training loop run in a thread);
+        the token is for ``end_program_thread``."""
+        token = self.push_thread_context({})
+        self._blank_threads.add(token[0])
+        return token
+
+    def end_program_thread(self, token: tuple) -> None:
+        if token[0] in self._blank_threads:
+            self._claim()
+
+    def _claim(self) -> None:
+        """The calling thread sets process-wide fields: from now on it reads them."""
+        ident = threading.get_ident()
+        if ident in self._blank_threads:
+            self._blank_threads.discard(ident)
+            self.pop_thread_context((ident, None))
+
     def current_context_key(self):
         """The context key in force on the calling thread (its own, else the process's)."""
         own = self.thread_context_keys

@@ -105,6 +105,7 @@ class PhaseHooks:
         from . import comm_hooks
         comm_hooks.install(self)  # the bucket of each collective a comm hook issues
         self._patch_averagers()
+        self._patch(threading.Thread, "_bootstrap_inner", self._wrap_thread)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         self._opt_tokens: list = []
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
@@ -125,6 +126,21 @@ class PhaseHooks:
             else:
                 setattr(item[0], item[1], item[2])
         self.originals.clear()
+
+    def _wrap_thread(self, orig):
+        """Every Python thread's body (run() included, whatever a subclass made of it): see
+        AnnotationContext.begin_program_thread. C++ threads (autograd's, a backend's) are not
+        Python threads: the ops DDP issues there keep the process-wide context."""
+        rec = self.rec
+
+        @functools.wraps(orig)
+        def _bootstrap_inner(thread):
+            token = rec.begin_program_thread()
+            try:
+                orig(thread)
+            finally:
+                rec.end_program_thread(token)
+        return _bootstrap_inner
 
     def _wrap_scope(self, phase: str | None = None, detail: str | None = None):
         rec = self.rec
