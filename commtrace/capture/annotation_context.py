@@ -52,8 +52,7 @@ class AnnotationContext:
     # -- the process-wide context ---------------------------------------------
     def set_context(self, **fields) -> None:
         """Merge ``fields`` into the annotation context (None removes a field)."""
-        if self._blank_threads:
-            self._claim()
+        self.claim_context()
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         self._context = ctx
         self._set_context_key(tuple(sorted(ctx.items())) or None)
@@ -62,7 +61,7 @@ class AnnotationContext:
         """``set_context(**{name: value})`` for a field that changes often (capture.module_tracker sets
         ``module`` at every module boundary): each (context, field, value) is merged once."""
         blank = self._blank_threads
-        if blank and _get_ident() in blank:
+        if blank and _get_ident() in blank:  # claim_context, inline: a module boundary's cost
             self._claim()
         k = (self.context_key, name, value)
         hit = self._field_cache.get(k)
@@ -75,6 +74,9 @@ class AnnotationContext:
 
     def push_context_field(self, name: str, value) -> tuple:
         """``push_context(**{name: value})`` through set_context_field's cache."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            return self._push_own({name: value})
         token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context_field(name, value)
         return token
@@ -85,12 +87,20 @@ class AnnotationContext:
         self.context_id = cid
 
     def push_context(self, **fields) -> tuple:
-        """Set fields for a scope; returns the token ``pop_context`` restores."""
+        """Set fields for a scope; returns the token ``pop_context`` restores. On a program
+        thread that set no field itself (begin_program_thread): its own context's fields."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            return self._push_own(fields)
         token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context(**fields)
         return token
 
     def pop_context(self, token: tuple) -> None:
+        if len(token) == 3:  # _push_own's
+            if token[1] in self._blank_threads:
+                self.pop_thread_context(token[1:])
+            return
         self._context, self.context_key, _, self.context_id = token
 
     def context_fields(self) -> dict:
@@ -103,8 +113,11 @@ class AnnotationContext:
     # -- per-thread contexts ------------------------------------------------------
     def begin_program_thread(self) -> tuple:
         """A Python thread of the program begins: it reads an empty context (its ops have no
-        phase or module) until it sets a field itself (a training loop run in a thread);
-        the token is for ``end_program_thread``."""
+        phase or module), and its scopes (an object collective's, ``commtrace.region``) are its
+        own: pushed on the process-wide context they raced the main thread's (a pop restored
+        what the main thread had left, and its labels stayed stale). Until it claims the
+        process-wide context (``claim_context``: it trains, in a thread). The token is for
+        ``end_program_thread``."""
         token = self.push_thread_context({})
         self._blank_threads.add(token[0])
         return token
@@ -113,12 +126,21 @@ class AnnotationContext:
         if token[0] in self._blank_threads:
             self._claim()
 
+    def claim_context(self) -> None:
+        """The calling thread sets process-wide fields (a forward, a backward, an optimizer
+        step, a module boundary): from now on it reads and sets them."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            self._claim()
+
     def _claim(self) -> None:
-        """The calling thread sets process-wide fields: from now on it reads them."""
-        ident = threading.get_ident()
-        if ident in self._blank_threads:
-            self._blank_threads.discard(ident)
-            self.pop_thread_context((ident, None))
+        ident = _get_ident()
+        self._blank_threads.discard(ident)
+        self.pop_thread_context((ident, None))
+
+    def _push_own(self, fields: dict) -> tuple:
+        ident = _get_ident()
+        return ("own", *self.push_thread_context({**self._thread_fields.get(ident, {}), **fields}))
 
     def current_context_key(self):
         """The context key in force on the calling thread (its own, else the process's)."""

@@ -150,6 +150,7 @@ class PhaseHooks:
     def begin_compute(self, phase: str, step=None, **fields) -> tuple:
         """Enter ``phase`` (context ``fields``) and its compute span; the token is for end_compute.
         ``step()`` numbers an outermost span (default: a forward or backward's step)."""
+        self.rec.claim_context()  # a program thread that trains: the phase is the process's
         depth = getattr(self._depth, phase, 0)
         setattr(self._depth, phase, depth + 1)
         number = (step or self.steps.compute_begins)() if depth == 0 else 0

@@ -1,5 +1,5 @@
-"""DDP trained by the main thread while a thread of the program all_reduces a metric on a
-group of its own, once in each forward and once in each backward (hooks hold the main thread
+"""DDP trained by the main thread while a thread of the program all_reduces a metric (and
+all_gathers the ranks' names as objects) on a group of its own, once in each forward and once in each backward (hooks hold the main thread
 until the metric is reduced); then a second DDP model trained from start to end in a thread
 (as Ray Train runs a training function). 2 ranks, gloo.
 
@@ -33,6 +33,8 @@ def main(rank, world, out):
                 return
             t = torch.tensor([float(rank + 1)])
             dist.all_reduce(t, group=metrics_group)
+            names = [None] * world  # an object collective: a scope of its own (api, detail)
+            dist.all_gather_object(names, f"rank{rank}", group=metrics_group)
             reduced.append(float(t))
             answered.release()
 
