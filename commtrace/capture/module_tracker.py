@@ -403,7 +403,9 @@ def _enclosing_module(module, depth: int = 24):
     frame = sys._getframe(2)
     while frame is not None and depth:
         for value in frame.f_locals.values():
-            if isinstance(value, Module) and value is not module and id(value) not in seen:
+            # not a DDP wrapper (never a root here: its submodules' names would begin with "module.")
+            if (isinstance(value, Module) and value is not module and id(value) not in seen
+                    and type(value).__name__ != "DistributedDataParallel"):
                 seen.add(id(value))
                 mods = list(value.modules())
                 if len(mods) > size and any(m is module for m in mods):
