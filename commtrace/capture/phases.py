@@ -311,7 +311,15 @@ class PhaseHooks:
             rec.set_context(module=state["label"])  # later ops of this step (backward, optimizer) are its
             if not state["rebuilt"]:
                 hooks._follow_rebuild(ddp, state)
-        return in_context(rec, orig, enter, leave)
+        forward = in_context(rec, orig, enter, leave)
+        # torch.compile(ddp_model): Dynamo inlined this wrapper, and its side effects became
+        # constants replayed per call (every step iteration 1: DDP's buckets numbered on across
+        # steps). Marked as torch.compiler.disable(recursive=False) marks (an attribute Dynamo
+        # reads; importing torch._dynamo would change an untraced program): the wrapper runs
+        # eagerly, DDP.forward and the module under it as without commtrace (scopes.in_context).
+        forward._torchdynamo_disable = True
+        forward._torchdynamo_disable_recursive = False
+        return forward
 
     def _follow_rebuild(self, ddp, state) -> None:
         """Note the forward in which ``_has_rebuilt_buckets`` turned True, then read the new

@@ -31,6 +31,8 @@ def in_context(rec, orig, enter, leave=None):
             raise
         finally:
             leave(token)
+    from ..dynamo import keep_wrapper_eager
+    keep_wrapper_eager(scoped, enter, leave)
     return scoped
 
 
