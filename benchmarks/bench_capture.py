@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -198,6 +199,21 @@ def _body(backend: str, calls: int, reps: int, only, out_path: str | None) -> No
         token = rec.push_thread_context({"phase": "backward", "module": "Net", "bucket": 0})
         results["comm_hook_scope"] = measure(plain, traced, calls, reps, only=PYTHON_REFERENCE_CASES)
         rec.pop_thread_context(token)
+        # The same ops while a Python thread of the program runs (it reads a blank context:
+        # capture.annotation_context.begin_program_thread): the calling thread's is looked up.
+        begun, done = threading.Event(), threading.Event()
+
+        def program_thread():
+            t = rec.begin_program_thread()
+            begun.set()
+            done.wait()
+            rec.end_program_thread(t)
+        side = threading.Thread(target=program_thread)
+        side.start()
+        begun.wait()
+        results["program_thread"] = measure(plain, traced, calls, reps, only=PYTHON_REFERENCE_CASES)
+        done.set()
+        side.join()
         rec.close()
         if results["wrapper"] == "native":  # the Python wrapper on the headline cases, same run
             traced, rec = make_traced(plain, tempfile.mkdtemp(dir=d), backend, wrapper="python")
@@ -262,7 +278,8 @@ def mpirun_path() -> str:
 def run(backend: str = "gloo", calls: int = 400, reps: int = 15, only=None, timeout: float = 600) -> dict:
     """{"backend", "available", "reason", "wrapper", "cases": {name: paired summary (µs)},
     "python_wrapper": {name: ...} (only when the native wrapper was measured),
-    "comm_hook_scope": {name: ...} (the wrapper `commtrace run` picks, inside a comm hook's bucket scope)}."""
+    "comm_hook_scope": {name: ...} (the wrapper `commtrace run` picks, inside a comm hook's bucket scope),
+    "program_thread": {name: ...} (the same while another Python thread of the program runs)}."""
     out = {"backend": backend, "available": True, "reason": None, "wrapper": None, "cases": {}}
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "r.json")
@@ -294,6 +311,7 @@ def print_table(res: dict) -> None:
     rows = list(res["cases"].items())
     rows += [(f"{name} (Python wrapper)", r) for name, r in res.get("python_wrapper", {}).items()]
     rows += [(f"{name} (in a comm hook)", r) for name, r in res.get("comm_hook_scope", {}).items()]
+    rows += [(f"{name} (a program thread runs)", r) for name, r in res.get("program_thread", {}).items()]
     for name, r in rows:
         spread = f"{r['added_spread'][0]:.2f}..{r['added_spread'][1]:.2f}"
         print(f"{name:40} {r['plain']:10.2f} {r['traced']:10.2f} {r['added']:10.2f} {spread:>20} {r['ratio']:7.3f}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+_get_ident = threading.get_ident
 _FIELD_CACHE_MAX = 100_000  # set_context_field's cache: bounded for programs with endless distinct names
 
 
@@ -28,6 +29,9 @@ class AnnotationContext:
         self.thread_context_keys: dict = {}
         self.thread_context_ids: dict = {}
         self._thread_fields: dict = {}
+        # Python threads the program started (a metrics all_reduce, an async checkpoint): they read
+        # no process-wide field (the main thread's phase and module are not theirs) until they set one.
+        self._blank_threads: set = set()
 
     def forget_other_threads(self) -> None:
         """In a forked child: only the forking thread exists there."""
@@ -36,6 +40,7 @@ class AnnotationContext:
         for d in (self.thread_context_keys, self.thread_context_ids, self._thread_fields):
             for k in [k for k in d if k != ident]:
                 del d[k]  # in place: the native log holds thread_context_ids
+        self._blank_threads &= {ident}
 
     def _id_of(self, key) -> int:
         cid = self._context_ids.get(key)
@@ -47,6 +52,7 @@ class AnnotationContext:
     # -- the process-wide context ---------------------------------------------
     def set_context(self, **fields) -> None:
         """Merge ``fields`` into the annotation context (None removes a field)."""
+        self.claim_context()
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
         self._context = ctx
         self._set_context_key(tuple(sorted(ctx.items())) or None)
@@ -54,6 +60,9 @@ class AnnotationContext:
     def set_context_field(self, name: str, value) -> None:
         """``set_context(**{name: value})`` for a field that changes often (capture.module_tracker sets
         ``module`` at every module boundary): each (context, field, value) is merged once."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:  # claim_context, inline: a module boundary's cost
+            self._claim()
         k = (self.context_key, name, value)
         hit = self._field_cache.get(k)
         if hit is None:
@@ -65,6 +74,9 @@ class AnnotationContext:
 
     def push_context_field(self, name: str, value) -> tuple:
         """``push_context(**{name: value})`` through set_context_field's cache."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            return self._push_own({name: value})
         token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context_field(name, value)
         return token
@@ -75,12 +87,20 @@ class AnnotationContext:
         self.context_id = cid
 
     def push_context(self, **fields) -> tuple:
-        """Set fields for a scope; returns the token ``pop_context`` restores."""
+        """Set fields for a scope; returns the token ``pop_context`` restores. On a program
+        thread that set no field itself (begin_program_thread): its own context's fields."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            return self._push_own(fields)
         token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context(**fields)
         return token
 
     def pop_context(self, token: tuple) -> None:
+        if len(token) == 3:  # _push_own's
+            if token[1] in self._blank_threads:
+                self.pop_thread_context(token[1:])
+            return
         self._context, self.context_key, _, self.context_id = token
 
     def context_fields(self) -> dict:
@@ -91,6 +111,37 @@ class AnnotationContext:
         return self._context.get(name)
 
     # -- per-thread contexts ------------------------------------------------------
+    def begin_program_thread(self) -> tuple:
+        """A Python thread of the program begins: it reads an empty context (its ops have no
+        phase or module), and its scopes (an object collective's, ``commtrace.region``) are its
+        own: pushed on the process-wide context they raced the main thread's (a pop restored
+        what the main thread had left, and its labels stayed stale). Until it claims the
+        process-wide context (``claim_context``: it trains, in a thread). The token is for
+        ``end_program_thread``."""
+        token = self.push_thread_context({})
+        self._blank_threads.add(token[0])
+        return token
+
+    def end_program_thread(self, token: tuple) -> None:
+        if token[0] in self._blank_threads:
+            self._claim()
+
+    def claim_context(self) -> None:
+        """The calling thread sets process-wide fields (a forward, a backward, an optimizer
+        step, a module boundary): from now on it reads and sets them."""
+        blank = self._blank_threads
+        if blank and _get_ident() in blank:
+            self._claim()
+
+    def _claim(self) -> None:
+        ident = _get_ident()
+        self._blank_threads.discard(ident)
+        self.pop_thread_context((ident, None))
+
+    def _push_own(self, fields: dict) -> tuple:
+        ident = _get_ident()
+        return ("own", *self.push_thread_context({**self._thread_fields.get(ident, {}), **fields}))
+
     def current_context_key(self):
         """The context key in force on the calling thread (its own, else the process's)."""
         own = self.thread_context_keys

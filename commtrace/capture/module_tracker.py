@@ -28,6 +28,7 @@ class ModuleTracker:
         self.hooks = hooks            # capture.phases.PhaseHooks: context, spans, _patch
         self.rec = hooks.rec
         self.names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> name
+        self._roots: "weakref.WeakSet" = weakref.WeakSet()  # the modules named as roots
         # .stack: [(name, token or None)] of the running forwards; .entering: see _enter_at
         self._tls = threading.local()
         self._bw: list[str] = []       # modules whose backward began and has not ended
@@ -112,16 +113,31 @@ class ModuleTracker:
         _TRACKER.clear()
         self._on = False
 
-    def name_of(self, module) -> str:
+    def name_of(self, module, find_root: bool = False) -> str:
+        """``module``'s name from its root: the root is named (by ``_class_name``) with every
+        submodule the first time one of them is asked for. ``find_root`` (a set-up call, e.g.
+        parallelize_module on each block, before any forward): the root is looked for in the
+        callers' local variables, else ``module`` is one until a module containing it is named."""
         name = self.names.get(module)
         if name is None:
-            # A root (or a module no running root contains): it and its submodules are named now.
-            name = type(module).__name__
-            self.names[module] = name
-            for sub_name, sub in module.named_modules():
-                if sub_name and sub not in self.names:
-                    self.names[sub] = _user_name(sub_name) or name
+            root = _enclosing_module(module) if find_root else None
+            self._name_tree(root if root is not None else module)
+            name = self.names[module]
         return name
+
+    def _name_tree(self, root) -> None:
+        """Name ``root`` and its submodules; a submodule named as a root before (its subtree
+        too) is renamed from this root: its names were missing this root's part."""
+        below = [m for m in root.modules() if m in self._roots and m is not root]
+        renamed = {id(m) for r in below for m in r.modules()}
+        for r in below:
+            self._roots.discard(r)
+        name = _class_name(root)
+        self.names[root] = name
+        self._roots.add(root)
+        for sub_name, sub in root.named_modules():
+            if sub_name and (sub not in self.names or id(sub) in renamed):
+                self.names[sub] = _user_name(sub_name) or name
 
     def _stack(self) -> list:
         s = getattr(self._tls, "stack", None)
@@ -244,7 +260,7 @@ class ModuleTracker:
             if unit is not None and (unit_wins or rec.context_field("module") is None):
                 mod = unit(args, kwargs)
                 if mod is not None:
-                    fields["module"] = tracker.name_of(mod)
+                    fields["module"] = tracker.name_of(mod, find_root=True)
             if len(fields) == 1:  # push_context_field's cache: ~0.5 us against push_context's ~1.5
                 (field, value), = fields.items()
                 return rec.push_context_field(field, value)
@@ -360,6 +376,42 @@ _compiling = _never   # torch.compiler.is_compiling once the tracker is on
 # Attributes under which wrappers hold the module they wrap (FSDP1, activation checkpointing,
 # torch.compile): left out of module names, as torch leaves them out of parameter names.
 _WRAPPER_ATTRS = frozenset(("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"))
+
+
+def _class_name(module) -> str:
+    """The class the program wrote, behind wrappers: FSDP1, checkpoint_wrapper and torch.compile
+    hold it under an attribute; fully_shard, replicate and composable DDP change its class to one
+    they make (``FSDPNet``: their class first, the program's second). DDP's label is that class too."""
+    for _ in range(8):  # FSDP(checkpoint_wrapper(compiled)): a few layers at most
+        inner = next((module._modules.get(a) for a in _WRAPPER_ATTRS if module._modules.get(a) is not None), None)
+        if inner is None:
+            break
+        module = inner
+    cls = type(module)
+    while ("__deepcopy__" in vars(cls) and len(cls.__bases__) == 2 and cls.__name__.endswith(cls.__bases__[1].__name__)
+           and cls.__bases__[0].__module__.startswith("torch.distributed.")):
+        cls = cls.__bases__[1]
+    return cls.__name__
+
+
+def _enclosing_module(module, depth: int = 24):
+    """The largest module in the callers' local variables that contains ``module`` (torchtitan
+    parallelizes ``model.layers``' blocks one by one in a function that holds ``model``), or None.
+    Runs once per model: its naming names every submodule."""
+    from torch.nn import Module  # loaded: the program built ``module``
+    best, size, seen = None, 0, set()
+    frame = sys._getframe(2)
+    while frame is not None and depth:
+        for value in frame.f_locals.values():
+            # not a DDP wrapper (never a root here: its submodules' names would begin with "module.")
+            if (isinstance(value, Module) and value is not module and id(value) not in seen
+                    and type(value).__name__ != "DistributedDataParallel"):
+                seen.add(id(value))
+                mods = list(value.modules())
+                if len(mods) > size and any(m is module for m in mods):
+                    best, size = value, len(mods)
+        frame, depth = frame.f_back, depth - 1
+    return best
 
 
 def _module_arg(args, kwargs):

@@ -105,6 +105,7 @@ class PhaseHooks:
         from . import comm_hooks
         comm_hooks.install(self)  # the bucket of each collective a comm hook issues
         self._patch_averagers()
+        self._patch(threading.Thread, "_bootstrap_inner", self._wrap_thread)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
         self._opt_tokens: list = []
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
@@ -126,6 +127,21 @@ class PhaseHooks:
                 setattr(item[0], item[1], item[2])
         self.originals.clear()
 
+    def _wrap_thread(self, orig):
+        """Every Python thread's body (run() included, whatever a subclass made of it): see
+        AnnotationContext.begin_program_thread. C++ threads (autograd's, a backend's) are not
+        Python threads: the ops DDP issues there keep the process-wide context."""
+        rec = self.rec
+
+        @functools.wraps(orig)
+        def _bootstrap_inner(thread):
+            token = rec.begin_program_thread()
+            try:
+                orig(thread)
+            finally:
+                rec.end_program_thread(token)
+        return _bootstrap_inner
+
     def _wrap_scope(self, phase: str | None = None, detail: str | None = None):
         rec = self.rec
         fields = {k: v for k, v in (("phase", phase), ("detail", detail)) if v is not None}
@@ -134,6 +150,7 @@ class PhaseHooks:
     def begin_compute(self, phase: str, step=None, **fields) -> tuple:
         """Enter ``phase`` (context ``fields``) and its compute span; the token is for end_compute.
         ``step()`` numbers an outermost span (default: a forward or backward's step)."""
+        self.rec.claim_context()  # a program thread that trains: the phase is the process's
         depth = getattr(self._depth, phase, 0)
         setattr(self._depth, phase, depth + 1)
         number = (step or self.steps.compute_begins)() if depth == 0 else 0
@@ -294,7 +311,15 @@ class PhaseHooks:
             rec.set_context(module=state["label"])  # later ops of this step (backward, optimizer) are its
             if not state["rebuilt"]:
                 hooks._follow_rebuild(ddp, state)
-        return in_context(rec, orig, enter, leave)
+        forward = in_context(rec, orig, enter, leave)
+        # torch.compile(ddp_model): Dynamo inlined this wrapper, and its side effects became
+        # constants replayed per call (every step iteration 1: DDP's buckets numbered on across
+        # steps). Marked as torch.compiler.disable(recursive=False) marks (an attribute Dynamo
+        # reads; importing torch._dynamo would change an untraced program): the wrapper runs
+        # eagerly, DDP.forward and the module under it as without commtrace (scopes.in_context).
+        forward._torchdynamo_disable = True
+        forward._torchdynamo_disable_recursive = False
+        return forward
 
     def _follow_rebuild(self, ddp, state) -> None:
         """Note the forward in which ``_has_rebuilt_buckets`` turned True, then read the new

@@ -31,7 +31,26 @@ def in_context(rec, orig, enter, leave=None):
             raise
         finally:
             leave(token)
+    keep_wrapper_eager(scoped, enter, leave)
     return scoped
+
+
+def keep_wrapper_eager(scoped, *own) -> None:
+    """A wrapper of a torch function (in_context): Dynamo never compiles its
+    frame nor its ``own`` functions' (and theirs), and treats the function it wraps as usual
+    (DDPOptimizer compiles the module DDP.forward calls). Compiled, their Python side effects
+    became constants replayed on every call: under torch.compile DDP.forward's iteration stayed
+    1 and DDP's buckets were numbered on across steps. Nothing where this torch has no per-code
+    strategies (install time only: marks code objects)."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+    except Exception:
+        return
+    set_code_exec_strategy(scoped.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT))
+    for fn in own:
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
 
 
 class AfterImport:  # a meta path finder (importlib.abc would cost every traced process ~5 ms)

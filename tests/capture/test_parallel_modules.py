@@ -13,7 +13,7 @@ compared, including submodules, for the modules that communicate by plan: the ro
 the FSDP units and the tensor-parallel Linears. The root's own reduce_scatter runs
 in FSDP2's end-of-backward callback, after every backward (no gradient reaches the
 root's input): CommDebugMode counts it under ``layers.0``, whose backward began last;
-commtrace names the root, the unit whose gradients it reduces.
+commtrace names the root (``Net``, the class the program wrote), the unit whose gradients it reduces.
 """
 from __future__ import annotations
 
@@ -144,7 +144,8 @@ def test_tp_set_up_ops_are_phase_tp_init(launched):
         return
     direct = f"parallel.py:{_worker_line('# DIRECT')} (build)"
     for r in range(world):
-        built = df[(df["rank"] == r) & df["callsite"].astype(str).str.endswith("(build)") & (df["mesh_dim"] == "tp")]
+        set_up = df["callsite"].astype(str).str.endswith(("(build)", "(_parallelize_block)"))  # 2d: per block
+        built = df[(df["rank"] == r) & set_up & (df["mesh_dim"] == "tp")]
         got = {(str(p), str(o), str(det), str(c).endswith(direct)): int(n) for (p, o, det, c), n in
                built.groupby(["phase", "op", "detail", "callsite"], observed=True, dropna=False).size().items() if n}
         # per Block: up's weight and bias and down's weight are sharded (scatter), down's bias replicated
@@ -207,7 +208,7 @@ def test_fsdp1_counts_by_hand(launched):
                        ("optimizer", "all_reduce", "nan"): STEPS,
                        ("nan", "barrier", "nan"): 1}, (r, got)
         fwd = d[(d["phase"] == "forward")]
-        assert list(fwd["module"].astype(str)) == ["FullyShardedDataParallel", "layers.0", "layers.1"] * STEPS
+        assert list(fwd["module"].astype(str)) == ["Net", "layers.0", "layers.1"] * STEPS
 
 
 def test_reshard_after_forward_off_gathers_once_per_unit(launched):
@@ -237,8 +238,21 @@ def test_fsdp2_gradient_reduction_names_its_unit(launched):
     for r in range(world):
         d = df[(df["rank"] == r) & (df["detail"] == "fsdp_reduce_grad") & (df["op"] == "reduce_scatter")]
         got = d.groupby(d["module"].astype(str)).size().to_dict()
-        root = [m for m in got if not m.startswith("layers.")]  # the root's label: FSDPNet, or Net in 2d
-        assert len(root) == 1 and got == {root[0]: STEPS, **{u: STEPS for u in UNITS}}, (scenario, r, got)
+        assert got == {"Net": STEPS, **{u: STEPS for u in UNITS}}, (scenario, r, got)
+
+
+def test_root_is_named_by_the_class_the_program_wrote(launched):
+    """The root is ``Net`` (as DDP's label is the class it wraps), not the class fully_shard made of
+    it (``FSDPNet``) nor FSDP1's wrapper: it was ``FSDPNet`` in FSDP2 runs but ``Net`` in 2d, where
+    parallelize_module named it before fully_shard changed its class. Every op's module is the root
+    or a qualified name from it: 2d parallelizes each block by a call of its own, which named the
+    blocks as roots (``up``, ``down`` for both blocks' Linears, then ``Block`` for both blocks)."""
+    scenario, world, results, df, _ = launched
+    named = set(df["module"].dropna().astype(str))
+    if scenario != "tp":  # the root communicates (FSDP units)
+        assert "Net" in named, named
+    blocks = {f"layers.{i}{s}" for i in range(2) for s in ("", ".norm", ".up", ".down")}
+    assert named <= {"Net", "head"} | blocks, (scenario, named)
 
 
 def test_report_shows_per_module_table(launched):

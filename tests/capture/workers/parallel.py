@@ -5,7 +5,7 @@ fsdp2, fsdp2-keep (reshard_after_forward=False), fsdp2-prefetch (explicit
 forward/backward prefetch), fsdp1 (FullyShardedDataParallel, one unit per block
 and the root, ``device_id`` CPU; its default backward prefetch), tp
 (Colwise/Rowwise pairs and a SequenceParallel norm; then one distribute_tensor of its own), 2d (FSDP2 over "dp" x TP
-over "tp"). Every step clips the gradients' norm between backward and the
+over "tp", each block parallelized by a call of its own, as torchtitan does). Every step clips the gradients' norm between backward and the
 optimizer step (FSDP1's own clip_grad_norm_; else torch.nn.utils', per DeviceMesh).
 The tp scenario lets ``init_device_mesh`` make the world (no backend named: torch's
 default for the device), as pytorch/examples' tensor-parallel scripts do.
@@ -66,6 +66,12 @@ def _tp_plan(sequence_parallel: bool) -> dict:
     return plan
 
 
+def _parallelize_block(block, mesh):
+    """Where only the block is in reach (its model is in the caller's frame)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    parallelize_module(block, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+
+
 def build(scenario, rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     torch.manual_seed(0)
@@ -97,7 +103,8 @@ def build(scenario, rank, world):
         fully_shard = torch_compat.fully_shard()
         from torch.distributed.tensor.parallel import parallelize_module
         mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
-        parallelize_module(model, mesh["tp"], _tp_plan(sequence_parallel=False))
+        for layer in model.layers:  # one block at a time, as torchtitan does
+            _parallelize_block(layer, mesh["tp"])
         for layer in model.layers:
             fully_shard(layer, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
