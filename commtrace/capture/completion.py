@@ -95,6 +95,16 @@ class CompletionTracker:
         self.unobserved.append((row, work))
         self.pending.append((row, work, cpu))
 
+    def end_blocking_p2p(self, t_call: int, mine) -> None:
+        """Stamp now as the end of the polled p2p ops issued since ``t_call`` by the calling thread
+        (``mine(sig)``) whose end is not known yet: a blocking send/recv that returned."""
+        now = time.monotonic_ns()
+        for row, _ in reversed(list(self.unobserved)):  # the polled ops, newest first
+            if row[T_CALL] < t_call:
+                return
+            if row[T_END] == 0 and type(row[SIG]) is int and self.sig_p2p[row[SIG]] and mine(row[SIG]):
+                row[T_END] = now
+
     def observe_completions(self, most: int = _POLL_PER_CALL, poll: bool = True) -> None:
         """Poll the oldest small async ops (at most ``most``); ``poll=False`` only drops ended ones."""
         un = self.unobserved

@@ -22,6 +22,10 @@ from .recorder import Recorder
 from .scopes import drop_own_frame
 
 _WORLD_KEY = "commtrace/world_id"
+# torch's multi-threaded test backend (MultiThreadedTestCase): its ranks are threads of one process,
+# a trace's rank is a process, and the backend finds itself in torch's registries by identity
+# (a wrapper in its place there fails its own collectives): its groups are left untraced.
+THREADED = "threaded"
 _tls = threading.local()
 
 
@@ -51,7 +55,7 @@ class Installer:
         return obj if traced is None else traced
 
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping, backend_config=None):
-        if isinstance(pg, self.traced_types):
+        if isinstance(pg, self.traced_types) or str(backend_name) == THREADED:
             return pg
         store = torch_compat.real_store(store)
         backend_name = _backend_label(backend_name, backend_config)
@@ -132,7 +136,8 @@ class Installer:
         w = c10d._world
         name = w.pg_names.get(pg)
         traced = self.wrap(pg, *_registered_backend(pg), name, w.pg_group_ranks.get(pg))
-        _swap_in_registries(pg, traced, name)
+        if traced is not pg:
+            _swap_in_registries(pg, traced, name)
         return traced
 
     def adopt_existing(self) -> int:

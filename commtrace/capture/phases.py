@@ -382,6 +382,7 @@ OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_obje
 # batch_isend_irecv, which hand its Work to the caller (the ProcessGroup sees the same call).
 LABELLED_CALLS = {**{name: ("api", name) for name in OBJECT_COLLECTIVES},
                   "send": ("async", False), "recv": ("async", False)}
+BLOCKING_P2P = ("send", "recv")
 # The c10d functions with an ``async_op`` argument (torch 2.4's; default False: the caller
 # waits) and their Options type. Where torch does not hand async_op to the group
 # (torch_compat.c10d_passes_async_op: before 2.8) their ops' ``async`` is the call's
@@ -437,6 +438,26 @@ def _fixed_label(rec, fn, field, value):
     return in_context(rec, fn, lambda args, kwargs: rec.push_context_field(field, value))
 
 
+def _blocking_p2p_label(rec, fn, field, value):
+    """``fn`` (send or recv) labelled; when it returns, torch has waited for its op: the end of
+    an op no future or ``is_completed()`` times (a Python backend's Work that only implements
+    ``wait()``) is known then, and stamped (else it stayed in flight for good)."""
+    @functools.wraps(fn)
+    def blocking(*args, **kwargs):
+        token = rec.push_context_field(field, value)
+        t_call = time.monotonic_ns()
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException as e:
+            drop_own_frame(e)
+            raise
+        finally:
+            rec.pop_context(token)
+        rec.blocking_p2p_returned(t_call)
+        return out
+    return blocking
+
+
 def _async_op_label(rec, fn):
     """``fn`` wrapped: the call's own async_op (positional or keyword) as its ops' ``async``;
     None where ``fn`` takes no async_op."""
@@ -455,7 +476,8 @@ def label_c10d_calls(rec) -> list[str]:
     import torch.distributed.distributed_c10d as c10d
 
     # name -> label(rec, fn): fn wrapped so that its ops carry the label (None: not labelled)
-    labels = {name: functools.partial(_fixed_label, field=field, value=value)
+    labels = {name: functools.partial(_blocking_p2p_label if name in BLOCKING_P2P else _fixed_label,
+                                      field=field, value=value)
               for name, (field, value) in LABELLED_CALLS.items()}
     if not torch_compat.c10d_passes_async_op(set(ASYNC_OP_CALLS.values())):
         labels.update(dict.fromkeys(ASYNC_OP_CALLS, _async_op_label), _coalescing_manager=_coalescing_label)

@@ -110,6 +110,11 @@ class Recorder(AnnotationContext):
             self.sig_ids[key] = sid
             return sid
 
+    def blocking_p2p_returned(self, t_call: int) -> None:
+        """A blocking send/recv called at ``t_call`` on this thread has returned: its op ended."""
+        thread, lines = threading.current_thread().name, self.sig_lines
+        self.tracker.end_blocking_p2p(t_call, lambda sig: lines[sig].get("thread") == thread)
+
     def add_group(self, info: dict) -> int:
         with self._lock:
             gid = len(self.group_lines)

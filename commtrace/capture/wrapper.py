@@ -194,6 +194,7 @@ class TracedProcessGroup(dist.ProcessGroup):
         self._rec = recorder
         self._gid = gid
         self._ranks = list(global_ranks)
+        self._ranks_id = id(self._ranks)  # the sig key's group part (_lookup)
         self._seq = 0
         self._p2p_seq: dict = {}
         self._cpu_only = mirror_backends(self, inner)
@@ -249,7 +250,8 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
     """(sig id, opts, key) of one call (also the native wrapper's); interns a new sig the first time."""
     key, opts = call_key(args, kwargs)
     # id() of the code object, as in _internal_code; _kept_code keeps the id valid.
-    full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, cpu_only)
+    # id(ranks): one list per group; a sig names global ranks (root, peer), which depend on the group
+    full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, cpu_only, id(ranks))
     sig = rec.sig_ids.get(full)
     if sig is None:
         if uf is not None:
@@ -303,7 +305,7 @@ def _make_traced(name: str, spec: ops.Spec):
                 except ValueError:  # called from C++ on a thread with no Python frames
                     uf = None       # (CUDA autograd threads: DDP's bucket hooks)
                 sig = rec.sig_ids.get((name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno,
-                                       self._cpu_only))
+                                       self._cpu_only, self._ranks_id))
                 if sig is None:
                     sig = _lookup(rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs, uf)[0]
                 row[SIG] = sig

@@ -66,3 +66,18 @@ def check_p2p_seq(df):
                 recvs.sort_values("t_start_ns")["seq"].tolist() == list(range(1, len(recvs) + 1)), (s, d)
             assert sends.sort_values("t_start_ns")["bytes"].tolist()[:len(recvs)] == \
                 recvs.sort_values("t_start_ns")["bytes"].tolist(), (s, d)
+
+
+def test_blocking_p2p_on_a_python_backend_whose_work_only_waits(tmp_path):
+    """dist.send/recv on a Python backend whose Work implements wait() only (no future, never
+    is_completed(); PyTorch's own test backends are such): the op ended when the call returned.
+    (Found running test_c10d_common.py's PythonProcessGroupExtensionTest traced: every send and
+    recv stayed in flight, with no end, after the program had moved on.)"""
+    run = h.spawn_traced("pybackend_p2p.py", 2, tmp_path, timeout=120)
+    run.result.check(0)
+    assert [run.rank_json(r)["got"] for r in range(2)] == [[11.0] * 3, [10.0] * 3]
+    df = run.frame
+    p2p = df[df["op"].isin(["send", "recv"])]
+    assert len(p2p) == 8 and set(p2p["status"]) == {"completed"}, p2p[["rank", "op", "status"]]
+    assert (p2p["t_end_ns"] >= p2p["t_start_ns"]).all()
+    assert not p2p["async"].any()

@@ -293,3 +293,18 @@ def test_torch_compile_with_a_mesh_behaves_as_untraced(tmp_path):
     assert results[0] == results[1] and results[0]["graph_breaks"] == 0
     df = h.load(tmp_path / "run")
     assert list(df["op"]) == ["all_reduce", "all_reduce"]
+
+
+def test_one_call_on_several_groups_names_each_groups_root(tmp_path):
+    """One broadcast call (same line, shape, group_src) on each dimension's group of a 2x2 mesh:
+    each op's root is its own group's rank 0, as a global rank. (Found running PyTorch's
+    test_device_mesh.py traced: the sig, interned per call without its group, kept the first
+    group's root, and ``check`` reported 13 false root mismatches.)"""
+    run = h.spawn_traced("mesh_roots.py", 4, tmp_path, timeout=180)
+    run.result.check(0)
+    df = run.frame
+    for r in range(4):
+        got = df[(df["rank"] == r) & (df["op"] == "broadcast")].sort_values("t_start_ns")["root"].tolist()
+        assert got == run.rank_json(r)["roots"], r
+    chk = h.commtrace_main("check", run.run_dir)
+    assert "ERROR" not in chk.stdout, chk.stdout[-3000:]

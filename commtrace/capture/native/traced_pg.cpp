@@ -83,6 +83,7 @@ class TracedPG : public c10d::ProcessGroup {
       op->iteration = log.read_int_attr(log.iteration_name_);
       key.add(log.context_id());
       key.add(int64_t(pthread_self()));
+      key.add(gid_);  // a sig names global ranks (root, peer): they depend on the group
       log.user_code(key.v);
       info = log.sig_for(key.v, gid_, method, make_args);
       op->sig = info.sig;
