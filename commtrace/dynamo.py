@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+from . import torch_compat
 from .capture.scopes import drop_own_frame
 
 
@@ -51,14 +52,12 @@ def _skipped(attr, skip):
 def _code_marker():
     """Marks a function's code object SKIP, frames it calls included (None where
     this torch has no per-code strategies)."""
-    try:
-        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-        strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
-    except Exception:  # an older torch, or one whose private API differs
+    skip_code = torch_compat.dynamo_code_skipper(callees=True)
+    if skip_code is None:
         return None
 
     def mark(fn):
-        set_code_exec_strategy(fn.__code__, strategy)
+        skip_code(fn.__code__)
         return fn
     return mark
 

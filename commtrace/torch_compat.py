@@ -136,3 +136,17 @@ def real_store(store):
         except (AttributeError, RuntimeError):
             return store
     return None if s is None else store
+
+
+# -- Dynamo ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)  # comm_hooks wraps a callback per bucket: looked up once
+def dynamo_code_skipper(callees: bool):
+    """A function that marks a code object for Dynamo to skip: its frames, and with ``callees``
+    the frames they call too (else those are compiled as usual). None where this torch has no
+    per-code strategies (``set_code_exec_strategy``, 2.5+) or its private API differs."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+        strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP if callees else _FrameAction.DEFAULT)
+    except Exception:
+        return None
+    return lambda code: set_code_exec_strategy(code, strategy)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from .. import torch_compat
+
 
 def drop_own_frame(exc: BaseException) -> None:
     """In a wrapper's ``except`` clause, right before a bare ``raise`` (which adds no frame
@@ -42,15 +44,14 @@ def keep_wrapper_eager(scoped, *own) -> None:
     became constants replayed on every call: under torch.compile DDP.forward's iteration stayed
     1 and DDP's buckets were numbered on across steps. Nothing where this torch has no per-code
     strategies (install time only: marks code objects)."""
-    try:
-        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-    except Exception:
+    skip_frame, skip_all = (torch_compat.dynamo_code_skipper(callees) for callees in (False, True))
+    if skip_frame is None:
         return
-    set_code_exec_strategy(scoped.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.DEFAULT))
+    skip_frame(scoped.__code__)
     for fn in own:
         code = getattr(fn, "__code__", None)
         if code is not None:
-            set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+            skip_all(code)
 
 
 class AfterImport:  # a meta path finder (importlib.abc would cost every traced process ~5 ms)
