@@ -173,9 +173,10 @@ class PhaseHooks:
             module = rec.context_field("module")
             # a submodule's name (capture.module_tracker): the span is not that module's
             hooks.end_compute(token, module if module in hooks.ddp_labels else None)
-            rec.set_context(module=None)
-            for done in hooks.after_backward:
-                done()
+            if token[2]:  # not a pass inside it (reentrant checkpointing's): its later buckets stay the module's
+                rec.set_context(module=None)
+                for done in hooks.after_backward:
+                    done()
         return in_context(rec, orig, lambda args, kwargs: hooks.begin_compute("backward"), leave)
 
     def _wrap_join_round(self, orig):
@@ -303,12 +304,15 @@ class PhaseHooks:
             state["forwards"] += 1
             rec.iteration = state["forwards"]
             grad = torch.is_grad_enabled()  # an evaluation forward (no_grad) is no micro-step
-            return hooks.begin_compute("forward", module=state["label"]), ddp, state, grad
+            before = rec.context_field("module")
+            return hooks.begin_compute("forward", module=state["label"]), ddp, state, grad, before
 
         def leave(entered):
-            token, ddp, state, grad = entered
+            token, ddp, state, grad, before = entered
             hooks.end_compute(token, state["label"], grad)
-            rec.set_context(module=state["label"])  # later ops of this step (backward, optimizer) are its
+            # later ops of this step (backward) are its; an evaluation forward has no backward
+            # to end that, so the program's metrics all_reduce after it is not the module's
+            rec.set_context(module=state["label"] if grad else before)
             if not state["rebuilt"]:
                 hooks._follow_rebuild(ddp, state)
         forward = in_context(rec, orig, enter, leave)
