@@ -315,9 +315,20 @@ class ModuleTracker:
                 return None
             mod = getattr(args[1], "_fully_sharded_module", None) if len(args) > 1 else None
             return mod if mod is not None else args[0]
-        reduce_grad = self._scope("fsdp_reduce_grad", unit=unit)
+        # named after its unit whatever module looks running: autograd runs a flat parameter's
+        # post-backward hook when its gradient is done, often inside a later unit's backward
+        # (the root's head reduced inside layers.0.fc's); a module's own is inside its unit anyway
+        reduce_grad = self._scope("fsdp_reduce_grad", unit=unit, unit_wins=True)
+        def hook_unit(args, _kwargs):  # (state, module, handle, grad): a unit's pre-backward hook
+            if len(args) < 3 or getattr(args[0], "_is_root", True):
+                return None    # the root's: its prefetch stays the prefetched unit's (_unshard's rule)
+            mod = getattr(args[2], "_fully_sharded_module", None)
+            return mod if mod is not None else args[1]
+        # It runs as its output's gradient arrives, before the tracker ends the backward of the
+        # module that computed it: its prefetch is the unit's, not that module's (as FSDP2's)
         self._patch_each(rt, (("_unshard", self._scope("fsdp_unshard", unit=unit)), ("_reduce_grad", reduce_grad),
-                              ("_reduce_grad_no_shard", reduce_grad)))
+                              ("_reduce_grad_no_shard", reduce_grad),
+                              ("_pre_backward_hook", self._scope(unit=hook_unit, unit_wins=True))))
 
     def _patch_clipping(self, utils) -> None:
         """In torch.nn.utils and its clip_grad module (whose functions call each other there)."""
