@@ -31,7 +31,9 @@ def test_rank_raising_mid_step_is_named(tmp_path):
     df = commtrace.load(run)
     assert sorted(df[df["rank"] == 1]["seq"]) == list(range(1, 8))
     last = df[(df["rank"] == 0) & (df["seq"] == 8)].iloc[0]
-    assert (last.op, last.phase, last.module, int(last.bucket), last.bytes, last.status) == (
-        "all_reduce", "backward", "Linear", 0, 144, "failed")
+    assert (last.op, last.phase, last.module, int(last.bucket), last.bytes) == (
+        "all_reduce", "backward", "Linear", 0, 144)
+    # failed as gloo sees rank 1's socket close; in flight had torchrun's SIGTERM come first
+    assert last.status != "completed"
     steps = commtrace.load(run, table="steps")
     assert sorted(zip(steps["rank"], steps["step"], steps["ops"])) == [(0, 1, 1), (0, 2, 3), (1, 1, 1), (1, 2, 3)]
