@@ -45,11 +45,13 @@ def _is(col: pd.Series, value: str) -> np.ndarray:
 _INTEGER_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64"})
 
 
-def is_gradient_allreduce(op, phase, detail, module, dtype=None) -> bool:
-    """DDP's bucketed gradient all_reduce (or a joined rank's shadow of it)."""
+def is_gradient_allreduce(op, phase, detail, module, dtype=None, issued_async=True) -> bool:
+    """DDP's bucketed gradient all_reduce (or a joined rank's shadow of it). DDP's reducer never
+    waits where it launches a bucket: a blocking all_reduce in backward (``issued_async`` False:
+    SyncBatchNorm's, a model-parallel region's input gradient) is the program's, no bucket."""
     if op != "all_reduce" or module is None or dtype in _INTEGER_DTYPES:
         return False
-    return (phase == "backward" and detail is None) or detail == "join_shadow_grad"
+    return (phase == "backward" and detail is None and issued_async is not False) or detail == "join_shadow_grad"
 
 
 def nth_in_step(key: np.ndarray) -> np.ndarray:
@@ -82,8 +84,9 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     named = np.full(len(grad), -1, dtype=np.int32)  # the bucket a comm hook's op was issued for
     names: dict = {}
     for k, s in sigs.items():
-        if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype")):
-            b = s.get("bucket")   # the bucket a comm hook (capture.comm_hooks) issued the op for
+        b = s.get("bucket")   # the bucket a comm hook (capture.comm_hooks) issued the op for
+        if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"),
+                                 s.get("async") if b is None else True):
             if type(b) is int and 0 <= b < 2**31:
                 named[k] = b
             else:

@@ -25,6 +25,10 @@ stdout as untraced, and every op of each rank where it belongs, counted by hand.
   used to lose their module and bucket number when that inner pass ended.
 * amp: GradScaler skips the first optimizer.step() (inf gradients): the first two
   iterations are one step of 2 micro-steps (docs/report.md, Step).
+* backward_collective: a custom autograd Function all_reduces its input's gradient
+  (blocking, 256 B) inside DDP's backward, before DDP's buckets: it is the program's op,
+  no bucket. It used to be counted as bucket 0, every real bucket numbered one on, the
+  last one shown with no parameters.
 """
 import os
 
@@ -52,13 +56,15 @@ def buffers():
     return [fwd("buffers", "BNNet", 128), fwd("buffers", "BNNet", 8)]
 
 
-def rebuild(module, indices):
-    return [fwd("bucket_rebuild", module, 4 * indices), fwd("bucket_rebuild", module, 4)]
+def rebuild(module, indices, buckets=1):
+    """DDP's bucket rebuild: the parameter indices + their count, then one size per bucket (int32)."""
+    return [fwd("bucket_rebuild", module, 4 * indices), fwd("bucket_rebuild", module, 4 * buckets)]
 
 
 METRICS = [*buffers(), (None, None, None, 8, None), (None, None, None, 8, None), (None, None, None, 96, None),
            (None, "object_sizes", None, 8, None), (None, "object_payload", None, 31, None),
            (None, None, None, 8, None)]
+REGION = ("backward", None, "RegionNet", 256, None)   # the autograd Function's all_reduce
 USED_MAP = ("backward", None, None, 16, None)   # module filled per model below
 
 
@@ -83,7 +89,11 @@ EXPECTED = [
         [grad("Discriminator", 36), grad("Generator", 160)],
         *static("Checkpointed"), *static("Checkpointed#2"),
         [grad("Linear", 144), *rebuild("Linear", 3), grad("Linear", 144)],
-        [grad("Linear", 144)], [grad("Linear", 144)]]],
+        [grad("Linear", 144)], [grad("Linear", 144)],
+        [REGION, grad("RegionNet", 848)],
+        [*rebuild("RegionNet", 5, 2), REGION, grad("RegionNet", 336), grad("RegionNet", 512, 1)],
+        [REGION, grad("RegionNet", 336), grad("RegionNet", 512, 1)]][:-1]],
+    ([REGION, grad("RegionNet", 336), grad("RegionNet", 512, 1)], [(None, None, None, 0, None)]),  # + the barrier
 ]
 MICRO_STEPS = {19: 2}
 
@@ -123,7 +133,7 @@ def _ops_around_steps(run, rank):
 def test_traced_output_is_untraced_output(loops):
     plain, traced, _ = loops
     assert traced.stdout == plain.stdout
-    assert plain.stdout.count("\n") == 6 + 3 + 8 + 4   # validation stopped early after step 4
+    assert plain.stdout.count("\n") == 6 + 3 + 8 + 4 + 3   # validation stopped early after step 4
 
 
 @pytest.mark.parametrize("rank", range(WORLD))

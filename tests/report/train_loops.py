@@ -65,6 +65,35 @@ class Checkpointed(torch.nn.Module):
         return x
 
 
+class AllReduceGrad(torch.autograd.Function):
+    """Identity forward, a blocking all_reduce of the gradient in backward (as SyncBatchNorm's
+    backward and a model-parallel region's input gradient do)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad)
+        return grad
+
+
+class RegionNet(torch.nn.Module):
+    """Linear(8, 16) -> ReLU -> AllReduceGrad -> Linear(16, 4): 212 floats (848 B); under a
+    300-byte cap DDP rebuilds two buckets, [fc2.bias, fc2.weight, fc1.bias] (336 B) and
+    [fc1.weight] (512 B). The region's gradient is 4 x 16 floats (256 B)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(AllReduceGrad.apply(torch.relu(self.fc1(x))))
+
+
 def say(*args):
     if dist.get_rank() == 0:
         print(*args, flush=True)
@@ -169,8 +198,19 @@ def amp():
         say("amp", it, round(loss.item(), 6), scaler.get_scale())
 
 
+def backward_collective():
+    model = DDP(RegionNet(), bucket_cap_mb=300 / 2**20)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for it in range(3):
+        opt.zero_grad()
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        say("backward_collective", it, round(loss.item(), 6))
+
+
 LOOPS = {"validation": validation, "gan": gan, "checkpoint_reentrant": lambda: checkpointed(True),
-         "checkpoint": lambda: checkpointed(False), "amp": amp}
+         "checkpoint": lambda: checkpointed(False), "amp": amp, "backward_collective": backward_collective}
 
 
 def worker(rank, world, port, names):
@@ -182,7 +222,12 @@ def worker(rank, world, port, names):
     for name in names:
         with commtrace.region(name):
             LOOPS[name]()
+    dist.barrier()
     dist.destroy_process_group()
+    # torch's own teardown at exit sometimes aborts a gloo rank ("terminate called without an
+    # active exception"), untraced too (tests/trainers/programs/common.py: finish)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -121,7 +121,8 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     nbytes = nbytes.astype(np.int32) if lean and len(nbytes) and np.abs(nbytes).max() < 2**31 else nbytes
     is_async = np.array([bool(s.get("async")) for s in sigs])
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
-    grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"))
+    grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"),
+                                           s.get("async") if s.get("bucket") is None else True)
                      and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
     wide = np.int32 if len(sigs) * max(len(groups), 1) < 2**31 else np.int64    # 8 B/op less at the task's peak
     si, gi = slut.astype(wide).take(rec["sig"]), glut.astype(wide).take(rec["group"])   # take: up to 3x faster
