@@ -16,8 +16,9 @@ stdout as untraced, and every op of each rank where it belongs, counted by hand.
   used to carry BNNet, the module of the last evaluation forward).
 * gan: two optimizers, one DDP model each: a D step (D's 36 B bucket) then a G step
   (the generator's loss runs backward through D: D's bucket, then G's 160 B): 2 steps
-  per iteration, each bucket numbered within its model. D's rebuild (3 + 1 ints,
-  4 B) comes with its second forward (G step 1), G's with its second (D step 2).
+  per iteration, each bucket numbered within its model. D's rebuild (2 indices + 1
+  count = 12 B, one size 4 B) comes with its second forward (G step 1), G's with its
+  second (D step 2).
 * checkpoint_reentrant / checkpoint: DDP(static_graph) over two activation-checkpointed
   Linear(8, 8) (576 B, one bucket); iteration 1 all_reduces the used map (4
   parameters: 4 int32 = 16 B), the rebuild at iteration 3 (4 indices + 1 count, 1 size).
