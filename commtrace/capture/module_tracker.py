@@ -20,6 +20,7 @@ import weakref
 
 from .. import torch_compat
 from ..trace import schema
+from . import pipeline
 from .scopes import AfterImport, drop_own_frame, in_context
 
 
@@ -66,8 +67,8 @@ class ModuleTracker:
             "torch.distributed._tensor.api": lambda m: self._patch_each(m, distribute),  # older torch
             "torch.distributed.tensor.parallel.api": lambda m: self._patch_each(m, parallelize),
             # a pipeline stage runs plain modules: their forwards are its compute
-            "torch.distributed.pipelining.stage": lambda m: self._patch_each(
-                getattr(m, "_PipelineStageBase", None), (("__init__", self._enabling),)),
+            "torch.distributed.pipelining.stage": self._patch_pipeline_stage,
+            "torch.distributed.pipelining.schedules": lambda m: pipeline.patch_schedules(self, m),
             "torch.nn.utils": self._patch_clipping,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._scope(phase="optimizer")),)),
@@ -318,6 +319,10 @@ class ModuleTracker:
         reduce_grad = self._scope("fsdp_reduce_grad", unit=unit)
         self._patch_each(rt, (("_unshard", self._scope("fsdp_unshard", unit=unit)), ("_reduce_grad", reduce_grad),
                               ("_reduce_grad_no_shard", reduce_grad)))
+
+    def _patch_pipeline_stage(self, stage_mod) -> None:
+        self._patch_each(getattr(stage_mod, "_PipelineStageBase", None), (("__init__", self._enabling),))
+        pipeline.patch_stage(self, stage_mod)
 
     def _patch_clipping(self, utils) -> None:
         """In torch.nn.utils and its clip_grad module (whose functions call each other there)."""

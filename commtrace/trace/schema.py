@@ -100,8 +100,9 @@ SPAN_RECORD_FIELDS = (
     ("reserved", "<u2"),
 )
 SPAN_RECORD_SIZE = 32
-SPAN_PHASES = ("forward", "backward", "optimizer")
-SPAN_FLAG_GRAD = 0x01      # forward: autograd was enabled (not set: an evaluation forward); others: always set
+# "schedule": a pipeline schedule's outermost step() call; not compute: it bounds the step (capture.pipeline)
+SPAN_PHASES = ("forward", "backward", "optimizer", "schedule")
+SPAN_FLAG_GRAD = 0x01      # forward, schedule: autograd was enabled (not set: evaluation); others: always set
 SPAN_NO_LABEL = 0xFFFFFFFF
 
 _DTYPES = {"OP_RECORD": (OP_RECORD_FIELDS, RECORD_SIZE), "SPAN_RECORD": (SPAN_RECORD_FIELDS, SPAN_RECORD_SIZE)}

@@ -1,9 +1,12 @@
-"""A pipeline-parallel schedule (torch.distributed.pipelining, GPipe) on 2 spawned gloo ranks:
-its stages run plain modules, whose forwards are the ranks' compute."""
+"""Pipeline-parallel schedules (torch.distributed.pipelining) on 2 spawned gloo ranks: their
+stages run plain modules, whose forwards are the ranks' compute; a schedule's step() begins the
+step; its activations and gradients are phase forward and backward of the stage's module."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 
+import numpy as np
 import pytest
 
 import helpers as h
@@ -42,25 +45,100 @@ def test_pipeline_stage_forwards_are_compute(pipeline):
     assert acts.groupby("rank").size().to_dict() == {0: STEPS * MICRO, 1: STEPS * MICRO}
 
 
-def test_interleaved_schedule_p2p_counted_by_hand(tmp_path):
-    """ScheduleInterleaved1F1B, 2 ranks x 2 stages (rank 0: stages 0 and 2, rank 1: 1 and 3),
-    4 micro-batches. By hand, per step: each of the 3 stage boundaries carries 4 activations
-    forward and 4 gradients back, and every boundary joins the two ranks, so each rank sends
-    and receives 12 micro-batches of 2 x 32 floats (256 bytes), all to and from the other rank.
-    A later stage's step begins at its first forward (docs/report.md): rank 1's first receive
-    of steps 2 and 3 is between steps, so its step table shows 23 of them; rank 0 starts steps
-    with a forward (stage 0) and shows all 24."""
-    pipelining = pytest.importorskip("torch.distributed.pipelining")
-    if not hasattr(pipelining, "ScheduleInterleaved1F1B"):
-        pytest.skip("this torch has no ScheduleInterleaved1F1B")
-    run = h.spawn_traced("pipeline.py", W, tmp_path, timeout=180,
-                         env=h.clean_env(PIPELINE_SCHEDULE="ScheduleInterleaved1F1B"))
+def ops_with_steps(run: Launch):
+    """The run's ops with ``step``: the step of their rank they start in (0: none), and the steps."""
+    ops, steps = run.frame, h.load(run.run_dir, "steps")
+    step = np.zeros(len(ops), np.int64)
+    start, rank = ops["t_start_ns"].to_numpy(np.int64), ops["rank"].to_numpy()
+    for r, st in steps.sort_values("t_begin_ns").groupby("rank"):
+        mine = rank == r
+        b, e = st["t_begin_ns"].to_numpy(np.int64), st["t_end_ns"].to_numpy(np.int64)
+        k = np.maximum(np.searchsorted(b, start[mine], side="right") - 1, 0)
+        inside = (start[mine] >= b[k]) & (start[mine] <= e[k])
+        step[mine] = np.where(inside, st["step"].to_numpy()[k], 0)
+    return ops.assign(step=step), steps
+
+
+def by_hand(stages: dict) -> dict:
+    """rank -> Counter((op, phase)) per step, from the stage placement (rank -> stage ids): each
+    boundary between stages on two ranks carries MICRO activations forward and MICRO gradients
+    back; one inside a rank carries nothing."""
+    owner = {s: r for r, ids in stages.items() for s in ids}
+    per_rank = {r: Counter() for r in stages}
+    for s in range(len(owner) - 1):
+        a, b = owner[s], owner[s + 1]
+        if a != b:
+            per_rank[a].update({("send", "forward"): MICRO, ("recv", "backward"): MICRO})
+            per_rank[b].update({("recv", "forward"): MICRO, ("send", "backward"): MICRO})
+    return per_rank
+
+
+ACT = 4 * (8 // MICRO) * 32     # one micro-batch of activations or gradients: 2 x 32 float32
+
+
+def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dict) -> None:
+    """Each step of ``schedule`` on each rank: its activation sends and receives counted by hand,
+    phase forward or backward, module the stage's (Sequential, as its forward spans); from the
+    schedule's second step on, they are the step's only ops (its first adds the schedule's set-up:
+    shape inference, p2p warm-up) and the step table's ops and bytes say so."""
+    ops, steps = ops_with_steps(run)
+    want = by_hand(stages)
+    table = steps.set_index(["rank", "step"])
+    for r in range(W):
+        for k, step in enumerate(steps_of):
+            mine = ops[(ops["rank"] == r) & (ops["step"] == step)]
+            p2p = mine[mine["op"].isin(["send", "recv"]) & (mine["bytes"] == ACT)]
+            got = Counter(zip(p2p["op"].astype(str), p2p["phase"].astype(str)))
+            assert got == want[r], (schedule, r, step, got, want[r])
+            assert set(p2p["module"].astype(str)) == {"Sequential"}, (schedule, r, step)
+            assert p2p["async"].all()
+            if k:
+                n = sum(want[r].values())
+                assert len(mine) == n, (schedule, r, step, mine[["op", "phase", "bytes", "api"]])
+                assert (int(table.loc[(r, step), "ops"]), int(table.loc[(r, step), "bytes"])) == (n, n * ACT), \
+                    (schedule, r, step)
+    spans = h.load(run.run_dir, "spans")
+    bounds = spans[(spans["phase"] == "schedule") & spans["step"].isin(steps_of)]
+    assert Counter(zip(bounds["rank"], bounds["step"])) == {(r, s): 1 for r in range(W) for s in steps_of}
+    assert set(bounds["module"].astype(str)) == {schedule}
+
+
+def test_gpipe_step_begins_at_schedule_step(pipeline):
+    """GPipe, by hand: rank 0 sends 4 activations and receives 4 gradients per step, rank 1 the
+    reverse. Regression: rank 1's step began at its first forward, after its first receive, so
+    steps 2 and 3 showed 7 ops of 8; the sends and receives had no phase or module. Every op
+    but the closing barrier (after the loop) is in a step."""
+    pipeline.result.check(0)
+    check_schedule_steps(pipeline, "ScheduleGPipe", [1, 2, 3], {0: [0], 1: [1]})
+    ops, _ = ops_with_steps(pipeline)
+    outside = ops[ops["step"] == 0]
+    assert outside.groupby("rank").size().to_dict() == {0: 1, 1: 1} and set(outside["op"]) == {"barrier"}
+
+
+# one run, each schedule on new stages for 3 steps (workers/pipeline.py): rank -> its stages
+SCHEDULES = {"Schedule1F1B": {0: [0], 1: [1]},
+             "ScheduleInterleaved1F1B": {0: [0, 2], 1: [1, 3]},
+             "ScheduleLoopedBFS": {0: [0, 2], 1: [1, 3]},
+             "ScheduleInterleavedZeroBubble": {0: [0, 2], 1: [1, 3]},
+             "ScheduleZBVZeroBubble": {0: [0, 3], 1: [1, 2]},
+             "ScheduleDualPipeV": {0: [0, 3], 1: [1, 2]}}
+
+
+def test_schedules_p2p_counted_by_hand(tmp_path):
+    """1F1B, interleaved 1F1B, looped BFS and the zero-bubble ones this torch has, 2 ranks,
+    4 micro-batches. By hand (by_hand), per step: 1F1B as GPipe; interleaved 1F1B, looped BFS
+    and interleaved zero bubble (rank 0: stages 0 and 2, rank 1: 1 and 3): each of the 3
+    boundaries joins the two ranks, so rank 0 sends 8 activations and 4 gradients and receives 4
+    and 8, rank 1 the reverse; ZBV and DualPipeV (a V: rank 0 holds stages 0 and 3, rank 1 1 and
+    2, whose boundary stays in the rank): 4 of each on both ranks. Regression: a later stage's
+    steps showed one receive less (23 of 24 ops, interleaved) and no op had a phase or module."""
+    pytest.importorskip("torch.distributed.pipelining")
+    run = h.spawn_traced("pipeline.py", W, tmp_path, timeout=240,
+                         env=h.clean_env(PIPELINE_SCHEDULE=",".join(SCHEDULES)))
     run.result.check(0)
-    ops = run.frame
-    acts = ops[(ops["op"].isin(["send", "recv"])) & ops["async"] & (ops["bytes"] == 4 * 32 * 2)]
-    got = {(int(r), str(o)): int(n) for (r, o), n in acts.groupby(["rank", "op"], observed=True).size().items()}
-    assert got == {(r, o): 12 * STEPS for r in range(W) for o in ("send", "recv")}, got
-    assert all(int(p) == 1 - int(r) for r, p in zip(acts["rank"], acts["root"]))
-    steps = h.load(run.run_dir, "steps")
-    later = steps[(steps["step"] > 1)].set_index(["rank", "step"])["ops"].to_dict()
-    assert later == {(0, 2): 24, (0, 3): 24, (1, 2): 23, (1, 3): 23}, later
+    ran = run.rank_json(0)["schedules"]
+    assert "Schedule1F1B" in ran and set(ran) <= set(SCHEDULES), ran
+    for k, name in enumerate(ran):
+        check_schedule_steps(run, name, [STEPS * k + 1 + i for i in range(STEPS)], SCHEDULES[name])
+    ops, _ = ops_with_steps(run)
+    assert set(ops[ops["step"] == 0]["op"]) == {"barrier"}
