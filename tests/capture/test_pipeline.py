@@ -142,3 +142,30 @@ def test_schedules_p2p_counted_by_hand(tmp_path):
         check_schedule_steps(run, name, [STEPS * k + 1 + i for i in range(STEPS)], SCHEDULES[name])
     ops, _ = ops_with_steps(run)
     assert set(ops[ops["step"] == 0]["op"]) == {"barrier"}
+
+
+def test_schedule_span_bounds_the_step_but_is_no_compute(tmp_path):
+    """Constructed trace (µs): a schedule's step() [0, 100] posts a receive at 5 that ends at 40,
+    then its stage runs forward [40, 60] and backward [60, 80]; optimizer [100, 110]. The step is
+    [0, 110] with the receive in it; compute is the spans' [40, 80] + [100, 110] = 50, not the
+    step() call's 100 (its bubble is the receive's exposed 35). An eval() step() [200, 220]
+    (no grad) begins no step: its op is between steps, and step 2 begins at its own step() (300)."""
+    from commtrace.analysis.partitioned import analyse
+    from commtrace.analysis.window import Window
+    from tracebuilder import Proc, write_run
+    us = 1000
+    p = Proc(0, world_size=1)
+    p.span("schedule", 0, 100, 1, module="ScheduleGPipe").op("recv", 5, 40, phase="forward", module="Sequential")
+    p.span("forward", 40, 60, 1, module="Sequential").span("backward", 60, 80, 1).span("optimizer", 100, 110, 1)
+    p.span("schedule", 200, 220, 2, module="ScheduleGPipe", grad=False).op("recv", 205, 210, phase="forward")
+    p.span("forward", 210, 215, 2, module="Sequential", grad=False)
+    p.span("schedule", 300, 350, 2, module="ScheduleGPipe").span("forward", 310, 320, 2, module="Sequential")
+    p.span("optimizer", 350, 360, 2)
+    rep = analyse(write_run(tmp_path / "run", [p], end_us=400), window=Window.from_args(), op_view=True)
+    per = rep.steps.per_rank.set_index("step")
+    assert list(per.index) == [1, 2]
+    assert (per.loc[1, "step_ns"], per.loc[1, "ops"], per.loc[1, "compute_ns"]) == (110 * us, 1, 50 * us)
+    assert (per.loc[1, "comm_ns"], per.loc[1, "exposed_ns"]) == (35 * us, 35 * us)
+    assert (per.loc[2, "step_ns"], per.loc[2, "ops"], per.loc[2, "compute_ns"]) == (60 * us, 0, 20 * us)
+    assert rep.steps.outside.loc["between steps", "ops"] == 1
+    assert "schedule" not in set(rep.op_view.spans["phase"].astype(str))   # the timeline's compute lanes
