@@ -17,8 +17,9 @@ Bounded mode (``--keep-last N`` / ``--steps A:B``) keeps these layouts: ``keep_l
 rotates ops and spans files into ``<file>.1`` at N records (at most 2N on disk, at least
 the last N), and ``<stem>.coverage.json`` (rewritten whole at every flush) says what the
 files cover. Version history: 1 -- initial; the header's ``bounded`` field, the ring
-segments, ``*.coverage.json`` and the C++ layer's ``<stem>.mpi.bin`` were added without
-a version change: a reader that does not know them reads a valid subset.
+segments, ``*.coverage.json``, the C++ layer's ``<stem>.mpi.bin`` and span phase 3
+(``schedule``) were added without a version change: a reader that does not know them
+reads a valid subset (the reader skips spans of a phase it does not know).
 """
 from __future__ import annotations
 
