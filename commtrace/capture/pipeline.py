@@ -88,9 +88,22 @@ def _bounding(hooks, depth, orig):
     return step
 
 
+_ISSUING = threading.local()   # .depth: batch functions running on this thread
+
+
 def _restoring(rec):
+    """A batch function wrapped: its P2POps label the context while it runs (a stage subclass
+    reading an op's tensor elsewhere labels nothing), restored when it returns."""
+    def enter(args, kwargs):
+        _ISSUING.depth = getattr(_ISSUING, "depth", 0) + 1
+        return rec.push_context()
+
+    def leave(token):
+        _ISSUING.depth -= 1
+        rec.pop_context(token)
+
     def wrap(orig):
-        scoped = in_context(rec, orig, lambda args, kwargs: rec.push_context())
+        scoped = in_context(rec, orig, enter, leave)
         scoped._commtrace_scope = True
         return scoped
     return wrap
@@ -111,14 +124,15 @@ def _labelling(tracker, labelled, phase, orig):
 
 def _labelled_class(rec, p2p_op):
     class LabelledP2POp(p2p_op):
-        """A schedule's P2POp: reading its tensor (as a batch does to issue it) makes its phase
-        and module the context's."""
+        """A schedule's P2POp: reading its tensor in a batch (which does so to issue it) makes
+        its phase and module the context's."""
 
         @property
         def tensor(self):
-            phase, module = self.__dict__["_commtrace_label"]
-            rec.set_context_field("phase", phase)
-            rec.set_context_field("module", module)
+            if getattr(_ISSUING, "depth", 0):
+                phase, module = self.__dict__["_commtrace_label"]
+                rec.set_context_field("phase", phase)
+                rec.set_context_field("module", module)
             return self.__dict__["tensor"]
 
         @tensor.setter
