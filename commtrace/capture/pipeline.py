@@ -29,6 +29,8 @@ def patch_stage(tracker, stage_mod) -> None:
     if cls is None:
         return
     import torch.distributed as dist
+    if not dist.P2POp.__dictoffset__:   # a slotted P2POp (not 2.13's) could not change class: unlabelled
+        return
     labelled = _labelled_class(tracker.rec, dist.P2POp)
     for name, phase in _OP_BUILDERS.items():
         if name in vars(cls):
