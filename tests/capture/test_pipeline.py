@@ -98,6 +98,11 @@ def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dic
                 assert (int(table.loc[(r, step), "ops"]), int(table.loc[(r, step), "bytes"])) == (n, n * ACT), \
                     (schedule, r, step)
     spans = h.load(run.run_dir, "spans")
+    # Regression: a stage reading its ops' tensors as it builds them (workers/pipeline.py's
+    # CountingStage) labelled the context outside a batch: no forward span opened after it.
+    fwd = spans[(spans["phase"] == "forward") & spans["step"].isin(steps_of[1:])]
+    assert fwd.groupby(["rank", "step"]).size().to_dict() == {
+        (r, s): MICRO * len(stages[r]) for r in range(W) for s in steps_of[1:]}, schedule
     bounds = spans[(spans["phase"] == "schedule") & spans["step"].isin(steps_of)]
     assert Counter(zip(bounds["rank"], bounds["step"])) == {(r, s): 1 for r in range(W) for s in steps_of}
     assert set(bounds["module"].astype(str)) == {schedule}

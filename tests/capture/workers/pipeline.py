@@ -36,6 +36,15 @@ def main(rank, world, out):
 def train(rank, world, schedule_name, losses):
     from torch.distributed import pipelining
     from torch.distributed.pipelining import PipelineStage
+
+    class CountingStage(PipelineStage):
+        """Counts the bytes it sends, reading each op's tensor as it builds them (as programs do)."""
+        sent = 0
+
+        def get_fwd_send_ops(self, *args, **kwargs):
+            ops = super().get_fwd_send_ops(*args, **kwargs)
+            self.sent += sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+            return ops
     per_rank = 2 if schedule_name in MULTI_STAGE + V_SHAPE else 1
     n = world * per_rank
     layers = [torch.nn.Sequential(torch.nn.Linear(DIM, DIM), torch.nn.ReLU()) for _ in range(n)]
@@ -44,7 +53,7 @@ def train(rank, world, schedule_name, losses):
     arg = inspect.signature(PipelineStage).parameters.get("input_args")
     if arg is not None and arg.default is inspect.Parameter.empty:  # older torch: no shape inference
         kw = {"input_args": (torch.empty(BATCH // MICRO, DIM),), "output_args": (torch.empty(BATCH // MICRO, DIM),)}
-    stages = [PipelineStage(layers[i], i, n, torch.device("cpu"), **kw) for i in ids]
+    stages = [CountingStage(layers[i], i, n, torch.device("cpu"), **kw) for i in ids]
 
     def loss_fn(output, target):
         loss = torch.nn.functional.mse_loss(output, target)
