@@ -89,7 +89,7 @@ RECORD_SIZE = 32
 
 
 # Compute span records (``<stem>.spans.bin``, numpy dtype ``SPAN_RECORD``): every
-# outermost DDP forward, backward pass and optimizer step of the process.
+# outermost DDP forward, backward pass, optimizer step and pipeline schedule step() of the process.
 SPAN_RECORD_FIELDS = (
     ("t_begin", "<i8"),    # monotonic ns
     ("t_end", "<i8"),
