@@ -37,6 +37,7 @@ class ModuleTracker:
         self._meshes: set = set()
         self._ended: "weakref.WeakSet" = weakref.WeakSet()  # modules that carry _forward_end
         self._getstate_patched = False
+        self.evaluating = 0           # pipeline schedules' eval() running: their forwards begin no step
 
     def install(self) -> None:
         """Patch each torch module right after the program imports it: importing DTensor or
@@ -164,7 +165,7 @@ class ModuleTracker:
         rec = self.rec
         token = None
         if not stack and rec.context_field("phase") is None:  # the outermost forward, with its span
-            token = (self.hooks.begin_compute("forward", module=name), self._grad_enabled())
+            token = (self.hooks.begin_compute("forward", module=name), self._grad_enabled() and not self.evaluating)
         else:
             rec.set_context_field("module", name)
         stack.append((name, token))

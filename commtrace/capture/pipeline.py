@@ -56,15 +56,16 @@ def patch_schedules(tracker, schedules_mod) -> None:
     for cls in [c for c in vars(schedules_mod).values() if isinstance(c, type) and issubclass(c, base)]:
         step = vars(cls).get("step")
         if step is not None and not getattr(step, "__isabstractmethod__", False):
-            tracker.hooks._patch(cls, "step", functools.partial(_bounding, tracker.hooks, depth))
+            tracker.hooks._patch(cls, "step", functools.partial(_bounding, tracker, depth))
     if callable(vars(schedules_mod).get("_batch_p2p")):
         tracker.hooks._patch(schedules_mod, "_batch_p2p", _restoring(tracker.rec))
 
 
-def _bounding(hooks, depth, orig):
+def _bounding(tracker, depth, orig):
     """``step`` wrapped: a ``schedule`` span numbered as the step's compute (StepCounter), from its
-    call to its return; a step without backward (``eval()``, under no_grad) begins no step."""
-    rec = hooks.rec
+    call to its return. A step without backward (``eval()``, under no_grad) begins no step, nor do
+    its stages' forwards (autograd stays enabled in ``eval()``: they looked like training ones)."""
+    hooks, rec = tracker.hooks, tracker.rec
     import torch
 
     @functools.wraps(orig)
@@ -76,6 +77,7 @@ def _bounding(hooks, depth, orig):
         grad = bool(getattr(schedule, "_has_backward", True)) and torch.is_grad_enabled()
         token = rec.push_context()   # restored on return, whatever a batch left
         depth.inside = True
+        tracker.evaluating += not grad
         t0 = time.monotonic_ns()
         try:
             return orig(schedule, *args, **kwargs)
@@ -84,6 +86,7 @@ def _bounding(hooks, depth, orig):
             raise
         finally:
             depth.inside = False
+            tracker.evaluating -= not grad
             rec.pop_context(token)
             rec.add_span("schedule", t0, time.monotonic_ns(), number, type(schedule).__name__, grad)
     keep_wrapper_eager(step)

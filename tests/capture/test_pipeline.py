@@ -20,14 +20,15 @@ def pipeline(launches) -> Launch:
     pytest.importorskip("torch.distributed.pipelining")
 
     def go(tmp):
-        return h.spawn_traced("pipeline.py", W, tmp, timeout=120)
+        return h.spawn_traced("pipeline.py", W, tmp, timeout=120, env=h.clean_env(PIPELINE_EVAL="1"))
     return launches("pipeline", go)
 
 
 def test_pipeline_stage_forwards_are_compute(pipeline):
     pipeline.result.check(0)
     losses = pipeline.rank_json(W - 1)["losses"]
-    assert len(losses) >= STEPS * MICRO and all(math.isfinite(x) for x in losses[-STEPS * MICRO:])
+    # (a shape inference's loss, of uninitialized activations, may be anything: steps 2 and 3's)
+    assert len(losses) >= STEPS * MICRO and all(math.isfinite(x) for x in losses[-2 * MICRO:])
     spans = h.load(pipeline.run_dir, "spans")
     for r in range(W):
         mine = spans[spans["rank"] == r]
@@ -35,14 +36,15 @@ def test_pipeline_stage_forwards_are_compute(pipeline):
         # (a pipeline step read as all communication).
         fwd = mine[mine["phase"] == "forward"]
         assert set(fwd["module"]) == {"Sequential"}, r
-        per_step = fwd.groupby("step").size().to_dict()
-        # step 1 may add the schedule's shape-inference forward (torch >= 2.6)
-        assert per_step[1] >= MICRO and {s: per_step[s] for s in (2, 3)} == {2: MICRO, 3: MICRO}, (r, per_step)
+        per_step = fwd[fwd["grad"]].groupby("step").size().to_dict()
+        # steps 1 and 2 (after the eval()) may add the schedule's shape-inference forward (torch >= 2.6)
+        assert per_step[1] >= MICRO and per_step[2] >= MICRO and per_step[3] == MICRO, (r, per_step)
         assert set(mine[mine["phase"] == "optimizer"]["step"]) == {1, 2, 3}, r
     ops = pipeline.frame
     # activations forward (rank 0 -> 1) and gradients back, one micro-batch each: async p2p
     acts = ops[(ops["op"] == "send") & ops["async"] & (ops["bytes"] == 4 * 32 * 2)]
-    assert acts.groupby("rank").size().to_dict() == {0: STEPS * MICRO, 1: STEPS * MICRO}
+    evaluated = MICRO if pipeline.rank_json(0)["evaluated"] else 0   # eval(): activations only
+    assert acts.groupby("rank").size().to_dict() == {0: STEPS * MICRO + evaluated, 1: STEPS * MICRO}
 
 
 def ops_with_steps(run: Launch):
@@ -76,11 +78,12 @@ def by_hand(stages: dict) -> dict:
 ACT = 4 * (8 // MICRO) * 32     # one micro-batch of activations or gradients: 2 x 32 float32
 
 
-def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dict) -> None:
+def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dict, setup: int = 1) -> None:
     """Each step of ``schedule`` on each rank: its activation sends and receives counted by hand,
     phase forward or backward, module the stage's (Sequential, as its forward spans); from the
-    schedule's second step on, they are the step's only ops (its first adds the schedule's set-up:
-    shape inference, p2p warm-up) and the step table's ops and bytes say so."""
+    schedule's ``setup + 1``-th step on, they are the step's only ops (its first adds the
+    schedule's set-up: shape inference, p2p warm-up; a step after an eval() warms up again) and
+    the step table's ops and bytes say so."""
     ops, steps = ops_with_steps(run)
     want = by_hand(stages)
     table = steps.set_index(["rank", "step"])
@@ -92,7 +95,7 @@ def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dic
             assert got == want[r], (schedule, r, step, got, want[r])
             assert set(p2p["module"].astype(str)) == {"Sequential"}, (schedule, r, step)
             assert p2p["async"].all()
-            if k:
+            if k >= setup:
                 n = sum(want[r].values())
                 assert len(mine) == n, (schedule, r, step, mine[["op", "phase", "bytes", "api"]])
                 assert (int(table.loc[(r, step), "ops"]), int(table.loc[(r, step), "bytes"])) == (n, n * ACT), \
@@ -100,10 +103,10 @@ def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dic
     spans = h.load(run.run_dir, "spans")
     # Regression: a stage reading its ops' tensors as it builds them (workers/pipeline.py's
     # CountingStage) labelled the context outside a batch: no forward span opened after it.
-    fwd = spans[(spans["phase"] == "forward") & spans["step"].isin(steps_of[1:])]
+    fwd = spans[(spans["phase"] == "forward") & spans["grad"] & spans["step"].isin(steps_of[setup:])]
     assert fwd.groupby(["rank", "step"]).size().to_dict() == {
-        (r, s): MICRO * len(stages[r]) for r in range(W) for s in steps_of[1:]}, schedule
-    bounds = spans[(spans["phase"] == "schedule") & spans["step"].isin(steps_of)]
+        (r, s): MICRO * len(stages[r]) for r in range(W) for s in steps_of[setup:]}, schedule
+    bounds = spans[(spans["phase"] == "schedule") & spans["grad"] & spans["step"].isin(steps_of)]
     assert Counter(zip(bounds["rank"], bounds["step"])) == {(r, s): 1 for r in range(W) for s in steps_of}
     assert set(bounds["module"].astype(str)) == {schedule}
 
@@ -112,12 +115,29 @@ def test_gpipe_step_begins_at_schedule_step(pipeline):
     """GPipe, by hand: rank 0 sends 4 activations and receives 4 gradients per step, rank 1 the
     reverse. Regression: rank 1's step began at its first forward, after its first receive, so
     steps 2 and 3 showed 7 ops of 8; the sends and receives had no phase or module. Every op
-    but the closing barrier (after the loop) is in a step."""
+    but the closing barrier and an eval() between steps 1 and 2 (its 4 activations, phase
+    forward) is in a step. Regression: the eval()'s forwards (autograd on) began step 2, and
+    its ops were counted in it."""
     pipeline.result.check(0)
-    check_schedule_steps(pipeline, "ScheduleGPipe", [1, 2, 3], {0: [0], 1: [1]})
-    ops, _ = ops_with_steps(pipeline)
+    evaluated = pipeline.rank_json(0)["evaluated"]
+    check_schedule_steps(pipeline, "ScheduleGPipe", [1, 2, 3], {0: [0], 1: [1]}, setup=1 + evaluated)
+    ops, steps = ops_with_steps(pipeline)
+    assert sorted(set(steps["step"])) == [1, 2, 3]
     outside = ops[ops["step"] == 0]
-    assert outside.groupby("rank").size().to_dict() == {0: 1, 1: 1} and set(outside["op"]) == {"barrier"}
+    barriers = outside[outside["op"] == "barrier"]
+    assert barriers.groupby("rank").size().to_dict() == {0: 1, 1: 1}
+    # the eval() between steps 1 and 2: its activations (and its p2p warm-up) between them
+    table = steps.set_index(["rank", "step"])
+    evaluation = outside[outside["op"] != "barrier"]
+    rank = evaluation["rank"].to_numpy()
+    assert ((evaluation["t_start_ns"].to_numpy() > table.xs(1, level="step")["t_end_ns"][rank].to_numpy())
+            & (evaluation["t_start_ns"].to_numpy() < table.xs(2, level="step")["t_begin_ns"][rank].to_numpy())).all()
+    acts = evaluation[evaluation["bytes"] == ACT]
+    got = Counter(zip(acts["rank"], acts["op"].astype(str), acts["phase"].astype(str)))
+    assert got == ({(0, "send", "forward"): MICRO, (1, "recv", "forward"): MICRO} if evaluated else {}), got
+    spans = h.load(pipeline.run_dir, "spans")
+    evaluations = spans[(spans["phase"] == "schedule") & ~spans["grad"]]   # eval(): a schedule span, no step
+    assert evaluations.groupby("rank").size().to_dict() == ({0: 1, 1: 1} if evaluated else {})
 
 
 # one run, each schedule on new stages for 3 steps (workers/pipeline.py): rank -> its stages

@@ -1,6 +1,7 @@
 """A 2-stage pipeline (torch.distributed.pipelining, GPipe, 4 micro-batches) on gloo, 3 steps;
 with PIPELINE_SCHEDULE set (comma-separated names), each of those schedules that this torch has,
-one after another, 3 steps each, on new stages: a multi-stage one runs 2 stages per rank.
+one after another, 3 steps each, on new stages: a multi-stage one runs 2 stages per rank;
+with PIPELINE_EVAL set, each schedule's ``eval()`` (where torch has it) between its steps 1 and 2.
 
 ``pipeline.py WORLD PORT OUT`` spawns WORLD ranks (or runs as one rank under a launcher).
 Each rank writes OUT.rank<R>: the schedules run and the losses the last stage saw.
@@ -25,12 +26,11 @@ def main(rank, world, out):
     names = os.environ.get("PIPELINE_SCHEDULE", "ScheduleGPipe").split(",")
     ran = [name for name in names if hasattr(pipelining, name)]
     losses = []
-    for name in ran:
-        train(rank, world, name, losses)
+    evaluated = [train(rank, world, name, losses) for name in ran]
     dist.barrier()
     dist.destroy_process_group()
     with open(f"{out}.rank{rank}", "w") as fh:
-        json.dump({"rank": rank, "schedules": ran, "losses": losses}, fh)
+        json.dump({"rank": rank, "schedules": ran, "losses": losses, "evaluated": any(evaluated)}, fh)
 
 
 def train(rank, world, schedule_name, losses):
@@ -65,11 +65,15 @@ def train(rank, world, schedule_name, losses):
     opt = torch.optim.SGD([p for i in ids for p in layers[i].parameters()], lr=0.01)
     x, y = torch.randn(BATCH, DIM), torch.randn(BATCH, DIM)
     first, last = 0 in ids, n - 1 in ids
-    for _ in range(STEPS):
+    evaluate = bool(os.environ.get("PIPELINE_EVAL")) and hasattr(schedule, "eval")
+    for i in range(STEPS):
         opt.zero_grad()
         args = (x,) if first else ()
         schedule.step(*args, **({"target": y} if last else {}))
         opt.step()
+        if i == 0 and evaluate:   # an evaluation (forwards only) between steps 1 and 2
+            schedule.eval(*args, **({"target": y} if last else {}))
+    return evaluate
 
 
 if __name__ == "__main__":
