@@ -4,8 +4,9 @@ Definitions: docs/report.md, "Steps". A step runs from the first training forwar
 (or pipeline schedule's step() call) after the previous step through its optimizer step (capture
 numbers steps: capture.phases.StepCounter); its micro-steps are its backward passes. A rank without
 forward spans begins a step at its first op or backward pass after the previous step. An op belongs
-to the step of its rank containing its start, else it is before, between or after the steps. Steps keep capture's numbers (a bounded trace keeps
-some); a rank's later processes continue after its earlier ones' numbers.
+to the step of its rank containing its start, else it is before, between or after the steps. Steps
+keep capture's numbers (a bounded trace keeps some); a rank's later processes continue after its
+earlier ones' numbers.
 """
 from __future__ import annotations
 
