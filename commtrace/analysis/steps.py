@@ -1,11 +1,12 @@
 """Training steps from the compute spans, and which step each op belongs to (pure).
 
 Definitions: docs/report.md, "Steps". A step runs from the first training forward or backward pass
-after the previous step through its optimizer step (capture numbers steps: capture.phases.StepCounter);
-its micro-steps are its backward passes. A rank without forward spans begins a step at its first op
-or backward pass after the previous step. An op belongs to the step of its rank containing its start,
-else it is before, between or after the steps. Steps keep capture's numbers (a bounded trace keeps
-some); a rank's later processes continue after its earlier ones' numbers.
+(or pipeline schedule's step() call) after the previous step through its optimizer step (capture
+numbers steps: capture.phases.StepCounter); its micro-steps are its backward passes. A rank without
+forward spans begins a step at its first op or backward pass after the previous step. An op belongs
+to the step of its rank containing its start, else it is before, between or after the steps. Steps
+keep capture's numbers (a bounded trace keeps some); a rank's later processes continue after its
+earlier ones' numbers.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     step = spans["step"].to_numpy()
     pcodes, phases = cat_codes(spans["phase"])
     phase_is = {name: pcodes == (phases.index(name) if name in phases else -2)
-                for name in ("forward", "backward", "optimizer")}
+                for name in ("forward", "backward", "optimizer", "schedule")}
     fcodes, files = cat_codes(spans["file"])
     per_file = int(step.max()) + 1
     key = fcodes.astype(np.int64) * per_file + step                 # (process, step)
@@ -43,7 +44,8 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     if not opt.any():
         return _empty()
     kind = np.zeros(len(key), np.int8)
-    kind[phase_is["forward"] & spans["grad"].to_numpy(dtype=bool)] = TRAINING_FORWARD
+    # a pipeline schedule's step() call begins its step as a training forward does
+    kind[(phase_is["forward"] | phase_is["schedule"]) & spans["grad"].to_numpy(dtype=bool)] = TRAINING_FORWARD
     kind[phase_is["backward"]] = BACKWARD
     kind[opt] = OPTIMIZER
     keys, begin, end, micro = step_bounds(key, kind, b, e)
@@ -67,6 +69,18 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
 
 
 OPTIMIZER, BACKWARD, TRAINING_FORWARD = 1, 2, 3     # step_bounds' kinds of span (0: any other)
+
+
+def compute_spans(spans: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``spans`` without the ``schedule`` spans (a pipeline schedule's step() calls): they bound
+    steps (find_steps) but are no compute, their time holding the pipeline's bubbles."""
+    if spans is None or len(spans) == 0:
+        return spans
+    codes, phases = cat_codes(spans["phase"])
+    if "schedule" not in phases:
+        return spans
+    keep = codes != phases.index("schedule")
+    return spans if keep.all() else spans[keep].reset_index(drop=True)
 
 
 def step_bounds(key: np.ndarray, kind: np.ndarray, b: np.ndarray, e: np.ndarray) -> tuple:

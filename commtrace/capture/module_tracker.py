@@ -20,6 +20,7 @@ import weakref
 
 from .. import torch_compat
 from ..trace import schema
+from . import pipeline
 from .scopes import AfterImport, drop_own_frame, in_context
 
 
@@ -36,6 +37,7 @@ class ModuleTracker:
         self._meshes: set = set()
         self._ended: "weakref.WeakSet" = weakref.WeakSet()  # modules that carry _forward_end
         self._getstate_patched = False
+        self.evaluating = 0           # pipeline schedules' eval() running: their forwards begin no step
 
     def install(self) -> None:
         """Patch each torch module right after the program imports it: importing DTensor or
@@ -66,8 +68,8 @@ class ModuleTracker:
             "torch.distributed._tensor.api": lambda m: self._patch_each(m, distribute),  # older torch
             "torch.distributed.tensor.parallel.api": lambda m: self._patch_each(m, parallelize),
             # a pipeline stage runs plain modules: their forwards are its compute
-            "torch.distributed.pipelining.stage": lambda m: self._patch_each(
-                getattr(m, "_PipelineStageBase", None), (("__init__", self._enabling),)),
+            "torch.distributed.pipelining.stage": self._patch_pipeline_stage,
+            "torch.distributed.pipelining.schedules": lambda m: pipeline.patch_schedules(self, m),
             "torch.nn.utils": self._patch_clipping,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._scope(phase="optimizer")),)),
@@ -163,7 +165,7 @@ class ModuleTracker:
         rec = self.rec
         token = None
         if not stack and rec.context_field("phase") is None:  # the outermost forward, with its span
-            token = (self.hooks.begin_compute("forward", module=name), self._grad_enabled())
+            token = (self.hooks.begin_compute("forward", module=name), self._grad_enabled() and not self.evaluating)
         else:
             rec.set_context_field("module", name)
         stack.append((name, token))
@@ -329,6 +331,10 @@ class ModuleTracker:
         self._patch_each(rt, (("_unshard", self._scope("fsdp_unshard", unit=unit)), ("_reduce_grad", reduce_grad),
                               ("_reduce_grad_no_shard", reduce_grad),
                               ("_pre_backward_hook", self._scope(unit=hook_unit, unit_wins=True))))
+
+    def _patch_pipeline_stage(self, stage_mod) -> None:
+        self._patch_each(getattr(stage_mod, "_PipelineStageBase", None), (("__init__", self._enabling),))
+        pipeline.patch_stage(self, stage_mod)
 
     def _patch_clipping(self, utils) -> None:
         """In torch.nn.utils and its clip_grad module (whose functions call each other there)."""

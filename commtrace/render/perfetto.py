@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..analysis.arrays import column_codes
 from ..analysis.report import json_safe
+from ..analysis.steps import compute_spans
 from ..errors import CommtraceError
 from ..trace.rank_ranges import WORLD_STRIDE, rank_name, several_worlds
 from ..trace.schema import P2P_OPS
@@ -295,7 +296,7 @@ def write_perfetto_pieces(path: str, s, max_mb: float) -> list[str]:
     written = []
     for ranks, piece, pieces in perfetto_pieces(ops, max_ops):
         run = _in_window(load_ranks([parts[r] for r in ranks]), s)
-        frame, spans, marks, regions = run.frame, run.spans, run.marks, run.regions
+        frame, spans, marks, regions = run.frame, compute_spans(run.spans), run.marks, run.regions
         if piece is not None:          # a time window of one rank: its ops [lo, hi) in start order
             frame = frame.sort_values("t_start_ns", kind="stable", ignore_index=True)
             lo, hi, t_lo, t_hi = piece_span(frame["t_start_ns"].to_numpy(np.int64), piece, pieces)

@@ -17,8 +17,9 @@ Bounded mode (``--keep-last N`` / ``--steps A:B``) keeps these layouts: ``keep_l
 rotates ops and spans files into ``<file>.1`` at N records (at most 2N on disk, at least
 the last N), and ``<stem>.coverage.json`` (rewritten whole at every flush) says what the
 files cover. Version history: 1 -- initial; the header's ``bounded`` field, the ring
-segments, ``*.coverage.json`` and the C++ layer's ``<stem>.mpi.bin`` were added without
-a version change: a reader that does not know them reads a valid subset.
+segments, ``*.coverage.json``, the C++ layer's ``<stem>.mpi.bin`` and span phase 3
+(``schedule``) were added without a version change: a reader that does not know them
+reads a valid subset (the reader skips spans of a phase it does not know).
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ RECORD_SIZE = 32
 
 
 # Compute span records (``<stem>.spans.bin``, numpy dtype ``SPAN_RECORD``): every
-# outermost DDP forward, backward pass and optimizer step of the process.
+# outermost DDP forward, backward pass, optimizer step and pipeline schedule step() of the process.
 SPAN_RECORD_FIELDS = (
     ("t_begin", "<i8"),    # monotonic ns
     ("t_end", "<i8"),
@@ -100,8 +101,9 @@ SPAN_RECORD_FIELDS = (
     ("reserved", "<u2"),
 )
 SPAN_RECORD_SIZE = 32
-SPAN_PHASES = ("forward", "backward", "optimizer")
-SPAN_FLAG_GRAD = 0x01      # forward: autograd was enabled (not set: an evaluation forward); others: always set
+# "schedule": a pipeline schedule's outermost step() call; not compute: it bounds the step (capture.pipeline)
+SPAN_PHASES = ("forward", "backward", "optimizer", "schedule")
+SPAN_FLAG_GRAD = 0x01      # forward, schedule: autograd was enabled (not set: evaluation); others: always set
 SPAN_NO_LABEL = 0xFFFFFFFF
 
 _DTYPES = {"OP_RECORD": (OP_RECORD_FIELDS, RECORD_SIZE), "SPAN_RECORD": (SPAN_RECORD_FIELDS, SPAN_RECORD_SIZE)}

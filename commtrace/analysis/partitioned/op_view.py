@@ -15,6 +15,7 @@ import pandas as pd
 from ..arrays import OpArrays
 from ..match import Matched, match_ops
 from ..run_info import load_report_run
+from ..steps import compute_spans
 from ..window import in_bounds
 from .windowing import frame_in_window
 
@@ -35,7 +36,7 @@ def load_op_view(path: str, bounds: dict | None, phases: tuple | None) -> OpView
     run = load_report_run(path)
     frame = frame_in_window(run.frame, bounds, phases)
     a = OpArrays.of(frame)
-    spans, marks, regions = tables_in_window(run.spans, run.marks, run.regions, bounds)
+    spans, marks, regions = tables_in_window(compute_spans(run.spans), run.marks, run.regions, bounds)
     return OpView(frame, a, match_ops(frame, a), spans, marks, regions, bounds)
 
 

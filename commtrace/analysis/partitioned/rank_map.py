@@ -20,7 +20,7 @@ from ...trace import reader, schema
 from .. import intervals as iv
 from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces
-from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, find_steps, locate_ops
+from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, compute_spans, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
 from .cpp_layer import rank_ops_of
@@ -92,6 +92,7 @@ def map_rank(task: RankTask) -> RankPartial:
         p.records = None
     a = ops.arrays if ops is not None else None
     steps = find_steps(spans, a)
+    spans = compute_spans(spans)
     spans = _times_of(spans) if lean else spans
     applied = applied_to_rank(task.window, ops, steps, task.t0)
     regions = RankRegions(region_spans, a, applied)
