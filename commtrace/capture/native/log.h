@@ -378,9 +378,6 @@ class Log {
     }
   }
 
-  // Small async ops finished since: move them out so their tensors are freed
-  // promptly (bounded work per call). Caller holds mu_.
-  // An async op that failed with a message: the next drain writes its error line.
   // The end of a work seen finished by polling. One that finished by throwing (gloo's p2p
   // work whose wait() raised: its peer died) failed; its end alone read as completed.
   static void stamp_polled_end(Op& op, Work& work, int64_t t) {
@@ -400,6 +397,9 @@ class Log {
     op.t_end = t;  // after error and status: a reader that sees the end sees them
   }
 
+  // Small async ops finished since: move them out so their tensors are freed
+  // promptly (bounded work per call). Caller holds mu_.
+  // An async op that failed with a message: the next drain writes its error line.
   void note_failure_locked(const OpPtr& op) {
     if (op->status == STATUS_FAILED && !op->error.empty()) failed_.push_back(op);
   }
