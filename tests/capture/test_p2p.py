@@ -81,3 +81,20 @@ def test_blocking_p2p_on_a_python_backend_whose_work_only_waits(tmp_path):
     assert len(p2p) == 8 and set(p2p["status"]) == {"completed"}, p2p[["rank", "op", "status"]]
     assert (p2p["t_end_ns"] >= p2p["t_start_ns"]).all()
     assert not p2p["async"].any()
+
+
+def test_a_recv_whose_wait_raised_is_recorded_failed(tmp_path):
+    """An irecv whose sender went away: its wait() raised, so the trace says failed, with the
+    backend's message. (Found running PyTorch's pipelining schedule tests traced: gloo's p2p
+    Work has no future, its end is seen by polling, and a polled end was always "completed".)
+    The native wrapper; the Python wrapper cannot read a futureless Work's error without
+    torch printing a deprecation warning (Work.exception), so it still says completed."""
+    h.ensure_native_wrapper()
+    run = h.spawn_traced("p2p_peer_gone.py", 2, tmp_path, timeout=120)
+    run.result.check(0)
+    assert run.rank_json(1)["raised"], "the recv's wait did not raise: nothing to record"
+    assert h.group_wrappers(run.run_dir) == {"native"}
+    recv = run.frame[(run.frame["rank"] == 1) & (run.frame["op"] == "recv")]
+    assert len(recv) == 1, recv
+    assert recv["status"].astype(str).tolist() == ["failed"], recv[["status", "error"]]
+    assert "RuntimeError" in str(recv["error"].iloc[0])

@@ -378,6 +378,25 @@ class Log {
     }
   }
 
+  // The end of a work seen finished by polling. One that finished by throwing (gloo's p2p
+  // work whose wait() raised: its peer died) failed; its end alone read as completed.
+  static void stamp_polled_end(Op& op, Work& work, int64_t t) {
+    try {
+      if (auto ex = work.exception()) {
+        try {
+          std::rethrow_exception(ex);
+        } catch (const std::exception& e) {
+          op.error = e.what();
+        } catch (...) {
+          op.error = "unknown error";
+        }
+        op.status = STATUS_FAILED;
+      }
+    } catch (...) {
+    }
+    op.t_end = t;  // after error and status: a reader that sees the end sees them
+  }
+
   // Small async ops finished since: move them out so their tensors are freed
   // promptly (bounded work per call). Caller holds mu_.
   // An async op that failed with a message: the next drain writes its error line.
@@ -390,7 +409,7 @@ class Log {
       Pending& p = pending_.front();
       if (p.op->t_end.load(std::memory_order_acquire) == 0) {
         if (p.fut || p.event || !p.work->isCompleted()) break;  // callback / flush thread will stamp it
-        p.op->t_end = now_ns();
+        stamp_polled_end(*p.op, *p.work, now_ns());
       }
       done_.push_back(p.op->record(p.op->status));
       note_failure_locked(p.op);
@@ -419,7 +438,7 @@ class Log {
     } catch (...) {
     }
     if (completed) {
-      p.op->t_end = now;
+      stamp_polled_end(*p.op, *p.work, now);
       return;
     }
     // Never waited for: a second wait() on gloo's p2p work blocks on the next
