@@ -82,6 +82,7 @@ def _install() -> None:
         hooks = _state["phases"] = PhaseHooks(rec)
         _optional("phase annotations", hooks.install)
     _flush_in_multiprocessing_children(_state["recorder"])
+    _exit_info_of_multiprocessing_children()
     _close_before_os_exit()
     _optional("mpi backend", _install_mpi_backend, "not available")
     from . import watchdog  # imported once torch is: a child that never imports torch skips it
@@ -105,6 +106,39 @@ def _flush_in_multiprocessing_children(rec) -> None:
         mpu.Finalize(None, r.close, exitpriority=-1)  # after the program's own finalizers
 
     mpu.register_after_fork(rec, after_fork)
+
+
+def _exit_info_of_multiprocessing_children() -> None:
+    """A ``multiprocessing.Process`` child's exit code and uncaught exception: its ``_bootstrap``
+    runs the finalizers (where a forked child's trace closes) in a ``finally`` while the
+    program's SystemExit or exception is still propagating, and prints or converts it only after
+    them (a spawned child's atexit close comes later still). So ``util._exit_function`` reads it."""
+    import multiprocessing
+    import multiprocessing.util as mpu
+    real = mpu._exit_function
+    if getattr(real, "_commtrace_exit_info", False):
+        return
+
+    @functools.wraps(real)
+    def _exit_function(*args, **kwargs):
+        rec = _state.get("recorder")
+        # not in a child (the main process's atexit call): the runner or the atexit close says how it ended
+        if rec is not None and rec.exit_info is None and not rec.closed \
+                and multiprocessing.parent_process() is not None:
+            exc = sys.exc_info()[1]
+            if isinstance(exc, SystemExit):   # _bootstrap's exit code: int as is, None 0, else 1
+                code = exc.code
+                rec.exit_info = (code if isinstance(code, int) else 0 if code is None else 1, "exit")
+            elif exc is not None:
+                with contextlib.suppress(Exception):
+                    rec.record_exception(exc)
+                rec.exit_info = (1, "exception")
+            else:
+                rec.exit_info = (0, "exit")
+        return real(*args, **kwargs)
+
+    _exit_function._commtrace_exit_info = True
+    mpu._exit_function = _exit_function
 
 
 def _close_before_os_exit() -> None:

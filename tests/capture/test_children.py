@@ -5,6 +5,8 @@ import glob
 import os
 import re
 
+import pytest
+
 import helpers as h
 from helpers import worker
 
@@ -87,3 +89,20 @@ def test_pool_workers_terminated_by_their_pool_are_no_problem(tmp_path):
     chk = h.commtrace_main("check", run_dir)
     chk.check(0)
     assert "ERROR" not in chk.stdout
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_how_a_multiprocessing_child_ended_is_in_its_trace(tmp_path, method):
+    """multiprocessing closes a forked child's trace in its finalizers, before it turns the
+    program's SystemExit or exception into the exit code (a spawned child's atexit close comes
+    after it has): both still record the code, and the exception, so ``check`` names them."""
+    run_dir = tmp_path / "run"
+    res = h.run(h.commtrace_cmd(run_dir, worker("child_exit.py"), method, h.free_port()), timeout=120)
+    res.check(0)
+    assert "exit codes [10, 1]" in res.stdout
+    procs = {p["rank"]: p for p in h.load(run_dir).attrs["processes"] if p["rank"] is not None}
+    assert procs[0]["end"]["exit_code"] == 10 and procs[0]["end"]["how"] == "exit", procs[0]["end"]
+    assert procs[1]["end"]["exit_code"] == 1 and procs[1]["end"]["how"] == "exception", procs[1]["end"]
+    assert procs[1]["exception"]["exc_type"] == "ValueError", procs[1]["exception"]
+    out = h.run([h.PY, "-m", "commtrace", "check", str(run_dir)], timeout=60).stdout
+    assert "10" in out and "ValueError" in out, out
