@@ -76,6 +76,8 @@ class Recorder(AnnotationContext):
         self.spans: list[tuple] = []        # compute spans (add_span) not yet written
         self.meta_queue: list[dict] = []
         self.closed = False
+        self._closing_thread: int | None = None   # the thread inside close(), while it is
+        self._after_close: list = []              # what defer_until_closed put off
 
     def _after_fork_in_child(self) -> None:
         # The child keeps sig/group definitions (its wrappers still use those ids)
@@ -268,22 +270,42 @@ class Recorder(AnnotationContext):
         with self._lock:
             if self.closed:
                 return
+            self._closing_thread = threading.get_ident()
             self.closed = True
-            self.sink.stop.set()
-            if self.native_log is not None:
-                self.native_log.set_paused(True)
             try:
-                if self.sink.writer is None:
-                    return
-                if exit_code is None and self.exit_info is not None:
-                    exit_code, how = self.exit_info
-                self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
-                self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
-                                        "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
-                self._final_flush = True  # errors of async ops it finds are still written
-                self.flush(final=True)
-                self.sink.writer.close()
+                self._write_end(exit_code, how)
             finally:
-                self._final_flush = False
-                if self.native_log is not None:  # its ops still running were written IN_FLIGHT here, and stay here
-                    self.native_log.end_session()
+                self._closing_thread = None
+                deferred, self._after_close = self._after_close, []
+                for fn in deferred:
+                    fn()
+
+    def defer_until_closed(self, fn) -> bool:
+        """If this thread is inside ``close`` (a signal handler interrupted it), run ``fn`` when
+        that close has written everything and return True; else False. A handler that ended
+        the process at once would leave the trace without its end record: a nested ``close``
+        returns at once, the outer one never finishes."""
+        if self._closing_thread != threading.get_ident():
+            return False
+        self._after_close.append(fn)
+        return True
+
+    def _write_end(self, exit_code: int | None, how: str) -> None:
+        self.sink.stop.set()
+        if self.native_log is not None:
+            self.native_log.set_paused(True)
+        try:
+            if self.sink.writer is None:
+                return
+            if exit_code is None and self.exit_info is not None:
+                exit_code, how = self.exit_info
+            self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
+            self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
+                                    "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
+            self._final_flush = True  # errors of async ops it finds are still written
+            self.flush(final=True)
+            self.sink.writer.close()
+        finally:
+            self._final_flush = False
+            if self.native_log is not None:  # its ops still running were written IN_FLIGHT here, and stay here
+                self.native_log.end_session()

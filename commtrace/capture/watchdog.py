@@ -169,9 +169,16 @@ class HangWatchdog:
 def _on_sigterm(signum, frame):
     """SIGTERM flushes the trace, then behaves as it would have."""
     rec = _state.get("rec")
+    # Arrived while the process, exiting already, closes its trace: end it when that is written.
+    if rec is not None and rec.defer_until_closed(_die_by_sigterm):
+        return
     if rec is not None:
         dump_once(rec, "SIGTERM")  # never raises
         rec.close(exit_code=128 + signum, how="signal")
+    _die_by_sigterm()
+
+
+def _die_by_sigterm() -> None:
     sigview.uninstall(signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -48,3 +48,19 @@ def test_program_handler_then_ours_back(tmp_path):
     assert not any(f.startswith("sigterm.") for f in os.listdir(run_dir))
     (meta,) = [f for f in os.listdir(run_dir) if f.endswith(".meta.jsonl")]
     assert '"how":"signal"' not in (run_dir / meta).read_text()
+
+
+def test_sigterm_while_the_trace_closes(tmp_path):
+    """SIGTERM arriving while the exiting process writes its trace's end: the handler, run
+    inside that close, must let it finish (before: a nested close returned at once and the
+    process died with no end record, its ops unwritten), then end the process by SIGTERM."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "sigterm_while_closing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port()), timeout=120)
+    assert "ops done" in res.stdout, res.stderr
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    from commtrace.trace.reader import load_run
+    run = load_run(str(run_dir))
+    (proc,) = [p for p in run.processes if p["rank"] == 0]
+    assert proc["complete"] and proc["end"]["type"] == "end", proc
+    assert list(run.frame["op"].astype(str)).count("all_reduce") == 3
