@@ -44,7 +44,11 @@ _IN_FLIGHT = schema.STATUS_IN_FLIGHT
 
 _getframe = sys._getframe
 _INTERNAL_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch, sys.modules["commtrace"]))
-_STDLIB_SKIP = ("runpy.py", "threading.py", "contextlib.py", "functools.py")
+# Plumbing between a caller and torch: besides the stdlib's, the wrapper of typing_extensions'
+# ``deprecated`` (``warnings.deprecated`` from Python 3.13), which wraps torch 2.13's
+# all_gather_into_tensor and reduce_scatter_tensor: without it every such call was placed there.
+_STDLIB_SKIP = tuple(os.sep + n for n in ("runpy.py", "threading.py", "contextlib.py", "functools.py",
+                                          "typing_extensions.py", "warnings.py"))
 # id(code object) -> frame is inside torch/commtrace/plumbing. Keyed by id:
 # hashing a code object rehashes its name, bytecode and constants on every
 # lookup (0.1-0.25 us for torch's wrappers); _kept_code keeps the ids valid.
