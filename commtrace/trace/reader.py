@@ -249,30 +249,8 @@ _LISTED = {schema.META_WORLD: "worlds", schema.META_ERROR: "errors", schema.META
            schema.META_DUMP: "dumps", schema.META_DDP_MODULE: "ddp", schema.META_DDP_BUCKETS: "ddp"}
 
 
-# Backends whose process plays one rank of a world whose other ranks never exist: c10d's "fake"
-# (dry runs and compile tests at a pretended world size; every collective returns at once).
-SIMULATED_BACKENDS = frozenset({"fake"})
-
-
-def _alone_if_simulated(obj: dict) -> dict:
-    """A world or group record of a simulated backend as the one process it is: a group's members
-    are its own rank, a world has no size to miss ranks of (``simulated_size`` keeps the pretended
-    one). Else ``obj``. Every reader of members and world sizes (frame, check, partitioned check)
-    then expects no other rank."""
-    if str(obj.get("backend")) not in SIMULATED_BACKENDS:
-        return obj
-    if obj.get("type") == schema.META_WORLD:
-        return {**obj, "world_size": None, "simulated_size": obj.get("world_size")}
-    ranks, rank = obj.get("ranks"), int_or_none(obj.get("rank"))
-    if isinstance(ranks, list) and rank is not None and 0 <= rank < len(ranks):
-        return {**obj, "ranks": [ranks[rank]]}
-    return obj
-
-
 def _take_meta(pt: ProcessTrace, obj: dict) -> None:
     t = obj.get("type")
-    if t in (schema.META_WORLD, schema.META_GROUP):
-        obj = _alone_if_simulated(obj)
     if t in _LISTED:
         getattr(pt, _LISTED[t]).append(obj)
     elif t == schema.META_HEADER:
