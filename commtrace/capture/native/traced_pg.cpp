@@ -161,16 +161,25 @@ class TracedPG : public c10d::ProcessGroup {
     if (!op->t_return) op->t_return = t;
     op->t_end = t;
     op->status = STATUS_FAILED;
-    if (op->sig < 0 && python_usable()) describe();  // raised before its deferred lookup
+    if (op->sig < 0 && python_usable()) keeping_pending_error([&] { describe(); });  // raised before its deferred lookup
     if (op->sig < 0) {
       log_->forget(op);
       return;
     }
     if (!log_->done(op)) return;  // began in a session that has ended
-    if (python_usable()) {
-      py::gil_scoped_acquire gil;
-      log_->report_error(*op, text());
-    }
+    if (python_usable()) keeping_pending_error([&] { log_->report_error(*op, text()); });
+  }
+
+  // Runs ``f`` (it calls Python) under the GIL with this thread's pending Python exception set
+  // aside and put back after. An exception raised in Python under the op (a dispatch mode, a
+  // hook) reaches here as torch's python_error, which leaves the error pending in the
+  // interpreter until the binding returns: calling Python cleared it, and the caller got
+  // "SystemError: ... returned NULL without setting an exception" instead of its error.
+  template <class F>
+  static void keeping_pending_error(F&& f) {
+    py::gil_scoped_acquire gil;
+    py::error_scope pending;
+    f();
   }
 
   // -- ops ----------------------------------------------------------------------------
