@@ -22,10 +22,12 @@ from .recorder import Recorder
 from .scopes import drop_own_frame
 
 _WORLD_KEY = "commtrace/world_id"
-# torch's multi-threaded test backend (MultiThreadedTestCase): its ranks are threads of one process,
-# a trace's rank is a process, and the backend finds itself in torch's registries by identity
-# (a wrapper in its place there fails its own collectives): its groups are left untraced.
-THREADED = "threaded"
+# Backends whose ranks are simulated inside one process, left untraced: a trace's rank is a process,
+# and they find the group they are handed in torch's registries by identity, where the wrapper
+# stands instead (its collectives failed): torch's multi-threaded test backend (MultiThreadedTestCase;
+# "KeyError: ThreadedPG ..."), and c10d's "fake" backend, on which LocalTensorMode plays every rank
+# (torch's DTensor/TP tests "WithLocalTensor": KeyError on the group from get_process_group_ranks).
+SIMULATED_BACKENDS = frozenset({"threaded", "fake"})
 _tls = threading.local()
 
 
@@ -55,7 +57,7 @@ class Installer:
         return obj if traced is None else traced
 
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping, backend_config=None):
-        if isinstance(pg, self.traced_types) or str(backend_name) == THREADED:
+        if isinstance(pg, self.traced_types) or str(backend_name) in SIMULATED_BACKENDS:
             return pg
         store = torch_compat.real_store(store)
         backend_name = _backend_label(backend_name, backend_config)

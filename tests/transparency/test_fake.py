@@ -1,0 +1,25 @@
+"""c10d's "fake" backend (one process playing one rank of a pretended world, or, under
+LocalTensorMode, every rank) runs the same traced as untraced, and its groups are left untraced as
+the threaded backend's are (test_threaded.py): LocalTensorMode looks up the group object it is
+handed in torch's registries, where the wrapper stood instead. (Found running PyTorch's
+tensor/parallel/test_tp_examples.py traced: every "WithLocalTensor" test failed, "SystemError:
+<built-in method scatter ...> returned NULL without setting an exception".)"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import helpers as h  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_worker.py")
+
+
+def test_fake_backend_runs_the_same_traced_and_is_left_untraced(tmp_path):
+    plain = h.run([h.PY, WORKER], env=h.clean_env(), timeout=120).check(0)
+    traced = h.run(h.commtrace_cmd(tmp_path / "run", WORKER), env=h.clean_env(), timeout=120).check(0)
+    assert json.loads(plain.stdout) == {"dry_run": [[1.0, 1.0], 8], "tp": [2, 4],
+                                        "local_tensor": [[4.0, 4.0], [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]]}
+    assert traced.stdout == plain.stdout
+    assert len(h.load(tmp_path / "run")) == 0
