@@ -172,6 +172,12 @@ def _on_sigterm(signum, frame):
     # Arrived while the process, exiting already, closes its trace: end it when that is written.
     if rec is not None and rec.defer_until_closed(_die_by_sigterm):
         return
+    # Arrived inside the recorder (a flush, a definition): a close here would re-enter it (inside
+    # TraceWriter's lock: a deadlock; a flush's lines taken from the queue: never written).
+    # Another thread closes once this one has left it.
+    if rec is not None and rec.held_by_this_thread():
+        threads.start(_end_by_sigterm, "commtrace-sigterm", rec, signum)
+        return
     if rec is not None:
         dump_once(rec, "SIGTERM")  # never raises
         rec.close(exit_code=128 + signum, how="signal")
@@ -222,9 +228,14 @@ def _handle_signal_in_thread(signum: int) -> None:
         time.sleep(0.2)
         if sigview.runs(signum) >= delivery:
             return
-        dump_once(rec, "SIGTERM")
-        rec.close(exit_code=128 + signum, how="signal")
-        die_by(signal.SIGTERM)
+        _end_by_sigterm(rec, signum)
+
+
+def _end_by_sigterm(rec, signum: int) -> None:
+    """What the SIGTERM handler does, from another thread than the main one."""
+    dump_once(rec, "SIGTERM")
+    rec.close(exit_code=128 + signum, how="signal")
+    die_by(signal.SIGTERM)
 
 
 def die_by(signum: int) -> None:

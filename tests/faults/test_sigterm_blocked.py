@@ -8,6 +8,8 @@ import os
 import signal
 import time
 
+import pytest
+
 import helpers as h
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "blocked_in_init.py")
@@ -64,3 +66,23 @@ def test_sigterm_while_the_trace_closes(tmp_path):
     (proc,) = [p for p in run.processes if p["rank"] == 0]
     assert proc["complete"] and proc["end"]["type"] == "end", proc
     assert list(run.frame["op"].astype(str)).count("all_reduce") == 3
+
+
+@pytest.mark.parametrize("where", ["apply", "dumps"])
+def test_sigterm_while_the_main_thread_flushes(tmp_path, where):
+    """SIGTERM arriving while the main thread is inside a flush: the handler must not close the
+    trace there (before: a nested close, inside TraceWriter.write's lock ("dumps"), hung the
+    process for good, a second SIGTERM too; just before it ("apply") the flush's lines, taken
+    from the queue, were never written: an ended trace without its definitions or ops)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "sigterm_while_flushing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), where), timeout=60)
+    assert not res.timed_out, res.stderr
+    assert "ops done" in res.stdout, res.stderr
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    from commtrace.trace.reader import load_run
+    run = load_run(str(run_dir))
+    (proc,) = [p for p in run.processes if p["rank"] == 0]
+    assert proc["complete"] and proc["end"]["how"] == "signal", proc
+    assert [d["reason"] for d in proc["dumps"]] == ["SIGTERM"]
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
