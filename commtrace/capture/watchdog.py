@@ -190,7 +190,7 @@ def _die_by_sigterm() -> None:
 
 
 def _on_sigusr1(signum, frame):
-    if _state.get("signal_thread"):
+    if _state.get("signal_pipe"):
         return  # the signal thread dumps (it runs even when the main thread is blocked)
     dump(_state.get("rec"), "SIGUSR1")
 
@@ -277,8 +277,12 @@ def _install_signals() -> None:
         with contextlib.suppress(ValueError, OSError):
             if sigview.real_getsignal(signum) in (signal.SIG_DFL, None):
                 sigview.install(signum, handler)
-    if _state.get("signal_thread"):
-        return
+    if not _state.get("signal_pipe"):
+        _start_signal_thread()
+
+
+def _start_signal_thread() -> None:
+    """The thread that reads every signal's number from the wakeup fd (a pipe of ours)."""
     try:
         r, w = os.pipe()
         os.set_blocking(w, False)
@@ -291,7 +295,7 @@ def _install_signals() -> None:
     except (ValueError, OSError):
         return
     threads.start(_signal_thread, "commtrace-signals", r)
-    _state["signal_thread"] = True
+    _state["signal_pipe"] = (r, w)
 
 
 # torch.multiprocessing.spawn children report their exception to the parent and sys.exit(1):
@@ -356,9 +360,10 @@ def install(rec) -> None:
         sys.stderr.write(f"commtrace: signal dumps disabled: {exc}\n")
     with contextlib.suppress(Exception):
         _hook_spawn_exceptions()
-    if _start_watchdog(rec) and not _state.get("fork_hook"):
+    if not _state.get("fork_hook"):
         _state["fork_hook"] = True
         os.register_at_fork(after_in_child=_after_fork_in_child)
+    _start_watchdog(rec)
 
 
 def _start_watchdog(rec, timeout=None, abort=None) -> bool:
@@ -389,7 +394,15 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.RLock()
     _state.pop("dumped", None)
-    _state.pop("signal_thread", None)  # the pipe reader is gone; main-thread handlers still work
+    _state.pop("deliveries", None)
+    # The wakeup fd is the parent's pipe: the parent's signal thread would read this process's
+    # signals as its own (a forked Pool worker's SIGTERM, from Pool.terminate: it ended the parent).
+    with contextlib.suppress(ValueError, OSError):
+        ours = sigview.after_fork_in_child()
+        for fd in _state.pop("signal_pipe", ()):
+            os.close(fd)
+        if ours:
+            _start_signal_thread()
     wd = _state.get("watchdog")
     if wd is not None:
         _start_watchdog(wd.rec, wd.timeout_s, wd.abort)
