@@ -216,6 +216,17 @@ def test_unwritable_dir_turns_tracing_off(driver, tmp_path):
     assert "C++ tracing is off" in res.stderr
 
 
+def _in_flight_seqs_written(run_dir) -> set:
+    """The seqs of the IN_FLIGHT records in the C++ ops files so far (a record being written is left out)."""
+    out = set()
+    for path in glob.glob(os.path.join(run_dir, "*.cpp" + schema.OPS_SUFFIX)):
+        with open(path, "rb") as f:
+            raw = f.read()
+        recs = np.frombuffer(raw[:len(raw) - len(raw) % schema.RECORD_SIZE], dtype=schema.OP_RECORD)
+        out |= {int(s) for s in recs["seq"][recs["status"] == schema.STATUS_IN_FLIGHT]}
+    return out
+
+
 @needs_gxx
 def test_sigkill_keeps_completed_ops_and_in_flight(driver, tmp_path):
     env = {k: v for k, v in os.environ.items()}
@@ -223,7 +234,11 @@ def test_sigkill_keeps_completed_ops_and_in_flight(driver, tmp_path):
     proc = subprocess.Popen([driver, "hang", "0"], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(1.8)  # > 1 s in flight + one 0.5 s flush
+        # SIGKILL once the flush thread has written both ops IN_FLIGHT (> 1 s in flight, then its
+        # next 0.5 s flush): a fixed sleep of 1.8 s left 0.3 s for that on a loaded machine.
+        deadline = time.monotonic() + 60
+        while not {2, 3} <= _in_flight_seqs_written(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:

@@ -290,6 +290,10 @@ class Recorder(AnnotationContext):
         self._after_close.append(fn)
         return True
 
+    def held_by_this_thread(self) -> bool:
+        """Whether this thread is inside the recorder (a flush, a definition, close) now."""
+        return self._lock._is_owned()
+
     def _write_end(self, exit_code: int | None, how: str) -> None:
         self.sink.stop.set()
         if self.native_log is not None:

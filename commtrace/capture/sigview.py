@@ -66,6 +66,19 @@ def set_our_wakeup_fd(fd: int) -> int:
     return prev
 
 
+def after_fork_in_child() -> bool:
+    """A forked child's wakeup fd, if ours, is its parent's pipe: none instead (the program's
+    own stays); its parent's handler runs are not its own. Returns whether ours was installed."""
+    _runs.clear()
+    ours = _wakeup.pop("fd", None)
+    if ours is None:
+        return False
+    prev = real_set_wakeup_fd(-1)
+    if prev != ours:
+        real_set_wakeup_fd(prev)
+    return prev == ours
+
+
 def _getsignal(signalnum):
     h = real_getsignal(signalnum)
     entry = _ours.get(int(signalnum))

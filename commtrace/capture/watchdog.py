@@ -172,6 +172,12 @@ def _on_sigterm(signum, frame):
     # Arrived while the process, exiting already, closes its trace: end it when that is written.
     if rec is not None and rec.defer_until_closed(_die_by_sigterm):
         return
+    # Arrived inside the recorder (a flush, a definition): a close here would re-enter it (inside
+    # TraceWriter's lock: a deadlock; a flush's lines taken from the queue: never written).
+    # Another thread closes once this one has left it.
+    if rec is not None and rec.held_by_this_thread():
+        threads.start(_end_by_sigterm, "commtrace-sigterm", rec, signum)
+        return
     if rec is not None:
         dump_once(rec, "SIGTERM")  # never raises
         rec.close(exit_code=128 + signum, how="signal")
@@ -184,7 +190,7 @@ def _die_by_sigterm() -> None:
 
 
 def _on_sigusr1(signum, frame):
-    if _state.get("signal_thread"):
+    if _state.get("signal_pipe"):
         return  # the signal thread dumps (it runs even when the main thread is blocked)
     dump(_state.get("rec"), "SIGUSR1")
 
@@ -222,9 +228,14 @@ def _handle_signal_in_thread(signum: int) -> None:
         time.sleep(0.2)
         if sigview.runs(signum) >= delivery:
             return
-        dump_once(rec, "SIGTERM")
-        rec.close(exit_code=128 + signum, how="signal")
-        die_by(signal.SIGTERM)
+        _end_by_sigterm(rec, signum)
+
+
+def _end_by_sigterm(rec, signum: int) -> None:
+    """What the SIGTERM handler does, from another thread than the main one."""
+    dump_once(rec, "SIGTERM")
+    rec.close(exit_code=128 + signum, how="signal")
+    die_by(signal.SIGTERM)
 
 
 def die_by(signum: int) -> None:
@@ -266,8 +277,12 @@ def _install_signals() -> None:
         with contextlib.suppress(ValueError, OSError):
             if sigview.real_getsignal(signum) in (signal.SIG_DFL, None):
                 sigview.install(signum, handler)
-    if _state.get("signal_thread"):
-        return
+    if not _state.get("signal_pipe"):
+        _start_signal_thread()
+
+
+def _start_signal_thread() -> None:
+    """The thread that reads every signal's number from the wakeup fd (a pipe of ours)."""
     try:
         r, w = os.pipe()
         os.set_blocking(w, False)
@@ -280,7 +295,7 @@ def _install_signals() -> None:
     except (ValueError, OSError):
         return
     threads.start(_signal_thread, "commtrace-signals", r)
-    _state["signal_thread"] = True
+    _state["signal_pipe"] = (r, w)
 
 
 # torch.multiprocessing.spawn children report their exception to the parent and sys.exit(1):
@@ -345,9 +360,10 @@ def install(rec) -> None:
         sys.stderr.write(f"commtrace: signal dumps disabled: {exc}\n")
     with contextlib.suppress(Exception):
         _hook_spawn_exceptions()
-    if _start_watchdog(rec) and not _state.get("fork_hook"):
+    if not _state.get("fork_hook"):
         _state["fork_hook"] = True
         os.register_at_fork(after_in_child=_after_fork_in_child)
+    _start_watchdog(rec)
 
 
 def _start_watchdog(rec, timeout=None, abort=None) -> bool:
@@ -378,7 +394,15 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.RLock()
     _state.pop("dumped", None)
-    _state.pop("signal_thread", None)  # the pipe reader is gone; main-thread handlers still work
+    _state.pop("deliveries", None)
+    # The wakeup fd is the parent's pipe: the parent's signal thread would read this process's
+    # signals as its own (a forked Pool worker's SIGTERM, from Pool.terminate: it ended the parent).
+    with contextlib.suppress(ValueError, OSError):
+        ours = sigview.after_fork_in_child()
+        for fd in _state.pop("signal_pipe", ()):
+            os.close(fd)
+        if ours:
+            _start_signal_thread()
     wd = _state.get("watchdog")
     if wd is not None:
         _start_watchdog(wd.rec, wd.timeout_s, wd.abort)

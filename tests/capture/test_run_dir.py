@@ -5,6 +5,7 @@ import os
 import re
 
 import helpers as h
+from commtrace.trace.schema import RECORD_SIZE
 from helpers import worker
 
 NAME = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
@@ -47,15 +48,18 @@ def test_interrupted_mpirun_names_its_trace(tmp_path):
     import signal
     import time
 
+    def all_reduces_on_disk() -> int:
+        out = tmp_path / "commtrace-out"
+        runs = os.listdir(out) if out.is_dir() else []
+        return sum(f.endswith(".ops.bin") and os.path.getsize(out / runs[0] / f) >= RECORD_SIZE
+                   for f in (os.listdir(out / runs[0]) if runs else []))
+
     def interrupt_when_ready(proc):
+        # Both ranks' all_reduce done and flushed (a fixed 2 s after their ops files existed
+        # could interrupt a loaded machine's rank before its all_reduce)
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            runs = os.listdir(tmp_path / "commtrace-out") if (tmp_path / "commtrace-out").is_dir() else []
-            if runs and sum(f.startswith("sigterm") or f.endswith(".ops.bin")
-                            for f in os.listdir(tmp_path / "commtrace-out" / runs[0])) >= 2:
-                break
-            time.sleep(0.5)
-        time.sleep(2)   # the all_reduce done and printed
+        while all_reduces_on_disk() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGINT)     # what a terminal's Ctrl-C sends mpirun's process group
 
     res = h.run(h.mpirun_cmd(2, h.PY, "-m", "commtrace", "run", worker("wait_for_sigint.py")),

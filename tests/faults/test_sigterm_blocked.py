@@ -8,6 +8,8 @@ import os
 import signal
 import time
 
+import pytest
+
 import helpers as h
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "blocked_in_init.py")
@@ -64,3 +66,41 @@ def test_sigterm_while_the_trace_closes(tmp_path):
     (proc,) = [p for p in run.processes if p["rank"] == 0]
     assert proc["complete"] and proc["end"]["type"] == "end", proc
     assert list(run.frame["op"].astype(str)).count("all_reduce") == 3
+
+
+@pytest.mark.parametrize("where", ["apply", "dumps"])
+def test_sigterm_while_the_main_thread_flushes(tmp_path, where):
+    """SIGTERM arriving while the main thread is inside a flush: the handler must not close the
+    trace there (before: a nested close, inside TraceWriter.write's lock ("dumps"), hung the
+    process for good, a second SIGTERM too; just before it ("apply") the flush's lines, taken
+    from the queue, were never written: an ended trace without its definitions or ops)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "sigterm_while_flushing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), where), timeout=60)
+    assert not res.timed_out, res.stderr
+    assert "ops done" in res.stdout, res.stderr
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    from commtrace.trace.reader import load_run
+    run = load_run(str(run_dir))
+    (proc,) = [p for p in run.processes if p["rank"] == 0]
+    assert proc["complete"] and proc["end"]["how"] == "signal", proc
+    assert [d["reason"] for d in proc["dumps"]] == ["SIGTERM"]
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+
+
+def test_a_terminated_forked_child_leaves_its_parent_running(tmp_path):
+    """A forked child inherits the wakeup fd, our pipe: its SIGTERM's number went to the parent's
+    signal thread, which took it for its own (before: the parent dumped and ended by SIGTERM
+    0.2 s after Pool.terminate() or a DataLoader's shutdown ended a forked worker)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "forked_child_terminated.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port()), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-2:] == [f"child ended by signal {signal.SIGTERM}", "parent alive"], res.stdout
+    from commtrace.trace.reader import load_run
+    run = load_run(str(run_dir))
+    (child,) = [p for p in run.processes if p["ppid"] in {q["pid"] for q in run.processes}]
+    (parent,) = [p for p in run.processes if p is not child]
+    assert parent["end"]["how"] == "exit" and parent["end"]["exit_code"] == 0, parent["end"]
+    assert not any(f.startswith("sigterm.") and f".pid{parent['pid']}." in f for f in os.listdir(run_dir))
+    assert child["end"]["how"] == "signal", child["end"]   # the child's own SIGTERM: its trace says so
