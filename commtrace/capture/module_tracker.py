@@ -71,6 +71,8 @@ class ModuleTracker:
             "torch.distributed.pipelining.stage": self._patch_pipeline_stage,
             "torch.distributed.pipelining.schedules": lambda m: pipeline.patch_schedules(self, m),
             "torch.nn.utils": self._patch_clipping,
+            # ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside the comm hook
+            "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook": self.hooks.patch_zero_overlap,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._scope(phase="optimizer")),)),
         }
