@@ -127,10 +127,19 @@ def zero():
     train(model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01), 3)
 
 
+def device_mesh():
+    """DDP given ``device_mesh=``: building a DeviceMesh turns on module tracking, in which a
+    DDP module is a module like any other. Last: tracking stays on for later variants."""
+    from torch.distributed.device_mesh import init_device_mesh
+    model = DDP(Net(), device_mesh=init_device_mesh("cpu", (2,), mesh_dim_names=("dp",)), bucket_cap_mb=CAP_MB)
+    train(model, sgd(model), 3)
+
+
 # region name -> variant, in the order they run
 VARIANTS = {"allreduce_hook": allreduce_hook, "fp16": fp16, "powersgd": powersgd_hook,
             "post_localsgd": post_localsgd, "accumulation": accumulation, "two_models": two_models,
-            "static_graph": static_graph, "find_unused": find_unused, "zero": zero}
+            "static_graph": static_graph, "find_unused": find_unused, "zero": zero,
+            "device_mesh": device_mesh}
 
 
 def worker(rank, world, port, names):

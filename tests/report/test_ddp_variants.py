@@ -45,6 +45,9 @@ How the hand counts come about (float32 = 4 bytes, int32 = 4 bytes):
   fc2.weight, fc1.bias, fc2.bias on rank 1) and, after each local step,
   broadcasts every parameter from its owner, one broadcast per parameter (512,
   256, 64 and 16 B) in the optimizer phase, outside every module.
+* DDP given ``device_mesh=`` (1-D, the world): as a plain Net. Its DeviceMesh turns on
+  module tracking, which took the DDP wrapper for a module of its own: the buckets were
+  module ``DistributedDataParallel``, without ``params``.
 """
 import os
 import subprocess
@@ -124,6 +127,8 @@ EXPECTED = [
     *[[grad("Branches", 16, 0), grad("Branches", 272, 1), used_map("Branches", 16)]] * 3,
     # ZeroRedundancyOptimizer, 3 steps
     *[[*ops, *zero_broadcasts()] for ops in [*first_steps("Net#8"), two_buckets("Net#8")]],
+    # DDP(device_mesh=) (a 1-D mesh over the world: its default group), 3 steps
+    *first_steps("Net#9"), two_buckets("Net#9"),
 ]
 MICRO_STEPS = {15: 3, 16: 3}  # the accumulation steps
 
@@ -190,7 +195,7 @@ def test_construction_ops_are_in_no_iteration(variants_run):
     no training step, not to the previous module's last one."""
     df = commtrace.load(variants_run)
     init = df[df["phase"] == "ddp_init"]
-    assert len(init) == WORLD * 3 * 10  # 3 ops for each of the 10 DDP modules
+    assert len(init) == WORLD * 3 * 11  # 3 ops for each of the 11 DDP modules
     assert set(init["iteration"]) == {0}
 
 
@@ -219,7 +224,8 @@ def test_bucket_params_follow_the_layout_in_force(variants_run):
     compressing hook a bucket's bytes are its parameters' bytes."""
     df = commtrace.load(variants_run)
     plain = df[df["bucket"].notna() & df["region"].isin(
-        ["allreduce_hook", "post_localsgd", "accumulation", "two_models", "static_graph", "find_unused"])]
+        ["allreduce_hook", "post_localsgd", "accumulation", "two_models", "static_graph", "find_unused",
+         "device_mesh"])]
     assert len(plain) > 0
     for r in plain.itertuples():
         if isinstance(r.params, str):
