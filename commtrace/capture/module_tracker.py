@@ -71,6 +71,8 @@ class ModuleTracker:
             "torch.distributed.pipelining.stage": self._patch_pipeline_stage,
             "torch.distributed.pipelining.schedules": lambda m: pipeline.patch_schedules(self, m),
             "torch.nn.utils": self._patch_clipping,
+            # ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside the comm hook
+            "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook": self.hooks.patch_zero_overlap,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._scope(phase="optimizer")),)),
         }
@@ -96,6 +98,8 @@ class ModuleTracker:
         self._grad_enabled = torch.is_grad_enabled
         self._Tensor = torch.Tensor
         self._Module = torch.nn.Module
+        from torch.nn.parallel import DistributedDataParallel
+        self._DDP = DistributedDataParallel
         # always_call: the stack stays right when a forward raises
         post = nn_module.register_module_forward_hook(self._global_post, always_call=True)
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre), post]
@@ -158,7 +162,9 @@ class ModuleTracker:
         self._tls.entering = None
         if module._forward_hooks and module not in self._ended:
             self._add_end_hook(module)
-        if self._ddp_scope():
+        # A DDP module (its forward, wrapped, labels its step; before it runs, a second
+        # forward's scope is not yet its) and the modules it runs keep the DDP label.
+        if self._ddp_scope() or isinstance(module, self._DDP):
             stack.append(None)
             return None
         name = self.name_of(module)

@@ -226,6 +226,40 @@ class PhaseHooks:
             return args[0]
         return in_context(self.rec, orig, enter, lambda owner: self._opt_post(owner, (), {}))
 
+    def patch_zero_overlap(self, zero_hook) -> None:
+        """ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside DDP's comm hook
+        (``hook_with_zero_step``, ``_interleaved``): a functional optimizer (no step hooks) per
+        bucket its rank owns, then a broadcast per bucket, then a wait for them all. That is
+        one optimizer step, from its first local step or broadcast through the end of the
+        wait: its ops are phase ``optimizer`` (no module, no bucket), its span is the step's end."""
+        hooks, rec = self, self.rec
+        open_steps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # overlap info -> (t0, step)
+
+        def in_step(orig):
+            def enter(args, kwargs):
+                info = args[1]._overlap_info
+                if info not in open_steps:
+                    open_steps[info] = (time.monotonic_ns(), hooks.steps.optimizer_begins(info))
+                own = rec.thread_context_fields()  # the comm hook's bucket scope
+                fields = rec.context_fields() if own is None else own
+                return rec.push_thread_context({**fields, "phase": "optimizer", "module": None, "bucket": None})
+            return in_context(rec, orig, enter, rec.pop_thread_context)
+
+        def wait_ends(info):
+            t0, step = open_steps.pop(info, (None, 0))
+            if t0 is not None:
+                hooks.steps.optimizer_ends(info, step)
+                rec.add_span("optimizer", t0, time.monotonic_ns(), step, "ZeroRedundancyOptimizer")
+
+        for name in ("_perform_local_step", "_broadcast_bucket"):
+            if callable(getattr(zero_hook, name, None)):
+                self._patch(zero_hook, name, in_step)
+        overlap = getattr(getattr(zero_hook, "ZeroRedundancyOptimizer", None), "__module__", None)
+        info_cls = getattr(sys.modules.get(overlap), "_OverlapInfo", None)
+        if info_cls is not None and "wait_for_broadcasts" in vars(info_cls):
+            self._patch(info_cls, "wait_for_broadcasts",
+                        lambda orig: in_context(rec, orig, lambda args, kwargs: args[0], wait_ends))
+
     def _name_gradient_owners(self) -> None:
         """With several DDP modules, one backward pass may launch buckets of each (from C++,
         naming no module): a post-accumulate-grad hook per parameter (run right before the

@@ -127,10 +127,29 @@ def zero():
     train(model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.01), 3)
 
 
+def many_buckets():
+    """Six Linear(16, 16) (1088 B each) under a 1100-byte cap, gradients as bucket views,
+    static graph: four buckets after the rebuild. Rank 0 prints DDP's own bucket sizes."""
+    model = DDP(torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(6)]), bucket_cap_mb=1100 / 2**20,
+                gradient_as_bucket_view=True, static_graph=True)
+    train(model, sgd(model), 4, forward=lambda m, x, i: m(torch.cat([x, x], dim=1)))  # 16 features
+    if dist.get_rank() == 0:
+        print("many_buckets rebuilt_bucket_sizes", model._get_ddp_logging_data().get("rebuilt_bucket_sizes"))
+
+
+def device_mesh():
+    """DDP given ``device_mesh=``: building a DeviceMesh turns on module tracking, in which a
+    DDP module is a module like any other. Last: tracking stays on for later variants."""
+    from torch.distributed.device_mesh import init_device_mesh
+    model = DDP(Net(), device_mesh=init_device_mesh("cpu", (2,), mesh_dim_names=("dp",)), bucket_cap_mb=CAP_MB)
+    train(model, sgd(model), 3)
+
+
 # region name -> variant, in the order they run
 VARIANTS = {"allreduce_hook": allreduce_hook, "fp16": fp16, "powersgd": powersgd_hook,
             "post_localsgd": post_localsgd, "accumulation": accumulation, "two_models": two_models,
-            "static_graph": static_graph, "find_unused": find_unused, "zero": zero}
+            "static_graph": static_graph, "find_unused": find_unused, "zero": zero,
+            "many_buckets": many_buckets, "device_mesh": device_mesh}
 
 
 def worker(rank, world, port, names):

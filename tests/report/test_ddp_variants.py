@@ -45,6 +45,14 @@ How the hand counts come about (float32 = 4 bytes, int32 = 4 bytes):
   fc2.weight, fc1.bias, fc2.bias on rank 1) and, after each local step,
   broadcasts every parameter from its owner, one broadcast per parameter (512,
   256, 64 and 16 B) in the optimizer phase, outside every module.
+* Many buckets: Sequential of six Linear(16, 16) (12 parameters, 272 floats = 1088 B per
+  layer, 6528 B), static_graph, gradient_as_bucket_view, a 1100-byte cap: iteration 1 the
+  used map (12 int32 = 48 B) and one bucket; the rebuild at iteration 3 (13 + 4 ints) makes,
+  in gradient order, [5.bias, 5.weight, 4.bias] = 1152 B, [4.weight, 3.bias, 3.weight] =
+  2112 B, and the same for layers 2-0: DDP's own rebuilt_bucket_sizes.
+* DDP given ``device_mesh=`` (1-D, the world): as a plain Net. Its DeviceMesh turns on
+  module tracking, which took the DDP wrapper for a module of its own: the buckets were
+  module ``DistributedDataParallel``, without ``params``.
 """
 import os
 import subprocess
@@ -91,6 +99,7 @@ def first_steps(module):
             [rebuild(module, 20), rebuild(module, 8), *two_buckets(module)]]
 
 
+MANY_BUCKETS = [grad("Sequential", n, b) for b, n in enumerate((1152, 2112, 1152, 2112))]
 POWERSGD_STEP = [grad("Net#3", 80, 0), grad("Net#3", 80, 0), grad("Net#3", 96, 0)]
 
 # Step number (1 = the process's first optimizer step) -> every op of a rank in it.
@@ -124,6 +133,12 @@ EXPECTED = [
     *[[grad("Branches", 16, 0), grad("Branches", 272, 1), used_map("Branches", 16)]] * 3,
     # ZeroRedundancyOptimizer, 3 steps
     *[[*ops, *zero_broadcasts()] for ops in [*first_steps("Net#8"), two_buckets("Net#8")]],
+    # many buckets (static graph, gradients as bucket views), 4 steps
+    [used_map("Sequential", 48), grad("Sequential", 6528, 0)], [grad("Sequential", 6528, 0)],
+    [rebuild("Sequential", 52), rebuild("Sequential", 16), *MANY_BUCKETS],
+    MANY_BUCKETS,
+    # DDP(device_mesh=) (a 1-D mesh over the world: its default group), 3 steps
+    *first_steps("Net#9"), two_buckets("Net#9"),
 ]
 MICRO_STEPS = {15: 3, 16: 3}  # the accumulation steps
 
@@ -135,6 +150,8 @@ def variants_run(tmp_path_factory):
                            os.path.join(HERE, "ddp_variants.py"), str(h.free_port())],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(out, "stdout.txt"), "w") as f:
+        f.write(proc.stdout)
     return out
 
 
@@ -190,7 +207,7 @@ def test_construction_ops_are_in_no_iteration(variants_run):
     no training step, not to the previous module's last one."""
     df = commtrace.load(variants_run)
     init = df[df["phase"] == "ddp_init"]
-    assert len(init) == WORLD * 3 * 10  # 3 ops for each of the 10 DDP modules
+    assert len(init) == WORLD * 3 * 12  # 3 ops for each of the 12 DDP modules
     assert set(init["iteration"]) == {0}
 
 
@@ -219,7 +236,8 @@ def test_bucket_params_follow_the_layout_in_force(variants_run):
     compressing hook a bucket's bytes are its parameters' bytes."""
     df = commtrace.load(variants_run)
     plain = df[df["bucket"].notna() & df["region"].isin(
-        ["allreduce_hook", "post_localsgd", "accumulation", "two_models", "static_graph", "find_unused"])]
+        ["allreduce_hook", "post_localsgd", "accumulation", "two_models", "static_graph", "find_unused",
+         "device_mesh"])]
     assert len(plain) > 0
     for r in plain.itertuples():
         if isinstance(r.params, str):
@@ -267,3 +285,19 @@ def test_python_wrapper_records_the_same_buckets_and_modules(tmp_path):
     import json
     groups = [json.loads(line) for f in glob.glob(os.path.join(out, "rank*.meta.jsonl")) for line in open(f)]
     assert {g.get("wrapper") for g in groups if g.get("type") == "group"} == {"python"}
+
+
+def test_many_buckets_match_ddps_own_sizes(variants_run):
+    """Rebuilt buckets: each all_reduce's bytes are DDP's own bucket size (its logging
+    data's rebuilt_bucket_sizes), in launch order, and its params that bucket's parameters."""
+    printed = open(os.path.join(variants_run, "stdout.txt")).read()
+    sizes = [int(n) for n in printed.split("many_buckets rebuilt_bucket_sizes ")[1].splitlines()[0].split(",")]
+    assert sizes == [1152, 2112, 1152, 2112]
+    df = commtrace.load(variants_run)
+    rows = df[(df["region"] == "many_buckets") & df["bucket"].notna() & (df["iteration"] >= 3)]
+    for rank in range(WORLD):
+        for it in (3, 4):
+            mine = rows[(rows["rank"] == rank) & (rows["iteration"] == it)].sort_values("bucket")
+            assert list(mine["bytes"]) == sizes and list(mine["bucket"].astype(int)) == [0, 1, 2, 3]
+            assert list(mine["params"]) == ["5.bias,5.weight,4.bias", "4.weight,3.bias,3.weight",
+                                            "2.bias,2.weight,1.bias", "1.weight,0.bias,0.weight"]
