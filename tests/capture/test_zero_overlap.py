@@ -59,6 +59,8 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("zero_overlap")
     res = h.run(h.mpirun_cmd(WORLD, h.PY, "-m", "commtrace", "run", "-o", tmp / "run", h.worker("zero_overlap.py")),
                 env=h.mpi_env(), timeout=150)
+    if res.returncode and "currently requires NCCL" in res.stderr:   # torch < 2.6 (2.4.1: refuses it)
+        pytest.skip("this torch refuses ZeroRedundancyOptimizer's DDP overlap on the mpi backend")
     res.check(0)
     return h.Launch(res, tmp / "run")
 

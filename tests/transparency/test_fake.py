@@ -17,9 +17,12 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_worker.p
 
 
 def test_fake_backend_runs_the_same_traced_and_is_left_untraced(tmp_path):
-    plain = h.run([h.PY, WORKER], env=h.clean_env(), timeout=120).check(0)
-    traced = h.run(h.commtrace_cmd(tmp_path / "run", WORKER), env=h.clean_env(), timeout=120).check(0)
-    assert json.loads(plain.stdout) == {"dry_run": [[1.0, 1.0], 8], "tp": [2, 4],
-                                        "local_tensor": [[4.0, 4.0], [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]]}
+    args = ["--no-fsdp2"] if h.fsdp2_lacks_cpu() else []
+    plain = h.run([h.PY, WORKER, *args], env=h.clean_env(), timeout=120).check(0)
+    traced = h.run(h.commtrace_cmd(tmp_path / "run", WORKER, *args), env=h.clean_env(), timeout=120).check(0)
+    computed = json.loads(plain.stdout)
+    assert computed.pop("local_tensor", None) in (   # absent: this torch has no LocalTensorMode
+        None, [[4.0, 4.0], [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]])
+    assert computed == {"dry_run": [[1.0, 1.0], 8], "tp": [2, 4]}
     assert traced.stdout == plain.stdout
     assert len(h.load(tmp_path / "run")) == 0
