@@ -15,6 +15,7 @@ import time
 
 from ..trace import schema
 from ..trace.writer import pack_rows, pack_spans
+from . import sigview
 from .annotation_context import AnnotationContext
 from .completion import CALLBACK_DRAIN_S, GROUP, IN_FLIGHT_AFTER_NS, SEQ, SIG, T_CALL, CompletionTracker
 from .trace_sink import TraceSink
@@ -78,6 +79,8 @@ class Recorder(AnnotationContext):
         self.closed = False
         self._closing_thread: int | None = None   # the thread inside close(), while it is
         self._after_close: list = []              # what defer_until_closed put off
+        self._before_end: list = []               # ... and what it runs before the end record
+        self._end_queued = False
 
     def _after_fork_in_child(self) -> None:
         # The child keeps sig/group definitions (its wrappers still use those ids)
@@ -156,10 +159,14 @@ class Recorder(AnnotationContext):
         lines.append(line)
         self.meta_queue.append(line)
 
-    def add_meta(self, line: dict) -> None:
+    def add_meta(self, line: dict) -> bool:
+        """Queue ``line``; False: dropped, the trace is closed (marks, errors, ... are not kept
+        for a restart). Inside close, its own thread's lines go in until the end record."""
         with self._lock:
-            if not self.closed:  # stopped: marks, errors, ... are not kept for a restart
+            if not self.closed or self._closing_thread == threading.get_ident() and not self._end_queued:
                 self.meta_queue.append(line)
+                return True
+            return False
 
     def fail(self, row: list, exc: BaseException, tracker: CompletionTracker) -> None:
         """An op issued into ``tracker`` raised: not written once its session has ended (a restart's files)."""
@@ -207,7 +214,7 @@ class Recorder(AnnotationContext):
         self.sink.start_flushing(self.flush)
 
     def flush(self, final: bool = False) -> None:
-        with self._lock:
+        with sigview.deferred(), self._lock:   # a KeyboardInterrupt on the main thread: after the write
             sink = self.sink
             if sink.writer is None:
                 return
@@ -266,8 +273,9 @@ class Recorder(AnnotationContext):
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
         """Flush everything (ops still running as IN_FLIGHT); from here on the wrappers forward
-        ops unrecorded until ``reopen``. Idempotent."""
-        with self._lock:
+        ops unrecorded until ``reopen``. Idempotent. A KeyboardInterrupt (SIGINT) arriving meanwhile
+        is raised once everything is written."""
+        with sigview.deferred(), self._lock:
             if self.closed:
                 return
             self._closing_thread = threading.get_ident()
@@ -280,13 +288,17 @@ class Recorder(AnnotationContext):
                 for fn in deferred:
                     fn()
 
-    def defer_until_closed(self, fn) -> bool:
+    def defer_until_closed(self, fn, before_end=None) -> bool:
         """If this thread is inside ``close`` (a signal handler interrupted it), run ``fn`` when
         that close has written everything and return True; else False. A handler that ended
         the process at once would leave the trace without its end record: a nested ``close``
-        returns at once, the outer one never finishes."""
+        returns at once, the outer one never finishes. ``before_end()``, if close has not queued
+        the end record yet, runs just before it does (it may add lines and flush, e.g. a dump)
+        and returns the end record's (exit_code, how), or None for close's own."""
         if self._closing_thread != threading.get_ident():
             return False
+        if before_end is not None and not self._end_queued:
+            self._before_end.append(before_end)
         self._after_close.append(fn)
         return True
 
@@ -304,6 +316,11 @@ class Recorder(AnnotationContext):
             if exit_code is None and self.exit_info is not None:
                 exit_code, how = self.exit_info
             self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
+            while self._before_end:   # a signal that arrived inside this close (defer_until_closed)
+                end = self._before_end.pop(0)()
+                if end is not None:
+                    exit_code, how = end
+            self._end_queued = True
             self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
                                     "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
             self._final_flush = True  # errors of async ops it finds are still written

@@ -5,21 +5,26 @@ handler gets its signals, ours is gone) and answers the handler the program woul
 setting back the one ours replaced puts ours back; ``set_wakeup_fd(fd)`` likewise: the program's fd
 replaces ours, -1 puts ours back, and the answer is what the program's previous call set (-1).
 
+``deferred`` holds the Python handlers of signals such as SIGINT while the main thread writes the
+trace (a ``KeyboardInterrupt`` raised there would lose what it writes) and runs them after.
+
 A program's handler for one of these signals runs counted (``runs``): the signal thread reads
 each delivery from the wakeup fd, possibly late, when the program may already have handled it
 and put ours back; it must not then act as if the main thread were stuck.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
+import threading
 
 real_getsignal = signal.getsignal
 real_signal = signal.signal
 real_set_wakeup_fd = signal.set_wakeup_fd
 
 _ours: dict[int, tuple] = {}  # signum -> (our handler, the handler it replaced)
-_wakeup: dict = {}            # "fd": our wakeup fd while it is installed
+_wakeup: dict = {}            # "fd": our wakeup fd while it is installed; "program": the program's in its place
 _runs: dict[int, int] = {}    # signum -> runs of the program's handlers for a signal we handle too
 
 
@@ -66,11 +71,51 @@ def set_our_wakeup_fd(fd: int) -> int:
     return prev
 
 
+def wakeup_is_ours() -> bool:
+    """Whether signals' numbers go to our wakeup fd now (not the program's, asyncio's)."""
+    return "fd" in _wakeup and "program" not in _wakeup
+
+
+_held: list = []   # signals that arrived inside ``deferred``, in order: (signum, frame)
+
+
+@contextlib.contextmanager
+def deferred(signums=(signal.SIGINT,)):
+    """In the main thread, the Python handlers of ``signums`` run when the block has ended, in
+    arrival order, instead of at a bytecode inside it (their exception is then raised from here).
+    Nested blocks: the outermost runs them. Other threads: nothing (no handler runs there)."""
+    if _held or threading.get_ident() != threading.main_thread().ident:
+        yield
+        return
+    _held.append(None)   # the block is open (a marker, never run)
+    saved = {}
+    try:
+        for s in signums:
+            h = real_getsignal(s)
+            if callable(h):
+                saved[s] = h
+                real_signal(s, _hold)
+        yield
+    finally:
+        for s, h in saved.items():
+            if real_getsignal(s) is _hold:
+                real_signal(s, h)
+        arrived = _held[1:]
+        _held.clear()
+        for signum, frame in arrived:
+            saved[signum](signum, frame)
+
+
+def _hold(signum, frame):
+    _held.append((signum, frame))
+
+
 def after_fork_in_child() -> bool:
     """A forked child's wakeup fd, if ours, is its parent's pipe: none instead (the program's
     own stays); its parent's handler runs are not its own. Returns whether ours was installed."""
     _runs.clear()
     ours = _wakeup.pop("fd", None)
+    _wakeup.pop("program", None)
     if ours is None:
         return False
     prev = real_set_wakeup_fd(-1)
@@ -102,8 +147,10 @@ def _set_wakeup_fd(fd, /, *, warn_on_full_buffer=True):
         return real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
     if fd == -1:
         prev = real_set_wakeup_fd(ours, warn_on_full_buffer=False)
+        _wakeup.pop("program", None)
     else:
         prev = real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+        _wakeup["program"] = fd
     return -1 if prev == ours else prev
 
 

@@ -99,9 +99,8 @@ def _dump(rec, reason: str, timeout_s, quiet: bool) -> str | None:
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1, default=str)
     os.replace(tmp, path)
-    if not rec.closed:
-        rec.add_meta({"type": schema.META_DUMP, "path": name, "reason": reason, "t_mono_ns": now,
-                      "in_flight": len(ops)})
+    if rec.add_meta({"type": schema.META_DUMP, "path": name, "reason": reason, "t_mono_ns": now,
+                     "in_flight": len(ops)}):
         with contextlib.suppress(Exception):
             rec.flush()
     if not quiet:
@@ -167,32 +166,40 @@ class HangWatchdog:
 
 
 def _on_sigterm(signum, frame):
-    """SIGTERM flushes the trace, then behaves as it would have."""
+    """SIGTERM dumps, ends the trace (``how: "signal"``), then ends the process by SIGTERM as it
+    would have; every route below ends so (``_end_by_sigterm``)."""
     rec = _state.get("rec")
-    # Arrived while the process, exiting already, closes its trace: end it when that is written.
-    if rec is not None and rec.defer_until_closed(_die_by_sigterm):
+    if rec is None:
+        die_by(signum)
+    # Arrived while the process, exiting already, closes its trace: that close dumps before its
+    # end record (if it has not written it yet) and ends the process once everything is written.
+    if rec.defer_until_closed(lambda: _end_by_sigterm(rec, signum),
+                              before_end=lambda: _dump_before_end(rec, signum)):
         return
     # Arrived inside the recorder (a flush, a definition): a close here would re-enter it (inside
     # TraceWriter's lock: a deadlock; a flush's lines taken from the queue: never written).
     # Another thread closes once this one has left it.
-    if rec is not None and rec.held_by_this_thread():
+    if rec.held_by_this_thread():
         threads.start(_end_by_sigterm, "commtrace-sigterm", rec, signum)
         return
-    if rec is not None:
-        dump_once(rec, "SIGTERM")  # never raises
-        rec.close(exit_code=128 + signum, how="signal")
-    _die_by_sigterm()
+    _end_by_sigterm(rec, signum)
 
 
-def _die_by_sigterm() -> None:
-    sigview.uninstall(signal.SIGTERM)
-    os.kill(os.getpid(), signal.SIGTERM)
+def _dump_before_end(rec, signum: int) -> tuple[int, str]:
+    dump_once(rec, "SIGTERM")
+    return 128 + signum, "signal"
 
 
 def _on_sigusr1(signum, frame):
-    if _state.get("signal_pipe"):
+    if sigview.wakeup_is_ours():
         return  # the signal thread dumps (it runs even when the main thread is blocked)
-    dump(_state.get("rec"), "SIGUSR1")
+    # The program's wakeup fd (asyncio): the dump is this handler's. Arrived inside the recorder
+    # (a flush: TraceWriter's lock held), another thread dumps once this one has left it.
+    rec = _state.get("rec")
+    if rec is not None and rec.held_by_this_thread():
+        threads.start(dump, "commtrace-sigusr1", rec, "SIGUSR1")
+        return
+    dump(rec, "SIGUSR1")
 
 
 def _signal_thread(rfd: int) -> None:
@@ -232,7 +239,7 @@ def _handle_signal_in_thread(signum: int) -> None:
 
 
 def _end_by_sigterm(rec, signum: int) -> None:
-    """What the SIGTERM handler does, from another thread than the main one."""
+    """What SIGTERM does, on any thread: dump (once), close the trace, die by the signal."""
     dump_once(rec, "SIGTERM")
     rec.close(exit_code=128 + signum, how="signal")
     die_by(signal.SIGTERM)

@@ -52,20 +52,54 @@ def test_program_handler_then_ours_back(tmp_path):
     assert '"how":"signal"' not in (run_dir / meta).read_text()
 
 
-def test_sigterm_while_the_trace_closes(tmp_path):
-    """SIGTERM arriving while the exiting process writes its trace's end: the handler, run
-    inside that close, must let it finish (before: a nested close returned at once and the
-    process died with no end record, its ops unwritten), then end the process by SIGTERM."""
-    run_dir = tmp_path / "run"
-    script = os.path.join(os.path.dirname(SCRIPT), "sigterm_while_closing.py")
-    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port()), timeout=120)
-    assert "ops done" in res.stdout, res.stderr
-    assert res.returncode == -signal.SIGTERM, res.stderr
+def _rank0(run_dir):
     from commtrace.trace.reader import load_run
     run = load_run(str(run_dir))
     (proc,) = [p for p in run.processes if p["rank"] == 0]
+    return run, proc
+
+
+def test_sigterm_while_the_trace_closes(tmp_path):
+    """SIGTERM arriving while the exiting process writes its trace's end: the handler, run
+    inside that close, must let it finish (before: a nested close returned at once and the
+    process died with no end record, its ops unwritten), then end the process by SIGTERM; and
+    end the trace as a SIGTERM anywhere else does: a dump, ``how: "signal"`` (before: neither)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_closing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port()), timeout=120)
+    assert "ops done" in res.stdout, res.stderr
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    run, proc = _rank0(run_dir)
     assert proc["complete"] and proc["end"]["type"] == "end", proc
+    assert (proc["end"]["how"], proc["end"]["exit_code"]) == ("signal", 128 + signal.SIGTERM), proc["end"]
+    assert [d["reason"] for d in proc["dumps"]] == ["SIGTERM"]
     assert list(run.frame["op"].astype(str)).count("all_reduce") == 3
+
+
+def test_sigterm_after_the_end_record(tmp_path):
+    """SIGTERM arriving once the end record is written (the files closing): the close finishes,
+    the state dump is still written (its file; the trace has ended), the process dies by SIGTERM."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_closing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "TERM", "close"), timeout=120)
+    assert "ops done" in res.stdout, res.stderr
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    run, proc = _rank0(run_dir)
+    assert proc["complete"] and proc["end"]["how"] == "exit", proc
+    assert any(f.startswith("sigterm.") for f in os.listdir(run_dir))
+
+
+def test_keyboard_interrupt_while_the_trace_closes(tmp_path):
+    """SIGINT (KeyboardInterrupt) arriving inside the close at exit: the close finishes, then the
+    KeyboardInterrupt is raised (before: it left close at once, the trace without its end)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_closing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "INT"), timeout=120)
+    assert "ops done" in res.stdout, res.stderr
+    assert "KeyboardInterrupt" in res.stderr, res.stderr   # atexit reports the re-raised one
+    run, proc = _rank0(run_dir)
+    assert proc["complete"] and proc["end"]["how"] == "exit", proc
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
 
 
 @pytest.mark.parametrize("where", ["apply", "dumps"])
@@ -75,16 +109,45 @@ def test_sigterm_while_the_main_thread_flushes(tmp_path, where):
     process for good, a second SIGTERM too; just before it ("apply") the flush's lines, taken
     from the queue, were never written: an ended trace without its definitions or ops)."""
     run_dir = tmp_path / "run"
-    script = os.path.join(os.path.dirname(SCRIPT), "sigterm_while_flushing.py")
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_flushing.py")
     res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), where), timeout=60)
     assert not res.timed_out, res.stderr
     assert "ops done" in res.stdout, res.stderr
     assert res.returncode == -signal.SIGTERM, res.stderr
-    from commtrace.trace.reader import load_run
-    run = load_run(str(run_dir))
-    (proc,) = [p for p in run.processes if p["rank"] == 0]
+    run, proc = _rank0(run_dir)
     assert proc["complete"] and proc["end"]["how"] == "signal", proc
     assert [d["reason"] for d in proc["dumps"]] == ["SIGTERM"]
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+
+
+def test_keyboard_interrupt_while_the_main_thread_flushes(tmp_path):
+    """SIGINT arriving inside a flush on the main thread, the flush's lines taken from the queue:
+    they are written, then the KeyboardInterrupt is raised (before: raised at once, the lines
+    lost: the trace without its definitions and ops)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_flushing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "apply", "INT"), timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "interrupted", res.stdout
+    run, proc = _rank0(run_dir)
+    assert proc["complete"] and proc["end"]["how"] == "exit", proc
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+
+
+@pytest.mark.parametrize("wakeup", ["before", "after"])
+def test_sigusr1_while_flushing_with_the_programs_wakeup_fd(tmp_path, wakeup):
+    """SIGUSR1 where the program owns the wakeup fd (asyncio), arriving inside TraceWriter.write's
+    lock on the main thread: the dump waits for the flush (before: set before torch was imported,
+    the handler dumped in place and deadlocked on that lock; set after, commtrace's replaced,
+    the handler left the dump to the signal thread, which never saw the signal: no dump)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_flushing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "dumps", "USR1", wakeup), timeout=60)
+    assert not res.timed_out, res.stderr
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "dumped", res.stdout
+    run, proc = _rank0(run_dir)
+    assert [d["reason"] for d in proc["dumps"]] == ["SIGUSR1"]
     assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
 
 
