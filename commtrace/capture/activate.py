@@ -13,7 +13,7 @@ import sys
 import threading
 
 from ..trace import schema
-from .scopes import AfterImport
+from .scopes import AfterImport, drop_own_frame
 
 # Hook the end of `import torch` itself: torch imports torch.distributed, DDP and the optimizers
 # while it initializes, and patching them half-way through that would break torch's own circular
@@ -84,6 +84,7 @@ def _install() -> None:
     _flush_in_multiprocessing_children(_state["recorder"])
     _exit_info_of_multiprocessing_children()
     _close_before_os_exit()
+    _note_sys_exit()
     _optional("mpi backend", _install_mpi_backend, "not available")
     from . import watchdog  # imported once torch is: a child that never imports torch skips it
     _optional("watchdog", lambda: watchdog.install(active_recorder()))
@@ -158,6 +159,30 @@ def _close_before_os_exit() -> None:
 
     _exit._commtrace_closes = True
     os._exit = _exit
+
+
+def _note_sys_exit() -> None:
+    """``sys.exit`` on the main thread hands its SystemExit to the recorder (``Recorder.sys_exit``):
+    a process not run by ``commtrace run`` (``COMMTRACE=1``, a subprocess of a traced run) ends
+    its trace with that exit code if the exception ended the process. ``raise SystemExit`` is
+    not seen: its exit code stays null."""
+    real = sys.exit
+    if getattr(real, "_commtrace_notes", False):
+        return
+
+    @functools.wraps(real)
+    def exit(*args):
+        try:
+            real(*args)
+        except SystemExit as exc:
+            rec = _state.get("recorder")
+            if rec is not None and threading.get_ident() == threading.main_thread().ident:
+                rec.sys_exit = exc
+            drop_own_frame(exc)   # its traceback reads as without commtrace
+            raise
+
+    exit._commtrace_notes = True
+    sys.exit = exit
 
 
 def _install_mpi_backend() -> None:

@@ -52,6 +52,7 @@ class Recorder(AnnotationContext):
         self.label_ids: dict = {}
         self.label_lines: list[dict] = []
         self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
+        self.sys_exit: SystemExit | None = None  # the last sys.exit's (activate), read at exit
         atexit.register(self._close_at_exit)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
@@ -260,16 +261,30 @@ class Recorder(AnnotationContext):
 
     def _close_at_exit(self) -> None:
         traced = self.rank is not None and self.sink.writer is not None
-        # Not run by ``commtrace run``: Python keeps the uncaught exception it printed in
-        # ``sys.last_value`` (exit code 1).
-        exc = getattr(sys, "last_value", None)
-        if self.exit_info is None and not self.closed and isinstance(exc, BaseException) \
-                and not isinstance(exc, SystemExit):
-            self.record_exception(exc)
-            self.exit_info = (1, "exception")
+        if self.exit_info is None and not self.closed:
+            self.exit_info = self._exit_info_at_exit()
         self.close()
         if traced:
             time.sleep(EXIT_SETTLE_S)
+
+    def _exit_info_at_exit(self) -> tuple[int, str] | None:
+        """Not run by ``commtrace run``: how the process ends, where Python tells. The uncaught
+        exception it printed is ``sys.last_value`` (exit code 1; a KeyboardInterrupt 130, as
+        ``commtrace run`` says); a ``sys.exit`` ended it if its SystemExit reached the outermost
+        frame of the main thread (one the program caught stopped inside it: its traceback's
+        first frame has a caller); else unknown (``raise SystemExit``, the script's end)."""
+        exc = getattr(sys, "last_value", None)
+        if isinstance(exc, BaseException) and not isinstance(exc, SystemExit):
+            self.record_exception(exc)
+            return (130 if isinstance(exc, KeyboardInterrupt) else 1), "exception"
+        exc = self.sys_exit
+        if exc is None:
+            return None
+        tb = exc.__traceback__   # up to the frame that caught it; None uncaught (Python 3.11)
+        if tb is not None and tb.tb_frame.f_back is not None:
+            return None
+        code = exc.code
+        return (0 if code is None else int(code) if isinstance(code, int) else 1), "exit"
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
         """Flush everything (ops still running as IN_FLIGHT); from here on the wrappers forward

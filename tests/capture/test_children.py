@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import signal
 
 import pytest
 
@@ -106,3 +107,21 @@ def test_how_a_multiprocessing_child_ended_is_in_its_trace(tmp_path, method):
     assert procs[1]["exception"]["exc_type"] == "ValueError", procs[1]["exception"]
     out = h.run([h.PY, "-m", "commtrace", "check", str(run_dir)], timeout=60).stdout
     assert "10" in out and "ValueError" in out, out
+
+
+def test_exit_codes_of_ranks_started_as_subprocesses(tmp_path):
+    """Ranks traced by the boot sitecustomize (a subprocess, torchrun's ranks, ``COMMTRACE=1``):
+    their end records carry the exit code where Python tells it (before: null but for an
+    uncaught exception): ``sys.exit(10)`` -> 10; a KeyboardInterrupt -> 130, as ``commtrace run``
+    says; a sys.exit the program caught is no exit code (the script's end: unknown, null)."""
+    run_dir = tmp_path / "run"
+    res = h.run(h.commtrace_cmd(run_dir, worker("sub_exit.py"), h.free_port()), timeout=120)
+    res.check(0)
+    assert f"exit codes [10, 0, {-signal.SIGINT}]" in res.stdout, res.stdout
+    procs = {p["rank"]: p for p in h.load(run_dir).attrs["processes"] if p["rank"] is not None}
+    assert (procs[0]["end"]["exit_code"], procs[0]["end"]["how"]) == (10, "exit"), procs[0]["end"]
+    assert (procs[1]["end"]["exit_code"], procs[1]["end"]["how"]) == (None, "exit"), procs[1]["end"]
+    assert (procs[2]["end"]["exit_code"], procs[2]["end"]["how"]) == (130, "exception"), procs[2]["end"]
+    out = h.run([h.PY, "-m", "commtrace", "check", str(run_dir)], timeout=60).stdout
+    assert "rank 0 exited with code 10" in out, out
+    assert "KeyboardInterrupt" in out, out
