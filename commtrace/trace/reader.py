@@ -105,6 +105,7 @@ class ProcessTrace:
             "world_size": next((w.get("world_size") for w in self.worlds), None),
             # the ids of the worlds it was a rank of, in order (a world: one init_process_group's ranks)
             "worlds": [str(w["world_id"]) for w in self.worlds if w.get("world_id") is not None],
+            "world_ranks": [int_or_none(w.get("rank")) for w in self.worlds if w.get("world_id") is not None],
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
             "end": self.end, "exception": self.exception, "complete": self.complete,
             "records": self.n_records, "ppid": self.header.get("ppid"),
@@ -391,14 +392,17 @@ def _lut(ids, base: int) -> np.ndarray:
     return lut
 
 
-def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataFrame:
+def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks: bool = False) -> pd.DataFrame:
     """One row per op per rank, times on rank 0's clock, sorted by start time. Records are permuted
     into time order once, then each column taken from per-sig / per-group / per-process tables
     (categoricals by code): the frame is materialized once. ``refs``: world id -> its reference
-    process (default: the rank-0 process of each world among ``procs``)."""
+    process (default: the rank-0 process of each world among ``procs``). ``world_ranks``: a row's
+    rank is its process's rank in the row's world (``rank_in_world``), else its process's rank
+    (rank key: ``world_number``), as the report keys a process that made several worlds."""
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
     group_meshes: list[dict] = []   # per group row: its process's group name -> mesh dimension
+    group_rank: list[int] = []      # per group row: its process's rank (world_ranks: in the group's world)
     refs = reference_processes(procs) if refs is None else refs
     parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl",
                                               "bucket")}
@@ -412,6 +416,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         group_rows.extend(pt.groups.values())
         dims = mesh_dims(pt.meshes)
         group_meshes.extend(dims for _ in pt.groups)
+        group_rank.extend(rank_in_world(pt, g.get("world_id")) if world_ranks else _rank_or_minus1(pt)
+                          for g in pt.groups.values())
         clock_pt = python_twin(pt, procs)  # the C++ layer shares its process's clock
         aligned = call_times(clock_pt, refs.get(clock_pt.world_id), rec)
         parts["proc"].append(np.full(len(rec), pi, dtype=np.int32))
@@ -425,18 +431,20 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataF
         pt.records = None  # the frame holds it from here on (summary() keeps the count)
     if not parts["t"]:
         return empty_frame()
-    rank_of_proc = np.array([_rank_or_minus1(p) for p in procs], dtype=np.int32)
+    rank_of_grp = np.array(group_rank, dtype=np.int32)
     proc = np.concatenate(parts.pop("proc"))
     t = np.concatenate(parts.pop("t"))
-    order = np.lexsort((rank_of_proc[proc], t))  # by start time, then rank (stable)
-    proc, t = proc[order], t[order]
+    grp = np.concatenate(parts.pop("grp"))
+    order = np.lexsort((rank_of_grp[grp], t))  # by start time, then rank (stable)
+    proc, t, grp_codes = proc[order], t[order], grp[order]
+    del grp
     # One column at a time, releasing each part as it is used (the parts are views
     # of the record arrays, which go away with the last of them).
     c = {k: np.concatenate(parts.pop(k))[order] for k in list(parts)}
     del order
-    sig_codes, grp_codes = c.pop("sig"), c.pop("grp")
+    sig_codes = c.pop("sig")
     cols: dict = {
-        "rank": rank_of_proc[proc],
+        "rank": rank_of_grp[grp_codes],
         "seq": c.pop("seq").astype(np.int64),
         "t_start_ns": t,
     }
@@ -563,6 +571,16 @@ def _rank_or_minus1(pt: ProcessTrace) -> int:
     return -1 if pt.rank is None else rank_key(pt.world_number or 0, pt.rank)
 
 
+def rank_in_world(pt: ProcessTrace, world_id) -> int:
+    """The process's rank in world ``world_id`` (a process that re-created its default group may
+    have another rank in each; the ranks its groups' ``ranks`` name); a world it names no rank of:
+    its rank (-1: none)."""
+    for w in pt.worlds:
+        if world_id is not None and w.get("world_id") == world_id and isinstance(w.get("rank"), int):
+            return w["rank"]
+    return -1 if pt.rank is None else pt.rank
+
+
 def number_worlds(procs: list[ProcessTrace]) -> dict:
     """Each process's world number (meta path -> number; rank_ranges.rank_key) when the run has
     several worlds, else {}: the worlds that are some process's first (a C++-layer file: its Python
@@ -575,8 +593,14 @@ def number_worlds(procs: list[ProcessTrace]) -> dict:
         if w is not None:
             t = t if isinstance(t, int) else 0
             start[w] = min(t, start.get(w, t))
-    number = {w: i for i, w in enumerate(sorted(start, key=lambda w: (start[w], str(w))))}
+    number = order_worlds(start)
     return {m: number.get(w, 0) for m, w in first.items()} if len(number) > 1 else {}
+
+
+def order_worlds(start: dict) -> dict:
+    """World id -> its number: in the order the worlds started (``start``: id -> the earliest
+    t_wall_ns of their processes), then by id."""
+    return {w: i for i, w in enumerate(sorted(start, key=lambda w: (start[w], str(w))))}
 
 
 def reference_processes(procs: list[ProcessTrace]) -> dict:
@@ -651,9 +675,9 @@ def read_mpi_calls(procs: list[ProcessTrace]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
-def merged_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.DataFrame:
+def merged_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks: bool = False) -> pd.DataFrame:
     """build_frame of ``procs``, C++-layer rows folded into the Python rows of the same ops (trace.layers)."""
-    frame = build_frame(procs, refs)
+    frame = build_frame(procs, refs, world_ranks)
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
     if not cpp:
         return frame
@@ -663,7 +687,7 @@ def merged_frame(procs: list[ProcessTrace], refs: dict | None = None) -> pd.Data
 
 def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     """The run's ops and tables; ``rank_keys``: ranks given as rank keys (number_worlds), as the report
-    keys them."""
+    keys them; else each op's rank is its process's rank in the op's world (``build_frame``)."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
     issues: list[TraceIssue] = []
     procs = [p for p in (read_process(m, issues) for m in find_traces(run_dir)) if p is not None]
@@ -674,7 +698,7 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     for p in procs:
         p.world_number = numbers.get(p.meta_path)
     describe_clocks(procs)  # before build_frame, which hands each process's records to the frame
-    frame = merged_frame(procs)
+    frame = merged_frame(procs, world_ranks=not rank_keys)
     issues.extend(missing_ranks(procs))
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,

@@ -375,3 +375,24 @@ def test_root_cause_first():
     assert [f.title for f in C.root_cause_first(found)] == [
         "seq 2: sizes differ", "rank 0 raised ValueError: bad batch", "seq 2 failed on rank 1",
         "rank 1 raised RuntimeError: sizes"]
+
+
+def test_worlds_are_named_as_the_report_names_them_with_torchrun_restarts():
+    """Worlds are named w0, w1 in the order their processes started (the report's numbers, not the
+    ids), and a torchrun restart's world says which attempt it is (TORCHELASTIC_RESTART_COUNT in
+    the header's launch_env): attempt 0's rank 1 failed, attempt 1 then ran clean but its rank 1
+    exited with code 7 at the end."""
+    def wproc(rank, world, pid, t_wall, attempt, code):
+        return dict(proc(rank, end=("exit", code)), file=f"rank{rank}.pid{pid}.meta.jsonl", pid=pid, worlds=[world],
+                    t_wall_ns=t_wall, launch_env={"TORCHELASTIC_RESTART_COUNT": str(attempt)})
+    rows = ([dict(row(r, 1), world="f00d") for r in (0, 1)]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r), world="beef") for s in (1, 2) for r in (0, 1)])
+    procs = [wproc(0, "f00d", 10, 100, 0, 0), wproc(1, "f00d", 11, 101, 0, 1),
+             wproc(0, "beef", 20, 200, 1, 0), wproc(1, "beef", 21, 201, 1, 7)]
+    k = by_kind(C.diagnose(mkrun(rows, procs)))
+    assert [(f.title, f.world) for f in k[C.EXITED]] == [
+        ("rank 1 of world w0 exited with code 1", "f00d"),
+        ("rank 1 of world w1 (torchrun restart 1) exited with code 7", "beef")]
+    assert sorted(f.title for f in k[C.PROGRESS]) == [
+        "group 0 (default_pg) of world w0: last seq completed: rank 0-1: 1",
+        "group 0 (default_pg) of world w1 (torchrun restart 1): last seq completed: rank 0-1: 2"]

@@ -1,5 +1,6 @@
 """Several worlds in one traced run (a test suite spawning fresh ranks per test): `commtrace check`
-tells each world's rank 1 apart -- its own last op, its own end -- and names the world."""
+tells each world's rank 1 apart -- its own last op, its own end -- and names the world as the
+report does: w0, w1 in the order they started (their ids stay in the findings' ``world``)."""
 from __future__ import annotations
 
 import pytest
@@ -44,13 +45,13 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
     assert story.endswith(end1), story
     # rank 1: world 1's process, by its world; its last op is world 1's, not world 2's broadcast
     (f1,) = _process_findings(findings, 1)
-    assert f1.world == w1 and f1.title == f"rank 1 of world {w1} {end1}", f1.title
+    assert f1.world == w1 and f1.title == f"rank 1 of world w0 {end1}", f1.title
     assert f1.details == [f"last op: all_reduce seq 2 [completed] at tests/faults/scripts/{first_calls}"]
     # rank 0 of world 1 was left waiting in seq 3
     f0 = _process_findings(findings, 0)
     assert [f.world for f in f0] == [w1], [f.title for f in f0]
     if mode == "hang":
-        assert f0[0].title == f"rank 0 of world {w1} aborted by the hang watchdog (--abort-on-hang, exit code 3)"
+        assert f0[0].title == f"rank 0 of world w0 aborted by the hang watchdog (--abort-on-hang, exit code 3)"
         assert f0[0].details[0].startswith("last op: all_reduce seq 3 [in_flight]")
     text = findings_text(findings)
     assert "broadcast" not in text and "second_world" not in text
@@ -72,10 +73,10 @@ def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
     assert any(d.startswith(f"rank 1 never arrived: last call seq 2 all_reduce [completed] at {site}")
                for d in na[0].details), na[0].details
     abrupt = [f for f in kinds(findings)[C.ABRUPT] if f.ranks == [1]]
-    assert [f.title for f in abrupt] == [f"rank 1 of world {w2}: trace ends abruptly (killed, e.g. SIGKILL, or "
+    assert [f.title for f in abrupt] == [f"rank 1 of world w1: trace ends abruptly (killed, e.g. SIGKILL, or "
                                          "still running)"]
     assert abrupt[0].details[0] == f"last op: all_reduce seq 2 [completed] at {site}"
-    assert w1 not in findings_text(findings).split("progress per group")[0]
+    assert "w0" not in findings_text(findings).split("progress per group")[0]
 
 
 def test_unmatched_send_and_damaged_files_name_their_world(tmp_path):
@@ -89,7 +90,7 @@ def test_unmatched_send_and_damaged_files_name_their_world(tmp_path):
     w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
     (f,) = kinds(findings)[C.P2P_UNMATCHED]
     site = f"tests/faults/scripts/{SCRIPT}:{_line('# WORLD2 SEND')} (second_world)"
-    assert f.title == f"rank 0 of world {w2} send to rank 1 #1 ([[8]]) has no matching recv [in_flight]", f.title
+    assert f.title == f"rank 0 of world w1 send to rank 1 #1 ([[8]]) has no matching recv [in_flight]", f.title
     assert (f.world, f.ranks, f.details) == (w2, [0], [f"called at {site}"])
     damaged = tmp_path / "damaged"
     shutil.copytree(tmp_path / "run", damaged)
@@ -102,5 +103,27 @@ def test_unmatched_send_and_damaged_files_name_their_world(tmp_path):
     assert sorted(stems) == sorted([w1, w2])
     _, findings = diagnose_dir(damaged)
     got = sorted((f.world, f.ranks, f.title) for f in kinds(findings)[C.DAMAGED])
-    assert got == sorted((w, [1], f"rank 1 of world {w}: trace damaged: {stems[w]}.ops.bin truncated mid-record")
-                         for w in (w1, w2)), got
+    assert got == sorted((w, [1], f"rank 1 of world {name}: trace damaged: {stems[w]}.ops.bin truncated mid-record")
+                         for w, name in ((w1, "w0"), (w2, "w1"))), got
+
+
+def test_a_process_of_two_worlds_with_other_ranks(tmp_path):
+    """Processes that are ranks of two worlds with a different rank in each (0 and 1 of w-A, then
+    2 and 0 of w-B; a third process rank 1 of w-B, which exits with code 7): each world's members
+    are found under their rank there (before: rank 2 of w-B "no trace file", and check crashed
+    on two rows of "rank 0" at one seq); worlds are named as the report names them, not by id."""
+    from commtrace.trace import reader
+    p = traced_spawn(tmp_path / "run", "exit", free_port(), free_port(), script="two_worlds_two_ranks.py")
+    assert p.returncode == 1, p.stderr[-3000:]
+    run, findings = diagnose_dir(tmp_path / "run")
+    assert C.MISSING_RANK not in kinds(findings), findings_text(findings)
+    three = {str(w) for w in run.frame.loc[run.frame["group_ranks"].astype(str) == "0,1,2", "world"]}
+    (wb,) = three
+    assert sorted(run.frame.loc[run.frame["world"].astype(str) == wb, "rank"].unique().tolist()) == [0, 1, 2]
+    procs = [reader.read_process(m, [], records=False) for m in reader.find_traces(str(tmp_path / "run"))]
+    numbers = reader.number_worlds(procs)   # the report's: w0, w1
+    (name,) = {f"w{numbers[pt.meta_path]}" for pt in procs if pt.world_id == wb}
+    (exited,) = kinds(findings)[C.EXITED]
+    assert (exited.world, exited.title) == (wb, f"rank 1 of world {name} exited with code 7"), exited.title
+    text = findings_text(findings)
+    assert wb not in text and f"group 0 (default_pg) of world {name}: last seq completed: rank 0-2: 2" in text, text

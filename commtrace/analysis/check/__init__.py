@@ -17,7 +17,7 @@ from .diagnoses import (  # noqa: F401  (the package's API: one import for every
     diagnose_collectives, diagnose_coverage, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p,
     diagnose_processes, diagnose_stragglers, progress_findings, unmatched_p2p)
 from .dumps import add_dumped_positions, diagnose_dumps
-from .fates import early_processes, rank_fates, world_count
+from .fates import early_processes, rank_fates, run_world_names
 from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
     NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, Finding, exit_code,
@@ -44,19 +44,19 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict) -> list[Finding]:
     send/recv shown (analysis.partitioned.check_map)."""
     fates = rank_fates(run)
     early = early_processes(run)
-    worlds = world_count(fates, facts)
+    worlds = run_world_names(run, fates, facts)
     findings: list[Finding] = []
     if facts.has_ops:
-        findings += diagnose_collectives(df, fates, run, facts, verdicts)
+        findings += diagnose_collectives(df, fates, run, facts, verdicts, worlds)
         findings += diagnose_p2p(df, worlds)
-        findings += diagnose_stragglers(facts)
+        findings += diagnose_stragglers(facts, worlds)
     findings += diagnose_early(early, {r for _, r in fates})
-    findings += diagnose_processes(run, fates, facts, early)
+    findings += diagnose_processes(run, fates, facts, early, worlds)
     findings += diagnose_damage(run, fates, worlds)
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
     findings += diagnose_coverage(run)
     if facts.has_ops:
-        findings += progress_findings(facts)
+        findings += progress_findings(facts, worlds)
     add_dumped_positions(findings, run)
     return root_cause_first(findings)

@@ -10,7 +10,7 @@ from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import rank_in_name, stem_of
-from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, world_count
+from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
     NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
@@ -98,11 +98,11 @@ def diagnose_coverage(run) -> list[Finding]:
                                         for p in procs]})]
 
 
-def diagnose_damage(run, fates: dict[tuple, RankFate] | None = None, worlds: int = 1) -> list[Finding]:
+def diagnose_damage(run, fates: dict[tuple, RankFate] | None = None, worlds: dict | None = None) -> list[Finding]:
     """Unreadable trace data: an error (the diagnosis may lack it); ranks (of one world) damaged alike
     (equal ``damage_any``: file stems written "*") are one finding, ``data.per_rank`` each one's files;
     with several ``worlds`` it names the world (that of the rank's fate, ``rank_fates``)."""
-    world_of = {f: fate.world for fate in (fates or {}).values() for f in fate.files} if worlds > 1 else {}
+    world_of = {f: fate.world for fate in (fates or {}).values() for f in fate.files} if worlds and len(worlds) > 1 else {}
     alike: dict[tuple, list[dict]] = {}     # (world, damage of any rank) -> its ranks' processes (in order)
     helpers = []                            # processes without a rank: one finding each
     for p in list(run.processes) + list(getattr(run, "unranked", None) or []):
@@ -133,7 +133,7 @@ def diagnose_damage(run, fates: dict[tuple, RankFate] | None = None, worlds: int
 
 
 def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, facts: RunFacts,
-                         verdicts: dict) -> list[Finding]:
+                         verdicts: dict, names: dict | None = None) -> list[Finding]:
     """Per group: mismatches, lost records, ranks that never arrived, stuck and failed ops. ``facts``:
     the figures over every op; ``verdicts`` ((world, group) -> GroupVerdict, ``facts.classify_frame``)
     name the seqs worth a finding, whose rows ``df`` holds."""
@@ -141,7 +141,7 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
     coll = collective_rows(df)
     by_group = ({(_s(w), _s(g)): gdf for (w, g), gdf in coll.groupby(["world", "group"], observed=True, sort=False)}
                 if len(coll) else {})
-    worlds = _group_world_count(facts)
+    worlds = _group_worlds(facts, names)
     nows: dict = {}     # world -> the latest moment known of it (in-flight ages)
     for (world_s, group_s), g in facts.groups.items():
         v = verdicts.get((world_s, group_s))
@@ -153,12 +153,12 @@ def diagnose_collectives(df: pd.DataFrame, fates: dict[tuple, RankFate], run, fa
         label = _group_label(world_s, group_s, g.desc, worlds)
         if world_s not in nows:
             nows[world_s] = _now_ns(run, facts.t_max, world_s)
-        findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, nows[world_s])
+        findings += _group_findings(label, world_s, group_s, g, v, by_seq, fates, facts, nows[world_s], names)
     return findings
 
 
 def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by_seq: dict, fates, facts: RunFacts,
-                    now) -> list[Finding]:
+                    now, names: dict | None = None) -> list[Finding]:
     findings: list[Finding] = []
     # Mismatches: every seq where the present ranks disagree (the first few shown).
     for seq in v.mismatch[:MISMATCH_SHOWN]:
@@ -184,7 +184,7 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
     if v.missing:
         seq, missing = v.missing[0]
         findings.append(_not_arrived(glabel, world_s, group_s, seq, by_seq[seq], missing, facts, fates, now,
-                                     later=v.n_missing - 1))
+                                     later=v.n_missing - 1, names=names))
     # Stuck: everyone entered, someone never finished (not explained by a missing rank).
     first_missing = v.missing[0][0] if v.missing else None
     mismatched = set(v.mismatch[:MISMATCH_SHOWN])
@@ -241,7 +241,8 @@ def _lost_record(glabel, world_s, group_s, seq, sdf, lost, seqs, fates, last_seq
     return f
 
 
-def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, fates, now, later) -> Finding:
+def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, fates, now, later,
+                 names: dict | None = None) -> Finding:
     row = sdf.iloc[0]
     op = str(row["op"])
     entered = sorted(int(r) for r in sdf["rank"])
@@ -270,7 +271,7 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
             where = "no op traced"
         else:
             ing = ("" if _s(last["group"]) == group_s and _s(last["world"]) == world_s else f" in group {last['group']}"
-                   if _s(last["world"]) == world_s else f" in group {last['group']} of world {last['world']}")
+                   if _s(last["world"]) == world_s else f" in group {last['group']} of world {(names or {}).get(_s(last['world']), last['world'])}")
             where = (f"last call{ing} seq {int(last['seq'])} {last['op']} [{last['status']}] at "
                      f"{_s(last.get('callsite')) or '?'}")
         fate_s = fate.describe() if fate is not None else "no usable trace file"
@@ -305,7 +306,7 @@ def unmatched_p2p(df: pd.DataFrame) -> list:
 P2P_SHOWN = 10
 
 
-def diagnose_p2p(df: pd.DataFrame, worlds: int = 1) -> list[Finding]:
+def diagnose_p2p(df: pd.DataFrame, worlds: dict | None = None) -> list[Finding]:
     """A send / recv without its counterpart (``unmatched_p2p``; with several ``worlds``, the rank
     named by its world)."""
     findings = []
@@ -326,10 +327,10 @@ def diagnose_p2p(df: pd.DataFrame, worlds: int = 1) -> list[Finding]:
 
 # -- stragglers -----------------------------------------------------------------------
 
-def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
+def diagnose_stragglers(facts: RunFacts, names: dict | None = None) -> list[Finding]:
     """Ranks that arrived last at most of the collectives every member completed, and
     made the others wait long (``facts.stragglers``: facts.straggler_lags per group)."""
-    findings, worlds = [], _group_world_count(facts)
+    findings, worlds = [], _group_worlds(facts, names)
     for (world, group), s in facts.stragglers.items():
         if s.instances < STRAGGLER_MIN_OPS:
             continue
@@ -350,15 +351,17 @@ def diagnose_stragglers(facts: RunFacts) -> list[Finding]:
 
 # -- processes ---------------------------------------------------------------------
 
-def diagnose_processes(run, fates: dict[tuple, RankFate], facts: RunFacts, early=()) -> list[Finding]:
+def diagnose_processes(run, fates: dict[tuple, RankFate], facts: RunFacts, early=(),
+                       worlds: dict | None = None) -> list[Finding]:
     findings = []
-    worlds = world_count(fates, facts)
+    worlds = run_world_names(run, fates, facts) if worlds is None else worlds
+    several = len(worlds) > 1
     # Ranks (of one world) that ended the same way (same exception, exit, damage) are one finding
     # naming them all, their last ops folded into its details.
     last_of: dict[tuple, dict[int, str]] = {}   # (world, story) -> rank -> its last op (by first rank)
     fate_at: dict[tuple, RankFate] = {}         # (world, rank) -> its fate
     for fate in distinct_fates(fates):
-        r, world = fate.rank, fate.world if worlds > 1 else None
+        r, world = fate.rank, fate.world if several else None
         last = facts.last_op(r, fate.worlds)
         last_s = (f"last op: {last['op']} seq {int(last['seq'])} [{last['status']}] at {_s(last.get('callsite')) or '?'}"
                   if last is not None else "no ops traced")
@@ -372,17 +375,17 @@ def diagnose_processes(run, fates: dict[tuple, RankFate], facts: RunFacts, early
     expected: dict = {}     # world (None: the one world) -> its ranks
     for fate in distinct_fates(fates):
         size = max((size_of.get(f, 0) for f in fate.files), default=0)
-        expected.setdefault(fate.world if worlds > 1 else None, set()).update(range(size))
+        expected.setdefault(fate.world if several else None, set()).update(range(size))
     for w, ranks in facts.group_ranks:
-        expected.setdefault(w if worlds > 1 else None, set()).update(ranks)
-    gone = {e.rank for e in early if e.rank is not None} | ({r for _, r in fates} if worlds <= 1 else set())
+        expected.setdefault(w if several else None, set()).update(ranks)
+    gone = {e.rank for e in early if e.rank is not None} | ({r for _, r in fates} if not several else set())
     for world, want in expected.items():
         missing = sorted(r for r in want - gone if fate_of(fates, world, r) is None)
         findings += _missing_ranks(run, missing, world, worlds, early)
     return findings
 
 
-def _missing_ranks(run, missing: list[int], world, worlds: int, early) -> list[Finding]:
+def _missing_ranks(run, missing: list[int], world, worlds: dict, early) -> list[Finding]:
     """The findings for ranks of ``world`` that wrote no usable trace."""
     findings = []
     unreadable: dict[int, list[str]] = {}
@@ -418,7 +421,8 @@ def _stories(fate: RankFate) -> list[tuple]:
     return out
 
 
-def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str], world=None, worlds: int = 1) -> Finding:
+def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str], world=None,
+                     worlds: dict | None = None) -> Finding:
     """The finding of ``story`` for the ranks in ``lasts`` (rank -> its last op) of ``world`` (None:
     the one world), ``fate`` the first one's (equal in what the finding shows)."""
     ranks = sorted(lasts)
@@ -463,15 +467,16 @@ def diagnose_issues(run, fates: dict[tuple, RankFate]) -> list[Finding]:
     return out
 
 
-def _group_world_count(facts: RunFacts) -> int:
-    """How many worlds the run's groups belong to (group labels name the world when > 1); the
-    processes' worlds may be more (fates.world_count: a rank that wrote no op is in no group)."""
-    return len({w for w, _ in facts.groups})
+def _group_worlds(facts: RunFacts, names: dict | None) -> dict:
+    """The worlds the run's groups belong to, id -> name (``names``: fates.world_names; group labels
+    name the world when several); the processes' worlds may be more (fates.run_world_names: a rank
+    that wrote no op is in no group)."""
+    return {w: (names or {}).get(w, w) for w, _ in facts.groups}
 
 
-def progress_findings(facts: RunFacts) -> list[Finding]:
+def progress_findings(facts: RunFacts, names: dict | None = None) -> list[Finding]:
     """Per (world, group): per member its last seq completed / entered and the seqs in flight."""
-    out, worlds = [], _group_world_count(facts)
+    out, worlds = [], _group_worlds(facts, names)
     for (world, group), g in facts.groups.items():
         per_rank = {r: {"last_completed": g.last_completed.get(r), "last_entered": g.last_entered.get(r),
                         "in_flight": list(g.in_flight.get(r, []))} for r in g.members}

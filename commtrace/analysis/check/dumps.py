@@ -7,14 +7,14 @@ import json
 import os
 
 from ...trace.rank_ranges import folded_lines
-from .fates import process_worlds, rank_label, run_worlds
+from .fates import process_worlds, rank_label, run_worlds, world_names
 from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
     """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1") and world (when the run has several):
     its ranks, the first dump's path and summary; ``data["paths"]``: every dump of that reason by rank."""
     by_reason: dict[tuple, dict] = {}   # (reason, world) -> rank (None: a rankless process) -> its dump paths
-    worlds = run_worlds(run)
+    worlds = world_names(run, run_worlds(run))
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):
@@ -30,7 +30,7 @@ def diagnose_dumps(run) -> list[Finding]:
         path = paths[first][0]
         n = sum(len(v) for v in paths.values())
         # "rank None": as a rankless process's dump always read
-        who = rank_label(ranks, world, len(worlds)) if ranks else "rank None"
+        who = rank_label(ranks, world, worlds) if ranks else "rank None"
         title = (f"{who}: state dump ({reason}) {path}" if n == 1
                  else f"{who}: {n} state dumps ({reason}), the first {path}")
         f = Finding(DUMP, INFO, title, ranks=ranks, world=world,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...trace.rank_ranges import fmt_ranks
+from ...trace.reader import order_worlds
 from ...trace.schema import stem_of
 from .findings import _int, _s
 
@@ -69,27 +70,30 @@ def _first_line(s) -> str:
 
 def rank_fates(run) -> dict[tuple, RankFate]:
     """(world id, rank) -> how that rank's process ended. A process is under every world it was a
-    rank of (one fate, several keys); one whose files name no world (a C++-layer file, a restarted
+    rank of, by its rank there (one fate, several keys); one whose files name no world (a C++-layer file, a restarted
     session's) takes its process's (same host and pid), else world None: ``fate_of`` answers it
     for its rank in any world."""
     fates: dict[tuple, RankFate] = {}
     by_file: dict[str, list[str]] = {}
     for issue in run.issues:
         by_file.setdefault(stem_of(str(getattr(issue, "file", ""))), []).append(str(getattr(issue, "problem", issue)))
-    worlds_of: dict = {}     # (host, pid) -> the worlds its files name
+    worlds_of: dict = {}     # (host, pid) -> world -> its rank there, as its files name them
     for p in run.processes:
         if p.get("pid") is not None:
-            worlds_of.setdefault((p.get("host"), p.get("pid")), []).extend(process_worlds(p))
+            for w, wr in process_world_ranks(p).items():
+                worlds_of.setdefault((p.get("host"), p.get("pid")), {}).setdefault(w, wr)
     for p in run.processes:
         r = _int(p.get("rank"))
         if r is None:
             continue
-        worlds = list(dict.fromkeys(process_worlds(p) if p.get("pid") is None else worlds_of[(p.get("host"), p.get("pid"))]))
-        fate = fates.get((worlds[0] if worlds else None, r))
+        ranks = process_world_ranks(p) if p.get("pid") is None else worlds_of.get((p.get("host"), p.get("pid")), {})
+        # its keys: (world, its rank in that world); a world naming no rank of it: its rank
+        keys = [(w, r if wr is None else wr) for w, wr in ranks.items()] or [(None, r)]
+        fate = fates.get(keys[0])
         if fate is None:
-            fate = RankFate(r, [], True, None, None, None, [], worlds=worlds)
-        for w in worlds or [None]:
-            fates.setdefault((w, r), fate)
+            fate = RankFate(r, [], True, None, None, None, [], worlds=list(ranks))
+        for key in keys:
+            fates.setdefault(key, fate)
         _add_process(fate, p, by_file.get(stem_of(str(p.get("file", ""))), []))
     return fates
 
@@ -98,6 +102,16 @@ def process_worlds(p: dict) -> list[str]:
     """The ids of the worlds a process (a reader summary) was a rank of, in order."""
     ws = p.get("worlds")
     return [str(w) for w in ws if w is not None] if isinstance(ws, list) else []
+
+
+def process_world_ranks(p: dict) -> dict:
+    """World id -> the process's rank in it (None: not said), in the order it joined them."""
+    ranks = p.get("world_ranks")
+    ranks = ranks if isinstance(ranks, list) else []
+    out: dict = {}
+    for i, w in enumerate(process_worlds(p)):
+        out.setdefault(w, _int(ranks[i]) if i < len(ranks) else None)
+    return out
 
 
 def run_worlds(run) -> set[str]:
@@ -119,15 +133,43 @@ def distinct_fates(fates: dict) -> list[RankFate]:
     return sorted(unique.values(), key=lambda f: (order[f.world], f.rank))
 
 
-def world_count(fates: dict, facts) -> int:
-    """How many worlds the run's ranks and groups belong to (labels name the world when several)."""
-    return len({w for w, _ in fates if w is not None} | {w for w, _ in facts.groups})
+def world_names(run, ids) -> dict:
+    """World id -> its name for each of ``ids`` (labels name the world when there are several).
+    "w0", "w1", ...: the report's numbers (``reader.number_worlds``: the worlds that are some
+    process's first, in the order they started), then the worlds that are none's first; a world
+    of a torchrun restart adds it: "w1 (torchrun restart 1)" (``TORCHELASTIC_RESTART_COUNT``)."""
+    first: dict = {}
+    later: dict = {}
+    restart: dict = {}
+    for p in run.processes:
+        t = _int(p.get("t_wall_ns")) or 0
+        env = p.get("launch_env") if isinstance(p.get("launch_env"), dict) else {}
+        for i, w in enumerate(process_worlds(p)):
+            starts = first if i == 0 else later
+            starts[w] = min(t, starts.get(w, t))
+            restart.setdefault(w, _int(env.get("TORCHELASTIC_RESTART_COUNT")))
+    numbers = order_worlds(first)
+    rest = order_worlds({w: t for w, t in later.items() if w not in first})
+    numbers.update({w: len(first) + n for w, n in rest.items()})
+    names = {}
+    for w in ids:
+        n = numbers.get(w)
+        name = str(w) if n is None else f"w{n}"
+        names[w] = f"{name} (torchrun restart {restart[w]})" if restart.get(w) else name
+    return names
 
 
-def rank_label(ranks, world=None, worlds: int = 1) -> str:
-    """"rank 0-3", or with several ``worlds`` "rank 0-3 of world 9f2c..." (as group labels name it)."""
+def run_world_names(run, fates: dict, facts) -> dict:
+    """``world_names`` of the worlds the run's ranks and groups belong to."""
+    return world_names(run, {w for w, _ in fates if w is not None} | {w for w, _ in facts.groups})
+
+
+def rank_label(ranks, world=None, worlds: dict | None = None) -> str:
+    """"rank 0-3", or with several ``worlds`` (``world_names``) "rank 0-3 of world w1" (as group
+    labels name it)."""
     label = f"rank {fmt_ranks(ranks)}"
-    return f"{label} of world {world}" if worlds > 1 and world is not None else label
+    worlds = worlds or {}
+    return f"{label} of world {worlds.get(world, world)}" if len(worlds) > 1 and world is not None else label
 
 
 def _add_process(fate: RankFate, p: dict, issues: list[str]) -> RankFate:

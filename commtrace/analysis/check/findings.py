@@ -108,12 +108,12 @@ def _fmt_age(ns) -> str:
     return f"{s:.1f} s" if s >= 1 else f"{ns / 1e6:.0f} ms"
 
 
-def _group_label(world, group, desc=None, worlds: int = 1) -> str:
-    """"group 0 (default_pg)"; with several ``worlds`` (a default group destroyed and made again, as
-    in a test suite): "group 0 (default_pg) of world w3"."""
+def _group_label(world, group, desc=None, worlds: dict | None = None) -> str:
+    """"group 0 (default_pg)"; with several ``worlds`` (id -> name: fates.world_names; a default
+    group destroyed and made again, as in a test suite): "group 0 (default_pg) of world w3"."""
     g = f"group {group}"
     if desc and desc != group:
         g += f" ({desc})"
-    if worlds > 1:
-        g += f" of world {world}"
+    if worlds and len(worlds) > 1:
+        g += f" of world {worlds.get(world, world)}"
     return g

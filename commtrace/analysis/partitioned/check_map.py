@@ -155,7 +155,7 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
         ref = cached_process(meta)
         if ref is not None:
             refs[wid] = ref
-    df = rank_frame(procs, refs) if procs else reader.empty_frame()
+    df = rank_frame(procs, refs, world_ranks=True) if procs else reader.empty_frame()   # as load_run's
     df = bounded_coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
     facts = frame_facts(df, task.members)
     if task.facts_only:
@@ -346,7 +346,8 @@ def _groups(read: list, facts_of: dict):
                 names.setdefault(reader.str_or_none(g.get("name")), len(names))
         for key, s in f.last_seq.items():
             seqs = last_seq.setdefault(key, {})
-            seqs[pt.rank] = max(s, seqs.get(pt.rank, s))
+            r = reader.rank_in_world(pt, key[0])      # the frame's rank of its rows in that world
+            seqs[r] = max(s, seqs.get(r, s))
             ranks.setdefault(key, set()).update(f.group_ranks.get(key, ()))
     members = {key: sorted(ranks[key] or seqs) for key, seqs in last_seq.items()}   # none named: who has ops
     return members, last_seq, lambda key: (worlds.get(key[0], len(worlds)), names.get(key[1], len(names)))

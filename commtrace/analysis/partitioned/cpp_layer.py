@@ -50,9 +50,10 @@ def rank_ops_of(procs: list, refs: dict, rank: int, lean: bool = False) -> tuple
     return frame_ops(frame, procs[0].world_number), files
 
 
-def rank_frame(procs: list, refs: dict) -> pd.DataFrame:
-    """Some ranks' frame as ``reader.load_run`` has their ops: C++ rows merged into Python rows."""
-    frame = reader.merged_frame(procs, refs)
+def rank_frame(procs: list, refs: dict, world_ranks: bool = False) -> pd.DataFrame:
+    """Some ranks' frame as ``reader.load_run`` has their ops: C++ rows merged into Python rows
+    (``world_ranks``: reader.build_frame)."""
+    frame = reader.merged_frame(procs, refs, world_ranks)
     return frame.reset_index(drop=True) if has_cpp(procs) else frame
 
 
