@@ -270,9 +270,8 @@ class Recorder(AnnotationContext):
     def _exit_info_at_exit(self) -> tuple[int, str] | None:
         """Not run by ``commtrace run``: how the process ends, where Python tells. The uncaught
         exception it printed is ``sys.last_value`` (exit code 1; a KeyboardInterrupt 130, as
-        ``commtrace run`` says); a ``sys.exit`` ended it if its SystemExit reached the outermost
-        frame of the main thread (one the program caught stopped inside it: its traceback's
-        first frame has a caller); else unknown (``raise SystemExit``, the script's end)."""
+        ``commtrace run`` says); a ``sys.exit`` ended it if its SystemExit was not caught; else
+        unknown (``raise SystemExit``, the script's end)."""
         exc = getattr(sys, "last_value", None)
         if isinstance(exc, BaseException) and not isinstance(exc, SystemExit):
             self.record_exception(exc)
@@ -280,8 +279,10 @@ class Recorder(AnnotationContext):
         exc = self.sys_exit
         if exc is None:
             return None
-        tb = exc.__traceback__   # up to the frame that caught it; None uncaught (Python 3.11)
-        if tb is not None and tb.tb_frame.f_back is not None:
+        # Caught: its traceback goes up to the catching frame. Uncaught: Python 3.11 attaches none,
+        # 3.12+ one up to the outermost frame (as one caught at the script's top level).
+        tb = exc.__traceback__
+        if tb is not None and (sys.version_info < (3, 12) or tb.tb_frame.f_back is not None):
             return None
         code = exc.code
         return (0 if code is None else int(code) if isinstance(code, int) else 1), "exit"
