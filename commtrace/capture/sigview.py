@@ -5,8 +5,9 @@ handler gets its signals, ours is gone) and answers the handler the program woul
 setting back the one ours replaced puts ours back; ``set_wakeup_fd(fd)`` likewise: the program's fd
 replaces ours, -1 puts ours back, and the answer is what the program's previous call set (-1).
 
-``deferred`` holds the Python handlers of signals such as SIGINT while the main thread writes the
-trace (a ``KeyboardInterrupt`` raised there would lose what it writes) and runs them after.
+``deferred`` holds the program's Python handlers of SIGINT and SIGTERM while the main thread writes
+the trace (a ``KeyboardInterrupt``, or a handler's ``sys.exit``, raised there would lose what it
+writes) and runs them after.
 
 A program's handler for one of these signals runs counted (``runs``): the signal thread reads
 each delivery from the wakeup fd, possibly late, when the program may already have handled it
@@ -80,10 +81,12 @@ _held: list = []   # signals that arrived inside ``deferred``, in order: (signum
 
 
 @contextlib.contextmanager
-def deferred(signums=(signal.SIGINT,)):
-    """In the main thread, the Python handlers of ``signums`` run when the block has ended, in
-    arrival order, instead of at a bytecode inside it (their exception is then raised from here).
-    Nested blocks: the outermost runs them. Other threads: nothing (no handler runs there)."""
+def deferred(signums=(signal.SIGINT, signal.SIGTERM)):
+    """In the main thread, the program's Python handlers of ``signums`` run when the block has
+    ended, in arrival order, instead of at a bytecode inside it (their exception, a
+    KeyboardInterrupt or a handler's SystemExit, is then raised from here); commtrace's own stay
+    (watchdog's SIGTERM handler knows where it runs). Nested blocks: the outermost runs them.
+    Other threads: nothing (no handler runs there)."""
     if _held or threading.get_ident() != threading.main_thread().ident:
         yield
         return
@@ -92,7 +95,7 @@ def deferred(signums=(signal.SIGINT,)):
     try:
         for s in signums:
             h = real_getsignal(s)
-            if callable(h):
+            if callable(h) and h is not _ours.get(s, (None,))[0]:
                 saved[s] = h
                 real_signal(s, _hold)
         yield

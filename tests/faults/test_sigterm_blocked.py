@@ -134,6 +134,19 @@ def test_keyboard_interrupt_while_the_main_thread_flushes(tmp_path):
     assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
 
 
+def test_the_programs_sigterm_handler_exiting_inside_a_flush(tmp_path):
+    """The program's own SIGTERM handler (``sys.exit(3)``) run inside a flush on the main thread,
+    its lines taken from the queue: they are written, then the SystemExit is raised (before:
+    raised at once, the lines lost: the trace without its definitions and ops)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_while_flushing.py")
+    res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "apply", "TERMEXIT"), timeout=60)
+    assert res.returncode == 3, res.stderr
+    run, proc = _rank0(run_dir)
+    assert proc["complete"] and (proc["end"]["how"], proc["end"]["exit_code"]) == ("exit", 3), proc
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+
+
 @pytest.mark.parametrize("wakeup", ["before", "after"])
 def test_sigusr1_while_flushing_with_the_programs_wakeup_fd(tmp_path, wakeup):
     """SIGUSR1 where the program owns the wakeup fd (asyncio), arriving inside TraceWriter.write's

@@ -5,7 +5,7 @@ usage: signal_while_flushing.py PORT WHERE [SIGNAL [WAKEUP]] -- three all_reduce
 on the main thread, into which SIGNAL (TERM, the default; INT; USR1) arrives at a chosen point of
 TraceWriter.write: WHERE "apply" (before the writer's lock, the flush's lines taken from the
 queue) or "dumps" (inside it). Then, TERM: it sleeps (30 s) as a program goes on, the signal
-ends it; INT: it prints "interrupted" if the flush raised KeyboardInterrupt, and exits; USR1:
+ends it; TERMEXIT: SIGTERM, the program's handler ends it by sys.exit(3); INT: it prints "interrupted" if the flush raised KeyboardInterrupt, and exits; USR1:
 it waits (30 s at most) for the dump's line in its trace, prints "dumped", and exits.
 WAKEUP ("before" / "after"): the program sets a wakeup fd of its own (as asyncio does), before
 importing torch (commtrace's is never set) or after its first ops (it replaces commtrace's).
@@ -16,7 +16,8 @@ import socket
 import sys
 import time
 
-SIG = getattr(signal, "SIG" + (sys.argv[3] if len(sys.argv) > 3 else "TERM"))
+NAME = sys.argv[3] if len(sys.argv) > 3 else "TERM"
+SIG = signal.SIGTERM if NAME == "TERMEXIT" else getattr(signal, "SIG" + NAME)
 WAKEUP = sys.argv[4] if len(sys.argv) > 4 else None
 
 
@@ -40,6 +41,8 @@ WHERE = sys.argv[2]
 dist.init_process_group("gloo", rank=0, world_size=1)
 for _ in range(3):
     dist.all_reduce(torch.ones(4))
+if NAME == "TERMEXIT":   # the program's own SIGTERM handler, as training scripts have
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))
 if WAKEUP == "after":
     kept = own_wakeup_fd()
 print("ops done", flush=True)
