@@ -78,18 +78,22 @@ def wakeup_is_ours() -> bool:
 
 
 _held: list = []   # signals that arrived inside ``deferred``, in order: (signum, frame)
+_NO_HOLD = contextlib.nullcontext()
 
 
-@contextlib.contextmanager
 def deferred(signums=(signal.SIGINT, signal.SIGTERM)):
     """In the main thread, the program's Python handlers of ``signums`` run when the block has
     ended, in arrival order, instead of at a bytecode inside it (their exception, a
     KeyboardInterrupt or a handler's SystemExit, is then raised from here); commtrace's own stay
     (watchdog's SIGTERM handler knows where it runs). Nested blocks: the outermost runs them.
-    Other threads: nothing (no handler runs there)."""
+    Other threads: nothing (no handler runs there; the flush thread pays one test per flush)."""
     if _held or threading.get_ident() != threading.main_thread().ident:
-        yield
-        return
+        return _NO_HOLD
+    return _holding(signums)
+
+
+@contextlib.contextmanager
+def _holding(signums):
     _held.append(None)   # the block is open (a marker, never run)
     saved = {}
     try:
