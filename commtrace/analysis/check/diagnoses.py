@@ -270,8 +270,9 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
         if last is None:
             where = "no op traced"
         else:
+            other = (names or {}).get(_s(last["world"]), last["world"])
             ing = ("" if _s(last["group"]) == group_s and _s(last["world"]) == world_s else f" in group {last['group']}"
-                   if _s(last["world"]) == world_s else f" in group {last['group']} of world {(names or {}).get(_s(last['world']), last['world'])}")
+                   if _s(last["world"]) == world_s else f" in group {last['group']} of world {other}")
             where = (f"last call{ing} seq {int(last['seq'])} {last['op']} [{last['status']}] at "
                      f"{_s(last.get('callsite')) or '?'}")
         fate_s = fate.describe() if fate is not None else "no usable trace file"
