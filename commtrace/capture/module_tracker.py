@@ -160,8 +160,12 @@ class ModuleTracker:
             return None
         stack = self._stack()
         self._tls.entering = None
-        if module._forward_hooks and module not in self._ended:
-            self._add_end_hook(module)
+        hooks = module._forward_hooks
+        if hooks:
+            if module not in self._ended:
+                self._add_end_hook(module)
+            elif len(hooks) == 1 and next(iter(hooks.values())) is _forward_end:
+                self._drop_end_hook(module)  # its own hooks are gone: ours goes too
         # A DDP module (its forward, wrapped, labels its step; before it runs, a second
         # forward's scope is not yet its) and the modules it runs keep the DDP label.
         if self._ddp_scope() or isinstance(module, self._DDP):
@@ -184,7 +188,8 @@ class ModuleTracker:
     def _add_end_hook(self, module) -> None:
         """Torch runs global forward hooks before a module's own: a module with hooks of its
         own (TP's output layouts, FSDP's) is ended by ``_forward_end`` after them, so their ops
-        are still its. Other modules keep no trace of commtrace (torch.save, deepcopy)."""
+        are still its. Other modules keep no trace of commtrace (torch.save, deepcopy), nor do
+        these once their own hooks are removed (``_drop_end_hook`` at their next forward)."""
         self._ended.add(module)
         if any(h is _forward_end for h in module._forward_hooks.values()):
             return  # a deep copy of a module that had it already
@@ -194,6 +199,14 @@ class ModuleTracker:
         handle = module.register_forward_hook(_forward_end, always_call=True)
         self.hooks.originals.append(("hook", handle))
         self._handles.append(handle)
+
+    def _drop_end_hook(self, module) -> None:
+        """Remove ``_forward_end`` from a module whose own forward hooks were removed (e.g.
+        CommDebugMode's, when it exits): its hooks are as the program left them."""
+        self._ended.discard(module)
+        for key in [k for k, h in module._forward_hooks.items() if h is _forward_end]:
+            del module._forward_hooks[key]
+            module._forward_hooks_always_called.pop(key, None)
 
     def _global_post(self, module, args, output):
         if _compiling() or (module._forward_hooks and module in self._ended):  # ended by its _forward_end

@@ -1,6 +1,7 @@
 """torch.save / copy.deepcopy of a whole model behave as untraced once the module tracker
 is on (a DeviceMesh exists), also with a module that has forward hooks of its own: the saved
-file names nothing of commtrace, and loads where commtrace cannot be imported."""
+file names nothing of commtrace, and loads where commtrace cannot be imported; a module whose
+own hooks were removed keeps none of commtrace's after its next forward."""
 from __future__ import annotations
 
 import json
@@ -34,6 +35,7 @@ def test_whole_model_save_and_deepcopy_behave_as_untraced(tmp_path):
     assert list(df["module"].astype(str)) == ["Probe"]  # the tracker was on (a mesh was built)
     saved = json.loads((tmp_path / "model.json").read_text())
     assert saved["twin_hooks"] == 1 and saved["y"] == saved["y_twin"]  # the program's own hook only
+    assert saved["released_hooks"] == 0  # its own hook removed, the module carries none of ours
     for suffix in (".pt", ".pkl"):
         assert b"commtrace" not in (tmp_path / f"model{suffix}").read_bytes()
     res = h.run([h.PY, "-c", LOAD, out], timeout=120, env=h.clean_env()).check(0)

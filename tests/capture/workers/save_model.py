@@ -4,7 +4,8 @@
 module tracker on when traced; a Probe module's all_reduce then names it), trains a
 small model (one layer with a forward hook of its own, as TP's and FSDP's have) one step, then writes
 ``OUT.pt`` (torch.save of the whole model), ``OUT.pkl`` (pickle of a deep copy) and
-``OUT.json`` (the model's output on a fixed input and the forward hooks the copy carries).
+``OUT.json`` (the model's output on a fixed input, the forward hooks the copy carries, and
+those of a layer whose own hook was removed).
 """
 import copy
 import json
@@ -46,9 +47,16 @@ def main(port, out):
     with open(f"{out}.pkl", "wb") as f:
         pickle.dump(twin, f)
     x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    # a hook the program removes (as CommDebugMode removes the per-module hooks it added when
+    # it exits): after the next forward the module carries the hooks the program left, none
+    layer = nn.Linear(4, 4)
+    handle = layer.register_forward_hook(own_hook)
+    layer(x)
+    handle.remove()
+    layer(x)
     with open(f"{out}.json", "w") as f:
         json.dump({"y": model(x).tolist(), "y_twin": twin(x).tolist(),
-                   "twin_hooks": twin_hooks}, f)
+                   "twin_hooks": twin_hooks, "released_hooks": len(layer._forward_hooks)}, f)
     dist.destroy_process_group()
 
 
