@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 
 SUPPORTED = ((2, 4), (2, 15))  # the oldest and newest minor release tested (make test-compat)
 
@@ -150,3 +151,18 @@ def dynamo_code_skipper(callees: bool):
     except Exception:
         return None
     return lambda code: set_code_exec_strategy(code, strategy)
+
+
+# -- torch's distributed test harness -------------------------------------------------------------
+def distributed_test_skip(exit_code) -> str | None:
+    """The reason a rank of torch's distributed test harness (``MultiProcessTestCase``) skipped its
+    test, where ``exit_code`` is one of its ``TEST_SKIPS`` codes (e.g. 81: too few GPUs) and the
+    process has that harness loaded; else None. Its ranks exit so to skip, not to fail."""
+    harness = sys.modules.get("torch.testing._internal.common_distributed")
+    skips = getattr(harness, "TEST_SKIPS", None)
+    if not isinstance(exit_code, int) or exit_code == 0 or not isinstance(skips, dict):
+        return None
+    for skip in skips.values():
+        if getattr(skip, "exit_code", None) == exit_code:
+            return str(getattr(skip, "message", "") or "skipped")
+    return None

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+from .. import torch_compat
 from ..trace import schema
 from ..trace.writer import pack_rows, pack_spans
 from . import sigview
@@ -337,8 +338,12 @@ class Recorder(AnnotationContext):
                 if end is not None:
                     exit_code, how = end
             self._end_queued = True
-            self.meta_queue.append({"type": schema.META_END, "exit_code": exit_code, "how": how,
-                                    "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()})
+            end = {"type": schema.META_END, "exit_code": exit_code, "how": how,
+                   "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()}
+            skip = torch_compat.distributed_test_skip(exit_code) if how == "exit" else None
+            if skip is not None:
+                end.update(how="skip", reason=skip)
+            self.meta_queue.append(end)
             self._final_flush = True  # errors of async ops it finds are still written
             self.flush(final=True)
             self.sink.writer.close()

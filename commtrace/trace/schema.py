@@ -248,5 +248,5 @@ META_FIELDS = {
     META_GROUP: ("id", "world", "world_id", "name", "desc", "backend", "size", "ranks", "rank", "wrapper"),
     META_SIG: ("id", *SIG_FIELDS),
     META_ERROR: ("t_call", "group", "seq", "sig", "text"),
-    META_END: ("exit_code", "how", "t_wall_ns", "t_mono_ns"),
+    META_END: ("exit_code", "how", "t_wall_ns", "t_mono_ns", "reason"),
 }

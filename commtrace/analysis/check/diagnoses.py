@@ -38,6 +38,8 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
         fate = e.fate
         if not e.identified and fate.complete and fate.how == "signal" and fate.exit_code == _SIGTERM_EXIT:
             sev = INFO  # a helper torn down by its parent (multiprocessing Pool.terminate, DataLoader): routine
+        elif fate.complete and fate.how == "skip":
+            sev = INFO  # a rank of torch's test harness skipping its test (too few GPUs, ...): not a failure
         elif fate.exception or fate.complete and (fate.how in ("signal", "hang", "exception")
                                                   or fate.exit_code not in (None, 0)):
             sev = ERROR
@@ -415,7 +417,7 @@ def _stories(fate: RankFate) -> list[tuple]:
     exc = fate.exception
     if exc:
         out.append((EXCEPTION, exc.get("exc_type"), _s(exc.get("message")), _s(exc.get("text"))))
-    elif fate.complete and (fate.how in ("signal", "hang") or fate.exit_code not in (None, 0)):
+    elif fate.complete and (fate.how in ("signal", "hang", "skip") or fate.exit_code not in (None, 0)):
         out.append((EXITED, fate.describe(), fate.exit_code, fate.how))
     if not fate.complete:
         out.append((ABRUPT, fate.describe(), tuple(fate.issues)))
@@ -436,7 +438,8 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str], world=
         return Finding(EXCEPTION, ERROR, title, details=[*last_lines, *_traceback_tail(exc)], ranks=ranks, world=world,
                        data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
     if story[0] == EXITED:
-        return Finding(EXITED, ERROR, f"{who} {fate.describe()}", details=last_lines, ranks=ranks, world=world,
+        sev = INFO if fate.how == "skip" else ERROR   # torch's test harness skipping a test: not a failure
+        return Finding(EXITED, sev, f"{who} {fate.describe()}", details=last_lines, ranks=ranks, world=world,
                        data={"exit_code": fate.exit_code, "how": fate.how})
     return Finding(ABRUPT, ERROR, f"{who}: {fate.describe()}", details=[*last_lines, *fate.issues], ranks=ranks,
                    world=world, data={"issues": fate.issues})

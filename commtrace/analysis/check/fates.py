@@ -30,6 +30,7 @@ class RankFate:
     cut: bool = False                                # a file of it ends mid-line or mid-record
     lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
     worlds: list = field(default_factory=list)       # the ids of the worlds it was a rank of (none known: any)
+    reason: str | None = None                        # why its test was skipped (how "skip")
 
     @property
     def world(self):
@@ -45,6 +46,8 @@ class RankFate:
             if self.cut:
                 return "trace truncated (process killed or disk full?)"
             return "trace ends abruptly (killed, e.g. SIGKILL, or still running)"
+        if self.how == "skip":
+            return f"skipped its test: {self.reason} (torch's distributed test harness, exit code {self.exit_code})"
         if self.how == "hang":
             return f"aborted by the hang watchdog (--abort-on-hang, exit code {self.exit_code})"
         if self.how == "signal":
@@ -182,6 +185,7 @@ def _add_process(fate: RankFate, p: dict, issues: list[str]) -> RankFate:
         if ec is not None and ec != 0 or fate.exit_code is None:
             fate.exit_code = ec
         fate.how = _s(end.get("how")) or fate.how
+        fate.reason = _s(end.get("reason")) or fate.reason
     fate.exception = (p.get("exception") if isinstance(p.get("exception"), dict) else None) or fate.exception
     fate.issues.extend(issues)
     fate.damage.extend(str(d) for d in p.get("damage") or [])
