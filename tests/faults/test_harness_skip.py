@@ -27,7 +27,7 @@ def test_a_skipped_test_of_torchs_harness_is_no_failure(tmp_path):
         ends += [x for x in lines if x.get("type") == "end"]
     skips = [e for e in ends if e["how"] == "skip"]
     assert len(skips) == 2, ends   # the two ranks of test_needs_gpus
-    assert all(e["exit_code"] not in (None, 0) and "8 CUDA devices" in e["reason"] for e in skips), skips
+    assert all(e["exit_code"] not in (None, 0) and "at least 8" in e["reason"] for e in skips), skips
     run, findings = diagnose_dir(out)
     assert not [f for f in findings if f.severity == C.ERROR], [f.title for f in findings]
     told = [f for f in findings if "skipped its test" in f.title]
