@@ -250,6 +250,20 @@ class TracedProcessGroup(dist.ProcessGroup):
         return sig
 
 
+_OWN_DIR = os.path.dirname(os.path.abspath(sys.modules["commtrace"].__file__)) + os.sep
+
+
+def called_from_python(method: str) -> bool:
+    """Whether Python code called the group's ``method`` on this thread (``dist.all_reduce``, a
+    program's ``pg.allreduce``), not C++ (DDP's reducer, functional collectives): the nearest frame
+    outside commtrace names the method. Called C++, Python's current frame is whatever entered C++
+    (``loss.backward()``'s autograd call), or there is none (a device's autograd thread)."""
+    f = _getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_OWN_DIR):
+        f = f.f_back
+    return f is not None and method in f.f_code.co_names
+
+
 def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
     """(sig id, opts, key) of one call (also the native wrapper's); interns a new sig the first time."""
     key, opts = call_key(args, kwargs)
@@ -264,6 +278,8 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
         desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
+        if thread_name is None and called_from_python(name):
+            desc["python_call"] = True
         if "api" in desc:  # inside an object collective (phases.label_c10d_calls)
             desc["detail"] = "object_sizes" if desc.get("dtype") == "int64" else "object_payload"
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
