@@ -34,6 +34,9 @@ CALLBACK_DRAIN_S = 2.0
 # waiter thread; the end time comes from a CUDA event (device_ends).
 _HANDED = 0x100
 _DEVICE_EVENT = 0x200
+# A p2p op whose caller is inside its wait() (wrapper._WatchedP2PWork): not collected until it
+# returns, which says whether the op failed.
+FLAG_IN_WAIT = 0x400
 
 
 def sig_of(row: list) -> int:
@@ -154,8 +157,8 @@ class CompletionTracker:
         still = []
         for entry in self.pending[:n]:
             row, work, cpu = entry
-            if row[FLAGS] & _DEVICE_EVENT:
-                still.append(entry)  # timed by its end event (_read_device_ends)
+            if row[FLAGS] & (_DEVICE_EVENT | FLAG_IN_WAIT):
+                still.append(entry)  # timed by its end event (_read_device_ends), or being waited for
                 continue
             if row[T_END] == 0 and row[FLAGS] & schema.FLAG_END_OBSERVED and _is_completed(work):
                 row[T_END] = time.monotonic_ns()  # no callback: observed now

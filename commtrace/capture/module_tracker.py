@@ -131,14 +131,14 @@ class ModuleTracker:
             name = self.names[module]
         return name
 
-    def _name_tree(self, root) -> None:
-        """Name ``root`` and its submodules; a submodule named as a root before (its subtree
-        too) is renamed from this root: its names were missing this root's part."""
+    def _name_tree(self, root, name: str | None = None) -> None:
+        """Name ``root`` (``name``, else its class) and its submodules; a submodule named as a root
+        before (its subtree too) is renamed from this root: its names were missing this root's part."""
         below = [m for m in root.modules() if m in self._roots and m is not root]
         renamed = {id(m) for r in below for m in r.modules()}
         for r in below:
             self._roots.discard(r)
-        name = _class_name(root)
+        name = name or _class_name(root)
         self.names[root] = name
         self._roots.add(root)
         for sub_name, sub in root.named_modules():
@@ -304,6 +304,20 @@ class ModuleTracker:
             return orig(*args, **kwargs)
         return enabling
 
+    def _naming_stage(self, orig):
+        """A pipeline stage's __init__: tracking on, and its module named ``Class[stageI]`` by
+        its stage index (two stages of one class on a rank, or across ranks, are told apart)."""
+        tracker = self
+
+        @functools.wraps(orig)
+        def init(stage, *args, **kwargs):
+            tracker.enable()
+            orig(stage, *args, **kwargs)
+            index, submod = getattr(stage, "stage_index", None), getattr(stage, "submod", None)
+            if type(index) is int and isinstance(submod, tracker._Module):
+                tracker._name_tree(submod, f"{_class_name(submod)}[stage{index}]")
+        return init
+
     def _patch_each(self, owner, patches) -> None:
         """Patch each (name, make) that ``owner`` has (a module's callable, or a class's own)."""
         for name, make in patches if owner is not None else ():
@@ -352,7 +366,7 @@ class ModuleTracker:
                               ("_pre_backward_hook", self._scope(unit=hook_unit, unit_wins=True))))
 
     def _patch_pipeline_stage(self, stage_mod) -> None:
-        self._patch_each(getattr(stage_mod, "_PipelineStageBase", None), (("__init__", self._enabling),))
+        self._patch_each(getattr(stage_mod, "_PipelineStageBase", None), (("__init__", self._naming_stage),))
         pipeline.patch_stage(self, stage_mod)
 
     def _patch_clipping(self, utils) -> None:

@@ -30,7 +30,7 @@ from .. import torch_compat
 from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import ops
-from .completion import SIG
+from .completion import FLAG_IN_WAIT, FLAGS, SIG, STATUS, T_END
 from .recorder import Recorder
 from .scopes import drop_own_frame
 
@@ -250,6 +250,20 @@ class TracedProcessGroup(dist.ProcessGroup):
         return sig
 
 
+_OWN_DIR = os.path.dirname(os.path.abspath(sys.modules["commtrace"].__file__)) + os.sep
+
+
+def called_from_python(method: str) -> bool:
+    """Whether Python code called the group's ``method`` on this thread (``dist.all_reduce``, a
+    program's ``pg.allreduce``), not C++ (DDP's reducer, functional collectives): the nearest frame
+    outside commtrace names the method. Called C++, Python's current frame is whatever entered C++
+    (``loss.backward()``'s autograd call), or there is none (a device's autograd thread)."""
+    f = _getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_OWN_DIR):
+        f = f.f_back
+    return f is not None and method in f.f_code.co_names
+
+
 def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
     """(sig id, opts, key) of one call (also the native wrapper's); interns a new sig the first time."""
     key, opts = call_key(args, kwargs)
@@ -264,6 +278,8 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
         desc["thread"] = thread_name or threading.current_thread().name
         desc["callsite"] = callsite_text(uf)
         desc.update(ctx or ())  # the annotations in force at the call (ctx is their key)
+        if thread_name is None and called_from_python(name):
+            desc["python_call"] = True
         if "api" in desc:  # inside an object collective (phases.label_c10d_calls)
             desc["detail"] = "object_sizes" if desc.get("dtype") == "int64" else "object_payload"
         # Blocking CPU ops are waited for inside the wrapper; device ops never are.
@@ -338,6 +354,8 @@ def _make_traced(name: str, spec: ops.Spec):
             else:
                 row[1] = _now()
                 tr.track(row, work, sig, rec.sig_cpu[sig])
+                if p2p and rec.sig_cpu[sig]:
+                    work = _WatchedP2PWork(work, row, rec, tr)
         except BaseException as e:
             t = _now()
             if type(row[SIG]) is not int:
@@ -358,6 +376,52 @@ def _make_traced(name: str, spec: ops.Spec):
     traced.__qualname__ = f"TracedProcessGroup.{name}"
     traced.__doc__ = f"Traced ``ProcessGroup.{name}`` ({op})."
     return traced
+
+
+class _WatchedP2PWork(dist.Work):
+    """The Work handed back for an async CPU p2p op: forwards to the backend's, and records the
+    op failed, with its message, when the caller's ``wait()`` raises (gloo's p2p Work has no future
+    to read an error from, and ``Work.exception()`` prints a torch deprecation warning). While the
+    wait runs the row is not collected (FLAG_IN_WAIT): its polled end alone would read completed."""
+
+    def __init__(self, inner, row: list, rec: Recorder, tracker):
+        super().__init__()
+        self._inner, self._row, self._rec, self._tracker = inner, row, rec, tracker
+
+    def wait(self, *args, **kwargs):
+        row = self._row
+        row[FLAGS] |= FLAG_IN_WAIT
+        try:
+            out = self._inner.wait(*args, **kwargs)
+            row[T_END] = row[T_END] or _now()  # returned: ended by now (a poll may have seen it earlier)
+            return out
+        except BaseException as e:
+            if row[STATUS] != _FAILED:
+                row[STATUS] = _FAILED
+                self._rec.fail(row, e, self._tracker)
+            row[T_END] = row[T_END] or _now()
+            raise
+        finally:
+            row[FLAGS] &= ~FLAG_IN_WAIT
+
+    def __getattr__(self, name):  # a Python backend's own Work attributes
+        if name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def _forward_work(name: str):
+    def forward(self, *args, **kwargs):
+        return getattr(self._inner, name)(*args, **kwargs)
+    forward.__name__ = name
+    return forward
+
+
+# Every other Work method answers the backend's (is_completed, source_rank, _source_rank, get_future, ...).
+for _name in dir(dist.Work):
+    if not _name.startswith("__") and _name not in ("wait", "unbox", "_pybind11_conduit_v1_") and \
+            callable(getattr(dist.Work, _name)):
+        setattr(_WatchedP2PWork, _name, _forward_work(_name))
 
 
 def _forwarding(inner_name: str):

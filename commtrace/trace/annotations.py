@@ -54,6 +54,18 @@ def is_gradient_allreduce(op, phase, detail, module, dtype=None, issued_async=Tr
     return (phase == "backward" and detail is None and issued_async is not False) or detail == "join_shadow_grad"
 
 
+def sig_is_gradient_allreduce(s: dict) -> bool:
+    """``is_gradient_allreduce`` of a sig line. A comm hook's op (``bucket`` set) is the bucket's;
+    otherwise DDP's reducer issues its buckets from C++: an all_reduce Python code called outside a
+    comm hook (``python_call``: a module hook's or a custom backward's ``dist.all_reduce(...,
+    async_op=True)``) is the program's own, no bucket (traces without the field: as before)."""
+    hooked = s.get("bucket") is not None
+    if s.get("python_call") and not hooked and s.get("detail") is None:
+        return False
+    return is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"),
+                                 True if hooked else s.get("async"))
+
+
 def nth_in_step(key: np.ndarray) -> np.ndarray:
     """Per gradient all_reduce (call order) how many earlier ones share its (module, iteration)
     key: its bucket (int32). Keys normally only grow (one pass); else a stable sort."""
@@ -85,8 +97,7 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     names: dict = {}
     for k, s in sigs.items():
         b = s.get("bucket")   # the bucket a comm hook (capture.comm_hooks) issued the op for
-        if is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"),
-                                 s.get("async") if b is None else True):
+        if sig_is_gradient_allreduce(s):
             if type(b) is int and 0 <= b < 2**31:
                 named[k] = b
             else:

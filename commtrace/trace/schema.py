@@ -229,6 +229,8 @@ SIG_FIELDS = (
     "async",       # op called with async_op=True (or from C++ with an async contract); before
                    # torch 2.8 read from the torch.distributed call (capture.phases.ASYNC_OP_CALLS)
     "thread",      # thread name
+    "python_call", # true: Python code called the group method (dist.all_reduce, ...); absent: C++ did
+                   # (DDP's reducer, functional collectives): a DDP bucket is a C++ caller's all_reduce
     "device",      # "cpu", "cuda", ...
     "phase", "detail", "bucket", "params", "module", "callsite", "region",  # annotations
     "api",         # the torch.distributed function that issued the op when it is not the op itself

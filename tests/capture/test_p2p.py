@@ -10,11 +10,15 @@ from helpers import Launch
 F = 4
 W = 3
 
-@pytest.fixture(scope="module")
-def p2p(launches) -> Launch:
+@pytest.fixture(scope="module", params=["native", "python"])
+def p2p(request, launches) -> Launch:
+    # "python": COMMTRACE_NATIVE=0, whose async CPU p2p works are handed back wrapped
+    # (wrapper._WatchedP2PWork): source_rank, batches and waits must behave as untraced.
+    env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if request.param == "python" else {}))
+
     def go(tmp):
-        return h.spawn_traced("p2p.py", W, tmp, timeout=90)
-    return launches("p2p", go)
+        return h.spawn_traced("p2p.py", W, tmp, timeout=90, env=env)
+    return launches(f"p2p-{request.param}", go)
 
 
 def test_p2p_program_exits(p2p):
@@ -83,18 +87,22 @@ def test_blocking_p2p_on_a_python_backend_whose_work_only_waits(tmp_path):
     assert not p2p["async"].any()
 
 
-def test_a_recv_whose_wait_raised_is_recorded_failed(tmp_path):
+@pytest.mark.parametrize("wrapper", ["native", "python"])
+def test_a_recv_whose_wait_raised_is_recorded_failed(tmp_path, wrapper):
     """An irecv whose sender went away: its wait() raised, so the trace says failed, with the
     backend's message. (Found running PyTorch's pipelining schedule tests traced: gloo's p2p
     Work has no future, its end is seen by polling, and a polled end was always "completed".)
-    The native wrapper; the Python wrapper cannot read a futureless Work's error without
-    torch printing a deprecation warning (Work.exception), so it still says completed."""
-    h.ensure_native_wrapper()
-    run = h.spawn_traced("p2p_peer_gone.py", 2, tmp_path, timeout=120)
+    Both wrappers; the Python one (COMMTRACE_NATIVE=0, Python-written backends) learns it from
+    the wait() it forwards, and torch prints no deprecation warning (Work.exception is not read)."""
+    if wrapper == "native":
+        h.ensure_native_wrapper()
+    env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if wrapper == "python" else {}))
+    run = h.spawn_traced("p2p_peer_gone.py", 2, tmp_path, timeout=120, env=env)
     run.result.check(0)
     assert run.rank_json(1)["raised"], "the recv's wait did not raise: nothing to record"
-    assert h.group_wrappers(run.run_dir) == {"native"}
+    assert h.group_wrappers(run.run_dir) == {wrapper}
     recv = run.frame[(run.frame["rank"] == 1) & (run.frame["op"] == "recv")]
     assert len(recv) == 1, recv
     assert recv["status"].astype(str).tolist() == ["failed"], recv[["status", "error"]]
     assert "RuntimeError" in str(recv["error"].iloc[0])
+    assert "deprecated" not in run.result.stderr

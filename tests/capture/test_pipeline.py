@@ -35,7 +35,7 @@ def test_pipeline_stage_forwards_are_compute(pipeline):
         # Regression: without the module tracker on, a stage's forwards made no compute span
         # (a pipeline step read as all communication).
         fwd = mine[mine["phase"] == "forward"]
-        assert set(fwd["module"]) == {"Sequential"}, r
+        assert set(fwd["module"]) == {f"Sequential[stage{r}]"}, r   # its stage's index (stage r)
         per_step = fwd[fwd["grad"]].groupby("step").size().to_dict()
         # steps 1 and 2 (after the eval()) may add the schedule's shape-inference forward (torch >= 2.6)
         assert per_step[1] >= MICRO and per_step[2] >= MICRO and per_step[3] == MICRO, (r, per_step)
@@ -78,9 +78,14 @@ def by_hand(stages: dict) -> dict:
 ACT = 4 * (8 // MICRO) * 32     # one micro-batch of activations or gradients: 2 x 32 float32
 
 
+def stage_labels(ids) -> set:
+    """The module labels of a rank's stages: the class and the stage index (module_tracker)."""
+    return {f"Sequential[stage{i}]" for i in ids}
+
+
 def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dict, setup: int = 1) -> None:
     """Each step of ``schedule`` on each rank: its activation sends and receives counted by hand,
-    phase forward or backward, module the stage's (Sequential, as its forward spans); from the
+    phase forward or backward, module the stage's (Sequential[stageI], as its forward spans); from the
     schedule's ``setup + 1``-th step on, they are the step's only ops (its first adds the
     schedule's set-up: shape inference, p2p warm-up; a step after an eval() warms up again) and
     the step table's ops and bytes say so."""
@@ -93,7 +98,7 @@ def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dic
             p2p = mine[mine["op"].isin(["send", "recv"]) & (mine["bytes"] == ACT)]
             got = Counter(zip(p2p["op"].astype(str), p2p["phase"].astype(str)))
             assert got == want[r], (schedule, r, step, got, want[r])
-            assert set(p2p["module"].astype(str)) == {"Sequential"}, (schedule, r, step)
+            assert set(p2p["module"].astype(str)) == stage_labels(stages[r]), (schedule, r, step)
             assert p2p["async"].all()
             if k >= setup:
                 n = sum(want[r].values())
@@ -104,8 +109,9 @@ def check_schedule_steps(run: Launch, schedule: str, steps_of: list, stages: dic
     # Regression: a stage reading its ops' tensors as it builds them (workers/pipeline.py's
     # CountingStage) labelled the context outside a batch: no forward span opened after it.
     fwd = spans[(spans["phase"] == "forward") & spans["grad"] & spans["step"].isin(steps_of[setup:])]
-    assert fwd.groupby(["rank", "step"]).size().to_dict() == {
-        (r, s): MICRO * len(stages[r]) for r in range(W) for s in steps_of[setup:]}, schedule
+    # Regression: two stages of one class (rank 0's stages 0 and 2, both Sequential) had one label.
+    assert fwd.groupby(["rank", "step", "module"], observed=True).size().to_dict() == {
+        (r, s, m): MICRO for r in range(W) for s in steps_of[setup:] for m in stage_labels(stages[r])}, schedule
     bounds = spans[(spans["phase"] == "schedule") & spans["grad"] & spans["step"].isin(steps_of)]
     assert Counter(zip(bounds["rank"], bounds["step"])) == {(r, s): 1 for r in range(W) for s in steps_of}
     assert set(bounds["module"].astype(str)) == {schedule}

@@ -67,7 +67,8 @@ class Checkpointed(torch.nn.Module):
 
 class AllReduceGrad(torch.autograd.Function):
     """Identity forward, a blocking all_reduce of the gradient in backward (as SyncBatchNorm's
-    backward and a model-parallel region's input gradient do)."""
+    backward and a model-parallel region's input gradient do), and an async one of its norm
+    (a float32 scalar, waited for right after: a program's statistic, as a loss-side hook's)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -77,6 +78,8 @@ class AllReduceGrad(torch.autograd.Function):
     def backward(ctx, grad):
         grad = grad.contiguous()
         dist.all_reduce(grad)
+        norm = grad.norm().reshape(1)
+        dist.all_reduce(norm, async_op=True).wait()
         return grad
 
 

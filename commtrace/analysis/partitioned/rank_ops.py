@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import reader, records, schema
-from ...trace.annotations import is_gradient_allreduce
+from ...trace.annotations import sig_is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays, dense_codes, narrow, op_times
 from ..step_table import WaitColumns
@@ -121,9 +121,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     nbytes = nbytes.astype(np.int32) if lean and len(nbytes) and np.abs(nbytes).max() < 2**31 else nbytes
     is_async = np.array([bool(s.get("async")) for s in sigs])
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
-    grad = np.array([is_gradient_allreduce(s.get("op"), s.get("phase"), s.get("detail"), s.get("module"), s.get("dtype"),
-                                           s.get("async") if s.get("bucket") is None else True)
-                     and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
+    grad = np.array([sig_is_gradient_allreduce(s) and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
     wide = np.int32 if len(sigs) * max(len(groups), 1) < 2**31 else np.int64    # 8 B/op less at the task's peak
     si, gi = slut.astype(wide).take(rec["sig"]), glut.astype(wide).take(rec["group"])   # take: up to 3x faster
     combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
