@@ -168,11 +168,11 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         cats = _compare_at_seq(sdf)
         severity = ERROR if any(c != "variant" for c, _ in cats) else WARNING
         op = str(sdf["op"].iloc[0])
-        names = ", ".join(c for c, _ in cats)
+        disagree = ", ".join(c for c, _ in cats)
         details = [f"{c}: {_fmt_split(s)}" for c, s in cats] + folded_lines(
             {int(r["rank"]): f"{_op_desc(r)} [{r['status']}] at {_s(r.get('callsite')) or '?'}"
              for _, r in sdf.iterrows()})
-        findings.append(Finding(MISMATCH, severity, f"{glabel} seq {seq}: ranks disagree on {names} ({op})",
+        findings.append(Finding(MISMATCH, severity, f"{glabel} seq {seq}: ranks disagree on {disagree} ({op})",
                                 details=details, world=world_s, group=group_s, seq=seq, op=op,
                                 ranks=sorted(int(r) for r in sdf["rank"]),
                                 data={"categories": {c: {str(k): v for k, v in s.items()} for c, s in cats}}))
