@@ -3,7 +3,8 @@
 Definitions: docs/report.md, "Time". Communication: the union of a rank's ops inside the window;
 compute: its compute spans minus its waits (each op from call to return; to its end where the caller
 waits in place: blocking ops, DDP's and Join's own; in a backward pass with DDP gradient buckets,
-from the last bucket's launch to the pass's end, where DDP's reducer waits); exposed: communication
+from the last bucket's launch to the pass's end, where DDP's reducer waits, but for an optimizer step
+run inside it, ZeRO's overlap_with_ddp, up to its last launch); exposed: communication
 not covered by compute. So exposed <= comm <= window and compute + exposed <= window.
 """
 from __future__ import annotations
@@ -109,6 +110,23 @@ def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarr
     return iv.union(last[has], e[has])
 
 
+def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe: np.ndarray) -> iv.IntervalSet:
+    """``tails`` less the optimizer steps run inside them (ZeroRedundancyOptimizer(overlap_with_ddp=True)
+    steps in DDP's comm hook: compute), but for each such step's wait from its last op launch (the last
+    parameter broadcast) to its end. Optimizer spans outside every tail change nothing."""
+    if not len(tails[0]) or not len(ob):
+        return tails
+    inner = iv.intersect(iv.union(ob, oe), tails)
+    if not len(inner[0]):
+        return tails
+    order = np.argsort(ob, kind="stable")
+    b, e = ob[order], oe[order]
+    last = _last_in_window(b, e, starts)
+    has = last > np.iinfo(np.int64).min
+    waits = iv.intersect(iv.union(last[has], e[has]), tails)
+    return iv.union_of(iv.subtract(tails, inner), waits)
+
+
 def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per window [b[i], e[i]] (``b`` sorted): the latest ``t`` in it, each time counting for the last
     window beginning at or before it (int64 min: none)."""
@@ -148,6 +166,7 @@ class RankTimes:
             self.sb = spans["t_begin_ns"].to_numpy(np.int64)
             self.se = spans["t_end_ns"].to_numpy(np.int64)
             self.is_bw = _is_value(spans["phase"], "backward")
+            self.is_opt = _is_value(spans["phase"], "optimizer")
 
     def ranks(self) -> list[int]:
         return sorted(set(self.by_rank) | set(self.span_rows))
@@ -163,8 +182,11 @@ class RankTimes:
         if sp is not None:
             grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
             bw = sp[take_rows(self.is_bw, sp)]
-            tails = _ddp_gradient_tails(take_rows(self.a.start, rows), grad, self.sb[bw], self.se[bw], self.chunk)
-            del grad, bw        # a generator's locals live while it does
+            starts = take_rows(self.a.start, rows)
+            tails = _ddp_gradient_tails(starts, grad, self.sb[bw], self.se[bw], self.chunk)
+            opt = sp[take_rows(self.is_opt, sp)]
+            tails = _step_in_tails(tails, starts, self.sb[opt], self.se[opt])
+            del grad, bw, opt, starts        # a generator's locals live while it does
         if not in_pieces(len(rows), size):
             yield self._time(r, rows, sp, tails)
             return

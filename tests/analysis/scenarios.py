@@ -76,6 +76,27 @@ def accumulation(run_dir) -> str:
     return write_run(run_dir, [p], end_us=100)
 
 
+def zero_overlap(run_dir) -> str:
+    """One rank; ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside DDP's comm hook.
+
+    forward 0..10, backward 10..40 with buckets 15..25 (ret 16) and 20..30 (ret 21): DDP's tail
+    [20,40]; the ZeRO optimizer span 25..38 inside it, with its broadcasts 30..36 and 33..37 (async).
+    Step [0,38]; comm [15,37] = 22. Waits: [15,16], [20,25] (the tail before the local step),
+    [33,38] (last broadcast launch to the span's end; the tail after it). Compute: [0,15] + [16,20]
+    + [25,33] = 27; exposed: [15,16] + [20,25] + [33,37] = 10. (Counting the whole tail as waited:
+    compute 19, exposed 18.)
+    """
+    p = Proc(0, world_size=1)
+    p.span("forward", 0, 10, 1, module="Net", iteration=1)
+    p.span("backward", 10, 40, 1, module="Net", iteration=1)
+    p.op("all_reduce", 15, 25, ret=16, phase="backward", module="Net", bucket=0, iteration=1, nbytes=400)
+    p.op("all_reduce", 20, 30, ret=21, phase="backward", module="Net", bucket=1, iteration=1, nbytes=400)
+    p.span("optimizer", 25, 38, 1, module="ZeroRedundancyOptimizer", iteration=1)
+    p.op("broadcast", 30, 36, phase="optimizer", iteration=1, nbytes=200, root=0)
+    p.op("broadcast", 33, 37, phase="optimizer", iteration=1, nbytes=200, root=0)
+    return write_run(run_dir, [p], end_us=50)
+
+
 def join(run_dir) -> str:
     """Rank 0 trains 1 step then joins; rank 1 trains 2.
 

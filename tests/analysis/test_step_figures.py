@@ -65,6 +65,13 @@ def test_accumulation_counts_optimizer_steps(tmp_path):
     assert rep.steps.outside.loc["between steps", "ops"] == 1   # the eval forward's broadcast
 
 
+def test_zero_overlap_step_is_compute(tmp_path):
+    # the ZeRO local step inside DDP's tail counts as compute, but for its broadcasts' wait (scenarios.py)
+    per = report(scenarios.zero_overlap(tmp_path / "run")).steps.per_rank.set_index("step")
+    r = per.loc[1]
+    assert (r["step_ns"], r["comm_ns"], r["compute_ns"], r["exposed_ns"]) == (38 * US, 22 * US, 27 * US, 10 * US)
+
+
 def test_window_steps(ddp):
     rep = report(ddp, steps="2:2")
     assert list(rep.steps.across.index) == [2]
