@@ -5,6 +5,14 @@ EXIT_FINDINGS = 1   # `check`: problems found; `run`: the script's own exit code
 EXIT_USAGE = 2      # bad input: nothing usable (missing dir, no traces, bad arguments)
 
 
+def exit_status(code) -> int:
+    """The exit status Python gives a process ended by ``SystemExit(code)``: None 0, an int
+    itself, anything else 1 (Python prints it)."""
+    if code is None:
+        return 0
+    return int(code) if isinstance(code, int) else 1
+
+
 class CommtraceError(Exception):
     """A user-facing error: printed as one line, exit code ``code``."""
 

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 
+from ..errors import exit_status
 from ..trace import schema
 from .scopes import AfterImport, drop_own_frame
 
@@ -128,8 +129,7 @@ def _exit_info_of_multiprocessing_children() -> None:
                 and multiprocessing.parent_process() is not None:
             exc = sys.exc_info()[1]
             if isinstance(exc, SystemExit):   # _bootstrap's exit code: int as is, None 0, else 1
-                code = exc.code
-                rec.exit_info = (code if isinstance(code, int) else 0 if code is None else 1, "exit")
+                rec.exit_info = (exit_status(exc.code), "exit")
             elif exc is not None:
                 with contextlib.suppress(Exception):
                     rec.record_exception(exc)

@@ -14,6 +14,7 @@ import threading
 import time
 
 from .. import torch_compat
+from ..errors import exit_status
 from ..trace import schema
 from ..trace.writer import pack_rows, pack_spans
 from . import sigview
@@ -285,8 +286,7 @@ class Recorder(AnnotationContext):
         tb = exc.__traceback__
         if tb is not None and (sys.version_info < (3, 12) or tb.tb_frame.f_back is not None):
             return None
-        code = exc.code
-        return (0 if code is None else int(code) if isinstance(code, int) else 1), "exit"
+        return exit_status(exc.code), "exit"
 
     def close(self, exit_code: int | None = None, how: str = "exit") -> None:
         """Flush everything (ops still running as IN_FLIGHT); from here on the wrappers forward

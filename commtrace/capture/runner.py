@@ -15,7 +15,7 @@ import types
 from dataclasses import dataclass
 
 from .. import mpienv, torch_compat
-from ..errors import CommtraceError, report
+from ..errors import CommtraceError, exit_status, report
 from ..trace import schema
 from . import activate, envreads, launch
 
@@ -215,12 +215,9 @@ def _run_script_file(path: str) -> None:
 
 
 def _exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)   # as Python prints it: the script's SystemExit stops here
+    return exit_status(code)
 
 
 def _report_exception(exc: BaseException) -> None:
