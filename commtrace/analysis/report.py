@@ -67,7 +67,8 @@ def _named_ranks(df: pd.DataFrame | None, name) -> pd.DataFrame | None:
 def _named_info(info: dict, name) -> dict:
     """``info`` with its rank keys named by ``name`` (a run of several worlds: "w1:r0")."""
     out = dict(info, rank_list=[name(r) for r in info["rank_list"]],
-               incomplete_ranks=[name(r) for r in info["incomplete_ranks"]])
+               incomplete_ranks=[name(r) for r in info["incomplete_ranks"]],
+               endings={name(int(r)): v for r, v in info["endings"].items()})
     for k in ("comm_share_per_rank", "comm_ns_per_rank"):
         out[k] = {name(int(r)): v for r, v in info[k].items()}
     out["clocks"] = [dict(h, ranks=[name(r) for r in h["ranks"]],

@@ -67,6 +67,7 @@ def render_banner(con: Console, rep) -> None:
     rows = [
         ("command", plain_safe(info["command"]) or "-"),
         ("ranks", _ranks_text(info)),
+        *([("ended", _endings_text(info))] if info.get("endings") else []),
         ("hosts", f"{len(info['hosts'])}: " + plain_safe(", ".join(info["hosts"][:8]) + (" ..." if len(info["hosts"]) > 8 else ""))),
         *clock_rows(info.get("clocks")),
         ("backends", plain_safe(", ".join(info["backends"])) or "-"),
@@ -155,7 +156,27 @@ def _ranks_text(info: dict) -> str:
     worlds = info.get("worlds")
     text = f"{info['ranks']} of {info['world_size']}" if not worlds else \
         f"{info['ranks']} in {len(worlds)} worlds ({fmt_rank_keys(info['rank_list'])})"
-    return text + (f"  (incomplete: {fmt_rank_keys(info['incomplete_ranks'])})" if info["incomplete_ranks"] else "")
+    return text
+
+
+_ENDINGS_SHOWN = 3   # more kinds of ending: `commtrace check` lists them
+_ENDING_CHARS = 100  # an exception's message can run to a paragraph: check prints it whole
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 3].rstrip() + "..."
+
+
+def _endings_text(info: dict) -> str:
+    """The banner's ranks that did not exit normally, one part per way of ending:
+    "rank 1: raised RuntimeError: boom; rank 4-7: trace ends abruptly (...)"."""
+    ranks_of: dict[str, list] = {}
+    for r, text in info["endings"].items():
+        ranks_of.setdefault(text, []).append(r)
+    rank = "" if several_worlds(info["rank_list"]) else "rank "   # "w1:r0-3" names itself
+    parts = [f"{rank}{fmt_rank_keys(ranks)}: {_cut(plain_safe(text), _ENDING_CHARS)}" for text, ranks in ranks_of.items()]
+    more = len(parts) - _ENDINGS_SHOWN
+    return "; ".join(parts[:_ENDINGS_SHOWN]) + (f"; {more} more (`commtrace check` lists them)" if more > 0 else "")
 
 
 def _step_row(label, r, several: bool = False) -> list[str]:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import pytest
 
 from commtrace.analysis import check as C
 
-from .conftest import SCRIPTS, check_cli, diagnose_dir, kinds, traced_mpirun, traced_spawn
+from .conftest import SCRIPTS, _run, check_cli, diagnose_dir, kinds, traced_mpirun, traced_spawn
 
 SCRIPT = "spawn_faults.py"
 
@@ -89,6 +90,15 @@ def test_rank_raises(tmp_path):
     p = check_cli(tmp_path / "run")
     assert p.returncode == 1
     assert p.stdout.splitlines()[2] == "ERROR rank 1 raised RuntimeError: injected failure at step 3", p.stdout
+    # the report says it too: the banner's "ended" row and --json's "endings" (rank 0 ended otherwise)
+    rep = _run([sys.executable, "-m", "commtrace", "report", "--json", "-", str(tmp_path / "run")], timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    endings = json.loads(rep.stdout)["run"]["endings"]
+    assert endings["1"] == "raised RuntimeError: injected failure at step 3" and "0" in endings, endings
+    rep = _run([sys.executable, "-m", "commtrace", "report", str(tmp_path / "run")], timeout=120)
+    banner = rep.stdout.split("\n  hosts ")[0]       # the row folds at 80 columns
+    assert "\n  ended      rank 0: " in banner, rep.stdout   # raised gloo's error, or SIGTERMed by mp.spawn
+    assert "; rank 1: raised RuntimeError: injected failure at step 3" in banner.replace("\n", ""), rep.stdout
 
 
 def test_rank_sigkilled(tmp_path):

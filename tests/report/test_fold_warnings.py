@@ -53,7 +53,8 @@ def test_banner_names_incomplete_ranks_as_ranges(tmp_path):
             open(p, "w").writelines(x for x in lines if '"type":"end"' not in x)
     p = subprocess.run([sys.executable, "-m", "commtrace", "report", d], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert "ranks      8 of 8  (incomplete: 4-7)" in p.stdout
+    assert "ranks      8 of 8\n" in p.stdout
+    assert "\n  ended      rank 4-7: trace ends abruptly (killed" in p.stdout
     assert p.stderr.splitlines() == [f"commtrace: warning: rank 4-7 (4 files): {ABRUPT}"]
 
 

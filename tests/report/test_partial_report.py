@@ -50,7 +50,7 @@ def test_banner_numbers_equal_run_info(syn_run, real_run, odd_runs):
         info = analyse(run, op_view=True).info
         s = analyse(run, workers=1, memory_limit=1 << 20)
         for k in ("wall_ns", "span_ns", "t0_ns", "ops", "bytes", "failed", "in_flight", "ranks", "world_size",
-                  "hosts", "backends", "command", "clocks", "incomplete_ranks", "comm_share_per_rank",
+                  "hosts", "backends", "command", "clocks", "incomplete_ranks", "endings", "comm_share_per_rank",
                   "comm_share", "run_id"):
             assert s.info[k] == info[k], (run, k)
 

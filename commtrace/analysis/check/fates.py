@@ -37,6 +37,10 @@ class RankFate:
         """Its first world's id (None: unknown)."""
         return self.worlds[0] if self.worlds else None
 
+    @property
+    def ended_normally(self) -> bool:
+        return self.describe() == ENDED_NORMALLY
+
     def describe(self) -> str:
         if self.exception:
             return f"raised {self.exception.get('exc_type')}: {_first_line(self.exception.get('message'))}"
@@ -54,7 +58,10 @@ class RankFate:
             return f"terminated by {_signal_name(self.exit_code)} (exit code {self.exit_code})"
         if self.exit_code not in (None, 0):
             return f"exited with code {self.exit_code}"
-        return "exited normally"
+        return ENDED_NORMALLY
+
+
+ENDED_NORMALLY = "exited normally"
 
 
 def _signal_name(code) -> str:
@@ -98,6 +105,17 @@ def rank_fates(run) -> dict[tuple, RankFate]:
         for key in keys:
             fates.setdefault(key, fate)
         _add_process(fate, p, by_file.get(stem_of(str(p.get("file", ""))), []))
+    return fates
+
+
+def fates_by_rank(processes: list[dict]) -> dict[int, RankFate]:
+    """Rank (as the processes' summaries name it: the report's rank keys) -> how its processes
+    ended, from the summaries alone (no reader issues: the report's banner)."""
+    fates: dict[int, RankFate] = {}
+    for p in processes:
+        r = _int(p.get("rank"))
+        if r is not None:
+            _add_process(fates.setdefault(r, RankFate(r, [], True, None, None, None, [])), p, [])
     return fates
 
 
