@@ -215,6 +215,11 @@ class Recorder(AnnotationContext):
         queued = [m for m in self.meta_queue if m not in pre]
         self.meta_queue = pre + queued
         self.sink.start_flushing(self.flush)
+        try:
+            from . import fatal_signals   # not at the top: every traced process imports this module at start
+            fatal_signals.arm(self)   # a fatal signal closes the trace before the process dies
+        except Exception as exc:  # never let tracing break the job
+            sys.stderr.write(f"commtrace: closing the trace on fatal signals disabled: {exc}\n")
 
     def flush(self, final: bool = False) -> None:
         with sigview.deferred(), self._lock:   # a KeyboardInterrupt on the main thread: after the write
@@ -332,7 +337,8 @@ class Recorder(AnnotationContext):
                 return
             if exit_code is None and self.exit_info is not None:
                 exit_code, how = self.exit_info
-            self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
+            if how != "signal":   # a process a signal ends never finalizes its interpreter
+                self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
             while self._before_end:   # a signal that arrived inside this close (defer_until_closed)
                 end = self._before_end.pop(0)()
                 if end is not None:
