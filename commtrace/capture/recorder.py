@@ -84,6 +84,7 @@ class Recorder(AnnotationContext):
         self._after_close: list = []              # what defer_until_closed put off
         self._before_end: list = []               # ... and what it runs before the end record
         self._end_queued = False
+        self.end_line: dict | None = None         # the end record written, once it is
 
     def _after_fork_in_child(self) -> None:
         # The child keeps sig/group definitions (its wrappers still use those ids)
@@ -310,6 +311,20 @@ class Recorder(AnnotationContext):
                 for fn in deferred:
                     fn()
 
+    def end_again(self, exit_code: int, how: str, lines: list[dict]) -> bool:
+        """The process ends otherwise than the end record of its exit said (a SIGTERM arrived once
+        it was written; it dies by it): ``lines`` and a new end record follow it in the meta file,
+        the one readers take (the last). False, nothing written, where the trace ended otherwise
+        (stopped, a signal, a hang: that record stays) or is not closed."""
+        with self._lock:
+            old = self.end_line
+            if not self.closed or old is None or old["how"] in ("stop", "signal", "hang") or self.sink.writer is None:
+                return False
+            self.end_line = {"type": schema.META_END, "exit_code": exit_code, "how": how,
+                             "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()}
+            self.sink.writer.append_after_close([*lines, self.end_line])
+            return True
+
     def defer_until_closed(self, fn, before_end=None) -> bool:
         """If this thread is inside ``close`` (a signal handler interrupted it), run ``fn`` when
         that close has written everything and return True; else False. A handler that ended
@@ -350,6 +365,7 @@ class Recorder(AnnotationContext):
             if skip is not None:
                 end.update(how="skip", reason=skip)
             self.meta_queue.append(end)
+            self.end_line = end
             self._final_flush = True  # errors of async ops it finds are still written
             self.flush(final=True)
             self.sink.writer.close()
