@@ -55,6 +55,19 @@ def test_faulthandler_still_prints_its_traceback(tmp_path):
     assert proc["end"]["how"] == "signal" and len(run.frame) == 5, proc
 
 
+def test_a_handler_installed_before_ours_runs_after_the_close(tmp_path):
+    """Open MPI's SIGABRT handler (set at MPI_Init, before the first process group) still prints
+    its stack trace and ends the process, once the trace is closed."""
+    run_dir = tmp_path / "run"
+    res = h.run(h.mpirun_cmd(1, *h.commtrace_cmd(run_dir, SCRIPT, h.free_port(), "mpi")), env=h.mpi_env(),
+                timeout=120)
+    assert res.returncode != 0, res.stderr
+    assert "*** Process received signal ***" in res.stderr and "Signal: Aborted (6)" in res.stderr, res.stderr
+    run, proc = _rank0(run_dir)
+    assert (proc["end"]["how"], proc["end"]["exit_code"]) == ("signal", 128 + signal.SIGABRT), proc["end"]
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 5
+
+
 def test_signals_the_program_handles_stay_its_own(tmp_path):
     """Its Python handlers (SIGABRT's from before tracing began, SIGBUS's from after) get the
     signals it sends itself, and it goes on traced: the trace was not closed by them."""

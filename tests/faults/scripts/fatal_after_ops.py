@@ -2,6 +2,8 @@
 
 usage: fatal_after_ops.py PORT MODE -- five all_reduces, then MODE:
   abort    os.abort() (SIGABRT, the main thread holding the GIL)
+  mpi      the same on the mpi backend (under mpirun: Open MPI's own SIGABRT handler, set at
+           MPI_Init, prints its stack trace)
   segv     reads address 0 (SIGSEGV in C code called with the GIL held)
   handled  the program's own Python handlers: SIGABRT's set before init_process_group,
            SIGBUS's after; it sends itself both, goes on with two more all_reduces, exits 0
@@ -27,13 +29,16 @@ def handler(signum, frame):
 
 if MODE == "handled":
     signal.signal(signal.SIGABRT, handler)
-dist.init_process_group("gloo", rank=0, world_size=1)
+if MODE == "mpi":
+    dist.init_process_group("mpi")
+else:
+    dist.init_process_group("gloo", rank=0, world_size=1)
 if MODE == "handled":
     signal.signal(signal.SIGBUS, handler)
 t = torch.ones(4)
 for _ in range(5):
     dist.all_reduce(t)
-if MODE == "abort":
+if MODE in ("abort", "mpi"):
     os.abort()
 if MODE == "segv":
     ctypes.string_at(0)
