@@ -39,7 +39,12 @@ def arm(rec) -> bool:
     answer_r, answer_w = os.pipe()
     # A signal the program handles in Python it may well survive (one it sends itself): its own.
     mine = [int(s) for s in SIGNALS if not callable(sigview.real_getsignal(s))]
-    mod.arm(wake_w, answer_r, int(WAIT_S * 1000), mine)
+    try:
+        mod.arm(wake_w, answer_r, int(WAIT_S * 1000), mine)
+    except Exception:
+        for fd in (wake_r, wake_w, answer_r, answer_w):
+            os.close(fd)
+        raise
     for fd in _state.get("fds", ()):   # a forked child's copies of its parent's pipes
         os.close(fd)
     _state.update(pid=os.getpid(), fds=(wake_r, wake_w, answer_r, answer_w))

@@ -127,17 +127,21 @@ class TraceWriter:
             if self._meta is None:
                 return
             if meta_lines:
-                self._meta.write(_lines(meta_lines))
+                blob = "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n" for m in meta_lines)
+                self._meta.write(blob.encode("utf-8"))
             if rows is not None and len(rows):
                 self._ops.write(rows)
             if spans is not None and len(spans):
                 self._spans.write(spans)
 
     def append_after_close(self, meta_lines: list[dict]) -> None:
-        """Append meta lines to the closed meta file (a process that ends otherwise than its end
-        record said: ``Recorder.end_again``)."""
-        with self._lock, open(self.meta_path, "ab", buffering=0) as f:
-            f.write(_lines(meta_lines))
+        """Append meta lines to the closed files' meta file (a process that ends otherwise than
+        its end record said: ``Recorder.end_again``), and close it again."""
+        with self._lock:
+            if self._meta is None:
+                self._meta = open(self.meta_path, "ab", buffering=0)
+        self.write(meta_lines)
+        self.close()
 
     def write_coverage(self, doc: dict) -> None:
         """Replace ``<stem>.coverage.json`` with ``doc`` (a new file renamed over the
@@ -159,10 +163,6 @@ class TraceWriter:
             self._ops.close()
             self._spans.close()
             self._meta = None
-
-
-def _lines(meta_lines: list[dict]) -> bytes:
-    return "".join(json.dumps(m, separators=(",", ":"), default=str) + "\n" for m in meta_lines).encode("utf-8")
 
 
 def pack_rows(rows: list[list]):
