@@ -284,10 +284,10 @@ def group_wrappers(run_dir) -> set:
     return kinds
 
 
-def ensure_native_wrapper() -> None:
-    """Build the native wrapper if it is not built (the suite must not depend on
-    `make native` having run). Skips, with the reason, where no C++ compiler
-    exists or the build fails (the compiler's first error); that every extension
+def ensure_native_wrapper(ext=None, what: str = "the native wrapper") -> None:
+    """Build the native wrapper (or the capture extension ``ext``) if it is not built (the
+    suite must not depend on `make native` having run). Skips, with the reason, where no C++
+    compiler exists or the build fails (the compiler's first error); that every extension
     builds on each supported torch is asserted once, by tests/compat."""
     import shutil
 
@@ -298,11 +298,11 @@ def ensure_native_wrapper() -> None:
     if native.mode() == "off":
         pytest.skip("COMMTRACE_NATIVE=0")
     if shutil.which(os.environ.get("CXX", "c++").split()[0]) is None:
-        pytest.skip("no C++ compiler: the native wrapper cannot be built here")
+        pytest.skip(f"no C++ compiler: {what} cannot be built here")
     try:
-        native.build(native_wrapper.EXTENSION)
+        native.build(native_wrapper.EXTENSION if ext is None else ext)
     except native.NativeBuildError as e:
-        pytest.skip(f"the native wrapper does not build here: {e}")
+        pytest.skip(f"{what} does not build here: {e}")
 
 
 def _probe(code: str, timeout: float) -> str | None:

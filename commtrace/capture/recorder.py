@@ -84,6 +84,7 @@ class Recorder(AnnotationContext):
         self._after_close: list = []              # what defer_until_closed put off
         self._before_end: list = []               # ... and what it runs before the end record
         self._end_queued = False
+        self.end_line: dict | None = None         # the end record written, once it is
 
     def _after_fork_in_child(self) -> None:
         # The child keeps sig/group definitions (its wrappers still use those ids)
@@ -215,6 +216,11 @@ class Recorder(AnnotationContext):
         queued = [m for m in self.meta_queue if m not in pre]
         self.meta_queue = pre + queued
         self.sink.start_flushing(self.flush)
+        try:
+            from . import fatal_signals   # not at the top: every traced process imports this module at start
+            fatal_signals.arm(self)   # a fatal signal closes the trace before the process dies
+        except Exception as exc:  # never let tracing break the job
+            sys.stderr.write(f"commtrace: closing the trace on fatal signals disabled: {exc}\n")
 
     def flush(self, final: bool = False) -> None:
         with sigview.deferred(), self._lock:   # a KeyboardInterrupt on the main thread: after the write
@@ -305,6 +311,20 @@ class Recorder(AnnotationContext):
                 for fn in deferred:
                     fn()
 
+    def end_again(self, exit_code: int, how: str, lines: list[dict]) -> bool:
+        """The process ends otherwise than the end record of its exit said (a SIGTERM arrived once
+        it was written; it dies by it): ``lines`` and a new end record follow it in the meta file,
+        the one readers take (the last). False, nothing written, where the trace ended otherwise
+        (stopped, a signal, a hang: that record stays) or is not closed."""
+        with self._lock:
+            old = self.end_line
+            if not self.closed or old is None or old["how"] in ("stop", "signal", "hang") or self.sink.writer is None:
+                return False
+            self.end_line = {"type": schema.META_END, "exit_code": exit_code, "how": how,
+                             "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()}
+            self.sink.writer.append_after_close([*lines, self.end_line])
+            return True
+
     def defer_until_closed(self, fn, before_end=None) -> bool:
         """If this thread is inside ``close`` (a signal handler interrupted it), run ``fn`` when
         that close has written everything and return True; else False. A handler that ended
@@ -332,7 +352,8 @@ class Recorder(AnnotationContext):
                 return
             if exit_code is None and self.exit_info is not None:
                 exit_code, how = self.exit_info
-            self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
+            if how != "signal":   # a process a signal ends never finalizes its interpreter
+                self.tracker.drain_callbacks(CALLBACK_DRAIN_S)
             while self._before_end:   # a signal that arrived inside this close (defer_until_closed)
                 end = self._before_end.pop(0)()
                 if end is not None:
@@ -344,6 +365,7 @@ class Recorder(AnnotationContext):
             if skip is not None:
                 end.update(how="skip", reason=skip)
             self.meta_queue.append(end)
+            self.end_line = end
             self._final_flush = True  # errors of async ops it finds are still written
             self.flush(final=True)
             self.sink.writer.close()

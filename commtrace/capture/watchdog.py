@@ -99,10 +99,12 @@ def _dump(rec, reason: str, timeout_s, quiet: bool) -> str | None:
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1, default=str)
     os.replace(tmp, path)
-    if rec.add_meta({"type": schema.META_DUMP, "path": name, "reason": reason, "t_mono_ns": now,
-                     "in_flight": len(ops)}):
+    line = {"type": schema.META_DUMP, "path": name, "reason": reason, "t_mono_ns": now, "in_flight": len(ops)}
+    if rec.add_meta(line):
         with contextlib.suppress(Exception):
             rec.flush()
+    else:   # the trace has ended: listed if its end is written again (_end_by_sigterm)
+        _state["unlisted"] = [line]
     if not quiet:
         what = "no op in flight"
         if ops:
@@ -239,9 +241,12 @@ def _handle_signal_in_thread(signum: int) -> None:
 
 
 def _end_by_sigterm(rec, signum: int) -> None:
-    """What SIGTERM does, on any thread: dump (once), close the trace, die by the signal."""
+    """What SIGTERM does, on any thread: dump (once), close the trace, die by the signal. A trace
+    that its exit closed already (the signal arrived after its end record) ends again, by it."""
     dump_once(rec, "SIGTERM")
     rec.close(exit_code=128 + signum, how="signal")
+    with contextlib.suppress(Exception):
+        rec.end_again(128 + signum, "signal", _state.pop("unlisted", []))
     die_by(signal.SIGTERM)
 
 
@@ -401,6 +406,7 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.RLock()
     _state.pop("dumped", None)
+    _state.pop("unlisted", None)
     _state.pop("deliveries", None)
     # The wakeup fd is the parent's pipe: the parent's signal thread would read this process's
     # signals as its own (a forked Pool worker's SIGTERM, from Pool.terminate: it ended the parent).

@@ -134,6 +134,15 @@ class TraceWriter:
             if spans is not None and len(spans):
                 self._spans.write(spans)
 
+    def append_after_close(self, meta_lines: list[dict]) -> None:
+        """Append meta lines to the closed files' meta file (a process that ends otherwise than
+        its end record said: ``Recorder.end_again``), and close it again."""
+        with self._lock:
+            if self._meta is None:
+                self._meta = open(self.meta_path, "ab", buffering=0)
+        self.write(meta_lines)
+        self.close()
+
     def write_coverage(self, doc: dict) -> None:
         """Replace ``<stem>.coverage.json`` with ``doc`` (a new file renamed over the
         old one: a reader, or a SIGKILL, never sees half of it)."""

@@ -80,7 +80,7 @@ def test_every_extension_builds(built):
     from commtrace import torch_compat
     if torch_compat.unsupported_reason():
         pytest.skip(torch_compat.unsupported_reason())
-    for label in ("analysis kernels", "native wrapper", "mpi fast path"):
+    for label in ("analysis kernels", "native wrapper", "fatal-signal handler", "mpi fast path"):
         line = next((x for x in built.splitlines() if x.startswith(label + ":")), None)
         assert line is not None and "not built" not in line, (label, built)
 

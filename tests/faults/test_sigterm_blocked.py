@@ -78,15 +78,22 @@ def test_sigterm_while_the_trace_closes(tmp_path):
 
 def test_sigterm_after_the_end_record(tmp_path):
     """SIGTERM arriving once the end record is written (the files closing): the close finishes,
-    the state dump is still written (its file; the trace has ended), the process dies by SIGTERM."""
+    the state dump is written, the process dies by SIGTERM, and its trace says so: the dump line
+    and a second end record follow the exit's (before: the trace said "exit" of a process that
+    SIGTERM ended, and did not list the dump)."""
     run_dir = tmp_path / "run"
     script = os.path.join(os.path.dirname(SCRIPT), "signal_while_closing.py")
     res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "TERM", "close"), timeout=120)
     assert "ops done" in res.stdout, res.stderr
     assert res.returncode == -signal.SIGTERM, res.stderr
     run, proc = _rank0(run_dir)
-    assert proc["complete"] and proc["end"]["how"] == "exit", proc
+    assert proc["complete"], proc
+    assert (proc["end"]["how"], proc["end"]["exit_code"]) == ("signal", 128 + signal.SIGTERM), proc["end"]
+    assert [d["reason"] for d in proc["dumps"]] == ["SIGTERM"]
     assert any(f.startswith("sigterm.") for f in os.listdir(run_dir))
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+    p = h.commtrace_main("check", run_dir)
+    assert "rank 0 terminated by SIGTERM (exit code 143)" in p.stdout, p.stdout
 
 
 def test_keyboard_interrupt_while_the_trace_closes(tmp_path):

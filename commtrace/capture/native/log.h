@@ -354,6 +354,16 @@ class Log {
     return out;
   }
 
+  // Ops entered but not described yet (on gloo and NCCL their thread looks the sig up
+  // after issuing them, under the GIL): a drain writes nothing of them.
+  size_t undescribed() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> g(mu_);
+    size_t n = 0;
+    for (auto& op : active_) n += op->sig.load() < 0;
+    return n;
+  }
+
   // In a forked child: rows and ops belong to the parent; the mutex may have
   // been held by a parent thread that does not exist here.
   void after_fork_in_child() {

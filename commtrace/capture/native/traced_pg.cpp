@@ -406,6 +406,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("set_paused", &ct::Log::set_paused)
       .def("end_session", &ct::Log::end_session)
       .def("unfinished", &ct::Log::unfinished)
+      .def("undescribed", &ct::Log::undescribed)
       .def("after_fork_in_child", &ct::Log::after_fork_in_child);
   auto traced = py::class_<ct::TracedPG, c10d::ProcessGroup, ct::NoGilHolder<ct::TracedPG>>(m, "TracedPG", py::dynamic_attr());
   traced
