@@ -392,7 +392,8 @@ class _WatchedP2PWork(dist.Work):
     """The Work handed back for an async CPU p2p op: forwards to the backend's, and records the
     op failed, with its message, when the caller's ``wait()`` raises (gloo's p2p Work has no future
     to read an error from, and ``Work.exception()`` prints a torch deprecation warning). While the
-    wait runs the row is not collected (FLAG_IN_WAIT): its polled end alone would read completed."""
+    wait runs the row is not collected (FLAG_IN_WAIT): its polled end alone would read completed.
+    A row written completed before the wait (the Work reported is_completed()) is written again."""
 
     def __init__(self, inner, row: list, rec: Recorder, tracker):
         super().__init__()
@@ -407,8 +408,13 @@ class _WatchedP2PWork(dist.Work):
             return out
         except BaseException as e:
             if row[STATUS] != _FAILED:
+                # COMPLETED: a poll saw it end and a flush wrote it so (the Work said is_completed()
+                # before its wait raised): written again, failed; readers keep an op's last record.
+                written = row[STATUS] == _COMPLETED
                 row[STATUS] = _FAILED
                 self._rec.fail(row, e, self._tracker)
+                if written:
+                    self._tracker.rows.append(row)
             row[T_END] = row[T_END] or _now()
             raise
         finally:
