@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -87,6 +88,7 @@ def test_drain_keeps_call_order_across_blocking_and_async(tmp_path):
     assert set(df["callsite"].str.split(":").str[0]) == {os.path.join("tests", "unit", "test_native_wrapper.py")}
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 def test_sparse_layouts_are_counted_from_their_stored_parts(tmp_path):
     """Each sparse layout a program can hand a group's allreduce directly (COO at two nnz, CSR,
     BSR) is counted at its indices and values, per op, by both wrappers (the native one keys each
