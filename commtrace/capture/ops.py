@@ -28,6 +28,35 @@ def flat(x) -> list:
     return []
 
 
+_STRIDED = torch.strided
+# A compressed sparse layout -> its two index tensors (torch's accessors for it).
+_COMPRESSED = {torch.sparse_csr: ("crow_indices", "col_indices"), torch.sparse_bsr: ("crow_indices", "col_indices"),
+               torch.sparse_csc: ("ccol_indices", "row_indices"), torch.sparse_bsc: ("ccol_indices", "row_indices")}
+
+
+def nbytes(t: Tensor) -> int:
+    """Bytes of what a rank passes as ``t``: a dense tensor's elements; a sparse one's stored parts
+    (COO: indices and values; compressed layouts: both index tensors and values), from its nnz,
+    not its dense shape."""
+    if t.layout is _STRIDED:
+        return t.numel() * t.element_size()
+    if t.layout is torch.sparse_coo:
+        parts = (t._indices(), t._values())
+    elif t.layout in _COMPRESSED:
+        parts = (*(getattr(t, n)() for n in _COMPRESSED[t.layout]), t.values())
+    else:
+        return t.numel() * t.element_size()  # mkldnn, ...: no c10d backend sends these
+    return sum(p.numel() * p.element_size() for p in parts)
+
+
+def sparse_call(args, kwargs) -> bool:
+    """Whether an all_reduce's (first) tensor is sparse (the one op c10d backends take sparse
+    tensors for: gloo's sparse all_reduce, DDP's sparse gradients)."""
+    a = args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))
+    t = a[0] if type(a) is list and a else a
+    return isinstance(t, Tensor) and t.layout is not _STRIDED
+
+
 def _is_opts(x) -> bool:
     return type(x).__name__.endswith("Options")
 
@@ -100,6 +129,7 @@ class Spec:
     op: str
     parse: Callable
     p2p: bool = False
+    sparse: bool = False  # may take sparse tensors: their bytes are read before the op runs
 
 
 _INPLACE_REDUCE = parse_inplace(("op", "timeout"))
@@ -107,7 +137,8 @@ _INPLACE_REDUCE = parse_inplace(("op", "timeout"))
 # method name -> Spec. Names are the Python-visible ProcessGroup methods, plus the
 # C++ trampoline names DDP and functional collectives reach (all_gather_single, ...).
 SPECS: dict[str, Spec] = {
-    "allreduce": Spec("all_reduce", _INPLACE_REDUCE),
+    # gloo writes a sparse all_reduce's result into its tensor (another nnz): described before it runs
+    "allreduce": Spec("all_reduce", _INPLACE_REDUCE, sparse=True),
     "allreduce_coalesced": Spec("all_reduce", _INPLACE_REDUCE),
     "broadcast": Spec("broadcast", parse_inplace(("root", "timeout"))),
     "reduce": Spec("reduce", parse_inplace(("root", "op", "timeout"))),
@@ -181,11 +212,14 @@ def describe(method: str, spec: Spec, args, kwargs, group_ranks: list[int]) -> d
     d: dict = {"op": spec.op, "variant": method, "shapes": [list(t.shape) for t in inputs],
                "out_shapes": [list(t.shape) for t in outputs],
                "dtype": _one({str(t.dtype).replace("torch.", "") for t in both}),
-               "bytes": int(sum(t.numel() * t.element_size() for t in inputs)),
-               "out_bytes": int(sum(t.numel() * t.element_size() for t in outputs)),
+               "bytes": int(sum(map(nbytes, inputs))),
+               "out_bytes": int(sum(map(nbytes, outputs))),
                "device": _one({t.device.type for t in both}),
                # not written: see Recorder.add_sig
                "cuda_index": _one({t.device.index for t in both if t.is_cuda}, None)}
+    sparse = {str(t.layout).replace("torch.", "") for t in both if t.layout is not _STRIDED}
+    if sparse:  # bytes are then per op (the call key holds the nnz): docs/trace-format.md, ``sig``
+        d["layout"] = _one(sparse)
     red = getattr(opts, "reduceOp", None) if opts is not None else extra.get("op")
     reduces = spec.op in ("all_reduce", "reduce", "reduce_scatter")
     d["reduce_op"] = (reduce_op_name(red) or "SUM") if reduces else None

@@ -121,6 +121,7 @@ _AllreduceOptions = dist.AllreduceOptions if torch_compat.has_async_op(dist.Allr
 _BroadcastOptions = dist.BroadcastOptions
 _OPTIONS_TYPES = torch_compat.options_types()
 _async_op = torch_compat.async_op
+_sparse_call = ops.sparse_call
 
 
 def call_key(args, kwargs):
@@ -267,6 +268,8 @@ def called_from_python(method: str) -> bool:
 def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thread_name=None):
     """(sig id, opts, key) of one call (also the native wrapper's); interns a new sig the first time."""
     key, opts = call_key(args, kwargs)
+    if spec.sparse and ops.sparse_call(args, kwargs):  # a sparse tensor's bytes depend on its nnz
+        key = (*key, tuple(map(ops.nbytes, ops.flat(args[:1] or list(kwargs.values())))))
     # id() of the code object, as in _internal_code; _kept_code keeps the id valid.
     # id(ranks): one list per group; a sig names global ranks (root, peer), which depend on the group
     full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, cpu_only, id(ranks))
@@ -291,6 +294,7 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
 def _make_traced(name: str, spec: ops.Spec):
     op = spec.op
     p2p = spec.p2p
+    sparse_ok = spec.sparse
 
     def traced(self, *args, **kwargs):
         rec = self._rec
@@ -301,11 +305,17 @@ def _make_traced(name: str, spec: ops.Spec):
         ctx = rec.context_key
         if rec.thread_context_keys:  # inside a comm hook (comm_hooks): this thread may have its own
             ctx = rec.thread_context_keys.get(ident, ctx)
-        if p2p:
-            # A p2p seq counts per peer, so the key (which names the peer) comes first.
+        # A p2p seq counts per peer, so the key (which names the peer) comes first; a sparse
+        # all_reduce's tensor is read before the backend writes its result (of another nnz) into it.
+        described = p2p or (sparse_ok and _sparse_call(args, kwargs))
+        if described:
             sig, opts, key = _lookup(self._rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs,
                                 user_frame())
-            seq = self._p2p_next(op, key)
+            if p2p:
+                seq = self._p2p_next(op, key)
+            else:
+                self._seq += 1
+                seq = self._seq
         else:
             self._seq += 1
             seq = self._seq
@@ -317,7 +327,7 @@ def _make_traced(name: str, spec: ops.Spec):
         active[rid] = row
         try:
             work = getattr(self._inner, name)(*args, **kwargs)
-            if not p2p:
+            if not described:
                 # _lookup inlined for the common case (a known sig): this is the hot path.
                 key, opts = call_key(args, kwargs)
                 try:
@@ -382,7 +392,8 @@ class _WatchedP2PWork(dist.Work):
     """The Work handed back for an async CPU p2p op: forwards to the backend's, and records the
     op failed, with its message, when the caller's ``wait()`` raises (gloo's p2p Work has no future
     to read an error from, and ``Work.exception()`` prints a torch deprecation warning). While the
-    wait runs the row is not collected (FLAG_IN_WAIT): its polled end alone would read completed."""
+    wait runs the row is not collected (FLAG_IN_WAIT): its polled end alone would read completed.
+    A row written completed before the wait (the Work reported is_completed()) is written again."""
 
     def __init__(self, inner, row: list, rec: Recorder, tracker):
         super().__init__()
@@ -397,8 +408,13 @@ class _WatchedP2PWork(dist.Work):
             return out
         except BaseException as e:
             if row[STATUS] != _FAILED:
+                # COMPLETED: a poll saw it end and a flush wrote it so (the Work said is_completed()
+                # before its wait raised): written again, failed; readers keep an op's last record.
+                written = row[STATUS] == _COMPLETED
                 row[STATUS] = _FAILED
                 self._rec.fail(row, e, self._tracker)
+                if written:
+                    self._tracker.rows.append(row)
             row[T_END] = row[T_END] or _now()
             raise
         finally:

@@ -55,8 +55,9 @@ def valid(rec: np.ndarray, sig_ids: np.ndarray, group_ids: np.ndarray) -> np.nda
 
 
 def last_record_per_op(rec: np.ndarray) -> np.ndarray:
-    """An op written IN_FLIGHT and again when it finished keeps its final record (file order)."""
-    if len(rec) == 0 or not (rec["status"] == schema.STATUS_IN_FLIGHT).any():
+    """An op written IN_FLIGHT and again when it finished keeps its final record (file order); so
+    does a p2p op written completed and again failed (its Work said it completed, then its wait raised)."""
+    if len(rec) == 0 or not (rec["status"] != schema.STATUS_COMPLETED).any():
         return rec
     keys = pd.DataFrame({"t": rec["t_call"], "g": rec["group"], "s": rec["seq"], "i": rec["sig"]})
     keep = ~keys.duplicated(keep="last").to_numpy()

@@ -221,7 +221,8 @@ SIG_FIELDS = (
     "shapes",      # list of input shapes, e.g. [[10, 10]]
     "out_shapes",  # list of output shapes
     "dtype",       # "float32", ... ("mixed" if inputs differ)
-    "bytes",       # bytes of the tensors the rank passes in
+    "bytes",       # bytes of the tensors the rank passes in (sparse: indices + values, from the nnz at the call)
+    "layout",      # only when a tensor is not strided: "sparse_coo", "sparse_csr", ... ("mixed")
     "out_bytes",   # bytes of the output tensors
     "reduce_op",   # "SUM", ... or null
     "root",        # root / src / dst rank (global), or null

@@ -106,3 +106,19 @@ def test_a_recv_whose_wait_raised_is_recorded_failed(tmp_path, wrapper):
     assert recv["status"].astype(str).tolist() == ["failed"], recv[["status", "error"]]
     assert "RuntimeError" in str(recv["error"].iloc[0])
     assert "deprecated" not in run.result.stderr
+
+
+def test_a_p2p_op_written_completed_whose_wait_then_raised_is_failed(tmp_path):
+    """A p2p Work reported is_completed() (the flush wrote the recv completed) and the caller's
+    wait() raised after: the op is written again, failed, with the backend's message; readers keep
+    an op's last record. Python wrapper (a backend written in Python, without a future); the native
+    wrapper reads gloo's completion and exception together (both set by its wait)."""
+    run = h.spawn_traced("p2p_done_then_raise.py", 2, tmp_path, timeout=120)
+    run.result.check(0)
+    got = run.rank_json(1)
+    assert got["raised"] and got["status_before_wait"] == "completed", got
+    assert h.group_wrappers(run.run_dir) == {"python"}
+    recv = run.frame[(run.frame["rank"] == 1) & (run.frame["op"] == "recv")]
+    assert len(recv) == 1, recv
+    assert recv["status"].astype(str).tolist() == ["failed"], recv[["status", "error"]]
+    assert "peer gone" in str(recv["error"].iloc[0])

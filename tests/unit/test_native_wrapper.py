@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -85,3 +86,33 @@ def test_drain_keeps_call_order_across_blocking_and_async(tmp_path):
     assert set(df["status"]) == {"completed"} and not df["end_observed"].any()
     assert (df["t_end_ns"] >= df["t_start_ns"]).all()
     assert set(df["callsite"].str.split(":").str[0]) == {os.path.join("tests", "unit", "test_native_wrapper.py")}
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_sparse_layouts_are_counted_from_their_stored_parts(tmp_path):
+    """Each sparse layout a program can hand a group's allreduce directly (COO at two nnz, CSR,
+    BSR) is counted at its indices and values, per op, by both wrappers (the native one keys each
+    size; compressed layouts never reach a group through dist.all_reduce: the dispatcher has no
+    kernel for them)."""
+    from commtrace.capture.wrapper import TracedProcessGroup
+    dense = torch.zeros(6, 4)
+    dense[1, 2] = dense[4, 0] = 1.0
+    coo2 = dense.to_sparse()
+    dense[5, 3] = 1.0
+    coo3 = dense.to_sparse()
+    csr, bsr = dense.to_sparse_csr(), dense.to_sparse_bsr((2, 2))
+    expected = [2 * (2 * 8 + 4), 3 * (2 * 8 + 4),                 # COO: 2 int64 indices + a float32 value per nnz
+                7 * 8 + 3 * 8 + 3 * 4,                            # CSR: crow (rows + 1), col and values
+                4 * 8 + bsr._nnz() * 8 + bsr._nnz() * 2 * 2 * 4]  # BSR: crow (block rows + 1), col, 2x2 blocks
+    for kind in ("native", "python"):
+        run_dir = tmp_path / kind
+        rec, traced = _traced(run_dir)
+        if kind == "python":
+            traced = TracedProcessGroup(_DoneBackend(), rec, 0, [0])
+        opts = torch_compat.make_options(dist.AllreduceOptions, async_op=False)
+        for t in (coo2, coo3, coo2, csr, bsr):
+            traced.allreduce([t], opts).wait()
+        rec.close()
+        df = load_run(str(run_dir)).frame.sort_values("t_start_ns")
+        assert df["bytes"].tolist() == [expected[0], expected[1], expected[0], expected[2], expected[3]], kind
+        assert df["shapes"].tolist() == ["[[6,4]]"] * 5

@@ -18,9 +18,10 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.rank_ranges import rank_key, world_group_name
-from ...trace.schema import P2P_OPS, TOTAL_SIZE_OPS
+from ...trace.schema import P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
+from ..match import failed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
@@ -152,6 +153,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         return _empty(task.chunk)
     total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
+    failed = np.empty(total, bool)
     at = 0
     for i, (key, world, pt, rec, t) in enumerate(slices):
         slices[i] = None                             # the records go as their rows are written
@@ -166,6 +168,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():
             c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        failed[at:at + len(rec)] = rec["status"] == STATUS_FAILED
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks
             c["rank"][at:at + len(rec)] = key
         at += len(rec)
@@ -190,7 +193,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
     T, S = slowest, size.astype(np.float64)
-    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, T, S, fac)
+    bad = failed_instances(inst, k, failed)
+    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, T, S, fac, bad)
     coll = np.flatnonzero((~p2p) & (ranks >= 2))
     spread = table["spread_ns"][coll]
     order = np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
@@ -206,7 +210,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     by_op = np.argsort(op_coll, kind="stable")          # each op's spreads in instance order
     cut = np.flatnonzero(np.diff(op_coll[by_op])) + 1
     spreads = {ops[int(op_coll[g[0]])]: spread[g].astype(np.float64) for g in np.split(by_op, cut) if len(g)}
-    okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0)
+    okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0) & ~bad
     busbw = (float((S[okb] * fac[okb]).sum()), float(T[okb].sum()), int(((~p2p)).sum()))
     split = split_instances(c["cell"], cell_ids, inst, first, c["rank"], c["t"],
                             np.asarray(ops, dtype=object)[op_first], group_of[c["wg"][first]], c["seq"][first])
@@ -327,10 +331,10 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
     return out[0], out[1]
 
 
-def _bandwidth(task, cell, inst, cell_ids, T, S, fac) -> dict:
+def _bandwidth(task, cell, inst, cell_ids, T, S, fac, failed) -> dict:
     """Per summary table: (key tuples, collectives, T, S, B) summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
-    terms = bandwidth_terms(T, S, fac)
+    terms = bandwidth_terms(T, S, fac, failed)
     k = len(T)
     head = np.zeros(k, np.int64)
     head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)

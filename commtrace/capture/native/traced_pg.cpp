@@ -90,7 +90,7 @@ class TracedPG : public c10d::ProcessGroup {
       if (!info.cpu && info.cuda >= 0) capturing = log.stream_capturing();
       if (p2p) op->seq = ++p2p_seq_[std::make_pair(std::string(op_name), peer)];
     };
-    bool later = issue_only_enqueues_ && !p2p;
+    bool later = issue_only_enqueues_ && !p2p && !key.sparse_tensor;
     if (later) {
       op->seq = ++seq_;
     } else {

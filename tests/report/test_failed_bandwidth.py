@@ -1,0 +1,41 @@
+"""A collective that failed has no bandwidth: it moved an unknown part of its size in its time.
+Before, a failed all_reduce (gloo rejects uint16 after the call) added its size and its time to
+the per-op table's algbw/busbw like a completed one. Both engines (one frame, --partitioned)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import helpers as h
+from report.conftest import cli
+
+F32_BYTES = 4000
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("failed")
+    run = h.spawn_traced("failed_collective.py", 2, tmp, timeout=120)
+    run.result.check(0)
+    return run
+
+
+@pytest.mark.parametrize("engine", [[], ["--partitioned"]])
+def test_a_failed_collective_adds_nothing_to_bandwidth(failed_run, tmp_path, engine):
+    assert all(failed_run.rank_json(r)["raised"] for r in range(2)), "gloo took uint16: no failed op to test"
+    df = failed_run.frame
+    ar = df[df["op"] == "all_reduce"]
+    assert sorted(ar["status"].astype(str).value_counts().items()) == [("completed", 8), ("failed", 2)]
+    ok = ar[ar["status"] == "completed"]
+    assert set(ok["bytes"]) == {F32_BYTES}
+    # by hand: per collective its slowest rank's duration T; S = the buffer; 2 ranks: factor 1
+    T = ok.groupby("seq")["duration_ns"].max().to_numpy(np.float64)
+    expected = F32_BYTES * len(T) / (T.sum() * 1e-9)
+    out = tmp_path / "r.json"
+    assert cli("report", failed_run.run_dir, "-q", "--json", out, *engine) == 0
+    row = next(r for r in json.loads(out.read_text())["by_op"] if r["op"] == "all_reduce")
+    assert row["collectives"] == 5     # the failed one is still a collective, and its ops still count
+    assert row["algbw"] == pytest.approx(expected, rel=1e-6)
+    assert row["busbw"] == pytest.approx(expected, rel=1e-6)
