@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import types
 
 SUPPORTED = ((2, 4), (2, 15))  # the oldest and newest minor release tested (make test-compat)
 
@@ -151,6 +152,32 @@ def dynamo_code_skipper(callees: bool):
     except Exception:
         return None
     return lambda code: set_code_exec_strategy(code, strategy)
+
+
+# -- TorchScript ----------------------------------------------------------------------------------
+def alias_script_builtin(wrapper, orig):
+    """TorchScript resolves a function a scripted body calls to a builtin op by the function's
+    identity (``torch.jit._builtins``: a table built on first use, in torch 2.13 already while
+    torch imports). Makes ``wrapper``, put in ``orig``'s place as a module attribute, resolve to
+    ``orig``'s op (``torch.distributed.autograd.backward``: ``aten::dist_backward``); without it a
+    script calling the attribute fails to compile. Returns a handle whose ``remove()`` undoes it
+    (the wrapper's id must not outlive the wrapper there), or None: table not built yet (it will
+    read the wrapper from the module), ``orig`` no builtin, or this torch lacks the table."""
+    try:
+        from torch.jit import _builtins
+    except ImportError:
+        return None
+    table = getattr(_builtins, "_builtin_table", None)
+    if not isinstance(table, dict) or id(orig) not in table:
+        return None
+    key, op = id(wrapper), table[id(orig)]
+    table[key] = op
+
+    def remove() -> None:
+        if table.get(key) == op:
+            del table[key]
+    # holds the wrapper: alive while aliased, its id not reused meanwhile
+    return types.SimpleNamespace(remove=remove, wrapper=wrapper)
 
 
 # -- torch's distributed test harness -------------------------------------------------------------

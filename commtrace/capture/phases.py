@@ -94,6 +94,10 @@ class PhaseHooks:
         import torch.distributed.autograd as dist_autograd
         if hasattr(dist_autograd, "backward"):
             self._patch(dist_autograd, "backward", self._wrap_backward)
+            # a TorchScript function calling it (torch's JitDistAutogradTest) compiles to its op
+            alias = torch_compat.alias_script_builtin(dist_autograd.backward, self.originals[-1][2])
+            if alias is not None:
+                self.originals.append(("hook", alias))
         try:
             from torch.distributed.algorithms.join import Join
             self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))

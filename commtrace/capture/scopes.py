@@ -20,11 +20,20 @@ def drop_own_frame(exc: BaseException) -> None:
 def in_context(rec, orig, enter, leave=None):
     """``orig`` wrapped: ``enter(args, kwargs)`` pushes an annotation context on ``rec``
     (and returns its token), popped by ``leave`` (default ``rec.pop_context``) when ``orig``
-    returns or raises; a raised exception's traceback reads as without commtrace."""
+    returns or raises; a raised exception's traceback reads as without commtrace. While Dynamo
+    traces it (a torch function called inside compiled code: DDP's ``_pre_forward`` under
+    ``torch.compile(ddp_model, fullgraph=True)``) it is ``orig`` alone, as Dynamo reads
+    ``is_compiling()`` as True: no graph break of ours (``fullgraph=True`` failed on one,
+    "Unsupported context manager"), the graph untraced torch builds; compiled, the call has no
+    annotation context (the module tracker's hooks do the same)."""
     leave = leave or rec.pop_context
+    import torch
+    compiling = torch.compiler.is_compiling
 
     @functools.wraps(orig)
     def scoped(*args, **kwargs):
+        if compiling():
+            return orig(*args, **kwargs)
         token = enter(args, kwargs)
         try:
             return orig(*args, **kwargs)

@@ -122,3 +122,25 @@ def test_a_p2p_op_written_completed_whose_wait_then_raised_is_failed(tmp_path):
     assert len(recv) == 1, recv
     assert recv["status"].astype(str).tolist() == ["failed"], recv[["status", "error"]]
     assert "peer gone" in str(recv["error"].iloc[0])
+
+
+@pytest.mark.parametrize("wrapper", ["native", "python"])
+def test_a_failed_op_is_recorded_with_the_exception_python_raised(tmp_path, wrapper):
+    """A collective that raises at the call is recorded failed under the exception type the
+    program catches: torch raises its c10 ValueError (a non-contiguous all_to_all_single
+    input) as ValueError, a plain c10 error as RuntimeError. (Found running test_c10d_common's
+    ``test_all_to_all_single`` traced: the native wrapper wrote every c10 error as
+    RuntimeError, so ``check`` named an error the program never saw.)"""
+    if wrapper == "native":
+        h.ensure_native_wrapper()
+    env = h.clean_env(**({"COMMTRACE_NATIVE": "0"} if wrapper == "python" else {}))
+    run = h.spawn_traced("op_error_types.py", 1, tmp_path, timeout=120, env=env)
+    run.result.check(0)
+    assert h.group_wrappers(run.run_dir) == {wrapper}
+    raised = run.rank_json(0)["raised"]
+    assert [r.split(":")[0] for r in raised] == ["ValueError", "RuntimeError"], raised
+    failed = run.frame[run.frame["status"].astype(str) == "failed"].sort_values("seq")
+    assert failed["op"].tolist() == ["all_to_all", "all_reduce"], failed[["op", "error"]]
+    errors = [str(e) for e in failed["error"]]
+    for seen, recorded in zip(raised, errors):
+        assert recorded.startswith(seen.splitlines()[0]), (seen, recorded)

@@ -38,4 +38,39 @@ static inline int64_t now_ns() {  // CLOCK_MONOTONIC: the clock of Python's time
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// An exception as Python names it: "Type: message". torch's bindings raise these c10
+// errors as Python exceptions of their own (a non-contiguous all_to_all_single input:
+// ValueError), every other c10::Error and std::exception as RuntimeError. One rule for
+// every failure the native wrapper records (at the call, at a wait, by a future or a poll).
+static inline std::string error_text(std::exception_ptr ex) {
+  auto named = [](const char* type, const c10::Error& e) {
+    return std::string(type) + ": " + e.what_without_backtrace();
+  };
+  try {
+    std::rethrow_exception(ex);
+  } catch (const c10::DistBackendError& e) {
+    return named("DistBackendError", e);
+  } catch (const c10::DistNetworkError& e) {
+    return named("DistNetworkError", e);
+  } catch (const c10::DistStoreError& e) {
+    return named("DistStoreError", e);
+  } catch (const c10::DistError& e) {
+    return named("DistError", e);
+  } catch (const c10::ValueError& e) {
+    return named("ValueError", e);
+  } catch (const c10::TypeError& e) {
+    return named("TypeError", e);
+  } catch (const c10::IndexError& e) {
+    return named("IndexError", e);
+  } catch (const c10::NotImplementedError& e) {
+    return named("NotImplementedError", e);
+  } catch (const c10::Error& e) {
+    return named("RuntimeError", e);
+  } catch (const std::exception& e) {
+    return std::string("RuntimeError: ") + e.what();
+  } catch (...) {
+    return "RuntimeError: unknown error";
+  }
+}
+
 }  // namespace ct

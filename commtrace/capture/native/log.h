@@ -234,7 +234,7 @@ class Log {
       // futures run it right here.
       fut->addCallback([op](c10::ivalue::Future& f) {
         if (f.hasError()) {
-          op->error = f.tryRetrieveErrorMessage();
+          op->error = error_text(f.exception_ptr());
           op->status = STATUS_FAILED;
         }
         op->t_end.store(now_ns(), std::memory_order_release);
@@ -307,7 +307,7 @@ class Log {
       out.assign(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(Record));
       failed.swap(failed_);
     }
-    for (auto& op : failed) report_error(*op, "RuntimeError: " + op->error);
+    for (auto& op : failed) report_error(*op, op->error);
     return py::bytes(out);
   }
 
@@ -393,13 +393,7 @@ class Log {
   static void stamp_polled_end(Op& op, Work& work, int64_t t) {
     try {
       if (auto ex = work.exception()) {
-        try {
-          std::rethrow_exception(ex);
-        } catch (const std::exception& e) {
-          op.error = e.what();
-        } catch (...) {
-          op.error = "unknown error";
-        }
+        op.error = error_text(ex);
         op.status = STATUS_FAILED;
       }
     } catch (...) {

@@ -146,12 +146,9 @@ class TracedPG : public c10d::ProcessGroup {
       throw;
     } catch (py::error_already_set& e) {
       fail(op, [&] { return std::string(e.what()); }, describe);
-    } catch (const c10::DistBackendError& e) {
-      fail(op, [&] { return std::string("DistBackendError: ") + e.what_without_backtrace(); }, describe);
-    } catch (const c10::Error& e) {
-      fail(op, [&] { return std::string("RuntimeError: ") + e.what_without_backtrace(); }, describe);
-    } catch (const std::exception& e) {
-      fail(op, [&] { return std::string("RuntimeError: ") + e.what(); }, describe);
+    } catch (const std::exception&) {
+      auto ex = std::current_exception();
+      fail(op, [&] { return error_text(ex); }, describe);
     }
   }
 

@@ -31,13 +31,8 @@ class Waiter {
       }
       try {
         p.work->wait();
-      } catch (const c10::Error& e) {
-        p.op->error = e.what_without_backtrace();
-        p.op->status = STATUS_FAILED;
-      } catch (const std::exception& e) {
-        p.op->error = e.what();
-        p.op->status = STATUS_FAILED;
       } catch (...) {
+        p.op->error = error_text(std::current_exception());
         p.op->status = STATUS_FAILED;
       }
       p.op->t_end = now_ns();
