@@ -98,7 +98,7 @@ def test_rank_raises(tmp_path):
     rep = _run([sys.executable, "-m", "commtrace", "report", str(tmp_path / "run")], timeout=120)
     banner = rep.stdout.split("\n  hosts ")[0]       # the row folds at 80 columns
     assert "\n  ended      rank 0: " in banner, rep.stdout   # raised gloo's error, or SIGTERMed by mp.spawn
-    assert "; rank 1: raised RuntimeError: injected failure at step 3" in banner.replace("\n", ""), rep.stdout
+    assert "; rank 1: raised RuntimeError: injected failure at step 3" in " ".join(banner.split()), rep.stdout
 
 
 def test_rank_sigkilled(tmp_path):
