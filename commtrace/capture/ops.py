@@ -49,12 +49,22 @@ def nbytes(t: Tensor) -> int:
     return sum(p.numel() * p.element_size() for p in parts)
 
 
+def _tensor_arg(args, kwargs):
+    """An all_reduce's tensor argument: its first, positional or by name."""
+    return args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))
+
+
 def sparse_call(args, kwargs) -> bool:
     """Whether an all_reduce's (first) tensor is sparse (the one op c10d backends take sparse
     tensors for: gloo's sparse all_reduce, DDP's sparse gradients)."""
-    a = args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))
+    a = args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))   # _tensor_arg inlined: per all_reduce
     t = a[0] if type(a) is list and a else a
     return isinstance(t, Tensor) and t.layout is not _STRIDED
+
+
+def sparse_key(args, kwargs) -> tuple:
+    """What fixes a sparse all_reduce's bytes, for its call key: each of its tensors' ``nbytes``."""
+    return tuple(map(nbytes, flat(_tensor_arg(args, kwargs))))
 
 
 def _is_opts(x) -> bool:

@@ -269,7 +269,7 @@ def _lookup(rec, ranks, cpu_only, name, spec, ident, ctx, args, kwargs, uf, thre
     """(sig id, opts, key) of one call (also the native wrapper's); interns a new sig the first time."""
     key, opts = call_key(args, kwargs)
     if spec.sparse and ops.sparse_call(args, kwargs):  # a sparse tensor's bytes depend on its nnz
-        key = (*key, tuple(map(ops.nbytes, ops.flat(args[:1] or list(kwargs.values())))))
+        key = (*key, ops.sparse_key(args, kwargs))
     # id() of the code object, as in _internal_code; _kept_code keeps the id valid.
     # id(ranks): one list per group; a sig names global ranks (root, peer), which depend on the group
     full = (name, ident, ctx, key, uf and id(uf.f_code), uf and uf.f_lineno, cpu_only, id(ranks))
@@ -311,15 +311,13 @@ def _make_traced(name: str, spec: ops.Spec):
         if described:
             sig, opts, key = _lookup(self._rec, self._ranks, self._cpu_only, name, spec, ident, ctx, args, kwargs,
                                 user_frame())
-            if p2p:
-                seq = self._p2p_next(op, key)
-            else:
-                self._seq += 1
-                seq = self._seq
+        else:
+            sig = (self, name, args, kwargs, ident, ctx)   # resolved after the call is issued
+        if p2p:
+            seq = self._p2p_next(op, key)
         else:
             self._seq += 1
             seq = self._seq
-            sig = (self, name, args, kwargs, ident, ctx)   # resolved after the call is issued
         row = [t0, 0, 0, seq, sig, rec.iteration, self._gid, _IN_FLIGHT, 0]
         tr = rec.tracker
         active = tr.active
