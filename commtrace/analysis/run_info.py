@@ -11,7 +11,7 @@ from ..errors import CommtraceError
 from ..trace import reader, schema
 from . import intervals
 from .bounded_coverage import coverage_text
-from .check.fates import fates_by_rank
+from .check.fates import ENDED_NORMALLY, fates_by_rank
 
 
 @dataclass
@@ -143,7 +143,8 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         "comm_ns_per_rank": comm_ns_per_rank,
         "ops": ops, "bytes": nbytes, "failed": failed, "in_flight": in_flight,
         "incomplete_ranks": sorted(p.get("rank") for p in procs if not p.get("complete") and p.get("rank") is not None),
-        "endings": {r: f.describe() for r, f in sorted(fates_by_rank(procs).items()) if not f.ended_normally},
+        "endings": {r: text for r, f in sorted(fates_by_rank(procs).items())
+                    if (text := f.describe()) != ENDED_NORMALLY},
     }
 
 

@@ -37,10 +37,6 @@ class RankFate:
         """Its first world's id (None: unknown)."""
         return self.worlds[0] if self.worlds else None
 
-    @property
-    def ended_normally(self) -> bool:
-        return self.describe() == ENDED_NORMALLY
-
     def describe(self) -> str:
         if self.exception:
             return f"raised {self.exception.get('exc_type')}: {_first_line(self.exception.get('message'))}"
