@@ -15,7 +15,7 @@ from ..trace.rank_ranges import fmt_rank_keys, rank_name, several_worlds
 from ..analysis.timeline import Timeline, timeline_layout
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from ..trace.schema import op_kind
-from .tables import Column, print_table
+from .tables import Column, print_table, shorten
 
 _EXTRA = ["white", "bright_red", "bright_white", "dark_orange", "purple"]   # ops schema.OP_KINDS gives none
 MARK_SYMBOLS = "123456789abcdefghijklmnopqrstuvwxyz"
@@ -163,10 +163,6 @@ _ENDINGS_SHOWN = 3   # more kinds of ending: `commtrace check` lists them
 _ENDING_CHARS = 100  # an exception's message can run to a paragraph: check prints it whole
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n - 3].rstrip() + "..."
-
-
 def _endings_text(info: dict) -> str:
     """The banner's ranks that did not exit normally, one part per way of ending:
     "rank 1: raised RuntimeError: boom; rank 4-7: trace ends abruptly (...)"."""
@@ -174,7 +170,7 @@ def _endings_text(info: dict) -> str:
     for r, text in info["endings"].items():
         ranks_of.setdefault(text, []).append(r)
     rank = "" if several_worlds(info["rank_list"]) else "rank "   # "w1:r0-3" names itself
-    parts = [f"{rank}{fmt_rank_keys(ranks)}: {_cut(plain_safe(text), _ENDING_CHARS)}" for text, ranks in ranks_of.items()]
+    parts = [f"{rank}{fmt_rank_keys(ranks)}: {shorten(plain_safe(text), _ENDING_CHARS)}" for text, ranks in ranks_of.items()]
     more = len(parts) - _ENDINGS_SHOWN
     return "; ".join(parts[:_ENDINGS_SHOWN]) + (f"; {more} more (`commtrace check` lists them)" if more > 0 else "")
 
