@@ -48,8 +48,14 @@ def activate_from_env(command: list[str] | None = None) -> bool:
     with _lock:
         if _state.get("recorder") is not None:
             return True
+        from .launch import detect
         from .recorder import Recorder
 
+        # A process under a launcher of its own (torchrun's ranks, a traced program's child
+        # started by mpirun) takes its name, not the one inherited from the traced parent.
+        launcher = detect(os.environ).launcher
+        if launcher != "none":
+            os.environ[schema.ENV_LAUNCHER] = launcher
         rec = Recorder(
             run_dir=run_dir,
             run_id=os.environ.get(schema.ENV_RUN_ID, "run"),

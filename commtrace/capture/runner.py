@@ -9,6 +9,7 @@ import io
 import json
 import os
 import runpy
+import shutil
 import sys
 import traceback
 import types
@@ -65,12 +66,35 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
     return run_dir, run_id, info, comm, set_names
 
 
+def python_command(name: str) -> str | None:
+    """The path of ``name`` when it is not a file here but a Python script on PATH (a console
+    script such as torchrun or accelerate), which runs like any script; else None."""
+    if os.path.exists(name) or os.sep in name:
+        return None
+    path = shutil.which(name)
+    return path if path is not None and _is_python_script(path) else None
+
+
+def _is_python_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
 def missing_target(opts: RunOptions) -> str | None:
     """Why the target does not exist (one line), or None. A module is looked up by its
     top-level name only, which imports nothing."""
     if not opts.is_module:
         # a script file, or (as python runs them too) a directory or zip file with a __main__.py
-        return None if os.path.exists(opts.target) else f"{opts.target}: no such file"
+        if os.path.exists(opts.target):
+            return None
+        if os.sep not in opts.target and shutil.which(opts.target):  # mpirun, srun: not Python
+            return (f"{opts.target} is a program, not a Python script: start commtrace under it "
+                    f"(e.g. {opts.target} ... python -m commtrace run SCRIPT)")
+        return f"{opts.target}: no such file"
     top = opts.target.split(".")[0]
     try:
         found = bool(top) and importlib.util.find_spec(top) is not None

@@ -58,11 +58,7 @@ def start(out_dir=None, keep_last=None, steps=None, hang_timeout=None, abort_on_
             return Session(rec.run_dir, started=False)
         if rec is None and out_dir is None and os.environ.get(schema.ENV_DIR) and os.environ.get(schema.ENV_RUN_ID):
             # A child of a traced run (COMMTRACE=1 reaches it before the boot sitecustomize
-            # does): it joins the run, under its own launcher's name if it has one (torchrun's
-            # ranks are children of its agent, which COMMTRACE=1 traces first).
-            launcher = launch.detect(os.environ).launcher
-            if launcher != "none":
-                os.environ[schema.ENV_LAUNCHER] = launcher
+            # does): it joins the run (activate_from_env names its own launcher).
             activate.activate_from_env()
             return Session(os.environ[schema.ENV_DIR], started=False)
         run_dir, run_id, launcher = _choose_run_dir(out_dir)

@@ -14,6 +14,7 @@ examples:
   mpirun -n 2 python -m commtrace run train.py --epochs 3
   srun -n 4 python -m commtrace run train.py
   torchrun --nproc_per_node 2 -m commtrace run train.py
+  python -m commtrace run torchrun --nproc_per_node 2 train.py   # a Python launcher on PATH runs traced
   python -m commtrace run train_that_calls_mp_spawn.py
   python -m commtrace run -o runs/exp1 -m mypkg.train
   python -m commtrace run --keep-last 100000 train.py        # bounded: the last 100000 ops per process
@@ -23,7 +24,9 @@ The script is not modified. All ranks write into one run directory: -o DIR, or
 ./commtrace-out/<YYYYmmdd-HHMMSS>-<6 hex>/ under every launcher; rank 0 says
 where on stderr at the end (under mpirun also at the start). Options before the
 script are run's; from the script on, every argument is the script's. The exit
-code is the script's exit code.
+code is the script's exit code. SCRIPT may name a Python program on PATH
+(torchrun, accelerate, deepspeed): it runs as that script, and the ranks it
+starts are traced as its children.
 
 Bounded, always-on mode: --keep-last N keeps the last N ops (and compute
 spans) per process in a ring of two file segments (at most 2N x 32 bytes
@@ -54,7 +57,7 @@ def add_parser(sub) -> None:
 
 def run_run(ns) -> int:
     from ..capture.bounded import make_options
-    from ..capture.runner import RunOptions, missing_target, run
+    from ..capture.runner import RunOptions, missing_target, python_command, run
     try:
         bounded = make_options(ns.keep_last, ns.steps, names=("--keep-last", "--steps"))
     except ValueError as e:
@@ -69,7 +72,7 @@ def run_run(ns) -> int:
             args = args[1:]
         if not args:
             raise CommtraceError("run: no script given (usage: commtrace run SCRIPT [ARGS...] or -m MODULE)")
-        opts = RunOptions(target=args[0], args=args[1:], **common)
+        opts = RunOptions(target=python_command(args[0]) or args[0], args=args[1:], **common)
     why = missing_target(opts)  # before anything runs or is written
     if why:
         raise CommtraceError(f"run: {why}")

@@ -60,11 +60,17 @@ def test_children_and_successive_worlds(tmp_path):
         assert abs(comm / info["comm_share_per_rank"][key] - wall) < 1e3, key
 
 
-def test_torchrun(tmp_path):
+@pytest.mark.parametrize("order", ["commtrace under torchrun", "torchrun under commtrace"])
+def test_torchrun(tmp_path, order):
+    """torchrun ... -m commtrace run SCRIPT, and commtrace run torchrun ... SCRIPT: a Python
+    console script named on PATH runs as that script, its ranks traced as its children."""
     run_dir, out = tmp_path / "run", tmp_path / "res"
-    res = h.run([h.TORCHRUN, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-                 "--master_port", h.free_port(), "-m", "commtrace", "run", "-o", run_dir, worker("trun.py"), out],
-                timeout=120)
+    torchrun = ["--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", h.free_port()]
+    if order == "commtrace under torchrun":
+        args = [h.TORCHRUN, *torchrun, "-m", "commtrace", "run", "-o", run_dir, worker("trun.py"), out]
+    else:
+        args = [h.PY, "-m", "commtrace", "run", "-o", run_dir, "torchrun", *torchrun, worker("trun.py"), out]
+    res = h.run(args, timeout=120, env=h.clean_env(PATH=h.BIN + os.pathsep + os.environ.get("PATH", "")))
     res.check(0)
     import json
     for r in range(2):

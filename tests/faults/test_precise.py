@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import sys
 
 import pytest
 
 from commtrace.analysis import check as C
 
-from .conftest import MPIRUN, SCRIPTS, _run, check_cli, diagnose_dir, kinds
+from .conftest import MPIRUN, SCRIPTS, _env, _run, check_cli, diagnose_dir, kinds
 
 EARLY = str(SCRIPTS / "early_faults.py")
 
@@ -138,3 +139,16 @@ def test_nothing_readable_is_exit_2(two_site_run, tmp_path):
 def test_run_target_that_does_not_exist(tmp_path, target, message):
     p = _run([sys.executable, "-m", "commtrace", "run", "-o", str(tmp_path / "run"), *target], timeout=60)
     assert (p.returncode, p.stderr.strip(), p.stdout) == (2, message, "")
+
+
+def test_run_target_that_is_a_program(tmp_path):
+    """A launcher named where the script goes (commtrace run mpirun ...): one line that says
+    what to do instead, and nothing runs."""
+    env = _env()
+    env["PATH"] = str(MPIRUN.parent) + os.pathsep + env.get("PATH", "")
+    p = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", str(tmp_path / "run"), "mpirun", "-n", "2",
+                        "x.py"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip() == ("commtrace: error: run: mpirun is a program, not a Python script: start commtrace "
+                                "under it (e.g. mpirun ... python -m commtrace run SCRIPT)")
+    assert not (tmp_path / "run").exists()
