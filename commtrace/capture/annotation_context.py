@@ -107,7 +107,14 @@ class AnnotationContext:
         return dict(self._context)
 
     def context_field(self, name: str):
-        """One field of the process-wide context (None if unset)."""
+        """One field of the context the calling thread reads (None if unset): the process-wide
+        one, or on a program thread that set no field itself, its own (the main thread's phase
+        or region is not its: a scope that sets a phase only where none is set sets it there)."""
+        blank = self._blank_threads
+        if blank:
+            ident = _get_ident()
+            if ident in blank:
+                return self._thread_fields.get(ident, {}).get(name)
         return self._context.get(name)
 
     # -- per-thread contexts ------------------------------------------------------

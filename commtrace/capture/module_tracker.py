@@ -51,7 +51,17 @@ class ModuleTracker:
         distribute = (("distribute_tensor", self._scope("dtensor_distribute", phase="dtensor_init")),)
         # Each module of the plan is parallelized by a call of its own (the innermost names it).
         parallelize = (("parallelize_module", self._scope(phase="tp_init", unit=_module_arg, unit_wins=True)),)
+        # Distributed checkpointing's collectives (its planners' gather/scatter of metadata, the
+        # state-dict helpers' gathers) are phase checkpoint wherever no phase runs.
+        checkpoint = self._scope(phase="checkpoint")
         after = {
+            "torch.distributed.checkpoint.state_dict_saver": lambda m: self._patch_each(
+                m, [(name, checkpoint) for name in ("save", "async_save", "save_state_dict")]),
+            "torch.distributed.checkpoint.state_dict_loader": lambda m: self._patch_each(
+                m, [(name, checkpoint) for name in ("load", "load_state_dict")]),
+            "torch.distributed.checkpoint.state_dict": lambda m: self._patch_each(
+                m, [(f"{verb}_{what}", checkpoint) for verb in ("get", "set")
+                    for what in ("state_dict", "model_state_dict", "optimizer_state_dict")]),
             "torch.distributed.device_mesh": self._patch_mesh,
             "torch.distributed.fsdp._fully_shard._fsdp_param_group": self._patch_fsdp2,
             "torch.distributed._composable.fsdp._fsdp_param_group": self._patch_fsdp2,   # older releases
