@@ -18,8 +18,8 @@ def test_checkpoint_phase_and_side_thread_scopes(tmp_path):
         ckpt = d[d["phase"] == "checkpoint"]
         # Every op DCP issues is phase checkpoint: the executor thread's too (before, its scope
         # saw the main thread's phase checkpoint as "a phase is set" and left its own ops without).
-        threads = set(ckpt["thread"].astype(str))
-        assert threads == {"MainThread", "AsyncCheckpointExecutor_0"}, threads
+        threads = set(ckpt["thread"].astype(str))   # the executor's: "ThreadPoolExecutor-0_0" on torch 2.4
+        assert len(threads) == 2 and "MainThread" in threads and "side" not in threads, threads
         # the program's own ops after the checkpoints have no phase: the regions' all_reduces, its
         # object collective
         unphased = d[d["phase"].isna()]
