@@ -8,7 +8,7 @@ from . import intervals as iv
 from .arrays import OpArrays
 from .match import Matched
 from .step_table import RankTimes
-from .summary import bandwidth_terms, bus_factors, failed_of
+from .summary import bandwidth_terms, bus_factors, untimed_of
 
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
 
@@ -131,7 +131,7 @@ def bandwidth_by_size(matched: Matched, end_observed: np.ndarray | None = None) 
     keep = ~inst["p2p"].to_numpy(dtype=bool)
     inst, observed = inst[keep], observed[keep]
     T, S, SB = bandwidth_terms(inst["slowest_ns"].to_numpy(np.float64), inst["size_bytes"].to_numpy(np.float64),
-                               bus_factors(inst), failed_of(inst))
+                               bus_factors(inst), untimed_of(inst))
     ok = T > 0      # as summary counts them: T and S known and positive
     if not ok.any():
         return pd.DataFrame(columns=cols)

@@ -66,7 +66,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     rg, inst = gcell[c.code].astype(np.int64, copy=False), matched.instances
     pg, pi = distinct_pairs(rg[inst["row"].to_numpy(np.int64)], rg, matched.inst.astype(np.int64, copy=False))
     terms = bandwidth_terms(inst["slowest_ns"].to_numpy(dtype=np.float64),
-                            inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst), failed_of(inst))
+                            inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst), untimed_of(inst))
     return with_collectives(out, *pair_sums(pg, pi, n, terms), qs)
 
 
@@ -117,18 +117,18 @@ def distinct_pairs(first_row: np.ndarray, op_row: np.ndarray, op_inst: np.ndarra
     return pg, pi
 
 
-def bandwidth_terms(T: np.ndarray, S: np.ndarray, fac: np.ndarray, failed: np.ndarray | None = None) -> tuple:
-    """Per instance (T, S, S x bus factor), 0 where T or S is unknown or not positive, or where an op
-    of the instance failed (``failed``: it moved an unknown part of S in T): not counted."""
+def bandwidth_terms(T: np.ndarray, S: np.ndarray, fac: np.ndarray, untimed: np.ndarray | None = None) -> tuple:
+    """Per instance (T, S, S x bus factor), 0 where T or S is unknown or not positive, or where T is
+    not the slowest rank's known time (``untimed``: ``match.untimed_instances``): not counted."""
     ok = np.isfinite(T) & (T > 0) & (S > 0)
-    if failed is not None:
-        ok &= ~failed
+    if untimed is not None:
+        ok &= ~untimed
     return np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
 
 
-def failed_of(inst: pd.DataFrame) -> np.ndarray | None:
-    """Per instance of ``match_ops``: whether one of its ops failed (None: not known)."""
-    return inst["failed"].to_numpy(dtype=bool) if "failed" in inst else None
+def untimed_of(inst: pd.DataFrame) -> np.ndarray | None:
+    """Per instance of ``match_ops``: whether its slowest rank's time is not known (None: not known)."""
+    return inst["untimed"].to_numpy(dtype=bool) if "untimed" in inst else None
 
 
 def pair_sums(pg: np.ndarray, pi: np.ndarray, n: int, terms: tuple) -> list:

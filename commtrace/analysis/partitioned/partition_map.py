@@ -21,7 +21,7 @@ from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
-from ..match import failed_instances
+from ..match import untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
@@ -193,7 +193,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
     T, S = slowest, size.astype(np.float64)
-    bad = failed_instances(inst, k, failed)
+    bad = untimed_instances(inst, k, failed, c["dur"], expected)
     bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, T, S, fac, bad)
     coll = np.flatnonzero((~p2p) & (ranks >= 2))
     spread = table["spread_ns"][coll]
@@ -331,10 +331,10 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
     return out[0], out[1]
 
 
-def _bandwidth(task, cell, inst, cell_ids, T, S, fac, failed) -> dict:
+def _bandwidth(task, cell, inst, cell_ids, T, S, fac, untimed) -> dict:
     """Per summary table: (key tuples, collectives, T, S, B) summed over the distinct
     (row, instance) pairs (every row an instance has an op in counts it once)."""
-    terms = bandwidth_terms(T, S, fac, failed)
+    terms = bandwidth_terms(T, S, fac, untimed)
     k = len(T)
     head = np.zeros(k, np.int64)
     head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
