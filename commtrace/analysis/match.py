@@ -54,7 +54,8 @@ def untimed_instances(inst: np.ndarray, k: int, failed_rows, dur: np.ndarray, ex
     (``failed_rows``: it moved an unknown part of its size) or has no known end (``dur`` NaN: in
     flight at the trace's end, its process died), or it has fewer rows than its ``expected`` ranks
     (a rank never called it, or is not in the trace or the window)."""
-    return instances_with(inst, k, np.asarray(failed_rows, dtype=bool) | np.isnan(dur)) | (np.bincount(inst, minlength=k) < expected)
+    unknown = np.asarray(failed_rows, dtype=bool) | np.isnan(dur)
+    return instances_with(inst, k, unknown) | (np.bincount(inst, minlength=k) < expected)
 
 
 def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
@@ -66,7 +67,8 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     inst = instance_keys(frame)
     if len(inst) == 0:
         cols = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns",
-                "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p", "untimed", "observed", "row"]
+                "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p",
+                "untimed", "observed", "row"]
         return Matched(inst, pd.DataFrame({c: [] for c in cols}))
     if not a.start_sorted():
         raise ValueError("match_ops: the frame must be sorted by t_start_ns (as reader.load returns it)")

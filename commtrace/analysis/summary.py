@@ -51,7 +51,8 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     algbw, busbw (bytes/s), share (of all rows' time), cv (of the per-rank total time, population
     std / mean, as mpiP), ranks, observed (collectives in algbw/busbw with an end observed by polling:
     the bandwidth is a lower bound), untimed (collectives left out of algbw/busbw: their slowest rank's
-    time is not known, ``match.untimed_instances``). ``cells`` (summary_cells, covering ``by``) shares one pass over rows."""
+    time is not known, ``match.untimed_instances``). ``cells`` (summary_cells, covering ``by``) shares
+    one pass over rows."""
     by = list(by)
     if len(frame) == 0:
         return pd.DataFrame(columns=by + summary_columns(qs)).set_index(by)

@@ -240,13 +240,16 @@ _SUMMARY_COLUMNS = [Column("colls", drop=0), Column("bytes", drop=2), Column("me
 OBSERVED_MARK = "*"   # after a bandwidth some of whose collectives' ends were observed by polling
 
 
-def _summary_table(con, df, title, key_names, note=None):
+def _summary_table(con, df, title, key_names, note=None, left_out: bool = False):
+    """``left_out``: the note also counts the collectives left out of bandwidth (a table whose rows
+    hold each collective once: per op)."""
     flat = df.reset_index()
-    rows, styles = [], []
+    rows, styles, marked = [], [], False
     for r in flat.itertuples(index=False):
         d = r._asdict()
         keys = [plain_safe(d[k]) for k in key_names]
         mark = OBSERVED_MARK if d.get("observed", 0) > 0 else ""
+        marked = marked or bool(mark)
         rows.append(keys + [fmt_int(d["collectives"]), fmt_bytes(d["bytes"]), fmt_ns(d["mean_ns"]),
                             fmt_ns(d["p50_ns"]), fmt_ns(d["p99_ns"]), _bw_cell(d["busbw"], mark),
                             _bw_cell(d["algbw"], mark), fmt_pct(d["share"]),
@@ -258,10 +261,10 @@ def _summary_table(con, df, title, key_names, note=None):
     keys = [Column(k, right=False, text=k in ("group", "group_desc", "detail", "phase"),
                    drop=0 if k in ("op", "phase", "group") else 4) for k in key_names]
     notes = [note] if note else []
-    if any(r[len(key_names) + 5].endswith(OBSERVED_MARK) for r in rows):
+    if marked:
         notes.append(f"{OBSERVED_MARK}: includes collectives whose end was observed by polling (an upper bound on "
                      "their time, e.g. gloo's send/recv): the bandwidth is a lower bound")
-    untimed = int(df["untimed"].sum()) if "untimed" in df else 0
+    untimed = int(df["untimed"].sum()) if left_out and "untimed" in df else 0
     if untimed:
         notes.append(f"busbw/algbw leave out {fmt_int(untimed)} collective(s) without their slowest rank's time "
                      "(an op failed or never ended, or a rank's op is missing)")
@@ -280,7 +283,7 @@ SUMMARY_NOTE = ("colls: collectives (one per call across the ranks); bytes: all 
 
 def render_summary(con: Console, rep) -> None:
     con.print()
-    _summary_table(con, rep.by_op, "Per op", ["op"], note=SUMMARY_NOTE)
+    _summary_table(con, rep.by_op, "Per op", ["op"], note=SUMMARY_NOTE, left_out=True)
     if len(rep.by_group) and rep.by_group.reset_index()["group"].nunique() > 1:
         con.print()
         _summary_table(con, rep.by_group, "Per process group", ["group", "group_desc", "op"])

@@ -69,3 +69,6 @@ def test_a_collective_without_the_slowest_time_adds_nothing_to_bandwidth(in_flig
     assert row["collectives"] == 4 and row["untimed"] == 2    # and the report says how many it left out
     assert row["algbw"] == pytest.approx(expected, rel=1e-6)
     assert row["busbw"] == pytest.approx(expected, rel=1e-6)
+    text = h.commtrace_main("report", in_flight_run.run_dir, "--width", "200", *engine).stdout
+    per_op = " ".join(text[text.index("Per op"):].split("\n\n")[0].split())
+    assert "busbw/algbw leave out 2 collective(s) without their slowest rank's time" in per_op

@@ -195,7 +195,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
     T, S = slowest, size.astype(np.float64)
     bad = untimed_instances(inst, k, failed, c["dur"], expected)
-    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, bandwidth_terms(T, S, fac, bad, instances_with(inst, k, observed)))
+    terms = bandwidth_terms(T, S, fac, bad, instances_with(inst, k, observed))
+    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, terms)
     coll = np.flatnonzero((~p2p) & (ranks >= 2))
     spread = table["spread_ns"][coll]
     order = np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
