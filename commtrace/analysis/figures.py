@@ -8,7 +8,7 @@ from . import intervals as iv
 from .arrays import OpArrays
 from .match import Matched
 from .step_table import RankTimes
-from .summary import bandwidth_terms, bus_factors, failed_of
+from .summary import bandwidth_terms, bus_factors, flags_of
 
 STEP_PARTS = ("compute_only_ns", "hidden_ns", "exposed_ns", "other_ns")
 
@@ -117,26 +117,22 @@ def arrival_offsets(frame: pd.DataFrame, matched: Matched, limit: int) -> dict:
             "offset_ns": out, "collectives": total}
 
 
-def bandwidth_by_size(matched: Matched, end_observed: np.ndarray | None = None) -> pd.DataFrame:
+def bandwidth_by_size(matched: Matched) -> pd.DataFrame:
     """Per (op, size, one_rank, observed): collectives, algbw and busbw of the collectives (bytes/s, as
     in ``summary``). ``one_rank``: 1-rank groups (a copy, nothing crosses a link); ``observed``: an op's
-    end is an observed upper bound (``end_observed``), so the bandwidth is too low."""
+    end is an observed upper bound (the instance's ``observed``), so the bandwidth is too low."""
     cols = ["op", "size_bytes", "one_rank", "observed", "collectives", "algbw", "busbw"]
     inst = matched.instances
     if not len(inst):
         return pd.DataFrame(columns=cols)
-    observed = np.zeros(len(inst), bool)
-    if end_observed is not None and len(matched.inst):
-        np.logical_or.at(observed, matched.inst, np.asarray(end_observed, dtype=bool))
-    keep = ~inst["p2p"].to_numpy(dtype=bool)
-    inst, observed = inst[keep], observed[keep]
-    T, S, SB = bandwidth_terms(inst["slowest_ns"].to_numpy(np.float64), inst["size_bytes"].to_numpy(np.float64),
-                               bus_factors(inst), failed_of(inst))
+    inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
+    T, S, SB, observed, _ = bandwidth_terms(inst["slowest_ns"].to_numpy(np.float64),
+                                            inst["size_bytes"].to_numpy(np.float64), bus_factors(inst), *flags_of(inst))
     ok = T > 0      # as summary counts them: T and S known and positive
     if not ok.any():
         return pd.DataFrame(columns=cols)
     part = pd.DataFrame({"op": inst["op"].astype(str).to_numpy()[ok], "size_bytes": S[ok].astype(np.int64),
-                         "one_rank": inst["expected"].to_numpy(np.int64)[ok] <= 1, "observed": observed[ok],
+                         "one_rank": inst["expected"].to_numpy(np.int64)[ok] <= 1, "observed": observed[ok] > 0,
                          "T": T[ok], "S": S[ok], "SB": SB[ok]})
     g = part.groupby(["op", "size_bytes", "one_rank", "observed"], sort=True)
     sums = g[["T", "S", "SB"]].sum()

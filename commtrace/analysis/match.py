@@ -44,20 +44,31 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
     return narrow(codes, max(len(uniq), 2**15))  # int32 for any real run: 4 B per row kept
 
 
-def failed_instances(inst: np.ndarray, k: int, failed_rows) -> np.ndarray:
-    """Per instance (of ``k``): whether one of its rows failed."""
-    return np.bincount(inst, weights=np.asarray(failed_rows, dtype=np.float64), minlength=k) > 0
+def instances_with(inst: np.ndarray, k: int, rows) -> np.ndarray:
+    """Per instance (of ``k``): whether one of its rows is true in ``rows``."""
+    return np.bincount(inst, weights=np.asarray(rows, dtype=np.float64), minlength=k) > 0
+
+
+def untimed_instances(inst: np.ndarray, k: int, failed_rows, dur: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Per instance (of ``k``): whether its slowest rank's time is not known: one of its rows failed
+    (``failed_rows``: it moved an unknown part of its size) or has no known end (``dur`` NaN: in
+    flight at the trace's end, its process died), or it has fewer rows than its ``expected`` ranks
+    (a rank never called it, or is not in the trace or the window)."""
+    unknown = np.asarray(failed_rows, dtype=bool) | np.isnan(dur)
+    return instances_with(inst, k, unknown) | (np.bincount(inst, minlength=k) < expected)
 
 
 def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     """Instances with: op, world, group, seq, ranks (callers), expected (group size), first/last arrival
-    and rank, spread_ns, slowest_ns (longest per-rank duration), size_bytes (nccl-tests), end_ns, p2p,
-    failed (an op of it failed)."""
+    and rank, spread_ns, slowest_ns (longest known per-rank duration), size_bytes (nccl-tests), end_ns, p2p,
+    untimed (its slowest rank's time is not known: ``untimed_instances``), observed (an op's end was
+    observed by polling, ``end_observed``: an upper bound)."""
     a = arrays or OpArrays.of(frame)
     inst = instance_keys(frame)
     if len(inst) == 0:
         cols = ["op", "world", "group", "seq", "ranks", "expected", "first_start_ns", "last_start_ns",
-                "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p", "failed", "row"]
+                "first_rank", "last_rank", "spread_ns", "slowest_ns", "size_bytes", "end_ns", "p2p",
+                "untimed", "observed", "row"]
         return Matched(inst, pd.DataFrame({c: [] for c in cols}))
     if not a.start_sorted():
         raise ValueError("match_ops: the frame must be sorted by t_start_ns (as reader.load returns it)")
@@ -93,6 +104,9 @@ def match_ops(frame: pd.DataFrame, arrays: OpArrays | None = None) -> Matched:
     agg["spread_ns"] = agg["last_start_ns"] - agg["first_start_ns"]
     agg["p2p"] = agg["op"].isin(P2P_OPS).to_numpy()
     agg["row"] = first_row
-    agg["failed"] = failed_instances(inst, k, frame["status"] == "failed") if "status" in frame else False
     agg.loc[agg["p2p"].to_numpy(), "expected"] = 2
+    failed = (frame["status"] == "failed").to_numpy(dtype=bool) if "status" in frame else np.zeros(len(inst), bool)
+    agg["untimed"] = untimed_instances(inst, k, failed, a.dur, agg["expected"].to_numpy(np.int64))
+    agg["observed"] = instances_with(inst, k, frame["end_observed"].to_numpy(dtype=bool)) if "end_observed" in frame \
+        else False
     return Matched(inst, agg.reset_index(drop=True))

@@ -89,6 +89,18 @@ def _wall_ns(p: dict, frame_end: int | None):
     return None
 
 
+def _aligned_life(p: dict, frame_end: int | None):
+    """(start, end) of a process on rank 0's clock (its offset at its start; none known, one
+    host: 0): its start to its end record, without one to its last op (``frame_end``, aligned)."""
+    clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
+    start = clock.get("start_aligned_ns")
+    if not isinstance(start, int):
+        return None
+    span = _wall_span(p)
+    end = span[1] + start - span[0] if span is not None else frame_end
+    return (start, end) if end is not None and end > start else None
+
+
 def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start: int | None, last_end: dict,
             comm_ns_per_rank: dict, spans_of_file: dict, ops: int, nbytes: int, failed: int, in_flight: int,
             window_ns_per_rank: dict | None = None) -> dict:
@@ -106,12 +118,16 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
     # start with its start time (the tracer's), so a sum would count it again per worker.
     walls: dict = {}
     lives: dict = {}     # (rank, host) -> process (start, end) on that host's monotonic clock
+    run_lives = []       # every ranked process's (start, end) on rank 0's clock
     covered: dict = {}   # a bounded process shares over the time its records cover, not its wall time
     for p in procs:
         r = p.get("rank")
         if not isinstance(r, int):
             continue  # a process that never had a rank (the parent of spawned ranks)
         w = _wall_ns(p, last_end.get(r))
+        life = _aligned_life(p, last_end.get(r))
+        if life is not None:
+            run_lives.append(life)
         span = _wall_span(p)
         if span is not None:
             lives.setdefault((r, p.get("host")), []).append(span)
@@ -134,7 +150,9 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         "torch_version": next((p.get("torch_version") for p in procs if p.get("torch_version")), None),
         "clocks": clock_summary(procs),
         "coverage": coverage_text(procs),
-        "wall_ns": max(walls.values()) if walls else None,
+        # the run's: first start to last end (worlds one after another: every world's time)
+        "wall_ns": max(e for _, e in run_lives) - min(s for s, _ in run_lives) if run_lives else
+        (max(walls.values()) if walls else None),
         "window_ns": max(window_ns_per_rank.values()) if window_ns_per_rank else None,
         "span_ns": (t1 - first_start) if first_start is not None else 0, "t0_ns": t0,
         "comm_share": {k: float(getattr(share_vals, k)()) if len(share_vals) else None

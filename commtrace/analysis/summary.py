@@ -17,7 +17,7 @@ from .arrays import Cells, OpArrays, group_quantiles, keys_index, narrow
 from .match import Matched
 
 SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
-                   "algbw", "busbw", "share", "cv", "ranks"]
+                   "algbw", "busbw", "share", "cv", "ranks", "observed", "untimed"]
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -49,7 +49,10 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     """One row per group of ``by`` (frame columns), sorted by total_ns: ops (all ranks), collectives
     (instances with an op in the row), bytes, total_ns, mean_ns, p50_ns, p99_ns (per-op durations),
     algbw, busbw (bytes/s), share (of all rows' time), cv (of the per-rank total time, population
-    std / mean, as mpiP), ranks. ``cells`` (summary_cells, covering ``by``) shares one pass over rows."""
+    std / mean, as mpiP), ranks, observed (collectives in algbw/busbw with an end observed by polling:
+    the bandwidth is a lower bound), untimed (collectives left out of algbw/busbw: their slowest rank's
+    time is not known, ``match.untimed_instances``). ``cells`` (summary_cells, covering ``by``) shares
+    one pass over rows."""
     by = list(by)
     if len(frame) == 0:
         return pd.DataFrame(columns=by + summary_columns(qs)).set_index(by)
@@ -66,7 +69,7 @@ def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArra
     rg, inst = gcell[c.code].astype(np.int64, copy=False), matched.instances
     pg, pi = distinct_pairs(rg[inst["row"].to_numpy(np.int64)], rg, matched.inst.astype(np.int64, copy=False))
     terms = bandwidth_terms(inst["slowest_ns"].to_numpy(dtype=np.float64),
-                            inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst), failed_of(inst))
+                            inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst), *flags_of(inst))
     return with_collectives(out, *pair_sums(pg, pi, n, terms), qs)
 
 
@@ -94,10 +97,13 @@ def summed_columns(codes, n: int, index, count, dur, known, nbytes, qs, qv, rank
     return out
 
 
-def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, qs) -> pd.DataFrame:
+def with_collectives(out: pd.DataFrame, collectives, sT, sS, sB, observed, untimed, qs) -> pd.DataFrame:
     """``out`` plus collectives, algbw, busbw from per row the summed slowest time ``sT``, size ``sS``
-    and size x bus factor ``sB``, sorted by total time."""
+    and size x bus factor ``sB``, and the counts ``observed`` and ``untimed`` (``bandwidth_terms``),
+    sorted by total time."""
     out["collectives"] = collectives
+    out["observed"] = np.asarray(observed).astype(np.int64)
+    out["untimed"] = np.asarray(untimed).astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["algbw"] = np.where(sT > 0, sS / (sT * 1e-9), np.nan)
         out["busbw"] = np.where(sT > 0, sB / (sT * 1e-9), np.nan)
@@ -117,18 +123,24 @@ def distinct_pairs(first_row: np.ndarray, op_row: np.ndarray, op_inst: np.ndarra
     return pg, pi
 
 
-def bandwidth_terms(T: np.ndarray, S: np.ndarray, fac: np.ndarray, failed: np.ndarray | None = None) -> tuple:
-    """Per instance (T, S, S x bus factor), 0 where T or S is unknown or not positive, or where an op
-    of the instance failed (``failed``: it moved an unknown part of S in T): not counted."""
+def bandwidth_terms(T: np.ndarray, S: np.ndarray, fac: np.ndarray, untimed: np.ndarray | None = None,
+                    observed: np.ndarray | None = None) -> tuple:
+    """Per instance (T, S, S x bus factor, observed, untimed) as floats to sum: T, S and S x factor 0
+    where T or S is unknown or not positive, or where T is not the slowest rank's known time
+    (``untimed``: ``match.untimed_instances``): not counted; observed 1 for a counted instance with
+    an end observed by polling (``observed``: T is an upper bound); untimed 1 where ``untimed``."""
     ok = np.isfinite(T) & (T > 0) & (S > 0)
-    if failed is not None:
-        ok &= ~failed
-    return np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0)
+    none = np.zeros(len(T), bool)
+    untimed = none if untimed is None else np.asarray(untimed, dtype=bool)
+    observed = none if observed is None else np.asarray(observed, dtype=bool)
+    ok &= ~untimed
+    return (np.where(ok, T, 0.0), np.where(ok, S, 0.0), np.where(ok, S * fac, 0.0), (ok & observed).astype(np.float64),
+            untimed.astype(np.float64))
 
 
-def failed_of(inst: pd.DataFrame) -> np.ndarray | None:
-    """Per instance of ``match_ops``: whether one of its ops failed (None: not known)."""
-    return inst["failed"].to_numpy(dtype=bool) if "failed" in inst else None
+def flags_of(inst: pd.DataFrame) -> tuple:
+    """Per instance of ``match_ops``: (untimed, observed), each None when not known."""
+    return tuple(inst[c].to_numpy(dtype=bool) if c in inst else None for c in ("untimed", "observed"))
 
 
 def pair_sums(pg: np.ndarray, pi: np.ndarray, n: int, terms: tuple) -> list:

@@ -83,6 +83,8 @@ class ModuleTracker:
             "torch.nn.utils": self._patch_clipping,
             # ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside the comm hook
             "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook": self.hooks.patch_zero_overlap,
+            # RPC's DistributedOptimizer steps the owners' optimizers over RPC
+            "torch.distributed.optim.optimizer": self.hooks.patch_distributed_optimizer,
             "torch.distributed.fsdp.fully_sharded_data_parallel": lambda m: self._patch_each(
                 getattr(m, "FullyShardedDataParallel", None), (("clip_grad_norm_", self._scope(phase="optimizer")),)),
         }

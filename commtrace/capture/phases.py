@@ -198,19 +198,24 @@ class PhaseHooks:
             return rec.push_context(detail="join_count")
         return in_context(rec, orig, enter)
 
-    def _opt_pre(self, optimizer, args, kwargs):
+    def _step_begins(self, optimizer) -> tuple:
         step = self.steps.optimizer_begins
-        self._opt_tokens.append(self.begin_compute("optimizer", lambda: step(optimizer)))
+        return optimizer, self.begin_compute("optimizer", lambda: step(optimizer))
+
+    def _step_ends(self, entered: tuple) -> None:
+        optimizer, token = entered
+        if token[2]:  # outermost
+            self.steps.optimizer_ends(optimizer, token[3])
+        self.end_compute(token, type(optimizer).__name__)
+
+    def _opt_pre(self, optimizer, args, kwargs):
+        self._opt_tokens.append(self._step_begins(optimizer))
 
     def _opt_post(self, optimizer, args, kwargs):
         # torch runs no post hook after a step that raised: that step's context
         # and span stay open (a program that catches it and goes on is rare).
-        if not self._opt_tokens:
-            return
-        token = self._opt_tokens.pop()
-        if token[2]:  # outermost
-            self.steps.optimizer_ends(optimizer, token[3])
-        self.end_compute(token, type(optimizer).__name__)
+        if self._opt_tokens:
+            self._step_ends(self._opt_tokens.pop())
 
     def _patch_averagers(self) -> None:
         """Each ``average_parameters`` of model averaging (post-local SGD, also inside
@@ -225,10 +230,18 @@ class PhaseHooks:
                 self._patch(cls, "average_parameters", self._wrap_as_optimizer_step)
 
     def _wrap_as_optimizer_step(self, orig):
-        def enter(args, kwargs):
-            self._opt_pre(args[0], args[1:], {})
-            return args[0]
-        return in_context(self.rec, orig, enter, lambda owner: self._opt_post(owner, (), {}))
+        """``orig`` (a method) as an optimizer step of its object, begun and ended by the call itself
+        (not torch.optim's step hooks: the step ends also when it raises)."""
+        return in_context(self.rec, orig, lambda args, kwargs: self._step_begins(args[0]), self._step_ends)
+
+    def patch_distributed_optimizer(self, optim_mod) -> None:
+        """RPC's ``DistributedOptimizer.step(context_id)`` is the trainer's optimizer step: it runs
+        the owners' local optimizers over RPC, through TorchScript functional optimizers where
+        torch has one (SGD, Adam, ...), which have no step hooks (a torch.optim one on an owner
+        is a step of the owner's too, and in the trainer's process joins this one)."""
+        cls = getattr(optim_mod, "DistributedOptimizer", None)
+        if cls is not None and "step" in vars(cls):
+            self._patch(cls, "step", self._wrap_as_optimizer_step)
 
     def patch_zero_overlap(self, zero_hook) -> None:
         """ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside DDP's comm hook

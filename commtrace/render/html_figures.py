@@ -482,9 +482,7 @@ def bandwidth_figure(rep) -> dict | None:
     """busbw (filled) and algbw (open) markers per op and size -- no lines: sizes far
     apart are separate measurements. 1-rank groups (nothing crosses a link) and
     collectives with observed (upper-bound) end times are separate, flagged series."""
-    frame = rep.op_view.frame
-    obs = frame["end_observed"].to_numpy(bool) if "end_observed" in frame else None
-    bw = bandwidth_by_size(rep.op_view.matched, obs)
+    bw = bandwidth_by_size(rep.op_view.matched)
     if not len(bw):
         return None
     data = []

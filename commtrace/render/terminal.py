@@ -237,22 +237,43 @@ _SUMMARY_COLUMNS = [Column("colls", drop=0), Column("bytes", drop=2), Column("me
                     Column("algbw", drop=8), Column("share", drop=5), Column("cv", drop=9)]
 
 
-def _summary_table(con, df, title, key_names, note=None):
+OBSERVED_MARK = "*"   # after a bandwidth some of whose collectives' ends were observed by polling
+
+
+def _summary_table(con, df, title, key_names, note=None, left_out: bool = False):
+    """``left_out``: the note also counts the collectives left out of bandwidth (a table whose rows
+    hold each collective once: per op)."""
     flat = df.reset_index()
-    rows, styles = [], []
+    rows, styles, marked = [], [], False
     for r in flat.itertuples(index=False):
         d = r._asdict()
         keys = [plain_safe(d[k]) for k in key_names]
+        mark = OBSERVED_MARK if d.get("observed", 0) > 0 else ""
+        marked = marked or bool(mark)
         rows.append(keys + [fmt_int(d["collectives"]), fmt_bytes(d["bytes"]), fmt_ns(d["mean_ns"]),
-                            fmt_ns(d["p50_ns"]), fmt_ns(d["p99_ns"]), fmt_bw(d["busbw"]), fmt_bw(d["algbw"]),
-                            fmt_pct(d["share"]), "-" if d["cv"] != d["cv"] else f"{d['cv']:.2f}"])
+                            fmt_ns(d["p50_ns"]), fmt_ns(d["p99_ns"]), _bw_cell(d["busbw"], mark),
+                            _bw_cell(d["algbw"], mark), fmt_pct(d["share"]),
+                            "-" if d["cv"] != d["cv"] else f"{d['cv']:.2f}"])
         st = [None] * len(rows[-1])
         if "op" in key_names:
             st[key_names.index("op")] = op_style(str(d.get("op", "")))[0]
         styles.append(st)
     keys = [Column(k, right=False, text=k in ("group", "group_desc", "detail", "phase"),
                    drop=0 if k in ("op", "phase", "group") else 4) for k in key_names]
-    print_table(con, keys + _SUMMARY_COLUMNS, rows, title=title, styles=styles, note=note)
+    notes = [note] if note else []
+    if marked:
+        notes.append(f"{OBSERVED_MARK}: includes collectives whose end was observed by polling (an upper bound on "
+                     "their time, e.g. gloo's send/recv): the bandwidth is a lower bound")
+    untimed = int(df["untimed"].sum()) if left_out and "untimed" in df else 0
+    if untimed:
+        notes.append(f"busbw/algbw leave out {fmt_int(untimed)} collective(s) without their slowest rank's time "
+                     "(an op failed or never ended, or a rank's op is missing)")
+    print_table(con, keys + _SUMMARY_COLUMNS, rows, title=title, styles=styles, note="; ".join(notes) or None)
+
+
+def _bw_cell(bps, mark: str) -> str:
+    text = fmt_bw(bps)
+    return text if text == "-" else text + mark
 
 
 SUMMARY_NOTE = ("colls: collectives (one per call across the ranks); bytes: all ranks; mean/p50/p99: per-op "
@@ -262,7 +283,7 @@ SUMMARY_NOTE = ("colls: collectives (one per call across the ranks); bytes: all 
 
 def render_summary(con: Console, rep) -> None:
     con.print()
-    _summary_table(con, rep.by_op, "Per op", ["op"], note=SUMMARY_NOTE)
+    _summary_table(con, rep.by_op, "Per op", ["op"], note=SUMMARY_NOTE, left_out=True)
     if len(rep.by_group) and rep.by_group.reset_index()["group"].nunique() > 1:
         con.print()
         _summary_table(con, rep.by_group, "Per process group", ["group", "group_desc", "op"])

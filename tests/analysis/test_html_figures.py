@@ -78,14 +78,12 @@ def test_bandwidth_flags_one_rank_and_observed_ends(tmp_path):
     from synthetic import write_synthetic_run
     one = analyse(write_synthetic_run(str(tmp_path / "one"), ranks=1, ops_per_rank=30, end_observed=True),
                   op_view=True)
-    bw = bandwidth_by_size(one.op_view.matched, one.op_view.frame["end_observed"].to_numpy(bool))
+    bw = bandwidth_by_size(one.op_view.matched)
     assert len(bw) and bw["one_rank"].all() and bw["observed"].all()
-    # Without the end_observed column the flag stays off; a 2-rank group is not a 1-rank one.
-    assert not bandwidth_by_size(one.op_view.matched)["observed"].any()
 
 
 def test_bandwidth_flags_off_for_a_plain_group(four_ranks):
-    bw = bandwidth_by_size(four_ranks.op_view.matched, four_ranks.op_view.frame["end_observed"].to_numpy(bool))
+    bw = bandwidth_by_size(four_ranks.op_view.matched)
     assert not bw["one_rank"].any() and not bw["observed"].any()
 
 

@@ -1,6 +1,8 @@
 """DDP's exact communication sequence on gloo, and bitwise-identical training with and without tracing."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -131,3 +133,24 @@ def test_ddp_inside_rpc_distributed_autograd_is_backward(tmp_path):
         assert len(bw) == 3
         t = d["t_start_ns"].to_numpy()
         assert all(((bw["t_begin_ns"] <= x) & (x <= bw["t_end_ns"])).any() for x in t)
+
+
+def test_rpc_distributed_optimizer_step_is_an_optimizer_step(tmp_path):
+    """RPC's DistributedOptimizer(SGD).step(context_id) runs TorchScript's functional SGD on the
+    parameters' owner (no torch.optim step, no step hook): each is the trainer's optimizer step
+    (before, "no optimizer step was recorded"). 3 steps per rank, DDP's all_reduce in each."""
+    if not torch.distributed.rpc.is_available():
+        pytest.skip("torch built without RPC")
+    run = tmp_path / "run"
+    h.run(h.commtrace_cmd(run, worker("rpc_ddp.py"), h.free_port(), h.free_port(), 3, "distopt"),
+          timeout=180).check(0)
+    import commtrace
+    spans = commtrace.load(run, table="spans")
+    opt = spans[spans["phase"] == "optimizer"]
+    for r in range(2):
+        mine = opt[opt["rank"] == r]
+        assert list(mine["step"]) == [1, 2, 3] and set(mine["module"]) == {"DistributedOptimizer"}, mine
+    out = tmp_path / "r.json"
+    h.commtrace_main("report", run, "-q", "--json", out).check(0)
+    steps = json.loads(out.read_text())["steps"]      # step 2 also has DDP's two bucket-rebuild broadcasts
+    assert [(s["step"], s["ops"]) for s in steps] == [(1, 1), (2, 3), (3, 1)], steps

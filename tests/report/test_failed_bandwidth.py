@@ -1,6 +1,9 @@
-"""A collective that failed has no bandwidth: it moved an unknown part of its size in its time.
-Before, a failed all_reduce (gloo rejects uint16 after the call) added its size and its time to
-the per-op table's algbw/busbw like a completed one. Both engines (one frame, --partitioned)."""
+"""A collective whose slowest rank's time is not known has no bandwidth: one that failed (it moved an
+unknown part of its size in its time), one a rank's trace ends in (in flight), one a rank is missing
+from. Before, a failed all_reduce (gloo rejects uint16 after the call) added its size and its time to
+the per-op table's algbw/busbw like a completed one, and so did an all_reduce with the time of the
+one rank that completed it (not the slowest: the other called it first). Both engines (one frame,
+--partitioned)."""
 from __future__ import annotations
 
 import json
@@ -39,3 +42,33 @@ def test_a_failed_collective_adds_nothing_to_bandwidth(failed_run, tmp_path, eng
     assert row["collectives"] == 5     # the failed one is still a collective, and its ops still count
     assert row["algbw"] == pytest.approx(expected, rel=1e-6)
     assert row["busbw"] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def in_flight_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("in_flight")
+    run = h.spawn_traced("in_flight_at_end.py", 2, tmp, timeout=120)
+    run.result.check(0)
+    return run
+
+
+@pytest.mark.parametrize("engine", [[], ["--partitioned"]])
+def test_a_collective_without_the_slowest_time_adds_nothing_to_bandwidth(in_flight_run, tmp_path, engine):
+    df = in_flight_run.frame
+    ar = df[df["op"] == "all_reduce"]
+    by_seq = {s: sorted(zip(g["rank"].tolist(), g["status"].astype(str))) for s, g in ar.groupby("seq")}
+    # seq 3: rank 1 called it first and its trace ended before it completed; seq 4: rank 1 untraced
+    assert by_seq == {1: [(0, "completed"), (1, "completed")], 2: [(0, "completed"), (1, "completed")],
+                      3: [(0, "completed"), (1, "in_flight")], 4: [(0, "completed")]}
+    # by hand: the two all_reduces both ranks completed; 2 ranks: factor 1
+    T = ar[ar["seq"] <= 2].groupby("seq")["duration_ns"].max().to_numpy(np.float64)
+    expected = F32_BYTES * len(T) / (T.sum() * 1e-9)
+    out = tmp_path / "r.json"
+    assert cli("report", in_flight_run.run_dir, "-q", "--json", out, *engine) == 0
+    row = next(r for r in json.loads(out.read_text())["by_op"] if r["op"] == "all_reduce")
+    assert row["collectives"] == 4 and row["untimed"] == 2    # and the report says how many it left out
+    assert row["algbw"] == pytest.approx(expected, rel=1e-6)
+    assert row["busbw"] == pytest.approx(expected, rel=1e-6)
+    text = h.commtrace_main("report", in_flight_run.run_dir, "--width", "200", *engine).stdout
+    per_op = " ".join(text[text.index("Per op"):].split("\n\n")[0].split())
+    assert "busbw/algbw leave out 2 collective(s) without their slowest rank's time" in per_op

@@ -21,7 +21,7 @@ TOP_COLS = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank
 
 def one_frame_busbw(rep) -> float:
     """Bus bandwidth over every collective (not p2p) of a one-frame report, from its matched
-    instances: sum(S * factor) / sum(T) (docs/report.md) -- the reference the analysis must give."""
+    instances: sum(S * factor) / sum(T) over those with their slowest rank's time (docs/report.md) -- the reference the analysis must give."""
     from commtrace.analysis.summary import bus_factors
     inst = rep.op_view.matched.instances
     if not len(inst):
@@ -29,7 +29,7 @@ def one_frame_busbw(rep) -> float:
     inst = inst[~inst["p2p"].to_numpy(dtype=bool)]
     T = inst["slowest_ns"].to_numpy(dtype=np.float64)
     S = inst["size_bytes"].to_numpy(dtype=np.float64)
-    ok = np.isfinite(T) & (T > 0) & (S > 0)
+    ok = np.isfinite(T) & (T > 0) & (S > 0) & ~inst["untimed"].to_numpy(dtype=bool)
     if not ok.any():
         return float("nan")
     return float((S[ok] * bus_factors(inst)[ok]).sum() / (T[ok].sum() * 1e-9))

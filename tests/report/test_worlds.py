@@ -167,3 +167,16 @@ def test_load_steps_gives_rank_and_world(two_worlds):
     steps = commtrace.load(two_worlds, table="steps")
     last = steps.groupby(["world", "rank"])["step"].max().to_dict()
     assert last == {(worlds[0], 0): 2, (worlds[0], 1): 2, (worlds[1], 0): 3, (worlds[1], 1): 3}
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_wall_time_is_the_runs_not_one_worlds(two_worlds, partitioned):
+    """The banner's wall time: the first rank process's start to the last one's end, every world's
+    (before: the longest single rank's life, one world's, shorter than the ops span of both)."""
+    run = load_run(two_worlds)
+    starts = [p["t_mono_ns"] for p in run.processes]           # one host: one clock
+    ends = [p["end"]["t_mono_ns"] for p in run.processes]
+    assert len(starts) == 4
+    info = analyse(two_worlds, partitioned=partitioned, op_view=not partitioned).info
+    assert info["wall_ns"] == max(ends) - min(starts) > max(e - s for s, e in zip(starts, ends))
+    assert info["wall_ns"] >= info["span_ns"]

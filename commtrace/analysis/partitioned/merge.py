@@ -259,17 +259,19 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
 
 
 def with_bandwidth(cs: CellSummary, bandwidth: list | None) -> pd.DataFrame:
-    """The summary table: ``cs`` plus the partitions' collectives and bandwidths (each's keys, collectives, T, S, B)."""
+    """The summary table: ``cs`` plus the partitions' collectives and bandwidths (each's keys, collectives, T, S, B,
+    observed, untimed: ``summary.bandwidth_terms``)."""
     if cs.table is None:
         return pd.DataFrame(columns=cs.by + summary_columns(QS)).set_index(cs.by)
     rows = {key: i for i, key in enumerate(zip(*(cs.keys[c].tolist() for c in cs.by)))}
-    bw = pd.DataFrame(0.0, index=range(len(rows)), columns=["collectives", "T", "S", "B"])
+    bw = pd.DataFrame(0.0, index=range(len(rows)), columns=["collectives", "T", "S", "B", "observed", "untimed"])
     if bandwidth:        # pandas' groupby sum (its float sums) in arrival order, of rows by code (a key not shown: last)
         code = np.array([rows.get(tuple(key), len(rows)) for p in bandwidth for key in p[0]], np.int64)
         bw = pd.DataFrame({c: np.concatenate([p[i] for p in bandwidth]) for i, c in enumerate(bw.columns, 1)})
         bw = bw.groupby(code, sort=False).sum().reindex(range(len(rows))).fillna(0.0)
     sT, sS, sB = (bw[c].to_numpy(np.float64) for c in ("T", "S", "B"))
-    return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB, QS)
+    return with_collectives(cs.table.copy(), bw["collectives"].to_numpy(np.int64), sT, sS, sB,
+                            bw["observed"].to_numpy(), bw["untimed"].to_numpy(), QS)
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
@@ -378,7 +380,7 @@ class PartitionFold:
 
     @property
     def bandwidth(self) -> dict:
-        """table -> the partitions' (keys, collectives, T, S, B)."""
+        """table -> the partitions' (keys, collectives, T, S, B, observed, untimed)."""
         return self._pieces(2)
 
     @property

@@ -18,10 +18,10 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.rank_ranges import rank_key, world_group_name
-from ...trace.schema import P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
+from ...trace.schema import FLAG_END_OBSERVED, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
-from ..match import failed_instances
+from ..match import instances_with, untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
@@ -53,7 +53,7 @@ class PartitionPartial:
     top: pd.DataFrame           # the ``top`` largest spreads (TOP_COLUMNS)
     stragglers: tuple           # (last ranks, how often each was last, its summed spreads): int64 arrays
     spreads: dict               # op -> spreads of its instances
-    bandwidth: dict             # table -> (key tuples, then per key: collectives, T, S, B)
+    bandwidth: dict             # table -> (key tuples, then per key: collectives, T, S, B, observed, untimed)
     busbw: tuple                # (sum S*factor, sum T) over collectives (not p2p), for compare
     split: pd.DataFrame | None = None   # phase_splits.split_instances: instances filed under several phases
     chunk: int = 0              # its task's chunk: the fold sums partitions in this order, not arrival's
@@ -153,7 +153,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         return _empty(task.chunk)
     total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
-    failed = np.empty(total, bool)
+    failed, observed = np.empty(total, bool), np.empty(total, bool)
     at = 0
     for i, (key, world, pt, rec, t) in enumerate(slices):
         slices[i] = None                             # the records go as their rows are written
@@ -169,6 +169,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
             c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
         failed[at:at + len(rec)] = rec["status"] == STATUS_FAILED
+        observed[at:at + len(rec)] = (rec["flags"] & FLAG_END_OBSERVED) != 0
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks
             c["rank"][at:at + len(rec)] = key
         at += len(rec)
@@ -193,8 +194,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
     T, S = slowest, size.astype(np.float64)
-    bad = failed_instances(inst, k, failed)
-    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, T, S, fac, bad)
+    bad = untimed_instances(inst, k, failed, c["dur"], expected)
+    terms = bandwidth_terms(T, S, fac, bad, instances_with(inst, k, observed))
+    bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, terms)
     coll = np.flatnonzero((~p2p) & (ranks >= 2))
     spread = table["spread_ns"][coll]
     order = np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
@@ -331,11 +333,11 @@ def _first_and_last(inst: np.ndarray, k: int, t: np.ndarray, rank: np.ndarray) -
     return out[0], out[1]
 
 
-def _bandwidth(task, cell, inst, cell_ids, T, S, fac, failed) -> dict:
-    """Per summary table: (key tuples, collectives, T, S, B) summed over the distinct
-    (row, instance) pairs (every row an instance has an op in counts it once)."""
-    terms = bandwidth_terms(T, S, fac, failed)
-    k = len(T)
+def _bandwidth(task, cell, inst, cell_ids, terms) -> dict:
+    """Per summary table: (key tuples, collectives, then each of ``terms`` (bandwidth_terms): T, S, B,
+    observed, untimed) summed over the distinct (row, instance) pairs (every row an instance has an
+    op in counts it once)."""
+    k = len(terms[0])
     head = np.zeros(k, np.int64)
     head[inst[::-1]] = cell[::-1]                # each instance's first op's cell (the first one written)
     other = np.flatnonzero(cell != head[inst])   # ops filed under another cell than that (few): the
