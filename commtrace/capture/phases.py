@@ -111,7 +111,7 @@ class PhaseHooks:
         self._patch_averagers()
         self._patch(threading.Thread, "_bootstrap_inner", self._wrap_thread)
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-        self._opt_tokens: list = []
+        self._opt_tokens = threading.local()   # .stack: the thread's steps begun (threads step apart)
         self.originals.append(("hook", register_optimizer_step_pre_hook(self._opt_pre)))
         self.originals.append(("hook", register_optimizer_step_post_hook(self._opt_post)))
         from .module_tracker import ModuleTracker
@@ -209,13 +209,17 @@ class PhaseHooks:
         self.end_compute(token, type(optimizer).__name__)
 
     def _opt_pre(self, optimizer, args, kwargs):
-        self._opt_tokens.append(self._step_begins(optimizer))
+        stack = getattr(self._opt_tokens, "stack", None)
+        if stack is None:
+            stack = self._opt_tokens.stack = []
+        stack.append(self._step_begins(optimizer))
 
     def _opt_post(self, optimizer, args, kwargs):
         # torch runs no post hook after a step that raised: that step's context
         # and span stay open (a program that catches it and goes on is rare).
-        if self._opt_tokens:
-            self._step_ends(self._opt_tokens.pop())
+        stack = getattr(self._opt_tokens, "stack", None)
+        if stack:
+            self._step_ends(stack.pop())
 
     def _patch_averagers(self) -> None:
         """Each ``average_parameters`` of model averaging (post-local SGD, also inside
