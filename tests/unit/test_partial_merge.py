@@ -26,6 +26,24 @@ def test_exact_quantiles_are_numpys_bit_for_bit():
             assert got.tobytes() == want.tobytes(), (n, kind)
 
 
+def test_groupby_quantiles_are_pandas_bit_for_bit():
+    """merge.groupby_quantiles (the skew table's p50 / p99, without pandas' argsort of every spread) equals
+    pandas' groupby quantile bit for bit, whatever the pieces."""
+    import pandas as pd
+    from commtrace.analysis.partitioned.merge import groupby_quantiles
+    rng = np.random.default_rng(2)
+    qs = (0.5, 0.99, 0.0, 1.0, 0.25)
+    for n in (1, 2, 3, 100, 101, 4_097, 30_001):
+        for kind in ("ns", "ties", "floats"):
+            vals = {"ns": np.round(rng.exponential(1e5, n)), "ties": rng.integers(0, 4, n).astype(np.float64),
+                    "floats": rng.exponential(1.7, n)}[kind]
+            g = pd.Series(vals).groupby(np.zeros(n, np.int8))
+            want = [float(g.quantile(q).iloc[0]) for q in qs]
+            for parts in (1, 3):
+                got = groupby_quantiles(np.array_split(vals, parts if n > parts else 1), qs)
+                assert np.array(got).tobytes() == np.array(want).tobytes(), (n, kind, parts, got, want)
+
+
 def test_largest_spreads_do_not_depend_on_arrival_order():
     """Two partitions' top instances with equal spread, start and first rank come out in
     (world, group, seq) order whichever partition's result is folded first."""

@@ -164,10 +164,13 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         lanes = ex.map(map_timeline, tasks) if tasks else ()
         qcache: dict = {}       # the cells' figures while the first partition tasks run
         early = {name: cell_summary(cells, ranks.values, by, qcache) for name, by in keys.items()}
-        steps, medians = ranks.step_tables(), ranks.medians()
+        here = ex.name == "serial"     # the partition tasks run in this process: the step tables after them
+        steps, medians = (None, None) if here else (ranks.step_tables(), ranks.medians())
         for p in results:
             parts.add(p)
             stage.advance()
+        if here:
+            steps, medians = ranks.step_tables(), ranks.medians()
         seconds["partitions"] = time.perf_counter() - t1
         if tasks:
             t2 = time.perf_counter()

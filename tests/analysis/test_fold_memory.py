@@ -1,0 +1,36 @@
+"""What the analysing process holds at once (issue 31: report memory per op at 1-2 ranks): the rank
+fold's per-step rows and sums go into the step tables, not beside them, and a serial analysis runs
+its partition tasks before it builds those tables (a partition task's peak is not added to theirs);
+the tables are the same either way."""
+import pandas as pd
+
+import commtrace.analysis.partitioned as partitioned
+from commtrace.analysis.partitioned import merge
+
+from synthetic import write_synthetic_run
+
+
+def test_serial_partitions_run_before_the_step_tables_which_take_the_fold(tmp_path, monkeypatch):
+    run = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=3000)
+    pooled = partitioned.analyse(run, workers=2, progress=False).steps
+    events, step_tables, map_partition = [], merge.RankFold.step_tables, partitioned.map_partition
+
+    def partition(task):
+        events.append("partition")
+        return map_partition(task)
+
+    def tables(fold):
+        events.append("steps")
+        out = step_tables(fold)
+        events.append((len(fold.per_rank), len(fold.across)))      # nothing of them held beside the tables
+        return out
+
+    monkeypatch.setattr(partitioned, "map_partition", partition)
+    monkeypatch.setattr(merge.RankFold, "step_tables", tables)
+    serial = partitioned.analyse(run, workers=1, progress=False).steps
+    assert events.count("partition") >= 1 and events[-2:] == ["steps", (0, 0)], events
+    assert set(events[:-2]) == {"partition"}
+    pd.testing.assert_frame_equal(serial.per_rank, pooled.per_rank)
+    pd.testing.assert_frame_equal(serial.across, pooled.across)
+    pd.testing.assert_frame_equal(serial.outside, pooled.outside)
+    assert len(serial.per_rank) > 10 and serial.total_steps == pooled.total_steps
