@@ -58,6 +58,15 @@ def test_p2p_exact(p2p):
     check_p2p_seq(df)
 
 
+def test_check_matches_sends_to_a_recv_from_any_source(p2p):
+    """rank 0's recv(src=None) records no peer; check must not call the sends it received
+    unmatched (found on torch's DistributedTest, test_send_recv_any_source)."""
+    p2p.result.check(0)
+    chk = h.commtrace_main("check", p2p.run_dir)
+    assert "no matching" not in chk.stdout, chk.stdout
+    chk.check(0)
+
+
 def check_p2p_seq(df):
     """p2p seq numbers count per (op, peer): the k-th send s->d matches the k-th recv on d from s."""
     for s in range(W):

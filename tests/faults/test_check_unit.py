@@ -188,6 +188,18 @@ def test_p2p_unmatched_is_info_unless_in_flight():
     assert C.NOT_ARRIVED not in by_kind(fs)  # p2p seq is per peer: never matched as a collective
 
 
+def test_a_recv_from_any_source_takes_one_send_to_its_rank():
+    """recv(src=None) records no peer: each takes one send to its rank that has no counterpart,
+    completed sends first; a send beyond them is still unmatched. (Found running torch's
+    DistributedTest traced: test_send_recv_any_source's completed sends were all "unmatched".)"""
+    rows = [row(1, 1, op="send", root=0), row(2, 1, op="send", root=0),
+            row(0, 1, op="recv", variant="recv_anysource"), row(0, 2, op="recv", variant="recv_anysource")]
+    assert C.P2P_UNMATCHED not in by_kind(C.diagnose(mkrun(rows, [proc(r, 3) for r in range(3)], n=3)))
+    rows += [row(1, 2, op="send", root=0, status="in_flight", t=5_000_000)]   # a third send: none took it
+    p2p = by_kind(C.diagnose(mkrun(rows, [proc(r, 3) for r in range(3)], n=3)))[C.P2P_UNMATCHED]
+    assert [(f.ranks, f.seq, f.severity) for f in p2p] == [([1], 2, C.ERROR)]
+
+
 def test_straggler():
     rows = []
     for s in range(1, 9):

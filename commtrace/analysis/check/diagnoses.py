@@ -289,13 +289,18 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
 # -- point to point ------------------------------------------------------------------
 
 def unmatched_p2p(df: pd.DataFrame) -> list:
-    """The send/recv rows without their counterpart (same world, group, seq; peers swapped)."""
+    """The send/recv rows without their counterpart (same world, group, seq; peers swapped).
+    A recv from any source (no peer known at the call) takes one send to its rank that has no
+    counterpart otherwise, completed sends first: which one it took is not recorded."""
     if len(df) == 0:
         return []
-    keys = {}
+    keys, anysource = {}, {}   # anysource: (world, group, rank) -> its recvs from any source
     for _, r in df[is_p2p(df["op"])].iterrows():
         peer = _int(r.get("root"))
         if peer is None or peer < 0:
+            if str(r["op"]) == "recv":
+                k = (_s(r["world"]), _s(r["group"]), int(r["rank"]))
+                anysource[k] = anysource.get(k, 0) + 1
             continue
         keys[(_s(r["world"]), _s(r["group"]), str(r["op"]), int(r["rank"]), peer, int(r["seq"]))] = r
     unmatched = []
@@ -303,7 +308,14 @@ def unmatched_p2p(df: pd.DataFrame) -> list:
         other = "recv" if op == "send" else "send"
         if (w, g, other, peer, rank, seq) not in keys:
             unmatched.append(r)
-    return unmatched
+    taken = set()
+    for i in sorted((i for i, r in enumerate(unmatched) if str(r["op"]) == "send"),
+                    key=lambda i: str(unmatched[i]["status"]) == "in_flight"):
+        k = (_s(unmatched[i]["world"]), _s(unmatched[i]["group"]), _int(unmatched[i].get("root")))
+        if anysource.get(k, 0) > 0:
+            anysource[k] -= 1
+            taken.add(i)
+    return [r for i, r in enumerate(unmatched) if i not in taken]
 
 
 P2P_SHOWN = 10
