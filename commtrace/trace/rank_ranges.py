@@ -111,4 +111,20 @@ def fmt_rank_keys(keys: Iterable) -> str:
     worlds: dict = {}
     for k in keys:
         worlds.setdefault(k // WORLD_STRIDE, []).append(k % WORLD_STRIDE)
-    return " ".join(f"w{w}:r{fmt_ranks(rs)}" for w, rs in worlds.items())
+    # a run of 3 or more consecutive worlds of the same ranks is one part: "w0-210:r0-1"
+    runs: list = []   # [first world, last world, ranks text]
+    for w, rs in worlds.items():
+        text = fmt_ranks(rs)
+        if runs and runs[-1][1] == w - 1 and runs[-1][2] == text:
+            runs[-1][1] = w
+        else:
+            runs.append([w, w, text])
+    parts = []
+    for first, last, text in runs:
+        if last - first >= 2:
+            parts.append(f"w{first}-{last}:r{text}")
+        else:
+            parts.extend(f"w{w}:r{text}" for w in range(first, last + 1))
+    if len(parts) > RANGES_SHOWN:
+        return " ".join(parts[:RANGES_SHOWN]) + f" ... ({len(worlds)} worlds)"
+    return " ".join(parts)

@@ -9,7 +9,8 @@ import os
 import pytest
 
 from commtrace.analysis import check as C
-from commtrace.trace.rank_ranges import FOLD_SHOWN, fmt_ranks, fold_ranks, folded_inline, folded_lines
+from commtrace.trace.rank_ranges import (FOLD_SHOWN, WORLD_STRIDE, fmt_rank_keys, fmt_ranks, fold_ranks, folded_inline,
+                                         folded_lines)
 from commtrace.trace.reader import Run
 
 from commtrace.trace.reader import load_run
@@ -27,6 +28,18 @@ def test_fmt_ranks_ranges_and_cap():
     # 20 singletons: the first 8, then how many in all.
     assert fmt_ranks(range(0, 40, 2)) == "0,2,4,6,8,10,12,14,... (20 ranks)"
     assert fmt_ranks(range(0, 40, 2), max_parts=None).endswith(",36,38")
+
+
+def test_fmt_rank_keys_folds_runs_of_alike_worlds():
+    """A run of many worlds one after another (mp.spawn in a loop) is one part, not one per world."""
+    keys = lambda worlds: [w * WORLD_STRIDE + r for w, ranks in worlds for r in ranks]
+    assert fmt_rank_keys(keys([(w, (0, 1)) for w in range(211)])) == "w0-210:r0-1"
+    assert fmt_rank_keys(keys([(0, (0, 1)), (1, (0, 1))])) == "w0:r0-1 w1:r0-1"
+    assert fmt_rank_keys(keys([(0, (0,)), (1, (0, 1)), (2, (0, 1)), (3, (0, 1)), (5, (0, 1))])) == \
+        "w0:r0 w1-3:r0-1 w5:r0-1"
+    assert fmt_rank_keys(keys([(w, range(1 + w % 2)) for w in range(20)])) == \
+        "w0:r0 w1:r0-1 w2:r0 w3:r0-1 w4:r0 w5:r0-1 w6:r0 w7:r0-1 ... (20 worlds)"
+    assert fmt_rank_keys([0, 1, 2, 3]) == "0-3"
 
 
 def test_fold_ranks_groups_by_text_ordered_by_first_rank():
