@@ -13,7 +13,6 @@ import pytest
 import torch.distributed as dist
 
 import helpers as h
-from commtrace import torch_compat
 
 F = 4  # float32
 
@@ -60,25 +59,11 @@ def needs(all_ops, op: str) -> None:
         pytest.skip(f"gloo lacks {op} on this torch: {all_ops.left_out[op]}")
 
 
-# Each op's Options type (c10d's). Before torch 2.8 only some carry asyncOp; an op whose
-# Options cannot say that the caller blocks is recorded async (torch_compat.async_op)
-# unless a torch.distributed function with async_op issued it (phases.ASYNC_OP_CALLS).
-_OPTIONS = {"all_reduce": "AllreduceOptions", "allreduce_coalesced": "AllreduceCoalescedOptions",
-            "broadcast": "BroadcastOptions", "reduce": "ReduceOptions", "all_gather": "AllgatherOptions",
-            "gather": "GatherOptions", "scatter": "ScatterOptions", "reduce_scatter": "ReduceScatterOptions",
-            "all_to_all": "AllToAllOptions", "barrier": "BarrierOptions"}
-
-
-def recorded_async(op: str, variant: str, asy: bool, options_only: bool = False) -> bool:
+def recorded_async(op: str, variant: str, asy: bool) -> bool:
     """The async flag of a call with ``async_op=asy`` (monitored_barrier's: never): its own
-    through a torch.distributed function, whatever the torch; ``options_only``: said by the
-    Options alone (``_coalescing_manager``'s coalesced op)."""
-    from torch._C import _distributed_c10d as c10d
-    if variant == "monitored_barrier":
-        return False
-    if not options_only:
-        return asy
-    return asy or not torch_compat.has_async_op(getattr(c10d, _OPTIONS.get(variant, _OPTIONS[op])))
+    through a torch.distributed function, whatever the torch (``_coalescing_manager``'s
+    coalesced op: its ``async_ops``, phases._ExitLabelled)."""
+    return False if variant == "monitored_barrier" else asy
 
 
 def expected_world_ops(W: int, r: int, left_out=()) -> list[tuple]:
@@ -86,8 +71,8 @@ def expected_world_ops(W: int, r: int, left_out=()) -> list[tuple]:
     order, less the ops the worker ``left_out``."""
     E = []
 
-    def add(op, variant, nbytes, root=None, red=None, asy=False, options_only=False):
-        E.append((op, variant, nbytes, root, red, recorded_async(op, variant, asy, options_only)))
+    def add(op, variant, nbytes, root=None, red=None, asy=False):
+        E.append((op, variant, nbytes, root, red, recorded_async(op, variant, asy)))
     add("all_reduce", "allreduce", 10 * F, red="SUM")
     add("all_reduce", "allreduce", 10 * F, red="MAX")
     add("all_reduce", "allreduce_coalesced", (2 + 3) * F, red="SUM")
@@ -138,7 +123,7 @@ def expected_world_ops(W: int, r: int, left_out=()) -> list[tuple]:
     add("all_to_all", variant("all_to_all_single"), 3 * W * F, asy=True)
     add("broadcast", "broadcast", 6 * F, root=0, asy=True)
     # _coalescing_manager around two all_reduces -> one coalesced all_reduce
-    add("all_reduce", "allreduce_coalesced", (12 + 13) * F, red="SUM", options_only=True)
+    add("all_reduce", "allreduce_coalesced", (12 + 13) * F, red="SUM")
     add("barrier", "barrier", 0)
     lacking = left_out_variants(left_out)
     return [e for e in E if e[1] not in lacking]

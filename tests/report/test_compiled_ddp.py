@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 
 import helpers as h
+import pytest
+
+from commtrace import torch_compat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS, LAYERS, LAYER_GRAD_BYTES = 3, 4, (512 * 512 + 512) * 4  # as compiled_ddp_buckets.py
@@ -19,6 +22,11 @@ def _run(tmp, traced: bool) -> str:
     return out.read_text()
 
 
+# commtrace keeps its DDP.forward wrapper out of compilation only where torch has per-code
+# strategies (README, Known limitations: "labels of compiled DDP may be wrong there").
+@pytest.mark.skipif(torch_compat.dynamo_code_skipper(False) is None,
+                    reason="this torch has no per-code Dynamo strategies (set_code_exec_strategy, 2.5+): "
+                           "compiled DDP's labels are not kept")
 def test_compiled_ddp_buckets_numbered_per_step(tmp_path):
     assert _run(tmp_path, True) == _run(tmp_path, False)
     df = h.load(tmp_path / "run")
