@@ -177,14 +177,21 @@ class CollectiveQueue:
                 self._thread = threading.Thread(target=self._run, name="commtrace-mpi-collectives",
                                                 daemon=True)
                 self._thread.start()
+                atexit.register(self.close)
             self._wake.notify()
 
     def close(self) -> None:
-        """The group is shut down: the worker ends once nothing is queued (a later ``put``
-        starts another)."""
+        """The group is shut down (or the process exits): the worker ends once nothing is
+        queued (a later ``put`` starts another), and is waited for. A daemon thread still
+        running at interpreter finalization dies as it next takes the GIL: inside a tensor's
+        deallocation (a finished op's buffers, dropped as it returns) that aborts the process."""
         with self._wake:
             self._closed = True
             self._wake.notify()
+            worker = self._thread
+        atexit.unregister(self.close)
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout=5)
 
     def on_worker(self) -> bool:
         """Whether the caller is this queue's worker (a Work's future callback runs there:
