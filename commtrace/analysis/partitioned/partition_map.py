@@ -212,8 +212,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     by_op = np.argsort(op_coll, kind="stable")          # each op's spreads in instance order
     cut = np.flatnonzero(np.diff(op_coll[by_op])) + 1
     spreads = {ops[int(op_coll[g[0]])]: spread[g].astype(np.float64) for g in np.split(by_op, cut) if len(g)}
-    okb = (~p2p) & np.isfinite(T) & (T > 0) & (S > 0) & ~bad
-    busbw = (float((S[okb] * fac[okb]).sum()), float(T[okb].sum()), int(((~p2p)).sum()))
+    okb = (~p2p) & (terms[0] > 0)     # the collectives bandwidth_terms counts (its T is 0 for the others)
+    busbw = (float(terms[2][okb].sum()), float(terms[0][okb].sum()), int(((~p2p)).sum()))
     split = split_instances(c["cell"], cell_ids, inst, first, c["rank"], c["t"],
                             np.asarray(ops, dtype=object)[op_first], group_of[c["wg"][first]], c["seq"][first])
     return PartitionPartial(int(len(coll)), top.reset_index(drop=True), strag, spreads, bandwidth, busbw, split,
