@@ -227,10 +227,14 @@ def _world_id(pg, store, run_id: str, index: int) -> str:
     Without a store (mpi4py), every rank of the MPI job makes its worlds in the same order."""
     if store is not None:
         with contextlib.suppress(Exception):
+            # A store outlives worlds (groups made again on it, torchrun's restarts), and an
+            # earlier world's id left there was read as this one's: each world has its own key,
+            # numbered by the worlds this rank made on the store, as the clock's keys are.
+            key = f"{_WORLD_KEY}/{store.add(f'{_WORLD_KEY}/joins/{pg.rank()}', 1)}"
             if pg.rank() == 0:
                 wid = secrets.token_hex(8)
-                store.set(_WORLD_KEY, wid)
+                store.set(key, wid)
                 return wid
-            store.wait([_WORLD_KEY], timedelta(seconds=60))
-            return store.get(_WORLD_KEY).decode()
+            store.wait([key], timedelta(seconds=60))
+            return store.get(key).decode()
     return f"{run_id}/world{index}/size{pg.size()}"

@@ -127,3 +127,18 @@ def test_a_process_of_two_worlds_with_other_ranks(tmp_path):
     assert (exited.world, exited.title) == (wb, f"rank 1 of world {name} exited with code 7"), exited.title
     text = findings_text(findings)
     assert wb not in text and f"group 0 (default_pg) of world {name}: last seq completed: rank 0-2: 2" in text, text
+
+
+def test_worlds_made_again_on_one_store_have_their_own_ids(tmp_path):
+    """A store outlives the worlds made on it: world 2's rank 1 took world 1's id, still in the
+    store, before its rank 0 published world 2's ("world ...: ranks missing: 1 of 2"). Now each
+    world's id has its own key: both ranks name the same two worlds, in the same order."""
+    from commtrace.trace import reader
+    p = traced_spawn(tmp_path / "run", "run", free_port(), script="worlds_one_store.py")
+    assert p.returncode == 0, p.stderr[-3000:]
+    procs = [reader.read_process(m, [], records=False) for m in reader.find_traces(str(tmp_path / "run"))]
+    ids = {pt.rank: [str(w["world_id"]) for w in pt.worlds] for pt in procs if pt.rank is not None}
+    assert sorted(ids) == [0, 1] and len(set(ids[0])) == 2 and sorted(ids[0]) == sorted(ids[1]), ids
+    run, findings = diagnose_dir(tmp_path / "run")
+    assert C.MISSING_RANK not in kinds(findings), findings_text(findings)
+    assert len({str(w) for w in run.frame["world"].unique()}) == 2
