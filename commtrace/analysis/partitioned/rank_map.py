@@ -195,9 +195,8 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
     if kern is not None and len(cell):          # no op: numpy's (np.bincount's dtypes of empty weights)
         f = CellFigures(*(np.zeros(n) for _ in range(4)), np.empty(len(cell)), np.empty(n + 1, np.int64),
                         np.empty(n, np.int8))
-        kern.cell_figures(np.ascontiguousarray(cell, dtype=np.int64), np.ascontiguousarray(dur, dtype=np.float64),
-                          np.ascontiguousarray(nbytes, dtype=np.int64), f.ops, f.dur, f.known, f.nbytes, f.bounds,
-                          f.values, f.exact32)
+        kern.cell_figures(_signed(cell), np.ascontiguousarray(dur, dtype=np.float64), _signed(nbytes), f.ops, f.dur,
+                          f.known, f.nbytes, f.bounds, f.values, f.exact32)     # narrow columns read as held
         f.values = f.values[:f.bounds[-1]]
         f.exact32 = f.exact32.astype(bool)
         return f
@@ -213,6 +212,12 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
                        np.bincount(cell, weights=np.where(known, dur, 0.0), minlength=n),
                        np.bincount(cell, weights=known.astype(np.float64), minlength=n),
                        np.bincount(cell, weights=nbytes.astype(np.float64), minlength=n), values, bounds, ~lossy)
+
+
+def _signed(x: np.ndarray) -> np.ndarray:
+    """A column as the kernel reads it: contiguous signed integers of its own width (no int64 copy)."""
+    x = np.ascontiguousarray(x)
+    return x if x.dtype.kind == "i" else x.astype(np.int64)
 
 
 def _kept_chunk_index(pt, chunk: int) -> tuple:
