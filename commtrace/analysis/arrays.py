@@ -35,6 +35,8 @@ class OpArrays:
 
     def rank_codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(distinct ranks, per-row index into them), computed once."""
+        if self._rank_codes is None and len(self.rank) and self.rank.strides == (0,):   # a rank task's one rank
+            self._rank_codes = self.rank[:1].copy(), np.broadcast_to(np.int16(0), len(self.rank))   # (a view)
         if self._rank_codes is None:
             ranks, rix = dense_codes(self.rank)
             self._rank_codes = ranks, narrow(rix, len(ranks))

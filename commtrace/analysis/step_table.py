@@ -162,11 +162,12 @@ class RankTimes:
             self.cols = frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)
         have_spans = spans is not None and len(spans) > 0
         self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
-        if have_spans:
+        self.tails: dict = {}       # rank -> the waits its spans alone give: built here, before the caller's
+        if have_spans:              # per-op columns (the rank task's peak was these temporaries beside them)
             self.sb = spans["t_begin_ns"].to_numpy(np.int64)
             self.se = spans["t_end_ns"].to_numpy(np.int64)
-            self.is_bw = _is_value(spans["phase"], "backward")
-            self.is_opt = _is_value(spans["phase"], "optimizer")
+            is_bw, is_opt = _is_value(spans["phase"], "backward"), _is_value(spans["phase"], "optimizer")
+            self.tails = {r: self._tails(r, sp, is_bw, is_opt) for r, sp in self.span_rows.items()}
 
     def ranks(self) -> list[int]:
         return sorted(set(self.by_rank) | set(self.span_rows))
@@ -178,15 +179,7 @@ class RankTimes:
         """Rank ``r``'s RankTime in time pieces of about ``size`` ops, each set cut to its piece: a length is the
         sum of its pieces', and no piece holds the rank's whole sets and their temporaries (the rank task's peak).
         One piece unless ``in_pieces``."""
-        rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), None
-        if sp is not None:
-            grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
-            bw = sp[take_rows(self.is_bw, sp)]
-            starts = take_rows(self.a.start, rows)
-            tails = _ddp_gradient_tails(starts, grad, self.sb[bw], self.se[bw], self.chunk)
-            opt = sp[take_rows(self.is_opt, sp)]
-            tails = _step_in_tails(tails, starts, self.sb[opt], self.se[opt])
-            del grad, bw, opt, starts        # a generator's locals live while it does
+        rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), self.tails.get(r)
         if not in_pieces(len(rows), size):
             yield self._time(r, rows, sp, tails)
             return
@@ -198,6 +191,14 @@ class RankTimes:
             part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
             mine = None if sp is None else sp[(take_rows(self.sb, sp) < hi) & (take_rows(self.se, sp) > lo)]
             yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
+
+    def _tails(self, r: int, sp: np.ndarray, is_bw: np.ndarray, is_opt: np.ndarray) -> iv.IntervalSet:
+        """Rank ``r``'s DDP gradient tails less the optimizer steps run inside them (``sp``: its spans)."""
+        rows = self.by_rank.get(r, np.empty(0, dtype=np.int64))
+        grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
+        bw, opt, starts = sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)], take_rows(self.a.start, rows)
+        tails = _ddp_gradient_tails(starts, grad, self.sb[bw], self.se[bw], self.chunk)
+        return _step_in_tails(tails, starts, self.sb[opt], self.se[opt])
 
     def _time(self, r: int, rows: np.ndarray, sp, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
         mine = rows if self.selected is None else rows[self.selected[rows]]

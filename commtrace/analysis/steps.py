@@ -23,6 +23,7 @@ STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
 
 # Where an op lies relative to its rank's steps.
 IN_STEP, BEFORE, BETWEEN, AFTER, NO_STEPS = 0, 1, 2, 3, 4
+_LOCATE_CHUNK = 1 << 16     # ops locate_ops' numpy code places at a time
 OUTSIDE_NAMES = {BEFORE: "before the first step", BETWEEN: "between steps", AFTER: "after the last step",
                  NO_STEPS: "no steps on this rank"}
 
@@ -196,13 +197,16 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
 def _locate_in_steps(b: np.ndarray, e: np.ndarray, num: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """locate_ops for one rank: its steps (begin-sorted) and its ops' starts ``t``."""
     kern = kernels()
+    step, where = np.empty(len(t), np.int32), np.empty(len(t), np.int8)
     if kern is not None:
-        step, where = np.empty(len(t), np.int32), np.empty(len(t), np.int8)
         kern.locate(b, e, num, np.ascontiguousarray(t, dtype=np.int64), step, where, IN_STEP, BEFORE, BETWEEN, AFTER)
         return step, where
-    k = np.searchsorted(b, t, side="right") - 1            # last step beginning at or before t
-    kk = np.maximum(k, 0)
-    inside = (k >= 0) & (t <= e[kk])
-    step = np.where(inside, num[kk], 0).astype(np.int32)
-    where = np.where(inside, IN_STEP, np.where(k < 0, BEFORE, np.where(t > e[-1], AFTER, BETWEEN))).astype(np.int8)
+    for i in range(0, len(t), _LOCATE_CHUNK):        # op by op: a chunk's int64 temporaries at a time
+        c = t[i:i + _LOCATE_CHUNK]
+        k = np.searchsorted(b, c, side="right") - 1      # last step beginning at or before c
+        kk = np.maximum(k, 0)
+        inside = (k >= 0) & (c <= e[kk])
+        step[i:i + _LOCATE_CHUNK] = np.where(inside, num[kk], 0)
+        outside = np.where(k < 0, BEFORE, np.where(c > e[-1], AFTER, BETWEEN))
+        where[i:i + _LOCATE_CHUNK] = np.where(inside, IN_STEP, outside)
     return step, where

@@ -226,6 +226,15 @@ def test_locate_ops_hand_cases(monkeypatch):
     same(monkeypatch, locate_ops, shuffled, steps)
     one = OpArrays(rank=rank[:13], start=start[:13], end=start[:13], dur=np.zeros(13), nbytes=np.zeros(13, np.int64))
     assert same(monkeypatch, locate_ops, one, steps)[0] == step[:13]      # one rank's frame: no gather
+    rng = np.random.default_rng(3)         # several of the numpy code's chunks, ops before / after every step
+    begin = np.sort(rng.choice(10**7, 2000, replace=False)) * 10
+    steps = pd.DataFrame({"rank": 0, "step": np.arange(1, 2001), "t_begin_ns": begin,
+                          "t_end_ns": begin + rng.integers(0, 12, 2000)})
+    start = np.sort(rng.integers(-10**6, 10**8 + 10**6, 200_001))
+    big = OpArrays(rank=np.broadcast_to(np.int32(0), len(start)), start=start, end=start, dur=np.zeros(len(start)),
+                   nbytes=np.zeros(len(start), np.int64))
+    step, where = same(monkeypatch, locate_ops, big, steps)
+    assert {BEFORE, BETWEEN, IN_STEP, AFTER} <= set(where) and max(step) > 1900
 
 
 def test_last_in_window(monkeypatch):
@@ -331,6 +340,23 @@ def test_cell_figures(monkeypatch):
         dur = np.where(rng.random(n) < 0.2, np.nan, np.round(rng.random(n) * 1e6))
         dur[::7] = rng.random(len(dur[::7]))
         same(monkeypatch, figures, cell, dur, rng.integers(0, 1 << 40, n), n_cells)
+    # a rank task's narrow columns (int16 cells, int32 bytes) are read as held: the same figures as int64 ones
+    kern = native_ext.kernels()
+    cell, nb = rng.integers(0, 300, 50000), rng.integers(0, 1 << 31, 50000)
+    dur = np.where(rng.random(50000) < 0.1, np.nan, rng.random(50000) * 1e4)
+    wide = figures(cell, dur, nb, 300)
+    for ct, bt in ((np.int8, np.int32), (np.int16, np.int32), (np.int32, np.int64), (np.int16, np.int16)):
+        c = cell % 100 if ct == np.int8 else cell
+        b = nb % 30000 if bt == np.int16 else nb
+        ref = figures(c, dur, b, 300)
+        out = [np.zeros(300) for _ in range(4)] + [np.empty(301, np.int64), np.empty(50000), np.empty(300, np.int8)]
+        kern.cell_figures(c.astype(ct), dur, b.astype(bt), *out)       # no int64 copy made for the kernel
+        got = out[:4] + [out[5][:out[4][-1]], out[4], out[6].astype(bool)]
+        assert all(np.array_equal(x, y) for x, y in zip(got, ref)), (ct, bt)
+        assert all(np.array_equal(x, y) for x, y in zip(figures(c.astype(ct), dur, b.astype(bt), 300), ref))
+    assert all(np.array_equal(x, y) for x, y in zip(figures(cell.astype(np.int16), dur, nb.astype(np.int32), 300), wide))
+    with pytest.raises(TypeError):
+        kern.cell_figures(cell.astype(np.float64), dur, nb, *out)
 
 
 def test_file_columns(monkeypatch):

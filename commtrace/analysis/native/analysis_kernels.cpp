@@ -66,6 +66,42 @@ struct Array {
 };
 using Buf = Array<i64>;
 
+// One buffer argument of signed integers of any width (int8, int16, int32 or int64): a narrow
+// column read as it is held, without an int64 copy of it.
+struct Ints {
+  Py_buffer view{};
+  bool held = false;
+  const char* p = nullptr;
+  Py_ssize_t n = 0;
+  ~Ints() {
+    if (held) PyBuffer_Release(&view);
+  }
+  bool get(PyObject* obj, const char* what) {
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
+    held = true;
+    const char* f = view.format ? view.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    const Py_ssize_t k = view.itemsize;
+    const bool ok = (k == 1 && !strcmp(f, "b")) || (k == 2 && !strcmp(f, "h")) || (k == 4 && !strcmp(f, "i")) ||
+                    (k == 8 && (!strcmp(f, "q") || !strcmp(f, "l")));
+    if (!ok || view.ndim > 1) {
+      PyErr_Format(PyExc_TypeError, "%s: expected a contiguous 1-d signed integer array", what);
+      return false;
+    }
+    p = static_cast<const char*>(view.buf);
+    n = view.len / k;
+    return true;
+  }
+  i64 operator[](Py_ssize_t i) const {
+    switch (view.itemsize) {
+      case 1: return reinterpret_cast<const int8_t*>(p)[i];
+      case 2: return reinterpret_cast<const int16_t*>(p)[i];
+      case 4: return reinterpret_cast<const int32_t*>(p)[i];
+      default: return reinterpret_cast<const i64*>(p)[i];
+    }
+  }
+};
+
 template <typename A, typename B>
 bool same_length(const A& a, const B& b, const char* what) {
   if (a.n == b.n) return true;
@@ -561,7 +597,7 @@ PyObject* first_seen_codes(PyObject*, PyObject* args) {
 }
 
 // cell_figures(cell, dur, nbytes, ops, dur_sum, known, bytes_sum, bounds, values, exact32):
-// rank_map's summary cells of one rank. Per cell c (cell[i] in [0, len(ops))): ops, the
+// rank_map's summary cells of one rank (cell and nbytes: integers of any width). Per cell c (cell[i] in [0, len(ops))): ops, the
 // summed durations (NaN counted as 0.0), the known durations and the summed bytes, in float64
 // added in row order as np.bincount adds them (the outputs start at zero); ``values`` gets the
 // known durations of cell 0, then cell 1, ... each in row order, cell c's from bounds[c] to
@@ -570,10 +606,11 @@ PyObject* cell_figures(PyObject*, PyObject* args) {
   PyObject *c_, *d_, *b_, *ops_, *ds_, *kn_, *bs_, *bd_, *v_, *x_;
   if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &c_, &d_, &b_, &ops_, &ds_, &kn_, &bs_, &bd_, &v_, &x_)) return nullptr;
   const char* w = "cell_figures";
-  Buf cell, nbytes, bounds;
+  Ints cell, nbytes;
+  Buf bounds;
   Array<double> dur, ops, dsum, known, bsum, values;
   Array<int8_t> exact32;
-  if (!cell.get(c_, false, w) || !dur.get(d_, false, w) || !nbytes.get(b_, false, w) || !ops.get(ops_, true, w) ||
+  if (!cell.get(c_, w) || !dur.get(d_, false, w) || !nbytes.get(b_, w) || !ops.get(ops_, true, w) ||
       !dsum.get(ds_, true, w) || !known.get(kn_, true, w) || !bsum.get(bs_, true, w) || !bounds.get(bd_, true, w) ||
       !values.get(v_, true, w) || !exact32.get(x_, true, w) || !same_length(cell, dur, w) ||
       !same_length(cell, nbytes, w) || !same_length(ops, dsum, w) || !same_length(ops, known, w) ||
@@ -582,18 +619,18 @@ PyObject* cell_figures(PyObject*, PyObject* args) {
     return nullptr;
   const Py_ssize_t n = ops.n;
   for (Py_ssize_t i = 0; i < cell.n; ++i)
-    if (cell.p[i] < 0 || cell.p[i] >= n) return PyErr_Format(PyExc_IndexError, "%s: cell out of range", w);
+    if (cell[i] < 0 || cell[i] >= n) return PyErr_Format(PyExc_IndexError, "%s: cell out of range", w);
   Py_BEGIN_ALLOW_THREADS
   std::vector<Py_ssize_t> fill(n, 0);
   for (Py_ssize_t c = 0; c < n; ++c) exact32.p[c] = 1;
   for (Py_ssize_t i = 0; i < cell.n; ++i) {
-    const i64 c = cell.p[i];
+    const i64 c = cell[i];
     const double v = dur.p[i];
     const bool is_known = !std::isnan(v);
     ops.p[c] += 1.0;
     dsum.p[c] += is_known ? v : 0.0;
     known.p[c] += is_known ? 1.0 : 0.0;
-    bsum.p[c] += double(nbytes.p[i]);
+    bsum.p[c] += double(nbytes[i]);
     if (is_known) ++fill[c];
   }
   bounds.p[0] = 0;
@@ -602,7 +639,7 @@ PyObject* cell_figures(PyObject*, PyObject* args) {
   for (Py_ssize_t i = 0; i < cell.n; ++i) {
     const double v = dur.p[i];
     if (std::isnan(v)) continue;
-    const i64 c = cell.p[i];
+    const i64 c = cell[i];
     values.p[fill[c]++] = v;
     if (exact32.p[c] && !(std::fabs(v) <= double(FLT_MAX) && double(float(v)) == v)) exact32.p[c] = 0;
   }

@@ -125,13 +125,13 @@ def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None, pie
     if a is None:
         regions.add_without_ops(spans)
         return {}, {}, {}
-    op_step, where = locate_ops(a, steps)
     sel = applied.selected if applied is not None else None
+    times = RankTimes(waits, a, spans, sel, applied.bounds if applied is not None else None, CHUNK_OPS)   # first:
+    op_step, where = locate_ops(a, steps)                      # its tails' temporaries beside less per-op columns
     shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
     figures = StepFigures(shown_steps, a, op_step, sel, CHUNK_OPS)
     del op_step                 # counted per step: 4 B/op less through the pieces
     outside = OutsideSteps(steps)
-    times = RankTimes(waits, a, spans, sel, applied.bounds if applied is not None else None, CHUNK_OPS)
     comm = {}
     for r in times.ranks():
         for t in times.pieces(r, piece):
@@ -142,10 +142,11 @@ def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None, pie
             if modules is not None:
                 modules.add(r, t)
     # ops and bytes per where code (only ranks with steps get codes other than NO_STEPS; the byte sums are
-    # float64, exact below 2**53 in any order: summed a chunk at a time, without a float copy of every op's)
+    # float64, exact below 2**53 in any order: summed a chunk at a time, without an int64 or float copy of every op's)
     w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
-    ops, nbytes = np.bincount(w, minlength=NO_STEPS + 1), np.zeros(NO_STEPS + 1)
+    ops, nbytes = np.zeros(NO_STEPS + 1, np.int64), np.zeros(NO_STEPS + 1)
     for i in range(0, len(w), CHUNK_OPS):
+        ops += np.bincount(w[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
         nbytes += np.bincount(w[i:i + CHUNK_OPS], weights=nb[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
     parts = {c: [int(ops[c]), int(nbytes[c]), list(outside.comm[c])] for c in (BEFORE, BETWEEN, AFTER)}
     m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
@@ -195,9 +196,8 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
     if kern is not None and len(cell):          # no op: numpy's (np.bincount's dtypes of empty weights)
         f = CellFigures(*(np.zeros(n) for _ in range(4)), np.empty(len(cell)), np.empty(n + 1, np.int64),
                         np.empty(n, np.int8))
-        kern.cell_figures(np.ascontiguousarray(cell, dtype=np.int64), np.ascontiguousarray(dur, dtype=np.float64),
-                          np.ascontiguousarray(nbytes, dtype=np.int64), f.ops, f.dur, f.known, f.nbytes, f.bounds,
-                          f.values, f.exact32)
+        kern.cell_figures(_signed(cell), np.ascontiguousarray(dur, dtype=np.float64), _signed(nbytes), f.ops, f.dur,
+                          f.known, f.nbytes, f.bounds, f.values, f.exact32)     # narrow columns read as held
         f.values = f.values[:f.bounds[-1]]
         f.exact32 = f.exact32.astype(bool)
         return f
@@ -213,6 +213,12 @@ def cell_figures(cell: np.ndarray, dur: np.ndarray, nbytes: np.ndarray, n: int) 
                        np.bincount(cell, weights=np.where(known, dur, 0.0), minlength=n),
                        np.bincount(cell, weights=known.astype(np.float64), minlength=n),
                        np.bincount(cell, weights=nbytes.astype(np.float64), minlength=n), values, bounds, ~lossy)
+
+
+def _signed(x: np.ndarray) -> np.ndarray:
+    """A column as the kernel reads it: contiguous signed integers of its own width (no int64 copy)."""
+    x = np.ascontiguousarray(x)
+    return x if x.dtype.kind == "i" else x.astype(np.int64)
 
 
 def _kept_chunk_index(pt, chunk: int) -> tuple:
