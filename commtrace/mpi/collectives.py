@@ -2,6 +2,8 @@
 issue them; docs/mpi-backend.md, "Order of collectives")."""
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.distributed as dist
 
@@ -164,12 +166,8 @@ class Collectives:
         mop, avg = dtypes.reduce_op(_redop(opts) if opts is not None else _SUM, t.dtype)
         buf = dtypes.buffer(t)
         if self._rank == root:
-            args = (runtime.MPI.IN_PLACE, buf, mop, root)
-            post = self._avg_post([t], avg)
-        else:
-            args = (buf, None, mop, root)
-            post = None
-        return self._go(opts, "Reduce", args, [t], post)
+            return self._go(opts, "Reduce", (runtime.MPI.IN_PLACE, buf, mop, root), [t], self._avg_post([t], avg))
+        return self._go(opts, "Reduce", (buf, None, mop, root), [t])
 
     # -- all_gather -----------------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -212,8 +210,7 @@ class Collectives:
             for o, t in zip(outs, input_list):
                 if o.numel() != t.numel() or o.dtype != t.dtype:
                     raise ValueError("mpi backend: allgather_coalesced output shape/dtype mismatch")
-        send = torch.cat([_bytes(t) for t in input_list]) if input_list else torch.empty(0, dtype=_U8)
-        recv = torch.empty((self._size, send.numel()), dtype=_U8)
+        send, recv = self._byte_rows(input_list)
 
         def post():
             for r, outs in enumerate(output_lists):
@@ -235,8 +232,7 @@ class Collectives:
             if o.dtype != t.dtype or o.numel() != t.numel() * self._size:
                 raise ValueError(f"mpi backend: all_gather_into_tensor output {tuple(o.shape)} "
                                  f"{o.dtype} does not fit {self._size} x input {tuple(t.shape)} {t.dtype}")
-        send = torch.cat([_bytes(t) for t in inputs]) if inputs else torch.empty(0, dtype=_U8)
-        recv = torch.empty((self._size, send.numel()), dtype=_U8)
+        send, recv = self._byte_rows(inputs)
 
         def post():
             off = 0
@@ -248,6 +244,11 @@ class Collectives:
                         inputs=inputs)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def _byte_rows(self, inputs):
+        """(the bytes of ``inputs`` end to end, a receive buffer of one such row per rank)."""
+        send = torch.cat([_bytes(t) for t in inputs]) if inputs else torch.empty(0, dtype=_U8)
+        return send, torch.empty((self._size, send.numel()), dtype=_U8)
 
     # -- gather / scatter -------------------------------------------------------------------
     def gather(self, output_tensors, input_tensors, opts=None):
@@ -370,10 +371,7 @@ class Collectives:
             raise ValueError(f"mpi backend: all_to_all_single {what} split sizes {splits} "
                              f"do not add up to dim 0 ({dim0})")
         counts = [s * row for s in splits]
-        displs = [0] * n
-        for i in range(1, n):
-            displs[i] = displs[i - 1] + counts[i - 1]
-        return counts, displs
+        return counts, [0, *itertools.accumulate(counts[:-1])]
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self._size
