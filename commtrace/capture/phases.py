@@ -338,13 +338,17 @@ class PhaseHooks:
                            "broadcast_buffers": bool(getattr(ddp, "forward_sync_buffers", False)),
                            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False))})
         sizes = _logging_field(ddp, "bucket_sizes")
-        if sizes is not None and len(_split_list(sizes)) == 1:
+        if sizes is not None and len([x for x in str(sizes).split(",") if x.strip()]) == 1:
             # One initial bucket holds every parameter (grad-ready order unknown yet).
             self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": label, "from_iteration": 1,
                                "buckets": [list(reversed(params))]})
             # If the gradients fit DDP's first bucket, the rebuilt layout is that one bucket too:
             # the layout is known for good (a rank that joins right after the rebuild keeps it).
-            state["rebuilt"] = _grad_bytes(module) <= _first_bucket_bytes(ddp)
+            import torch.distributed as dist
+            first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
+            cap = getattr(ddp, "bucket_bytes_cap", first)
+            grad_bytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+            state["rebuilt"] = grad_bytes <= min(first, cap if isinstance(cap, int) else first)
         return state
 
     def _wrap_forward(self, orig):
@@ -409,26 +413,11 @@ class PhaseHooks:
                            "from_iteration": state["rebuild_at"], "buckets": buckets})
 
 
-def _grad_bytes(module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-
-
-def _first_bucket_bytes(ddp) -> int:
-    import torch.distributed as dist
-    first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
-    cap = getattr(ddp, "bucket_bytes_cap", first)
-    return min(first, cap if isinstance(cap, int) else first)
-
-
 def _logging_field(ddp, name):
     try:
         return ddp._get_ddp_logging_data().get(name)
     except Exception:
         return None
-
-
-def _split_list(value) -> list:
-    return [x for x in str(value).split(",") if x.strip()]
 
 
 # Object collectives move sizes (int64) then a pickled payload (uint8) with ordinary

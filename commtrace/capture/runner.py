@@ -201,7 +201,9 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
     except CommtraceError:
         raise
     except SystemExit as e:
-        return _exit_code(e.code), "exit"
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)   # as Python prints it: the script's SystemExit stops here
+        return exit_status(e.code), "exit"
     except KeyboardInterrupt as e:
         _report_exception(e)
         return 130, _INTERRUPTED
@@ -236,12 +238,6 @@ def _run_script_file(path: str) -> None:
     finally:
         if saved is not None:
             sys.modules["__main__"] = saved
-
-
-def _exit_code(code) -> int:
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)   # as Python prints it: the script's SystemExit stops here
-    return exit_status(code)
 
 
 def _report_exception(exc: BaseException) -> None:
