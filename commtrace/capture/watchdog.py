@@ -405,9 +405,8 @@ def _after_fork_in_child() -> None:
     # Threads do not survive fork: restart the watchdog for the child's own ops.
     global _lock
     _lock = threading.RLock()
-    _state.pop("dumped", None)
-    _state.pop("unlisted", None)
-    _state.pop("deliveries", None)
+    for key in ("dumped", "unlisted", "deliveries"):
+        _state.pop(key, None)
     # The wakeup fd is the parent's pipe: the parent's signal thread would read this process's
     # signals as its own (a forked Pool worker's SIGTERM, from Pool.terminate: it ended the parent).
     with contextlib.suppress(ValueError, OSError):
