@@ -100,7 +100,6 @@ class ModuleTracker:
         self.hooks.after_backward.append(self._bw.clear)  # _bw is cleared in place, never rebound
 
     def enable(self) -> None:
-        """Install the global module hooks (once)."""
         if self._on or not self.hooks.originals:  # not on twice; not after PhaseHooks.uninstall
             return
         self._on = True
@@ -414,8 +413,7 @@ class ModuleTracker:
         dims = []
         for i in range(getattr(mesh, "ndim", 0)):
             try:
-                group = mesh.get_group(i)
-                gname = str(group.group_name)
+                gname = str(mesh.get_group(i).group_name)
             except Exception:  # this rank is not in the mesh, or no group yet
                 continue
             dims.append({"dim": i, "name": str(names[i]) if names and i < len(names) else str(i), "group": gname})

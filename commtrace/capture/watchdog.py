@@ -32,8 +32,7 @@ def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
     now = time.monotonic_ns() if now_ns is None else now_ns
     out = []
     for row, where in sorted(rec.unfinished(), key=lambda x: x[0][T_CALL]):
-        sig_id = sig_of(row)
-        sig = _line(rec.sig_lines, sig_id) if sig_id >= 0 else {}
+        sig = _line(rec.sig_lines, sig_of(row))   # -1: undescribed
         grp = _line(rec.group_lines, row[GROUP])
         out.append({
             "op": sig.get("op"), "variant": sig.get("variant"),

@@ -422,7 +422,6 @@ class _WatchedP2PWork(dist.Work):
 
 
 def _forwarding(inner_name: str):
-    """A method calling ``self._inner``'s method ``inner_name``."""
     def forward(self, *args, **kwargs):
         return getattr(self._inner, inner_name)(*args, **kwargs)
     forward.__name__ = inner_name

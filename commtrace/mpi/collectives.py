@@ -52,7 +52,6 @@ class Collectives:
         return root
 
     def _pair(self, output, input, what):
-        """Check an (output, input) tensor pair of one dtype."""
         _check(output)
         _check(input)
         if output.dtype != input.dtype:
@@ -151,8 +150,6 @@ class Collectives:
 
     # -- broadcast / reduce ------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
         t = _one(tensors, "broadcast")
         _check(t)
         root = opts if isinstance(opts, int) else _opt(opts, "rootRank", 0)
@@ -259,13 +256,11 @@ class Collectives:
             outs = _flat(output_tensors)
             self._check_list(outs, t, "gather output")
             tmp, post = self._gathered(outs, t)
-            args = (dtypes.buffer(t), dtypes.buffer(tmp), root)
-            result = list(outs)
-        else:
-            if output_tensors and any(len(x) for x in output_tensors):
-                raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
-            post, args, result = None, (dtypes.buffer(t), None, root), []
-        return self._go(opts, "Gather", args, result, post, inputs=[t])
+            return self._go(opts, "Gather", (dtypes.buffer(t), dtypes.buffer(tmp), root), list(outs), post,
+                            inputs=[t])
+        if output_tensors and any(len(x) for x in output_tensors):
+            raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
+        return self._go(opts, "Gather", (dtypes.buffer(t), None, root), [], inputs=[t])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
@@ -402,7 +397,6 @@ class Collectives:
 
     # -- point to point ----------------------------------------------------------------------
     def _p2p_buffer(self, tensors, what, tag, peer=None, peer_is="source"):
-        """The checked tensor's MPI buffer (and the peer rank and tag checked)."""
         t = _one(tensors, what)
         _check(t)
         if peer is not None:
