@@ -98,14 +98,11 @@ class PhaseHooks:
             alias = torch_compat.alias_script_builtin(dist_autograd.backward, self.originals[-1][2])
             if alias is not None:
                 self.originals.append(("hook", alias))
-        try:
-            from torch.distributed.algorithms.join import Join
-            self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
-            notify = self._wrap_scope(detail="join_notify")
-            self._patch(Join, "notify_join_context", lambda orig: staticmethod(notify(orig)))
-            self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
-        except ImportError:
-            pass
+        from torch.distributed.algorithms.join import Join  # DDP's module imports it (above)
+        self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
+        notify = self._wrap_scope(detail="join_notify")
+        self._patch(Join, "notify_join_context", lambda orig: staticmethod(notify(orig)))
+        self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
         from . import comm_hooks
         comm_hooks.install(self)  # the bucket of each collective a comm hook issues
         self._patch_averagers()
