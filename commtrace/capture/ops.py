@@ -21,10 +21,7 @@ def flat(x) -> list:
     if isinstance(x, Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
-        out = []
-        for item in x:
-            out.extend(flat(item))
-        return out
+        return [t for item in x for t in flat(item)]
     return []
 
 
