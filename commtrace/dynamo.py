@@ -19,13 +19,13 @@ from .capture.scopes import drop_own_frame
 def skip_frames(fn):
     """``fn``, or a wrapper of it, whose frames (and the frames it calls) Dynamo
     never compiles: for a function that C++ calls back, e.g. ``@skip_frames``."""
-    skip = _skipper()
+    skip = _code_marker() or _hook_off_wrapper()
     return fn if skip is None else skip(fn)
 
 
 def skip_class_frames(*classes) -> None:
     """``skip_frames`` for every method (and property accessor) these classes define."""
-    skip = _skipper()
+    skip = _code_marker() or _hook_off_wrapper()
     if skip is None:
         return
     for cls in classes:
@@ -49,12 +49,12 @@ def _skipped(attr, skip):
     return attr
 
 
-def _skipper():
-    """Marks a function's code object SKIP, frames it calls included; where this torch has no
-    per-code strategies, ``_hook_off_wrapper()``."""
+def _code_marker():
+    """Marks a function's code object SKIP, frames it calls included (None where
+    this torch has no per-code strategies)."""
     skip_code = torch_compat.dynamo_code_skipper(callees=True)
     if skip_code is None:
-        return _hook_off_wrapper()
+        return None
 
     def mark(fn):
         skip_code(fn.__code__)
