@@ -69,19 +69,15 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
 def python_command(name: str) -> str | None:
     """The path of ``name`` when it is not a file here but a Python script on PATH (a console
     script such as torchrun or accelerate), which runs like any script; else None."""
-    if os.path.exists(name) or os.sep in name:
+    path = None if os.path.exists(name) or os.sep in name else shutil.which(name)
+    if path is None:
         return None
-    path = shutil.which(name)
-    return path if path is not None and _is_python_script(path) else None
-
-
-def _is_python_script(path: str) -> bool:
     try:
         with open(path, "rb") as f:
             first = f.readline(256)
     except OSError:
-        return False
-    return first.startswith(b"#!") and b"python" in first
+        return None
+    return path if first.startswith(b"#!") and b"python" in first else None
 
 
 def missing_target(opts: RunOptions) -> str | None:
