@@ -56,7 +56,7 @@ def _import_mpi(initialize: bool):
 
     _MPI = MPI
     if MPI.Is_initialized():
-        _unset_mca_defaults()
+        env_vars.restore(_mca_added)   # read in MPI_Init: the program (and its children) see their own
     return MPI
 
 
@@ -66,11 +66,6 @@ _mca_added: dict = {}   # the defaults set -> None (they were unset)
 def _set_mca_defaults() -> None:
     _mca_added.update({k: None for k in _OMPI_DEFAULTS if k not in os.environ})
     os.environ.update({k: _OMPI_DEFAULTS[k] for k in _mca_added})
-
-
-def _unset_mca_defaults() -> None:
-    """Open MPI read them in MPI_Init: the program (and its children) see their own environment."""
-    env_vars.restore(_mca_added)
 
 
 def library_version() -> str:
@@ -91,7 +86,7 @@ def world():
         try:
             MPI.Init_thread(getattr(MPI, "THREAD_" + THREAD_LEVEL.upper()))
         finally:
-            _unset_mca_defaults()
+            env_vars.restore(_mca_added)
     _world = MPI.COMM_WORLD
     return _world
 

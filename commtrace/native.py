@@ -142,8 +142,14 @@ def _compile(ext: Extension, modname: str, work: str, verbose: bool) -> str:
     # cpp_extension writes flags into a ninja file that a shell runs: quoted
     # here, a flag with spaces or quotes (the mpi fast path's -D...="...") stays one.
     quoted = functools.partial(map, shlex.quote)
+    # PATH with this environment's ninja first, also when the venv is not activated
+    dirs = [os.path.dirname(sys.executable)]
+    with contextlib.suppress(ImportError, AttributeError):
+        import ninja
+        dirs.insert(0, ninja.BIN_DIR)
+    path = os.pathsep.join([*dirs, os.environ.get("PATH", "")])
     try:    # cpp_extension reads PATH and CXX from the environment
-        with env_vars.setting({"PATH": _path_with_ninja(), "CXX": shlex.join(ext.compiler)}):
+        with env_vars.setting({"PATH": path, "CXX": shlex.join(ext.compiler)}):
             built = cpp_extension.load(
                 name=modname, sources=[os.path.join(HERE, s) for s in ext.sources],
                 extra_cflags=[*quoted(_CFLAGS), *quoted(ext.cflags)], extra_ldflags=[*quoted(ext.ldflags)],
@@ -181,15 +187,6 @@ def _diagnostics(text: str) -> str:
     picked = [ln for ln in lines if "error:" in ln] or [ln for ln in lines if "error" in ln.lower()
                                                         and not ln.startswith("Error building")] or lines[-3:]
     return " | ".join(ln[:300] for ln in picked[:3])
-
-
-def _path_with_ninja() -> str:
-    """PATH with this environment's ninja first, also when the venv is not activated."""
-    dirs = [os.path.dirname(sys.executable)]
-    with contextlib.suppress(ImportError, AttributeError):
-        import ninja
-        dirs.insert(0, ninja.BIN_DIR)
-    return os.pathsep.join([*dirs, os.environ.get("PATH", "")])
 
 
 def load(ext: Extension):

@@ -109,11 +109,8 @@ def _flush_in_multiprocessing_children(rec) -> None:
     """Close the recorder at the end of a forked ``multiprocessing.Process``: it skips atexit
     (``os._exit``) but runs finalizers, registered after the fork clears them."""
     import multiprocessing.util as mpu
-
-    def after_fork(r):
-        mpu.Finalize(None, r.close, exitpriority=-1)  # after the program's own finalizers
-
-    mpu.register_after_fork(rec, after_fork)
+    # exitpriority -1: after the program's own finalizers
+    mpu.register_after_fork(rec, lambda r: mpu.Finalize(None, r.close, exitpriority=-1))
 
 
 def _exit_info_of_multiprocessing_children() -> None:

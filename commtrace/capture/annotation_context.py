@@ -54,8 +54,9 @@ class AnnotationContext:
         """Merge ``fields`` into the annotation context (None removes a field)."""
         self.claim_context()
         ctx = {k: v for k, v in {**self._context, **fields}.items() if v is not None}
-        self._context = ctx
-        self._set_context_key(tuple(sorted(ctx.items())) or None)
+        key = tuple(sorted(ctx.items())) or None
+        cid = self._id_of(key)
+        self._context, self.context_key, self.context_id = ctx, key, cid
 
     def set_context_field(self, name: str, value) -> None:
         """``set_context(**{name: value})`` for a field that changes often (capture.module_tracker sets
@@ -80,11 +81,6 @@ class AnnotationContext:
         token = (self._context, self.context_key, self.iteration, self.context_id)
         self.set_context_field(name, value)
         return token
-
-    def _set_context_key(self, key) -> None:
-        cid = self._id_of(key)
-        self.context_key = key
-        self.context_id = cid
 
     def push_context(self, **fields) -> tuple:
         """Set fields for a scope; returns the token ``pop_context`` restores. On a program

@@ -291,14 +291,9 @@ def _at_exit() -> None:
         if _exit["done"] or not _tracked:
             return
         _exit["done"] = True  # once: atexit and a multiprocessing finalizer may both call
-    if not _failing():
+    failing = any((getattr(rec, "exit_info", None) or (0,))[0] for rec, _ in _tracked)
+    if not failing and getattr(sys, "last_value", None) is None:  # (or an uncaught exception was printed)
         measure_tracked("end")
-
-
-def _failing() -> bool:
-    if any((getattr(rec, "exit_info", None) or (0,))[0] for rec, _ in _tracked):
-        return True
-    return getattr(sys, "last_value", None) is not None  # an uncaught exception was printed
 
 
 def _hook_exit() -> None:

@@ -70,13 +70,10 @@ def _carrying_context(rec: Recorder, orig):
         if fields is None or not callable(callback):
             return orig(fut, callback, *args, **kwargs)
         try:
-            return orig(fut, _in_context(rec, fields, callback), *args, **kwargs)
+            callback = in_context(rec, callback, lambda args, kwargs: rec.push_thread_context(fields),
+                                  rec.pop_thread_context)
+            return orig(fut, callback, *args, **kwargs)
         except BaseException as e:
             drop_own_frame(e)
             raise
     return method
-
-
-def _in_context(rec: Recorder, fields: dict, callback):
-    return in_context(rec, callback, lambda args, kwargs: rec.push_thread_context(fields),
-                      rec.pop_thread_context)

@@ -195,7 +195,6 @@ class CompletionTracker:
         return out
 
     def _read_device_ends(self, final: bool) -> None:
-        """Stamp CUDA ops whose end event has completed."""
         ends = self.device_ends
         n = len(ends)  # the hot path appends concurrently: take a prefix, keep the rest
         still = []

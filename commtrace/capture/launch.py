@@ -74,7 +74,6 @@ ENV_LAUNCHER_ENV = "COMMTRACE_LAUNCHER_ENV"   # 0/false/no/off: leave the launch
 
 
 def launcher_env_wanted(env: Mapping[str, str]) -> bool:
-    """False when the user asked commtrace not to set launcher variables."""
     return env.get(ENV_LAUNCHER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 

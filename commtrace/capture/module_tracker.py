@@ -50,7 +50,8 @@ class ModuleTracker:
         # have the role dtensor_distribute, and outside any phase the phase dtensor_init.
         distribute = (("distribute_tensor", self._scope("dtensor_distribute", phase="dtensor_init")),)
         # Each module of the plan is parallelized by a call of its own (the innermost names it).
-        parallelize = (("parallelize_module", self._scope(phase="tp_init", unit=_module_arg, unit_wins=True)),)
+        unit = lambda args, kw: args[0] if args else kw.get("module")  # noqa: E731  (its module argument)
+        parallelize = (("parallelize_module", self._scope(phase="tp_init", unit=unit, unit_wins=True)),)
         # Distributed checkpointing's collectives (its planners' gather/scatter of metadata, the
         # state-dict helpers' gathers) are phase checkpoint wherever no phase runs.
         checkpoint = self._scope(phase="checkpoint")
@@ -99,7 +100,6 @@ class ModuleTracker:
         self.hooks.after_backward.append(self._bw.clear)  # _bw is cleared in place, never rebound
 
     def enable(self) -> None:
-        """Install the global module hooks (once)."""
         if self._on or not self.hooks.originals:  # not on twice; not after PhaseHooks.uninstall
             return
         self._on = True
@@ -413,8 +413,7 @@ class ModuleTracker:
         dims = []
         for i in range(getattr(mesh, "ndim", 0)):
             try:
-                group = mesh.get_group(i)
-                gname = str(group.group_name)
+                gname = str(mesh.get_group(i).group_name)
             except Exception:  # this rank is not in the mesh, or no group yet
                 continue
             dims.append({"dim": i, "name": str(names[i]) if names and i < len(names) else str(i), "group": gname})
@@ -428,11 +427,8 @@ class ModuleTracker:
 _TRACKER: list = []  # the enabled ModuleTracker (one per process)
 
 
-def _never() -> bool:
+def _compiling() -> bool:   # replaced by torch.compiler.is_compiling once the tracker is on
     return False
-
-
-_compiling = _never   # torch.compiler.is_compiling once the tracker is on
 
 
 # Attributes under which wrappers hold the module they wrap (FSDP1, activation checkpointing,
@@ -474,11 +470,6 @@ def _enclosing_module(module, depth: int = 24):
                     best, size = value, len(mods)
         frame, depth = frame.f_back, depth - 1
     return best
-
-
-def _module_arg(args, kwargs):
-    """parallelize_module's module argument."""
-    return args[0] if args else kwargs.get("module")
 
 
 def _user_name(name: str) -> str:

@@ -51,10 +51,7 @@ def _log(rec: Recorder, mod):
 
 def kind_for(inner: dist.ProcessGroup) -> str:
     """Which wrapper ``make_traced`` gives ``inner``: "native" or "python"."""
-    mod = module()
-    if mod is None or _written_in_python(inner):
-        return "python"
-    return "native"
+    return "python" if module() is None or _written_in_python(inner) else "native"
 
 
 def _written_in_python(inner) -> bool:

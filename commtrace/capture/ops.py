@@ -21,10 +21,7 @@ def flat(x) -> list:
     if isinstance(x, Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
-        out = []
-        for item in x:
-            out.extend(flat(item))
-        return out
+        return [t for item in x for t in flat(item)]
     return []
 
 
@@ -49,22 +46,17 @@ def nbytes(t: Tensor) -> int:
     return sum(p.numel() * p.element_size() for p in parts)
 
 
-def _tensor_arg(args, kwargs):
-    """An all_reduce's tensor argument: its first, positional or by name."""
-    return args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))
-
-
 def sparse_call(args, kwargs) -> bool:
     """Whether an all_reduce's (first) tensor is sparse (the one op c10d backends take sparse
     tensors for: gloo's sparse all_reduce, DDP's sparse gradients)."""
-    a = args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))   # _tensor_arg inlined: per all_reduce
+    a = args[0] if args else kwargs.get("tensors", kwargs.get("tensor"))   # its tensor argument
     t = a[0] if type(a) is list and a else a
     return isinstance(t, Tensor) and t.layout is not _STRIDED
 
 
 def sparse_key(args, kwargs) -> tuple:
     """What fixes a sparse all_reduce's bytes, for its call key: each of its tensors' ``nbytes``."""
-    return tuple(map(nbytes, flat(_tensor_arg(args, kwargs))))
+    return tuple(map(nbytes, flat(args[0] if args else kwargs.get("tensors", kwargs.get("tensor")))))
 
 
 def _is_opts(x) -> bool:
@@ -114,10 +106,6 @@ def _pop_first(kw, *names):
         if n in kw:
             return kw.pop(n)
     return None
-
-
-def parse_barrier(args, kwargs):
-    return ([], [], *_opts_or_extra(list(args), dict(kwargs), ("timeout",)))
 
 
 def parse_p2p(peer_name):
@@ -170,7 +158,7 @@ SPECS: dict[str, Spec] = {
     "alltoall": Spec("all_to_all", parse_out_in()),
     "alltoall_base": Spec("all_to_all", parse_out_in(("output_split_sizes", "input_split_sizes", "opts"))),
     "all_to_all_single": Spec("all_to_all", parse_out_in(("output_split_sizes", "input_split_sizes", "opts"))),
-    "barrier": Spec("barrier", parse_barrier),
+    "barrier": Spec("barrier", lambda args, kw: ([], [], *_opts_or_extra(list(args), kw, ("timeout",)))),
     "monitored_barrier": Spec("barrier", lambda args, kwargs: ([], [], None, {})),
     "send": Spec("send", parse_p2p("dstRank"), p2p=True),
     "recv": Spec("recv", parse_p2p("srcRank"), p2p=True),
@@ -201,13 +189,8 @@ NOT_OPS = frozenset({
 
 
 def reduce_op_name(op) -> str | None:
-    if op is None:
-        return None
     inner = getattr(op, "op", op)
-    name = getattr(inner, "name", None)
-    if name is None:
-        name = str(inner).rsplit(".", 1)[-1]
-    return str(name)
+    return None if op is None else str(getattr(inner, "name", None) or str(inner).rsplit(".", 1)[-1])
 
 
 def _one(values: set, many="mixed"):

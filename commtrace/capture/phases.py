@@ -98,14 +98,11 @@ class PhaseHooks:
             alias = torch_compat.alias_script_builtin(dist_autograd.backward, self.originals[-1][2])
             if alias is not None:
                 self.originals.append(("hook", alias))
-        try:
-            from torch.distributed.algorithms.join import Join
-            self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
-            notify = self._wrap_scope(detail="join_notify")
-            self._patch(Join, "notify_join_context", lambda orig: staticmethod(notify(orig)))
-            self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
-        except ImportError:
-            pass
+        from torch.distributed.algorithms.join import Join  # DDP's module imports it (above)
+        self._patch(Join, "__exit__", self._wrap_scope("join", detail="join_shadow"))
+        notify = self._wrap_scope(detail="join_notify")
+        self._patch(Join, "notify_join_context", lambda orig: staticmethod(notify(orig)))
+        self._patch(Join, "_get_num_nonjoined_procs", self._wrap_join_round)
         from . import comm_hooks
         comm_hooks.install(self)  # the bucket of each collective a comm hook issues
         self._patch_averagers()
@@ -338,13 +335,17 @@ class PhaseHooks:
                            "broadcast_buffers": bool(getattr(ddp, "forward_sync_buffers", False)),
                            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False))})
         sizes = _logging_field(ddp, "bucket_sizes")
-        if sizes is not None and len(_split_list(sizes)) == 1:
+        if sizes is not None and len([x for x in str(sizes).split(",") if x.strip()]) == 1:
             # One initial bucket holds every parameter (grad-ready order unknown yet).
             self.rec.add_meta({"type": schema.META_DDP_BUCKETS, "module": label, "from_iteration": 1,
                                "buckets": [list(reversed(params))]})
             # If the gradients fit DDP's first bucket, the rebuilt layout is that one bucket too:
             # the layout is known for good (a rank that joins right after the rebuild keeps it).
-            state["rebuilt"] = _grad_bytes(module) <= _first_bucket_bytes(ddp)
+            import torch.distributed as dist
+            first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
+            cap = getattr(ddp, "bucket_bytes_cap", first)
+            grad_bytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+            state["rebuilt"] = grad_bytes <= min(first, cap if isinstance(cap, int) else first)
         return state
 
     def _wrap_forward(self, orig):
@@ -409,26 +410,11 @@ class PhaseHooks:
                            "from_iteration": state["rebuild_at"], "buckets": buckets})
 
 
-def _grad_bytes(module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-
-
-def _first_bucket_bytes(ddp) -> int:
-    import torch.distributed as dist
-    first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
-    cap = getattr(ddp, "bucket_bytes_cap", first)
-    return min(first, cap if isinstance(cap, int) else first)
-
-
 def _logging_field(ddp, name):
     try:
         return ddp._get_ddp_logging_data().get(name)
     except Exception:
         return None
-
-
-def _split_list(value) -> list:
-    return [x for x in str(value).split(",") if x.strip()]
 
 
 # Object collectives move sizes (int64) then a pickled payload (uint8) with ordinary

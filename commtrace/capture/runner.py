@@ -69,19 +69,15 @@ def prepare_environment(opts: RunOptions) -> tuple[str, str, launch.LaunchInfo, 
 def python_command(name: str) -> str | None:
     """The path of ``name`` when it is not a file here but a Python script on PATH (a console
     script such as torchrun or accelerate), which runs like any script; else None."""
-    if os.path.exists(name) or os.sep in name:
+    path = None if os.path.exists(name) or os.sep in name else shutil.which(name)
+    if path is None:
         return None
-    path = shutil.which(name)
-    return path if path is not None and _is_python_script(path) else None
-
-
-def _is_python_script(path: str) -> bool:
     try:
         with open(path, "rb") as f:
             first = f.readline(256)
     except OSError:
-        return False
-    return first.startswith(b"#!") and b"python" in first
+        return None
+    return path if first.startswith(b"#!") and b"python" in first else None
 
 
 def missing_target(opts: RunOptions) -> str | None:
@@ -201,7 +197,9 @@ def _run_target(opts: RunOptions) -> tuple[int, str]:
     except CommtraceError:
         raise
     except SystemExit as e:
-        return _exit_code(e.code), "exit"
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)   # as Python prints it: the script's SystemExit stops here
+        return exit_status(e.code), "exit"
     except KeyboardInterrupt as e:
         _report_exception(e)
         return 130, _INTERRUPTED
@@ -236,12 +234,6 @@ def _run_script_file(path: str) -> None:
     finally:
         if saved is not None:
             sys.modules["__main__"] = saved
-
-
-def _exit_code(code) -> int:
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)   # as Python prints it: the script's SystemExit stops here
-    return exit_status(code)
 
 
 def _report_exception(exc: BaseException) -> None:

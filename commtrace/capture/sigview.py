@@ -64,7 +64,6 @@ def uninstall(signum: int) -> None:
 
 
 def set_our_wakeup_fd(fd: int) -> int:
-    """``signal.set_wakeup_fd(fd)`` for commtrace; returns the previous fd."""
     prev = real_set_wakeup_fd(fd, warn_on_full_buffer=False)
     if prev == -1:
         _wakeup["fd"] = fd

@@ -81,8 +81,10 @@ class TraceSink:
             self.call_order = CallOrder() if opts.keep_last else None
 
     def open_start_file(self, sig_lines: list) -> None:
-        """The ``proc.`` meta file, before the process has a rank."""
-        self._new_writer(self._stem(f"proc.{_host_stem()}"), sig_lines)
+        """The ``proc.`` meta file, before the process has a rank. Its name has the host's (processes
+        on two hosts may share a pid), in characters a file name may hold."""
+        host = "".join(c if c.isalnum() or c == "-" else "_" for c in hostname().split(".")[0])[:64]
+        self._new_writer(self._stem(f"proc.{host or 'host'}"), sig_lines)
 
     def open_rank_files(self, rank: int, sig_lines: list) -> bool:
         """The rank's files; True if they continue the start file (renamed), False if new."""
@@ -135,9 +137,3 @@ def hostname() -> str:
     except AttributeError:  # no uname (Windows)
         import socket
         return socket.gethostname()
-
-
-def _host_stem() -> str:
-    """The host name as it may appear in a file name (processes on two hosts may share a pid)."""
-    name = hostname().split(".")[0]
-    return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:64] or "host"

@@ -32,8 +32,7 @@ def in_flight_ops(rec, now_ns: int | None = None) -> list[dict]:
     now = time.monotonic_ns() if now_ns is None else now_ns
     out = []
     for row, where in sorted(rec.unfinished(), key=lambda x: x[0][T_CALL]):
-        sig_id = sig_of(row)
-        sig = _line(rec.sig_lines, sig_id) if sig_id >= 0 else {}
+        sig = _line(rec.sig_lines, sig_of(row))   # -1: undescribed
         grp = _line(rec.group_lines, row[GROUP])
         out.append({
             "op": sig.get("op"), "variant": sig.get("variant"),
@@ -405,9 +404,8 @@ def _after_fork_in_child() -> None:
     # Threads do not survive fork: restart the watchdog for the child's own ops.
     global _lock
     _lock = threading.RLock()
-    _state.pop("dumped", None)
-    _state.pop("unlisted", None)
-    _state.pop("deliveries", None)
+    for key in ("dumped", "unlisted", "deliveries"):
+        _state.pop(key, None)
     # The wakeup fd is the parent's pipe: the parent's signal thread would read this process's
     # signals as its own (a forked Pool worker's SIGTERM, from Pool.terminate: it ended the parent).
     with contextlib.suppress(ValueError, OSError):

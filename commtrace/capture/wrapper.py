@@ -99,16 +99,13 @@ def callsite_text(frame) -> str | None:
 _OPT_FIELDS: dict = {}
 
 
-def _opt_fields(ot) -> tuple:
+def _opts_key(o):
+    ot = type(o)
     f = _OPT_FIELDS.get(ot)
     if f is None:
         f = _OPT_FIELDS[ot] = tuple(n for n in ("reduceOp", "rootRank", "asyncOp") if hasattr(ot, n))
-    return f
-
-
-def _opts_key(o):
     # ReduceOp hashes and compares by its op, so it can sit in the key as is.
-    return (type(o), *[getattr(o, n) for n in _opt_fields(type(o))])
+    return (ot, *[getattr(o, n) for n in f])
 
 
 def _tensor_key(t):
@@ -424,10 +421,10 @@ class _WatchedP2PWork(dist.Work):
         return getattr(self._inner, name)
 
 
-def _forward_work(name: str):
+def _forwarding(inner_name: str):
     def forward(self, *args, **kwargs):
-        return getattr(self._inner, name)(*args, **kwargs)
-    forward.__name__ = name
+        return getattr(self._inner, inner_name)(*args, **kwargs)
+    forward.__name__ = inner_name
     return forward
 
 
@@ -435,15 +432,7 @@ def _forward_work(name: str):
 for _name in dir(dist.Work):
     if not _name.startswith("__") and _name not in ("wait", "unbox", "_pybind11_conduit_v1_") and \
             callable(getattr(dist.Work, _name)):
-        setattr(_WatchedP2PWork, _name, _forward_work(_name))
-
-
-def _forwarding(inner_name: str):
-    def forward(self, *args, **kwargs):
-        return getattr(self._inner, inner_name)(*args, **kwargs)
-    forward.__name__ = inner_name
-    return forward
-
+        setattr(_WatchedP2PWork, _name, _forwarding(_name))
 
 # Non-op methods that must reach the real group: own name -> the inner group's method. _get_backend
 # is the inner group's answer: the backend mirrored here, or a Python group's own (the mpi4py one: itself).

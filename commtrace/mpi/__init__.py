@@ -104,10 +104,7 @@ _ABSENT = object()
 
 def _names_mpi(backend) -> bool:
     """"mpi", "MPI", "cpu:mpi,cuda:nccl", ... (torch's backend string forms)."""
-    if backend is None:
-        return False
-    parts = str(backend).lower().split(",")
-    return any(p.strip().split(":")[-1] == "mpi" for p in parts)
+    return backend is not None and any(p.strip().split(":")[-1] == "mpi" for p in str(backend).lower().split(","))
 
 
 def native_extension():

@@ -2,6 +2,8 @@
 issue them; docs/mpi-backend.md, "Order of collectives")."""
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.distributed as dist
 
@@ -50,7 +52,6 @@ class Collectives:
         return root
 
     def _pair(self, output, input, what):
-        """Check an (output, input) tensor pair of one dtype."""
         _check(output)
         _check(input)
         if output.dtype != input.dtype:
@@ -149,8 +150,6 @@ class Collectives:
 
     # -- broadcast / reduce ------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
         t = _one(tensors, "broadcast")
         _check(t)
         root = opts if isinstance(opts, int) else _opt(opts, "rootRank", 0)
@@ -164,12 +163,8 @@ class Collectives:
         mop, avg = dtypes.reduce_op(_redop(opts) if opts is not None else _SUM, t.dtype)
         buf = dtypes.buffer(t)
         if self._rank == root:
-            args = (runtime.MPI.IN_PLACE, buf, mop, root)
-            post = self._avg_post([t], avg)
-        else:
-            args = (buf, None, mop, root)
-            post = None
-        return self._go(opts, "Reduce", args, [t], post)
+            return self._go(opts, "Reduce", (runtime.MPI.IN_PLACE, buf, mop, root), [t], self._avg_post([t], avg))
+        return self._go(opts, "Reduce", (buf, None, mop, root), [t])
 
     # -- all_gather -----------------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -212,8 +207,7 @@ class Collectives:
             for o, t in zip(outs, input_list):
                 if o.numel() != t.numel() or o.dtype != t.dtype:
                     raise ValueError("mpi backend: allgather_coalesced output shape/dtype mismatch")
-        send = torch.cat([_bytes(t) for t in input_list]) if input_list else torch.empty(0, dtype=_U8)
-        recv = torch.empty((self._size, send.numel()), dtype=_U8)
+        send, recv = self._byte_rows(input_list)
 
         def post():
             for r, outs in enumerate(output_lists):
@@ -235,8 +229,7 @@ class Collectives:
             if o.dtype != t.dtype or o.numel() != t.numel() * self._size:
                 raise ValueError(f"mpi backend: all_gather_into_tensor output {tuple(o.shape)} "
                                  f"{o.dtype} does not fit {self._size} x input {tuple(t.shape)} {t.dtype}")
-        send = torch.cat([_bytes(t) for t in inputs]) if inputs else torch.empty(0, dtype=_U8)
-        recv = torch.empty((self._size, send.numel()), dtype=_U8)
+        send, recv = self._byte_rows(inputs)
 
         def post():
             off = 0
@@ -249,6 +242,11 @@ class Collectives:
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
+    def _byte_rows(self, inputs):
+        """(the bytes of ``inputs`` end to end, a receive buffer of one such row per rank)."""
+        send = torch.cat([_bytes(t) for t in inputs]) if inputs else torch.empty(0, dtype=_U8)
+        return send, torch.empty((self._size, send.numel()), dtype=_U8)
+
     # -- gather / scatter -------------------------------------------------------------------
     def gather(self, output_tensors, input_tensors, opts=None):
         t = _one(input_tensors, "gather")
@@ -258,13 +256,11 @@ class Collectives:
             outs = _flat(output_tensors)
             self._check_list(outs, t, "gather output")
             tmp, post = self._gathered(outs, t)
-            args = (dtypes.buffer(t), dtypes.buffer(tmp), root)
-            result = list(outs)
-        else:
-            if output_tensors and any(len(x) for x in output_tensors):
-                raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
-            post, args, result = None, (dtypes.buffer(t), None, root), []
-        return self._go(opts, "Gather", args, result, post, inputs=[t])
+            return self._go(opts, "Gather", (dtypes.buffer(t), dtypes.buffer(tmp), root), list(outs), post,
+                            inputs=[t])
+        if output_tensors and any(len(x) for x in output_tensors):
+            raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
+        return self._go(opts, "Gather", (dtypes.buffer(t), None, root), [], inputs=[t])
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
@@ -370,10 +366,7 @@ class Collectives:
             raise ValueError(f"mpi backend: all_to_all_single {what} split sizes {splits} "
                              f"do not add up to dim 0 ({dim0})")
         counts = [s * row for s in splits]
-        displs = [0] * n
-        for i in range(1, n):
-            displs[i] = displs[i - 1] + counts[i - 1]
-        return counts, displs
+        return counts, [0, *itertools.accumulate(counts[:-1])]
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         n = self._size
@@ -404,7 +397,6 @@ class Collectives:
 
     # -- point to point ----------------------------------------------------------------------
     def _p2p_buffer(self, tensors, what, tag, peer=None, peer_is="source"):
-        """The checked tensor's MPI buffer (and the peer rank and tag checked)."""
         t = _one(tensors, what)
         _check(t)
         if peer is not None:

@@ -118,11 +118,12 @@ _REFUSED = {
 }
 
 
-def _native(optype):
-    MPI = mpienv.mpi_module()
-    return {RedOpType.SUM: MPI.SUM, RedOpType.AVG: MPI.SUM, RedOpType.PRODUCT: MPI.PROD,
-            RedOpType.MIN: MPI.MIN, RedOpType.MAX: MPI.MAX, RedOpType.BAND: MPI.BAND,
-            RedOpType.BOR: MPI.BOR, RedOpType.BXOR: MPI.BXOR}.get(optype)
+# RedOpType -> the MPI.Op's name; of bool tensors, which gloo reduces as bytes holding 0/1:
+# SUM/MAX/BOR = or, PRODUCT/MIN/BAND = and.
+_MPI_OP = {RedOpType.SUM: "SUM", RedOpType.AVG: "SUM", RedOpType.PRODUCT: "PROD", RedOpType.MIN: "MIN",
+           RedOpType.MAX: "MAX", RedOpType.BAND: "BAND", RedOpType.BOR: "BOR", RedOpType.BXOR: "BXOR"}
+_BOOL_OP = {RedOpType.SUM: "LOR", RedOpType.MAX: "LOR", RedOpType.BOR: "LOR", RedOpType.PRODUCT: "LAND",
+            RedOpType.MIN: "LAND", RedOpType.BAND: "LAND", RedOpType.BXOR: "LXOR"}
 
 
 def _unsupported(optype, dtype, why=""):
@@ -148,15 +149,9 @@ def reduce_op(op, dtype):
     refused, why = _REFUSED[kind]
     if optype in refused:
         raise _unsupported(optype, dtype, why)
-    if kind == _BOOL:
-        # gloo reduces bool as bytes holding 0/1: SUM/MAX/BOR = or, PRODUCT/MIN/BAND = and.
-        MPI = mpienv.mpi_module()
-        mop = {RedOpType.SUM: MPI.LOR, RedOpType.MAX: MPI.LOR, RedOpType.BOR: MPI.LOR,
-               RedOpType.PRODUCT: MPI.LAND, RedOpType.MIN: MPI.LAND, RedOpType.BAND: MPI.LAND,
-               RedOpType.BXOR: MPI.LXOR}[optype]
-    elif kind in (_HALF, _BF16):
+    if kind in (_HALF, _BF16):
         mop = _make_user_op(kind, _UFUNC[optype])
     else:
-        mop = _native(optype)
+        mop = getattr(mpienv.mpi_module(), (_BOOL_OP if kind == _BOOL else _MPI_OP)[optype])
     r = _OPS[key] = (mop, optype == RedOpType.AVG)
     return r

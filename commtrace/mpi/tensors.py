@@ -30,7 +30,6 @@ def cuda_aware() -> bool:
 
 
 def check_device(device, is_cuda_aware=None) -> None:
-    """Raise a clear error for tensors MPI cannot read here."""
     dev = torch.device(device)
     if dev.type == "cpu":
         return
@@ -73,7 +72,6 @@ def _check(t):
 
 
 def _bytes(t):
-    """Flat uint8 view of a contiguous tensor."""
     return t.reshape(-1).view(_U8)
 
 

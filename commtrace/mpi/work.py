@@ -124,7 +124,7 @@ class MPIWork(dist.Work):
     def wait(self, timeout=None):
         if not self._done:
             self._claimed = True
-            secs = _seconds(timeout)
+            secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 0)
             if self._req is not None and (runtime.progress is None or runtime.progress.steal(self)):
                 self._wait_owned(secs)
             elif not self._gate.acquire(timeout=secs if secs else -1):
@@ -263,12 +263,4 @@ class _MultiWork(dist.Work):
     def result(self):
         self.wait()
         return [t for w in self._works for t in w._result]
-
-
-def _seconds(timeout):
-    if timeout is None:
-        return 0
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    return float(timeout)
 
