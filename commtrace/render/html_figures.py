@@ -175,9 +175,7 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
                             yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
                                    "autorange": True, "fixedrange": True},
                             legend={"orientation": "h", "y": -0.15 if height < 400 else -0.06})
-    out["data"] = data
-    out["notes"] = notes
-    out["lanes"] = [_lane(r, sev) for r in ranks]
+    out.update(data=data, notes=notes, lanes=[_lane(r, sev) for r in ranks])
     return out
 
 
@@ -213,16 +211,14 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     return shapes, labels, steady
 
 
-def _exposure_traces(ops, t0: int, several: bool, binned=None, notes: list | None = None) -> list[dict]:
+def _exposure_traces(ops, t0: int, several: bool, binned, notes: list) -> list[dict]:
     """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
     ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
     ex = exposure_intervals(ops.frame, ops.arrays, ops.spans, ops.bounds)
     if binned is None and len(ex) > TIMELINE_MAX_STRIPS:     # bars are what a browser pays for: bin them
         binned = bin_timeline(ops.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), arrays=ops.arrays)
-        if notes is not None:
-            notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
-                         "the strip along the ops is binned, each bin in the colour of the part that covers most "
-                         "of it.")
+        notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
+                     "the strip along the ops is binned, each bin in the colour of the part that covers most of it.")
     if binned is not None:
         sets = {}
         for r, g in ex.groupby("rank", sort=True):
@@ -315,8 +311,7 @@ def _binned_span_traces(spans: pd.DataFrame, binned, several: bool) -> list[dict
 
 
 def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, offset, several: bool,
-                     lane_suffix: str = "") \
-        -> list[dict]:
+                     lane_suffix: str = "") -> list[dict]:
     """Bars over ``binned``'s bins: per rank, runs of bins where the same set (of
     ``sets[rank]``, drawn as ``styles[i]`` = (name, colour)) covers most."""
     lo, hi, n = binned.t_from_ns, binned.t_to_ns, binned.width
