@@ -77,8 +77,7 @@ def occupancy(lane: np.ndarray, lanes: int, opc: np.ndarray, nops: int, rel_s: n
     op = opc[sel]
     cs = np.minimum(np.floor(s).astype(np.int64), width - 1)
     ce = np.minimum(np.floor(e).astype(np.int64), width - 1)
-    nr = lanes
-    occ = np.zeros(nr * nops * (width + 1))
+    occ = np.zeros(lanes * nops * (width + 1))
     base = (lane * nops + op) * (width + 1)
     same = cs == ce
     # Op inside a single cell.
@@ -90,8 +89,8 @@ def occupancy(lane: np.ndarray, lanes: int, opc: np.ndarray, nops: int, rel_s: n
     diff = np.zeros(occ.size)
     np.add.at(diff, base[sp] + cs[sp] + 1, 1.0)
     np.add.at(diff, base[sp] + ce[sp], -1.0)
-    full = np.cumsum(diff.reshape(nr * nops, width + 1), axis=1)
-    return occ.reshape(nr, nops, width + 1)[:, :, :width] + full.reshape(nr, nops, width + 1)[:, :, :width]
+    full = np.cumsum(diff.reshape(lanes * nops, width + 1), axis=1)
+    return occ.reshape(lanes, nops, width + 1)[:, :, :width] + full.reshape(lanes, nops, width + 1)[:, :, :width]
 
 
 def lane_cells(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import EXIT_FINDINGS, EXIT_OK
-from .options import add_by_argument, add_scale_arguments, add_window_arguments, analyse_run, by_of, window_of
+from ..errors import EXIT_FINDINGS, EXIT_OK, CommtraceError
+from .options import (add_by_argument, add_scale_arguments, add_window_arguments, analyse_run, by_of,
+                      memory_limit_of, window_of)
 
 EPILOG = """\
 examples:
@@ -52,10 +53,7 @@ def run_report(ns) -> int:
     """One analysis (analysis.partitioned.analyse): the run is held whole when it fits the memory
     limit, then the views that draw each op get them in one frame (its op view); else they read
     the files rank by rank (Perfetto in pieces, CSV / Parquet rank by rank, no per-op HTML figures)."""
-    from ..errors import CommtraceError
     from ..trace.reader import newest_run
-    from .options import memory_limit_of
-
     if ns.perfetto_max_mb <= 0:
         raise CommtraceError(f"--perfetto-max-mb {ns.perfetto_max_mb:g}: must be positive")
     window = window_of(ns)

@@ -27,20 +27,21 @@ def _bad(v) -> bool:
         return True
 
 
+# (below this, divide by, digits, unit) for fmt_ns and fmt_bw, smallest first
+_NS_UNITS = ((1e3, 1, 0, "ns"), (1e6, 1e3, 1, "us"), (1e9, 1e6, 2, "ms"), (600e9, 1e9, 3, "s"),
+             (math.inf, 60e9, 1, "min"))
+_BW_UNITS = ((1e6, 1e3, 1, "kB/s"), (1e9, 1e6, 1, "MB/s"), (math.inf, 1e9, 2, "GB/s"))
+
+
+def _scaled(v: float, units, size: float) -> str:
+    """``v`` in the first of ``units`` that ``size`` is below."""
+    for below, div, digits, unit in units:
+        if size < below:
+            return f"{v / div:.{digits}f} {unit}"
+
+
 def fmt_ns(ns) -> str:
-    if _bad(ns):
-        return "-"
-    ns = float(ns)
-    a = abs(ns)
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.1f} us"
-    if a < 1e9:
-        return f"{ns / 1e6:.2f} ms"
-    if a < 600e9:
-        return f"{ns / 1e9:.3f} s"
-    return f"{ns / 60e9:.1f} min"
+    return "-" if _bad(ns) else _scaled(float(ns), _NS_UNITS, abs(float(ns)))
 
 
 def fmt_bytes(b) -> str:
@@ -55,14 +56,7 @@ def fmt_bytes(b) -> str:
 
 def fmt_bw(bps) -> str:
     """Bytes/s as GB/s (1e9, the nccl-tests unit), or MB/s when small."""
-    if _bad(bps):
-        return "-"
-    bps = float(bps)
-    if bps >= 1e9:
-        return f"{bps / 1e9:.2f} GB/s"
-    if bps >= 1e6:
-        return f"{bps / 1e6:.1f} MB/s"
-    return f"{bps / 1e3:.1f} kB/s"
+    return "-" if _bad(bps) else _scaled(float(bps), _BW_UNITS, float(bps))
 
 
 def fmt_pct(frac, digits=1) -> str:

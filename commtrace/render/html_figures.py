@@ -73,10 +73,16 @@ def _column(col: pd.Series, fmt=None) -> dict | None:
     return {"v": [fmt(u) if fmt else str(u) for u in list(uniq)], "c": codes.tolist()}
 
 
-def _fields(frame: pd.DataFrame, names, fmts: dict | None = None) -> dict:
-    """The hover panel's fields of ``frame`` that have a value somewhere."""
+def _fields(frame: pd.DataFrame, names, several: bool, start, length, fmts: dict | None = None) -> dict:
+    """The hover panel's fields of ``frame`` that have a value somewhere (its rank "w1:r0" when the run
+    has ``several`` worlds), then each row's start and duration (ns after t0; NaN: unknown) in ms."""
     out = {c: _column(frame[c], (fmts or {}).get(c)) for c in names if c in frame}
-    return {c: f for c, f in out.items() if f is not None}
+    out = {c: f for c, f in out.items() if f is not None}
+    if several and len(frame):
+        out["rank"] = _column(pd.Series([rank_name(r, True) for r in frame["rank"].tolist()], dtype=object))
+    out["start (ms)"] = {"n": _ms(start, 4).tolist()}
+    out["duration (ms)"] = {"n": [None if v != v else v for v in _ms(length, 4).tolist()]}
+    return out
 
 
 def _world_steps(per_rank: pd.DataFrame, several: bool) -> pd.DataFrame:
@@ -92,11 +98,6 @@ def _step_text(step, several: bool) -> str:
     """A step (``_world_steps``) as shown: "3", or "w1:3" (step 3 of world 1)."""
     step = int(step)
     return f"w{step // WORLD_STRIDE}:{step % WORLD_STRIDE}" if several else str(step)
-
-
-def _rank_field(table: pd.DataFrame) -> dict:
-    """The hover panel's rank of a run of several worlds: "w1:r0"."""
-    return _column(pd.Series([rank_name(r, True) for r in table["rank"].tolist()], dtype=object))
 
 
 def _layout(title: str, **kw) -> dict:
@@ -175,9 +176,7 @@ def timeline_figure(rep, steady_step: int | None = None) -> dict:
                             yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
                                    "autorange": True, "fixedrange": True},
                             legend={"orientation": "h", "y": -0.15 if height < 400 else -0.06})
-    out["data"] = data
-    out["notes"] = notes
-    out["lanes"] = [_lane(r, sev) for r in ranks]
+    out.update(data=data, notes=notes, lanes=[_lane(r, sev) for r in ranks])
     return out
 
 
@@ -213,16 +212,14 @@ def _step_marks(rep, t0: int, steady_step: int | None) -> tuple[list, list, list
     return shapes, labels, steady
 
 
-def _exposure_traces(ops, t0: int, several: bool, binned=None, notes: list | None = None) -> list[dict]:
+def _exposure_traces(ops, t0: int, several: bool, binned, notes: list) -> list[dict]:
     """Per op lane, a strip under the ops: exposed communication (red) and hidden (green);
     ``binned`` (an aggregated timeline): per bin, whichever of the two fills more of it."""
     ex = exposure_intervals(ops.frame, ops.arrays, ops.spans, ops.bounds)
     if binned is None and len(ex) > TIMELINE_MAX_STRIPS:     # bars are what a browser pays for: bin them
         binned = bin_timeline(ops.frame, t0, timeline_bins(len(set(ex["rank"].tolist()))), arrays=ops.arrays)
-        if notes is not None:
-            notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
-                         "the strip along the ops is binned, each bin in the colour of the part that covers most "
-                         "of it.")
+        notes.append(f"{fmt_int(len(ex))} exposed / hidden intervals are more than {fmt_int(TIMELINE_MAX_STRIPS)}: "
+                     "the strip along the ops is binned, each bin in the colour of the part that covers most of it.")
     if binned is not None:
         sets = {}
         for r, g in ex.groupby("rank", sort=True):
@@ -252,11 +249,7 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict, severa
     start = frame["t_start_ns"].to_numpy(np.int64) - t0 if n else np.empty(0, np.int64)
     end = frame["t_end_ns"].astype("Float64").to_numpy(np.float64, na_value=np.nan) - t0 if n else np.empty(0)
     dur = np.where(np.isfinite(end), end - start, 0.0)
-    fields = _fields(frame, OP_FIELDS, {"bytes": fmt_bytes, "out_bytes": fmt_bytes})
-    if several and n:
-        fields["rank"] = _rank_field(frame)
-    fields["start (ms)"] = {"n": _ms(start, 4).tolist()}
-    fields["duration (ms)"] = {"n": [None if e != e else v for v, e in zip(_ms(dur, 4).tolist(), end.tolist())]}
+    fields = _fields(frame, OP_FIELDS, several, start, end - start, {"bytes": fmt_bytes, "out_bytes": fmt_bytes})
     lanes = np.array([_lane(r, several) for r in frame["rank"].tolist()], dtype=object) if n else np.empty(0, object)
     out["ops"] = {"fields": fields, "inst": np.asarray(inst, dtype=np.int64).tolist(),
                   "mid_ms": _ms(start + dur / 2, 4).tolist(), "lane": _column(pd.Series(lanes, dtype=object))}
@@ -275,12 +268,7 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict, severa
 def _span_traces(spans: pd.DataFrame, t0: int, out: dict, several: bool) -> list[dict]:
     b = spans["t_begin_ns"].to_numpy(np.int64) - t0
     e = spans["t_end_ns"].to_numpy(np.int64) - t0
-    fields = _fields(spans, ("rank", "phase", "step", "iteration", "module"))
-    if several:
-        fields["rank"] = _rank_field(spans)
-    fields["start (ms)"] = {"n": _ms(b, 4).tolist()}
-    fields["duration (ms)"] = {"n": _ms(e - b, 4).tolist()}
-    out["spans"] = {"fields": fields}
+    out["spans"] = {"fields": _fields(spans, ("rank", "phase", "step", "iteration", "module"), several, b, e - b)}
     phases = spans["phase"].astype(str).to_numpy()
     lanes = np.array([_lane(r, several) + " compute" for r in spans["rank"].tolist()], dtype=object)
     traces = []
@@ -315,8 +303,7 @@ def _binned_span_traces(spans: pd.DataFrame, binned, several: bool) -> list[dict
 
 
 def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, offset, several: bool,
-                     lane_suffix: str = "") \
-        -> list[dict]:
+                     lane_suffix: str = "") -> list[dict]:
     """Bars over ``binned``'s bins: per rank, runs of bins where the same set (of
     ``sets[rank]``, drawn as ``styles[i]`` = (name, colour)) covers most."""
     lo, hi, n = binned.t_from_ns, binned.t_to_ns, binned.width

@@ -66,12 +66,6 @@ def _mpi_call_offsets(frame, idx, mpi_calls) -> tuple[np.ndarray, np.ndarray]:
     return got["d_mpi_begin"].to_numpy(dtype=float), got["d_mpi_end"].to_numpy(dtype=float)
 
 
-def _align(py_ops: list, cpp_ops: list) -> list[tuple[int, int]]:
-    """Index pairs (i_py, i_cpp) of equal ops, in order, tolerant of gaps."""
-    blocks = difflib.SequenceMatcher(None, py_ops, cpp_ops, autojunk=False).get_matching_blocks()
-    return [(b.a + k, b.b + k) for b in blocks for k in range(b.size)]
-
-
 def _first_time(frame, idx) -> float:
     v = frame.loc[idx, "t_start_ns"].to_numpy(dtype=float, na_value=np.nan)
     return float(np.nanmin(v)) if np.isfinite(v).any() else 0.0
@@ -82,8 +76,10 @@ def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:
     cp = frame.loc[cpp_idx]
     py_coll = py[~py["op"].isin(P2P_OPS)].sort_values(["seq", "t_start_ns"], kind="stable")
     cp_coll = cp[~cp["op"].isin(P2P_OPS)].sort_values("seq", kind="stable")
-    for i, j in _align(list(py_coll["op"]), list(cp_coll["op"])):
-        pairs_out.append((py_coll.index[i], cp_coll.index[j]))
+    # equal ops in order, tolerant of gaps
+    match = difflib.SequenceMatcher(None, list(py_coll["op"]), list(cp_coll["op"]), autojunk=False)
+    blocks = match.get_matching_blocks()
+    pairs_out.extend((py_coll.index[b.a + k], cp_coll.index[b.b + k]) for b in blocks for k in range(b.size))
     # p2p: in call order within (op, peer)
     py_p2p = py[py["op"].isin(P2P_OPS)]
     cp_p2p = cp[cp["op"].isin(P2P_OPS)]

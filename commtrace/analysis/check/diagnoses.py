@@ -188,16 +188,11 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
         findings.append(_not_arrived(glabel, world_s, group_s, seq, by_seq[seq], missing, facts, fates, now,
                                      later=v.n_missing - 1, names=names))
     # Stuck: everyone entered, someone never finished (not explained by a missing rank).
-    first_missing = v.missing[0][0] if v.missing else None
-    mismatched = set(v.mismatch[:MISMATCH_SHOWN])
-    for seq in v.in_flight:
-        if first_missing is not None and seq >= first_missing:
-            break
-        if seq in mismatched:
-            continue
+    # (in_flight ascends: the first seq not a mismatch shown, if before the first missing rank's)
+    seq = next((s for s in v.in_flight if s not in v.mismatch[:MISMATCH_SHOWN]), None)
+    if seq is not None and (not v.missing or seq < v.missing[0][0]):
         sdf = by_seq[seq]
-        st = sdf["status"].astype(str)
-        waiting = sorted(int(r) for r in sdf.loc[st == "in_flight", "rank"])
+        waiting = sorted(int(r) for r in sdf.loc[sdf["status"].astype(str) == "in_flight", "rank"])
         row = sdf.iloc[0]
         title = (f"{glabel} seq {seq}: {row['op']} entered by all {len(g.members)} ranks but never finished on "
                  f"rank {fmt_ranks(waiting)}")
@@ -205,7 +200,6 @@ def _group_findings(glabel, world_s, group_s, g: GroupFacts, v: GroupVerdict, by
                    *folded_lines({r: fate.describe() for r in waiting if (fate := fate_of(fates, world_s, r))})]
         findings.append(Finding(STUCK, ERROR, title, details=details, world=world_s, group=group_s, seq=seq,
                                 op=str(row["op"]), ranks=waiting))
-        break
     # Failed ops: first failing seq in this group.
     if v.failed:
         seq = v.failed[0]

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.group_ranks import parse_ranks
+from ..arrays import cat_codes
 from .fates import fate_of
 from .findings import _int, _s
 from .matching import COMPARED_FIELDS, collective_rows, _compare_at_seq, _group_members
@@ -145,12 +146,8 @@ def _last_ops(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list]:
-    """A frame column as int64 codes (-1: none; the reader's categoricals: no per-row objects) and
-    the texts they stand for, from code -1 on: [None, value of 0, value of 1, ...]."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        codes, values = col.cat.codes.to_numpy().astype(np.int64), col.cat.categories
-    else:
-        codes, values = pd.factorize(col)
+    """``arrays.cat_codes`` as int64 and the texts the codes stand for, from code -1 (none) on."""
+    codes, values = cat_codes(col)
     return codes.astype(np.int64), [None] + [_s(v) for v in values]
 
 

@@ -19,12 +19,12 @@ from .findings import _int, _s
 @dataclass
 class RankFate:
     rank: int
-    files: list[str]
-    complete: bool
-    exit_code: int | None
-    how: str | None
-    exception: dict | None
-    issues: list[str]
+    files: list[str] = field(default_factory=list)
+    complete: bool = True
+    exit_code: int | None = None
+    how: str | None = None
+    exception: dict | None = None
+    issues: list[str] = field(default_factory=list)
     damage: list[str] = field(default_factory=list)  # damaged parts of its files (reader's phrases)
     meta_damage: list[str] = field(default_factory=list)  # those of them about a meta file
     cut: bool = False                                # a file of it ends mid-line or mid-record
@@ -95,9 +95,7 @@ def rank_fates(run) -> dict[tuple, RankFate]:
         ranks = process_world_ranks(p) if p.get("pid") is None else worlds_of.get((p.get("host"), p.get("pid")), {})
         # its keys: (world, its rank in that world); a world naming no rank of it: its rank
         keys = [(w, r if wr is None else wr) for w, wr in ranks.items()] or [(None, r)]
-        fate = fates.get(keys[0])
-        if fate is None:
-            fate = RankFate(r, [], True, None, None, None, [], worlds=list(ranks))
+        fate = fates.get(keys[0]) or RankFate(r, worlds=list(ranks))
         for key in keys:
             fates.setdefault(key, fate)
         _add_process(fate, p, by_file.get(stem_of(str(p.get("file", ""))), []))
@@ -111,7 +109,7 @@ def fates_by_rank(processes: list[dict]) -> dict[int, RankFate]:
     for p in processes:
         r = _int(p.get("rank"))
         if r is not None:
-            _add_process(fates.setdefault(r, RankFate(r, [], True, None, None, None, [])), p, [])
+            _add_process(fates.setdefault(r, RankFate(r)), p, [])
     return fates
 
 
@@ -264,7 +262,7 @@ def early_processes(run) -> list[EarlyProcess]:
             cmd = p.get("command") if isinstance(p.get("command"), list) else p.get("argv")
             what = " ".join(str(c) for c in cmd[:3]) if isinstance(cmd, list) and cmd else "?"
             label = f"pid {p.get('pid')} ({what[:80]})"
-        fate = _add_process(RankFate(-1 if rank is None else rank, [], True, None, None, None, []), p, [])
+        fate = _add_process(RankFate(-1 if rank is None else rank), p, [])
         out.append(EarlyProcess(label, rank, fate, spawn if rank is None else None))
     return out
 
