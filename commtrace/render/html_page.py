@@ -125,17 +125,13 @@ def _page(title: str, body: str, data: dict) -> str:
 
 def _report_blocks(rep) -> list[tuple]:
     """The terminal report's banner and tables (render.terminal), recorded."""
-    from .terminal import render_banner, render_modules, render_regions, render_skew, render_steps, render_summary
+    from .terminal import (render_banner, render_modules, render_nothing_shown, render_regions, render_skew,
+                           render_steps, render_summary)
     rec = TableRecorder()
     render_banner(rec.console, rep)
-    if rep.info["ops"] or (rep.steps is not None and rep.steps.shown):
-        render_steps(rec.console, rep)
-        render_summary(rec.console, rep)
-        render_regions(rec.console, rep)
-        render_modules(rec.console, rep)
-        render_skew(rec.console, rep)
-    else:
-        rec.console.print("No communication was recorded in this " + ("run." if rep.window.whole_run else "window."))
+    if not render_nothing_shown(rec.console, rep):   # the terminal's words, unreadable records told
+        for render in (render_steps, render_summary, render_regions, render_modules, render_skew):
+            render(rec.console, rep)
     return rec.take()
 
 

@@ -172,10 +172,14 @@ def test_every_op_record_corrupt_is_not_silence(tmp_path):
         rec = np.fromfile(ops, dtype=schema.OP_RECORD)
         rec["status"] = 77                     # no writer writes this
         rec.tofile(ops)
-    proc = run_cli_subprocess("report", d)
+    page = tmp_path / "r.html"
+    proc = run_cli_subprocess("report", d, "--html", page)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "No readable communication: 40 op record(s) could not be read." in proc.stdout
     assert "No communication was recorded" not in proc.stdout
+    html = page.read_text()   # the page says what the terminal says
+    assert "No readable communication: 40 op record(s) could not be read." in html
+    assert "No communication was recorded" not in html
     assert proc.stderr.strip().splitlines()[-1].startswith("commtrace: unreadable trace data left out")
 
 
