@@ -77,26 +77,14 @@ def _wall_span(p: dict):
     return (start, end) if isinstance(start, int) and isinstance(end, int) and end > start else None
 
 
-def _wall_ns(p: dict, frame_end: int | None):
-    """Process start to its end record (both on its own clock); without an end
-    record, its start on rank 0's clock to its last op (``frame_end``, aligned)."""
-    span = _wall_span(p)
-    if span is not None:
-        return span[1] - span[0]
-    aligned = (p.get("clock") or {}).get("start_aligned_ns") if isinstance(p.get("clock"), dict) else None
-    if isinstance(aligned, int) and frame_end is not None:   # no end record: up to its last op
-        return max(frame_end - aligned, 0) or None
-    return None
-
-
-def _aligned_life(p: dict, frame_end: int | None):
+def _aligned_life(p: dict, span, frame_end: int | None):
     """(start, end) of a process on rank 0's clock (its offset at its start; none known, one
-    host: 0): its start to its end record, without one to its last op (``frame_end``, aligned)."""
+    host: 0): its start to its end record (``span``: ``_wall_span``), without one to its last op
+    (``frame_end``, aligned)."""
     clock = p.get("clock") if isinstance(p.get("clock"), dict) else {}
     start = clock.get("start_aligned_ns")
     if not isinstance(start, int):
         return None
-    span = _wall_span(p)
     end = span[1] + start - span[0] if span is not None else frame_end
     return (start, end) if end is not None and end > start else None
 
@@ -124,11 +112,12 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
         r = p.get("rank")
         if not isinstance(r, int):
             continue  # a process that never had a rank (the parent of spawned ranks)
-        w = _wall_ns(p, last_end.get(r))
-        life = _aligned_life(p, last_end.get(r))
+        span = _wall_span(p)
+        life = _aligned_life(p, span, last_end.get(r))
         if life is not None:
             run_lives.append(life)
-        span = _wall_span(p)
+        # its wall time: its end record less its start, on its own clock; without one, its life up to its last op
+        w = span[1] - span[0] if span is not None else (life[1] - life[0] if life is not None else None)
         if span is not None:
             lives.setdefault((r, p.get("host")), []).append(span)
         elif w:
