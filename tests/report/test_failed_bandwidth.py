@@ -17,12 +17,28 @@ from report.conftest import cli
 F32_BYTES = 4000
 
 
-@pytest.fixture(scope="module")
-def failed_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("failed")
-    run = h.spawn_traced("failed_collective.py", 2, tmp, timeout=120)
+def _traced(tmp_path_factory, worker: str):
+    """``worker`` traced on 2 gloo ranks; it exits 0."""
+    run = h.spawn_traced(worker, 2, tmp_path_factory.mktemp(worker.removesuffix(".py")), timeout=120)
     run.result.check(0)
     return run
+
+
+def _all_reduce_row(run, tmp_path, engine) -> dict:
+    """The per-op table's all_reduce row of ``report --json``."""
+    out = tmp_path / "r.json"
+    assert cli("report", run.run_dir, "-q", "--json", out, *engine) == 0
+    return next(r for r in json.loads(out.read_text())["by_op"] if r["op"] == "all_reduce")
+
+
+def _bandwidth_by_hand(T: np.ndarray) -> float:
+    """algbw = busbw of 2-rank all_reduces of F32_BYTES (factor 1): bytes over the summed slowest times ``T``."""
+    return F32_BYTES * len(T) / (T.sum() * 1e-9)
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory):
+    return _traced(tmp_path_factory, "failed_collective.py")
 
 
 @pytest.mark.parametrize("engine", [[], ["--partitioned"]])
@@ -34,11 +50,8 @@ def test_a_failed_collective_adds_nothing_to_bandwidth(failed_run, tmp_path, eng
     ok = ar[ar["status"] == "completed"]
     assert set(ok["bytes"]) == {F32_BYTES}
     # by hand: per collective its slowest rank's duration T; S = the buffer; 2 ranks: factor 1
-    T = ok.groupby("seq")["duration_ns"].max().to_numpy(np.float64)
-    expected = F32_BYTES * len(T) / (T.sum() * 1e-9)
-    out = tmp_path / "r.json"
-    assert cli("report", failed_run.run_dir, "-q", "--json", out, *engine) == 0
-    row = next(r for r in json.loads(out.read_text())["by_op"] if r["op"] == "all_reduce")
+    expected = _bandwidth_by_hand(ok.groupby("seq")["duration_ns"].max().to_numpy(np.float64))
+    row = _all_reduce_row(failed_run, tmp_path, engine)
     assert row["collectives"] == 5     # the failed one is still a collective, and its ops still count
     assert row["algbw"] == pytest.approx(expected, rel=1e-6)
     assert row["busbw"] == pytest.approx(expected, rel=1e-6)
@@ -46,10 +59,7 @@ def test_a_failed_collective_adds_nothing_to_bandwidth(failed_run, tmp_path, eng
 
 @pytest.fixture(scope="module")
 def in_flight_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("in_flight")
-    run = h.spawn_traced("in_flight_at_end.py", 2, tmp, timeout=120)
-    run.result.check(0)
-    return run
+    return _traced(tmp_path_factory, "in_flight_at_end.py")
 
 
 @pytest.mark.parametrize("engine", [[], ["--partitioned"]])
@@ -61,11 +71,8 @@ def test_a_collective_without_the_slowest_time_adds_nothing_to_bandwidth(in_flig
     assert by_seq == {1: [(0, "completed"), (1, "completed")], 2: [(0, "completed"), (1, "completed")],
                       3: [(0, "completed"), (1, "in_flight")], 4: [(0, "completed")]}
     # by hand: the two all_reduces both ranks completed; 2 ranks: factor 1
-    T = ar[ar["seq"] <= 2].groupby("seq")["duration_ns"].max().to_numpy(np.float64)
-    expected = F32_BYTES * len(T) / (T.sum() * 1e-9)
-    out = tmp_path / "r.json"
-    assert cli("report", in_flight_run.run_dir, "-q", "--json", out, *engine) == 0
-    row = next(r for r in json.loads(out.read_text())["by_op"] if r["op"] == "all_reduce")
+    expected = _bandwidth_by_hand(ar[ar["seq"] <= 2].groupby("seq")["duration_ns"].max().to_numpy(np.float64))
+    row = _all_reduce_row(in_flight_run, tmp_path, engine)
     assert row["collectives"] == 4 and row["untimed"] == 2    # and the report says how many it left out
     assert row["algbw"] == pytest.approx(expected, rel=1e-6)
     assert row["busbw"] == pytest.approx(expected, rel=1e-6)
