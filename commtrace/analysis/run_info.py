@@ -43,6 +43,17 @@ def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
     return major, drop, issues
 
 
+def no_rank_error(path: str, unranked: list[dict]) -> CommtraceError:
+    """Why a run of processes that never had a rank (the reader's summaries) has nothing to report."""
+    simulated = sorted({b for p in unranked for b in p.get("untraced_backends") or ()})
+    if simulated:
+        return CommtraceError(f"{path}: no op was traced: the program's process groups were all of torch's simulated "
+                              f"backends ({', '.join(simulated)}), which commtrace leaves untraced: their ranks are "
+                              f"not processes (README, Known limitations)")
+    return CommtraceError(f"{path}: no process created a process group ({len(unranked)} process(es) ended before; "
+                          f"`commtrace check {path}` says how)")
+
+
 def load_report_run(run_dir: str | None = None) -> ReportRun:
     """reader.load_run (ranks as the report keys them: rank keys) plus the checks the report needs.
     Raises CommtraceError if nothing is usable."""
@@ -57,8 +68,7 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
         procs = [p for p in procs if p["file"] not in drop]
     if not procs:
         if run.unranked:
-            raise CommtraceError(f"{run.path}: no process created a process group ({len(run.unranked)} process(es) "
-                                 f"ended before; `commtrace check {run.path}` says how)")
+            raise no_rank_error(run.path, run.unranked)
         raise CommtraceError(f"{run.path}: no usable trace files")
     start = frame["t_start_ns"].to_numpy() if len(frame) else None
     if start is not None and not (start[1:] >= start[:-1]).all():

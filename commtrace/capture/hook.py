@@ -42,6 +42,7 @@ class Installer:
         self.world_index = -1
         self.world_id = None
         self.originals: dict[str, object] = {}
+        self.untraced_backends: set[str] = set()   # simulated backends the program made groups of
 
     def as_traced(self, obj):
         """``obj`` (a group, or a tuple holding one) with the wrapper in place of a group. Without
@@ -57,7 +58,12 @@ class Installer:
         return obj if traced is None else traced
 
     def wrap(self, pg, backend_name: str, store, group_name: str, rank_mapping, backend_config=None):
-        if isinstance(pg, self.traced_types) or str(backend_name) in SIMULATED_BACKENDS:
+        if isinstance(pg, self.traced_types):
+            return pg
+        if str(backend_name) in SIMULATED_BACKENDS:
+            if str(backend_name) not in self.untraced_backends:   # the report says why it has no ops
+                self.untraced_backends.add(str(backend_name))
+                self.rec.add_process_info(untraced_backends=sorted(self.untraced_backends))
             return pg
         store = torch_compat.real_store(store)
         backend_name = _backend_label(backend_name, backend_config)

@@ -111,6 +111,7 @@ class ProcessTrace:
             "records": self.n_records, "ppid": self.header.get("ppid"),
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
             "spawn_index": int_or_none(self.process.get("spawn_index")),
+            "untraced_backends": [b for b in _listed(self.process.get("untraced_backends")) if isinstance(b, str)],
             "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
             "damage_any": list(self.damage_any), "meta_damage": list(self.meta_damage), "cut": self.cut,
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
@@ -356,6 +357,10 @@ def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None
 
 
 # -- frame ------------------------------------------------------------------------
+
+def _listed(v) -> list:
+    return v if isinstance(v, list) else []
+
 
 def _fmt_shapes(v) -> str:
     return json.dumps(v, separators=(",", ":")) if isinstance(v, list) else ""

@@ -26,3 +26,7 @@ def test_fake_backend_runs_the_same_traced_and_is_left_untraced(tmp_path):
     assert computed == {"dry_run": [[1.0, 1.0], 8], "tp": [2, 4]}
     assert traced.stdout == plain.stdout
     assert len(h.load(tmp_path / "run")) == 0
+    for engine in ((), ("--partitioned",)):     # the report says why it has nothing, not "no process group"
+        report = h.commtrace_main("report", *engine, tmp_path / "run")
+        assert report.returncode == 2, report
+        assert "simulated backends (fake), which commtrace leaves untraced" in report.stderr, report.stderr

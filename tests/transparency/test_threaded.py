@@ -22,3 +22,7 @@ def test_threaded_backend_runs_the_same_traced_and_is_left_untraced(tmp_path):
     assert json.loads(plain.stdout) == {"0": [3.0, 3.0], "1": [3.0, 3.0]}
     assert traced.stdout == plain.stdout
     assert len(h.load(tmp_path / "run")) == 0
+    for engine in ((), ("--partitioned",)):     # the report says why it has nothing, not "no process group"
+        report = h.commtrace_main("report", *engine, tmp_path / "run")
+        assert report.returncode == 2, report
+        assert "simulated backends (threaded), which commtrace leaves untraced" in report.stderr, report.stderr

@@ -16,7 +16,7 @@ from ...errors import CommtraceError
 from ...trace import reader, records, schema
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
-from ..run_info import check_run_ids
+from ..run_info import check_run_ids, no_rank_error
 from .bounded_files import is_bounded, ops_records_on_disk
 
 
@@ -46,9 +46,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
-        path = os.path.abspath(run_dir)
-        raise CommtraceError(f"{path}: no process created a process group ({len(procs)} process(es) "
-                             f"ended before; `commtrace check {path}` says how)")
+        raise no_rank_error(os.path.abspath(run_dir), [p.summary() for p in procs])
     ranks: dict = {}
     for p in ranked:
         ranks.setdefault(rank_key(numbers.get(p.meta_path, 0), p.rank), []).append(p.meta_path)
