@@ -436,12 +436,14 @@ for _name in dir(dist.Work):
 
 # Non-op methods that must reach the real group: own name -> the inner group's method. _get_backend
 # is the inner group's answer: the backend mirrored here, or a Python group's own (the mpi4py one: itself).
+# split_group / merge_remote_group: the base class's use this group's store, which a wrapper lacks.
 _FORWARDED = {
     "getBackendName": "name", "setGroupName": "_set_group_name", "setGroupDesc": "_set_group_desc",
     "start_coalescing": "_start_coalescing", "end_coalescing": "_end_coalescing",
     **{n: n for n in ("_get_backend", "_set_group_name", "_set_group_desc", "abort", "shutdown", "_start_coalescing",
                       "_end_coalescing", "_wait_for_pending_works", "set_timeout", "_register_on_completion_hook",
-                      "_has_hooks", "_enable_collectives_timing", "get_group_store")},
+                      "_has_hooks", "_enable_collectives_timing", "get_group_store", "split_group",
+                      "merge_remote_group")},
 }
 for _name, _inner_name in _FORWARDED.items():
     setattr(TracedProcessGroup, _name, _forwarding(_inner_name))
