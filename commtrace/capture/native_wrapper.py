@@ -7,6 +7,7 @@ backends, and every group where the extension is not built, get the Python wrapp
 """
 from __future__ import annotations
 
+import functools
 import threading
 import types
 
@@ -17,7 +18,7 @@ from ..dynamo import skip_frames
 from . import ops
 from .native_ext import EXTENSION
 from .recorder import Recorder
-from .wrapper import TracedProcessGroup, _is_internal, _lookup, mirror_backends
+from .wrapper import TracedProcessGroup, _is_internal, _lookup, forward_to_inner, mirror_backends
 
 _lock = threading.Lock()
 _cpu_only_groups: dict = {}  # (id(recorder), gid) -> no device but the CPU can reach the group
@@ -72,7 +73,12 @@ def make_traced(inner: dist.ProcessGroup, rec: Recorder, gid: int, ranks: list[i
     if (kind or kind_for(inner)) != "native":
         return TracedProcessGroup(inner, rec, gid, ranks)
     mod = module()
-    traced = mod.TracedPG(inner, _log(rec, mod), gid)
+    traced = _traced_class(mod)(inner, _log(rec, mod), gid)
     _cpu_only_groups[id(rec), gid] = mirror_backends(traced, inner)
     return traced
 
+
+@functools.lru_cache(maxsize=None)
+def _traced_class(mod):
+    forward_to_inner(mod.TracedPG)
+    return mod.TracedPG

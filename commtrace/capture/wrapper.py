@@ -436,17 +436,29 @@ for _name in dir(dist.Work):
 
 # Non-op methods that must reach the real group: own name -> the inner group's method. _get_backend
 # is the inner group's answer: the backend mirrored here, or a Python group's own (the mpi4py one: itself).
-# split_group / merge_remote_group: the base class's use this group's store, which a wrapper lacks.
 _FORWARDED = {
     "getBackendName": "name", "setGroupName": "_set_group_name", "setGroupDesc": "_set_group_desc",
     "start_coalescing": "_start_coalescing", "end_coalescing": "_end_coalescing",
     **{n: n for n in ("_get_backend", "_set_group_name", "_set_group_desc", "abort", "shutdown", "_start_coalescing",
                       "_end_coalescing", "_wait_for_pending_works", "set_timeout", "_register_on_completion_hook",
-                      "_has_hooks", "_enable_collectives_timing", "get_group_store", "split_group",
-                      "merge_remote_group")},
+                      "_has_hooks", "_enable_collectives_timing", "get_group_store")},
 }
 for _name, _inner_name in _FORWARDED.items():
     setattr(TracedProcessGroup, _name, _forwarding(_inner_name))
+
+
+def forward_to_inner(cls) -> None:
+    """Give wrapper class ``cls`` (its ``inner``: the real group) the inner group's methods the base
+    class would run on the wrapper itself, where torch has them: split_group / merge_remote_group
+    build the new group from the wrapper's store, which it has none of (torch 2.15's dist.split_group
+    on gloo died by SIGSEGV); hooks registered on it would wait where no op runs (2.15's pre/post hooks)."""
+    for name in ("split_group", "merge_remote_group", "register_pre_hook", "register_post_hook",
+                 "unregister_pre_hook", "unregister_post_hook", "register_abort_hook", "unregister_abort_hook"):
+        if hasattr(dist.ProcessGroup, name):
+            setattr(cls, name, lambda self, *a, _name=name, **kw: getattr(self.inner, _name)(*a, **kw))
+
+
+forward_to_inner(TracedProcessGroup)
 for _name, _spec in ops.SPECS.items():
     setattr(TracedProcessGroup, _name, _make_traced(_name, _spec))
 skip_class_frames(TracedProcessGroup)  # C++ calls these back inside torch.compile'd code

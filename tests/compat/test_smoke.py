@@ -154,24 +154,24 @@ def test_python_mpi_group_keeps_ddp_works_alive(tmp_path):
     assert "lifetime serialized: 5 forwards, buffers agree on 2 ranks" in r.stdout
 
 
+
 @pytest.mark.parametrize("native", ["1", "0"])
-def test_split_group(tmp_path, built, native):
-    # The base class's split_group builds the new group from the wrapper's store, which it has
-    # none of: on torch 2.15 (the first to split a gloo group on CPU) every rank died by SIGSEGV.
-    import torch.distributed as dist
-    if not hasattr(dist, "split_group"):
-        pytest.skip("this torch has no dist.split_group")
-    worker = os.path.join(HERE, "split_worker.py")
-    plain = h.run([h.PY, worker, str(h.free_port())], env=h.clean_env(), timeout=120)
-    if plain.returncode != 0 and ("not safe to split" in plain.stderr or "device_id" in plain.stderr):
-        pytest.skip("this torch splits a group only with an accelerator bound to the world")
-    plain.check(0)
+def test_group_methods_reach_the_real_group(tmp_path, built, native):
+    # Methods the base class runs on the group object, here the wrapper: on torch 2.15 split_group
+    # (which builds the new group from the wrapper's store, none) killed every rank by SIGSEGV, and
+    # hooks registered on the world group never ran. Both wrappers hand them to the real group.
+    worker = os.path.join(HERE, "group_methods_worker.py")
+    plain = h.run([h.PY, worker, str(h.free_port())], env=h.clean_env(), timeout=120).check(0)
     run_dir = tmp_path / "run"
     traced = h.run(h.commtrace_cmd(run_dir, worker, str(h.free_port())), env=h.clean_env(COMMTRACE_NATIVE=native),
                    timeout=120).check(0)
     assert sorted(traced.stdout.splitlines()) == sorted(plain.stdout.splitlines())
-    df = h.load(run_dir)
-    split = df[df["group_desc"].astype(str).str.contains(":split:")]
-    for rank in (0, 1):
-        assert sorted(split[split["rank"] == rank]["op"].astype(str)) == ["all_reduce", "barrier"]
+    seen = [json.loads(line) for line in plain.stdout.splitlines()]
+    if all("hooks" not in r and not isinstance(r["split"], list) for r in seen):
+        pytest.skip("this torch has no group hooks and splits no group on CPU")
     assert h.group_wrappers(run_dir) == {"native" if native == "1" else "python"}
+    if isinstance(seen[0]["split"], list):
+        df = h.load(run_dir)
+        split = df[df["group_desc"].astype(str).str.contains(":split:")]
+        for rank in (0, 1):
+            assert sorted(split[split["rank"] == rank]["op"].astype(str)) == ["all_reduce", "barrier"]

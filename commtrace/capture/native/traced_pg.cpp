@@ -415,15 +415,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return self.inner_object().attr("_get_backend")(device);
       }, py::arg("device"))
       .def_property_readonly("gid", &ct::TracedPG::gid)
-      // The base class's split_group / merge_remote_group build the new group from this one's
-      // store, which a wrapper has none of (torch 2.15's dist.split_group on gloo crashed,
-      // SIGSEGV): the inner group makes it, and c10d registers it (wrapped, hook.py).
-      .def("split_group", [](ct::TracedPG& self, py::args args, py::kwargs kwargs) {
-        return self.inner_object().attr("split_group")(*args, **kwargs);
-      })
-      .def("merge_remote_group", [](ct::TracedPG& self, py::args args, py::kwargs kwargs) {
-        return self.inner_object().attr("merge_remote_group")(*args, **kwargs);
-      })
       // torch binds these Python names to differently named virtuals (2.13:
       // _allgather_base -> all_gather_single, ...). Binding them to the
       // same-named virtual records the variant the caller used, as the Python
