@@ -262,6 +262,20 @@ class Collectives:
             raise ValueError("mpi backend: gather output list must be empty on non-root ranks")
         return self._go(opts, "Gather", (dtypes.buffer(t), None, root), [], inputs=[t])
 
+    def gather_single(self, output, input, opts=None):
+        """torch 2.15's gather_single / gather_into_tensor: every rank's ``input`` end to end in the
+        root's ``output`` (the other ranks pass an empty one)."""
+        _check(input)
+        root = self._root(opts)
+        if self._rank != root:
+            return self._go(opts, "Gather", (dtypes.buffer(input), None, root), [], inputs=[input])
+        self._pair(output, input, "gather_into_tensor")
+        if output.numel() != input.numel() * self._size:
+            raise ValueError(f"mpi backend: gather_into_tensor output has {output.numel()} "
+                             f"elements, expected {self._size} x {input.numel()}")
+        send = self._send_buffer(input, output, self._rank * input.numel())
+        return self._go(opts, "Gather", (send, dtypes.buffer(output), root), [output], inputs=[input])
+
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
         _check(t)

@@ -478,6 +478,11 @@ class NativeMPIProcessGroup : public c10d::ProcessGroup {
                  const c10d::GatherOptions& opts) override {
     return forward("gather", outputs, inputs, opts);
   }
+#if CT_PG_GATHER_SINGLE
+  WorkPtr gather_single(at::Tensor& output, at::Tensor& input, const c10d::GatherOptions& opts) override {
+    return forward("gather_single", output, input, opts);
+  }
+#endif
   WorkPtr scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                   const c10d::ScatterOptions& opts) override {
     return forward("scatter", outputs, inputs, opts);
@@ -784,7 +789,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (const char* name :
        {"allreduce", "broadcast", "allreduce_coalesced", "reduce", "allgather", "all_gather_single",
         "_allgather_base", "allgather_coalesced", "all_gather_single_coalesced", "allgather_into_tensor_coalesced",
-        "gather", "scatter", "reduce_scatter", "reduce_scatter_single", "_reduce_scatter_base",
+        "gather", "gather_single", "scatter", "reduce_scatter", "reduce_scatter_single", "_reduce_scatter_base",
         "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced", "all_to_all_single", "alltoall_base",
         "alltoall", "barrier", "send", "recv", "recv_anysource"}) {
     cls.def(name, [name](const NativeMPIProcessGroup& self, const py::args& args, const py::kwargs& kwargs) {

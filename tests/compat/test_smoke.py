@@ -175,3 +175,28 @@ def test_group_methods_reach_the_real_group(tmp_path, built, native):
         split = df[df["group_desc"].astype(str).str.contains(":split:")]
         for rank in (0, 1):
             assert sorted(split[split["rank"] == rank]["op"].astype(str)) == ["all_reduce", "barrier"]
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_mpi_backend_gather_single(tmp_path, built, native):
+    # torch 2.15's gather_single (gather_into_tensor) reached the mpi backend's base class, which has
+    # no backend to run it: "No backend type associated with device type cpu", traced or not.
+    import torch.distributed as dist
+    if not hasattr(dist, "gather_single"):
+        pytest.skip("this torch has no dist.gather_single")
+    worker = os.path.join(HERE, "mpi_gather_single.py")
+    env = h.mpi_env(COMMTRACE_NATIVE=native)
+    plain = h.run(h.mpirun_cmd(2, h.PY, worker, "--install"), env=env, timeout=120).check(0)
+    run_dir = tmp_path / "run"
+    traced = h.run(h.mpirun_cmd(2, *h.commtrace_cmd(run_dir, worker)), env=env, timeout=120).check(0)
+    rows = sorted((json.loads(line) for line in plain.stdout.splitlines() if line.startswith("{")),
+                  key=lambda r: r["rank"])
+    assert rows == [{"rank": 0, "to_one": None, "async": None, "to_zero": [[100.0, 100.0], [200.0, 200.0]]},
+                    {"rank": 1, "to_one": [1.0, 1.0, 2.0, 2.0], "async": [10.0, 10.0, 20.0, 20.0], "to_zero": None}]
+    assert sorted(line for line in traced.stdout.splitlines() if line.startswith("{")) == \
+        sorted(line for line in plain.stdout.splitlines() if line.startswith("{"))
+    df = h.load(run_dir)
+    for rank in (0, 1):
+        mine = df[df["rank"] == rank].sort_values("t_start_ns")
+        assert [(str(o), int(b), int(r)) for o, b, r in zip(mine["op"], mine["bytes"], mine["root"])] == \
+            [("gather", 8, 1), ("gather", 8, 1), ("gather", 8, 0)]
