@@ -1,7 +1,8 @@
 """Fatal signals (SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL) end the trace before the process
 dies: the ops since the last flush and an end record ``how: "signal"``, ``exit_code``
 128 + N. The native handler (``native/fatal_signals.cpp``) wakes the ``commtrace-fatal``
-thread here, which closes the recorder, and lets the signal go on once it has, or after
+thread here, which writes a state dump (``watchdog.dump``: every thread's stack, the ops in
+flight) and closes the recorder, and lets the signal go on once it has, or after
 ``WAIT_S``: the process dies by the same signal as untraced. docs/faults.md.
 
 Armed when the process gets its files of a rank (``Recorder._open``): after
@@ -17,7 +18,7 @@ import signal
 import time
 
 from .. import native
-from . import sigview, threads
+from . import sigview, threads, watchdog
 from .native_ext import FATAL_SIGNALS
 
 SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
@@ -60,6 +61,9 @@ def _close_on_signal(wake_r: int, answer_w: int) -> None:
         rec = _state.get("rec")
         if rec is not None:
             _let_describe(rec)
+            # where each thread was (the crashing one inside the call that crashed) and the ops in
+            # flight, as a SIGTERM dumps them: `commtrace check` shows the rank's position from it
+            watchdog.dump_once(rec, signal.Signals(data[0]).name)
             rec.close(exit_code=128 + data[0], how="signal")
     finally:
         os.write(answer_w, b"\0")

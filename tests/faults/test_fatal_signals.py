@@ -28,10 +28,12 @@ def _rank0(run_dir):
     return run, proc
 
 
-@pytest.mark.parametrize("mode, signum", [("abort", signal.SIGABRT), ("segv", signal.SIGSEGV)])
-def test_fatal_signal_right_after_the_last_op(tmp_path, mode, signum):
+@pytest.mark.parametrize("mode, signum, call", [("abort", signal.SIGABRT, "os.abort()"),
+                                                ("segv", signal.SIGSEGV, "ctypes.string_at(0)")])
+def test_fatal_signal_right_after_the_last_op(tmp_path, mode, signum, call):
     """Before: the five ops (less than the 0.5 s flush interval old) and the end were lost:
-    `check` said "trace ends abruptly"."""
+    `check` said "trace ends abruptly". And `check` says where the rank was: the process dumps
+    every thread's stack before it dies (before, nothing told the call that crashed)."""
     run_dir = tmp_path / "run"
     res = h.run(h.commtrace_cmd(run_dir, SCRIPT, h.free_port(), mode), timeout=120)
     assert res.returncode == -signum, res.stderr
@@ -41,7 +43,10 @@ def test_fatal_signal_right_after_the_last_op(tmp_path, mode, signum):
     assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 5
     assert list(run.frame["status"].astype(str)) == ["completed"] * 5
     p = h.commtrace_main("check", run_dir)
-    assert f"rank 0 terminated by {signal.Signals(signum).name} (exit code {128 + signum})" in p.stdout, p.stdout
+    name = signal.Signals(signum).name
+    assert f"rank 0 terminated by {name} (exit code {128 + signum})" in p.stdout, p.stdout
+    assert f"rank 0 was at fatal_after_ops.py:" in p.stdout and f" {call} ({name} dump)" in p.stdout, p.stdout
+    assert os.path.exists(run_dir / f"{name.lower()}.rank0.pid{proc['pid']}.json")
 
 
 def test_faulthandler_still_prints_its_traceback(tmp_path):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from ...trace.rank_ranges import folded_lines
 from .fates import process_worlds, rank_label, run_worlds, world_names
-from .findings import DUMP, NOT_ARRIVED, Finding, INFO, _int, _s
+from .findings import DUMP, EXITED, NOT_ARRIVED, Finding, INFO, _int, _s
 
 def diagnose_dumps(run) -> list[Finding]:
     """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1") and world (when the run has several):
@@ -43,6 +44,7 @@ def diagnose_dumps(run) -> list[Finding]:
 _OWN_FRAMES = (os.path.join("capture", "watchdog.py"), os.path.join("capture", "activate.py"))
 # Frames of libraries and of Python itself: a rank's position is the innermost frame of its program.
 _LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep, os.sep + "commtrace" + os.sep)
+_STDLIB = re.compile(r"[/\\]lib(64)?[/\\]python3[^/\\]*[/\\]")   # .../lib/python3.11/ctypes/__init__.py
 
 
 def _read_dump(path: str | None, run_dir: str | None):
@@ -73,8 +75,7 @@ def _main_frames(obj: dict) -> list[dict]:
 
 def _is_program(frame: dict) -> bool:
     f = str(frame.get("file", ""))
-    return not (f.startswith("<") or any(part in f for part in _LIBRARY_PARTS)
-                or os.path.basename(os.path.dirname(f)).startswith("python3"))
+    return not (f.startswith("<") or any(part in f for part in _LIBRARY_PARTS) or _STDLIB.search(f))
 
 
 def dumped_position(run, rank: int, world=None) -> str | None:
@@ -101,12 +102,17 @@ def dumped_position(run, rank: int, world=None) -> str | None:
 
 
 def add_dumped_positions(findings: list[Finding], run) -> None:
-    """Each rank that never arrived: where its last state dump shows it (a detail line and
-    ``data["dumped_at"]``), e.g. busy in ``time.sleep`` while the others waited."""
+    """Each rank that never arrived, or that a signal ended: where its last state dump shows it (a
+    detail line and ``data["dumped_at"]``), e.g. busy in ``time.sleep`` while the others waited, or
+    in the call that crashed (a fatal signal dumps before the process dies)."""
     for f in findings:
-        if f.kind != NOT_ARRIVED:
+        if f.kind == NOT_ARRIVED:
+            ranks = f.data.get("missing") or []
+        elif f.kind == EXITED and f.data.get("how") == "signal":
+            ranks = f.ranks
+        else:
             continue
-        at = {r: pos for r in f.data.get("missing") or [] if (pos := dumped_position(run, r, f.world)) is not None}
+        at = {r: pos for r in ranks if (pos := dumped_position(run, r, f.world)) is not None}
         if at:
             f.data["dumped_at"] = {str(r): pos for r, pos in at.items()}
             f.details += folded_lines(at, line=lambda rs, t: f"rank {rs} was at {t}")
