@@ -16,6 +16,8 @@
 // blocking CPU ops waited for here, async CPU ops timed by a GIL-free callback
 // on their future (polled when they have none), CUDA ops by end events
 // (DeviceEndTimer), exceptions recorded and re-thrown unchanged.
+#include <cstring>
+
 #include "log.h"
 #include "call_key.h"
 
@@ -233,6 +235,29 @@ class TracedPG : public c10d::ProcessGroup {
     Key k(M_gather_single); k.tensor(out); k.tensor(in); k.add(o.rootRank); k.add(compat::async_op(o));
     return traced(k, "gather_single", "gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o),
                   [&] { return inner_->gather_single(out, in, o); });
+  }
+#else
+  // torch 2.14 binds ProcessGroup.gather_single (and gather_into_tensor) in Python only, to the
+  // group's backend: no virtual to override, so the binding below traces the call and the inner
+  // group's own binding issues it (else the op ran on the mirrored backend, unrecorded, and the
+  // mpi fast path, which has no backend, failed).
+  // The inner group's Work object goes back to the caller as it came (a Python Work, the mpi
+  // backend's, lives only as long as its Python object: a C++ handle alone waited forever).
+  // Called with the GIL.
+  py::object gather_single_from_python(const char* method, at::Tensor& out, at::Tensor& in,
+                                       const c10d::GatherOptions& o) {
+    Key k(M_gather_single); k.tensor(out); k.tensor(in); k.add(o.rootRank); k.add(compat::async_op(o));
+    k.add(int64_t(std::strcmp(method, "gather_single") != 0));   // the variant the caller used
+    py::object work;
+    {
+      py::gil_scoped_release nogil;
+      traced(k, method, "gather", !compat::async_op(o), false, 0, CT_PYARGS(out, in, o), [&] {
+        py::gil_scoped_acquire gil;
+        work = inner_object().attr(method)(out, in, o);
+        return work.cast<WorkPtr>();
+      });
+    }
+    return work;
   }
 #endif
   WorkPtr scatter(Tensors& out, TensorLists& in, const c10d::ScatterOptions& o) override {
@@ -457,6 +482,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            },
            py::arg("output"), py::arg("input"), py::arg("output_split_sizes"), py::arg("input_split_sizes"),
            py::arg("timeout") = std::nullopt, py::call_guard<py::gil_scoped_release>());
+#if !CT_PG_GATHER_SINGLE
+  for (const char* name : {"gather_single", "gather_into_tensor"}) {
+    if (py::hasattr(py::module::import("torch.distributed").attr("ProcessGroup"), name)) {
+      traced.def(name, [name](ct::TracedPG& self, at::Tensor& output, at::Tensor& input, const c10d::GatherOptions& opts) {
+        return self.gather_single_from_python(name, output, input, opts);
+      }, py::arg("output"), py::arg("input"), py::arg("opts") = c10d::GatherOptions());
+    }
+  }
+#endif
 #if !CT_PG_GROUP_NAME_VIRTUAL
   // Before torch 2.6 the base class's name and description are not virtual and live
   // in its backends, and an inner group with no C++ backend (the mpi fast path) lends
