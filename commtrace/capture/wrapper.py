@@ -451,7 +451,7 @@ def forward_to_inner(cls) -> None:
     """Give wrapper class ``cls`` (its ``inner``: the real group) the inner group's methods the base
     class would run on the wrapper itself, where torch has them: split_group / merge_remote_group
     build the new group from the wrapper's store, which it has none of (torch 2.15's dist.split_group
-    on gloo died by SIGSEGV); hooks registered on it would wait where no op runs (2.15's pre/post hooks)."""
+    on gloo died by SIGSEGV); hooks registered on it would wait where no op runs (2.14's pre/post hooks)."""
     for name in ("split_group", "merge_remote_group", "register_pre_hook", "register_post_hook",
                  "unregister_pre_hook", "unregister_post_hook", "register_abort_hook", "unregister_abort_hook"):
         if hasattr(dist.ProcessGroup, name):
