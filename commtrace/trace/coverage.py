@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import schema
-from .schema import int_or_none
+from .schema import int_or_none, list_or_empty
 
 MAX_COVERAGE_BYTES = 64 * 1024 * 1024   # a coverage file is a few KB; refuse absurd ones
 
@@ -114,12 +114,12 @@ def describe(opts: dict, doc: dict | None, groups: dict, records: np.ndarray) ->
         "t_mono_ns": _count(doc.get("t_mono_ns")),
         "max_seq": [], "counts": [], "ops_counted": 0,
     }
-    for item in _list(doc.get("max_seq")):
+    for item in list_or_empty(doc.get("max_seq")):
         if isinstance(item, list) and len(item) == 2 and all(int_or_none(v) is not None for v in item):
             g = groups.get(item[0])
             if isinstance(g, dict):
                 out["max_seq"].append([_str(g.get("world_id")), _str(g.get("name")), item[1]])
-    for c in _list(doc.get("counts")):
+    for c in list_or_empty(doc.get("counts")):
         if not isinstance(c, dict) or int_or_none(c.get("group")) is None:
             continue
         g = groups.get(c["group"])
@@ -148,10 +148,6 @@ def counts_table(processes: list[dict]) -> pd.DataFrame:
     for col in ("ops", "bytes", "time_ns", "time_unknown"):
         df[col] = df[col].astype(np.int64)
     return df
-
-
-def _list(v) -> list:
-    return v if isinstance(v, list) else []
 
 
 def _count(v) -> int | None:

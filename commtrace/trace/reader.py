@@ -21,7 +21,7 @@ from . import coverage as bounded
 from . import schema
 from .clocks import fit as fit_clock
 from .group_ranks import ranks_text
-from .schema import int_or_none
+from .schema import int_or_none, list_or_empty
 from .records import call_times, clock_offset, defined, defined_ids, last_record_per_op, member, sane
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
@@ -111,7 +111,7 @@ class ProcessTrace:
             "records": self.n_records, "ppid": self.header.get("ppid"),
             "launch_env": self.header.get("launch_env") if isinstance(self.header.get("launch_env"), dict) else {},
             "spawn_index": int_or_none(self.process.get("spawn_index")),
-            "untraced_backends": [b for b in _listed(self.process.get("untraced_backends")) if isinstance(b, str)],
+            "untraced_backends": [b for b in list_or_empty(self.process.get("untraced_backends")) if isinstance(b, str)],
             "lost_records": self.n_lost, "lost": self.lost, "damage": list(self.damage),
             "damage_any": list(self.damage_any), "meta_damage": list(self.meta_damage), "cut": self.cut,
             "dumps": self.dumps, "marks": self.marks, "clock": self.clock, "coverage": self.coverage,
@@ -357,10 +357,6 @@ def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None
 
 
 # -- frame ------------------------------------------------------------------------
-
-def _listed(v) -> list:
-    return v if isinstance(v, list) else []
-
 
 def _fmt_shapes(v) -> str:
     return json.dumps(v, separators=(",", ":")) if isinstance(v, list) else ""

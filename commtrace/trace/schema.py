@@ -45,6 +45,11 @@ def int_or_none(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def list_or_empty(v) -> list:
+    """A JSON field of an untrusted file as a list, else []."""
+    return v if isinstance(v, list) else []
+
+
 def stem_of(name: str) -> str:
     """The stem of one of a process's file names ("rank1.pid7.ops.bin.1" -> "rank1.pid7");
     a name with no suffix of this format as it is."""
