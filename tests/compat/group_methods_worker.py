@@ -3,7 +3,8 @@ test_smoke.py): 2 ranks (torch.multiprocessing.spawn) register a pre- and a post
 the world group, all_reduce, split the world into one group [0, 1] and all_reduce and barrier
 on it -- each where this torch has it (split_group on a CPU-only world: 2.15+; hooks: 2.15+).
 
-usage: group_methods_worker.py PORT    prints one JSON line per rank: what it did and saw
+usage: group_methods_worker.py PORT OUT    writes OUT.rankN.json per rank: what it did and saw
+(a file, not stdout: gloo of some releases prints its connection lines there in pieces)
 """
 import json
 import os
@@ -14,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def rank_main(rank: int, port: int) -> None:
+def rank_main(rank: int, port: int, path: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     world, out = dist.group.WORLD, {"rank": rank}
@@ -33,9 +34,10 @@ def rank_main(rank: int, port: int) -> None:
         dist.all_reduce(t, group=group)
         dist.barrier(group=group)
         out["split"] = t.tolist()
-    os.write(1, (json.dumps(out) + "\n").encode())   # one write: the ranks' lines never interleave
+    with open(f"{path}.rank{rank}.json", "w") as f:
+        json.dump(out, f)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    mp.spawn(rank_main, args=(int(sys.argv[1]),), nprocs=2)
+    mp.spawn(rank_main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
