@@ -180,3 +180,20 @@ def test_wall_time_is_the_runs_not_one_worlds(two_worlds, partitioned):
     info = analyse(two_worlds, partitioned=partitioned, op_view=not partitioned).info
     assert info["wall_ns"] == max(ends) - min(starts) > max(e - s for s, e in zip(starts, ends))
     assert info["wall_ns"] >= info["span_ns"]
+
+
+@pytest.fixture(scope="module")
+def reinit_worlds(tmp_path_factory):
+    return _traced(str(tmp_path_factory.mktemp("reinit") / "run"), "reinit_worlds.py", str(free_port()))
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_largest_spreads_name_the_world_of_a_process_that_made_two(reinit_worlds, partitioned):
+    """A process that makes its worlds one after another stays one rank: its groups keep their
+    plain names, so the largest spreads' rows "group 0, seq 2" were two collectives. They name
+    the world there, as check does ("w1:0")."""
+    top = report_json(analyse(reinit_worlds, partitioned=partitioned))["skew"]["top"]
+    rows = [(r["group"], r["seq"]) for r in top]
+    # world 0: 2 all_reduces and a barrier; world 1: 3 and a barrier (all within the 10 rows kept)
+    assert sorted(rows) == [("w0:0", 1), ("w0:0", 2), ("w0:0", 3), ("w1:0", 1), ("w1:0", 2), ("w1:0", 3),
+                            ("w1:0", 4)]

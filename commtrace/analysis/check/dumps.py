@@ -15,7 +15,7 @@ def diagnose_dumps(run) -> list[Finding]:
     """One finding per dump reason ("hang", "SIGTERM", "SIGUSR1") and world (when the run has several):
     its ranks, the first dump's path and summary; ``data["paths"]``: every dump of that reason by rank."""
     by_reason: dict[tuple, dict] = {}   # (reason, world) -> rank (None: a rankless process) -> its dump paths
-    worlds = world_names(run, run_worlds(run))
+    worlds = world_names(run.processes, run_worlds(run))
     for p in run.processes:
         for d in p.get("dumps") or []:
             if not isinstance(d, dict):

@@ -148,24 +148,32 @@ def distinct_fates(fates: dict) -> list[RankFate]:
     return sorted(unique.values(), key=lambda f: (order[f.world], f.rank))
 
 
-def world_names(run, ids) -> dict:
-    """World id -> its name for each of ``ids`` (labels name the world when there are several).
-    "w0", "w1", ...: the report's numbers (``reader.number_worlds``: the worlds that are some
-    process's first, in the order they started), then the worlds that are none's first; a world
-    of a torchrun restart adds it: "w1 (torchrun restart 1)" (``TORCHELASTIC_RESTART_COUNT``)."""
+def world_numbers(processes: list) -> dict:
+    """World id -> its number, the report's (``reader.number_worlds``: the worlds that are some
+    process's first, in the order they started), then the worlds that are none's first."""
     first: dict = {}
     later: dict = {}
-    restart: dict = {}
-    for p in run.processes:
+    for p in processes:
         t = _int(p.get("t_wall_ns")) or 0
-        env = p.get("launch_env") if isinstance(p.get("launch_env"), dict) else {}
         for i, w in enumerate(process_worlds(p)):
             starts = first if i == 0 else later
             starts[w] = min(t, starts.get(w, t))
-            restart.setdefault(w, _int(env.get("TORCHELASTIC_RESTART_COUNT")))
     numbers = order_worlds(first)
     rest = order_worlds({w: t for w, t in later.items() if w not in first})
     numbers.update({w: len(first) + n for w, n in rest.items()})
+    return numbers
+
+
+def world_names(processes: list, ids) -> dict:
+    """World id -> its name for each of ``ids`` (labels name the world when there are several):
+    "w0", "w1", ... (``world_numbers``); a world of a torchrun restart adds it: "w1 (torchrun
+    restart 1)" (``TORCHELASTIC_RESTART_COUNT``)."""
+    numbers = world_numbers(processes)
+    restart: dict = {}
+    for p in processes:
+        env = p.get("launch_env") if isinstance(p.get("launch_env"), dict) else {}
+        for w in process_worlds(p):
+            restart.setdefault(w, _int(env.get("TORCHELASTIC_RESTART_COUNT")))
     names = {}
     for w in ids:
         n = numbers.get(w)
@@ -176,7 +184,7 @@ def world_names(run, ids) -> dict:
 
 def run_world_names(run, fates: dict, facts) -> dict:
     """``world_names`` of the worlds the run's ranks and groups belong to."""
-    return world_names(run, {w for w, _ in fates if w is not None} | {w for w, _ in facts.groups})
+    return world_names(run.processes, {w for w, _ in fates if w is not None} | {w for w, _ in facts.groups})
 
 
 def rank_label(ranks, world=None, worlds: dict | None = None) -> str:

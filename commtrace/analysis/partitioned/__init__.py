@@ -20,7 +20,8 @@ import pandas as pd
 
 from ...errors import CommtraceError
 from ...trace import reader
-from ...trace.rank_ranges import WORLD_STRIDE
+from ...trace.rank_ranges import WORLD_STRIDE, world_group_name
+from ..check.fates import world_numbers
 from ..step_table import PER_RANK_COLUMNS
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
@@ -187,19 +188,34 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     if not len(cells):     # no op (in the window): the empty per-group table has the per-op table's columns
         tables["by_group"] = tables["by_op"].iloc[0:0]
     by_keys = {tuple(by): tables[name] for name, by in keys.items()}
+    processes = processes_of(ranks.facts)
+    skew = _worlds_named(parts.skew(ranks.op_order()), processes, bool(plan.worlds))
     return Report(plan.path, ranks.ops, tables["by_op"], tables["by_group"], tables.get("by_phase"),
-                      steps, parts.skew(ranks.op_order()), ranks.comm, parts.run_busbw(), exact,
+                      steps, skew, ranks.comm, parts.run_busbw(), exact,
                       None if exact else ALPHA, ex.name, ex.workers, len(plan.ranks), ranks.t0, medians,
                       ranks.per_rank_cut, ranks.ops_per_rank, seconds,
                       list(dict.fromkeys(plan.issues + [i for r in sorted(ranks.issues)    # without repeats:
                                                         for i in ranks.issues[r]])),       # both read meta files
                       by_keys,
-                      info, processes_of(ranks.facts), regions_table(ranks.regions),
+                      info, processes, regions_table(ranks.regions),
                       window or Window(), all_bounds(ranks.windows),
                       split_table(parts.splits) if tables.get("by_phase") is not None else split_table([]),
                       tl.timeline(), tl.marks, modules_table(ranks.modules), ranks.spans, whole,
                       load_op_view(plan.path, all_bounds(ranks.windows), (window or Window()).phases)
                       if whole and op_view else None)
+
+
+def _worlds_named(skew: dict, processes: list, several: bool) -> dict:
+    """``skew`` with its largest spreads' groups named by their world ("w1:0", check's numbers) where
+    they are of several worlds that the names do not tell apart: a process that made its worlds one
+    after another (init, destroy, init again) keeps one rank key, its groups their plain names."""
+    top = skew["top"]
+    numbers = world_numbers(processes) if not several and top["world"].nunique() > 1 else {}
+    if not numbers:
+        return skew
+    group = [g if numbers.get(w) is None else world_group_name(str(g), numbers[w])
+             for w, g in zip(top["world"], top["group"])]
+    return dict(skew, top=top.assign(group=group))
 
 
 def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
