@@ -107,18 +107,16 @@ def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarr
     for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
         np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
     has = last > np.iinfo(np.int64).min
-    return iv.union(last[has], e[has])
+    return iv.union(last, e) if has.all() else iv.union(last[has], e[has])     # no copies when every pass has
 
 
 def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe: np.ndarray) -> iv.IntervalSet:
     """``tails`` less the optimizer steps run inside them (ZeroRedundancyOptimizer(overlap_with_ddp=True)
     steps in DDP's comm hook: compute), but for each such step's wait from its last op launch (the last
     parameter broadcast) to its end. Optimizer spans outside every tail change nothing."""
-    if not len(tails[0]) or not len(ob):
-        return tails
+    if not len(tails[0]) or not len(ob) or not iv.length_within(tails, ob, np.maximum(ob, oe)).any():
+        return tails            # no optimizer step inside a tail (without the sets' temporaries: the task's peak)
     inner = iv.intersect(iv.union(ob, oe), tails)
-    if not len(inner[0]):
-        return tails
     order = np.argsort(ob, kind="stable")
     b, e = ob[order], oe[order]
     last = _last_in_window(b, e, starts)
@@ -167,7 +165,15 @@ class RankTimes:
             is_bw, is_opt = _is_value(spans["phase"], "backward"), _is_value(spans["phase"], "optimizer")
             for r, sp in rows_by_rank(spans["rank"].to_numpy()).items():     # no int64 copy
                 self.tails[r] = self._tails(r, sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)], sb, se)
-                self.busy[r] = iv.union(take_rows(sb, sp), take_rows(se, sp))
+                self.busy[r] = self._union(sb, se, sp)
+
+    def _union(self, s: np.ndarray, e: np.ndarray, rows: np.ndarray) -> iv.IntervalSet:
+        """The union of intervals ``rows`` of (s, e), ``chunk`` at a time: no buffers of every row's size."""
+        out, k = iv.empty(), self.chunk or len(rows) or 1
+        for i in range(0, len(rows), k):
+            part = rows[i:i + k]
+            out = iv.union_of(out, iv.union(take_rows(s, part), take_rows(e, part)))
+        return out
 
     def ranks(self) -> list[int]:
         return sorted(set(self.by_rank) | set(self.busy))
