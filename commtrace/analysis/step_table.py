@@ -114,8 +114,11 @@ def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe
     """``tails`` less the optimizer steps run inside them (ZeroRedundancyOptimizer(overlap_with_ddp=True)
     steps in DDP's comm hook: compute), but for each such step's wait from its last op launch (the last
     parameter broadcast) to its end. Optimizer spans outside every tail change nothing."""
-    if not len(tails[0]) or not len(ob) or not iv.length_within(tails, ob, np.maximum(ob, oe)).any():
-        return tails            # no optimizer step inside a tail (without the sets' temporaries: the task's peak)
+    if not len(tails[0]):
+        return tails
+    j = np.minimum(np.searchsorted(tails[1], ob, side="right"), len(tails[0]) - 1)   # first tail ending after
+    if not ((tails[1][j] > ob) & (tails[0][j] < oe) & (oe > ob)).any():     # its begin: none overlaps a step
+        return tails            # (found without the sets below: their buffers were the rank task's peak)
     inner = iv.intersect(iv.union(ob, oe), tails)
     order = np.argsort(ob, kind="stable")
     b, e = ob[order], oe[order]
@@ -263,7 +266,7 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
     ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
         return ops, nbytes.astype(np.int64)
-    snum = steps["step"].to_numpy(np.int64)
+    snum = steps["step"].to_numpy()         # as held (int32): no int64 copy
     by_rank = a.rank_rows()
     for r, rows in rows_by_rank(steps["rank"].to_numpy(np.int64)).items():
         mine = by_rank.get(r)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays, cat_codes, dense_codes, rows_by_rank
+from .arrays import OpArrays, cat_codes, dense_codes, rows_by_rank, take_rows
 from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
@@ -189,7 +189,8 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
         if rows is None:
             continue
         all_rows = len(rows) == n                    # a frame of one rank: no gather, no scatter
-        s, w = _locate_in_steps(b[sel], e[sel], num[sel], arrays.start if all_rows else arrays.start[rows])
+        s, w = _locate_in_steps(take_rows(b, sel), take_rows(e, sel), take_rows(num, sel),
+                                arrays.start if all_rows else arrays.start[rows])
         if all_rows:
             step, where = s, w
         else:
