@@ -107,18 +107,19 @@ def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarr
     for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
         np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
     has = last > np.iinfo(np.int64).min
-    return iv.union(last[has], e[has])
+    return iv.union(last, e) if has.all() else iv.union(last[has], e[has])     # no copies when every pass has
 
 
 def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe: np.ndarray) -> iv.IntervalSet:
     """``tails`` less the optimizer steps run inside them (ZeroRedundancyOptimizer(overlap_with_ddp=True)
     steps in DDP's comm hook: compute), but for each such step's wait from its last op launch (the last
     parameter broadcast) to its end. Optimizer spans outside every tail change nothing."""
-    if not len(tails[0]) or not len(ob):
+    if not len(tails[0]):
         return tails
+    j = np.minimum(np.searchsorted(tails[1], ob, side="right"), len(tails[0]) - 1)   # first tail ending after
+    if not ((tails[1][j] > ob) & (tails[0][j] < oe) & (oe > ob)).any():     # its begin: none overlaps a step
+        return tails            # (found without the sets below: their buffers were the rank task's peak)
     inner = iv.intersect(iv.union(ob, oe), tails)
-    if not len(inner[0]):
-        return tails
     order = np.argsort(ob, kind="stable")
     b, e = ob[order], oe[order]
     last = _last_in_window(b, e, starts)
@@ -160,17 +161,25 @@ class RankTimes:
         self.cols = None
         if len(a.start):
             self.cols = frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)
-        have_spans = spans is not None and len(spans) > 0
-        self.span_rows = rows_by_rank(spans["rank"].to_numpy(dtype=np.int64)) if have_spans else {}
+        self.busy: dict = {}        # rank -> the union of its compute spans: the spans are not read after this
         self.tails: dict = {}       # rank -> the waits its spans alone give: built here, before the caller's
-        if have_spans:              # per-op columns (the rank task's peak was these temporaries beside them)
-            self.sb = spans["t_begin_ns"].to_numpy(np.int64)
-            self.se = spans["t_end_ns"].to_numpy(np.int64)
+        if spans is not None and len(spans):    # per-op columns (the rank task's peak was these temporaries)
+            sb, se = spans["t_begin_ns"].to_numpy(np.int64), spans["t_end_ns"].to_numpy(np.int64)
             is_bw, is_opt = _is_value(spans["phase"], "backward"), _is_value(spans["phase"], "optimizer")
-            self.tails = {r: self._tails(r, sp, is_bw, is_opt) for r, sp in self.span_rows.items()}
+            for r, sp in rows_by_rank(spans["rank"].to_numpy()).items():     # no int64 copy
+                self.tails[r] = self._tails(r, sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)], sb, se)
+                self.busy[r] = self._union(sb, se, sp)
+
+    def _union(self, s: np.ndarray, e: np.ndarray, rows: np.ndarray) -> iv.IntervalSet:
+        """The union of intervals ``rows`` of (s, e), ``chunk`` at a time: no buffers of every row's size."""
+        out, k = iv.empty(), self.chunk or len(rows) or 1
+        for i in range(0, len(rows), k):
+            part = rows[i:i + k]
+            out = iv.union_of(out, iv.union(take_rows(s, part), take_rows(e, part)))
+        return out
 
     def ranks(self) -> list[int]:
-        return sorted(set(self.by_rank) | set(self.span_rows))
+        return sorted(set(self.by_rank) | set(self.busy))
 
     def of(self, r: int) -> RankTime:
         return next(self.pieces(r, 0))
@@ -179,9 +188,9 @@ class RankTimes:
         """Rank ``r``'s RankTime in time pieces of about ``size`` ops, each set cut to its piece: a length is the
         sum of its pieces', and no piece holds the rank's whole sets and their temporaries (the rank task's peak).
         One piece unless ``in_pieces``."""
-        rows, sp, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.span_rows.get(r), self.tails.get(r)
+        rows, busy, tails = self.by_rank.get(r, np.empty(0, dtype=np.int64)), self.busy.get(r), self.tails.get(r)
         if not in_pieces(len(rows), size):
-            yield self._time(r, rows, sp, tails)
+            yield self._time(r, rows, busy, tails)
             return
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
         edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
@@ -189,29 +198,29 @@ class RankTimes:
             part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
             dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
             part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
-            mine = None if sp is None else sp[(take_rows(self.sb, sp) < hi) & (take_rows(self.se, sp) > lo)]
+            mine = None if busy is None else iv.clip(busy, lo, hi)
             yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
 
-    def _tails(self, r: int, sp: np.ndarray, is_bw: np.ndarray, is_opt: np.ndarray) -> iv.IntervalSet:
-        """Rank ``r``'s DDP gradient tails less the optimizer steps run inside them (``sp``: its spans)."""
+    def _tails(self, r: int, bw: np.ndarray, opt: np.ndarray, sb: np.ndarray, se: np.ndarray) -> iv.IntervalSet:
+        """Rank ``r``'s DDP gradient tails less the optimizer steps run inside them (``bw``, ``opt``: its
+        backward and optimizer spans, rows of ``sb`` / ``se``)."""
         rows = self.by_rank.get(r, np.empty(0, dtype=np.int64))
         grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
-        bw, opt, starts = sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)], take_rows(self.a.start, rows)
-        tails = _ddp_gradient_tails(starts, grad, self.sb[bw], self.se[bw], self.chunk)
-        return _step_in_tails(tails, starts, self.sb[opt], self.se[opt])
+        starts = take_rows(self.a.start, rows)
+        tails = _ddp_gradient_tails(starts, grad, sb[bw], se[bw], self.chunk)
+        return _step_in_tails(tails, starts, sb[opt], se[opt])
 
-    def _time(self, r: int, rows: np.ndarray, sp, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
+    def _time(self, r: int, rows: np.ndarray, busy, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
         mine = rows if self.selected is None else rows[self.selected[rows]]
         comm = iv.union(take_rows(self.a.start, mine), take_rows(self.a.end, mine))
         for lo, hi in ([cut] if cut else []) + ([self.windows.get(r, (0, 0))] if self.windows is not None else []):
             comm = iv.clip(comm, lo, hi)
-        compute = iv.empty() if sp is None else self._compute(rows, sp, tails)    # its temporaries gone: the peak
+        compute = iv.empty() if busy is None else self._compute(rows, busy, tails)    # its temporaries gone: the peak
         compute = iv.clip(compute, *cut) if cut else compute
         return RankTime(comm, compute, iv.subtract(comm, compute), None if cut is None else rows, cut, first)
 
-    def _compute(self, rows: np.ndarray, sp: np.ndarray, tails: iv.IntervalSet) -> iv.IntervalSet:
-        waited = iv.union_of(self.cols.of(rows) if self.cols is not None else iv.empty(), tails)
-        return iv.subtract(iv.union(take_rows(self.sb, sp), take_rows(self.se, sp)), waited)
+    def _compute(self, rows: np.ndarray, busy: iv.IntervalSet, tails: iv.IntervalSet) -> iv.IntervalSet:
+        return iv.subtract(busy, iv.union_of(self.cols.of(rows) if self.cols is not None else iv.empty(), tails))
 
 
 class StepFigures:
@@ -257,7 +266,7 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
     ops, nbytes = np.zeros(n, np.int64), np.zeros(n, np.float64)
     if n == 0 or not len(op_step):
         return ops, nbytes.astype(np.int64)
-    snum = steps["step"].to_numpy(np.int64)
+    snum = steps["step"].to_numpy()         # as held (int32): no int64 copy
     by_rank = a.rank_rows()
     for r, rows in rows_by_rank(steps["rank"].to_numpy(np.int64)).items():
         mine = by_rank.get(r)

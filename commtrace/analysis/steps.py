@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays, cat_codes, dense_codes, rows_by_rank
+from .arrays import OpArrays, cat_codes, dense_codes, rows_by_rank, take_rows
 from .native_ext import kernels
 
 STEP_COLUMNS = ["rank", "step", "t_begin_ns", "t_end_ns", "micro_steps", "file"]
@@ -49,9 +49,12 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
     kind[(phase_is["forward"] | phase_is["schedule"]) & spans["grad"].to_numpy(dtype=bool)] = TRAINING_FORWARD
     kind[phase_is["backward"]] = BACKWARD
     kind[opt] = OPTIMIZER
-    keys, begin, end, micro = step_bounds(key, kind, b, e)
-    fcode = keys // per_file
     span_rank = spans["rank"].to_numpy(np.int32)
+    with_forwards = set(dense_codes(span_rank[phase_is["forward"]])[0].tolist())
+    del phase_is, opt, pcodes           # per span: not held beside step_bounds' tables (the task's peak)
+    keys, begin, end, micro = step_bounds(key, kind, b, e)
+    del key, kind
+    fcode = keys // per_file
     file_rank = np.zeros(len(files), dtype=np.int32)     # a file is one process: one rank
     file_rank[fcodes] = span_rank
     rank = file_rank[fcode]
@@ -60,7 +63,6 @@ def find_steps(spans: pd.DataFrame | None, arrays: OpArrays | None = None) -> pd
         order = np.lexsort((begin, rank))                     # stable
         fcode, rank, number, begin, end, micro = (x[order] for x in (fcode, rank, number, begin, end, micro))
     if arrays is not None and len(arrays.rank):
-        with_forwards = set(dense_codes(span_rank[phase_is["forward"]])[0].tolist())
         begin = _begin_at_first_op(rank, begin, end, arrays, with_forwards)
     return pd.DataFrame({"rank": rank, "step": _numbered_per_rank(rank, number, fcode), "t_begin_ns": begin,
                          "t_end_ns": end, "micro_steps": micro.astype(np.int32),
@@ -91,8 +93,9 @@ def step_bounds(key: np.ndarray, kind: np.ndarray, b: np.ndarray, e: np.ndarray)
     opt = kind == OPTIMIZER
     kern = kernels()
     if kern is not None and opt.any():
-        used = key[kind > 0]
-        lo, span = int(used.min()), int(used.max()) - int(used.min()) + 1
+        used = kind > 0                 # their min and max without a copy of the keys
+        lo = int(key.min(where=used, initial=np.iinfo(np.int64).max))
+        span = int(key.max(where=used, initial=np.iinfo(np.int64).min)) - lo + 1
         if span <= max(4 * len(key), 1 << 20):       # a table over the keys' range (untrusted step numbers)
             n = int(opt.sum())
             keys, begin, end, micro = (np.empty(n, np.int64) for _ in range(4))
@@ -186,7 +189,8 @@ def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.nd
         if rows is None:
             continue
         all_rows = len(rows) == n                    # a frame of one rank: no gather, no scatter
-        s, w = _locate_in_steps(b[sel], e[sel], num[sel], arrays.start if all_rows else arrays.start[rows])
+        s, w = _locate_in_steps(take_rows(b, sel), take_rows(e, sel), take_rows(num, sel),
+                                arrays.start if all_rows else arrays.start[rows])
         if all_rows:
             step, where = s, w
         else:

@@ -155,3 +155,29 @@ def test_bytes_per_step_chunk_by_chunk_equal_the_whole(runs):
             assert (got.ops == whole.ops).all() and (got.nbytes == whole.nbytes).all()
             a, b = StepFigures(steps, ops.arrays, op_step, selected, chunk), StepFigures(steps, ops.arrays, op_step, selected)
             assert (a.ops == b.ops).all() and (a.nbytes == b.nbytes).all()
+
+
+@pytest.mark.parametrize("name", ["ddp", "accumulation", "join", "regions", "synthetic"])
+def test_busy_time_in_chunks_equals_the_whole_union(runs, name):
+    """RankTimes keeps each rank's busy time (the union of its compute spans, instead of the spans), built a
+    chunk of spans at a time: bit for bit the one-piece union, and every rank's sets the same."""
+    from commtrace.analysis import intervals as iv
+    from commtrace.trace import reader
+    plan = run_plan.plan_run(runs[name])
+    for r, metas in plan.ranks.items():
+        procs, refs = run_plan.read_rank(metas, plan.refs, [])
+        spans, _, _ = reader.build_mark_tables(procs, [], refs, user_marks=False)
+        ops = rank_ops(procs, refs, r)
+        whole = RankTimes(ops.waits, ops.arrays, spans)
+        rows = spans["rank"].to_numpy() == r
+        union = iv.union(spans["t_begin_ns"].to_numpy()[rows], spans["t_end_ns"].to_numpy()[rows])
+        assert all((a == b).all() for a, b in zip(whole.busy.get(r, iv.empty()), union))
+        for chunk in (1, 2, 7):
+            got = RankTimes(ops.waits, ops.arrays, spans, chunk=chunk)
+            assert got.busy.keys() == whole.busy.keys() and got.tails.keys() == whole.tails.keys()
+            for k in whole.busy:
+                for a, b in zip((*got.busy[k], *got.tails[k]), (*whole.busy[k], *whole.tails[k])):
+                    assert a.dtype == b.dtype and (a == b).all(), (name, r, chunk)
+            t, w = got.of(r), whole.of(r)
+            for a, b in zip((*t.comm, *t.compute, *t.exposed), (*w.comm, *w.compute, *w.exposed)):
+                assert (a == b).all(), (name, r, chunk)

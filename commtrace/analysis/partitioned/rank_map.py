@@ -97,12 +97,17 @@ def map_rank(task: RankTask) -> RankPartial:
     applied = applied_to_rank(task.window, ops, steps, task.t0)
     regions = RankRegions(region_spans, a, applied)
     modules = rank_modules(ops, applied) if task.modules else None
-    per_rank, comm, outside = _step_parts(ops.waits if ops is not None else None, a, spans, steps, regions, applied,
-                                          modules, task.piece)
+    window, n_spans = rank_window(applied, ops, spans), len(spans) if spans is not None else 0
+    if a is None:
+        regions.add_without_ops(spans)
+    times = None if a is None else RankTimes(ops.waits, a, spans, applied.selected if applied is not None else None,
+                                             applied.bounds if applied is not None else None, CHUNK_OPS)
+    del spans, region_spans     # each rank's busy time and tails (RankTimes) are what the figures read of them
+    per_rank, comm, outside = _step_parts(times, a, steps, regions, applied, modules, task.piece)
     # what only the figures above read goes before the cells (their peak): the step table travels packed
-    per_rank, window, n_spans = pack(per_rank), rank_window(applied, ops, spans), len(spans) if spans is not None else 0
+    per_rank = pack(per_rank)
     steps_taken = (int(steps["step"].max()), int(steps["step"].min())) if len(steps) else (0, 0)
-    del spans, region_spans, steps
+    del steps, times
     if ops is not None:
         ops.waits = None
     shown = ops if applied is None else selected_ops(ops, applied.selected)
@@ -118,16 +123,15 @@ def map_rank(task: RankTask) -> RankPartial:
 
 def _times_of(spans: pd.DataFrame | None) -> pd.DataFrame | None:
     """The spans' columns read after find_steps (RankTimes, rank_window; 6.5 of their 19 B/op less held)."""
-    return None if spans is None else pd.DataFrame({c: spans[c] for c in ("rank", "phase", "t_begin_ns", "t_end_ns")})
+    return None if spans is None else pd.DataFrame({c: spans[c] for c in ("rank", "phase", "t_begin_ns", "t_end_ns")},
+                                                   copy=False)    # views: the other columns go with the frame
 
 
-def _step_parts(waits, a, spans, steps, regions, applied=None, modules=None, piece: int = 0):
+def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int = 0):
     if a is None:
-        regions.add_without_ops(spans)
         return {}, {}, {}
     sel = applied.selected if applied is not None else None
-    times = RankTimes(waits, a, spans, sel, applied.bounds if applied is not None else None, CHUNK_OPS)   # first:
-    op_step, where = locate_ops(a, steps)                      # its tails' temporaries beside less per-op columns
+    op_step, where = locate_ops(a, steps)     # after RankTimes: its tails' temporaries beside less per-op columns
     shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
     figures = StepFigures(shown_steps, a, op_step, sel, CHUNK_OPS)
     del op_step                 # counted per step: 4 B/op less through the pieces
