@@ -173,10 +173,12 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks
             c["rank"][at:at + len(rec)] = key
         at += len(rec)
+    del rec, t, si, gi                              # the last file's slice: its rows are written
     ops = [o for o, _ in sorted(op_ids.items(), key=lambda kv: kv[1])]
     inst = _instances(c, task.chunk * task.chunk_size, task.chunk_size)
     k = int(inst.max()) + 1
     first, last, slowest, size, end = _per_instance(inst, k, c)
+    del c["src"], c["dst"], c["size"], c["end"]    # each column goes after its last use: a lower peak
     wgs = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
     world_of = np.asarray([w for w, _ in wgs], dtype=object)
     group_of = np.asarray([wg_names.get((w, g), g) for w, g in wgs], dtype=object)
@@ -185,27 +187,29 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     p2p = is_p2p[op_first]
     ranks = np.bincount(inst, minlength=k)
     expected = np.where(p2p, 2, c["n"][first])
-    # per instance (TOP_COLUMNS) as plain arrays: only the few top rows become a frame
-    table = {"op": op_first, "world": c["wg"][first], "group": c["wg"][first], "seq": c["seq"][first],
-             "ranks": ranks, "expected": expected, "first_start_ns": c["t"][first],
-             "last_start_ns": c["t"][last], "first_rank": c["rank"][first], "last_rank": c["rank"][last],
-             "spread_ns": c["t"][last] - c["t"][first], "slowest_ns": slowest, "size_bytes": size,
-             "end_ns": end, "p2p": p2p}
+    del c["op"], c["n"]
     combo, where = np.unique(op_first * (1 << 32) + expected, return_inverse=True)
     fac = np.array([bus_factor(ops[int(x >> 32)], int(x & 0xFFFFFFFF)) for x in combo], np.float64)[where.reshape(-1)]
-    T, S = slowest, size.astype(np.float64)
-    bad = untimed_instances(inst, k, failed, c["dur"], expected)
-    terms = bandwidth_terms(T, S, fac, bad, instances_with(inst, k, observed))
+    del combo, where
+    bad = untimed_instances(inst, k, failed, c.pop("dur"), expected)
+    terms = bandwidth_terms(slowest, size.astype(np.float64), fac, bad, instances_with(inst, k, observed))
+    del fac, bad, failed, observed
     bandwidth = _bandwidth(task, c["cell"], inst, cell_ids, terms)
     coll = np.flatnonzero((~p2p) & (ranks >= 2))
-    spread = table["spread_ns"][coll]
-    order = np.lexsort((table["first_rank"][coll], table["first_start_ns"][coll], -spread.astype(np.float64)))
+    f_coll, l_coll = first[coll], last[coll]       # only collectives' first and last rows: none at 1 rank
+    spread, last_rank = c["t"][l_coll] - c["t"][f_coll], c["rank"][l_coll]
+    order = np.lexsort((c["rank"][f_coll], c["t"][f_coll], -spread.astype(np.float64)))
     pick = coll[order[:task.top]]
-    top = pd.DataFrame({name: v[pick] for name, v in table.items()})[TOP_COLUMNS]
+    f, l = first[pick], last[pick]                 # TOP_COLUMNS: only the few top rows become a frame
+    top = pd.DataFrame({"op": op_first[pick], "world": c["wg"][f], "group": c["wg"][f], "seq": c["seq"][f],
+                        "ranks": ranks[pick], "expected": expected[pick], "first_start_ns": c["t"][f],
+                        "last_start_ns": c["t"][l], "first_rank": c["rank"][f], "last_rank": c["rank"][l],
+                        "spread_ns": c["t"][l] - c["t"][f], "slowest_ns": slowest[pick], "size_bytes": size[pick],
+                        "end_ns": end[pick], "p2p": p2p[pick]})
     top = top.assign(op=np.asarray(ops, dtype=object)[top["op"].to_numpy()], world=world_of[top["world"].to_numpy()],
                      group=group_of[top["group"].to_numpy()])   # codes -> names (the few rows kept)
-    by_last = np.argsort(table["last_rank"][coll], kind="stable")
-    last_rank, starts, times = np.unique(table["last_rank"][coll][by_last], return_index=True,
+    by_last = np.argsort(last_rank, kind="stable")
+    last_rank, starts, times = np.unique(last_rank[by_last], return_index=True,
                                          return_counts=True)
     strag = (last_rank, times, np.add.reduceat(spread[by_last], starts) if len(starts) else starts)
     op_coll = op_first[coll]
