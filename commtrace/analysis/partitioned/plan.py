@@ -136,12 +136,12 @@ def cached_process(path: str):
 
 
 def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None,
-              world: int | None = None) -> tuple[list, dict]:
+              world: int | None = None, piece: int = 0) -> tuple[list, dict]:
     """The processes of ``metas`` and, per world of ``refs`` (world id -> meta path), its reference
     process: one of ``metas`` if it is one (each file read once), else ``ref_of(path)`` (default: its
     meta lines). ``world``: their world's number, when the run has several (their tables then give
-    rank keys and world-named groups: reader.ProcessTrace.world_number)."""
-    procs = [p for p in (reader.read_process(m, issues, records=records) for m in metas) if p is not None]
+    rank keys and world-named groups: reader.ProcessTrace.world_number); ``piece``: reader.read_process's."""
+    procs = [p for p in (reader.read_process(m, issues, records=records, piece=piece) for m in metas) if p is not None]
     for p in procs:
         p.world_number = world
     own = {p.meta_path: p for p in procs}
