@@ -64,8 +64,8 @@ class ProcessTrace:
     process: dict = field(default_factory=dict)  # "process" lines (spawn_index, ...)
     records: np.ndarray | None = None
     n_records: int = 0
-    # Read in pieces (read_process's ``piece``): (records in the ops file when checked, records per piece),
-    # its records not held (record_pieces reads them), and its last op call (monotonic ns; the clock fit's).
+    # Read in pieces (read_process's ``piece``; record_pieces reads them): (records on disk, records per piece),
+    # and its last op call (monotonic ns; the clock fit's).
     pieces: tuple | None = None
     last_call_ns: int | None = None
     complete: bool = True
@@ -288,53 +288,44 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0) -> 
     (``pt.pieces``: record_pieces reads them again); else read as one piece."""
     name = os.path.basename(pt.ops_path)
     plain = piece and bounded.options(pt.header) is None and pt.header.get("source") != "cpp" and \
-        len(bounded.segment_paths(pt.ops_path)) == 1
-    size = _size(pt.ops_path) if plain else None
-    parts = (read_slice(pt.ops_path, lo, min(piece, size // schema.RECORD_SIZE - lo))
-             for lo in range(0, size // schema.RECORD_SIZE, piece)) if size is not None else None
-    if parts is None:
-        rec = _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
-        parts = None if rec is None else [rec]
-    if parts is None:
+        bounded.segment_paths(pt.ops_path) == [pt.ops_path] and os.path.exists(pt.ops_path)
+    size = os.path.getsize(pt.ops_path) if plain else 0
+    whole = None if plain else _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
+    if not plain and whole is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
             _damaged(pt, issues, name, "{} missing", "ops file missing")
         pt.n_records = 0
         return np.empty(0, dtype=schema.OP_RECORD)
     sig_ids, group_ids = defined_ids(pt.sigs), defined_ids(pt.groups)
-    kept, lost, undefined, total, bad, last = [], [], 0, 0, 0, None
-    for rec in parts:
+    lost, undefined, total, last = [], 0, 0, None
+    for rec in _slices(pt.ops_path, size // schema.RECORD_SIZE, piece) if plain else [whole]:
         ok = defined(rec, sig_ids, group_ids)
         undefined += int((~ok).sum())
         ok &= sane(rec)
-        if size is not None and (rec["status"][ok] != schema.STATUS_COMPLETED).any():
+        if plain and (rec["status"][ok] != schema.STATUS_COMPLETED).any():
             return read_records(pt, issues)     # de-duplication (last_record_per_op) needs them all
         total += len(rec)
-        if not ok.all():
-            lost.append(rec[~ok])
-            rec = rec[ok]
-        if size is None:
-            kept.append(rec)
-        elif len(rec):
-            last = max(last or 0, int(rec["t_call"].max()))
-    if size is not None and size % schema.RECORD_SIZE:
+        lost += [] if ok.all() else [rec[~ok]]
+        whole = rec if ok.all() else rec[ok]
+        last = max(last or 0, int(whole["t_call"].max())) if len(whole) else last
+    if size % schema.RECORD_SIZE:
         _torn(pt, issues, [(name, size % schema.RECORD_SIZE)])
     if lost:
         lost = lost[0] if len(lost) == 1 else np.concatenate(lost)
         _note_lost(pt, lost)
-        bad = len(lost)
         # The meta lines of a flush are written before its records: records that name
         # undefined sigs/groups mean the meta file lost lines -- if it is damaged;
         # otherwise the records themselves are.
         cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
                  if undefined and pt.meta_damage else "corrupt")
-        _damaged(pt, issues, name, f"{bad} of {total} op records in {{}} unreadable",
-                 f"{bad} of {total} op record(s) unreadable ({cause}); skipped")
-    if size is not None:
-        pt.pieces, pt.last_call_ns, pt.n_records = (size // schema.RECORD_SIZE, piece), last, total - bad
+        _damaged(pt, issues, name, f"{len(lost)} of {total} op records in {{}} unreadable",
+                 f"{len(lost)} of {total} op record(s) unreadable ({cause}); skipped")
+    if plain:
+        pt.pieces, pt.last_call_ns, pt.n_records = (size // schema.RECORD_SIZE, piece), last, total - len(lost)
         return None
-    rec = bounded.keep_last_records(last_record_per_op(kept[0]), (bounded.options(pt.header) or {}).get("keep_last"))
-    pt.n_records = len(rec)
-    return rec
+    whole = bounded.keep_last_records(last_record_per_op(whole), (bounded.options(pt.header) or {}).get("keep_last"))
+    pt.n_records = len(whole)
+    return whole
 
 
 def record_pieces(pt: ProcessTrace):
@@ -343,19 +334,14 @@ def record_pieces(pt: ProcessTrace):
     if pt.records is not None:
         yield pt.records
         return
-    count, piece = pt.pieces or (0, 1)
     ids = defined_ids(pt.sigs), defined_ids(pt.groups)
-    for lo in range(0, count, piece):
-        rec = read_slice(pt.ops_path, lo, min(piece, count - lo))
+    for rec in _slices(pt.ops_path, *(pt.pieces or (0, 1))):
         ok = valid(rec, *ids)
         yield rec if ok.all() else rec[ok]
 
 
-def _size(path: str) -> int | None:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None
+def _slices(path: str, count: int, piece: int):
+    return (read_slice(path, lo, min(piece, count - lo)) for lo in range(0, count, piece))
 
 
 def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceIssue]) -> np.ndarray | None:

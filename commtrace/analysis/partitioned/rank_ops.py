@@ -40,19 +40,15 @@ class RankOps:
         if self.arrays.dur is not None:
             return self.arrays.dur
         (d_return, d_end), t = self.offsets, self.arrays.start
-        return op_times_in(d_return, d_end, t, chunk, (3,))[0]
+        return op_times_in(d_return, d_end, t, chunk, 3)
 
 
-def op_times_in(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray, chunk: int, which: tuple) -> list:
-    """op_times' columns ``which`` (their positions), computed ``chunk`` ops at a time (0: at once)."""
-    chunk = chunk or len(t) or 1
-    out = None
+def op_times_in(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray, chunk: int, which: int) -> np.ndarray:
+    """op_times' end (``which`` 2) or duration (3), computed ``chunk`` ops at a time (0: at once)."""
+    out, chunk = np.empty(len(t), np.float64 if which == 3 else np.int64), chunk or len(t) or 1
     for i in range(0, len(t), chunk):
-        part = op_times(d_return[i:i + chunk], d_end[i:i + chunk], t[i:i + chunk])
-        out = out or [np.empty(len(t), part[k].dtype) for k in which]
-        for o, k in zip(out, which):
-            o[i:i + chunk] = part[k]
-    return out or [op_times(d_return, d_end, t)[k] for k in which]
+        out[i:i + chunk] = op_times(d_return[i:i + chunk], d_end[i:i + chunk], t[i:i + chunk])[which]
+    return out
 
 
 def key_str(v) -> str:
@@ -85,7 +81,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | Non
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
-    parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "blocking", "detail", "grad",
+    parts: dict = {k: [] for k in ("t", "dret", "dend", "sig_bytes", "blocking", "detail", "grad",
                                    "cell", "proc", "status", "mkey")}
     stems: list = []
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
@@ -105,7 +101,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | Non
     offsets = (c["dret"], c["dend"]) if lean else None
     if lean:        # the end only, a piece at a time
         ret = ret_unknown = dur = None
-        end, = op_times_in(c["dret"], c["dend"], t, lean, (2,))
+        end = op_times_in(c["dret"], c["dend"], t, lean, 2)
     else:
         ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
     a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
