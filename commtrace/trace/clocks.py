@@ -86,6 +86,8 @@ def _last_time(pt) -> int | None:
     times = [t for t in ((pt.end or {}).get("t_mono_ns"),) if int_or_none(t) is not None and abs(t) < _LIMIT]
     if pt.records is not None and len(pt.records):
         times.append(int(pt.records["t_call"].max()))
+    elif getattr(pt, "last_call_ns", None) is not None:     # read in pieces (reader.read_process)
+        times.append(pt.last_call_ns)
     return max(times) if times else None
 
 

@@ -22,7 +22,7 @@ from . import schema
 from .clocks import fit as fit_clock
 from .group_ranks import ranks_text
 from .schema import int_or_none, list_or_empty
-from .records import call_times, clock_offset, defined, defined_ids, last_record_per_op, member, sane
+from .records import call_times, clock_offset, defined, defined_ids, last_record_per_op, member, read_slice, sane, valid
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
@@ -64,6 +64,10 @@ class ProcessTrace:
     process: dict = field(default_factory=dict)  # "process" lines (spawn_index, ...)
     records: np.ndarray | None = None
     n_records: int = 0
+    # Read in pieces (read_process's ``piece``; record_pieces reads them): (records on disk, records per piece),
+    # and its last op call (monotonic ns; the clock fit's).
+    pieces: tuple | None = None
+    last_call_ns: int | None = None
     complete: bool = True
     lost: dict = field(default_factory=dict)  # group name ("?" if unknown) -> [first seq, last seq, records]
     n_lost: int = 0                           # records that could not be read
@@ -162,8 +166,9 @@ def runs_in(folder: str) -> list[str]:
     return sorted(runs, key=os.path.getmtime, reverse=True)
 
 
-def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True) -> ProcessTrace | None:
-    """One process's meta file, and its op records unless ``records`` is False (meta lines only)."""
+def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True, piece: int = 0) -> ProcessTrace | None:
+    """One process's meta file, and its op records unless ``records`` is False (meta lines only);
+    ``piece`` > 0: checked ``piece`` records at a time, held only where read_records says."""
     stem = os.path.basename(meta_path)[: -len(schema.META_SUFFIX)]
     pt = ProcessTrace(stem, meta_path, meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
     name = os.path.basename(meta_path)
@@ -208,8 +213,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True)
         return None
     if not records:
         return pt
-    pt.records = read_records(pt, issues)
-    pt.n_records = len(pt.records)
+    pt.records = read_records(pt, issues, piece)
     opts = bounded.options(pt.header)
     if opts is not None:
         doc, problem = bounded.read_coverage(meta_path)
@@ -277,39 +281,82 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.meshes.append(obj)
 
 
-def read_records(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:
+def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0) -> np.ndarray | None:
+    """The process's records, checked (damage noted, unreadable ones left out), de-duplicated, a ring's last
+    N kept; sets ``n_records``. ``piece`` > 0 and a plain ops file (not a ring's, not the C++ layer's, whose
+    readers take them whole) with every record final: checked ``piece`` records at a time and None returned
+    (``pt.pieces``: record_pieces reads them again); else read as one piece."""
     name = os.path.basename(pt.ops_path)
-    rec = _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
-    if rec is None:
+    plain = piece and bounded.options(pt.header) is None and pt.header.get("source") != "cpp" and \
+        bounded.segment_paths(pt.ops_path) == [pt.ops_path] and os.path.exists(pt.ops_path)
+    size = os.path.getsize(pt.ops_path) if plain else 0
+    whole = None if plain else _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
+    if not plain and whole is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
             _damaged(pt, issues, name, "{} missing", "ops file missing")
+        pt.n_records = 0
         return np.empty(0, dtype=schema.OP_RECORD)
-    ok = defined(rec, defined_ids(pt.sigs), defined_ids(pt.groups))
-    undefined = int((~ok).sum())
-    ok &= sane(rec)
-    if not ok.all():
-        _note_lost(pt, rec[~ok])
-        bad = int((~ok).sum())
+    sig_ids, group_ids = defined_ids(pt.sigs), defined_ids(pt.groups)
+    lost, undefined, total, last = [], 0, 0, None
+    for rec in _slices(pt.ops_path, size // schema.RECORD_SIZE, piece) if plain else [whole]:
+        ok = defined(rec, sig_ids, group_ids)
+        undefined += int((~ok).sum())
+        ok &= sane(rec)
+        if plain and (rec["status"][ok] != schema.STATUS_COMPLETED).any():
+            return read_records(pt, issues)     # de-duplication (last_record_per_op) needs them all
+        total += len(rec)
+        lost += [] if ok.all() else [rec[~ok]]
+        whole = rec if ok.all() else rec[ok]
+        last = max(last or 0, int(whole["t_call"].max())) if len(whole) else last
+    if size % schema.RECORD_SIZE:
+        _torn(pt, issues, [(name, size % schema.RECORD_SIZE)])
+    if lost:
+        lost = lost[0] if len(lost) == 1 else np.concatenate(lost)
+        _note_lost(pt, lost)
         # The meta lines of a flush are written before its records: records that name
         # undefined sigs/groups mean the meta file lost lines -- if it is damaged;
         # otherwise the records themselves are.
         cause = (f"{undefined} refer to sig/group definitions missing from {os.path.basename(pt.meta_path)}"
                  if undefined and pt.meta_damage else "corrupt")
-        _damaged(pt, issues, name, f"{bad} of {len(rec)} op records in {{}} unreadable",
-                 f"{bad} of {len(rec)} op record(s) unreadable ({cause}); skipped")
-        rec = rec[ok]
-    return bounded.keep_last_records(last_record_per_op(rec), (bounded.options(pt.header) or {}).get("keep_last"))
+        _damaged(pt, issues, name, f"{len(lost)} of {total} op records in {{}} unreadable",
+                 f"{len(lost)} of {total} op record(s) unreadable ({cause}); skipped")
+    if plain:
+        pt.pieces, pt.last_call_ns, pt.n_records = (size // schema.RECORD_SIZE, piece), last, total - len(lost)
+        return None
+    whole = bounded.keep_last_records(last_record_per_op(whole), (bounded.options(pt.header) or {}).get("keep_last"))
+    pt.n_records = len(whole)
+    return whole
+
+
+def record_pieces(pt: ProcessTrace):
+    """The process's records in file order: ``pt.records`` as one piece when held, else the pieces read_records
+    checked, each piece's readable records (none when it read none)."""
+    if pt.records is not None:
+        yield pt.records
+        return
+    ids = defined_ids(pt.sigs), defined_ids(pt.groups)
+    for rec in _slices(pt.ops_path, *(pt.pieces or (0, 1))):
+        ok = valid(rec, *ids)
+        yield rec if ok.all() else rec[ok]
+
+
+def _slices(path: str, count: int, piece: int):
+    return (read_slice(path, lo, min(piece, count - lo)) for lo in range(0, count, piece))
 
 
 def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceIssue]) -> np.ndarray | None:
     """The records of ``path`` (bounded mode: the ring's previous segment ``<path>.1`` first;
     None: no file), noting each segment cut mid-record."""
     rec, torn = bounded.read_segments(path, dtype, size)
+    _torn(pt, issues, torn)
+    return rec
+
+
+def _torn(pt: ProcessTrace, issues: list[TraceIssue], torn: list) -> None:
     for part, extra in torn:
         pt.complete, pt.cut = False, True
         _damaged(pt, issues, part, "{} truncated mid-record",
                  f"truncated mid-record ({extra} trailing bytes ignored)", TRUNCATED)
-    return rec
 
 
 def read_spans(pt: ProcessTrace, issues: list[TraceIssue]) -> np.ndarray:

@@ -31,6 +31,7 @@ def _report(run, flags, tmp_path, monkeypatch, piece_ops):
     monkeypatch.setattr(rank_map, "MIN_PIECE_OPS", piece_ops)
     monkeypatch.setattr(rank_map, "PIECES_PER_RUN", 1 << 40)     # piece_size: MIN_PIECE_OPS whatever the run
     monkeypatch.setattr(rank_map, "CHUNK_OPS", piece_ops)        # whole-rank passes (durations, bytes per step)
+    monkeypatch.setattr(rank_map, "RECORD_PIECE", piece_ops)     # records read at a time (reader.record_pieces)
     out = tmp_path / f"{piece_ops}.json"
     res = commtrace_main("report", run, "--width", "120", "--json", out, *flags)
     return res.returncode, res.stdout, res.stderr, json.loads(out.read_text()) if out.exists() else None

@@ -29,7 +29,7 @@ def has_cpp(procs: list) -> bool:
     return any(p.header.get("source") == "cpp" for p in procs)
 
 
-def rank_ops_of(procs: list, refs: dict, rank: int, lean: bool = False) -> tuple[RankOps | None, dict]:
+def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0) -> tuple[RankOps | None, dict]:
     """(a rank's ops, {C++ ops path: CppFile}) of ``procs`` with their records: gathered from the
     records (rank_ops), or from the rank's frame after the C++ merge (build_frame consumes them;
     the merge reads the clock descriptions)."""

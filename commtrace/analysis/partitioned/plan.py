@@ -90,30 +90,34 @@ def files_by_chunk(indexed) -> list:
     return sorted(by_chunk.items())
 
 
-def chunk_index(ops_path: str, chunk: int) -> tuple:
-    """(group << 32 | seq // chunk, first record, last record) per key present in the file."""
-    none = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+def chunk_index(ops_path: str, chunk: int, piece: int = 1 << 16) -> tuple:
+    """(group << 32 | seq // chunk, first record, last record) per key present in the file, read ``piece``
+    records at a time (a file's pages are not all mapped at once)."""
     try:
         count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
-        if not count:
-            return none
-        mm = np.memmap(ops_path, dtype=schema.OP_RECORD, mode="r", shape=(count,))
-    except (OSError, ValueError):
-        return none
-    return chunk_runs(mm["group"], mm["seq"], chunk)
+        parts = [chunk_runs(rec["group"], rec["seq"], chunk, lo) for lo, rec in
+                 ((lo, records.read_slice(ops_path, lo, min(piece, count - lo))) for lo in range(0, count, piece))]
+    except OSError:
+        parts = []
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    return _by_key(*(np.concatenate(col) for col in zip(*parts)))
 
 
-def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int) -> tuple:
-    """chunk_index of records given as their group and seq columns. In call order a key's records
-    form a few runs: found in one pass, only their boundaries are reduced per key."""
+def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int, at: int = 0) -> tuple:
+    """chunk_index of records given as their group and seq columns (``at``: the first one's position). In call
+    order a key's records form a few runs: found in one pass, only their boundaries are reduced per key."""
     if not len(seq):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
     c = seq_chunk(seq, chunk)
     starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (group[1:] != group[:-1]))))
     ends = np.append(starts[1:], len(c)) - 1
-    run_key = (group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64)
+    return _by_key((group[starts].astype(np.int64) << 32) | c[starts].astype(np.int64), starts + at, ends + at)
+
+
+def _by_key(run_key: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple:
     keys, inv = np.unique(run_key, return_inverse=True)
-    first = np.full(len(keys), len(c), np.int64)
+    first = np.full(len(keys), np.iinfo(np.int64).max)
     np.minimum.at(first, inv, starts)
     last = np.full(len(keys), -1, np.int64)
     np.maximum.at(last, inv, ends)
@@ -136,12 +140,12 @@ def cached_process(path: str):
 
 
 def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None,
-              world: int | None = None) -> tuple[list, dict]:
+              world: int | None = None, piece: int = 0) -> tuple[list, dict]:
     """The processes of ``metas`` and, per world of ``refs`` (world id -> meta path), its reference
     process: one of ``metas`` if it is one (each file read once), else ``ref_of(path)`` (default: its
     meta lines). ``world``: their world's number, when the run has several (their tables then give
-    rank keys and world-named groups: reader.ProcessTrace.world_number)."""
-    procs = [p for p in (reader.read_process(m, issues, records=records) for m in metas) if p is not None]
+    rank keys and world-named groups: reader.ProcessTrace.world_number); ``piece``: reader.read_process's."""
+    procs = [p for p in (reader.read_process(m, issues, records=records, piece=piece) for m in metas) if p is not None]
     for p in procs:
         p.world_number = world
     own = {p.meta_path: p for p in procs}

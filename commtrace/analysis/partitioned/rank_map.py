@@ -50,6 +50,7 @@ class RankTask:
 # a rank holding much of a run (few ranks) builds its sets (~70 B per op) piece by piece; one of many ranks, whole.
 PIECES_PER_RUN, MIN_PIECE_OPS = 16, 4096
 CHUNK_OPS = 1 << 16     # a pass over a whole rank's ops (sums, maxima) reads this many at a time: small temporaries
+RECORD_PIECE = 1 << 14  # records read (checked, gathered, timed) at a time: ~130 B of temporaries per record
 
 
 def piece_size(run_ops: int) -> int:
@@ -82,11 +83,11 @@ class RankPartial:
 
 def map_rank(task: RankTask) -> RankPartial:
     issues: list = []
-    procs, refs = read_rank(task.metas, task.refs, issues, world=task.world)
+    procs, refs = read_rank(task.metas, task.refs, issues, world=task.world, piece=RECORD_PIECE)   # not held whole
     index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
-    lean = in_pieces(sum(len(p.records) for p in procs if p.records is not None), task.piece)   # few ranks:
+    lean = RECORD_PIECE if in_pieces(sum(p.n_records for p in procs), task.piece) else 0   # few ranks:
     ops, layers = rank_ops_of(procs, refs, task.rank, lean)                   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None

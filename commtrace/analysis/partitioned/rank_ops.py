@@ -15,7 +15,7 @@ import numpy as np
 from ...trace import reader, records, schema
 from ...trace.annotations import sig_is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
-from ..arrays import NA_KEY, OpArrays, dense_codes, narrow, op_times
+from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
@@ -40,10 +40,15 @@ class RankOps:
         if self.arrays.dur is not None:
             return self.arrays.dur
         (d_return, d_end), t = self.offsets, self.arrays.start
-        dur, chunk = np.empty(len(t)), chunk or len(t) or 1
-        for i in range(0, len(t), chunk):
-            dur[i:i + chunk] = op_times(d_return[i:i + chunk], d_end[i:i + chunk], t[i:i + chunk])[3]
-        return dur
+        return op_times_in(d_return, d_end, t, chunk, 3)
+
+
+def op_times_in(d_return: np.ndarray, d_end: np.ndarray, t: np.ndarray, chunk: int, which: int) -> np.ndarray:
+    """op_times' end (``which`` 2) or duration (3), computed ``chunk`` ops at a time (0: at once)."""
+    out, chunk = np.empty(len(t), np.float64 if which == 3 else np.int64), chunk or len(t) or 1
+    for i in range(0, len(t), chunk):
+        out[i:i + chunk] = op_times(d_return[i:i + chunk], d_end[i:i + chunk], t[i:i + chunk])[which]
+    return out
 
 
 def key_str(v) -> str:
@@ -68,19 +73,20 @@ def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tu
             key_str(reader.mesh_dim_of(group, dims)))
 
 
-def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps | None:
-    """The ops of one rank's processes (``procs`` with their records read, which it takes: ``pt.records``
-    is None after); None when none. ``lean`` (a rank walked in pieces): its return times, their flags and
+def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | None:
+    """The ops of one rank's processes (``procs`` with their records read, held or in pieces: reader.record_pieces;
+    it takes them: ``pt.records`` is None after); None when none. ``lean`` (a rank walked in pieces of that
+    many ops; 0: whole): its return times, their flags and
     durations (17 B/op) are held as the records' offsets (8 B/op), derived where read."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
-    parts: dict = {k: [] for k in ("t", "ret", "dret", "dend", "sig_bytes", "async", "detail", "grad",
+    parts: dict = {k: [] for k in ("t", "dret", "dend", "sig_bytes", "blocking", "detail", "grad",
                                    "cell", "proc", "status", "mkey")}
     stems: list = []
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
-        if pt.records is not None and len(pt.records):
+        if pt.n_records and (pt.records is not None or pt.pieces):
             _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
@@ -88,27 +94,34 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: bool = False) -> RankOps 
         return None
     c = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items() if v}   # one process: no copy
     t = c["t"]
-    if not (t[1:] >= t[:-1]).all():
+    if not _ascending(t, lean or len(t)):
         order = np.argsort(t, kind="stable")
         c = {k: v[order] for k, v in c.items()}
         t = c["t"]
-    ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
     offsets = (c["dret"], c["dend"]) if lean else None
-    if lean:
+    if lean:        # the end only, a piece at a time
         ret = ret_unknown = dur = None
+        end = op_times_in(c["dret"], c["dend"], t, lean, 2)
+    else:
+        ret, ret_unknown, end, dur = op_times(c["dret"], c["dend"], t)
     a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
                  nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    waits = WaitColumns(a, ret, ret_unknown, ~c["async"], c["detail"], c["grad"], offsets)
+    waits = WaitColumns(a, ret, ret_unknown, c["blocking"], c["detail"], c["grad"], offsets)
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys),
                    offsets)
 
 
+def _ascending(t: np.ndarray, step: int) -> bool:
+    """Whether ``t`` never decreases, compared ``step`` values at a time (no whole-rank temporary)."""
+    return all((p[1:] >= p[:-1]).all() for p in (t[i:i + step + 1] for i in range(0, len(t), step)))
+
+
 def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
-            lean: bool) -> None:
-    """Append process ``proc``'s ops to rank_ops' ``parts`` (its temporaries go on return; ``lean``: bytes
-    int32 when every value fits, 4 B/op less: their sums are int64 either way, but numpy's are slower)."""
-    rec = pt.records
+            lean: int) -> None:
+    """Append process ``proc``'s ops to rank_ops' ``parts``, its records read a piece at a time into columns of
+    its op count (``lean``: bytes int32 when every value fits, 4 B/op less: their sums are int64 either way, but
+    numpy's are slower)."""
     slut, glut = index_lut(pt.sigs), index_lut(pt.groups)
     sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
     groups = [pt.groups[i] for i in sorted(pt.groups)]
@@ -119,27 +132,43 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
     nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
     nbytes = nbytes.astype(np.int32) if lean and len(nbytes) and np.abs(nbytes).max() < 2**31 else nbytes
-    is_async = np.array([bool(s.get("async")) for s in sigs])
+    blocking = np.array([not s.get("async") for s in sigs], bool)
     det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
     grad = np.array([sig_is_gradient_allreduce(s) and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
-    wide = np.int32 if len(sigs) * max(len(groups), 1) < 2**31 else np.int64    # 8 B/op less at the task's peak
-    si, gi = slut.astype(wide).take(rec["sig"]), glut.astype(wide).take(rec["group"])   # take: up to 3x faster
-    combo, inv = dense_codes(si * len(groups) + gi)      # (sig, group) pairs present: few, no sort
-    dims = reader.mesh_dims(pt.meshes)
-    c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
-                                                      pt.world_number),
-                                             len(cells)) for x in combo.tolist()], np.int64), len(cells))
     mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
                    for s in sigs], mkey_type)
-    for k, per_sig in (("sig_bytes", nbytes), ("async", is_async), ("detail", det), ("grad", grad), ("mkey", mk)):
-        parts[k].append(per_sig.take(si))
-    parts["cell"].append(c_of.take(inv))
-    del si, gi, inv         # before the op times are built beside the records (the task's peak)
-    parts["t"].append(records.call_times(pt, refs.get(pt.world_id), rec))
-    parts["dret"].append(rec["d_return"].copy())     # copies: a view would keep the records
-    parts["dend"].append(rec["d_end"].copy())
-    parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), len(rec)))  # a view
-    parts["status"].append(rec["status"].copy())
+    per_sig = {"sig_bytes": nbytes, "blocking": blocking, "detail": det, "grad": grad, "mkey": mk}
+    wide = np.int32 if len(sigs) * max(len(groups), 1) < 2**31 else np.int64    # 8 B/op less at the task's peak
+    slut, glut, n = slut.astype(wide), glut.astype(wide), pt.n_records
+    combos = len(sigs) * len(groups)      # (sig, group) pair per op: its cell once the pairs present are known
+    combo, present = np.empty(n, narrow(np.empty(0, wide), combos).dtype), np.zeros(combos, bool)
+    col = {k: np.empty(n, v.dtype) for k, v in per_sig.items()}
+    col.update(t=np.empty(n, np.int64), status=np.empty(n, np.uint8),
+               dret=np.empty(n, schema.OP_RECORD["d_return"]), dend=np.empty(n, schema.OP_RECORD["d_end"]))
+    offset, lo = records.clock_offset(pt, refs.get(pt.world_id)), 0
+    for rec in reader.record_pieces(pt):
+        hi = lo + len(rec)
+        si = slut.take(rec["sig"])      # take: up to 3x faster
+        code = si * len(groups) + glut.take(rec["group"])
+        present[code] = True
+        combo[lo:hi] = code
+        for k, v in per_sig.items():
+            v.take(si, out=col[k][lo:hi])
+        col["t"][lo:hi] = records.aligned(rec["t_call"], offset)
+        for k, f in (("status", "status"), ("dret", "d_return"), ("dend", "d_end")):
+            col[k][lo:hi] = rec[f]
+        lo = hi
+    dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
+    c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
+                                                      pt.world_number),
+                                             len(cells)) for x in pairs.tolist()], np.int64), len(cells))
+    lut = np.zeros(combos, c_of.dtype)
+    lut[pairs] = c_of
+    parts["cell"].append(lut.take(combo))
+    del combo
+    for k, v in col.items():
+        parts[k].append(v)
+    parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), n))  # a view
 
 
 def selected_ops(ops: RankOps | None, selected: np.ndarray) -> RankOps | None:
