@@ -22,7 +22,8 @@ from . import schema
 from .clocks import fit as fit_clock
 from .group_ranks import ranks_text
 from .schema import int_or_none, list_or_empty
-from .records import call_times, clock_offset, defined, defined_ids, last_record_per_op, member, read_slice, sane, valid
+from .records import (call_times, clock_offset, defined, defined_ids, last_record_per_op, member, read_pieces, sane,
+                      valid)
 from . import marks as mark_tables
 from .annotations import assign_buckets, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
@@ -298,7 +299,7 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0) -> 
         return np.empty(0, dtype=schema.OP_RECORD)
     sig_ids, group_ids = defined_ids(pt.sigs), defined_ids(pt.groups)
     lost, undefined, total, last = [], 0, 0, None
-    for rec in _slices(pt.ops_path, size // schema.RECORD_SIZE, piece) if plain else [whole]:
+    for _, rec in read_pieces(pt.ops_path, size // schema.RECORD_SIZE, piece) if plain else [(0, whole)]:
         ok = defined(rec, sig_ids, group_ids)
         undefined += int((~ok).sum())
         ok &= sane(rec)
@@ -335,13 +336,9 @@ def record_pieces(pt: ProcessTrace):
         yield pt.records
         return
     ids = defined_ids(pt.sigs), defined_ids(pt.groups)
-    for rec in _slices(pt.ops_path, *(pt.pieces or (0, 1))):
+    for _, rec in read_pieces(pt.ops_path, *(pt.pieces or (0, 1))):
         ok = valid(rec, *ids)
         yield rec if ok.all() else rec[ok]
-
-
-def _slices(path: str, count: int, piece: int):
-    return (read_slice(path, lo, min(piece, count - lo)) for lo in range(0, count, piece))
 
 
 def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceIssue]) -> np.ndarray | None:

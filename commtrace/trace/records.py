@@ -22,6 +22,11 @@ def read_slice(ops_path: str, first: int, count: int) -> np.ndarray:
     return np.fromfile(ops_path, dtype=schema.OP_RECORD, count=count, offset=first * schema.RECORD_SIZE)
 
 
+def read_pieces(ops_path: str, count: int, piece: int):
+    """(first, records) of the file's first ``count`` records, ``piece`` records at a time (read_slice)."""
+    return ((lo, read_slice(ops_path, lo, min(piece, count - lo))) for lo in range(0, count, piece))
+
+
 def defined_ids(table: dict) -> np.ndarray:
     """The ids of ``table`` (sigs or groups of a meta file) a record field can name."""
     return np.array([k for k in table if 0 <= k < 2**32], dtype=np.int64)

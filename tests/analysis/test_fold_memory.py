@@ -62,6 +62,18 @@ def test_one_rank_task_peak_per_op(tmp_path, monkeypatch):
         assert peak / report.ops <= bound, (mode, peak / report.ops)
 
 
+def _analyse_traced(run: str, peaks):
+    """The report of ``run`` analysed under tracemalloc, ``peaks`` (what the patched stages record) emptied first."""
+    import tracemalloc
+
+    peaks.clear()
+    tracemalloc.start()
+    try:
+        return partitioned.analyse(run, progress=False)
+    finally:
+        tracemalloc.stop()
+
+
 def test_step_stages_peak_per_op(tmp_path, monkeypatch):
     """The rank task's step stages (find_steps, RankTimes, _step_parts: issue 31 at 1 rank), traced peak within
     each at 1 x 200,000 ops, B per op: 84.1 with the kernels, 97.7 with numpy's code (_step_parts) before RankTimes
@@ -94,12 +106,7 @@ def test_step_stages_peak_per_op(tmp_path, monkeypatch):
         monkeypatch.setenv("COMMTRACE_NATIVE", mode)
         if mode == "1" and native_ext.kernels() is None:
             continue                        # not built: the numpy bound below still holds
-        peaks.clear()
-        tracemalloc.start()
-        try:
-            report = partitioned.analyse(run, progress=False)
-        finally:
-            tracemalloc.stop()
+        report = _analyse_traced(run, peaks)
         assert report.ops == 200_000 and len(report.steps.per_rank) > 1000 and len(peaks) == 3
         report = None                       # not held beside the next mode's analysis
         assert max(peaks.values()) / 200_000 <= bound, (mode, {k: v / 200_000 for k, v in peaks.items()})
@@ -125,11 +132,6 @@ def test_one_rank_partition_task_peak_per_op(tmp_path, monkeypatch):
     monkeypatch.setattr(partitioned, "map_partition", partition)
     for mode in ("1", "0"):
         monkeypatch.setenv("COMMTRACE_NATIVE", mode)
-        peaks.clear()
-        tracemalloc.start()
-        try:
-            report = partitioned.analyse(run, progress=False)
-        finally:
-            tracemalloc.stop()
+        report = _analyse_traced(run, peaks)
         assert report.ops == 200_000 and len(peaks) >= 8
         assert max(peaks) / report.ops <= 60, (mode, max(peaks) / report.ops)

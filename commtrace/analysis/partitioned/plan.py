@@ -95,8 +95,8 @@ def chunk_index(ops_path: str, chunk: int, piece: int = 1 << 16) -> tuple:
     records at a time (a file's pages are not all mapped at once)."""
     try:
         count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
-        parts = [chunk_runs(rec["group"], rec["seq"], chunk, lo) for lo, rec in
-                 ((lo, records.read_slice(ops_path, lo, min(piece, count - lo))) for lo in range(0, count, piece))]
+        parts = [chunk_runs(rec["group"], rec["seq"], chunk, lo)
+                 for lo, rec in records.read_pieces(ops_path, count, piece)]
     except OSError:
         parts = []
     if not parts:
