@@ -168,8 +168,10 @@ def _endings_text(info: dict) -> str:
     ranks_of: dict[str, list] = {}
     for r, text in info["endings"].items():
         ranks_of.setdefault(text, []).append(r)
-    rank = "" if several_worlds(info["rank_list"]) else "rank "   # "w1:r0-3" names itself
-    parts = [f"{rank}{fmt_rank_keys(ranks)}: {shorten(plain_safe(text), _ENDING_CHARS)}" for text, ranks in ranks_of.items()]
+    several = several_worlds(info["rank_list"])
+    rank = "" if several else "rank "   # "w1:r0-3" names itself
+    parts = [f"{rank}{fmt_rank_keys(ranks, several)}: {shorten(plain_safe(text), _ENDING_CHARS)}"
+             for text, ranks in ranks_of.items()]
     more = len(parts) - _ENDINGS_SHOWN
     return "; ".join(parts[:_ENDINGS_SHOWN]) + (f"; {more} more (`commtrace check` lists them)" if more > 0 else "")
 

@@ -103,10 +103,11 @@ def world_group_name(name: str, world: int | None) -> str:
     return name if world is None else f"w{world}:{name}"
 
 
-def fmt_rank_keys(keys: Iterable) -> str:
-    """fmt_ranks of rank keys: "0-3,5" for one world, "w0:r0-3 w1:r0-1" for several."""
+def fmt_rank_keys(keys: Iterable, several: bool = False) -> str:
+    """fmt_ranks of rank keys: "0-3,5" for one world, "w0:r0-3 w1:r0-1" for several (or when they are
+    some ranks of a run of ``several`` worlds: "w0:r1" is world 0's rank 1 there, not just "1")."""
     keys = sorted(set(int(k) for k in keys))
-    if not several_worlds(keys):
+    if not (several or several_worlds(keys)):
         return fmt_ranks(keys)
     worlds: dict = {}
     for k in keys:

@@ -28,6 +28,17 @@ def _process_findings(findings, rank):
     return [f for f in findings if f.kind in (C.EXITED, C.ABRUPT, C.EXCEPTION) and f.ranks == [rank]]
 
 
+def _banner(run_dir) -> str:
+    """The report's banner rows for ``run_dir``, as the terminal prints them (one line each)."""
+    import io
+
+    from commtrace.analysis.partitioned import analyse
+    from commtrace.render.terminal import make_console, render_banner
+    out = io.StringIO()
+    render_banner(make_console(400, out), analyse(str(run_dir)))
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("mode", ["exit", "hang"])
 def test_each_world_rank_is_its_own_process(tmp_path, mode):
     """World 1's rank 1 exits with code 7 (or sleeps while rank 0 waits until the hang watchdog
@@ -62,6 +73,9 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
     assert "broadcast" not in text and "second_world" not in text
     # no process of world 2 ended badly: every process finding is about world 1
     assert {f.world for f in findings if f.kind in (C.EXITED, C.ABRUPT, C.EXCEPTION) and f.ranks} == {w1}
+    # the report's "ended" row names world 1's ranks by their world: world 2's rank 1 ended well
+    ended = next(line for line in _banner(tmp_path / "run").splitlines() if line.startswith("  ended "))
+    assert f" w0:r1: {end1}" in ended and " w0:r0: " in ended and "w1:" not in ended, ended
 
 
 def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
