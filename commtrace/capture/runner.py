@@ -70,14 +70,17 @@ def python_command(name: str) -> str | None:
     """The path of ``name`` when it is not a file here but a Python script on PATH (a console
     script such as torchrun or accelerate), which runs like any script; else None."""
     path = None if os.path.exists(name) or os.sep in name else shutil.which(name)
-    if path is None:
-        return None
+    first = _first_line(path) if path else b""
+    return path if first.startswith(b"#!") and b"python" in first else None
+
+
+def _first_line(path: str) -> bytes:
+    """The first line of a file (at most 256 bytes; b"" when it cannot be read)."""
     try:
         with open(path, "rb") as f:
-            first = f.readline(256)
+            return f.readline(256)
     except OSError:
-        return None
-    return path if first.startswith(b"#!") and b"python" in first else None
+        return b""
 
 
 def missing_target(opts: RunOptions) -> str | None:
@@ -85,11 +88,17 @@ def missing_target(opts: RunOptions) -> str | None:
     top-level name only, which imports nothing."""
     if not opts.is_module:
         # a script file, or (as python runs them too) a directory or zip file with a __main__.py
-        if os.path.exists(opts.target):
-            return None
+        program = f"{opts.target} is a program, not a Python script: start commtrace under it " \
+                  f"(e.g. {opts.target} ... python -m commtrace run SCRIPT)"
+        if os.path.basename(opts.target).startswith("python"):   # not the python running commtrace (cmd_run)
+            program = f"{opts.target} is another Python than the one running commtrace ({sys.executable}): " \
+                      f"start commtrace with it ({opts.target} -m commtrace run SCRIPT)"
+        if os.path.exists(opts.target):   # a binary or another language's script (/usr/bin/mpirun, a .sh)
+            first = _first_line(opts.target)
+            binary = first.startswith(b"\x7fELF") or (first.startswith(b"#!") and b"python" not in first)
+            return program if binary else None
         if os.sep not in opts.target and shutil.which(opts.target):  # mpirun, srun: not Python
-            return (f"{opts.target} is a program, not a Python script: start commtrace under it "
-                    f"(e.g. {opts.target} ... python -m commtrace run SCRIPT)")
+            return program
         return f"{opts.target}: no such file"
     top = opts.target.split(".")[0]
     try:

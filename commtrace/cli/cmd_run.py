@@ -5,6 +5,9 @@ Its exit code is the script's; 2 when the command line or the target is unusable
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
 
 from ..errors import CommtraceError
 from .options import unknown_option
@@ -16,6 +19,7 @@ examples:
   torchrun --nproc_per_node 2 -m commtrace run train.py
   python -m commtrace run torchrun --nproc_per_node 2 train.py   # a Python launcher on PATH runs traced
   python -m commtrace run train_that_calls_mp_spawn.py
+  commtrace run python train.py                             # this python's name before the script is dropped
   python -m commtrace run -o runs/exp1 -m mypkg.train
   python -m commtrace run --keep-last 100000 train.py        # bounded: the last 100000 ops per process
   python -m commtrace run --steps 10000:10010 train.py       # full detail for 11 steps, counts elsewhere
@@ -55,6 +59,18 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run_run)
 
 
+def _this_python(name: str) -> bool:
+    """``name`` (as typed: "python3", a path) is the interpreter running commtrace: it is dropped from the
+    command, as a profiler's `prof python train.py` reads. Another interpreter is a program like any
+    other (it would not have commtrace's tracing on: missing_target says how to start it)."""
+    if not os.path.basename(name).startswith("python"):
+        return False
+    path = name if os.sep in name else shutil.which(name)
+    # the same directory too: another venv's python is a link to the same interpreter, with other packages
+    return bool(path) and os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(sys.executable)) \
+        and os.path.realpath(path) == os.path.realpath(sys.executable)
+
+
 def run_run(ns) -> int:
     from ..capture.bounded import make_options
     from ..capture.runner import RunOptions, missing_target, python_command, run
@@ -65,11 +81,18 @@ def run_run(ns) -> int:
     args = list(ns.target)
     common = dict(output=ns.output, hang_timeout=ns.hang_timeout, abort_on_hang=ns.abort_on_hang, bounded=bounded,
                   launcher_env=ns.launcher_env)
+    if not ns.module and args and args[0] == "--":
+        args = args[1:]
+    if not ns.module and args and _this_python(args[0]):   # `commtrace run python [-m MODULE | SCRIPT] ...`
+        python, args = args[0], args[1:]
+        if args[:1] == ["-m"] and len(args) > 1:
+            ns.module, args = args[1], args[2:]
+        elif args and args[0].startswith("-"):
+            raise CommtraceError(f"run: python's own option {args[0]} is not taken here; give it to the python that "
+                                 f"runs commtrace ({python} {args[0]} -m commtrace run SCRIPT)")
     if ns.module:
         opts = RunOptions(target=ns.module, args=args, is_module=True, **common)
     else:
-        if args and args[0] == "--":
-            args = args[1:]
         if not args:
             raise CommtraceError("run: no script given (usage: commtrace run SCRIPT [ARGS...] or -m MODULE)")
         opts = RunOptions(target=python_command(args[0]) or args[0], args=args[1:], **common)

@@ -152,3 +152,57 @@ def test_run_target_that_is_a_program(tmp_path):
     assert p.stderr.strip() == ("commtrace: error: run: mpirun is a program, not a Python script: start commtrace "
                                 "under it (e.g. mpirun ... python -m commtrace run SCRIPT)")
     assert not (tmp_path / "run").exists()
+
+
+def _which_python(tmp_path, name: str) -> dict:
+    """An environment whose PATH finds ``name``: this python's own directory first, or (``name``
+    "other/python3") a link to this interpreter in another directory, as another venv's python is."""
+    env = _env()
+    if name.startswith("other/"):
+        (tmp_path / "other").mkdir()
+        os.symlink(sys.executable, tmp_path / name)
+        env["PATH"] = str(tmp_path / "other") + os.pathsep + env.get("PATH", "")
+    else:
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_run_python_script_drops_this_python(tmp_path, how):
+    """`commtrace run python train.py` (a profiler's command line) runs train.py traced: the python
+    running commtrace is dropped from the command, and `python -m MODULE` is -m MODULE."""
+    script = tmp_path / "hello.py"
+    script.write_text("import sys\nprint('hello', sys.argv[1:])\n")
+    target = [str(script), "a", "b"] if how == "script" else ["-m", "hello", "a", "b"]
+    p = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", str(tmp_path / "run"),
+                        os.path.basename(sys.executable), *target], env=_which_python(tmp_path, "python"),
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "hello ['a', 'b']\n", p.stderr
+    assert any(n.endswith(".meta.jsonl") for n in os.listdir(tmp_path / "run")), os.listdir(tmp_path / "run")
+
+
+@pytest.mark.parametrize("target,message", [
+    (["python", "-u", "x.py"], "run: python's own option -u is not taken here; give it to the python that runs "
+                               "commtrace (python -u -m commtrace run SCRIPT)"),
+    (["other/python3", "x.py"], "run: {path} is another Python than the one running commtrace ({exe}): start "
+                                "commtrace with it ({path} -m commtrace run SCRIPT)"),
+    (["sh-script", "x.py"], "run: {path} is a program, not a Python script: start commtrace under it (e.g. "
+                            "{path} ... python -m commtrace run SCRIPT)"),
+])
+def test_run_python_that_cannot_be_dropped(tmp_path, target, message):
+    """Python's own options, another interpreter (another venv's python: a link to the same binary
+    elsewhere) and a program given by its path are one line each, and nothing runs."""
+    env = _which_python(tmp_path, target[0] if target[0].startswith("other/") else "python")
+    path = str(tmp_path / target[0])
+    if target[0] == "python":
+        target[0] = os.path.basename(sys.executable)
+        message = message.replace("(python -u", f"({target[0]} -u")
+    else:
+        target[0] = path
+        if target[0].endswith("sh-script"):
+            (tmp_path / "sh-script").write_text("#!/bin/sh\necho no\n")
+    p = subprocess.run([sys.executable, "-m", "commtrace", "run", "-o", str(tmp_path / "run"), *target], env=env,
+                       capture_output=True, text=True, timeout=60)
+    want = "commtrace: error: " + message.format(path=path, exe=sys.executable)
+    assert (p.returncode, p.stdout, p.stderr.strip()) == (2, "", want)
+    assert not (tmp_path / "run").exists()
