@@ -191,7 +191,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True,
                 torn = len(line)
                 continue
             obj = None
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and isinstance(obj.get("type"), str):   # a line of another type: damage
             _take_meta(pt, obj)
         else:
             bad += 1

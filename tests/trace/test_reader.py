@@ -87,6 +87,18 @@ def test_corrupt_meta_line_and_abrupt_end(tmp_path):
     assert len(df) == 1
 
 
+@pytest.mark.parametrize("line", [b'{"type": [], "exit_code": 0}', b'{"type": {"a": 1}}', b'{"type": 5}', b'{"id": 1}'])
+def test_meta_line_without_a_type_name_is_damage(tmp_path, line):
+    """A meta line is untrusted: one whose type is not a string (a list raised TypeError in the
+    reader, a traceback in every command) is a corrupt line, and the rest of the file is read."""
+    _write_rank(tmp_path, 0, ROWS, world_size=1)
+    with open(tmp_path / "rank0.pid100.meta.jsonl", "ab") as f:
+        f.write(line + b"\n")
+    with pytest.warns(reader.CommtraceWarning, match="1 corrupt metadata line"):
+        df = reader.load(str(tmp_path))
+    assert len(df) == 2
+
+
 def test_unknown_version_and_no_usable_files(tmp_path):
     _write_rank(tmp_path, 0, ROWS, world_size=1)
     p = tmp_path / "rank0.pid100.meta.jsonl"
