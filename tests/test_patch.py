@@ -152,6 +152,7 @@ def test_basic_trace(driver, tmp_path):
     for m in meta:
         assert m["type"] in schema.META_FIELDS, m
         assert set(m) - {"type"} <= set(schema.META_FIELDS[m["type"]]), m
+        assert schema.conform(dict(m)) == 0, m   # each field of its kind: the reader keeps it
     # every line names a sig id it defined before
     seen = set()
     for m in meta:

@@ -180,7 +180,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True,
         issues.append(TraceIssue(name, f"unreadable: {e.strerror}", kind=UNUSABLE))
         return None
     lines = raw.split(b"\n")
-    bad = torn = 0
+    bad = torn = wrong = 0
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -192,6 +192,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True,
                 continue
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("type"), str):   # a line of another type: damage
+            wrong += schema.conform(obj)
             _take_meta(pt, obj)
         else:
             bad += 1
@@ -204,6 +205,9 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True,
     if bad:
         _damaged(pt, issues, name, f"{{}} has {bad} corrupt line(s)",
                  f"{bad} corrupt metadata line(s) skipped")
+    if wrong:
+        _damaged(pt, issues, name, f"{{}} has {wrong} field(s) of the wrong type or range",
+                 f"{wrong} metadata field(s) of the wrong type or range ignored")
     if pt.header.get("format") != schema.FORMAT_NAME:
         issues.append(TraceIssue(name, "not a commtrace trace (no header line)", kind=UNUSABLE))
         return None

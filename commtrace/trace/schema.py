@@ -244,6 +244,73 @@ SIG_FIELDS = (
 )
 
 
+# What a reader may rely on in a meta line's fields: trace files are untrusted input, so
+# ``conform`` drops a field whose JSON value is not of its kind (or out of its range: a world
+# of 2^70 ranks would be an allocation of that size), as if it were absent, and the reader
+# counts it as damage. null is always allowed: every field is optional. Fields not listed
+# are kept as they are (an older or newer writer's).
+_I64 = 1 << 63
+MAX_RANKS = 1 << 20   # ranks of one world (rank keys: world x 2^20 + rank; rank_ranges.WORLD_STRIDE)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -_I64 <= v < _I64
+
+
+_KINDS = {
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "int": _is_int,
+    "count": lambda v: _is_int(v) and v >= 0,
+    "rank": lambda v: _is_int(v) and 0 <= v < MAX_RANKS,
+    "size": lambda v: _is_int(v) and 0 < v <= MAX_RANKS,
+    "list": lambda v: isinstance(v, list),
+    "dict": lambda v: isinstance(v, dict),
+    "strs": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "ranks": lambda v: isinstance(v, list) and len(v) <= MAX_RANKS and all(_KINDS["rank"](x) for x in v),
+    "shapes": lambda v: isinstance(v, list) and all(isinstance(x, list) and all(_KINDS["count"](d) for d in x)
+                                                     for x in v),
+}
+_TIMES = {"t_mono_ns": "int", "t_wall_ns": "int"}
+FIELD_KINDS = {
+    META_HEADER: {"format": "str", "version": "int", "source": "str", "record_size": "count",
+                  "commtrace_version": "str", "torch_version": "str", "host": "str", "pid": "int", "ppid": "int",
+                  "rank": "rank", "launcher": "str", "launch_env": "dict", "run_id": "str", "command": "strs",
+                  "argv": "strs", "python": "str", "cwd": "str", "t_wall_open_ns": "int", "t_mono_open_ns": "int",
+                  "session": "int", "bounded": "dict", "clock": "str", **_TIMES},
+    META_WORLD: {"world": "int", "world_id": "str", "rank": "rank", "world_size": "size", "backend": "str", **_TIMES},
+    META_GROUP: {"id": "int", "world": "int", "world_id": "str", "name": "str", "desc": "str", "backend": "str",
+                 "size": "size", "ranks": "ranks", "rank": "int", "wrapper": "str"},
+    META_SIG: {"id": "int", "op": "str", "variant": "str", "shapes": "shapes", "out_shapes": "shapes", "dtype": "str",
+               "bytes": "count", "layout": "str", "out_bytes": "count", "reduce_op": "str", "root": "int",
+               "tag": "int", "async": "bool", "thread": "str", "python_call": "bool", "device": "str", "phase": "str",
+               "detail": "str", "bucket": "int", "module": "str", "callsite": "str", "region": "str", "api": "str"},
+    META_CLOCK: {"offset_ns": "int", "rtt_ns": "int", "ref_rank": "rank", "method": "str", "when": "str",
+                 "world_id": "str", **_TIMES},
+    META_ERROR: {"t_call": "int", "group": "int", "seq": "int", "sig": "int", "text": "str"},
+    META_MARK: {"kind": "str", "label": "str", "phase": "str", "module": "str", "iteration": "int",
+                "t_begin_ns": "int", "t_end_ns": "int", **_TIMES},
+    META_LABEL: {"id": "int", "text": "str"},
+    META_EXCEPTION: {"exc_type": "str", "message": "str", "text": "str"},
+    META_END: {"exit_code": "int", "how": "str", "reason": "str", **_TIMES},
+    META_PROCESS: {"spawn_index": "int", "untraced_backends": "strs"},
+    META_DUMP: {"path": "str", "reason": "str", "in_flight": "count", **_TIMES},
+    META_DDP_MODULE: {"module": "str", "class": "str", "params": "list", "buffers": "list",
+                      "bucket_cap_bytes": "int", "broadcast_buffers": "bool", "find_unused_parameters": "bool"},
+    META_DDP_BUCKETS: {"module": "str", "from_iteration": "int", "buckets": "list"},
+    META_MESH: {"dims": "list"},
+}
+
+
+def conform(obj: dict) -> int:
+    """Drop the fields of meta line ``obj`` that are not of their kind (``FIELD_KINDS``); how many."""
+    kinds = FIELD_KINDS.get(obj.get("type"), {})
+    wrong = [k for k, v in obj.items() if v is not None and k in kinds and not _KINDS[kinds[k]](v)]
+    for k in wrong:
+        del obj[k]
+    return len(wrong)
+
+
 # Fields (besides ``type``) of the meta lines that both the Python recorder and
 # the C++ writers (patches/commtrace_trace.h) emit; any may be missing or null.
 # tests/test_patch.py checks every line the C++ writer emits against these.

@@ -99,6 +99,41 @@ def test_meta_line_without_a_type_name_is_damage(tmp_path, line):
     assert len(df) == 2
 
 
+def _rewrite_meta(path, change) -> None:
+    lines = [json.loads(x) for x in open(path).read().splitlines()]
+    open(path, "w").write("".join(json.dumps(change(m) or m) + "\n" for m in lines))
+
+
+@pytest.mark.parametrize("field,value", [("dtype", []), ("op", {"a": 1}), ("bytes", -5), ("shapes", [[2, "x"]]),
+                                         ("world_size", 2 ** 70), ("ranks", [0, 2 ** 40]), ("rank", True)])
+def test_meta_fields_of_the_wrong_kind_are_damage_not_a_crash(tmp_path, field, value):
+    """Fields of an untrusted meta file that are not of their kind (a list for a dtype: TypeError in
+    the gradient bucket test; a world of 2^70 ranks: check built a set of that size and was killed)
+    are dropped as if absent and named as damage; report and check run to the end."""
+    import subprocess
+    import sys
+    _write_rank(tmp_path, 0, ROWS[:1])
+    _write_rank(tmp_path, 1, ROWS[:1])
+    line = {"dtype": "sig", "op": "sig", "bytes": "sig", "shapes": "sig", "ranks": "group"}.get(field, "world")
+    _rewrite_meta(tmp_path / "rank1.pid101.meta.jsonl",
+                  lambda m: {**m, field: value} if m["type"] == line and m.get("id", 0) == 0 else None)
+    with pytest.warns(reader.CommtraceWarning, match="1 metadata field.s. of the wrong type or range ignored"):
+        df = reader.load(str(tmp_path))
+    assert len(df) == 2
+    for cmd in (["report", "--json", "-"], ["check"]):
+        p = subprocess.run([sys.executable, "-m", "commtrace", *cmd, str(tmp_path)], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr
+        assert "wrong type or range" in p.stdout + p.stderr, (cmd, p.stdout, p.stderr)
+
+
+def test_conform_keeps_what_writers_write_and_drops_the_rest():
+    sig = {"type": "sig", "id": 3, "op": "all_reduce", "shapes": [[4, 0]], "bytes": 0, "async": None, "new_field": [1]}
+    assert schema.conform(dict(sig)) == 0
+    bad = dict(sig, shapes=[[-1]], bytes=True, async_=1, op=7, id=2 ** 64)
+    assert schema.conform(bad) == 4 and set(bad) == {"type", "async", "new_field", "async_"}
+
+
 def test_unknown_version_and_no_usable_files(tmp_path):
     _write_rank(tmp_path, 0, ROWS, world_size=1)
     p = tmp_path / "rank0.pid100.meta.jsonl"
