@@ -269,7 +269,7 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.header = {**pt.header, **{k: v for k, v in obj.items() if v is not None}} if pt.header else obj
     elif t == schema.META_PROCESS:
         pt.process.update((k, v) for k, v in obj.items() if k != "type")
-    elif t == schema.META_SIG and _id_below(obj.get("id"), _MAX_SIG_ID):
+    elif t == schema.META_SIG and _id_below(obj.get("id"), _MAX_SIG_ID) and isinstance(obj.get("op"), str):
         pt.sigs[obj["id"]] = obj
     elif t == schema.META_GROUP and _id_below(obj.get("id"), _MAX_GROUP_ID):
         pt.groups[obj["id"]] = obj
