@@ -154,8 +154,9 @@ STEP_COLUMNS = [Column("step", drop=0), Column("micro", drop=4), Column("step ti
 def _ranks_text(info: dict) -> str:
     """The banner's ranks: "8 of 8", or with several worlds "4 in 2 worlds of 2 (w0 ... w1 ...)"."""
     worlds = info.get("worlds")
+    restarts = "".join(f"; w{n}: torchrun restart {c}" for n, c in (info.get("world_restarts") or {}).items())
     return f"{info['ranks']} of {info['world_size']}" if not worlds else \
-        f"{info['ranks']} in {len(worlds)} worlds ({fmt_rank_keys(info['rank_list'])})"
+        f"{info['ranks']} in {len(worlds)} worlds ({fmt_rank_keys(info['rank_list'])}{restarts})"
 
 
 _ENDINGS_SHOWN = 3   # more kinds of ending: `commtrace check` lists them

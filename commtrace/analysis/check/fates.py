@@ -164,16 +164,22 @@ def world_numbers(processes: list) -> dict:
     return numbers
 
 
-def world_names(processes: list, ids) -> dict:
-    """World id -> its name for each of ``ids`` (labels name the world when there are several):
-    "w0", "w1", ... (``world_numbers``); a world of a torchrun restart adds it: "w1 (torchrun
-    restart 1)" (``TORCHELASTIC_RESTART_COUNT``)."""
-    numbers = world_numbers(processes)
+def world_restarts(processes: list) -> dict:
+    """World id -> which torchrun restart made it (``TORCHELASTIC_RESTART_COUNT``; 0 or None: the first
+    attempt, or not torchrun)."""
     restart: dict = {}
     for p in processes:
         env = p.get("launch_env") if isinstance(p.get("launch_env"), dict) else {}
         for w in process_worlds(p):
             restart.setdefault(w, _int(env.get("TORCHELASTIC_RESTART_COUNT")))
+    return restart
+
+
+def world_names(processes: list, ids) -> dict:
+    """World id -> its name for each of ``ids`` (labels name the world when there are several):
+    "w0", "w1", ... (``world_numbers``); a world of a torchrun restart adds it: "w1 (torchrun
+    restart 1)" (``TORCHELASTIC_RESTART_COUNT``)."""
+    numbers, restart = world_numbers(processes), world_restarts(processes)
     names = {}
     for w in ids:
         n = numbers.get(w)

@@ -21,7 +21,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader
 from ...trace.rank_ranges import WORLD_STRIDE, world_group_name
-from ..check.fates import world_numbers
+from ..check.fates import world_numbers, world_restarts
 from ..step_table import PER_RANK_COLUMNS
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
@@ -226,6 +226,8 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
         ids = {n: pt["worlds"][0] for f in ranks.facts for pt in f.processes if pt.get("worlds")
                for n in [f.rank // WORLD_STRIDE]}
         info["worlds"] = [ids.get(n) for n in range(max(ids, default=-1) + 1)]
+        restarts = world_restarts([pt for f in ranks.facts for pt in f.processes])
+        info["world_restarts"] = {n: restarts[w] for n, w in enumerate(info["worlds"]) if restarts.get(w)}
     return info
 
 
