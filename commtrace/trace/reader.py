@@ -337,14 +337,14 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0, eac
 
 def record_pieces(pt: ProcessTrace):
     """The process's records in file order: ``pt.records`` as one piece when held, else the pieces read_records
-    checked, each piece's readable records (none when it read none)."""
+    checked, each piece's readable records (none when it read none; all, unchecked, when it found none lost)."""
     if pt.records is not None:
         yield pt.records
         return
     ids = defined_ids(pt.sigs), defined_ids(pt.groups)
     for _, rec in read_pieces(pt.ops_path, *(pt.pieces or (0, 1))):
-        ok = valid(rec, *ids)
-        yield rec if ok.all() else rec[ok]
+        ok = valid(rec, *ids) if pt.n_lost else None
+        yield rec if ok is None or ok.all() else rec[ok]
 
 
 def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceIssue]) -> np.ndarray | None:

@@ -162,19 +162,26 @@ def test_one_pass_checks_and_indexes_as_the_separate_reads(tmp_path, case):
     assert one[1]["damage"] and (one[1]["lost_records"] == 5 or case == "no_ops_file")
 
 
-def test_rank_task_reads_its_ops_file_twice(tmp_path, monkeypatch):
+@pytest.mark.parametrize("damaged", [False, True])
+def test_rank_task_reads_its_ops_file_twice(tmp_path, monkeypatch, damaged):
     """map_rank reads a plain ops file once to check and index it, once to gather its ops (it read it three
-    times: the chunk index was a read of its own)."""
+    times: the chunk index was a read of its own); the gather checks the records again only where the check
+    found some unreadable."""
     run, meta = _run(tmp_path, "run")
+    if damaged:
+        _damage(meta)
     plan = partitioned.plan_run(run)
-    read: list = []
-    slice_of = records.read_slice
+    read, checked = [], []
 
-    def counted(path, first, count):
-        rec = slice_of(path, first, count)
-        read.append(len(rec))
-        return rec
-    monkeypatch.setattr(records, "read_slice", counted)
-    part = rank_map.map_rank(rank_map.RankTask(0, plan.ranks[0], plan.refs, True, CHUNK))
-    assert sum(read) == 2 * 3000 and part.ops == 3000
+    def counted(f, calls):
+        def g(*a):
+            out = f(*a)
+            calls.append(len(out))
+            return out
+        return g
+    monkeypatch.setattr(records, "read_slice", counted(records.read_slice, read))
+    monkeypatch.setattr(reader, "valid", counted(reader.valid, checked))
+    part = rank_map.map_rank(rank_map.RankTask(0, plan.ranks[0], plan.refs, True, CHUNK, piece=700))
+    assert sum(read) == 2 * 3000 and sum(checked) == (3000 if damaged else 0)
+    assert part.ops == 3000 - 5 * damaged and bool(part.issues) == damaged
     assert len(part.index[meta[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX][0]) > 100
