@@ -167,9 +167,10 @@ def runs_in(folder: str) -> list[str]:
     return sorted(runs, key=os.path.getmtime, reverse=True)
 
 
-def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True, piece: int = 0) -> ProcessTrace | None:
+def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True, piece: int = 0,
+                 each=None) -> ProcessTrace | None:
     """One process's meta file, and its op records unless ``records`` is False (meta lines only);
-    ``piece`` > 0: checked ``piece`` records at a time, held only where read_records says."""
+    ``piece`` > 0: checked ``piece`` records at a time, held only where read_records says (``each``: its)."""
     stem = os.path.basename(meta_path)[: -len(schema.META_SUFFIX)]
     pt = ProcessTrace(stem, meta_path, meta_path[: -len(schema.META_SUFFIX)] + schema.OPS_SUFFIX)
     name = os.path.basename(meta_path)
@@ -218,7 +219,7 @@ def read_process(meta_path: str, issues: list[TraceIssue], records: bool = True,
         return None
     if not records:
         return pt
-    pt.records = read_records(pt, issues, piece)
+    pt.records = read_records(pt, issues, piece, each)
     opts = bounded.options(pt.header)
     if opts is not None:
         doc, problem = bounded.read_coverage(meta_path)
@@ -286,15 +287,18 @@ def _take_meta(pt: ProcessTrace, obj: dict) -> None:
         pt.meshes.append(obj)
 
 
-def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0) -> np.ndarray | None:
+def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0, each=None) -> np.ndarray | None:
     """The process's records, checked (damage noted, unreadable ones left out), de-duplicated, a ring's last
     N kept; sets ``n_records``. ``piece`` > 0 and a plain ops file (not a ring's, not the C++ layer's, whose
     readers take them whole) with every record final: checked ``piece`` records at a time and None returned
-    (``pt.pieces``: record_pieces reads them again); else read as one piece."""
+    (``pt.pieces``: record_pieces reads them again); else read as one piece. ``each(first, records)``, if
+    given, sees every piece of the ops file as read, unchecked (``first``: its first record's place in the
+    file; a ring's older segment is not shown): what a caller takes of every record costs no second read.
+    A file read again as one piece (a record not final) is shown again whole."""
     name = os.path.basename(pt.ops_path)
     plain = piece and bounded.options(pt.header) is None and pt.header.get("source") != "cpp" and \
         bounded.segment_paths(pt.ops_path) == [pt.ops_path] and os.path.exists(pt.ops_path)
-    size = os.path.getsize(pt.ops_path) if plain else 0
+    size = os.path.getsize(pt.ops_path) if os.path.exists(pt.ops_path) else 0
     whole = None if plain else _segments(pt, pt.ops_path, schema.OP_RECORD, schema.RECORD_SIZE, issues)
     if not plain and whole is None:
         if pt.groups or pt.sigs:  # a process that never made a process group has no ops file
@@ -303,17 +307,19 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0) -> 
         return np.empty(0, dtype=schema.OP_RECORD)
     sig_ids, group_ids = defined_ids(pt.sigs), defined_ids(pt.groups)
     lost, undefined, total, last = [], 0, 0, None
-    for _, rec in read_pieces(pt.ops_path, size // schema.RECORD_SIZE, piece) if plain else [(0, whole)]:
+    for at, rec in read_pieces(pt.ops_path, size // schema.RECORD_SIZE, piece) if plain else [(0, whole)]:
+        if each is not None:
+            each(at, rec if plain else rec[max(0, len(rec) - size // schema.RECORD_SIZE):])
         ok = defined(rec, sig_ids, group_ids)
         undefined += int((~ok).sum())
         ok &= sane(rec)
         if plain and (rec["status"][ok] != schema.STATUS_COMPLETED).any():
-            return read_records(pt, issues)     # de-duplication (last_record_per_op) needs them all
+            return read_records(pt, issues, each=each)     # de-duplication (last_record_per_op) needs them all
         total += len(rec)
         lost += [] if ok.all() else [rec[~ok]]
         whole = rec if ok.all() else rec[ok]
         last = max(last or 0, int(whole["t_call"].max())) if len(whole) else last
-    if size % schema.RECORD_SIZE:
+    if plain and size % schema.RECORD_SIZE:
         _torn(pt, issues, [(name, size % schema.RECORD_SIZE)])
     if lost:
         lost = lost[0] if len(lost) == 1 else np.concatenate(lost)
@@ -335,14 +341,14 @@ def read_records(pt: ProcessTrace, issues: list[TraceIssue], piece: int = 0) -> 
 
 def record_pieces(pt: ProcessTrace):
     """The process's records in file order: ``pt.records`` as one piece when held, else the pieces read_records
-    checked, each piece's readable records (none when it read none)."""
+    checked, each piece's readable records (none when it read none; all, unchecked, when it found none lost)."""
     if pt.records is not None:
         yield pt.records
         return
     ids = defined_ids(pt.sigs), defined_ids(pt.groups)
     for _, rec in read_pieces(pt.ops_path, *(pt.pieces or (0, 1))):
-        ok = valid(rec, *ids)
-        yield rec if ok.all() else rec[ok]
+        ok = valid(rec, *ids) if pt.n_lost else None
+        yield rec if ok is None or ok.all() else rec[ok]
 
 
 def _segments(pt: ProcessTrace, path: str, dtype, size: int, issues: list[TraceIssue]) -> np.ndarray | None:

@@ -71,19 +71,3 @@ def test_chunk_runs_by_hand():
     seq = np.array([1, 2, 1, 3, 2, 4], np.uint32)
     keys, first, last = chunk_runs(group, seq, 3)    # chunks: seq // 3 -> 0 0 0 1 0 1
     assert keys.tolist() == [0, 1, 1 << 32] and first.tolist() == [0, 3, 2] and last.tolist() == [1, 5, 4]
-
-
-def test_kept_chunk_index_of_an_ops_file_gone_mid_report(tmp_path):
-    """rank_map indexes a file deleted after its records were read from those records (was OSError)."""
-    import glob
-    import os
-    from synthetic import write_synthetic_run
-    from commtrace.analysis.partitioned.plan import chunk_index, read_rank
-    from commtrace.analysis.partitioned.rank_map import _kept_chunk_index
-    run = write_synthetic_run(str(tmp_path / "run"), ranks=2, ops_per_rank=40)
-    meta = sorted(glob.glob(os.path.join(run, "*.meta.jsonl")))[0]
-    (pt,), _ = read_rank([meta], {}, [])
-    whole = chunk_index(pt.ops_path, 7)
-    os.remove(pt.ops_path)
-    kept = _kept_chunk_index(pt, 7)
-    assert len(whole[0]) > 1 and [k.tolist() for k in kept] == [k.tolist() for k in whole]

@@ -38,7 +38,7 @@ from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import sized_executor, uses_dask
-from .plan import cached_process, chunk_index, chunk_records, chunk_size, files_by_chunk, seq_chunk
+from .plan import ChunkIndex, cached_process, chunk_records, chunk_size, files_by_chunk
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
@@ -62,7 +62,7 @@ class FileFacts:
     carried: dict               # ProcessTrace attribute -> value (_CARRIED)
     issues: list                # reader.TraceIssue of read_process, in order
     span_issues: list           # of its spans file (load_run reads spans after every ops file)
-    chunks: tuple               # plan.chunk_index of its ops file (bounded: keys only, read whole)
+    chunks: tuple               # plan.ChunkIndex.of its ops file (bounded: chunk tasks read it whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
     group_ranks: dict           # (world, group) -> its global ranks (trace.group_ranks.ranks_of; () unknown)
 
@@ -100,24 +100,17 @@ class CheckChunkPartial:
 # -- step 2: one rank ---------------------------------------------------------------
 
 def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
-    out = []
+    out, chunks = [], ChunkIndex(task.chunk)
     for index, meta in task.files:
         issues: list = []
-        pt = reader.read_process(meta, issues)
+        pt = reader.read_process(meta, issues, each=chunks.each(meta))     # indexed as read
         if pt is None:
             continue
         span_issues: list = []
         reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, group_ranks = _collective_groups(pt)
-        if pt.coverage is None:
-            chunks = chunk_index(pt.ops_path, task.chunk)
-        else:       # a ring's records span two segment files, and are few: chunk tasks read them whole
-            rec = pt.records
-            keys = np.unique((rec["group"].astype(np.int64) << 32)
-                             | seq_chunk(rec["seq"], task.chunk).astype(np.int64))
-            chunks = keys, np.zeros(len(keys), np.int64), np.full(len(keys), -1, np.int64)
         carried = {k: getattr(pt, k) for k in _CARRIED}
-        out.append(FileFacts(index, carried, issues, span_issues, chunks, last_seq, group_ranks))
+        out.append(FileFacts(index, carried, issues, span_issues, chunks.of(pt), last_seq, group_ranks))
     return out
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import CommtraceError
-from ...trace import reader, records, schema
+from ...trace import reader, records
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids, no_rank_error
@@ -77,7 +77,7 @@ def seq_chunk(seq: np.ndarray, size: int) -> np.ndarray:
 
 def files_by_chunk(indexed) -> list:
     """[(chunk, [(*file, first record, last record)])], by chunk, for every seq chunk the files have
-    records in; ``indexed``: (file, its chunk_index) pairs. A file's range holds the chunk's records
+    records in; ``indexed``: (file, its ChunkIndex.of) pairs. A file's range holds the chunk's records
     of every group (a few keys: no numpy)."""
     by_chunk: dict = {}
     for file, index in indexed:
@@ -90,22 +90,29 @@ def files_by_chunk(indexed) -> list:
     return sorted(by_chunk.items())
 
 
-def chunk_index(ops_path: str, chunk: int, piece: int = 1 << 16) -> tuple:
-    """(group << 32 | seq // chunk, first record, last record) per key present in the file, read ``piece``
-    records at a time (a file's pages are not all mapped at once)."""
-    try:
-        count = os.path.getsize(ops_path) // schema.RECORD_SIZE   # a torn last record is not read
-        parts = [chunk_runs(rec["group"], rec["seq"], chunk, lo)
-                 for lo, rec in records.read_pieces(ops_path, count, piece)]
-    except OSError:
-        parts = []
-    if not parts:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    return _by_key(*(np.concatenate(col) for col in zip(*parts)))
+class ChunkIndex:
+    """The index of the ops files a reader reads, built from the pieces it reads (read_process's ``each``: one
+    pass): (group << 32 | seq // chunk, first record, last record) per key present in a file."""
+
+    def __init__(self, chunk: int):
+        self.chunk, self.runs = chunk, {}
+
+    def each(self, meta: str):
+        """read_process's ``each`` for the process of ``meta``: indexes each piece (a piece shown twice counts once)."""
+        runs = self.runs.setdefault(meta, [])
+        return lambda at, rec: runs.append(chunk_runs(rec["group"], rec["seq"], self.chunk, at))
+
+    def of(self, pt) -> tuple:
+        """The index of ``pt``'s ops file as read; a bounded process's: of the records it keeps (ring segments,
+        last N) at their places among them."""
+        if is_bounded(pt):
+            return chunk_runs(pt.records["group"], pt.records["seq"], self.chunk)
+        parts = self.runs.pop(pt.meta_path, None)
+        return _by_key(*(np.concatenate(c) for c in zip(*parts))) if parts else chunk_runs([], [], 1)
 
 
 def chunk_runs(group: np.ndarray, seq: np.ndarray, chunk: int, at: int = 0) -> tuple:
-    """chunk_index of records given as their group and seq columns (``at``: the first one's position). In call
+    """The ChunkIndex of records given as their group and seq columns (``at``: the first one's position). In call
     order a key's records form a few runs: found in one pass, only their boundaries are reduced per key."""
     if not len(seq):
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
@@ -140,12 +147,14 @@ def cached_process(path: str):
 
 
 def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_of=None,
-              world: int | None = None, piece: int = 0) -> tuple[list, dict]:
+              world: int | None = None, piece: int = 0, index: ChunkIndex | None = None) -> tuple[list, dict]:
     """The processes of ``metas`` and, per world of ``refs`` (world id -> meta path), its reference
     process: one of ``metas`` if it is one (each file read once), else ``ref_of(path)`` (default: its
     meta lines). ``world``: their world's number, when the run has several (their tables then give
-    rank keys and world-named groups: reader.ProcessTrace.world_number); ``piece``: reader.read_process's."""
-    procs = [p for p in (reader.read_process(m, issues, records=records, piece=piece) for m in metas) if p is not None]
+    rank keys and world-named groups: reader.ProcessTrace.world_number); ``piece``: reader.read_process's;
+    ``index``: indexes their ops files as they are read (ChunkIndex.of)."""
+    procs = [p for p in (reader.read_process(m, issues, records=records, piece=piece, each=index and index.each(m))
+                         for m in metas) if p is not None]
     for p in procs:
         p.world_number = world
     own = {p.meta_path: p for p in procs}

@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...trace import reader, schema
+from ...trace import reader
 from .. import intervals as iv
 from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, compute_spans, find_steps, locate_ops
 from .rank_banner import rank_facts
-from .bounded_files import is_bounded
 from .cpp_layer import rank_ops_of
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
-from .plan import chunk_index, chunk_runs, read_rank
+from .plan import ChunkIndex, read_rank
 from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
@@ -83,8 +82,9 @@ class RankPartial:
 
 def map_rank(task: RankTask) -> RankPartial:
     issues: list = []
-    procs, refs = read_rank(task.metas, task.refs, issues, world=task.world, piece=RECORD_PIECE)   # not held whole
-    index = {p.ops_path: _kept_chunk_index(p, task.chunk) for p in procs}
+    files = ChunkIndex(task.chunk)      # indexed as they are checked: one read before the gather's
+    procs, refs = read_rank(task.metas, task.refs, issues, world=task.world, piece=RECORD_PIECE, index=files)
+    index = {p.ops_path: files.of(p) for p in procs}       # records not held whole
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     lean = RECORD_PIECE if in_pieces(sum(p.n_records for p in procs), task.piece) else 0   # few ranks:
@@ -225,15 +225,3 @@ def _signed(x: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x)
     return x if x.dtype.kind == "i" else x.astype(np.int64)
 
-
-def _kept_chunk_index(pt, chunk: int) -> tuple:
-    """The chunk index of a bounded process's kept records, or of a file's that kept all (no second
-    read). An ops file gone since it was read (deleted mid-report) is indexed from the records read."""
-    rec = pt.records if pt.records is not None else np.empty(0, schema.OP_RECORD)
-    try:
-        whole = len(rec) and len(rec) == os.path.getsize(pt.ops_path) // schema.RECORD_SIZE
-    except OSError:
-        whole = True
-    if is_bounded(pt) or whole:
-        return chunk_runs(rec["group"], rec["seq"], chunk)
-    return chunk_index(pt.ops_path, chunk)
