@@ -69,7 +69,7 @@ inline bool async_op(const O& o) {
   }
 }
 
-// DeviceGuardImplInterface::isStreamCapturing(stream) (2.13): whether a stream
+// DeviceGuardImplInterface::isStreamCapturing(stream) (2.12): whether a stream
 // is capturing a CUDA graph, asked through c10's device-generic API. Older
 // releases have no C++ query outside CUDA headers; their callers ask torch's
 // Python binding instead (see Log::current_stream_capturing).
