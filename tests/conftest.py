@@ -22,3 +22,35 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.append(_HERE)
+
+# The files that took longest in CI's `make test` (the slowest-25 lists of its runs on
+# 2026-11-28/29, each file's slow tests summed), longest first. With pytest-xdist (make test:
+# -n 2 --dist loadfile) files go to the workers in collection order, so these start first and
+# the many short files fill in behind them: the run no longer ends with one long file on one
+# worker while the other has nothing left (xdist's own order, most tests first, handed out the
+# long files with few tests, such as test_compile.py's two compiled DDP runs, last). Only the
+# order changes; a file missing here runs after these, in pytest's order.
+LONGEST_FIRST = (
+    "tests/examples/test_examples.py", "tests/capture/test_parallel_modules.py",
+    "tests/faults/test_worlds.py", "tests/capture/test_compile.py",
+    "tests/bench/test_bench_smoke.py", "tests/trainers/test_trainers.py",
+    "tests/mpi/test_mpi_backend.py", "tests/mpi/test_native_mpi.py", "tests/capture/test_ops.py",
+    "tests/capture/test_children.py", "tests/report/test_compiled_ddp.py",
+    "tests/report/test_html.py", "tests/test_patch.py", "tests/faults/test_harness_skip.py",
+    "tests/mpi/test_torch_suite_mpi.py", "tests/faults/test_check_fold.py",
+    "tests/report/test_ddp_variants.py", "tests/capture/test_fsdp.py", "tests/capture/test_hsdp.py",
+    "tests/report/test_partial_report.py", "tests/report/test_worlds.py", "tests/capture/test_ddp.py",
+    "tests/capture/test_torch_suite.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):   # pytest-xdist: keep the order set below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    place = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = str(config.rootpath)
+    # a stable sort: each file's tests stay together and in their order
+    items.sort(key=lambda item: place.get(os.path.relpath(str(item.path), root), len(place)))
