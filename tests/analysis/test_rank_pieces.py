@@ -138,7 +138,7 @@ def test_rank_ops_holds_offsets_whose_times_equal_the_whole(runs):
 
 def test_bytes_per_step_chunk_by_chunk_equal_the_whole(runs):
     """StepFigures adds each step's ops and bytes ``chunk`` ops at a time: the same sums (in row order)."""
-    from commtrace.analysis.steps import find_steps, locate_ops
+    from commtrace.analysis.steps import begin_at_first_op, find_steps, locate_ops
     from commtrace.analysis.step_table import StepFigures
     from commtrace.trace import reader
     plan = run_plan.plan_run(runs["ddp"])
@@ -146,7 +146,7 @@ def test_bytes_per_step_chunk_by_chunk_equal_the_whole(runs):
         procs, refs = run_plan.read_rank(metas, plan.refs, [])
         spans, _, _ = reader.build_mark_tables(procs, [], refs, user_marks=False)
         ops = rank_ops(procs, refs, r)
-        steps = find_steps(spans, ops.arrays)
+        steps = begin_at_first_op(find_steps(spans), spans, ops.arrays)
         op_step = locate_ops(ops.arrays, steps)[0]
         whole = StepFigures(steps, ops.arrays, op_step, None, 0)
         assert len(steps) and whole.nbytes.sum() > 0

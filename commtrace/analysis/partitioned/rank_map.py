@@ -20,7 +20,7 @@ from ...trace import reader, schema
 from .. import intervals as iv
 from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces
-from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, compute_spans, find_steps, locate_ops
+from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, begin_at_first_op, compute_spans, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
 from .cpp_layer import rank_ops_of
@@ -88,13 +88,14 @@ def map_rank(task: RankTask) -> RankPartial:
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     lean = RECORD_PIECE if in_pieces(sum(p.n_records for p in procs), task.piece) else 0   # few ranks:
+    steps = find_steps(spans)           # before the ops: its per-span temporaries not beside them
+    spans = compute_spans(spans)
+    spans = _times_of(spans) if lean else spans
     ops, layers = rank_ops_of(procs, refs, task.rank, lean)                   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
     a = ops.arrays if ops is not None else None
-    steps = find_steps(spans, a)
-    spans = compute_spans(spans)
-    spans = _times_of(spans) if lean else spans
+    steps = begin_at_first_op(steps, spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)
     regions = RankRegions(region_spans, a, applied)
     modules = rank_modules(ops, applied) if task.modules else None
