@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..trace import schema
 from . import intervals as iv
-from .arrays import OpArrays, op_times, rows_by_rank, take_rows
+from .arrays import OpArrays, op_times, rows_by_rank, rows_of, take_rows
 from .native_ext import kernels
 from .steps import AFTER, BEFORE, BETWEEN
 
@@ -114,10 +114,7 @@ def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe
     """``tails`` less the optimizer steps run inside them (ZeroRedundancyOptimizer(overlap_with_ddp=True)
     steps in DDP's comm hook: compute), but for each such step's wait from its last op launch (the last
     parameter broadcast) to its end. Optimizer spans outside every tail change nothing."""
-    if not len(tails[0]):
-        return tails
-    j = np.minimum(np.searchsorted(tails[1], ob, side="right"), len(tails[0]) - 1)   # first tail ending after
-    if not ((tails[1][j] > ob) & (tails[0][j] < oe) & (oe > ob)).any():     # its begin: none overlaps a step
+    if not _overlaps(tails, ob, oe):
         return tails            # (found without the sets below: their buffers were the rank task's peak)
     inner = iv.intersect(iv.union(ob, oe), tails)
     order = np.argsort(ob, kind="stable")
@@ -126,6 +123,14 @@ def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe
     has = last > np.iinfo(np.int64).min
     waits = iv.intersect(iv.union(last[has], e[has]), tails)
     return iv.union_of(iv.subtract(tails, inner), waits)
+
+
+def _overlaps(tails: iv.IntervalSet, ob: np.ndarray, oe: np.ndarray) -> bool:
+    """Whether a nonempty span [ob[i], oe[i]) overlaps a tail (one search: the first tail ending after its begin)."""
+    if not len(tails[0]) or not len(ob):
+        return False
+    j = np.minimum(np.searchsorted(tails[1], ob, side="right"), len(tails[0]) - 1)
+    return bool(((tails[1][j] > ob) & (tails[0][j] < oe) & (oe > ob)).any())
 
 
 def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -166,9 +171,12 @@ class RankTimes:
         if spans is not None and len(spans):    # per-op columns (the rank task's peak was these temporaries)
             sb, se = spans["t_begin_ns"].to_numpy(np.int64), spans["t_end_ns"].to_numpy(np.int64)
             is_bw, is_opt = _is_value(spans["phase"], "backward"), _is_value(spans["phase"], "optimizer")
-            for r, sp in rows_by_rank(spans["rank"].to_numpy()).items():     # no int64 copy
-                self.tails[r] = self._tails(r, sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)], sb, se)
-                self.busy[r] = self._union(sb, se, sp)
+            rank = spans["rank"].to_numpy()
+            by_rank = {int(rank[0]): None} if rank.min() == rank.max() else rows_by_rank(rank)   # one: no row index
+            for r, sp in by_rank.items():
+                bw, opt = (is_bw, is_opt) if sp is None else (sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)])
+                self.tails[r] = self._tails(r, bw, opt, sb, se)
+                self.busy[r] = self._union(sb, se, range(len(sb)) if sp is None else sp)
 
     def _union(self, s: np.ndarray, e: np.ndarray, rows: np.ndarray) -> iv.IntervalSet:
         """The union of intervals ``rows`` of (s, e), ``chunk`` at a time: no buffers of every row's size."""
@@ -197,21 +205,25 @@ class RankTimes:
         for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
             part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
             dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
-            part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
+            part = rows[part[0]:part[-1] + 1] if dense else rows_of(rows, part)     # the others' clip to nothing)
             mine = None if busy is None else iv.clip(busy, lo, hi)
             yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
 
     def _tails(self, r: int, bw: np.ndarray, opt: np.ndarray, sb: np.ndarray, se: np.ndarray) -> iv.IntervalSet:
         """Rank ``r``'s DDP gradient tails less the optimizer steps run inside them (``bw``, ``opt``: its
-        backward and optimizer spans, rows of ``sb`` / ``se``)."""
+        backward and optimizer spans, rows or a mask of ``sb`` / ``se``)."""
         rows = self.by_rank.get(r, np.empty(0, dtype=np.int64))
         grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
         starts = take_rows(self.a.start, rows)
         tails = _ddp_gradient_tails(starts, grad, sb[bw], se[bw], self.chunk)
+        k = self.chunk or len(opt) or 1     # an optimizer span overlapping a tail, a chunk of them at a time: the
+        part = (lambda x, i: x[i:i + k][opt[i:i + k]]) if opt.dtype == bool else (lambda x, i: x[opt[i:i + k]])
+        if not any(_overlaps(tails, part(sb, i), part(se, i)) for i in range(0, len(opt), k)):   # spans' copies
+            return tails            # and the search's temporaries were the rank task's peak; found: ZeRO's case
         return _step_in_tails(tails, starts, sb[opt], se[opt])
 
     def _time(self, r: int, rows: np.ndarray, busy, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
-        mine = rows if self.selected is None else rows[self.selected[rows]]
+        mine = rows if self.selected is None else rows_of(rows, take_rows(self.selected, rows))
         comm = iv.union(take_rows(self.a.start, mine), take_rows(self.a.end, mine))
         for lo, hi in ([cut] if cut else []) + ([self.windows.get(r, (0, 0))] if self.windows is not None else []):
             comm = iv.clip(comm, lo, hi)
@@ -273,7 +285,7 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
         if mine is None:
             continue
         if selected is not None:
-            mine = mine[selected[mine]]
+            mine = rows_of(mine, take_rows(selected, mine))
         st = op_step if len(mine) == len(op_step) else op_step[mine]    # one rank's frame: no gather
         table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
         table[snum[rows]] = rows
