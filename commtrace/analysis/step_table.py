@@ -201,9 +201,10 @@ class RankTimes:
             yield self._time(r, rows, busy, tails)
             return
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
-        edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
+        edges, c = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS], self.chunk or len(rows)
         for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-            part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
+            part = np.concatenate([np.flatnonzero((start[i:i + c] < hi) & (end[i:i + c] > lo)) + i   # an op's wait
+                                   for i in range(0, len(rows), c)])   # lies within [start, end] (no whole-rank masks)
             dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
             part = rows[part[0]:part[-1] + 1] if dense else rows_of(rows, part)     # the others' clip to nothing)
             mine = None if busy is None else iv.clip(busy, lo, hi)
@@ -236,24 +237,23 @@ class RankTimes:
 
 
 class StepFigures:
-    """The per (rank, step) table: ``add`` each rank's RankTime, then ``columns()``."""
+    """The per (rank, step) table from the ops and bytes per step (ops_per_step): ``add`` each rank's RankTime,
+    then ``columns()``."""
 
-    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None,
-                 chunk: int = 0):
+    def __init__(self, steps: pd.DataFrame, ops: np.ndarray, nbytes: np.ndarray):
         self.steps = steps
         n = len(steps)
         self.lo = steps["t_begin_ns"].to_numpy(np.int64)
         self.hi = steps["t_end_ns"].to_numpy(np.int64)
-        self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if n else {}
+        self.rows = rows_by_rank(steps["rank"].to_numpy()) if n else {}
         self.compute, self.comm, self.exposed = (np.zeros(n, np.int64) for _ in range(3))
-        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected, chunk)
+        self.ops, self.nbytes = ops, nbytes
 
     def add(self, r: int, t: RankTime) -> None:
         rows = self.rows.get(r)
         if rows is None:
             return
-        if t.cut is not None:       # a time piece: the steps it overlaps (the others get none of it)
-            rows = rows[(self.hi[rows] > t.cut[0]) & (self.lo[rows] < t.cut[1])]
+        rows = _overlapping(rows, self.lo, self.hi, t.cut)
         lo, hi = self.lo[rows], self.hi[rows]
         self.compute[rows] += iv.length_within(t.compute, lo, hi)
         self.comm[rows] += iv.length_within(t.comm, lo, hi)
@@ -270,7 +270,7 @@ class StepFigures:
                 "ops": self.ops, "bytes": self.nbytes}
 
 
-def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
+def ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
     """(ops, bytes) per row of ``steps``: the rank's selected ops starting in the step (per rank a
     table step number -> row, -1: not shown), added ``chunk`` ops at a time (0: all; in row order either way,
     and integer sums below 2**53 are exact in any order)."""
@@ -280,7 +280,7 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
         return ops, nbytes.astype(np.int64)
     snum = steps["step"].to_numpy()         # as held (int32): no int64 copy
     by_rank = a.rank_rows()
-    for r, rows in rows_by_rank(steps["rank"].to_numpy(np.int64)).items():
+    for r, rows in rows_by_rank(steps["rank"].to_numpy()).items():
         mine = by_rank.get(r)
         if mine is None:
             continue
@@ -309,12 +309,17 @@ def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts:
     sums += np.bincount(target[hit], weights=weights[hit].astype(np.float64), minlength=len(sums))
 
 
+def _overlapping(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: tuple | None) -> np.ndarray:
+    """The steps ``rows`` overlapping a time piece's ``cut`` (the others get none of it; all when None)."""
+    return rows if cut is None else rows[(take_rows(hi, rows) > cut[0]) & (take_rows(lo, rows) < cut[1])]
+
+
 class OutsideSteps:
     """Each stepping rank's communication outside its steps (before, between, after): ``add`` each
     RankTime; the partitioned merge makes the table (ops and bytes summed, comm_ns the mean)."""
 
     def __init__(self, steps: pd.DataFrame):
-        self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if len(steps) else {}
+        self.rows = rows_by_rank(steps["rank"].to_numpy()) if len(steps) else {}
         self.b = steps["t_begin_ns"].to_numpy(np.int64)
         self.e = steps["t_end_ns"].to_numpy(np.int64)
         self.comm: dict = {BEFORE: [], BETWEEN: [], AFTER: []}
@@ -323,11 +328,11 @@ class OutsideSteps:
         rows = self.rows.get(r)
         if rows is None:
             return
-        b, e = self.b[rows], self.e[rows]
         total = iv.length(t.comm)
-        before = int(iv.covered_before(t.comm, b[:1])[0])
-        after = total - int(iv.covered_before(t.comm, e[-1:])[0])
-        in_steps = int(iv.length_within(t.comm, b, e).sum())
+        before = int(iv.covered_before(t.comm, self.b[rows[:1]])[0])
+        after = total - int(iv.covered_before(t.comm, self.e[rows[-1:]])[0])
+        rows = _overlapping(rows, self.b, self.e, t.cut)
+        in_steps = int(iv.length_within(t.comm, self.b[rows], self.e[rows]).sum())
         for code, v in ((BEFORE, before), (AFTER, after), (BETWEEN, total - before - after - in_steps)):
             self.comm[code] += [0] * t.first       # a rank's first piece opens its entry; its pieces add up
             self.comm[code][-1] += v

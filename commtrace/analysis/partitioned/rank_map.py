@@ -19,7 +19,7 @@ import pandas as pd
 from ...trace import reader, schema
 from .. import intervals as iv
 from ..native_ext import kernels
-from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces
+from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces, ops_per_step
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, begin_at_first_op, compute_spans, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
@@ -134,9 +134,20 @@ def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int
         return {}, {}, {}
     sel = applied.selected if applied is not None else None
     op_step, where = locate_ops(a, steps)     # after RankTimes: its tails' temporaries beside less per-op columns
+    # ops and bytes per where code (only ranks with steps get codes other than NO_STEPS; the byte sums are
+    # float64, exact below 2**53 in any order: summed a chunk at a time, without an int64 or float copy of every op's)
+    w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
+    ops, nbytes = np.zeros(NO_STEPS + 1, np.int64), np.zeros(NO_STEPS + 1)
+    for i in range(0, len(w), CHUNK_OPS):
+        ops += np.bincount(w[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
+        nbytes += np.bincount(w[i:i + CHUNK_OPS], weights=nb[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
+    m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
+    no_steps = sorted(set(np.unique(a.rank[m]).tolist()))
+    del w, m, where             # counted: neither beside the per-step sums below
     shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
-    figures = StepFigures(shown_steps, a, op_step, sel, CHUNK_OPS)
-    del op_step                 # counted per step: 4 B/op less through the pieces
+    counts = ops_per_step(shown_steps, a, op_step, sel, CHUNK_OPS)
+    del op_step                 # counted per step: 4 B/op less beside the step table's sums and the pieces
+    figures = StepFigures(shown_steps, *counts)
     outside = OutsideSteps(steps)
     comm = {}
     for r in times.ranks():
@@ -147,16 +158,8 @@ def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int
             regions.add(r, t.comm, t.first)
             if modules is not None:
                 modules.add(r, t)
-    # ops and bytes per where code (only ranks with steps get codes other than NO_STEPS; the byte sums are
-    # float64, exact below 2**53 in any order: summed a chunk at a time, without an int64 or float copy of every op's)
-    w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
-    ops, nbytes = np.zeros(NO_STEPS + 1, np.int64), np.zeros(NO_STEPS + 1)
-    for i in range(0, len(w), CHUNK_OPS):
-        ops += np.bincount(w[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
-        nbytes += np.bincount(w[i:i + CHUNK_OPS], weights=nb[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
     parts = {c: [int(ops[c]), int(nbytes[c]), list(outside.comm[c])] for c in (BEFORE, BETWEEN, AFTER)}
-    m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
-    parts[NO_STEPS] = [int(ops[NO_STEPS]), int(nbytes[NO_STEPS]), sorted(set(np.unique(a.rank[m]).tolist()))]
+    parts[NO_STEPS] = [int(ops[NO_STEPS]), int(nbytes[NO_STEPS]), no_steps]
     return figures.columns(), comm, parts
 
 
