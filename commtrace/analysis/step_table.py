@@ -176,6 +176,8 @@ class RankTimes:
             for r, sp in by_rank.items():
                 bw, opt = (is_bw, is_opt) if sp is None else (sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)])
                 self.tails[r] = self._tails(r, bw, opt, sb, se)
+            del is_bw, is_opt, bw, opt      # not beside the busy times' buffers
+            for r, sp in by_rank.items():
                 self.busy[r] = self._union(sb, se, range(len(sb)) if sp is None else sp)
 
     def _union(self, s: np.ndarray, e: np.ndarray, rows: np.ndarray) -> iv.IntervalSet:

@@ -178,26 +178,25 @@ def _empty() -> pd.DataFrame:
 
 def locate_ops(arrays: OpArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per op: (step number, 0 outside every step; IN_STEP, BEFORE, BETWEEN, AFTER or NO_STEPS)."""
-    n = len(arrays.rank)
-    step = np.zeros(n, dtype=np.int32)
-    where = np.full(n, NO_STEPS, dtype=np.int8)
-    if n == 0 or len(steps) == 0:
-        return step, where
-    b = steps["t_begin_ns"].to_numpy(dtype=np.int64)
-    e = steps["t_end_ns"].to_numpy(dtype=np.int64)
-    num = steps["step"].to_numpy(dtype=np.int64)
-    by_rank = arrays.rank_rows()
-    for r, sel in rows_by_rank(steps["rank"].to_numpy()).items():   # steps are in (rank, begin) order
-        rows = by_rank.get(r)
-        if rows is None:
-            continue
-        all_rows = len(rows) == n                    # a frame of one rank: no gather, no scatter
-        s, w = _locate_in_steps(take_rows(b, sel), take_rows(e, sel), take_rows(num, sel),
-                                arrays.start if all_rows else arrays.start[rows])
-        if all_rows:
-            step, where = s, w
-        else:
-            step[rows], where[rows] = s, w
+    n, placed = len(arrays.rank), []
+    if n and len(steps):
+        b = steps["t_begin_ns"].to_numpy(dtype=np.int64)
+        e = steps["t_end_ns"].to_numpy(dtype=np.int64)
+        num = steps["step"].to_numpy(dtype=np.int64)
+        by_rank = arrays.rank_rows()
+        for r, sel in rows_by_rank(steps["rank"].to_numpy()).items():   # steps are in (rank, begin) order
+            rows = by_rank.get(r)
+            if rows is None:
+                continue
+            all_rows = len(rows) == n                # a frame of one rank: no gather, no scatter (5 B/op less)
+            s, w = _locate_in_steps(take_rows(b, sel), take_rows(e, sel), take_rows(num, sel),
+                                    arrays.start if all_rows else arrays.start[rows])
+            if all_rows:
+                return s, w
+            placed.append((rows, s, w))
+    step, where = np.zeros(n, dtype=np.int32), np.full(n, NO_STEPS, dtype=np.int8)
+    for rows, s, w in placed:
+        step[rows], where[rows] = s, w
     return step, where
 
 
