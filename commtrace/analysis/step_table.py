@@ -103,11 +103,16 @@ def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarr
     if not (b[1:] >= b[:-1]).all():       # spans are written in time order: no gathered copies (the task's peak)
         order = np.argsort(b, kind="stable")
         b, e = b[order], e[order]
-    last, chunk = np.full(len(b), np.iinfo(np.int64).min), chunk or len(starts)
-    for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
-        np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
+    last, chunk = np.full(len(b), np.iinfo(np.int64).min), max((chunk or len(starts)) // 8, 1)
+    for i in range(0, len(starts), chunk):      # the latest launch of each pass, an eighth of a chunk at a time (a
+        t = starts[i:i + chunk][grad[i:i + chunk]]      # max over the passes its launches fall in: small buffers)
+        if len(t):
+            lo, hi = max(np.searchsorted(b, t.min(), "right") - 1, 0), np.searchsorted(b, t.max(), "right")
+            np.maximum(last[lo:hi], _last_in_window(b[lo:hi], e[lo:hi], t), out=last[lo:hi])
     has = last > np.iinfo(np.int64).min
-    return iv.union(last, e) if has.all() else iv.union(last[has], e[has])     # no copies when every pass has
+    if has.all() and (e > last).all() and (last[1:] > e[:-1]).all():   # sorted, apart: the set itself (bw_end
+        return last, e                                                  # is the caller's copy; no union buffers)
+    return iv.union(last, e) if has.all() else iv.union(last[has], e[has])
 
 
 def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe: np.ndarray) -> iv.IntervalSet:
@@ -153,6 +158,26 @@ def in_pieces(ops: int, size: int) -> bool:
     return 0 < size and 2 * size < ops
 
 
+def _span_rows(spans: pd.DataFrame) -> dict:
+    """rank -> its rows of ``spans`` (one rank's: a range, no row index)."""
+    rank = spans["rank"].to_numpy()
+    return {int(rank[0]): range(len(rank))} if rank.min() == rank.max() else rows_by_rank(rank)
+
+
+def busy_times(spans: pd.DataFrame | None, chunk: int = 0) -> dict:
+    """rank -> the union of its compute spans, ``chunk`` spans at a time (no buffers of every span's size)."""
+    if spans is None or not len(spans):
+        return {}
+    sb, se = spans["t_begin_ns"].to_numpy(np.int64), spans["t_end_ns"].to_numpy(np.int64)
+    out = {}
+    for r, rows in _span_rows(spans).items():
+        out[r], k = iv.empty(), chunk or len(rows) or 1
+        for i in range(0, len(rows), k):
+            part = rows[i:i + k]
+            out[r] = iv.union_of(out[r], iv.union(take_rows(sb, part), take_rows(se, part)))
+    return out
+
+
 class RankTimes:
     """Each rank's RankTime, built one rank at a time (all ranks' sets never coexist in memory).
     ``frame``: the ops (rows as ``a``) or their WaitColumns; ``selected``: the ops in the window
@@ -160,33 +185,24 @@ class RankTimes:
     the whole rank reads at a time (0: all). Compute always accounts for every op."""
 
     def __init__(self, frame: "pd.DataFrame | WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
-                 selected: np.ndarray | None = None, windows: dict | None = None, chunk: int = 0):
+                 selected: np.ndarray | None = None, windows: dict | None = None, chunk: int = 0,
+                 busy: dict | None = None):
         self.a, self.selected, self.windows, self.chunk = a, selected, windows, chunk
         self.by_rank = a.rank_rows()
         self.cols = None
         if len(a.start):
             self.cols = frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)
-        self.busy: dict = {}        # rank -> the union of its compute spans: the spans are not read after this
         self.tails: dict = {}       # rank -> the waits its spans alone give: built here, before the caller's
         if spans is not None and len(spans):    # per-op columns (the rank task's peak was these temporaries)
             sb, se = spans["t_begin_ns"].to_numpy(np.int64), spans["t_end_ns"].to_numpy(np.int64)
             is_bw, is_opt = _is_value(spans["phase"], "backward"), _is_value(spans["phase"], "optimizer")
-            rank = spans["rank"].to_numpy()
-            by_rank = {int(rank[0]): None} if rank.min() == rank.max() else rows_by_rank(rank)   # one: no row index
-            for r, sp in by_rank.items():
-                bw, opt = (is_bw, is_opt) if sp is None else (sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)])
+            for r, sp in _span_rows(spans).items():
+                bw, opt = (is_bw, is_opt) if isinstance(sp, range) else (sp[take_rows(is_bw, sp)],
+                                                                         sp[take_rows(is_opt, sp)])
                 self.tails[r] = self._tails(r, bw, opt, sb, se)
             del is_bw, is_opt, bw, opt      # not beside the busy times' buffers
-            for r, sp in by_rank.items():
-                self.busy[r] = self._union(sb, se, range(len(sb)) if sp is None else sp)
-
-    def _union(self, s: np.ndarray, e: np.ndarray, rows: np.ndarray) -> iv.IntervalSet:
-        """The union of intervals ``rows`` of (s, e), ``chunk`` at a time: no buffers of every row's size."""
-        out, k = iv.empty(), self.chunk or len(rows) or 1
-        for i in range(0, len(rows), k):
-            part = rows[i:i + k]
-            out = iv.union_of(out, iv.union(take_rows(s, part), take_rows(e, part)))
-        return out
+        # rank -> the union of its compute spans (busy_times; the rank task builds it before its ops are gathered)
+        self.busy: dict = busy_times(spans, chunk) if busy is None else busy
 
     def ranks(self) -> list[int]:
         return sorted(set(self.by_rank) | set(self.busy))

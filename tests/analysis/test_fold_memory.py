@@ -83,7 +83,9 @@ def test_step_stages_peak_per_op(tmp_path, monkeypatch):
     let its per-span temporaries go around step_bounds and RankTimes' ZeRO check took no interval-set buffers;
     73.3 (RankTimes) and 86.1 (_step_parts) after. Round 9 (memD): 62.3 and 69.7 (steps found before the ops are
     gathered, one rank's rows a range, no copies for RankTimes' ZeRO check, the per-op step and where columns gone
-    before the step table's sums, a time piece's ops found a chunk at a time)."""
+    before the step table's sums, a time piece's ops found a chunk at a time). Round 9b: RankTimes' own peak 61.5
+    and 69.7 -> 63.2 and 63.2 (the busy time built before the ops are gathered, the DDP tails' latest launches
+    found an eighth of a chunk at a time over the passes they fall in, the tails' set the passes' own arrays)."""
     import functools
     import tracemalloc
 
@@ -114,6 +116,7 @@ def test_step_stages_peak_per_op(tmp_path, monkeypatch):
         assert report.ops == 200_000 and len(report.steps.per_rank) > 1000 and len(peaks) == 3
         report = None                       # not held beside the next mode's analysis
         assert max(peaks.values()) / 200_000 <= bound, (mode, {k: v / 200_000 for k, v in peaks.items()})
+        assert peaks["RankTimes"] / 200_000 <= 64, (mode, peaks["RankTimes"] / 200_000)
 
 
 def test_one_rank_partition_task_peak_per_op(tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ import pandas as pd
 from ...trace import reader, schema
 from .. import intervals as iv
 from ..native_ext import kernels
-from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces, ops_per_step
+from ..step_table import OutsideSteps, RankTimes, StepFigures, busy_times, in_pieces, ops_per_step
 from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, begin_at_first_op, compute_spans, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .bounded_files import is_bounded
@@ -91,6 +91,7 @@ def map_rank(task: RankTask) -> RankPartial:
     steps = find_steps(spans)           # before the ops: its per-span temporaries not beside them
     spans = compute_spans(spans)
     spans = _times_of(spans) if lean else spans
+    busy = busy_times(spans, CHUNK_OPS)     # needs the spans alone: its union's buffers not beside the op columns
     ops, layers = rank_ops_of(procs, refs, task.rank, lean)                   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
@@ -103,8 +104,8 @@ def map_rank(task: RankTask) -> RankPartial:
     if a is None:
         regions.add_without_ops(spans)
     times = None if a is None else RankTimes(ops.waits, a, spans, applied.selected if applied is not None else None,
-                                             applied.bounds if applied is not None else None, CHUNK_OPS)
-    del spans, region_spans     # each rank's busy time and tails (RankTimes) are what the figures read of them
+                                             applied.bounds if applied is not None else None, CHUNK_OPS, busy)
+    del spans, region_spans, busy   # each rank's busy time and tails (RankTimes) are what the figures read of them
     per_rank, comm, outside = _step_parts(times, a, steps, regions, applied, modules, task.piece)
     # what only the figures above read goes before the cells (their peak): the step table travels packed
     per_rank = pack(per_rank)
