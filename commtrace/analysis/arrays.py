@@ -42,11 +42,12 @@ class OpArrays:
             self._rank_codes = ranks, narrow(rix, len(ranks))
         return self._rank_codes
 
-    def rank_rows(self) -> dict[int, np.ndarray]:
-        """rank -> its row indices, ascending (computed once; see rows_by_rank)."""
+    def rank_rows(self) -> dict[int, np.ndarray | range]:
+        """rank -> its row indices, ascending (computed once; see rows_by_rank); one rank's (a rank task's): a
+        range, no index array (4 B/op held through the task; ``rows_of`` picks from either)."""
         if self._rank_rows is None:
             ranks, codes = self.rank_codes()
-            self._rank_rows = _split_rows(ranks, codes)
+            self._rank_rows = {int(ranks[0]): range(len(codes))} if len(ranks) == 1 else _split_rows(ranks, codes)
         return self._rank_rows
 
     def rank_column_codes(self) -> tuple[np.ndarray, list[str]]:
@@ -213,6 +214,13 @@ def stable_order(codes: np.ndarray, n: int) -> np.ndarray:
 def take_rows(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``column[rows]`` for reading (``rows`` ascending, distinct); no copy when they are consecutive."""
     return column[rows[0]:rows[-1] + 1] if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else column[rows]
+
+def rows_of(rows: np.ndarray | range, which: np.ndarray) -> np.ndarray:
+    """``rows[which]`` (``which``: a mask or positions) for ``rows`` an index array or a range (rank_rows)."""
+    if isinstance(rows, range):
+        return (np.flatnonzero(which) if which.dtype == bool else which) + rows.start
+    return rows[which]
+
 
 def rows_by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
     """rank -> its row indices, ascending (one stable radix sort of small codes for all ranks)."""

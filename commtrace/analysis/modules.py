@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import NA_KEY, OpArrays, take_rows
+from .arrays import NA_KEY, OpArrays, rows_of, take_rows
 
 MODULE_TABLE_COLUMNS = ["ranks", "ops", "bytes", "comm_ns", "exposed_ns", "exposed_share"]
 
@@ -52,7 +52,7 @@ class ModuleFigures:
             return
         cuts = ([t.cut] if t.cut else []) + ([self.bounds.get(r, (None, None))] if self.bounds is not None else [])
         for part, opening in [(rows, True)] * t.first + [(t.rows, False)] * (t.rows is not None):
-            part = part if self.selected is None else part[self.selected[part]]
+            part = part if self.selected is None else rows_of(part, take_rows(self.selected, part))
             k, nbytes = take_rows(self.key, part), take_rows(self.a.nbytes, part)     # views where rows are consecutive
             for ki in np.unique(k).tolist():
                 mine = k == ki
@@ -64,7 +64,7 @@ class ModuleFigures:
                     acc["bytes"] += int(np.sum(nbytes, where=mine))
                     if t.rows is not None:
                         continue            # the pieces add the lengths
-                sel = part[mine]
+                sel = rows_of(part, mine)
                 s = iv.union(self.a.start[sel], self.a.end[sel])
                 for lo, hi in cuts:
                     s = s if lo is None else iv.clip(s, lo, hi)

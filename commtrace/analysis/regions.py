@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
-from .arrays import OpArrays
+from .arrays import OpArrays, rows_of, take_rows
 
 REGION_TABLE_COLUMNS = ["ranks", "entries", "time_ns", "comm_ns", "comm_share", "ops", "bytes"]
 
@@ -46,11 +46,11 @@ class RegionFigures:
         regions = self.per_rank.get(r, ())
         rows = self.a.rank_rows().get(r, np.empty(0, np.int64)) if first and regions else None
         if rows is not None and self.selected is not None:
-            rows = rows[self.selected[rows]]
+            rows = rows_of(rows, take_rows(self.selected, rows))
         for label, s, entries in regions:
             acc = self.acc.setdefault(label, {"times": [], "comms": [], "ops": 0, "bytes": 0, "entries": 0})
             if first:
-                inside = rows[_inside(self.a.start[rows], s)]
+                inside = rows_of(rows, _inside(take_rows(self.a.start, rows), s))
                 acc["times"].append(iv.length(s))
                 acc["comms"].append(0)
                 acc["ops"] += len(inside)

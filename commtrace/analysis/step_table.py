@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..trace import schema
 from . import intervals as iv
-from .arrays import OpArrays, op_times, rows_by_rank, take_rows
+from .arrays import OpArrays, op_times, rows_by_rank, rows_of, take_rows
 from .native_ext import kernels
 from .steps import AFTER, BEFORE, BETWEEN
 
@@ -103,21 +103,23 @@ def _ddp_gradient_tails(starts: np.ndarray, grad: np.ndarray, bw_begin: np.ndarr
     if not (b[1:] >= b[:-1]).all():       # spans are written in time order: no gathered copies (the task's peak)
         order = np.argsort(b, kind="stable")
         b, e = b[order], e[order]
-    last, chunk = np.full(len(b), np.iinfo(np.int64).min), chunk or len(starts)
-    for i in range(0, len(starts), chunk):      # the latest launch of each pass, chunk by chunk (a max)
-        np.maximum(last, _last_in_window(b, e, starts[i:i + chunk][grad[i:i + chunk]]), out=last)
+    last, chunk = np.full(len(b), np.iinfo(np.int64).min), max((chunk or len(starts)) // 8, 1)
+    for i in range(0, len(starts), chunk):      # the latest launch of each pass, an eighth of a chunk at a time (a
+        t = starts[i:i + chunk][grad[i:i + chunk]]      # max over the passes its launches fall in: small buffers)
+        if len(t):
+            lo, hi = max(np.searchsorted(b, t.min(), "right") - 1, 0), np.searchsorted(b, t.max(), "right")
+            np.maximum(last[lo:hi], _last_in_window(b[lo:hi], e[lo:hi], t), out=last[lo:hi])
     has = last > np.iinfo(np.int64).min
-    return iv.union(last, e) if has.all() else iv.union(last[has], e[has])     # no copies when every pass has
+    if has.all() and (e > last).all() and (last[1:] > e[:-1]).all():   # sorted, apart: the set itself (bw_end
+        return last, e                                                  # is the caller's copy; no union buffers)
+    return iv.union(last, e) if has.all() else iv.union(last[has], e[has])
 
 
 def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe: np.ndarray) -> iv.IntervalSet:
     """``tails`` less the optimizer steps run inside them (ZeroRedundancyOptimizer(overlap_with_ddp=True)
     steps in DDP's comm hook: compute), but for each such step's wait from its last op launch (the last
     parameter broadcast) to its end. Optimizer spans outside every tail change nothing."""
-    if not len(tails[0]):
-        return tails
-    j = np.minimum(np.searchsorted(tails[1], ob, side="right"), len(tails[0]) - 1)   # first tail ending after
-    if not ((tails[1][j] > ob) & (tails[0][j] < oe) & (oe > ob)).any():     # its begin: none overlaps a step
+    if not _overlaps(tails, ob, oe):
         return tails            # (found without the sets below: their buffers were the rank task's peak)
     inner = iv.intersect(iv.union(ob, oe), tails)
     order = np.argsort(ob, kind="stable")
@@ -126,6 +128,14 @@ def _step_in_tails(tails: iv.IntervalSet, starts: np.ndarray, ob: np.ndarray, oe
     has = last > np.iinfo(np.int64).min
     waits = iv.intersect(iv.union(last[has], e[has]), tails)
     return iv.union_of(iv.subtract(tails, inner), waits)
+
+
+def _overlaps(tails: iv.IntervalSet, ob: np.ndarray, oe: np.ndarray) -> bool:
+    """Whether a nonempty span [ob[i], oe[i]) overlaps a tail (one search: the first tail ending after its begin)."""
+    if not len(tails[0]) or not len(ob):
+        return False
+    j = np.minimum(np.searchsorted(tails[1], ob, side="right"), len(tails[0]) - 1)
+    return bool(((tails[1][j] > ob) & (tails[0][j] < oe) & (oe > ob)).any())
 
 
 def _last_in_window(b: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -148,6 +158,26 @@ def in_pieces(ops: int, size: int) -> bool:
     return 0 < size and 2 * size < ops
 
 
+def _span_rows(spans: pd.DataFrame) -> dict:
+    """rank -> its rows of ``spans`` (one rank's: a range, no row index)."""
+    rank = spans["rank"].to_numpy()
+    return {int(rank[0]): range(len(rank))} if rank.min() == rank.max() else rows_by_rank(rank)
+
+
+def busy_times(spans: pd.DataFrame | None, chunk: int = 0) -> dict:
+    """rank -> the union of its compute spans, ``chunk`` spans at a time (no buffers of every span's size)."""
+    if spans is None or not len(spans):
+        return {}
+    sb, se = spans["t_begin_ns"].to_numpy(np.int64), spans["t_end_ns"].to_numpy(np.int64)
+    out = {}
+    for r, rows in _span_rows(spans).items():
+        out[r], k = iv.empty(), chunk or len(rows) or 1
+        for i in range(0, len(rows), k):
+            part = rows[i:i + k]
+            out[r] = iv.union_of(out[r], iv.union(take_rows(sb, part), take_rows(se, part)))
+    return out
+
+
 class RankTimes:
     """Each rank's RankTime, built one rank at a time (all ranks' sets never coexist in memory).
     ``frame``: the ops (rows as ``a``) or their WaitColumns; ``selected``: the ops in the window
@@ -155,28 +185,24 @@ class RankTimes:
     the whole rank reads at a time (0: all). Compute always accounts for every op."""
 
     def __init__(self, frame: "pd.DataFrame | WaitColumns", a: OpArrays, spans: pd.DataFrame | None,
-                 selected: np.ndarray | None = None, windows: dict | None = None, chunk: int = 0):
+                 selected: np.ndarray | None = None, windows: dict | None = None, chunk: int = 0,
+                 busy: dict | None = None):
         self.a, self.selected, self.windows, self.chunk = a, selected, windows, chunk
         self.by_rank = a.rank_rows()
         self.cols = None
         if len(a.start):
             self.cols = frame if isinstance(frame, WaitColumns) else WaitColumns.of_frame(frame, a)
-        self.busy: dict = {}        # rank -> the union of its compute spans: the spans are not read after this
         self.tails: dict = {}       # rank -> the waits its spans alone give: built here, before the caller's
         if spans is not None and len(spans):    # per-op columns (the rank task's peak was these temporaries)
             sb, se = spans["t_begin_ns"].to_numpy(np.int64), spans["t_end_ns"].to_numpy(np.int64)
             is_bw, is_opt = _is_value(spans["phase"], "backward"), _is_value(spans["phase"], "optimizer")
-            for r, sp in rows_by_rank(spans["rank"].to_numpy()).items():     # no int64 copy
-                self.tails[r] = self._tails(r, sp[take_rows(is_bw, sp)], sp[take_rows(is_opt, sp)], sb, se)
-                self.busy[r] = self._union(sb, se, sp)
-
-    def _union(self, s: np.ndarray, e: np.ndarray, rows: np.ndarray) -> iv.IntervalSet:
-        """The union of intervals ``rows`` of (s, e), ``chunk`` at a time: no buffers of every row's size."""
-        out, k = iv.empty(), self.chunk or len(rows) or 1
-        for i in range(0, len(rows), k):
-            part = rows[i:i + k]
-            out = iv.union_of(out, iv.union(take_rows(s, part), take_rows(e, part)))
-        return out
+            for r, sp in _span_rows(spans).items():
+                bw, opt = (is_bw, is_opt) if isinstance(sp, range) else (sp[take_rows(is_bw, sp)],
+                                                                         sp[take_rows(is_opt, sp)])
+                self.tails[r] = self._tails(r, bw, opt, sb, se)
+            del is_bw, is_opt, bw, opt      # not beside the busy times' buffers
+        # rank -> the union of its compute spans (busy_times; the rank task builds it before its ops are gathered)
+        self.busy: dict = busy_times(spans, chunk) if busy is None else busy
 
     def ranks(self) -> list[int]:
         return sorted(set(self.by_rank) | set(self.busy))
@@ -193,25 +219,30 @@ class RankTimes:
             yield self._time(r, rows, busy, tails)
             return
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
-        edges = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS]
+        edges, c = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS], self.chunk or len(rows)
         for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-            part = np.flatnonzero((start < hi) & (end > lo))      # an op's wait lies within [start, end]
+            part = np.concatenate([np.flatnonzero((start[i:i + c] < hi) & (end[i:i + c] > lo)) + i   # an op's wait
+                                   for i in range(0, len(rows), c)])   # lies within [start, end] (no whole-rank masks)
             dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
-            part = rows[part[0]:part[-1] + 1] if dense else rows[part]              # the others' clip to nothing)
+            part = rows[part[0]:part[-1] + 1] if dense else rows_of(rows, part)     # the others' clip to nothing)
             mine = None if busy is None else iv.clip(busy, lo, hi)
             yield self._time(r, part, mine, None if tails is None else iv.clip(tails, lo, hi), (lo, hi), k == 0)
 
     def _tails(self, r: int, bw: np.ndarray, opt: np.ndarray, sb: np.ndarray, se: np.ndarray) -> iv.IntervalSet:
         """Rank ``r``'s DDP gradient tails less the optimizer steps run inside them (``bw``, ``opt``: its
-        backward and optimizer spans, rows of ``sb`` / ``se``)."""
+        backward and optimizer spans, rows or a mask of ``sb`` / ``se``)."""
         rows = self.by_rank.get(r, np.empty(0, dtype=np.int64))
         grad = take_rows(self.cols.grad, rows) if self.cols is not None else np.zeros(len(rows), dtype=bool)
         starts = take_rows(self.a.start, rows)
         tails = _ddp_gradient_tails(starts, grad, sb[bw], se[bw], self.chunk)
+        k = self.chunk or len(opt) or 1     # an optimizer span overlapping a tail, a chunk of them at a time: the
+        part = (lambda x, i: x[i:i + k][opt[i:i + k]]) if opt.dtype == bool else (lambda x, i: x[opt[i:i + k]])
+        if not any(_overlaps(tails, part(sb, i), part(se, i)) for i in range(0, len(opt), k)):   # spans' copies
+            return tails            # and the search's temporaries were the rank task's peak; found: ZeRO's case
         return _step_in_tails(tails, starts, sb[opt], se[opt])
 
     def _time(self, r: int, rows: np.ndarray, busy, tails, cut: tuple | None = None, first: bool = True) -> RankTime:
-        mine = rows if self.selected is None else rows[self.selected[rows]]
+        mine = rows if self.selected is None else rows_of(rows, take_rows(self.selected, rows))
         comm = iv.union(take_rows(self.a.start, mine), take_rows(self.a.end, mine))
         for lo, hi in ([cut] if cut else []) + ([self.windows.get(r, (0, 0))] if self.windows is not None else []):
             comm = iv.clip(comm, lo, hi)
@@ -224,24 +255,23 @@ class RankTimes:
 
 
 class StepFigures:
-    """The per (rank, step) table: ``add`` each rank's RankTime, then ``columns()``."""
+    """The per (rank, step) table from the ops and bytes per step (ops_per_step): ``add`` each rank's RankTime,
+    then ``columns()``."""
 
-    def __init__(self, steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None = None,
-                 chunk: int = 0):
+    def __init__(self, steps: pd.DataFrame, ops: np.ndarray, nbytes: np.ndarray):
         self.steps = steps
         n = len(steps)
         self.lo = steps["t_begin_ns"].to_numpy(np.int64)
         self.hi = steps["t_end_ns"].to_numpy(np.int64)
-        self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if n else {}
+        self.rows = rows_by_rank(steps["rank"].to_numpy()) if n else {}
         self.compute, self.comm, self.exposed = (np.zeros(n, np.int64) for _ in range(3))
-        self.ops, self.nbytes = _ops_per_step(steps, a, op_step, selected, chunk)
+        self.ops, self.nbytes = ops, nbytes
 
     def add(self, r: int, t: RankTime) -> None:
         rows = self.rows.get(r)
         if rows is None:
             return
-        if t.cut is not None:       # a time piece: the steps it overlaps (the others get none of it)
-            rows = rows[(self.hi[rows] > t.cut[0]) & (self.lo[rows] < t.cut[1])]
+        rows = _overlapping(rows, self.lo, self.hi, t.cut)
         lo, hi = self.lo[rows], self.hi[rows]
         self.compute[rows] += iv.length_within(t.compute, lo, hi)
         self.comm[rows] += iv.length_within(t.comm, lo, hi)
@@ -258,7 +288,7 @@ class StepFigures:
                 "ops": self.ops, "bytes": self.nbytes}
 
 
-def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
+def ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selected: np.ndarray | None, chunk: int):
     """(ops, bytes) per row of ``steps``: the rank's selected ops starting in the step (per rank a
     table step number -> row, -1: not shown), added ``chunk`` ops at a time (0: all; in row order either way,
     and integer sums below 2**53 are exact in any order)."""
@@ -268,12 +298,12 @@ def _ops_per_step(steps: pd.DataFrame, a: OpArrays, op_step: np.ndarray, selecte
         return ops, nbytes.astype(np.int64)
     snum = steps["step"].to_numpy()         # as held (int32): no int64 copy
     by_rank = a.rank_rows()
-    for r, rows in rows_by_rank(steps["rank"].to_numpy(np.int64)).items():
+    for r, rows in rows_by_rank(steps["rank"].to_numpy()).items():
         mine = by_rank.get(r)
         if mine is None:
             continue
         if selected is not None:
-            mine = mine[selected[mine]]
+            mine = rows_of(mine, take_rows(selected, mine))
         st = op_step if len(mine) == len(op_step) else op_step[mine]    # one rank's frame: no gather
         table = np.full(int(max(st.max(initial=0), snum[rows].max())) + 1, -1, dtype=np.int64)
         table[snum[rows]] = rows
@@ -297,12 +327,17 @@ def _add_by_row(row_of: np.ndarray, st: np.ndarray, weights: np.ndarray, counts:
     sums += np.bincount(target[hit], weights=weights[hit].astype(np.float64), minlength=len(sums))
 
 
+def _overlapping(rows: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: tuple | None) -> np.ndarray:
+    """The steps ``rows`` overlapping a time piece's ``cut`` (the others get none of it; all when None)."""
+    return rows if cut is None else rows[(take_rows(hi, rows) > cut[0]) & (take_rows(lo, rows) < cut[1])]
+
+
 class OutsideSteps:
     """Each stepping rank's communication outside its steps (before, between, after): ``add`` each
     RankTime; the partitioned merge makes the table (ops and bytes summed, comm_ns the mean)."""
 
     def __init__(self, steps: pd.DataFrame):
-        self.rows = rows_by_rank(steps["rank"].to_numpy(np.int64)) if len(steps) else {}
+        self.rows = rows_by_rank(steps["rank"].to_numpy()) if len(steps) else {}
         self.b = steps["t_begin_ns"].to_numpy(np.int64)
         self.e = steps["t_end_ns"].to_numpy(np.int64)
         self.comm: dict = {BEFORE: [], BETWEEN: [], AFTER: []}
@@ -311,11 +346,11 @@ class OutsideSteps:
         rows = self.rows.get(r)
         if rows is None:
             return
-        b, e = self.b[rows], self.e[rows]
         total = iv.length(t.comm)
-        before = int(iv.covered_before(t.comm, b[:1])[0])
-        after = total - int(iv.covered_before(t.comm, e[-1:])[0])
-        in_steps = int(iv.length_within(t.comm, b, e).sum())
+        before = int(iv.covered_before(t.comm, self.b[rows[:1]])[0])
+        after = total - int(iv.covered_before(t.comm, self.e[rows[-1:]])[0])
+        rows = _overlapping(rows, self.b, self.e, t.cut)
+        in_steps = int(iv.length_within(t.comm, self.b[rows], self.e[rows]).sum())
         for code, v in ((BEFORE, before), (AFTER, after), (BETWEEN, total - before - after - in_steps)):
             self.comm[code] += [0] * t.first       # a rank's first piece opens its entry; its pieces add up
             self.comm[code][-1] += v

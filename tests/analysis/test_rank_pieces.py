@@ -138,24 +138,24 @@ def test_rank_ops_holds_offsets_whose_times_equal_the_whole(runs):
 
 def test_bytes_per_step_chunk_by_chunk_equal_the_whole(runs):
     """StepFigures adds each step's ops and bytes ``chunk`` ops at a time: the same sums (in row order)."""
-    from commtrace.analysis.steps import find_steps, locate_ops
-    from commtrace.analysis.step_table import StepFigures
+    from commtrace.analysis.steps import begin_at_first_op, find_steps, locate_ops
+    from commtrace.analysis.step_table import ops_per_step
     from commtrace.trace import reader
     plan = run_plan.plan_run(runs["ddp"])
     for r, metas in plan.ranks.items():
         procs, refs = run_plan.read_rank(metas, plan.refs, [])
         spans, _, _ = reader.build_mark_tables(procs, [], refs, user_marks=False)
         ops = rank_ops(procs, refs, r)
-        steps = find_steps(spans, ops.arrays)
+        steps = begin_at_first_op(find_steps(spans), spans, ops.arrays)
         op_step = locate_ops(ops.arrays, steps)[0]
-        whole = StepFigures(steps, ops.arrays, op_step, None, 0)
-        assert len(steps) and whole.nbytes.sum() > 0
+        whole = ops_per_step(steps, ops.arrays, op_step, None, 0)
+        assert len(steps) and whole[1].sum() > 0
         selected = np.arange(len(op_step)) % 3 > 0
         for chunk in (1, 2, 5):
-            got = StepFigures(steps, ops.arrays, op_step, None, chunk)
-            assert (got.ops == whole.ops).all() and (got.nbytes == whole.nbytes).all()
-            a, b = StepFigures(steps, ops.arrays, op_step, selected, chunk), StepFigures(steps, ops.arrays, op_step, selected)
-            assert (a.ops == b.ops).all() and (a.nbytes == b.nbytes).all()
+            got = ops_per_step(steps, ops.arrays, op_step, None, chunk)
+            assert (got[0] == whole[0]).all() and (got[1] == whole[1]).all()
+            a, b = ops_per_step(steps, ops.arrays, op_step, selected, chunk), ops_per_step(steps, ops.arrays, op_step, selected, 0)
+            assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 
 
 @pytest.mark.parametrize("name", ["ddp", "accumulation", "join", "regions", "synthetic"])
@@ -182,3 +182,40 @@ def test_busy_time_in_chunks_equals_the_whole_union(runs, name):
             t, w = got.of(r), whole.of(r)
             for a, b in zip((*t.comm, *t.compute, *t.exposed), (*w.comm, *w.compute, *w.exposed)):
                 assert (a == b).all(), (name, r, chunk)
+
+
+@pytest.mark.parametrize("name", ["ddp", "regions", "synthetic"])
+def test_one_rank_rows_as_a_range_equal_an_index(runs, name):
+    """A rank task's one rank has its rows as a range (no index array: 4 B/op held); every piece's sets and rows
+    and the ops and bytes per step equal those read through the index array of the same rows, with a window too."""
+    import dataclasses
+
+    from commtrace.analysis.step_table import ops_per_step
+    from commtrace.analysis.steps import begin_at_first_op, find_steps, locate_ops
+    from commtrace.trace import reader
+    plan = run_plan.plan_run(runs[name])
+    for r, metas in plan.ranks.items():
+        procs, refs = run_plan.read_rank(metas, plan.refs, [])
+        spans, _, _ = reader.build_mark_tables(procs, [], refs, user_marks=False)
+        ops = rank_ops(procs, refs, r)
+        a = ops.arrays
+        assert a.rank_rows()[r] == range(len(a.start))
+        b = dataclasses.replace(a)
+        b._rank_rows = {r: np.arange(len(a.start), dtype=np.int32)}       # the index the rows were before
+        steps = begin_at_first_op(find_steps(spans), spans, a)
+        op_step = locate_ops(a, steps)[0]
+        assert (op_step == locate_ops(b, steps)[0]).all()
+        for selected in (None, np.arange(len(a.start)) % 3 > 0):
+            x, y = ops_per_step(steps, a, op_step, selected, 7), ops_per_step(steps, b, op_step, selected, 7)
+            assert all((p == q).all() for p, q in zip(x, y))
+            for size in (0, max(1, len(a.start) // 5)):
+                got = [RankTimes(dataclasses.replace(ops.waits, a=arr), arr, spans, selected).pieces(r, size)
+                       for arr in (a, b)]
+                n = 0
+                for p, q in zip(*got):
+                    n += 1
+                    assert all((u == v).all() for s, t in zip((p.comm, p.compute, p.exposed),
+                                                              (q.comm, q.compute, q.exposed)) for u, v in zip(s, t))
+                    assert (p.rows is None) == (q.rows is None) and p.cut == q.cut
+                    assert p.rows is None or list(p.rows) == list(q.rows)
+                assert n >= (2 if size and len(a.start) >= 10 else 1)

@@ -19,8 +19,8 @@ import pandas as pd
 from ...trace import reader
 from .. import intervals as iv
 from ..native_ext import kernels
-from ..step_table import OutsideSteps, RankTimes, StepFigures, in_pieces
-from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, compute_spans, find_steps, locate_ops
+from ..step_table import OutsideSteps, RankTimes, StepFigures, busy_times, in_pieces, ops_per_step
+from ..steps import AFTER, BEFORE, BETWEEN, NO_STEPS, begin_at_first_op, compute_spans, find_steps, locate_ops
 from .rank_banner import rank_facts
 from .cpp_layer import rank_ops_of
 from .region_figures import RankRegions, rank_modules
@@ -88,13 +88,15 @@ def map_rank(task: RankTask) -> RankPartial:
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     lean = RECORD_PIECE if in_pieces(sum(p.n_records for p in procs), task.piece) else 0   # few ranks:
+    steps = find_steps(spans)           # before the ops: its per-span temporaries not beside them
+    spans = compute_spans(spans)
+    spans = _times_of(spans) if lean else spans
+    busy = busy_times(spans, CHUNK_OPS)     # needs the spans alone: its union's buffers not beside the op columns
     ops, layers = rank_ops_of(procs, refs, task.rank, lean)                   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
     a = ops.arrays if ops is not None else None
-    steps = find_steps(spans, a)
-    spans = compute_spans(spans)
-    spans = _times_of(spans) if lean else spans
+    steps = begin_at_first_op(steps, spans, a)
     applied = applied_to_rank(task.window, ops, steps, task.t0)
     regions = RankRegions(region_spans, a, applied)
     modules = rank_modules(ops, applied) if task.modules else None
@@ -102,8 +104,8 @@ def map_rank(task: RankTask) -> RankPartial:
     if a is None:
         regions.add_without_ops(spans)
     times = None if a is None else RankTimes(ops.waits, a, spans, applied.selected if applied is not None else None,
-                                             applied.bounds if applied is not None else None, CHUNK_OPS)
-    del spans, region_spans     # each rank's busy time and tails (RankTimes) are what the figures read of them
+                                             applied.bounds if applied is not None else None, CHUNK_OPS, busy)
+    del spans, region_spans, busy   # each rank's busy time and tails (RankTimes) are what the figures read of them
     per_rank, comm, outside = _step_parts(times, a, steps, regions, applied, modules, task.piece)
     # what only the figures above read goes before the cells (their peak): the step table travels packed
     per_rank = pack(per_rank)
@@ -113,6 +115,8 @@ def map_rank(task: RankTask) -> RankPartial:
         ops.waits = None
     shown = ops if applied is None else selected_ops(ops, applied.selected)
     facts = rank_facts(task.rank, procs, shown)
+    if ops is not None and ops.offsets is not None:     # the ends are read no more (lean: the durations come from
+        ops.arrays.end = shown.arrays.end = None        # the offsets): their block is the cells' durations' hole
     cells, values = _cells(shown, task.rank, task.exact)
     n = len(shown.arrays.start) if shown is not None else 0
     first = int(a.start.min()) if a is not None and len(a.start) else None
@@ -123,9 +127,15 @@ def map_rank(task: RankTask) -> RankPartial:
 
 
 def _times_of(spans: pd.DataFrame | None) -> pd.DataFrame | None:
-    """The spans' columns read after find_steps (RankTimes, rank_window; 6.5 of their 19 B/op less held)."""
-    return None if spans is None else pd.DataFrame({c: spans[c] for c in ("rank", "phase", "t_begin_ns", "t_end_ns")},
-                                                   copy=False)    # views: the other columns go with the frame
+    """The spans' columns read after find_steps (RankTimes, rank_window; 6.5 of their 19 B/op less held; the
+    rank's a broadcast view when it is one rank's: 4 B per span less)."""
+    if spans is None:
+        return None
+    rank = spans["rank"].to_numpy()
+    one = len(rank) and rank.min() == rank.max()
+    return pd.DataFrame({"rank": np.broadcast_to(rank[:1].copy(), len(rank)) if one else spans["rank"],
+                         **{c: spans[c] for c in ("phase", "t_begin_ns", "t_end_ns")}},
+                        copy=False)    # views: the other columns go with the frame
 
 
 def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int = 0):
@@ -133,9 +143,20 @@ def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int
         return {}, {}, {}
     sel = applied.selected if applied is not None else None
     op_step, where = locate_ops(a, steps)     # after RankTimes: its tails' temporaries beside less per-op columns
+    # ops and bytes per where code (only ranks with steps get codes other than NO_STEPS; the byte sums are
+    # float64, exact below 2**53 in any order: summed a chunk at a time, without an int64 or float copy of every op's)
+    w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
+    ops, nbytes = np.zeros(NO_STEPS + 1, np.int64), np.zeros(NO_STEPS + 1)
+    for i in range(0, len(w), CHUNK_OPS):
+        ops += np.bincount(w[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
+        nbytes += np.bincount(w[i:i + CHUNK_OPS], weights=nb[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
+    m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
+    no_steps = sorted(set(np.unique(a.rank[m]).tolist()))
+    del w, m, where             # counted: neither beside the per-step sums below
     shown_steps = steps[applied.steps_in].reset_index(drop=True) if applied is not None else steps
-    figures = StepFigures(shown_steps, a, op_step, sel, CHUNK_OPS)
-    del op_step                 # counted per step: 4 B/op less through the pieces
+    counts = ops_per_step(shown_steps, a, op_step, sel, CHUNK_OPS)
+    del op_step                 # counted per step: 4 B/op less beside the step table's sums and the pieces
+    figures = StepFigures(shown_steps, *counts)
     outside = OutsideSteps(steps)
     comm = {}
     for r in times.ranks():
@@ -146,16 +167,9 @@ def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int
             regions.add(r, t.comm, t.first)
             if modules is not None:
                 modules.add(r, t)
-    # ops and bytes per where code (only ranks with steps get codes other than NO_STEPS; the byte sums are
-    # float64, exact below 2**53 in any order: summed a chunk at a time, without an int64 or float copy of every op's)
-    w, nb = (where, a.nbytes) if sel is None else (where[sel], a.nbytes[sel])
-    ops, nbytes = np.zeros(NO_STEPS + 1, np.int64), np.zeros(NO_STEPS + 1)
-    for i in range(0, len(w), CHUNK_OPS):
-        ops += np.bincount(w[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
-        nbytes += np.bincount(w[i:i + CHUNK_OPS], weights=nb[i:i + CHUNK_OPS], minlength=NO_STEPS + 1)
+            del t                   # its sets not beside the next piece's
     parts = {c: [int(ops[c]), int(nbytes[c]), list(outside.comm[c])] for c in (BEFORE, BETWEEN, AFTER)}
-    m = (where == NO_STEPS) if sel is None else (where == NO_STEPS) & sel
-    parts[NO_STEPS] = [int(ops[NO_STEPS]), int(nbytes[NO_STEPS]), sorted(set(np.unique(a.rank[m]).tolist()))]
+    parts[NO_STEPS] = [int(ops[NO_STEPS]), int(nbytes[NO_STEPS]), no_steps]
     return figures.columns(), comm, parts
 
 
@@ -167,8 +181,9 @@ def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[dict, list]:
     columns, and per cell its durations (float32 when lossless) or their LogSketch."""
     if ops is None:
         return {}, []
-    a, n = ops.arrays, len(ops.cells)
-    f = cell_figures(ops.cell, ops.durations(CHUNK_OPS), a.nbytes, n)
+    a, n, dur = ops.arrays, len(ops.cells), ops.durations(CHUNK_OPS)
+    ops.offsets = None          # read no more: their block is the durations by cell's hole (no heap above it)
+    f = cell_figures(ops.cell, dur, a.nbytes, n)
     keep = np.flatnonzero(f.ops > 0).tolist()
     columns = {c: [ops.cells[k][i] for k in keep] for i, c in enumerate(CELL_COLUMNS)}
     columns["rank"] = [str(rank)] * len(keep)
