@@ -227,7 +227,8 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
                for n in [f.rank // WORLD_STRIDE]}
         info["worlds"] = [ids.get(n) for n in range(max(ids, default=-1) + 1)]
         restarts = world_restarts([pt for f in ranks.facts for pt in f.processes])
-        info["world_restarts"] = {n: restarts[w] for n, w in enumerate(info["worlds"]) if restarts.get(w)}
+        if any(restarts.get(w) for w in info["worlds"]):   # only for a run torchrun restarted
+            info["world_restarts"] = {n: restarts[w] for n, w in enumerate(info["worlds"]) if restarts.get(w)}
     return info
 
 
