@@ -220,9 +220,14 @@ class RankTimes:
             return
         start, end = take_rows(self.a.start, rows), take_rows(self.a.end, rows)
         edges, c = [iv.NEG, *np.unique(start[size::size]).tolist(), iv.POS], self.chunk or len(rows)
+        # each chunk's earliest start and latest end: a piece looks only in the chunks that can hold its ops
+        # (every chunk for every piece was pieces x chunks passes in Python)
+        firsts = np.arange(0, len(rows), c)
+        chunk_lo, chunk_hi = np.minimum.reduceat(start, firsts), np.maximum.reduceat(end, firsts)
         for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-            part = np.concatenate([np.flatnonzero((start[i:i + c] < hi) & (end[i:i + c] > lo)) + i   # an op's wait
-                                   for i in range(0, len(rows), c)])   # lies within [start, end] (no whole-rank masks)
+            part = np.concatenate([np.empty(0, np.intp)] + [   # an op's wait lies within [start, end]
+                np.flatnonzero((start[i:i + c] < hi) & (end[i:i + c] > lo)) + i   # (no whole-rank masks)
+                for i in firsts[(chunk_lo < hi) & (chunk_hi > lo)].tolist()])
             dense = len(part) and part[-1] - part[0] < len(part) + len(part) // 4   # then their range (views;
             part = rows[part[0]:part[-1] + 1] if dense else rows_of(rows, part)     # the others' clip to nothing)
             mine = None if busy is None else iv.clip(busy, lo, hi)
