@@ -10,11 +10,13 @@ optimizer step (FSDP1's own clip_grad_norm_; else torch.nn.utils', per DeviceMes
 The tp scenario lets ``init_device_mesh`` make the world (no backend named: torch's
 default for the device), as pytorch/examples' tensor-parallel scripts do.
 
-Each step runs under its own ``CommDebugMode`` (its module tracker does not
-survive a second forward): rank r writes ``OUT.r.json`` with, per step, its
-``comm_module_counts`` (module -> forward/backward -> op -> count, a module's
-count including its submodules') and ``comm_counts``, plus a hash of the
-parameters so a traced run can be compared with an untraced one.
+Each step's forward and backward run under its own ``CommDebugMode`` (its module
+tracker does not survive a second forward), its clipping, ``opt.step()`` and
+``opt.zero_grad()`` under another: rank r writes ``OUT.r.json`` with, per step, the
+first's ``comm_module_counts`` (module -> forward/backward -> op -> count, a module's
+count including its submodules') and ``comm_counts`` and the second's ``comm_counts``
+(``optimizer``), plus a hash of the parameters so a traced run can be compared with
+an untraced one.
 """
 import hashlib
 import json
@@ -156,11 +158,13 @@ def main(rank, scenario, world, port, out, steps):
         with mode:
             loss = model(x).square().mean()
             loss.backward()
-        clip(model, scenario)
-        opt.step()
-        opt.zero_grad()
+        with CommDebugMode() as after:  # the optimizer phase: clipping, step, zero_grad
+            clip(model, scenario)
+            opt.step()
+            opt.zero_grad()
         per_step.append({"modules": _plain(mode.comm_module_counts),
-                         "total": {str(k): v for k, v in mode.comm_counts.items()}})
+                         "total": {str(k): v for k, v in mode.comm_counts.items()},
+                         "optimizer": {str(k): v for k, v in after.comm_counts.items() if v}})
     h = hashlib.sha256()
     for p in model.parameters():
         t = p.full_tensor() if hasattr(p, "full_tensor") else p
