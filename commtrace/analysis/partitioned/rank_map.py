@@ -107,12 +107,13 @@ def map_rank(task: RankTask) -> RankPartial:
                                              applied.bounds if applied is not None else None, CHUNK_OPS, busy)
     del spans, region_spans, busy   # each rank's busy time and tails (RankTimes) are what the figures read of them
     per_rank, comm, outside = _step_parts(times, a, steps, regions, applied, modules, task.piece)
-    # what only the figures above read goes before the cells (their peak): the step table travels packed
-    per_rank = pack(per_rank)
+    # what only the figures above read goes before the cells (their peak) and the packing (its holes take the
+    # packing's temporaries): the step table travels packed
     steps_taken = (int(steps["step"].max()), int(steps["step"].min())) if len(steps) else (0, 0)
     del steps, times
     if ops is not None:
         ops.waits = None
+    per_rank = pack(per_rank)
     shown = ops if applied is None else selected_ops(ops, applied.selected)
     facts = rank_facts(task.rank, procs, shown)
     if ops is not None and ops.offsets is not None:     # the ends are read no more (lean: the durations come from
