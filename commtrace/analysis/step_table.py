@@ -47,14 +47,13 @@ def _is_value(col: pd.Series, value: str) -> np.ndarray:
 
 @dataclass
 class WaitColumns:
-    """Per op, what says how long its caller waited: return time (``ret_unknown``: none), blocking
-    (``sync``), DDP's/Join's own op (``has_detail``), DDP gradient bucket; ``of(rows)``: one rank's waits.
+    """Per op, what says how long its caller waited: return time (``ret_unknown``: none), waits in place
+    (``in_place``: blocking, or DDP's/Join's own op), DDP gradient bucket; ``of(rows)``: one rank's waits.
     ``offsets``: the records' (d_return, d_end), the return times op_times gives for the rows read (``ret`` None)."""
     a: OpArrays
     ret: np.ndarray | None
     ret_unknown: np.ndarray | None
-    sync: np.ndarray | None
-    has_detail: np.ndarray | None
+    in_place: np.ndarray | None     # one flag (not blocking and detail apart: 1 B/op less held by the rank task)
     grad: np.ndarray
     offsets: tuple | None = None
 
@@ -62,13 +61,13 @@ class WaitColumns:
     def of_frame(cls, frame: pd.DataFrame, a: OpArrays) -> "WaitColumns":
         ret = frame["t_return_ns"].array if "t_return_ns" in frame else None
         ret = ret if isinstance(ret, pd.arrays.IntegerArray) else None
-        sync = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
-        detail = None
+        in_place = ~frame["async"].to_numpy(dtype=bool) if "async" in frame else None
         if "detail" in frame and isinstance(frame["detail"].dtype, pd.CategoricalDtype):
             codes = frame["detail"].cat.codes.to_numpy()
             waits = np.array([schema.detail_waits_in_place(c) for c in frame["detail"].cat.categories] + [False])
             detail = waits[codes]   # code -1 (no detail) reads the last entry: False
-        return cls(a, None if ret is None else ret._data, None if ret is None else ret._mask, sync, detail,
+            in_place = detail if in_place is None else in_place | detail
+        return cls(a, None if ret is None else ret._data, None if ret is None else ret._mask, in_place,
                    gradient_buckets(frame))
 
     def of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -80,10 +79,7 @@ class WaitColumns:
             ret = start if self.ret is None else \
                 np.where(take_rows(self.ret_unknown, rows), start, take_rows(self.ret, rows))
         ret = np.clip(ret, start, end, out=None if ret is start else ret)     # int64 (both columns are): in place
-        in_place = np.zeros(len(rows), dtype=bool) if self.sync is None else take_rows(self.sync, rows)
-        if self.has_detail is not None:
-            in_place = in_place | take_rows(self.has_detail, rows)     # never in place: may be the column itself
-        return start, np.where(in_place, end, ret)
+        return start, ret if self.in_place is None else np.where(take_rows(self.in_place, rows), end, ret)
 
 
 def gradient_buckets(frame: pd.DataFrame) -> np.ndarray:

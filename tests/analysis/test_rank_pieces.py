@@ -130,7 +130,7 @@ def test_rank_ops_holds_offsets_whose_times_equal_the_whole(runs):
                               waits=dataclasses.replace(ops.waits, a=a, offsets=(d_return, d_end)))
     for chunk in (0, 1, 7, 999):
         assert np.array_equal(ops.durations(chunk), dur, equal_nan=True)
-    framed = WaitColumns(a, ret, unknown, ops.waits.sync, ops.waits.has_detail, ops.waits.grad)
+    framed = WaitColumns(a, ret, unknown, ops.waits.in_place, ops.waits.grad)
     rng = np.random.default_rng(3)
     for rows in (np.arange(len(end)), np.arange(100, 900), np.sort(rng.choice(len(end), 300, replace=False))):
         assert all((x == y).all() for x, y in zip(ops.waits.of(rows), framed.of(rows)))

@@ -45,7 +45,7 @@ def _read(meta: str, piece: int):
     ops = rank_ops([pt], {pt.world_id: pt}, 0, 7)      # lean: its end computed 7 ops at a time
     cols = {k: getattr(ops.arrays, k) for k in ("start", "end", "nbytes")}
     cols.update(cell=ops.cell, status=ops.status, mkey=ops.mkey, dret=ops.offsets[0] if ops.offsets else None,
-                sync=ops.waits.sync, detail=ops.waits.has_detail, grad=ops.waits.grad)
+                in_place=ops.waits.in_place, grad=ops.waits.grad)
     return held, summary, [str(i) for i in issues], ops.cells, ops.op_names, ops.mkeys, cols
 
 

@@ -47,7 +47,7 @@ class RankTask:
 
 # Interval figures walk a rank in time pieces of ~1/PIECES_PER_RUN of the run's ops (at least MIN_PIECE_OPS):
 # a rank holding much of a run (few ranks) builds its sets (~70 B per op) piece by piece; one of many ranks, whole.
-PIECES_PER_RUN, MIN_PIECE_OPS = 16, 4096
+PIECES_PER_RUN, MIN_PIECE_OPS = 32, 4096
 CHUNK_OPS = 1 << 16     # a pass over a whole rank's ops (sums, maxima) reads this many at a time: small temporaries
 RECORD_PIECE = 1 << 14  # records read (checked, gathered, timed) at a time: ~130 B of temporaries per record
 
@@ -106,13 +106,16 @@ def map_rank(task: RankTask) -> RankPartial:
     times = None if a is None else RankTimes(ops.waits, a, spans, applied.selected if applied is not None else None,
                                              applied.bounds if applied is not None else None, CHUNK_OPS, busy)
     del spans, region_spans, busy   # each rank's busy time and tails (RankTimes) are what the figures read of them
+    if a is not None:
+        ops.waits.grad = None       # read by the tails alone
     per_rank, comm, outside = _step_parts(times, a, steps, regions, applied, modules, task.piece)
-    # what only the figures above read goes before the cells (their peak): the step table travels packed
-    per_rank = pack(per_rank)
+    # what only the figures above read goes before the cells (their peak) and the packing (its holes take the
+    # packing's temporaries): the step table travels packed
     steps_taken = (int(steps["step"].max()), int(steps["step"].min())) if len(steps) else (0, 0)
     del steps, times
     if ops is not None:
         ops.waits = None
+    per_rank = pack(per_rank)
     shown = ops if applied is None else selected_ops(ops, applied.selected)
     facts = rank_facts(task.rank, procs, shown)
     if ops is not None and ops.offsets is not None:     # the ends are read no more (lean: the durations come from

@@ -81,7 +81,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | Non
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
-    parts: dict = {k: [] for k in ("t", "dret", "dend", "sig_bytes", "blocking", "detail", "grad",
+    parts: dict = {k: [] for k in ("t", "dret", "dend", "sig_bytes", "in_place", "grad",
                                    "cell", "proc", "status", "mkey")}
     stems: list = []
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
@@ -107,7 +107,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | Non
     a = OpArrays(rank=np.broadcast_to(np.int32(rank), len(t)), start=t, end=end, dur=dur,   # one rank: a view,
                  nbytes=c["sig_bytes"])                                                    # no memory per op
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
-    waits = WaitColumns(a, ret, ret_unknown, c["blocking"], c["detail"], c["grad"], offsets)
+    waits = WaitColumns(a, ret, ret_unknown, c["in_place"], c["grad"], offsets)
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys),
                    offsets)
 
@@ -132,12 +132,12 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     nbytes = np.array([reader.num_or_nan(s.get("bytes")) for s in sigs], np.float64)
     nbytes = np.where(np.isnan(nbytes), 0, nbytes).astype(np.int64)
     nbytes = nbytes.astype(np.int32) if lean and len(nbytes) and np.abs(nbytes).max() < 2**31 else nbytes
-    blocking = np.array([not s.get("async") for s in sigs], bool)
-    det = np.array([schema.detail_waits_in_place(s.get("detail")) for s in sigs])  # DDP's/Join's own ops
+    in_place = np.array([not s.get("async") or schema.detail_waits_in_place(s.get("detail")) for s in sigs],
+                        bool)   # blocking, or DDP's/Join's own ops
     grad = np.array([sig_is_gradient_allreduce(s) and reader.str_or_none(s.get("phase")) == "backward" for s in sigs])
     mk = np.array([mkeys.setdefault((key_str(s.get("module")), key_str(s.get("phase"))), len(mkeys))
                    for s in sigs], mkey_type)
-    per_sig = {"sig_bytes": nbytes, "blocking": blocking, "detail": det, "grad": grad, "mkey": mk}
+    per_sig = {"sig_bytes": nbytes, "in_place": in_place, "grad": grad, "mkey": mk}
     wide = np.int32 if len(sigs) * max(len(groups), 1) < 2**31 else np.int64    # 8 B/op less at the task's peak
     slut, glut, n = slut.astype(wide), glut.astype(wide), pt.n_records
     combos = len(sigs) * len(groups)      # (sig, group) pair per op: its cell once the pairs present are known
