@@ -54,6 +54,7 @@ class ProcessTrace:
     worlds: list = field(default_factory=list)
     clocks: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    sources: list = field(default_factory=list)  # "source" lines: the senders of recvs from any source
     marks: list = field(default_factory=list)
     labels: dict = field(default_factory=dict)   # "label" lines: id -> text (span records refer to them)
     dumps: list = field(default_factory=list)
@@ -257,7 +258,8 @@ def _id_below(v, limit: int) -> bool:
 
 
 # Meta line types appended whole to a ProcessTrace list (the others: _take_meta).
-_LISTED = {schema.META_WORLD: "worlds", schema.META_ERROR: "errors", schema.META_MARK: "marks",
+_LISTED = {schema.META_WORLD: "worlds", schema.META_ERROR: "errors", schema.META_SOURCE: "sources",
+           schema.META_MARK: "marks",
            schema.META_DUMP: "dumps", schema.META_DDP_MODULE: "ddp", schema.META_DDP_BUCKETS: "ddp"}
 
 
@@ -539,6 +541,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
         else:  # small ints (root, tag, bucket): Int32 with <NA> where a sig has none
             vals = np.where(ok & (np.abs(per_sig) < 2**31), per_sig, 0).astype(np.int32)
             cols[f] = pd.arrays.IntegerArray(vals[sig_codes], (~ok)[sig_codes])
+    cols["root"] = _with_sources(cols["root"], procs, proc, c["traw"])
     cols["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
     status = c.pop("st")
     status_code = np.full(256, schema.STATUS_IN_FLIGHT, dtype=np.int8)  # unknown values: in flight
@@ -603,6 +606,21 @@ def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
     for i in np.flatnonzero(np.isin(proc_codes, list(wanted))):
         out[i] = texts.get((int(proc_codes[i]), int(t_raw[i])))
     return pd.Categorical(out)
+
+
+def _with_sources(root: pd.arrays.IntegerArray, procs, proc_codes, t_raw) -> pd.arrays.IntegerArray:
+    """``root`` where a recv from any source names the rank it received from (its ``source`` line,
+    joined as errors are: on (process, raw call time))."""
+    src = {(pi, s["t_call"]): s["src"] for pi, pt in enumerate(procs) for s in pt.sources
+           if int_or_none(s.get("t_call")) is not None and int_or_none(s.get("src")) is not None}
+    if not src:
+        return root
+    vals, mask = root.to_numpy(dtype=np.int32, na_value=0), root.isna().copy()
+    for i in np.flatnonzero(np.isin(proc_codes, list({p for p, _ in src}))):
+        v = src.get((int(proc_codes[i]), int(t_raw[i])))
+        if v is not None:
+            vals[i], mask[i] = v, False
+    return pd.arrays.IntegerArray(vals, mask)
 
 
 _FIRST = ["rank", "world", "group", "seq", "op", "variant", "shapes", "dtype", "bytes", "t_start_ns",

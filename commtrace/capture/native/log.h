@@ -189,6 +189,17 @@ class Log {
     }
   }
 
+  void report_source(const Op& op) {  // under the GIL
+    try {
+      py::reinterpret_borrow<py::object>(recorder_).attr("record_source")(
+          op.t_call, op.group, op.seq, op.sig.load(), op.source);
+    } catch (py::error_already_set& e) {
+      e.restore();
+      PyErr_Clear();
+    } catch (...) {
+    }
+  }
+
   // -- any thread ---------------------------------------------------------------
   // Tracing stopped (Recorder.close: commtrace.stop, or exit): ops are forwarded
   // unrecorded, so nothing accumulates while no flush thread drains.
@@ -273,7 +284,7 @@ class Log {
   // (all of them when final), packed as OP_RECORDs.
   py::bytes drain(bool final) {
     std::string out;
-    std::vector<OpPtr> failed;  // async ops that failed with a message: error lines, under the GIL
+    std::vector<OpPtr> failed, sourced;  // error and source lines to write, under the GIL
     {
       py::gil_scoped_release nogil;
       int64_t now = now_ns();
@@ -296,7 +307,7 @@ class Log {
         }
         if (op.t_end.load() != 0) {
           recs.push_back(op.record(op.status));
-          note_failure_locked(p.op);
+          note_lines_locked(p);
         } else {
           snapshot(op, now, final, recs);
           still.push_back(std::move(p));
@@ -306,8 +317,10 @@ class Log {
       for (auto& op : active_) snapshot(*op, now, final, recs);
       out.assign(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(Record));
       failed.swap(failed_);
+      sourced.swap(sourced_);
     }
     for (auto& op : failed) report_error(*op, op->error);
+    for (auto& op : sourced) report_source(*op);
     return py::bytes(out);
   }
 
@@ -322,6 +335,7 @@ class Log {
     active_.clear();
     done_.clear();  // ended after the final drain: written IN_FLIGHT there
     failed_.clear();
+    sourced_.clear();
     ++session_;
   }
 
@@ -370,6 +384,7 @@ class Log {
     new (&mu_) std::mutex();
     done_.clear();
     failed_.clear();  // the parent's ops
+    sourced_.clear();
     new std::deque<Pending>(std::move(pending_));  // leaked: their CUDA events belong to the parent
     pending_.clear();
     active_.clear();
@@ -403,9 +418,17 @@ class Log {
 
   // Small async ops finished since: move them out so their tensors are freed
   // promptly (bounded work per call). Caller holds mu_.
-  // An async op that failed with a message: the next drain writes its error line.
-  void note_failure_locked(const OpPtr& op) {
-    if (op->status == STATUS_FAILED && !op->error.empty()) failed_.push_back(op);
+  // An async op that failed with a message, or a recv from any source that completed (its sender,
+  // known once it did: gloo's wait() sets it): the next drain writes its error / source line.
+  void note_lines_locked(const Pending& p) {
+    Op& op = *p.op;
+    if (op.status == STATUS_FAILED && !op.error.empty()) failed_.push_back(p.op);
+    if (!op.any_source || op.status == STATUS_FAILED) return;
+    try {
+      op.source = p.work->sourceRank();
+      sourced_.push_back(p.op);
+    } catch (...) {  // a backend's Work that cannot tell
+    }
   }
 
   void retire_locked() {
@@ -416,7 +439,7 @@ class Log {
         stamp_polled_end(*p.op, *p.work, now_ns());
       }
       done_.push_back(p.op->record(p.op->status));
-      note_failure_locked(p.op);
+      note_lines_locked(p);
       pending_.pop_front();
     }
   }
@@ -487,7 +510,7 @@ class Log {
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;
   Waiter waiter_;
-  std::vector<OpPtr> failed_;  // guarded by mu_ (note_failure_locked, drain)
+  std::vector<OpPtr> failed_, sourced_;  // guarded by mu_ (note_lines_locked, drain)
   DeviceEndTimer device_timer_;
 };
 
