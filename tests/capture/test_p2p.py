@@ -67,6 +67,20 @@ def test_check_matches_sends_to_a_recv_from_any_source(p2p):
     chk.check(0)
 
 
+def test_a_recv_from_any_source_is_no_part_of_a_collective_in_the_report(p2p):
+    """A recv from any source is a p2p op of its own in the report's matching (its seq counts such
+    recvs; the send it received has another): before, the partitioned analysis keyed it, peerless,
+    as a collective, and rank 0's first one was part of the world group's barrier (seq 1 too): the
+    barrier, 0 bytes, had a bandwidth, "observed" by polling, and the recvs' was not the sends'."""
+    from commtrace.analysis.partitioned import analyse
+    from commtrace.analysis.report import report_json
+    p2p.result.check(0)
+    rows = {r["op"]: r for r in report_json(analyse(p2p.run_dir))["by_op"]}
+    assert (rows["barrier"]["collectives"], rows["barrier"]["busbw"], rows["barrier"]["observed"]) == (1, None, 0)
+    assert rows["recv"]["collectives"] == rows["send"]["collectives"] == 3 * W + W - 1
+    assert rows["recv"]["busbw"] == rows["send"]["busbw"] and rows["recv"]["untimed"] == W - 1
+
+
 def check_p2p_seq(df):
     """p2p seq numbers count per (op, peer): the k-th send s->d matches the k-th recv on d from s."""
     for s in range(W):

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.rank_ranges import rank_key, world_group_name
-from ...trace.schema import FLAG_END_OBSERVED, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
+from ...trace.schema import FLAG_END_OBSERVED, MAX_RANKS, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
 from ..match import instances_with, untimed_instances
@@ -87,9 +87,11 @@ def _file_tables(pt, worlds: dict) -> _FileTables:
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     dims = reader.mesh_dims(pt.meshes)
     cell = [cell_key(s, g, dims, worlds) for s in sigs for g in groups]
+    p2p, root = np.array([o in P2P_OPS for o in op], dtype=bool), np.array([_int(s.get("root"), -1) for s in sigs])
+    root[p2p & (root < 0)] = MAX_RANKS   # a recv from any source: a p2p instance of its own (no rank is this)
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
-                       np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
-                       np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
+                       p2p, np.array([o == "send" for o in op], dtype=bool), root.astype(np.int64),
+                       np.where(tot, np.maximum(nb, ob), nb),
                        [(key_str(g.get("world_id")), key_str(g.get("name"))) for g in groups],
                        np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
 
