@@ -189,10 +189,12 @@ class Log {
     }
   }
 
-  void report_source(const Op& op) {  // under the GIL
+  // A completed recv from any source: its sender (Work::sourceRank, gloo's set by its wait();
+  // a Python backend's asks Python) as a source line.
+  void report_source(const Op& op, const WorkPtr& work) {  // under the GIL
     try {
       py::reinterpret_borrow<py::object>(recorder_).attr("record_source")(
-          op.t_call, op.group, op.seq, op.sig.load(), op.source);
+          op.t_call, op.group, op.seq, op.sig.load(), work->sourceRank());
     } catch (py::error_already_set& e) {
       e.restore();
       PyErr_Clear();
@@ -284,7 +286,8 @@ class Log {
   // (all of them when final), packed as OP_RECORDs.
   py::bytes drain(bool final) {
     std::string out;
-    std::vector<OpPtr> failed, sourced;  // error and source lines to write, under the GIL
+    std::vector<OpPtr> failed;  // async ops that failed with a message: error lines, under the GIL
+    std::vector<std::pair<OpPtr, WorkPtr>> sourced;  // completed recvs from any source: source lines, too
     {
       py::gil_scoped_release nogil;
       int64_t now = now_ns();
@@ -320,7 +323,11 @@ class Log {
       sourced.swap(sourced_);
     }
     for (auto& op : failed) report_error(*op, op->error);
-    for (auto& op : sourced) report_source(*op);
+    for (auto& [op, work] : sourced) report_source(*op, work);
+    if (!sourced.empty()) {
+      py::gil_scoped_release nogil;  // their works released as pending ones are: without the GIL
+      sourced.clear();
+    }
     return py::bytes(out);
   }
 
@@ -330,12 +337,13 @@ class Log {
   void end_session() {
     py::gil_scoped_release nogil;
     std::deque<Pending> ended;  // their works, released after the mutex
+    std::vector<std::pair<OpPtr, WorkPtr>> sourced;  // the same
     std::lock_guard<std::mutex> g(mu_);
     ended.swap(pending_);
+    sourced.swap(sourced_);
     active_.clear();
     done_.clear();  // ended after the final drain: written IN_FLIGHT there
     failed_.clear();
-    sourced_.clear();
     ++session_;
   }
 
@@ -384,9 +392,10 @@ class Log {
     new (&mu_) std::mutex();
     done_.clear();
     failed_.clear();  // the parent's ops
-    sourced_.clear();
     new std::deque<Pending>(std::move(pending_));  // leaked: their CUDA events belong to the parent
     pending_.clear();
+    new std::vector<std::pair<OpPtr, WorkPtr>>(std::move(sourced_));  // leaked: the parent's works
+    sourced_.clear();
     active_.clear();
     new (&waiter_) Waiter();
     new (&device_timer_) DeviceEndTimer();
@@ -418,17 +427,11 @@ class Log {
 
   // Small async ops finished since: move them out so their tensors are freed
   // promptly (bounded work per call). Caller holds mu_.
-  // An async op that failed with a message, or a recv from any source that completed (its sender,
-  // known once it did: gloo's wait() sets it): the next drain writes its error / source line.
+  // An async op that failed with a message, or a recv from any source that completed (its sender is
+  // known once it did): the next drain writes its error / source line.
   void note_lines_locked(const Pending& p) {
-    Op& op = *p.op;
-    if (op.status == STATUS_FAILED && !op.error.empty()) failed_.push_back(p.op);
-    if (!op.any_source || op.status == STATUS_FAILED) return;
-    try {
-      op.source = p.work->sourceRank();
-      sourced_.push_back(p.op);
-    } catch (...) {  // a backend's Work that cannot tell
-    }
+    if (p.op->status == STATUS_FAILED && !p.op->error.empty()) failed_.push_back(p.op);
+    else if (p.op->any_source && p.op->status != STATUS_FAILED) sourced_.emplace_back(p.op, p.work);
   }
 
   void retire_locked() {
@@ -510,7 +513,8 @@ class Log {
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;
   Waiter waiter_;
-  std::vector<OpPtr> failed_, sourced_;  // guarded by mu_ (note_lines_locked, drain)
+  std::vector<OpPtr> failed_;  // guarded by mu_ (note_lines_locked, drain)
+  std::vector<std::pair<OpPtr, WorkPtr>> sourced_;  // guarded by mu_ (note_lines_locked, drain)
   DeviceEndTimer device_timer_;
 };
 
