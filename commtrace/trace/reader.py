@@ -595,32 +595,34 @@ def _pid(pt: ProcessTrace) -> int:
     return pid if pid is not None and 0 <= pid < 2**31 else -1
 
 
-def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
-    """Error text of failed ops, joined on (process, raw call time)."""
-    texts = {(pi, e["t_call"]): str(e.get("text", ""))[:2000]
-             for pi, pt in enumerate(procs) for e in pt.errors if int_or_none(e.get("t_call")) is not None}
-    if not texts:
-        return pd.Categorical.from_codes(np.full(len(t_raw), -1, dtype=np.int8), categories=pd.Index([], dtype=object))
-    wanted = {p for p, _ in texts}
+def _per_op(procs, proc_codes, t_raw, lines: str, value) -> np.ndarray | None:
+    """Per row, ``value(line)`` of the one of its process's ``lines`` (errors, sources) that names its raw
+    call time, else None (joined on (process, raw call time)); None when no process has such lines."""
+    got = {(pi, e["t_call"]): value(e) for pi, pt in enumerate(procs) for e in getattr(pt, lines)
+           if int_or_none(e.get("t_call")) is not None}
+    if not got:
+        return None
     out = np.full(len(t_raw), None, dtype=object)
-    for i in np.flatnonzero(np.isin(proc_codes, list(wanted))):
-        out[i] = texts.get((int(proc_codes[i]), int(t_raw[i])))
+    for i in np.flatnonzero(np.isin(proc_codes, list({p for p, _ in got}))):
+        out[i] = got.get((int(proc_codes[i]), int(t_raw[i])))
+    return out
+
+
+def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
+    """Error text of failed ops."""
+    out = _per_op(procs, proc_codes, t_raw, "errors", lambda e: str(e.get("text", ""))[:2000])
+    if out is None:
+        return pd.Categorical.from_codes(np.full(len(t_raw), -1, dtype=np.int8), categories=pd.Index([], dtype=object))
     return pd.Categorical(out)
 
 
 def _with_sources(root: pd.arrays.IntegerArray, procs, proc_codes, t_raw) -> pd.arrays.IntegerArray:
-    """``root`` where a recv from any source names the rank it received from (its ``source`` line,
-    joined as errors are: on (process, raw call time))."""
-    src = {(pi, s["t_call"]): s["src"] for pi, pt in enumerate(procs) for s in pt.sources
-           if int_or_none(s.get("t_call")) is not None and int_or_none(s.get("src")) is not None}
-    if not src:
-        return root
-    vals, mask = root.to_numpy(dtype=np.int32, na_value=0), root.isna().copy()
-    for i in np.flatnonzero(np.isin(proc_codes, list({p for p, _ in src}))):
-        v = src.get((int(proc_codes[i]), int(t_raw[i])))
-        if v is not None:
-            vals[i], mask[i] = v, False
-    return pd.arrays.IntegerArray(vals, mask)
+    """``root`` where a recv from any source names the rank it received from (its ``source`` line)."""
+    src = _per_op(procs, proc_codes, t_raw, "sources", lambda s: int_or_none(s.get("src")))
+    if src is not None and (known := src != None).any():  # noqa: E711 (elementwise)
+        root = root.copy()
+        root[known] = src[known].astype(np.int32)
+    return root
 
 
 _FIRST = ["rank", "world", "group", "seq", "op", "variant", "shapes", "dtype", "bytes", "t_start_ns",
