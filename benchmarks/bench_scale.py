@@ -193,9 +193,9 @@ def against(ranks: int, ops: int, base: str, rounds: int, workdir: str | None = 
     run_dir = synthetic_run(root, ranks, ops)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     res: dict = {"ranks": ranks, "ops_per_rank": ops, "base": os.path.abspath(base), "before": [], "after": []}
-    for _ in range(rounds):
+    for i in range(rounds):
         for side, tree in (("before", res["base"]), ("after", here)):
-            r = child("whole", run_dir, 1, {"PYTHONPATH": tree})
+            r = child("whole", run_dir, 1, {"PYTHONPATH": tree, "PYTHONHASHSEED": str(i + 1)})  # as in slope
             res[side].append({"wall_s": r["wall_s"], "cpu_s": r["cpu_s"],
                               "bytes_per_op": (r["self_rss"] + r["child_rss"]) / r["ops"]})
     if not workdir:
@@ -225,10 +225,12 @@ def slope(runs: list, trees: dict, rounds: int, workdir: str | None = None) -> d
     res: dict = {"trees": {k: os.path.abspath(v) for k, v in trees.items()}, "runs": []}
     for ranks, ops in runs:
         run_dir, row = synthetic_run(root, ranks, ops), {"ranks": ranks, "ops_per_rank": ops}
-        for _ in range(rounds):
+        for i in range(rounds):
             for name, tree in res["trees"].items():
                 for kind, w in (("cold", None), ("warm", warm)):
-                    r = child("whole", run_dir, 1, {"PYTHONPATH": tree}, w)
+                    # round i's hash seed is the same in every tree: set iteration order moves the
+                    # 1-rank peak by up to ~1.5 B/op, which random seeds would put between the trees
+                    r = child("whole", run_dir, 1, {"PYTHONPATH": tree, "PYTHONHASHSEED": str(i + 1)}, w)
                     row.setdefault(f"{name} {kind}", []).append(r["self_rss"] + r["child_rss"])
                     row.setdefault(f"{name} cpu", []).append(r["cpu_s"]) if kind == "cold" else None
         res["runs"].append(row)

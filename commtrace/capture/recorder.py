@@ -185,6 +185,18 @@ class Recorder(AnnotationContext):
             if not self.closed or self._final_flush:
                 self.meta_queue.append(line)
 
+    def record_source(self, t_call: int, group: int, seq: int, sig: int, src: int) -> None:
+        """A recv from any source completed from ``src`` (its rank in the group; the sender is known only
+        then: ``Work.source_rank()``): a ``source`` line with its global rank (C++ calls it too)."""
+        ranks = self.group_lines[group].get("ranks") if 0 <= group < len(self.group_lines) else None
+        if not isinstance(src, int) or src < 0 or not ranks or src >= len(ranks):
+            return   # not known (-1: the backend could not tell)
+        line = {"type": schema.META_SOURCE, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
+                "src": ranks[src]}
+        with self._lock:
+            if not self.closed or self._final_flush:
+                self.meta_queue.append(line)
+
     def record_exception(self, exc: BaseException, tb=None) -> None:
         """An ``exception`` line: the uncaught exception that ends this process."""
         import traceback

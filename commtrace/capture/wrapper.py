@@ -30,7 +30,7 @@ from .. import torch_compat
 from ..dynamo import skip_class_frames
 from ..trace import schema
 from . import ops
-from .completion import FLAG_IN_WAIT, FLAGS, SIG, STATUS, T_END
+from .completion import FLAG_IN_WAIT, FLAGS, GROUP, SEQ, SIG, STATUS, T_CALL, T_END
 from .recorder import Recorder
 from .scopes import drop_own_frame
 
@@ -292,6 +292,7 @@ def _make_traced(name: str, spec: ops.Spec):
     op = spec.op
     p2p = spec.p2p
     sparse_ok = spec.sparse
+    any_source = name == "recv_anysource"
 
     def traced(self, *args, **kwargs):
         rec = self._rec
@@ -360,7 +361,7 @@ def _make_traced(name: str, spec: ops.Spec):
                 row[1] = _now()
                 tr.track(row, work, sig, rec.sig_cpu[sig])
                 if p2p and rec.sig_cpu[sig]:
-                    work = _WatchedP2PWork(work, row, rec, tr)
+                    work = _WatchedP2PWork(work, row, rec, tr, any_source)
         except BaseException as e:
             t = _now()
             if type(row[SIG]) is not int:
@@ -388,11 +389,13 @@ class _WatchedP2PWork(dist.Work):
     op failed, with its message, when the caller's ``wait()`` raises (gloo's p2p Work has no future
     to read an error from, and ``Work.exception()`` prints a torch deprecation warning). While the
     wait runs the row is not collected (FLAG_IN_WAIT): its polled end alone would read completed.
-    A row written completed before the wait (the Work reported is_completed()) is written again."""
+    A row written completed before the wait (the Work reported is_completed()) is written again.
+    A recv from any source (``any_source``) records its sender once its wait returned (gloo sets it there)."""
 
-    def __init__(self, inner, row: list, rec: Recorder, tracker):
+    def __init__(self, inner, row: list, rec: Recorder, tracker, any_source: bool = False):
         super().__init__()
         self._inner, self._row, self._rec, self._tracker = inner, row, rec, tracker
+        self._any_source = any_source
 
     def wait(self, *args, **kwargs):
         row = self._row
@@ -400,6 +403,8 @@ class _WatchedP2PWork(dist.Work):
         try:
             out = self._inner.wait(*args, **kwargs)
             row[T_END] = row[T_END] or _now()  # returned: ended by now (a poll may have seen it earlier)
+            if self._any_source:
+                self._record_source()
             return out
         except BaseException as e:
             if row[STATUS] != _FAILED:
@@ -414,6 +419,16 @@ class _WatchedP2PWork(dist.Work):
             raise
         finally:
             row[FLAGS] &= ~FLAG_IN_WAIT
+
+    def _record_source(self) -> None:
+        self._any_source = False   # once (a second wait)
+        try:
+            src = self._inner._source_rank()
+        except Exception:
+            return   # a backend's Work that cannot tell
+        row = self._row
+        if self._tracker is self._rec.tracker:   # not once its session has ended
+            self._rec.record_source(row[T_CALL], row[GROUP], row[SEQ], row[SIG], src)
 
     def __getattr__(self, name):  # a Python backend's own Work attributes
         if name == "_inner":

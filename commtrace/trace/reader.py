@@ -54,6 +54,7 @@ class ProcessTrace:
     worlds: list = field(default_factory=list)
     clocks: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    sources: list = field(default_factory=list)  # "source" lines: the senders of recvs from any source
     marks: list = field(default_factory=list)
     labels: dict = field(default_factory=dict)   # "label" lines: id -> text (span records refer to them)
     dumps: list = field(default_factory=list)
@@ -257,7 +258,8 @@ def _id_below(v, limit: int) -> bool:
 
 
 # Meta line types appended whole to a ProcessTrace list (the others: _take_meta).
-_LISTED = {schema.META_WORLD: "worlds", schema.META_ERROR: "errors", schema.META_MARK: "marks",
+_LISTED = {schema.META_WORLD: "worlds", schema.META_ERROR: "errors", schema.META_SOURCE: "sources",
+           schema.META_MARK: "marks",
            schema.META_DUMP: "dumps", schema.META_DDP_MODULE: "ddp", schema.META_DDP_BUCKETS: "ddp"}
 
 
@@ -539,6 +541,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
         else:  # small ints (root, tag, bucket): Int32 with <NA> where a sig has none
             vals = np.where(ok & (np.abs(per_sig) < 2**31), per_sig, 0).astype(np.int32)
             cols[f] = pd.arrays.IntegerArray(vals[sig_codes], (~ok)[sig_codes])
+    cols["root"] = _with_sources(cols["root"], procs, proc, c["traw"])
     cols["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
     status = c.pop("st")
     status_code = np.full(256, schema.STATUS_IN_FLIGHT, dtype=np.int8)  # unknown values: in flight
@@ -592,17 +595,34 @@ def _pid(pt: ProcessTrace) -> int:
     return pid if pid is not None and 0 <= pid < 2**31 else -1
 
 
-def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
-    """Error text of failed ops, joined on (process, raw call time)."""
-    texts = {(pi, e["t_call"]): str(e.get("text", ""))[:2000]
-             for pi, pt in enumerate(procs) for e in pt.errors if int_or_none(e.get("t_call")) is not None}
-    if not texts:
-        return pd.Categorical.from_codes(np.full(len(t_raw), -1, dtype=np.int8), categories=pd.Index([], dtype=object))
-    wanted = {p for p, _ in texts}
+def _per_op(procs, proc_codes, t_raw, lines: str, value) -> np.ndarray | None:
+    """Per row, ``value(line)`` of the one of its process's ``lines`` (errors, sources) that names its raw
+    call time, else None (joined on (process, raw call time)); None when no process has such lines."""
+    got = {(pi, e["t_call"]): value(e) for pi, pt in enumerate(procs) for e in getattr(pt, lines)
+           if int_or_none(e.get("t_call")) is not None}
+    if not got:
+        return None
     out = np.full(len(t_raw), None, dtype=object)
-    for i in np.flatnonzero(np.isin(proc_codes, list(wanted))):
-        out[i] = texts.get((int(proc_codes[i]), int(t_raw[i])))
+    for i in np.flatnonzero(np.isin(proc_codes, list({p for p, _ in got}))):
+        out[i] = got.get((int(proc_codes[i]), int(t_raw[i])))
+    return out
+
+
+def _errors_column(procs, proc_codes, t_raw) -> pd.Categorical:
+    """Error text of failed ops."""
+    out = _per_op(procs, proc_codes, t_raw, "errors", lambda e: str(e.get("text", ""))[:2000])
+    if out is None:
+        return pd.Categorical.from_codes(np.full(len(t_raw), -1, dtype=np.int8), categories=pd.Index([], dtype=object))
     return pd.Categorical(out)
+
+
+def _with_sources(root: pd.arrays.IntegerArray, procs, proc_codes, t_raw) -> pd.arrays.IntegerArray:
+    """``root`` where a recv from any source names the rank it received from (its ``source`` line)."""
+    src = _per_op(procs, proc_codes, t_raw, "sources", lambda s: int_or_none(s.get("src")))
+    if src is not None and (known := src != None).any():  # noqa: E711 (elementwise)
+        root = root.copy()
+        root[known] = src[known].astype(np.int32)
+    return root
 
 
 _FIRST = ["rank", "world", "group", "seq", "op", "variant", "shapes", "dtype", "bytes", "t_start_ns",

@@ -193,6 +193,7 @@ META_GROUP = "group"          # id, world, name, desc, backend, size, ranks (glo
 META_SIG = "sig"              # id and the static description of an op: see SIG_FIELDS
 META_CLOCK = "clock"          # offset_ns to rank 0 (t_rank0 = t_local + offset_ns), rtt_ns, t_mono_ns, when
 META_ERROR = "error"          # t_call, group, seq, text: why an op failed
+META_SOURCE = "source"        # t_call, group, seq, sig, src: the global rank a recv from any source received from
 META_MARK = "mark"            # kind "mark" | "region_begin" | "region_end": t_mono_ns, label;
                               # kind "span" (older traces; now SPAN_RECORDs): phase, module, iteration,
                               # t_begin_ns, t_end_ns
@@ -288,6 +289,7 @@ FIELD_KINDS = {
     META_CLOCK: {"offset_ns": "int", "rtt_ns": "int", "ref_rank": "rank", "method": "str", "when": "str",
                  "world_id": "str", **_TIMES},
     META_ERROR: {"t_call": "int", "group": "int", "seq": "int", "sig": "int", "text": "str"},
+    META_SOURCE: {"t_call": "int", "group": "int", "seq": "int", "sig": "int", "src": "rank"},
     META_MARK: {"kind": "str", "label": "str", "phase": "str", "module": "str", "iteration": "int",
                 "t_begin_ns": "int", "t_end_ns": "int", **_TIMES},
     META_LABEL: {"id": "int", "text": "str"},

@@ -45,13 +45,13 @@ def test_p2p_exact(p2p):
         exp = ring + [("send", 5 * F, nxt, 3, True), ("recv", 5 * F, prv, 3, True),
                       # batch_isend_irecv on a ProcessGroup subclass: separate send and recv
                       ("send", 6 * F, nxt, 0, True), ("recv", 6 * F, prv, 0, True)]
-        if r == 0:
-            exp += [("recv", 2 * F, None, 7, False)] * (W - 1)  # recv_anysource: no peer known at call time
+        if r == 0:   # recv_anysource: no peer at the call; the rank it received from once it completed
+            exp += [("recv", 2 * F, src, 7, False) for src in p2p.rank_json(0)["anysource"]]
         else:
             exp += [("send", 2 * F, 0, 7, False)]
         assert _p2p_rows(df, r) == exp, r
         assert p2p.rank_json(r)["ok"] == {"ring": True, "isend": True, "batch": True}
-    assert p2p.rank_json(0)["anysource"] == [1, 2]
+    assert sorted(p2p.rank_json(0)["anysource"]) == [1, 2]
     assert set(df["status"]) == {"completed"}
     any_rows = df[(df["rank"] == 0) & (df["variant"] == "recv_anysource")]
     assert len(any_rows) == W - 1
@@ -59,12 +59,26 @@ def test_p2p_exact(p2p):
 
 
 def test_check_matches_sends_to_a_recv_from_any_source(p2p):
-    """rank 0's recv(src=None) records no peer; check must not call the sends it received
+    """rank 0's recv(src=None) names no peer at the call; check must not call the sends it received
     unmatched (found on torch's DistributedTest, test_send_recv_any_source)."""
     p2p.result.check(0)
     chk = h.commtrace_main("check", p2p.run_dir)
     assert "no matching" not in chk.stdout, chk.stdout
     chk.check(0)
+
+
+def test_a_recv_from_any_source_is_no_part_of_a_collective_in_the_report(p2p):
+    """A recv from any source is a p2p op of its own in the report's matching (its seq counts such
+    recvs; the send it received has another): before, the partitioned analysis keyed it, peerless,
+    as a collective, and rank 0's first one was part of the world group's barrier (seq 1 too): the
+    barrier, 0 bytes, had a bandwidth, "observed" by polling, and the recvs' was not the sends'."""
+    from commtrace.analysis.partitioned import analyse
+    from commtrace.analysis.report import report_json
+    p2p.result.check(0)
+    rows = {r["op"]: r for r in report_json(analyse(p2p.run_dir))["by_op"]}
+    assert (rows["barrier"]["collectives"], rows["barrier"]["busbw"], rows["barrier"]["observed"]) == (1, None, 0)
+    assert rows["recv"]["collectives"] == rows["send"]["collectives"] == 3 * W + W - 1
+    assert rows["recv"]["busbw"] == rows["send"]["busbw"] and rows["recv"]["untimed"] == W - 1
 
 
 def check_p2p_seq(df):

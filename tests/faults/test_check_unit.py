@@ -200,6 +200,24 @@ def test_a_recv_from_any_source_takes_one_send_to_its_rank():
     assert [(f.ranks, f.seq, f.severity) for f in p2p] == [([1], 2, C.ERROR)]
 
 
+def test_a_recv_from_any_source_takes_a_send_from_the_rank_it_received_from():
+    """Once a recv from any source completed, the trace names its sender (``root``, from its
+    ``source`` line): it takes that rank's send, not the first unmatched one to its rank, and never
+    by seq (its seq counts recvs from any source). Rank 0 received rank 2's first message by a recv
+    from rank 2 and its second from any source; rank 1's send was never received (read as a recv
+    from rank 2 #1, rank 2's second send was called unmatched too). A completed one whose sender has
+    no send left for it has no counterpart itself."""
+    procs = [proc(r, 3) for r in range(3)]
+    rows = [row(2, 1, op="send", root=0), row(0, 1, op="recv", root=2), row(2, 2, op="send", root=0),
+            row(1, 1, op="send", root=0), row(0, 1, op="recv", variant="recv_anysource", root=2, t=9_000_000)]
+    p2p = by_kind(C.diagnose(mkrun(rows, procs, n=3)))[C.P2P_UNMATCHED]
+    assert [(f.ranks, f.op, f.seq) for f in p2p] == [([1], "send", 1)]
+    rows = [row(1, 1, op="send", root=0), row(0, 1, op="recv", variant="recv_anysource", root=2)]
+    p2p = by_kind(C.diagnose(mkrun(rows, procs, n=3)))[C.P2P_UNMATCHED]
+    assert sorted((f.ranks[0], f.op) for f in p2p) == [(0, "recv"), (1, "send")]
+    assert "rank 0 recv from rank 2 #1" in next(f.title for f in p2p if f.op == "recv")
+
+
 def test_straggler():
     rows = []
     for s in range(1, 9):

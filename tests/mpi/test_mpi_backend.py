@@ -144,6 +144,22 @@ def test_recv_from_any_source_knows_its_sender(run_mpi):
     assert "anysource: 10 receives on 3 ranks, wrong senders: []" in out, out
 
 
+def test_a_traced_recv_from_any_source_records_its_sender(run_mpi, tmp_path):
+    """Traced (the Python wrapper: the mpi group is written in Python), each recv from any source
+    names the rank it received from once it completed (its trace's ``source`` line: the frame's
+    ``root``), in the order the program saw them."""
+    import ast
+
+    import commtrace
+    out = run_mpi(["-m", "commtrace", "run", "-o", tmp_path / "run", ROOT / "tests" / "mpi" / "worker_anysource.py"],
+                  3, timeout=120)
+    assert "anysource: 10 receives on 3 ranks, wrong senders: []" in out, out
+    senders = ast.literal_eval(out.split("received from: ", 1)[1].splitlines()[0])
+    df = commtrace.load(str(tmp_path / "run"))
+    recvs = df[(df["rank"] == 0) & (df["variant"].astype(str) == "recv_anysource")].sort_values("t_start_ns")
+    assert recvs["root"].tolist() == senders and sorted(senders) == [1] * 5 + [2] * 5
+
+
 def test_profiler_events_of_ops(run_mpi):
     # One "mpi:<op>" event per op, titled as torch's ProcessGroupMPI titles it, with its input
     # shapes (torch's DistributedTest counts them); none when no profiler is on. Python group:

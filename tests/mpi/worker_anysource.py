@@ -18,7 +18,7 @@ dist.init_process_group("mpi")
 rank, n = dist.get_rank(), dist.get_world_size()
 ROUNDS = 5
 if rank == 0:
-    bad = []
+    bad, senders = [], []
     for _ in range(ROUNDS * (n - 1)):
         out = torch.full((8,), -1.0)
         work = dist.irecv(out)          # src=None: ProcessGroup.recv_anysource
@@ -27,9 +27,11 @@ if rank == 0:
             time.sleep(0.001)
         work.wait()
         sender = work._source_rank()
+        senders.append(sender)
         if not (1 <= sender < n and out.eq(sender).all()):
             bad.append((sender, out[0].item()))
     print(f"anysource: {ROUNDS * (n - 1)} receives on {n} ranks, wrong senders: {bad}", flush=True)
+    print(f"received from: {senders}", flush=True)
 else:
     for _ in range(ROUNDS):
         dist.send(torch.full((8,), float(rank)), 0)

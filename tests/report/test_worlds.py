@@ -200,6 +200,28 @@ def test_largest_spreads_name_the_world_of_a_process_that_made_two(reinit_worlds
 
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_per_group_table_keeps_apart_the_worlds_of_a_process_that_made_two(reinit_worlds, partitioned, tmp_path,
+                                                                          capsys):
+    """The same process's two worlds are two communicators: the per-group table has a row for each
+    world's group 0 ("w0:0": 2 all_reduces and a barrier, "w1:0": 3 and a barrier), in --json and in
+    the terminal (and the HTML page, its recording). Before, both were one group "0" (5 all_reduces),
+    and the terminal left the table out (one group)."""
+    rows = report_json(analyse(reinit_worlds, partitioned=partitioned))["by_group"]
+    assert sorted((r["group"], r["op"], r["collectives"], r["ops"]) for r in rows) == [
+        ("w0:0", "all_reduce", 2, 4), ("w0:0", "barrier", 1, 2), ("w1:0", "all_reduce", 3, 6),
+        ("w1:0", "barrier", 1, 2)]
+    html = str(tmp_path / "r.html")
+    assert cli("report", reinit_worlds, "--width", "120", "--html", html,
+               *(["--partitioned"] if partitioned else [])) == 0
+    text = capsys.readouterr().out
+    table = text[text.index("Per process group"):].split("\n\n")[0].splitlines()[3:]   # past title, header, rule
+    assert sorted(tuple(ln.split()[:4]) for ln in table if ln[:1] == "w") == [
+        ("w0:0", "default_pg", "all_reduce", "2"), ("w0:0", "default_pg", "barrier", "1"),
+        ("w1:0", "default_pg", "all_reduce", "3"), ("w1:0", "default_pg", "barrier", "1")], table
+    assert "w1:0" in open(html).read()
+
+
 def test_a_torchrun_restart_is_a_world_that_says_so():
     """A recorded run (fixtures/torchrun_restart: `commtrace run torchrun --nproc-per-node 2
     --max-restarts 1 fixtures/torchrun_restart.py`, whose first attempt's rank 1 raised after two

@@ -284,17 +284,19 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
 
 def unmatched_p2p(df: pd.DataFrame) -> list:
     """The send/recv rows without their counterpart (same world, group, seq; peers swapped).
-    A recv from any source (no peer known at the call) takes one send to its rank that has no
-    counterpart otherwise, completed sends first: which one it took is not recorded."""
+    A recv from any source (its seq counts such recvs, not a peer's) takes one send to its rank that
+    has no counterpart otherwise, completed sends first: one from the rank it received from once it
+    completed (``root``: the trace's ``source`` line), else any (which one is not known); a completed
+    one that no send from its sender is left for has none."""
     if len(df) == 0:
         return []
-    keys, anysource = {}, {}   # anysource: (world, group, rank) -> its recvs from any source
+    keys, anysource = {}, {}   # anysource: (world, group, rank, its sender or None) -> its recvs from any source
     for _, r in df[is_p2p(df["op"])].iterrows():
         peer = _int(r.get("root"))
-        if peer is None or peer < 0:
+        peer = None if peer is None or peer < 0 else peer
+        if peer is None or str(r.get("variant")) == "recv_anysource":
             if str(r["op"]) == "recv":
-                k = (_s(r["world"]), _s(r["group"]), int(r["rank"]))
-                anysource[k] = anysource.get(k, 0) + 1
+                anysource.setdefault((_s(r["world"]), _s(r["group"]), int(r["rank"]), peer), []).append(r)
             continue
         keys[(_s(r["world"]), _s(r["group"]), str(r["op"]), int(r["rank"]), peer, int(r["seq"]))] = r
     unmatched = []
@@ -305,11 +307,15 @@ def unmatched_p2p(df: pd.DataFrame) -> list:
     taken = set()
     for i in sorted((i for i, r in enumerate(unmatched) if str(r["op"]) == "send"),
                     key=lambda i: str(unmatched[i]["status"]) == "in_flight"):
-        k = (_s(unmatched[i]["world"]), _s(unmatched[i]["group"]), _int(unmatched[i].get("root")))
-        if anysource.get(k, 0) > 0:
-            anysource[k] -= 1
-            taken.add(i)
-    return [r for i, r in enumerate(unmatched) if i not in taken]
+        snd = unmatched[i]
+        for k in ((_s(snd["world"]), _s(snd["group"]), _int(snd.get("root")), int(snd["rank"])),
+                  (_s(snd["world"]), _s(snd["group"]), _int(snd.get("root")), None)):
+            if anysource.get(k):
+                anysource[k].pop()
+                taken.add(i)
+                break
+    return [r for i, r in enumerate(unmatched) if i not in taken] + \
+        [r for k, rs in anysource.items() if k[3] is not None for r in rs]
 
 
 P2P_SHOWN = 10

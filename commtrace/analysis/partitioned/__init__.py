@@ -135,7 +135,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ranks = RankFold()
         stage = bar.stage("ranks", len(plan.ranks))
         tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]),
-                          piece_size(plan.records)) for r, metas in plan.ranks.items()]
+                          piece_size(plan.records), plan.group_worlds) for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
             ranks.add(p)
             stage.advance(p.ops)
@@ -241,7 +241,7 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
     indexed = (((metas[ops], ops), chunks) for ops, chunks in index.items() if ops in metas)
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
-                          {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds})
+                          {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds}, plan.group_worlds)
             for c, files in files_by_chunk(indexed)]
 
 

@@ -29,13 +29,14 @@ def has_cpp(procs: list) -> bool:
     return any(p.header.get("source") == "cpp" for p in procs)
 
 
-def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0) -> tuple[RankOps | None, dict]:
+def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0,
+                worlds: dict | None = None) -> tuple[RankOps | None, dict]:
     """(a rank's ops, {C++ ops path: CppFile}) of ``procs`` with their records: gathered from the
     records (rank_ops), or from the rank's frame after the C++ merge (build_frame consumes them;
     the merge reads the clock descriptions)."""
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
     if not cpp:
-        return rank_ops(procs, refs, rank, lean), {}
+        return rank_ops(procs, refs, rank, lean, worlds), {}
     reader.describe_clocks(procs, refs)
     twins = {p.stem: reader.python_twin(p, procs) for p in cpp}
     groups = {p.stem: {reader.str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
@@ -47,7 +48,7 @@ def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0) -> tuple[Rank
         gid = np.array([groups[p.stem].get(g, -1) for g in mine["group"].astype(object)], np.int64)
         keys = np.sort((gid << 32) | mine["seq"].to_numpy(np.int64)) if len(mine) else np.empty(0, np.int64)
         files[p.ops_path] = CppFile(twins[p.stem].meta_path, keys)
-    return frame_ops(frame, procs[0].world_number), files
+    return frame_ops(frame, worlds), files
 
 
 def rank_frame(procs: list, refs: dict, world_ranks: bool = False) -> pd.DataFrame:
@@ -57,15 +58,16 @@ def rank_frame(procs: list, refs: dict, world_ranks: bool = False) -> pd.DataFra
     return frame.reset_index(drop=True) if has_cpp(procs) else frame
 
 
-def frame_ops(frame: pd.DataFrame, world: int | None = None) -> RankOps | None:
-    """RankOps of one rank's (merged) frame: the same arrays rank_ops gathers from records (``world``:
-    its world's number when the run has several)."""
+def frame_ops(frame: pd.DataFrame, worlds: dict | None = None) -> RankOps | None:
+    """RankOps of one rank's (merged) frame: the same arrays rank_ops gathers from records (``worlds``:
+    rank_ops.cell_key's)."""
     if not len(frame):
         return None
     keys = pd.DataFrame({c: frame[c].astype(object).where(frame[c].notna(), NA_KEY).astype(str)
                          for c in CELL_COLUMNS})
-    if world is not None:
-        keys["group"] = [world_group_name(g, world) for g in keys["group"]]
+    if worlds:
+        keys["group"] = [world_group_name(g, worlds.get(w))
+                         for g, w in zip(keys["group"], frame["world"].astype(object))]
     cell, uniq = pd.MultiIndex.from_frame(keys).factorize()
     ops = frame["op"]
     op_names = [str(o) for o in (ops.cat.categories if isinstance(ops.dtype, pd.CategoricalDtype)

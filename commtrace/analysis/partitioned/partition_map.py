@@ -18,7 +18,7 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.rank_ranges import rank_key, world_group_name
-from ...trace.schema import FLAG_END_OBSERVED, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
+from ...trace.schema import FLAG_END_OBSERVED, MAX_RANKS, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
 from ..native_ext import kernels
 from ..match import instances_with, untimed_instances
@@ -45,6 +45,7 @@ class PartitionTask:
     window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): windowing.in_window
     layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile (its unmatched records)
     worlds: dict = field(default_factory=dict)   # meta path -> world number ({}: one world; plan.RunPlan.worlds)
+    group_worlds: dict = field(default_factory=dict)   # world id -> number ({}: one world; plan.RunPlan.group_worlds)
 
 
 @dataclass
@@ -77,7 +78,7 @@ class _FileTables:
     cell: list                  # per sig index * groups + group index: the summary cell's key
 
 
-def _file_tables(pt, world: int | None) -> _FileTables:
+def _file_tables(pt, worlds: dict) -> _FileTables:
     slut, glut = index_lut(pt.sigs), index_lut(pt.groups)   # no sigs or groups: no record is read
     sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
     groups = [pt.groups[i] for i in sorted(pt.groups)]
@@ -85,10 +86,12 @@ def _file_tables(pt, world: int | None) -> _FileTables:
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     dims = reader.mesh_dims(pt.meshes)
-    cell = [cell_key(s, g, dims, world) for s in sigs for g in groups]
+    cell = [cell_key(s, g, dims, worlds) for s in sigs for g in groups]
+    p2p, root = np.array([o in P2P_OPS for o in op], dtype=bool), np.array([_int(s.get("root"), -1) for s in sigs])
+    root[p2p & (root < 0)] = MAX_RANKS   # a recv from any source: a p2p instance of its own (no rank is this)
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
-                       np.array([o in P2P_OPS for o in op], dtype=bool), np.array([o == "send" for o in op], dtype=bool),
-                       np.array([_int(s.get("root"), -1) for s in sigs], np.int64), np.where(tot, np.maximum(nb, ob), nb),
+                       p2p, np.array([o == "send" for o in op], dtype=bool), root.astype(np.int64),
+                       np.where(tot, np.maximum(nb, ob), nb),
                        [(key_str(g.get("world_id")), key_str(g.get("name"))) for g in groups],
                        np.array([_int(g.get("size"), 0) for g in groups], np.int64), cell)
 
@@ -97,26 +100,26 @@ _TABLES: dict = {}
 _TABLES_KEPT = 4096
 
 
-def _tables_of(pt, world: int | None = None) -> _FileTables:
-    """``pt``'s _FileTables (``world``: its world's number, when the run has several), kept per process
-    object and world (``_meta`` keeps those per worker); an entry holds its object, so the id it is
-    found by is not reused while it is kept."""
-    hit = _TABLES.get((id(pt), world))
+def _tables_of(pt, worlds: dict) -> _FileTables:
+    """``pt``'s _FileTables (``worlds``: its run's, cell_key), kept per process object (``_meta`` keeps
+    those per worker; one run's); an entry holds its object, so the id it is found by is not reused
+    while it is kept."""
+    hit = _TABLES.get(id(pt))
     if hit is not None and hit[0] is pt:
         return hit[1]
     if len(_TABLES) >= _TABLES_KEPT:
         _TABLES.clear()
-    ft = _file_tables(pt, world)
+    ft = _file_tables(pt, worlds)
     if ft.slut.nbytes + ft.glut.nbytes <= 1 << 20:   # ids as written: small; odd huge ones are not kept
-        _TABLES[(id(pt), world)] = (pt, ft)
+        _TABLES[id(pt)] = (pt, ft)
     return ft
 
 
-def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, world):
+def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, worlds):
     pt = cached_process(meta)
     if pt is None:
         return None
-    ft = _tables_of(pt, world)
+    ft = _tables_of(pt, worlds)
     rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids))
     if not len(rec):
         return None
@@ -140,7 +143,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     slices = []
     for meta, ops, lo, hi in task.files:
         world = task.worlds.get(meta)
-        got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, world)
+        got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, task.group_worlds)
         if got is not None and ops in task.layers:
             got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
         key = -1 if got is None or got[0].rank is None else rank_key(world or 0, got[0].rank)
@@ -157,7 +160,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     at = 0
     for i, (key, world, pt, rec, t) in enumerate(slices):
         slices[i] = None                             # the records go as their rows are written
-        ft = _tables_of(pt, world)
+        ft = _tables_of(pt, task.group_worlds)
         n_groups = len(ft.wg)
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)

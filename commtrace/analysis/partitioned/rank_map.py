@@ -43,6 +43,7 @@ class RankTask:
     modules: bool = True        # the run names a module (plan): else no per-module figures
     world: int | None = None    # the rank's world number when the run has several (plan.RunPlan.worlds)
     piece: int = 0              # ops per time piece of the interval figures (RankTimes.pieces; 0: the rank whole)
+    group_worlds: dict = field(default_factory=dict)   # world id -> number, several worlds (plan.RunPlan.group_worlds)
 
 
 # Interval figures walk a rank in time pieces of ~1/PIECES_PER_RUN of the run's ops (at least MIN_PIECE_OPS):
@@ -92,7 +93,7 @@ def map_rank(task: RankTask) -> RankPartial:
     spans = compute_spans(spans)
     spans = _times_of(spans) if lean else spans
     busy = busy_times(spans, CHUNK_OPS)     # needs the spans alone: its union's buffers not beside the op columns
-    ops, layers = rank_ops_of(procs, refs, task.rank, lean)                   # held narrower, read in pieces
+    ops, layers = rank_ops_of(procs, refs, task.rank, lean, task.group_worlds)                   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
     a = ops.arrays if ops is not None else None

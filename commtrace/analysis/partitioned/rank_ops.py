@@ -65,19 +65,20 @@ def index_lut(table: dict) -> np.ndarray:
     return lut
 
 
-def cell_key(sig: dict, group: dict, dims: dict, world: int | None = None) -> tuple:
+def cell_key(sig: dict, group: dict, dims: dict, worlds: dict) -> tuple:
     """The summary cell (CELL_COLUMNS) of the ops of ``sig`` in ``group`` (``dims``: reader.mesh_dims;
-    ``world``: the group's world number when the run has several: "w1:0")."""
+    ``worlds``: world id -> number when the run has several, plan.RunPlan.group_worlds: "w1:0")."""
+    world = worlds.get(reader.str_or_none(group.get("world_id"))) if worlds else None
     return (world_group_name(key_str(group.get("name")), world), key_str(group.get("desc")),
             key_str(sig.get("phase")), key_str(sig.get("op")), key_str(sig.get("detail")), key_str(sig.get("module")),
             key_str(reader.mesh_dim_of(group, dims)))
 
 
-def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | None:
+def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read, held or in pieces: reader.record_pieces;
     it takes them: ``pt.records`` is None after); None when none. ``lean`` (a rank walked in pieces of that
     many ops; 0: whole): its return times, their flags and
-    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read."""
+    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read. ``worlds``: cell_key's."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
@@ -87,7 +88,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0) -> RankOps | Non
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         if pt.n_records and (pt.records is not None or pt.pieces):
-            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean)
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
@@ -118,7 +119,7 @@ def _ascending(t: np.ndarray, step: int) -> bool:
 
 
 def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
-            lean: int) -> None:
+            lean: int, worlds: dict | None) -> None:
     """Append process ``proc``'s ops to rank_ops' ``parts``, its records read a piece at a time into columns of
     its op count (``lean``: bytes int32 when every value fits, 4 B/op less: their sums are int64 either way, but
     numpy's are slower)."""
@@ -160,7 +161,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
         lo = hi
     dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
     c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
-                                                      pt.world_number),
+                                                      worlds),
                                              len(cells)) for x in pairs.tolist()], np.int64), len(cells))
     lut = np.zeros(combos, c_of.dtype)
     lut[pairs] = c_of

@@ -189,6 +189,19 @@ class Log {
     }
   }
 
+  // A completed recv from any source: its sender (Work::sourceRank, gloo's set by its wait();
+  // a Python backend's asks Python) as a source line.
+  void report_source(const Op& op, const WorkPtr& work) {  // under the GIL
+    try {
+      py::reinterpret_borrow<py::object>(recorder_).attr("record_source")(
+          op.t_call, op.group, op.seq, op.sig.load(), work->sourceRank());
+    } catch (py::error_already_set& e) {
+      e.restore();
+      PyErr_Clear();
+    } catch (...) {
+    }
+  }
+
   // -- any thread ---------------------------------------------------------------
   // Tracing stopped (Recorder.close: commtrace.stop, or exit): ops are forwarded
   // unrecorded, so nothing accumulates while no flush thread drains.
@@ -274,6 +287,7 @@ class Log {
   py::bytes drain(bool final) {
     std::string out;
     std::vector<OpPtr> failed;  // async ops that failed with a message: error lines, under the GIL
+    std::vector<std::pair<OpPtr, WorkPtr>> sourced;  // completed recvs from any source: source lines, too
     {
       py::gil_scoped_release nogil;
       int64_t now = now_ns();
@@ -296,7 +310,7 @@ class Log {
         }
         if (op.t_end.load() != 0) {
           recs.push_back(op.record(op.status));
-          note_failure_locked(p.op);
+          note_lines_locked(p);
         } else {
           snapshot(op, now, final, recs);
           still.push_back(std::move(p));
@@ -306,8 +320,14 @@ class Log {
       for (auto& op : active_) snapshot(*op, now, final, recs);
       out.assign(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(Record));
       failed.swap(failed_);
+      sourced.swap(sourced_);
     }
     for (auto& op : failed) report_error(*op, op->error);
+    for (auto& [op, work] : sourced) report_source(*op, work);
+    if (!sourced.empty()) {
+      py::gil_scoped_release nogil;  // their works released as pending ones are: without the GIL
+      sourced.clear();
+    }
     return py::bytes(out);
   }
 
@@ -317,8 +337,10 @@ class Log {
   void end_session() {
     py::gil_scoped_release nogil;
     std::deque<Pending> ended;  // their works, released after the mutex
+    std::vector<std::pair<OpPtr, WorkPtr>> sourced;  // the same
     std::lock_guard<std::mutex> g(mu_);
     ended.swap(pending_);
+    sourced.swap(sourced_);
     active_.clear();
     done_.clear();  // ended after the final drain: written IN_FLIGHT there
     failed_.clear();
@@ -372,6 +394,8 @@ class Log {
     failed_.clear();  // the parent's ops
     new std::deque<Pending>(std::move(pending_));  // leaked: their CUDA events belong to the parent
     pending_.clear();
+    new std::vector<std::pair<OpPtr, WorkPtr>>(std::move(sourced_));  // leaked: the parent's works
+    sourced_.clear();
     active_.clear();
     new (&waiter_) Waiter();
     new (&device_timer_) DeviceEndTimer();
@@ -403,9 +427,11 @@ class Log {
 
   // Small async ops finished since: move them out so their tensors are freed
   // promptly (bounded work per call). Caller holds mu_.
-  // An async op that failed with a message: the next drain writes its error line.
-  void note_failure_locked(const OpPtr& op) {
-    if (op->status == STATUS_FAILED && !op->error.empty()) failed_.push_back(op);
+  // An async op that failed with a message, or a recv from any source that completed (its sender is
+  // known once it did): the next drain writes its error / source line.
+  void note_lines_locked(const Pending& p) {
+    if (p.op->status == STATUS_FAILED && !p.op->error.empty()) failed_.push_back(p.op);
+    else if (p.op->any_source && p.op->status != STATUS_FAILED) sourced_.emplace_back(p.op, p.work);
   }
 
   void retire_locked() {
@@ -416,7 +442,7 @@ class Log {
         stamp_polled_end(*p.op, *p.work, now_ns());
       }
       done_.push_back(p.op->record(p.op->status));
-      note_failure_locked(p.op);
+      note_lines_locked(p);
       pending_.pop_front();
     }
   }
@@ -487,7 +513,8 @@ class Log {
   std::deque<Pending> pending_;
   std::vector<OpPtr> active_;
   Waiter waiter_;
-  std::vector<OpPtr> failed_;  // guarded by mu_ (note_failure_locked, drain)
+  std::vector<OpPtr> failed_;  // guarded by mu_ (note_lines_locked, drain)
+  std::vector<std::pair<OpPtr, WorkPtr>> sourced_;  // guarded by mu_ (note_lines_locked, drain)
   DeviceEndTimer device_timer_;
 };
 

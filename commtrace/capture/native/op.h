@@ -26,6 +26,7 @@ struct Op {
   int32_t group = 0;
   uint8_t flags = 0;
   bool inflight_written = false;
+  bool any_source = false;  // recv_anysource: its sender (Work::sourceRank) is recorded once it completed
   int64_t session = 0;  // the Log's session when it entered (Log::enter): its records go to that session's files
   // Why an async op failed (set before t_end is stored, read after it is seen):
   // the flush thread records it as an error line under the GIL.

@@ -90,7 +90,10 @@ class TracedPG : public c10d::ProcessGroup {
       info = log.sig_for(key.v, gid_, method, make_args);
       op->sig = info.sig;
       if (!info.cpu && info.cuda >= 0) capturing = log.stream_capturing();
-      if (p2p) op->seq = ++p2p_seq_[std::make_pair(std::string(op_name), peer)];
+      if (p2p) {
+        op->seq = ++p2p_seq_[std::make_pair(std::string(op_name), peer)];
+        op->any_source = std::strcmp(method, "recv_anysource") == 0;
+      }
     };
     bool later = issue_only_enqueues_ && !p2p && !key.sparse_tensor;
     if (later) {
