@@ -109,6 +109,21 @@ def test_keyboard_interrupt_while_the_trace_closes(tmp_path):
     assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
 
 
+def test_keyboard_interrupt_just_before_the_trace_closes(tmp_path):
+    """SIGINT pending as the close at exit begins, before it holds SIGINT (sigview.deferred): the
+    KeyboardInterrupt raised at its first line (atexit reports it) leaves the close to atexit's
+    second call of it (before: the trace had neither its end nor anything since its last flush,
+    here its definitions and all three ops)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_before_close.py")
+    res = h.run([h.PY, script, run_dir, h.free_port()], timeout=120)
+    assert res.returncode == 0 and "ops done" in res.stdout, res.stderr   # as untraced: the script ended well
+    assert "KeyboardInterrupt" in res.stderr, res.stderr
+    run, proc = _rank0(run_dir)
+    assert proc["complete"] and proc["end"]["how"] == "exit", proc
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+
+
 @pytest.mark.parametrize("where", ["apply", "dumps"])
 def test_sigterm_while_the_main_thread_flushes(tmp_path, where):
     """SIGTERM arriving while the main thread is inside a flush: the handler must not close the
