@@ -32,7 +32,7 @@ def _status(pt) -> dict:
     return {int(s): int(st) for s, st, g in zip(rec["seq"], rec["status"], rec["group"]) if int(g) in default}
 
 
-def _until(found, what: str) -> None:
+def until(found, what: str) -> None:
     """Poll ``found()`` (a true value: done) until the deadline; then say ``what`` was awaited, exit 99."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
@@ -61,7 +61,7 @@ def wait_for(rank: int, completed: int, in_flight: int | None = None) -> None:
         pt = me and _trace(os.environ[schema.ENV_DIR], f"rank{rank}.pid*", me.world_id)
         seen = pt and _status(pt)
         return seen and all(seen.get(s) == st for s, st in want.items())
-    _until(found, f"rank {rank} records {want} (seq: status)")
+    until(found, f"rank {rank} records {want} (seq: status)")
 
 
 def wait_for_dump(reason: str) -> None:
@@ -69,4 +69,4 @@ def wait_for_dump(reason: str) -> None:
     def found():
         me = _mine()
         return me is not None and any(d.get("reason") == reason for d in me.dumps)
-    _until(found, f"{reason} dump of this process")
+    until(found, f"{reason} dump of this process")
