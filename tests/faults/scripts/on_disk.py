@@ -64,9 +64,9 @@ def wait_for(rank: int, completed: int, in_flight: int | None = None) -> None:
     until(found, f"rank {rank} records {want} (seq: status)")
 
 
-def wait_for_dump(reason: str) -> None:
-    """Return once this process's trace lists its state dump for ``reason`` ("SIGUSR1")."""
-    def found():
-        me = _mine()
-        return me is not None and any(d.get("reason") == reason for d in me.dumps)
-    until(found, f"{reason} dump of this process")
+def wait_for_dump(reason: str, rank: int) -> None:
+    """Return once this process's state dump for ``reason`` ("SIGUSR1") is on disk: its file, by the
+    name ``watchdog.dump`` gives it, looked up without a generator on this thread's stack (the signal
+    thread reads the stack while this thread runs on: a generator frame left meanwhile ends it)."""
+    path = os.path.join(os.environ[schema.ENV_DIR], f"{reason.lower()}.rank{rank}.pid{os.getpid()}.json")
+    until(lambda: os.path.exists(path), f"{reason} dump of this process")

@@ -41,7 +41,7 @@ def worker(rank, world, mode, steps):
                 continue
         if mode == "usr1" and rank == 0 and step == FAULT_STEP:
             os.kill(os.getpid(), signal.SIGUSR1)  # dump state, keep going
-            wait_for_dump("SIGUSR1")   # written by commtrace's signal thread, while this one is here
+            wait_for_dump("SIGUSR1", rank)   # written by commtrace's signal thread, while this one is here
         if mode == "sizes" and step == FAULT_STEP:
             if rank == 0:
                 # Rank 1 waits in seq 4 (on disk as in flight); then rank 0 receives its 32
