@@ -55,6 +55,11 @@ class Recorder(AnnotationContext):
         self.label_lines: list[dict] = []
         self.exit_info: tuple[int, str] | None = None  # set by the runner, written at close
         self.sys_exit: SystemExit | None = None  # the last sys.exit's (activate), read at exit
+        self._exit_closed = False
+        # Twice: a signal pending when atexit calls the first (SIGINT: the program's handler) runs at
+        # its first line, before close holds it (sigview.deferred); its exception ends that call, which
+        # atexit reports, and the second closes. After a first that closed, the second returns at once.
+        atexit.register(self._close_at_exit)
         atexit.register(self._close_at_exit)
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
@@ -280,10 +285,13 @@ class Recorder(AnnotationContext):
                 self.start()
 
     def _close_at_exit(self) -> None:
+        if self._exit_closed:
+            return
         traced = self.rank is not None and self.sink.writer is not None
         if self.exit_info is None and not self.closed:
             self.exit_info = self._exit_info_at_exit()
         self.close()
+        self._exit_closed = True
         if traced:
             time.sleep(EXIT_SETTLE_S)
 

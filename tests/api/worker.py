@@ -14,8 +14,9 @@ it saw to OUT.rank<R> (JSON). MODE:
   on a thread, a blocking one on the subgroup running; stop(); start() again;
   only then rank 1 joins both (rank 0 tells it through the store); 1 all_reduce.
 * ``hang``:   init; start(hang_timeout=1); stop(); start(hang_timeout=1) again;
-  rank 1 joins an all_reduce 2.5 s late (rank 0's watchdog dumps, no abort).
+  rank 1 joins an all_reduce once rank 0's watchdog has dumped it (no abort).
 """
+import glob
 import json
 import os
 import sys
@@ -120,8 +121,10 @@ def main(rank: int, mode: str, world: int, run_dir: str, out: str) -> None:
         all_reduces(1)
         commtrace.stop()
         commtrace.start(out_dir=run_dir, hang_timeout=1)
-        if rank == 1:
-            time.sleep(2.5)
+        if rank == 1:   # joins once rank 0's watchdog has dumped (a fixed 2.5 s could be too short under load)
+            deadline = time.monotonic() + 40
+            while not glob.glob(os.path.join(glob.escape(run_dir), "hang.rank0.pid*.json")) and time.monotonic() < deadline:
+                time.sleep(0.05)
         seen["late"] = all_reduces(1)
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump(seen, f)

@@ -15,22 +15,32 @@ import helpers as h
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "blocked_in_init.py")
 
 
-def _terminate_when_ready(ready):
+def _listening(port: int) -> bool:
+    """Whether a socket listens on ``port`` (the kernel's tables: connecting would be a peer)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            rows = [line.split() for line in f.read().splitlines()[1:]]
+        if any(r[1].endswith(f":{port:04X}") and r[3] == "0A" for r in rows):   # 0A: LISTEN
+            return True
+    return False
+
+
+def _terminate_when_ready(port):
     def after_start(proc):
+        # inside init_process_group (C++): its store listens on the port, then waits for rank 1
         deadline = time.monotonic() + 60
-        while not os.path.exists(ready) and time.monotonic() < deadline:
+        while not _listening(port) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.0)   # inside init_process_group by now
         proc.send_signal(signal.SIGTERM)
     return after_start
 
 
 def test_sigterm_while_blocked_in_cpp(tmp_path):
-    run_dir, ready = tmp_path / "run", str(tmp_path / "ready")
+    run_dir, ready, port = tmp_path / "run", str(tmp_path / "ready"), h.free_port()
     # The test's timeout (30 s) is shorter than the init timeout (60 s): a process
     # that waits for the C++ call to return fails the test.
-    res = h.run(h.commtrace_cmd(run_dir, SCRIPT, h.free_port(), ready), timeout=30,
-                after_start=_terminate_when_ready(ready))
+    res = h.run(h.commtrace_cmd(run_dir, SCRIPT, port, ready), timeout=30,
+                after_start=_terminate_when_ready(port))
     assert not res.timed_out, res.stderr
     assert res.returncode == -signal.SIGTERM, res.stderr
     (meta,) = [f for f in os.listdir(run_dir) if f.endswith(".meta.jsonl")]
@@ -104,6 +114,21 @@ def test_keyboard_interrupt_while_the_trace_closes(tmp_path):
     res = h.run(h.commtrace_cmd(run_dir, script, h.free_port(), "INT"), timeout=120)
     assert "ops done" in res.stdout, res.stderr
     assert "KeyboardInterrupt" in res.stderr, res.stderr   # atexit reports the re-raised one
+    run, proc = _rank0(run_dir)
+    assert proc["complete"] and proc["end"]["how"] == "exit", proc
+    assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3
+
+
+def test_keyboard_interrupt_just_before_the_trace_closes(tmp_path):
+    """SIGINT pending as the close at exit begins, before it holds SIGINT (sigview.deferred): the
+    KeyboardInterrupt raised at its first line (atexit reports it) leaves the close to atexit's
+    second call of it (before: the trace had neither its end nor anything since its last flush,
+    here its definitions and all three ops)."""
+    run_dir = tmp_path / "run"
+    script = os.path.join(os.path.dirname(SCRIPT), "signal_before_close.py")
+    res = h.run([h.PY, script, run_dir, h.free_port()], timeout=120)
+    assert res.returncode == 0 and "ops done" in res.stdout, res.stderr   # as untraced: the script ended well
+    assert "KeyboardInterrupt" in res.stderr, res.stderr
     run, proc = _rank0(run_dir)
     assert proc["complete"] and proc["end"]["how"] == "exit", proc
     assert list(run.frame["op"].astype(str)) == ["all_reduce"] * 3

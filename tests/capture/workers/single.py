@@ -1,7 +1,7 @@
 """One-process gloo world (rank 0 of 1) that does N all_reduces, then ends as told.
 
 ``single.py PORT MODE [N]``; MODE: ``exit3`` (sys.exit(3)), ``raise`` (uncaught
-ValueError from fail()), ``sigkill`` (sleep 1.5 s then SIGKILL itself),
+ValueError from fail()), ``sigkill`` (SIGKILL itself once its N ops are in its ops file),
 ``sigterm`` (print "ready" and sleep; the test sends SIGTERM), ``osexit``
 (os._exit(4) right after the ops, skipping atexit), ``ok``.
 """
@@ -31,7 +31,12 @@ def main():
     if mode == "osexit":
         os._exit(4)
     if mode == "sigkill":
-        time.sleep(1.5)
+        # once the flush thread has written the n ops (a fixed 1.5 s could be too short on a loaded machine)
+        from commtrace.trace.schema import RECORD_SIZE
+        ops = os.path.join(os.environ.get("COMMTRACE_DIR", ""), f"rank0.pid{os.getpid()}.ops.bin")
+        deadline = time.monotonic() + 40
+        while not (os.path.exists(ops) and os.path.getsize(ops) >= n * RECORD_SIZE) and time.monotonic() < deadline:
+            time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "sigterm":
         print("ready", flush=True)

@@ -7,10 +7,11 @@ raise (rank 1 raises at step 3). Open MPI then tears down the other rank.
 import datetime
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
+
+from on_disk import wait_for
 
 FAULT_STEP = 3
 
@@ -21,7 +22,8 @@ def main(mode: str, steps: int = 6) -> None:
     t = torch.ones(16)
     for step in range(steps):
         if rank == 1 and step == FAULT_STEP and mode != "clean":
-            time.sleep(1.6)  # rank 0 waits in seq 4 > 1 s; all earlier ops are flushed
+            wait_for(1, 3)
+            wait_for(0, 3, in_flight=4)  # rank 0 waits in seq 4, on disk; all earlier ops are flushed
             if mode == "exit":
                 os._exit(7)
             raise RuntimeError("injected failure at step 3 (mpi)")

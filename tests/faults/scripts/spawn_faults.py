@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from on_disk import wait_for, wait_for_dump
+
 FAULT_STEP = 3
 
 
@@ -27,9 +29,10 @@ def worker(rank, world, mode, steps):
     for step in range(steps):
         if rank == 1 and step == FAULT_STEP:
             if mode in ("raise", "sigkill"):
-                # Rank 0 waits in seq 4 for > 1 s, so its in-flight record is on disk
-                # even if it then crashes; and everything so far is flushed.
-                time.sleep(2.2)
+                # Rank 0 waits in seq 4, its in-flight record on disk (it stays there if rank 0
+                # then crashes); and everything so far is flushed.
+                wait_for(1, 3)
+                wait_for(0, 3, in_flight=4)
             if mode == "raise":
                 raise RuntimeError("injected failure at step 3")
             if mode == "sigkill":
@@ -38,13 +41,14 @@ def worker(rank, world, mode, steps):
                 continue
         if mode == "usr1" and rank == 0 and step == FAULT_STEP:
             os.kill(os.getpid(), signal.SIGUSR1)  # dump state, keep going
-            time.sleep(0.3)
+            wait_for_dump("SIGUSR1", rank)   # written by commtrace's signal thread, while this one is here
         if mode == "sizes" and step == FAULT_STEP:
             if rank == 0:
-                # Rank 1 waits in seq 4 (on disk as in flight after 1 s); then rank 0 receives
-                # its 32 floats for 16 and gloo aborts it (SIGABRT) at once, with seq 4 on no disk
+                # Rank 1 waits in seq 4 (on disk as in flight); then rank 0 receives its 32
+                # floats for 16 and gloo aborts it (SIGABRT) at once, with seq 4 on no disk
                 # unless the fatal signal closes the trace.
-                time.sleep(2.2)
+                wait_for(0, 3)
+                wait_for(1, 3, in_flight=4)
             x = torch.ones(16 if rank == 0 else 32)
             dist.all_reduce(x)  # SIZES
             continue

@@ -21,6 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from on_disk import wait_for
+
 
 def first_world(rank, port, mode):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
@@ -29,7 +31,8 @@ def first_world(rank, port, mode):
     for _ in range(2):
         dist.all_reduce(t)  # WORLD1
     if rank == 1 and mode == "exit":
-        time.sleep(1.5)     # rank 0's 3rd all_reduce is on disk, in flight
+        wait_for(1, 2)
+        wait_for(0, 2, in_flight=3)     # rank 0's 3rd all_reduce is on disk, in flight
         os._exit(7)
     if rank == 1 and mode == "hang":
         time.sleep(120)
@@ -42,7 +45,8 @@ def second_world(rank, port, mode):
     t = torch.ones(8)
     for i in range(4):
         if rank == 1 and i == 2 and mode == "kill-second":
-            time.sleep(1.5)     # rank 0's 3rd all_reduce is on disk, in flight
+            wait_for(1, 2)
+            wait_for(0, 2, in_flight=3)     # rank 0's 3rd all_reduce is on disk, in flight
             os.kill(os.getpid(), signal.SIGKILL)
         dist.all_reduce(t)  # WORLD2
     dist.broadcast(t, src=0)  # WORLD2 LAST

@@ -6,12 +6,13 @@ usage: worlds_one_store.py run PORT -- mp.spawn 2 processes, each world one all_
 """
 import os
 import sys
-import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from on_disk import until
 
 
 def main(rank, port):
@@ -19,7 +20,10 @@ def main(rank, port):
     store = dist.TCPStore("127.0.0.1", int(port), 2, rank == 0, timeout=timedelta(seconds=30))
     for world in range(2):
         if world == 1 and rank == 0:
-            time.sleep(2)   # rank 1 reads what world 1 left in the store first
+            # rank 1 reads what world 1 left in the store first: it is at world 2's id (the key
+            # commtrace's hook counts a rank's worlds on the store by, capture/hook.py _world_id,
+            # under torch's prefix for the default group, named "0" in each world)
+            until(lambda: store.add("0//commtrace/world_id/joins/1", 0) >= 2, "rank 1 at world 2's id")
         dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
         dist.all_reduce(torch.ones(2))
         dist.destroy_process_group()
