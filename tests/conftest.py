@@ -40,7 +40,7 @@ LONGEST_FIRST = (
     "tests/report/test_partial_report.py", "tests/capture/test_ops.py", "tests/capture/test_ddp.py",
     "tests/capture/test_children.py", "tests/report/test_worlds.py", "tests/test_patch.py",
     "tests/report/test_ddp_variants.py", "tests/faults/test_harness_skip.py",
-    "tests/report/test_html.py", "tests/report/test_compiled_ddp.py",
+    "tests/report/test_html.py",
     "tests/capture/test_pipeline.py", "tests/mpi/test_torch_suite_mpi.py",
     "tests/capture/test_run_dir.py", "tests/faults/test_check_fold.py",
     "tests/capture/test_fsdp.py", "tests/capture/test_hsdp.py", "tests/capture/test_torch_suite.py",
