@@ -10,6 +10,8 @@ import os
 import signal
 import sys
 
+import pytest
+
 # A run started as a background job of a non-interactive shell (``make test &``, a script or a
 # tool that runs it) inherits SIGINT ignored; Python then never makes it a KeyboardInterrupt, so
 # Ctrl-C or ``kill -INT`` did nothing, for the run and for its children (they inherit it too).
@@ -40,7 +42,7 @@ LONGEST_FIRST = (
     "tests/report/test_partial_report.py", "tests/capture/test_ops.py", "tests/capture/test_ddp.py",
     "tests/capture/test_children.py", "tests/report/test_worlds.py", "tests/test_patch.py",
     "tests/report/test_ddp_variants.py", "tests/faults/test_harness_skip.py",
-    "tests/report/test_html.py", "tests/report/test_compiled_ddp.py",
+    "tests/report/test_html.py",
     "tests/capture/test_pipeline.py", "tests/mpi/test_torch_suite_mpi.py",
     "tests/capture/test_run_dir.py", "tests/faults/test_check_fold.py",
     "tests/capture/test_fsdp.py", "tests/capture/test_hsdp.py", "tests/capture/test_torch_suite.py",
@@ -63,3 +65,26 @@ def pytest_collection_modifyitems(config, items):
     root = str(config.rootpath)
     # a stable sort: each file's tests stay together and in their order
     items.sort(key=lambda item: place.get(os.path.relpath(str(item.path), root), len(place)))
+
+
+@pytest.fixture(scope="session")
+def bounded_ring(tmp_path_factory):
+    """``bounded_ring(wrapper)``: the folder of one run of tests/bounded/train.py, 30 steps, 2
+    mp.spawn ranks, under ``commtrace run --keep-last 40``, ``wrapper`` ("native" or "python")
+    tracing the groups; one per wrapper per test run (helpers.once_per_run): two test files read
+    it, tests/bounded/test_bounded.py (the ring) and tests/report/test_partial_report.py
+    (analysed in partitions)."""
+    import helpers as h
+    made = {}
+
+    def make(folder, wrapper):
+        d = folder / "run"
+        h.run(h.commtrace_cmd(d, "--keep-last", "40", os.path.join(_HERE, "bounded", "train.py"), 30, "spawn", 2,
+                              h.free_port()), env=h.wrapper_env(wrapper)).check()
+        return str(d)
+
+    def ring(wrapper):
+        if wrapper not in made:
+            made[wrapper] = h.once_per_run(tmp_path_factory, f"bounded_ring_{wrapper}", lambda f: make(f, wrapper))
+        return made[wrapper]
+    return ring

@@ -85,6 +85,14 @@ def clean_env(**extra) -> dict:
     return env
 
 
+def wrapper_env(wrapper: str, **extra) -> dict:
+    """clean_env(**extra) in which ``wrapper`` ("native" or "python") traces the groups."""
+    if wrapper == "native":
+        ensure_native_wrapper()
+        return clean_env(**extra)
+    return clean_env(COMMTRACE_NATIVE="0", **extra)
+
+
 @dataclass
 class Result:
     args: list

@@ -32,14 +32,6 @@ OPS_PER_RANK = 95
 WRAPPERS = ("native", "python")
 
 
-def _env(wrapper: str, **extra) -> dict:
-    """The launch environment that makes ``wrapper`` trace the groups."""
-    if wrapper == "native":
-        h.ensure_native_wrapper()
-        return h.clean_env(**extra)
-    return h.clean_env(COMMTRACE_NATIVE="0", **extra)
-
-
 def _check_wrapper(run_dir, wrapper: str) -> None:
     assert h.group_wrappers(run_dir) == {wrapper}
 
@@ -71,11 +63,9 @@ def _same_check_partitioned(run_dir, rc: int) -> None:
 
 
 @pytest.fixture(scope="module", params=WRAPPERS)
-def ring(tmp_path_factory, request):
-    """mp.spawn, --keep-last 40."""
-    d = tmp_path_factory.mktemp("ring") / "run"
-    h.run(h.commtrace_cmd(d, "--keep-last", "40", TRAIN, STEPS, "spawn", 2, h.free_port()),
-          env=_env(request.param)).check()
+def ring(bounded_ring, request):
+    """mp.spawn, --keep-last 40 (tests/conftest.py: tests/report/test_partial_report.py reads it too)."""
+    d = bounded_ring(request.param)
     _check_wrapper(d, request.param)
     return d
 
@@ -85,7 +75,7 @@ def window(tmp_path_factory, request):
     """mpirun, --steps 10:12."""
     d = tmp_path_factory.mktemp("window") / "run"
     h.run(h.mpirun_cmd(2, *h.commtrace_cmd(d, "--steps", "10:12", TRAIN, STEPS)),
-          env=_env(request.param, **h.MPI_ENV, MASTER_PORT=h.free_port())).check()
+          env=h.wrapper_env(request.param, **h.MPI_ENV, MASTER_PORT=h.free_port())).check()
     _check_wrapper(d, request.param)
     return d
 
@@ -198,7 +188,7 @@ def test_torchrun_ring_and_every_k(tmp_path, wrapper):
     which the ring keeps the last 6 ops (steps 20 and 30)."""
     d = tmp_path / "run"
     h.run([h.TORCHRUN, "--nproc_per_node", "2", "--master-port", str(h.free_port()), "-m", "commtrace", "run",
-           "-o", str(d), "--keep-last", "6", "--steps", "every:10", TRAIN, STEPS], env=_env(wrapper)).check()
+           "-o", str(d), "--keep-last", "6", "--steps", "every:10", TRAIN, STEPS], env=h.wrapper_env(wrapper)).check()
     _check_wrapper(d, wrapper)
     df = _load(d)
     for p in df.attrs["processes"]:
@@ -220,7 +210,7 @@ def test_hang_in_ring_mode_is_diagnosed_as_without_it(tmp_path, wrapper):
     d = tmp_path / "run"
     r = h.run(h.commtrace_cmd(d, "--keep-last", "3", "--hang-timeout", "2", "--abort-on-hang",
                               os.path.join(h.REPO, "tests", "faults", "scripts", "spawn_faults.py"), "skip"),
-              env=_env(wrapper, MASTER_PORT=h.free_port()), timeout=90)
+              env=h.wrapper_env(wrapper, MASTER_PORT=h.free_port()), timeout=90)
     assert not r.timed_out and r.returncode != 0
     _check_wrapper(d, wrapper)
     assert glob.glob(os.path.join(str(d), "hang.rank0.pid*.json"))

@@ -73,18 +73,17 @@ BOUNDED_TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 
 @pytest.fixture(scope="module")
-def bounded_runs(tmp_path_factory):
+def bounded_runs(tmp_path_factory, bounded_ring):
     """Real mp.spawn DDP runs (tests/bounded/train.py, 30 steps, 2 ranks): a ring of the last
-    40 ops per process (it went round: two segments per file) and a steps window 10:12."""
+    40 ops per process (it went round: two segments per file; tests/conftest.py's, which
+    tests/bounded/test_bounded.py checks too) and a steps window 10:12."""
     import helpers as h
-
-    def launch(name, opt):
-        d = str(tmp_path_factory.mktemp(name) / "run")
-        h.run([h.PY, "-m", "commtrace", "run", "-o", d, *opt, BOUNDED_TRAIN, "30", "spawn", "2", h.free_port()],
-              env=dict(os.environ), timeout=120).check(0)
+    def window():
+        d = str(tmp_path_factory.mktemp("window") / "run")
+        h.run([h.PY, "-m", "commtrace", "run", "-o", d, "--steps", "10:12", BOUNDED_TRAIN, "30", "spawn", "2",
+               h.free_port()], env=dict(os.environ), timeout=120).check(0)
         return d
-    ring, window = h.concurrently(lambda: launch("ring", ["--keep-last", "40"]),
-                                  lambda: launch("window", ["--steps", "10:12"]))
+    ring, window = h.concurrently(lambda: bounded_ring("native"), window)
     return {"ring": ring, "window": window}
 
 

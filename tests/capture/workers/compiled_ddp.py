@@ -1,9 +1,11 @@
-"""torch.compile'd DDP and a compiled functional all_reduce, 2 spawned gloo ranks.
+"""torch.compile'd DDP whose gradients fill several buckets, then a compiled functional
+all_reduce, 2 spawned gloo ranks: 4 Linear(512, 512), bucket_cap_mb=1 (each layer's 1,050,624
+bytes of gradients a bucket of its own once DDP rebuilt them), 3 steps.
 
-``compiled_ddp.py PORT OUT``: rank 0 writes a hash of the parameters and of the
-compiled function's result to OUT. While compiled code runs, C++ (DDP's reducer,
-functional collectives) calls back into ProcessGroup methods written in Python,
-which Dynamo must not try to compile (commtrace.dynamo).
+``compiled_ddp.py PORT OUT``: rank 0 writes a hash of the parameters and of the compiled
+function's result to OUT. While compiled code runs, C++ (DDP's reducer, functional
+collectives) calls back into ProcessGroup methods written in Python, which Dynamo must not
+try to compile (commtrace.dynamo).
 """
 import hashlib
 import os
@@ -14,7 +16,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
 import torch.multiprocessing as mp
+import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS, LAYERS, WIDTH = 3, 4, 512
+
 
 @torch.compile
 def compiled_all_reduce(x):
@@ -25,17 +31,18 @@ def main(rank, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.manual_seed(0)
-    m = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
-    cm = torch.compile(m)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    model = DDP(nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU()) for _ in range(LAYERS)]),
+                bucket_cap_mb=1)
+    compiled = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    for _ in range(3):
-        opt.zero_grad()
-        cm(torch.randn(8, 32, generator=g)).square().mean().backward()
+    for _ in range(STEPS):
+        compiled(torch.randn(8, WIDTH, generator=g)).square().mean().backward()
         opt.step()
+        opt.zero_grad()
     y = compiled_all_reduce(torch.ones(4))
     h = hashlib.sha256(y.numpy().tobytes())
-    for p in m.parameters():
+    for p in model.parameters():
         h.update(p.detach().numpy().tobytes())
     if rank == 0:
         with open(out, "w") as fh:
