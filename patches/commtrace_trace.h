@@ -8,7 +8,7 @@
 // When the environment variable COMMTRACE_DIR names a directory (commtrace run
 // sets it), every process writes, next to the Python wrapper's files,
 //   <COMMTRACE_DIR>/rank<R>.pid<P>.cpp.meta.jsonl  (JSON lines: header, world,
-//       group, sig, error, end)
+//       group, sig, error, source, end)
 //   <COMMTRACE_DIR>/rank<R>.pid<P>.cpp.ops.bin     (32-byte little-endian
 //       records, commtrace/trace/schema.py OP_RECORD, flags = FLAG_SOURCE_CPP)
 //   <COMMTRACE_DIR>/rank<R>.pid<P>.cpp.mpi.bin     (the same record layout: one
@@ -50,10 +50,19 @@
 //                             commtrace::wrapRun(entry->run,
 //                                                commtrace::onEnqueue(this, desc));
 //                           }
+//   recvAnysource:          if (commtrace::enabled()) { OpDesc desc(title); ...
+//                             commtrace::onAnySourceRecv(this, work.get(), desc);
+//                           }
+//   AsyncWork's isCompleted / wait, once its request completed:
+//                           commtrace::onWorkDone(this, status_.MPI_SOURCE,
+//                                                 status_.MPI_ERROR == MPI_SUCCESS);
 // wrapRun() wraps the op's run function: the wrapper, which the worker thread
 // calls right after it took the entry off the queue, stamps the dequeue time,
 // runs the op (whose MPI_CHECKs stamp the MPI call) and stamps its end (or the
-// failure and its message).
+// failure and its message). A recv from any source is not queued: its record
+// runs from the call (t_call) to the completion its caller found (d_end), with
+// no dequeue (d_return NaN), and a "source" line names the global rank it
+// received from (the reader shows it as the op's root).
 #pragma once
 
 #include <atomic>
@@ -479,7 +488,8 @@ class Tracer {
         ",\"desc\":null,\"backend\":\"mpi\",\"size\":" +
         std::to_string(groupSize) + ",\"ranks\":" + ranksJson +
         ",\"rank\":" + std::to_string(groupRank) + "}");
-    pgs_[pg] = PgState{gid, 0};
+    pgs_[pg] = PgState{gid, 0, 0};
+    groupRanks_.push_back(std::move(globalRanks));  // index: gid
     gEnabled.store(true, std::memory_order_relaxed);
   }
 
@@ -491,29 +501,12 @@ class Tracer {
   }
 
   // An op is about to be queued: returns its token (0 = not traced).
-  uint64_t onEnqueue(const void* pg, const OpDesc& desc) {
-    if (detail::inForkedChild()) return 0;
-    const std::string key = desc.fieldsJson();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pgs_.find(pg);
-    if (it == pgs_.end() || failed_) return 0;
-    uint32_t sig;
-    auto s = sigs_.find(key);
-    if (s == sigs_.end()) {
-      sig = static_cast<uint32_t>(sigs_.size());
-      sigs_.emplace(key, sig);
-      addMetaLocked("{\"type\":\"sig\",\"id\":" + std::to_string(sig) + "," + key + "}");
-    } else {
-      sig = s->second;
-    }
-    Pending p;
-    p.group = it->second.group;
-    p.seq = ++it->second.seq;
-    p.sig = sig;
-    const uint64_t token = nextToken_++;
-    p.tEnqueue = nowNs();  // last, so our own work is not counted as queue wait
-    pending_.emplace(token, p);
-    return token;
+  uint64_t onEnqueue(const void* pg, const OpDesc& desc) { return start(pg, desc, nullptr); }
+
+  // A recv from any source was posted (recvAnysource: not queued; its AsyncWork
+  // ``work`` completes in the caller's wait() or isCompleted(), onWorkDone).
+  void onAnySourceRecv(const void* pg, const void* work, const OpDesc& desc) {
+    start(pg, desc, work);
   }
 
   // The worker thread took the op off the queue.
@@ -551,6 +544,35 @@ class Tracer {
       if (stamps.mpiBegin != 0) {
         addRecordLocked(mpiBuf_, p, stamps.mpiBegin, stamps.mpiEnd, status);
       }
+      writeThrough = closed_;
+    }
+    if (writeThrough) writeOut();  // after exit processing: nobody else will
+  }
+
+  // ``work`` completed (ok) or failed; ``groupSource``: the rank it received
+  // from in its group (MPI_SOURCE), written as a "source" line with its global
+  // rank. A work not recorded (not a traced recv from any source): nothing.
+  void onWorkDone(const void* work, int groupSource, bool ok) {
+    const int64_t t = nowNs();
+    if (detail::inForkedChild()) return;
+    bool writeThrough;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto w = works_.find(work);
+      if (w == works_.end()) return;
+      auto it = pending_.find(w->second);
+      works_.erase(w);
+      if (it == pending_.end()) return;
+      Pending p = it->second;
+      pending_.erase(it);
+      const std::vector<int>& ranks = groupRanks_[p.group];
+      if (ok && groupSource >= 0 && static_cast<size_t>(groupSource) < ranks.size()) {
+        addMetaLocked("{\"type\":\"source\",\"t_call\":" + std::to_string(p.tEnqueue) +
+                      ",\"group\":" + std::to_string(p.group) + ",\"seq\":" +
+                      std::to_string(p.seq) + ",\"sig\":" + std::to_string(p.sig) +
+                      ",\"src\":" + std::to_string(ranks[groupSource]) + "}");
+      }
+      addRecordLocked(opsBuf_, p, 0, t, ok ? kStatusCompleted : kStatusFailed);
       writeThrough = closed_;
     }
     if (writeThrough) writeOut();  // after exit processing: nobody else will
@@ -597,7 +619,8 @@ class Tracer {
  private:
   struct PgState {
     uint16_t group;
-    uint32_t seq;
+    uint32_t seq;           // its queued ops
+    uint32_t anySourceSeq;  // its recvs from any source
   };
   struct Pending {
     int64_t tEnqueue = 0;
@@ -607,6 +630,35 @@ class Tracer {
     uint16_t group = 0;
     int64_t inflightDequeue = -1;  // tDequeue when last written IN_FLIGHT; -1 = never
   };
+
+  // Records an op from now (its sig, seq and token; 0 = not traced). A recv
+  // from any source (``work``: its AsyncWork) counts its own seqs, as the
+  // Python layer does, so the collectives' seqs stay those of every member.
+  uint64_t start(const void* pg, const OpDesc& desc, const void* work) {
+    if (detail::inForkedChild()) return 0;
+    const std::string key = desc.fieldsJson();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pgs_.find(pg);
+    if (it == pgs_.end() || failed_) return 0;
+    uint32_t sig;
+    auto s = sigs_.find(key);
+    if (s == sigs_.end()) {
+      sig = static_cast<uint32_t>(sigs_.size());
+      sigs_.emplace(key, sig);
+      addMetaLocked("{\"type\":\"sig\",\"id\":" + std::to_string(sig) + "," + key + "}");
+    } else {
+      sig = s->second;
+    }
+    Pending p;
+    p.group = it->second.group;
+    p.seq = work ? ++it->second.anySourceSeq : ++it->second.seq;
+    p.sig = sig;
+    const uint64_t token = nextToken_++;
+    p.tEnqueue = nowNs();  // last, so our own work is not counted as queue wait
+    pending_.emplace(token, p);
+    if (work != nullptr) works_[work] = token;
+    return token;
+  }
 
   explicit Tracer(std::string dir) : dir_(std::move(dir)) {}
 
@@ -750,6 +802,8 @@ class Tracer {
   std::unordered_map<const void*, PgState> pgs_;
   std::unordered_map<std::string, uint32_t> sigs_;
   std::unordered_map<uint64_t, Pending> pending_;
+  std::vector<std::vector<int>> groupRanks_;              // gid -> its global ranks
+  std::unordered_map<const void*, uint64_t> works_;       // recv from any source -> its token
   uint64_t nextToken_ = 1;
 };
 
@@ -773,6 +827,18 @@ inline void unregisterGroup(const void* pg) {
 inline uint64_t onEnqueue(const void* pg, const OpDesc& desc) {
   Tracer* t = Tracer::get();
   return t ? t->onEnqueue(pg, desc) : 0;
+}
+
+// recvAnysource posted its MPI_Irecv and made ``work`` (its AsyncWork).
+inline void onAnySourceRecv(const void* pg, const void* work, const OpDesc& desc) {
+  if (Tracer* t = Tracer::get()) t->onAnySourceRecv(pg, work, desc);
+}
+
+// An AsyncWork's request completed (isCompleted / wait): ``groupSource`` is
+// its status's MPI_SOURCE (AsyncWork::sourceRank()).
+inline void onWorkDone(const void* work, int groupSource, bool ok) {
+  if (!enabled()) return;
+  if (Tracer* t = Tracer::get()) t->onWorkDone(work, groupSource, ok);
 }
 
 // Wraps an op's run function so that the worker thread stamps the dequeue

@@ -211,3 +211,16 @@ def test_mpi_call_times_need_file_group_and_seq():
     assert np.isnan(out["mpi_ns"].iloc[0])  # same seq, other group (the first [0,1] group)
     out = merge_cpp_layer(f, mpi_calls([("rank0.pid100.cpp", "mpi:[0,1]#1", 1, 105.0, 405.0)]))
     assert out["mpi_ns"].iloc[0] == 300
+
+
+def test_a_recv_from_any_source_pairs_only_with_one():
+    """The patch records recvs from any source (not queued; their sender in a ``source``
+    line), and no recv from a peer: the C++ row of the first pairs with the Python row of
+    the first recv from any source, not with the earlier recv from a peer."""
+    f = frame([
+        py_row(1, "recv", 0, root=1), dict(py_row(1, "recv", 100, root=2), variant="recv_anysource"),
+        dict(cpp_row(1, "recv", 105, 0, 30, root=2), variant="recv_anysource"),
+    ])
+    out = merge_cpp_layer(f)
+    assert (out["source"] == "python").all() and len(out) == 2
+    assert list(out.sort_values("t_start_ns")["t_enqueue_ns"].isna()) == [True, False]

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import commtrace
@@ -415,6 +416,35 @@ def test_reader_loads_cpp_files(driver, tmp_path):
 
 
 @needs_gxx
+def test_recv_from_any_source_names_its_sender(driver, tmp_path):
+    """recvAnysource (not queued: the caller's wait() / isCompleted() finds it done) is recorded
+    from its call to its completion, its seqs its own (the collectives' stay every member's),
+    and a ``source`` line names the GLOBAL rank it received from (MPI_SOURCE is the group's),
+    which commtrace.load shows as the recv's root; a failed one names none, one never
+    completed is written in flight."""
+    res = run_driver(driver, "anysource", 0, tmp_path)
+    assert res.returncode == 0, res.stderr
+    ((stem, meta, recs),) = read_cpp_files(tmp_path)
+    recv_sig = {m["id"] for m in by_type(meta, "sig") if m["variant"] == "recv_anysource"}
+    assert [m["op"] for m in by_type(meta, "sig") if m["id"] in recv_sig] == ["recv"]
+    sources = by_type(meta, "source")
+    assert [(s["group"], s["seq"], s["src"]) for s in sources] == [(0, 1, 2), (1, 1, 3)]
+    recv = recs[np.isin(recs["sig"], list(recv_sig))]
+    assert {int(s["t_call"]) for s in sources} <= {int(t) for t in recv["t_call"]}
+    assert np.isnan(recv["d_return"]).all()           # not queued: no dequeue
+    coll = recs[~np.isin(recs["sig"], list(recv_sig))]
+    assert sorted((int(r["group"]), int(r["seq"])) for r in coll) == [(0, 1), (0, 2), (1, 1)]
+
+    ops = commtrace.load(str(tmp_path))
+    ops = getattr(ops, "ops", ops)
+    got = ops[ops["variant"] == "recv_anysource"].sort_values("t_start_ns")
+    assert [(str(g), int(q), st, None if pd.isna(r) else int(r))
+            for g, q, st, r in zip(got["group"], got["seq"], got["status"], got["root"])] == [
+        ("mpi:[0,1,2,3]", 1, "completed", 2), ("mpi:[0,2,3]", 1, "completed", 3),
+        ("mpi:[0,2,3]", 2, "failed", None), ("mpi:[0,1,2,3]", 2, "in_flight", None)]
+
+
+@needs_gxx
 @pytest.mark.skipif(not hasattr(commtrace, "load"), reason="commtrace.load (the reader) is not there yet")
 def test_reader_merges_cpp_into_python_rows(driver, tmp_path):
     """A Python-layer file of the same process: the world-group ops appear once, with the split."""
@@ -509,11 +539,15 @@ def test_patch_is_wellformed_and_touches_only_its_files():
     hunks = files[TREE_CPP]
     added = [b[1:] for h in hunks for b in h[4] if b.startswith("+")]
     removed = [b[1:] for h in hunks for b in h[4] if b.startswith("-")]
-    assert len(hunks) == 5 and len(added) <= 45
-    assert removed == ["  return c10::make_intrusive<ProcessGroupMPI>(rank, size, groupComm);"]
+    assert len(hunks) == 8 and len(added) <= 65
+    assert removed == ["  return c10::make_intrusive<ProcessGroupMPI>(rank, size, groupComm);",
+                       "  return c10::make_intrusive<AsyncWork>("]
     assert "#include <torch/csrc/distributed/c10d/CommtraceTrace.hpp>" in added
     assert "  if (commtrace::enabled()) {" in added  # the one branch per op
     assert "  commtrace::unregisterGroup(this); // commtrace: forget the destroyed group" in added
+    # recvAnysource registers its AsyncWork; both places its request completes report the status
+    assert "    commtrace::onAnySourceRecv(this, work.get(), desc);" in added
+    assert sum("commtrace::onWorkDone(" in a for a in added) == 2
     # MPI_CHECK's block starts with the stamp; the macro keeps its backslash column
     (stamp,) = [a for a in added if "MpiCallScope" in a]
     assert stamp.rstrip("\\").strip() == "commtrace::MpiCallScope commtraceMpiCall;"
@@ -563,6 +597,9 @@ def test_patched_code_compiles_against_the_wheel_headers(tmp_path):
         (tmp_path / tree_path).write_text("\n".join(b[1:] for b in hunk[4]) + "\n")
     hunks = [h[4] for h in files[TREE_CPP]]
     added = [[b[1:] for b in h if b.startswith("+")] for h in hunks]
+    includes, _, completed, waited, create, destructor, enqueue, _ = added
+    plus = [i for i, b in enumerate(hunks[7]) if b.startswith("+")]   # recvAnysource: its AsyncWork .. return
+    recv_any = [b[1:] for b in hunks[7][plus[0]:plus[-1] + 1] if b[:1] in " +"]
     macro = [b[1:] for b in hunks[1] if b[:1] in " +" and b[1:].strip()]
     assert macro[0].startswith("#define MPI_CHECK(cmd)")
     rest_of_macro = ['          std::to_string(__LINE__) + ", with error code: " +  \\',
@@ -570,15 +607,23 @@ def test_patched_code_compiles_against_the_wheel_headers(tmp_path):
                      "      TORCH_CHECK(false, err);                                \\",
                      "    }                                                         \\",
                      "  } while (0)"]
-    tu = ["#include <torch/csrc/distributed/c10d/ProcessGroupMPI.hpp>", *added[0], "namespace c10d {",
+    tu = ["#include <torch/csrc/distributed/c10d/ProcessGroupMPI.hpp>", *includes, "namespace c10d {",
           *macro, *rest_of_macro,
           "struct PatchedBits {",
           "  static std::mutex pgGlobalMutex_;",
           "  c10::intrusive_ptr<ProcessGroupMPI> create(",
-          "      std::vector<int> ranks, int rank, int size, MPI_Comm groupComm) {", *added[2], "  }",
-          "  ~PatchedBits() {", *added[3], "  }",
+          "      std::vector<int> ranks, int rank, int size, MPI_Comm groupComm) {", *create, "  }",
+          "  ~PatchedBits() {", *destructor, "  }",
           "  void enqueue(std::unique_ptr<WorkEntry> entry, const char* profilingTitle,",
-          "               const std::optional<std::vector<at::Tensor>>& inputTensors) {", *added[4], "  }",
+          "               const std::optional<std::vector<at::Tensor>>& inputTensors) {", *enqueue, "  }",
+          "  using AsyncWork = ProcessGroupMPI::AsyncWork;",
+          "  c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor>& tensors, MPI_Request request) {",
+          "    auto& tensor = tensors[0];", *recv_any, "  }",
+          "};",
+          "struct PatchedAsyncWork {  // AsyncWork::isCompleted and wait, where their hunks sit",
+          "  MPI_Status status_{};",
+          "  bool isCompleted() {", *completed, "    return true;", "  }",
+          "  bool wait() {", "    auto ok = (status_.MPI_ERROR == MPI_SUCCESS);", *waited, "    return ok;", "  }",
           "};", "}  // namespace c10d", ""]
     src = tmp_path / "patched_bits.cpp"
     src.write_text("\n".join(tu))

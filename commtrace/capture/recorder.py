@@ -185,10 +185,8 @@ class Recorder(AnnotationContext):
 
     def record_error(self, t_call: int, group: int, seq: int, sig: int, text: str) -> None:
         """An op raised, or its async work failed (also found by the final flush; C++ calls it)."""
-        line = {"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig, "text": text}
-        with self._lock:
-            if not self.closed or self._final_flush:
-                self.meta_queue.append(line)
+        self._queue_op_line({"type": schema.META_ERROR, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
+                             "text": text})
 
     def record_source(self, t_call: int, group: int, seq: int, sig: int, src: int) -> None:
         """A recv from any source completed from ``src`` (its rank in the group; the sender is known only
@@ -196,8 +194,13 @@ class Recorder(AnnotationContext):
         ranks = self.group_lines[group].get("ranks") if 0 <= group < len(self.group_lines) else None
         if not isinstance(src, int) or src < 0 or not ranks or src >= len(ranks):
             return   # not known (-1: the backend could not tell)
-        line = {"type": schema.META_SOURCE, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
-                "src": ranks[src]}
+        self._queue_op_line({"type": schema.META_SOURCE, "t_call": t_call, "group": group, "seq": seq, "sig": sig,
+                             "src": ranks[src]})
+
+    def _queue_op_line(self, line: dict) -> None:
+        """Queue a line about one op (its error, its sender): while the trace is open, and in the final
+        flush, which finds how the async ops still in flight ended (``add_meta`` keeps other lines out
+        of it)."""
         with self._lock:
             if not self.closed or self._final_flush:
                 self.meta_queue.append(line)

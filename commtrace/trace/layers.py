@@ -12,8 +12,9 @@ input copies), ``mpi_ns`` (inside MPI), ``post_mpi_ns`` (output copies) and ``ru
 Matching: only rows of one ``pid`` whose groups have the same global ranks; several
 such groups pair in order of their first op. Within a pair, collectives are aligned
 by ``seq`` order with ``difflib`` (an op only one layer saw, e.g. one that failed its
-argument checks, does not shift the rest); p2p ops (counted per peer by Python, not
-queued by the shipped patch) pair in ``t_start_ns`` order within (op, peer). Unmatched
+argument checks, does not shift the rest); p2p ops (counted per peer by Python; of them
+the patch records only recvs from any source, which are not queued) pair in
+``t_start_ns`` order within (op, from any source or not). Unmatched
 C++ rows stay (``source == "cpp"``) with the new columns from their own times; other
 rows get NaN. The input frame is not modified.
 """
@@ -71,6 +72,10 @@ def _first_time(frame, idx) -> float:
     return float(np.nanmin(v)) if np.isfinite(v).any() else 0.0
 
 
+def _with_anysource(p2p):
+    return p2p.assign(_anysource=(p2p["variant"].astype(str) == "recv_anysource").to_numpy())
+
+
 def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:
     py = frame.loc[py_idx]
     cp = frame.loc[cpp_idx]
@@ -80,12 +85,12 @@ def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:
     match = difflib.SequenceMatcher(None, list(py_coll["op"]), list(cp_coll["op"]), autojunk=False)
     blocks = match.get_matching_blocks()
     pairs_out.extend((py_coll.index[b.a + k], cp_coll.index[b.b + k]) for b in blocks for k in range(b.size))
-    # p2p: in call order within (op, peer)
-    py_p2p = py[py["op"].isin(P2P_OPS)]
-    cp_p2p = cp[cp["op"].isin(P2P_OPS)]
+    # p2p: in call order within (op, from any source, peer): a recv from any source is never a recv from a peer
+    py_p2p = _with_anysource(py[py["op"].isin(P2P_OPS)])
+    cp_p2p = _with_anysource(cp[cp["op"].isin(P2P_OPS)])
     if len(py_p2p) == 0 or len(cp_p2p) == 0:
         return
-    keys = ["op", "peer"] if "peer" in frame.columns else ["op"]
+    keys = ["op", "_anysource", "peer"] if "peer" in frame.columns else ["op", "_anysource"]
     cp_groups = {k if isinstance(k, tuple) else (k,): g
                  for k, g in cp_p2p.groupby(keys, dropna=False, sort=False, observed=True)}
     for k, g in py_p2p.groupby(keys, dropna=False, sort=False, observed=True):

@@ -21,6 +21,9 @@
 //             uses the group and exits; prints the child's exit status
 //   groups    a group destroyed and re-created at the same address; then more
 //             groups than a record's uint16 group id can name
+//   anysource recvs from any source (ProcessGroupMPI::recvAnysource's AsyncWork)
+//             on the world group and a subgroup, between collectives: completed
+//             from a sender, failed, and one never completed
 //   bench N   (benchmarks/bench_patch.py) N all_reduces with an empty MPI call,
 //             from one thread: prints {"enqueue_ns": per op, "total_ns": per op}
 //   benchblocked N   the same while the flush thread is blocked in write()
@@ -90,6 +93,22 @@ struct WorkEntry {
   std::function<void(std::unique_ptr<WorkEntry>&)> run;
 };
 
+// ProcessGroupMPI::AsyncWork as far as the patch touches it: the caller's
+// wait() (or isCompleted()) finds its request completed, with the status that
+// names the sender (MPI_SOURCE: its rank in the group; sourceRank()).
+struct FakeAsyncWork {
+  void wait(int mpiSource, int mpiError = 0) {
+    std::unique_lock<std::mutex> globalLock(gGlobalMutex);
+    MPI_CHECK(fakeMpiCall(2));  // MPI_Wait
+    source = mpiSource;
+    error = mpiError;
+    // -- as in the patched AsyncWork::wait / isCompleted --
+    commtrace::onWorkDone(this, source, error == 0);
+  }
+  int source = -1;  // status_.MPI_SOURCE
+  int error = 0;    // status_.MPI_ERROR
+};
+
 class FakePG {
  public:
   // key: the address the tracer knows the group by (this, unless a test
@@ -117,6 +136,18 @@ class FakePG {
   }
 
   const void* key() const { return key_; }
+
+  // ProcessGroupMPI::recvAnysource: posts an MPI_Irecv, returns its AsyncWork.
+  std::unique_ptr<FakeAsyncWork> recvAnysource(const Tensor& t) {
+    auto work = std::make_unique<FakeAsyncWork>();
+    // -- as in the patched ProcessGroupMPI::recvAnysource --
+    if (commtrace::enabled()) {
+      commtrace::OpDesc desc("mpi:recvAnySource");
+      desc.addInput(t.sizes, t.dtype, t.nbytes(), "cpu");
+      commtrace::onAnySourceRecv(key_, work.get(), desc);
+    }
+    return work;
+  }
 
   // Returns a future-like flag the caller can wait on.
   std::shared_ptr<std::atomic<int>> enqueue(std::unique_ptr<WorkEntry> entry,
@@ -461,6 +492,21 @@ static int modeNames() {
   return 0;
 }
 
+static int modeAnySource(int worldRank) {
+  auto world = FakePG::create(worldRank, worldRank, 4, {});
+  auto sub = FakePG::create(worldRank, 0, 3, {worldRank, 2, 3});
+  Tensor f8{{8}, "Float", 4};
+  waitFor(collective(*world, "mpi:all_reduce", {f8}, {f8}, 1));
+  world->recvAnysource(f8)->wait(2);             // from global rank 2
+  waitFor(collective(*world, "mpi:all_reduce", {f8}, {f8}, 1));
+  sub->recvAnysource(f8)->wait(2);               // group rank 2: global rank 3
+  sub->recvAnysource(f8)->wait(1, 15);           // failed (MPI_ERR_TRUNCATE)
+  waitFor(collective(*sub, "mpi:barrier", {}, {}, 1));
+  FakeAsyncWork* never = world->recvAnysource(f8).release();  // in flight at exit
+  (void)never;
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "basic";
   int worldRank = argc > 2 ? std::atoi(argv[2]) : 0;
@@ -472,6 +518,7 @@ int main(int argc, char** argv) {
   if (mode == "slowio") return modeSlowIo(worldRank);
   if (mode == "fork") return modeFork(worldRank);
   if (mode == "groups") return modeGroups(worldRank);
+  if (mode == "anysource") return modeAnySource(worldRank);
   if (mode == "bench" || mode == "benchblocked") {
     return modeBench(worldRank, argc > 3 ? std::atoi(argv[3]) : 20000, mode == "benchblocked");
   }

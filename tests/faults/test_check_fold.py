@@ -334,3 +334,44 @@ def test_progress_of_many_groups_uneven_first_then_capped():
                              + ["  ... and 4 more groups (4 of them with every member at the same seq; "
                                 "--json lists every one)"])
     assert len(kinds(fs)[C.PROGRESS]) == 12
+
+
+def _anysource_run(run_dir, extra_send: bool, stray_named: bool) -> str:
+    """Rank 0 receives 40 messages from any source, from rank 1 and 2 in turn (its recvs' seqs
+    1..40; the sends' 1..20 per sender: most pairs lie in two seq chunks); each recv names its
+    sender (the ``source`` line). ``extra_send``: rank 2 sends a 21st that nobody receives (in
+    flight); ``stray_named``: a 41st recv names rank 1, which sent no more."""
+    from tracebuilder import Proc, ns, write_run
+    from commtrace.trace import schema
+    procs = [Proc(r, world_size=3) for r in range(3)]
+    recvs = 41 if stray_named else 40
+    for i in range(1, recvs + 1):
+        src, t = (1 if i % 2 else 2), 10.0 * i
+        if i <= 40:
+            procs[src].op("send", t - 2, t + 1, seq=(i + 1) // 2, root=0)
+        procs[0].op("recv", t - 1, t + 1, seq=i, variant="recv_anysource")
+        procs[0].meta.append({"type": schema.META_SOURCE, "t_call": ns(t - 1), "group": 0, "seq": i,
+                              "sig": procs[0].records[-1][4], "src": src})
+    if extra_send:
+        procs[2].op("send", 500.0, None, seq=21, root=0, status=schema.STATUS_IN_FLIGHT)
+    return write_run(run_dir, procs)
+
+
+@pytest.mark.parametrize("extra_send,stray_named", [(False, False), (True, False), (True, True)])
+def test_recvs_from_any_source_pair_with_sends_of_other_seq_chunks(tmp_path, extra_send, stray_named):
+    """A recv from any source counts its own seqs, so it and the send it took may lie in two seq
+    chunks: the partitioned check carries what a chunk leaves open to the fold (check.OpenP2P),
+    which pairs them by the one check's rule. No send is called unmatched for want of its recv
+    in its chunk (before: each send whose recv lay in another chunk was); one nobody received
+    still is, and so is a recv naming a sender with no send left for it."""
+    d = _anysource_run(tmp_path / "r", extra_send, stray_named)
+    one = C.diagnose(load_run(d))
+    from commtrace.analysis.partitioned.check_map import check_run
+    part = check_run(d, progress=False, partitioned=True, workers=1)
+    assert part.chunks > 4
+    assert_same_findings(one, part.findings)
+    assert_same_findings(one, check_run(d, progress=False).findings)
+    want = ([("rank 2", "send", 21, C.ERROR)] if extra_send else []) + \
+        ([("rank 0", "recv", 41, C.INFO)] if stray_named else [])
+    assert sorted((f.title.split(" ")[0] + " " + f.title.split(" ")[1], f.op, f.seq, f.severity)
+                  for f in one if f.kind == C.P2P_UNMATCHED) == sorted(want)

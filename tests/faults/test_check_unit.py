@@ -218,6 +218,32 @@ def test_a_recv_from_any_source_takes_a_send_from_the_rank_it_received_from():
     assert "rank 0 recv from rank 2 #1" in next(f.title for f in p2p if f.op == "recv")
 
 
+def test_what_recvs_from_any_source_leave_open_merges_over_seq_chunks():
+    """check.OpenP2P of seq chunks, merged, leaves what that of the whole frame does, with rows
+    capped (a broken run's millions of sends are not carried): rank 1 sends 50 messages to rank 0
+    (the last 3 in flight); rank 0 received 30 from any source naming rank 1, and 5 more are in
+    flight (no sender known). They take the first 35 sends (completed first): 15 are left, and the
+    last 10 of them are what the rows can show (#41-#50)."""
+    procs = [proc(r, 2) for r in range(2)]
+    rows = [row(1, s, op="send", root=0, status="in_flight" if s > 47 else "completed") for s in range(1, 51)]
+    rows += [row(0, s, op="recv", variant="recv_anysource", root=1 if s <= 30 else None,
+                 status="completed" if s <= 30 else "in_flight", t=10**8 + s) for s in range(1, 36)]
+    df = frame(rows)
+    whole = [(int(r["rank"]), int(r["seq"])) for r in C.unmatched_p2p(df)]
+    merged = C.OpenP2P()
+    recvs = []
+    for lo in range(0, 60, 7):
+        got, open_p2p = C.p2p_loose_ends(df[((df["seq"] > lo) & (df["seq"] <= lo + 7)).to_numpy()])
+        recvs += got
+        merged.merge(open_p2p)
+    assert [(int(r["rank"]), int(r["seq"])) for r in merged.unmatched(recvs)] == whole == \
+        [(1, s) for s in range(41, 51)]
+    assert sum(s.n for s in merged.sends.values()) == 50 and merged.anonymous == {("w", "0", 0): 5}
+    assert all(len(s.rows) <= 2 * C.P2P_SHOWN for s in merged.sends.values())
+    p2p = by_kind(C.diagnose(mkrun(rows, procs)))[C.P2P_UNMATCHED]
+    assert sorted((f.seq, f.severity) for f in p2p) == [(s, C.INFO) for s in range(41, 48)] + [(s, C.ERROR) for s in (48, 49, 50)]
+
+
 def test_straggler():
     rows = []
     for s in range(1, 9):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .. import bounded_coverage
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
     diagnose_collectives, diagnose_coverage, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p,
-    diagnose_processes, diagnose_stragglers, progress_findings, unmatched_p2p)
+    diagnose_processes, diagnose_stragglers, OpenP2P, P2P_SHOWN, p2p_loose_ends, progress_findings, unmatched_p2p)
 from .dumps import add_dumped_positions, diagnose_dumps
 from .fates import early_processes, rank_fates, run_world_names
 from .findings import (  # noqa: F401

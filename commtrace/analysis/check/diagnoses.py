@@ -3,6 +3,8 @@ p2p, stragglers, processes that ended badly, damaged trace data.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
@@ -282,43 +284,146 @@ def _not_arrived(glabel, world_s, group_s, seq, sdf, missing, facts: RunFacts, f
 
 # -- point to point ------------------------------------------------------------------
 
-def unmatched_p2p(df: pd.DataFrame) -> list:
-    """The send/recv rows without their counterpart (same world, group, seq; peers swapped).
-    A recv from any source (its seq counts such recvs, not a peer's) takes one send to its rank that
-    has no counterpart otherwise, completed sends first: one from the rank it received from once it
-    completed (``root``: the trace's ``source`` line), else any (which one is not known); a completed
-    one that no send from its sender is left for has none."""
+P2P_SHOWN = 10
+
+
+def _frame_order(r) -> tuple:
+    return int(r["t_start_ns"]), int(r["rank"])
+
+
+def _take_order(r) -> tuple:
+    """The order in which sends are taken by recvs from any source: completed ones first."""
+    return str(r["status"]) == "in_flight", *_frame_order(r)
+
+
+@dataclass
+class _Sends:
+    """Sends of one sender to one receiver that no recv matched by seq, in take order: ``n`` exact;
+    ``rows`` all of them, or past 2 * P2P_SHOWN the last P2P_SHOWN (those left when the others are
+    taken) and the first P2P_SHOWN in frame order (those shown when none is taken)."""
+    n: int = 0
+    rows: list = field(default_factory=list)
+
+    def add(self, other: "_Sends") -> None:
+        self.n += other.n
+        rows = sorted(self.rows + other.rows, key=_take_order)
+        if len(rows) > 2 * P2P_SHOWN:
+            first = {id(r) for r in sorted(rows[:-P2P_SHOWN], key=_frame_order)[:P2P_SHOWN]}
+            rows = [r for r in rows[:-P2P_SHOWN] if id(r) in first] + rows[-P2P_SHOWN:]
+        self.rows = rows
+
+    def after(self, m: int) -> "_Sends":
+        """Those left when the first ``m`` are taken."""
+        n = self.n - m
+        if not m or len(self.rows) == self.n:
+            return _Sends(n, self.rows[m:])
+        return _Sends(n, self.rows[len(self.rows) - min(P2P_SHOWN, n):])      # the last ones: known
+
+
+@dataclass
+class _Named:
+    """Recvs from any source of one receiver whose sender is known: ``n`` exact, ``rows`` the last
+    P2P_SHOWN in frame order (sends take the first: the last are left)."""
+    n: int = 0
+    rows: list = field(default_factory=list)
+
+    def add(self, other: "_Named") -> None:
+        self.n += other.n
+        self.rows = sorted(self.rows + other.rows, key=_frame_order)[-P2P_SHOWN:]
+
+    def after(self, m: int) -> list:
+        """The rows of those left when the first ``m`` are taken."""
+        return self.rows[len(self.rows) - min(len(self.rows), self.n - m):]
+
+
+@dataclass
+class OpenP2P:
+    """What recvs from any source leave open among some send/recv rows: the sends no recv matched by seq
+    and those recvs (their seq counts such recvs, not a peer's, so a seq chunk of the run may hold one
+    and not the send it took). Two merge into that of their rows together; counts exact, rows capped.
+
+    The rule: a recv from any source takes one send to its rank that has no counterpart otherwise,
+    completed sends first (then by start time): one from the rank it received from once it completed
+    (``root``: the trace's ``source`` line), else any (which one is not known). Left are the last sends
+    and the last of a sender's recvs from any source that named it: a completed recv that no send from
+    its sender is left for has none. The rows kept are enough to show the first P2P_SHOWN left (of a
+    receiver's sends, the last P2P_SHOWN when more are left)."""
+    sends: dict = field(default_factory=dict)      # (world, group, receiver, sender) -> _Sends
+    named: dict = field(default_factory=dict)      # (world, group, receiver, sender) -> _Named
+    anonymous: dict = field(default_factory=dict)  # (world, group, receiver) -> its recvs whose sender is not known
+
+    def merge(self, other: "OpenP2P") -> None:
+        for key, s in other.sends.items():
+            self.sends.setdefault(key, _Sends()).add(s)
+        for key, r in other.named.items():
+            self.named.setdefault(key, _Named()).add(r)
+        for key, n in other.anonymous.items():
+            self.anonymous[key] = self.anonymous.get(key, 0) + n
+
+    def left(self) -> tuple[list, list]:
+        """(the sends no recv took, in take order; the named recvs that took none, by receiver)."""
+        pools: dict = {}
+        for (w, g, receiver, sender), s in self.sends.items():     # first the recvs naming their sender
+            taken = min(s.n, self.named[(w, g, receiver, sender)].n) if (w, g, receiver, sender) in self.named else 0
+            pools.setdefault((w, g, receiver), []).append(s.after(taken))
+        sends = []
+        for key, ss in pools.items():
+            rows = sorted((r for s in ss for r in s.rows), key=_take_order)
+            anonymous = self.anonymous.get(key, 0)
+            n = sum(s.n for s in ss) - anonymous       # those the anonymous recvs leave: the last ones
+            if n > 0:
+                whole = len(rows) == sum(s.n for s in ss)
+                sends += rows if not anonymous else rows[-n:] if whole else rows[-min(n, P2P_SHOWN):]
+        named = [r for key, rs in self.named.items() for r in rs.after(min(rs.n, self.sends[key].n)
+                                                                      if key in self.sends else 0)]
+        return sends, named
+
+    def unmatched(self, recvs: list) -> list:
+        """``recvs`` (recvs without their send by seq) and what is left open, in the order shown."""
+        sends, named = self.left()
+        return sorted(recvs + sends, key=_frame_order) + named
+
+
+def p2p_loose_ends(df: pd.DataFrame) -> tuple[list, OpenP2P]:
+    """The recvs from a named peer without their send (same world, group, seq; peers swapped), and
+    the OpenP2P of the rest: the sends without their recv and the recvs from any source."""
+    loose, open_ = [], OpenP2P()
     if len(df) == 0:
-        return []
-    keys, anysource = {}, {}   # anysource: (world, group, rank, its sender or None) -> its recvs from any source
+        return loose, open_
+    keys, sends, named = {}, {}, {}
     for _, r in df[is_p2p(df["op"])].iterrows():
         peer = _int(r.get("root"))
         peer = None if peer is None or peer < 0 else peer
+        w, g, rank = _s(r["world"]), _s(r["group"]), int(r["rank"])
         if peer is None or str(r.get("variant")) == "recv_anysource":
-            if str(r["op"]) == "recv":
-                anysource.setdefault((_s(r["world"]), _s(r["group"]), int(r["rank"]), peer), []).append(r)
+            if str(r["op"]) != "recv":
+                continue
+            if peer is None:
+                open_.anonymous[(w, g, rank)] = open_.anonymous.get((w, g, rank), 0) + 1
+            else:
+                named.setdefault((w, g, rank, peer), []).append(r)
             continue
-        keys[(_s(r["world"]), _s(r["group"]), str(r["op"]), int(r["rank"]), peer, int(r["seq"]))] = r
-    unmatched = []
+        keys[(w, g, str(r["op"]), rank, peer, int(r["seq"]))] = r
     for (w, g, op, rank, peer, seq), r in keys.items():
-        other = "recv" if op == "send" else "send"
-        if (w, g, other, peer, rank, seq) not in keys:
-            unmatched.append(r)
-    taken = set()
-    for i in sorted((i for i, r in enumerate(unmatched) if str(r["op"]) == "send"),
-                    key=lambda i: str(unmatched[i]["status"]) == "in_flight"):
-        snd = unmatched[i]
-        for k in ((_s(snd["world"]), _s(snd["group"]), _int(snd.get("root")), int(snd["rank"])),
-                  (_s(snd["world"]), _s(snd["group"]), _int(snd.get("root")), None)):
-            if anysource.get(k):
-                anysource[k].pop()
-                taken.add(i)
-                break
-    return [r for i, r in enumerate(unmatched) if i not in taken] + \
-        [r for k, rs in anysource.items() if k[3] is not None for r in rs]
+        if (w, g, "recv" if op == "send" else "send", peer, rank, seq) in keys:
+            continue
+        if op == "recv":
+            loose.append(r)
+        else:
+            sends.setdefault((w, g, peer, rank), []).append(r)
+    whole = OpenP2P({key: _Sends(len(rs), sorted(rs, key=_take_order)) for key, rs in sends.items()},
+                    {key: _Named(len(rs), rs) for key, rs in named.items()})
+    open_.merge(whole)                                 # capped
+    return loose, open_
 
 
-P2P_SHOWN = 10
+def unmatched_p2p(df: pd.DataFrame) -> list:
+    """The send/recv rows without their counterpart (same world, group, seq; peers swapped; a recv
+    from any source: ``OpenP2P``'s rule), in the order shown."""
+    recvs, open_ = p2p_loose_ends(df)
+    return open_.unmatched(recvs)
+
+
 
 
 def diagnose_p2p(df: pd.DataFrame, worlds: dict | None = None) -> list[Finding]:

@@ -7,7 +7,8 @@
 3. per seq chunk (``map_check_chunk``): the frame of the chunk's records of every file (whole
    instances), classified as ``check.diagnose`` does (with step 2's run-wide highest seqs) into
    verdicts (capped to what the findings show, counts exact), the rows of the seqs they name, the
-   first unmatched send/recv and the chunk's RunFacts;
+   first recvs without their send, what recvs from any source leave open (``check.OpenP2P``: such a
+   recv and the send it took may lie in two chunks) and the chunk's RunFacts;
 4. the fold (``CheckFold``) merges those; ``check.diagnose_reduced`` runs on the small result.
 
 A run that fits in memory with fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked in
@@ -31,8 +32,7 @@ from ...trace import reader
 from ...trace.group_ranks import ranks_of
 from ...trace.schema import P2P_OPS
 from .. import bounded_coverage
-from ..check import diagnose_reduced, unmatched_p2p
-from ..check.diagnoses import P2P_SHOWN
+from ..check import OpenP2P, P2P_SHOWN, diagnose_reduced, p2p_loose_ends
 from ..check.facts import GroupVerdict, RunFacts, classify_frame, frame_facts
 from ..check.fates import rank_fates
 from .. import memory_policy
@@ -94,7 +94,9 @@ class CheckChunkPartial:
     facts: RunFacts
     verdicts: dict              # (world, group) -> GroupVerdict (capped)
     rows: pd.DataFrame          # the collectives' rows of the seqs the verdicts name
-    p2p: pd.DataFrame           # the first unmatched send/recv rows (frame order)
+    p2p: pd.DataFrame           # the first recvs from a named peer without their send (frame order)
+    open_p2p: OpenP2P           # the sends without their recv and the recvs from any source (one may
+                                # take a send of another chunk: its seq counts such recvs)
 
 
 # -- step 2: one rank ---------------------------------------------------------------
@@ -152,11 +154,11 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
     df = bounded_coverage.judged_frame(df, task.bounded)        # bounded traces: what their files can show
     facts = frame_facts(df, task.members)
     if task.facts_only:
-        return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]))
+        return CheckChunkPartial(task.chunk, len(df), facts, {}, _plain([]), _plain([]), OpenP2P())
     verdicts, kept = classify_frame(df, task.members, task.last_seq, task.fates)
-    p2p = unmatched_p2p(df)[:P2P_SHOWN]
+    recvs, open_p2p = p2p_loose_ends(df)
     return CheckChunkPartial(task.chunk, len(df), facts, verdicts, _plain(kept),
-                             _plain([pd.DataFrame(p2p)]) if p2p else _plain([]))
+                             _plain([pd.DataFrame(recvs[:P2P_SHOWN])]) if recvs else _plain([]), open_p2p)
 
 
 def _plain(frames: list) -> pd.DataFrame:
@@ -176,7 +178,8 @@ class CheckFold:
     facts: RunFacts = field(default_factory=RunFacts)
     verdicts: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)       # (world, group) -> rows of the seqs its verdict names
-    p2p: pd.DataFrame = field(default_factory=pd.DataFrame)
+    p2p: pd.DataFrame = field(default_factory=pd.DataFrame)   # the first recvs from a named peer without their send
+    open_p2p: OpenP2P = field(default_factory=OpenP2P)
     ops: int = 0
 
     def add(self, part: CheckChunkPartial) -> None:
@@ -194,10 +197,13 @@ class CheckFold:
         if len(part.p2p):
             p = pd.concat([self.p2p, part.p2p]) if len(self.p2p) else part.p2p
             self.p2p = p.sort_values(["t_start_ns", "rank"], kind="stable").head(P2P_SHOWN)
+        self.open_p2p.merge(part.open_p2p)
 
     def frame(self) -> pd.DataFrame:
         """The reduced frame, in the one frame's row order (start time, then rank)."""
-        parts = [r for r in self.rows.values() if len(r)] + ([self.p2p] if len(self.p2p) else [])
+        recvs = [r for _, r in self.p2p.iterrows()]
+        p2p = self.open_p2p.unmatched(recvs)[:P2P_SHOWN]         # what check.unmatched_p2p shows of the run
+        parts = [r for r in self.rows.values() if len(r)] + ([_plain([pd.DataFrame(p2p)])] if p2p else [])
         if not parts:
             return reader.empty_frame()
         return pd.concat(parts).sort_values(["t_start_ns", "rank"], kind="stable").reset_index(drop=True)
