@@ -211,6 +211,12 @@ def stable_order(codes: np.ndarray, n: int) -> np.ndarray:
     return np.argsort(narrow(codes, n), kind="stable")
 
 
+def equal_runs(key: np.ndarray):
+    """(value, first, end) of each run of equal values of ``key``, in order (positions as ints)."""
+    cuts = (np.flatnonzero(np.diff(key)) + 1).tolist()
+    return zip(key[[0] + cuts].tolist() if len(key) else [], [0] + cuts, cuts + [len(key)])
+
+
 def take_rows(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``column[rows]`` for reading (``rows`` ascending, distinct); no copy when they are consecutive."""
     return column[rows[0]:rows[-1] + 1] if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else column[rows]

@@ -73,16 +73,6 @@ class ModuleFigures:
                 acc["exposed"][-1] += iv.length(s) - int(iv.length_within(t.compute, s[0], s[1]).sum())
 
 
-def merge_module_acc(into: dict, acc: dict) -> None:
-    """Fold one ModuleFigures' ``acc`` (e.g. one rank's) into ``into``."""
-    for key, a in acc.items():
-        cur = into.setdefault(tuple(key), {"comms": [], "exposed": [], "ops": 0, "bytes": 0})
-        cur["comms"].extend(a["comms"])
-        cur["exposed"].extend(a["exposed"])
-        cur["ops"] += a["ops"]
-        cur["bytes"] += a["bytes"]
-
-
 def module_table(acc: dict) -> pd.DataFrame | None:
     """One row per (module, phase), sorted by communication time (descending); None when no
     op names a module (a run without DDP, FSDP or tensor parallelism shows no such table)."""

@@ -59,16 +59,6 @@ class RegionFigures:
             acc["comms"][-1] += iv.length(iv.intersect(comm, s))
 
 
-def merge_region_acc(into: dict, acc: dict) -> None:
-    """Fold one RegionFigures' ``acc`` (e.g. one rank's) into ``into``."""
-    for label, a in acc.items():
-        cur = into.setdefault(label, {"times": [], "comms": [], "ops": 0, "bytes": 0, "entries": 0})
-        cur["times"].extend(a["times"])
-        cur["comms"].extend(a["comms"])
-        for k in ("ops", "bytes", "entries"):
-            cur[k] += a[k]
-
-
 def region_table(acc: dict) -> pd.DataFrame:
     """The table of RegionFigures' accumulators (label -> times, comms per rank; ops, bytes, entries)."""
     rows = []

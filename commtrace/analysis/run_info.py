@@ -2,28 +2,15 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
 from . import intervals
 from .bounded_coverage import coverage_text
 from .check.fates import ENDED_NORMALLY, fates_by_rank
-
-
-@dataclass
-class ReportRun:
-    path: str
-    frame: pd.DataFrame
-    processes: list[dict]
-    issues: list = field(default_factory=list)        # reader.TraceIssue (str(): one line naming the file)
-    run_id: str | None = None
-    spans: pd.DataFrame | None = None                  # compute spans (trace.marks)
-    marks: pd.DataFrame | None = None                  # user marks
-    regions: pd.DataFrame | None = None                # user regions
 
 
 def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
@@ -54,13 +41,11 @@ def no_rank_error(path: str, unranked: list[dict]) -> CommtraceError:
                           f"`commtrace check {path}` says how)")
 
 
-def load_report_run(run_dir: str | None = None) -> ReportRun:
-    """reader.load_run (ranks as the report keys them: rank keys) plus the checks the report needs.
-    Raises CommtraceError if nothing is usable."""
+def load_report_run(run_dir: str | None = None) -> reader.Run:
+    """reader.load_run (ranks as the report keys them: rank keys) plus the checks the report needs: the
+    files of another run left out (an issue each). Raises CommtraceError if nothing is usable."""
     run = reader.load_run(run_dir, rank_keys=True)
-    issues = list(run.issues)
-    run_id, drop, more = check_run_ids(run.processes)
-    issues.extend(more)
+    _, drop, more = check_run_ids(run.processes)
     frame, procs = run.frame, run.processes
     if drop:
         stems = {schema.stem_of(f) for f in drop}
@@ -77,7 +62,8 @@ def load_report_run(run_dir: str | None = None) -> ReportRun:
     if drop:
         tables = [t[~t["file"].isin(stems)].reset_index(drop=True) if t is not None and len(t) else t
                   for t in tables]
-    return ReportRun(run.path, frame, procs, issues, run_id, *tables)
+    return replace(run, frame=frame, processes=procs, issues=run.issues + more, spans=tables[0], marks=tables[1],
+                   regions=tables[2])
 
 
 def _wall_span(p: dict):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import intervals as iv
+from ..analysis.arrays import equal_runs
 from ..analysis.figures import (STEP_PARTS, arrival_offsets, bandwidth_by_size, binned_majority, exposure_intervals,
                                 slowest_steps, step_breakdown, steps_across_ranks)
 from ..analysis.timeline import bin_timeline
@@ -253,16 +254,8 @@ def _op_traces(frame: pd.DataFrame, t0: int, inst: np.ndarray, out: dict, severa
     lanes = np.array([_lane(r, several) for r in frame["rank"].tolist()], dtype=object) if n else np.empty(0, object)
     out["ops"] = {"fields": fields, "inst": np.asarray(inst, dtype=np.int64).tolist(),
                   "mid_ms": _ms(start + dur / 2, 4).tolist(), "lane": _column(pd.Series(lanes, dtype=object))}
-    traces = []
     ops = frame["op"].astype(str).to_numpy() if n else np.empty(0, object)
-    for i, op in enumerate(sorted(set(ops.tolist()))):
-        idx = np.flatnonzero(ops == op)
-        traces.append({"type": "bar", "orientation": "h", "name": text(op), "meta": "ops",
-                       "base": _ms(start[idx], 4).tolist(), "x": _ms(np.maximum(dur[idx], 1.0), 4).tolist(),
-                       "y": lanes[idx].tolist(), "customdata": idx.tolist(),
-                       "width": 0.55, "offset": -0.42, "marker": {"color": op_color(op, i), "line": {"width": 0}},
-                       "hoverinfo": "none"})
-    return traces
+    return _bars_by_kind(ops, start, dur, lanes, "ops", text, op_color, {"width": 0.55, "offset": -0.42})
 
 
 def _span_traces(spans: pd.DataFrame, t0: int, out: dict, several: bool) -> list[dict]:
@@ -271,14 +264,22 @@ def _span_traces(spans: pd.DataFrame, t0: int, out: dict, several: bool) -> list
     out["spans"] = {"fields": _fields(spans, ("rank", "phase", "step", "iteration", "module"), several, b, e - b)}
     phases = spans["phase"].astype(str).to_numpy()
     lanes = np.array([_lane(r, several) + " compute" for r in spans["rank"].tolist()], dtype=object)
+    return _bars_by_kind(phases, b, e - b, lanes, "spans", lambda ph: text(ph) + " (compute)",
+                         lambda ph, i: PHASE_COLORS.get(ph, "#bdbdbd"), {"width": 0.5}, {"legendgroup": "compute"})
+
+
+def _bars_by_kind(kinds: np.ndarray, begin: np.ndarray, length: np.ndarray, lanes: np.ndarray, meta: str, name,
+                  color, geometry: dict, extra: dict | None = None) -> list[dict]:
+    """One bar trace per kind (op, phase), in name order: each row of that kind a bar on its lane, at least
+    1 ns long (``name(kind)``, ``color(kind, i)``; ``geometry``: width, offset); hover is the page's script's."""
     traces = []
-    for ph in sorted(set(phases.tolist())):
-        idx = np.flatnonzero(phases == ph)
-        traces.append({"type": "bar", "orientation": "h", "name": text(ph) + " (compute)", "meta": "spans",
-                       "base": _ms(b[idx], 4).tolist(), "x": _ms(np.maximum(e[idx] - b[idx], 1), 4).tolist(),
-                       "y": lanes[idx].tolist(), "customdata": idx.tolist(), "width": 0.5,
-                       "marker": {"color": PHASE_COLORS.get(ph, "#bdbdbd"), "line": {"width": 0}},
-                       "hoverinfo": "none", "legendgroup": "compute"})
+    for i, kind in enumerate(sorted(set(kinds.tolist()))):
+        idx = np.flatnonzero(kinds == kind)
+        traces.append({"type": "bar", "orientation": "h", "name": name(kind), "meta": meta,
+                       "base": _ms(begin[idx], 4).tolist(), "x": _ms(np.maximum(length[idx], 1), 4).tolist(),
+                       "y": lanes[idx].tolist(), "customdata": idx.tolist(), **geometry,
+                       "marker": {"color": color(kind, i), "line": {"width": 0}}, "hoverinfo": "none",
+                       **(extra or {})})
     return traces
 
 
@@ -311,9 +312,7 @@ def _majority_traces(binned, sets: dict, styles: list, meta: str, width: float, 
     runs: dict[int, dict] = {}
     for rank, rank_sets in sets.items():
         best, fill = binned_majority(rank_sets, lo, hi, n)
-        cuts = np.flatnonzero(np.diff(best)) + 1
-        for a, b in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [n])).tolist()):
-            k = int(best[a])
+        for k, a, b in equal_runs(best):
             if k < 0:
                 continue
             t = runs.setdefault(k, {"base": [], "x": [], "y": [], "custom": []})
@@ -340,12 +339,10 @@ def _binned_traces(tl, several: bool) -> list[dict]:
     for li, rank in enumerate(tl.ranks):
         cells, fill = tl.cells[li], tl.fill[li]
         strong = fill >= 0.5
-        key = np.where(cells < 0, -1, cells * 2 + strong)
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        for a, b in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(key)])).tolist()):
-            c = int(cells[a])
-            if c < 0:
+        for k, a, b in equal_runs(np.where(cells < 0, -1, cells * 2 + strong)):
+            if k < 0:
                 continue
+            c = k // 2
             t = per_op.setdefault(c, {"base": [], "x": [], "y": [], "opacity": [], "custom": []})
             t["base"].append((tl.t_from_ns + a * dt) / 1e6)
             t["x"].append((b - a) * dt / 1e6)

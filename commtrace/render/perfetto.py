@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from ..analysis.arrays import column_codes
+from ..analysis.arrays import column_codes, equal_runs
 from ..analysis.report import json_safe
 from ..analysis.steps import compute_spans
 from ..errors import CommtraceError
@@ -33,9 +33,7 @@ def assign_lanes(rank: np.ndarray, start: np.ndarray, end: np.ndarray, small: in
     if len(rank) == 0:
         return lane
     order = np.argsort(rank, kind="stable")
-    r = rank[order]
-    cuts = np.flatnonzero(np.diff(r)) + 1
-    for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(r)]))):
+    for _, lo, hi in equal_runs(rank[order]):
         idx = order[lo:hi]
         s, e = start[idx], end[idx]
         prev = np.maximum.accumulate(e)

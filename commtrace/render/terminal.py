@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..trace.rank_ranges import fmt_rank_keys, rank_name, several_worlds
+from ..analysis.arrays import equal_runs
 from ..analysis.timeline import Timeline, timeline_layout
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_int, fmt_ns, fmt_pct, plain_safe
 from ..trace.schema import op_kind
@@ -375,15 +376,12 @@ def draw_timeline(con: Console, tl: Timeline, marks, label_w: int) -> None:
         line = Text(f"rank {rank_name(rank, several)}".ljust(label_w) + "|")
         cells, fill = tl.cells[li], tl.fill[li]
         # Equal cells in runs: one append per run keeps this fast.
-        keyv = np.where(cells < 0, -1, cells * 2 + (fill >= 0.5))
-        cuts = np.flatnonzero(np.diff(keyv)) + 1
-        for a, b in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(keyv)]))):
-            c = int(cells[a])
-            if c < 0:
+        for k, a, b in equal_runs(np.where(cells < 0, -1, cells * 2 + (fill >= 0.5))):
+            if k < 0:
                 line.append(" " * (b - a))
                 continue
-            color, letter = styles[c]
-            strong = fill[a] >= 0.5
+            color, letter = styles[k // 2]
+            strong = k % 2 == 1
             line.append((letter if strong else ".") * (b - a), style=("bold " + color) if strong else color)
         line.append("|")
         con.print(line, no_wrap=True, overflow="crop")

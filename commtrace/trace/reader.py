@@ -765,10 +765,7 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     keys them; else each op's rank is its process's rank in the op's world (``build_frame``)."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
     issues: list[TraceIssue] = []
-    procs = [p for p in (read_process(m, issues) for m in find_traces(run_dir)) if p is not None]
-    if not procs:
-        detail = "; ".join(str(i) for i in issues[:3])
-        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    procs = read_processes(run_dir, issues)
     numbers = number_worlds(procs) if rank_keys else {}
     for p in procs:
         p.world_number = numbers.get(p.meta_path)
@@ -778,6 +775,16 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
                marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
+
+
+def read_processes(run_dir: str, issues: list[TraceIssue], records: bool = True) -> list[ProcessTrace]:
+    """Every readable process of run ``run_dir`` (read_process; damage goes to ``issues``); CommtraceError
+    (the first issues) when there is none."""
+    procs = [p for p in (read_process(m, issues, records) for m in find_traces(run_dir)) if p is not None]
+    if not procs:
+        detail = "; ".join(str(i) for i in issues[:3])
+        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    return procs
 
 
 def missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import CommtraceError
 from ...trace import reader, records
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
@@ -40,11 +39,7 @@ class RunPlan:
 def plan_run(run_dir: str | None) -> RunPlan:
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
     issues: list[reader.TraceIssue] = []
-    metas = reader.find_traces(run_dir)
-    procs = [p for p in (reader.read_process(m, issues, records=False) for m in metas) if p is not None]
-    if not procs:
-        detail = "; ".join(str(i) for i in issues[:3])
-        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    procs = reader.read_processes(run_dir, issues, records=False)
     numbers = reader.number_worlds(procs)
     run_id, drop, more = check_run_ids([p.summary() for p in procs])
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]

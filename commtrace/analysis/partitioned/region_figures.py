@@ -12,8 +12,8 @@ import pandas as pd
 
 from .. import intervals as iv
 from ..arrays import OpArrays
-from ..modules import ModuleFigures, merge_module_acc, module_table
-from ..regions import RegionFigures, merge_region_acc, region_table
+from ..modules import ModuleFigures, module_table
+from ..regions import RegionFigures, region_table
 
 
 class RankRegions(RegionFigures):
@@ -37,10 +37,7 @@ def no_ops() -> OpArrays:
 
 def regions_table(per_rank: dict) -> pd.DataFrame:
     """The regions table from rank -> RegionFigures.acc (as RegionFigures.table over every rank)."""
-    acc: dict = {}
-    for r in sorted(per_rank):
-        merge_region_acc(acc, per_rank[r])
-    return region_table(acc)
+    return region_table(_folded(per_rank, str, ("times", "comms"), ("ops", "bytes", "entries")))
 
 
 def rank_modules(ops, applied=None) -> ModuleFigures | None:
@@ -53,7 +50,18 @@ def rank_modules(ops, applied=None) -> ModuleFigures | None:
 
 def modules_table(per_rank: dict) -> pd.DataFrame | None:
     """The per-module table from rank -> ModuleFigures.acc (as ModuleFigures.table over every rank)."""
-    acc: dict = {}
+    return module_table(_folded(per_rank, tuple, ("comms", "exposed"), ("ops", "bytes")))
+
+
+def _folded(per_rank: dict, key, lists: tuple, counts: tuple) -> dict:
+    """The ranks' accumulators (rank -> {row key: its figures}) folded in rank order: per ``key(row key)``
+    (a module's (module, phase) may travel as a list) the ``lists`` of per-rank values joined, ``counts`` added."""
+    into: dict = {}
     for r in sorted(per_rank):
-        merge_module_acc(acc, per_rank[r])
-    return module_table(acc)
+        for k, acc in per_rank[r].items():
+            cur = into.setdefault(key(k), {**{n: [] for n in lists}, **{n: 0 for n in counts}})
+            for n in lists:
+                cur[n].extend(acc[n])
+            for n in counts:
+                cur[n] += acc[n]
+    return into
