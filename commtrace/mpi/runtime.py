@@ -237,11 +237,10 @@ class CollectiveQueue:
         One thread retires at a time; a caller that finds another at it leaves its work to
         it: that thread's test of the head and its giving up happen under the same lock,
         after the caller's ``_done`` is set, so it either sees the work done or has given up
-        before the caller looks. The worker hands its works to the progress thread: a callback
-        that waits for a queued op (ZeRO's last bucket waits for its broadcasts) would
-        otherwise wait for the worker itself."""
-        if self._thread is threading.current_thread() and progress is not None and progress.retire_later(self):
-            return
+        before the caller looks. The worker retires only works whose future nobody took and
+        hands the rest to the progress thread: a callback that waits for a queued op (ZeRO's
+        last bucket waits for its broadcasts) would otherwise wait for the worker itself."""
+        on_worker = self._thread is threading.current_thread()
         lock = self._retiring_lock
         head = self.unretired
         with lock:
@@ -253,11 +252,24 @@ class CollectiveQueue:
                 if not head or not head[0]._done:
                     self._retiring = False
                     return
-                work = head.popleft()
-            try:
-                work._retire()
-            except Exception:  # noqa: BLE001 -- torch logs a callback's error; the rest must go on
-                pass
+            work = head[0]      # only the retiring thread pops: it stays the head
+            if on_worker and not work._retire_futureless():
+                with lock:
+                    self._retiring = False
+                if progress is not None and progress.retire_later(self):
+                    return
+                on_worker = False   # no progress thread left (exit): run them here
+                with lock:
+                    if self._retiring:
+                        return
+                    self._retiring = True
+                continue
+            head.popleft()
+            if not on_worker:
+                try:
+                    work._retire()
+                except Exception:  # noqa: BLE001 -- torch logs a callback's error; the rest must go on
+                    pass
 
     def on_worker(self) -> bool:
         """Whether the caller is this queue's worker (a Work's future callback runs there:

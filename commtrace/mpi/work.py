@@ -148,6 +148,14 @@ class MPIWork(dist.Work):
         if fut is not None:
             self._complete_future(fut)
 
+    def _retire_futureless(self) -> bool:
+        """Retire it if nobody took its future (then no callback can run): False if someone did."""
+        with _state_lock:
+            if self._fut is not None:
+                return False
+            self._retired = True
+            return True
+
     def _complete_future(self, fut):
         if self._exc is not None:
             fut.set_exception(self._exc)
