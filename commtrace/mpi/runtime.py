@@ -240,7 +240,7 @@ class CollectiveQueue:
         before the caller looks. The worker retires only works whose future nobody took and
         hands the rest to the progress thread: a callback that waits for a queued op (ZeRO's
         last bucket waits for its broadcasts) would otherwise wait for the worker itself."""
-        on_worker = self._thread is threading.current_thread()
+        on_worker = self.on_worker()
         lock = self._retiring_lock
         head = self.unretired
         with lock:
@@ -272,8 +272,9 @@ class CollectiveQueue:
                     pass
 
     def on_worker(self) -> bool:
-        """Whether the caller is this queue's worker (a Work's future callback runs there:
-        a blocking op it makes is issued inline, in its turn; queueing it would wait on itself)."""
+        """Whether the caller is this queue's worker. A future callback runs there only once the
+        progress thread has stopped (``retire``, at exit): a blocking op it makes is issued
+        inline, in its turn; queueing it would wait on itself."""
         return self._thread is threading.current_thread()
 
     def _run(self) -> None:
