@@ -150,15 +150,17 @@ class MPIProcessGroup(Collectives, dist.ProcessGroup):
         claimed = threaded and (blocking or starts) and q.claim()
         if claimed or not threaded or (blocking and q.on_worker()):
             try:
-                req = call(*args)
-            except Exception as e:  # MPI errors -> Python exception on this rank
-                raise RuntimeError(f"mpi backend: {call.__name__} failed: {e}") from e
+                try:
+                    req = call(*args)
+                except Exception as e:  # MPI errors -> Python exception on this rank
+                    raise RuntimeError(f"mpi backend: {call.__name__} failed: {e}") from e
+                # A started call is noted as issued in its turn (its future's order).
+                w = MPIWork(result, req, post, keep=args, event=event, order=q) if starts else None
             finally:
                 if claimed:
                     q.turn.release()
             if not starts:
                 return self._done(result, post, event)
-            w = MPIWork(result, req, post, keep=args, event=event)
         else:
             w = MPIWork(result, post=post, keep=args, call=(call, args), event=event)
             q.put(w)

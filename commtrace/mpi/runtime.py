@@ -61,6 +61,7 @@ class Progress:
         self.interval = interval
         self.lock = threading.Condition(threading.Lock())
         self.active: list = []        # works whose request this thread tests
+        self.to_retire: list = []     # CollectiveQueues whose worker finished a work (retire_later)
         self._stop = False
         self._thread = None
 
@@ -72,6 +73,18 @@ class Progress:
                 self._start()
             elif was_idle:
                 self.lock.notify()
+
+    def retire_later(self, queue) -> bool:
+        """Run ``queue.retire()`` on this thread soon; False once the thread is stopped."""
+        with self.lock:
+            if self._stop:
+                return False
+            self.to_retire.append(queue)
+            if self._thread is None:
+                self._start()
+            else:
+                self.lock.notify()
+        return True
 
     def steal(self, work) -> bool:
         """Take ``work`` away from the thread; False if it already completed
@@ -104,14 +117,15 @@ class Progress:
             done = ()
             failed = ()
             with lock:
-                while not self.active and not self._stop:
+                while not self.active and not self.to_retire and not self._stop:
                     lock.wait()
                 if self._stop:
                     return
+                queues, self.to_retire = self.to_retire, []
                 active = self.active
                 statuses = []   # one per finished request, in idx's order
                 try:
-                    idx = testsome([w._req for w in active], statuses)
+                    idx = testsome([w._req for w in active], statuses) if active else None
                 except Exception:
                     idx = None
                     failed = self._find_failed(active)
@@ -121,11 +135,18 @@ class Progress:
                         active.remove(w)
                         if w._status is not None:   # recv_anysource: its sender is only in here
                             w._status = status
+            # All of them done before any future's callbacks run: one may wait for another.
             for w, exc in failed:
-                w._finish(exc)
+                w._set_done(exc)
             for w in done:
-                w._finish(None)
-            if not done and not failed:
+                w._set_done(None)
+            for w, _ in failed:
+                w._complete()
+            for w in done:
+                w._complete()
+            for q in queues:
+                q.retire()
+            if not done and not failed and not queues:
                 time.sleep(self.interval)
 
     @staticmethod
@@ -155,6 +176,10 @@ class CollectiveQueue:
     caller, or the worker while ``queued`` is not empty. A queued work leaves ``queued``
     only once its MPI call returned, so a caller that finds ``queued`` empty and takes
     ``turn`` overtakes nothing it (or any thread it synchronized with) queued before.
+
+    The collectives' futures complete in the same order (``issued``, ``retire``): MPI may
+    finish a later non-blocking collective before an earlier one, and a future's callbacks
+    (DDP comm hooks, ZeRO's step) then ran in a different order on each rank.
     """
 
     def __init__(self):
@@ -163,6 +188,11 @@ class CollectiveQueue:
         self._wake = threading.Condition(threading.Lock())
         self._thread = None
         self._closed = False
+        # Works issued (in their turn) whose futures are not completed yet, oldest first; only
+        # the thread that set _retiring (under _retiring_lock) pops them.
+        self.unretired = collections.deque()
+        self._retiring_lock = threading.Lock()
+        self._retiring = False
 
     def claim(self) -> bool:
         """Take the turn for a blocking call on the caller's thread (release ``turn``
@@ -193,9 +223,58 @@ class CollectiveQueue:
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout=5)
 
+    def issued(self, work) -> None:
+        """Note ``work`` (an MPIWork) as issued; the caller holds ``turn``, so this is the
+        order its MPI call started in. Its future completes after those issued before it."""
+        work._order = self
+        work._retired = False
+        self.unretired.append(work)
+
+    def retire(self) -> None:
+        """Complete the futures of the done works at the head of ``unretired``, oldest first,
+        on this thread (their callbacks run here), until one is not done yet: whoever
+        finishes that one calls this again. Called by a work's finisher after it set ``_done``.
+        One thread retires at a time; a caller that finds another at it leaves its work to
+        it: that thread's test of the head and its giving up happen under the same lock,
+        after the caller's ``_done`` is set, so it either sees the work done or has given up
+        before the caller looks. The worker retires only works whose future nobody took and
+        hands the rest to the progress thread: a callback that waits for a queued op (ZeRO's
+        last bucket waits for its broadcasts) would otherwise wait for the worker itself."""
+        on_worker = self.on_worker()
+        lock = self._retiring_lock
+        head = self.unretired
+        with lock:
+            if self._retiring:
+                return
+            self._retiring = True
+        while True:
+            with lock:
+                if not head or not head[0]._done:
+                    self._retiring = False
+                    return
+            work = head[0]      # only the retiring thread pops: it stays the head
+            if on_worker and not work._retire_futureless():
+                with lock:
+                    self._retiring = False
+                if progress is not None and progress.retire_later(self):
+                    return
+                on_worker = False   # no progress thread left (exit): run them here
+                with lock:
+                    if self._retiring:
+                        return
+                    self._retiring = True
+                continue
+            head.popleft()
+            if not on_worker:
+                try:
+                    work._retire()
+                except Exception:  # noqa: BLE001 -- torch logs a callback's error; the rest must go on
+                    pass
+
     def on_worker(self) -> bool:
-        """Whether the caller is this queue's worker (a Work's future callback runs there:
-        a blocking op it makes is issued inline, in its turn; queueing it would wait on itself)."""
+        """Whether the caller is this queue's worker. A future callback runs there only once the
+        progress thread has stopped (``retire``, at exit): a blocking op it makes is issued
+        inline, in its turn; queueing it would wait on itself."""
         return self._thread is threading.current_thread()
 
     def _run(self) -> None:
@@ -209,4 +288,6 @@ class CollectiveQueue:
                     self._wake.wait()
             with self.turn:
                 while queued:
-                    queued[0]._issue(queued.popleft)
+                    work = queued[0]
+                    self.issued(work)
+                    work._issue(queued.popleft)

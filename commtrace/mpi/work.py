@@ -48,8 +48,15 @@ class MPIWork(dist.Work):
     _src = -1
     _req = None
     _event = None      # its profiler event (profiling.py), ended when it finishes
+    # A collective's future completes in its communicator's issue order (CollectiveQueue.issued:
+    # _order is that queue; _retired is False until the queue completes the future, which
+    # may be after _done). P2p works and works finished inside the call are not ordered.
+    _order = None
+    _retired = True
+    _fut_taken = None
 
-    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None, call=None, event=None):
+    def __init__(self, result, req=None, post=None, status=None, src=-1, keep=None, call=None, event=None,
+                 order=None):
         super().__init__()
         self._result = result
         self._event = event
@@ -63,6 +70,8 @@ class MPIWork(dist.Work):
             self._done = False
             self._gate = threading.Lock()
             self._gate.acquire()
+            if order is not None:   # a started collective: the caller holds the communicator's turn
+                order.issued(self)
             if req is not None and runtime.progress is not None:
                 runtime.progress.submit(self)
 
@@ -90,6 +99,13 @@ class MPIWork(dist.Work):
 
     # called once, by the owner of the request
     def _finish(self, exc):
+        self._set_done(exc)
+        self._complete()
+
+    def _set_done(self, exc):
+        """The op is over: results in place, ``wait()`` returns. Its future is left to
+        ``_complete()`` (a finisher of several works marks all of them done first: a callback
+        of one that waits for another must not wait for its own thread)."""
         if exc is None and self._post is not None:
             try:
                 self._post()
@@ -108,12 +124,37 @@ class MPIWork(dist.Work):
             keep(self)          # before _done: a wait() that sees it done then finds it kept
         with _state_lock:
             self._done = True
-            fut = self._fut
+            self._fut_taken = self._fut   # taken before it was done: _complete() completes it
         if self._claimed:       # get_future() came meanwhile (it sets the flag, then pops)
             _unclaimed.pop(id(self), None)
         self._gate.release()
+
+    def _complete(self):
+        """Complete the future (its callbacks run), after ``_set_done``: a collective's in
+        its communicator's order (CollectiveQueue.retire), a p2p op's at once."""
+        if self._order is not None:
+            self._order.retire()
+            return
+        fut = self._fut_taken
+        if fut is not None:         # else get_future(), seeing it done, completes its own
+            self._complete_future(fut)
+
+    def _retire(self):
+        """Complete the future, if anyone took it yet (CollectiveQueue.retire: the works before
+        this one have theirs complete); a later get_future() completes it at once."""
+        with _state_lock:
+            self._retired = True
+            fut = self._fut
         if fut is not None:
             self._complete_future(fut)
+
+    def _retire_futureless(self) -> bool:
+        """Retire it if nobody took its future (then no callback can run): False if someone did."""
+        with _state_lock:
+            if self._fut is not None:
+                return False
+            self._retired = True
+            return True
 
     def _complete_future(self, fut):
         if self._exc is not None:
@@ -191,7 +232,7 @@ class MPIWork(dist.Work):
             if fut is not None:
                 return fut
             fut = self._fut = torch.futures.Future()
-            if not self._done:
+            if not (self._done and self._retired):   # whoever finishes or retires it completes it
                 return fut
         self._complete_future(fut)
         return fut

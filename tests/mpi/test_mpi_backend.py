@@ -38,6 +38,15 @@ def test_ranks_mixing_blocking_and_async_collectives(run_mpi):
     assert "mixed ops: 66 checks on 2 ranks, 0 failures" in out, out
 
 
+def test_collective_futures_complete_in_issue_order(run_mpi):
+    # MPI finished a small Iallreduce before the big one issued before it, and its future's
+    # callbacks ran first, in a different order on each rank (ZeRO's interleaved step hook:
+    # its buckets' broadcasts desynced). A callback waiting on a work its own thread was about
+    # to finish hung.
+    out = run_mpi("worker_order.py", 2, 10, timeout=120)
+    assert "order: 10 rounds on 2 ranks, 0 out of order" in out, out
+
+
 def test_ddp_join_uneven_inputs_matches_gloo(run_mpi):
     # torch's Join: the joined rank's all_reduce is blocking, the others' async (hung).
     out = run_mpi("worker_mixed.py", 2, "join", timeout=90)
