@@ -86,6 +86,10 @@ class Progress:
                 self.lock.notify()
         return True
 
+    def is_current(self) -> bool:
+        """Whether the caller is this thread (a future's callback runs here)."""
+        return self._thread is threading.current_thread()
+
     def steal(self, work) -> bool:
         """Take ``work`` away from the thread; False if it already completed
         (or is being completed) there."""

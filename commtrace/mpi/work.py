@@ -168,6 +168,8 @@ class MPIWork(dist.Work):
             secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 0)
             if self._req is not None and (runtime.progress is None or runtime.progress.steal(self)):
                 self._wait_owned(secs)
+            elif runtime.progress is not None and runtime.progress.is_current():
+                self._wait_on_progress_thread(secs)
             elif not self._gate.acquire(timeout=secs if secs else -1):
                 raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
             else:
@@ -177,6 +179,20 @@ class MPIWork(dist.Work):
         if self._exc is not None:
             raise self._exc
         return True
+
+    def _wait_on_progress_thread(self, secs):
+        """wait() in a future's callback, which the progress thread runs, for an op still queued:
+        the worker hands a request it starts (a large all_reduce) to this very thread, busy here,
+        so nobody would test it; take it over once it exists."""
+        import time
+        deadline = time.monotonic() + secs if secs else None
+        while not self._gate.acquire(timeout=0.001):
+            if self._req is not None and runtime.progress.steal(self):
+                self._wait_owned(max(deadline - time.monotonic(), 1e-3) if deadline else 0)
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"mpi backend: Work.wait timed out after {secs} s")
+        self._gate.release()
 
     def _wait_owned(self, secs):
         import time

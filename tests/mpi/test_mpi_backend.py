@@ -42,7 +42,8 @@ def test_collective_futures_complete_in_issue_order(run_mpi):
     # MPI finished a small Iallreduce before the big one issued before it, and its future's
     # callbacks ran first, in a different order on each rank (ZeRO's interleaved step hook:
     # its buckets' broadcasts desynced). A callback waiting on a work its own thread was about
-    # to finish hung.
+    # to finish hung, and so did one waiting for a large all_reduce queued behind a broadcast
+    # (its request went to the progress thread, busy running that callback).
     out = run_mpi("worker_order.py", 2, 10, timeout=120)
     assert "order: 10 rounds on 2 ranks, 0 out of order" in out, out
 

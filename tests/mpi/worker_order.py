@@ -8,7 +8,9 @@ when B and C (one message each) are done: without ordering B's callback ran befo
 C's future was complete at once. A's callback also waits on the later work C (Work.wait must
 not depend on future order: that would hang) and a callback on B raises (the next futures must
 still complete). Odd rounds first queue an async broadcast D: then the worker thread issues
-A, B and C behind it, and D's future (finished by the worker) must come first. Prints "order: R rounds on 2 ranks, F out of order" (F: both ranks' failures); exit 1 on a failure.
+A, B and C behind it, and D's future (finished by the worker) must come first. Last, a callback waits for a large
+all_reduce queued behind a broadcast (the worker hands its request to the progress thread,
+which runs the callback). Prints "order: R rounds on 2 ranks, F out of order" (F: both ranks' failures); exit 1 on a failure.
 """
 from __future__ import annotations
 
@@ -70,6 +72,26 @@ for i in range(ROUNDS):
     for name, t in (("A", a_buf), ("B", b_buf), ("C", c_buf)):
         if not torch.all(t == want):
             bad.append(f"round {i}: {name} wrong")
+
+# A callback (the progress thread runs it) that waits for a large all_reduce queued behind a
+# broadcast: the worker starts it as a request only the progress thread, busy in the callback,
+# would test (hung: the callback must take it over).
+nested = []
+
+
+def waits_for_queued(f):
+    if rank == 1:
+        time.sleep(0.05)      # rank 0's broadcast is still running when its all_reduce comes
+    dist.broadcast(torch.zeros(4), src=0, async_op=True)       # holds the queue while it runs
+    e_buf = torch.full((1 << 14,), float(rank + 1))
+    dist.all_reduce(e_buf, async_op=True).wait()
+    nested.append(float(e_buf[0]))
+    return f.value()
+
+
+dist.all_reduce(torch.ones(1 << 14), async_op=True).get_future().then(waits_for_queued).wait()
+if nested != [float(sum(range(1, dist.get_world_size() + 1)))]:
+    bad.append(f"a callback waiting for a queued all_reduce saw {nested}")
 
 total = comm.allreduce(len(bad))
 dist.destroy_process_group()
