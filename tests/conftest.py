@@ -27,31 +27,30 @@ if _HERE not in sys.path:
 
 # The files that took longest (setup + call + teardown summed per file, those over 20 s) in a
 # run of this suite with two workers on 2026-11-29 (BENCHMARKS.md, "Test time: longest files
-# first"; stopped at 631 of 895 tests: files it did not reach are not here), longest first. With
-# pytest-xdist (make test: -n 2 --dist loadfile) files go to the workers in collection order, so
-# these start first and the many short files fill in behind them, and the run does not end with
-# one long file on one worker while the other has nothing left (xdist's own order, most tests
-# first, hands out long files with few tests, such as test_compile.py's two compiled DDP runs,
-# late). Only the order changes; a file missing here runs after these, in pytest's order.
+# first"; stopped at 631 of 895 tests: files it did not reach are not here), longest first; the
+# files whose workers now fork their ranks (BENCHMARKS.md, "Test time: forked ranks") moved down
+# by their measured CPU ratio (after / before), those with no duration there placed by their
+# rank in that run (test_debug_detail.py fell under 20 s). With pytest-xdist (make test: -n 2
+# --dist loadfile) files go to the workers in collection order, so these start first and the
+# many short files fill in behind them, and the run does not end with one long file on one
+# worker while the other has nothing left (xdist's own order, most tests first, hands out long
+# files with few tests, such as test_compile.py's two compiled DDP runs, late).
+# Only the order changes; a file missing here runs after these, in pytest's order.
 LONGEST_FIRST = (
-    "tests/mpi/test_mpi_backend.py", "tests/capture/test_parallel_modules.py",
-    "tests/examples/test_examples.py", "tests/capture/test_compile.py",
-    "tests/bench/test_bench_smoke.py", "tests/bounded/test_bounded.py",
-    "tests/api/test_python_api.py", "tests/mpi/test_native_mpi.py", "tests/faults/test_worlds.py",
-    "tests/trainers/test_trainers.py", "tests/capture/test_p2p.py",
-    "tests/report/test_partial_report.py", "tests/capture/test_ops.py", "tests/capture/test_ddp.py",
+    "tests/mpi/test_mpi_backend.py", "tests/examples/test_examples.py", "tests/bench/test_bench_smoke.py",
+    "tests/bounded/test_bounded.py", "tests/api/test_python_api.py", "tests/capture/test_parallel_modules.py",
+    "tests/mpi/test_native_mpi.py", "tests/faults/test_worlds.py", "tests/trainers/test_trainers.py",
+    "tests/capture/test_compile.py", "tests/report/test_partial_report.py", "tests/capture/test_ops.py",
     "tests/capture/test_children.py", "tests/report/test_worlds.py", "tests/test_patch.py",
-    "tests/report/test_ddp_variants.py", "tests/faults/test_harness_skip.py",
-    "tests/report/test_html.py",
-    "tests/capture/test_pipeline.py", "tests/mpi/test_torch_suite_mpi.py",
-    "tests/capture/test_run_dir.py", "tests/faults/test_check_fold.py",
-    "tests/capture/test_fsdp.py", "tests/capture/test_hsdp.py", "tests/capture/test_torch_suite.py",
-    "tests/analysis/test_rank_pieces.py", "tests/capture/test_sparse.py",
-    "tests/capture/test_process.py", "tests/capture/test_checkpoint.py",
-    "tests/capture/test_blocking_calls.py", "tests/capture/test_side_thread.py",
-    "tests/clock/test_hosts.py", "tests/bench/test_flight_recorder.py",
-    "tests/capture/test_crash_mid_step.py", "tests/capture/test_torch_plumbing.py",
-    "tests/capture/test_zero_overlap.py", "tests/capture/test_debug_detail.py",
+    "tests/faults/test_harness_skip.py", "tests/report/test_html.py", "tests/mpi/test_torch_suite_mpi.py",
+    "tests/capture/test_p2p.py", "tests/capture/test_run_dir.py", "tests/faults/test_check_fold.py",
+    "tests/capture/test_torch_suite.py", "tests/capture/test_ddp.py", "tests/analysis/test_rank_pieces.py",
+    "tests/report/test_ddp_variants.py", "tests/capture/test_pipeline.py", "tests/capture/test_process.py",
+    "tests/capture/test_fsdp.py", "tests/clock/test_hosts.py", "tests/capture/test_sparse.py",
+    "tests/bench/test_flight_recorder.py", "tests/capture/test_blocking_calls.py",
+    "tests/capture/test_crash_mid_step.py", "tests/capture/test_side_thread.py",
+    "tests/capture/test_torch_plumbing.py", "tests/capture/test_hsdp.py", "tests/capture/test_checkpoint.py",
+    "tests/capture/test_zero_overlap.py",
 )
 
 

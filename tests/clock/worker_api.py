@@ -63,4 +63,5 @@ def main(rank: int, port: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    mp.spawn(main, args=(sys.argv[1], sys.argv[2]), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(sys.argv[1], sys.argv[2]), nprocs=2, start_method="fork")

@@ -39,4 +39,5 @@ def worker(rank, world, port):
 
 
 if __name__ == "__main__":
-    mp.spawn(worker, args=(2, int(sys.argv[1])), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(worker, args=(2, int(sys.argv[1])), nprocs=2, start_method="fork")

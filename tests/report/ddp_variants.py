@@ -166,4 +166,5 @@ def worker(rank, world, port, names):
 
 if __name__ == "__main__":
     chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else list(VARIANTS)
-    mp.spawn(worker, args=(2, int(sys.argv[1]), chosen), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(worker, args=(2, int(sys.argv[1]), chosen), nprocs=2, start_method="fork")

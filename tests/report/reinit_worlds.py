@@ -24,4 +24,5 @@ def rank_main(rank, ports):
 
 
 if __name__ == "__main__":
-    mp.spawn(rank_main, args=((int(sys.argv[1]), int(sys.argv[2])),), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(rank_main, args=((int(sys.argv[1]), int(sys.argv[2])),), nprocs=2, start_method="fork")

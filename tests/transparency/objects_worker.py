@@ -1,4 +1,4 @@
-"""Object collectives on two groups of 2 spawned gloo ranks: the default group
+"""Object collectives on two groups of 2 forked gloo ranks: the default group
 (native wrapper where built) and one made with COMMTRACE_NATIVE=0 (Python
 wrapper). usage: objects_worker.py OUT_PREFIX PORT"""
 import os
@@ -39,4 +39,5 @@ def worker(rank, port, out):
 
 
 if __name__ == "__main__":
-    mp.spawn(worker, args=(int(sys.argv[2]), sys.argv[1]), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(worker, args=(int(sys.argv[2]), sys.argv[1]), nprocs=2, start_method="fork")

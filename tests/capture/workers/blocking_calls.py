@@ -1,6 +1,6 @@
 """Each torch.distributed function with an ``async_op`` argument, called blocking and async.
 
-``blocking_calls.py WORLD PORT OUT`` spawns WORLD gloo ranks. In order, each rank:
+``blocking_calls.py WORLD PORT OUT`` starts WORLD gloo ranks. In order, each rank:
 1. calls each function of CALLS once blocking (no async_op) and once with
    ``async_op=True`` and waits, less the ops gloo lacks (env BLOCKING_LEAVE_OUT);
 2. calls all_reduce with async_op positional (True, then False) and barrier with
@@ -112,4 +112,6 @@ if __name__ == "__main__":
     import torch.multiprocessing as mp
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = sys.argv[2]
-    mp.spawn(main, args=(int(sys.argv[1]), sys.argv[3]), nprocs=int(sys.argv[1]))
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(int(sys.argv[1]), sys.argv[3]), nprocs=int(sys.argv[1]),
+                       start_method="fork")

@@ -1,5 +1,5 @@
 """torch.compile'd DDP whose gradients fill several buckets, then a compiled functional
-all_reduce, 2 spawned gloo ranks: 4 Linear(512, 512), bucket_cap_mb=1 (each layer's 1,050,624
+all_reduce, 2 forked gloo ranks: 4 Linear(512, 512), bucket_cap_mb=1 (each layer's 1,050,624
 bytes of gradients a bucket of its own once DDP rebuilt them), 3 steps.
 
 ``compiled_ddp.py PORT OUT``: rank 0 writes a hash of the parameters and of the compiled
@@ -53,4 +53,5 @@ def main(rank, port, out):
 
 
 if __name__ == "__main__":
-    mp.spawn(main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2, start_method="fork")

@@ -1,6 +1,6 @@
 """DDP compiled whole (``torch.compile(ddp_model, fullgraph=True)``, Dynamo's
 ``optimize_ddp="python_reducer"``, as torch's test_replicate_with_compiler does on CPU), 2
-spawned gloo ranks.
+forked gloo ranks.
 
 ``compiled_ddp_fullgraph.py PORT OUT``: rank 0 writes a hash of the outputs and parameters to
 OUT. fullgraph=True admits no graph break: one in a commtrace wrapper DDP.forward calls
@@ -40,4 +40,5 @@ def main(rank, port, out):
 
 
 if __name__ == "__main__":
-    mp.spawn(main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(int(sys.argv[1]), sys.argv[2]), nprocs=2, start_method="fork")

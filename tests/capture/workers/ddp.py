@@ -1,6 +1,6 @@
 """DDP on gloo, for the exact-sequence and bitwise-identity tests.
 
-``ddp.py WORLD PORT OUT STEPS``: spawns WORLD ranks. Three phases, each opened by
+``ddp.py WORLD PORT OUT STEPS``: starts WORLD ranks. Three phases, each opened by
 one dist.barrier() so the test can split the trace:
   A. Sequential(Linear(512,512) x3), bucket_cap_mb=1, STEPS SGD steps; its forward takes
      a keyword named ``ddp`` (commtrace's forward wrapper must pass it through).
@@ -62,4 +62,6 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = sys.argv[2]
-    mp.spawn(main, args=(int(sys.argv[1]), sys.argv[3], int(sys.argv[4])), nprocs=int(sys.argv[1]))
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(int(sys.argv[1]), sys.argv[3], int(sys.argv[4])), nprocs=int(sys.argv[1]),
+                       start_method="fork")

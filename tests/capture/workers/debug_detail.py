@@ -2,7 +2,7 @@
 (it checks every op's fingerprint across ranks on a helper gloo group first), then one op the
 ranks disagree on, which the wrapper reports.
 
-``debug_detail.py WORLD PORT OUT`` spawns WORLD ranks; each writes OUT.rank<R>.
+``debug_detail.py WORLD PORT OUT`` starts WORLD ranks; each writes OUT.rank<R>.
 """
 import json
 
@@ -35,4 +35,4 @@ def main(rank, world, out):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")

@@ -1,4 +1,4 @@
-"""FSDP2 (fully_shard over a 1-D DeviceMesh) on gloo/CPU, 2 spawned ranks.
+"""FSDP2 (fully_shard over a 1-D DeviceMesh) on gloo/CPU, 2 forked ranks.
 
 ``fsdp2.py PORT OUT STEPS [DEVICE]``: a Linear layer and a residual block sharded
 separately, then the root; SGD for STEPS steps; rank 0 writes a hash of the full
@@ -62,4 +62,6 @@ def main(rank, port, out, steps, device):
 
 if __name__ == "__main__":
     device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
-    mp.spawn(main, args=(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), device), nprocs=2)
+    # forked on CPU: tests/capture/workers/ranks_entry.py says why (tests/gpu's CUDA ranks spawned, as before)
+    mp.start_processes(main, args=(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), device), nprocs=2,
+                       start_method="fork" if device == "cpu" else "spawn")

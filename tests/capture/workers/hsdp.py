@@ -64,4 +64,5 @@ def main(rank, world, port, out):
 
 
 if __name__ == "__main__":
-    mp.spawn(main, args=(4, int(sys.argv[1]), sys.argv[2]), nprocs=4)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(4, int(sys.argv[1]), sys.argv[2]), nprocs=4, start_method="fork")

@@ -1,7 +1,7 @@
 """The same broadcast call (one line, one shape, group root 0) on each dimension's group of a
 2x2 DeviceMesh: its root, as a global rank, differs by group. Also a send on two groups.
 
-``mesh_roots.py WORLD PORT OUT`` spawns WORLD (4) ranks; each writes OUT.rank<R>: the global roots.
+``mesh_roots.py WORLD PORT OUT`` starts WORLD (4) ranks; each writes OUT.rank<R>: the global roots.
 """
 import json
 
@@ -26,4 +26,4 @@ def main(rank, world, out):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")

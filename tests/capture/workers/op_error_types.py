@@ -1,6 +1,6 @@
 """Collectives that fail at the call with a typed error, each caught as the program would.
 
-``op_error_types.py WORLD PORT OUT`` spawns WORLD ranks; each writes OUT.rank<R> with the
+``op_error_types.py WORLD PORT OUT`` starts WORLD ranks; each writes OUT.rank<R> with the
 ``[op, "Type: message"]`` of each call that raised, in call order (torch before 2.5's gloo
 takes the non-contiguous all_to_all_single without complaint).
 """
@@ -29,4 +29,4 @@ def main(rank, world, out):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")

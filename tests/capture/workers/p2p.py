@@ -1,6 +1,6 @@
 """Point-to-point ops on gloo: send/recv ring, isend/irecv, batch_isend_irecv, recv from any source.
 
-``p2p.py WORLD PORT OUT`` spawns WORLD ranks (or runs as one rank under a launcher).
+``p2p.py WORLD PORT OUT`` starts WORLD ranks (or runs as one rank under a launcher).
 Each rank writes OUT.rank<R> with the sources recv(src=None) reported.
 """
 import json
@@ -51,4 +51,4 @@ def main(rank, world, out):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")

@@ -1,4 +1,4 @@
-"""FSDP2 / FSDP1 / tensor parallel / 2-D training on gloo/CPU, spawned ranks.
+"""FSDP2 / FSDP1 / tensor parallel / 2-D training on gloo/CPU, forked ranks.
 
 ``parallel.py SCENARIO WORLD PORT OUT STEPS``; SCENARIO is one of
 fsdp2, fsdp2-keep (reshard_after_forward=False), fsdp2-prefetch (explicit
@@ -179,4 +179,6 @@ def main(rank, scenario, world, port, out, steps):
 
 if __name__ == "__main__":
     scenario, world = sys.argv[1], int(sys.argv[2])
-    mp.spawn(main, args=(scenario, world, int(sys.argv[3]), sys.argv[4], int(sys.argv[5])), nprocs=world)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(scenario, world, int(sys.argv[3]), sys.argv[4], int(sys.argv[5])), nprocs=world,
+                       start_method="fork")

@@ -3,7 +3,7 @@ with PIPELINE_SCHEDULE set (comma-separated names), each of those schedules that
 one after another, 3 steps each, on new stages: a multi-stage one runs 2 stages per rank;
 with PIPELINE_EVAL set, each schedule's ``eval()`` (where torch has it) between its steps 1 and 2.
 
-``pipeline.py WORLD PORT OUT`` spawns WORLD ranks (or runs as one rank under a launcher).
+``pipeline.py WORLD PORT OUT`` starts WORLD ranks (or runs as one rank under a launcher).
 Each rank writes OUT.rank<R>: the schedules run and the losses the last stage saw.
 """
 import inspect
@@ -78,4 +78,4 @@ def train(rank, world, schedule_name, losses):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")

@@ -1,7 +1,7 @@
 """Blocking send/recv on a backend written in Python whose Work only implements wait()
 (no future, never is_completed()): messages travel through the c10d store.
 
-``pybackend_p2p.py WORLD PORT OUT`` spawns WORLD ranks; each writes OUT.rank<R> with what it received.
+``pybackend_p2p.py WORLD PORT OUT`` starts WORLD ranks; each writes OUT.rank<R> with what it received.
 """
 import json
 import time
@@ -83,4 +83,4 @@ def main(rank, world, out):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")

@@ -1,6 +1,6 @@
 """DDP inside RPC trainers (pytorch/examples distributed/rpc/ddp_rpc's pattern): the
 backward pass is ``torch.distributed.autograd.backward`` in a distributed autograd
-context, not ``loss.backward()``. 2 spawned ranks, gloo + TensorPipe RPC. With ``distopt``,
+context, not ``loss.backward()``. 2 forked ranks, gloo + TensorPipe RPC. With ``distopt``,
 each step ends with ``DistributedOptimizer(SGD).step(context_id)`` over the DDP module's parameters
 (RRefs owned by the trainer itself; SGD has a TorchScript functional optimizer).
 
@@ -37,4 +37,6 @@ def main(rank, port, rpc_port, steps, distopt):
 
 
 if __name__ == "__main__":
-    mp.spawn(main, args=(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["distopt"]), nprocs=2)
+    # forked: tests/capture/workers/ranks_entry.py says why
+    mp.start_processes(main, args=(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["distopt"]),
+                       nprocs=2, start_method="fork")

@@ -43,4 +43,4 @@ def main(rank, world, out):
 
 if __name__ == "__main__":
     from ranks_entry import run_ranks
-    run_ranks(main)
+    run_ranks(main, start="fork")
