@@ -98,8 +98,8 @@ def info_of(path: str, run_id, procs: list[dict], *, t0: int | None, first_start
     t1 = max(last_end.values()) if last_end else None
     # A rank's wall time is the union of its processes' lives: a run can hold several
     # worlds one after another (a test suite spawning fresh ranks per test), and
-    # processes a rank forks (DataLoader workers) live inside its own life; they
-    # start with its start time (the tracer's), so a sum would count it again per worker.
+    # processes a rank forks (DataLoader workers) live inside its own life (each starts at
+    # its fork), so a sum would count that time again per worker.
     walls: dict = {}
     lives: dict = {}     # (rank, host) -> process (start, end) on that host's monotonic clock
     run_lives = []       # every ranked process's (start, end) on rank 0's clock

@@ -37,20 +37,24 @@ class TraceSink:
         # capture.bounded.Options, or None: every op written. Read by each session
         # (commtrace.start may set new ones); a forked child keeps its parent's.
         self.bounded = _bounded_options()
-        self.t_wall0, self.t_mono0 = time.time_ns(), time.monotonic_ns()
-        self._no_files()
+        self._new_process_state()
 
-    def _no_files(self) -> None:
+    def _new_process_state(self) -> None:
+        """A new process's state (this session's, or a forked child's): its pid, its start, no files."""
         self.pid = os.getpid()
+        # When tracing started in this process (the header's t_wall_ns, t_mono_ns): read together,
+        # a pair of one moment (trace.clocks aligns hosts by their difference). A forked child's
+        # is its fork: its parent's would make worlds forked one after another look equally old.
+        self.t_wall0, self.t_mono0 = time.time_ns(), time.monotonic_ns()
         self.writer: TraceWriter | None = None
         self.coverage = None                # capture.bounded.Coverage of the current files (bounded mode)
         self.call_order = None              # capture.bounded.CallOrder of the current files (ring mode)
         self.stop = threading.Event()       # set: the flush thread ends at its next wake-up
 
     def child(self) -> TraceSink:
-        """The same session's sink for a forked child (its own files, under its pid)."""
+        """The same session's sink for a forked child (its own files, under its pid, its own start)."""
         out = copy.copy(self)
-        out._no_files()
+        out._new_process_state()
         return out
 
     def header(self, rank) -> dict:

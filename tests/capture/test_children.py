@@ -60,6 +60,41 @@ def test_children_and_successive_worlds(tmp_path):
         assert abs(comm / info["comm_share_per_rank"][key] - wall) < 1e3, key
 
 
+def test_a_forked_process_is_traced_from_its_fork(tmp_path):
+    """fork_start.py forks two 1-rank worlds late, one after the other (multiprocessing's fork,
+    then os.fork; the second exits with code 3): each child's header start is its fork, not its
+    parent's start, so the run's duration, each rank's wall time and aligned start, and the
+    worlds' order (report, check) count from the forks."""
+    import json
+
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    h.run(h.commtrace_cmd(run_dir, worker("fork_start.py"), out, h.free_port(), h.free_port()), timeout=120).check(0)
+    kids = [json.loads(open(f"{out}.{i}").read()) for i in range(2)]
+    procs = {p["pid"]: p for p in h.load(run_dir).attrs["processes"]}
+    for kid in kids:
+        p = procs[kid["pid"]]
+        for clock, field in enumerate(("t_mono_ns", "t_wall_ns")):
+            assert kid["before_fork"][clock] <= p[field] <= kid["child_first"][clock], (field, kid, p[field])
+    world = [procs[k["pid"]]["worlds"][0] for k in kids]
+    rep = h.commtrace_main("report", run_dir, "--json", tmp_path / "r.json", "-q")
+    assert rep.returncode == 0, rep.stderr
+    run = json.loads((tmp_path / "r.json").read_text())["run"]
+    assert run["worlds"] == world                              # in the order they were forked
+    assert run["endings"] == {"w1:r0": "exited with code 3"}
+    ends = {f"w{i}:r0": procs[k["pid"]]["end"]["t_mono_ns"] for i, k in enumerate(kids)}
+    # the run: the first fork to the last end (its parent never was a rank)
+    assert run["wall_ns"] <= ends["w1:r0"] - kids[0]["before_fork"][0], run["wall_ns"]
+    (clocks,) = run["clocks"]
+    for i, kid in enumerate(kids):
+        rank = f"w{i}:r0"
+        wall = run["comm_ns_per_rank"][rank] / run["comm_share_per_rank"][rank]
+        assert wall <= ends[rank] - kid["before_fork"][0] + 1, (rank, wall)
+        start = next(c["start_aligned_ns"] for c in clocks["per_rank"] if c["rank"] == rank)
+        assert kid["before_fork"][0] <= start <= kid["child_first"][0], (rank, start)
+    check = h.commtrace_main("check", run_dir)
+    assert "rank 0 of world w1 exited with code 3" in check.stdout, check.stdout
+
+
 @pytest.mark.parametrize("order", ["commtrace under torchrun", "torchrun under commtrace"])
 def test_torchrun(tmp_path, order):
     """torchrun ... -m commtrace run SCRIPT, and commtrace run torchrun ... SCRIPT: a Python

@@ -238,7 +238,7 @@ def test_thread_context_is_the_calling_threads_own(tmp_path):
 
 def test_sink_names_its_files_and_a_forked_childs_sink_starts_afresh(tmp_path, monkeypatch):
     """The start file becomes the rank's (renamed, .s<N> for a restarted session); a
-    forked child's sink keeps the session and bounded options but has no files yet."""
+    forked child's sink keeps the session and bounded options but has no files yet, and starts now."""
     import os
 
     from commtrace.capture.trace_sink import TraceSink
@@ -253,7 +253,8 @@ def test_sink_names_its_files_and_a_forked_childs_sink_starts_afresh(tmp_path, m
     monkeypatch.delenv(schema.ENV_KEEP_LAST)
     child = sink.child()
     assert child.writer is None and child.call_order is None and child.stop is not sink.stop
-    assert (child.session, child.bounded, child.t_mono0) == (2, sink.bounded, sink.t_mono0)
+    assert (child.session, child.bounded) == (2, sink.bounded)
+    assert child.t_mono0 > sink.t_mono0 and child.t_wall0 >= sink.t_wall0     # its own start: the fork's
     assert child.open_rank_files(3, []) is False                    # a fresh file set
     assert TraceSink(str(tmp_path), "run", "none", ["x"], 3).bounded is None   # a new session reads the environment
     sink.writer.close()
