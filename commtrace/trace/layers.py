@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .group_ranks import parse_ranks
-from .schema import P2P_OPS
+from .schema import P2P_OPS, RECV_ANY_SOURCE
 
 if TYPE_CHECKING:  # pandas is imported lazily by the reader
     import pandas
@@ -73,7 +73,7 @@ def _first_time(frame, idx) -> float:
 
 
 def _with_anysource(p2p):
-    return p2p.assign(_anysource=(p2p["variant"].astype(str) == "recv_anysource").to_numpy())
+    return p2p.assign(_anysource=(p2p["variant"].astype(str) == RECV_ANY_SOURCE).to_numpy())
 
 
 def _match_group(frame, py_idx, cpp_idx, pairs_out: list) -> None:

@@ -764,8 +764,8 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     """The run's ops and tables; ``rank_keys``: ranks given as rank keys (number_worlds), as the report
     keys them; else each op's rank is its process's rank in the op's world (``build_frame``)."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
-    issues: list[TraceIssue] = []
-    procs = read_processes(run_dir, issues)
+    read = read_run_files(run_dir)
+    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
     numbers = number_worlds(procs) if rank_keys else {}
     for p in procs:
         p.world_number = numbers.get(p.meta_path)
@@ -777,14 +777,14 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
                marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
 
 
-def read_processes(run_dir: str, issues: list[TraceIssue], records: bool = True) -> list[ProcessTrace]:
-    """Every readable process of run ``run_dir`` (read_process; damage goes to ``issues``); CommtraceError
-    (the first issues) when there is none."""
-    procs = [p for p in (read_process(m, issues, records) for m in find_traces(run_dir)) if p is not None]
-    if not procs:
-        detail = "; ".join(str(i) for i in issues[:3])
+def read_run_files(run_dir: str, records: bool = True) -> list[tuple[str, ProcessTrace | None, list[TraceIssue]]]:
+    """Per trace file of run ``run_dir`` (find_traces' order): (meta path, its process or None when
+    unreadable, its issues) (read_process); CommtraceError (the first issues) when none is readable."""
+    read = [(m, read_process(m, issues, records), issues) for m in find_traces(run_dir) for issues in [[]]]
+    if all(pt is None for _, pt, _ in read):
+        detail = "; ".join([str(i) for *_, issues in read for i in issues][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
-    return procs
+    return read
 
 
 def missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:

@@ -180,6 +180,8 @@ OTHER_OP = OpKind()   # an op name this table does not know (a newer writer's)
 OPS = tuple(OP_KINDS)
 P2P_OPS = tuple(o for o, k in OP_KINDS.items() if k.p2p)
 TOTAL_SIZE_OPS = tuple(o for o, k in OP_KINDS.items() if k.total_size)
+# The ``variant`` of a recv from any source: its peer (``root``) is the sender learned once it completed.
+RECV_ANY_SOURCE = "recv_anysource"
 
 
 def op_kind(op) -> OpKind:

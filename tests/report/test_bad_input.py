@@ -80,7 +80,8 @@ def test_fifo_among_the_files(tmp_path):
 def test_all_corrupt(tmp_path):
     (tmp_path / "rank0.pid1.meta.jsonl").write_bytes(b"\x00\xffgarbage\n{not json\n")
     (tmp_path / "rank0.pid1.ops.bin").write_bytes(b"\x01" * 100)
-    assert_one_line_error(run_cli_subprocess("report", tmp_path), "no readable trace files")
+    for command in (["report"], ["report", "--partitioned"], ["check"], ["check", "--partitioned"]):
+        assert_one_line_error(run_cli_subprocess(*command, tmp_path), "no readable trace files (")
 
 
 def test_unknown_version_everywhere(tmp_path):

@@ -11,7 +11,7 @@ import pandas as pd
 from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
-from ...trace.schema import rank_in_name, stem_of
+from ...trace.schema import RECV_ANY_SOURCE, rank_in_name, stem_of
 from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
@@ -395,7 +395,7 @@ def p2p_loose_ends(df: pd.DataFrame) -> tuple[list, OpenP2P]:
         peer = _int(r.get("root"))
         peer = None if peer is None or peer < 0 else peer
         w, g, rank = _s(r["world"]), _s(r["group"]), int(r["rank"])
-        if peer is None or str(r.get("variant")) == "recv_anysource":
+        if peer is None or str(r.get("variant")) == RECV_ANY_SOURCE:
             if str(r["op"]) != "recv":
                 continue
             if peer is None:

@@ -230,15 +230,9 @@ def check_run(run_dir=None, *, dask=None, workers: int | None = None, memory_lim
     when the run fits ``memory_limit`` and neither ``partitioned`` nor Dask asks for many."""
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
     limit = memory_policy.memory_limit(memory_limit)
-    metas = reader.find_traces(run_dir)
-    read = []                                        # (index, meta, ProcessTrace or None, issues)
-    for i, m in enumerate(metas):
-        issues: list = []
-        read.append((i, m, reader.read_process(m, issues, records=False), issues))
+    # per file: (index, meta, ProcessTrace or None, issues)
+    read = [(i, *file) for i, file in enumerate(reader.read_run_files(run_dir, records=False))]
     procs = [pt for _, _, pt, _ in read if pt is not None]
-    if not procs:
-        detail = "; ".join([str(x) for _, _, _, iss in read for x in iss][:3])
-        raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
     whole = not (partitioned or uses_dask(dask)
                  or memory_policy.needs_partitions(run_dir, limit, CHUNK_BYTES_PER_OP))
     if has_cpp(procs) and not whole:

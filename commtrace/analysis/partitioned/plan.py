@@ -38,8 +38,8 @@ class RunPlan:
 
 def plan_run(run_dir: str | None) -> RunPlan:
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
-    issues: list[reader.TraceIssue] = []
-    procs = reader.read_processes(run_dir, issues, records=False)
+    read = reader.read_run_files(run_dir, records=False)
+    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
     numbers = reader.number_worlds(procs)
     run_id, drop, more = check_run_ids([p.summary() for p in procs])
     procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
