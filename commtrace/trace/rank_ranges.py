@@ -76,7 +76,7 @@ def folded_inline(text_of: Mapping[int, str],
 # -- a rank of a world as one number ----------------------------------------------------
 # The report keys every per-rank figure by a rank *of a world* (a run can make several worlds
 # one after another: each has its rank 0). Its key is world number * WORLD_STRIDE + rank, the
-# worlds numbered in the order they started (reader.number_worlds): the first world's ranks are
+# worlds numbered in the order they were created (reader.number_worlds): the first world's ranks are
 # their own keys, so a run of one world is keyed, and shown, by rank alone. Keys fit int32.
 WORLD_STRIDE = 1 << 20
 

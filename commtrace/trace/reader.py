@@ -112,6 +112,8 @@ class ProcessTrace:
             # the ids of the worlds it was a rank of, in order (a world: one init_process_group's ranks)
             "worlds": [str(w["world_id"]) for w in self.worlds if w.get("world_id") is not None],
             "world_ranks": [int_or_none(w.get("rank")) for w in self.worlds if w.get("world_id") is not None],
+            "world_created_wall_ns": [world_created_wall_ns(self.header, w) for w in self.worlds
+                                      if w.get("world_id") is not None],
             "t_wall_ns": self.header.get("t_wall_ns"), "t_mono_ns": self.header.get("t_mono_ns"),
             "end": self.end, "exception": self.exception, "complete": self.complete,
             "records": self.n_records, "ppid": self.header.get("ppid"),
@@ -658,24 +660,32 @@ def rank_in_world(pt: ProcessTrace, world_id) -> int:
 
 def number_worlds(procs: list[ProcessTrace]) -> dict:
     """Each process's world number (meta path -> number; rank_ranges.rank_key) when the run has
-    several worlds, else {}: the worlds that are some process's first (a C++-layer file: its Python
-    twin's), numbered in the order they started (their processes' earliest start, then id). A process
-    that made several worlds stays a rank of its first."""
+    several worlds, else {}: its first world's (a C++-layer file: its Python twin's) in
+    ``world_numbers``. A process that made several worlds stays a rank of its first."""
     first = {pt.meta_path: python_twin(pt, procs).world_id for pt in procs}
-    start: dict = {}
-    for pt in procs:
-        w, t = first[pt.meta_path], pt.header.get("t_wall_ns")
-        if w is not None:
-            t = t if isinstance(t, int) else 0
-            start[w] = min(t, start.get(w, t))
-    number = order_worlds(start)
-    return {m: number.get(w, 0) for m, w in first.items()} if len(number) > 1 else {}
+    number = world_numbers([pt.summary() for pt in procs])
+    return {m: number.get(w, 0) for m, w in first.items()} if len(set(first.values()) - {None}) > 1 else {}
 
 
-def order_worlds(start: dict) -> dict:
-    """World id -> its number: in the order the worlds started (``start``: id -> the earliest
-    t_wall_ns of their processes), then by id."""
-    return {w: i for i, w in enumerate(sorted(start, key=lambda w: (start[w], str(w))))}
+def world_created_wall_ns(header: dict, world: dict) -> int:
+    """When ``world`` (a world line) was created, on the wall clock: the header's start (``t_wall_ns``,
+    ``t_mono_ns``: one moment, read together) moved by the world line's ``t_mono_ns``; without the
+    latter (an old trace), the header's start (0: none). Meta fields are ints or absent (schema)."""
+    wall, mono, made = header.get("t_wall_ns"), header.get("t_mono_ns"), world.get("t_mono_ns")
+    return wall + made - mono if None not in (wall, mono, made) else wall or 0
+
+
+def world_numbers(processes: list[dict]) -> dict:
+    """World id -> its number (w0, w1, ...): the worlds that are some process's first, then the others;
+    each in the order they were created (the earliest of their processes' ``world_created_wall_ns``;
+    a summary without them: its start), then by id. ``processes``: ProcessTrace.summary()s."""
+    created: dict = {}
+    for p in processes:
+        ws = p.get("worlds") or []
+        for w, t in zip(ws, p.get("world_created_wall_ns") or [p.get("t_wall_ns") or 0] * len(ws)):
+            created[w] = min(t, created.get(w, t))
+    first = {p["worlds"][0] for p in processes if p.get("worlds")}
+    return {w: i for i, w in enumerate(sorted(created, key=lambda w: (w not in first, created[w], w)))}
 
 
 def reference_processes(procs: list[ProcessTrace]) -> dict:

@@ -95,6 +95,30 @@ def test_a_forked_process_is_traced_from_its_fork(tmp_path):
     assert "rank 0 of world w1 exited with code 3" in check.stdout, check.stdout
 
 
+def test_worlds_are_numbered_in_the_order_they_were_created(tmp_path):
+    """fork_world_first.py: the traced parent forks a child that makes its world (and exits with
+    code 3), then makes its own: the child's world is w0, the parent's w1, though the parent's
+    trace started first; the report and check number them alike."""
+    import json
+
+    from commtrace.analysis.check.fates import world_numbers
+
+    run_dir = tmp_path / "run"
+    h.run(h.commtrace_cmd(run_dir, worker("fork_world_first.py"), h.free_port(), h.free_port()), timeout=120).check(0)
+    df = h.load(run_dir)
+    child, parent = (df.loc[df["bytes"] == b, "world"].iloc[0] for b in (12, 20))
+    starts = {p["worlds"][0]: p["t_wall_ns"] for p in df.attrs["processes"]}
+    assert starts[parent] < starts[child], starts     # the parent's trace started first
+    assert world_numbers(df.attrs["processes"]) == {child: 0, parent: 1}
+    rep = h.commtrace_main("report", run_dir, "--json", tmp_path / "r.json", "-q")
+    assert rep.returncode == 0, rep.stderr
+    run = json.loads((tmp_path / "r.json").read_text())["run"]
+    assert run["worlds"] == [child, parent]
+    assert run["endings"] == {"w0:r0": "exited with code 3"}
+    check = h.commtrace_main("check", run_dir)
+    assert "rank 0 of world w0 exited with code 3" in check.stdout, check.stdout
+
+
 @pytest.mark.parametrize("order", ["commtrace under torchrun", "torchrun under commtrace"])
 def test_torchrun(tmp_path, order):
     """torchrun ... -m commtrace run SCRIPT, and commtrace run torchrun ... SCRIPT: a Python

@@ -208,3 +208,24 @@ def test_sig_and_group_ids_beyond_what_records_name_are_ignored(tmp_path):
     _write_rank(tmp_path, 0, ROWS, world_size=1, extra_meta=huge)
     df = reader.load(str(tmp_path))
     assert list(df["op"]) == ["all_reduce", "broadcast"]
+
+
+def test_worlds_are_numbered_in_the_order_they_were_created(tmp_path):
+    """Worlds are numbered by when they were made (the world line's t_mono_ns on the wall clock,
+    through its process's header start pair), not when their processes started tracing; a world
+    line without t_mono_ns (an old trace) counts from its header's start. The report's numbers
+    (number_worlds) and check's (world_numbers, over summaries) agree."""
+    # (world id, header t_wall_ns, header t_mono_ns, world line t_mono_ns): created at
+    # a: 10_000 + 8_000, b: 12_000 + 500, c: 15_000 (no t_mono_ns)
+    made = [("a", 10_000, 1_000, 9_000), ("b", 12_000, 5_000, 5_500), ("c", 15_000, 7_000, None)]
+    for pid, (world, wall, mono, at) in enumerate(made):
+        w = TraceWriter(str(tmp_path), f"rank0.pid{pid}")
+        line = {"type": "world", "world": 0, "world_id": world, "rank": 0, "world_size": 1, "backend": "gloo"}
+        w.write([_header(0, pid, t_wall_ns=wall, t_mono_ns=mono), line if at is None else {**line, "t_mono_ns": at}],
+                None)
+        w.close()
+    procs = reader.read_processes(str(tmp_path), [], records=False)
+    by_file = reader.number_worlds(procs)
+    numbers = {p.world_id: by_file[p.meta_path] for p in procs}
+    assert numbers == {"b": 0, "c": 1, "a": 2}
+    assert reader.world_numbers([p.summary() for p in procs]) == numbers

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...trace.rank_ranges import fmt_ranks
-from ...trace.reader import order_worlds
+from ...trace.reader import world_numbers
 from ...trace.schema import stem_of
 from .findings import _int, _s
 
@@ -146,22 +146,6 @@ def distinct_fates(fates: dict) -> list[RankFate]:
         order.setdefault(w, len(order))
     unique = {id(f): f for f in fates.values()}
     return sorted(unique.values(), key=lambda f: (order[f.world], f.rank))
-
-
-def world_numbers(processes: list) -> dict:
-    """World id -> its number, the report's (``reader.number_worlds``: the worlds that are some
-    process's first, in the order they started), then the worlds that are none's first."""
-    first: dict = {}
-    later: dict = {}
-    for p in processes:
-        t = _int(p.get("t_wall_ns")) or 0
-        for i, w in enumerate(process_worlds(p)):
-            starts = first if i == 0 else later
-            starts[w] = min(t, starts.get(w, t))
-    numbers = order_worlds(first)
-    rest = order_worlds({w: t for w, t in later.items() if w not in first})
-    numbers.update({w: len(first) + n for w, n in rest.items()})
-    return numbers
 
 
 def world_restarts(processes: list) -> dict:
