@@ -478,3 +478,39 @@ def test_compare_html_partitioned(syn_run, tmp_path):
                      *extra]) == 0
         pages.append(out.read_text())
     assert "<table" in pages[1] and pages[1] == pages[0]
+
+
+def test_by_any_cell_key_equals_one_frame(syn_run, real_run, odd_runs, cpp_layer_run):
+    """--by op,KEY for each key the cells carry beyond CELL_COLUMNS (a sig's, group's or process's): the
+    table of the run held whole and in partitions is the one frame's (summary.op_summary of every op)."""
+    import pandas as pd
+    from commtrace.analysis.partitioned.rank_ops import CELL_EXTRA_KEYS
+    from commtrace.analysis.summary import op_summary
+    for run in (syn_run, real_run, odd_runs["missing"], cpp_layer_run):
+        v = analyse(run, op_view=True).op_view
+        for key in CELL_EXTRA_KEYS:
+            by = ["op", key]
+            one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+            assert len(one_frame), (run, key)
+            for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+                pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False,
+                                              obj=f"{run} --by op,{key}")
+
+
+def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, odd_runs, tmp_path, capsys):
+    """report --by op,host / dtype,rank: the same table and JSON whole and partitioned; a key the cells do
+    not carry yet (bucket) is refused in partitions, in one line, exit code 2."""
+    import json
+    for run, by in ((odd_runs["missing"], "op,host"), (syn_run, "dtype,rank")):
+        shown = [_report(run, "--by", by, *p) for p in ((), ("--partitioned",))]
+        assert _shown(shown[1]) == _shown(shown[0]) and by.split(",")[1] in shown[0]
+        docs = []
+        for p in ((), ("--partitioned",)):
+            out = tmp_path / "r.json"
+            assert main(["report", run, "--by", by, "--json", str(out), "-q", *p]) == 0
+            docs.append(json.loads(out.read_text())["by"])
+        assert docs[0] == docs[1] and len(docs[0]["rows"]) > 1
+    capsys.readouterr()
+    assert main(["report", syn_run, "--partitioned", "--by", "op,bucket", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "the partitioned analysis does not group by bucket yet" in err and len(err.strip().splitlines()) == 1

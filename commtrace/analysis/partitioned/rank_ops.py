@@ -19,6 +19,12 @@ from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
+# --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS: each one value for every
+# op of a (sig, group) pair of one process, as the frame's text of it (reader.build_frame, arrays.column_codes).
+_SIG_TEXT = ("variant", "region", "dtype", "reduce_op", "device", "thread", "callsite")
+CELL_EXTRA_KEYS = _SIG_TEXT + ("shapes", "out_shapes", "bytes", "tag", "async", "group_size", "backend", "world",
+                               "host", "rank")
+CELL_KEYS = CELL_COLUMNS + CELL_EXTRA_KEYS      # every --by key the cells group by
 
 
 @dataclass
@@ -26,7 +32,7 @@ class RankOps:
     arrays: OpArrays          # sorted by start (the frame's order for one rank); dur None when ``offsets`` give it
     waits: WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
-    cells: list               # per cell: CELL_COLUMNS' strings ("-" for none)
+    cells: list               # per cell: CELL_COLUMNS' strings ("-" for none), then its extra keys' (extra_key)
     op_names: list            # op names in the frame's category order
     proc: np.ndarray          # per op: index into ``stems`` (the trace file it came from)
     stems: list               # trace file stems of the processes with ops
@@ -74,11 +80,48 @@ def cell_key(sig: dict, group: dict, dims: dict, worlds: dict) -> tuple:
             key_str(reader.mesh_dim_of(group, dims)))
 
 
-def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None) -> RankOps | None:
+def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
+    """The values of ``keys`` (of CELL_EXTRA_KEYS) for the ops of ``sig`` in ``group`` of process ``pt``, the
+    rank key ``rank``: the frame's text of each (a number as its int, a missing one as NA_KEY)."""
+    out = []
+    for k in keys:
+        if k in _SIG_TEXT:
+            v = key_str(sig.get(k))
+        elif k in ("shapes", "out_shapes"):
+            v = reader.shapes_text(sig.get(k))
+        elif k == "bytes":
+            v = str(_int_or(sig.get(k), 0))
+        elif k == "tag":
+            tag = reader.num_or_nan(sig.get(k))
+            v = NA_KEY if np.isnan(tag) else str(int(tag) if abs(tag) < 2**31 else 0)
+        elif k == "async":
+            v = str(bool(sig.get(k)))
+        elif k == "group_size":
+            v = str(schema.int_or_none(group.get("size")) or 0)
+        elif k == "backend":
+            v = key_str(group.get("backend"))
+        elif k == "world":
+            v = key_str(group.get("world_id"))
+        elif k == "host":
+            v = str(pt.header.get("host"))
+        else:
+            v = str(rank)
+        out.append(v)
+    return tuple(out)
+
+
+def _int_or(v, default: int) -> int:
+    x = reader.num_or_nan(v)
+    return default if np.isnan(x) else int(x)
+
+
+def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None,
+             extra: tuple = ()) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read, held or in pieces: reader.record_pieces;
     it takes them: ``pt.records`` is None after); None when none. ``lean`` (a rank walked in pieces of that
     many ops; 0: whole): its return times, their flags and
-    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read. ``worlds``: cell_key's."""
+    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read. ``worlds``: cell_key's;
+    ``extra``: the CELL_EXTRA_KEYS its cells also carry (extra_key)."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
@@ -88,7 +131,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | N
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         if pt.n_records and (pt.records is not None or pt.pieces):
-            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds)
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds, extra, rank)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
@@ -119,7 +162,7 @@ def _ascending(t: np.ndarray, step: int) -> bool:
 
 
 def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
-            lean: int, worlds: dict | None) -> None:
+            lean: int, worlds: dict | None, extra: tuple = (), rank: int = -1) -> None:
     """Append process ``proc``'s ops to rank_ops' ``parts``, its records read a piece at a time into columns of
     its op count (``lean``: bytes int32 when every value fits, 4 B/op less: their sums are int64 either way, but
     numpy's are slower)."""
@@ -160,9 +203,9 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
             col[k][lo:hi] = rec[f]
         lo = hi
     dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
-    c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
-                                                      worlds),
-                                             len(cells)) for x in pairs.tolist()], np.int64), len(cells))
+    pair_key = lambda s, g: cell_key(s, g, dims, worlds) + extra_key(extra, s, g, pt, rank)  # noqa: E731
+    c_of = narrow(np.array([cells.setdefault(pair_key(sigs[x // len(groups)], groups[x % len(groups)]), len(cells))
+                            for x in pairs.tolist()], np.int64), len(cells))
     lut = np.zeros(combos, c_of.dtype)
     lut[pairs] = c_of
     parts["cell"].append(lut.take(combo))
