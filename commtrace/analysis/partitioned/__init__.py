@@ -34,7 +34,7 @@ from .op_view import load_op_view
 from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_size, files_by_chunk, plan_run, read_rank
 from .progress_bar import Progress
 from .rank_map import RankTask, map_rank, piece_size
-from .rank_ops import CELL_COLUMNS, CELL_KEYS
+from .rank_ops import CELL_COLUMNS, CELL_KEYS, RECORD_KEYS
 from .region_figures import modules_table, regions_table
 from .sketch import ALPHA
 from .phase_splits import split_table
@@ -119,6 +119,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
     if compare_by is not None and not set(compare_by) <= set(CELL_KEYS):
         raise not_grouped(compare_by)
     extra = tuple(dict.fromkeys(k for k in compare_by or () if k not in CELL_COLUMNS))
+    extra = tuple(k for k in extra if k not in RECORD_KEYS) + tuple(k for k in extra if k in RECORD_KEYS)
     plan = plan_run(run_dir)
     limit = memory_limit or default_memory_limit()
     per_task = max(1, max(len(m) for m in plan.ranks.values()) * plan.records_per_file * RANK_TASK_BYTES_PER_OP)

@@ -25,7 +25,7 @@ from ..match import instances_with, untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .rank_ops import cell_key, extra_key, index_lut, key_str
+from .rank_ops import RECORD_KEYS, cell_key, extra_key, index_lut, key_str, record_cells, record_codes
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
 from .windowing import in_window
@@ -142,6 +142,8 @@ _COLUMNS = {"t": np.int64, "end": np.int64, "dur": np.float64, "rank": np.int64,
 
 def map_partition(task: PartitionTask) -> PartitionPartial:
     cell_ids: dict = {}
+    pair_ids: dict = {}     # with record keys: a (sig, group) pair's key -> id, before record_cells
+    by_record = tuple(k for k in task.extra if k in RECORD_KEYS)
     op_ids: dict = {}
     wg_ids: dict = {}
     wg_names: dict = {}     # (world id, group) -> the group as the tables name it, when the run has several worlds
@@ -175,9 +177,14 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
             wg_names.setdefault(k, world_group_name(k[1], world))
         si, gi = ft.slut.take(rec["sig"]), ft.glut.take(rec["group"])      # take: ~40 % less than indexing
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
+        ids = pair_ids if by_record else cell_ids       # by record keys too: the pair's key, then record_cells
         for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():
-            c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
+            c_lut[cmb] = ids.setdefault(ft.cell[cmb], len(ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        if by_record:
+            rows = slice(at, at + len(rec))
+            c["cell"][rows] = record_cells(c["cell"][rows], record_codes(by_record, rec), by_record,
+                                           list(pair_ids), cell_ids)
         failed[at:at + len(rec)] = rec["status"] == STATUS_FAILED
         observed[at:at + len(rec)] = (rec["flags"] & FLAG_END_OBSERVED) != 0
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks

@@ -22,8 +22,10 @@ CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_
 # --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS: each one value for every
 # op of a (sig, group) pair of one process, as the frame's text of it (reader.build_frame, arrays.column_codes).
 _SIG_TEXT = ("variant", "region", "dtype", "reduce_op", "device", "thread", "callsite")
+# Keys that differ op by op come from each record (record_codes), after the others in a cell's key.
+RECORD_KEYS = ("status", "source", "end_observed", "iteration")
 CELL_EXTRA_KEYS = _SIG_TEXT + ("shapes", "out_shapes", "bytes", "tag", "async", "group_size", "backend", "world",
-                               "host", "rank")
+                               "host", "rank") + RECORD_KEYS
 CELL_KEYS = CELL_COLUMNS + CELL_EXTRA_KEYS      # every --by key the cells group by
 
 
@@ -81,10 +83,12 @@ def cell_key(sig: dict, group: dict, dims: dict, worlds: dict) -> tuple:
 
 
 def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
-    """The values of ``keys`` (of CELL_EXTRA_KEYS) for the ops of ``sig`` in ``group`` of process ``pt``, the
+    """The values of ``keys`` (of CELL_EXTRA_KEYS less RECORD_KEYS) for the ops of ``sig`` in ``group`` of process ``pt``, the
     rank key ``rank``: the frame's text of each (a number as its int, a missing one as NA_KEY)."""
     out = []
     for k in keys:
+        if k in RECORD_KEYS:    # the record's: record_cells appends them
+            continue
         if k in _SIG_TEXT:
             v = key_str(sig.get(k))
         elif k in ("shapes", "out_shapes"):
@@ -108,6 +112,42 @@ def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
             v = str(rank)
         out.append(v)
     return tuple(out)
+
+
+def record_codes(keys: tuple, rec: np.ndarray) -> np.ndarray:
+    """Per record an int64 holding its values of ``keys`` (of RECORD_KEYS; 0 for the others): iteration (as
+    the frame's int32) above 8 bits of status, source and end_observed, as the frame maps them (record_text)."""
+    code = np.zeros(len(rec), np.int64)
+    if "iteration" in keys:
+        code |= rec["iteration"].astype(np.int32).astype(np.int64) << 8
+    if "status" in keys:
+        code |= _STATUS_CODE[rec["status"]].astype(np.int64) << 2
+    if "source" in keys:
+        code |= (rec["flags"] & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int64) << 1
+    if "end_observed" in keys:
+        code |= ((rec["flags"] & schema.FLAG_END_OBSERVED) != 0).astype(np.int64)
+    return code
+
+
+_STATUS_CODE = np.full(256, schema.STATUS_IN_FLIGHT, np.int8)     # unknown values: in flight (build_frame)
+_STATUS_CODE[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
+
+
+def record_text(keys: tuple, code: int) -> tuple:
+    """The frame's text of each of ``keys`` (RECORD_KEYS, in their order in ``keys``) in a record_codes value."""
+    names = {"iteration": str(code >> 8), "status": schema.STATUS_NAMES[(code >> 2) & 3],
+             "source": list(schema.SOURCE_NAMES.values())[(code >> 1) & 1], "end_observed": str(bool(code & 1))}
+    return tuple(names[k] for k in keys)
+
+
+def record_cells(pair: np.ndarray, codes: np.ndarray, keys: tuple, pair_key, cells: dict) -> np.ndarray:
+    """Per op its cell in ``cells`` (key -> id, grown) from its (sig, group) pair's code, whose key is
+    ``pair_key[code]``, and its record_codes value, whose text (``keys``: RECORD_KEYS) ends the cell's key."""
+    r, r_of = np.unique(codes, return_inverse=True)
+    joint, cell = np.unique(pair.astype(np.int64) * len(r) + r_of.reshape(-1), return_inverse=True)
+    ids = [cells.setdefault(pair_key[j // len(r)] + record_text(keys, int(r[j % len(r)])), len(cells))
+           for j in joint.tolist()]
+    return narrow(np.array(ids, np.int64), len(cells))[cell.reshape(-1)]
 
 
 def _int_or(v, default: int) -> int:
@@ -187,6 +227,8 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     combos = len(sigs) * len(groups)      # (sig, group) pair per op: its cell once the pairs present are known
     combo, present = np.empty(n, narrow(np.empty(0, wide), combos).dtype), np.zeros(combos, bool)
     col = {k: np.empty(n, v.dtype) for k, v in per_sig.items()}
+    by_record = tuple(k for k in extra if k in RECORD_KEYS)
+    rcode = np.empty(n, np.int64) if by_record else None
     col.update(t=np.empty(n, np.int64), status=np.empty(n, np.uint8),
                dret=np.empty(n, schema.OP_RECORD["d_return"]), dend=np.empty(n, schema.OP_RECORD["d_end"]))
     offset, lo = records.clock_offset(pt, refs.get(pt.world_id)), 0
@@ -201,15 +243,20 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
         col["t"][lo:hi] = records.aligned(rec["t_call"], offset)
         for k, f in (("status", "status"), ("dret", "d_return"), ("dend", "d_end")):
             col[k][lo:hi] = rec[f]
+        if by_record:
+            rcode[lo:hi] = record_codes(by_record, rec)
         lo = hi
     dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
-    pair_key = lambda s, g: cell_key(s, g, dims, worlds) + extra_key(extra, s, g, pt, rank)  # noqa: E731
-    c_of = narrow(np.array([cells.setdefault(pair_key(sigs[x // len(groups)], groups[x % len(groups)]), len(cells))
-                            for x in pairs.tolist()], np.int64), len(cells))
-    lut = np.zeros(combos, c_of.dtype)
-    lut[pairs] = c_of
-    parts["cell"].append(lut.take(combo))
-    del combo
+    keys = {x: cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims, worlds)
+            + extra_key(extra, sigs[x // len(groups)], groups[x % len(groups)], pt, rank) for x in pairs.tolist()}
+    if by_record:
+        parts["cell"].append(record_cells(combo, rcode, by_record, keys, cells))
+    else:
+        c_of = narrow(np.array([cells.setdefault(k, len(cells)) for k in keys.values()], np.int64), len(cells))
+        lut = np.zeros(combos, c_of.dtype)
+        lut[pairs] = c_of
+        parts["cell"].append(lut.take(combo))
+    del combo, rcode
     for k, v in col.items():
         parts[k].append(v)
     parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), n))  # a view
