@@ -517,3 +517,31 @@ def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, odd_runs, tmp_path
     assert main(["report", syn_run, "--partitioned", "--by", "op,bucket", "-q"]) == 2
     err = capsys.readouterr().err
     assert "the partitioned analysis does not group by bucket yet" in err and len(err.strip().splitlines()) == 1
+
+
+def test_by_root_of_recvs_from_any_source(tmp_path):
+    """--by op,root: a recv from any source is filed under the rank its ``source`` line names (as the
+    frame's root column has it), whole and in partitions; one without a line under none ("-")."""
+    import pandas as pd
+    from commtrace.analysis.summary import op_summary
+    from commtrace.trace import schema
+    tb = _tracebuilder()
+    procs = [tb.Proc(r, world_size=3) for r in range(3)]
+    for i in range(1, 31):
+        src, t = (1 if i % 2 else 2), 10.0 * i
+        procs[src].op("send", t - 2, t + 1, seq=(i + 1) // 2, root=0)
+        procs[0].op("recv", t - 1, t + 1, seq=i, variant="recv_anysource")
+        if i < 30:
+            procs[0].meta.append({"type": schema.META_SOURCE, "t_call": tb.ns(t - 1), "group": 0, "seq": i,
+                                  "sig": procs[0].records[-1][4], "src": src})
+    run = tb.write_run(str(tmp_path / "r"), procs)
+    v = analyse(run, op_view=True).op_view
+    by = ["op", "root"]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    assert ("recv", "1") in one_frame.index and ("recv", "2") in one_frame.index and ("recv", "-") in one_frame.index
+    # not algbw / busbw: the analysis does not pair a recv from any source with its send (its by_op neither;
+    # match_ops on the frame does)
+    figures = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns", "share", "cv", "ranks"]
+    for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by)[figures], one_frame[figures], check_dtype=False,
+                                      check_index_type=False)

@@ -25,7 +25,7 @@ from ..match import instances_with, untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .rank_ops import RECORD_KEYS, cell_key, extra_key, index_lut, key_str, record_cells, record_codes
+from .rank_ops import RECORD_KEYS, RecordRoots, cell_key, extra_key, index_lut, key_str, record_cells, record_codes
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
 from .windowing import in_window
@@ -183,8 +183,9 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
         if by_record:
             rows = slice(at, at + len(rec))
-            c["cell"][rows] = record_cells(c["cell"][rows], record_codes(by_record, rec), by_record,
-                                           list(pair_ids), cell_ids)
+            roots = RecordRoots(pt, ft.slut) if "root" in by_record else None
+            c["cell"][rows] = record_cells(c["cell"][rows], record_codes(by_record, rec, roots), by_record,
+                                           list(pair_ids), cell_ids, roots)
         failed[at:at + len(rec)] = rec["status"] == STATUS_FAILED
         observed[at:at + len(rec)] = (rec["flags"] & FLAG_END_OBSERVED) != 0
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks

@@ -23,7 +23,7 @@ CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_
 # op of a (sig, group) pair of one process, as the frame's text of it (reader.build_frame, arrays.column_codes).
 _SIG_TEXT = ("variant", "region", "dtype", "reduce_op", "device", "thread", "callsite")
 # Keys that differ op by op come from each record (record_codes), after the others in a cell's key.
-RECORD_KEYS = ("status", "source", "end_observed", "iteration")
+RECORD_KEYS = ("status", "source", "end_observed", "iteration", "root")
 CELL_EXTRA_KEYS = _SIG_TEXT + ("shapes", "out_shapes", "bytes", "tag", "async", "group_size", "backend", "world",
                                "host", "rank") + RECORD_KEYS
 CELL_KEYS = CELL_COLUMNS + CELL_EXTRA_KEYS      # every --by key the cells group by
@@ -96,8 +96,7 @@ def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
         elif k == "bytes":
             v = str(_int_or(sig.get(k), 0))
         elif k == "tag":
-            tag = reader.num_or_nan(sig.get(k))
-            v = NA_KEY if np.isnan(tag) else str(int(tag) if abs(tag) < 2**31 else 0)
+            v = _small_int_text(sig.get(k))
         elif k == "async":
             v = str(bool(sig.get(k)))
         elif k == "group_size":
@@ -114,12 +113,49 @@ def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
     return tuple(out)
 
 
-def record_codes(keys: tuple, rec: np.ndarray) -> np.ndarray:
-    """Per record an int64 holding its values of ``keys`` (of RECORD_KEYS; 0 for the others): iteration (as
-    the frame's int32) above 8 bits of status, source and end_observed, as the frame maps them (record_text)."""
+def _small_int_text(v) -> str:
+    """A sig's tag or root as the frame's Int32 column has it: NA_KEY when none, 0 when too big."""
+    x = reader.num_or_nan(v)
+    return NA_KEY if np.isnan(x) else str(int(x) if abs(x) < 2**31 else 0)
+
+
+class RecordRoots:
+    """Each record's root of one process as the frame has it: its sig's, or for a recv from any source the
+    rank its ``source`` line names (joined on the raw call time, reader.build_frame); as codes into ``texts``."""
+
+    def __init__(self, pt, slut: np.ndarray):
+        sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+        index: dict = {}
+        self.of_sig = np.array([index.setdefault(_small_int_text(s.get("root")), len(index)) for s in sigs], np.int64)
+        src = {}
+        for line in pt.sources:      # the last line of a call time wins, as the frame's join
+            t, r = schema.int_or_none(line.get("t_call")), schema.int_or_none(line.get("src"))
+            if t is not None:
+                src[t] = r
+        src = {t: index.setdefault(str(int(np.int32(r))), len(index)) for t, r in src.items() if r is not None}
+        self.texts = list(index)
+        self.times = np.array(sorted(src), np.int64)
+        self.of_time = np.array([src[t] for t in sorted(src)], np.int64)
+        self.slut = slut
+
+    def codes(self, rec: np.ndarray) -> np.ndarray:
+        out = self.of_sig.take(self.slut.take(rec["sig"]))
+        if len(self.times):
+            t = rec["t_call"].astype(np.int64)
+            at = np.minimum(np.searchsorted(self.times, t), len(self.times) - 1)
+            hit = self.times[at] == t
+            out[hit] = self.of_time[at[hit]]
+        return out
+
+
+def record_codes(keys: tuple, rec: np.ndarray, roots: RecordRoots | None = None) -> np.ndarray:
+    """Per record an int64 holding its values of ``keys`` (of RECORD_KEYS; 0 for the others): its root's code
+    (``roots``) above its iteration (32 bits) above 8 bits of status, source and end_observed (record_text)."""
     code = np.zeros(len(rec), np.int64)
+    if "root" in keys:
+        code |= roots.codes(rec) << 40
     if "iteration" in keys:
-        code |= rec["iteration"].astype(np.int32).astype(np.int64) << 8
+        code |= rec["iteration"].astype(np.int64) << 8
     if "status" in keys:
         code |= _STATUS_CODE[rec["status"]].astype(np.int64) << 2
     if "source" in keys:
@@ -133,19 +169,22 @@ _STATUS_CODE = np.full(256, schema.STATUS_IN_FLIGHT, np.int8)     # unknown valu
 _STATUS_CODE[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
 
 
-def record_text(keys: tuple, code: int) -> tuple:
+def record_text(keys: tuple, code: int, roots: RecordRoots | None = None) -> tuple:
     """The frame's text of each of ``keys`` (RECORD_KEYS, in their order in ``keys``) in a record_codes value."""
-    names = {"iteration": str(code >> 8), "status": schema.STATUS_NAMES[(code >> 2) & 3],
-             "source": list(schema.SOURCE_NAMES.values())[(code >> 1) & 1], "end_observed": str(bool(code & 1))}
+    it = (code >> 8) & 0xFFFFFFFF
+    names = {"iteration": str(it - 2**32 if it >= 2**31 else it), "status": schema.STATUS_NAMES[(code >> 2) & 3],
+             "source": list(schema.SOURCE_NAMES.values())[(code >> 1) & 1], "end_observed": str(bool(code & 1)),
+             "root": roots.texts[code >> 40] if roots is not None else None}     # iteration: the frame's int32
     return tuple(names[k] for k in keys)
 
 
-def record_cells(pair: np.ndarray, codes: np.ndarray, keys: tuple, pair_key, cells: dict) -> np.ndarray:
+def record_cells(pair: np.ndarray, codes: np.ndarray, keys: tuple, pair_key, cells: dict,
+                 roots: RecordRoots | None = None) -> np.ndarray:
     """Per op its cell in ``cells`` (key -> id, grown) from its (sig, group) pair's code, whose key is
     ``pair_key[code]``, and its record_codes value, whose text (``keys``: RECORD_KEYS) ends the cell's key."""
     r, r_of = np.unique(codes, return_inverse=True)
     joint, cell = np.unique(pair.astype(np.int64) * len(r) + r_of.reshape(-1), return_inverse=True)
-    ids = [cells.setdefault(pair_key[j // len(r)] + record_text(keys, int(r[j % len(r)])), len(cells))
+    ids = [cells.setdefault(pair_key[j // len(r)] + record_text(keys, int(r[j % len(r)]), roots), len(cells))
            for j in joint.tolist()]
     return narrow(np.array(ids, np.int64), len(cells))[cell.reshape(-1)]
 
@@ -229,6 +268,7 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     col = {k: np.empty(n, v.dtype) for k, v in per_sig.items()}
     by_record = tuple(k for k in extra if k in RECORD_KEYS)
     rcode = np.empty(n, np.int64) if by_record else None
+    roots = RecordRoots(pt, slut) if "root" in by_record else None
     col.update(t=np.empty(n, np.int64), status=np.empty(n, np.uint8),
                dret=np.empty(n, schema.OP_RECORD["d_return"]), dend=np.empty(n, schema.OP_RECORD["d_end"]))
     offset, lo = records.clock_offset(pt, refs.get(pt.world_id)), 0
@@ -244,13 +284,13 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
         for k, f in (("status", "status"), ("dret", "d_return"), ("dend", "d_end")):
             col[k][lo:hi] = rec[f]
         if by_record:
-            rcode[lo:hi] = record_codes(by_record, rec)
+            rcode[lo:hi] = record_codes(by_record, rec, roots)
         lo = hi
     dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
     keys = {x: cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims, worlds)
             + extra_key(extra, sigs[x // len(groups)], groups[x % len(groups)], pt, rank) for x in pairs.tolist()}
     if by_record:
-        parts["cell"].append(record_cells(combo, rcode, by_record, keys, cells))
+        parts["cell"].append(record_cells(combo, rcode, by_record, keys, cells, roots))
     else:
         c_of = narrow(np.array([cells.setdefault(k, len(cells)) for k in keys.values()], np.int64), len(cells))
         lut = np.zeros(combos, c_of.dtype)
