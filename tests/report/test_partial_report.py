@@ -512,7 +512,8 @@ def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, odd_runs, tmp_path
         (code, one_frame), (code_p, partitioned) = docs
         assert code == code_p and one_frame["keys"] == partitioned["keys"] and len(one_frame["rows"]) > 1
         for a, b in zip(one_frame["rows"], partitioned["rows"], strict=True):     # sums in another order: ~1e-15
-            assert a == {k: pytest.approx(v, rel=1e-12, nan_ok=True) if isinstance(v, float) else v for k, v in b.items()}
+            assert a == {k: pytest.approx(v, rel=1e-12, nan_ok=True) if isinstance(v, float) else v
+                         for k, v in b.items()}
     capsys.readouterr()
     assert main(["report", syn_run, "--partitioned", "--by", "op,bucket", "-q"]) == 2
     err = capsys.readouterr().err

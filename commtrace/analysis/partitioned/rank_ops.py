@@ -19,10 +19,10 @@ from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
-# --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS: each one value for every
-# op of a (sig, group) pair of one process, as the frame's text of it (reader.build_frame, arrays.column_codes).
+# --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS, as the frame's text
+# (reader.build_frame, arrays.column_codes): one value for the ops of a (sig, group) pair of a process (extra_key),
+# then those that differ op by op, from each record (RECORD_KEYS: record_codes).
 _SIG_TEXT = ("variant", "region", "dtype", "reduce_op", "device", "thread", "callsite")
-# Keys that differ op by op come from each record (record_codes), after the others in a cell's key.
 RECORD_KEYS = ("status", "source", "end_observed", "iteration", "root")
 CELL_EXTRA_KEYS = _SIG_TEXT + ("shapes", "out_shapes", "bytes", "tag", "async", "group_size", "backend", "world",
                                "host", "rank") + RECORD_KEYS
@@ -83,8 +83,8 @@ def cell_key(sig: dict, group: dict, dims: dict, worlds: dict) -> tuple:
 
 
 def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
-    """The values of ``keys`` (of CELL_EXTRA_KEYS less RECORD_KEYS) for the ops of ``sig`` in ``group`` of process ``pt``, the
-    rank key ``rank``: the frame's text of each (a number as its int, a missing one as NA_KEY)."""
+    """The values of ``keys`` (of CELL_EXTRA_KEYS; RECORD_KEYS skipped) for the ops of ``sig`` in ``group`` of
+    process ``pt``, rank key ``rank``: the frame's text of each (a number as its int, a missing one NA_KEY)."""
     out = []
     for k in keys:
         if k in RECORD_KEYS:    # the record's: record_cells appends them
