@@ -184,8 +184,8 @@ def record_cells(pair: np.ndarray, codes: np.ndarray, keys: tuple, pair_key, cel
     ``pair_key[code]``, and its record_codes value, whose text (``keys``: RECORD_KEYS) ends the cell's key."""
     r, r_of = np.unique(codes, return_inverse=True)
     joint, cell = np.unique(pair.astype(np.int64) * len(r) + r_of.reshape(-1), return_inverse=True)
-    ids = [cells.setdefault(pair_key[j // len(r)] + record_text(keys, int(r[j % len(r)]), roots), len(cells))
-           for j in joint.tolist()]
+    texts = [record_text(keys, x, roots) for x in r.tolist()]
+    ids = [cells.setdefault(pair_key[j // len(r)] + texts[j % len(r)], len(cells)) for j in joint.tolist()]
     return narrow(np.array(ids, np.int64), len(cells))[cell.reshape(-1)]
 
 
