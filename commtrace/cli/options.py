@@ -64,9 +64,9 @@ def add_scale_arguments(p, perfetto: bool = True, doing: str = "analyse", how: s
 
 def analyse_run(ns, run_dir: str, window, keys: list | None, op_view: bool = False, **kw):
     """The one analysis of a run for report and compare (its issues warned): --by keys it groups
-    by (``CELL_COLUMNS``) are one more of its tables; other keys need every op (its op view)."""
-    from ..analysis.partitioned import CELL_COLUMNS, analyse
-    cells = keys is not None and set(keys) <= set(CELL_COLUMNS)
+    by (``CELL_KEYS``) are one more of its tables; other keys need every op (its op view)."""
+    from ..analysis.partitioned import CELL_KEYS, analyse
+    cells = keys is not None and set(keys) <= set(CELL_KEYS)
     s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), window=window,
                 partitioned=ns.partitioned, compare_by=keys if cells else None,
                 op_view=op_view or (keys is not None and not cells), **kw)

@@ -416,7 +416,8 @@ def describe_clocks(procs: list[ProcessTrace], refs: dict | None = None) -> None
 
 # -- frame ------------------------------------------------------------------------
 
-def _fmt_shapes(v) -> str:
+def shapes_text(v) -> str:
+    """A sig's shapes as the frame's ``shapes`` / ``out_shapes`` text ("" when none)."""
     return json.dumps(v, separators=(",", ":")) if isinstance(v, list) else ""
 
 
@@ -533,8 +534,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     # Sig-level columns: per-sig tables first, then one take per column.
     for f in _SIG_STR:
         cols[f] = _categorical([str_or_none(s.get(f)) for s in sig_rows], sig_codes)
-    cols["shapes"] = _categorical([_fmt_shapes(s.get("shapes")) for s in sig_rows], sig_codes)
-    cols["out_shapes"] = _categorical([_fmt_shapes(s.get("out_shapes")) for s in sig_rows], sig_codes)
+    cols["shapes"] = _categorical([shapes_text(s.get("shapes")) for s in sig_rows], sig_codes)
+    cols["out_shapes"] = _categorical([shapes_text(s.get("out_shapes")) for s in sig_rows], sig_codes)
     for f in _SIG_NUM:
         per_sig = np.array([num_or_nan(s.get(f)) for s in sig_rows], dtype=np.float64)
         ok = ~np.isnan(per_sig)

@@ -478,3 +478,71 @@ def test_compare_html_partitioned(syn_run, tmp_path):
                      *extra]) == 0
         pages.append(out.read_text())
     assert "<table" in pages[1] and pages[1] == pages[0]
+
+
+def test_by_any_cell_key_equals_one_frame(syn_run, real_run, odd_runs, cpp_layer_run):
+    """--by op,KEY for each key the cells carry beyond CELL_COLUMNS (a sig's, group's, process's or record's): the
+    table of the run held whole and in partitions is the one frame's (summary.op_summary of every op)."""
+    import pandas as pd
+    from commtrace.analysis.partitioned.rank_ops import CELL_EXTRA_KEYS
+    from commtrace.analysis.summary import op_summary
+    for run in (syn_run, real_run, *odd_runs.values(), cpp_layer_run):     # torn: failed and in-flight ops
+        v = analyse(run, op_view=True).op_view
+        for key in CELL_EXTRA_KEYS:
+            by = ["op", key]
+            one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+            assert len(one_frame), (run, key)
+            for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+                pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False,
+                                              obj=f"{run} --by op,{key}")
+
+
+def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, odd_runs, tmp_path, capsys):
+    """report --by op,host / dtype,rank: the same table and JSON whole and partitioned; a key the cells do
+    not carry yet (bucket) is refused in partitions, in one line, exit code 2."""
+    import json
+    for run, by in ((odd_runs["missing"], "op,host"), (syn_run, "dtype,rank"), (odd_runs["torn"], "status,op")):
+        shown = [_report(run, "--by", by, *p) for p in ((), ("--partitioned",))]
+        assert _shown(shown[1]) == _shown(shown[0]) and by.split(",")[1] in shown[0]
+        docs = []
+        for p in ((), ("--partitioned",)):
+            out = tmp_path / "r.json"
+            docs.append((main(["report", run, "--by", by, "--json", str(out), "-q", *p]),     # torn: exit code 1
+                         json.loads(out.read_text())["by"]))
+        (code, one_frame), (code_p, partitioned) = docs
+        assert code == code_p and one_frame["keys"] == partitioned["keys"] and len(one_frame["rows"]) > 1
+        for a, b in zip(one_frame["rows"], partitioned["rows"], strict=True):     # sums in another order: ~1e-15
+            assert a == {k: pytest.approx(v, rel=1e-12, nan_ok=True) if isinstance(v, float) else v
+                         for k, v in b.items()}
+    capsys.readouterr()
+    assert main(["report", syn_run, "--partitioned", "--by", "op,bucket", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "the partitioned analysis does not group by bucket yet" in err and len(err.strip().splitlines()) == 1
+
+
+def test_by_root_of_recvs_from_any_source(tmp_path):
+    """--by op,root: a recv from any source is filed under the rank its ``source`` line names (as the
+    frame's root column has it), whole and in partitions; one without a line under none ("-")."""
+    import pandas as pd
+    from commtrace.analysis.summary import op_summary
+    from commtrace.trace import schema
+    tb = _tracebuilder()
+    procs = [tb.Proc(r, world_size=3) for r in range(3)]
+    for i in range(1, 31):
+        src, t = (1 if i % 2 else 2), 10.0 * i
+        procs[src].op("send", t - 2, t + 1, seq=(i + 1) // 2, root=0)
+        procs[0].op("recv", t - 1, t + 1, seq=i, variant="recv_anysource")
+        if i < 30:
+            procs[0].meta.append({"type": schema.META_SOURCE, "t_call": tb.ns(t - 1), "group": 0, "seq": i,
+                                  "sig": procs[0].records[-1][4], "src": src})
+    run = tb.write_run(str(tmp_path / "r"), procs)
+    v = analyse(run, op_view=True).op_view
+    by = ["op", "root"]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    assert ("recv", "1") in one_frame.index and ("recv", "2") in one_frame.index and ("recv", "-") in one_frame.index
+    # not algbw / busbw: the analysis does not pair a recv from any source with its send (its by_op neither;
+    # match_ops on the frame does)
+    figures = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns", "share", "cv", "ranks"]
+    for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by)[figures], one_frame[figures], check_dtype=False,
+                                      check_index_type=False)

@@ -29,14 +29,14 @@ def has_cpp(procs: list) -> bool:
     return any(p.header.get("source") == "cpp" for p in procs)
 
 
-def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0,
-                worlds: dict | None = None) -> tuple[RankOps | None, dict]:
+def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None,
+                extra: tuple = ()) -> tuple[RankOps | None, dict]:
     """(a rank's ops, {C++ ops path: CppFile}) of ``procs`` with their records: gathered from the
     records (rank_ops), or from the rank's frame after the C++ merge (build_frame consumes them;
-    the merge reads the clock descriptions)."""
+    the merge reads the clock descriptions). ``extra``: rank_ops'."""
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
     if not cpp:
-        return rank_ops(procs, refs, rank, lean, worlds), {}
+        return rank_ops(procs, refs, rank, lean, worlds, extra), {}
     reader.describe_clocks(procs, refs)
     twins = {p.stem: reader.python_twin(p, procs) for p in cpp}
     groups = {p.stem: {reader.str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
@@ -48,7 +48,7 @@ def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0,
         gid = np.array([groups[p.stem].get(g, -1) for g in mine["group"].astype(object)], np.int64)
         keys = np.sort((gid << 32) | mine["seq"].to_numpy(np.int64)) if len(mine) else np.empty(0, np.int64)
         files[p.ops_path] = CppFile(twins[p.stem].meta_path, keys)
-    return frame_ops(frame, worlds), files
+    return frame_ops(frame, worlds, extra), files
 
 
 def rank_frame(procs: list, refs: dict, world_ranks: bool = False) -> pd.DataFrame:
@@ -58,13 +58,13 @@ def rank_frame(procs: list, refs: dict, world_ranks: bool = False) -> pd.DataFra
     return frame.reset_index(drop=True) if has_cpp(procs) else frame
 
 
-def frame_ops(frame: pd.DataFrame, worlds: dict | None = None) -> RankOps | None:
+def frame_ops(frame: pd.DataFrame, worlds: dict | None = None, extra: tuple = ()) -> RankOps | None:
     """RankOps of one rank's (merged) frame: the same arrays rank_ops gathers from records (``worlds``:
-    rank_ops.cell_key's)."""
+    rank_ops.cell_key's; ``extra``: rank_ops')."""
     if not len(frame):
         return None
     keys = pd.DataFrame({c: frame[c].astype(object).where(frame[c].notna(), NA_KEY).astype(str)
-                         for c in CELL_COLUMNS})
+                         for c in CELL_COLUMNS + tuple(extra)})
     if worlds:
         keys["group"] = [world_group_name(g, worlds.get(w))
                          for g, w in zip(keys["group"], frame["world"].astype(object))]

@@ -170,7 +170,7 @@ class RankFold:
         if not cells:
             return pd.DataFrame(columns=CELL_TABLE_COLUMNS) if self.cells else pd.DataFrame()
         cols = {}
-        for k in CELL_TABLE_COLUMNS:
+        for k in CELL_TABLE_COLUMNS + [k for k in cells[0] if k not in CELL_TABLE_COLUMNS]:   # + extra keys
             if isinstance(cells[0][k], list):
                 cols[k] = [v for c in cells for v in c[k]]
             else:
@@ -257,8 +257,8 @@ def cell_summary(cells: pd.DataFrame, values: list, by: list, quantile_cache: di
     n = len(keys)
     qv = _quantiles(codes, n, values, {} if quantile_cache is None else quantile_cache)
     ranks, rcode = np.unique(cells["rank"].to_numpy(np.int64), return_inverse=True)
-    col = {c: cells[c].to_numpy(np.float64) for c in ("ops", "dur", "known", "bytes")}
-    out = summed_columns(codes, n, keys_index(keys), col["ops"], col["dur"], col["known"], col["bytes"], QS, qv,
+    col = {c: cells[c].to_numpy(np.float64) for c in ("ops", "dur", "known", "nbytes")}
+    out = summed_columns(codes, n, keys_index(keys), col["ops"], col["dur"], col["known"], col["nbytes"], QS, qv,
                          rcode, len(ranks))
     return CellSummary(out, keys, by)
 

@@ -25,7 +25,7 @@ from ..match import instances_with, untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .rank_ops import cell_key, index_lut, key_str
+from .rank_ops import RECORD_KEYS, RecordRoots, cell_key, extra_key, index_lut, key_str, record_cells, record_codes
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
 from .windowing import in_window
@@ -40,12 +40,13 @@ class PartitionTask:
     chunk_size: int
     files: list                 # (meta path, ops path, first record, last record)
     refs: dict                  # world id -> meta path of the reference process
-    tables: dict                # table name -> key columns (subset of CELL_COLUMNS)
+    tables: dict                # table name -> key columns (of CELL_COLUMNS + extra)
     top: int
     window: tuple | None = None  # (rank -> (lo, hi) or None, phases or None): windowing.in_window
     layers: dict = field(default_factory=dict)   # C++ ops path -> cpp_layer.CppFile (its unmatched records)
     worlds: dict = field(default_factory=dict)   # meta path -> world number ({}: one world; plan.RunPlan.worlds)
     group_worlds: dict = field(default_factory=dict)   # world id -> number ({}: one world; plan.RunPlan.group_worlds)
+    extra: tuple = ()           # the rank_ops.CELL_EXTRA_KEYS its cells also carry (rank_map.RankTask.extra)
 
 
 @dataclass
@@ -75,10 +76,10 @@ class _FileTables:
     size: np.ndarray            # per sig: size as the bandwidth counts it
     wg: list                    # per group index: (world id, group name)
     n: np.ndarray               # per group: its size
-    cell: list                  # per sig index * groups + group index: the summary cell's key
+    cell: list                  # per sig index * groups + group index: the summary cell's key (+ extra keys)
 
 
-def _file_tables(pt, worlds: dict) -> _FileTables:
+def _file_tables(pt, worlds: dict, extra: tuple, rank: int) -> _FileTables:
     slut, glut = index_lut(pt.sigs), index_lut(pt.groups)   # no sigs or groups: no record is read
     sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
     groups = [pt.groups[i] for i in sorted(pt.groups)]
@@ -86,7 +87,7 @@ def _file_tables(pt, worlds: dict) -> _FileTables:
     nb, ob = _per_sig_int(sigs, "bytes"), _per_sig_int(sigs, "out_bytes")
     tot = np.array([o in TOTAL_SIZE_OPS for o in op], dtype=bool)
     dims = reader.mesh_dims(pt.meshes)
-    cell = [cell_key(s, g, dims, worlds) for s in sigs for g in groups]
+    cell = [cell_key(s, g, dims, worlds) + extra_key(extra, s, g, pt, rank) for s in sigs for g in groups]
     p2p, root = np.array([o in P2P_OPS for o in op], dtype=bool), np.array([_int(s.get("root"), -1) for s in sigs])
     root[p2p & (root < 0)] = MAX_RANKS   # a recv from any source: a p2p instance of its own (no rank is this)
     return _FileTables(records.defined_ids(pt.sigs), records.defined_ids(pt.groups), slut, glut, op,
@@ -100,26 +101,31 @@ _TABLES: dict = {}
 _TABLES_KEPT = 4096
 
 
-def _tables_of(pt, worlds: dict) -> _FileTables:
-    """``pt``'s _FileTables (``worlds``: its run's, cell_key), kept per process object (``_meta`` keeps
-    those per worker; one run's); an entry holds its object, so the id it is found by is not reused
-    while it is kept."""
+def _tables_of(pt, worlds: dict, extra: tuple, world: int | None) -> _FileTables:
+    """``pt``'s _FileTables (``worlds``: its run's, cell_key; ``extra``, and ``world``, its world number: its
+    cells' extra keys), kept per process object (``_meta`` keeps those per worker; one run's); an entry holds
+    its object, so the id it is found by is not reused while it is kept."""
     hit = _TABLES.get(id(pt))
-    if hit is not None and hit[0] is pt:
-        return hit[1]
+    if hit is not None and hit[0] is pt and hit[1] == (extra, world):
+        return hit[2]
     if len(_TABLES) >= _TABLES_KEPT:
         _TABLES.clear()
-    ft = _file_tables(pt, worlds)
+    ft = _file_tables(pt, worlds, extra, _rank_key(pt, world))
     if ft.slut.nbytes + ft.glut.nbytes <= 1 << 20:   # ids as written: small; odd huge ones are not kept
-        _TABLES[id(pt)] = (pt, ft)
+        _TABLES[id(pt)] = (pt, (extra, world), ft)
     return ft
 
 
-def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, worlds):
+def _rank_key(pt, world: int | None) -> int:
+    """``pt``'s rank as the report keys it (rank_ranges.rank_key), -1 when it has none."""
+    return -1 if pt.rank is None else rank_key(world or 0, pt.rank)
+
+
+def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, worlds, extra, world):
     pt = cached_process(meta)
     if pt is None:
         return None
-    ft = _tables_of(pt, worlds)
+    ft = _tables_of(pt, worlds, extra, world)
     rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids))
     if not len(rec):
         return None
@@ -136,6 +142,8 @@ _COLUMNS = {"t": np.int64, "end": np.int64, "dur": np.float64, "rank": np.int64,
 
 def map_partition(task: PartitionTask) -> PartitionPartial:
     cell_ids: dict = {}
+    pair_ids: dict = {}     # with record keys: a (sig, group) pair's key -> id, before record_cells
+    by_record = tuple(k for k in task.extra if k in RECORD_KEYS)
     op_ids: dict = {}
     wg_ids: dict = {}
     wg_names: dict = {}     # (world id, group) -> the group as the tables name it, when the run has several worlds
@@ -143,10 +151,11 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     slices = []
     for meta, ops, lo, hi in task.files:
         world = task.worlds.get(meta)
-        got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, task.group_worlds)
+        got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, task.group_worlds,
+                          task.extra, world)
         if got is not None and ops in task.layers:
             got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
-        key = -1 if got is None or got[0].rank is None else rank_key(world or 0, got[0].rank)
+        key = -1 if got is None else _rank_key(got[0], world)
         if got is not None and task.window is not None:
             keep = in_window(key, *got, *task.window)
             got = (got[0], got[1][keep], got[2][keep]) if keep.any() else None
@@ -160,7 +169,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     at = 0
     for i, (key, world, pt, rec, t) in enumerate(slices):
         slices[i] = None                             # the records go as their rows are written
-        ft = _tables_of(pt, task.group_worlds)
+        ft = _tables_of(pt, task.group_worlds, task.extra, world)
         n_groups = len(ft.wg)
         s_op = np.array([op_ids.setdefault(o, len(op_ids)) for o in ft.op], np.int64)
         g_wg = np.array([wg_ids.setdefault(k, len(wg_ids)) for k in ft.wg], np.int64)
@@ -168,9 +177,15 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
             wg_names.setdefault(k, world_group_name(k[1], world))
         si, gi = ft.slut.take(rec["sig"]), ft.glut.take(rec["group"])      # take: ~40 % less than indexing
         c_lut = np.zeros(len(ft.op) * n_groups, np.int64)
+        ids = pair_ids if by_record else cell_ids       # by record keys too: the pair's key, then record_cells
         for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():
-            c_lut[cmb] = cell_ids.setdefault(ft.cell[cmb], len(cell_ids))
+            c_lut[cmb] = ids.setdefault(ft.cell[cmb], len(ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        if by_record:
+            rows = slice(at, at + len(rec))
+            roots = RecordRoots(pt, ft.slut) if "root" in by_record else None
+            c["cell"][rows] = record_cells(c["cell"][rows], record_codes(by_record, rec, roots), by_record,
+                                           list(pair_ids), cell_ids, roots)
         failed[at:at + len(rec)] = rec["status"] == STATUS_FAILED
         observed[at:at + len(rec)] = (rec["flags"] & FLAG_END_OBSERVED) != 0
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks
@@ -354,7 +369,7 @@ def _bandwidth(task, cell, inst, cell_ids, terms) -> dict:
         if tuple(by) in done:                    # e.g. by_phase and phase+op: the same keys
             out[name] = done[tuple(by)]
             continue
-        pos = [CELL_COLUMNS.index(c) for c in by]
+        pos = [(CELL_COLUMNS + task.extra).index(c) for c in by]
         rows: dict = {}                          # a few cells: plain dicts, no pandas per partition
         rowkey = np.array([rows.setdefault(tuple(key[i] for i in pos), len(rows)) for key in cell_ids], np.int64)
         pg, pi = distinct_pairs(rowkey[head], rowkey[o_cell], o_inst)

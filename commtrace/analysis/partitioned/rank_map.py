@@ -44,6 +44,7 @@ class RankTask:
     world: int | None = None    # the rank's world number when the run has several (plan.RunPlan.worlds)
     piece: int = 0              # ops per time piece of the interval figures (RankTimes.pieces; 0: the rank whole)
     group_worlds: dict = field(default_factory=dict)   # world id -> number, several worlds (plan.RunPlan.group_worlds)
+    extra: tuple = ()           # the rank_ops.CELL_EXTRA_KEYS its cells also carry (compare's --by)
 
 
 # Interval figures walk a rank in time pieces of ~1/PIECES_PER_RUN of the run's ops (at least MIN_PIECE_OPS):
@@ -63,7 +64,7 @@ class RankPartial:
     ops: int
     issues: list
     cells: dict                  # CELL_COLUMNS + rank (lists of strings, "-" for none) + ops, dur, known,
-                                 # bytes (float64 arrays): merge.RankFold.cell_table makes the one table
+                                 # nbytes (float64 arrays): merge.RankFold.cell_table makes the one table
     values: list                 # per cells row: float32/float64 durations (exact) or a LogSketch
     per_rank: PackedColumns      # step_table.PER_RANK_COLUMNS of this rank's steps (packed for the trip)
     comm_ns: dict                # rank -> communication time (union of its ops)
@@ -93,7 +94,7 @@ def map_rank(task: RankTask) -> RankPartial:
     spans = compute_spans(spans)
     spans = _times_of(spans) if lean else spans
     busy = busy_times(spans, CHUNK_OPS)     # needs the spans alone: its union's buffers not beside the op columns
-    ops, layers = rank_ops_of(procs, refs, task.rank, lean, task.group_worlds)                   # held narrower, read in pieces
+    ops, layers = rank_ops_of(procs, refs, task.rank, lean, task.group_worlds, task.extra)   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
     a = ops.arrays if ops is not None else None
@@ -121,7 +122,7 @@ def map_rank(task: RankTask) -> RankPartial:
     facts = rank_facts(task.rank, procs, shown)
     if ops is not None and ops.offsets is not None:     # the ends are read no more (lean: the durations come from
         ops.arrays.end = shown.arrays.end = None        # the offsets): their block is the cells' durations' hole
-    cells, values = _cells(shown, task.rank, task.exact)
+    cells, values = _cells(shown, task.rank, task.exact, task.extra)
     n = len(shown.arrays.start) if shown is not None else 0
     first = int(a.start.min()) if a is not None and len(a.start) else None
     return RankPartial(task.rank, n, issues, cells, values, per_rank, comm, outside, steps_taken[0], first,
@@ -177,21 +178,21 @@ def _step_parts(times, a, steps, regions, applied=None, modules=None, piece: int
     return figures.columns(), comm, parts
 
 
-CELL_TABLE_COLUMNS = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "bytes"]
+CELL_TABLE_COLUMNS = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "nbytes"]   # nbytes: not the key "bytes"
 
 
-def _cells(ops: RankOps | None, rank: int, exact: bool) -> tuple[dict, list]:
+def _cells(ops: RankOps | None, rank: int, exact: bool, extra: tuple = ()) -> tuple[dict, list]:
     """One rank's summary cells with ops (as summary.summary_cells bins them) as CELL_TABLE_COLUMNS
-    columns, and per cell its durations (float32 when lossless) or their LogSketch."""
+    columns (then ``extra``'s), and per cell its durations (float32 when lossless) or their LogSketch."""
     if ops is None:
         return {}, []
     a, n, dur = ops.arrays, len(ops.cells), ops.durations(CHUNK_OPS)
     ops.offsets = None          # read no more: their block is the durations by cell's hole (no heap above it)
     f = cell_figures(ops.cell, dur, a.nbytes, n)
     keep = np.flatnonzero(f.ops > 0).tolist()
-    columns = {c: [ops.cells[k][i] for k in keep] for i, c in enumerate(CELL_COLUMNS)}
+    columns = {c: [ops.cells[k][i] for k in keep] for i, c in enumerate(CELL_COLUMNS + extra)}
     columns["rank"] = [str(rank)] * len(keep)
-    columns.update(ops=f.ops[keep], dur=f.dur[keep], known=f.known[keep], bytes=f.nbytes[keep])
+    columns.update(ops=f.ops[keep], dur=f.dur[keep], known=f.known[keep], nbytes=f.nbytes[keep])
     values = []
     for i in keep:
         seg = f.values[f.bounds[i]:f.bounds[i + 1]]

@@ -19,6 +19,14 @@ from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
+# --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS, as the frame's text
+# (reader.build_frame, arrays.column_codes): one value for the ops of a (sig, group) pair of a process (extra_key),
+# then those that differ op by op, from each record (RECORD_KEYS: record_codes).
+_SIG_TEXT = ("variant", "region", "dtype", "reduce_op", "device", "thread", "callsite")
+RECORD_KEYS = ("status", "source", "end_observed", "iteration", "root")
+CELL_EXTRA_KEYS = _SIG_TEXT + ("shapes", "out_shapes", "bytes", "tag", "async", "group_size", "backend", "world",
+                               "host", "rank") + RECORD_KEYS
+CELL_KEYS = CELL_COLUMNS + CELL_EXTRA_KEYS      # every --by key the cells group by
 
 
 @dataclass
@@ -26,7 +34,7 @@ class RankOps:
     arrays: OpArrays          # sorted by start (the frame's order for one rank); dur None when ``offsets`` give it
     waits: WaitColumns       # how long the caller waited for each op (return, async, detail, DDP bucket)
     cell: np.ndarray          # per op: index into ``cells``
-    cells: list               # per cell: CELL_COLUMNS' strings ("-" for none)
+    cells: list               # per cell: CELL_COLUMNS' strings ("-" for none), then its extra keys' (extra_key)
     op_names: list            # op names in the frame's category order
     proc: np.ndarray          # per op: index into ``stems`` (the trace file it came from)
     stems: list               # trace file stems of the processes with ops
@@ -74,11 +82,125 @@ def cell_key(sig: dict, group: dict, dims: dict, worlds: dict) -> tuple:
             key_str(reader.mesh_dim_of(group, dims)))
 
 
-def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None) -> RankOps | None:
+def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
+    """The values of ``keys`` (of CELL_EXTRA_KEYS; RECORD_KEYS skipped) for the ops of ``sig`` in ``group`` of
+    process ``pt``, rank key ``rank``: the frame's text of each (a number as its int, a missing one NA_KEY)."""
+    out = []
+    for k in keys:
+        if k in RECORD_KEYS:    # the record's: record_cells appends them
+            continue
+        if k in _SIG_TEXT:
+            v = key_str(sig.get(k))
+        elif k in ("shapes", "out_shapes"):
+            v = reader.shapes_text(sig.get(k))
+        elif k == "bytes":
+            v = str(_int_or(sig.get(k), 0))
+        elif k == "tag":
+            v = _small_int_text(sig.get(k))
+        elif k == "async":
+            v = str(bool(sig.get(k)))
+        elif k == "group_size":
+            v = str(schema.int_or_none(group.get("size")) or 0)
+        elif k == "backend":
+            v = key_str(group.get("backend"))
+        elif k == "world":
+            v = key_str(group.get("world_id"))
+        elif k == "host":
+            v = str(pt.header.get("host"))
+        else:
+            v = str(rank)
+        out.append(v)
+    return tuple(out)
+
+
+def _small_int_text(v) -> str:
+    """A sig's tag or root as the frame's Int32 column has it: NA_KEY when none, 0 when too big."""
+    x = reader.num_or_nan(v)
+    return NA_KEY if np.isnan(x) else str(int(x) if abs(x) < 2**31 else 0)
+
+
+class RecordRoots:
+    """Each record's root of one process as the frame has it: its sig's, or for a recv from any source the
+    rank its ``source`` line names (joined on the raw call time, reader.build_frame); as codes into ``texts``."""
+
+    def __init__(self, pt, slut: np.ndarray):
+        sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
+        index: dict = {}
+        self.of_sig = np.array([index.setdefault(_small_int_text(s.get("root")), len(index)) for s in sigs], np.int64)
+        src = {}
+        for line in pt.sources:      # the last line of a call time wins, as the frame's join
+            t, r = schema.int_or_none(line.get("t_call")), schema.int_or_none(line.get("src"))
+            if t is not None:
+                src[t] = r
+        src = {t: index.setdefault(str(int(np.int32(r))), len(index)) for t, r in src.items() if r is not None}
+        self.texts = list(index)
+        self.times = np.array(sorted(src), np.int64)
+        self.of_time = np.array([src[t] for t in sorted(src)], np.int64)
+        self.slut = slut
+
+    def codes(self, rec: np.ndarray) -> np.ndarray:
+        out = self.of_sig.take(self.slut.take(rec["sig"]))
+        if len(self.times):
+            t = rec["t_call"].astype(np.int64)
+            at = np.minimum(np.searchsorted(self.times, t), len(self.times) - 1)
+            hit = self.times[at] == t
+            out[hit] = self.of_time[at[hit]]
+        return out
+
+
+def record_codes(keys: tuple, rec: np.ndarray, roots: RecordRoots | None = None) -> np.ndarray:
+    """Per record an int64 holding its values of ``keys`` (of RECORD_KEYS; 0 for the others): its root's code
+    (``roots``) above its iteration (32 bits) above 8 bits of status, source and end_observed (record_text)."""
+    code = np.zeros(len(rec), np.int64)
+    if "root" in keys:
+        code |= roots.codes(rec) << 40
+    if "iteration" in keys:
+        code |= rec["iteration"].astype(np.int64) << 8
+    if "status" in keys:
+        code |= _STATUS_CODE[rec["status"]].astype(np.int64) << 2
+    if "source" in keys:
+        code |= (rec["flags"] & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int64) << 1
+    if "end_observed" in keys:
+        code |= ((rec["flags"] & schema.FLAG_END_OBSERVED) != 0).astype(np.int64)
+    return code
+
+
+_STATUS_CODE = np.full(256, schema.STATUS_IN_FLIGHT, np.int8)     # unknown values: in flight (build_frame)
+_STATUS_CODE[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
+
+
+def record_text(keys: tuple, code: int, roots: RecordRoots | None = None) -> tuple:
+    """The frame's text of each of ``keys`` (RECORD_KEYS, in their order in ``keys``) in a record_codes value."""
+    it = (code >> 8) & 0xFFFFFFFF
+    names = {"iteration": str(it - 2**32 if it >= 2**31 else it), "status": schema.STATUS_NAMES[(code >> 2) & 3],
+             "source": list(schema.SOURCE_NAMES.values())[(code >> 1) & 1], "end_observed": str(bool(code & 1)),
+             "root": roots.texts[code >> 40] if roots is not None else None}     # iteration: the frame's int32
+    return tuple(names[k] for k in keys)
+
+
+def record_cells(pair: np.ndarray, codes: np.ndarray, keys: tuple, pair_key, cells: dict,
+                 roots: RecordRoots | None = None) -> np.ndarray:
+    """Per op its cell in ``cells`` (key -> id, grown) from its (sig, group) pair's code, whose key is
+    ``pair_key[code]``, and its record_codes value, whose text (``keys``: RECORD_KEYS) ends the cell's key."""
+    r, r_of = np.unique(codes, return_inverse=True)
+    joint, cell = np.unique(pair.astype(np.int64) * len(r) + r_of.reshape(-1), return_inverse=True)
+    texts = [record_text(keys, x, roots) for x in r.tolist()]
+    ids = [cells.setdefault(pair_key[j // len(r)] + texts[j % len(r)], len(cells)) for j in joint.tolist()]
+    return narrow(np.array(ids, np.int64), len(cells))[cell.reshape(-1)]
+
+
+def _int_or(v, default: int) -> int:
+    x = reader.num_or_nan(v)
+    return default if np.isnan(x) else int(x)
+
+
+def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None,
+             extra: tuple = ()) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read, held or in pieces: reader.record_pieces;
     it takes them: ``pt.records`` is None after); None when none. ``lean`` (a rank walked in pieces of that
     many ops; 0: whole): its return times, their flags and
-    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read. ``worlds``: cell_key's."""
+    durations (17 B/op) are held as the records' offsets (8 B/op), derived where read. ``worlds``: cell_key's;
+    ``extra``: the CELL_EXTRA_KEYS its cells also carry (extra_key)."""
     cells: dict = {}
     op_names: list = []
     mkeys: dict = {}
@@ -88,7 +210,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | N
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         if pt.n_records and (pt.records is not None or pt.pieces):
-            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds)
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds, extra, rank)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
@@ -119,7 +241,7 @@ def _ascending(t: np.ndarray, step: int) -> bool:
 
 
 def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
-            lean: int, worlds: dict | None) -> None:
+            lean: int, worlds: dict | None, extra: tuple = (), rank: int = -1) -> None:
     """Append process ``proc``'s ops to rank_ops' ``parts``, its records read a piece at a time into columns of
     its op count (``lean``: bytes int32 when every value fits, 4 B/op less: their sums are int64 either way, but
     numpy's are slower)."""
@@ -144,6 +266,9 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     combos = len(sigs) * len(groups)      # (sig, group) pair per op: its cell once the pairs present are known
     combo, present = np.empty(n, narrow(np.empty(0, wide), combos).dtype), np.zeros(combos, bool)
     col = {k: np.empty(n, v.dtype) for k, v in per_sig.items()}
+    by_record = tuple(k for k in extra if k in RECORD_KEYS)
+    rcode = np.empty(n, np.int64) if by_record else None
+    roots = RecordRoots(pt, slut) if "root" in by_record else None
     col.update(t=np.empty(n, np.int64), status=np.empty(n, np.uint8),
                dret=np.empty(n, schema.OP_RECORD["d_return"]), dend=np.empty(n, schema.OP_RECORD["d_end"]))
     offset, lo = records.clock_offset(pt, refs.get(pt.world_id)), 0
@@ -158,15 +283,20 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
         col["t"][lo:hi] = records.aligned(rec["t_call"], offset)
         for k, f in (("status", "status"), ("dret", "d_return"), ("dend", "d_end")):
             col[k][lo:hi] = rec[f]
+        if by_record:
+            rcode[lo:hi] = record_codes(by_record, rec, roots)
         lo = hi
     dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
-    c_of = narrow(np.array([cells.setdefault(cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims,
-                                                      worlds),
-                                             len(cells)) for x in pairs.tolist()], np.int64), len(cells))
-    lut = np.zeros(combos, c_of.dtype)
-    lut[pairs] = c_of
-    parts["cell"].append(lut.take(combo))
-    del combo
+    keys = {x: cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims, worlds)
+            + extra_key(extra, sigs[x // len(groups)], groups[x % len(groups)], pt, rank) for x in pairs.tolist()}
+    if by_record:
+        parts["cell"].append(record_cells(combo, rcode, by_record, keys, cells, roots))
+    else:
+        c_of = narrow(np.array([cells.setdefault(k, len(cells)) for k in keys.values()], np.int64), len(cells))
+        lut = np.zeros(combos, c_of.dtype)
+        lut[pairs] = c_of
+        parts["cell"].append(lut.take(combo))
+    del combo, rcode
     for k, v in col.items():
         parts[k].append(v)
     parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), n))  # a view
