@@ -60,8 +60,9 @@ demo: setup
 # pin the rest of the suite covers the same paths in more detail.
 # TEST_JOBS pytest-xdist workers, each running whole test files (--dist loadfile: a file's
 # fixtures are made once): on 2 cores one test's launcher importing torch alone, or its
-# ranks' rendezvous, leaves a core to the other's. Files start longest first (tests/conftest.py:
-# LONGEST_FIRST), so the run does not end on one long file. TEST_JOBS=0: one process, in
+# ranks' rendezvous, leaves a core to the other's. Files start longest first, by their measured
+# seconds (tests/file_seconds.json; COMMTRACE_TEST_FILE_SECONDS=PATH records a run's, see
+# tests/conftest.py), so the run does not end on one long file. TEST_JOBS=0: one process, in
 # that order. Every port a test run uses comes from tests/helpers.free_port (outside the kernel's
 # ephemeral range, each worker its own): three whole runs in a row with two workers were clean
 # (BENCHMARKS.md, "Test time", ports4). TEST_JOBS ?= 2 is the default.

@@ -138,12 +138,16 @@ def bench_run(label: str, ranks: int, ops_per_rank: int, d: str, browser=None) -
 
 
 def run(demo_ops: int = 2000, big_ranks: int = 8, big_ops: int = 125_000, page_rounds: int = 5,
-        browser=None) -> dict:
-    """``browser``: a started Browser to open every page in (default: one per page)."""
+        browser=None, limit_ops: int | None = None) -> dict:
+    """``browser``: a started Browser to open every page in (default: one per page); ``limit_ops``:
+    the ops of the "limit" run, all ranks (default html_figures.TIMELINE_MAX_OPS, the most the
+    timeline draws op by op; the bench smoke test, which checks only that each case runs, passes
+    a few hundred: at the limit it cost about a third of the whole smoke test)."""
     with tempfile.TemporaryDirectory() as d:
         from commtrace.render.html_figures import TIMELINE_MAX_OPS
+        limit_ops = TIMELINE_MAX_OPS if limit_ops is None else limit_ops
         return {"page": bench_page(d, page_rounds, browser), "demo": bench_run("demo", 2, demo_ops, d, browser),
-                "limit": bench_run("limit", big_ranks, TIMELINE_MAX_OPS // big_ranks, d, browser),
+                "limit": bench_run("limit", big_ranks, limit_ops // big_ranks, d, browser),
                 "big": bench_run("big", big_ranks, big_ops, d, browser),
                 "budgets": {"demo_write_s": DEMO_BUDGET_S, "big_load_s": LOAD_BUDGET_S,
                             "big_bytes": SIZE_BUDGET_BYTES, "page_bytes": PAGE_BUDGET_BYTES,

@@ -6,6 +6,7 @@ The tests' programs, and this process, see no GPU; tests/gpu give theirs back
 fails some of it, untraced too (seen on an H100 with torch 2.11: init_process_group()
 with no backend makes an NCCL-only group, so a CPU DeviceMesh's scatter finds no
 backend; powerSGD_hook calls torch.cuda.synchronize on the CPU tensors' device)."""
+import json
 import os
 import signal
 import sys
@@ -25,33 +26,26 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.append(_HERE)
 
-# The files that took longest (setup + call + teardown summed per file, those over 20 s) in a
-# run of this suite with two workers on 2026-11-29 (BENCHMARKS.md, "Test time: longest files
-# first"; stopped at 631 of 895 tests: files it did not reach are not here), longest first; the
-# files whose workers now fork their ranks (BENCHMARKS.md, "Test time: forked ranks") moved down
-# by their measured CPU ratio (after / before), those with no duration there placed by their
-# rank in that run (test_debug_detail.py fell under 20 s). With pytest-xdist (make test: -n 2
-# --dist loadfile) files go to the workers in collection order, so these start first and the
-# many short files fill in behind them, and the run does not end with one long file on one
-# worker while the other has nothing left (xdist's own order, most tests first, hands out long
-# files with few tests, such as test_compile.py's two compiled DDP runs, late).
-# Only the order changes; a file missing here runs after these, in pytest's order.
-LONGEST_FIRST = (
-    "tests/mpi/test_mpi_backend.py", "tests/examples/test_examples.py", "tests/bench/test_bench_smoke.py",
-    "tests/bounded/test_bounded.py", "tests/api/test_python_api.py", "tests/capture/test_parallel_modules.py",
-    "tests/mpi/test_native_mpi.py", "tests/faults/test_worlds.py", "tests/trainers/test_trainers.py",
-    "tests/capture/test_compile.py", "tests/report/test_partial_report.py", "tests/capture/test_ops.py",
-    "tests/capture/test_children.py", "tests/report/test_worlds.py", "tests/test_patch.py",
-    "tests/faults/test_harness_skip.py", "tests/report/test_html.py", "tests/mpi/test_torch_suite_mpi.py",
-    "tests/capture/test_p2p.py", "tests/capture/test_run_dir.py", "tests/faults/test_check_fold.py",
-    "tests/capture/test_torch_suite.py", "tests/capture/test_ddp.py", "tests/analysis/test_rank_pieces.py",
-    "tests/report/test_ddp_variants.py", "tests/capture/test_pipeline.py", "tests/capture/test_process.py",
-    "tests/capture/test_fsdp.py", "tests/clock/test_hosts.py", "tests/capture/test_sparse.py",
-    "tests/bench/test_flight_recorder.py", "tests/capture/test_blocking_calls.py",
-    "tests/capture/test_crash_mid_step.py", "tests/capture/test_side_thread.py",
-    "tests/capture/test_torch_plumbing.py", "tests/capture/test_hsdp.py", "tests/capture/test_checkpoint.py",
-    "tests/capture/test_zero_overlap.py",
-)
+# Files start longest first: under pytest-xdist (make test: -n 2 --dist loadfile) a worker takes
+# the next whole file in collection order when it is free, so the long files start first, the
+# many short ones fill in behind them, and the run does not end with one long file on one worker
+# while the other has nothing left (xdist's own order, most tests first, hands out long files of
+# few tests, such as test_compile.py's two compiled DDP runs, late). The order is measured:
+# FILE_SECONDS (file_seconds.json) holds each file's seconds (setup + call + teardown of its
+# tests summed) in a whole run; a run with COMMTRACE_TEST_FILE_SECONDS=PATH writes them to PATH
+# (the files it ran; those of PATH it did not run are kept). A file missing there (a new one)
+# runs after the others, in pytest's order. Only the order changes.
+FILE_SECONDS = os.path.join(_HERE, "file_seconds.json")
+RECORD_FILE_SECONDS = "COMMTRACE_TEST_FILE_SECONDS"
+
+
+def _read_file_seconds(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            seconds = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return {str(k): float(v) for k, v in seconds.items()}
 
 
 def pytest_configure(config):
@@ -60,10 +54,30 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    place = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    seconds = _read_file_seconds(FILE_SECONDS)
     root = str(config.rootpath)
     # a stable sort: each file's tests stay together and in their order
-    items.sort(key=lambda item: place.get(os.path.relpath(str(item.path), root), len(place)))
+    items.sort(key=lambda item: -seconds.get(os.path.relpath(str(item.path), root), 0.0))
+
+
+_ran_seconds: dict = {}   # this run's, per file
+
+
+def pytest_runtest_logreport(report):
+    """Per file, the seconds of its tests' phases (in the controller, xdist's workers' too)."""
+    if os.environ.get(RECORD_FILE_SECONDS):
+        path = report.nodeid.split("::", 1)[0]
+        _ran_seconds[path] = _ran_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    out = os.environ.get(RECORD_FILE_SECONDS)
+    if not out or hasattr(session.config, "workerinput"):   # an xdist worker: the controller writes
+        return
+    seconds = {**_read_file_seconds(out), **_ran_seconds}
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}, f, indent=0)
+        f.write("\n")
 
 
 @pytest.fixture(scope="session")
