@@ -21,7 +21,7 @@ import pandas as pd
 from ...errors import CommtraceError
 from ...trace import reader
 from ...trace.rank_ranges import WORLD_STRIDE, world_group_name
-from ..check.fates import world_numbers, world_restarts
+from ..check.fates import world_restarts
 from ..step_table import PER_RANK_COLUMNS
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
@@ -218,7 +218,7 @@ def _worlds_named(skew: dict, processes: list, several: bool) -> dict:
     they are of several worlds that the names do not tell apart: a process that made its worlds one
     after another (init, destroy, init again) keeps one rank key, its groups their plain names."""
     top = skew["top"]
-    numbers = world_numbers(processes) if not several and top["world"].nunique() > 1 else {}
+    numbers = reader.world_numbers(processes) if not several and top["world"].nunique() > 1 else {}
     if not numbers:
         return skew
     group = [g if numbers.get(w) is None else world_group_name(str(g), numbers[w])

@@ -15,7 +15,6 @@ import numpy as np
 from ...trace import reader, records
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
-from ..check.fates import world_numbers
 from ..run_info import check_run_ids, no_rank_error
 from .bounded_files import is_bounded, ops_records_on_disk
 
@@ -31,7 +30,7 @@ class RunPlan:
     run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
     modules: bool = True        # a sig names a module: else the run has no per-module table to compute
     worlds: dict = field(default_factory=dict)   # meta path -> world number (reader.number_worlds; {}: one world)
-    # world id -> number of every world a rank made (check.fates.world_numbers; {}: one world): the summary
+    # world id -> number of every world a rank made (reader.world_numbers; {}: one world): the summary
     # tables name groups by their own world ("w1:0"), also those of a process that re-created its world
     group_worlds: dict = field(default_factory=dict)
 
@@ -53,7 +52,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     sizes = [ops_records_on_disk(p.ops_path) for p in ranked]
     found = issues + more + reader.missing_ranks(procs)
     modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
-    group_worlds = world_numbers([p.summary() for p in ranked])
+    group_worlds = reader.world_numbers([p.summary() for p in ranked])
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    run_id, modules, {p.meta_path: numbers[p.meta_path] for p in ranked if p.meta_path in numbers},
                    group_worlds if len(group_worlds) > 1 else {})
