@@ -224,7 +224,7 @@ def test_worlds_are_numbered_in_the_order_they_were_created(tmp_path):
         w.write([_header(0, pid, t_wall_ns=wall, t_mono_ns=mono), line if at is None else {**line, "t_mono_ns": at}],
                 None)
         w.close()
-    procs = reader.read_processes(str(tmp_path), [], records=False)
+    procs = [pt for _, pt, _ in reader.read_run_files(str(tmp_path), records=False)]
     by_file = reader.number_worlds(procs)
     numbers = {p.world_id: by_file[p.meta_path] for p in procs}
     assert numbers == {"b": 0, "c": 1, "a": 2}
