@@ -246,7 +246,8 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
                           {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds}, plan.group_worlds, extra,
-                          plan.bucket_rule, {f[1]: bucket_runs[f[1]] for f in files if f[1] in bucket_runs})
+                          plan.bucket_rule, {f[1]: bucket_runs[f[1]].within(c * chunk, (c + 1) * chunk)
+                                             for f in files if f[1] in bucket_runs})
             for c, files in files_by_chunk(indexed)]
 
 

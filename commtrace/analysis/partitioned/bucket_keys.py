@@ -52,6 +52,16 @@ class BucketRuns:
         new[1:] = (delta[1:] != delta[:-1]) | ((key[1:] >> 32) != (key[:-1] >> 32))
         return cls(key[new], delta[new])
 
+    def within(self, lo: int, hi: int) -> BucketRuns:
+        """The runs seqs in [lo, hi) of any group fall in (a partition task's chunk: what it looks up)."""
+        group, seq = self.starts >> 32, self.starts & 0xFFFFFFFF
+        same = np.zeros(len(seq), bool)
+        same[:-1] = group[1:] == group[:-1]
+        end = np.full(len(seq), np.iinfo(np.int64).max)      # a group's last run: to its last seq
+        end[:-1][same[:-1]] = seq[1:][same[:-1]]
+        keep = (seq < hi) & (end > lo)
+        return BucketRuns(self.starts[keep], self.deltas[keep])
+
     def buckets(self, group: np.ndarray, seq: np.ndarray) -> np.ndarray:
         key = (group.astype(np.int64) << 32) | seq.astype(np.int64)
         at = np.maximum(np.searchsorted(self.starts, key, side="right") - 1, 0)
