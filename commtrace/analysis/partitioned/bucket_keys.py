@@ -134,9 +134,10 @@ class ProcessNotes:
             li = np.searchsorted(froms, iteration[sel], side="right") - 1
             col = np.where((b[sel] >= 0) & (b[sel] < table.shape[1]), b[sel], table.shape[1] - 1)
             p[sel] = np.where(li >= 0, table[np.maximum(li, 0), col], -1)
-        pairs, of = np.unique(np.stack([b, p], axis=1), axis=0, return_inverse=True)
-        names = list(self.params)
-        codes = [self._code((str(x), names[y] if y >= 0 else NA_KEY)) for x, y in pairs.tolist()]
+        k = len(self.params) + 1        # (bucket, params code + 1) as one int64: a 1-d unique, not unique(axis=0)
+        pairs, of = np.unique(b * k + (p + 1), return_inverse=True)
+        names = [NA_KEY] + list(self.params)
+        codes = [self._code((str(x // k), names[x % k])) for x in pairs.tolist()]
         return np.array(codes, np.int64)[of.reshape(-1)]
 
 
