@@ -2,7 +2,8 @@
 
 Per run over the window's steps: median and spread = (p75 - p25) / 2. Against BASE: delta % =
 (exp - base) / base * 100, noise band % = 100 * hypot(spreads) / base median, within noise when
-|delta| <= band. Then ``summary.op_summary`` per run with each figure's delta % against BASE.
+|delta| <= band. Then each run's summary table over the --by keys (its analysis cells) with each
+figure's delta % against BASE.
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CommtraceError
-from .summary import op_summary
 
 STEP_STATS = ("step_ns", "compute_ns", "comm_ns", "exposed_ns", "ops", "bytes")
 BREAKDOWN_STATS = ("collectives", "ops", "bytes", "mean_ns", "p50_ns", "p99_ns", "busbw")
@@ -58,31 +58,15 @@ def step_comparison(names: list[str], acrosses: list[pd.DataFrame | None]) -> pd
     return pd.DataFrame(rows).set_index(["run", "stat"])
 
 
-def check_by(by: list[str], reports: list) -> None:
-    """Every --by key must be a groupable column of the runs (one-line error otherwise)."""
+def check_by(by: list[str]) -> None:
+    """Every --by key must be a groupable column (one-line error otherwise)."""
     for key in by:
         if key not in GROUPABLE:
             raise CommtraceError(f"--by {key}: not a column to group by (use any of: {', '.join(GROUPABLE)})")
-        viewed = [r for r in reports if r.op_view is not None]    # none: the analysis says what it groups by
-        if viewed and not any(tuple(by) in r.tables or key in r.op_view.frame.columns for r in viewed):
-            raise CommtraceError(f"--by {key}: no run has this column")
-
-
-def breakdown(rep, by: list[str]) -> pd.DataFrame:
-    """``rep``'s summary over ``by``: analysed (``analyse(compare_by=...)``), else from its op view
-    (a column the run lacks is all "-")."""
-    if tuple(by) in rep.tables or rep.op_view is None:
-        return rep.summary(by)
-    v = rep.op_view
-    f = v.frame
-    missing = [k for k in by if k not in f.columns]
-    if missing:   # e.g. no phases in this run: everything falls under "-"
-        f = f.assign(**{k: pd.Categorical([None] * len(f)) for k in missing})
-    return op_summary(f, v.matched, by, v.arrays)
 
 
 def breakdown_table(names: list[str], stats: list[pd.DataFrame]) -> pd.DataFrame:
-    """The breakdown from each run's summary table over the same keys (see breakdown)."""
+    """The breakdown from each run's summary table over the same keys (``analyse(compare_by=...)``)."""
     index = stats[0].index
     for s in stats[1:]:
         index = index.union(s.index)
@@ -107,8 +91,8 @@ def compare_reports(named: list[tuple[str, object]], by: list[str] | None = None
     reports = [r for _, r in named]
     if by is None:
         by = ["phase", "op"] if any(r.by_phase is not None for r in reports) else ["op"]
-    check_by(by, reports)
-    table = breakdown_table(names, [breakdown(r, by) for r in reports])
+    check_by(by)
+    table = breakdown_table(names, [r.summary(by) for r in reports])
     windows = [{"window": r.info.get("window"), "steps_shown": r.steps.shown if r.steps is not None else 0,
                 "steps_total": r.steps.total_steps if r.steps is not None else 0,
                 "coverage": r.info.get("coverage")} for r in reports]

@@ -68,9 +68,7 @@ def run_report(ns) -> int:
                     top=ns.top, timeline_width=con.width if shown else None)
     by = None
     if keys is not None:   # --by: compare's breakdown of this one run
-        from ..analysis.compare import breakdown, check_by
-        check_by(keys, [s])
-        by = keys, breakdown(s, keys)
+        by = keys, s.summary(keys)
     _write_exports(ns, s, limit, by)
     if shown:
         from ..render.terminal import render_report

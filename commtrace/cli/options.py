@@ -38,7 +38,12 @@ def add_by_argument(p, default: str) -> None:
 
 
 def by_of(ns) -> list | None:
-    return [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
+    """--by's keys (checked: analysis.compare.check_by), None without --by."""
+    from ..analysis.compare import check_by
+    keys = [c.strip() for c in ns.by.split(",") if c.strip()] if ns.by else None
+    if keys is not None:
+        check_by(keys)
+    return keys
 
 
 def window_of(ns):
@@ -63,13 +68,11 @@ def add_scale_arguments(p, perfetto: bool = True, doing: str = "analyse", how: s
 
 
 def analyse_run(ns, run_dir: str, window, keys: list | None, op_view: bool = False, **kw):
-    """The one analysis of a run for report and compare (its issues warned): --by keys it groups
-    by (``CELL_KEYS``) are one more of its tables; other keys need every op (its op view)."""
-    from ..analysis.partitioned import CELL_KEYS, analyse
-    cells = keys is not None and set(keys) <= set(CELL_KEYS)
+    """The one analysis of a run for report and compare (its issues warned): the --by ``keys`` are one
+    more of its tables."""
+    from ..analysis.partitioned import analyse
     s = analyse(run_dir, dask=ns.dask, memory_limit=memory_limit_of(ns.memory_limit), window=window,
-                partitioned=ns.partitioned, compare_by=keys if cells else None,
-                op_view=op_view or (keys is not None and not cells), **kw)
+                partitioned=ns.partitioned, compare_by=keys, op_view=op_view, **kw)
     warn_issues(s.issues)
     return s
 

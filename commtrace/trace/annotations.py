@@ -13,8 +13,8 @@ import pandas as pd
 from . import schema
 
 
-def _layouts(meta: list[dict]) -> tuple[dict, dict]:
-    """(module -> sorted [(from_iteration, buckets)], module -> buffer names)."""
+def ddp_layouts(meta: list[dict]) -> tuple[dict, dict]:
+    """(module -> sorted [(from_iteration, buckets)], module -> buffer names) of one process's DDP meta lines."""
     layouts: dict = {}
     buffers: dict = {}
     for m in meta:
@@ -150,7 +150,7 @@ def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]],
     fcodes, mcodes = df["file"].cat.codes.to_numpy(), df["module"].cat.codes.to_numpy()
     df["bucket"] = pd.arrays.IntegerArray(np.maximum(bucket_vals, 0, out=bucket_vals), ~is_grad)
     del is_grad
-    parsed = {f: _layouts(m) for f, m in ddp_meta_by_file.items()}
+    parsed = {f: ddp_layouts(m) for f, m in ddp_meta_by_file.items()}
     if not parsed:
         return df
     params = np.full(len(df), -1, dtype=np.int32)

@@ -301,3 +301,19 @@ def test_many_buckets_match_ddps_own_sizes(variants_run):
             assert list(mine["bytes"]) == sizes and list(mine["bucket"].astype(int)) == [0, 1, 2, 3]
             assert list(mine["params"]) == ["5.bias,5.weight,4.bias", "4.weight,3.bias,3.weight",
                                             "2.bias,2.weight,1.bias", "1.weight,0.bias,0.weight"]
+
+
+def test_by_bucket_and_params_in_partitions_equal_the_frame(variants_run):
+    """--by bucket / params over every variant (comm hooks naming their bucket, rebuilt layouts, two models,
+    accumulation): held whole and in partitions of a few seqs each (its rank tasks number each process's
+    buckets), the table is the one frame's (summary.op_summary of every op)."""
+    from commtrace.analysis.partitioned import analyse
+    from commtrace.analysis.summary import op_summary
+    v = analyse(variants_run, op_view=True).op_view
+    for by in (["region", "bucket", "params"], ["op", "bucket", "iteration"], ["params"]):
+        one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+        assert len(one_frame) > 1, by
+        for s in (analyse(variants_run, compare_by=by),
+                  analyse(variants_run, workers=1, memory_limit=1 << 20, compare_by=by)):
+            pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False,
+                                          obj=f"--by {','.join(by)}")

@@ -481,11 +481,14 @@ def test_compare_html_partitioned(syn_run, tmp_path):
 
 
 def test_by_any_cell_key_equals_one_frame(syn_run, real_run, odd_runs, cpp_layer_run):
-    """--by op,KEY for each key the cells carry beyond CELL_COLUMNS (a sig's, group's, process's or record's): the
-    table of the run held whole and in partitions is the one frame's (summary.op_summary of every op)."""
+    """--by op,KEY for each key the cells carry beyond CELL_COLUMNS (a sig's, group's, process's or record's, and a
+    DDP gradient all_reduce's bucket and params, numbered over its whole process): the table of the run held whole
+    and in partitions is the one frame's (summary.op_summary of every op). The cells carry every groupable key."""
     import pandas as pd
-    from commtrace.analysis.partitioned.rank_ops import CELL_EXTRA_KEYS
+    from commtrace.analysis.compare import GROUPABLE
+    from commtrace.analysis.partitioned.rank_ops import CELL_EXTRA_KEYS, CELL_KEYS
     from commtrace.analysis.summary import op_summary
+    assert set(CELL_KEYS) == set(GROUPABLE)
     for run in (syn_run, real_run, *odd_runs.values(), cpp_layer_run):     # torn: failed and in-flight ops
         v = analyse(run, op_view=True).op_view
         for key in CELL_EXTRA_KEYS:
@@ -497,11 +500,12 @@ def test_by_any_cell_key_equals_one_frame(syn_run, real_run, odd_runs, cpp_layer
                                               obj=f"{run} --by op,{key}")
 
 
-def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, odd_runs, tmp_path, capsys):
-    """report --by op,host / dtype,rank: the same table and JSON whole and partitioned; a key the cells do
-    not carry yet (bucket) is refused in partitions, in one line, exit code 2."""
+def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, real_run, odd_runs, tmp_path):
+    """report --by op,host / dtype,rank / status,op / bucket,op / op,params: the same table and JSON whole and
+    partitioned (a DDP run's buckets and their parameters too)."""
     import json
-    for run, by in ((odd_runs["missing"], "op,host"), (syn_run, "dtype,rank"), (odd_runs["torn"], "status,op")):
+    for run, by in ((odd_runs["missing"], "op,host"), (syn_run, "dtype,rank"), (odd_runs["torn"], "status,op"),
+                    (syn_run, "bucket,op"), (real_run, "op,params")):
         shown = [_report(run, "--by", by, *p) for p in ((), ("--partitioned",))]
         assert _shown(shown[1]) == _shown(shown[0]) and by.split(",")[1] in shown[0]
         docs = []
@@ -514,10 +518,6 @@ def test_cli_by_cell_key_partitioned_prints_the_same(syn_run, odd_runs, tmp_path
         for a, b in zip(one_frame["rows"], partitioned["rows"], strict=True):     # sums in another order: ~1e-15
             assert a == {k: pytest.approx(v, rel=1e-12, nan_ok=True) if isinstance(v, float) else v
                          for k, v in b.items()}
-    capsys.readouterr()
-    assert main(["report", syn_run, "--partitioned", "--by", "op,bucket", "-q"]) == 2
-    err = capsys.readouterr().err
-    assert "the partitioned analysis does not group by bucket yet" in err and len(err.strip().splitlines()) == 1
 
 
 def test_by_root_of_recvs_from_any_source(tmp_path):

@@ -22,6 +22,7 @@ from ...errors import CommtraceError
 from ...trace import reader
 from ...trace.rank_ranges import WORLD_STRIDE, world_group_name
 from ..check.fates import world_restarts
+from ..compare import check_by
 from ..step_table import PER_RANK_COLUMNS
 from ..memory_policy import default_memory_limit, needs_partitions
 from ..window import Window, check_steps
@@ -34,7 +35,7 @@ from .op_view import load_op_view
 from .plan import CHUNKS_PER_WORKER, RunPlan, chunk_size, files_by_chunk, plan_run, read_rank
 from .progress_bar import Progress
 from .rank_map import RankTask, map_rank, piece_size
-from .rank_ops import CELL_COLUMNS, CELL_KEYS, RECORD_KEYS
+from .rank_ops import CELL_COLUMNS, RECORD_KEYS
 from .region_figures import modules_table, regions_table
 from .sketch import ALPHA
 from .phase_splits import split_table
@@ -94,30 +95,23 @@ class Report:
         """The table over ``by``, one of the key sets analysed (the report's, phase+op, ``compare_by``)."""
         t = self.tables.get(tuple(by))
         if t is None:
-            raise not_grouped(by)
+            raise CommtraceError(f"--by {','.join(by)}: not analysed (analyse's compare_by names the keys)")
         return t
-
-
-def not_grouped(by) -> CommtraceError:
-    """The one-line error for --by keys the cells do not group by (CELL_KEYS)."""
-    keys = [k for k in by if k not in CELL_KEYS] or list(by)
-    return CommtraceError(f"--by {','.join(by)}: the partitioned analysis does not group by {', '.join(keys)} "
-                          f"yet (it groups by {', '.join(CELL_KEYS)})")
 
 
 def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit: int | None = None,
             top: int = 10, progress: bool | None = None, exact: bool | None = None,
             compare_by: list | None = None, window=None, timeline_width: int | None = None,
             partitioned: bool = False, op_view: bool = False) -> Report:
-    """The report of ``run_dir`` (module doc). ``compare_by``: one more summary key set (of CELL_KEYS: its
+    """The report of ``run_dir`` (module doc). ``compare_by``: one more summary key set (of compare.GROUPABLE: its
     cells then carry the keys beyond CELL_COLUMNS) for compare; ``window``: the Window shown (None: the whole
     run); ``timeline_width``: the console width of the terminal timeline (one more map, timeline_map; None: none). The run is
     ``whole`` when every op fits ``memory_limit`` (memory_policy) and neither ``partitioned`` nor Dask
     asks for pieces; then ``op_view`` also holds every op of the window (op_view.OpView)."""
     if window is not None and window.whole_run:
         window = None
-    if compare_by is not None and not set(compare_by) <= set(CELL_KEYS):
-        raise not_grouped(compare_by)
+    if compare_by is not None:
+        check_by(compare_by)
     extra = tuple(dict.fromkeys(k for k in compare_by or () if k not in CELL_COLUMNS))
     extra = tuple(k for k in extra if k not in RECORD_KEYS) + tuple(k for k in extra if k in RECORD_KEYS)
     plan = plan_run(run_dir)
@@ -143,7 +137,8 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         ranks = RankFold()
         stage = bar.stage("ranks", len(plan.ranks))
         tasks = [RankTask(r, metas, plan.refs, exact, chunk, window, first, plan.modules, plan.worlds.get(metas[0]),
-                          piece_size(plan.records), plan.group_worlds, extra) for r, metas in plan.ranks.items()]
+                          piece_size(plan.records), plan.group_worlds, extra, plan.bucket_rule)
+                 for r, metas in plan.ranks.items()]
         for p in ex.map(map_rank, tasks):
             ranks.add(p)
             stage.advance(p.ops)
@@ -161,7 +156,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         parts = PartitionFold(top)
         ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top,
                                   None if window is None else (all_bounds(ranks.windows), window.phases),
-                                  ranks.layers, extra)
+                                  ranks.layers, extra, ranks.bucket_runs)
         stage = bar.stage("collectives", len(ptasks))
         results = ex.map(map_partition, ptasks, ahead=PARTITIONS_AHEAD * ex.workers)
         info = _info(plan, ranks, window)
@@ -242,15 +237,17 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
 
 def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
                      window: tuple | None = None, layers: dict | None = None,
-                     extra: tuple = ()) -> list[PartitionTask]:
+                     extra: tuple = (), bucket_runs: dict | None = None) -> list[PartitionTask]:
     """One task per seq chunk (plan.files_by_chunk)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
              for ms in plan.ranks.values() for m in ms}
-    layers = layers or {}
+    layers, bucket_runs = layers or {}, bucket_runs or {}
     indexed = (((metas[ops], ops), chunks) for ops, chunks in index.items() if ops in metas)
     return [PartitionTask(c, chunk, files, plan.refs, keys, top, window,
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
-                          {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds}, plan.group_worlds, extra)
+                          {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds}, plan.group_worlds, extra,
+                          plan.bucket_rule, {f[1]: bucket_runs[f[1]].within(c * chunk, (c + 1) * chunk)
+                                             for f in files if f[1] in bucket_runs})
             for c, files in files_by_chunk(indexed)]
 
 

@@ -16,6 +16,7 @@ from ...trace import reader, records, schema
 from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays
 from ..modules import module_keys
+from .bucket_keys import NOTE_KEYS, BucketRule, BucketRuns
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 
 
@@ -30,13 +31,13 @@ def has_cpp(procs: list) -> bool:
 
 
 def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None,
-                extra: tuple = ()) -> tuple[RankOps | None, dict]:
+                extra: tuple = (), rule: BucketRule = BucketRule()) -> tuple[RankOps | None, dict]:
     """(a rank's ops, {C++ ops path: CppFile}) of ``procs`` with their records: gathered from the
     records (rank_ops), or from the rank's frame after the C++ merge (build_frame consumes them;
-    the merge reads the clock descriptions). ``extra``: rank_ops'."""
+    the merge reads the clock descriptions). ``extra``, ``rule``: rank_ops'."""
     cpp = [p for p in procs if p.header.get("source") == "cpp"]
     if not cpp:
-        return rank_ops(procs, refs, rank, lean, worlds, extra), {}
+        return rank_ops(procs, refs, rank, lean, worlds, extra, rule), {}
     reader.describe_clocks(procs, refs)
     twins = {p.stem: reader.python_twin(p, procs) for p in cpp}
     groups = {p.stem: {reader.str_or_none(g.get("name")): gid for gid, g in p.groups.items()} for p in cpp}
@@ -48,7 +49,22 @@ def rank_ops_of(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict 
         gid = np.array([groups[p.stem].get(g, -1) for g in mine["group"].astype(object)], np.int64)
         keys = np.sort((gid << 32) | mine["seq"].to_numpy(np.int64)) if len(mine) else np.empty(0, np.int64)
         files[p.ops_path] = CppFile(twins[p.stem].meta_path, keys)
-    return frame_ops(frame, worlds, extra), files
+    ops = frame_ops(frame, worlds, extra)
+    if ops is not None and set(NOTE_KEYS) & set(extra):
+        ops.bucket_runs = frame_bucket_runs(frame, procs)
+    return ops, files
+
+
+def frame_bucket_runs(frame: pd.DataFrame, procs: list) -> dict:
+    """{ops path: BucketRuns} of each process's rows of ``frame`` with a bucket (the partitions read those of
+    gradient all_reduces; they also number the unmatched C++ rows, numbered over their C++ file)."""
+    out = {}
+    for p in procs:
+        rows = frame[(frame["file"] == p.stem).to_numpy() & frame["bucket"].notna().to_numpy()]
+        gid = {reader.str_or_none(g.get("name")): i for i, g in p.groups.items()}
+        group = np.array([gid.get(g, -1) for g in rows["group"].astype(object)], np.int64)
+        out[p.ops_path] = BucketRuns.of(group, rows["seq"].to_numpy(np.int64), rows["bucket"].to_numpy(np.int64))
+    return out
 
 
 def rank_frame(procs: list, refs: dict, world_ranks: bool = False) -> pd.DataFrame:

@@ -113,6 +113,7 @@ class RankFold:
         self.modules: dict = {}             # rank -> its modules.ModuleFigures.acc
         self.windows: list = []             # windowing.RankWindow per rank (None: no window)
         self.layers: dict = {}              # C++ ops path -> cpp_layer.CppFile
+        self.bucket_runs: dict = {}         # ops path -> bucket_keys.BucketRuns
         self.spans = 0                      # compute spans recorded (every rank, the whole run)
         self.first_step = None              # the lowest step any rank took (None: none)
 
@@ -156,6 +157,7 @@ class RankFold:
             self.modules[p.rank] = p.modules
         self.windows.append(p.window)
         self.layers.update(p.layers)
+        self.bucket_runs.update(p.bucket_runs)
 
     def op_order(self) -> list:
         """Op names in the order the one frame's categories have them (files in name order)."""

@@ -25,6 +25,7 @@ from ..match import instances_with, untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
+from .bucket_keys import NOTE_KEYS, BucketRule, ProcessNotes
 from .rank_ops import RECORD_KEYS, RecordRoots, cell_key, extra_key, index_lut, key_str, record_cells, record_codes
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records
@@ -47,6 +48,8 @@ class PartitionTask:
     worlds: dict = field(default_factory=dict)   # meta path -> world number ({}: one world; plan.RunPlan.worlds)
     group_worlds: dict = field(default_factory=dict)   # world id -> number ({}: one world; plan.RunPlan.group_worlds)
     extra: tuple = ()           # the rank_ops.CELL_EXTRA_KEYS its cells also carry (rank_map.RankTask.extra)
+    bucket_rule: BucketRule = BucketRule()       # the run's (plan.RunPlan.bucket_rule): --by bucket, params
+    bucket_runs: dict = field(default_factory=dict)   # ops path -> bucket_keys.BucketRuns (its rank task's)
 
 
 @dataclass
@@ -77,6 +80,7 @@ class _FileTables:
     wg: list                    # per group index: (world id, group name)
     n: np.ndarray               # per group: its size
     cell: list                  # per sig index * groups + group index: the summary cell's key (+ extra keys)
+    notes: ProcessNotes | None = None   # its records' bucket and params (_notes: made when first asked)
 
 
 def _file_tables(pt, worlds: dict, extra: tuple, rank: int) -> _FileTables:
@@ -185,7 +189,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
             rows = slice(at, at + len(rec))
             roots = RecordRoots(pt, ft.slut) if "root" in by_record else None
             c["cell"][rows] = record_cells(c["cell"][rows], record_codes(by_record, rec, roots), by_record,
-                                           list(pair_ids), cell_ids, roots)
+                                           list(pair_ids), cell_ids, roots, _notes(task, pt, ft, si, rec))
         failed[at:at + len(rec)] = rec["status"] == STATUS_FAILED
         observed[at:at + len(rec)] = (rec["flags"] & FLAG_END_OBSERVED) != 0
         if key != pt.rank and key >= 0:       # a later world's rank: p2p peers (src, dst) stay ranks
@@ -375,6 +379,18 @@ def _bandwidth(task, cell, inst, cell_ids, terms) -> dict:
         pg, pi = distinct_pairs(rowkey[head], rowkey[o_cell], o_inst)
         out[name] = done[tuple(by)] = (list(rows), *pair_sums(pg, pi, len(rows), terms))
     return out
+
+
+def _notes(task: PartitionTask, pt, ft: _FileTables, si: np.ndarray, rec: np.ndarray) -> tuple | None:
+    """(per record its ProcessNotes code, their texts) when the task's cells carry bucket or params: a gradient
+    all_reduce's bucket from its rank task's numbering (bucket_runs)."""
+    if not set(NOTE_KEYS) & set(task.extra):
+        return None
+    if ft.notes is None:
+        ft.notes = ProcessNotes(pt, task.bucket_rule)
+    runs = task.bucket_runs.get(pt.ops_path)
+    bucket = runs.buckets(rec["group"], rec["seq"]) if runs is not None else np.full(len(rec), -1, np.int64)
+    return ft.notes.codes(si, rec["iteration"], bucket), ft.notes.texts
 
 
 def _per_sig_int(sigs: list, name: str) -> np.ndarray:

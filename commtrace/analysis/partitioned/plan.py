@@ -17,6 +17,7 @@ from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids, no_rank_error
 from .bounded_files import is_bounded, ops_records_on_disk
+from .bucket_keys import BucketRule, bucket_rule
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RunPlan:
     # world id -> number of every world a rank made (reader.world_numbers; {}: one world): the summary
     # tables name groups by their own world ("w1:0"), also those of a process that re-created its world
     group_worlds: dict = field(default_factory=dict)
+    bucket_rule: BucketRule = BucketRule()      # whether ops get bucket numbers, params from DDP layouts
 
 
 def plan_run(run_dir: str | None) -> RunPlan:
@@ -55,7 +57,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
     group_worlds = reader.world_numbers([p.summary() for p in ranked])
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,
                    run_id, modules, {p.meta_path: numbers[p.meta_path] for p in ranked if p.meta_path in numbers},
-                   group_worlds if len(group_worlds) > 1 else {})
+                   group_worlds if len(group_worlds) > 1 else {}, bucket_rule(procs))
 
 
 CHUNKS_PER_WORKER = 8   # at least this many seq chunks per worker: smaller tasks, a lower peak, even load

@@ -27,6 +27,7 @@ from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .plan import ChunkIndex, read_rank
+from .bucket_keys import BucketRule
 from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
@@ -45,6 +46,7 @@ class RankTask:
     piece: int = 0              # ops per time piece of the interval figures (RankTimes.pieces; 0: the rank whole)
     group_worlds: dict = field(default_factory=dict)   # world id -> number, several worlds (plan.RunPlan.group_worlds)
     extra: tuple = ()           # the rank_ops.CELL_EXTRA_KEYS its cells also carry (compare's --by)
+    bucket_rule: BucketRule = BucketRule()   # the run's (plan.RunPlan.bucket_rule): --by bucket, params
 
 
 # Interval figures walk a rank in time pieces of ~1/PIECES_PER_RUN of the run's ops (at least MIN_PIECE_OPS):
@@ -80,6 +82,7 @@ class RankPartial:
     modules: dict = field(default_factory=dict)   # modules.ModuleFigures.acc of this rank
     spans: int = 0               # compute spans the rank recorded (the whole run's, not the window's)
     first_step: int = 0          # the lowest step the rank took (0: none)
+    bucket_runs: dict = field(default_factory=dict)   # ops path -> bucket_keys.BucketRuns (--by bucket, params)
 
 
 def map_rank(task: RankTask) -> RankPartial:
@@ -94,7 +97,8 @@ def map_rank(task: RankTask) -> RankPartial:
     spans = compute_spans(spans)
     spans = _times_of(spans) if lean else spans
     busy = busy_times(spans, CHUNK_OPS)     # needs the spans alone: its union's buffers not beside the op columns
-    ops, layers = rank_ops_of(procs, refs, task.rank, lean, task.group_worlds, task.extra)   # held narrower, read in pieces
+    ops, layers = rank_ops_of(procs, refs, task.rank, lean, task.group_worlds, task.extra,
+                                task.bucket_rule)   # held narrower, read in pieces
     for p in procs:         # gathered into ``ops``: the records (32 B/op) leave the task's peak
         p.records = None
     a = ops.arrays if ops is not None else None
@@ -128,7 +132,7 @@ def map_rank(task: RankTask) -> RankPartial:
     return RankPartial(task.rank, n, issues, cells, values, per_rank, comm, outside, steps_taken[0], first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []), index, facts,
                        regions.acc, window, layers, modules.acc if modules is not None else {}, n_spans,
-                       steps_taken[1])
+                       steps_taken[1], ops.bucket_runs if ops is not None else {})
 
 
 def _times_of(spans: pd.DataFrame | None) -> pd.DataFrame | None:

@@ -17,13 +17,15 @@ from ...trace.annotations import sig_is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
+from .bucket_keys import NOTE_KEYS, BucketRule, Numbering, ProcessNotes, small_int_text
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
 # --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS, as the frame's text
 # (reader.build_frame, arrays.column_codes): one value for the ops of a (sig, group) pair of a process (extra_key),
-# then those that differ op by op, from each record (RECORD_KEYS: record_codes).
+# then those that differ op by op, from each record (RECORD_KEYS: record_codes; a DDP gradient all_reduce's bucket and
+# params, numbered over its whole process: bucket_keys).
 _SIG_TEXT = ("variant", "region", "dtype", "reduce_op", "device", "thread", "callsite")
-RECORD_KEYS = ("status", "source", "end_observed", "iteration", "root")
+RECORD_KEYS = ("status", "source", "end_observed", "iteration", "root") + NOTE_KEYS
 CELL_EXTRA_KEYS = _SIG_TEXT + ("shapes", "out_shapes", "bytes", "tag", "async", "group_size", "backend", "world",
                                "host", "rank") + RECORD_KEYS
 CELL_KEYS = CELL_COLUMNS + CELL_EXTRA_KEYS      # every --by key the cells group by
@@ -42,6 +44,7 @@ class RankOps:
     mkey: np.ndarray | None = None   # per op: index into ``mkeys`` (analysis.modules.ModuleFigures)
     mkeys: list = field(default_factory=list)   # (module, phase) strings ("-" for none)
     offsets: tuple | None = None     # (d_return, d_end): the records' float32 offsets from start (op_times)
+    bucket_runs: dict = field(default_factory=dict)   # ops path -> bucket_keys.BucketRuns (--by bucket, params)
 
     def durations(self, chunk: int) -> np.ndarray:
         """Each op's duration (NaN: unknown): ``arrays.dur``, or op_times' from ``offsets``, ``chunk`` ops at a time."""
@@ -96,7 +99,7 @@ def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
         elif k == "bytes":
             v = str(_int_or(sig.get(k), 0))
         elif k == "tag":
-            v = _small_int_text(sig.get(k))
+            v = small_int_text(sig.get(k))
         elif k == "async":
             v = str(bool(sig.get(k)))
         elif k == "group_size":
@@ -113,12 +116,6 @@ def extra_key(keys: tuple, sig: dict, group: dict, pt, rank: int) -> tuple:
     return tuple(out)
 
 
-def _small_int_text(v) -> str:
-    """A sig's tag or root as the frame's Int32 column has it: NA_KEY when none, 0 when too big."""
-    x = reader.num_or_nan(v)
-    return NA_KEY if np.isnan(x) else str(int(x) if abs(x) < 2**31 else 0)
-
-
 class RecordRoots:
     """Each record's root of one process as the frame has it: its sig's, or for a recv from any source the
     rank its ``source`` line names (joined on the raw call time, reader.build_frame); as codes into ``texts``."""
@@ -126,7 +123,7 @@ class RecordRoots:
     def __init__(self, pt, slut: np.ndarray):
         sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
         index: dict = {}
-        self.of_sig = np.array([index.setdefault(_small_int_text(s.get("root")), len(index)) for s in sigs], np.int64)
+        self.of_sig = np.array([index.setdefault(small_int_text(s.get("root")), len(index)) for s in sigs], np.int64)
         src = {}
         for line in pt.sources:      # the last line of a call time wins, as the frame's join
             t, r = schema.int_or_none(line.get("t_call")), schema.int_or_none(line.get("src"))
@@ -169,22 +166,31 @@ _STATUS_CODE = np.full(256, schema.STATUS_IN_FLIGHT, np.int8)     # unknown valu
 _STATUS_CODE[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
 
 
-def record_text(keys: tuple, code: int, roots: RecordRoots | None = None) -> tuple:
-    """The frame's text of each of ``keys`` (RECORD_KEYS, in their order in ``keys``) in a record_codes value."""
+def record_text(keys: tuple, code: int, roots: RecordRoots | None = None, note: tuple = (None, None)) -> tuple:
+    """The frame's text of each of ``keys`` (RECORD_KEYS, in their order in ``keys``) in a record_codes value
+    and a ProcessNotes text (``note``: bucket, params)."""
     it = (code >> 8) & 0xFFFFFFFF
     names = {"iteration": str(it - 2**32 if it >= 2**31 else it), "status": schema.STATUS_NAMES[(code >> 2) & 3],
              "source": list(schema.SOURCE_NAMES.values())[(code >> 1) & 1], "end_observed": str(bool(code & 1)),
-             "root": roots.texts[code >> 40] if roots is not None else None}     # iteration: the frame's int32
+             "root": roots.texts[code >> 40] if roots is not None else None,     # iteration: the frame's int32
+             "bucket": note[0], "params": note[1]}
     return tuple(names[k] for k in keys)
 
 
 def record_cells(pair: np.ndarray, codes: np.ndarray, keys: tuple, pair_key, cells: dict,
-                 roots: RecordRoots | None = None) -> np.ndarray:
+                 roots: RecordRoots | None = None, notes: tuple | None = None) -> np.ndarray:
     """Per op its cell in ``cells`` (key -> id, grown) from its (sig, group) pair's code, whose key is
-    ``pair_key[code]``, and its record_codes value, whose text (``keys``: RECORD_KEYS) ends the cell's key."""
+    ``pair_key[code]``, and its record_codes value, whose text (``keys``: RECORD_KEYS) ends the cell's key;
+    ``notes``: (per op its ProcessNotes code, ProcessNotes.texts) when ``keys`` hold bucket or params."""
     r, r_of = np.unique(codes, return_inverse=True)
+    if notes is None:
+        texts = [record_text(keys, x, roots) for x in r.tolist()]
+    else:       # (record code, note code) pairs present: their texts
+        rec_codes, (u, u_of) = r, np.unique(notes[0], return_inverse=True)
+        r, r_of = np.unique(r_of.reshape(-1).astype(np.int64) * len(u) + u_of.reshape(-1), return_inverse=True)
+        texts = [record_text(keys, int(rec_codes[x // len(u)]), roots, notes[1][int(u[x % len(u)])])
+                 for x in r.tolist()]
     joint, cell = np.unique(pair.astype(np.int64) * len(r) + r_of.reshape(-1), return_inverse=True)
-    texts = [record_text(keys, x, roots) for x in r.tolist()]
     ids = [cells.setdefault(pair_key[j // len(r)] + texts[j % len(r)], len(cells)) for j in joint.tolist()]
     return narrow(np.array(ids, np.int64), len(cells))[cell.reshape(-1)]
 
@@ -195,13 +201,15 @@ def _int_or(v, default: int) -> int:
 
 
 def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | None = None,
-             extra: tuple = ()) -> RankOps | None:
+             extra: tuple = (), rule: BucketRule = BucketRule()) -> RankOps | None:
     """The ops of one rank's processes (``procs`` with their records read, held or in pieces: reader.record_pieces;
     it takes them: ``pt.records`` is None after); None when none. ``lean`` (a rank walked in pieces of that
     many ops; 0: whole): its return times, their flags and
     durations (17 B/op) are held as the records' offsets (8 B/op), derived where read. ``worlds``: cell_key's;
-    ``extra``: the CELL_EXTRA_KEYS its cells also carry (extra_key)."""
+    ``extra``: the CELL_EXTRA_KEYS its cells also carry (extra_key); ``rule``: the run's (bucket_keys), read
+    when ``extra`` holds bucket or params (then ``bucket_runs`` holds each file's buckets)."""
     cells: dict = {}
+    runs: dict = {}
     op_names: list = []
     mkeys: dict = {}
     parts: dict = {k: [] for k in ("t", "dret", "dend", "sig_bytes", "in_place", "grad",
@@ -210,7 +218,8 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | N
     mkey_type = np.int16 if sum(len(pt.sigs) for pt in procs) < 2**15 else np.int64   # few keys: cheaper to scan
     for pt in procs:
         if pt.n_records and (pt.records is not None or pt.pieces):
-            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds, extra, rank)
+            _gather(pt, refs, parts, cells, op_names, mkeys, len(stems), mkey_type, lean, worlds, extra, rank,
+                    rule, runs)
             stems.append(pt.stem)
         pt.records = None       # gathered: the records (32 B/op) go before the op times are built
     if not parts["t"]:
@@ -232,7 +241,7 @@ def rank_ops(procs: list, refs: dict, rank: int, lean: int = 0, worlds: dict | N
     # what the frame's t_return_ns, async, detail and bucket + phase say (step_table.WaitColumns)
     waits = WaitColumns(a, ret, ret_unknown, c["in_place"], c["grad"], offsets)
     return RankOps(a, waits, c["cell"], list(cells), op_names, c["proc"], stems, c["status"], c["mkey"], list(mkeys),
-                   offsets)
+                   offsets, runs)
 
 
 def _ascending(t: np.ndarray, step: int) -> bool:
@@ -241,7 +250,8 @@ def _ascending(t: np.ndarray, step: int) -> bool:
 
 
 def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dict, proc: int, mkey_type,
-            lean: int, worlds: dict | None, extra: tuple = (), rank: int = -1) -> None:
+            lean: int, worlds: dict | None, extra: tuple = (), rank: int = -1, rule: BucketRule = BucketRule(),
+            runs: dict | None = None) -> None:
     """Append process ``proc``'s ops to rank_ops' ``parts``, its records read a piece at a time into columns of
     its op count (``lean``: bytes int32 when every value fits, 4 B/op less: their sums are int64 either way, but
     numpy's are slower)."""
@@ -269,6 +279,8 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
     by_record = tuple(k for k in extra if k in RECORD_KEYS)
     rcode = np.empty(n, np.int64) if by_record else None
     roots = RecordRoots(pt, slut) if "root" in by_record else None
+    notes = ProcessNotes(pt, rule) if set(NOTE_KEYS) & set(by_record) else None
+    numbering, ncode = (Numbering(pt, notes, slut), np.empty(n, np.int64)) if notes is not None else (None, None)
     col.update(t=np.empty(n, np.int64), status=np.empty(n, np.uint8),
                dret=np.empty(n, schema.OP_RECORD["d_return"]), dend=np.empty(n, schema.OP_RECORD["d_end"]))
     offset, lo = records.clock_offset(pt, refs.get(pt.world_id)), 0
@@ -285,18 +297,25 @@ def _gather(pt, refs: dict, parts: dict, cells: dict, op_names: list, mkeys: dic
             col[k][lo:hi] = rec[f]
         if by_record:
             rcode[lo:hi] = record_codes(by_record, rec, roots)
+        if notes is not None:       # gradient all_reduces' codes once the whole process is numbered
+            ncode[lo:hi] = notes.base.take(si)
+            numbering.add(rec, si, lo)
         lo = hi
+    if notes is not None:
+        at, codes, runs[pt.ops_path] = numbering.done()
+        ncode[at] = codes
     dims, pairs = reader.mesh_dims(pt.meshes), np.flatnonzero(present)     # (sig, group) pairs present: few
     keys = {x: cell_key(sigs[x // len(groups)], groups[x % len(groups)], dims, worlds)
             + extra_key(extra, sigs[x // len(groups)], groups[x % len(groups)], pt, rank) for x in pairs.tolist()}
     if by_record:
-        parts["cell"].append(record_cells(combo, rcode, by_record, keys, cells, roots))
+        parts["cell"].append(record_cells(combo, rcode, by_record, keys, cells, roots,
+                                          None if notes is None else (ncode, notes.texts)))
     else:
         c_of = narrow(np.array([cells.setdefault(k, len(cells)) for k in keys.values()], np.int64), len(cells))
         lut = np.zeros(combos, c_of.dtype)
         lut[pairs] = c_of
         parts["cell"].append(lut.take(combo))
-    del combo, rcode
+    del combo, rcode, ncode
     for k, v in col.items():
         parts[k].append(v)
     parts["proc"].append(np.broadcast_to(np.array(proc, np.int16 if proc < 2**15 else np.int32), n))  # a view
