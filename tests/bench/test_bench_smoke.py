@@ -2,7 +2,7 @@
 
 No timing assertions (this machine is shared and noisy): only that every
 benchmark runs end to end and returns the keys/rows run_all.py and
-BENCHMARKS.md rely on. About 20 s in all (each case spawns 2 gloo ranks).
+BENCHMARKS.md rely on. About a minute in all on 2 cores (each case spawns 2 gloo ranks; one opens Chromium).
 """
 from __future__ import annotations
 

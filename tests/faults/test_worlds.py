@@ -1,6 +1,6 @@
 """Several worlds in one traced run (a test suite spawning fresh ranks per test): `commtrace check`
 tells each world's rank 1 apart -- its own last op, its own end -- and names the world as the
-report does: w0, w1 in the order they started (their ids stay in the findings' ``world``)."""
+report does: w0, w1 in the order they were created (their ids stay in the findings' ``world``)."""
 from __future__ import annotations
 
 import re
