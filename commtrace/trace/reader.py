@@ -38,6 +38,11 @@ _SIG_STR = ("op", "variant", "dtype", "reduce_op", "thread", "device", "phase", 
 _SIG_NUM = ("bytes", "out_bytes", "root", "tag", "bucket")
 
 
+# A record's status byte -> the status it is read as (unknown values: in flight), for the frame and the cells.
+STATUS_CODE = np.full(256, schema.STATUS_IN_FLIGHT, dtype=np.int8)
+STATUS_CODE[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
+
+
 class CommtraceWarning(UserWarning):
     pass
 
@@ -547,10 +552,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     cols["root"] = _with_sources(cols["root"], procs, proc, c["traw"])
     cols["async"] = np.array([bool(s.get("async")) for s in sig_rows], dtype=bool)[sig_codes]
     status = c.pop("st")
-    status_code = np.full(256, schema.STATUS_IN_FLIGHT, dtype=np.int8)  # unknown values: in flight
-    status_code[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
     cols["status"] = pd.Categorical.from_codes(
-        status_code[status], categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
+        STATUS_CODE[status], categories=[schema.STATUS_NAMES[i] for i in sorted(schema.STATUS_NAMES)])
     flags = c.pop("fl")
     cols["source"] = pd.Categorical.from_codes((flags & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int8),
                                                categories=list(schema.SOURCE_NAMES.values()))

@@ -154,16 +154,12 @@ def record_codes(keys: tuple, rec: np.ndarray, roots: RecordRoots | None = None)
     if "iteration" in keys:
         code |= rec["iteration"].astype(np.int64) << 8
     if "status" in keys:
-        code |= _STATUS_CODE[rec["status"]].astype(np.int64) << 2
+        code |= reader.STATUS_CODE[rec["status"]].astype(np.int64) << 2
     if "source" in keys:
         code |= (rec["flags"] & schema.FLAG_SOURCE_MASK).clip(0, 1).astype(np.int64) << 1
     if "end_observed" in keys:
         code |= ((rec["flags"] & schema.FLAG_END_OBSERVED) != 0).astype(np.int64)
     return code
-
-
-_STATUS_CODE = np.full(256, schema.STATUS_IN_FLIGHT, np.int8)     # unknown values: in flight (build_frame)
-_STATUS_CODE[sorted(schema.STATUS_NAMES)] = sorted(schema.STATUS_NAMES)
 
 
 def record_text(keys: tuple, code: int, roots: RecordRoots | None = None, note: tuple = (None, None)) -> tuple:
