@@ -123,6 +123,10 @@
     if (li < 0) { return; }
     var pts = rows.map(function (r) { return [valueOf(tl.ops.lane, r), tl.ops.mid_ms[r]]; });
     pts.sort(function (a, b) { return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0; });
+    // Plotly re-runs its hover 50 ms after every redraw; when that lands while the mouse button is
+    // down, it forgets the point under the pointer and drops the click (a quick hover-then-click lost
+    // the op's detail). The link needs no re-hover, and the next mouse move sets a new one up.
+    gd._fullLayout._rehover = null;
     Plotly.restyle(gd, {x: [pts.map(function (p) { return p[1]; })], y: [pts.map(function (p) { return p[0]; })]},
                    [li]);
   }
