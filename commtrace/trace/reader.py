@@ -25,7 +25,7 @@ from .schema import int_or_none, list_or_empty
 from .records import (call_times, clock_offset, defined, defined_ids, last_record_per_op, member, read_pieces, sane,
                       valid)
 from . import marks as mark_tables
-from .annotations import assign_buckets, process_buckets
+from .annotations import assign_buckets, bucket_rule, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
     ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue)
 from .rank_ranges import fmt_ranks, rank_key
@@ -463,7 +463,9 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     (categoricals by code): the frame is materialized once. ``refs``: world id -> its reference
     process (default: the rank-0 process of each world among ``procs``). ``world_ranks``: a row's
     rank is its process's rank in the row's world (``rank_in_world``), else its process's rank
-    (rank key: ``world_number``), as the report keys a process that made several worlds."""
+    (rank key: ``world_number``), as the report keys a process that made several worlds. Bucket and params
+    follow ``procs``' annotations.bucket_rule, as the analysis cells do."""
+    rule = bucket_rule(procs)       # from the meta lines, as the plan's: not from the rows read
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
     group_meshes: list[dict] = []   # per group row: its process's group name -> mesh dimension
@@ -562,7 +564,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     buckets = c.pop("bucket")
     del c
     df = pd.DataFrame(cols, copy=False)
-    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets)
+    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets, rule)
     return df[_FIRST + [c for c in df.columns if c not in _FIRST]]
 
 

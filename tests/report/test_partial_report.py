@@ -551,3 +551,26 @@ def test_by_root_of_recvs_from_any_source(tmp_path):
     assert one_frame.loc[("recv", "1"), "untimed"] == 15 and one_frame.loc[("send", "0"), "untimed"] == 30
     for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
         pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+
+
+def test_by_bucket_rule_is_the_runs_meta_not_the_rows_read(tmp_path):
+    """Whether a run's gradient all_reduces get bucket numbers (it has phases) is decided once, from its sig lines
+    (annotations.bucket_rule), for the frame and the cells alike. Here rank 0's only phased sig has no op left (as
+    in a bounded run, which keeps every sig line and only the last ops), and rank 1's join shadow of a gradient
+    all_reduce has no phase: before, the frame decided from its rows (no phase: no buckets, bucket "-") and the
+    cells from the sig lines (bucket "0"), so --by op,bucket differed from op_summary."""
+    import pandas as pd
+    from commtrace.analysis.summary import op_summary
+    tb = _tracebuilder()
+    p0, p1 = tb.Proc(0), tb.Proc(1)
+    p0._sig({"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32"})    # no op of it kept
+    for i in range(3):
+        p0.op("all_reduce", 10 * i, 10 * i + 4, module="Net", detail="join_shadow_grad", iteration=i)
+        p1.op("all_reduce", 10 * i + 1, 10 * i + 4, module="Net", detail="join_shadow_grad", iteration=i)
+    run = tb.write_run(str(tmp_path / "r"), [p0, p1])
+    v = analyse(run, op_view=True).op_view
+    by = ["op", "bucket"]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    assert list(one_frame.index) == [("all_reduce", "0")]
+    for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)

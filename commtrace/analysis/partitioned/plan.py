@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import reader, records
+from ...trace.annotations import BucketRule, bucket_rule
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
 from ..run_info import check_run_ids, no_rank_error
 from .bounded_files import is_bounded, ops_records_on_disk
-from .bucket_keys import BucketRule, bucket_rule
 
 
 @dataclass

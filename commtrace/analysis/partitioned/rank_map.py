@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader
+from ...trace.annotations import BucketRule
 from .. import intervals as iv
 from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures, busy_times, in_pieces, ops_per_step
@@ -27,7 +28,6 @@ from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .plan import ChunkIndex, read_rank
-from .bucket_keys import BucketRule
 from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
