@@ -82,12 +82,12 @@ def test_a_recv_from_any_source_is_no_part_of_a_collective_in_the_report(p2p):
 
 
 def test_the_tables_of_recvs_from_any_source_equal_the_one_frames(p2p):
-    """--by op,variant,root, whole and in partitions, equals summary.op_summary over the one frame, bandwidth
+    """--by op,variant,root, whole and in partitions, equals oracle.op_summary over the one frame, bandwidth
     too: a recv from any source pairs with no send (analysis.match's docstring). Before, the frame's matching
     paired rank 0's recvs from any source by the rank they received from and their seq, which counts recvs from
     any source: the second one joined rank 2's isend and rank 0's irecv (tag 3) as a 3-op instance."""
     from commtrace.analysis.partitioned import analyse
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     p2p.result.check(0)
     v = analyse(p2p.run_dir, op_view=True).op_view
     by = ["op", "variant", "root"]

@@ -483,14 +483,14 @@ def test_compare_html_partitioned(syn_run, tmp_path):
 def test_by_any_cell_key_equals_one_frame(syn_run, real_run, odd_runs, cpp_layer_run):
     """--by the keys the cells carry beyond CELL_COLUMNS (a sig's, group's, process's or record's, and a
     DDP gradient all_reduce's bucket and params, numbered over its whole process): the table of the run held whole
-    and in partitions is the one frame's (summary.op_summary of every op). The cells carry every groupable key.
+    and in partitions is the one frame's (oracle.op_summary of every op). The cells carry every groupable key.
     Keys are asked for together (a cell per distinct combination: a wrong value of any key for any op shows),
     the record keys apart and with the others (the cells split records only when one is asked), not one by one:
     5 runs x 24 keys x 2 analyses took 100 s of the suite."""
     import pandas as pd
     from commtrace.analysis.compare import GROUPABLE
     from commtrace.analysis.partitioned.rank_ops import CELL_EXTRA_KEYS, CELL_KEYS, RECORD_KEYS
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     assert set(CELL_KEYS) == set(GROUPABLE)
     per_op = [k for k in CELL_EXTRA_KEYS if k not in RECORD_KEYS]
     for run in (syn_run, real_run, *odd_runs.values(), cpp_layer_run):     # torn: failed and in-flight ops
@@ -528,7 +528,7 @@ def test_by_root_of_recvs_from_any_source(tmp_path):
     """--by op,root: a recv from any source is filed under the rank its ``source`` line names (as the
     frame's root column has it), whole and in partitions; one without a line under none ("-")."""
     import pandas as pd
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     from commtrace.trace import schema
     tb = _tracebuilder()
     procs = [tb.Proc(r, world_size=3) for r in range(3)]
@@ -560,7 +560,7 @@ def test_by_bucket_rule_is_the_runs_meta_not_the_rows_read(tmp_path):
     all_reduce has no phase: before, the frame decided from its rows (no phase: no buckets, bucket "-") and the
     cells from the sig lines (bucket "0"), so --by op,bucket differed from op_summary."""
     import pandas as pd
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     tb = _tracebuilder()
     p0, p1 = tb.Proc(0), tb.Proc(1)
     p0._sig({"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32"})    # no op of it kept

@@ -186,8 +186,8 @@ CELL_TABLE_COLUMNS = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "nbyte
 
 
 def _cells(ops: RankOps | None, rank: int, exact: bool, extra: tuple = ()) -> tuple[dict, list]:
-    """One rank's summary cells with ops (as summary.summary_cells bins them) as CELL_TABLE_COLUMNS
-    columns (then ``extra``'s), and per cell its durations (float32 when lossless) or their LogSketch."""
+    """One rank's summary cells with ops as CELL_TABLE_COLUMNS columns (then ``extra``'s), and per cell its
+    durations (float32 when lossless) or their LogSketch."""
     if ops is None:
         return {}, []
     a, n, dur = ops.arrays, len(ops.cells), ops.durations(CHUNK_OPS)
