@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -776,12 +777,13 @@ def merged_frame(procs: list[ProcessTrace], refs: dict | None = None, world_rank
     return merge_cpp_layer(frame, read_mpi_calls(cpp))
 
 
-def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
+def load_run(run_dir: str | None = None, rank_keys: bool = False, one_run: bool = False) -> Run:
     """The run's ops and tables; ``rank_keys``: ranks given as rank keys (number_worlds), as the report
-    keys them; else each op's rank is its process's rank in the op's world (``build_frame``)."""
+    keys them; else each op's rank is its process's rank in the op's world (``build_frame``). ``one_run``:
+    the files of another run left out (check_run_ids; an issue each) before anything is derived from the
+    files (world numbers, bucket_rule), as the report's plan does."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
-    read = read_run_files(run_dir)
-    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
+    procs, issues = run_processes(read_run_files(run_dir), one_run)
     numbers = number_worlds(procs) if rank_keys else {}
     for p in procs:
         p.world_number = numbers.get(p.meta_path)
@@ -791,6 +793,35 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
                marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
+
+
+def run_processes(read: list, one_run: bool = True) -> tuple[list[ProcessTrace], list[TraceIssue]]:
+    """(processes, issues) of read_run_files' ``read``; ``one_run``: less the files of another run
+    (check_run_ids), with an issue each."""
+    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
+    if one_run:
+        _, drop, more = check_run_ids([p.summary() for p in procs])
+        procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
+        issues += more
+    return procs, issues
+
+
+def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
+    """(majority run id, files to drop, a TraceIssue each) when processes (``ProcessTrace.summary()``s:
+    ``file``, ``run_id``) disagree on the run id: the files of another run (one directory written by two)."""
+    ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
+    counts = Counter(v for v in ids.values() if v is not None)
+    if not counts:
+        return None, set(), []
+    major = counts.most_common(1)[0][0]
+    drop, issues = set(), []
+    for f, rid in sorted(ids.items()):
+        if rid is not None and rid != major:
+            drop.add(f)
+            issues.append(TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
+                                     kind=OTHER_RUN))
+    return major, drop, issues
+
 
 
 def read_run_files(run_dir: str, records: bool = True) -> list[tuple[str, ProcessTrace | None, list[TraceIssue]]]:

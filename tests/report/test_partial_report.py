@@ -574,3 +574,31 @@ def test_by_bucket_rule_is_the_runs_meta_not_the_rows_read(tmp_path):
     assert list(one_frame.index) == [("all_reduce", "0")]
     for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
         pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+
+
+def test_another_runs_file_is_left_out_before_worlds_are_numbered(tmp_path):
+    """A run directory that also holds a file of another run (one `-o DIR` used twice): that file is left out
+    before anything is derived from the files, whole and in partitions alike. Before, both numbered the worlds
+    with the other run's (created first: w0), so this one-world run was "2 in 2 worlds (w1:r0-1)", keyed by rank
+    keys 2^20 + r; and the frame (op view) took the bucket rule from the other run's phased sig, the cells not."""
+    import pandas as pd
+    from oracle import op_summary
+    tb = _tracebuilder()
+    procs = [tb.Proc(r, world_id="wz") for r in range(2)]
+    for p in procs:
+        for i in range(4):
+            p.op("all_reduce", 10 * i + p.rank, 10 * i + 5, module="Net", detail="join_shadow_grad", iteration=i)
+    run = tb.write_run(str(tmp_path / "r"), procs)
+    other = tb.Proc(0, world_size=1, pid=9000, world_id="wa")     # its world id sorts first: w0
+    other.op("all_reduce", 0, 3, phase="backward", module="Net")
+    other.write(run, 1_000.0, run_id="other")
+    by = ["op", "rank", "bucket"]
+    v = analyse(run, op_view=True).op_view
+    assert sorted(set(v.frame["rank"])) == [0, 1]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    assert list(one_frame.index) == [("all_reduce", "0", "-"), ("all_reduce", "1", "-")]
+    for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+    for extra in ((), ("--partitioned",)):
+        out = _report(run, *extra)
+        assert "ranks      2 of 2" in out and "w1:" not in out, out
