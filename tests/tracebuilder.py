@@ -28,8 +28,8 @@ class Proc:
     """One traced process (one rank)."""
 
     def __init__(self, rank: int, world_size: int = 2, host: str = "h0", pid: int | None = None,
-                 group_name: str = "0", group_desc: str = "default_pg"):
-        self.rank, self.world_size, self.host = rank, world_size, host
+                 group_name: str = "0", group_desc: str = "default_pg", world_id: str = "w0"):
+        self.rank, self.world_size, self.host, self.world_id = rank, world_size, host, world_id
         self.group_name, self.group_desc = group_name, group_desc
         self.pid = pid if pid is not None else 4000 + rank
         self.sigs: dict[tuple, int] = {}
@@ -94,9 +94,9 @@ class Proc:
              "source": "python", "record_size": schema.RECORD_SIZE, "commtrace_version": "test",
              "torch_version": "test", "host": self.host, "pid": self.pid, "rank": self.rank, "launcher": "test",
              "run_id": run_id, "command": ["train.py"], "t_wall_ns": 1_790_000_000_000_000_000, "t_mono_ns": T0},
-            {"type": schema.META_WORLD, "world": 0, "t_mono_ns": T0, "world_id": "w0", "rank": self.rank,
+            {"type": schema.META_WORLD, "world": 0, "t_mono_ns": T0, "world_id": self.world_id, "rank": self.rank,
              "world_size": self.world_size, "backend": "gloo"},
-            {"type": schema.META_GROUP, "id": 0, "world": 0, "world_id": "w0", "name": self.group_name, "desc": self.group_desc,
+            {"type": schema.META_GROUP, "id": 0, "world": 0, "world_id": self.world_id, "name": self.group_name, "desc": self.group_desc,
              "backend": "gloo", "size": self.world_size, "rank": self.rank, "ranks": list(range(self.world_size))},
         ]
         rec = np.zeros(len(self.records), dtype=schema.OP_RECORD)

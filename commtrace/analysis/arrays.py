@@ -50,11 +50,6 @@ class OpArrays:
             self._rank_rows = {int(ranks[0]): range(len(codes))} if len(ranks) == 1 else _split_rows(ranks, codes)
         return self._rank_rows
 
-    def rank_column_codes(self) -> tuple[np.ndarray, list[str]]:
-        """The rank column as column_codes() gives it, from the cached codes."""
-        ranks, rix = self.rank_codes()
-        return rix, [str(r) for r in ranks] + [NA_KEY]
-
     def start_sorted(self) -> bool:
         """Rows are in start-time order (as reader.load returns them), checked once."""
         if self._sorted is None:
@@ -82,20 +77,6 @@ def cat_codes(col: pd.Series) -> tuple[np.ndarray, list]:
 NA_KEY = "-"
 
 
-def group_quantiles(code: np.ndarray, n: int, values: np.ndarray, qs) -> np.ndarray:
-    """n x len(qs) quantiles (linear, like pandas) of ``values`` per group (``code`` per row, of
-    ``n``), ignoring NaN; each group's values gathered in turn (small temporaries)."""
-    order = stable_order(code, n)
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=n))))
-    out = np.full((n, len(qs)), np.nan)
-    for i in range(n):
-        seg = values[order[bounds[i]:bounds[i + 1]]]
-        seg = seg[~np.isnan(seg)]
-        if len(seg):
-            out[i] = np.quantile(seg, qs)
-    return out
-
-
 def keys_index(keys: pd.DataFrame) -> pd.Index:
     """The index of a summary table: one level per grouping column."""
     return pd.MultiIndex.from_frame(keys) if keys.shape[1] > 1 else pd.Index(keys.iloc[:, 0])
@@ -121,64 +102,6 @@ def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     if len(codes) and codes.min() < 0:
         codes = np.where(codes < 0, len(keys), codes)
     return codes, keys + [NA_KEY]
-
-
-@dataclass
-class Cells:
-    """The finest partition of the rows by several columns: summaries over any subset of them add
-    up cells (hundreds), not rows (millions), so one pass over the rows serves every grouping."""
-    columns: list[str]
-    code: np.ndarray                  # per row: cell index
-    key_codes: dict[str, np.ndarray]  # per cell and column: index into keys[column]
-    keys: dict[str, list[str]]
-
-    @classmethod
-    def of(cls, frame: pd.DataFrame, columns, known_codes: dict | None = None) -> "Cells":
-        """``known_codes``: column -> (codes, keys) already computed (see column_codes)."""
-        columns = list(columns)
-        combined = np.zeros(len(frame), dtype=np.int64)
-        keys = {}
-        for c in columns:
-            codes, keys[c] = (known_codes or {}).get(c) or column_codes(frame[c])
-            combined *= len(keys[c])
-            combined += codes
-            del codes
-        uniq, code = dense_codes(combined) if len(combined) else (combined, combined)
-        del combined
-        code = narrow(code, len(uniq))
-        key_codes = {}
-        rest = uniq.astype(np.int64)
-        for c in reversed(columns):
-            key_codes[c] = rest % len(keys[c])
-            rest = rest // len(keys[c])
-        return cls(columns, code, key_codes, keys)
-
-    @property
-    def n(self) -> int:
-        return len(self.key_codes[self.columns[0]]) if self.columns else 0
-
-    def sum(self, values: np.ndarray | None = None) -> np.ndarray:
-        """Per cell: the sum of ``values`` (row count when None)."""
-        if values is None:
-            return np.bincount(self.code, minlength=self.n)
-        return np.bincount(self.code, weights=values, minlength=self.n)
-
-    def coarsen(self, by) -> tuple[np.ndarray, pd.DataFrame]:
-        """(group per cell, key strings per group) grouping by ``by``; groups sorted by key strings."""
-        by = list(by)
-        combined = np.zeros(self.n, dtype=np.int64)
-        for c in by:
-            combined = combined * len(self.keys[c]) + self.key_codes[c]
-        uniq, gcell = np.unique(combined, return_inverse=True)
-        dec, rest = {}, uniq
-        for c in reversed(by):
-            dec[c] = np.asarray(self.keys[c], dtype=object)[rest % len(self.keys[c])]
-            rest = rest // len(self.keys[c])
-        keys = pd.DataFrame({c: dec[c] for c in by})
-        perm = np.lexsort([keys[c].astype(str).to_numpy() for c in reversed(by)]) if len(keys) else np.empty(0, int)
-        rank_of = np.empty(len(perm), dtype=np.int64)
-        rank_of[perm] = np.arange(len(perm))
-        return rank_of[gcell.reshape(-1)], keys.iloc[perm].reset_index(drop=True)
 
 
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

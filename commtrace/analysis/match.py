@@ -1,5 +1,12 @@
 """Match each op to its instance across ranks: collectives by (world, group, seq); a send (``root``:
 global dst) pairs with a recv (``root``: global src) by (world, group, src, dst, seq).
+
+A recv from any source (``schema.RECV_ANY_SOURCE``) is an instance of its own, never paired, though its
+``root`` names the rank it received from (its ``source`` line): its seq counts its rank's recvs from any
+source (per tag), not the messages from that rank, so (src, dst, seq) would name another send (in
+tests/capture/workers/p2p.py, rank 2's isend, already the pair of rank 0's irecv). Its slowest rank's
+time is not known (``untimed_instances``), nor that of the send it received; the analysis keys it alike
+(partition_map: root MAX_RANKS).
 """
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.rank_ranges import WORLD_STRIDE
-from ..trace.schema import P2P_OPS, TOTAL_SIZE_OPS
+from ..trace.schema import P2P_OPS, RECV_ANY_SOURCE, TOTAL_SIZE_OPS
 from .arrays import OpArrays, cat_codes, int_or, narrow
 
 
@@ -33,6 +40,8 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
     if p2p.any():
         rank = frame["rank"].to_numpy(dtype=np.int64) % WORLD_STRIDE   # a rank key's rank (its world: ``w``)
         root = int_or(frame["root"], -1).astype(np.int64)
+        if "variant" in frame:      # a recv from any source: no peer to pair with (the module's docstring)
+            root[(frame["variant"] == RECV_ANY_SOURCE).to_numpy(bool)] = -1
         send = (op == "send").to_numpy()
         src = np.where(send, rank, root)
         dst = np.where(send, root, rank)

@@ -1,7 +1,6 @@
 """Load a run for reporting: reader issues, mixed run ids, and the banner numbers."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -11,23 +10,6 @@ from ..trace import reader, schema
 from . import intervals
 from .bounded_coverage import coverage_text
 from .check.fates import ENDED_NORMALLY, fates_by_rank
-
-
-def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
-    """(majority run id, files to drop, reader.TraceIssue of each) when processes (the reader's
-    summaries: ``file``, ``run_id``) disagree on the run id."""
-    ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
-    counts = Counter(v for v in ids.values() if v is not None)
-    if not counts:
-        return None, set(), []
-    major = counts.most_common(1)[0][0]
-    drop, issues = set(), []
-    for f, rid in sorted(ids.items()):
-        if rid is not None and rid != major:
-            drop.add(f)
-            issues.append(reader.TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
-                                            kind=reader.OTHER_RUN))
-    return major, drop, issues
 
 
 def no_rank_error(path: str, unranked: list[dict]) -> CommtraceError:
@@ -42,15 +24,10 @@ def no_rank_error(path: str, unranked: list[dict]) -> CommtraceError:
 
 
 def load_report_run(run_dir: str | None = None) -> reader.Run:
-    """reader.load_run (ranks as the report keys them: rank keys) plus the checks the report needs: the
-    files of another run left out (an issue each). Raises CommtraceError if nothing is usable."""
-    run = reader.load_run(run_dir, rank_keys=True)
-    _, drop, more = check_run_ids(run.processes)
+    """reader.load_run of the run's own files (``one_run``: ranks as the report keys them, rank keys, and
+    the files of another run left out, an issue each). Raises CommtraceError if nothing is usable."""
+    run = reader.load_run(run_dir, rank_keys=True, one_run=True)
     frame, procs = run.frame, run.processes
-    if drop:
-        stems = {schema.stem_of(f) for f in drop}
-        frame = frame[~frame["file"].isin(stems)].reset_index(drop=True)
-        procs = [p for p in procs if p["file"] not in drop]
     if not procs:
         if run.unranked:
             raise no_rank_error(run.path, run.unranked)
@@ -58,12 +35,7 @@ def load_report_run(run_dir: str | None = None) -> reader.Run:
     start = frame["t_start_ns"].to_numpy() if len(frame) else None
     if start is not None and not (start[1:] >= start[:-1]).all():
         frame = frame.sort_values(["t_start_ns", "rank"], kind="stable", ignore_index=True)
-    tables = [run.spans, run.marks, run.regions]
-    if drop:
-        tables = [t[~t["file"].isin(stems)].reset_index(drop=True) if t is not None and len(t) else t
-                  for t in tables]
-    return replace(run, frame=frame, processes=procs, issues=run.issues + more, spans=tables[0], marks=tables[1],
-                   regions=tables[2])
+    return replace(run, frame=frame)
 
 
 def _wall_span(p: dict):

@@ -7,14 +7,10 @@ slowest rank's time T; algbw = sum S / sum T, busbw = sum(S * factor(op, n)) / s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from ..trace.schema import op_kind
-from .arrays import Cells, OpArrays, group_quantiles, keys_index, narrow
-from .match import Matched
 
 SUMMARY_COLUMNS = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns",
                    "algbw", "busbw", "share", "cv", "ranks", "observed", "untimed"]
@@ -44,35 +40,6 @@ def rank_spread(rows, ranks, n_rows: int, n_ranks: int, dur, ops) -> tuple[np.nd
     return cv, cnt
 
 
-def op_summary(frame: pd.DataFrame, matched: Matched, by=("op",), arrays: OpArrays | None = None,
-               qs=(0.5, 0.99), cells: Cells | None = None) -> pd.DataFrame:
-    """One row per group of ``by`` (frame columns), sorted by total_ns: ops (all ranks), collectives
-    (instances with an op in the row), bytes, total_ns, mean_ns, p50_ns, p99_ns (per-op durations),
-    algbw, busbw (bytes/s), share (of all rows' time), cv (of the per-rank total time, population
-    std / mean, as mpiP), ranks, observed (collectives in algbw/busbw with an end observed by polling:
-    the bandwidth is a lower bound), untimed (collectives left out of algbw/busbw: their slowest rank's
-    time is not known, ``match.untimed_instances``). ``cells`` (summary_cells, covering ``by``) shares
-    one pass over rows."""
-    by = list(by)
-    if len(frame) == 0:
-        return pd.DataFrame(columns=by + summary_columns(qs)).set_index(by)
-    a = arrays or OpArrays.of(frame)
-    if cells is None or not set(by) <= set(cells.cells.columns):
-        cells = summary_cells(frame, by, a)
-    c = cells.cells
-    gcell, keys = c.coarsen(by)
-    n = len(keys)
-    qv = group_quantiles(narrow(gcell, n)[c.code], n, a.dur, list(qs))
-    out = summed_columns(gcell, n, keys_index(keys), cells.count, cells.dur, cells.known, cells.nbytes, qs, qv,
-                         c.key_codes["rank"], len(c.keys["rank"]))
-    # Collectives and bandwidth: every (row group, instance) pair counts once.
-    rg, inst = gcell[c.code].astype(np.int64, copy=False), matched.instances
-    pg, pi = distinct_pairs(rg[inst["row"].to_numpy(np.int64)], rg, matched.inst.astype(np.int64, copy=False))
-    terms = bandwidth_terms(inst["slowest_ns"].to_numpy(dtype=np.float64),
-                            inst["size_bytes"].to_numpy(dtype=np.float64), bus_factors(inst), *flags_of(inst))
-    return with_collectives(out, *pair_sums(pg, pi, n, terms), qs)
-
-
 def summary_columns(qs) -> list:
     """The summary table's columns, with the duration percentiles ``qs``."""
     return SUMMARY_COLUMNS[:5] + [qname(q) for q in qs] + SUMMARY_COLUMNS[7:]
@@ -80,7 +47,7 @@ def summary_columns(qs) -> list:
 
 def summed_columns(codes, n: int, index, count, dur, known, nbytes, qs, qv, rank_codes, n_ranks: int) -> pd.DataFrame:
     """The columns that add up over cells (per cell: row code of ``n``, op count, summed and count of
-    known durations, bytes, rank code), plus percentiles ``qv`` (n x len(qs)); also merge.cell_summary's."""
+    known durations, bytes, rank code), plus percentiles ``qv`` (n x len(qs)): merge.cell_summary's."""
     total = np.bincount(codes, weights=dur, minlength=n)
     nknown = np.bincount(codes, weights=known, minlength=n)
     out = pd.DataFrame(index=index)
@@ -146,24 +113,6 @@ def flags_of(inst: pd.DataFrame) -> tuple:
 def pair_sums(pg: np.ndarray, pi: np.ndarray, n: int, terms: tuple) -> list:
     """Per row (of ``n``): its (row ``pg``, instance ``pi``) pairs, and each of ``terms`` summed over them."""
     return [np.bincount(pg, minlength=n), *(np.bincount(pg, weights=v[pi], minlength=n) for v in terms)]
-
-
-@dataclass
-class SummaryCells:
-    """Rows binned by the summary columns plus rank, with the per-cell sums op_summary adds up."""
-    cells: Cells
-    count: np.ndarray
-    dur: np.ndarray
-    known: np.ndarray
-    nbytes: np.ndarray
-
-
-def summary_cells(frame: pd.DataFrame, columns, arrays: OpArrays | None = None) -> SummaryCells:
-    a = arrays or OpArrays.of(frame)
-    c = Cells.of(frame, [col for col in columns if col != "rank"] + ["rank"], {"rank": a.rank_column_codes()})
-    known = ~np.isnan(a.dur)
-    return SummaryCells(c, c.sum().astype(np.float64), c.sum(np.where(known, a.dur, 0.0)),
-                        c.sum(known.astype(np.float64)), c.sum(a.nbytes.astype(np.float64)))
 
 
 def bus_factors(inst: pd.DataFrame) -> np.ndarray:

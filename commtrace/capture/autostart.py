@@ -28,11 +28,12 @@ def _is_commtrace_cli() -> bool:
     return False
 
 
-def _say_where(session) -> None:
-    """At exit, where the trace went: in the process that began the run, if rank 0 or none."""
+def _say_where(session, pid: int) -> None:
+    """At exit, where the trace went: in the process that began the run (``pid``: not a child it forked,
+    which inherits this handler), if rank 0 or none."""
     from . import activate
     rec = activate.active_recorder()
-    if rec is None or rec.rank not in (0, None):
+    if os.getpid() != pid or rec is None or rec.rank not in (0, None):
         return
     from .launch import say_where
     say_where(session.run_dir)
@@ -55,7 +56,7 @@ def main() -> None:
         s = session.start(keep_last=env.get("COMMTRACE_KEEP_LAST") or None, steps=env.get("COMMTRACE_STEPS") or None,
                           hang_timeout=env.get("COMMTRACE_HANG_TIMEOUT") or None, abort_on_hang=abort)
         if s.started:
-            atexit.register(_say_where, s)
+            atexit.register(_say_where, s, os.getpid())
     except Exception as exc:  # never break the program for the tracer's sake
         sys.stderr.write(f"commtrace: COMMTRACE is set but tracing did not start in pid {os.getpid()}: {exc}\n")
 

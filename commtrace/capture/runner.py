@@ -124,6 +124,7 @@ def _missing_module(name: str) -> str | None:
 
 
 def run(opts: RunOptions) -> int:
+    pid = os.getpid()   # a child the script forks returns through here too when it calls sys.exit
     run_dir, run_id, info, comm, set_names = prepare_environment(opts)
     why = torch_compat.unsupported_reason()
     if why and info.rank in (0, None):  # a torch outside the tested range: tracing goes on
@@ -154,7 +155,7 @@ def run(opts: RunOptions) -> int:
     if rec is not None:
         rec.exit_info = (code, "exception" if how == _INTERRUPTED else how)  # written by the atexit close
     rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
-    if ran and str(rank) in ("0", "None"):  # rank 0, or the process spawning the ranks
+    if ran and os.getpid() == pid and str(rank) in ("0", "None"):  # rank 0, or the process spawning the ranks
         launch.say_where(run_dir, command="check" if code else "report")
     if how == _INTERRUPTED or code != 0 and mpienv.is_initialized():
         _exit_skipping_mpi_finalize(code, by_sigint=how == _INTERRUPTED)

@@ -7,6 +7,8 @@ Buffer broadcasts (detail ``buffers``) get the module's buffer names.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -115,34 +117,56 @@ def process_buckets(t_call: np.ndarray, sig: np.ndarray, iteration: np.ndarray, 
     return out
 
 
-def _params_codes(files, modules, f, m, it, b, parsed, names) -> np.ndarray:
-    """Code (into ``names``) of each gradient bucket's parameter list, -1 if unknown; per (file,
-    module) the layout in force by searchsorted on the iterations layouts start at."""
-    out = np.full(len(f), -1, dtype=np.int32)
-    pair = f.astype(np.int64) * (len(modules) + 1) + m
-    for p in np.unique(pair):
-        sel = np.flatnonzero(pair == p)
-        fi, mi = divmod(int(p), len(modules) + 1)
-        entries = parsed.get(files[fi], ({}, {}))[0].get(modules[mi], [])
-        if not entries:
-            continue
-        froms = np.array([e[0] for e in entries], dtype=np.int64)
-        width = max(len(e[1]) for e in entries)
-        table = np.full((len(entries), width + 1), -1, dtype=np.int32)
-        for li, (_, buckets) in enumerate(entries):
-            for bi, bucket in enumerate(buckets):
-                table[li, bi] = names.setdefault(",".join(bucket), len(names))
-        li = np.searchsorted(froms, it[sel], side="right") - 1
-        bb = np.minimum(b[sel], width)  # past the layout: the -1 column
-        out[sel] = np.where(li >= 0, table[np.maximum(li, 0), bb], -1)
-    return out
+@dataclass(frozen=True)
+class BucketRule:
+    """A run's rule for bucket / params (``bucket_rule``), the same for the frame and the analysis cells."""
+    phased: bool = False        # a sig names a phase: gradient all_reduces get their bucket number (process_buckets)
+    layouts: bool = False       # ... and a process has DDP layouts: params from them (layout_params), else the sig's
 
 
-def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]],
-                   bucket_vals: np.ndarray) -> pd.DataFrame:
-    """Fill ``bucket`` (Int32) and ``params`` (category) for DDP's ops. ``bucket_vals``: per row
-    its ``process_buckets`` number (-1: other ops), reused for the column (-1 becomes 0 under NA)."""
-    if df.empty or "phase" not in df or not df["phase"].notna().any():
+def bucket_rule(procs: list) -> BucketRule:
+    """The BucketRule of a run's processes (``ProcessTrace``: their sig and DDP meta lines, not their records, so
+    neither the ops read nor a window change it)."""
+    phased = any(s.get("phase") is not None for p in procs for s in p.sigs.values())
+    parsed = [ddp_layouts(p.ddp) for p in procs if p.ddp]
+    layouts = any(any(b for _, b in v) for buckets, _ in parsed for v in buckets.values()) or \
+        any(any(buffers.values()) for _, buffers in parsed)
+    return BucketRule(phased, phased and layouts)
+
+
+def layout_table(entries: list, code) -> tuple[np.ndarray, np.ndarray]:
+    """One module's DDP layouts (``ddp_layouts``' [(from_iteration, buckets)]) as (the iterations they start at,
+    per layout and bucket the ``code`` (parameter list text -> int) of its parameters; -1 past its buckets)."""
+    width = max(len(e[1]) for e in entries)
+    table = np.full((len(entries), width + 1), -1, np.int64)
+    for li, (_, buckets) in enumerate(entries):
+        table[li, :len(buckets)] = [code(",".join(b)) for b in buckets]
+    return np.array([e[0] for e in entries], np.int64), table
+
+
+def layout_params(table: tuple[np.ndarray, np.ndarray], iteration: np.ndarray, bucket: np.ndarray) -> np.ndarray:
+    """Per gradient all_reduce of one module (its ``iteration``, its ``bucket``: process_buckets) the code of its
+    parameters in ``layout_table``: the bucket of the layout in force at its iteration (the last to start at or
+    before it); -1 when none (before the first layout, a bucket past the layout's)."""
+    froms, t = table
+    li = np.searchsorted(froms, iteration, side="right") - 1
+    col = np.where((bucket >= 0) & (bucket < t.shape[1]), bucket, t.shape[1] - 1)
+    return np.where(li >= 0, t[np.maximum(li, 0), col], -1)
+
+
+def buffers_params(buffers: dict, module, detail) -> str | None:
+    """The params text of an op of ``module`` and ``detail``: for DDP's buffer broadcast (detail ``buffers``) its
+    module's buffer names (``ddp_layouts``' second table), else None."""
+    names = buffers.get(module) if module is not None and detail == "buffers" else None
+    return ",".join(names) if names else None
+
+
+def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]], bucket_vals: np.ndarray,
+                   rule: BucketRule) -> pd.DataFrame:
+    """Fill ``bucket`` (Int32) and ``params`` (category) for DDP's ops as ``rule`` says (the run's bucket_rule).
+    ``bucket_vals``: per row its ``process_buckets`` number (-1: other ops), reused for the column (-1 becomes 0
+    under NA)."""
+    if df.empty or not rule.phased:
         return df
     is_grad = bucket_vals >= 0
     idx = np.flatnonzero(is_grad)
@@ -150,22 +174,28 @@ def assign_buckets(df: pd.DataFrame, ddp_meta_by_file: dict[str, list[dict]],
     fcodes, mcodes = df["file"].cat.codes.to_numpy(), df["module"].cat.codes.to_numpy()
     df["bucket"] = pd.arrays.IntegerArray(np.maximum(bucket_vals, 0, out=bucket_vals), ~is_grad)
     del is_grad
-    parsed = {f: ddp_layouts(m) for f, m in ddp_meta_by_file.items()}
-    if not parsed:
+    if not rule.layouts:
         return df
+    parsed = {f: ddp_layouts(m) for f, m in ddp_meta_by_file.items()}
     params = np.full(len(df), -1, dtype=np.int32)
     names: dict[str, int] = {}
-    if len(idx):
-        params[idx] = _params_codes(files, modules, fcodes[idx], mcodes[idx], df["iteration"].to_numpy()[idx],
-                                    bucket_vals[idx], parsed, names)
+    code = lambda text: names.setdefault(text, len(names))     # noqa: E731
+    if len(idx):        # per (file, module) of the gradient all_reduces: its layouts
+        pair = fcodes[idx].astype(np.int64) * (len(modules) + 1) + mcodes[idx]
+        it = df["iteration"].to_numpy()[idx]
+        for p in np.unique(pair).tolist():
+            fi, mi = divmod(p, len(modules) + 1)
+            entries = parsed.get(files[fi], ({}, {}))[0].get(modules[mi]) if mi < len(modules) else None
+            if entries:
+                sel = np.flatnonzero(pair == p)
+                params[idx[sel]] = layout_params(layout_table(entries, code), it[sel], bucket_vals[idx[sel]])
     if "detail" in df:
         buf = np.flatnonzero(_is(df["detail"], "buffers") & (mcodes >= 0))
         pair = fcodes[buf].astype(np.int64) * (len(modules) + 1) + mcodes[buf]
-        for p in np.unique(pair):
-            fi, mi = divmod(int(p), len(modules) + 1)
-            bufnames = parsed.get(files[fi], ({}, {}))[1].get(modules[mi])
-            if bufnames:
-                params[buf[pair == p]] = names.setdefault(",".join(bufnames), len(names))
-    if names:
-        df["params"] = pd.Categorical.from_codes(params, categories=list(names), validate=False)
+        for p in np.unique(pair).tolist():
+            fi, mi = divmod(p, len(modules) + 1)
+            text = buffers_params(parsed.get(files[fi], ({}, {}))[1], modules[mi], "buffers")
+            if text is not None:
+                params[buf[pair == p]] = code(text)
+    df["params"] = pd.Categorical.from_codes(params, categories=list(names), validate=False)
     return df

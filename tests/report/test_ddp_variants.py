@@ -306,9 +306,9 @@ def test_many_buckets_match_ddps_own_sizes(variants_run):
 def test_by_bucket_and_params_in_partitions_equal_the_frame(variants_run):
     """--by bucket / params over every variant (comm hooks naming their bucket, rebuilt layouts, two models,
     accumulation): held whole and in partitions of a few seqs each (its rank tasks number each process's
-    buckets), the table is the one frame's (summary.op_summary of every op)."""
+    buckets), the table is the one frame's (oracle.op_summary of every op)."""
     from commtrace.analysis.partitioned import analyse
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     v = analyse(variants_run, op_view=True).op_view
     for by in (["region", "bucket", "params"], ["op", "bucket", "iteration"], ["params"]):
         one_frame = op_summary(v.frame, v.matched, by, v.arrays)

@@ -483,14 +483,14 @@ def test_compare_html_partitioned(syn_run, tmp_path):
 def test_by_any_cell_key_equals_one_frame(syn_run, real_run, odd_runs, cpp_layer_run):
     """--by the keys the cells carry beyond CELL_COLUMNS (a sig's, group's, process's or record's, and a
     DDP gradient all_reduce's bucket and params, numbered over its whole process): the table of the run held whole
-    and in partitions is the one frame's (summary.op_summary of every op). The cells carry every groupable key.
+    and in partitions is the one frame's (oracle.op_summary of every op). The cells carry every groupable key.
     Keys are asked for together (a cell per distinct combination: a wrong value of any key for any op shows),
     the record keys apart and with the others (the cells split records only when one is asked), not one by one:
     5 runs x 24 keys x 2 analyses took 100 s of the suite."""
     import pandas as pd
     from commtrace.analysis.compare import GROUPABLE
     from commtrace.analysis.partitioned.rank_ops import CELL_EXTRA_KEYS, CELL_KEYS, RECORD_KEYS
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     assert set(CELL_KEYS) == set(GROUPABLE)
     per_op = [k for k in CELL_EXTRA_KEYS if k not in RECORD_KEYS]
     for run in (syn_run, real_run, *odd_runs.values(), cpp_layer_run):     # torn: failed and in-flight ops
@@ -528,7 +528,7 @@ def test_by_root_of_recvs_from_any_source(tmp_path):
     """--by op,root: a recv from any source is filed under the rank its ``source`` line names (as the
     frame's root column has it), whole and in partitions; one without a line under none ("-")."""
     import pandas as pd
-    from commtrace.analysis.summary import op_summary
+    from oracle import op_summary
     from commtrace.trace import schema
     tb = _tracebuilder()
     procs = [tb.Proc(r, world_size=3) for r in range(3)]
@@ -544,9 +544,61 @@ def test_by_root_of_recvs_from_any_source(tmp_path):
     by = ["op", "root"]
     one_frame = op_summary(v.frame, v.matched, by, v.arrays)
     assert ("recv", "1") in one_frame.index and ("recv", "2") in one_frame.index and ("recv", "-") in one_frame.index
-    # not algbw / busbw: the analysis does not pair a recv from any source with its send (its by_op neither;
-    # match_ops on the frame does)
-    figures = ["ops", "collectives", "bytes", "total_ns", "mean_ns", "p50_ns", "p99_ns", "share", "cv", "ranks"]
+    # every figure, algbw / busbw too: no recv from any source is paired with a send (match's docstring: its seq
+    # is not its sender's), so none has a bandwidth, nor the sends they received (before, the frame's matching
+    # paired them by the source line's rank and the seq, and gave the recvs from rank 1 a bandwidth)
+    assert one_frame.loc[[("recv", "1"), ("recv", "2"), ("recv", "-")], "algbw"].isna().all()
+    assert one_frame.loc[("recv", "1"), "untimed"] == 15 and one_frame.loc[("send", "0"), "untimed"] == 30
     for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
-        pd.testing.assert_frame_equal(s.summary(by)[figures], one_frame[figures], check_dtype=False,
-                                      check_index_type=False)
+        pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+
+
+def test_by_bucket_rule_is_the_runs_meta_not_the_rows_read(tmp_path):
+    """Whether a run's gradient all_reduces get bucket numbers (it has phases) is decided once, from its sig lines
+    (annotations.bucket_rule), for the frame and the cells alike. Here rank 0's only phased sig has no op left (as
+    in a bounded run, which keeps every sig line and only the last ops), and rank 1's join shadow of a gradient
+    all_reduce has no phase: before, the frame decided from its rows (no phase: no buckets, bucket "-") and the
+    cells from the sig lines (bucket "0"), so --by op,bucket differed from op_summary."""
+    import pandas as pd
+    from oracle import op_summary
+    tb = _tracebuilder()
+    p0, p1 = tb.Proc(0), tb.Proc(1)
+    p0._sig({"op": "all_reduce", "phase": "backward", "module": "Net", "dtype": "float32"})    # no op of it kept
+    for i in range(3):
+        p0.op("all_reduce", 10 * i, 10 * i + 4, module="Net", detail="join_shadow_grad", iteration=i)
+        p1.op("all_reduce", 10 * i + 1, 10 * i + 4, module="Net", detail="join_shadow_grad", iteration=i)
+    run = tb.write_run(str(tmp_path / "r"), [p0, p1])
+    v = analyse(run, op_view=True).op_view
+    by = ["op", "bucket"]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    assert list(one_frame.index) == [("all_reduce", "0")]
+    for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+
+
+def test_another_runs_file_is_left_out_before_worlds_are_numbered(tmp_path):
+    """A run directory that also holds a file of another run (one `-o DIR` used twice): that file is left out
+    before anything is derived from the files, whole and in partitions alike. Before, both numbered the worlds
+    with the other run's (created first: w0), so this one-world run was "2 in 2 worlds (w1:r0-1)", keyed by rank
+    keys 2^20 + r; and the frame (op view) took the bucket rule from the other run's phased sig, the cells not."""
+    import pandas as pd
+    from oracle import op_summary
+    tb = _tracebuilder()
+    procs = [tb.Proc(r, world_id="wz") for r in range(2)]
+    for p in procs:
+        for i in range(4):
+            p.op("all_reduce", 10 * i + p.rank, 10 * i + 5, module="Net", detail="join_shadow_grad", iteration=i)
+    run = tb.write_run(str(tmp_path / "r"), procs)
+    other = tb.Proc(0, world_size=1, pid=9000, world_id="wa")     # its world id sorts first: w0
+    other.op("all_reduce", 0, 3, phase="backward", module="Net")
+    other.write(run, 1_000.0, run_id="other")
+    by = ["op", "rank", "bucket"]
+    v = analyse(run, op_view=True).op_view
+    assert sorted(set(v.frame["rank"])) == [0, 1]
+    one_frame = op_summary(v.frame, v.matched, by, v.arrays)
+    assert list(one_frame.index) == [("all_reduce", "0", "-"), ("all_reduce", "1", "-")]
+    for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
+        pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
+    for extra in ((), ("--partitioned",)):
+        out = _report(run, *extra)
+        assert "ranks      2 of 2" in out and "w1:" not in out, out

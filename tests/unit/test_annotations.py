@@ -2,7 +2,9 @@
 import numpy as np
 import pandas as pd
 
-from commtrace.trace.annotations import assign_buckets, process_buckets
+from types import SimpleNamespace
+
+from commtrace.trace.annotations import assign_buckets, bucket_rule, process_buckets
 
 
 def _frame(rows):
@@ -19,7 +21,9 @@ def _assign(df, meta):
     sigs = {i: {c: None if pd.isna(v) else int(v) if isinstance(v, np.integer) else v
                 for c, v in zip(cols, row)} for i, row in enumerate(df[cols].itertuples(index=False))}
     n = np.arange(len(df))
-    return assign_buckets(df, meta, process_buckets(n, n, df["iteration"].to_numpy(), sigs))
+    rule = bucket_rule([SimpleNamespace(sigs=sigs, ddp=lines) for lines in meta.values()] or
+                       [SimpleNamespace(sigs=sigs, ddp=[])])
+    return assign_buckets(df, meta, process_buckets(n, n, df["iteration"].to_numpy(), sigs), rule)
 
 
 META = {"f0": [

@@ -77,7 +77,7 @@ class Report:
     ops_per_rank: dict          # rank -> ops
     seconds: dict = field(default_factory=dict)   # per stage wall time
     issues: list = field(default_factory=list)    # reader.TraceIssue (the rank tasks re-read meta files: once each)
-    tables: dict = field(default_factory=dict)    # key columns -> summary table (op_summary), for compare
+    tables: dict = field(default_factory=dict)    # key columns -> summary table (merge.cell_summary), for compare
     info: dict = field(default_factory=dict)      # the banner's numbers (analysis.run_info.info_of)
     processes: list = field(default_factory=list)  # the reader's process summaries (marks, dumps left out)
     regions: pd.DataFrame | None = None           # the regions table (analysis.regions), None: no region

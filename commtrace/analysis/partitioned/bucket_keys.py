@@ -5,9 +5,9 @@ A gradient all_reduce's bucket is numbered over its whole process (the nth of it
 call order), so the rank task, which reads whole files, numbers them and hands each partition task a
 small table per file (``BucketRuns``: (group id, seq) -> bucket as runs over which bucket - seq is
 constant: DDP, about one run per step). Its parameters follow from its bucket, module and iteration (the
-process's DDP layouts), so both tasks derive them alike (``ProcessNotes``). Whether buckets are numbered
-at all (the run has phases) and params come from the layouts (the run has DDP layouts) is the plan's
-(``BucketRule``)."""
+process's DDP layouts), so both tasks derive them alike (``ProcessNotes``), by the frame's rule
+(annotations.layout_params, buffers_params). Whether buckets are numbered at all (the run has phases) and
+params come from the layouts (the run has DDP layouts) is the run's (annotations.bucket_rule, the plan's)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,25 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...trace import reader
-from ...trace.annotations import ddp_layouts, process_buckets, sig_is_gradient_allreduce
+from ...trace.annotations import (BucketRule, buffers_params, ddp_layouts, layout_params, layout_table,
+                                  process_buckets, sig_is_gradient_allreduce)
 from ..arrays import NA_KEY
 
 NOTE_KEYS = ("bucket", "params")
-
-
-@dataclass(frozen=True)
-class BucketRule:
-    phased: bool = False        # a sig names a phase: gradient all_reduces get their bucket number (assign_buckets)
-    layouts: bool = False       # ... and a process has DDP layouts: params from them, else the sig's
-
-
-def bucket_rule(procs: list) -> BucketRule:
-    """The run's BucketRule from its processes' meta lines (no records)."""
-    phased = any(reader.str_or_none(s.get("phase")) is not None for p in procs for s in p.sigs.values())
-    parsed = [ddp_layouts(p.ddp) for p in procs if p.ddp]
-    layouts = any(any(b for _, b in v) for buckets, _ in parsed for v in buckets.values()) or \
-        any(any(buffers.values()) for _, buffers in parsed)
-    return BucketRule(phased, phased and layouts)
 
 
 @dataclass
@@ -85,8 +71,8 @@ class ProcessNotes:
             if not rule.phased:
                 base.append((small_int_text(s.get("bucket")), NA_KEY if own is None else own))
             elif rule.layouts:
-                names = buffers.get(m) if m is not None and reader.str_or_none(s.get("detail")) == "buffers" else None
-                base.append((NA_KEY, ",".join(names) if names else NA_KEY))
+                names = buffers_params(buffers, m, reader.str_or_none(s.get("detail")))
+                base.append((NA_KEY, NA_KEY if names is None else names))
             else:
                 base.append((NA_KEY, NA_KEY if own is None else own))
         self.base = np.array([self._code(b) for b in base], np.int64)
@@ -94,7 +80,7 @@ class ProcessNotes:
         # in force at its iteration (per module: the iterations layouts start at, and a (layout, bucket) table)
         self.own = np.array([self._param(b[1]) for b in base], np.int64)
         self.module = np.array([-1 if m not in layouts else sorted(layouts).index(m) for m in modules], np.int64)
-        self.layouts = [self._table(layouts[m]) for m in sorted(layouts)]
+        self.layouts = [layout_table(layouts[m], self._param) for m in sorted(layouts)]
         self.by_layout = rule.layouts
 
     def _code(self, note: tuple) -> int:
@@ -106,13 +92,6 @@ class ProcessNotes:
 
     def _param(self, text: str) -> int:
         return -1 if text == NA_KEY else self.params.setdefault(text, len(self.params))
-
-    def _table(self, entries: list) -> tuple[np.ndarray, np.ndarray]:
-        width = max(len(e[1]) for e in entries)
-        table = np.full((len(entries), width + 1), -1, np.int64)     # past a layout's buckets: -1 (none)
-        for li, (_, buckets) in enumerate(entries):
-            table[li, :len(buckets)] = [self._param(",".join(b)) for b in buckets]
-        return np.array([e[0] for e in entries], np.int64), table
 
     def codes(self, si: np.ndarray, iteration: np.ndarray, bucket: np.ndarray | None) -> np.ndarray:
         """Per record (sig indexes ``si``, its iteration) its code; ``bucket``: per record its bucket, read
@@ -130,10 +109,7 @@ class ProcessNotes:
         mod = self.module.take(si) if self.by_layout else np.full(len(si), -1, np.int64)
         for m in np.unique(mod[mod >= 0]).tolist():
             sel = np.flatnonzero(mod == m)
-            froms, table = self.layouts[m]
-            li = np.searchsorted(froms, iteration[sel], side="right") - 1
-            col = np.where((b[sel] >= 0) & (b[sel] < table.shape[1]), b[sel], table.shape[1] - 1)
-            p[sel] = np.where(li >= 0, table[np.maximum(li, 0), col], -1)
+            p[sel] = layout_params(self.layouts[m], iteration[sel], b[sel])
         k = len(self.params) + 1        # (bucket, params code + 1) as one int64: a 1-d unique, not unique(axis=0)
         pairs, of = np.unique(b * k + (p + 1), return_inverse=True)
         names = [NA_KEY] + list(self.params)

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader, records, schema
+from ...trace.annotations import BucketRule
 from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays
 from ..modules import module_keys
-from .bucket_keys import NOTE_KEYS, BucketRule, BucketRuns
+from .bucket_keys import NOTE_KEYS, BucketRuns
 from .rank_ops import CELL_COLUMNS, RankOps, rank_ops
 
 

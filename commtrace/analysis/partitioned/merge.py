@@ -282,7 +282,7 @@ def with_bandwidth(cs: CellSummary, bandwidth: list | None) -> pd.DataFrame:
 
 
 def _coarsen(cells: pd.DataFrame, by: list) -> tuple[np.ndarray, pd.DataFrame]:
-    """(row per cell, key strings per row), rows sorted by their key strings (as Cells.coarsen; tuples: no groupby)."""
+    """(row per cell, key strings per row), rows sorted by their key strings (tuples: no groupby)."""
     tuples = list(zip(*(cells[c].tolist() for c in by)))
     rows = {t: i for i, t in enumerate(sorted(set(tuples)))}
     keys = pd.DataFrame({c: np.asarray([t[i] for t in rows], dtype=object) for i, c in enumerate(by)})

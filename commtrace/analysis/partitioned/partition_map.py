@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader, records
+from ...trace.annotations import BucketRule
 from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import FLAG_END_OBSERVED, MAX_RANKS, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
@@ -25,7 +26,7 @@ from ..match import instances_with, untimed_instances
 from ..summary import bandwidth_terms, bus_factor, distinct_pairs, pair_sums
 from .cpp_layer import cpp_unmatched
 from .rank_map import CELL_COLUMNS
-from .bucket_keys import NOTE_KEYS, BucketRule, ProcessNotes
+from .bucket_keys import NOTE_KEYS, ProcessNotes
 from .rank_ops import RECORD_KEYS, RecordRoots, cell_key, extra_key, index_lut, key_str, record_cells, record_codes
 from .phase_splits import split_instances
 from .plan import cached_process, chunk_records

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import reader, records
+from ...trace.annotations import BucketRule, bucket_rule
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
-from ..run_info import check_run_ids, no_rank_error
+from ..run_info import no_rank_error
 from .bounded_files import is_bounded, ops_records_on_disk
-from .bucket_keys import BucketRule, bucket_rule
 
 
 @dataclass
@@ -28,7 +28,7 @@ class RunPlan:
     records: int                # op records on disk (from the file sizes)
     records_per_file: int       # the most in one file
     issues: list = field(default_factory=list)   # reader.TraceIssue of the meta files
-    run_id: str | None = None        # the run id most files carry (run_info.check_run_ids)
+    run_id: str | None = None        # the run id most files carry (reader.check_run_ids)
     modules: bool = True        # a sig names a module: else the run has no per-module table to compute
     worlds: dict = field(default_factory=dict)   # meta path -> world number (reader.number_worlds; {}: one world)
     # world id -> number of every world a rank made (reader.world_numbers; {}: one world): the summary
@@ -39,11 +39,9 @@ class RunPlan:
 
 def plan_run(run_dir: str | None) -> RunPlan:
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
-    read = reader.read_run_files(run_dir, records=False)
-    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
-    numbers = reader.number_worlds(procs)
-    run_id, drop, more = check_run_ids([p.summary() for p in procs])
-    procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
+    procs, issues = reader.run_processes(reader.read_run_files(run_dir, records=False))   # this run's files only:
+    numbers = reader.number_worlds(procs)      # another run's worlds are not numbered (load_run's one_run)
+    run_id = reader.check_run_ids([p.summary() for p in procs])[0]
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
         raise no_rank_error(os.path.abspath(run_dir), [p.summary() for p in procs])
@@ -52,7 +50,7 @@ def plan_run(run_dir: str | None) -> RunPlan:
         ranks.setdefault(rank_key(numbers.get(p.meta_path, 0), p.rank), []).append(p.meta_path)
     refs = {wid: pt.meta_path for wid, pt in reader.reference_processes(procs).items()}
     sizes = [ops_records_on_disk(p.ops_path) for p in ranked]
-    found = issues + more + reader.missing_ranks(procs)
+    found = issues + reader.missing_ranks(procs)
     modules = any(reader.str_or_none(s.get("module")) not in (None, NA_KEY) for p in procs for s in p.sigs.values())
     group_worlds = reader.world_numbers([p.summary() for p in ranked])
     return RunPlan(os.path.abspath(run_dir), dict(sorted(ranks.items())), refs, sum(sizes), max(sizes), found,

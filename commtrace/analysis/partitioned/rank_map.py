@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace import reader
+from ...trace.annotations import BucketRule
 from .. import intervals as iv
 from ..native_ext import kernels
 from ..step_table import OutsideSteps, RankTimes, StepFigures, busy_times, in_pieces, ops_per_step
@@ -27,7 +28,6 @@ from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
 from .plan import ChunkIndex, read_rank
-from .bucket_keys import BucketRule
 from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
@@ -186,8 +186,8 @@ CELL_TABLE_COLUMNS = list(CELL_COLUMNS) + ["rank", "ops", "dur", "known", "nbyte
 
 
 def _cells(ops: RankOps | None, rank: int, exact: bool, extra: tuple = ()) -> tuple[dict, list]:
-    """One rank's summary cells with ops (as summary.summary_cells bins them) as CELL_TABLE_COLUMNS
-    columns (then ``extra``'s), and per cell its durations (float32 when lossless) or their LogSketch."""
+    """One rank's summary cells with ops as CELL_TABLE_COLUMNS columns (then ``extra``'s), and per cell its
+    durations (float32 when lossless) or their LogSketch."""
     if ops is None:
         return {}, []
     a, n, dur = ops.arrays, len(ops.cells), ops.durations(CHUNK_OPS)

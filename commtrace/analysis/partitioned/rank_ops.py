@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import reader, records, schema
-from ...trace.annotations import sig_is_gradient_allreduce
+from ...trace.annotations import BucketRule, sig_is_gradient_allreduce
 from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
-from .bucket_keys import NOTE_KEYS, BucketRule, Numbering, ProcessNotes, small_int_text
+from .bucket_keys import NOTE_KEYS, Numbering, ProcessNotes, small_int_text
 
 CELL_COLUMNS = ("group", "group_desc", "phase", "op", "detail", "module", "mesh_dim")
 # --by keys a cell also carries when asked for (analyse's compare_by), after CELL_COLUMNS, as the frame's text
