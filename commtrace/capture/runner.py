@@ -171,9 +171,16 @@ def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
     Untraced, the rank would just exit and the others fail at once.
 
     ``by_sigint``: an uncaught KeyboardInterrupt; Python then ends the process by SIGINT
-    (status -2, not 130: launchers report the signal), and so does this."""
+    (status -2, not 130: launchers report the signal), and so does this.
+
+    As Python's own shutdown, the script's non-daemon threads are joined first: they run
+    to their end (and print, write files) before the atexit handlers, traced or not."""
     import atexit
+    import threading
     try:
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and not t.daemon:
+                t.join()
         atexit._run_exitfuncs()
     finally:
         for f in (sys.stdout, sys.stderr):
