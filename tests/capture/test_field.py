@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 import helpers as h
 
 _THREAD_THEN_RAISE = """\
@@ -36,3 +38,18 @@ def test_failed_mpi_rank_waits_for_the_scripts_threads(tmp_path):
     res = h.run(h.mpirun_cmd(1, h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", script), env=h.mpi_env())
     assert res.returncode != 0
     assert "thread done\natexit ran\n" in res.stdout, (res.stdout, res.stderr)
+
+
+@pytest.mark.parametrize("given,advice", [
+    (["-X", "dev"], "python's own option -X dev is not taken here; give it to the python that runs commtrace "
+                    "({py} -X dev -m commtrace run SCRIPT)"),
+    (["-W", "error"], "python's own option -W error is not taken here; give it to the python that runs commtrace "
+                      "({py} -W error -m commtrace run SCRIPT)"),
+    (["-c", "pass"], "python -c CODE is not taken here: commtrace runs a script or -m MODULE (put the code in a file)"),
+])
+def test_python_option_with_a_value_is_named_whole(tmp_path, given, advice):
+    """`commtrace run python -X dev x.py`: the advice was `python -X -m commtrace run`, which Python
+    refuses (-X takes the next word); `python -c CODE` was told to give -c to the python running commtrace."""
+    res = h.commtrace_main("run", "-o", tmp_path / "run", h.PY, *given, "x.py")
+    assert (res.returncode, res.stderr.strip()) == (2, "commtrace: error: run: " + advice.format(py=h.PY))
+    assert not (tmp_path / "run").exists()
