@@ -53,3 +53,36 @@ def test_python_option_with_a_value_is_named_whole(tmp_path, given, advice):
     res = h.commtrace_main("run", "-o", tmp_path / "run", h.PY, *given, "x.py")
     assert (res.returncode, res.stderr.strip()) == (2, "commtrace: error: run: " + advice.format(py=h.PY))
     assert not (tmp_path / "run").exists()
+
+
+_PREEMPTION_HANDLER = """\
+import os, signal, sys
+import torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+class Preempted(Exception):
+    pass
+def on_term(signum, frame):
+    raise Preempted(f"signal {signum}")
+signal.signal(signal.SIGTERM, on_term)
+def train():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+    except Preempted as e:
+        raise RuntimeError("stopped early") from e
+train()
+"""
+
+
+def test_signal_handlers_exception_traceback_as_untraced(tmp_path):
+    """A program's SIGTERM handler (preemption) that raises, installed over commtrace's: it runs
+    under commtrace's counting wrapper, whose frame showed in the script's traceback."""
+    script = tmp_path / "preempt.py"
+    script.write_text(_PREEMPTION_HANDLER)
+    plain, res = h.concurrently(lambda: h.run([h.PY, script, h.free_port()]),
+                                lambda: h.run(h.commtrace_cmd(tmp_path / "run", script, h.free_port())))
+    assert plain.returncode == res.returncode == 1
+    assert "in on_term" in plain.stderr and "The above exception was the direct cause" in plain.stderr
+    assert [line for line in res.stderr.splitlines() if not line.startswith("commtrace:")] == \
+        plain.stderr.splitlines(), res.stderr
