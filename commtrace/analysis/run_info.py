@@ -1,33 +1,16 @@
 """Load a run for reporting: reader issues, mixed run ids, and the banner numbers."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import numpy as np
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
+from ..trace.reader import check_run_ids  # noqa: F401  (plan.py takes it from here)
 from . import intervals
 from .bounded_coverage import coverage_text
 from .check.fates import ENDED_NORMALLY, fates_by_rank
-
-
-def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
-    """(majority run id, files to drop, reader.TraceIssue of each) when processes (the reader's
-    summaries: ``file``, ``run_id``) disagree on the run id."""
-    ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
-    counts = Counter(v for v in ids.values() if v is not None)
-    if not counts:
-        return None, set(), []
-    major = counts.most_common(1)[0][0]
-    drop, issues = set(), []
-    for f, rid in sorted(ids.items()):
-        if rid is not None and rid != major:
-            drop.add(f)
-            issues.append(reader.TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
-                                            kind=reader.OTHER_RUN))
-    return major, drop, issues
 
 
 def no_rank_error(path: str, unranked: list[dict]) -> CommtraceError:

@@ -16,7 +16,7 @@ ABRUPT = "abrupt"                # no end record: the process was killed, crashe
 UNUSABLE = "unusable"            # the file cannot be read at all (unreadable, not a trace, unknown version)
 RANKS_MISSING = "ranks_missing"  # ranks of a world with no trace file (``world``, ``ranks``)
 COVERAGE = "coverage"            # a bounded trace's coverage file is ignored
-OTHER_RUN = "other_run"          # a file of another run, skipped (analysis.run_info.check_run_ids)
+OTHER_RUN = "other_run"          # a file of another run, skipped (reader.check_run_ids)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import signal
 import pytest
 
 import helpers as h
+from helpers import worker
 
 _THREAD_THEN_RAISE = """\
 import atexit, sys, threading, time
@@ -86,3 +87,22 @@ def test_signal_handlers_exception_traceback_as_untraced(tmp_path):
     assert "in on_term" in plain.stderr and "The above exception was the direct cause" in plain.stderr
     assert [line for line in res.stderr.splitlines() if not line.startswith("commtrace:")] == \
         plain.stderr.splitlines(), res.stderr
+
+
+def test_load_leaves_out_another_runs_files_as_the_report_does(tmp_path):
+    """`commtrace run -o DIR` twice: the report analyses one run and warns about the other's
+    files; commtrace.load returned both runs' ops (twice the counts), silently."""
+    import warnings
+
+    import commtrace
+    from commtrace.analysis.run_info import load_report_run
+    run_dir = tmp_path / "run"
+    for n in (2, 3):
+        h.run(h.commtrace_cmd(run_dir, worker("single.py"), h.free_port(), "ok", n)).check()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = commtrace.load(run_dir)
+    report = load_report_run(run_dir)
+    assert sorted(df["bytes"]) == sorted(report.frame["bytes"]) and len(df) in (2, 3)
+    assert len(df.attrs["processes"]) == 1 and df["file"].nunique() == 1
+    assert any("belongs to run" in str(w.message) for w in caught)
