@@ -173,14 +173,15 @@ def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
     ``by_sigint``: an uncaught KeyboardInterrupt; Python then ends the process by SIGINT
     (status -2, not 130: launchers report the signal), and so does this.
 
-    As Python's own shutdown, the script's non-daemon threads are joined first: they run
-    to their end (and print, write files) before the atexit handlers, traced or not."""
+    First, as Python's own shutdown does, ``threading._shutdown``: the threading atexit calls
+    (an executor's idle workers are told to end) and then the join of the script's non-daemon
+    threads, which run to their end (print, write files) before the atexit handlers."""
     import atexit
     import threading
     try:
-        for t in threading.enumerate():
-            if t is not threading.current_thread() and not t.daemon:
-                t.join()
+        shutdown = getattr(threading, "_shutdown", None)  # CPython's step before atexit, 3.9-3.13
+        if shutdown is not None and threading.current_thread() is threading.main_thread():
+            shutdown()
         atexit._run_exitfuncs()
     finally:
         for f in (sys.stdout, sys.stderr):

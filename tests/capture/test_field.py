@@ -9,8 +9,10 @@ import helpers as h
 from helpers import worker
 
 _THREAD_THEN_RAISE = """\
-import atexit, sys, threading, time
+import atexit, concurrent.futures, sys, threading, time
 atexit.register(print, "atexit ran")
+pool = concurrent.futures.ThreadPoolExecutor(1)  # never shut down: Python tells its idle worker to end
+pool.submit(int).result()
 def late():
     time.sleep(0.3)
     print("thread done", flush=True)
@@ -22,7 +24,7 @@ raise {exc}
 def test_keyboard_interrupt_waits_for_the_scripts_threads(tmp_path):
     """An uncaught KeyboardInterrupt: Python joins the script's non-daemon threads, then runs
     atexit, then ends by SIGINT; commtrace (which ends such a process itself) ran atexit at once
-    and lost what the thread still had to do."""
+    and lost what the thread still had to do (and an executor's idle worker must not hang the exit)."""
     script = tmp_path / "ki_thread.py"
     script.write_text(_THREAD_THEN_RAISE.format(exc="KeyboardInterrupt"))
     plain, res = h.concurrently(lambda: h.run([h.PY, script]),
