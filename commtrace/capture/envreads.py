@@ -3,7 +3,8 @@
 A program may choose differently because of them (Lightning takes LOCAL_RANK as
 "launched externally"), so the run says so. Every Python lookup of ``os.environ``
 goes through ``os._Environ.__getitem__``, wrapped while a set variable is unread.
-Lookups from C (``getenv``) are not seen.
+Lookups from C (``getenv``) are not seen; nor is a walk over every variable
+(``os.environ.items()``, as ``import torch`` does through tqdm), which looks for none.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import functools
 import os
 import sys
 
-# Modules whose frames lie between a lookup and the code that asked for it.
-_MAPPING_FRAMES = ("os", "_collections_abc")
+# Modules whose frames lie between a lookup and the code that asked for it (_collections_abc's
+# functions run with __name__ "collections.abc": it renames itself).
+_MAPPING_FRAMES = ("os", "_collections_abc", "collections.abc")
 
 
 class EnvReads:
@@ -40,7 +42,9 @@ class EnvReads:
     def _note(self, key: str) -> None:
         frame = sys._getframe(2)           # above __getitem__ and _note
         while frame is not None and frame.f_globals.get("__name__") in _MAPPING_FRAMES:
-            frame = frame.f_back
+            if frame.f_code.co_name == "__iter__":
+                return                     # items()/values() walking the whole environment (tqdm's
+            frame = frame.f_back           # import scans it for TQDM_*): no variable was looked for
         caller = frame.f_globals.get("__name__", "") if frame is not None else ""
         if caller == "commtrace" or caller.startswith("commtrace."):
             return                         # commtrace's own reads (trace header, launcher detection)

@@ -172,9 +172,17 @@ def _exit_skipping_mpi_finalize(code: int, by_sigint: bool = False) -> None:
     Untraced, the rank would just exit and the others fail at once.
 
     ``by_sigint``: an uncaught KeyboardInterrupt; Python then ends the process by SIGINT
-    (status -2, not 130: launchers report the signal), and so does this."""
+    (status -2, not 130: launchers report the signal), and so does this.
+
+    First, as Python's own shutdown does, ``threading._shutdown``: the threading atexit calls
+    (an executor's idle workers are told to end) and then the join of the script's non-daemon
+    threads, which run to their end (print, write files) before the atexit handlers."""
     import atexit
+    import threading
     try:
+        shutdown = getattr(threading, "_shutdown", None)  # CPython's step before atexit, 3.9-3.13
+        if shutdown is not None and threading.current_thread() is threading.main_thread():
+            shutdown()
         atexit._run_exitfuncs()
     finally:
         for f in (sys.stdout, sys.stderr):
@@ -248,11 +256,16 @@ def _run_script_file(path: str) -> None:
 
 def _report_exception(exc: BaseException) -> None:
     """Print it as Python would, through ``sys.excepthook`` (``init_process_group`` installs one
-    prefixing ``[rankN]:``), from the script's frame on; and store it."""
+    prefixing ``[rankN]:``), from the script's frame on, without the frames of commtrace's it
+    only passed through (a program's signal handler runs under sigview's wrapper); and store it."""
+    seen: set = set()
+    chained: BaseException | None = exc
+    while chained is not None and id(chained) not in seen:  # what Python prints: the whole chain
+        seen.add(id(chained))
+        # what a hook reading the exception itself finds, as without commtrace
+        chained.__traceback__ = _without_passed_frames(chained.__traceback__)
+        chained = chained.__cause__ or (None if chained.__suppress_context__ else chained.__context__)
     tb = exc.__traceback__
-    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    exc.__traceback__ = tb  # what a hook reading the exception itself finds, as without commtrace
     try:
         sys.excepthook(type(exc), exc, tb)
     except BaseException as hook_exc:  # Python's own words for a failing hook
@@ -266,6 +279,30 @@ def _report_exception(exc: BaseException) -> None:
     rec = activate.active_recorder()
     if rec is not None:
         rec.record_exception(exc, tb)
+
+
+def _without_passed_frames(tb):
+    """``tb`` from the script's frame on (not the runner's), without commtrace's frames that lead
+    to a frame of the program's (a wrapper the call passed through); frames of commtrace's where
+    the error arose stay."""
+    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    keep, program_below = [], False
+    for entry in reversed(entries):
+        ours = _is_ours(entry.tb_frame.f_code.co_filename)
+        if not (ours and program_below):
+            keep.append(entry)
+        program_below = program_below or not ours
+    if len(keep) == len(entries):
+        return entries[0] if entries else None
+    rebuilt = None
+    for entry in keep:  # innermost first
+        rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
 
 
 def _is_ours(filename: str) -> bool:

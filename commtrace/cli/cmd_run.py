@@ -59,6 +59,10 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run_run)
 
 
+# Python's own options whose value is the next word (`python -X dev x.py`): the advice names both.
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
 def _this_python(name: str) -> bool:
     """``name`` (as typed: "python3", a path) is the interpreter running commtrace: it is dropped from the
     command, as a profiler's `prof python train.py` reads. Another interpreter is a program like any
@@ -87,9 +91,13 @@ def run_run(ns) -> int:
         python, args = args[0], args[1:]
         if args[:1] == ["-m"] and len(args) > 1:
             ns.module, args = args[1], args[2:]
+        elif args and args[0] == "-c":
+            raise CommtraceError("run: python -c CODE is not taken here: commtrace runs a script or -m MODULE "
+                                 "(put the code in a file)")
         elif args and args[0].startswith("-"):
-            raise CommtraceError(f"run: python's own option {args[0]} is not taken here; give it to the python that "
-                                 f"runs commtrace ({python} {args[0]} -m commtrace run SCRIPT)")
+            option = " ".join(args[:2]) if args[0] in _PYTHON_OPTIONS_WITH_VALUE else args[0]
+            raise CommtraceError(f"run: python's own option {option} is not taken here; give it to the python that "
+                                 f"runs commtrace ({python} {option} -m commtrace run SCRIPT)")
     if ns.module:
         opts = RunOptions(target=ns.module, args=args, is_module=True, **common)
     else:

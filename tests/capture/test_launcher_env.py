@@ -52,6 +52,13 @@ def test_no_notice_when_the_program_reads_none(tmp_path):
     assert seen == [{}, {}] and notices == []
 
 
+def test_no_notice_when_the_program_walks_the_environment(tmp_path):
+    """``os.environ.items()`` / ``values()`` look for no variable: ``import torch`` walks the
+    environment (tqdm's TQDM_* options), and every program under mpirun was told it read all five."""
+    seen, notices = _run(tmp_path, "walk")
+    assert seen == [{}, {}] and notices == []
+
+
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_launcher_env_off_leaves_variables_unset(tmp_path, how):
     options, env = (["--no-launcher-env"], {}) if how == "option" else ([], {"COMMTRACE_LAUNCHER_ENV": "0"})

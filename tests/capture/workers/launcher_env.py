@@ -1,10 +1,11 @@
 """Reads launcher variables the way trainers do, and says what it found.
 
-usage: launcher_env.py read|nothing|master
+usage: launcher_env.py read|nothing|master|walk
 
 ``read``: looks up LOCAL_RANK with ``in`` (as PyTorch Lightning does) and RANK
 with ``os.getenv``, and prints them as JSON; ``nothing``: reads no launcher variable;
-``master``: prints MASTER_ADDR and MASTER_PORT.
+``master``: prints MASTER_ADDR and MASTER_PORT; ``walk``: walks the whole environment
+for a prefix (as tqdm does when ``import torch`` imports it) and reads no launcher variable.
 """
 import json
 import os
@@ -15,5 +16,9 @@ if sys.argv[1] == "read":
     print(json.dumps({"LOCAL_RANK": local, "RANK": os.getenv("RANK")}), flush=True)
 elif sys.argv[1] == "master":
     print(json.dumps({"MASTER_ADDR": os.environ["MASTER_ADDR"], "MASTER_PORT": os.environ["MASTER_PORT"]}), flush=True)
+elif sys.argv[1] == "walk":
+    found = {k: v for k, v in os.environ.items() if k.startswith("LAUNCHER_ENV_TEST_")}
+    found.update((v, v) for v in os.environ.values() if v == "LAUNCHER_ENV_TEST_VALUE")
+    print(json.dumps(found), flush=True)
 else:
     print(json.dumps({}), flush=True)
