@@ -7,7 +7,6 @@ import numpy as np
 
 from ..errors import CommtraceError
 from ..trace import reader, schema
-from ..trace.reader import check_run_ids  # noqa: F401  (plan.py takes it from here)
 from . import intervals
 from .bounded_coverage import coverage_text
 from .check.fates import ENDED_NORMALLY, fates_by_rank

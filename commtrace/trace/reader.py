@@ -823,7 +823,6 @@ def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
     return major, drop, issues
 
 
-
 def read_run_files(run_dir: str, records: bool = True) -> list[tuple[str, ProcessTrace | None, list[TraceIssue]]]:
     """Per trace file of run ``run_dir`` (find_traces' order): (meta path, its process or None when
     unreadable, its issues) (read_process); CommtraceError (the first issues) when none is readable."""
@@ -855,24 +854,6 @@ def missing_ranks(procs: list[ProcessTrace]) -> list[TraceIssue]:
 TABLES = ("ops", "spans", "marks", "regions", "counts")
 
 
-def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
-    """(majority run id, files to drop, TraceIssue of each) when processes (the reader's
-    summaries: ``file``, ``run_id``) disagree on the run id: a run directory written again
-    (``commtrace run -o DIR`` twice). The report and ``load`` leave the same files out."""
-    ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
-    counts = Counter(v for v in ids.values() if v is not None)
-    if not counts:
-        return None, set(), []
-    major = counts.most_common(1)[0][0]
-    drop, issues = set(), []
-    for f, rid in sorted(ids.items()):
-        if rid is not None and rid != major:
-            drop.add(f)
-            issues.append(TraceIssue(f, f"belongs to run {rid!r}, not {major!r} like the other traces; skipped",
-                                            kind=OTHER_RUN))
-    return major, drop, issues
-
-
 def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
     """One table of a run: ``ops`` (one row per op per rank; ``frame.attrs`` lists
     the processes and any damage found), ``spans`` (compute spans), ``marks``
@@ -884,21 +865,16 @@ def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
     """
     if table not in TABLES:
         raise CommtraceError(f"table {table!r}: unknown (one of {', '.join(TABLES)})")
-    run = load_run(run_dir)
-    _, drop, other_run = check_run_ids(run.processes)  # the files the report leaves out, left out here too
-    issues = [*run.issues, *other_run]
-    for issue in issues:
+    run = load_run(run_dir, one_run=True)   # the files the report leaves out (another run's), left out here too
+    for issue in run.issues:
         warnings.warn(str(issue), CommtraceWarning, stacklevel=2)
-    processes = [p for p in run.processes if p["file"] not in drop]
     if table == "counts":
-        df = bounded.counts_table(processes)
+        df = bounded.counts_table(run.processes)
     else:
         df = {"ops": run.frame, "spans": run.spans, "marks": run.marks, "regions": run.regions}[table]
-        if drop:
-            df = df[~df["file"].isin({schema.stem_of(f) for f in drop})].reset_index(drop=True)
     df.attrs["run_dir"] = run.path
-    df.attrs["incomplete"] = [str(i) for i in issues]
+    df.attrs["incomplete"] = [str(i) for i in run.issues]
     if table == "ops":
-        df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in processes]
+        df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
         df.attrs["unranked"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.unranked]
     return df
