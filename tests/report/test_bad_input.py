@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from commtrace.trace import schema
 from synthetic import write_synthetic_run
@@ -184,15 +185,26 @@ def test_every_op_record_corrupt_is_not_silence(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("commtrace: unreadable trace data left out")
 
 
-def test_no_process_made_a_group(tmp_path):
-    """Only start files (processes that ended before init_process_group): exit 2, pointing at check."""
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_no_process_made_a_group(tmp_path, exit_code):
+    """Only start files (processes that ended before init_process_group): exit 2, pointing at check,
+    and check says so, with how each process ended (it said only "no problems found")."""
     for pid in (11, 12):
         w = TraceWriter(str(tmp_path), f"proc.h.pid{pid}")
         w.write([{"type": "header", "format": "commtrace", "version": 1, "host": "h", "pid": pid, "rank": None,
                   "run_id": "r", "command": ["train.py"], "t_wall_ns": 1, "t_mono_ns": 1},
-                 {"type": "end", "exit_code": 1, "how": "exception", "t_mono_ns": 5}], None)
+                 {"type": "end", "exit_code": exit_code, "how": "exit", "t_mono_ns": 5}], None)
         w.close()
     assert_one_line_error(run_cli_subprocess("report", tmp_path), "no process created a process group (2 process(es)")
+    proc = run_cli_subprocess("check", tmp_path, "--json")
+    assert proc.returncode == exit_code                 # a process that exited 1 is an error of its own
+    findings = json.loads(proc.stdout)["findings"]
+    summary = [f for f in findings if f["title"].startswith("no process created a process group: 2 process(es)")]
+    if exit_code:       # what went wrong is the finding
+        assert summary == [] and findings[0]["title"].endswith("exited with code 1") and findings[0]["kind"] == "no_group"
+    else:
+        assert len(findings) == 1 and len(summary) == 1 and summary[0]["severity"] == "info"
+        assert [p["exit_code"] for p in summary[0]["data"]["processes"]] == [0, 0]
 
 
 def test_load_unknown_table_names_every_table(syn_run):

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..bounded_coverage import bounded_processes, coverage_text
-from ...trace.rank_ranges import fmt_ranks, folded_inline, folded_lines
+from ...trace.rank_ranges import FOLD_SHOWN, fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
 from ...trace.schema import RECV_ANY_SOURCE, rank_in_name, stem_of
 from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names
@@ -54,7 +54,22 @@ def diagnose_early(early: list[EarlyProcess], ranked: set) -> list[Finding]:
         key = ((kind[0], sev, fate.describe(), fate.exit_code, fate.how, exc.get("exc_type"), _s(exc.get("message")),
                 _s(exc.get("text"))) if kind else (id(e),))
         alike.setdefault(key, (sev, []))[1].append(e)
-    return [_early_finding(sev, es) for sev, es in alike.values()]
+    findings = [_early_finding(sev, es) for sev, es in alike.values()]
+    if early and not ranked and not findings:   # else those findings say what went wrong
+        findings.append(_no_group_at_all(early))
+    return findings
+
+
+def _no_group_at_all(early: list[EarlyProcess]) -> Finding:
+    """Why a run whose processes all ended well before any process group has nothing to check (the
+    report refuses it and sends the user here): how many processes ran, and how each ended."""
+    details = [f"{e.label} {e.fate.describe()}" for e in early[:FOLD_SHOWN]]
+    if len(early) > FOLD_SHOWN:
+        details.append(f"... and {len(early) - FOLD_SHOWN} more")
+    return Finding(NO_GROUP, INFO, f"no process created a process group: {len(early)} process(es) traced, "
+                   f"no collective or send/recv to check", details=details,
+                   data={"processes": [{"process": e.label, "how": e.fate.how, "exit_code": e.fate.exit_code}
+                                       for e in early]})
 
 
 def _early_finding(sev: str, es: list[EarlyProcess]) -> Finding:
