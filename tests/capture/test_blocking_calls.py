@@ -76,7 +76,7 @@ def test_a_blocking_all_reduce_is_waited_for(run, tmp_path):
     # rank 1, which sleeps in its backward pass first). Counted as async (torch < 2.8
     # before the labels), the time after the call returned read as compute.
     js = tmp_path / "report.json"
-    h.run([h.PY, "-m", "commtrace", "report", run.run_dir, "--json", js, "-q"]).check(0)
+    h.commtrace_main("report", run.run_dir, "--json", js, "-q").check(0)
     per_rank = json.loads(js.read_text())["steps_per_rank"]
     assert sorted((s["rank"], s["step"]) for s in per_rank) == [(r, s) for r in range(W) for s in (1, 2)]
     for s in per_rank:

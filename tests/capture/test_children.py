@@ -170,7 +170,7 @@ def test_how_a_multiprocessing_child_ended_is_in_its_trace(tmp_path, method):
     assert procs[0]["end"]["exit_code"] == 10 and procs[0]["end"]["how"] == "exit", procs[0]["end"]
     assert procs[1]["end"]["exit_code"] == 1 and procs[1]["end"]["how"] == "exception", procs[1]["end"]
     assert procs[1]["exception"]["exc_type"] == "ValueError", procs[1]["exception"]
-    out = h.run([h.PY, "-m", "commtrace", "check", str(run_dir)], timeout=60).stdout
+    out = h.commtrace_main("check", run_dir).stdout
     assert "10" in out and "ValueError" in out, out
 
 
@@ -187,6 +187,6 @@ def test_exit_codes_of_ranks_started_as_subprocesses(tmp_path):
     assert (procs[0]["end"]["exit_code"], procs[0]["end"]["how"]) == (10, "exit"), procs[0]["end"]
     assert (procs[1]["end"]["exit_code"], procs[1]["end"]["how"]) == (None, "exit"), procs[1]["end"]
     assert (procs[2]["end"]["exit_code"], procs[2]["end"]["how"]) == (130, "exception"), procs[2]["end"]
-    out = h.run([h.PY, "-m", "commtrace", "check", str(run_dir)], timeout=60).stdout
+    out = h.commtrace_main("check", run_dir).stdout
     assert "rank 0 exited with code 10" in out, out
     assert "KeyboardInterrupt" in out, out

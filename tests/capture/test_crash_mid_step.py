@@ -25,7 +25,7 @@ def test_rank_raising_mid_step_is_named(tmp_path):
     # the ranks share torchrun's stdout: their lines may interleave
     losses = [sorted(re.findall(r"rank \d step \d loss [\d.]+", res.stdout)) for res in (plain, traced)]
     assert losses[0] == losses[1] and len(losses[0]) == 4, losses   # steps 1 and 2 on both ranks
-    check = h.run([h.PY, "-m", "commtrace", "check", run]).check(1)
+    check = h.commtrace_main("check", run).check(1)
     errors = [line for line in check.stdout.splitlines() if line.startswith("ERROR")]
     assert errors[:2] == ["ERROR rank 1 raised ValueError: bad batch at step 3",
                           "ERROR group 0 (default_pg) seq 8: all_reduce [[36]] entered by rank 0; "

@@ -5,7 +5,6 @@ was counted at the dense shape's size (50 x 4 float32: 800 B), and DDP's were re
 written the result (the union of both ranks' rows) into the tensor."""
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
@@ -31,7 +30,6 @@ def test_sparse_all_reduce_counts_each_ranks_nnz(tmp_path, wrapper):
         assert rows["shapes"].tolist() == ["[[50,4]]"] * 4   # the dense shape: what the members must agree on
         assert set(rows["status"].astype(str)) == {"completed"}
     # different per-rank sizes of one collective are no desync
-    chk = subprocess.run([h.PY, "-m", "commtrace", "check", run.run_dir], capture_output=True, text=True,
-                         env=h.clean_env(), timeout=120)
+    chk = h.commtrace_main("check", run.run_dir)
     assert chk.returncode == 0, chk.stdout + chk.stderr
     assert "mismatch" not in chk.stdout

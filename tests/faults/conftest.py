@@ -14,7 +14,7 @@ ROOT = HERE.parent.parent
 MPIRUN = Path(sys.executable).parent / "mpirun"
 
 sys.path.insert(0, str(HERE.parent))
-from helpers import assert_same_findings, free_port, partitioned_findings  # noqa: E402,F401
+from helpers import assert_same_findings, commtrace_main, free_port, partitioned_findings  # noqa: E402,F401
 
 
 def _env() -> dict:
@@ -57,8 +57,16 @@ def traced_mpirun(out: Path, mode: str, n: int = 2, timeout: float = 60):
 
 
 def check_cli(run_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """`commtrace check` through the real command line."""
+    """`commtrace check` through the real command line: where its exit code and streams are
+    the subject (test_faults.py: 0 on a clean run, 1 on a failed one, 2 on unusable input)."""
     return _run([sys.executable, "-m", "commtrace", "check", str(run_dir), *args], timeout)
+
+
+def check_main(run_dir: Path, *args: str):
+    """`commtrace check` by the command line's main in this process (its returncode, stdout,
+    stderr): for tests that read what check says of a run (a subprocess is an interpreter
+    importing pandas, ~1 s of CPU); check_cli keeps the real command line tested."""
+    return commtrace_main("check", run_dir, *args)
 
 
 def diagnose_dir(run_dir: Path):

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 
 import pytest
 
 from commtrace.analysis import check as C
 
-from .conftest import SCRIPTS, _run, check_cli, diagnose_dir, kinds, traced_mpirun, traced_spawn
+from .conftest import SCRIPTS, check_cli, check_main, commtrace_main, diagnose_dir, kinds, traced_mpirun, traced_spawn
 
 SCRIPT = "spawn_faults.py"
 
@@ -91,11 +90,11 @@ def test_rank_raises(tmp_path):
     assert p.returncode == 1
     assert p.stdout.splitlines()[2] == "ERROR rank 1 raised RuntimeError: injected failure at step 3", p.stdout
     # the report says it too: the banner's "ended" row and --json's "endings" (rank 0 ended otherwise)
-    rep = _run([sys.executable, "-m", "commtrace", "report", "--json", "-", str(tmp_path / "run")], timeout=120)
+    rep = commtrace_main("report", "--json", "-", tmp_path / "run")
     assert rep.returncode == 0, rep.stderr
     endings = json.loads(rep.stdout)["run"]["endings"]
     assert endings["1"] == "raised RuntimeError: injected failure at step 3" and "0" in endings, endings
-    rep = _run([sys.executable, "-m", "commtrace", "report", str(tmp_path / "run")], timeout=120)
+    rep = commtrace_main("report", tmp_path / "run")
     banner = rep.stdout.split("\n  hosts ")[0]       # the row folds at 80 columns
     assert "\n  ended      rank 0: " in banner, rep.stdout   # raised gloo's error, or SIGTERMed by mp.spawn
     assert "; rank 1: raised RuntimeError: injected failure at step 3" in " ".join(banner.split()), rep.stdout
@@ -199,7 +198,7 @@ def test_truncated_trace(clean_run, tmp_path):
     assert na.ranks == [1] and na.seq == 5
     assert "truncated" in "\n".join(na.details)
     assert _completed_seqs(run, 0) == [1, 2, 3, 4, 5, 6] and _proc(run, 0)["complete"]
-    p = check_cli(run_dir)
+    p = check_main(run_dir)
     assert p.returncode == 1 and "truncated" in p.stdout
 
 

@@ -11,7 +11,7 @@ import pytest
 from commtrace.analysis import check as C
 from helpers import torch_test_harness_lacks
 
-from .conftest import check_cli, diagnose_dir, traced_spawn
+from .conftest import check_main, diagnose_dir, traced_spawn
 
 
 def test_a_skipped_test_of_torchs_harness_is_no_failure(tmp_path):
@@ -32,4 +32,4 @@ def test_a_skipped_test_of_torchs_harness_is_no_failure(tmp_path):
     assert not [f for f in findings if f.severity == C.ERROR], [f.title for f in findings]
     told = [f for f in findings if "skipped its test" in f.title]
     assert told and all(f.severity == C.INFO for f in told), [f.title for f in findings]
-    assert check_cli(out).returncode == 0
+    assert check_main(out).returncode == 0

@@ -15,7 +15,7 @@ import pytest
 
 from commtrace.analysis import check as C
 
-from .conftest import MPIRUN, SCRIPTS, _env, _run, check_cli, diagnose_dir, kinds
+from .conftest import MPIRUN, SCRIPTS, _env, _run, check_cli, check_main, commtrace_main, diagnose_dir, kinds
 
 EARLY = str(SCRIPTS / "early_faults.py")
 
@@ -35,7 +35,7 @@ def test_rank_dies_before_init_process_group_mpirun(tmp_path):
     run, findings = diagnose_dir(run_dir)
     assert run.processes == [] and len(run.unranked) == 2
     assert all(p["launch_env"].get("OMPI_COMM_WORLD_SIZE") == "2" for p in run.unranked)
-    c = check_cli(run_dir)
+    c = check_main(run_dir)
     assert c.returncode == 1, c.stdout + c.stderr
     errors = _error_lines(c.stdout)
     assert errors[0] == "ERROR rank 1 raised KeyError: 'lr' before any process group existed", c.stdout
@@ -57,7 +57,7 @@ def test_rank_dies_before_init_process_group_spawn(tmp_path):
     spawned = [p for p in run.unranked if p["spawn_index"] is not None]
     assert sorted(p["spawn_index"] for p in spawned) == [0, 1]
     assert {p["ppid"] for p in spawned} <= {p["pid"] for p in run.unranked}
-    c = check_cli(run_dir)
+    c = check_main(run_dir)
     assert c.returncode == 1, c.stdout + c.stderr
     errors = _error_lines(c.stdout)
     assert errors[0] == "ERROR mp.spawn process 1 raised KeyError: 'lr' before any process group existed"
@@ -68,7 +68,7 @@ def test_rank_dies_before_init_process_group_spawn(tmp_path):
     assert len(parent) == 1 and "raised ProcessRaisedException: Process 1 terminated" in parent[0]
     assert "before any process group" not in parent[0]
     # report does not count the rank-less processes as ranks: no rank, nothing to report
-    rep = _run([sys.executable, "-m", "commtrace", "report", str(run_dir)], timeout=60)
+    rep = commtrace_main("report", run_dir)
     assert (rep.returncode == 2 and len(rep.stderr.splitlines()) == 1) or "ranks      0 " in rep.stdout, \
         rep.stdout + rep.stderr
 
@@ -80,7 +80,7 @@ def two_site_run(tmp_path_factory):
     p = _run([sys.executable, "-m", "commtrace", "run", "-o", str(out), str(SCRIPTS / "spawn_faults.py"),
               "sites", "8"], timeout=60)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert check_cli(out).returncode == 0
+    assert check_main(out).returncode == 0
     return out
 
 
@@ -93,7 +93,7 @@ def test_truncated_metadata_is_named_not_misread(two_site_run, tmp_path):
     meta = next(run_dir.glob("rank1.pid*.meta.jsonl"))
     text = meta.read_bytes()
     os.truncate(meta, text.index(b'{"type":"sig","id":1') + 20)
-    c = check_cli(run_dir)
+    c = check_main(run_dir)
     assert c.returncode == 1, c.stdout + c.stderr
     errors = _error_lines(c.stdout)
     assert errors[0] == (f"ERROR group 0 (default_pg) seq 2..8 (4 sequence numbers): the records of rank 1 are "
@@ -113,7 +113,7 @@ def test_corrupt_op_records_are_a_problem(two_site_run, tmp_path):
     ops = next(run_dir.glob("rank0.pid*.ops.bin"))
     rnd = random.Random(16)
     ops.write_bytes(bytes(rnd.getrandbits(8) for _ in range(ops.stat().st_size)))
-    c = check_cli(run_dir)
+    c = check_main(run_dir)
     assert c.returncode == 1, c.stdout + c.stderr
     assert "no problems found" not in c.stdout
     assert f"ERROR rank 0: trace damaged: 8 of 8 op records in {ops.name} unreadable" in _error_lines(c.stdout)

@@ -50,11 +50,30 @@ def check(p: h.Result) -> str:
     return p.stdout
 
 
+def run_checked(script, n: int, *args, **kw) -> str:
+    """run_mpi's launch: stdout of ``script`` (a worker of this folder, or argv) on ``n`` ranks."""
+    return check(mpirun(script if isinstance(script, (list, tuple)) else HERE / script, n, *args, **kw))
+
+
 @pytest.fixture
 def run_mpi():
     """run_mpi("worker.py", n, args...) or run_mpi(["-m", "pkg", ...], n, ...)."""
-    return lambda script, n, *a, **kw: check(
-        mpirun(script if isinstance(script, (list, tuple)) else HERE / script, n, *a, **kw))
+    return run_checked
+
+
+@pytest.fixture(scope="module")
+def run_mpi_once():
+    """run_mpi for a launch that several tests of a file read (one worker, several modes): the
+    first call launches, later calls with the same arguments read its output. A failed launch is
+    not kept: the next test launches again and fails on its own."""
+    outputs: dict = {}
+
+    def run(script, n: int, *args, env=None, **kw):
+        key = (str(script), n, tuple(map(str, args)), tuple(sorted((env or {}).items())), tuple(sorted(kw.items())))
+        if key not in outputs:
+            outputs[key] = run_checked(script, n, *args, env=env, **kw)
+        return outputs[key]
+    return run
 
 
 _BUILD = """

@@ -31,10 +31,15 @@ def test_ddp_losses_match_gloo(run_mpi, n):
     assert "0 mismatches" in out
 
 
-def test_ranks_mixing_blocking_and_async_collectives(run_mpi):
+def _mixed(run_mpi_once) -> str:
+    """worker_mixed.py's two modes in one launch (the launch is not what they test)."""
+    return run_mpi_once("worker_mixed.py", 2, "ops", "join", timeout=150)
+
+
+def test_ranks_mixing_blocking_and_async_collectives(run_mpi_once):
     # MPI matches no blocking collective with a non-blocking one: one rank's
     # dist.all_reduce(t) and the other's all_reduce(t, async_op=True) hung.
-    out = run_mpi("worker_mixed.py", 2, "ops", timeout=90)
+    out = _mixed(run_mpi_once)
     assert "mixed ops: 66 checks on 2 ranks, 0 failures" in out, out
 
 
@@ -48,9 +53,9 @@ def test_collective_futures_complete_in_issue_order(run_mpi):
     assert "order: 10 rounds on 2 ranks, 0 out of order" in out, out
 
 
-def test_ddp_join_uneven_inputs_matches_gloo(run_mpi):
+def test_ddp_join_uneven_inputs_matches_gloo(run_mpi_once):
     # torch's Join: the joined rank's all_reduce is blocking, the others' async (hung).
-    out = run_mpi("worker_mixed.py", 2, "join", timeout=90)
+    out = _mixed(run_mpi_once)
     assert "mixed join: 4 parameters compared with gloo on 2 ranks, 0 failures" in out, out
 
 

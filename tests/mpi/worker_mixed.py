@@ -1,11 +1,15 @@
 """Runs under mpirun (2 ranks): ranks that disagree on async_op for the same collective.
 
-    worker_mixed.py ops    every collective kind called blocking on one rank and
-                           async_op=True (+ wait) on the other, both ways round, and an
-                           async op still queued when the same rank calls a blocking one
-    worker_mixed.py join   DDP with uneven inputs under torch's Join (its joined rank's
-                           all_reduce is blocking, the other rank's async) on gloo, then on
-                           init_process_group("mpi"): the final parameters must be equal
+    worker_mixed.py MODE...  each MODE in turn, in one launch, one summary line each:
+    ops    every collective kind called blocking on one rank and
+           async_op=True (+ wait) on the other, both ways round, and an
+           async op still queued when the same rank calls a blocking one
+    join   DDP with uneven inputs under torch's Join (its joined rank's
+           all_reduce is blocking, the other rank's async) on gloo, then on
+           init_process_group("mpi"): the final parameters must be equal
+
+The modes share a launch because the launch is not what they test (each makes and
+destroys its own process groups); the tests read each mode's line.
 
 MPI does not match a blocking collective with a non-blocking one: an mpi backend that
 issues MPI_Allreduce on one rank and MPI_Iallreduce on the other hangs here (the test's
@@ -25,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import commtrace.mpi
 from commtrace import mpienv
 
-MODE = sys.argv[1]
+MODES = sys.argv[1:]
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
 # MASTER_ADDR, MASTER_PORT: the test's (conftest.mpirun)
@@ -164,13 +168,17 @@ def join():
     return f"{len(m_state)} parameters compared with gloo"
 
 
-summary = {"ops": mixed_ops, "join": join}[MODE]()
-all_failures = comm.allgather(failures)
-if rank == 0:
-    flat = [f for fs in all_failures for f in fs]
-    print(f"mixed {MODE}: {summary} on {size} ranks, {len(flat)} failures; "
-          f"mpi group: {commtrace.mpi.fastpath_status()}")
-    for f in flat[:40]:
-        print(f)
+any_failed = False
+for mode in MODES:
+    failures.clear()
+    summary = {"ops": mixed_ops, "join": join}[mode]()
+    all_failures = comm.allgather(failures)
+    any_failed = any_failed or any(all_failures)
+    if rank == 0:
+        flat = [f for fs in all_failures for f in fs]
+        print(f"mixed {mode}: {summary} on {size} ranks, {len(flat)} failures; "
+              f"mpi group: {commtrace.mpi.fastpath_status()}", flush=True)
+        for f in flat[:40]:
+            print(f)
 time.sleep(0.05)   # torch 2.13 exit race with gloo's worker thread (see worker_ddp.py)
-sys.exit(1 if any(all_failures) else 0)
+sys.exit(1 if any_failed else 0)

@@ -4,6 +4,7 @@
                                every other op through the native group
     worker_native.py ddp       one DDP training on the native group, the Python group, gloo
     worker_native.py fallback  (COMMTRACE_NATIVE=0) the Python group is used
+    worker_native.py ops ddp   both, in that order, in one launch (one summary line each)
 
 Groups: G = gloo (default group, env:// rendezvous over MPI), N = new_group("mpi")
 (the native group), P = new_group("mpi") created with COMMTRACE_NATIVE=0 (the
@@ -28,7 +29,9 @@ import commtrace.mpi
 from commtrace import mpienv
 from commtrace.mpi.backend import MPIProcessGroup
 
-MODE = sys.argv[1]
+MODES = sys.argv[1:]
+if not MODES or not set(MODES) <= {"ops", "ddp", "fallback"} or ("fallback" in MODES and len(MODES) > 1):
+    raise SystemExit(f"modes: ops, ddp, ops ddp or fallback, not {MODES}")
 R = dist.ReduceOp
 comm = mpienv.world()
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -46,20 +49,27 @@ def fail(name, msg):
     failures.append(f"[rank{rank}] {name}: {msg}")
 
 
-def finish(summary):
+def summarize(mode, summary) -> bool:
+    """Prints ``mode``'s summary line (rank 0) and starts the next mode's count; True if no rank failed."""
+    global checks
     all_failures = comm.allgather(failures)
     if rank == 0:
         flat = [f for fs in all_failures for f in fs]
-        print(f"native {MODE}: {summary}, {checks} checks on {size} ranks, {len(flat)} failures")
+        print(f"native {mode}: {summary}, {checks} checks on {size} ranks, {len(flat)} failures", flush=True)
         for f in flat[:60]:
             print(f)
-    ok = comm.allreduce(len(failures)) == 0
+    failures.clear()
+    checks = 0
+    return not any(all_failures)
+
+
+def finish(ok: bool):
     dist.destroy_process_group()
     time.sleep(0.05)   # torch 2.13 exit race with gloo's worker thread (see worker_ops.py)
     sys.exit(0 if ok else 1)
 
 
-if MODE == "fallback":
+if MODES == ["fallback"]:
     # COMMTRACE_NATIVE=0: the factory hands c10d the Python group, and it works.
     checks += 3
     if not isinstance(N, MPIProcessGroup):
@@ -70,7 +80,7 @@ if MODE == "fallback":
     dist.all_reduce(t, group=N)
     if not torch.equal(t, torch.full((3,), float(size * (size + 1) // 2))):
         fail("all_reduce", t)
-    finish(status)
+    finish(summarize("fallback", status))
 
 checks += 4
 if type(N).__name__ != "NativeMPIProcessGroup" or status != "native":
@@ -177,7 +187,8 @@ def check_path(name, work, fast, options_type):
         fail(name, f"took the {path_taken(work)} path, expected {'fast' if fast else 'python'}")
 
 
-if MODE == "ops":
+passed = True
+if "ops" in MODES:
     # ---- all_reduce: every dtype x op, public API; then the path the direct call took
     for dt in INTS + FLOATS + [torch.bool, torch.complex64, torch.complex128, torch.float16, torch.bfloat16]:
         for op in OPS:
@@ -379,9 +390,9 @@ if MODE == "ops":
             fail("subgroup", f"{type(sub_n)} {path_taken(w)} {x} vs gloo {y}")
     elif sub_n is not dist.GroupMember.NON_GROUP_MEMBER:
         fail("subgroup non-member", repr(sub_n))
-    finish(status)
+    passed = summarize("ops", status) and passed
 
-if MODE == "ddp":
+if "ddp" in MODES:
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -410,6 +421,5 @@ if MODE == "ddp":
         got = train(group)
         if not (torch.equal(got[0], ref[0]) and all(torch.equal(a, b) for a, b in zip(got[1], ref[1]))):
             fail(f"ddp {name}", f"losses {got[0].tolist()} vs gloo {ref[0].tolist()}")
-    finish(status)
-
-raise SystemExit(f"unknown mode {MODE}")
+    passed = summarize("ddp", status) and passed
+finish(passed)
