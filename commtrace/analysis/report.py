@@ -77,9 +77,10 @@ def _named_info(info: dict, name) -> dict:
     return out
 
 
-def report_json(rep) -> dict:
+def report_json(rep, by: tuple | None = None) -> dict:
     """``commtrace report --json`` of ``rep`` (fields: docs/report.md); a partitioned analysis adds
-    ``"partitioned": true`` and how (executor, workers, percentiles)."""
+    ``"partitioned": true`` and how (executor, workers, percentiles); ``by`` (report --by: key names,
+    table over them) adds ``by``, its ``keys`` and ``rows``."""
     info = dict(rep.info)
     name = (lambda k: rank_name(k, True)) if info.get("worlds") else None
     if name is not None:
@@ -91,6 +92,9 @@ def report_json(rep) -> dict:
     top = _named_ranks(sk["top"], name)
     top_cols = ["op", "group", "seq", "ranks", "spread_ns", "last_rank", "first_rank", "first_start_ns"]
     st = rep.steps
+    if by is not None:
+        flat = _named_ranks(by[1].reset_index(), name)
+        by = {"keys": list(by[0]), "rows": table_records(flat.set_index(list(by[1].index.names)))}
     return json_safe({
         "format": "commtrace-report", "version": 3,
         **({} if rep.whole else {"partitioned": True}),
@@ -112,4 +116,5 @@ def report_json(rep) -> dict:
             "top": [{c: json_safe(r[c]) if c not in ("op", "group") else str(r[c]) for c in top_cols}
                     for _, r in top.iterrows()] if len(top) else [],
         },
+        **({} if by is None else {"by": by}),
     })

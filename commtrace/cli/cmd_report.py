@@ -78,7 +78,7 @@ def run_report(ns) -> int:
 
 def _write_exports(ns, s, limit, by) -> None:
     """The exports of report ``s``: from its op view when it holds every op, else file by file."""
-    from ..analysis.report import json_safe, report_json, table_records
+    from ..analysis.report import report_json
     from ..render import export
     v = s.op_view
     if ns.perfetto and v is not None:
@@ -99,10 +99,7 @@ def _write_exports(ns, s, limit, by) -> None:
         from ..render.export import write_by_rank
         write_by_rank(s, ns.csv, ns.parquet)
     if ns.json:
-        data = report_json(s)
-        if by is not None:   # key ``by``: its ``keys`` and ``rows``
-            data["by"] = json_safe({"keys": by[0], "rows": table_records(by[1])})
-        export.write_json(data, ns.json)
+        export.write_json(report_json(s, by), ns.json)
     if ns.html:
         from ..render.html_page import report_html, steady_report, write_html
         write_html(report_html(s, top=ns.top, steady=steady_report(s, ns.top, dask=ns.dask, memory_limit=limit)),

@@ -247,6 +247,9 @@ def _summary_table(con, df, title, key_names, note=None, left_out: bool = False)
     """``left_out``: the note also counts the collectives left out of bandwidth (a table whose rows
     hold each collective once: per op)."""
     flat = df.reset_index()
+    if "rank" in key_names:   # rank keys, as every view names them ("w1:r0" in a run of several worlds)
+        several = several_worlds(flat["rank"])
+        flat["rank"] = [rank_name(k, several) for k in flat["rank"]]
     rows, styles, marked = [], [], False
     for r in flat.itertuples(index=False):
         d = r._asdict()

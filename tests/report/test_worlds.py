@@ -125,6 +125,25 @@ def test_views_name_the_world(two_worlds, tmp_path, capsys):
     assert {rank_key(worlds.index(w), int(r)): int(n) for (w, r), n in got.items()} == per_rank
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_by_rank_names_the_world(two_worlds, tmp_path, capsys, partitioned):
+    """report --by ...,rank: the table and its JSON rows name ranks "w1:r0" as every other view (they
+    showed the rank key, 1048576)."""
+    out = str(tmp_path / "by.json")
+    args = ["--partitioned"] if partitioned else []
+    assert cli("report", two_worlds, "--width", "160", "--by", "op,rank", "--json", out, *args) == 0
+    text = capsys.readouterr().out
+    by = text[text.index("By op, rank"):]
+    assert "w1:r0" in by and str(1 << 20) not in by
+    rows = json.load(open(out))["by"]["rows"]
+    worlds, per_rank = _expected(two_worlds)
+    assert {r["rank"] for r in rows} == {"w0:r0", "w0:r1", "w1:r0", "w1:r1"}
+    got = {}
+    for r in rows:
+        got[r["rank"]] = got.get(r["rank"], 0) + r["ops"]
+    assert got == {f"w{k >> 20}:r{k % (1 << 20)}": n for k, n in per_rank.items()}
+
+
 def test_partitioned_report_is_the_same(two_worlds):
     """The report of the two worlds file by file (map/reduce) equals the one held whole."""
     whole, parts = (report_json(analyse(two_worlds, partitioned=p)) for p in (False, True))
