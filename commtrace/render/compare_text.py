@@ -6,6 +6,7 @@ from rich.text import Text
 
 from .fmt import fmt_bw, fmt_bytes, fmt_count, fmt_delta, fmt_int, fmt_ns, plain_safe
 from .tables import Column, print_table
+from ..trace.rank_ranges import rank_name, several_worlds
 
 STEP_ROWS = [("step time", "step_ns", fmt_ns), ("compute", "compute_ns", fmt_ns), ("comm", "comm_ns", fmt_ns),
              ("exposed", "exposed_ns", fmt_ns), ("ops/step", "ops", fmt_count), ("bytes/step", "bytes", fmt_bytes)]
@@ -82,8 +83,12 @@ def _render_breakdown(con: Console, cmp: dict, labels: list[str]) -> None:
     columns = [Column(b, right=False, text=b not in ("op",), drop=0) for b in by] + [Column("run", right=False)] + \
               [Column(h, drop=d) for h, _, _, d in BREAKDOWN]
     rows, styles = [], []
+    at = by.index("rank") if "rank" in by else None   # rank keys, named as the report names them
+    several = at is not None and several_worlds(table.index.get_level_values(at))
     for key, row in table.iterrows():
         kt = key if isinstance(key, tuple) else (key,)
+        if at is not None:
+            kt = (*kt[:at], rank_name(kt[at], several), *kt[at + 1:])
         for i, (run, label) in enumerate(zip(runs, labels)):
             rows.append([plain_safe(k) if i == 0 else "" for k in kt] + [label]
                         + [fmt(row[(run, stat)]) for _, stat, fmt, _ in BREAKDOWN])

@@ -142,6 +142,9 @@ def test_by_rank_names_the_world(two_worlds, tmp_path, capsys, partitioned):
     for r in rows:
         got[r["rank"]] = got.get(r["rank"], 0) + r["ops"]
     assert got == {f"w{k >> 20}:r{k % (1 << 20)}": n for k, n in per_rank.items()}
+    assert cli("compare", two_worlds, two_worlds, "--by", "rank", "--width", "160", *args) == 0
+    text = capsys.readouterr().out
+    assert "w1:r1 BASE" in text and str(1 << 20) not in text
 
 
 def test_partitioned_report_is_the_same(two_worlds):
