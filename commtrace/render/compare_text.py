@@ -83,12 +83,9 @@ def _render_breakdown(con: Console, cmp: dict, labels: list[str]) -> None:
     columns = [Column(b, right=False, text=b not in ("op",), drop=0) for b in by] + [Column("run", right=False)] + \
               [Column(h, drop=d) for h, _, _, d in BREAKDOWN]
     rows, styles = [], []
-    at = by.index("rank") if "rank" in by else None   # rank keys, named as the report names them
-    several = at is not None and several_worlds(table.index.get_level_values(at))
+    shown = _shown_keys(cmp)
     for key, row in table.iterrows():
-        kt = key if isinstance(key, tuple) else (key,)
-        if at is not None:
-            kt = (*kt[:at], rank_name(kt[at], several), *kt[at + 1:])
+        kt = shown(key)
         for i, (run, label) in enumerate(zip(runs, labels)):
             rows.append([plain_safe(k) if i == 0 else "" for k in kt] + [label]
                         + [fmt(row[(run, stat)]) for _, stat, fmt, _ in BREAKDOWN])
@@ -105,16 +102,28 @@ def _render_breakdown(con: Console, cmp: dict, labels: list[str]) -> None:
                      "nccl-tests convention. Same definitions as `commtrace report`.")
 
 
+def _shown_keys(cmp: dict):
+    """A breakdown row's key as a tuple, rank keys named as the report names them ("w1:r0" in runs
+    of several worlds)."""
+    by = cmp["by"]
+    at = by.index("rank") if "rank" in by else None
+    several = at is not None and several_worlds(cmp["breakdown"].index.get_level_values(at))
+
+    def shown(key) -> tuple:
+        kt = key if isinstance(key, tuple) else (key,)
+        return kt if at is None else (*kt[:at], rank_name(kt[at], several), *kt[at + 1:])
+    return shown
+
+
 def compare_json(cmp: dict) -> dict:
     """The comparison as JSON (format commtrace-compare, version 2; docs/report.md)."""
     from ..analysis.report import json_safe
     st = cmp["steps"]
     steps = {run: {stat: {k: json_safe(v) for k, v in st.loc[(run, stat)].items()} for stat in
                    st.loc[run].index} for run in cmp["runs"]}
-    rows = []
+    rows, shown = [], _shown_keys(cmp)
     for key, row in cmp["breakdown"].iterrows():
-        key = key if isinstance(key, tuple) else (key,)
-        item = {b: str(k) for b, k in zip(cmp["by"], key)}
+        item = {b: str(k) for b, k in zip(cmp["by"], shown(key))}
         for name in cmp["runs"]:
             item[name] = {stat: json_safe(row[(n, stat)]) for (n, stat) in cmp["breakdown"].columns if n == name}
         rows.append(item)

@@ -142,9 +142,11 @@ def test_by_rank_names_the_world(two_worlds, tmp_path, capsys, partitioned):
     for r in rows:
         got[r["rank"]] = got.get(r["rank"], 0) + r["ops"]
     assert got == {f"w{k >> 20}:r{k % (1 << 20)}": n for k, n in per_rank.items()}
-    assert cli("compare", two_worlds, two_worlds, "--by", "rank", "--width", "160", *args) == 0
+    cmp = str(tmp_path / "cmp.json")
+    assert cli("compare", two_worlds, two_worlds, "--by", "rank", "--width", "160", "--json", cmp, *args) == 0
     text = capsys.readouterr().out
     assert "w1:r1 BASE" in text and str(1 << 20) not in text
+    assert sorted(r["rank"] for r in json.load(open(cmp))["rows"]) == ["w0:r0", "w0:r1", "w1:r0", "w1:r1"]
 
 
 def test_partitioned_report_is_the_same(two_worlds):
