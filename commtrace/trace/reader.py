@@ -874,7 +874,6 @@ def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
         df = {"ops": run.frame, "spans": run.spans, "marks": run.marks, "regions": run.regions}[table]
     df.attrs["run_dir"] = run.path
     df.attrs["incomplete"] = [str(i) for i in run.issues]
-    if table == "ops":
-        df.attrs["processes"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.processes]
-        df.attrs["unranked"] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in run.unranked]
+    for key in ("processes", "unranked") if table == "ops" else ():
+        df.attrs[key] = [{k: v for k, v in p.items() if k not in ("marks", "dumps")} for p in getattr(run, key)]
     return df
