@@ -777,13 +777,12 @@ def merged_frame(procs: list[ProcessTrace], refs: dict | None = None, world_rank
     return merge_cpp_layer(frame, read_mpi_calls(cpp))
 
 
-def load_run(run_dir: str | None = None, rank_keys: bool = False, one_run: bool = False) -> Run:
+def load_run(run_dir: str | None = None, rank_keys: bool = False, one_run: bool = True) -> Run:
     """The run's ops and tables; ``rank_keys``: ranks given as rank keys (number_worlds), as the report
-    keys them; else each op's rank is its process's rank in the op's world (``build_frame``). ``one_run``:
-    the files of another run left out (check_run_ids; an issue each) before anything is derived from the
-    files (world numbers, bucket_rule), as the report's plan does."""
+    keys them; else each op's rank is its process's rank in the op's world (``build_frame``). ``one_run``
+    (the default, as report and check do): the files of another run left out (read_run_files)."""
     run_dir = newest_run() if run_dir is None else str(run_dir)
-    procs, issues = run_processes(read_run_files(run_dir), one_run)
+    procs, issues = run_processes(read_run_files(run_dir, one_run=one_run))
     numbers = number_worlds(procs) if rank_keys else {}
     for p in procs:
         p.world_number = numbers.get(p.meta_path)
@@ -795,15 +794,9 @@ def load_run(run_dir: str | None = None, rank_keys: bool = False, one_run: bool 
                marks, regions, unranked=[p.summary() for p in procs if p.rank is None])
 
 
-def run_processes(read: list, one_run: bool = True) -> tuple[list[ProcessTrace], list[TraceIssue]]:
-    """(processes, issues) of read_run_files' ``read``; ``one_run``: less the files of another run
-    (check_run_ids), with an issue each."""
-    procs, issues = [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
-    if one_run:
-        _, drop, more = check_run_ids([p.summary() for p in procs])
-        procs = [p for p in procs if os.path.basename(p.meta_path) not in drop]
-        issues += more
-    return procs, issues
+def run_processes(read: list) -> tuple[list[ProcessTrace], list[TraceIssue]]:
+    """(processes, issues) of read_run_files' ``read``."""
+    return [pt for _, pt, _ in read if pt is not None], [i for *_, file_issues in read for i in file_issues]
 
 
 def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
@@ -823,13 +816,21 @@ def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
     return major, drop, issues
 
 
-def read_run_files(run_dir: str, records: bool = True) -> list[tuple[str, ProcessTrace | None, list[TraceIssue]]]:
+def read_run_files(run_dir: str, records: bool = True,
+                   one_run: bool = True) -> list[tuple[str, ProcessTrace | None, list[TraceIssue]]]:
     """Per trace file of run ``run_dir`` (find_traces' order): (meta path, its process or None when
-    unreadable, its issues) (read_process); CommtraceError (the first issues) when none is readable."""
+    unreadable, its issues) (read_process); CommtraceError (the first issues) when none is readable.
+    ``one_run``: a file of another run (check_run_ids: one directory written by two) is given as None with
+    its OTHER_RUN issue, before anything is derived from the files (world numbers, the bucket rule)."""
     read = [(m, read_process(m, issues, records), issues) for m in find_traces(run_dir) for issues in [[]]]
     if all(pt is None for _, pt, _ in read):
         detail = "; ".join([str(i) for *_, issues in read for i in issues][:3])
         raise CommtraceError(f"{run_dir}: no readable trace files ({detail})")
+    if one_run:
+        _, drop, other = check_run_ids([pt.summary() for _, pt, _ in read if pt is not None])
+        why = {i.file: i for i in other}
+        read = [(m, None, [*issues, why[os.path.basename(m)]]) if os.path.basename(m) in drop else (m, pt, issues)
+                for m, pt, issues in read]
     return read
 
 
@@ -865,7 +866,7 @@ def load(run_dir: str | None = None, table: str = "ops") -> pd.DataFrame:
     """
     if table not in TABLES:
         raise CommtraceError(f"table {table!r}: unknown (one of {', '.join(TABLES)})")
-    run = load_run(run_dir, one_run=True)   # the files the report leaves out (another run's), left out here too
+    run = load_run(run_dir)   # the files the report leaves out (another run's), left out here too
     for issue in run.issues:
         warnings.warn(str(issue), CommtraceWarning, stacklevel=2)
     if table == "counts":

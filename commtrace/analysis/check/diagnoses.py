@@ -10,7 +10,8 @@ import pandas as pd
 
 from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import FOLD_SHOWN, fmt_ranks, folded_inline, folded_lines
-from ...trace.issues import ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, RANKS_MISSING, fold_issues, issue_line
+from ...trace.issues import (ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, OTHER_RUN, RANKS_MISSING, fold_issues,
+                             issue_line)
 from ...trace.schema import RECV_ANY_SOURCE, rank_in_name, stem_of
 from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names
 from .findings import (
@@ -586,12 +587,13 @@ def diagnose_issues(run, fates: dict[tuple, RankFate]) -> list[Finding]:
     """Reader issues not already explained by another finding; one problem (kind and text)
     in several ranks' files is one finding naming them (``trace.issues.fold_issues``)."""
     # Told in a rank's findings: issues with a ranked process's files (rank_fates), or with the
-    # file of a rank that has no readable trace (missing_rank).
+    # file of a rank that has no readable trace (missing_rank). Another run's file, left out, is no
+    # rank of this run's: always told.
     told = {stem_of(f) for fate in fates.values() for f in fate.files}
     ranked = {r for _, r in fates}
-    left = [i for i in run.issues
-            if getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
-            and ((r := rank_in_name(str(getattr(i, "file", "")))) is None or r in ranked)]
+    left = [i for i in run.issues if getattr(i, "kind", None) == OTHER_RUN or (
+            getattr(i, "kind", None) not in _TOLD_ELSEWHERE and stem_of(str(getattr(i, "file", ""))) not in told
+            and ((r := rank_in_name(str(getattr(i, "file", "")))) is None or r in ranked))]
     out = []
     for alike in fold_issues(left):
         f = Finding(TRACE_ISSUE, WARNING, issue_line(alike))

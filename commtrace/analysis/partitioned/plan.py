@@ -40,8 +40,8 @@ class RunPlan:
 def plan_run(run_dir: str | None) -> RunPlan:
     run_dir = reader.newest_run() if run_dir is None else str(run_dir)
     procs, issues = reader.run_processes(reader.read_run_files(run_dir, records=False))   # this run's files only:
-    numbers = reader.number_worlds(procs)      # another run's worlds are not numbered (load_run's one_run)
-    run_id = reader.check_run_ids([p.summary() for p in procs])[0]
+    numbers = reader.number_worlds(procs)      # another run's worlds are not numbered (read_run_files' one_run)
+    run_id = reader.check_run_ids([p.summary() for p in procs])[0]     # the one id they share
     ranked = [p for p in procs if p.rank is not None]
     if not ranked:
         raise no_rank_error(os.path.abspath(run_dir), [p.summary() for p in procs])
