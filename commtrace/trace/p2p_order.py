@@ -71,14 +71,22 @@ def pair_seqs(proc: np.ndarray, group: np.ndarray, send: np.ndarray, peer: np.nd
 
 
 def _codes(*cols: np.ndarray) -> np.ndarray:
-    """Dense int64 codes of the rows' value tuples (any order): one column at a time, each step's codes
-    dense again (below the row count: no overflow)."""
-    code = np.zeros(len(cols[0]), np.int64)
+    """Dense int64 codes of the rows' value tuples (any order): the columns' offsets from their minimum
+    packed into one int64 while their spans' product fits (made dense first where it would not), then
+    one np.unique."""
+    code, span = np.zeros(len(cols[0]), np.int64), 1
     for c in cols:
-        _, c = np.unique(np.asarray(c, np.int64), return_inverse=True)
-        _, code = np.unique(code * (int(c.max(initial=0)) + 1) + c.reshape(-1), return_inverse=True)
-        code = code.reshape(-1).astype(np.int64)
-    return code
+        c = np.asarray(c, np.int64)
+        lo = int(c.min(initial=0))
+        width = int(c.max(initial=0)) - lo + 1
+        if width >= 1 << 31:                    # an odd huge value (a tag): its column made dense
+            _, c = np.unique(c, return_inverse=True)
+            c, lo, width = c.reshape(-1).astype(np.int64), 0, int(c.max(initial=0)) + 1
+        if span * width >= 1 << 62:
+            _, code = np.unique(code, return_inverse=True)
+            code, span = code.reshape(-1).astype(np.int64), int(code.max(initial=0)) + 1
+        code, span = code * width + (c - lo), span * width
+    return np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 @dataclass
@@ -98,8 +106,6 @@ def p2p_columns(pt, rec: np.ndarray) -> P2PColumns:
     sigs = [pt.sigs[i] for i in ids.tolist()]
     ops = [s.get("op") for s in sigs]
     is_p2p = np.array([o in schema.P2P_OPS for o in ops], bool)
-    if not is_p2p.any():            # collectives only (the common case): no pass over the records
-        ids = ids[:0]
     s_send = np.array([o == "send" for o in ops], bool)
     s_any = np.array([s.get("variant") == schema.RECV_ANY_SOURCE for s in sigs], bool)
     s_root = np.array([_int(s.get("root")) for s in sigs], np.int64)
@@ -135,8 +141,10 @@ def p2p_columns(pt, rec: np.ndarray) -> P2PColumns:
 def process_pair_seqs(pt, rec: np.ndarray, c: P2PColumns | None = None) -> np.ndarray:
     """Per record of ``rec`` (all of one process's records the trace keeps): its pair_seq, 0 where not a
     send/recv (``c``: their p2p_columns, if known)."""
-    c = p2p_columns(pt, rec) if c is None else c
     out = np.zeros(len(rec), np.int64)
+    if c is None and not any(s.get("op") in schema.P2P_OPS for s in pt.sigs.values()):
+        return out                  # collectives only (the common case): no pass over the records
+    c = p2p_columns(pt, rec) if c is None else c
     at = np.flatnonzero(c.p2p)
     if len(at):
         out[at] = pair_seqs(np.zeros(len(at), np.int64), rec["group"][at], c.send[at], c.peer[at], c.tag[at],
