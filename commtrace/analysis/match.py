@@ -1,12 +1,9 @@
 """Match each op to its instance across ranks: collectives by (world, group, seq); a send (``root``:
-global dst) pairs with a recv (``root``: global src) by (world, group, src, dst, seq).
-
-A recv from any source (``schema.RECV_ANY_SOURCE``) is an instance of its own, never paired, though its
-``root`` names the rank it received from (its ``source`` line): its seq counts its rank's recvs from any
-source (per tag), not the messages from that rank, so (src, dst, seq) would name another send (in
-tests/capture/workers/p2p.py, rank 2's isend, already the pair of rank 0's irecv). Its slowest rank's
-time is not known (``untimed_instances``), nor that of the send it received; the analysis keys it alike
-(partition_map: root MAX_RANKS).
+global dst) pairs with a recv (``root``: global src, for a recv from any source the rank it received
+from) by (world, group, src, dst, tag, pair_seq): the k-th send from s to d with tag t and the k-th recv
+on d of a message from s with tag t (``trace.p2p_order``: the rule, and where it cannot know k). An op
+whose pair_seq is not known (0) is an instance of its own. A pair's times are those of any instance: its
+first and last start, its slowest op's duration (the send's or the recv's), its largest size.
 """
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.rank_ranges import WORLD_STRIDE
+from ..trace.p2p_order import pair_seqs
 from ..trace.schema import P2P_OPS, RECV_ANY_SOURCE, TOTAL_SIZE_OPS
 from .arrays import OpArrays, cat_codes, int_or, narrow
 
@@ -38,19 +36,47 @@ def instance_keys(frame: pd.DataFrame) -> np.ndarray:
     op = frame["op"]
     p2p = op.isin(P2P_OPS).to_numpy()
     if p2p.any():
-        rank = frame["rank"].to_numpy(dtype=np.int64) % WORLD_STRIDE   # a rank key's rank (its world: ``w``)
-        root = int_or(frame["root"], -1).astype(np.int64)
-        if "variant" in frame:      # a recv from any source: no peer to pair with (the module's docstring)
-            root[(frame["variant"] == RECV_ANY_SOURCE).to_numpy(bool)] = -1
-        send = (op == "send").to_numpy()
-        src = np.where(send, rank, root)
-        dst = np.where(send, root, rank)
-        pk = pd.DataFrame({"w": wc[p2p], "g": gc[p2p], "s": src[p2p], "d": dst[p2p], "q": seq[p2p]})
-        pcode = pk.groupby(["w", "g", "s", "d", "q"], sort=False).ngroup().to_numpy(dtype=np.int64)
         key = key.copy()
-        key[p2p] = -1 - pcode       # negative: never collides with collective keys
+        key[p2p] = -1 - p2p_pair_codes(frame[p2p], wc[p2p], gc[p2p])   # negative: never a collective's key
     codes, uniq = pd.factorize(key)
     return narrow(codes, max(len(uniq), 2**15))  # int32 for any real run: 4 B per row kept
+
+
+def p2p_pair_codes(rows: pd.DataFrame, world_codes: np.ndarray | None = None,
+                   group_codes: np.ndarray | None = None) -> np.ndarray:
+    """Per send/recv row of ``rows``: the code of its pair (world, group, src, dst, tag, pair_seq), equal
+    for a send and the recv that took it; a row whose pair_seq is not known (0) gets a code of its own."""
+    n = len(rows)
+    wc = cat_codes(rows["world"])[0] if world_codes is None else world_codes
+    gc = cat_codes(rows["group"])[0] if group_codes is None else group_codes
+    rank = rows["rank"].to_numpy(dtype=np.int64) % WORLD_STRIDE   # a rank key's rank (its world: ``w``)
+    root = int_or(rows["root"], -1).astype(np.int64)
+    send = (rows["op"] == "send").to_numpy()
+    pair = frame_pair_seqs(rows)
+    lone = -1 - np.arange(n, dtype=np.int64)          # not known: a pair of its own
+    pk = pd.DataFrame({"w": wc, "g": gc, "s": np.where(send, rank, root), "d": np.where(send, root, rank),
+                       "t": _tags(rows), "q": np.where(pair > 0, pair, lone)})
+    return pk.groupby(["w", "g", "s", "d", "t", "q"], sort=False).ngroup().to_numpy(dtype=np.int64)
+
+
+def frame_pair_seqs(rows: pd.DataFrame) -> np.ndarray:
+    """Per send/recv row of ``rows``: its pair_seq (trace.p2p_order): the frame's column (reader.build_frame
+    numbers each process's ops whole), else (a frame made without it) numbered from the rows themselves by
+    the same rule (a process: its ``file``, else its rank; call order: start time)."""
+    if "pair_seq" in rows:
+        return rows["pair_seq"].to_numpy(dtype=np.int64)
+    n = len(rows)
+    proc = cat_codes(rows["file"])[0] if "file" in rows else rows["rank"].to_numpy(np.int64)
+    root = int_or(rows["root"], -1).astype(np.int64)
+    tag = _tags(rows)
+    anys = (rows["variant"] == RECV_ANY_SOURCE).to_numpy(bool) if "variant" in rows else np.zeros(n, bool)
+    return pair_seqs(proc, cat_codes(rows["group"])[0], (rows["op"] == "send").to_numpy(), root, tag,
+                     np.where(anys, tag, root), anys, rows["t_start_ns"].to_numpy(np.int64),
+                     rows["seq"].to_numpy(np.int64))
+
+
+def _tags(rows: pd.DataFrame) -> np.ndarray:
+    return int_or(rows["tag"], 0).astype(np.int64) if "tag" in rows else np.zeros(len(rows), np.int64)
 
 
 def instances_with(inst: np.ndarray, k: int, rows) -> np.ndarray:

@@ -27,6 +27,7 @@ from .records import (call_times, clock_offset, defined, defined_ids, last_recor
                       valid)
 from . import marks as mark_tables
 from .annotations import assign_buckets, bucket_rule, process_buckets
+from .p2p_order import process_pair_seqs
 from .issues import (  # noqa: F401  (TraceIssue and its kinds: read here, imported from here too)
     ABRUPT, COVERAGE, DAMAGED, OTHER_RUN, RANKS_MISSING, TRUNCATED, UNUSABLE, TraceIssue)
 from .rank_ranges import fmt_ranks, rank_key
@@ -72,6 +73,9 @@ class ProcessTrace:
     process: dict = field(default_factory=dict)  # "process" lines (spawn_index, ...)
     records: np.ndarray | None = None
     n_records: int = 0
+    # When ``records`` is a slice of the process's (a seq chunk's): the p2p_order.PairSeqRuns of all of them,
+    # which its sends and recvs take their pair_seq from (a slice alone cannot number them).
+    pair_runs: object = None
     # Read in pieces (read_process's ``piece``; record_pieces reads them): (records on disk, records per piece),
     # and its last op call (monotonic ns; the clock fit's).
     pieces: tuple | None = None
@@ -473,7 +477,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     group_rank: list[int] = []      # per group row: its process's rank (world_ranks: in the group's world)
     refs = reference_processes(procs) if refs is None else refs
     parts: dict[str, list] = {k: [] for k in ("proc", "sig", "grp", "t", "traw", "dret", "dend", "seq", "it", "st", "fl",
-                                              "bucket")}
+                                              "bucket", "pair")}
     for pi, pt in enumerate(procs):
         rec = pt.records
         if rec is None or len(rec) == 0:
@@ -493,6 +497,8 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
         parts["grp"].append(glut[rec["group"]])
         parts["t"].append(aligned)
         parts["bucket"].append(process_buckets(rec["t_call"], rec["sig"], rec["iteration"], pt.sigs))
+        pair = process_pair_seqs(pt, rec) if pt.pair_runs is None else pt.pair_runs.pair_seqs(rec)
+        parts["pair"].append(pair.astype(np.uint32))
         for k, f in (("traw", "t_call"), ("dret", "d_return"), ("dend", "d_end"), ("seq", "seq"),
                      ("it", "iteration"), ("st", "status"), ("fl", "flags")):
             parts[k].append(rec[f])
@@ -514,6 +520,7 @@ def build_frame(procs: list[ProcessTrace], refs: dict | None = None, world_ranks
     cols: dict = {
         "rank": rank_of_grp[grp_codes],
         "seq": c.pop("seq").astype(np.int64),
+        "pair_seq": c.pop("pair"),      # p2p_order: the number a send and the recv that took it share
         "t_start_ns": t,
     }
     # Return/end are float32 ns offsets (NaN = not observed): exact enough for

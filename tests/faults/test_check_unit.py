@@ -202,11 +202,11 @@ def test_a_recv_from_any_source_takes_one_send_to_its_rank():
 
 def test_a_recv_from_any_source_takes_a_send_from_the_rank_it_received_from():
     """Once a recv from any source completed, the trace names its sender (``root``, from its
-    ``source`` line): it takes that rank's send, not the first unmatched one to its rank, and never
-    by seq (its seq counts recvs from any source). Rank 0 received rank 2's first message by a recv
-    from rank 2 and its second from any source; rank 1's send was never received (read as a recv
-    from rank 2 #1, rank 2's second send was called unmatched too). A completed one whose sender has
-    no send left for it has no counterpart itself."""
+    ``source`` line): it pairs with that rank's send, counted with that rank's other recvs in call order
+    (trace.p2p_order), never by seq (its seq counts recvs from any source). Rank 0 received rank 2's
+    first message by a recv from rank 2 and its second from any source; rank 1's send was never received
+    (read as a recv from rank 2 #1, rank 2's second send was called unmatched too). A completed one whose
+    sender has no send for it has no counterpart itself."""
     procs = [proc(r, 3) for r in range(3)]
     rows = [row(2, 1, op="send", root=0), row(0, 1, op="recv", root=2), row(2, 2, op="send", root=0),
             row(1, 1, op="send", root=0), row(0, 1, op="recv", variant="recv_anysource", root=2, t=9_000_000)]
@@ -219,29 +219,32 @@ def test_a_recv_from_any_source_takes_a_send_from_the_rank_it_received_from():
 
 
 def test_what_recvs_from_any_source_leave_open_merges_over_seq_chunks():
-    """check.OpenP2P of seq chunks, merged, leaves what that of the whole frame does, with rows
-    capped (a broken run's millions of sends are not carried): rank 1 sends 50 messages to rank 0
-    (the last 3 in flight); rank 0 received 30 from any source naming rank 1, and 5 more are in
-    flight (no sender known). They take the first 35 sends (completed first): 15 are left, and the
-    last 10 of them are what the rows can show (#41-#50)."""
+    """check.OpenP2P of chunks (cut by pair_seq, as check_map cuts them), merged, leaves what that of the
+    whole frame does, with rows capped (a broken run's millions of sends are not carried): rank 1 sends 80
+    messages to rank 0 (the last 3 in flight); rank 0 received 30 from any source naming rank 1 (they pair
+    with the first 30), and 5 more are in flight (no sender known). Those take 5 of the 50 sends left
+    (completed first): 45 are left, and the last 10 of them are what the rows can show (#71-#80)."""
+    from commtrace.analysis.match import frame_pair_seqs
     procs = [proc(r, 2) for r in range(2)]
-    rows = [row(1, s, op="send", root=0, status="in_flight" if s > 47 else "completed") for s in range(1, 51)]
+    rows = [row(1, s, op="send", root=0, status="in_flight" if s > 77 else "completed") for s in range(1, 81)]
     rows += [row(0, s, op="recv", variant="recv_anysource", root=1 if s <= 30 else None,
                  status="completed" if s <= 30 else "in_flight", t=10**8 + s) for s in range(1, 36)]
     df = frame(rows)
+    df["pair_seq"] = frame_pair_seqs(df)        # numbered whole, as reader.build_frame does
+    cut = np.where(df["pair_seq"] > 0, df["pair_seq"], df["seq"])
     whole = [(int(r["rank"]), int(r["seq"])) for r in C.unmatched_p2p(df)]
     merged = C.OpenP2P()
     recvs = []
-    for lo in range(0, 60, 7):
-        got, open_p2p = C.p2p_loose_ends(df[((df["seq"] > lo) & (df["seq"] <= lo + 7)).to_numpy()])
+    for lo in range(0, 90, 7):
+        got, open_p2p = C.p2p_loose_ends(df[(cut > lo) & (cut <= lo + 7)])
         recvs += got
         merged.merge(open_p2p)
     assert [(int(r["rank"]), int(r["seq"])) for r in merged.unmatched(recvs)] == whole == \
-        [(1, s) for s in range(41, 51)]
+        [(1, s) for s in range(71, 81)]
     assert sum(s.n for s in merged.sends.values()) == 50 and merged.anonymous == {("w", "0", 0): 5}
     assert all(len(s.rows) <= 2 * C.P2P_SHOWN for s in merged.sends.values())
     p2p = by_kind(C.diagnose(mkrun(rows, procs)))[C.P2P_UNMATCHED]
-    assert sorted((f.seq, f.severity) for f in p2p) == [(s, C.INFO) for s in range(41, 48)] + [(s, C.ERROR) for s in (48, 49, 50)]
+    assert sorted((f.seq, f.severity) for f in p2p) == [(s, C.INFO) for s in range(71, 78)] + [(s, C.ERROR) for s in (78, 79, 80)]
 
 
 def test_straggler():

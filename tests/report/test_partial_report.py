@@ -544,11 +544,14 @@ def test_by_root_of_recvs_from_any_source(tmp_path):
     by = ["op", "root"]
     one_frame = op_summary(v.frame, v.matched, by, v.arrays)
     assert ("recv", "1") in one_frame.index and ("recv", "2") in one_frame.index and ("recv", "-") in one_frame.index
-    # every figure, algbw / busbw too: no recv from any source is paired with a send (match's docstring: its seq
-    # is not its sender's), so none has a bandwidth, nor the sends they received (before, the frame's matching
-    # paired them by the source line's rank and the seq, and gave the recvs from rank 1 a bandwidth)
-    assert one_frame.loc[[("recv", "1"), ("recv", "2"), ("recv", "-")], "algbw"].isna().all()
-    assert one_frame.loc[("recv", "1"), "untimed"] == 15 and one_frame.loc[("send", "0"), "untimed"] == 30
+    # every figure, algbw / busbw too: a recv from any source pairs with the send of the rank it received from
+    # (trace.p2p_order); the last one, whose sender is not known, with none, nor the send it received (once,
+    # no recv from any source paired: untimed, no bandwidth; before that the frame's matching paired them by the
+    # source line's rank and the seq, which counts recvs from any source)
+    assert one_frame.loc[[("recv", "1"), ("recv", "2")], "algbw"].notna().all()
+    assert one_frame.loc[("recv", "-"), "algbw"] != one_frame.loc[("recv", "-"), "algbw"]     # NaN
+    assert one_frame.loc[("recv", "1"), "untimed"] == one_frame.loc[("recv", "2"), "untimed"] == 0
+    assert one_frame.loc[("recv", "-"), "untimed"] == one_frame.loc[("send", "0"), "untimed"] == 1
     for s in (analyse(run, compare_by=by), analyse(run, workers=1, memory_limit=1 << 20, compare_by=by)):
         pd.testing.assert_frame_equal(s.summary(by), one_frame, check_dtype=False, check_index_type=False)
 

@@ -12,7 +12,8 @@ from ..bounded_coverage import bounded_processes, coverage_text
 from ...trace.rank_ranges import FOLD_SHOWN, fmt_ranks, folded_inline, folded_lines
 from ...trace.issues import (ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, OTHER_RUN, RANKS_MISSING, fold_issues,
                              issue_line)
-from ...trace.schema import RECV_ANY_SOURCE, rank_in_name, stem_of
+from ...trace.schema import rank_in_name, stem_of
+from ..match import frame_pair_seqs, p2p_pair_codes
 from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
@@ -314,7 +315,7 @@ def _take_order(r) -> tuple:
 
 @dataclass
 class _Sends:
-    """Sends of one sender to one receiver that no recv matched by seq, in take order: ``n`` exact;
+    """Sends of one sender to one receiver that no recv took, in take order: ``n`` exact;
     ``rows`` all of them, or past 2 * P2P_SHOWN the last P2P_SHOWN (those left when the others are
     taken) and the first P2P_SHOWN in frame order (those shown when none is taken)."""
     n: int = 0
@@ -328,60 +329,31 @@ class _Sends:
             rows = [r for r in rows[:-P2P_SHOWN] if id(r) in first] + rows[-P2P_SHOWN:]
         self.rows = rows
 
-    def after(self, m: int) -> "_Sends":
-        """Those left when the first ``m`` are taken."""
-        n = self.n - m
-        if not m or len(self.rows) == self.n:
-            return _Sends(n, self.rows[m:])
-        return _Sends(n, self.rows[len(self.rows) - min(P2P_SHOWN, n):])      # the last ones: known
-
-
-@dataclass
-class _Named:
-    """Recvs from any source of one receiver whose sender is known: ``n`` exact, ``rows`` the last
-    P2P_SHOWN in frame order (sends take the first: the last are left)."""
-    n: int = 0
-    rows: list = field(default_factory=list)
-
-    def add(self, other: "_Named") -> None:
-        self.n += other.n
-        self.rows = sorted(self.rows + other.rows, key=_frame_order)[-P2P_SHOWN:]
-
-    def after(self, m: int) -> list:
-        """The rows of those left when the first ``m`` are taken."""
-        return self.rows[len(self.rows) - min(len(self.rows), self.n - m):]
-
 
 @dataclass
 class OpenP2P:
-    """What recvs from any source leave open among some send/recv rows: the sends no recv matched by seq
-    and those recvs (their seq counts such recvs, not a peer's, so a seq chunk of the run may hold one
-    and not the send it took). Two merge into that of their rows together; counts exact, rows capped.
+    """What recvs from any source whose sender is not known (in flight: no ``source`` line yet) leave open
+    among some send/recv rows: the sends no recv took (analysis.match's pairs) and the number of those recvs
+    (a seq chunk of the run may hold the one and not the other). Two merge into that of their rows
+    together; counts exact, rows capped.
 
-    The rule: a recv from any source takes one send to its rank that has no counterpart otherwise,
-    completed sends first (then by start time): one from the rank it received from once it completed
-    (``root``: the trace's ``source`` line), else any (which one is not known). Left are the last sends
-    and the last of a sender's recvs from any source that named it: a completed recv that no send from
-    its sender is left for has none. The rows kept are enough to show the first P2P_SHOWN left (of a
-    receiver's sends, the last P2P_SHOWN when more are left)."""
+    The rule: each such recv takes one send to its rank that has no recv, completed sends first (then by
+    start time; which one is not known). Left are the last sends. The rows kept are enough to show the
+    first P2P_SHOWN left (of a receiver's sends, the last P2P_SHOWN when more are left)."""
     sends: dict = field(default_factory=dict)      # (world, group, receiver, sender) -> _Sends
-    named: dict = field(default_factory=dict)      # (world, group, receiver, sender) -> _Named
     anonymous: dict = field(default_factory=dict)  # (world, group, receiver) -> its recvs whose sender is not known
 
     def merge(self, other: "OpenP2P") -> None:
         for key, s in other.sends.items():
             self.sends.setdefault(key, _Sends()).add(s)
-        for key, r in other.named.items():
-            self.named.setdefault(key, _Named()).add(r)
         for key, n in other.anonymous.items():
             self.anonymous[key] = self.anonymous.get(key, 0) + n
 
-    def left(self) -> tuple[list, list]:
-        """(the sends no recv took, in take order; the named recvs that took none, by receiver)."""
+    def left(self) -> list:
+        """The sends no recv took, in take order."""
         pools: dict = {}
-        for (w, g, receiver, sender), s in self.sends.items():     # first the recvs naming their sender
-            taken = min(s.n, self.named[(w, g, receiver, sender)].n) if (w, g, receiver, sender) in self.named else 0
-            pools.setdefault((w, g, receiver), []).append(s.after(taken))
+        for (w, g, receiver, sender), s in self.sends.items():
+            pools.setdefault((w, g, receiver), []).append(s)
         sends = []
         for key, ss in pools.items():
             rows = sorted((r for s in ss for r in s.rows), key=_take_order)
@@ -390,46 +362,44 @@ class OpenP2P:
             if n > 0:
                 whole = len(rows) == sum(s.n for s in ss)
                 sends += rows if not anonymous else rows[-n:] if whole else rows[-min(n, P2P_SHOWN):]
-        named = [r for key, rs in self.named.items() for r in rs.after(min(rs.n, self.sends[key].n)
-                                                                      if key in self.sends else 0)]
-        return sends, named
+        return sends
 
     def unmatched(self, recvs: list) -> list:
-        """``recvs`` (recvs without their send by seq) and what is left open, in the order shown."""
-        sends, named = self.left()
-        return sorted(recvs + sends, key=_frame_order) + named
+        """``recvs`` (recvs without their send) and the sends left open, in the order shown."""
+        return sorted(recvs + self.left(), key=_frame_order)
 
 
 def p2p_loose_ends(df: pd.DataFrame) -> tuple[list, OpenP2P]:
-    """The recvs from a named peer without their send (same world, group, seq; peers swapped), and
-    the OpenP2P of the rest: the sends without their recv and the recvs from any source."""
+    """The recvs without their send (analysis.match's pairs: same world, group, tag and pair_seq, peers
+    swapped; a recv from any source by the rank it received from), and the OpenP2P of the rest: the sends
+    without their recv and the recvs from any source whose sender is not known. A send/recv whose pair_seq
+    is not known (trace.p2p_order: a bounded trace dropped some of its peer's) is neither."""
     loose, open_ = [], OpenP2P()
     if len(df) == 0:
         return loose, open_
-    keys, sends, named = {}, {}, {}
-    for _, r in df[is_p2p(df["op"])].iterrows():
-        peer = _int(r.get("root"))
-        peer = None if peer is None or peer < 0 else peer
+    rows = df[is_p2p(df["op"])]
+    if not len(rows):
+        return loose, open_
+    code = p2p_pair_codes(rows)
+    alone = np.bincount(code)[code] == 1
+    root = rows["root"]
+    known_peer = root.notna().to_numpy() & (root.fillna(-1).to_numpy(np.int64) >= 0)
+    pair = frame_pair_seqs(rows)
+    send = (rows["op"] == "send").to_numpy()
+    sends = {}
+    for i in np.flatnonzero(alone | ~known_peer).tolist():
+        r = rows.iloc[i]
         w, g, rank = _s(r["world"]), _s(r["group"]), int(r["rank"])
-        if peer is None or str(r.get("variant")) == RECV_ANY_SOURCE:
-            if str(r["op"]) != "recv":
-                continue
-            if peer is None:
+        if not known_peer[i]:
+            if not send[i]:             # a recv from any source still waiting: it takes one of the sends left
                 open_.anonymous[(w, g, rank)] = open_.anonymous.get((w, g, rank), 0) + 1
-            else:
-                named.setdefault((w, g, rank, peer), []).append(r)
+        elif pair[i] <= 0:
             continue
-        keys[(w, g, str(r["op"]), rank, peer, int(r["seq"]))] = r
-    for (w, g, op, rank, peer, seq), r in keys.items():
-        if (w, g, "recv" if op == "send" else "send", peer, rank, seq) in keys:
-            continue
-        if op == "recv":
-            loose.append(r)
+        elif send[i]:
+            sends.setdefault((w, g, int(r["root"]), rank), []).append(r)
         else:
-            sends.setdefault((w, g, peer, rank), []).append(r)
-    whole = OpenP2P({key: _Sends(len(rs), sorted(rs, key=_take_order)) for key, rs in sends.items()},
-                    {key: _Named(len(rs), rs) for key, rs in named.items()})
-    open_.merge(whole)                                 # capped
+            loose.append(r)
+    open_.merge(OpenP2P({key: _Sends(len(rs), sorted(rs, key=_take_order)) for key, rs in sends.items()}))
     return loose, open_
 
 

@@ -156,7 +156,7 @@ def analyse(run_dir=None, *, dask=None, workers: int | None = None, memory_limit
         parts = PartitionFold(top)
         ptasks = _partition_tasks(plan, ranks.index, chunk, keys, top,
                                   None if window is None else (all_bounds(ranks.windows), window.phases),
-                                  ranks.layers, extra, ranks.bucket_runs)
+                                  ranks.layers, extra, ranks.bucket_runs, ranks.pair_runs)
         stage = bar.stage("collectives", len(ptasks))
         results = ex.map(map_partition, ptasks, ahead=PARTITIONS_AHEAD * ex.workers)
         info = _info(plan, ranks, window)
@@ -237,7 +237,8 @@ def _info(plan: RunPlan, ranks: RankFold, window) -> dict:
 
 def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: int,
                      window: tuple | None = None, layers: dict | None = None,
-                     extra: tuple = (), bucket_runs: dict | None = None) -> list[PartitionTask]:
+                     extra: tuple = (), bucket_runs: dict | None = None,
+                     pair_runs: dict | None = None) -> list[PartitionTask]:
     """One task per seq chunk (plan.files_by_chunk)."""
     metas = {m[: -len(reader.schema.META_SUFFIX)] + reader.schema.OPS_SUFFIX: m
              for ms in plan.ranks.values() for m in ms}
@@ -247,7 +248,8 @@ def _partition_tasks(plan: RunPlan, index: dict, chunk: int, keys: dict, top: in
                           {f[1]: layers[f[1]] for f in files if f[1] in layers},
                           {f[0]: plan.worlds[f[0]] for f in files if f[0] in plan.worlds}, plan.group_worlds, extra,
                           plan.bucket_rule, {f[1]: bucket_runs[f[1]].within(c * chunk, (c + 1) * chunk)
-                                             for f in files if f[1] in bucket_runs})
+                                             for f in files if f[1] in bucket_runs},
+                          {f[1]: pair_runs[f[1]] for f in files if pair_runs and f[1] in pair_runs})
             for c, files in files_by_chunk(indexed)]
 
 

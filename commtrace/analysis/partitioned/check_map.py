@@ -2,13 +2,14 @@
 
 1. meta lines of every file, in this process (as ``reader.load_run`` reads them);
 2. per rank (``map_check_rank``): its records as ``load_run`` reads them (damage, lost records,
-   issues: what the fates need), the seq-chunk index of its ops files, per group its highest seq
-   and the member lists its ops name;
+   issues: what the fates need), the seq-chunk index of its ops files (sends and recvs indexed by
+   their pair_seq, numbered here over the whole process: ``plan.process_pair_runs``), per group its
+   highest seq and the member lists its ops name;
 3. per seq chunk (``map_check_chunk``): the frame of the chunk's records of every file (whole
    instances), classified as ``check.diagnose`` does (with step 2's run-wide highest seqs) into
    verdicts (capped to what the findings show, counts exact), the rows of the seqs they name, the
-   first recvs without their send, what recvs from any source leave open (``check.OpenP2P``: such a
-   recv and the send it took may lie in two chunks) and the chunk's RunFacts;
+   first recvs without their send, the sends left open (``check.OpenP2P``: a recv from any source
+   whose sender is not known may take a send of another chunk) and the chunk's RunFacts;
 4. the fold (``CheckFold``) merges those; ``check.diagnose_reduced`` runs on the small result.
 
 A run that fits in memory with fewer than ``POOL_MIN_RECORDS`` records is one chunk, checked in
@@ -38,7 +39,8 @@ from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import sized_executor, uses_dask
-from .plan import ChunkIndex, cached_process, chunk_records, chunk_size, files_by_chunk
+from .plan import (ChunkIndex, cached_process, chunk_records, chunk_size, files_by_chunk, process_pair_runs,
+                   with_pair_chunks)
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
@@ -65,6 +67,7 @@ class FileFacts:
     chunks: tuple               # plan.ChunkIndex.of its ops file (bounded: chunk tasks read it whole)
     last_seq: dict              # (world, group) -> highest collective seq of this process
     group_ranks: dict           # (world, group) -> its global ranks (trace.group_ranks.ranks_of; () unknown)
+    pair_runs: object = None    # trace.p2p_order.PairSeqRuns of its sends and recvs (None: it has none)
 
 
 @dataclass
@@ -84,6 +87,7 @@ class CheckChunkTask:
     last_seq: dict              # (world, group) -> {rank: highest seq}
     fates: dict                 # rank -> check.RankFate
     bounded: list               # the bounded processes' summaries (bounded_coverage.judged_frame)
+    pair_runs: dict = field(default_factory=dict)   # ops path -> its FileFacts.pair_runs
     facts_only: bool = False    # bounded runs' first pass: the facts of the judged frame
 
 
@@ -112,7 +116,11 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
         reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, group_ranks = _collective_groups(pt)
         carried = {k: getattr(pt, k) for k in _CARRIED}
-        out.append(FileFacts(index, carried, issues, span_issues, chunks.of(pt), last_seq, group_ranks))
+        index_of, pairs = chunks.of(pt), process_pair_runs(pt)    # p2p ops: cut by pair_seq (partition_map's)
+        if pairs is not None:
+            index_of = with_pair_chunks(index_of, pairs[1], task.chunk)
+        out.append(FileFacts(index, carried, issues, span_issues, index_of, last_seq, group_ranks,
+                             pairs and pairs[0]))
     return out
 
 
@@ -143,9 +151,10 @@ def map_check_chunk(task: CheckChunkTask) -> CheckChunkPartial:
         pt = cached_process(meta)
         if pt is None:
             continue
-        rec = chunk_records(pt, lo, hi, task.chunk, task.chunk_size)
+        runs = task.pair_runs.get(ops)
+        rec = chunk_records(pt, lo, hi, task.chunk, task.chunk_size, pairs=runs)
         if len(rec):
-            procs.append(dataclasses.replace(pt, records=rec))
+            procs.append(dataclasses.replace(pt, records=rec, pair_runs=runs))
     for wid, meta in task.refs.items():
         ref = cached_process(meta)
         if ref is not None:
@@ -353,5 +362,8 @@ def _chunk_tasks(read: list, facts_of: dict, chunk: int, members: dict, last_seq
     refs = {wid: pt.meta_path for wid, pt in
             reader.reference_processes([pt for _, _, pt, _ in read if pt is not None]).items()}
     indexed = (((i, m, pt.ops_path), facts_of[i].chunks) for i, m, pt, _ in read if i in facts_of)
-    return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded)
+    pairs = {pt.ops_path: facts_of[i].pair_runs for i, _, pt, _ in read
+             if i in facts_of and facts_of[i].pair_runs is not None}
+    return [CheckChunkTask(c, chunk, sorted(files), refs, members, last_seq, fates, bounded,
+                           {f[2]: pairs[f[2]] for f in files if f[2] in pairs})
             for c, files in files_by_chunk(indexed)]

@@ -114,6 +114,7 @@ class RankFold:
         self.windows: list = []             # windowing.RankWindow per rank (None: no window)
         self.layers: dict = {}              # C++ ops path -> cpp_layer.CppFile
         self.bucket_runs: dict = {}         # ops path -> bucket_keys.BucketRuns
+        self.pair_runs: dict = {}           # ops path -> p2p_order.PairSeqRuns
         self.spans = 0                      # compute spans recorded (every rank, the whole run)
         self.first_step = None              # the lowest step any rank took (None: none)
 
@@ -158,6 +159,7 @@ class RankFold:
         self.windows.append(p.window)
         self.layers.update(p.layers)
         self.bucket_runs.update(p.bucket_runs)
+        self.pair_runs.update(p.pair_runs)
 
     def op_order(self) -> list:
         """Op names in the order the one frame's categories have them (files in name order)."""

@@ -1,9 +1,9 @@
 """Map step 2: one partition of the collectives (a seq chunk of every group) -> its instances'
 contribution to skew, stragglers and bandwidth.
 
-An instance is (world, group, seq), for send/recv (world, group, src, dst, seq), as in
-``analysis.match``; a chunk holds every instance whose seq lies in it, from every rank, so
-instances are whole inside one task. The task reads from each ops file only the records between
+An instance is (world, group, seq), for send/recv (world, group, src, dst, tag, pair_seq), as in
+``analysis.match``; a chunk holds every instance whose seq (send/recv: pair_seq, from its rank task's
+``PairSeqRuns``) lies in it, from every rank, so instances are whole inside one task. The task reads from each ops file only the records between
 the first and last of its chunk (``RankPartial.index``), applies the reader's checks and clock
 alignment, keeps per instance what match_ops keeps and returns only aggregates: the top instances
 by spread, per-rank straggler sums, per-op spreads (a value per instance) and per summary row the
@@ -18,6 +18,7 @@ import pandas as pd
 
 from ...trace import reader, records
 from ...trace.annotations import BucketRule
+from ...trace.p2p_order import p2p_columns
 from ...trace.rank_ranges import rank_key, world_group_name
 from ...trace.schema import FLAG_END_OBSERVED, MAX_RANKS, P2P_OPS, STATUS_FAILED, TOTAL_SIZE_OPS
 from ..arrays import dense_codes
@@ -51,6 +52,7 @@ class PartitionTask:
     extra: tuple = ()           # the rank_ops.CELL_EXTRA_KEYS its cells also carry (rank_map.RankTask.extra)
     bucket_rule: BucketRule = BucketRule()       # the run's (plan.RunPlan.bucket_rule): --by bucket, params
     bucket_runs: dict = field(default_factory=dict)   # ops path -> bucket_keys.BucketRuns (its rank task's)
+    pair_runs: dict = field(default_factory=dict)     # ops path -> p2p_order.PairSeqRuns (its rank task's)
 
 
 @dataclass
@@ -126,12 +128,12 @@ def _rank_key(pt, world: int | None) -> int:
     return -1 if pt.rank is None else rank_key(world or 0, pt.rank)
 
 
-def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, worlds, extra, world):
+def _read_slice(meta, lo, hi, chunk, size, refs, own_refs, worlds, extra, world, pairs=None):
     pt = cached_process(meta)
     if pt is None:
         return None
     ft = _tables_of(pt, worlds, extra, world)
-    rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids))
+    rec = chunk_records(pt, lo, hi, chunk, size, (ft.sig_ids, ft.group_ids), pairs)
     if not len(rec):
         return None
     wid = pt.world_id
@@ -157,7 +159,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     for meta, ops, lo, hi in task.files:
         world = task.worlds.get(meta)
         got = _read_slice(meta, lo, hi, task.chunk, task.chunk_size, task.refs, own_refs, task.group_worlds,
-                          task.extra, world)
+                          task.extra, world, task.pair_runs.get(ops))
         if got is not None and ops in task.layers:
             got = cpp_unmatched(got, task.layers[ops], task.refs, cached_process)
         key = -1 if got is None else _rank_key(got[0], world)
@@ -171,6 +173,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     total = sum(len(rec) for _, _, _, rec, _ in slices)
     c = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}   # every file's rows go straight in: no concatenation
     failed, observed = np.empty(total, bool), np.empty(total, bool)
+    if task.pair_runs:              # sends/recvs pair by (tag, pair_seq): trace.p2p_order
+        c["tag"], c["pair"] = np.zeros(total, np.int64), np.zeros(total, np.int64)
     at = 0
     for i, (key, world, pt, rec, t) in enumerate(slices):
         slices[i] = None                             # the records go as their rows are written
@@ -186,6 +190,8 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
         for cmb in np.flatnonzero(np.bincount(si * n_groups + gi, minlength=len(c_lut))).tolist():
             c_lut[cmb] = ids.setdefault(ft.cell[cmb], len(ids))
         _file_columns(c, at, rec, t, si, gi, ft, s_op, g_wg, c_lut, -1 if pt.rank is None else pt.rank)
+        if pt.ops_path in task.pair_runs:
+            _pair_columns(c, slice(at, at + len(rec)), pt, rec, task.pair_runs[pt.ops_path])
         if by_record:
             rows = slice(at, at + len(rec))
             roots = RecordRoots(pt, ft.slut) if "root" in by_record else None
@@ -202,6 +208,7 @@ def map_partition(task: PartitionTask) -> PartitionPartial:
     k = int(inst.max()) + 1
     first, last, slowest, size, end = _per_instance(inst, k, c)
     del c["src"], c["dst"], c["size"], c["end"]    # each column goes after its last use: a lower peak
+    c.pop("tag", None), c.pop("pair", None)
     wgs = [wg for wg, _ in sorted(wg_ids.items(), key=lambda kv: kv[1])]
     world_of = np.asarray([w for w, _ in wgs], dtype=object)
     group_of = np.asarray([wg_names.get((w, g), g) for w, g in wgs], dtype=object)
@@ -283,10 +290,23 @@ def _file_columns(c: dict, at: int, rec: np.ndarray, t: np.ndarray, si: np.ndarr
     c["dst"][rows] = np.where(p2p, np.where(send, root, rank), -1)
 
 
+def _pair_columns(c: dict, rows: slice, pt, rec: np.ndarray, runs) -> None:
+    """A file's sends and recvs in rows ``rows`` of ``c``: their tag, pair_seq (``runs``: its rank task's
+    PairSeqRuns) and the peer of a recv from any source (its ``source`` line; MAX_RANKS: not known)."""
+    p = p2p_columns(pt, rec)
+    peer = np.where(p.peer >= 0, p.peer, MAX_RANKS)
+    rank = c["rank"][rows]
+    c["src"][rows] = np.where(p.p2p, np.where(p.send, rank, peer), -1)
+    c["dst"][rows] = np.where(p.p2p, np.where(p.send, peer, rank), -1)
+    c["tag"][rows] = p.tag
+    c["pair"][rows] = runs.pair_seqs(rec)
+
+
 def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
     """Per op: its instance, numbered from 0 in order of first appearance (analysis.match
-    keys: collectives by (world, group, seq), send/recv by (world, group, src, dst, seq);
-    the seqs of a partition lie in [seq0, seq0 + size))."""
+    keys: collectives by (world, group, seq), send/recv by (world, group, src, dst, tag, pair_seq);
+    the seqs of a partition lie in [seq0, seq0 + size); a send/recv whose pair_seq is not known:
+    an instance of its own)."""
     p2p = c["src"] >= 0
     if not p2p.any():       # collectives only (the common case): no masked copies
         return _first_seen_codes(c["wg"] * size + (c["seq"] - seq0))
@@ -297,8 +317,11 @@ def _instances(c: dict, seq0: int, size: int) -> np.ndarray:
         inst[coll] = _first_seen_codes(c["wg"][coll] * size + (c["seq"][coll] - seq0))
         n = int(inst[coll].max()) + 1
     if p2p.any():
-        keys = pd.DataFrame({k: c[k][p2p] for k in ("wg", "src", "dst", "seq")})
-        inst[p2p] = n + keys.groupby(["wg", "src", "dst", "seq"], sort=False).ngroup().to_numpy(np.int64)
+        keys = pd.DataFrame({k: c[k][p2p] for k in ("wg", "src", "dst")})
+        pair = c["pair"][p2p] if "pair" in c else np.zeros(int(p2p.sum()), np.int64)
+        keys["tag"] = c["tag"][p2p] if "tag" in c else 0
+        keys["pair"] = np.where(pair > 0, pair, -1 - np.arange(len(pair)))     # not known: its own
+        inst[p2p] = n + keys.groupby(["wg", "src", "dst", "tag", "pair"], sort=False).ngroup().to_numpy(np.int64)
     return inst
 
 

@@ -1,8 +1,8 @@
 """Which files a run has and how the work over them is cut (meta lines only: cheap).
 
 Per-rank figures come from a rank's own files (a task per rank); cross-rank ones (matching, skew,
-bandwidth) from partitions of the collectives by seq: a partition task reads, from every file,
-only the records of its seq chunk (``RankPartial.index``)."""
+bandwidth) from partitions of the collectives by seq (sends and recvs by pair_seq: trace.p2p_order): a
+partition task reads, from every file, only the records of its seq chunk (``RankPartial.index``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...trace import reader, records
+from ...trace.p2p_order import PairSeqRuns, chunk_seqs, pair_seq_runs
+from ...trace.schema import OP_RECORD, P2P_OPS
 from ...trace.annotations import BucketRule, bucket_rule
 from ...trace.rank_ranges import rank_key
 from ..arrays import NA_KEY
@@ -163,14 +165,51 @@ def read_rank(metas: list, refs: dict, issues: list, records: bool = True, ref_o
     return procs, {w: p for w, p in got.items() if p is not None}
 
 
-def chunk_records(pt, lo: int, hi: int, chunk: int, size: int, ids: tuple | None = None) -> np.ndarray:
+def chunk_records(pt, lo: int, hi: int, chunk: int, size: int, ids: tuple | None = None,
+                  pairs: PairSeqRuns | None = None) -> np.ndarray:
     """The process's records of one seq chunk (records ``lo``..``hi`` of its ops file), checked as
     reader.read_records checks them (``ids``: its defined sig and group ids, if known); a bounded
-    process's as the reader keeps them (ring segments, last N by call time), read whole."""
+    process's as the reader keeps them (ring segments, last N by call time), read whole. ``pairs``: its
+    rank task's PairSeqRuns, by whose pair_seqs its p2p ops are cut (trace.p2p_order.chunk_seqs)."""
     if is_bounded(pt):
         rec = reader.read_records(dataclasses.replace(pt, damage=[], lost={}), [])
-        return rec[seq_chunk(rec["seq"], size) == chunk]
+        return rec[seq_chunk(_cut_seqs(rec, pairs), size) == chunk]
     rec = records.read_slice(pt.ops_path, lo, hi - lo + 1)
     ok = records.valid(rec, *(ids or (records.defined_ids(pt.sigs), records.defined_ids(pt.groups))))
-    ok &= seq_chunk(rec["seq"], size) == chunk
+    ok &= seq_chunk(_cut_seqs(rec, pairs), size) == chunk
     return records.last_record_per_op(rec if ok.all() else rec[ok])   # no copy of a slice that is all ours
+
+
+def _cut_seqs(rec: np.ndarray, pairs: PairSeqRuns | None) -> np.ndarray:
+    return rec["seq"] if pairs is None else chunk_seqs(rec["seq"], pairs.pair_seqs(rec)).astype(np.uint32)
+
+
+def process_pair_runs(pt) -> tuple[PairSeqRuns, tuple] | None:
+    """(``pt``'s PairSeqRuns, (group, seq, pair_seq) of its p2p records) from its records (held, or read again
+    a piece at a time: only its p2p ones are kept), None when it has no send/recv sig."""
+    p2p_sigs = np.array([i for i, s in pt.sigs.items() if s.get("op") in P2P_OPS], np.int64)
+    if not len(p2p_sigs):
+        return None
+    parts = [r[np.isin(r["sig"], p2p_sigs)] for r in reader.record_pieces(pt)]
+    rec = np.concatenate(parts) if parts else np.empty(0, OP_RECORD)
+    pair, runs = pair_seq_runs(pt, rec)
+    return runs, (rec["group"], rec["seq"], pair)
+
+
+def with_pair_chunks(index: tuple, p2p: tuple, chunk: int) -> tuple:
+    """A ChunkIndex.of ``index`` where each p2p record (``p2p``: group, seq, pair_seq columns) is also found
+    under its pair_seq's chunk: that key's range spans the range of its seq's chunk."""
+    group, seq, pair = p2p
+    cut = seq_chunk(chunk_seqs(seq, pair).astype(np.uint32), chunk)
+    moved = cut != seq_chunk(seq, chunk)
+    if not moved.any() or not len(index[0]):
+        return index
+    g = group[moved].astype(np.int64) << 32
+    pairs = np.unique(np.stack([g | seq_chunk(seq[moved], chunk).astype(np.int64), g | cut[moved].astype(np.int64)]),
+                      axis=1)
+    at = np.searchsorted(index[0], pairs[0])
+    ok = (at < len(index[0])) & (index[0][np.minimum(at, len(index[0]) - 1)] == pairs[0])
+    keys = np.concatenate([index[0], pairs[1][ok]])
+    first = np.concatenate([index[1], index[1][at[ok]]])
+    last = np.concatenate([index[2], index[2][at[ok]]])
+    return _by_key(keys, first, last)

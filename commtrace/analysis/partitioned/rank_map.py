@@ -27,7 +27,7 @@ from .cpp_layer import rank_ops_of
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
-from .plan import ChunkIndex, read_rank
+from .plan import ChunkIndex, process_pair_runs, read_rank, with_pair_chunks
 from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
@@ -83,6 +83,7 @@ class RankPartial:
     spans: int = 0               # compute spans the rank recorded (the whole run's, not the window's)
     first_step: int = 0          # the lowest step the rank took (0: none)
     bucket_runs: dict = field(default_factory=dict)   # ops path -> bucket_keys.BucketRuns (--by bucket, params)
+    pair_runs: dict = field(default_factory=dict)     # ops path -> p2p_order.PairSeqRuns (files with sends/recvs)
 
 
 def map_rank(task: RankTask) -> RankPartial:
@@ -90,6 +91,12 @@ def map_rank(task: RankTask) -> RankPartial:
     files = ChunkIndex(task.chunk)      # indexed as they are checked: one read before the gather's
     procs, refs = read_rank(task.metas, task.refs, issues, world=task.world, piece=RECORD_PIECE, index=files)
     index = {p.ops_path: files.of(p) for p in procs}       # records not held whole
+    pair_runs = {}
+    for p in procs:         # p2p ops are cut into chunks by pair_seq: numbered here, over the whole process
+        got = process_pair_runs(p)
+        if got is not None:
+            pair_runs[p.ops_path] = got[0]
+            index[p.ops_path] = with_pair_chunks(index[p.ops_path], got[1], task.chunk)
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     lean = RECORD_PIECE if in_pieces(sum(p.n_records for p in procs), task.piece) else 0   # few ranks:
@@ -132,7 +139,7 @@ def map_rank(task: RankTask) -> RankPartial:
     return RankPartial(task.rank, n, issues, cells, values, per_rank, comm, outside, steps_taken[0], first,
                        (os.path.basename(task.metas[0]), ops.op_names if ops is not None else []), index, facts,
                        regions.acc, window, layers, modules.acc if modules is not None else {}, n_spans,
-                       steps_taken[1], ops.bucket_runs if ops is not None else {})
+                       steps_taken[1], ops.bucket_runs if ops is not None else {}, pair_runs)
 
 
 def _times_of(spans: pd.DataFrame | None) -> pd.DataFrame | None:
