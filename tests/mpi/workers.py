@@ -8,14 +8,16 @@ process groups. Each rank prints ``workers: rank R: WORKER ARGS exit CODE`` afte
 (a worker's sys.exit is caught: the next one still runs), so a test reads its own worker's exit
 code on every rank besides its summary line. Each worker gets its own MASTER_PORT (one of PORT,...),
 and all ranks finish a worker before any starts the next (an MPI barrier): a rank must not reach
-the store of the previous worker's gloo world, still served by its peer. Any other exception ends the rank, as it would
-alone (its peers then hang in the next worker: the test's mpirun timeout ends the job).
+the store of the previous worker's gloo world, still served by its peer (one port and no barrier
+hung: ranks in the next worker's gloo init, in ``Pair::connect``). Any other exception prints its
+traceback and aborts the job (MPI_Abort): the launch fails at once, with the output so far.
 """
 from __future__ import annotations
 
 import os
 import runpy
 import sys
+import traceback
 
 from commtrace import mpienv
 
@@ -47,4 +49,11 @@ for port, job in zip(ports, todo):
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        # Its peers may wait in one of its collectives: end the whole job now (before, the
+        # ranks left waited out the test's timeout, 120 s a job, after "Abort is in progress").
+        traceback.print_exc()
+        print(f"workers: rank {rank}: {' '.join(job)} raised", flush=True)
+        sys.stderr.flush()
+        comm.Abort(1)
     print(f"workers: rank {rank}: {' '.join(job)} exit {code}", flush=True)
