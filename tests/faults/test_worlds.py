@@ -12,6 +12,10 @@ from commtrace.analysis import check as C
 from .conftest import SCRIPTS, diagnose_dir, findings_text, free_port, kinds, traced_spawn
 
 SCRIPT = "worlds_faults.py"
+# Each launch here starts two or more worlds of spawned ranks in turn: ~19 s alone, but past
+# traced_spawn's 60 s default at load ~25 in a whole run (both test_each_world_rank_is_its_own_process
+# cases failed so, 2026-11-29). A bound for a stuck launch, not a measure.
+TIMEOUT = 180
 
 
 def _line(marker: str) -> int:
@@ -44,7 +48,8 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
     """World 1's rank 1 exits with code 7 (or sleeps while rank 0 waits until the hang watchdog
     aborts it); world 2 runs clean afterwards, its last op a broadcast. Each rank of world 1 is told
     with world 1's last op and its own end; world 2's ranks ended well: no finding about them."""
-    p = traced_spawn(tmp_path / "run", mode, free_port(), free_port(), hang_timeout=2 if mode == "hang" else None, script=SCRIPT)
+    p = traced_spawn(tmp_path / "run", mode, free_port(), free_port(), hang_timeout=2 if mode == "hang" else None,
+                     script=SCRIPT, timeout=TIMEOUT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     w1 = _world_of(run, "first_world")
@@ -81,7 +86,7 @@ def test_each_world_rank_is_its_own_process(tmp_path, mode):
 def test_a_rank_killed_in_a_later_world_is_named_by_its_world(tmp_path):
     """World 1 runs clean; world 2's rank 1 is SIGKILLed after its 2nd all_reduce: its trace ends
     abruptly, told as rank 1 of world 2 with world 2's last op; world 1's rank 1 ended well."""
-    p = traced_spawn(tmp_path / "run", "kill-second", free_port(), free_port(), script=SCRIPT)
+    p = traced_spawn(tmp_path / "run", "kill-second", free_port(), free_port(), script=SCRIPT, timeout=TIMEOUT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
@@ -103,7 +108,7 @@ def test_unmatched_send_and_damaged_files_name_their_world(tmp_path):
     rank 0 of world 2's. Then both worlds' rank 1 ops files get stray bytes (damaged alike): one
     damage finding per world, each naming its world and its own file -- not one "rank 1" for both."""
     import shutil
-    p = traced_spawn(tmp_path / "run", "p2p-second", free_port(), free_port(), hang_timeout=2, script=SCRIPT)
+    p = traced_spawn(tmp_path / "run", "p2p-second", free_port(), free_port(), hang_timeout=2, script=SCRIPT, timeout=TIMEOUT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     w1, w2 = _world_of(run, "first_world"), _world_of(run, "second_world")
@@ -132,7 +137,7 @@ def test_a_process_of_two_worlds_with_other_ranks(tmp_path):
     are found under their rank there (before: rank 2 of w-B "no trace file", and check crashed
     on two rows of "rank 0" at one seq); worlds are named as the report names them, not by id."""
     from commtrace.trace import reader
-    p = traced_spawn(tmp_path / "run", "exit", free_port(), free_port(), script="two_worlds_two_ranks.py")
+    p = traced_spawn(tmp_path / "run", "exit", free_port(), free_port(), script="two_worlds_two_ranks.py", timeout=TIMEOUT)
     assert p.returncode == 1, p.stderr[-3000:]
     run, findings = diagnose_dir(tmp_path / "run")
     assert C.MISSING_RANK not in kinds(findings), findings_text(findings)
@@ -153,7 +158,7 @@ def test_worlds_made_again_on_one_store_have_their_own_ids(tmp_path):
     store, before its rank 0 published world 2's ("world ...: ranks missing: 1 of 2"). Now each
     world's id has its own key: both ranks name the same two worlds, in the same order."""
     from commtrace.trace import reader
-    p = traced_spawn(tmp_path / "run", "run", free_port(), script="worlds_one_store.py")
+    p = traced_spawn(tmp_path / "run", "run", free_port(), script="worlds_one_store.py", timeout=TIMEOUT)
     assert p.returncode == 0, p.stderr[-3000:]
     procs = [reader.read_process(m, [], records=False) for m in reader.find_traces(str(tmp_path / "run"))]
     ids = {pt.rank: [str(w["world_id"]) for w in pt.worlds] for pt in procs if pt.rank is not None}

@@ -76,6 +76,29 @@ def run_mpi_once():
     return run
 
 
+@pytest.fixture(scope="module")
+def run_mpi_shared(run_mpi_once):
+    """run_mpi_shared(n, jobs, worker, env=None): the output of one launch on ``n`` ranks that runs
+    every job of ``jobs`` (``[script, args...]``, workers of this folder) in turn in each rank's
+    process (workers.py), for tests whose subject is what a worker checks, not its launch: each
+    launch saved is ``n`` interpreters importing torch. Launched once per file and ``jobs``
+    (run_mpi_once); fails unless the job whose script is ``worker`` exited 0 on every rank."""
+    ports: dict = {}   # each job its own MASTER_PORT (workers.py says why), kept for the file
+
+    def run(n: int, jobs: list, worker: str, env=None) -> str:
+        jobs = [[str(a) for a in job] for job in jobs]
+        key = (n, tuple(map(tuple, jobs)), tuple(sorted((env or {}).items())))
+        if key not in ports:
+            ports[key] = ",".join(str(h.free_port()) for _ in jobs)
+        argv = [ports[key]] + [a for job in jobs for a in ("--", *job)][1:]
+        out = run_mpi_once("workers.py", n, *argv, env=env, timeout=120 * len(jobs))
+        job = " ".join(next(j for j in jobs if j[0] == worker))
+        exits = [line for line in out.splitlines() if line.startswith("workers: rank ") and f": {job} exit " in line]
+        assert sorted(exits) == [f"workers: rank {r}: {job} exit 0" for r in range(n)], out
+        return out
+    return run
+
+
 _BUILD = """
 from commtrace import native
 from commtrace.mpi import fastpath

@@ -20,34 +20,40 @@ pytestmark = pytest.mark.skipif(
     reason="needs mpi4py and mpirun next to sys.executable")
 
 
-def _native(run_mpi_once, n: int, mode: str) -> str:
-    """worker_native.py's summary line of ``mode`` on ``n`` ranks. On 2 ranks ops and ddp share
-    one launch (the launch is not what they test): the second test reads the first's output."""
-    out = run_mpi_once("worker_native.py", n, *(["ops", "ddp"] if n == 2 else [mode]), env=NATIVE, timeout=180)
+# On 2 ranks the fast path's untraced workers share one launch (conftest.run_mpi_shared: the
+# launch is not what they test); on 3 ranks worker_native's ops are the launch.
+SHARED_2 = [["worker_native.py", "ops", "ddp"], ["worker_mixed.py", "ops", "join"], ["worker_profiler.py"]]
+
+
+def _native(run_mpi_shared, run_mpi_once, n: int, mode: str) -> str:
+    """worker_native.py's summary line of ``mode`` on ``n`` ranks."""
+    if n == 2:
+        out = run_mpi_shared(2, SHARED_2, "worker_native.py", env=NATIVE)
+    else:
+        out = run_mpi_once("worker_native.py", n, mode, env=NATIVE, timeout=180)
     lines = [line for line in out.splitlines() if line.startswith(f"native {mode}: ")]
     assert len(lines) == 1, out
     return lines[0]
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_fast_path_matches_python_backend_and_gloo(built, run_mpi_once, n):
+def test_fast_path_matches_python_backend_and_gloo(built, run_mpi_shared, run_mpi_once, n):
     # every fast-path dtype x op, the delegated cases (AVG, float16, bfloat16,
     # non-contiguous, conjugate views, async), every other op forwarded
-    line = _native(run_mpi_once, n, "ops")
+    line = _native(run_mpi_shared, run_mpi_once, n, "ops")
     assert line.endswith(f"on {n} ranks, 0 failures"), line
 
 
-def test_ddp_trains_identically(built, run_mpi_once):
-    line = _native(run_mpi_once, 2, "ddp")
+def test_ddp_trains_identically(built, run_mpi_shared, run_mpi_once):
+    line = _native(run_mpi_shared, run_mpi_once, 2, "ddp")
     assert line.startswith("native ddp: native,") and line.endswith("on 2 ranks, 0 failures"), line
 
 
 @pytest.mark.parametrize("mode, summary", [("ops", "66 checks"), ("join", "4 parameters compared with gloo")])
-def test_ranks_mixing_blocking_and_async_collectives(built, run_mpi_once, mode, summary):
+def test_ranks_mixing_blocking_and_async_collectives(built, run_mpi_shared, mode, summary):
     # The fast path's blocking MPI_Allreduce/MPI_Bcast must match the other rank's
     # async op (worker_mixed.py; the Python group's run in test_mpi_backend.py).
-    # Both modes in one launch (the launch is not what they test): the second test reads the first's.
-    out = run_mpi_once("worker_mixed.py", 2, "ops", "join", env=NATIVE, timeout=150)
+    out = run_mpi_shared(2, SHARED_2, "worker_mixed.py", env=NATIVE)
     assert f"mixed {mode}: {summary} on 2 ranks, 0 failures; mpi group: native" in out, out
 
 
@@ -68,7 +74,7 @@ def test_traced_ddp_on_native_group(built, run_mpi, tmp_path):
     assert len(mpi) and set(mpi["status"]) == {"completed"}
 
 
-def test_profiler_events_async_with_shapes(built, run_mpi):
+def test_profiler_events_async_with_shapes(built, run_mpi_shared):
     # The fast path's own ops and the Python group's under it: every event async, as c10d's Work.
-    out = run_mpi("worker_profiler.py", 2, env=NATIVE, timeout=90)
+    out = run_mpi_shared(2, SHARED_2, "worker_profiler.py", env=NATIVE)
     assert out.count("on 2 ranks, path native, failures: []") == 2, out

@@ -30,6 +30,9 @@ commtrace.mpi.install()
 dist.init_process_group("mpi")
 rank = dist.get_rank()
 assert (runtime.progress is None) == (MPI.Query_thread() < MPI.THREAD_MULTIPLE)
+# run after other workers in one process (tests/mpi/workers.py), MPI was initialized before this
+# script set its level: "multiple" must still be what the process runs at
+assert LEVEL != "multiple" or MPI.Query_thread() == MPI.THREAD_MULTIPLE, MPI.Query_thread()
 torch.manual_seed(rank)             # different buffers on every rank until broadcast
 model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
 bn = model.module[1]
