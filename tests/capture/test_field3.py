@@ -45,3 +45,39 @@ def test_claim_of_an_earlier_job_is_passed_over_alike_by_every_rank(tmp_path):
     assert launch.claim_name(base, "torchrun-fixed", not_before=started) == mine   # another rank, a restart
     assert sorted(os.listdir(tmp_path / launch.CLAIMS))[1].endswith(".1")
     assert launch.claim_name(base, "torchrun-fixed", not_before=started - 200) == earlier  # the earlier job's rank
+
+
+_TIMER_LEFT_ARMED = """\
+import os, signal, sys
+import torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+for _ in range(int(sys.argv[2])):
+    dist.all_reduce(torch.ones(10))
+class Tick(Exception):
+    pass
+def on_alarm(signum, frame):
+    raise Tick()
+signal.signal(signal.SIGALRM, on_alarm)
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)   # a progress tick, left armed at exit
+ticks = 0
+while ticks < 3:
+    try:
+        sum(range(1000))
+    except Tick:
+        ticks += 1
+"""
+
+
+def test_program_signal_handler_raising_at_exit_loses_no_records(tmp_path):
+    """A timer the program left armed fires while commtrace writes the trace at exit: its
+    handler's exception, raised inside that write, lost every record (the file held the
+    header only; the report: "no process created a process group"). The program's handlers
+    now wait until the trace is written, as SIGINT's and SIGTERM's did."""
+    script = tmp_path / "ticks.py"
+    script.write_text(_TIMER_LEFT_ARMED)
+    h.run(h.commtrace_cmd(tmp_path / "run", script, h.free_port(), 500))
+    df = h.load(tmp_path / "run")
+    (proc,) = df.attrs["processes"]
+    assert proc["end"] is not None and proc["end"]["how"] == "exit", proc["end"]
+    assert (df["op"] == "all_reduce").sum() == 500
