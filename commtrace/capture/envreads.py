@@ -4,7 +4,8 @@ A program may choose differently because of them (Lightning takes LOCAL_RANK as
 "launched externally"), so the run says so. Every Python lookup of ``os.environ``
 goes through ``os._Environ.__getitem__``, wrapped while a set variable is unread.
 Lookups from C (``getenv``) are not seen; nor is a walk over every variable
-(``os.environ.items()``, as ``import torch`` does through tqdm), which looks for none.
+(``os.environ.items()``, as ``import torch`` does through tqdm; a copy, ``dict(os.environ)``,
+as ``import fsspec`` does, which torch.distributed.checkpoint imports), which looks for none.
 """
 from __future__ import annotations
 
@@ -23,19 +24,39 @@ class EnvReads:
         self.read: list[str] = []          # in the order the program first read them
         self._cls = type(os.environ)
         self._orig = None
+        self._orig_iter = None
+        self._walk: list | None = None     # the keys of the last whole walk over the environment,
+        self._walk_next = 0                # and how many a copy made of it has looked up, in order
 
     def start(self) -> "EnvReads":
         if not self.pending or self._orig is not None:
             return self
-        cls, orig = self._cls, self._cls.__getitem__
-        self._orig = orig
+        cls, orig, orig_iter = self._cls, self._cls.__getitem__, self._cls.__iter__
+        self._orig, self._orig_iter = orig, orig_iter
         reads = self
+
+        @functools.wraps(orig_iter)
+        def __iter__(env):
+            keys = []
+            for key in orig_iter(env):
+                keys.append(key)
+                yield key
+            reads._walk, reads._walk_next = keys, 0
 
         @functools.wraps(orig)
         def __getitem__(env, key):
+            # dict(os.environ) lists the keys, then looks each up in that order, from C: no frame
+            # of its own says so
+            walk = reads._walk
+            if walk is not None:
+                if reads._walk_next < len(walk) and walk[reads._walk_next] == key:
+                    reads._walk_next += 1
+                    return orig(env, key)
+                reads._walk = None
             if key in reads.pending:       # one set lookup per read; the rest costs only here
                 reads._note(key)
             return orig(env, key)
+        cls.__iter__ = __iter__
         cls.__getitem__ = __getitem__
         return self
 
@@ -57,8 +78,8 @@ class EnvReads:
     def stop(self) -> list[str]:
         """Put the original lookup back; the names read so far."""
         if self._orig is not None:
-            self._cls.__getitem__ = self._orig
-            self._orig = None
+            self._cls.__getitem__, self._cls.__iter__ = self._orig, self._orig_iter
+            self._orig = self._orig_iter = None
         return list(self.read)
 
 

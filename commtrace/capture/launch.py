@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import secrets
@@ -120,33 +121,64 @@ CLAIM_STALE_S = 24 * 3600    # an older claim belongs to an earlier job that reu
 CLAIM_WAIT_S = 5.0
 
 
-def claim_name(base: str, key: str, wait_s: float = CLAIM_WAIT_S) -> str:
+def claim_name(base: str, key: str, wait_s: float = CLAIM_WAIT_S, not_before: float | None = None) -> str:
     """The run directory name (``new_run_id``'s form) of launcher job ``key``: the first rank
     creates ``<base>/.claims/<hash of key>`` exclusively and writes it; the others read it.
-    Ranks that do not share ``base`` (no shared file system) each name their own."""
+    Ranks that do not share ``base`` (no shared file system) each name their own.
+
+    A claim written before ``not_before`` (wall time; default: ``agent_started_at``) or
+    CLAIM_STALE_S ago is an earlier job's that had the same key (torchrun's ``--rdzv-id``
+    reused): every rank passes over it alike to the next claim file (``<hash>.1``, ...)."""
     claims = os.path.join(base, CLAIMS)
     os.makedirs(claims, exist_ok=True)
-    path = os.path.join(claims, hashlib.sha1(key.encode()).hexdigest()[:16])
-    with contextlib.suppress(OSError):
-        if time.time() - os.path.getmtime(path) > CLAIM_STALE_S:
-            os.replace(path, path + ".stale")   # atomic: one rank moves it; later ones see no file
+    first = os.path.join(claims, hashlib.sha1(key.encode()).hexdigest()[:16])
+    if not_before is None:
+        not_before = agent_started_at(key)
+    oldest = max(time.time() - CLAIM_STALE_S, not_before or 0.0)
     name = new_run_id()
+    for generation in itertools.count():
+        path = first if generation == 0 else f"{first}.{generation}"
+        with contextlib.suppress(OSError):
+            if os.path.getmtime(path) < oldest:
+                continue
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return _read_claim(path, name, wait_s)
+        with os.fdopen(fd, "w") as f:
+            f.write(name + "\n")
+        return name
+    raise AssertionError("unreachable")
+
+
+def _read_claim(path: str, name: str, wait_s: float) -> str:
+    """The name claimed in ``path``; ``name`` if none appears within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:   # the claimer writes right after creating the file
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            text = ""
+        if _RUN_ID_RE.match(text) or time.monotonic() > deadline:
+            return text if _RUN_ID_RE.match(text) else name
+        time.sleep(0.01)
+
+
+def agent_started_at(key: str) -> float | None:
+    """For a torchrun job's key: when this process's parent, the node's torchrun agent, started
+    (wall time), else None. Every agent of a job starts before any of its workers claims, and
+    a restart keeps the agents; a later job with the same ``--rdzv-id`` has new agents."""
+    if not key.startswith("torchrun-"):
+        return None
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        deadline = time.monotonic() + wait_s
-        while True:   # the claimer writes right after creating the file
-            try:
-                with open(path) as f:
-                    text = f.read().strip()
-            except OSError:
-                text = ""
-            if _RUN_ID_RE.match(text) or time.monotonic() > deadline:
-                return text if _RUN_ID_RE.match(text) else name
-            time.sleep(0.01)
-    with os.fdopen(fd, "w") as f:
-        f.write(name + "\n")
-    return name
+        with open(f"/proc/{os.getppid()}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 _RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")

@@ -5,9 +5,10 @@ handler gets its signals, ours is gone) and answers the handler the program woul
 setting back the one ours replaced puts ours back; ``set_wakeup_fd(fd)`` likewise: the program's fd
 replaces ours, -1 puts ours back, and the answer is what the program's previous call set (-1).
 
-``deferred`` holds the program's Python handlers of SIGINT and SIGTERM while the main thread writes
-the trace (a ``KeyboardInterrupt``, or a handler's ``sys.exit``, raised there would lose what it
-writes) and runs them after.
+``deferred`` holds the program's Python handlers of SIGINT, SIGTERM and of every signal the program
+gave one (a progress ``setitimer`` left armed at exit: SIGALRM) while the main thread writes the
+trace (a ``KeyboardInterrupt``, a handler's ``sys.exit`` or its own exception, raised there would
+lose what it writes) and runs them after.
 
 A program's handler for one of these signals runs counted (``runs``): the signal thread reads
 each delivery from the wakeup fd, possibly late, when the program may already have handled it
@@ -27,6 +28,7 @@ real_set_wakeup_fd = signal.set_wakeup_fd
 _ours: dict[int, tuple] = {}  # signum -> (our handler, the handler it replaced)
 _wakeup: dict = {}            # "fd": our wakeup fd while it is installed; "program": the program's in its place
 _runs: dict[int, int] = {}    # signum -> runs of the program's handlers for a signal we handle too
+_program_handled: set = set()  # signals the program gave a Python handler (signal.signal)
 
 
 def runs(signum: int) -> int:
@@ -80,15 +82,19 @@ _held: list = []   # signals that arrived inside ``deferred``, in order: (signum
 _NO_HOLD = contextlib.nullcontext()
 
 
-def deferred(signums=(signal.SIGINT, signal.SIGTERM)):
-    """In the main thread, the program's Python handlers of ``signums`` run when the block has
+def deferred(signums=None):
+    """In the main thread, the program's Python handlers of ``signums`` (default: SIGINT, SIGTERM
+    and those the program installed) run when the block has
     ended, in arrival order, instead of at a bytecode inside it (their exception, a
     KeyboardInterrupt or a handler's SystemExit, is then raised from here); commtrace's own stay
     (watchdog's SIGTERM handler knows where it runs). Nested blocks: the outermost runs them.
     Other threads: nothing (no handler runs there; the flush thread pays one test per flush)."""
     if _held or threading.get_ident() != threading.main_thread().ident:
         return _NO_HOLD
-    return _holding(signums)
+    return _holding(_ALWAYS_HELD.union(_program_handled) if signums is None else signums)
+
+
+_ALWAYS_HELD = frozenset((signal.SIGINT, signal.SIGTERM))
 
 
 @contextlib.contextmanager
@@ -137,6 +143,8 @@ def _getsignal(signalnum):
 
 
 def _signal(signalnum, handler):
+    if callable(handler):
+        _program_handled.add(int(signalnum))
     entry = _ours.get(int(signalnum))
     if entry is None:
         prev = real_signal(signalnum, handler)

@@ -808,12 +808,18 @@ def run_processes(read: list) -> tuple[list[ProcessTrace], list[TraceIssue]]:
 
 def check_run_ids(processes: list[dict]) -> tuple[str | None, set[str], list]:
     """(majority run id, files to drop, a TraceIssue each) when processes (``ProcessTrace.summary()``s:
-    ``file``, ``run_id``) disagree on the run id: the files of another run (one directory written by two)."""
+    ``file``, ``run_id``, ``t_wall_ns``) disagree on the run id: the files of another run (one directory
+    written by two). Runs with as many files: the one started last (``commtrace run -o DIR`` again)."""
     ids = {p["file"]: p.get("run_id") if isinstance(p.get("run_id"), str) else None for p in processes}
     counts = Counter(v for v in ids.values() if v is not None)
     if not counts:
         return None, set(), []
-    major = counts.most_common(1)[0][0]
+    started: dict = {}
+    for p in processes:
+        t = p.get("t_wall_ns")
+        if ids[p["file"]] is not None and isinstance(t, int):
+            started[ids[p["file"]]] = max(started.get(ids[p["file"]], t), t)
+    major = max(counts, key=lambda rid: (counts[rid], started.get(rid, -1)))
     drop, issues = set(), []
     for f, rid in sorted(ids.items()):
         if rid is not None and rid != major:

@@ -54,7 +54,8 @@ def test_no_notice_when_the_program_reads_none(tmp_path):
 
 def test_no_notice_when_the_program_walks_the_environment(tmp_path):
     """``os.environ.items()`` / ``values()`` look for no variable: ``import torch`` walks the
-    environment (tqdm's TQDM_* options), and every program under mpirun was told it read all five."""
+    environment (tqdm's TQDM_* options), and every program under mpirun was told it read all five;
+    so were programs that saved a torch.distributed.checkpoint (fsspec's import copies it: dict(os.environ))."""
     seen, notices = _run(tmp_path, "walk")
     assert seen == [{}, {}] and notices == []
 

@@ -5,7 +5,8 @@ usage: launcher_env.py read|nothing|master|walk
 ``read``: looks up LOCAL_RANK with ``in`` (as PyTorch Lightning does) and RANK
 with ``os.getenv``, and prints them as JSON; ``nothing``: reads no launcher variable;
 ``master``: prints MASTER_ADDR and MASTER_PORT; ``walk``: walks the whole environment
-for a prefix (as tqdm does when ``import torch`` imports it) and reads no launcher variable.
+for a prefix (as tqdm does when ``import torch`` imports it) and copies it (as fsspec does
+when torch.distributed.checkpoint imports it) and reads no launcher variable.
 """
 import json
 import os
@@ -19,6 +20,8 @@ elif sys.argv[1] == "master":
 elif sys.argv[1] == "walk":
     found = {k: v for k, v in os.environ.items() if k.startswith("LAUNCHER_ENV_TEST_")}
     found.update((v, v) for v in os.environ.values() if v == "LAUNCHER_ENV_TEST_VALUE")
+    for copy in (dict(os.environ), os.environ.copy(), {**os.environ}):
+        found.update((k, v) for k, v in copy.items() if k.startswith("LAUNCHER_ENV_TEST_"))
     print(json.dumps(found), flush=True)
 else:
     print(json.dumps({}), flush=True)
