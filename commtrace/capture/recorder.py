@@ -288,16 +288,19 @@ class Recorder(AnnotationContext):
                 self.start()
 
     def _close_at_exit(self) -> None:
-        if self._exit_closed:
-            return
-        traced = self.rank is not None and self.sink.writer is not None
-        with sigview.deferred():   # the program's handlers (a timer left armed) run after, not inside
-            if self.exit_info is None and not self.closed:
-                self.exit_info = self._exit_info_at_exit()
-            self.close()
-            self._exit_closed = True
-            if traced:
-                time.sleep(EXIT_SETTLE_S)
+        try:
+            if self._exit_closed:
+                return
+            traced = self.rank is not None and self.sink.writer is not None
+            with sigview.deferred():   # the program's handlers (a timer left armed) run after, not inside
+                if self.exit_info is None and not self.closed:
+                    self.exit_info = self._exit_info_at_exit()
+                self.close()
+                self._exit_closed = True
+                if traced:
+                    time.sleep(EXIT_SETTLE_S)
+        finally:
+            sigview.release()      # commtrace run's hold from the script's end (runner)
 
     def _exit_info_at_exit(self) -> tuple[int, str] | None:
         """Not run by ``commtrace run``: how the process ends, where Python tells. The uncaught

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .. import mpienv, torch_compat
 from ..errors import CommtraceError, exit_status, report
 from ..trace import schema
-from . import activate, envreads, launch
+from . import activate, envreads, launch, sigview
 
 @dataclass
 class RunOptions:
@@ -145,6 +145,8 @@ def run(opts: RunOptions) -> int:
         code, how = _run_target(opts)
     except CommtraceError as e:  # the module does not exist after all: one line, nothing ran
         code, how, ran = report(e), "exit", False
+    if activate.active_recorder() is not None:
+        sigview.hold_to_close()   # the program's handlers wait for the trace's close (released there)
     read = reads.stop()
     if read and info.rank == 0:
         sys.stderr.write(envreads.notice(read) + "\n")

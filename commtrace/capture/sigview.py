@@ -95,6 +95,23 @@ def deferred(signums=None):
 
 
 _ALWAYS_HELD = frozenset((signal.SIGINT, signal.SIGTERM))
+_to_close: list = []   # the hold ``hold_to_close`` opened, until ``release``
+
+
+def hold_to_close() -> None:
+    """``deferred`` from the script's end until ``release`` (the trace's exit close): a handler the
+    program left firing (a timer armed at exit) can otherwise raise in any of commtrace's code between
+    the two, before the close itself holds it, and so lose the close."""
+    hold = deferred()
+    if hold is not _NO_HOLD:
+        hold.__enter__()
+        _to_close.append(hold)
+
+
+def release() -> None:
+    """Ends ``hold_to_close``'s hold: the program's held handlers run now (their exception raised here)."""
+    while _to_close:
+        _to_close.pop().__exit__(None, None, None)
 
 
 @contextlib.contextmanager

@@ -73,11 +73,14 @@ def test_program_signal_handler_raising_at_exit_loses_no_records(tmp_path):
     """A timer the program left armed fires while commtrace writes the trace at exit: its
     handler's exception, raised inside that write, lost every record (the file held the
     header only; the report: "no process created a process group"). The program's handlers
-    now wait until the trace is written, as SIGINT's and SIGTERM's did."""
+    now wait from the script's end until the trace is written, as SIGINT's and SIGTERM's did.
+    (Losses were 4 of 4 before; 1 in 8 when only the close itself held them.)"""
     script = tmp_path / "ticks.py"
     script.write_text(_TIMER_LEFT_ARMED)
-    h.run(h.commtrace_cmd(tmp_path / "run", script, h.free_port(), 500))
+    r = h.run(h.commtrace_cmd(tmp_path / "run", script, h.free_port(), 500))
     df = h.load(tmp_path / "run")
+    assert len(df.attrs["processes"]) == 1, r.stderr[-3000:]
     (proc,) = df.attrs["processes"]
-    assert proc["end"] is not None and proc["end"]["how"] == "exit", proc["end"]
+    # "exception" when the timer fired in the script's own last bytecodes (as untraced: exit 1)
+    assert proc["end"] is not None and proc["end"]["how"] in ("exit", "exception"), proc["end"]
     assert (df["op"] == "all_reduce").sum() == 500
