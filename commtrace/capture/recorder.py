@@ -388,6 +388,8 @@ class Recorder(AnnotationContext):
             self._end_queued = True
             end = {"type": schema.META_END, "exit_code": exit_code, "how": how,
                    "t_wall_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns()}
+            if how == "signal" and self.exit_info is not None:   # the script had ended: killed after it
+                end["script_exit_code"] = self.exit_info[0]
             skip = torch_compat.distributed_test_skip(exit_code) if how == "exit" else None
             if skip is not None:
                 end.update(how="skip", reason=skip)

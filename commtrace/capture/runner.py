@@ -145,17 +145,18 @@ def run(opts: RunOptions) -> int:
         code, how = _run_target(opts)
     except CommtraceError as e:  # the module does not exist after all: one line, nothing ran
         code, how, ran = report(e), "exit", False
-    if activate.active_recorder() is not None:
+    rec = activate.active_recorder()
+    if rec is not None:
         sigview.hold_to_close()   # the program's handlers wait for the trace's close (released there)
+        # written by the atexit close; set now, for a launcher may end this process by SIGTERM before
+        # (in the clock measurement below, when another rank failed): its end record then says so
+        rec.exit_info = (code, "exception" if how == _INTERRUPTED else how)
     read = reads.stop()
     if read and info.rank == 0:
         sys.stderr.write(envreads.notice(read) + "\n")
         sys.stderr.flush()
     if comm is not None and code == 0:
-        clock.measure_mpi(activate.active_recorder(), comm, "end", deadline_s=5.0)
-    rec = activate.active_recorder()
-    if rec is not None:
-        rec.exit_info = (code, "exception" if how == _INTERRUPTED else how)  # written by the atexit close
+        clock.measure_mpi(rec, comm, "end", deadline_s=5.0)
     rank = rec.rank if rec is not None and rec.rank is not None else os.environ.get("RANK")
     if ran and os.getpid() == pid and str(rank) in ("0", "None"):  # rank 0, or the process spawning the ranks
         launch.say_where(run_dir, command="check" if code else "report")

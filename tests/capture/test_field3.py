@@ -84,3 +84,41 @@ def test_program_signal_handler_raising_at_exit_loses_no_records(tmp_path):
     # "exception" when the timer fired in the script's own last bytecodes (as untraced: exit 1)
     assert proc["end"] is not None and proc["end"]["how"] in ("exit", "exception"), proc["end"]
     assert (df["op"] == "all_reduce").sum() == 500
+
+
+_FAILS_AFTER_ITS_GROUP = """\
+import os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("mpi")
+rank = dist.get_rank()
+dist.all_reduce(torch.ones(4))
+dist.destroy_process_group()
+if rank == 0:
+    open(sys.argv[1], "w").close()      # its script's last line: it then waits in commtrace's clock measurement
+else:
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise RuntimeError("rank 1 fails after its group is gone")
+"""
+
+
+def test_rank_ended_by_the_launcher_after_its_script_ended_is_no_error(tmp_path):
+    """Under mpirun, a rank whose script ended well waits for its peers in commtrace's end-of-run
+    clock measurement; when another rank fails, mpirun ends it there by SIGTERM. check called that
+    "rank 0 terminated by SIGTERM", an error beside the real one. The end record now says the
+    script had ended (``script_exit_code``), and check says so, as a warning."""
+    script = tmp_path / "late_failure.py"
+    script.write_text(_FAILS_AFTER_ITS_GROUP)
+    r = h.run(h.mpirun_cmd(2, h.PY, "-m", "commtrace", "run", "-o", tmp_path / "run", script,
+                          tmp_path / "rank0_ended"), env=h.mpi_env(),
+              timeout=120)
+    assert r.returncode != 0 and "rank 1 fails" in r.stderr, r.stderr[-2000:]
+    check = h.commtrace_main("check", "--json", tmp_path / "run")
+    import json
+    findings = json.loads(check.stdout)["findings"]
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert [f["ranks"] for f in errors] == [[1]] and "RuntimeError" in errors[0]["title"], errors
+    rank0 = [f for f in findings if f["ranks"] == [0] and f["kind"] == "exited"]
+    if rank0:     # mpirun ended rank 0 in the clock measurement (else it had left before rank 1 failed)
+        assert rank0[0]["severity"] == "warning" and "ended its script (exit code 0)" in rank0[0]["title"], rank0

@@ -541,7 +541,9 @@ def _process_finding(story: tuple, fate: RankFate, lasts: dict[int, str], world=
         return Finding(EXCEPTION, ERROR, title, details=[*last_lines, *_traceback_tail(exc)], ranks=ranks, world=world,
                        data={"exc_type": exc.get("exc_type"), "message": exc.get("message")})
     if story[0] == EXITED:
-        sev = INFO if fate.how == "skip" else ERROR   # torch's test harness skipping a test: not a failure
+        # torch's test harness skipping a test: not a failure; a launcher ending a rank whose script
+        # had ended well (another rank failed) while commtrace finished the trace: not this rank's failure
+        sev = INFO if fate.how == "skip" else WARNING if fate.script_exit_code == 0 else ERROR
         return Finding(EXITED, sev, f"{who} {fate.describe()}", details=last_lines, ranks=ranks, world=world,
                        data={"exit_code": fate.exit_code, "how": fate.how})
     return Finding(ABRUPT, ERROR, f"{who}: {fate.describe()}", details=[*last_lines, *fate.issues], ranks=ranks,

@@ -31,6 +31,7 @@ class RankFate:
     lost: dict = field(default_factory=dict)         # group -> [first seq, last seq, count] of unreadable records
     worlds: list = field(default_factory=list)       # the ids of the worlds it was a rank of (none known: any)
     reason: str | None = None                        # why its test was skipped (how "skip")
+    script_exit_code: int | None = None              # a signal ended it after its script had ended, with this
 
     @property
     def world(self):
@@ -50,6 +51,9 @@ class RankFate:
             return f"skipped its test: {self.reason} (torch's distributed test harness, exit code {self.exit_code})"
         if self.how == "hang":
             return f"aborted by the hang watchdog (--abort-on-hang, exit code {self.exit_code})"
+        if self.how == "signal" and self.script_exit_code is not None:
+            return (f"ended its script (exit code {self.script_exit_code}), then was terminated by "
+                    f"{_signal_name(self.exit_code)} while commtrace finished its trace (exit code {self.exit_code})")
         if self.how == "signal":
             return f"terminated by {_signal_name(self.exit_code)} (exit code {self.exit_code})"
         if self.exit_code not in (None, 0):
@@ -196,6 +200,7 @@ def _add_process(fate: RankFate, p: dict, issues: list[str]) -> RankFate:
             fate.exit_code = ec
         fate.how = _s(end.get("how")) or fate.how
         fate.reason = _s(end.get("reason")) or fate.reason
+        fate.script_exit_code = _int(end.get("script_exit_code")) if fate.how == "signal" else None
     fate.exception = (p.get("exception") if isinstance(p.get("exception"), dict) else None) or fate.exception
     fate.issues.extend(issues)
     fate.damage.extend(str(d) for d in p.get("damage") or [])
