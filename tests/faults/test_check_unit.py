@@ -455,3 +455,22 @@ def test_worlds_are_named_as_the_report_names_them_with_torchrun_restarts():
     assert sorted(f.title for f in k[C.PROGRESS]) == [
         "group 0 (default_pg) of world w0: last seq completed: rank 0-1: 1",
         "group 0 (default_pg) of world w1 (torchrun restart 1): last seq completed: rank 0-1: 2"]
+    assert C.RECOVERED not in k     # the restart's rank 1 exited with code 7: nothing recovered
+
+
+def test_a_torchrun_restart_that_ended_well_says_it_recovered():
+    """Attempt 0's rank 1 failed; torchrun's restart (attempt 1) then ended well on every rank: one
+    info finding says so beside attempt 0's error, which stays (it happened)."""
+    def wproc(rank, world, pid, t_wall, attempt, code):
+        return dict(proc(rank, end=("exit", code)), file=f"rank{rank}.pid{pid}.meta.jsonl", pid=pid, worlds=[world],
+                    t_wall_ns=t_wall, launch_env={"TORCHELASTIC_RESTART_COUNT": str(attempt)})
+    rows = ([dict(row(r, 1), world="f00d") for r in (0, 1)]
+            + [dict(row(r, s, t=10**10 + s * 1000 + r), world="beef") for s in (1, 2) for r in (0, 1)])
+    procs = [wproc(0, "f00d", 10, 100, 0, 0), wproc(1, "f00d", 11, 101, 0, 1),
+             wproc(0, "beef", 20, 200, 1, 0), wproc(1, "beef", 21, 201, 1, 0)]
+    k = by_kind(C.diagnose(mkrun(rows, procs)))
+    assert [(f.title, f.world) for f in k[C.EXITED]] == [("rank 1 of world w0 exited with code 1", "f00d")]
+    (rec,) = k[C.RECOVERED]
+    assert (rec.severity, rec.world, rec.ranks, rec.data) == (C.INFO, "beef", [0, 1], {"restart": 1})
+    assert rec.title == ("world w1 (torchrun restart 1) ended well on every rank (rank 0-1): torchrun's restart "
+                         "recovered from the earlier attempts' failures")

@@ -269,3 +269,8 @@ def test_a_torchrun_restart_is_a_world_that_says_so():
     across = rep.steps.across
     assert list(zip(across["world"], across.index)) == [("w0", 1), ("w0", 2), ("w1", 1), ("w1", 2), ("w1", 3),
                                                         ("w1", 4)], across
+    from commtrace.analysis.check import RECOVERED
+    from commtrace.analysis.partitioned.check_map import check_run
+    (rec,) = [f for f in check_run(str(pathlib.Path(__file__).parent / "fixtures" / "torchrun_restart")).findings
+              if f.kind == RECOVERED]   # check: the restart ended well, beside attempt 0's errors
+    assert rec.title.startswith("world w1 (torchrun restart 1) ended well on every rank"), rec.title

@@ -15,12 +15,13 @@ from __future__ import annotations
 from .. import bounded_coverage
 from .diagnoses import (  # noqa: F401  (the package's API: one import for every piece)
     diagnose_collectives, diagnose_coverage, diagnose_damage, diagnose_early, diagnose_issues, diagnose_p2p,
-    diagnose_processes, diagnose_stragglers, OpenP2P, P2P_SHOWN, p2p_loose_ends, progress_findings, unmatched_p2p)
+    diagnose_processes, diagnose_stragglers, OpenP2P, P2P_SHOWN, p2p_loose_ends, progress_findings, restart_findings,
+    unmatched_p2p)
 from .dumps import add_dumped_positions, diagnose_dumps
 from .fates import early_processes, rank_fates, run_world_names
 from .findings import (  # noqa: F401
     ABRUPT, DAMAGED, DUMP, ERROR, EXCEPTION, EXITED, FAILED, INFO, LOST_RECORD, MISMATCH, MISSING_RANK, NO_GROUP,
-    NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, Finding, exit_code,
+    NOT_ARRIVED, P2P_UNMATCHED, PROGRESS, RECOVERED, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, Finding, exit_code,
     root_cause_first)
 from .facts import GroupVerdict, RunFacts, classify_frame, classify_group, frame_facts  # noqa: F401
 
@@ -56,6 +57,7 @@ def diagnose_reduced(run, df, facts: RunFacts, verdicts: dict) -> list[Finding]:
     findings += diagnose_issues(run, fates)
     findings += diagnose_dumps(run)
     findings += diagnose_coverage(run)
+    findings += restart_findings(run, fates, worlds)
     if facts.has_ops:
         findings += progress_findings(facts, worlds)
     add_dumped_positions(findings, run)

@@ -14,10 +14,12 @@ from ...trace.issues import (ABRUPT as ISSUE_ABRUPT, DAMAGED as ISSUE_DAMAGED, O
                              issue_line)
 from ...trace.schema import rank_in_name, stem_of
 from ..match import frame_pair_seqs, p2p_pair_codes
-from .fates import EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names
+from .fates import (EarlyProcess, RankFate, _first_line, distinct_fates, fate_of, rank_label, run_world_names,
+                    world_restarts)
 from .findings import (
     ABRUPT, DAMAGED, ERROR, EXCEPTION, EXITED, FAILED, Finding, INFO, LOST_RECORD, MISMATCH, MISSING_RANK,
-    NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age, _group_label,
+    NOT_ARRIVED, NO_GROUP, P2P_UNMATCHED, PROGRESS, RECOVERED, STRAGGLER, STUCK, TRACE_ISSUE, WARNING, _fmt_age,
+    _group_label,
     _int, _s)
 from .facts import MISMATCH_SHOWN, GroupFacts, GroupVerdict, RunFacts
 from .matching import collective_rows, is_p2p, _compare_at_seq, _fmt_split, _now_ns, _op_desc
@@ -582,6 +584,24 @@ def _group_worlds(facts: RunFacts, names: dict | None) -> dict:
     name the world when several); the processes' worlds may be more (fates.run_world_names: a rank
     that wrote no op is in no group)."""
     return {w: (names or {}).get(w, w) for w, _ in facts.groups}
+
+
+def restart_findings(run, fates: dict[tuple, RankFate], worlds: dict) -> list[Finding]:
+    """A torchrun job that restarted (``--max-restarts``): when its last attempt's world ended well on
+    every rank, one finding says so, for the errors of the earlier attempts are then ones it recovered from."""
+    restarts = {w: n for w, n in world_restarts(run.processes).items() if n}
+    if not restarts:
+        return []
+    last = max(restarts, key=lambda w: restarts[w])
+    ranks = sorted(r for w, r in fates if w == last)
+    ended_well = ranks and all(f.complete and not f.exception and f.how in (None, "exit") and f.exit_code in (None, 0)
+                               for (w, _), f in fates.items() if w == last)
+    missing = any(getattr(i, "kind", None) == RANKS_MISSING and getattr(i, "world", None) == last for i in run.issues)
+    if not ended_well or missing:
+        return []
+    return [Finding(RECOVERED, INFO, f"world {worlds.get(last, last)} ended well on every rank "
+                    f"({rank_label(ranks)}): torchrun's restart recovered from the earlier attempts' failures",
+                    world=last, ranks=ranks, data={"restart": restarts[last]})]
 
 
 def progress_findings(facts: RunFacts, names: dict | None = None) -> list[Finding]:

@@ -29,6 +29,7 @@ STRAGGLER = "straggler"            # a rank is consistently the last to arrive
 P2P_UNMATCHED = "p2p_unmatched"    # a send/recv without its counterpart
 DUMP = "dump"                      # the watchdog or a signal wrote a state dump
 PROGRESS = "progress"              # per group: last seq each rank completed
+RECOVERED = "recovered"            # a torchrun restart's attempt ended well after earlier attempts failed
 TRACE_ISSUE = "trace_issue"        # reader-level damage not covered above
 
 
