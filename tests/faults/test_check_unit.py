@@ -436,19 +436,26 @@ def test_root_cause_first():
         "rank 1 raised RuntimeError: sizes"]
 
 
-def test_worlds_are_named_as_the_report_names_them_with_torchrun_restarts():
-    """Worlds are named w0, w1 in the order their processes started (the report's numbers, not the
-    ids), and a torchrun restart's world says which attempt it is (TORCHELASTIC_RESTART_COUNT in
-    the header's launch_env): attempt 0's rank 1 failed, attempt 1 then ran clean but its rank 1
-    exited with code 7 at the end."""
+def _torchrun_restart_findings(restart_rank1_exit: int) -> dict:
+    """check's findings by kind: a world (f00d) whose rank 1 exited with 1 after one all_reduce, then
+    torchrun's restart (beef, TORCHELASTIC_RESTART_COUNT 1 in the header's launch_env): two all_reduces,
+    its rank 1 exiting with ``restart_rank1_exit``."""
     def wproc(rank, world, pid, t_wall, attempt, code):
         return dict(proc(rank, end=("exit", code)), file=f"rank{rank}.pid{pid}.meta.jsonl", pid=pid, worlds=[world],
                     t_wall_ns=t_wall, launch_env={"TORCHELASTIC_RESTART_COUNT": str(attempt)})
     rows = ([dict(row(r, 1), world="f00d") for r in (0, 1)]
             + [dict(row(r, s, t=10**10 + s * 1000 + r), world="beef") for s in (1, 2) for r in (0, 1)])
     procs = [wproc(0, "f00d", 10, 100, 0, 0), wproc(1, "f00d", 11, 101, 0, 1),
-             wproc(0, "beef", 20, 200, 1, 0), wproc(1, "beef", 21, 201, 1, 7)]
-    k = by_kind(C.diagnose(mkrun(rows, procs)))
+             wproc(0, "beef", 20, 200, 1, 0), wproc(1, "beef", 21, 201, 1, restart_rank1_exit)]
+    return by_kind(C.diagnose(mkrun(rows, procs)))
+
+
+def test_worlds_are_named_as_the_report_names_them_with_torchrun_restarts():
+    """Worlds are named w0, w1 in the order their processes started (the report's numbers, not the
+    ids), and a torchrun restart's world says which attempt it is (TORCHELASTIC_RESTART_COUNT in
+    the header's launch_env): attempt 0's rank 1 failed, attempt 1 then ran clean but its rank 1
+    exited with code 7 at the end."""
+    k = _torchrun_restart_findings(restart_rank1_exit=7)
     assert [(f.title, f.world) for f in k[C.EXITED]] == [
         ("rank 1 of world w0 exited with code 1", "f00d"),
         ("rank 1 of world w1 (torchrun restart 1) exited with code 7", "beef")]
@@ -461,14 +468,7 @@ def test_worlds_are_named_as_the_report_names_them_with_torchrun_restarts():
 def test_a_torchrun_restart_that_ended_well_says_it_recovered():
     """Attempt 0's rank 1 failed; torchrun's restart (attempt 1) then ended well on every rank: one
     info finding says so beside attempt 0's error, which stays (it happened)."""
-    def wproc(rank, world, pid, t_wall, attempt, code):
-        return dict(proc(rank, end=("exit", code)), file=f"rank{rank}.pid{pid}.meta.jsonl", pid=pid, worlds=[world],
-                    t_wall_ns=t_wall, launch_env={"TORCHELASTIC_RESTART_COUNT": str(attempt)})
-    rows = ([dict(row(r, 1), world="f00d") for r in (0, 1)]
-            + [dict(row(r, s, t=10**10 + s * 1000 + r), world="beef") for s in (1, 2) for r in (0, 1)])
-    procs = [wproc(0, "f00d", 10, 100, 0, 0), wproc(1, "f00d", 11, 101, 0, 1),
-             wproc(0, "beef", 20, 200, 1, 0), wproc(1, "beef", 21, 201, 1, 0)]
-    k = by_kind(C.diagnose(mkrun(rows, procs)))
+    k = _torchrun_restart_findings(restart_rank1_exit=0)
     assert [(f.title, f.world) for f in k[C.EXITED]] == [("rank 1 of world w0 exited with code 1", "f00d")]
     (rec,) = k[C.RECOVERED]
     assert (rec.severity, rec.world, rec.ranks, rec.data) == (C.INFO, "beef", [0, 1], {"restart": 1})
