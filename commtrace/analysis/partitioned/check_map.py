@@ -3,7 +3,7 @@
 1. meta lines of every file, in this process (as ``reader.load_run`` reads them);
 2. per rank (``map_check_rank``): its records as ``load_run`` reads them (damage, lost records,
    issues: what the fates need), the seq-chunk index of its ops files (sends and recvs indexed by
-   their pair_seq, numbered here over the whole process: ``plan.process_pair_runs``), per group its
+   their pair_seq, numbered here over the whole process: ``plan.pair_indexed``), per group its
    highest seq and the member lists its ops name;
 3. per seq chunk (``map_check_chunk``): the frame of the chunk's records of every file (whole
    instances), classified as ``check.diagnose`` does (with step 2's run-wide highest seqs) into
@@ -39,8 +39,7 @@ from ..check.fates import rank_fates
 from .. import memory_policy
 from . import POOL_MIN_RECORDS
 from .executors import sized_executor, uses_dask
-from .plan import (ChunkIndex, cached_process, chunk_records, chunk_size, files_by_chunk, process_pair_runs,
-                   with_pair_chunks)
+from .plan import ChunkIndex, cached_process, chunk_records, chunk_size, files_by_chunk, pair_indexed
 from .progress_bar import Progress
 from .bounded_files import ops_records_on_disk
 from .cpp_layer import has_cpp, rank_frame
@@ -116,11 +115,8 @@ def map_check_rank(task: CheckRankTask) -> list[FileFacts]:
         reader.read_spans(pt, span_issues)           # its damage, as load_run's build_mark_tables finds it
         last_seq, group_ranks = _collective_groups(pt)
         carried = {k: getattr(pt, k) for k in _CARRIED}
-        index_of, pairs = chunks.of(pt), process_pair_runs(pt)    # p2p ops: cut by pair_seq (partition_map's)
-        if pairs is not None:
-            index_of = with_pair_chunks(index_of, pairs[1], task.chunk)
-        out.append(FileFacts(index, carried, issues, span_issues, index_of, last_seq, group_ranks,
-                             pairs and pairs[0]))
+        index_of, pair_runs = pair_indexed(pt, chunks.of(pt), task.chunk)    # p2p ops: cut by pair_seq
+        out.append(FileFacts(index, carried, issues, span_issues, index_of, last_seq, group_ranks, pair_runs))
     return out
 
 

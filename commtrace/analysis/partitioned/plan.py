@@ -184,16 +184,18 @@ def _cut_seqs(rec: np.ndarray, pairs: PairSeqRuns | None) -> np.ndarray:
     return rec["seq"] if pairs is None else chunk_seqs(rec["seq"], pairs.pair_seqs(rec)).astype(np.uint32)
 
 
-def process_pair_runs(pt) -> tuple[PairSeqRuns, tuple] | None:
-    """(``pt``'s PairSeqRuns, (group, seq, pair_seq) of its p2p records) from its records (held, or read again
-    a piece at a time: only its p2p ones are kept), None when it has no send/recv sig."""
+def pair_indexed(pt, index: tuple, chunk: int) -> tuple[tuple, PairSeqRuns | None]:
+    """(``index``, ChunkIndex.of ``pt``, with each of its sends and recvs also under its pair_seq's chunk;
+    ``pt``'s PairSeqRuns), numbered over the whole process from its records (held, or read again a piece
+    at a time: only its p2p ones are kept); (``index``, None) when it has no send/recv sig. The rank tasks
+    of the report and of check both cut p2p ops this way (partition_map's instances are whole in a chunk)."""
     p2p_sigs = np.array([i for i, s in pt.sigs.items() if s.get("op") in P2P_OPS], np.int64)
     if not len(p2p_sigs):
-        return None
+        return index, None
     parts = [r[np.isin(r["sig"], p2p_sigs)] for r in reader.record_pieces(pt)]
     rec = np.concatenate(parts) if parts else np.empty(0, OP_RECORD)
     pair, runs = pair_seq_runs(pt, rec)
-    return runs, (rec["group"], rec["seq"], pair)
+    return with_pair_chunks(index, (rec["group"], rec["seq"], pair), chunk), runs
 
 
 def with_pair_chunks(index: tuple, p2p: tuple, chunk: int) -> tuple:

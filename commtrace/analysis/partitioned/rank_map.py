@@ -27,7 +27,7 @@ from .cpp_layer import rank_ops_of
 from .region_figures import RankRegions, rank_modules
 from .windowing import applied_to_rank, rank_window
 from .packed import PackedColumns, pack
-from .plan import ChunkIndex, process_pair_runs, read_rank, with_pair_chunks
+from .plan import ChunkIndex, pair_indexed, read_rank
 from .rank_ops import CELL_COLUMNS, RankOps, selected_ops
 from .sketch import LogSketch
 
@@ -93,10 +93,9 @@ def map_rank(task: RankTask) -> RankPartial:
     index = {p.ops_path: files.of(p) for p in procs}       # records not held whole
     pair_runs = {}
     for p in procs:         # p2p ops are cut into chunks by pair_seq: numbered here, over the whole process
-        got = process_pair_runs(p)
-        if got is not None:
-            pair_runs[p.ops_path] = got[0]
-            index[p.ops_path] = with_pair_chunks(index[p.ops_path], got[1], task.chunk)
+        index[p.ops_path], runs = pair_indexed(p, index[p.ops_path], task.chunk)
+        if runs is not None:
+            pair_runs[p.ops_path] = runs
     spans, _, region_spans = reader.build_mark_tables(procs, issues, refs, user_marks=False)
     reader.describe_clocks(procs, refs)     # before build_frame takes the records (clock bounds use them)
     lean = RECORD_PIECE if in_pieces(sum(p.n_records for p in procs), task.piece) else 0   # few ranks:
