@@ -128,14 +128,21 @@ def p2p_columns(pt, rec: np.ndarray) -> P2PColumns:
             sel = np.flatnonzero(anys & (rec["group"] == gid))
             t = tag[sel]
             counter_peer[sel] = t if ranks is None else [ranks[x] if 0 <= x < len(ranks) else x for x in t.tolist()]
-        src = {}
-        for line in pt.sources:          # the last line of a call time wins, as the frame's join
-            t, r = schema.int_or_none(line.get("t_call")), schema.int_or_none(line.get("src"))
-            if t is not None:
-                src[t] = -1 if r is None else r
+        senders = any_source_senders(pt)
         t = rec["t_call"].astype(np.int64)
-        peer[anys] = [src.get(x, -1) for x in t[anys].tolist()]
+        peer[anys] = [-1 if senders.get(x) is None else senders[x] for x in t[anys].tolist()]
     return P2PColumns(p2p, s_send[si] & p2p, np.where(p2p, peer, -1), tag, counter_peer, anys)
+
+
+def any_source_senders(pt) -> dict:
+    """Raw call time -> the rank a recv from any source of process ``pt`` received from (None: not known),
+    from its ``source`` lines; the last line of a call time wins, as the frame's join (reader.build_frame)."""
+    senders: dict = {}
+    for line in pt.sources:
+        t = schema.int_or_none(line.get("t_call"))
+        if t is not None:
+            senders[t] = schema.int_or_none(line.get("src"))
+    return senders
 
 
 def process_pair_seqs(pt, rec: np.ndarray, c: P2PColumns | None = None) -> np.ndarray:

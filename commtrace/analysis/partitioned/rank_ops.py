@@ -14,6 +14,7 @@ import numpy as np
 
 from ...trace import reader, records, schema
 from ...trace.annotations import BucketRule, sig_is_gradient_allreduce
+from ...trace.p2p_order import any_source_senders
 from ...trace.rank_ranges import world_group_name
 from ..arrays import NA_KEY, OpArrays, narrow, op_times
 from ..step_table import WaitColumns
@@ -124,12 +125,8 @@ class RecordRoots:
         sigs = [pt.sigs[i] for i in sorted(pt.sigs)]
         index: dict = {}
         self.of_sig = np.array([index.setdefault(small_int_text(s.get("root")), len(index)) for s in sigs], np.int64)
-        src = {}
-        for line in pt.sources:      # the last line of a call time wins, as the frame's join
-            t, r = schema.int_or_none(line.get("t_call")), schema.int_or_none(line.get("src"))
-            if t is not None:
-                src[t] = r
-        src = {t: index.setdefault(str(int(np.int32(r))), len(index)) for t, r in src.items() if r is not None}
+        src = {t: index.setdefault(str(int(np.int32(r))), len(index))
+               for t, r in any_source_senders(pt).items() if r is not None}
         self.texts = list(index)
         self.times = np.array(sorted(src), np.int64)
         self.of_time = np.array([src[t] for t in sorted(src)], np.int64)
